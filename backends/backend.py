@@ -1,0 +1,322 @@
+"""The contract every neonlite backend implements.
+
+A backend owns tensor storage, evaluates op-trees, and runs the generic compute ops that layers
+need (GEMM, convolution, pooling, normalization, softmax, random masks).  Layers talk only to a
+backend; a backend never imports a layer.  Methods that need per-layer setup (convolution,
+pooling) take a *plan* built once at configure time (``conv_layer``, ``pool_layer``); the fprop
+and bprop calls then only run the plan.
+
+Conventions: every tensor is batch-first; images are NHWC; filters are (R, S, C, K) = (filter
+height, filter width, input channels, output channels).  Methods write into the ``out`` tensors
+they are given and allocate nothing after the first call.
+"""
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from .optree import OpNode, OpTreeOps
+from .plans import ConvPlan, PoolPlan
+
+
+class Tensor(OpTreeOps):
+    """A batch-first n-d array that lives on a backend.
+
+    ``get()`` returns a host ``numpy.ndarray`` copy, ``set(ary)`` copies a host array in, slicing
+    (``t[a:b]``) and ``reshape`` return views sharing storage, and ``t[:] = optree`` evaluates an
+    op-tree into the tensor.
+    """
+
+    backend = None
+
+    @property
+    def shape(self):
+        raise NotImplementedError
+
+    @property
+    def dtype(self):
+        raise NotImplementedError
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def get(self):
+        raise NotImplementedError
+
+    def set(self, ary):
+        raise NotImplementedError
+
+    def reshape(self, *shape):
+        raise NotImplementedError
+
+    def fill(self, value):
+        self[:] = value
+        return self
+
+    def __repr__(self):
+        return f"{type(self).__name__}(shape={self.shape}, dtype={np.dtype(self.dtype).name})"
+
+
+class Backend(ABC):
+    """Abstract backend: see the module docstring for the conventions every method follows.
+
+    Arguments:
+        batch_size (int): N, the leading dimension of every activation buffer.
+        rng_seed (int or None): seeds both the host RNG (initializers, shuffling) and the
+            device RNG (dropout masks); the same seed gives the same run.
+        datatype: numpy dtype of activations and parameters (float32 default).
+        device_id (int): which device, for backends that have several.
+    """
+
+    name = None
+
+    def __init__(self, batch_size=128, rng_seed=None, datatype=np.float32, device_id=0):
+        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.bsz = int(batch_size)
+        self.rng_seed = rng_seed
+        self.dtype = np.dtype(datatype)
+        self.device_id = device_id
+        self.rng = np.random.default_rng(rng_seed)
+
+    # ---- tensors ---------------------------------------------------------------------------
+    @abstractmethod
+    def empty(self, shape, dtype=None, name=None):
+        """An uninitialized tensor of ``shape`` (dtype defaults to the backend's)."""
+
+    def zeros(self, shape, dtype=None, name=None):
+        t = self.empty(shape, dtype, name)
+        t[:] = 0
+        return t
+
+    def ones(self, shape, dtype=None, name=None):
+        t = self.empty(shape, dtype, name)
+        t[:] = 1
+        return t
+
+    def array(self, ary, dtype=None, name=None):
+        """A tensor holding a copy of host array ``ary``."""
+        ary = np.asarray(ary)
+        t = self.empty(ary.shape, dtype or self.dtype, name)
+        t.set(ary)
+        return t
+
+    def empty_like(self, t, dtype=None):
+        return self.empty(t.shape, dtype or t.dtype)
+
+    def zeros_like(self, t, dtype=None):
+        return self.zeros(t.shape, dtype or t.dtype)
+
+    # ---- op-trees ----------------------------------------------------------------------------
+    @abstractmethod
+    def execute(self, out, optree):
+        """Evaluate ``optree`` (an :class:`OpNode`, tensor or scalar) into tensor ``out``."""
+
+    def assign(self, out, value):
+        """``out[:] = value``: a scalar, tensor, host array or op-tree."""
+        out[:] = value
+        return out
+
+    def add(self, a, b):
+        return OpNode("add", a, b)
+
+    def subtract(self, a, b):
+        return OpNode("sub", a, b)
+
+    def multiply(self, a, b):
+        return OpNode("mul", a, b)
+
+    def divide(self, a, b):
+        return OpNode("div", a, b)
+
+    def power(self, a, b):
+        return OpNode("pow", a, b)
+
+    def maximum(self, a, b):
+        return OpNode("maximum", a, b)
+
+    def minimum(self, a, b):
+        return OpNode("minimum", a, b)
+
+    def clip(self, x, low, high):
+        return OpNode("minimum", OpNode("maximum", x, low), high)
+
+    def absolute(self, x):
+        return OpNode("abs", x)
+
+    def square(self, x):
+        return OpNode("sqr", x)
+
+    def sqrt(self, x):
+        return OpNode("sqrt", x)
+
+    def rsqrt(self, x):
+        return OpNode("rsqrt", x)
+
+    def exp(self, x):
+        return OpNode("exp", x)
+
+    def log(self, x):
+        return OpNode("log", x)
+
+    def tanh(self, x):
+        return OpNode("tanh", x)
+
+    def sig(self, x):
+        """The logistic function 1 / (1 + exp(-x))."""
+        return OpNode("sig", x)
+
+    def sign(self, x):
+        return OpNode("sign", x)
+
+    def erf(self, x):
+        return OpNode("erf", x)
+
+    def bf16_to_f32(self, x):
+        """Widen bfloat16 bit patterns (a uint16 tensor) to float32 values."""
+        return OpNode("bf16_to_f32", x)
+
+    def f32_to_bf16(self, x):
+        """Round float32 values to bfloat16 bit patterns (uint16), round-to-nearest-even."""
+        return OpNode("f32_to_bf16", x)
+
+    def sum(self, x, axis=None):
+        """Sum over ``axis`` (None: every axis); the reduced axes are kept with length 1."""
+        return OpNode("sum", x, axis=axis)
+
+    def max(self, x, axis=None):
+        return OpNode("max", x, axis=axis)
+
+    def min(self, x, axis=None):
+        return OpNode("min", x, axis=axis)
+
+    def argmax(self, x, axis=None):
+        return OpNode("argmax", x, axis=axis)
+
+    def argmin(self, x, axis=None):
+        return OpNode("argmin", x, axis=axis)
+
+    def mean(self, x, axis=None):
+        return OpNode("sum", x, axis=axis) * (1.0 / _reduced_count(x, axis))
+
+    def var(self, x, axis=None):
+        """Biased variance (mean of squared deviations) over ``axis``."""
+        mean = self.mean(x, axis)
+        return OpNode("sum", OpNode("sqr", x - mean), axis=axis) * (1.0 / _reduced_count(x, axis))
+
+    # ---- linear algebra --------------------------------------------------------------------
+    @abstractmethod
+    def compound_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
+        """C = alpha * op(A) @ op(B) + beta * C for 2-D tensors (op transposes when asked)."""
+
+    @abstractmethod
+    def batched_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
+        """C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for 3-D tensors (batch first)."""
+
+    # ---- convolution and pooling -------------------------------------------------------------
+    def conv_layer(self, N, C, H, W, K, R, S, pad=(0, 0), stride=(1, 1), dilation=(1, 1)):
+        """A :class:`ConvPlan` for NHWC input (N, H, W, C) and filters (R, S, C, K)."""
+        return ConvPlan(N, C, H, W, K, R, S, pad, stride, dilation)
+
+    @abstractmethod
+    def fprop_conv(self, plan, I, F, O):
+        """O (N, P, Q, K) = conv(I (N, H, W, C), F (R, S, C, K))."""
+
+    @abstractmethod
+    def bprop_conv(self, plan, F, E, grad_I, beta=0.0):
+        """grad_I (N, H, W, C) = conv_transpose(E (N, P, Q, K), F) + beta * grad_I."""
+
+    @abstractmethod
+    def update_conv(self, plan, I, E, grad_F, beta=0.0):
+        """grad_F (R, S, C, K) = correlation of I with E, + beta * grad_F."""
+
+    def pool_layer(self, op, N, C, H, W, R, S, pad=(0, 0), stride=None):
+        """A :class:`PoolPlan` for NHWC input; ``op`` is 'max' or 'avg'."""
+        return PoolPlan(op, N, C, H, W, R, S, pad, stride or (R, S))
+
+    @abstractmethod
+    def fprop_pool(self, plan, I, O):
+        """O (N, P, Q, C) = pool(I (N, H, W, C)); max pooling records its argmax in the plan."""
+
+    @abstractmethod
+    def bprop_pool(self, plan, E, grad_I, beta=0.0):
+        """grad_I (N, H, W, C) = routes E (N, P, Q, C) back through the last fprop_pool."""
+
+    # ---- normalization, softmax, randomness --------------------------------------------------
+    @abstractmethod
+    def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
+                        eps=1e-5, momentum=0.9, inference=False):
+        """Batch norm over every axis but the last (channels).
+
+        x, y, xhat: (M, C) views (NHWC images reshaped to (N*H*W, C)); gamma, beta, mean,
+        invstd, running_mean, running_var: (1, C).  Training mode normalizes with the batch
+        statistics and updates running_* as ``r = momentum * r + (1 - momentum) * stat``
+        (running_var takes the unbiased batch variance); inference uses the running statistics.
+        """
+
+    @abstractmethod
+    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
+        """Gradients of training-mode batch norm: dx (M, C), dgamma and dbeta (1, C)."""
+
+    @abstractmethod
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):
+        """Layer norm over the last axis: x, y, xhat (M, D); gamma, beta (1, D); invstd (M, 1)."""
+
+    @abstractmethod
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
+        """dx (M, D) and parameter gradients dgamma, dbeta (1, D) (accumulated into)."""
+
+    @abstractmethod
+    def softmax(self, x, out, axis=-1):
+        """out = softmax(x) along ``axis`` (max-subtracted, so large logits do not overflow)."""
+
+    @abstractmethod
+    def softmax_cross_entropy(self, logits, targets, probs, grad, scale=1.0):
+        """Fused softmax + cross-entropy over the last axis of (M, K) tensors.
+
+        Writes probs = softmax(logits) and grad = scale * (probs - targets) (targets one-hot or
+        soft) and returns the summed loss -sum(targets * log(probs)) as a Python float.
+        """
+
+    @abstractmethod
+    def uniform(self, out, low=0.0, high=1.0):
+        """Fill ``out`` with uniform random numbers from the backend's device RNG."""
+
+    def dropout_mask(self, mask, keep):
+        """mask = (U(0,1) < keep) / keep: the scaled keep mask of inverted dropout."""
+        self.uniform(mask)
+        mask[:] = (mask < keep) * (1.0 / keep)
+        return mask
+
+    def synchronize(self):
+        """Wait for queued work (no-op where work is synchronous)."""
+
+
+def _reduced_count(x, axis):
+    shape = x.shape if hasattr(x, "shape") and not isinstance(x, OpNode) else _optree_shape(x)
+    if axis is None:
+        return int(np.prod(shape))
+    axes = (axis,) if isinstance(axis, int) else axis
+    return int(np.prod([shape[a] for a in axes]))
+
+
+def _optree_shape(node):
+    """The broadcast shape of an op-tree (reductions keep their axes with length 1)."""
+    if not isinstance(node, OpNode):
+        return tuple(getattr(node, "shape", ()))
+    shapes = [_optree_shape(a) for a in node.args]
+    shape = np.broadcast_shapes(*shapes)
+    if node.op in ("sum", "max", "min", "argmax", "argmin"):
+        if node.axis is None:
+            return tuple(1 for _ in shape)
+        axes = (node.axis,) if isinstance(node.axis, int) else node.axis
+        axes = [a % len(shape) for a in axes]
+        return tuple(1 if i in axes else s for i, s in enumerate(shape))
+    return shape

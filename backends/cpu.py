@@ -1,0 +1,175 @@
+"""The CPU backend: tensors are numpy arrays, op-trees are evaluated by numpy, GEMMs go to
+numpy's BLAS, and convolution, pooling and normalization run as vectorized numpy
+(``numpy_conv``, ``numpy_norm``)."""
+import numpy as np
+
+from . import numpy_conv, numpy_norm
+from .backend import Backend, Tensor
+from .numpy_ops import evaluate
+
+
+class CPUTensor(Tensor):
+    """A tensor backed by a numpy array (``_ary``); slices and reshapes are numpy views."""
+
+    __slots__ = ("_ary", "backend", "name")
+
+    def __init__(self, backend, ary, name=None):
+        self.backend = backend
+        self._ary = ary
+        self.name = name
+
+    @property
+    def shape(self):
+        return self._ary.shape
+
+    @property
+    def dtype(self):
+        return self._ary.dtype
+
+    def get(self):
+        return self._ary.copy()
+
+    def set(self, ary):
+        ary = np.asarray(ary)
+        if ary.shape != self.shape and ary.size != self.size:
+            raise ValueError(f"cannot set a tensor of shape {self.shape} from an array of shape "
+                             f"{ary.shape}")
+        np.copyto(self._ary, ary.reshape(self.shape), casting="unsafe")
+        return self
+
+    def reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        view = self._ary.reshape(shape)
+        if not np.shares_memory(view, self._ary):
+            raise ValueError(f"reshape of a non-contiguous {self.shape} view to {shape} would copy")
+        return CPUTensor(self.backend, view)
+
+    @property
+    def T(self):
+        return CPUTensor(self.backend, self._ary.T)
+
+    def __getitem__(self, index):
+        return CPUTensor(self.backend, self._ary[_index(index)])
+
+    def __setitem__(self, index, value):
+        evaluate(self._ary[_index(index)], value)
+
+    def __array__(self, dtype=None, copy=None):
+        return self._ary if dtype is None else self._ary.astype(dtype)
+
+
+def _index(index):
+    if isinstance(index, CPUTensor):
+        return index._ary
+    return index
+
+
+def _ary(t):
+    return t._ary
+
+
+class CPUBackend(Backend):
+    """numpy-based backend (see the module docstring).  ``datatype`` may be float16, float32 or
+    float64 (float64 is the one gradient checks use)."""
+
+    name = "cpu"
+
+    def __init__(self, batch_size=128, rng_seed=None, datatype=np.float32, device_id=0):
+        super().__init__(batch_size, rng_seed, datatype, device_id)
+        if self.dtype not in (np.float16, np.float32, np.float64):
+            raise ValueError(f"the cpu backend stores float16, float32 or float64, not "
+                             f"{self.dtype.name}")
+        self._device_rng = np.random.default_rng(None if rng_seed is None else rng_seed + 1)
+
+    def empty(self, shape, dtype=None, name=None):
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        return CPUTensor(self, np.empty(shape, dtype=np.dtype(dtype or self.dtype)), name)
+
+    def array(self, ary, dtype=None, name=None):
+        ary = np.asarray(ary)
+        return CPUTensor(self, np.array(ary, dtype=np.dtype(dtype or self.dtype)), name)
+
+    def execute(self, out, optree):
+        evaluate(out._ary, optree)
+        return out
+
+    def compound_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
+        a = A._ary.T if transA else A._ary
+        b = B._ary.T if transB else B._ary
+        _gemm_into(C._ary, a, b, alpha, beta)
+        return C
+
+    def batched_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
+        a = np.swapaxes(A._ary, -1, -2) if transA else A._ary
+        b = np.swapaxes(B._ary, -1, -2) if transB else B._ary
+        _gemm_into(C._ary, a, b, alpha, beta)
+        return C
+
+    def fprop_conv(self, plan, I, F, O):
+        numpy_conv.fprop_conv(plan, I._ary, F._ary, O._ary)
+
+    def bprop_conv(self, plan, F, E, grad_I, beta=0.0):
+        numpy_conv.bprop_conv(plan, F._ary, E._ary, grad_I._ary, beta)
+
+    def update_conv(self, plan, I, E, grad_F, beta=0.0):
+        numpy_conv.update_conv(plan, I._ary, E._ary, grad_F._ary, beta)
+
+    def fprop_pool(self, plan, I, O):
+        numpy_conv.fprop_pool(plan, I._ary, O._ary)
+
+    def bprop_pool(self, plan, E, grad_I, beta=0.0):
+        numpy_conv.bprop_pool(plan, E._ary, grad_I._ary, beta)
+
+    def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
+                        eps=1e-5, momentum=0.9, inference=False):
+        numpy_norm.batchnorm_fprop(*map(_ary, (x, gamma, beta, y, xhat, mean, invstd,
+                                               running_mean, running_var)),
+                                   eps, momentum, inference)
+
+    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
+        numpy_norm.batchnorm_bprop(*map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)),
+                                   beta_acc)
+
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):
+        numpy_norm.layernorm_fprop(*map(_ary, (x, gamma, beta, y, xhat, invstd)), eps)
+
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
+        numpy_norm.layernorm_bprop(*map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
+
+    def softmax(self, x, out, axis=-1):
+        numpy_norm.softmax(x._ary, out._ary, axis)
+
+    def softmax_cross_entropy(self, logits, targets, probs, grad, scale=1.0):
+        return numpy_norm.softmax_cross_entropy(logits._ary, targets._ary, probs._ary,
+                                                grad._ary, scale)
+
+    def uniform(self, out, low=0.0, high=1.0):
+        out._ary[...] = self._device_rng.random(out.shape, dtype=np.float64
+                                                if out.dtype == np.float64 else np.float32)
+        if (low, high) != (0.0, 1.0):
+            out._ary *= high - low
+            out._ary += low
+        return out
+
+    def device_rng_state(self):
+        """The device RNG's state as a JSON-able dict (for checkpoints)."""
+        return self._device_rng.bit_generator.state
+
+    def set_device_rng_state(self, state):
+        self._device_rng.bit_generator.state = state
+
+
+def _gemm_into(c, a, b, alpha, beta):
+    if beta == 0.0:
+        np.matmul(a, b, out=c)
+        if alpha != 1.0:
+            c *= alpha
+    else:
+        product = np.matmul(a, b)
+        if alpha != 1.0:
+            product *= alpha
+        if beta != 1.0:
+            c *= beta
+        c += product
+

@@ -1,0 +1,75 @@
+"""Vectorized numpy batch norm, layer norm, softmax and fused softmax-cross-entropy.
+
+Shapes: batch norm normalizes (M, C) over axis 0 (an NHWC image batch is viewed as
+(N*H*W, C)); layer norm and softmax work over the last axis of (M, D).
+"""
+import numpy as np
+
+
+def batchnorm_fprop(x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
+                    eps, momentum, inference):
+    if inference:
+        np.copyto(mean, running_mean)
+        np.copyto(invstd, 1.0 / np.sqrt(running_var + eps))
+    else:
+        m = x.shape[0]
+        np.mean(x, axis=0, keepdims=True, out=mean)
+        var = np.mean(np.square(x - mean), axis=0, keepdims=True)
+        np.copyto(invstd, 1.0 / np.sqrt(var + eps))
+        running_mean *= momentum
+        running_mean += (1.0 - momentum) * mean
+        running_var *= momentum
+        running_var += (1.0 - momentum) * var * (m / max(m - 1, 1))
+    np.subtract(x, mean, out=xhat)
+    xhat *= invstd
+    np.multiply(xhat, gamma, out=y)
+    y += beta
+
+
+def batchnorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
+    m = dy.shape[0]
+    db = dy.sum(axis=0, keepdims=True)
+    dg = np.sum(dy * xhat, axis=0, keepdims=True)
+    dgamma += dg
+    dbeta += db
+    grad = (gamma * invstd / m) * (m * dy - db - xhat * dg)
+    if beta_acc:
+        dx *= beta_acc
+        dx += grad
+    else:
+        np.copyto(dx, grad)
+
+
+def layernorm_fprop(x, gamma, beta, y, xhat, invstd, eps):
+    mean = x.mean(axis=-1, keepdims=True)
+    np.subtract(x, mean, out=xhat)
+    var = np.mean(np.square(xhat), axis=-1, keepdims=True)
+    np.copyto(invstd, 1.0 / np.sqrt(var + eps))
+    xhat *= invstd
+    np.multiply(xhat, gamma, out=y)
+    y += beta
+
+
+def layernorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta):
+    dgamma += np.sum(dy * xhat, axis=0, keepdims=True)
+    dbeta += dy.sum(axis=0, keepdims=True)
+    g = dy * gamma
+    np.copyto(dx, invstd * (g - g.mean(axis=-1, keepdims=True)
+                            - xhat * np.mean(g * xhat, axis=-1, keepdims=True)))
+
+
+def softmax(x, out, axis=-1):
+    np.subtract(x, x.max(axis=axis, keepdims=True), out=out)
+    np.exp(out, out=out)
+    out /= out.sum(axis=axis, keepdims=True)
+
+
+def softmax_cross_entropy(logits, targets, probs, grad, scale):
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    logsum = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    logp = shifted - logsum
+    np.exp(logp, out=probs)
+    loss = -float(np.sum(targets * logp, dtype=np.float64))
+    np.subtract(probs, targets, out=grad)
+    grad *= scale
+    return loss

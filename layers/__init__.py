@@ -1,0 +1,14 @@
+"""Graph-free layers: configure -> allocate -> fprop / bprop (see ``layer.py``)."""
+from .activation import Activation, Dropout
+from .containers import Affine, CompoundLayer, Conv, MergeSum, Sequential, SkipNode
+from .conv import Convolution
+from .cost import GeneralizedCost
+from .layer import Layer, Parameter, ParameterLayer, ShapeError
+from .linear import Bias, Linear
+from .norm import BatchNorm
+from .pooling import Pooling
+from .shape import Flatten, Reshape
+
+__all__ = ["Layer", "ParameterLayer", "Parameter", "ShapeError", "Linear", "Bias", "Affine",
+           "Convolution", "Conv", "Pooling", "BatchNorm", "Activation", "Dropout", "Flatten",
+           "Reshape", "Sequential", "MergeSum", "SkipNode", "CompoundLayer", "GeneralizedCost"]

@@ -1,0 +1,62 @@
+"""2-D convolution on NHWC images with (R, S, C, K) filters."""
+from ..initializers import Kaiming
+from .layer import ParameterLayer
+
+
+def _pair(value, what, layer):
+    if isinstance(value, int):
+        return (value, value)
+    if isinstance(value, dict):
+        return (value.get("h", value.get("r")), value.get("w", value.get("s")))
+    value = tuple(value)
+    if len(value) != 2:
+        raise ValueError(f"layer '{layer}': {what} must be an int or a pair, got {value!r}")
+    return value
+
+
+class Convolution(ParameterLayer):
+    """O (N, P, Q, K) = conv(I (N, H, W, C), W (R, S, C, K)), no bias.
+
+    ``fshape`` is (R, S, K) (filter height, width, output channels); ``strides``, ``padding``
+    and ``dilation`` are ints or (h, w) pairs.  P = (H + 2*pad - dil*(R-1) - 1) // stride + 1.
+    """
+
+    def __init__(self, fshape, strides=1, padding=0, dilation=1, init=None, name=None):
+        super().__init__(name)
+        if len(tuple(fshape)) != 3:
+            raise ValueError(f"Conv: fshape must be (R, S, K) = (height, width, output "
+                             f"channels), got {fshape!r}")
+        self.fshape = tuple(int(f) for f in fshape)
+        self.strides, self.padding, self.dilation = strides, padding, dilation
+        self.init = init or Kaiming()
+
+    def _configure(self, in_shape):
+        if len(in_shape) != 3:
+            raise self.shape_error("an NHWC image input (H, W, C)")
+        H, W, C = in_shape
+        R, S, K = self.fshape
+        try:
+            self.plan = self.be.conv_layer(self.be.bsz, C, H, W, K, R, S,
+                                           _pair(self.padding, "padding", self.name),
+                                           _pair(self.strides, "strides", self.name),
+                                           _pair(self.dilation, "dilation", self.name))
+        except ValueError as err:
+            raise self.shape_error(f"an input that a {R}x{S} filter fits ({err})") from None
+        return (self.plan.P, self.plan.Q, K)
+
+    def allocate(self):
+        super().allocate()
+        R, S, K = self.fshape
+        C = self.in_shape[2]
+        self.W = self.add_param("W", (R, S, C, K), self.init, R * S * C, R * S * K)
+
+    def fprop(self, x, inference=False):
+        self.x = x
+        self.be.fprop_conv(self.plan, x, self.W.value, self.outputs)
+        return self.outputs
+
+    def bprop(self, error):
+        self.be.update_conv(self.plan, self.x, error, self.W.grad, beta=1.0)
+        if self.needs_deltas:
+            self.be.bprop_conv(self.plan, self.W.value, error, self.deltas)
+        return self.deltas

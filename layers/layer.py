@@ -1,0 +1,136 @@
+"""The layer lifecycle shared by every layer.
+
+``configure(in_shape) -> out_shape`` (shapes exclude the batch axis and are checked here),
+``allocate()`` (output and delta buffers, once), ``fprop(x, inference=False) -> output``, and
+``bprop(error) -> error for the layer below``, which *accumulates* parameter gradients into
+``Parameter.grad`` (the model zeroes them at the start of each step).  Activations are
+batch-first; images NHWC, sequences (N, T, D).
+"""
+import numpy as np
+
+from ..backends import get_backend
+
+
+class ShapeError(ValueError):
+    """A layer was given an input shape it cannot take; the message names the layers."""
+
+
+class Parameter:
+    """A learnable tensor ``value``, its gradient ``grad`` (same shape) and the optimizer's
+    per-parameter ``states`` (a name -> tensor dict the optimizer fills on first use).
+
+    ``name`` is ``"<layer name>.<param>"``; ``layer`` is the owning layer.
+    """
+
+    def __init__(self, layer, attr, value, grad):
+        self.layer, self.attr, self.value, self.grad = layer, attr, value, grad
+        self.states = {}
+
+    @property
+    def name(self):
+        return f"{self.layer.name}.{self.attr}"
+
+    def __repr__(self):
+        return f"Parameter({self.name}, shape={self.value.shape})"
+
+
+class Layer:
+    """Base of every layer.  Subclasses override ``_configure``, ``allocate``, ``fprop``,
+    ``bprop`` and, when they learn, ``_make_params``."""
+
+    def __init__(self, name=None):
+        self.name = name
+        self.in_shape = None
+        self.out_shape = None
+        self.be = None
+        self.outputs = None
+        self.deltas = None
+        self.needs_deltas = True
+        self.prev_name = None
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def configure(self, in_shape, prev_name=None):
+        """Check ``in_shape`` (one example's shape, no batch axis) and return the output shape."""
+        self.be = get_backend()
+        self.in_shape = tuple(int(s) for s in in_shape)
+        self.prev_name = prev_name
+        self.out_shape = tuple(int(s) for s in self._configure(self.in_shape))
+        return self.out_shape
+
+    def _configure(self, in_shape):
+        return in_shape
+
+    def shape_error(self, expected):
+        """A :class:`ShapeError` naming this layer, the one before it and both shapes."""
+        before = f"the output of '{self.prev_name}'" if self.prev_name else "the model input"
+        return ShapeError(f"layer '{self.name}' ({type(self).__name__}) expects {expected}, but "
+                          f"{before} has shape {self.in_shape}")
+
+    def allocate(self):
+        """Make output and delta buffers (batch-first)."""
+        n = self.be.bsz
+        self.outputs = self.be.zeros((n,) + self.out_shape)
+        if self.needs_deltas:
+            self.deltas = self.be.zeros((n,) + self.in_shape)
+
+    def fprop(self, x, inference=False):
+        raise NotImplementedError
+
+    def bprop(self, error):
+        raise NotImplementedError
+
+    # ---- parameters ----------------------------------------------------------------------------
+    def parameters(self):
+        """The learnable :class:`Parameter` objects, in a fixed order."""
+        return []
+
+    def buffers(self):
+        """Non-learned state saved with the parameters (``name -> tensor``), e.g. running means."""
+        return {}
+
+    def set_needs_deltas(self, needed):
+        """The first layer of a model need not compute the error for its input."""
+        self.needs_deltas = needed
+
+    def leaves(self):
+        """The non-container layers under this one (itself for a plain layer)."""
+        return [self]
+
+    def name_children(self):
+        """Containers name their unnamed children; plain layers have none."""
+
+    # ---- description ---------------------------------------------------------------------------
+    def param_count(self):
+        return int(sum(p.value.size for p in self.parameters()))
+
+    def __repr__(self):
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+class ParameterLayer(Layer):
+    """A layer owning parameters made in ``allocate`` by :meth:`add_param`."""
+
+    def __init__(self, name=None):
+        super().__init__(name)
+        self._params = []
+
+    def add_param(self, attr, shape, init, fan_in, fan_out, dtype=None):
+        """Allocate parameter ``attr`` of ``shape``, filled by initializer ``init``."""
+        value = self.be.empty(shape, dtype=dtype)
+        value.set(init.generate(self.be.rng, shape, fan_in, fan_out))
+        grad = self.be.zeros(shape, dtype=dtype)
+        param = Parameter(self, attr, value, grad)
+        self._params.append(param)
+        return param
+
+    def parameters(self):
+        return list(self._params)
+
+
+def flat_rows(t, last):
+    """View batch-first tensor ``t`` as 2-D (rows, ``last``)."""
+    return t.reshape(t.size // last, last)
+
+
+def prod(shape):
+    return int(np.prod(shape)) if len(shape) else 1

@@ -1,0 +1,12 @@
+"""neonlite: graph-free layers with explicit fprop/bprop on swappable CPU/GPU backends.
+
+Quick start::
+
+    from neonlite import gen_backend, Model
+    be = gen_backend("cpu", batch_size=128, rng_seed=0)
+"""
+from .backends import gen_backend, get_backend, available_backends, BackendUnavailable
+from .model import Model
+
+__version__ = "0.1.0"
+__all__ = ["gen_backend", "get_backend", "available_backends", "BackendUnavailable", "Model"]

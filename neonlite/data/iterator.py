@@ -1,0 +1,112 @@
+"""ArrayIterator: minibatches of in-memory arrays, batch-first, on the current backend."""
+import numpy as np
+
+from ..backends import get_backend
+
+
+class DataError(ValueError):
+    """A data set that cannot be used as given; the message says what and where."""
+
+
+class ArrayIterator:
+    """Iterate (x, t) minibatches of ``X`` (N, ...) and targets ``y``.
+
+    Arguments:
+        X: (N, ...) array, batch-first (images NHWC).  uint8 data stays uint8 on the host and is
+            scaled by 1/255 on the way in.
+        y: None (x is returned as the target, for autoencoders), (N,) class indices (with
+            ``nclass``: one-hot targets (N, nclass)), or (N, ...) real-valued targets.
+        nclass: number of classes for index targets.
+        shuffle: shuffle the examples each epoch from the backend's seeded RNG.
+
+    The last batch of an epoch may be partial: it is filled up by wrapping around to the start
+    of the data, and ``valid`` tells how many of its rows are real (after each step of the
+    iteration).  Each batch reuses the same two device buffers.
+    """
+
+    def __init__(self, X, y=None, nclass=None, shuffle=True, name="data"):
+        self.be = get_backend()
+        X = np.asarray(X)
+        self.name = name
+        if X.ndim < 2:
+            raise DataError(f"{name}: X must be batch-first with at least 2 axes (N, ...), got "
+                            f"shape {X.shape}")
+        if X.shape[0] == 0:
+            raise DataError(f"{name}: the data set is empty (X has shape {X.shape})")
+        if X.dtype.kind not in "uif":
+            raise DataError(f"{name}: X must be numeric, got dtype {X.dtype}")
+        if X.dtype.kind == "f":
+            _check_finite(X, name, "X")
+        self.X, self.ndata, self.shape = X, X.shape[0], tuple(X.shape[1:])
+        self.shuffle = shuffle
+        self.nclass = nclass
+        self.y = None if y is None else self._targets(np.asarray(y), nclass)
+        self.target_shape = self.shape if y is None else (
+            (nclass,) if nclass is not None else tuple(self.y.shape[1:]))
+        bsz = self.be.bsz
+        self.nbatches = -(-self.ndata // bsz)
+        self.x_buf = self.be.zeros((bsz,) + self.shape)
+        self.t_buf = self.x_buf if y is None else self.be.zeros((bsz,) + self.target_shape)
+        self._onehot = None if nclass is None else np.zeros((bsz, nclass), dtype=self.be.dtype)
+        self.valid = bsz
+        self.order = np.arange(self.ndata)
+
+    def _targets(self, y, nclass):
+        if y.shape[0] != self.ndata:
+            raise DataError(f"{self.name}: X has {self.ndata} examples but y has {y.shape[0]}")
+        if nclass is None:
+            if y.dtype.kind == "f":
+                _check_finite(y, self.name, "y")
+            return y
+        if not isinstance(nclass, (int, np.integer)) or nclass < 2:
+            raise DataError(f"{self.name}: nclass must be an int >= 2, got {nclass!r}")
+        labels = y.reshape(self.ndata, -1)
+        if labels.shape[1] != 1 or y.dtype.kind not in "ui" and not np.all(np.mod(y, 1) == 0):
+            raise DataError(f"{self.name}: with nclass, y must hold one integer class index per "
+                            f"example, got shape {y.shape} dtype {y.dtype}")
+        labels = labels[:, 0].astype(np.int64)
+        bad = np.flatnonzero((labels < 0) | (labels >= nclass))
+        if bad.size:
+            raise DataError(f"{self.name}: label {labels[bad[0]]} at index {bad[0]} is out of "
+                            f"range; expected 0 <= label < nclass={nclass}")
+        return labels
+
+    def __len__(self):
+        return self.nbatches
+
+    def __iter__(self):
+        return self.batches(self.shuffle)
+
+    def batches(self, shuffle):
+        """Generator of (x, t) device buffers for one epoch, shuffled or in order."""
+        bsz = self.be.bsz
+        if shuffle:
+            self.order = self.be.rng.permutation(self.ndata)
+        else:
+            self.order = np.arange(self.ndata)
+        for b in range(self.nbatches):
+            start = b * bsz
+            idx = self.order[np.arange(start, start + bsz) % self.ndata]
+            self.valid = min(bsz, self.ndata - start)
+            self._fill(idx)
+            yield self.x_buf, self.t_buf
+
+    def _fill(self, idx):
+        x = self.X[idx]
+        self.x_buf.set(x * (1.0 / 255.0) if x.dtype == np.uint8 else x)
+        if self.y is None:
+            return
+        if self._onehot is not None:
+            self._onehot.fill(0)
+            self._onehot[np.arange(len(idx)), self.y[idx]] = 1
+            self.t_buf.set(self._onehot)
+        else:
+            self.t_buf.set(self.y[idx])
+
+
+def _check_finite(a, name, what):
+    bad = ~np.isfinite(a)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise DataError(f"{name}: {what} contains a non-finite value ({a[where]}) at index "
+                        f"{where}")

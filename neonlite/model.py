@@ -1,0 +1,215 @@
+"""Model: a stack of layers trained with a cost and an optimizer."""
+from collections import OrderedDict
+
+import numpy as np
+
+from .backends import get_backend
+from .layers.containers import CompoundLayer, MergeSum, Sequential
+from .layers.layer import ParameterLayer, ShapeError
+
+
+class Model:
+    """A network of layers (a list, nested lists allowed, or a container layer).
+
+    Unnamed layers are named ``<type>_<index>`` (index: position in the list; layers inside a
+    container get the container's name as a prefix).  Parameters are named
+    ``"<layer name>.<param>"``.
+    """
+
+    def __init__(self, layers, name="model"):
+        self.layers = layers if isinstance(layers, Sequential) else Sequential(
+            layers if isinstance(layers, (list, tuple)) else [layers])
+        self.layers.name_children()
+        self.name = name
+        self.in_shape = None
+        self.cost = None
+        self.be = None
+        self.epoch_index = 0
+        self.step_index = 0
+
+    # ---- set-up ------------------------------------------------------------------------------
+    def initialize(self, dataset, cost=None):
+        """Configure (checking every shape) and allocate the layers for ``dataset``'s example
+        shape; attach ``cost``.  Nothing is changed if a check fails."""
+        in_shape = tuple(dataset.shape)
+        if self.in_shape is not None:
+            if in_shape != self.in_shape:
+                raise ShapeError(f"model '{self.name}' was built for inputs of shape "
+                                 f"{self.in_shape} per example, but the data set "
+                                 f"'{getattr(dataset, 'name', 'data')}' has shape {in_shape}")
+            if cost is not None and cost is not self.cost:
+                self._attach_cost(cost, dataset)
+            return
+        be = get_backend()
+        out_shape = self.layers.configure(in_shape)
+        if cost is not None and getattr(dataset, "target_shape", None) is not None:
+            if tuple(dataset.target_shape) != tuple(out_shape):
+                raise ShapeError(f"the data set's targets have shape {tuple(dataset.target_shape)}"
+                                 f" per example but the model's output has shape {out_shape}")
+        keys = [(leaf.name, type(leaf).__name__) for leaf in self.layers.leaves()
+                if isinstance(leaf, ParameterLayer)]
+        dupes = sorted({name for name, kind in keys if keys.count((name, kind)) > 1})
+        if dupes:
+            raise ValueError(f"two layers are both named {dupes[0]!r}, so their parameters "
+                             f"would clash; give the layers distinct names")
+        self.be = be
+        self.out_shape = out_shape
+        self.layers.set_needs_deltas(False)
+        self.layers.allocate()
+        self.in_shape = in_shape
+        if cost is not None:
+            self._attach_cost(cost, dataset)
+
+    def _attach_cost(self, cost, dataset):
+        cost.initialize(self.layers.leaves()[-1], self.out_shape, self.be)
+        if getattr(dataset, "target_shape", None) is not None:
+            cost.check_targets(dataset.target_shape)
+        self.cost = cost
+
+    def parameters(self):
+        """Every learnable Parameter, in layer order."""
+        return self.layers.parameters()
+
+    # ---- training and inference ----------------------------------------------------------------
+    def fprop(self, x, inference=False):
+        return self.layers.fprop(x, inference)
+
+    def bprop(self, delta):
+        return self.layers.bprop(delta)
+
+    def zero_grads(self):
+        for p in self.parameters():
+            p.grad[:] = 0.0
+
+    def train_step(self, x, t, optimizer, epoch):
+        """One step: zero gradients, fprop, cost, bprop, update.  Returns the cost (float)."""
+        self.zero_grads()
+        y = self.layers.fprop(x)
+        cost, delta = self.cost.cost_and_errors(y, t)
+        self.layers.bprop(delta)
+        optimizer.optimize(self.parameters(), epoch)
+        self.step_index += 1
+        return cost
+
+    def fit(self, dataset, optimizer, num_epochs, cost, callbacks=None):
+        """Train for epochs ``self.epoch_index .. num_epochs - 1`` (so a resumed model goes on
+        where it stopped)."""
+        from .callbacks import Callbacks
+        self.initialize(dataset, cost)
+        callbacks = callbacks if callbacks is not None else Callbacks(self, progress=False)
+        callbacks.model = self
+        self.optimizer = optimizer
+        callbacks.on_train_begin(dataset, num_epochs)
+        for epoch in range(self.epoch_index, num_epochs):
+            callbacks.on_epoch_begin(epoch)
+            for batch, (x, t) in enumerate(dataset):
+                value = self.train_step(x, t, optimizer, epoch)
+                if not np.isfinite(value):
+                    raise FloatingPointError(f"the cost became {value} at epoch {epoch}, batch "
+                                             f"{batch}: lower the learning rate or check the data")
+                callbacks.on_minibatch_end(epoch, batch, value)
+            self.epoch_index = epoch + 1
+            callbacks.on_epoch_end(epoch)
+            if callbacks.stop_training:
+                break
+        callbacks.on_train_end()
+
+    def _batches(self, dataset):
+        batches = getattr(dataset, "batches", None)
+        return batches(shuffle=False) if batches else iter(dataset)
+
+    def eval(self, dataset, metric):
+        """Mean of ``metric`` over every real example of ``dataset`` (inference mode)."""
+        self.initialize(dataset)
+        total, count = 0.0, 0
+        for x, t in self._batches(dataset):
+            y = self.layers.fprop(x, inference=True)
+            n = getattr(dataset, "valid", x.shape[0])
+            y_host, t_host = _rows(y.get()[:n]), _rows(t.get()[:n])
+            values = metric(y_host, t_host)
+            total += float(np.sum(values))
+            count += len(values)
+        return total / count
+
+    def get_outputs(self, dataset):
+        """Outputs for every example of ``dataset`` in order, (ndata,) + output shape."""
+        self.initialize(dataset)
+        outs = []
+        for x, _ in self._batches(dataset):
+            y = self.layers.fprop(x, inference=True)
+            outs.append(y.get()[:getattr(dataset, "valid", x.shape[0])])
+        return np.concatenate(outs)
+
+    # ---- parameters ------------------------------------------------------------------------------
+    def _require_initialized(self, what):
+        if self.in_shape is None:
+            raise RuntimeError(f"{what}: the model has no parameters yet; call "
+                               f"model.initialize(dataset) (or fit) first")
+
+    def named_tensors(self):
+        """Ordered ``name -> tensor`` of every parameter and buffer (running statistics)."""
+        self._require_initialized("named_tensors")
+        named = OrderedDict()
+        for leaf in self.layers.leaves():
+            for p in leaf.parameters():
+                named[p.name] = p.value
+            for key, buf in leaf.buffers().items():
+                named[f"{leaf.name}.{key}"] = buf
+        return named
+
+    def get_params(self):
+        """Ordered dict ``"<layer name>.<param>" -> ndarray`` (parameters and buffers)."""
+        return OrderedDict((k, t.get()) for k, t in self.named_tensors().items())
+
+    def set_params(self, params):
+        """Load ``name -> array`` from :meth:`get_params`; every key must be present with the
+        right shape, and nothing is changed unless all are."""
+        named = self.named_tensors()
+        missing = [k for k in named if k not in params]
+        if missing:
+            raise KeyError(f"set_params: missing parameter '{missing[0]}' (expected shape "
+                           f"{named[missing[0]].shape})" + (f" and {len(missing) - 1} more"
+                                                           if len(missing) > 1 else ""))
+        extra = [k for k in params if k not in named]
+        if extra:
+            raise KeyError(f"set_params: unexpected parameter '{extra[0]}'; the model has "
+                           f"{list(named)}")
+        for key, tensor in named.items():
+            shape = np.shape(params[key])
+            if tuple(shape) != tuple(tensor.shape):
+                raise ValueError(f"set_params: parameter '{key}' has shape {tuple(shape)}, "
+                                 f"expected {tuple(tensor.shape)}")
+        for key, tensor in named.items():
+            tensor.set(np.asarray(params[key]))
+
+    # ---- description -----------------------------------------------------------------------------
+    def describe(self):
+        """A table: layer, type, output shape, parameter count; and the total."""
+        if self.in_shape is None:
+            raise RuntimeError("describe: initialize the model with a data set first")
+        rows = []
+        _describe_rows(self.layers.layers, 0, rows)
+        width = max(len(r[0]) for r in rows) + 2
+        lines = [f"{'layer':<{width}}{'type':<14}{'output shape':<20}{'params':>12}"]
+        lines.append("-" * len(lines[0]))
+        for name, kind, shape, count in rows:
+            lines.append(f"{name:<{width}}{kind:<14}{str(shape):<20}{count:>12,}")
+        total = sum(p.value.size for p in self.parameters())
+        lines.append("-" * len(lines[0]))
+        lines.append(f"{'total':<{width + 34}}{total:>12,}")
+        return "\n".join(lines)
+
+
+def _describe_rows(layers, depth, rows):
+    for layer in layers:
+        rows.append(("  " * depth + str(layer.name), type(layer).__name__,
+                     layer.out_shape, layer.param_count()))
+        if isinstance(layer, MergeSum):
+            for branch in layer.branches:
+                _describe_rows(branch.layers, depth + 1, rows)
+        elif isinstance(layer, Sequential) and not isinstance(layer, CompoundLayer):
+            _describe_rows(layer.layers, depth + 1, rows)
+
+
+def _rows(a):
+    return a.reshape(-1, a.shape[-1]) if a.ndim > 2 else a

@@ -1,0 +1,72 @@
+"""Adam and AdamW (PyTorch's update rule), with optional bfloat16 moment storage."""
+import math
+
+import numpy as np
+
+from .optimizer import Optimizer
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba), step t = 1, 2, ...:
+
+        g = grad + wdecay * w                      (L2 penalty, coupled)
+        w = w * (1 - lr * weight_decay)            (decoupled decay: AdamW)
+        m = beta_1 * m + (1 - beta_1) * g
+        v = beta_2 * v + (1 - beta_2) * g^2
+        w = w - lr / (1 - beta_1^t) * m / (sqrt(v) / sqrt(1 - beta_2^t) + epsilon)
+
+    ``state_dtype="bf16"`` stores m and v as bfloat16 bit patterns (uint16, round to nearest
+    even) and computes in float32: half the optimizer-state memory.
+    """
+
+    def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, wdecay=0.0,
+                 weight_decay=0.0, state_dtype="f32", schedule=None, gradient_clip_norm=None,
+                 gradient_clip_value=None, name=None):
+        super().__init__(learning_rate, schedule, gradient_clip_norm, gradient_clip_value, name)
+        if state_dtype not in ("f32", "bf16"):
+            raise ValueError(f"{type(self).__name__}: state_dtype must be 'f32' or 'bf16', got "
+                             f"{state_dtype!r}")
+        for what, beta in (("beta_1", beta_1), ("beta_2", beta_2)):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"{type(self).__name__}: {what} must be in [0, 1), got {beta}")
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self.wdecay, self.weight_decay = float(wdecay), float(weight_decay)
+        self.state_dtype = state_dtype
+
+    def update(self, be, param, grad, lr):
+        t = self.step + 1
+        b1, b2 = self.beta_1, self.beta_2
+        step_size = lr / (1.0 - b1 ** t)
+        root_correction = 1.0 / math.sqrt(1.0 - b2 ** t)
+        w = param.value
+        if self.wdecay:
+            grad = grad + self.wdecay * w
+        if self.weight_decay:
+            w[:] = w * (1.0 - lr * self.weight_decay)
+        if self.state_dtype == "bf16":
+            m = self.state(be, param, "m", np.uint16)
+            v = self.state(be, param, "v", np.uint16)
+            m[:] = be.f32_to_bf16(b1 * be.bf16_to_f32(m) + (1.0 - b1) * grad)
+            v[:] = be.f32_to_bf16(b2 * be.bf16_to_f32(v) + (1.0 - b2) * be.square(grad))
+            m_val, v_val = be.bf16_to_f32(m), be.bf16_to_f32(v)
+        else:
+            m = self.state(be, param, "m")
+            v = self.state(be, param, "v")
+            m[:] = b1 * m + (1.0 - b1) * grad
+            v[:] = b2 * v + (1.0 - b2) * be.square(grad)
+            m_val, v_val = m, v
+        w[:] = w - step_size * m_val / (be.sqrt(v_val) * root_correction + self.epsilon)
+
+    def _config(self):
+        return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
+                "wdecay": self.wdecay, "weight_decay": self.weight_decay,
+                "state_dtype": self.state_dtype}
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter), default weight_decay 0.01."""
+
+    def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8,
+                 weight_decay=0.01, **kwargs):
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, weight_decay=weight_decay,
+                         **kwargs)

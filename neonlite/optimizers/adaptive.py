@@ -1,0 +1,36 @@
+"""RMSProp and Adagrad."""
+from .optimizer import Optimizer
+
+
+class RMSProp(Optimizer):
+    """s = decay_rate * s + (1 - decay_rate) * g^2;  w -= lr * g / (sqrt(s) + epsilon)."""
+
+    def __init__(self, learning_rate=2e-3, decay_rate=0.95, epsilon=1e-6, schedule=None,
+                 gradient_clip_norm=None, gradient_clip_value=None, name=None):
+        super().__init__(learning_rate, schedule, gradient_clip_norm, gradient_clip_value, name)
+        self.decay_rate, self.epsilon = float(decay_rate), float(epsilon)
+
+    def update(self, be, param, grad, lr):
+        s = self.state(be, param, "sq_avg")
+        s[:] = self.decay_rate * s + (1.0 - self.decay_rate) * be.square(grad)
+        param.value[:] = param.value - lr * grad / (be.sqrt(s) + self.epsilon)
+
+    def _config(self):
+        return {"decay_rate": self.decay_rate, "epsilon": self.epsilon}
+
+
+class Adagrad(Optimizer):
+    """s += g^2;  w -= lr * g / (sqrt(s) + epsilon)."""
+
+    def __init__(self, learning_rate=0.01, epsilon=1e-8, schedule=None, gradient_clip_norm=None,
+                 gradient_clip_value=None, name=None):
+        super().__init__(learning_rate, schedule, gradient_clip_norm, gradient_clip_value, name)
+        self.epsilon = float(epsilon)
+
+    def update(self, be, param, grad, lr):
+        s = self.state(be, param, "sum_sq")
+        s[:] = s + be.square(grad)
+        param.value[:] = param.value - lr * grad / (be.sqrt(s) + self.epsilon)
+
+    def _config(self):
+        return {"epsilon": self.epsilon}

@@ -1,0 +1,34 @@
+"""Stochastic gradient descent with momentum."""
+from .optimizer import Optimizer
+
+
+class GradientDescentMomentum(Optimizer):
+    """g = grad + wdecay * w;  v = momentum * v - lr * g;
+    w += v (or, with ``nesterov``, w += momentum * v - lr * g)."""
+
+    def __init__(self, learning_rate, momentum_coef=0.0, wdecay=0.0, nesterov=False,
+                 schedule=None, gradient_clip_norm=None, gradient_clip_value=None, name=None):
+        super().__init__(learning_rate, schedule, gradient_clip_norm, gradient_clip_value, name)
+        if not 0.0 <= momentum_coef < 1.0:
+            raise ValueError(f"GradientDescentMomentum: momentum_coef must be in [0, 1), got "
+                             f"{momentum_coef}")
+        self.momentum_coef, self.wdecay, self.nesterov = float(momentum_coef), float(wdecay), \
+            bool(nesterov)
+
+    def update(self, be, param, grad, lr):
+        w = param.value
+        if self.wdecay:
+            grad = grad + self.wdecay * w
+        if self.momentum_coef == 0.0:
+            w[:] = w - lr * grad
+            return
+        v = self.state(be, param, "velocity")
+        v[:] = self.momentum_coef * v - lr * grad
+        if self.nesterov:
+            w[:] = w + self.momentum_coef * v - lr * grad
+        else:
+            w[:] = w + v
+
+    def _config(self):
+        return {"momentum_coef": self.momentum_coef, "wdecay": self.wdecay,
+                "nesterov": self.nesterov}

@@ -1,0 +1,8 @@
+"""Activations, costs and metrics."""
+from .activation import Gelu, Identity, Logistic, Rectlin, Softmax, Tanh, Transform
+from .cost import Cost, CrossEntropyBinary, CrossEntropyMulti, MeanSquared, SumSquared
+from .metric import Accuracy, LogLoss, Metric, Misclassification, TopKMisclassification
+
+__all__ = ["Transform", "Identity", "Rectlin", "Logistic", "Tanh", "Softmax", "Gelu", "Cost",
+           "CrossEntropyMulti", "CrossEntropyBinary", "SumSquared", "MeanSquared", "Metric",
+           "Misclassification", "Accuracy", "TopKMisclassification", "LogLoss"]

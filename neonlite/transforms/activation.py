@@ -1,0 +1,116 @@
+"""Activation functions as op-trees: ``fprop(be, x, out)`` writes f(x); ``bprop(be, x, y, dy,
+dx)`` writes dx = dy * f'(x) (y = f(x) is given so a derivative can reuse it)."""
+import math
+
+
+class Transform:
+    def fprop(self, be, x, out):
+        raise NotImplementedError
+
+    def bprop(self, be, x, y, dy, dx):
+        raise NotImplementedError
+
+    def get_description(self):
+        return {"type": type(self).__name__, "config": dict(self._config())}
+
+    def _config(self):
+        return {}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self._config().items())
+        return f"{type(self).__name__}({args})"
+
+
+class Identity(Transform):
+    """f(x) = x."""
+
+    def fprop(self, be, x, out):
+        out[:] = x
+
+    def bprop(self, be, x, y, dy, dx):
+        dx[:] = dy
+
+
+class Rectlin(Transform):
+    """f(x) = max(x, 0) + slope * min(x, 0) (ReLU; leaky when slope > 0)."""
+
+    def __init__(self, slope=0.0):
+        self.slope = float(slope)
+
+    def fprop(self, be, x, out):
+        if self.slope:
+            out[:] = be.maximum(x, 0.0) + self.slope * be.minimum(x, 0.0)
+        else:
+            out[:] = be.maximum(x, 0.0)
+
+    def bprop(self, be, x, y, dy, dx):
+        if self.slope:
+            dx[:] = dy * ((x > 0.0) + self.slope * (x <= 0.0))
+        else:
+            dx[:] = dy * (x > 0.0)
+
+    def _config(self):
+        return {"slope": self.slope} if self.slope else {}
+
+
+class Logistic(Transform):
+    """f(x) = 1 / (1 + exp(-x))."""
+
+    def fprop(self, be, x, out):
+        out[:] = be.sig(x)
+
+    def bprop(self, be, x, y, dy, dx):
+        dx[:] = dy * y * (1.0 - y)
+
+
+class Tanh(Transform):
+    """f(x) = tanh(x)."""
+
+    def fprop(self, be, x, out):
+        out[:] = be.tanh(x)
+
+    def bprop(self, be, x, y, dy, dx):
+        dx[:] = dy * (1.0 - y * y)
+
+
+class Softmax(Transform):
+    """f(x)_i = exp(x_i) / sum_j exp(x_j) over the last axis."""
+
+    def fprop(self, be, x, out):
+        be.softmax(x, out, axis=-1)
+
+    def bprop(self, be, x, y, dy, dx):
+        dx[:] = y * (dy - be.sum(dy * y, axis=-1))
+
+
+_SQRT_HALF = math.sqrt(0.5)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_TANH_K = math.sqrt(2.0 / math.pi)
+
+
+class Gelu(Transform):
+    """GELU: x * Phi(x), exact erf form by default, or the tanh approximation
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with ``approximate="tanh"``."""
+
+    def __init__(self, approximate="none"):
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+
+    def fprop(self, be, x, out):
+        if self.approximate == "tanh":
+            out[:] = 0.5 * x * (1.0 + be.tanh(_TANH_K * (x + 0.044715 * x * x * x)))
+        else:
+            out[:] = 0.5 * x * (1.0 + be.erf(x * _SQRT_HALF))
+
+    def bprop(self, be, x, y, dy, dx):
+        if self.approximate == "tanh":
+            t = be.tanh(_TANH_K * (x + 0.044715 * x * x * x))
+            dx[:] = dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _TANH_K
+                          * (1.0 + 3 * 0.044715 * x * x))
+        else:
+            dx[:] = dy * (0.5 * (1.0 + be.erf(x * _SQRT_HALF))
+                          + x * be.exp(-0.5 * x * x) * _INV_SQRT_2PI)
+
+    def _config(self):
+        return {} if self.approximate == "none" else {"approximate": self.approximate}

@@ -1,0 +1,69 @@
+"""Metrics, computed on host arrays of one batch.
+
+``metric(y, t)`` takes outputs y (rows, K) and targets t (rows, K) one-hot (or (rows,) class
+indices) and returns the per-row values; the model averages them over the real rows of a data
+set (the padding of a partial last batch excluded).
+"""
+import numpy as np
+
+
+def _labels(t):
+    t = np.asarray(t)
+    return t.reshape(-1).astype(np.int64) if t.ndim == 1 or t.shape[-1] == 1 else t.argmax(-1)
+
+
+class Metric:
+    name = None
+
+    def __call__(self, y, t):
+        raise NotImplementedError
+
+    def get_description(self):
+        return {"type": type(self).__name__, "config": {}}
+
+
+class Misclassification(Metric):
+    """1 where argmax(y) is not the target class, else 0."""
+
+    name = "misclassification"
+
+    def __call__(self, y, t):
+        return (np.asarray(y).argmax(-1) != _labels(t)).astype(np.float64)
+
+
+class Accuracy(Metric):
+    """1 where argmax(y) is the target class, else 0."""
+
+    name = "accuracy"
+
+    def __call__(self, y, t):
+        return (np.asarray(y).argmax(-1) == _labels(t)).astype(np.float64)
+
+
+class TopKMisclassification(Metric):
+    """1 where the target class is not among the k largest outputs."""
+
+    def __init__(self, k=5):
+        self.k = int(k)
+        self.name = f"top{self.k}_misclassification"
+
+    def __call__(self, y, t):
+        y = np.asarray(y)
+        labels = _labels(t)
+        target_score = np.take_along_axis(y, labels[:, None], axis=-1)
+        better = (y > target_score).sum(-1)
+        return (better >= self.k).astype(np.float64)
+
+    def get_description(self):
+        return {"type": "TopKMisclassification", "config": {"k": self.k}}
+
+
+class LogLoss(Metric):
+    """-log y[target] (natural log, clipped at 1e-12)."""
+
+    name = "logloss"
+
+    def __call__(self, y, t):
+        y = np.asarray(y, dtype=np.float64)
+        labels = _labels(t)
+        return -np.log(np.maximum(np.take_along_axis(y, labels[:, None], axis=-1)[:, 0], 1e-12))
