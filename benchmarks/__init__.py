@@ -1,0 +1,1 @@
+"""neonlite benchmarks: each workload in neonlite and, when installed, PyTorch, side by side."""

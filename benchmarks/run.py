@@ -1,0 +1,120 @@
+"""Run the benchmark suite: ``python -m benchmarks.run [--backend cpu|gpu] [--against torch]
+[--json OUT] [--smoke] [--only NAME,...] [--repeats N]``.
+
+Each workload runs in neonlite and (with ``--against torch``, when PyTorch is installed) in
+PyTorch in the same process, alternating call by call after warm-up; the table shows medians
+and the speed ratio neonlite/PyTorch (> 1: neonlite is faster).  ``--smoke`` uses tiny sizes and
+asserts nothing about speed (CI runs it).
+"""
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from .cpu_info import cpu_peak_gflops
+from .timing import time_alternating
+from .workloads import WORKLOADS
+
+
+def _make_backend_factory(backend):
+    from neonlite import gen_backend
+
+    def make(batch_size):
+        return gen_backend(backend, batch_size=batch_size, rng_seed=0, datatype=np.float32)
+    return make
+
+
+def _torch_device(backend):
+    try:
+        import torch
+    except ImportError:
+        return None, "PyTorch is not installed (pip install torch); neonlite timed alone"
+    if backend == "gpu":
+        if not torch.cuda.is_available():
+            return None, "PyTorch has no CUDA device here"
+        return "cuda", None
+    return "cpu", None
+
+
+def _sync_for(backend, device):
+    def sync(name):
+        if name == "neonlite" and backend == "gpu":
+            from neonlite import get_backend
+            get_backend().synchronize()
+        elif name == "torch" and device == "cuda":
+            import torch
+            torch.cuda.synchronize()
+    return sync
+
+
+def run_workload(module, backend, device, smoke, repeats):
+    """Time one workload; returns a result row (dict)."""
+    row = {"workload": module.NAME, "figure": module.FIGURE}
+    step, work = module.neonlite(_make_backend_factory(backend), smoke)
+    contenders = {"neonlite": step}
+    if device is not None:
+        torch_step, _ = module.torch(device, smoke)
+        contenders["torch"] = torch_step
+    medians = time_alternating(contenders, repeats, warmup=1 if smoke else 3,
+                               sync=_sync_for(backend, device))
+    for name, seconds in medians.items():
+        row[f"{name}_s"] = seconds
+        row[name] = seconds * 1e3 if work is None else work / seconds
+    if "torch" in medians:
+        row["ratio"] = medians["torch"] / medians["neonlite"]
+    if module.NAME == "gemm" and backend == "cpu":
+        peak, _ = cpu_peak_gflops()
+        if peak:
+            row["neonlite_pct_peak"] = 100.0 * row["neonlite"] / peak
+    return row
+
+
+def format_table(rows, note):
+    lines = [f"{'workload':<16}{'figure':<10}{'neonlite':>12}{'torch':>12}{'ratio':>8}  note",
+             "-" * 72]
+    for r in rows:
+        torch = f"{r['torch']:>12.1f}" if "torch" in r else f"{'-':>12}"
+        ratio = f"{r['ratio']:>8.2f}" if "ratio" in r else f"{'-':>8}"
+        extra = f"{r['neonlite_pct_peak']:.0f}% of CPU peak" if "neonlite_pct_peak" in r else ""
+        lines.append(f"{r['workload']:<16}{r['figure']:<10}{r['neonlite']:>12.1f}{torch}{ratio}"
+                     f"  {extra}")
+    if note:
+        lines.append(note)
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--against", choices=["torch", "none"], default="torch")
+    parser.add_argument("--json", metavar="OUT", help="write the results as JSON here")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, few repeats")
+    parser.add_argument("--only", help="comma-separated workload names: " + ", ".join(WORKLOADS))
+    parser.add_argument("--repeats", type=int, default=None)
+    args = parser.parse_args(argv)
+    names = args.only.split(",") if args.only else list(WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
+    device, note = (None, "--against none: neonlite timed alone") if args.against == "none" \
+        else _torch_device(args.backend)
+    repeats = args.repeats or (2 if args.smoke else 15)
+    rows = []
+    for name in names:
+        rows.append(run_workload(WORKLOADS[name], args.backend, device, args.smoke, repeats))
+        print(f"  {name}: done", file=sys.stderr, flush=True)
+    peak, peak_note = cpu_peak_gflops() if args.backend == "cpu" else (None, "")
+    print(format_table(rows, note))
+    if peak:
+        print(f"CPU peak: {peak:.0f} GFLOP/s = {peak_note}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"backend": args.backend, "smoke": args.smoke, "rows": rows,
+                       "cpu_peak_gflops": peak}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

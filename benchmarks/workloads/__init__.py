@@ -1,0 +1,6 @@
+"""Benchmark workloads.  Each module defines NAME, FIGURE (the unit reported), and
+``neonlite(be, smoke) -> (step, work)`` / ``torch(device, smoke) -> (step, work)``, where one
+``step()`` call does ``work`` units (images, tokens, FLOPs...) of the figure."""
+from . import bn_relu_pool, conv3x3, gemm, lenet
+
+WORKLOADS = {m.NAME: m for m in (lenet, conv3x3, bn_relu_pool, gemm)}

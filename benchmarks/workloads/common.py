@@ -1,0 +1,26 @@
+"""Shared pieces of the workloads."""
+import numpy as np
+
+
+class FixedBatch:
+    """A data set of exactly one batch (``shape``/``target_shape`` like an iterator) so a model
+    can be initialized without real data."""
+
+    def __init__(self, x_shape, target_shape, name="bench"):
+        self.shape, self.target_shape, self.name = tuple(x_shape), tuple(target_shape), name
+
+
+def random_batch(be, x_shape, nclass, seed=0):
+    """Device tensors x (N,)+x_shape ~ U(0,1) and one-hot t (N, nclass)."""
+    rng = np.random.default_rng(seed)
+    x = be.array(rng.random((be.bsz,) + tuple(x_shape)))
+    t = np.zeros((be.bsz, nclass))
+    t[np.arange(be.bsz), rng.integers(0, nclass, be.bsz)] = 1
+    return x, be.array(t)
+
+
+def torch_threads():
+    import os
+    import torch
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    return torch
