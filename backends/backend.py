@@ -286,6 +286,39 @@ class Backend(ABC):
         """
 
     @abstractmethod
+    def masked_softmax(self, x, out, scale=1.0, causal=False, key_mask=None):
+        """out = softmax(scale * x) over the last axis of x (B, Tq, Tk), with hidden keys.
+
+        ``causal``: query i sees key j only when j <= i + (Tk - Tq) (the queries are the last
+        Tq of the Tk positions, so keys extended by a cache work).  ``key_mask`` (N, Tk), B a
+        multiple of N: a zero hides key j from every query of the slices b with
+        b // (B // N) == n.  Hidden keys get probability 0; a row with every key hidden is all
+        zeros.  ``out`` may be ``x``.
+        """
+
+    @abstractmethod
+    def masked_softmax_bprop(self, y, dy, dx, scale=1.0):
+        """dx = scale * y * (dy - sum(dy * y, last axis)) for y = masked_softmax(...) (B, Tq, Tk);
+        ``dx`` may be ``dy``."""
+
+    # ---- rows of a table (embeddings) and layout ---------------------------------------------
+    @abstractmethod
+    def take_rows(self, table, ids, out):
+        """out[s] = table[ids[s]] for table (V, D), ids of any shape S holding whole numbers
+        (an integer or float tensor), out S + (D,).  An id outside [0, V) raises ``IndexError``
+        naming the id and its position in ``ids``."""
+
+    @abstractmethod
+    def scatter_add_rows(self, grad_table, ids, rows):
+        """grad_table[ids[s]] += rows[s] for grad_table (V, D), ids S, rows S + (D,).
+        Deterministic: repeated ids are summed in a fixed order."""
+
+    @abstractmethod
+    def permute_axes(self, x, out, axes):
+        """out = x with its axes reordered (numpy.transpose order: out.shape[i] ==
+        x.shape[axes[i]]), copied into contiguous ``out``."""
+
+    @abstractmethod
     def uniform(self, out, low=0.0, high=1.0):
         """Fill ``out`` with uniform random numbers from the backend's device RNG."""
 

@@ -3,7 +3,7 @@ numpy's BLAS, and convolution, pooling and normalization run as vectorized numpy
 (``numpy_conv``, ``numpy_norm``)."""
 import numpy as np
 
-from . import numpy_conv, numpy_norm
+from . import numpy_conv, numpy_norm, numpy_rows
 from .backend import Backend, Tensor
 from .numpy_ops import evaluate
 
@@ -143,6 +143,22 @@ class CPUBackend(Backend):
     def softmax_cross_entropy(self, logits, targets, probs, grad, scale=1.0):
         return numpy_norm.softmax_cross_entropy(logits._ary, targets._ary, probs._ary,
                                                 grad._ary, scale)
+
+    def masked_softmax(self, x, out, scale=1.0, causal=False, key_mask=None):
+        numpy_norm.masked_softmax(x._ary, out._ary, scale, causal,
+                                  None if key_mask is None else key_mask._ary)
+
+    def masked_softmax_bprop(self, y, dy, dx, scale=1.0):
+        numpy_norm.masked_softmax_bprop(y._ary, dy._ary, dx._ary, scale)
+
+    def take_rows(self, table, ids, out):
+        numpy_rows.take_rows(table._ary, ids._ary, out._ary)
+
+    def scatter_add_rows(self, grad_table, ids, rows):
+        numpy_rows.scatter_add_rows(grad_table._ary, ids._ary, rows._ary)
+
+    def permute_axes(self, x, out, axes):
+        np.copyto(out._ary, np.transpose(x._ary, axes))
 
     def uniform(self, out, low=0.0, high=1.0):
         out._ary[...] = self._device_rng.random(out.shape, dtype=np.float64

@@ -73,3 +73,38 @@ def softmax_cross_entropy(logits, targets, probs, grad, scale):
     np.subtract(probs, targets, out=grad)
     grad *= scale
     return loss
+
+
+def masked_softmax(x, out, scale, causal, key_mask):
+    """Softmax over the last axis of (B, Tq, Tk) with causal and key-padding masks (see
+    ``Backend.masked_softmax``); hidden entries become -inf before the max, so they are 0."""
+    B, Tq, Tk = x.shape
+    if scale != 1.0:
+        np.multiply(x, scale, out=out)
+    elif out is not x:
+        np.copyto(out, x)
+    masked = causal or key_mask is not None
+    if causal:
+        np.copyto(out, -np.inf, where=~np.tri(Tq, Tk, Tk - Tq, dtype=bool))
+    if key_mask is not None:
+        n = key_mask.shape[0]
+        grouped = out.reshape(n, B // n, Tq, Tk)
+        np.copyto(grouped, -np.inf, where=(key_mask == 0)[:, None, None, :])
+    peak = out.max(axis=-1, keepdims=True)
+    if masked:
+        peak[np.isneginf(peak)] = 0.0
+    out -= peak
+    np.exp(out, out=out)
+    total = out.sum(axis=-1, keepdims=True)
+    if masked:
+        total[total == 0] = 1.0
+    np.reciprocal(total, out=total)
+    out *= total
+
+
+def masked_softmax_bprop(y, dy, dx, scale):
+    dot = np.einsum("bij,bij->bi", dy, y)[..., None]
+    np.subtract(dy, dot, out=dx)
+    dx *= y
+    if scale != 1.0:
+        dx *= scale
