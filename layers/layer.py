@@ -6,9 +6,13 @@
 ``Parameter.grad`` (the model zeroes them at the start of each step).  Activations are
 batch-first; images NHWC, sequences (N, T, D).
 """
+import functools
+import inspect
+
 import numpy as np
 
 from ..backends import get_backend
+from ..config.values import describe_value
 
 
 class ShapeError(ValueError):
@@ -36,7 +40,17 @@ class Parameter:
 
 class Layer:
     """Base of every layer.  Subclasses override ``_configure``, ``allocate``, ``fprop``,
-    ``bprop`` and, when they learn, ``_make_params``."""
+    ``bprop`` and, when they learn, ``_make_params``.
+
+    Every layer records the arguments its constructor was called with (in ``__new__``, so
+    subclasses need do nothing), which :meth:`get_description` returns as neon's
+    ``{type, config}`` schema.
+    """
+
+    def __new__(cls, *args, **kwargs):
+        layer = super().__new__(cls)
+        layer._given_args = _given_arguments(cls, args, kwargs)
+        return layer
 
     def __init__(self, name=None):
         self.name = name
@@ -100,6 +114,17 @@ class Layer:
         """Containers name their unnamed children; plain layers have none."""
 
     # ---- description ---------------------------------------------------------------------------
+    def get_description(self):
+        """``{"type": class name, "config": {argument: value}}`` from the arguments the
+        constructor was given (nested layers, initializers and transforms as their own
+        descriptions), so ``type(**config)`` rebuilds an equal layer."""
+        given = getattr(self, "_given_args", None)
+        if given is None:
+            raise TypeError(f"layer {self.name!r} ({type(self).__name__}) cannot be described: "
+                            f"it was not made by calling its class")
+        where = f"layer {self.name or type(self).__name__}"
+        return {"type": type(self).__name__, "config": describe_value(given, where)}
+
     def param_count(self):
         return int(sum(p.value.size for p in self.parameters()))
 
@@ -125,6 +150,29 @@ class ParameterLayer(Layer):
 
     def parameters(self):
         return list(self._params)
+
+
+@functools.lru_cache(maxsize=None)
+def _init_signature(cls):
+    """(signature of ``cls.__init__`` without ``self``, name of its ``**kwargs`` or None)."""
+    sig = inspect.signature(cls.__init__)
+    params = list(sig.parameters.values())[1:]
+    var_kw = next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
+    return sig.replace(parameters=params), var_kw
+
+
+def _given_arguments(cls, args, kwargs):
+    """The constructor arguments as ``{name: value}`` (``**kwargs`` merged in), or None when
+    they do not bind (the constructor then raises its own TypeError)."""
+    sig, var_kw = _init_signature(cls)
+    try:
+        bound = sig.bind(*args, **kwargs).arguments
+    except TypeError:
+        return None
+    given = dict(bound)
+    if var_kw is not None:
+        given.update(given.pop(var_kw, {}))
+    return given
 
 
 def flat_rows(t, last):
