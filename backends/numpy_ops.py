@@ -15,12 +15,12 @@ _erf_exact = np.frompyfunc(math.erf, 1, 1)
 
 
 def erf(x):
-    """Error function: exact (libm) in float64, |error| < 1.5e-7 (Abramowitz-Stegun 7.1.26)
-    otherwise, which is below float32 resolution."""
+    """Error function: exact (libm) in float64; otherwise Abramowitz-Stegun 7.1.26 evaluated in
+    float64 (|error| < 1.5e-7) and rounded to the input's dtype."""
     x = np.asarray(x)
     if x.dtype == np.float64:
         return _erf_exact(x).astype(np.float64)
-    a = np.abs(x)
+    a = np.abs(x).astype(np.float64)
     t = 1.0 / (1.0 + 0.3275911 * a)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027
                                                                          + t * 1.061405429))))
