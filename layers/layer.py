@@ -6,13 +6,10 @@
 ``Parameter.grad`` (the model zeroes them at the start of each step).  Activations are
 batch-first; images NHWC, sequences (N, T, D).
 """
-import functools
-import inspect
-
 import numpy as np
 
 from ..backends import get_backend
-from ..config.values import describe_value
+from ..config.values import describe_value, given_arguments
 
 
 class ShapeError(ValueError):
@@ -49,7 +46,7 @@ class Layer:
 
     def __new__(cls, *args, **kwargs):
         layer = super().__new__(cls)
-        layer._given_args = _given_arguments(cls, args, kwargs)
+        layer._given_args = given_arguments(cls, args, kwargs)
         return layer
 
     def __init__(self, name=None):
@@ -150,29 +147,6 @@ class ParameterLayer(Layer):
 
     def parameters(self):
         return list(self._params)
-
-
-@functools.lru_cache(maxsize=None)
-def _init_signature(cls):
-    """(signature of ``cls.__init__`` without ``self``, name of its ``**kwargs`` or None)."""
-    sig = inspect.signature(cls.__init__)
-    params = list(sig.parameters.values())[1:]
-    var_kw = next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
-    return sig.replace(parameters=params), var_kw
-
-
-def _given_arguments(cls, args, kwargs):
-    """The constructor arguments as ``{name: value}`` (``**kwargs`` merged in), or None when
-    they do not bind (the constructor then raises its own TypeError)."""
-    sig, var_kw = _init_signature(cls)
-    try:
-        bound = sig.bind(*args, **kwargs).arguments
-    except TypeError:
-        return None
-    given = dict(bound)
-    if var_kw is not None:
-        given.update(given.pop(var_kw, {}))
-    return given
 
 
 def flat_rows(t, last):

@@ -1,4 +1,7 @@
 """Turning objects into the plain values of the ``{type, config}`` schema (YAML-ready)."""
+import functools
+import inspect
+
 import numpy as np
 
 
@@ -26,3 +29,27 @@ def describe_value(value, where="value"):
     raise TypeError(f"{where}: cannot describe a {type(value).__name__} ({value!r}); a "
                     f"description holds numbers, strings, lists, mappings and neonlite objects "
                     f"that have get_description()")
+
+
+@functools.lru_cache(maxsize=None)
+def _init_signature(cls):
+    """(signature of ``cls.__init__`` without ``self``, name of its ``**kwargs`` or None)."""
+    sig = inspect.signature(cls.__init__)
+    params = list(sig.parameters.values())[1:]
+    var_kw = next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
+    return sig.replace(parameters=params), var_kw
+
+
+def given_arguments(cls, args, kwargs):
+    """The arguments of a ``cls(*args, **kwargs)`` call as ``{name: value}`` (``**kwargs``
+    merged in), or None when they do not bind (the constructor then raises its own
+    TypeError).  Classes call this from ``__new__`` to describe themselves later."""
+    sig, var_kw = _init_signature(cls)
+    try:
+        bound = sig.bind(*args, **kwargs).arguments
+    except TypeError:
+        return None
+    given = dict(bound)
+    if var_kw is not None:
+        given.update(given.pop(var_kw, {}))
+    return given
