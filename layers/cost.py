@@ -22,10 +22,11 @@ class GeneralizedCost:
         self.deltas = be.zeros((be.bsz,) + self.out_shape)
         self.work = be.zeros((1,) * (len(self.out_shape) + 1))
         fuses = self.costfunc.fuses_with
-        if (fuses is not None and isinstance(last_leaf, Activation)
-                and isinstance(last_leaf.transform, fuses)):
-            last_leaf.fused_with_cost = True
-            self.fused_layer = last_leaf
+        fused = (fuses is not None and isinstance(last_leaf, Activation)
+                 and isinstance(last_leaf.transform, fuses))
+        if isinstance(last_leaf, Activation):
+            last_leaf.fused_with_cost = fused
+        self.fused_layer = last_leaf if fused else None
 
     def check_targets(self, target_shape):
         if tuple(target_shape) != self.out_shape:

@@ -37,15 +37,15 @@ class Model:
                 raise ShapeError(f"model '{self.name}' was built for inputs of shape "
                                  f"{self.in_shape} per example, but the data set "
                                  f"'{getattr(dataset, 'name', 'data')}' has shape {in_shape}")
-            if cost is not None and cost is not self.cost:
-                self._attach_cost(cost, dataset)
+            if cost is not None:
+                _check_targets(dataset, self.out_shape)
+                if cost is not self.cost:
+                    self._attach_cost(cost, dataset)
             return
         be = get_backend()
         out_shape = self.layers.configure(in_shape)
-        if cost is not None and getattr(dataset, "target_shape", None) is not None:
-            if tuple(dataset.target_shape) != tuple(out_shape):
-                raise ShapeError(f"the data set's targets have shape {tuple(dataset.target_shape)}"
-                                 f" per example but the model's output has shape {out_shape}")
+        if cost is not None:
+            _check_targets(dataset, out_shape)
         keys = [(leaf.name, type(leaf).__name__) for leaf in self.layers.leaves()
                 if isinstance(leaf, ParameterLayer)]
         dupes = sorted({name for name, kind in keys if keys.count((name, kind)) > 1})
@@ -209,6 +209,13 @@ def _describe_rows(layers, depth, rows):
                 _describe_rows(branch.layers, depth + 1, rows)
         elif isinstance(layer, Sequential) and not isinstance(layer, CompoundLayer):
             _describe_rows(layer.layers, depth + 1, rows)
+
+
+def _check_targets(dataset, out_shape):
+    target_shape = getattr(dataset, "target_shape", None)
+    if target_shape is not None and tuple(target_shape) != tuple(out_shape):
+        raise ShapeError(f"the data set's targets have shape {tuple(target_shape)} per example "
+                         f"but the model's output has shape {tuple(out_shape)}")
 
 
 def _rows(a):
