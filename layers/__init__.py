@@ -1,14 +1,20 @@
 """Graph-free layers: configure -> allocate -> fprop / bprop (see ``layer.py``)."""
 from .activation import Activation, Dropout
+from .attention import MultiHeadAttention
 from .containers import Affine, CompoundLayer, Conv, MergeSum, Sequential, SkipNode
 from .conv import Convolution
 from .cost import GeneralizedCost
+from .embedding import Embedding, PositionalEmbedding
 from .layer import Layer, Parameter, ParameterLayer, ShapeError
+from .layernorm import LayerNorm
 from .linear import Bias, Linear
 from .norm import BatchNorm
 from .pooling import Pooling
 from .shape import Flatten, Reshape
+from .transformer import TransformerBlock
 
 __all__ = ["Layer", "ParameterLayer", "Parameter", "ShapeError", "Linear", "Bias", "Affine",
            "Convolution", "Conv", "Pooling", "BatchNorm", "Activation", "Dropout", "Flatten",
-           "Reshape", "Sequential", "MergeSum", "SkipNode", "CompoundLayer", "GeneralizedCost"]
+           "Reshape", "Sequential", "MergeSum", "SkipNode", "CompoundLayer", "GeneralizedCost",
+           "Embedding", "PositionalEmbedding", "LayerNorm", "MultiHeadAttention",
+           "TransformerBlock"]

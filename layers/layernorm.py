@@ -1,0 +1,61 @@
+"""Layer normalization over the last axis (features of each token / example)."""
+from ..initializers import Constant
+from .decode import DecodeState
+from .layer import ParameterLayer, flat_rows
+
+
+class LayerNorm(ParameterLayer):
+    """y = gamma * (x - mean) / sqrt(var + eps) + beta, with mean and (biased) var taken over
+    the last axis of each row: a sequence (N, T, D) is normalized per token.  Parameters
+    ``gamma``, ``beta`` (D,); no running statistics (training and inference agree)."""
+
+    def __init__(self, eps=1e-5, name=None):
+        super().__init__(name)
+        if not eps > 0:
+            raise ValueError(f"LayerNorm: eps must be > 0, got {eps!r}")
+        self.eps = float(eps)
+
+    def _configure(self, in_shape):
+        if len(in_shape) == 0:
+            raise self.shape_error("an input with a feature axis")
+        return in_shape
+
+    def allocate(self):
+        be = self.be
+        self.D = self.in_shape[-1]
+        self.outputs = be.zeros((be.bsz,) + self.out_shape)
+        self.deltas = be.zeros((be.bsz,) + self.in_shape)
+        self.xhat = be.zeros((be.bsz,) + self.in_shape)
+        self.invstd = be.zeros((self.xhat.size // self.D, 1))
+        self.gamma = self.add_param("gamma", (self.D,), Constant(1.0), self.D, self.D)
+        self.beta = self.add_param("beta", (self.D,), Constant(0.0), self.D, self.D)
+
+    def _row(self, t):
+        return t.reshape(1, self.D)
+
+    def _forward(self, x, y, xhat, invstd):
+        self.be.layernorm_fprop(flat_rows(x, self.D), self._row(self.gamma.value),
+                                self._row(self.beta.value), flat_rows(y, self.D),
+                                flat_rows(xhat, self.D), invstd, self.eps)
+        return y
+
+    def fprop(self, x, inference=False):
+        return self._forward(x, self.outputs, self.xhat, self.invstd)
+
+    def bprop(self, error):
+        self.be.layernorm_bprop(flat_rows(error, self.D), flat_rows(self.xhat, self.D),
+                                self.invstd, self._row(self.gamma.value),
+                                flat_rows(self.deltas, self.D), self._row(self.gamma.grad),
+                                self._row(self.beta.grad))
+        return self.deltas
+
+    # ---- incremental decoding ------------------------------------------------------------------
+    def init_decode(self, batch, max_len):
+        state = DecodeState(self.be, batch, max_len)
+        shape = (batch, 1) + self.in_shape[1:]
+        state.out, state.xhat = self.be.zeros(shape), self.be.zeros(shape)
+        state.invstd = self.be.zeros((state.out.size // self.D, 1))
+        return state
+
+    def decode(self, x, state):
+        return self._forward(x, state.out, state.xhat, state.invstd)

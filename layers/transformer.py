@@ -1,0 +1,122 @@
+"""The pre-norm transformer block on sequences (N, T, d)."""
+from ..transforms.activation import Gelu
+from .activation import Activation, Dropout
+from .attention import MultiHeadAttention
+from .containers import Affine
+from .decode import DecodeState, decode, init_decode
+from .layer import Layer
+from .layernorm import LayerNorm
+
+
+class TransformerBlock(Layer):
+    """A pre-norm transformer block (GPT-2 style) on x (N, T, d_model):
+
+        r = x + drop(attn(ln1(x)))
+        y = r + drop(fc2(gelu(fc1(ln2(r)))))
+
+    Sub-layers, named ``<block name>.<sub-layer>``: ``ln1``, ``attn`` (MultiHeadAttention,
+    ``heads`` heads, causal by default), ``ln2``, ``fc1`` (Affine: W (d, mlp_ratio*d), b),
+    ``gelu``, ``fc2`` (Affine: W (mlp_ratio*d, d), b); so parameters are e.g.
+    ``block0.fc1.W``.  GELU is the exact erf form, or ``gelu="tanh"`` for the tanh
+    approximation.  ``dropout`` applies to the attention weights and to both residual
+    branches while training.
+    """
+
+    def __init__(self, d_model, heads, mlp_ratio=4, causal=True, dropout=0.0, gelu="none",
+                 init=None, name=None):
+        super().__init__(name)
+        if not isinstance(mlp_ratio, int) or mlp_ratio < 1:
+            raise ValueError(f"TransformerBlock: mlp_ratio must be a positive int, got "
+                             f"{mlp_ratio!r}")
+        self.d_model = d_model
+        self.ln1 = LayerNorm()
+        self.attn = MultiHeadAttention(d_model, heads, causal=causal, dropout=dropout, init=init)
+        self.ln2 = LayerNorm()
+        self.fc1 = Affine(mlp_ratio * d_model, init=init)
+        self.gelu = Activation(Gelu(gelu))
+        self.fc2 = Affine(d_model, init=init)
+        self.drop1 = Dropout(1.0 - dropout) if dropout else None
+        self.drop2 = Dropout(1.0 - dropout) if dropout else None
+        self.sublayers = [layer for layer in (self.ln1, self.attn, self.drop1, self.ln2,
+                                              self.fc1, self.gelu, self.fc2, self.drop2)
+                          if layer is not None]
+
+    def name_children(self):
+        for attr in ("ln1", "attn", "drop1", "ln2", "fc1", "gelu", "fc2", "drop2"):
+            layer = getattr(self, attr)
+            if layer is not None:
+                layer.name = f"{self.name}.{attr}"
+                layer.name_children()
+
+    def _configure(self, in_shape):
+        if len(in_shape) != 2 or in_shape[1] != self.d_model:
+            raise self.shape_error(f"a sequence (T, {self.d_model})")
+        shape, prev = in_shape, self.prev_name
+        for layer in self.sublayers:
+            if layer is self.ln2:
+                shape, prev = in_shape, f"{self.name} (first residual)"
+            shape = layer.configure(shape, prev)
+            prev = layer.name
+        return in_shape
+
+    def allocate(self):
+        be = self.be
+        for layer in self.sublayers:
+            layer.set_needs_deltas(layer is not self.ln1 or self.needs_deltas)
+            layer.allocate()
+        shape = (be.bsz,) + self.in_shape
+        self.outputs = be.zeros(shape)
+        self.resid, self.dresid = be.zeros(shape), be.zeros(shape)
+        self.deltas = be.zeros(shape) if self.needs_deltas else None
+
+    def set_needs_deltas(self, needed):
+        self.needs_deltas = needed
+
+    def fprop(self, x, inference=False):
+        a = self.attn.fprop(self.ln1.fprop(x, inference), inference)
+        if self.drop1 is not None:
+            a = self.drop1.fprop(a, inference)
+        self.resid[:] = x + a
+        h = self.ln2.fprop(self.resid, inference)
+        m = self.fc2.fprop(self.gelu.fprop(self.fc1.fprop(h, inference), inference), inference)
+        if self.drop2 is not None:
+            m = self.drop2.fprop(m, inference)
+        self.outputs[:] = self.resid + m
+        return self.outputs
+
+    def bprop(self, error):
+        e = self.drop2.bprop(error) if self.drop2 is not None else error
+        e = self.ln2.bprop(self.fc1.bprop(self.gelu.bprop(self.fc2.bprop(e))))
+        self.dresid[:] = error + e
+        e = self.drop1.bprop(self.dresid) if self.drop1 is not None else self.dresid
+        e = self.attn.bprop(e)
+        if not self.needs_deltas:
+            self.ln1.bprop(e)
+            return None
+        self.deltas[:] = self.dresid + self.ln1.bprop(e)
+        return self.deltas
+
+    def parameters(self):
+        return [p for layer in self.sublayers for p in layer.parameters()]
+
+    def leaves(self):
+        return [leaf for layer in self.sublayers for leaf in layer.leaves()]
+
+    # ---- incremental decoding ------------------------------------------------------------------
+    def init_decode(self, batch, max_len):
+        layers = (self.ln1, self.attn, self.ln2, self.fc1, self.gelu, self.fc2)
+        state = DecodeState(self.be, batch, max_len,
+                            [init_decode(layer, batch, max_len) for layer in layers])
+        state.resid = self.be.zeros((batch, 1, self.d_model))
+        state.out = self.be.zeros((batch, 1, self.d_model))
+        return state
+
+    def decode(self, x, state):
+        """x (B, 1, d_model) -> (B, 1, d_model), extending the attention's key/value cache."""
+        ln1, attn, ln2, fc1, gelu, fc2 = state.children
+        a = decode(self.attn, decode(self.ln1, x, ln1), attn)
+        state.resid[:] = x + a
+        h = decode(self.ln2, state.resid, ln2)
+        m = decode(self.fc2, decode(self.gelu, decode(self.fc1, h, fc1), gelu), fc2)
+        state.out[:] = state.resid + m
+        return state.out
