@@ -13,8 +13,10 @@ def row_indices(ids, nrows):
     if bad.any():
         where = np.unravel_index(int(np.argmax(bad)), ids.shape)
         where = tuple(int(i) for i in where)
-        raise IndexError(f"id {ids[where]!r} at position {where} of ids {ids.shape} is not a "
-                         f"row of the table: expected a whole number in [0, {nrows})")
+        value = ids[where].item()
+        value = int(value) if float(value).is_integer() else value
+        raise IndexError(f"id {value} at position {where} of ids {ids.shape} is out of range: "
+                         f"expected a whole number in [0, {nrows})")
     return idx
 
 

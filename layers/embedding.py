@@ -69,8 +69,8 @@ class Embedding(ParameterLayer):
         try:
             self.be.take_rows(self.W.value, ids, out)
         except IndexError as err:
-            raise ValueError(f"layer '{self.name}' (Embedding): bad token id: {err} (vocab="
-                             f"{self.vocab})") from None
+            raise ValueError(f"layer '{self.name}' (Embedding): token {err.args[0]} "
+                             f"(vocab={self.vocab})") from None
 
     def fprop(self, x, inference=False):
         self.x = x

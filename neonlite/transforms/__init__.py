@@ -1,8 +1,10 @@
 """Activations, costs and metrics."""
 from .activation import Gelu, Identity, Logistic, Rectlin, Softmax, Tanh, Transform
 from .cost import Cost, CrossEntropyBinary, CrossEntropyMulti, MeanSquared, SumSquared
+from .lm_metrics import BitsPerCharacter, NatsPerToken, Perplexity
 from .metric import Accuracy, LogLoss, Metric, Misclassification, TopKMisclassification
 
 __all__ = ["Transform", "Identity", "Rectlin", "Logistic", "Tanh", "Softmax", "Gelu", "Cost",
            "CrossEntropyMulti", "CrossEntropyBinary", "SumSquared", "MeanSquared", "Metric",
-           "Misclassification", "Accuracy", "TopKMisclassification", "LogLoss"]
+           "Misclassification", "Accuracy", "TopKMisclassification", "LogLoss", "NatsPerToken",
+           "BitsPerCharacter", "Perplexity"]

@@ -1,0 +1,190 @@
+"""Character-level text for language models: a vocabulary of characters, (N, T) windows of
+token ids as inputs and the next characters, one-hot (N, T, vocab), as targets."""
+import os
+
+import numpy as np
+
+from ..backends import get_backend
+from .iterator import DataError
+
+
+def builtin_text():
+    """Python's own documentation text (``pydoc_data.topics``), topics in sorted order: a
+    corpus every Python install has."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError as err:
+        raise DataError(f"no text path was given and this Python has no pydoc_data to fall "
+                        f"back on ({err}); pass path=<a UTF-8 text file>") from None
+    return "\n".join(topics[key] for key in sorted(topics))
+
+
+def read_text(path, filename=None):
+    """The UTF-8 text of file ``path``, or of ``filename`` under directory ``path`` (looked for
+    in ``path/text/`` then ``path/``); errors name the file and, for bad bytes, the offset."""
+    if os.path.isdir(path):
+        if not filename:
+            raise DataError(f"{path} is a directory: name the text file with filename=")
+        candidates = [os.path.join(path, "text", filename), os.path.join(path, filename)]
+        found = [c for c in candidates if os.path.isfile(c)]
+        if not found:
+            raise DataError(f"text file {filename!r} not found: looked for {candidates[0]} and "
+                            f"{candidates[1]}")
+        path = found[0]
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as err:
+        raise DataError(f"{path}: cannot read the text file ({err.strerror})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 text: byte offset {err.start} holds "
+                        f"{raw[err.start:err.start + 1]!r}") from None
+
+
+class Vocabulary:
+    """The characters of a text, token i being ``chars[i]``."""
+
+    def __init__(self, chars):
+        self.chars = "".join(chars)
+        if len(set(self.chars)) != len(self.chars) or not self.chars:
+            raise DataError(f"a vocabulary needs distinct characters, got {self.chars!r}")
+        self.index = {c: i for i, c in enumerate(self.chars)}
+
+    @classmethod
+    def of_text(cls, text):
+        return cls(sorted(set(text)))
+
+    def __len__(self):
+        return len(self.chars)
+
+    def encode(self, text, what="text"):
+        """Token ids (int32) of ``text``; a character outside the vocabulary is a
+        ``DataError`` naming it and its offset in ``what``."""
+        lut = np.full(max(map(ord, self.chars)) + 1, -1, dtype=np.int32)
+        lut[[ord(c) for c in self.chars]] = np.arange(len(self.chars), dtype=np.int32)
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+        ids = np.where(codes < len(lut), lut[np.minimum(codes, len(lut) - 1)], -1)
+        if (ids < 0).any():
+            at = int(np.argmax(ids < 0))
+            raise DataError(f"{what}: character {text[at]!r} at offset {at} is not in the "
+                            f"vocabulary of {len(self)} characters")
+        return ids.astype(np.int32)
+
+    def decode(self, ids):
+        return "".join(self.chars[int(i)] for i in np.asarray(ids).reshape(-1))
+
+
+class TextWindows:
+    """Minibatches of windows of one token sequence ``ids``: inputs x (N, T) token ids (stored
+    as the backend's float dtype) and targets t (N, T, vocab), one-hot of the next token.
+
+    ``batches(shuffle=True)`` (what iterating gives when ``shuffle``) draws ``nbatches``
+    batches of windows at random offsets from the backend's seeded RNG (training);
+    ``batches(shuffle=False)`` walks the non-overlapping windows at offsets 0, T, 2T, ... in
+    order (evaluation: ``ndata`` windows, the last batch filled up by wrapping around, with
+    ``valid`` the number of its real rows).
+    """
+
+    def __init__(self, ids, vocab, seq_len, shuffle=True, nbatches=None, name="text"):
+        self.be = get_backend()
+        self.ids, self.vocab, self.name = np.asarray(ids, dtype=np.int32), vocab, name
+        if not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
+            raise DataError(f"{name}: seq_len must be a positive int, got {seq_len!r}")
+        self.seq_len = T = int(seq_len)
+        if len(self.ids) < T + 1:
+            raise DataError(f"{name}: {len(self.ids)} characters are too few for one window of "
+                            f"seq_len={T} inputs plus its next character")
+        bsz = self.be.bsz
+        self.shape, self.target_shape = (T,), (T, len(vocab))
+        self.nwindows = (len(self.ids) - 1) // T
+        self.shuffle = shuffle
+        if nbatches is not None and (not isinstance(nbatches, (int, np.integer)) or nbatches < 1):
+            raise DataError(f"{name}: nbatches must be a positive int, got {nbatches!r}")
+        self.random_nbatches = int(nbatches) if nbatches else max(1, self.nwindows // bsz)
+        self.x_buf = self.be.zeros((bsz, T))
+        self.t_buf = self.be.zeros((bsz, T, len(vocab)))
+        self._onehot = np.zeros((bsz, T, len(vocab)), dtype=self.be.dtype)
+        self._rows = np.arange(bsz)[:, None]
+        self._cols = np.arange(T + 1)
+        self.valid = bsz
+
+    @property
+    def ndata(self):
+        return self.nbatches * self.be.bsz if self.shuffle else self.nwindows
+
+    @property
+    def nbatches(self):
+        return self.random_nbatches if self.shuffle else -(-self.nwindows // self.be.bsz)
+
+    def __len__(self):
+        return self.nbatches
+
+    def __iter__(self):
+        return self.batches(self.shuffle)
+
+    def batches(self, shuffle):
+        """Generator of (x, t) device buffers for one epoch (see the class docstring)."""
+        bsz, T = self.be.bsz, self.seq_len
+        if shuffle:
+            for _ in range(self.random_nbatches):
+                starts = self.be.rng.integers(0, len(self.ids) - T, size=bsz)
+                self.valid = bsz
+                self._fill(starts)
+                yield self.x_buf, self.t_buf
+            return
+        for b in range(-(-self.nwindows // bsz)):
+            window = np.arange(b * bsz, (b + 1) * bsz) % self.nwindows
+            self.valid = min(bsz, self.nwindows - b * bsz)
+            self._fill(window * T)
+            yield self.x_buf, self.t_buf
+
+    def _fill(self, starts):
+        chunk = self.ids[starts[:, None] + self._cols]
+        self.x_buf.set(chunk[:, :-1])
+        self._onehot.fill(0)
+        self._onehot[self._rows, self._cols[:-1], chunk[:, 1:]] = 1
+        self.t_buf.set(self._onehot)
+
+
+class TextCorpus(TextWindows):
+    """A character-level corpus: the first ``split`` of the text trains (this object iterates
+    it, ``nbatches`` random windows per epoch, default one pass worth of characters), the rest
+    validates (:attr:`valid_iter`, consecutive windows in order).
+
+    Arguments:
+        path: a UTF-8 text file, or a data directory holding ``text/<filename>``; None uses
+            Python's own documentation text (``pydoc_data.topics``), so it runs offline.
+        seq_len (int): T, the window length.
+        split (float): the fraction of the characters, from the start, used for training.
+        nbatches (int or None): training batches per epoch.
+        vocab (str or None): the characters, token i being ``vocab[i]``; default the sorted
+            distinct characters of the whole text (a character outside a given vocabulary is
+            an error naming its offset).
+        filename (str or None): the file inside a data directory ``path``.
+
+    ``vocab`` (a :class:`Vocabulary`: ``chars``, ``encode``, ``decode``), ``train_iter``
+    (this object) and ``valid_iter`` are neon's names.
+    """
+
+    def __init__(self, path=None, seq_len=128, split=0.9, nbatches=None, vocab=None,
+                 filename=None, shuffle=True, name=None):
+        where = path if path is not None else "pydoc_data.topics"
+        text = builtin_text() if path is None else read_text(path, filename)
+        if not 0.0 < split < 1.0:
+            raise DataError(f"{where}: split must be in (0, 1), got {split!r}")
+        self.vocab = Vocabulary(vocab) if vocab is not None else Vocabulary.of_text(text)
+        ids = self.vocab.encode(text, str(where))
+        cut = int(len(ids) * split)
+        name = name or os.path.basename(str(where))
+        super().__init__(ids[:cut], self.vocab, seq_len, shuffle, nbatches, f"{name} train")
+        self._valid = TextWindows(ids[cut:], self.vocab, seq_len, False, None, f"{name} valid")
+
+    @property
+    def train_iter(self):
+        return self
+
+    @property
+    def valid_iter(self):
+        return self._valid

@@ -1,0 +1,187 @@
+"""Sampling text from a character-level language model, with a key/value cache.
+
+The model maps token ids (N, T) to next-token probabilities (N, T, vocab) (its last layer a
+Softmax, whose input logits are what sampling uses) and starts with an ``Embedding``.  Its
+context window is W = T, the model's sequence length.
+
+With the cache (``use_cache=True``), each layer keeps its history in a decoding state (the
+attention layers their keys and values), so a new character costs one position.  The context
+is the characters since the window's start; when it would pass W, the window restarts at the
+last W // 2 characters, which are re-read into a fresh cache (so on average a character costs
+about two positions).  Without the cache the whole context is run through the model's
+ordinary (training-path) fprop for every character.  Both follow the same window rule, so for
+the same seed they sample the same characters.
+"""
+import numpy as np
+
+from .data.text import Vocabulary
+from .layers.activation import Activation
+from .layers.decode import decode, init_decode
+from .layers.embedding import Embedding
+from .transforms.activation import Softmax
+
+
+def generate(model, vocab=None, prompt="\n", n=100, temperature=1.0, top_k=None, seed=None,
+             use_cache=True):
+    """``n`` characters sampled after ``prompt`` from ``model`` (returned without the prompt).
+
+    Arguments:
+        model: an initialized :class:`~neonlite.Model` (ids (T,) -> probabilities (T, vocab)).
+        vocab: a :class:`~neonlite.data.Vocabulary`, something with a ``.vocab`` (a
+            TextCorpus), a string of the characters, or None for the vocabulary recorded in
+            the model's Embedding (``Embedding.set_vocabulary``, saved in checkpoints).
+        prompt (str): at least one character, every one in the vocabulary.
+        temperature (float > 0): logits are divided by it before the softmax.
+        top_k (int or None): sample among the k most probable characters only.
+        seed: seeds the sampling RNG (numpy ``default_rng``).
+        use_cache (bool): decode incrementally with the key/value cache, or rerun the model
+            on the whole context for each character.
+    """
+    vocab = _vocabulary(model, vocab)
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError("generate: the prompt must be a non-empty string")
+    if not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"generate: n must be an int >= 0, got {n!r}")
+    if not temperature > 0:
+        raise ValueError(f"generate: temperature must be > 0, got {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, (int, np.integer))
+                              or not 1 <= top_k <= len(vocab)):
+        raise ValueError(f"generate: top_k must be an int in [1, {len(vocab)}], got {top_k!r}")
+    try:
+        tokens = [int(i) for i in vocab.encode(prompt, "the prompt")]
+    except ValueError as err:
+        raise ValueError(f"generate: {err}") from None
+    runner = (_CachedRunner if use_cache else _FullRunner)(model)
+    rng = np.random.default_rng(seed)
+    window, start, out = runner.window, 0, []
+    for _ in range(n):
+        if len(tokens) - start > window:
+            start = len(tokens) - window // 2
+        logits = runner.next_logits(tokens, start)
+        token = _sample(logits, temperature, top_k, rng)
+        tokens.append(token)
+        out.append(token)
+    return vocab.decode(out)
+
+
+def _vocabulary(model, vocab):
+    if model.in_shape is None:
+        raise RuntimeError("generate: the model is not initialized (train or load it first)")
+    embedding = model.layers.leaves()[0]
+    if not isinstance(embedding, Embedding):
+        raise TypeError(f"generate needs a model whose first layer is an Embedding, got "
+                        f"{type(embedding).__name__}")
+    if vocab is None:
+        chars = embedding.vocabulary()
+        if chars is None:
+            raise ValueError(f"generate: the model records no vocabulary (layer "
+                             f"'{embedding.name}'); pass vocab= or call "
+                             f"Embedding.set_vocabulary when training")
+        vocab = Vocabulary(chars)
+    elif isinstance(vocab, str):
+        vocab = Vocabulary(vocab)
+    elif not isinstance(vocab, Vocabulary):
+        vocab = vocab.vocab
+    if len(vocab) != embedding.vocab:
+        raise ValueError(f"generate: the vocabulary has {len(vocab)} characters but layer "
+                         f"'{embedding.name}' embeds {embedding.vocab} tokens")
+    return vocab
+
+
+def _sample(logits, temperature, top_k, rng):
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    if top_k is not None and top_k < z.size:
+        kth = np.partition(z, -top_k)[-top_k]
+        z = np.where(z >= kth, z, -np.inf)
+    p = np.exp(z - z.max())
+    cdf = np.cumsum(p)
+    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), z.size - 1))
+
+
+def _softmax_head(model):
+    last = model.layers.leaves()[-1]
+    return isinstance(last, Activation) and isinstance(last.transform, Softmax)
+
+
+class _FullRunner:
+    """Runs the model's training-path fprop (inference mode) on the whole context, in row 0
+    of a batch; positions past the context hold token 0 and, the model being causal, do not
+    change the outputs read."""
+
+    def __init__(self, model):
+        self.model, self.be = model, model.be
+        self.window = model.in_shape[0]
+        self.x = self.be.zeros((self.be.bsz, self.window))
+        self.softmax_head = _softmax_head(model)
+
+    def next_logits(self, tokens, start):
+        context = tokens[start:]
+        row = np.zeros((self.be.bsz, self.window))
+        row[0, :len(context)] = context
+        self.x.set(row)
+        y = self.model.fprop(self.x, inference=True)
+        if self.softmax_head:
+            y = self.model.layers.leaves()[-1].x
+        return y.get()[0, len(context) - 1]
+
+
+class _CachedRunner:
+    """Incremental decoding (batch of one) through every layer's decoding state."""
+
+    def __init__(self, model):
+        self.model, self.be = model, model.be
+        self.window = model.in_shape[0]
+        self.state = init_decode(model.layers, 1, self.window)
+        self.softmax_head = _softmax_head(model)
+        self.x = self.be.zeros((1, 1))
+        self.start, self.done = None, 0
+
+    def _last_state(self):
+        state = self.state
+        while state.children:
+            state = state.children[-1]
+        return state
+
+    def _step(self, token):
+        self.x.set(np.array([[token]]))
+        y = decode(self.model.layers, self.x, self.state)
+        return self._last_state().x if self.softmax_head else y
+
+    def next_logits(self, tokens, start):
+        if start != self.start:
+            self.state.reset()
+            self.start, self.done = start, start
+        y = None
+        for token in tokens[self.done:]:
+            y = self._step(token)
+        self.done = len(tokens)
+        return y.get()[0, 0]
+
+
+def add_generate_arguments(parser):
+    """The options of ``neonlite generate CKPT.h5 --prompt TEXT -n N [-b BACKEND] ...``."""
+    from .backends import available_backends
+    parser.add_argument("checkpoint", help="checkpoint (.h5) of a character-level model")
+    parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    parser.add_argument("-n", "--chars", type=int, default=500, help="characters to write")
+    parser.add_argument("-b", "--backend", default="cpu", choices=available_backends())
+    parser.add_argument("-t", "--temperature", type=float, default=1.0)
+    parser.add_argument("-k", "--top-k", type=int, default=None,
+                        help="sample among the k most probable characters")
+    parser.add_argument("-r", "--seed", type=int, default=None, help="sampling seed")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="rerun the whole context for each character (slow; for checking)")
+    return parser
+
+
+def generate_command(args):
+    """``neonlite generate``: load the checkpoint on the asked-for backend and print the prompt
+    followed by the sampled characters.  Returns the exit status (0)."""
+    from .backends import gen_backend
+    from .model import Model
+    gen_backend(args.backend, batch_size=1, rng_seed=args.seed)
+    model = Model.load(args.checkpoint)
+    text = generate(model, None, args.prompt, args.chars, args.temperature, args.top_k,
+                    args.seed, use_cache=not args.no_cache)
+    print(args.prompt + text, flush=True)
+    return 0
