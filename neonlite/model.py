@@ -119,7 +119,8 @@ class Model:
         return batches(shuffle=False) if batches else iter(dataset)
 
     def eval(self, dataset, metric):
-        """Mean of ``metric`` over every real example of ``dataset`` (inference mode)."""
+        """Mean of ``metric`` over every real example of ``dataset`` (inference mode); a
+        metric with ``aggregate(mean)`` (perplexity) turns the mean into its value."""
         self.initialize(dataset)
         total, count = 0.0, 0
         for x, t in self._batches(dataset):
@@ -129,7 +130,16 @@ class Model:
             values = metric(y_host, t_host)
             total += float(np.sum(values))
             count += len(values)
-        return total / count
+        aggregate = getattr(metric, "aggregate", None)
+        return aggregate(total / count) if aggregate else total / count
+
+    def generate(self, prompt, n, temperature=1.0, top_k=None, seed=None, vocab=None,
+                 use_cache=True):
+        """``n`` characters sampled after ``prompt`` by a character language model, with a
+        key/value cache (see :func:`neonlite.generation.generate`; the vocabulary defaults to
+        the one recorded in the model's Embedding)."""
+        from .generation import generate
+        return generate(self, vocab, prompt, n, temperature, top_k, seed, use_cache)
 
     def get_outputs(self, dataset):
         """Outputs for every example of ``dataset`` in order, (ndata,) + output shape."""
