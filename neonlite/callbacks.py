@@ -1,14 +1,30 @@
-"""Callbacks run around the training loop: progress bar, periodic evaluation, user hooks."""
+"""Callbacks run around the training loop: progress output, periodic evaluation, checkpoints
+(every N epochs and keep-best), early stopping, a learning-rate schedule, and user hooks.
+
+Hooks, in the order ``Model.fit`` calls them: ``on_train_begin(dataset, num_epochs)``,
+``on_epoch_begin(epoch)``, ``on_minibatch_end(epoch, batch, cost)``, ``on_epoch_end(epoch)``,
+``on_train_end()``.  Epochs count from 0 (messages show them from 1).
+"""
 import sys
 import time
 
+from .config.values import describe_value, given_arguments
 from .transforms.metric import Misclassification
 
 
 class Callback:
-    """Override any hook.  ``model`` is set by :class:`Callbacks`."""
+    """Override any hook.  ``model`` and ``callbacks`` (the :class:`Callbacks` it belongs to)
+    are set when it is added.  Like layers, a callback records its constructor arguments, so
+    those that take plain values can be named in a YAML ``callbacks:`` list
+    (``describable = False`` marks the ones that cannot)."""
 
     model = None
+    callbacks = None
+
+    def __new__(cls, *args, **kwargs):
+        callback = super().__new__(cls)
+        callback._given_args = given_arguments(cls, args, kwargs)
+        return callback
 
     def on_train_begin(self, dataset, num_epochs):
         pass
@@ -25,13 +41,35 @@ class Callback:
     def on_train_end(self):
         pass
 
+    def get_description(self):
+        return {"type": type(self).__name__,
+                "config": describe_value(self._given_args or {}, type(self).__name__)}
+
+    def _say(self, message):
+        """Print a one-line message unless the run is quiet."""
+        if self.callbacks is None or not self.callbacks.quiet:
+            print(message, file=sys.stderr, flush=True)
+
+
+def _format_seconds(seconds):
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
 
 class ProgressBar(Callback):
-    """A tqdm bar per epoch (batches, running cost, samples/s) and a summary line per epoch.
-    On output that is not a terminal, it prints the summary lines only."""
+    """Progress of each epoch on ``stream`` (stderr by default).
 
-    def __init__(self, stream=None):
+    On a terminal: a tqdm bar per epoch (batches, running cost, samples/s, ETA).  Elsewhere (a
+    pipe, a CI log): a plain line every ``interval`` seconds instead of bar redraws.  Always: a
+    summary line per epoch (train cost, the latest validation metric, seconds).
+    """
+
+    describable = False
+
+    def __init__(self, stream=None, interval=30.0):
         self.stream = stream or sys.stderr
+        self.interval = float(interval)
         self.bar = None
 
     def on_train_begin(self, dataset, num_epochs):
@@ -41,6 +79,7 @@ class ProgressBar(Callback):
 
     def on_epoch_begin(self, epoch):
         self.start, self.running, self.seen = time.perf_counter(), None, 0
+        self.last_line = self.start
         if self.stream.isatty():
             from tqdm import tqdm
             self.bar = tqdm(total=self.nbatches, desc=f"epoch {epoch + 1}/{self.num_epochs}",
@@ -49,11 +88,18 @@ class ProgressBar(Callback):
     def on_minibatch_end(self, epoch, batch, cost):
         self.running = cost if self.running is None else 0.9 * self.running + 0.1 * cost
         self.seen += self.bsz
+        now = time.perf_counter()
+        rate = self.seen / max(now - self.start, 1e-9)
         if self.bar is not None:
-            rate = self.seen / max(time.perf_counter() - self.start, 1e-9)
             self.bar.set_postfix(cost=f"{self.running:.4f}", samples_s=f"{rate:,.0f}",
                                  refresh=False)
             self.bar.update(1)
+        elif now - self.last_line >= self.interval:
+            self.last_line = now
+            left = (self.nbatches - batch - 1) * self.bsz / rate
+            print(f"epoch {epoch + 1}/{self.num_epochs}: batch {batch + 1}/{self.nbatches}, "
+                  f"cost {self.running:.4f}, {rate:,.0f} samples/s, ETA "
+                  f"{_format_seconds(left)}", file=self.stream, flush=True)
 
     def on_epoch_end(self, epoch):
         if self.bar is not None:
@@ -62,25 +108,176 @@ class ProgressBar(Callback):
         seconds = time.perf_counter() - self.start
         extra = getattr(self.model, "last_eval", None)
         evaluated = f", {extra[0]} {extra[1]:.4f}" if extra and extra[2] == epoch else ""
-        print(f"epoch {epoch + 1}/{self.num_epochs}: train cost {self.running:.4f}{evaluated}, "
-              f"{seconds:.1f} s ({self.seen / seconds:,.0f} samples/s)", file=self.stream,
-              flush=True)
+        cost = f"{self.running:.4f}" if self.running is not None else "n/a"
+        print(f"epoch {epoch + 1}/{self.num_epochs}: train cost {cost}{evaluated}, "
+              f"{seconds:.1f} s ({self.seen / max(seconds, 1e-9):,.0f} samples/s)",
+              file=self.stream, flush=True)
 
 
 class Evaluation(Callback):
-    """Evaluate ``metric`` on ``eval_set`` every ``eval_freq`` epochs; the latest value is kept
-    as ``model.last_eval = (metric name, value, epoch)`` and in ``history``."""
+    """Evaluate ``metric`` on ``eval_set`` every ``eval_freq`` epochs (and after the last
+    epoch); the latest value is kept as ``model.last_eval = (metric name, value, epoch)`` and
+    in ``history``."""
+
+    describable = False
 
     def __init__(self, eval_set, metric=None, eval_freq=1):
         self.eval_set, self.eval_freq = eval_set, int(eval_freq)
         self.metric = metric or Misclassification()
         self.history = []
 
+    def on_train_begin(self, dataset, num_epochs):
+        self.num_epochs = num_epochs
+
     def on_epoch_end(self, epoch):
-        if (epoch + 1) % self.eval_freq == 0:
+        if self.eval_freq and ((epoch + 1) % self.eval_freq == 0 or epoch + 1 == self.num_epochs):
             value = self.model.eval(self.eval_set, self.metric)
             self.history.append((epoch, value))
             self.model.last_eval = (self.metric.name, value, epoch)
+
+
+def _higher_is_better(metric_name, mode):
+    if mode == "auto":
+        return "accuracy" in metric_name
+    return mode == "max"
+
+
+class _Monitor:
+    """Tracks the best value of the validation metric (``model.last_eval``)."""
+
+    def __init__(self, mode, min_delta):
+        if mode not in ("auto", "min", "max"):
+            raise ValueError(f"mode must be 'auto', 'min' or 'max', got {mode!r}")
+        self.mode, self.min_delta = mode, float(min_delta)
+        self.best = None
+        self.best_epoch = None
+
+    def fresh_value(self, model, epoch):
+        """(name, value) when the metric was evaluated at ``epoch``, else None."""
+        last = getattr(model, "last_eval", None)
+        return (last[0], last[1]) if last and last[2] == epoch else None
+
+    def improved(self, name, value, epoch):
+        higher = _higher_is_better(name, self.mode)
+        better = self.best is None or (value > self.best + self.min_delta if higher
+                                       else value < self.best - self.min_delta)
+        if better:
+            self.best, self.best_epoch = value, epoch
+        return better
+
+
+class ModelCheckpoint(Callback):
+    """Save a checkpoint to ``save_path`` every ``every`` epochs (0: only at the end) and after
+    the last epoch; with ``keep_best``, also save to ``<save_path stem>.best.h5`` whenever the
+    validation metric improves (lower is better, higher for accuracy; ``mode`` forces 'min' or
+    'max').  The checkpoint holds the run's description (``callbacks.run_config`` when the run
+    has one, else the model's own)."""
+
+    def __init__(self, save_path, every=1, keep_best=False, mode="auto"):
+        if not isinstance(every, int) or every < 0:
+            raise ValueError(f"ModelCheckpoint: every must be an integer >= 0, got {every!r}")
+        self.save_path, self.every, self.keep_best = str(save_path), every, bool(keep_best)
+        self.monitor = _Monitor(mode, 0.0)
+        self.saved_epoch = None
+
+    @property
+    def best_path(self):
+        stem = self.save_path[:-3] if self.save_path.endswith(".h5") else self.save_path
+        return f"{stem}.best.h5"
+
+    def _save(self, path):
+        config = getattr(self.callbacks, "run_config", None)
+        self.model.save(path, config=config)
+
+    def on_epoch_end(self, epoch):
+        if self.every and (epoch + 1) % self.every == 0:
+            self._save(self.save_path)
+            self.saved_epoch = epoch
+        fresh = self.monitor.fresh_value(self.model, epoch)
+        if self.keep_best and fresh is not None and self.monitor.improved(*fresh, epoch):
+            self._save(self.best_path)
+
+    def on_train_end(self):
+        if self.model.epoch_index and self.saved_epoch != self.model.epoch_index - 1:
+            self._save(self.save_path)
+            self.saved_epoch = self.model.epoch_index - 1
+
+
+class EarlyStopping(Callback):
+    """Stop training when the validation metric has not improved by more than ``min_delta``
+    for ``patience`` evaluations in a row (lower is better, higher for accuracy; ``mode``
+    forces 'min' or 'max').  ``stopped_epoch`` tells where it stopped (None if it did not)."""
+
+    def __init__(self, patience=3, min_delta=0.0, mode="auto"):
+        if not isinstance(patience, int) or patience < 1:
+            raise ValueError(f"EarlyStopping: patience must be a positive integer, got "
+                             f"{patience!r}")
+        self.patience = patience
+        self.monitor = _Monitor(mode, min_delta)
+        self.waited = 0
+        self.stopped_epoch = None
+
+    def on_epoch_end(self, epoch):
+        fresh = self.monitor.fresh_value(self.model, epoch)
+        if fresh is None:
+            return
+        if self.monitor.improved(*fresh, epoch):
+            self.waited = 0
+            return
+        self.waited += 1
+        if self.waited >= self.patience:
+            self.stopped_epoch = epoch
+            self.callbacks.stop_training = True
+            self._say(f"early stopping after epoch {epoch + 1}: {fresh[0]} has not improved on "
+                      f"{self.monitor.best:.4f} (epoch {self.monitor.best_epoch + 1}) for "
+                      f"{self.patience} evaluations")
+
+
+class LearningRateSchedule(Callback):
+    """Set each optimizer's learning rate at the start of every epoch from ``schedule``
+    (``neonlite.optimizers`` schedules: ``rate(base_lr, epoch, step)``), where base_lr is the
+    optimizer's own rate; it is put back at the end of the epoch, so descriptions and
+    checkpoints keep the base rate and a resumed run gets the same rates."""
+
+    def __init__(self, schedule):
+        if not hasattr(schedule, "rate"):
+            raise ValueError(f"LearningRateSchedule: schedule must be a schedule "
+                             f"(StepSchedule, PowerSchedule, CosineSchedule, ...), got "
+                             f"{schedule!r}")
+        self.schedule = schedule
+        self.base = {}
+
+    def _optimizers(self):
+        opt = self.model.optimizer
+        mapping = getattr(opt, "mapping", None)
+        return list({id(o): o for o in mapping.values()}.values()) if mapping else [opt]
+
+    def on_epoch_begin(self, epoch):
+        for opt in self._optimizers():
+            base = self.base.setdefault(id(opt), opt.learning_rate)
+            opt.learning_rate = self.schedule.rate(base, epoch, opt.step)
+
+    def on_epoch_end(self, epoch):
+        for opt in self._optimizers():
+            if id(opt) in self.base:
+                opt.learning_rate = self.base[id(opt)]
+
+
+class FunctionCallback(Callback):
+    """A user hook from plain functions: ``FunctionCallback(on_epoch_end=lambda epoch: ...)``
+    (any of the hook names; each function gets the hook's arguments)."""
+
+    describable = False
+    HOOKS = ("on_train_begin", "on_epoch_begin", "on_minibatch_end", "on_epoch_end",
+             "on_train_end")
+
+    def __init__(self, **hooks):
+        unknown = [name for name in hooks if name not in self.HOOKS]
+        if unknown:
+            raise TypeError(f"FunctionCallback: unknown hook {unknown[0]!r}; hooks are "
+                            f"{', '.join(self.HOOKS)}")
+        for name, fn in hooks.items():
+            setattr(self, name, fn)
 
 
 class Callbacks:
@@ -89,13 +286,17 @@ class Callbacks:
     ``Callbacks(model, eval_set=valid, eval_freq=1, metric=Misclassification(),
     progress=True)`` adds evaluation (before the progress bar, so its summary line shows the
     metric); ``add(callback)`` appends a user callback.  A callback may set
-    ``callbacks.stop_training = True`` to end training after the current epoch.
+    ``callbacks.stop_training = True`` to end training after the current epoch.  ``quiet``
+    silences the callbacks' messages; ``run_config`` is the run description checkpoints store.
     """
 
-    def __init__(self, model, eval_set=None, eval_freq=1, metric=None, progress=True):
+    def __init__(self, model, eval_set=None, eval_freq=1, metric=None, progress=True,
+                 quiet=False, run_config=None):
         self.model = model
         self.callbacks = []
         self.stop_training = False
+        self.quiet = quiet
+        self.run_config = run_config
         if eval_set is not None:
             self.add(Evaluation(eval_set, metric, eval_freq))
         if progress:

@@ -26,6 +26,7 @@ class Model:
         self.be = None
         self.epoch_index = 0
         self.step_index = 0
+        self.optimizer = None
 
     # ---- set-up ------------------------------------------------------------------------------
     def initialize(self, dataset, cost=None):
@@ -192,7 +193,49 @@ class Model:
         for key, tensor in named.items():
             tensor.set(np.asarray(params[key]))
 
-    # ---- description -----------------------------------------------------------------------------
+    # ---- description and files -------------------------------------------------------------------
+    def get_description(self):
+        """The network in the YAML schema: ``{"layers": [{type, config}, ...]}``, plus
+        ``cost`` and ``optimizer`` once :meth:`fit` (or :meth:`initialize`) attached them."""
+        top = self.layers
+        layers = [top.get_description()] if top.name else \
+            [layer.get_description() for layer in top.layers]
+        desc = {"layers": layers}
+        if self.cost is not None:
+            desc["cost"] = self.cost.get_description()
+        if self.optimizer is not None:
+            desc["optimizer"] = self.optimizer.get_description()
+        return desc
+
+    @classmethod
+    def from_description(cls, desc):
+        """A new (uninitialized) model from a description's ``layers`` list (a run's whole
+        description, as :meth:`get_description` or a YAML file gives, or just the list).
+        Raises :class:`neonlite.config.ConfigError` with the key path of a bad entry."""
+        from .config.build import build
+        from .config.errors import ConfigError
+        layers = desc.get("layers") if isinstance(desc, dict) else desc
+        if not isinstance(layers, list) or not layers:
+            raise ConfigError("layers: expected a non-empty list of {type, config} layers, got "
+                              f"{layers!r}")
+        return cls([build(d, "layer", f"layers[{i}]") for i, d in enumerate(layers)])
+
+    def save(self, path, optimizer=None, config=None):
+        """Write a checkpoint (see :mod:`neonlite.serialize`): description, parameters,
+        optimizer state (``optimizer`` or the one :meth:`fit` used), epoch/step, RNG state."""
+        from .serialize import save_checkpoint
+        return save_checkpoint(path, self, optimizer, config)
+
+    @classmethod
+    def load(cls, path):
+        """The model stored in checkpoint ``path``, rebuilt on the current backend with its
+        parameters loaded (``epoch_index``/``step_index`` as saved)."""
+        from .serialize import build_model, read_checkpoint
+        ckpt = read_checkpoint(path)
+        model = build_model(ckpt)
+        model.epoch_index, model.step_index = ckpt.epoch_index, ckpt.step_index
+        return model
+
     def describe(self):
         """A table: layer, type, output shape, parameter count; and the total."""
         if self.in_shape is None:

@@ -1,0 +1,83 @@
+"""The command-line flags shared by ``neonlite train`` and every ``examples/<name>.py``."""
+import argparse
+
+from ..backends import available_backends
+from ..config.run import DATATYPES
+
+
+def positive_int(text):
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_int(text):
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _int(text):
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def add_verbosity(parser):
+    """``-v`` (tracebacks and more detail) and ``-q`` (no progress output)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-v", "--verbose", action="store_true",
+                       help="show a traceback with errors")
+    group.add_argument("-q", "--quiet", action="store_true",
+                       help="no progress bar or per-epoch lines (errors still print)")
+
+
+def add_run_arguments(parser):
+    """The training flags; each overrides the YAML value of the same meaning."""
+    parser.add_argument("-b", "--backend", choices=available_backends(),
+                        help="compute backend (YAML: backend; default cpu)")
+    parser.add_argument("-e", "--epochs", type=positive_int,
+                        help="train until this many epochs are done (YAML: epochs)")
+    parser.add_argument("-z", "--batch-size", type=positive_int, dest="batchsize",
+                        help="minibatch size (YAML: batchsize)")
+    parser.add_argument("-r", "--rng-seed", type=non_negative_int, dest="rng_seed",
+                        help="random seed for initialization, shuffling and dropout "
+                             "(YAML: rng_seed)")
+    parser.add_argument("-d", "--datatype", choices=list(DATATYPES),
+                        help="storage type of parameters and activations (YAML: datatype; "
+                             "default f32)")
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help="data root holding mnist/, cifar10/, ... (default $NEONLITE_DATA, "
+                             "else ~/.neonlite/data)")
+    parser.add_argument("--eval-freq", type=non_negative_int, metavar="N",
+                        help="evaluate on the validation set every N epochs, 0 never "
+                             "(YAML: eval_freq; default 1)")
+    parser.add_argument("--save-path", metavar="CKPT.h5",
+                        help="write a checkpoint here after training (YAML: save_path)")
+    parser.add_argument("--serialize", type=non_negative_int, metavar="N",
+                        help="with --save-path, also checkpoint every N epochs "
+                             "(YAML: serialize)")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--model-file", metavar="CKPT.h5",
+                       help="start from the weights in this checkpoint (fresh optimizer, "
+                            "epoch 0)")
+    start.add_argument("--resume", metavar="CKPT.h5",
+                       help="continue the run saved in this checkpoint exactly (weights, "
+                            "optimizer state, epoch, random state)")
+    parser.add_argument("-o", "--output-file", metavar="LOG.h5", dest="output_file",
+                        help="write the training log (per-batch cost, per-epoch metric and "
+                             "times) here; see neonlite plot")
+    parser.add_argument("--max-batches", type=positive_int, metavar="N",
+                        help="use at most N batches per epoch for training and evaluation "
+                             "(quick smoke runs)")
+    add_verbosity(parser)
+
+
+def overrides(args):
+    """The top-level YAML values the flags in ``args`` set (None: not given)."""
+    return {key: getattr(args, key, None)
+            for key in ("backend", "epochs", "batchsize", "rng_seed", "datatype", "eval_freq",
+                        "save_path", "serialize")}

@@ -1,0 +1,44 @@
+"""Turning the errors a user can cause into one line on stderr and an exit status."""
+import sys
+import traceback
+
+
+class CommandUnavailable(RuntimeError):
+    """A subcommand whose module is not part of this install."""
+
+
+def user_errors():
+    """The exception types that mean bad input, not a bug: reported in one line."""
+    from ..backends import BackendUnavailable
+    from ..config.errors import ConfigError
+    from ..data.iterator import DataError
+    from ..layers.layer import ShapeError
+    from ..serialize import CheckpointError
+    from ..training_log import LogError
+    return (ConfigError, DataError, ShapeError, BackendUnavailable, CheckpointError, LogError,
+            CommandUnavailable, FloatingPointError, OSError)
+
+
+def run_guarded(fn, verbose=False, prog="neonlite"):
+    """Call ``fn()``; return its exit status (None: 0).  A user error prints
+    ``<prog>: error: <message>`` (plus the traceback with ``verbose``) and returns 1; Ctrl-C
+    returns 130."""
+    try:
+        status = fn()
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except user_errors() as err:
+        if verbose:
+            traceback.print_exc()
+        print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
+        return 1
+    return 0 if status is None else int(status)
+
+
+def _one_line(err):
+    if isinstance(err, OSError) and err.filename is not None:
+        text = f"{err.filename}: {err.strerror or err}"
+    else:
+        text = str(err.args[0]) if len(err.args) == 1 else str(err)
+    return " ".join(text.split())

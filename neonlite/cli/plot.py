@@ -1,0 +1,74 @@
+"""``neonlite plot LOG.h5 -o curves.png``: training and validation curves from a training log
+(needs matplotlib: ``pip install 'neonlite[plot]'``)."""
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..training_log import read_log
+from .arguments import add_verbosity
+from .errors import CommandUnavailable
+
+HELP = "plot the training cost and validation metric of a training log"
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("plot", help=HELP, description=HELP)
+    parser.add_argument("log", metavar="LOG.h5", help="a log written by neonlite train -o")
+    parser.add_argument("-o", "--output", metavar="curves.png", default="curves.png",
+                        help="image to write (format from the extension; default curves.png)")
+    add_verbosity(parser)
+    parser.set_defaults(func=command)
+
+
+def command(args):
+    log = read_log(args.log)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CommandUnavailable("neonlite plot needs matplotlib: pip install "
+                                 "'neonlite[plot]' (or pip install matplotlib)") from None
+    figure = draw(plt, log, Path(args.log).name)
+    out = Path(args.output)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    try:
+        figure.savefig(tmp, format=out.suffix.lstrip(".") or "png", dpi=120)
+        os.replace(tmp, out)
+    finally:
+        plt.close(figure)
+        if tmp.exists():
+            tmp.unlink()
+    print(f"wrote {out}")
+
+
+def draw(plt, log, title):
+    """A figure: batch cost (and its per-epoch mean) against epochs, and the validation
+    metric per epoch."""
+    batch, epoch = log["batch"], log["epoch"]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    if len(batch["cost"]):
+        position = _batch_positions(batch["epoch"])
+        left.plot(position, batch["cost"], lw=0.6, alpha=0.5, label="batch cost")
+    left.plot(epoch["index"] + 1, epoch["train_cost"], "o-", label="epoch mean")
+    left.set_xlabel("epoch")
+    left.set_ylabel("training cost")
+    left.legend()
+    evaluated = ~np.isnan(epoch["metric"])
+    right.plot(epoch["index"][evaluated] + 1, epoch["metric"][evaluated], "o-", color="C1")
+    right.set_xlabel("epoch")
+    right.set_ylabel(f"validation {log['metric'] or 'metric'}")
+    state = "" if log["complete"] else " (in progress)"
+    figure.suptitle(f"{title}{state}")
+    figure.tight_layout()
+    return figure
+
+
+def _batch_positions(epochs):
+    """x position of each batch: its epoch plus its fraction through that epoch."""
+    position = np.empty(len(epochs))
+    for e in np.unique(epochs):
+        where = np.flatnonzero(epochs == e)
+        position[where] = e + (np.arange(len(where)) + 1) / len(where)
+    return position

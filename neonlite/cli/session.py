@@ -1,0 +1,140 @@
+"""One training run from a :class:`RunConfig` and the command-line options: the code path of
+``neonlite train`` and of every ``examples/<name>.py``.
+
+Order: backend -> data -> model, cost, optimizer -> weights (``--model-file``) or the saved
+state (``--resume``) -> callbacks -> ``Model.fit``.  Everything that can be wrong with the
+configuration is checked before the first step, and nothing is written before then.
+"""
+import sys
+import time
+
+from ..backends import gen_backend
+from ..callbacks import Callbacks, ModelCheckpoint
+from ..config.datasets import make_dataset
+from ..config.errors import ConfigError
+from ..config.yaml_io import dump_yaml
+from ..layers.layer import ShapeError
+from ..serialize import CheckpointError, load_params, read_checkpoint, restore_training_state
+from ..training_log import TrainingLog
+
+
+class FirstBatches:
+    """A data iterator cut to its first ``limit`` batches per epoch (``--max-batches``);
+    everything else is the wrapped iterator's."""
+
+    def __init__(self, data, limit):
+        self.data, self.limit = data, limit
+
+    def __len__(self):
+        return min(len(self.data), self.limit)
+
+    def __iter__(self):
+        return self._cut(iter(self.data))
+
+    def batches(self, shuffle):
+        return self._cut(self.data.batches(shuffle))
+
+    def _cut(self, batches):
+        for i, batch in enumerate(batches):
+            if i == self.limit:
+                getattr(batches, "close", lambda: None)()
+                return
+            yield batch
+
+    def __getattr__(self, name):
+        return getattr(self.data, name)
+
+
+def make_backend(settings):
+    """``gen_backend`` from the run's settings; a bad data type is a one-line error."""
+    from ..config.run import DATATYPES
+    try:
+        return gen_backend(settings["backend"], batch_size=settings["batchsize"],
+                           rng_seed=settings["rng_seed"],
+                           datatype=DATATYPES[settings["datatype"]])
+    except (TypeError, ValueError) as err:
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(f"datatype: backend {settings['backend']!r} cannot run with "
+                          f"datatype {settings['datatype']!r} ({err})") from None
+
+
+def load_data(settings, data_dir, max_batches=None):
+    """(data set, train iterator, validation iterator) on the current backend."""
+    data = make_dataset(settings["dataset"], data_dir)
+    train, valid = data.train_iter, data.valid_iter
+    if max_batches:
+        train, valid = FirstBatches(train, max_batches), FirstBatches(valid, max_batches)
+    return data, train, valid
+
+
+def initialize(model, dataset, cost=None):
+    """``model.initialize`` with shape errors prefixed by the YAML key path of the layer."""
+    try:
+        model.initialize(dataset, cost)
+    except ShapeError as err:
+        path = _failing_path(model.layers) or getattr(model.layers.layers[-1], "_config_path",
+                                                      None)
+        if path is None:
+            raise
+        raise ShapeError(f"{path}: {err}") from None
+
+
+def _failing_path(layer):
+    """Key path of the innermost described layer whose configure did not finish."""
+    children = list(getattr(layer, "layers", None) or []) + \
+        list(getattr(layer, "branches", None) or [])
+    for child in children:
+        found = _failing_path(child)
+        if found:
+            return found
+    failed = layer.in_shape is not None and layer.out_shape is None
+    return getattr(layer, "_config_path", None) if failed else None
+
+
+def train(run, opts, stream=sys.stderr):
+    """Train as ``run`` (a :class:`RunConfig`, flags already applied) and ``opts`` (data_dir,
+    model_file, resume, output_file, max_batches, quiet) say.  Returns the trained model."""
+    settings = run.settings
+    begin = time.perf_counter()
+    make_backend(settings)
+    data, train_set, valid_set = load_data(settings, opts.data_dir, opts.max_batches)
+    model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
+    initialize(model, train_set, cost)
+    if opts.model_file:
+        load_params(model, read_checkpoint(opts.model_file))
+    if opts.resume:
+        ckpt = read_checkpoint(opts.resume)
+        if ckpt.config.get("layers") != run.layers_desc:
+            raise CheckpointError(f"{opts.resume}: was saved from a different network than "
+                                  f"{run.source} (the layers differ), so it cannot be resumed")
+        restore_training_state(model, optimizer, ckpt)
+    description = run.description()
+    callbacks = Callbacks(model, eval_set=valid_set if settings["eval_freq"] else None,
+                          eval_freq=settings["eval_freq"], metric=run.build_metric(),
+                          progress=not opts.quiet, quiet=opts.quiet, run_config=description)
+    for callback in run.build_callbacks():
+        callbacks.add(callback)
+    if opts.output_file:
+        callbacks.add(TrainingLog(opts.output_file, config=dump_yaml(description)))
+    if settings["save_path"]:
+        callbacks.add(ModelCheckpoint(settings["save_path"], every=settings["serialize"]))
+    say = (lambda text: None) if opts.quiet else (lambda text: print(text, file=stream,
+                                                                      flush=True))
+    start = model.epoch_index
+    say(f"{run.source}: {model.layers.param_count():,} parameters; {data.name} "
+        f"{tuple(train_set.shape)}, {_count(train_set)} train / {_count(valid_set)} valid; "
+        f"backend {settings['backend']}, batch {settings['batchsize']}, "
+        f"{settings['datatype']}, epochs {start + 1}..{settings['epochs']}")
+    model.fit(train_set, optimizer, settings["epochs"], cost, callbacks)
+    last = getattr(model, "last_eval", None)
+    result = f"; {last[0]} {last[1]:.4f}" if last else ""
+    saved = f"; checkpoint {settings['save_path']}" if settings["save_path"] else ""
+    say(f"done: {model.epoch_index - start} epochs in {time.perf_counter() - begin:.1f} s"
+        f"{result}{saved}")
+    return model
+
+
+def _count(data):
+    n = getattr(data, "ndata", None)
+    return f"{n:,}" if isinstance(n, int) else "?"

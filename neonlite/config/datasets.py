@@ -1,0 +1,84 @@
+"""The ``dataset`` entry of a run: ``dataset: shapes`` or ``dataset: {type: mnist, config:
+{...}}``.
+
+Each name maps to a data set class of :mod:`neonlite.data` whose constructor options are the
+entry's ``config`` (checked like any other object's); ``path`` (the data directory) and
+``shuffle`` are set by the run, not the YAML.  A made data set has ``shape`` (one example,
+NHWC), ``nclass``, ``train_iter`` and ``valid_iter``; ``shape`` and ``nclass`` are known
+before any file is read.
+"""
+import importlib
+import inspect
+
+from ..data.iterator import DataError
+from .build import check_type, constructor_options, type_word
+from .errors import ConfigError, did_you_mean
+
+DATASETS = {
+    "mnist": ("neonlite.data.mnist", "MNIST"),
+    "cifar10": ("neonlite.data.cifar10", "CIFAR10"),
+    "shapes": ("neonlite.data.shapes", "Shapes"),
+    "hdf5": ("neonlite.data.hdf5_iterator", "HDF5Dataset"),
+}
+SET_BY_RUN = ("path", "shuffle")
+
+
+def dataset_class(name, path="dataset"):
+    """The class behind data set ``name`` (case-insensitive)."""
+    if not isinstance(name, str) or name.lower() not in DATASETS:
+        hint = did_you_mean(name, DATASETS) if isinstance(name, str) else \
+            f"; expected one of {', '.join(DATASETS)}"
+        raise ConfigError(f"{path}: unknown data set {name!r}{hint}")
+    module, cls_name = DATASETS[name.lower()]
+    try:
+        return getattr(importlib.import_module(module), cls_name)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"{path}: data set {name!r} is not available in this install "
+                          f"({err})") from None
+
+
+def check_dataset(desc, path="dataset"):
+    """The canonical ``{type, config}`` form of a ``dataset`` entry, every option checked."""
+    if isinstance(desc, str):
+        desc = {"type": desc}
+    if not isinstance(desc, dict):
+        raise ConfigError(f"{path}: expected a data set name ({', '.join(DATASETS)}) or "
+                          f"{{type: name, config: {{...}}}}, got {type_word(desc)} ({desc!r})")
+    extra = [k for k in desc if k not in ("type", "config")]
+    if extra:
+        raise ConfigError(f"{path}.{extra[0]}: unknown key"
+                          f"{did_you_mean(extra[0], ['type', 'config'])} (a data set is "
+                          f"{{type: name, config: {{option: value}}}})")
+    if "type" not in desc:
+        raise ConfigError(f"{path}: missing 'type' (one of {', '.join(DATASETS)})")
+    cls = dataset_class(desc["type"], f"{path}.type")
+    config = desc.get("config") or {}
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}.config: expected a mapping of options, got "
+                          f"{type_word(config)} ({config!r})")
+    options = {k: v for k, v in constructor_options(cls).items() if k not in SET_BY_RUN}
+    for key, value in config.items():
+        if key not in options:
+            raise ConfigError(f"{path}.config.{key}: unknown option of data set "
+                              f"{desc['type']!r}{did_you_mean(key, options)}")
+        check_type(value, options[key], f"{path}.config.{key}")
+    missing = [k for k, d in options.items() if d is inspect.Parameter.empty and k not in config]
+    if missing:
+        raise ConfigError(f"{path}.config: missing required option '{missing[0]}' of data set "
+                          f"{desc['type']!r}")
+    return {"type": desc["type"].lower(), "config": dict(config)}
+
+
+def make_dataset(desc, data_dir=None, path="dataset"):
+    """The data set of canonical entry ``desc`` reading from data root ``data_dir``."""
+    desc = check_dataset(desc, path)
+    cls = dataset_class(desc["type"], path)
+    kwargs = dict(desc["config"])
+    if "path" in constructor_options(cls):
+        kwargs["path"] = data_dir
+    try:
+        return cls(**kwargs)
+    except (ConfigError, DataError):
+        raise
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{path}.config: {err}") from None

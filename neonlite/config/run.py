@@ -1,0 +1,206 @@
+"""The top level of a training run's YAML (neon's schema) and what it builds.
+
+Keys (see :data:`KEYS`): ``backend``, ``epochs``, ``batchsize``, ``rng_seed``, ``datatype``,
+``eval_freq``, ``metric``, ``dataset``, ``layers``, ``cost``, ``optimizer``, ``callbacks``,
+``save_path``, ``serialize``.  Any other top-level key whose value is a mapping or a list is
+allowed as a place to define YAML anchors (``wt_init: &wt_init {type: Gaussian, ...}``); a
+scalar there, or a key that looks like a misspelling of a known one, is an error.
+"""
+import numpy as np
+
+from .build import build, type_word
+from .datasets import check_dataset
+from .errors import ConfigError, closest, did_you_mean
+from .yaml_io import load_yaml, parse_yaml
+
+DATATYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "bf16": "bfloat16"}
+METRICS = {"misclassification": ("Misclassification", {}), "accuracy": ("Accuracy", {}),
+           "topk": ("TopKMisclassification", {"k": 5}), "logloss": ("LogLoss", {})}
+
+# key -> (expected python types, default; REQUIRED for none)
+REQUIRED = object()
+KEYS = {
+    "backend": ((str,), "cpu"),
+    "epochs": ((int,), 10),
+    "batchsize": ((int,), 128),
+    "rng_seed": ((int, type(None)), None),
+    "datatype": ((str,), "f32"),
+    "eval_freq": ((int,), 1),
+    "metric": ((str, dict), "misclassification"),
+    "dataset": ((str, dict), REQUIRED),
+    "layers": ((list,), REQUIRED),
+    "cost": ((str, dict), REQUIRED),
+    "optimizer": ((str, dict), REQUIRED),
+    "callbacks": ((list,), []),
+    "save_path": ((str, type(None)), None),
+    "serialize": ((int,), 0),
+}
+_POSITIVE = ("epochs", "batchsize")
+_NON_NEGATIVE = ("eval_freq", "serialize")
+
+
+class RunConfig:
+    """A checked training-run configuration.
+
+    ``settings`` holds the plain top-level values (defaults filled in); ``layers``, ``cost``,
+    ``optimizer``, ``metric`` and ``callbacks`` are made fresh by the ``build_*`` methods.
+    Every check happens in the constructor, so a bad file fails before anything runs.
+    """
+
+    def __init__(self, data, source="<config>"):
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: expected a mapping of keys (backend, epochs, layers, "
+                              f"...) at the top level, got {type_word(data)}")
+        self.source = source
+        for key, value in data.items():
+            if key not in KEYS:
+                _check_extra_key(key, value)
+        missing = [k for k, (_, d) in KEYS.items() if d is REQUIRED and k not in data]
+        if missing:
+            raise ConfigError(f"{missing[0]}: missing required key (a run needs "
+                              f"{', '.join(k for k, (_, d) in KEYS.items() if d is REQUIRED)})")
+        self.settings = {}
+        for key, (types, default) in KEYS.items():
+            value = data.get(key, default)
+            self.settings[key] = _check_setting(key, value, types)
+        self.settings["dataset"] = check_dataset(self.settings["dataset"])
+        self.settings["metric"] = _metric_desc(self.settings["metric"])
+        if not self.settings["layers"]:
+            raise ConfigError("layers: the list is empty; a model needs at least one layer")
+        # build everything once now, so every error shows before anything runs, and keep the
+        # canonical descriptions (shorthands expanded, anchors resolved) to build from later
+        raw = {k: self.settings.pop(k) for k in ("layers", "cost", "optimizer", "callbacks")}
+        self.layers_desc = [layer.get_description() for layer in _build_layers(raw["layers"])]
+        self.cost_desc = _build_cost(raw["cost"]).get_description()
+        self.optimizer_desc = build(raw["optimizer"], "optimizer", "optimizer").get_description()
+        self.metric_desc = self.build_metric().get_description()
+        self.callbacks_desc = [cb.get_description() for cb in _build_callbacks(raw["callbacks"])]
+
+    @classmethod
+    def from_file(cls, path):
+        return cls(load_yaml(path), str(path))
+
+    @classmethod
+    def from_text(cls, text, source="<string>"):
+        return cls(parse_yaml(text, source), source)
+
+    # ---- overrides and description -------------------------------------------------------------
+    def override(self, **values):
+        """Set top-level values (the CLI flags); None leaves a value as it is."""
+        for key, value in values.items():
+            if value is None:
+                continue
+            if key not in KEYS:
+                raise ConfigError(f"{key}: not a top-level key{did_you_mean(key, KEYS)}")
+            self.settings[key] = _check_setting(key, value, KEYS[key][0])
+        return self
+
+    def description(self):
+        """The whole run as plain data in canonical form: every top-level key, objects as
+        ``{type, config}`` (what checkpoints store and ``dump_yaml`` writes)."""
+        desc = {}
+        for key in KEYS:
+            built = getattr(self, f"{key}_desc", None)
+            desc[key] = built if built is not None else self.settings[key]
+        return desc
+
+    # ---- building ----------------------------------------------------------------------------
+    def build_layers(self):
+        """Fresh layer objects; each remembers its key path (``_config_path``) so a shape
+        error can point at its YAML entry."""
+        return _build_layers(self.layers_desc)
+
+    def build_model(self):
+        from ..model import Model
+        return Model(self.build_layers())
+
+    def build_cost(self):
+        return _build_cost(self.cost_desc)
+
+    def build_optimizer(self):
+        return build(self.optimizer_desc, "optimizer", "optimizer")
+
+    def build_metric(self):
+        return build(self.settings["metric"], "metric", "metric")
+
+    def build_callbacks(self):
+        return _build_callbacks(self.callbacks_desc)
+
+    @property
+    def datatype(self):
+        return DATATYPES[self.settings["datatype"]]
+
+
+def _check_extra_key(key, value):
+    near = closest(key, KEYS)
+    if near is not None:
+        raise ConfigError(f"{key}: unknown key; did you mean '{near}'?")
+    if not isinstance(value, (dict, list)):
+        raise ConfigError(f"{key}: unknown key{did_you_mean(key, KEYS)} (other top-level keys "
+                          f"may only hold mappings or lists, for YAML anchors)")
+
+
+def _check_setting(key, value, types):
+    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        names = " or ".join(type_word(t()) if t is not type(None) else "null" for t in types)
+        raise ConfigError(f"{key}: expected {names}, got {type_word(value)} ({value!r})")
+    if key in _POSITIVE and value < 1:
+        raise ConfigError(f"{key}: expected a positive integer, got {value}")
+    if key in _NON_NEGATIVE and value < 0:
+        raise ConfigError(f"{key}: expected an integer >= 0, got {value}")
+    if key == "datatype" and value not in DATATYPES:
+        raise ConfigError(f"datatype: unknown data type {value!r}"
+                          f"{did_you_mean(value, DATATYPES)}")
+    if key == "backend":
+        from ..backends import available_backends
+        if value not in available_backends():
+            raise ConfigError(f"backend: unknown backend {value!r}"
+                              f"{did_you_mean(value, available_backends())}")
+    return value
+
+
+def _metric_desc(value):
+    if isinstance(value, str) and value.lower() in METRICS:
+        name, config = METRICS[value.lower()]
+        return {"type": name, "config": dict(config)}
+    return value
+
+
+def _build_layers(descs):
+    layers = []
+    for i, desc in enumerate(descs):
+        layer = build(desc, "layer", f"layers[{i}]")
+        _mark_paths(layer, f"layers[{i}]")
+        layers.append(layer)
+    return layers
+
+
+def _build_cost(desc):
+    from ..layers.cost import GeneralizedCost
+    cost = build(desc, "cost", "cost")
+    return cost if isinstance(cost, GeneralizedCost) else GeneralizedCost(cost)
+
+
+def _build_callbacks(descs):
+    return [build(desc, "callback", f"callbacks[{i}]") for i, desc in enumerate(descs)]
+
+
+def _mark_paths(layer, path):
+    """Record ``path`` on ``layer`` and the key paths of the layers nested in its config."""
+    layer._config_path = path
+    for key in ("layers", "branches"):
+        children = getattr(layer, "_given_args", {}) or {}
+        value = children.get(key)
+        if isinstance(value, list):
+            _mark_list(value, f"{path}.config.{key}")
+
+
+def _mark_list(items, path):
+    for i, item in enumerate(items):
+        if isinstance(item, list):
+            _mark_list(item, f"{path}[{i}]")
+        elif hasattr(item, "_given_args"):
+            _mark_paths(item, f"{path}[{i}]")
+
+
+__all__ = ["RunConfig", "KEYS", "DATATYPES", "METRICS"]

@@ -1,0 +1,260 @@
+"""Checkpoints: one HDF5 file holding everything needed to rebuild a model and continue its
+training exactly.
+
+Layout (format version :data:`FORMAT_VERSION`)::
+
+    /                 attrs: format="neonlite-checkpoint", format_version, neonlite_version
+    /config           the run description as YAML text (layers, cost, optimizer, and for a
+                      CLI run every top-level key); the network is rebuilt from it
+    /params/<name>    every parameter and buffer (``Model.get_params()``), in model order
+                      (attr ``names`` on /params keeps the order)
+    /optimizer        attr ``state``: JSON of the optimizer's ``state_dict()`` (its step; one
+                      per entry of a MultiOptimizer)
+    /optimizer/states/<param name>/<key>   each Parameter.states tensor (velocity, m, v, ...)
+    /progress         attrs epoch_index, step_index, in_shape
+    /rng              attrs ``host`` (the backend's host RNG, JSON) and ``device`` (the
+                      backend's device RNG where it has one, JSON)
+
+Only arrays, numbers and strings are read back: loading never runs code.  A checkpoint is
+written to a temporary name in the same folder and renamed into place, so an interrupted save
+leaves the previous file (or none), never a broken one.
+"""
+import json
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = "neonlite-checkpoint"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A file that is not a usable checkpoint; the message names the file and the problem."""
+
+
+class Checkpoint:
+    """What :func:`read_checkpoint` found: ``config`` (dict), ``params`` (OrderedDict
+    name -> ndarray), ``states`` ({param name: {key: ndarray}}), ``optimizer_state`` (dict or
+    None), ``epoch_index``, ``step_index``, ``in_shape``
+    (tuple), ``rng`` ({"host": state, "device": state or None})."""
+
+    def __init__(self, path, **fields):
+        self.path = path
+        self.__dict__.update(fields)
+
+
+# ---- writing ---------------------------------------------------------------------------------
+def save_checkpoint(path, model, optimizer=None, config=None):
+    """Write ``model`` (initialized), ``optimizer`` state and the RNG state to ``path``.
+
+    ``config`` is the run description to store (a dict, e.g. ``RunConfig.description()``);
+    by default ``model.get_description()``.
+    """
+    import h5py
+
+    from . import __version__
+    from .config.yaml_io import dump_yaml
+
+    model._require_initialized("save")
+    optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+    if config is None:
+        config = model.get_description()
+    text = dump_yaml(config)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["format"] = FORMAT
+            f.attrs["format_version"] = FORMAT_VERSION
+            f.attrs["neonlite_version"] = __version__
+            f.create_dataset("config", data=text, dtype=h5py.string_dtype())
+            _write_params(f, model)
+            _write_optimizer(f, model, optimizer)
+            progress = f.create_group("progress")
+            progress.attrs["epoch_index"] = int(model.epoch_index)
+            progress.attrs["step_index"] = int(model.step_index)
+            progress.attrs["in_shape"] = np.asarray(model.in_shape, dtype=np.int64)
+            rng = f.create_group("rng")
+            rng.attrs["host"] = json.dumps(model.be.rng.bit_generator.state)
+            if hasattr(model.be, "device_rng_state"):
+                rng.attrs["device"] = json.dumps(model.be.device_rng_state())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def _write_params(f, model):
+    params = model.get_params()
+    group = f.create_group("params")
+    group.attrs["names"] = json.dumps(list(params))
+    for name, value in params.items():
+        group.create_dataset(name, data=value)
+
+
+def _write_optimizer(f, model, optimizer):
+    group = f.create_group("optimizer")
+    if optimizer is None:
+        return
+    group.attrs["state"] = json.dumps(_plain(_optimizer_state(optimizer)))
+    states = group.create_group("states")
+    for param in model.parameters():
+        if param.states:
+            sub = states.create_group(param.name)
+            for key, tensor in param.states.items():
+                sub.create_dataset(key, data=tensor.get())
+
+
+def _optimizers(optimizer):
+    """``{key: optimizer}``: the entries of a MultiOptimizer, else ``{"default": it}``."""
+    mapping = getattr(optimizer, "mapping", None)
+    return dict(mapping) if mapping is not None else {"default": optimizer}
+
+
+def _optimizer_state(optimizer):
+    return {key: opt.state_dict() for key, opt in _optimizers(optimizer).items()}
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+# ---- reading ---------------------------------------------------------------------------------
+def read_checkpoint(path):
+    """A :class:`Checkpoint` read from ``path``; :class:`CheckpointError` for a missing,
+    truncated or foreign file or an unsupported format version."""
+    import h5py
+
+    from .config.errors import ConfigError
+    from .config.yaml_io import parse_yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as err:
+        raise CheckpointError(f"{path}: not a readable HDF5 file; it may be truncated or not a "
+                              f"neonlite checkpoint ({err})") from None
+    with f:
+        _check_format(path, f)
+        try:
+            text = f["config"][()]
+            text = text.decode("utf-8") if isinstance(text, bytes) else str(text)
+            names = json.loads(f["params"].attrs["names"])
+            params = OrderedDict((n, f["params"][n][()]) for n in names)
+            opt = f["optimizer"]
+            optimizer_state = json.loads(opt.attrs["state"]) if "state" in opt.attrs else None
+            states = {}
+            if "states" in opt:
+                opt["states"].visititems(lambda name, obj: _collect_state(states, name, obj))
+            progress = f["progress"].attrs
+            rng = f["rng"].attrs
+            fields = dict(
+                params=params, states=states, optimizer_state=optimizer_state,
+                epoch_index=int(progress["epoch_index"]),
+                step_index=int(progress["step_index"]),
+                in_shape=tuple(int(s) for s in progress["in_shape"]),
+                rng={"host": json.loads(rng["host"]),
+                     "device": json.loads(rng["device"]) if "device" in rng else None})
+        except (KeyError, ValueError, TypeError, OSError) as err:
+            raise CheckpointError(f"{path}: damaged checkpoint: cannot read its contents "
+                                  f"({type(err).__name__}: {err})") from None
+    try:
+        config = parse_yaml(text, f"{path}:/config")
+    except ConfigError as err:
+        raise CheckpointError(f"{path}: damaged checkpoint: {err}") from None
+    return Checkpoint(path, config=config, **fields)
+
+
+def _collect_state(states, name, obj):
+    import h5py
+    if isinstance(obj, h5py.Dataset):
+        param, key = name.rsplit("/", 1)
+        states.setdefault(param, {})[key] = obj[()]
+
+
+def _check_format(path, f):
+    fmt = f.attrs.get("format")
+    if isinstance(fmt, bytes):
+        fmt = fmt.decode()
+    if fmt != FORMAT:
+        raise CheckpointError(f"{path}: not a neonlite checkpoint (an HDF5 file without the "
+                              f"'{FORMAT}' format mark)")
+    version = int(f.attrs.get("format_version", -1))
+    if version > FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {version} is newer than this "
+                              f"neonlite reads (up to {FORMAT_VERSION}); upgrade neonlite")
+    if version < FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {version} is older than this "
+                              f"neonlite reads (version {FORMAT_VERSION}); re-save it with the "
+                              f"neonlite release that wrote it, or retrain")
+
+
+# ---- restoring -------------------------------------------------------------------------------
+class ShapeStub:
+    """Stands in for a data set where only the example shape is needed (``initialize``)."""
+
+    def __init__(self, shape, name="checkpoint"):
+        self.shape, self.name, self.target_shape = tuple(shape), name, None
+
+
+def build_model(ckpt):
+    """A :class:`Model` rebuilt from a checkpoint's description, initialized for its input
+    shape on the current backend, with the checkpoint's parameters loaded."""
+    from .config.errors import ConfigError
+    from .model import Model
+
+    try:
+        model = Model.from_description(ckpt.config)
+        model.initialize(ShapeStub(ckpt.in_shape))
+    except ConfigError as err:
+        raise CheckpointError(f"{ckpt.path}: its network description does not build: "
+                              f"{err}") from None
+    load_params(model, ckpt)
+    return model
+
+
+def load_params(model, ckpt):
+    """Set ``model``'s parameters and buffers from ``ckpt`` (names and shapes must match)."""
+    try:
+        model.set_params(ckpt.params)
+    except (KeyError, ValueError) as err:
+        message = err.args[0] if err.args else str(err)
+        raise CheckpointError(f"{ckpt.path}: does not fit this network: {message}") from None
+
+
+def restore_training_state(model, optimizer, ckpt):
+    """Continue where ``ckpt`` stopped: parameters, optimizer state and step, epoch and step
+    counters, and the backend's RNG states (so shuffling and dropout go on identically).
+    Call after every other set-up step that draws random numbers (model initialization)."""
+    load_params(model, ckpt)
+    be = model.be
+    by_name = {p.name: p for p in model.parameters()}
+    unknown = [name for name in ckpt.states if name not in by_name]
+    if unknown:
+        raise CheckpointError(f"{ckpt.path}: optimizer state for unknown parameter "
+                              f"'{unknown[0]}'")
+    for name, keys in ckpt.states.items():
+        param = by_name[name]
+        param.states = {key: be.array(value, dtype=value.dtype) for key, value in keys.items()}
+    if optimizer is not None and ckpt.optimizer_state is not None:
+        entries = _optimizers(optimizer)
+        if set(entries) != set(ckpt.optimizer_state):
+            raise CheckpointError(f"{ckpt.path}: holds the state of optimizer entries "
+                                  f"{sorted(ckpt.optimizer_state)} but this run's optimizer has "
+                                  f"{sorted(entries)}")
+        for key, opt in entries.items():
+            opt.load_state_dict(ckpt.optimizer_state[key])
+    model.epoch_index, model.step_index = ckpt.epoch_index, ckpt.step_index
+    be.rng.bit_generator.state = ckpt.rng["host"]
+    if ckpt.rng["device"] is not None and hasattr(be, "set_device_rng_state"):
+        be.set_device_rng_state(ckpt.rng["device"])

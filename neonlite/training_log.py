@@ -1,0 +1,159 @@
+"""The training log (``neonlite train -o LOG.h5``): per-batch cost and per-epoch validation
+metric and times, in one HDF5 file that is readable at any moment of the run.
+
+Layout (format version :data:`FORMAT_VERSION`)::
+
+    /               attrs: format="neonlite-training-log", format_version, metric (name),
+                    complete (False while the run goes on), config (the run's YAML, if given)
+    /batch/cost     (B,) float64: the cost of every batch, in order
+    /batch/epoch    (B,) int64: the epoch (from 0) of each batch
+    /batch/time     (B,) float64: seconds since the run started, at the end of each batch
+    /epoch/index    (E,) int64: epoch numbers (from 0)
+    /epoch/train_cost (E,) float64: mean batch cost of the epoch
+    /epoch/metric   (E,) float64: the validation metric after the epoch (NaN: not evaluated)
+    /epoch/seconds  (E,) float64: wall time of the epoch
+    /epoch/time     (E,) float64: seconds since the run started, at the end of the epoch
+
+The log is rewritten to a temporary file and renamed over the old one at the end of every
+epoch and at most every ``flush_interval`` seconds within one, so a reader (``neonlite plot``,
+``h5py.File(path, "r")``) always opens a complete file, never a half-written one.  A resumed
+run (``--resume``) keeps the records of the epochs before the one it resumes at.
+"""
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .callbacks import Callback
+
+FORMAT = "neonlite-training-log"
+FORMAT_VERSION = 1
+_BATCH = {"cost": np.float64, "epoch": np.int64, "time": np.float64}
+_EPOCH = {"index": np.int64, "train_cost": np.float64, "metric": np.float64,
+          "seconds": np.float64, "time": np.float64}
+
+
+class LogError(ValueError):
+    """A file that is not a readable training log; the message names it and says why."""
+
+
+class TrainingLog(Callback):
+    """Callback writing the training log at ``path`` (see the module docstring); ``config``
+    is the run's YAML text to store with it."""
+
+    describable = False
+
+    def __init__(self, path, flush_interval=10.0, config=None):
+        self.path = Path(path)
+        self.flush_interval = float(flush_interval)
+        self.config = config
+        self.batch = {k: [] for k in _BATCH}
+        self.epoch = {k: [] for k in _EPOCH}
+        self.metric_name = ""
+
+    def on_train_begin(self, dataset, num_epochs):
+        self.offset = 0.0
+        if self.model.epoch_index > 0 and self.path.is_file():
+            self._keep_earlier(read_log(self.path), self.model.epoch_index)
+        self.start = time.perf_counter()
+        self.last_write = self.start
+        self._write(complete=False)
+
+    def _keep_earlier(self, log, epoch_index):
+        """Carry over the records of epochs before ``epoch_index`` from an earlier run."""
+        keep_b = log["batch"]["epoch"] < epoch_index
+        keep_e = log["epoch"]["index"] < epoch_index
+        for k in _BATCH:
+            self.batch[k] = list(log["batch"][k][keep_b])
+        for k in _EPOCH:
+            self.epoch[k] = list(log["epoch"][k][keep_e])
+        self.metric_name = log["metric"]
+        times = self.epoch["time"]
+        self.offset = float(times[-1]) if times else 0.0
+
+    def _now(self):
+        return self.offset + time.perf_counter() - self.start
+
+    def on_epoch_begin(self, epoch):
+        self.epoch_start = time.perf_counter()
+        self.epoch_costs = []
+
+    def on_minibatch_end(self, epoch, batch, cost):
+        self.batch["cost"].append(float(cost))
+        self.batch["epoch"].append(epoch)
+        self.batch["time"].append(self._now())
+        self.epoch_costs.append(float(cost))
+        if time.perf_counter() - self.last_write >= self.flush_interval:
+            self._write(complete=False)
+
+    def on_epoch_end(self, epoch):
+        last = getattr(self.model, "last_eval", None)
+        fresh = last is not None and last[2] == epoch
+        if fresh:
+            self.metric_name = last[0]
+        self.epoch["index"].append(epoch)
+        self.epoch["train_cost"].append(float(np.mean(self.epoch_costs))
+                                        if self.epoch_costs else np.nan)
+        self.epoch["metric"].append(float(last[1]) if fresh else np.nan)
+        self.epoch["seconds"].append(time.perf_counter() - self.epoch_start)
+        self.epoch["time"].append(self._now())
+        self._write(complete=False)
+
+    def on_train_end(self):
+        self._write(complete=True)
+
+    def _write(self, complete):
+        import h5py
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
+        try:
+            with h5py.File(tmp, "w") as f:
+                f.attrs["format"] = FORMAT
+                f.attrs["format_version"] = FORMAT_VERSION
+                f.attrs["metric"] = self.metric_name
+                f.attrs["complete"] = bool(complete)
+                if self.config is not None:
+                    f.attrs["config"] = self.config
+                for group, columns, types in (("batch", self.batch, _BATCH),
+                                              ("epoch", self.epoch, _EPOCH)):
+                    g = f.create_group(group)
+                    for key, dtype in types.items():
+                        g.create_dataset(key, data=np.asarray(columns[key], dtype=dtype))
+            os.replace(tmp, self.path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        self.last_write = time.perf_counter()
+
+
+def read_log(path):
+    """``{"batch": {column: array}, "epoch": {column: array}, "metric": name, "complete":
+    bool, "config": text or None}`` from the log at ``path``; :class:`LogError` otherwise."""
+    import h5py
+    path = Path(path)
+    if not path.is_file():
+        raise LogError(f"{path}: no such training log")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as err:
+        raise LogError(f"{path}: not a readable HDF5 file ({err})") from None
+    with f:
+        fmt = f.attrs.get("format")
+        if (fmt.decode() if isinstance(fmt, bytes) else fmt) != FORMAT:
+            raise LogError(f"{path}: not a neonlite training log (no '{FORMAT}' format mark; a "
+                           f"checkpoint is not a log: make one with neonlite train -o LOG.h5)")
+        version = int(f.attrs.get("format_version", -1))
+        if version != FORMAT_VERSION:
+            raise LogError(f"{path}: training log format version {version}; this neonlite "
+                           f"reads version {FORMAT_VERSION}")
+        try:
+            log = {group: {k: f[group][k][()] for k in cols}
+                   for group, cols in (("batch", _BATCH), ("epoch", _EPOCH))}
+        except KeyError as err:
+            raise LogError(f"{path}: damaged training log (missing {err})") from None
+        log["metric"] = str(f.attrs.get("metric", ""))
+        log["complete"] = bool(f.attrs.get("complete", False))
+        config = f.attrs.get("config")
+        log["config"] = config.decode() if isinstance(config, bytes) else config
+    return log
