@@ -1,11 +1,19 @@
-"""The CPU backend: tensors are numpy arrays, op-trees are evaluated by numpy, GEMMs go to
-numpy's BLAS, and convolution, pooling and normalization run as vectorized numpy
-(``numpy_conv``, ``numpy_norm``)."""
+"""The CPU backend: tensors are numpy arrays and GEMMs go to numpy's BLAS.
+
+Convolution patch gathering, pooling, normalization, softmax-cross-entropy and elementwise
+op-trees run as compiled C kernels (``cpu_kernels``, ``cpu_optree``: C + OpenMP through cffi,
+built on first use) for float32 and float64; the vectorized numpy implementations
+(``numpy_conv``, ``numpy_norm``, ``numpy_ops``) are the reference, and run every case the
+kernels do not take (float16, non-contiguous views, a machine without a C compiler).
+"""
 import numpy as np
 
 from . import numpy_conv, numpy_norm, numpy_rows
 from .backend import Backend, Tensor
+from .cpu_kernels import CPUKernels
+from .cpu_optree import OpTreeMachine
 from .numpy_ops import evaluate
+from .optree import OpNode
 
 
 class CPUTensor(Tensor):
@@ -53,7 +61,7 @@ class CPUTensor(Tensor):
         return CPUTensor(self.backend, self._ary[_index(index)])
 
     def __setitem__(self, index, value):
-        evaluate(self._ary[_index(index)], value)
+        self.backend._evaluate(self._ary[_index(index)], value)
 
     def __array__(self, dtype=None, copy=None):
         return self._ary if dtype is None else self._ary.astype(dtype)
@@ -81,6 +89,15 @@ class CPUBackend(Backend):
             raise ValueError(f"the cpu backend stores float16, float32 or float64, not "
                              f"{self.dtype.name}")
         self._device_rng = np.random.default_rng(None if rng_seed is None else rng_seed + 1)
+        self.kernels = CPUKernels()
+        self._machine = OpTreeMachine(self.kernels)
+        self._gemm_scratch = {}
+
+    def _evaluate(self, out, value):
+        """out (ndarray)[...] = value (op-tree, tensor, array or scalar)."""
+        if not (isinstance(value, OpNode) and self._machine.run(out, value)):
+            evaluate(out, value)
+        return out
 
     def empty(self, shape, dtype=None, name=None):
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
@@ -91,58 +108,73 @@ class CPUBackend(Backend):
         return CPUTensor(self, np.array(ary, dtype=np.dtype(dtype or self.dtype)), name)
 
     def execute(self, out, optree):
-        evaluate(out._ary, optree)
+        self._evaluate(out._ary, optree)
         return out
 
     def compound_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
         a = A._ary.T if transA else A._ary
         b = B._ary.T if transB else B._ary
-        _gemm_into(C._ary, a, b, alpha, beta)
+        _gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch)
         return C
 
     def batched_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
         a = np.swapaxes(A._ary, -1, -2) if transA else A._ary
         b = np.swapaxes(B._ary, -1, -2) if transB else B._ary
-        _gemm_into(C._ary, a, b, alpha, beta)
+        _gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch)
         return C
 
     def fprop_conv(self, plan, I, F, O):
-        numpy_conv.fprop_conv(plan, I._ary, F._ary, O._ary)
+        if not self.kernels.fprop_conv(plan, I._ary, F._ary, O._ary):
+            numpy_conv.fprop_conv(plan, I._ary, F._ary, O._ary)
 
     def bprop_conv(self, plan, F, E, grad_I, beta=0.0):
-        numpy_conv.bprop_conv(plan, F._ary, E._ary, grad_I._ary, beta)
+        if not self.kernels.bprop_conv(plan, F._ary, E._ary, grad_I._ary, beta):
+            numpy_conv.bprop_conv(plan, F._ary, E._ary, grad_I._ary, beta)
 
     def update_conv(self, plan, I, E, grad_F, beta=0.0):
-        numpy_conv.update_conv(plan, I._ary, E._ary, grad_F._ary, beta)
+        if not self.kernels.update_conv(plan, I._ary, E._ary, grad_F._ary, beta):
+            numpy_conv.update_conv(plan, I._ary, E._ary, grad_F._ary, beta)
 
     def fprop_pool(self, plan, I, O):
-        numpy_conv.fprop_pool(plan, I._ary, O._ary)
+        if not self.kernels.fprop_pool(plan, I._ary, O._ary):
+            numpy_conv.fprop_pool(plan, I._ary, O._ary)
 
     def bprop_pool(self, plan, E, grad_I, beta=0.0):
-        numpy_conv.bprop_pool(plan, E._ary, grad_I._ary, beta)
+        if not self.kernels.bprop_pool(plan, E._ary, grad_I._ary, beta):
+            numpy_conv.bprop_pool(plan, E._ary, grad_I._ary, beta)
 
     def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
                         eps=1e-5, momentum=0.9, inference=False):
-        numpy_norm.batchnorm_fprop(*map(_ary, (x, gamma, beta, y, xhat, mean, invstd,
-                                               running_mean, running_var)),
-                                   eps, momentum, inference)
+        arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, mean, invstd, running_mean,
+                                  running_var)))
+        if not self.kernels.batchnorm_fprop(*arrays, eps, momentum, inference):
+            numpy_norm.batchnorm_fprop(*arrays, eps, momentum, inference)
 
     def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
-        numpy_norm.batchnorm_bprop(*map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)),
-                                   beta_acc)
+        arrays = tuple(map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
+        if not self.kernels.batchnorm_bprop(*arrays, beta_acc):
+            numpy_norm.batchnorm_bprop(*arrays, beta_acc)
 
     def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):
-        numpy_norm.layernorm_fprop(*map(_ary, (x, gamma, beta, y, xhat, invstd)), eps)
+        arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, invstd)))
+        if not self.kernels.layernorm_fprop(*arrays, eps):
+            numpy_norm.layernorm_fprop(*arrays, eps)
 
     def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
-        numpy_norm.layernorm_bprop(*map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
+        arrays = tuple(map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
+        if not self.kernels.layernorm_bprop(*arrays):
+            numpy_norm.layernorm_bprop(*arrays)
 
     def softmax(self, x, out, axis=-1):
-        numpy_norm.softmax(x._ary, out._ary, axis)
+        if not self.kernels.softmax(x._ary, out._ary, axis):
+            numpy_norm.softmax(x._ary, out._ary, axis)
 
     def softmax_cross_entropy(self, logits, targets, probs, grad, scale=1.0):
-        return numpy_norm.softmax_cross_entropy(logits._ary, targets._ary, probs._ary,
-                                                grad._ary, scale)
+        arrays = tuple(map(_ary, (logits, targets, probs, grad)))
+        loss = self.kernels.softmax_cross_entropy(*arrays, scale)
+        if loss is None:
+            loss = numpy_norm.softmax_cross_entropy(*arrays, scale)
+        return loss
 
     def masked_softmax(self, x, out, scale=1.0, causal=False, key_mask=None):
         numpy_norm.masked_softmax(x._ary, out._ary, scale, causal,
@@ -161,8 +193,12 @@ class CPUBackend(Backend):
         np.copyto(out._ary, np.transpose(x._ary, axes))
 
     def uniform(self, out, low=0.0, high=1.0):
-        out._ary[...] = self._device_rng.random(out.shape, dtype=np.float64
-                                                if out.dtype == np.float64 else np.float32)
+        ary = out._ary
+        if ary.dtype in (np.float32, np.float64) and ary.flags.c_contiguous:
+            self._device_rng.random(out=ary, dtype=ary.dtype)
+        else:
+            ary[...] = self._device_rng.random(out.shape, dtype=np.float64
+                                               if out.dtype == np.float64 else np.float32)
         if (low, high) != (0.0, 1.0):
             out._ary *= high - low
             out._ary += low
@@ -176,16 +212,21 @@ class CPUBackend(Backend):
         self._device_rng.bit_generator.state = state
 
 
-def _gemm_into(c, a, b, alpha, beta):
+def _gemm_into(c, a, b, alpha, beta, scratch):
+    """c = alpha * a @ b + beta * c; with beta != 0 the product goes through a buffer kept in
+    ``scratch`` (keyed by shape and dtype), so repeated calls allocate nothing."""
     if beta == 0.0:
         np.matmul(a, b, out=c)
         if alpha != 1.0:
             c *= alpha
-    else:
-        product = np.matmul(a, b)
-        if alpha != 1.0:
-            product *= alpha
-        if beta != 1.0:
-            c *= beta
-        c += product
-
+        return
+    key = (c.shape, c.dtype)
+    product = scratch.get(key)
+    if product is None:
+        product = scratch[key] = np.empty(c.shape, dtype=c.dtype)
+    np.matmul(a, b, out=product)
+    if alpha != 1.0:
+        product *= alpha
+    if beta != 1.0:
+        c *= beta
+    c += product

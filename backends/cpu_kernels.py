@@ -1,0 +1,303 @@
+"""The CPU backend's compiled kernels: C with OpenMP (``kernels/cpu/*.c``) called through cffi,
+with numpy's BLAS for the GEMMs.
+
+Every method takes numpy arrays and returns True when it did the work, or False when the case
+is not one the C kernels take (a dtype other than float32/float64, a non-contiguous array, no
+compiled kernels), in which case the backend runs its numpy reference instead.
+
+The kernels of a source are built (or loaded from the kernel cache) the first time one of them
+is needed.  Where they cannot be built (no C compiler, or ``NEONLITE_CPU_KERNELS=0``) the
+backend runs on numpy alone and says so once per process, in one line, on the ``neonlite``
+logger.
+
+Convolution works through the batch in chunks of whole images: patches of a chunk are gathered
+(``im2col``) into a buffer sized to stay in cache, multiplied by BLAS into the output rows of
+that chunk, and for the data gradient multiplied back and scatter-added (``col2im``).  Work
+buffers live on the plan and are made on its first use.
+"""
+import logging
+import os
+
+import numpy as np
+
+from .numpy_conv import _accumulate, _is_pointwise
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_CHUNK_BYTES = 4 << 20
+_logger = logging.getLogger("neonlite")
+
+
+def _contiguous(*arrays):
+    dtype = arrays[0].dtype
+    return dtype in _FLOATS and all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
+
+
+class CPUKernels:
+    """Lazily built C kernels for one CPU backend (see the module docstring).
+
+    ``builder`` is a :class:`~neonlite.kernels.build.Builder` (default: the process's).
+    """
+
+    def __init__(self, builder=None):
+        self._builder = builder
+        self._modules = {}
+
+    @property
+    def builder(self):
+        if self._builder is None:
+            from ..kernels.build import default_builder
+            self._builder = default_builder()
+        return self._builder
+
+    def unavailable_reason(self):
+        """Why the kernels cannot be built here (None while nothing has failed)."""
+        if os.environ.get("NEONLITE_CPU_KERNELS", "").strip() == "0":
+            return "NEONLITE_CPU_KERNELS=0"
+        return self.builder.unavailable.get("cpu")
+
+    def active(self, dtype=np.float32):
+        """True when the kernels for ``dtype`` are built and in use (builds them if needed)."""
+        return self.module("optree", np.dtype(dtype)) is not None
+
+    def module(self, stem, dtype):
+        """The cffi module of C source ``stem`` for ``dtype``, or None (numpy must run)."""
+        found = self._modules.get((stem, dtype))
+        if found is not None or dtype not in _FLOATS:
+            return found
+        if self.unavailable_reason() is not None:
+            self._say_unavailable()
+            return None
+        from ..kernels.specs import cpu_variant
+        from ..kernels.toolchain import CompileError, CompilerNotFound
+        try:
+            found = self.builder.load_cpu(cpu_variant(stem, dtype))
+        except CompilerNotFound as err:
+            self._mark_unavailable(str(err))
+            return None
+        except (CompileError, ImportError, OSError) as err:
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            self._mark_unavailable(f"{first} (`python -m neonlite.kernels.cli build` shows the "
+                                   f"compiler log)")
+            return None
+        self._modules[(stem, dtype)] = found
+        return found
+
+    def _mark_unavailable(self, reason):
+        self.builder.unavailable["cpu"] = reason
+        self._say_unavailable()
+
+    def _say_unavailable(self):
+        if "cpu" not in self.builder.announced:
+            self.builder.announced.add("cpu")
+            _logger.warning("neonlite: the cpu backend runs without its compiled kernels "
+                            "(numpy only): %s", self.unavailable_reason())
+
+    def _usable(self, stem, *arrays):
+        if not _contiguous(*arrays):
+            return None
+        return self.module(stem, arrays[0].dtype)
+
+    # ---- convolution -------------------------------------------------------------------------
+    def _conv_work(self, plan, module, dtype):
+        """(geometry struct, patch buffer, weight-gradient buffer, images per chunk)."""
+        work = getattr(plan, "_ckernel_conv", None)
+        if work is not None and work[0] is module:
+            return work[1:]
+        geom = module.ffi.new("conv_geom *", {
+            "N": plan.N, "H": plan.H, "W": plan.W, "C": plan.C, "P": plan.P, "Q": plan.Q,
+            "R": plan.R, "S": plan.S, "pad_h": plan.pad_h, "pad_w": plan.pad_w,
+            "str_h": plan.str_h, "str_w": plan.str_w, "dil_h": plan.dil_h,
+            "dil_w": plan.dil_w})
+        row = plan.R * plan.S * plan.C
+        image_bytes = plan.P * plan.Q * row * dtype.itemsize
+        per_chunk = int(max(1, min(plan.N, _CHUNK_BYTES // max(image_bytes, 1))))
+        cols = np.empty((per_chunk * plan.P * plan.Q, row), dtype=dtype)
+        dw = np.empty((row, plan.K), dtype=dtype)
+        plan._ckernel_conv = (module, geom, cols, dw, per_chunk)
+        return plan._ckernel_conv[1:]
+
+    @staticmethod
+    def _chunks(n, per_chunk):
+        return ((n0, min(n, n0 + per_chunk)) for n0 in range(0, n, per_chunk))
+
+    def fprop_conv(self, plan, x, f, o):
+        """o (N, P, Q, K) = conv(x (N, H, W, C), f (R, S, C, K))."""
+        module = self._usable("conv", x, f, o)
+        if module is None:
+            return False
+        K, PQ = plan.K, plan.P * plan.Q
+        f2, o2 = f.reshape(-1, K), o.reshape(-1, K)
+        if _is_pointwise(plan):
+            np.matmul(x.reshape(-1, plan.C), f2, out=o2)
+            return True
+        geom, cols, _, per_chunk = self._conv_work(plan, module, x.dtype)
+        ffi, lib = module.ffi, module.lib
+        xp, cp = ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", cols)
+        for n0, n1 in self._chunks(x.shape[0], per_chunk):
+            lib.im2col(xp, cp, geom, n0, n1)
+            np.matmul(cols[:(n1 - n0) * PQ], f2, out=o2[n0 * PQ:n1 * PQ])
+        return True
+
+    def update_conv(self, plan, x, e, grad_f, beta=0.0):
+        """grad_f (R, S, C, K) = beta * grad_f + patches(x)^T @ e (N*P*Q, K)."""
+        module = self._usable("conv", x, e, grad_f)
+        if module is None:
+            return False
+        K, PQ = plan.K, plan.P * plan.Q
+        e2, g2 = e.reshape(-1, K), grad_f.reshape(-1, K)
+        geom, cols, dw, per_chunk = self._conv_work(plan, module, x.dtype)
+        if _is_pointwise(plan):
+            np.matmul(x.reshape(-1, plan.C).T, e2, out=dw)
+            _accumulate(g2, dw, beta)
+            return True
+        ffi, lib = module.ffi, module.lib
+        xp, cp = ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", cols)
+        for i, (n0, n1) in enumerate(self._chunks(x.shape[0], per_chunk)):
+            lib.im2col(xp, cp, geom, n0, n1)
+            np.matmul(cols[:(n1 - n0) * PQ].T, e2[n0 * PQ:n1 * PQ], out=dw)
+            _accumulate(g2, dw, beta if i == 0 else 1.0)
+        return True
+
+    def bprop_conv(self, plan, f, e, grad_x, beta=0.0):
+        """grad_x (N, H, W, C) = beta * grad_x + data gradient of e (N, P, Q, K) through f."""
+        module = self._usable("conv", f, e, grad_x)
+        if module is None:
+            return False
+        K, PQ = plan.K, plan.P * plan.Q
+        e2, fT = e.reshape(-1, K), f.reshape(-1, K).T
+        geom, cols, _, per_chunk = self._conv_work(plan, module, e.dtype)
+        if _is_pointwise(plan):
+            gx = grad_x.reshape(-1, plan.C)
+            if beta == 0.0:
+                np.matmul(e2, fT, out=gx)
+                return True
+            for n0, n1 in self._chunks(e.shape[0], per_chunk):
+                rows = slice(n0 * PQ, n1 * PQ)
+                np.matmul(e2[rows], fT, out=cols[:(n1 - n0) * PQ])
+                _accumulate(gx[rows], cols[:(n1 - n0) * PQ], beta)
+            return True
+        ffi, lib = module.ffi, module.lib
+        gp, cp = ffi.from_buffer("real[]", grad_x), ffi.from_buffer("real[]", cols)
+        for n0, n1 in self._chunks(e.shape[0], per_chunk):
+            np.matmul(e2[n0 * PQ:n1 * PQ], fT, out=cols[:(n1 - n0) * PQ])
+            lib.col2im(cp, gp, geom, n0, n1, beta)
+        return True
+
+    # ---- pooling -----------------------------------------------------------------------------
+    def _pool_work(self, plan, module, n):
+        work = getattr(plan, "_ckernel_pool", None)
+        if work is not None and work[0] is module and work[1].N == n:
+            return work[1:]
+        geom = module.ffi.new("pool_geom *", {
+            "N": n, "H": plan.H, "W": plan.W, "C": plan.C, "P": plan.P, "Q": plan.Q,
+            "R": plan.R, "S": plan.S, "pad_h": plan.pad_h, "pad_w": plan.pad_w,
+            "str_h": plan.str_h, "str_w": plan.str_w})
+        argmax = np.zeros((n, plan.P, plan.Q, plan.C), dtype=np.int32)
+        plan._ckernel_pool = (module, geom, argmax)
+        return plan._ckernel_pool[1:]
+
+    def fprop_pool(self, plan, x, o):
+        """o (N, P, Q, C) = max or average pooling of x (N, H, W, C); max records argmax."""
+        plan._ckernel_argmax_fresh = False
+        module = self._usable("pool", x, o)
+        if module is None:
+            return False
+        geom, argmax = self._pool_work(plan, module, x.shape[0])
+        ffi, lib = module.ffi, module.lib
+        if plan.op == "max":
+            lib.maxpool_fprop(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", o),
+                              ffi.from_buffer("int32_t[]", argmax), geom)
+            plan._ckernel_argmax_fresh = True
+        else:
+            lib.avgpool_fprop(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", o), geom)
+        return True
+
+    def bprop_pool(self, plan, e, grad_x, beta=0.0):
+        """grad_x (N, H, W, C) = beta * grad_x + e (N, P, Q, C) routed back through the
+        windows (max: to the argmax of the last C fprop_pool)."""
+        if plan.op == "max" and not getattr(plan, "_ckernel_argmax_fresh", False):
+            return False
+        module = self.module("pool", e.dtype)
+        if module is None or grad_x.dtype != e.dtype:
+            return False
+        e = np.ascontiguousarray(e)
+        target = grad_x if grad_x.flags.c_contiguous else np.ascontiguousarray(grad_x)
+        geom, argmax = self._pool_work(plan, module, e.shape[0])
+        ffi, lib = module.ffi, module.lib
+        if plan.op == "max":
+            lib.maxpool_bprop(ffi.from_buffer("real[]", e), ffi.from_buffer("int32_t[]", argmax),
+                              ffi.from_buffer("real[]", target), geom, beta)
+        else:
+            lib.avgpool_bprop(ffi.from_buffer("real[]", e), ffi.from_buffer("real[]", target),
+                              geom, beta)
+        if target is not grad_x:
+            np.copyto(grad_x, target)
+        return True
+
+    # ---- normalization and softmax ----------------------------------------------------------
+    def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
+                        eps, momentum, inference):
+        """Batch norm of x (M, C) over its rows (see ``Backend.batchnorm_fprop``)."""
+        arrays = (x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var)
+        module = self._usable("norm", *arrays)
+        if module is None:
+            return False
+        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
+        M, C = x.shape
+        if inference:
+            module.lib.batchnorm_fprop_infer(*ptrs, M, C, eps)
+        else:
+            module.lib.batchnorm_fprop_train(*ptrs, M, C, eps, momentum)
+        return True
+
+    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
+        """dx (M, C), and dgamma, dbeta (1, C) accumulated into."""
+        arrays = (dy, xhat, invstd, gamma, dx, dgamma, dbeta)
+        module = self._usable("norm", *arrays)
+        if module is None:
+            return False
+        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
+        module.lib.batchnorm_bprop(*ptrs, dy.shape[0], dy.shape[1], beta_acc)
+        return True
+
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps):
+        """Layer norm of x (M, D) over its last axis; invstd (M, 1)."""
+        arrays = (x, gamma, beta, y, xhat, invstd)
+        module = self._usable("norm", *arrays)
+        if module is None:
+            return False
+        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
+        module.lib.layernorm_fprop(*ptrs, x.shape[0], x.shape[1], eps)
+        return True
+
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
+        """dx (M, D), and dgamma, dbeta (1, D) accumulated into."""
+        arrays = (dy, xhat, invstd, gamma, dx, dgamma, dbeta)
+        module = self._usable("norm", *arrays)
+        if module is None:
+            return False
+        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
+        module.lib.layernorm_bprop(*ptrs, dy.shape[0], dy.shape[1])
+        return True
+
+    def softmax(self, x, out, axis=-1):
+        """out = softmax(x) over the last axis (other axes: False)."""
+        if x.ndim == 0 or axis not in (-1, x.ndim - 1) or x.shape != out.shape:
+            return False
+        module = self._usable("softmax", x, out)
+        if module is None:
+            return False
+        K = x.shape[-1]
+        module.lib.softmax_rows(module.ffi.from_buffer("real[]", x),
+                                module.ffi.from_buffer("real[]", out), x.size // max(K, 1), K)
+        return True
+
+    def softmax_cross_entropy(self, logits, targets, probs, grad, scale):
+        """Fused softmax + cross-entropy of (M, K) arrays; returns the summed loss or None."""
+        module = self._usable("softmax", logits, targets, probs, grad)
+        if module is None:
+            return None
+        ptrs = [module.ffi.from_buffer("real[]", a) for a in (logits, targets, probs, grad)]
+        K = logits.shape[-1]
+        return float(module.lib.softmax_cross_entropy(*ptrs, logits.size // max(K, 1), K,
+                                                      scale))

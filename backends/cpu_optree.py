@@ -1,0 +1,171 @@
+"""Elementwise op-trees on the CPU in one pass over memory (the C virtual machine of
+``kernels/cpu/optree.c``).
+
+A tree is compiled once per structure (:meth:`OpNode.key`-like: ops, leaf slots, scalar slots)
+into a program of ``(op, dst, a, b)`` instructions; each call then only gathers the leaves'
+addresses and strides and the scalars' values, so a learning rate that changes every step reuses
+the program.  The machine handles every tree whose tensors share the output's dtype (float32 or
+float64) and broadcast onto it as a 2-D grid (any shape whose axes merge into at most two, e.g.
+``(N, H, W, C)`` with a ``(C,)`` bias).  Reductions inside a tree are evaluated first by numpy and
+enter the program as leaves.  Anything else (other dtypes, bf16 conversions, a root reduction,
+an output that overlaps an input other than exactly) is left to the numpy evaluator.
+"""
+import numpy as np
+
+from .numpy_ops import _eval
+from .optree import BINARY_OPS, REDUCTION_OPS, UNARY_OPS, OpNode, is_scalar
+
+_VM_OPS = tuple(op for op in UNARY_OPS + BINARY_OPS if op not in ("bf16_to_f32", "f32_to_bf16"))
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class _Unsupported(Exception):
+    """The tree is one the machine does not run; numpy evaluates it."""
+
+
+def _walk(node, leaves, index, consts, reductions):
+    """The structural key of ``node``; fills ``leaves`` (arrays, each once), ``consts``."""
+    parts = [node.op]
+    for arg in node.args:
+        if isinstance(arg, OpNode):
+            if arg.op in REDUCTION_OPS:
+                parts.append(("t", len(leaves)))
+                reductions.append((len(leaves), arg))
+                leaves.append(None)
+            else:
+                parts.append(_walk(arg, leaves, index, consts, reductions))
+        elif is_scalar(arg):
+            parts.append(("c", len(consts)))
+            consts.append(float(arg))
+        else:
+            slot = index.get(id(arg))
+            if slot is None:
+                slot = index[id(arg)] = len(leaves)
+                leaves.append(arg._ary if hasattr(arg, "_ary") else np.asarray(arg))
+            parts.append(("t", slot))
+    if node.op not in _VM_OPS:
+        raise _Unsupported(node.op)
+    return tuple(parts)
+
+
+def _program(key, nleaf, nconst, opcodes):
+    """Instructions (a flat list of int32, 4 per instruction) computing tree ``key``."""
+    code, next_reg = [], [nleaf + nconst]
+
+    def emit(part):
+        kind = part[0]
+        if kind == "t":
+            return part[1]
+        if kind == "c":
+            return nleaf + part[1]
+        args = [emit(p) for p in part[1:]]
+        dst = next_reg[0]
+        next_reg[0] += 1
+        code.extend((opcodes[kind], dst, args[0], args[1] if len(args) > 1 else -1))
+        return dst
+
+    emit(key)
+    return code
+
+
+def _grid(out, arrays):
+    """Merge the broadcast of ``arrays`` onto ``out`` into a (rows, cols) grid.
+
+    Returns ``(rows, cols, strides)`` with ``strides`` a list of ``(row, col)`` element strides,
+    the output's first, or raises :class:`_Unsupported`.
+    """
+    shape, nd = out.shape, out.ndim
+    per_op = []
+    for a in (out, *arrays):
+        off = nd - a.ndim
+        if off < 0:
+            raise _Unsupported("operand has more axes than the output")
+        st = [0] * nd
+        for k, (dim, stride) in enumerate(zip(a.shape, a.strides)):
+            if dim == 1:
+                continue
+            if dim != shape[off + k] or stride % a.itemsize:
+                raise _Unsupported("operand does not broadcast onto the output")
+            st[off + k] = stride // a.itemsize
+        per_op.append(st)
+    sizes, merged = [], [[] for _ in per_op]
+    for k in range(nd):
+        if shape[k] == 1:
+            continue
+        if sizes and all(m[-1] == st[k] * shape[k] for m, st in zip(merged, per_op)):
+            sizes[-1] *= shape[k]
+            for m, st in zip(merged, per_op):
+                m[-1] = st[k]
+        else:
+            sizes.append(shape[k])
+            for m, st in zip(merged, per_op):
+                m.append(st[k])
+    if len(sizes) > 2:
+        raise _Unsupported("the broadcast does not merge into two axes")
+    while len(sizes) < 2:
+        sizes.insert(0, 1)
+        for m in merged:
+            m.insert(0, 0)
+    return sizes[0], sizes[1], merged
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
+
+
+class OpTreeMachine:
+    """Runs op-trees with the C machine of ``kernels`` (a
+    :class:`~neonlite.backends.cpu_kernels.CPUKernels`)."""
+
+    def __init__(self, kernels):
+        self._kernels = kernels
+        self._programs = {}
+
+    def run(self, out, tree):
+        """Evaluate op-tree ``tree`` into ndarray ``out``; False when numpy must do it."""
+        dtype = out.dtype
+        if dtype not in _FLOATS or out.size == 0 or not out.flags.writeable:
+            return False
+        if tree.op in REDUCTION_OPS:
+            return False
+        leaves, consts, reductions = [], [], []
+        try:
+            key = _walk(tree, leaves, {}, consts, reductions)
+        except _Unsupported:
+            return False
+        for a in leaves:
+            if a is not None and a.dtype != dtype:
+                return False
+        module = self._kernels.module("optree", dtype)
+        if module is None:
+            return False
+        for slot, node in reductions:
+            leaves[slot] = np.asarray(_eval(node, dtype))
+            if leaves[slot].dtype != dtype:
+                return False
+        try:
+            rows, cols, strides = _grid(out, leaves)
+        except _Unsupported:
+            return False
+        out_addr = _address(out)
+        for a in leaves:
+            if np.may_share_memory(out, a) and not (
+                    _address(a) == out_addr and a.strides == out.strides
+                    and a.shape == out.shape):
+                return False
+        program = self._program(module, key, len(leaves), len(consts))
+        flat = [s for pair in strides[1:] for s in pair]
+        status = module.lib.optree_run(program[0], program[1], [_address(a) for a in leaves],
+                                       flat, len(leaves), consts, len(consts), out_addr,
+                                       strides[0][0], strides[0][1], rows, cols)
+        return status == 0
+
+    def _program(self, module, key, nleaf, nconst):
+        cache_key = (id(module), key, nleaf, nconst)
+        program = self._programs.get(cache_key)
+        if program is None:
+            opcodes = {op: getattr(module.lib, f"NL_OP_{op.upper()}") for op in _VM_OPS}
+            code = _program(key, nleaf, nconst, opcodes)
+            program = (module.ffi.new("int32_t[]", code), len(code) // 4)
+            self._programs[cache_key] = program
+        return program

@@ -1,0 +1,178 @@
+"""The on-disk kernel cache: cache keys, and entries written atomically with a checksum.
+
+Directory: ``NEONLITE_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/neonlite/kernels``, else
+``~/.cache/neonlite/kernels``.
+
+An entry is one file, ``<variant>-<key prefix><suffix>``, laid out as::
+
+    payload (a shared object or a cubin) | metadata (UTF-8 JSON) | trailer (56 bytes)
+    trailer = b"NLKCACH1" | payload length (u64 LE) | metadata length (u64 LE)
+              | sha256(payload + metadata)
+
+A shared object with bytes after its end still loads (the loader maps only its segments), so a
+CPU entry is handed to the import machinery as it is.  An entry is written under a temporary
+name in the same folder and renamed into place (``os.replace``), so readers see the old entry or
+the new one, never half of one; a file whose trailer or checksum does not match (truncated,
+overwritten) reads as corrupt and is rebuilt.  Two processes building the same entry at once
+both finish with a good kernel: each writes its own temporary file and the last rename wins.
+"""
+import hashlib
+import json
+import os
+import re
+import struct
+import tempfile
+from pathlib import Path
+
+MAGIC = b"NLKCACH1"
+TRAILER = struct.Struct("<8sQQ32s")
+FORMAT_VERSION = 1
+_TEMP_PREFIX = ".tmp-"
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+_KEY_CHARS = 24
+_ENTRY_NAME = re.compile(r"[A-Za-z0-9_.]+(-sm_\d+[a-z]?)?-[0-9a-f]{%d}\.(so|cubin)" % _KEY_CHARS)
+
+
+def cache_dir():
+    """The cache directory (not created here)."""
+    override = os.environ.get("NEONLITE_CACHE_DIR", "").strip()
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME", "").strip() or Path.home() / ".cache"
+    return Path(base) / "neonlite" / "kernels"
+
+
+def source_closure(path, text=None):
+    """``[(file name, sha256 of its bytes)]`` for ``path`` and every file it includes with
+    ``#include "..."`` (resolved against the including file's folder), recursively.
+
+    ``text`` replaces the content of ``path`` itself (for generated sources).  An include that
+    does not resolve to a file (a system header) is skipped; a cycle is visited once.
+    """
+    path = Path(path)
+    seen, order = set(), []
+
+    def visit(file, content):
+        key = str(file.resolve()) if file.exists() else str(file)
+        if key in seen:
+            return
+        seen.add(key)
+        data = content.encode() if content is not None else file.read_bytes()
+        order.append((file.name, hashlib.sha256(data).hexdigest()))
+        for name in _INCLUDE.findall(data.decode(errors="replace")):
+            child = file.parent / name
+            if child.is_file():
+                visit(child, None)
+
+    visit(path, text)
+    return order
+
+
+def cache_key(parts):
+    """sha256 hex digest of ``parts`` (a JSON-able dict) in canonical form."""
+    blob = json.dumps({"format": FORMAT_VERSION, **parts}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def entry_name(variant, key, suffix, arch=None):
+    """The file name of the entry of ``variant`` (with ``arch`` for CUDA) under ``key``."""
+    middle = f"-{arch}" if arch else ""
+    return f"{variant}{middle}-{key[:_KEY_CHARS]}{suffix}"
+
+
+class CorruptEntry(Exception):
+    """A cache file that is not a whole, checksummed entry (the message says what is wrong)."""
+
+
+def pack_entry(payload, meta):
+    """The bytes of an entry holding ``payload`` and metadata dict ``meta``."""
+    blob = json.dumps(meta, sort_keys=True).encode()
+    digest = hashlib.sha256(payload + blob).digest()
+    return payload + blob + TRAILER.pack(MAGIC, len(payload), len(blob), digest)
+
+
+def unpack_entry(data):
+    """``(payload, meta)`` of entry bytes ``data``; raises :class:`CorruptEntry`."""
+    if len(data) < TRAILER.size:
+        raise CorruptEntry(f"{len(data)} bytes is shorter than the {TRAILER.size}-byte trailer")
+    magic, n_payload, n_meta, digest = TRAILER.unpack(data[-TRAILER.size:])
+    if magic != MAGIC:
+        raise CorruptEntry("no entry trailer at the end of the file (truncated?)")
+    if n_payload + n_meta + TRAILER.size != len(data):
+        raise CorruptEntry(f"the trailer announces {n_payload + n_meta + TRAILER.size} bytes "
+                           f"but the file has {len(data)}")
+    body = data[:n_payload + n_meta]
+    if hashlib.sha256(body).digest() != digest:
+        raise CorruptEntry("checksum mismatch")
+    try:
+        meta = json.loads(body[n_payload:].decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CorruptEntry(f"unreadable metadata: {err}") from None
+    return body[:n_payload], meta
+
+
+class DiskCache:
+    """Entries in one directory (``root``, default :func:`cache_dir`)."""
+
+    def __init__(self, root=None):
+        self._root = root
+
+    @property
+    def root(self):
+        """The directory: the one given, else :func:`cache_dir` as the environment says now."""
+        return Path(self._root) if self._root is not None else cache_dir()
+
+    def path(self, filename):
+        return self.root / filename
+
+    def read(self, filename):
+        """``(payload, meta)`` of entry ``filename``; ``None`` if there is no such file; raises
+        :class:`CorruptEntry` for a damaged one."""
+        try:
+            data = self.path(filename).read_bytes()
+        except FileNotFoundError:
+            return None
+        return unpack_entry(data)
+
+    def write(self, filename, payload, meta):
+        """Store an entry atomically (temporary file + ``os.replace``); returns its path."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=self.root, prefix=_TEMP_PREFIX, suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(pack_entry(payload, meta))
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(temp, 0o644)
+            os.replace(temp, self.path(filename))
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+        return self.path(filename)
+
+    def entries(self):
+        """``[(path, meta or None)]`` for every entry file (``None`` for a corrupt one)."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for path in sorted(self.root.iterdir()):
+            if path.name.startswith(_TEMP_PREFIX) or not path.is_file():
+                continue
+            try:
+                found.append((path, unpack_entry(path.read_bytes())[1]))
+            except CorruptEntry:
+                found.append((path, None))
+        return found
+
+    def clean(self):
+        """Delete every entry and leftover temporary file (files named as :func:`entry_name`
+        makes them, nothing else); returns how many files went."""
+        if not self.root.is_dir():
+            return 0
+        removed = 0
+        for path in self.root.iterdir():
+            if path.is_file() and (path.name.startswith(_TEMP_PREFIX)
+                                   or _ENTRY_NAME.fullmatch(path.name)):
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed

@@ -1,0 +1,186 @@
+/* Batch norm and layer norm, forward and backward (see norm.h). */
+#include "common.h"
+#include "norm.h"
+
+enum { SHIFTED_SQUARES, SUM_AND_DOT };
+
+/* Column sums over the rows of (M, C) arrays a, b:
+ *   SHIFTED_SQUARES: out1[c] = sum_m (a - a[0, c]),  out2[c] = sum_m (a - a[0, c])^2
+ *   SUM_AND_DOT:     out1[c] = sum_m a,              out2[c] = sum_m a * b
+ * Each thread sums its own block of rows into a private row of partial sums; the partial rows
+ * are then added in thread order, so the result does not depend on timing. */
+static void column_sums(int mode, const real *a, const real *b, int64_t M, int64_t C,
+                        double *out1, double *out2)
+{
+    const int nt = NL_MAX_THREADS();
+    double *part = calloc((size_t)nt * 2 * (size_t)C, sizeof(double));
+    int used = 1;
+#pragma omp parallel if (M * C >= NL_PARALLEL_MIN)
+    {
+        const int tid = NL_THREAD(), nth = NL_NUM_THREADS();
+        double *s1 = part + (size_t)tid * 2 * (size_t)C, *s2 = s1 + C;
+        int64_t lo, hi;
+        nl_split(M, tid, nth, &lo, &hi);
+        if (tid == 0)
+            used = nth;
+        for (int64_t m = lo; m < hi; m++) {
+            const real *ar = a + m * C;
+            if (mode == SHIFTED_SQUARES) {
+                for (int64_t c = 0; c < C; c++) {
+                    const double t = (double)ar[c] - (double)a[c];
+                    s1[c] += t;
+                    s2[c] += t * t;
+                }
+            } else {
+                const real *br = b + m * C;
+                for (int64_t c = 0; c < C; c++) {
+                    s1[c] += (double)ar[c];
+                    s2[c] += (double)ar[c] * (double)br[c];
+                }
+            }
+        }
+    }
+    for (int64_t c = 0; c < C; c++) {
+        double a1 = 0, a2 = 0;
+        for (int t = 0; t < used; t++) {
+            a1 += part[(size_t)t * 2 * (size_t)C + c];
+            a2 += part[(size_t)t * 2 * (size_t)C + C + c];
+        }
+        out1[c] = a1;
+        out2[c] = a2;
+    }
+    free(part);
+}
+
+/* xhat = (x - mean) * invstd and y = gamma * xhat + beta over (M, C). */
+static void bn_apply(const real *x, const real *gamma, const real *beta, real *y, real *xhat,
+                     const real *mean, const real *invstd, int64_t M, int64_t C)
+{
+#pragma omp parallel for schedule(static) if (M * C >= NL_PARALLEL_MIN)
+    for (int64_t m = 0; m < M; m++) {
+        const real *xr = x + m * C;
+        real *yr = y + m * C, *hr = xhat + m * C;
+        for (int64_t c = 0; c < C; c++) {
+            const real h = (xr[c] - mean[c]) * invstd[c];
+            hr[c] = h;
+            yr[c] = h * gamma[c] + beta[c];
+        }
+    }
+}
+
+void batchnorm_fprop_train(const real *x, const real *gamma, const real *beta, real *y,
+                           real *xhat, real *mean, real *invstd, real *running_mean,
+                           real *running_var, int64_t M, int64_t C, double eps,
+                           double momentum)
+{
+    double *sums = malloc((size_t)C * 2 * sizeof(double));
+    double *s1 = sums, *s2 = sums + C;
+    /* Sums shifted by the first row keep the one-pass variance accurate. */
+    column_sums(SHIFTED_SQUARES, x, NULL, M, C, s1, s2);
+    for (int64_t c = 0; c < C; c++) {
+        const double shift = s1[c] / (double)M;
+        double var = s2[c] / (double)M - shift * shift;
+        if (var < 0)
+            var = 0;
+        const double mu = (double)x[c] + shift;
+        mean[c] = (real)mu;
+        invstd[c] = (real)(1.0 / sqrt(var + eps));
+        running_mean[c] = (real)(momentum * running_mean[c] + (1.0 - momentum) * mu);
+        running_var[c] = (real)(momentum * running_var[c] + (1.0 - momentum) * var *
+                                ((double)M / (double)(M > 1 ? M - 1 : 1)));
+    }
+    free(sums);
+    bn_apply(x, gamma, beta, y, xhat, mean, invstd, M, C);
+}
+
+void batchnorm_fprop_infer(const real *x, const real *gamma, const real *beta, real *y,
+                           real *xhat, real *mean, real *invstd, const real *running_mean,
+                           const real *running_var, int64_t M, int64_t C, double eps)
+{
+    for (int64_t c = 0; c < C; c++) {
+        mean[c] = running_mean[c];
+        invstd[c] = (real)(1.0 / sqrt((double)running_var[c] + eps));
+    }
+    bn_apply(x, gamma, beta, y, xhat, mean, invstd, M, C);
+}
+
+void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
+                     real *dx, real *dgamma, real *dbeta, int64_t M, int64_t C,
+                     double beta_acc)
+{
+    double *sums = malloc((size_t)C * 3 * sizeof(double));
+    double *db = sums, *dg = sums + C, *scale = sums + 2 * C;
+    column_sums(SUM_AND_DOT, dy, xhat, M, C, db, dg);
+    for (int64_t c = 0; c < C; c++) {
+        dgamma[c] += (real)dg[c];
+        dbeta[c] += (real)db[c];
+        scale[c] = (double)gamma[c] * (double)invstd[c] / (double)M;
+    }
+    const double m = (double)M;
+    /* In double: M * dy - sum(dy) cancels exactly where it should (e.g. M = 1). */
+#pragma omp parallel for schedule(static) if (M * C >= NL_PARALLEL_MIN)
+    for (int64_t r = 0; r < M; r++) {
+        const real *dyr = dy + r * C, *hr = xhat + r * C;
+        real *dxr = dx + r * C;
+        for (int64_t c = 0; c < C; c++) {
+            const double g = scale[c] * (m * (double)dyr[c] - db[c] - (double)hr[c] * dg[c]);
+            dxr[c] = beta_acc == 0 ? (real)g : (real)(beta_acc * (double)dxr[c] + g);
+        }
+    }
+    free(sums);
+}
+
+void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y, real *xhat,
+                     real *invstd, int64_t M, int64_t D, double eps)
+{
+#pragma omp parallel for schedule(static) if (M * D >= NL_PARALLEL_MIN)
+    for (int64_t m = 0; m < M; m++) {
+        const real *xr = x + m * D;
+        real *yr = y + m * D, *hr = xhat + m * D;
+        double sum = 0;
+        for (int64_t d = 0; d < D; d++)
+            sum += xr[d];
+        const double mu = sum / (double)D;
+        double sq = 0;
+        for (int64_t d = 0; d < D; d++) {
+            const double t = (double)xr[d] - mu;
+            sq += t * t;
+        }
+        const real inv = (real)(1.0 / sqrt(sq / (double)D + eps));
+        const real mean = (real)mu;
+        invstd[m] = inv;
+        for (int64_t d = 0; d < D; d++) {
+            const real h = (xr[d] - mean) * inv;
+            hr[d] = h;
+            yr[d] = h * gamma[d] + beta[d];
+        }
+    }
+}
+
+void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
+                     real *dx, real *dgamma, real *dbeta, int64_t M, int64_t D)
+{
+    double *sums = malloc((size_t)D * 2 * sizeof(double));
+    double *dg = sums, *db = sums + D;
+    column_sums(SUM_AND_DOT, dy, xhat, M, D, db, dg);
+    for (int64_t d = 0; d < D; d++) {
+        dgamma[d] += (real)dg[d];
+        dbeta[d] += (real)db[d];
+    }
+    free(sums);
+#pragma omp parallel for schedule(static) if (M * D >= NL_PARALLEL_MIN)
+    for (int64_t m = 0; m < M; m++) {
+        const real *dyr = dy + m * D, *hr = xhat + m * D;
+        real *dxr = dx + m * D;
+        double sg = 0, sgx = 0;
+        for (int64_t d = 0; d < D; d++) {
+            const double g = (double)dyr[d] * (double)gamma[d];
+            sg += g;
+            sgx += g * (double)hr[d];
+        }
+        const real mg = (real)(sg / (double)D), mgx = (real)(sgx / (double)D);
+        const real inv = invstd[m];
+        for (int64_t d = 0; d < D; d++)
+            dxr[d] = inv * (dyr[d] * gamma[d] - mg - hr[d] * mgx);
+    }
+}

@@ -1,0 +1,31 @@
+/* Batch norm over the rows of (M, C) (an NHWC batch viewed as (N*H*W, C)), and layer norm
+ * over the last axis of (M, D).  Per-channel vectors are (C,) or (D,); statistics are
+ * accumulated in double. */
+
+/* Training mode: normalize with the batch statistics; mean, invstd get them and
+ * running_x = momentum * running_x + (1 - momentum) * batch_x (running_var takes the unbiased
+ * variance).  xhat = (x - mean) * invstd, y = gamma * xhat + beta. */
+void batchnorm_fprop_train(const real *x, const real *gamma, const real *beta, real *y,
+                           real *xhat, real *mean, real *invstd, real *running_mean,
+                           real *running_var, int64_t M, int64_t C, double eps,
+                           double momentum);
+
+/* Inference: the same with mean = running_mean, invstd = 1 / sqrt(running_var + eps). */
+void batchnorm_fprop_infer(const real *x, const real *gamma, const real *beta, real *y,
+                           real *xhat, real *mean, real *invstd, const real *running_mean,
+                           const real *running_var, int64_t M, int64_t C, double eps);
+
+/* dx = beta_acc * dx + gamma * invstd / M * (M * dy - sum(dy) - xhat * sum(dy * xhat));
+ * dgamma += sum(dy * xhat), dbeta += sum(dy) (sums over the rows). */
+void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
+                     real *dx, real *dgamma, real *dbeta, int64_t M, int64_t C,
+                     double beta_acc);
+
+/* Per row: xhat = (x - mean) * invstd, y = gamma * xhat + beta; invstd is (M,). */
+void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y, real *xhat,
+                     real *invstd, int64_t M, int64_t D, double eps);
+
+/* dx = invstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma (means per row);
+ * dgamma += sum over rows of dy * xhat, dbeta += sum over rows of dy. */
+void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
+                     real *dx, real *dgamma, real *dbeta, int64_t M, int64_t D);

@@ -1,0 +1,103 @@
+/* The op-tree virtual machine (see optree.h). */
+#include "common.h"
+#include "optree.h"
+
+#define UNARY(EXPR)                                                                             \
+    for (int64_t k = 0; k < n; k++) {                                                           \
+        const real x = a[k];                                                                    \
+        d[k] = (EXPR);                                                                          \
+    }                                                                                           \
+    break
+#define BINARY(EXPR)                                                                            \
+    for (int64_t k = 0; k < n; k++) {                                                           \
+        const real x = a[k], y = b[k];                                                          \
+        d[k] = (EXPR);                                                                          \
+    }                                                                                           \
+    break
+
+/* d[k] = op(a[k], b[k]) for k < n.  d may be a (in-place), never overlap it otherwise. */
+static void run_op(int op, real *d, const real *a, const real *b, int64_t n)
+{
+    const real one = 1, zero = 0, half = (real)0.5;
+    switch (op) {
+    case NL_OP_NEG: UNARY(-x);
+    case NL_OP_ABS: UNARY(fabs(x));
+    case NL_OP_SQR: UNARY(x * x);
+    case NL_OP_SQRT: UNARY(sqrt(x));
+    case NL_OP_RSQRT: UNARY(one / sqrt(x));
+    case NL_OP_EXP: UNARY(exp(x));
+    case NL_OP_LOG: UNARY(log(x));
+    case NL_OP_TANH: UNARY(tanh(x));
+    case NL_OP_SIG: UNARY(half * (tanh(half * x) + one));
+    case NL_OP_SIGN: UNARY(x > zero ? one : (x < zero ? -one : x));
+    case NL_OP_ERF: UNARY(erf(x));
+    case NL_OP_ADD: BINARY(x + y);
+    case NL_OP_SUB: BINARY(x - y);
+    case NL_OP_MUL: BINARY(x * y);
+    case NL_OP_DIV: BINARY(x / y);
+    case NL_OP_POW: BINARY(pow(x, y));
+    /* NaN-propagating, like numpy's maximum and minimum. */
+    case NL_OP_MAXIMUM: BINARY((x >= y || x != x) ? x : y);
+    case NL_OP_MINIMUM: BINARY((x <= y || x != x) ? x : y);
+    case NL_OP_EQ: BINARY(x == y ? one : zero);
+    case NL_OP_NE: BINARY(x != y ? one : zero);
+    case NL_OP_LT: BINARY(x < y ? one : zero);
+    case NL_OP_LE: BINARY(x <= y ? one : zero);
+    case NL_OP_GT: BINARY(x > y ? one : zero);
+    case NL_OP_GE: BINARY(x >= y ? one : zero);
+    default: break;
+    }
+}
+
+int optree_run(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
+               const int64_t *leaf_strides, int64_t nleaf, const double *consts, int64_t nconst,
+               int64_t out_addr, int64_t out_rs, int64_t out_cs, int64_t rows, int64_t cols)
+{
+    const int64_t nregs = nleaf + nconst + ninstr;
+    if (ninstr < 1 || nregs > NL_VM_MAX_REGS)
+        return -1;
+    const int64_t nblk = (cols + NL_VM_BLOCK - 1) / NL_VM_BLOCK, total = rows * nblk;
+    const int32_t result = code[4 * (ninstr - 1) + 1];
+#pragma omp parallel if (rows * cols >= NL_PARALLEL_MIN)
+    {
+        real *scratch = malloc((size_t)nregs * NL_VM_BLOCK * sizeof(real));
+        const real *reg[NL_VM_MAX_REGS];
+        for (int64_t c = 0; c < nconst; c++) {
+            real *r = scratch + (nleaf + c) * NL_VM_BLOCK;
+            for (int64_t k = 0; k < NL_VM_BLOCK; k++)
+                r[k] = (real)consts[c];
+            reg[nleaf + c] = r;
+        }
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < total; t++) {
+            const int64_t i = t / nblk, j0 = (t % nblk) * NL_VM_BLOCK;
+            const int64_t n = cols - j0 < NL_VM_BLOCK ? cols - j0 : NL_VM_BLOCK;
+            for (int64_t l = 0; l < nleaf; l++) {
+                const int64_t rs = leaf_strides[2 * l], cs = leaf_strides[2 * l + 1];
+                const real *base = (const real *)(intptr_t)leaf_addr[l] + i * rs + j0 * cs;
+                if (cs == 1) {
+                    reg[l] = base;
+                    continue;
+                }
+                real *r = scratch + l * NL_VM_BLOCK;
+                for (int64_t k = 0; k < n; k++)
+                    r[k] = base[k * cs];
+                reg[l] = r;
+            }
+            real *out = (real *)(intptr_t)out_addr + i * out_rs + j0 * out_cs;
+            for (int64_t s = 0; s < ninstr; s++) {
+                const int32_t *ins = code + 4 * s;
+                real *d = (s == ninstr - 1 && out_cs == 1) ? out : scratch + ins[1] * NL_VM_BLOCK;
+                run_op(ins[0], d, reg[ins[2]], ins[3] >= 0 ? reg[ins[3]] : NULL, n);
+                reg[ins[1]] = d;
+            }
+            if (out_cs != 1) {
+                const real *r = reg[result];
+                for (int64_t k = 0; k < n; k++)
+                    out[k * out_cs] = r[k];
+            }
+        }
+        free(scratch);
+    }
+    return 0;
+}

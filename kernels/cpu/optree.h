@@ -1,0 +1,43 @@
+/* A small virtual machine that evaluates an elementwise op-tree in one pass over memory.
+ *
+ * The host compiles a tree into a program of instructions (op, dst, a, b) over registers:
+ * registers 0 .. nleaf-1 are the tree's tensors (leaves), the next nconst are its scalars,
+ * and each instruction writes a register of its own (dst).  The machine runs the program over a
+ * rows x cols grid, a block of up to NL_VM_BLOCK columns at a time, so every intermediate stays
+ * in L1 and every tensor is read once.  Leaf l's element (i, j) lies at
+ *     leaf_addr[l] + i * leaf_strides[2*l] + j * leaf_strides[2*l + 1]   (in elements),
+ * so a stride of 0 broadcasts; the result (the last instruction's register) is stored at
+ *     out_addr + i * out_rs + j * out_cs.
+ * Unary ops ignore b.  Comparisons give 1 or 0.
+ */
+#define NL_OP_NEG 0
+#define NL_OP_ABS 1
+#define NL_OP_SQR 2
+#define NL_OP_SQRT 3
+#define NL_OP_RSQRT 4
+#define NL_OP_EXP 5
+#define NL_OP_LOG 6
+#define NL_OP_TANH 7
+#define NL_OP_SIG 8
+#define NL_OP_SIGN 9
+#define NL_OP_ERF 10
+#define NL_OP_ADD 11
+#define NL_OP_SUB 12
+#define NL_OP_MUL 13
+#define NL_OP_DIV 14
+#define NL_OP_POW 15
+#define NL_OP_MAXIMUM 16
+#define NL_OP_MINIMUM 17
+#define NL_OP_EQ 18
+#define NL_OP_NE 19
+#define NL_OP_LT 20
+#define NL_OP_LE 21
+#define NL_OP_GT 22
+#define NL_OP_GE 23
+#define NL_VM_MAX_REGS 64
+#define NL_VM_BLOCK 256
+
+/* Returns 0, or -1 when the program is empty or needs more than NL_VM_MAX_REGS registers. */
+int optree_run(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
+               const int64_t *leaf_strides, int64_t nleaf, const double *consts, int64_t nconst,
+               int64_t out_addr, int64_t out_rs, int64_t out_cs, int64_t rows, int64_t cols);

@@ -1,0 +1,380 @@
+"""The C kernels of the CPU backend against the numpy implementations they replace.
+
+Every kernel runs on odd shapes (batch 1, 1x1 filters, stride > filter, padding > 0,
+non-square images, C = 3, dilation) in float32 and float64, and its result must match numpy's
+to rounding.  The kernels must build wherever a C compiler exists; the tests skip (with the
+reason) only where none does.
+"""
+import numpy as np
+import pytest
+
+from neonlite.backends import cpu_kernels, numpy_conv, numpy_norm
+from neonlite.backends.cpu import CPUBackend
+from neonlite.backends.cpu_optree import OpTreeMachine
+from neonlite.backends.numpy_ops import evaluate
+from neonlite.backends.plans import ConvPlan, PoolPlan
+from neonlite.kernels.toolchain import CompilerNotFound, find_c_compiler
+
+DTYPES = (np.float32, np.float64)
+TOL = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+def _have_compiler():
+    try:
+        find_c_compiler()
+    except CompilerNotFound as err:
+        return str(err)
+    return None
+
+
+_NO_COMPILER = _have_compiler()
+pytestmark = pytest.mark.skipif(_NO_COMPILER is not None,
+                                reason=f"no C compiler here: {_NO_COMPILER}")
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    found = cpu_kernels.CPUKernels()
+    for dtype in DTYPES:
+        assert found.active(dtype), f"C kernels failed to build: {found.unavailable_reason()}"
+    return found
+
+
+def close(actual, expected, dtype):
+    """Max abs difference within TOL relative to the expected values' scale."""
+    scale = max(1.0, float(np.abs(expected).max()) if expected.size else 1.0)
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=TOL[dtype] * scale)
+
+
+def rand(rng, shape, dtype, offset=0.0):
+    return (rng.standard_normal(shape) + offset).astype(dtype)
+
+
+# (N, H, W, C, K, R, S, pad, stride, dilation)
+CONV_CASES = [
+    (1, 5, 7, 3, 4, 3, 3, (1, 1), (1, 1), (1, 1)),     # batch 1, non-square, C=3, padding
+    (2, 6, 5, 3, 2, 1, 1, (0, 0), (1, 1), (1, 1)),     # 1x1 pointwise (pure GEMM)
+    (2, 6, 6, 3, 4, 1, 1, (1, 1), (2, 2), (1, 1)),     # 1x1 with padding and stride
+    (3, 9, 8, 2, 5, 2, 2, (0, 0), (3, 3), (1, 1)),     # stride > filter
+    (2, 7, 9, 3, 4, 3, 2, (2, 1), (2, 1), (1, 1)),     # non-square filter and stride
+    (2, 8, 8, 3, 2, 3, 3, (2, 2), (1, 2), (2, 2)),     # dilation
+    (2, 4, 4, 1, 3, 5, 5, (2, 2), (1, 1), (1, 1)),     # filter larger than input, C=1
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.parametrize("chunked", [False, True], ids=["one-chunk", "per-image"])
+def test_conv_matches_numpy(kernels, monkeypatch, case, dtype, chunked):
+    if chunked:
+        monkeypatch.setattr(cpu_kernels, "_CHUNK_BYTES", 1)
+    N, H, W, C, K, R, S, pad, stride, dil = case
+    rng = np.random.default_rng(1)
+    plan_c = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil)
+    plan_np = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil)
+    x, f = rand(rng, (N, H, W, C), dtype), rand(rng, (R, S, C, K), dtype)
+    e = rand(rng, plan_c.out_shape, dtype)
+
+    out_c, out_np = np.empty(plan_c.out_shape, dtype), np.empty(plan_c.out_shape, dtype)
+    assert kernels.fprop_conv(plan_c, x, f, out_c)
+    numpy_conv.fprop_conv(plan_np, x, f, out_np)
+    close(out_c, out_np, dtype)
+
+    for beta in (0.0, 0.5):
+        gx_c = rand(rng, x.shape, dtype)
+        gx_np = gx_c.copy()
+        assert kernels.bprop_conv(plan_c, f, e, gx_c, beta)
+        numpy_conv.bprop_conv(plan_np, f, e, gx_np, beta)
+        close(gx_c, gx_np, dtype)
+
+    for beta in (0.0, 1.0):
+        gf_c = rand(rng, f.shape, dtype)
+        gf_np = gf_c.copy()
+        assert kernels.update_conv(plan_c, x, e, gf_c, beta)
+        numpy_conv.update_conv(plan_np, x, e, gf_np, beta)
+        close(gf_c, gf_np, dtype)
+
+
+def test_conv_bprop_zero_beta_overwrites_nan(kernels):
+    """beta = 0 must overwrite, not scale, what the gradient buffer held (NaN included)."""
+    plan = ConvPlan(2, 3, 5, 5, 4, 3, 3, (1, 1))
+    rng = np.random.default_rng(2)
+    f, e = rand(rng, (3, 3, 3, 4), np.float32), rand(rng, plan.out_shape, np.float32)
+    grad = np.full(plan.in_shape, np.nan, np.float32)
+    assert kernels.bprop_conv(plan, f, e, grad, 0.0)
+    assert np.isfinite(grad).all()
+
+
+# (N, H, W, C, R, S, pad, stride)
+POOL_CASES = [
+    (1, 5, 7, 3, 2, 2, (0, 0), (2, 2)),     # batch 1, non-square, ragged edge
+    (2, 6, 5, 3, 3, 3, (1, 1), (1, 1)),     # overlapping windows with padding
+    (2, 9, 8, 2, 2, 2, (0, 0), (3, 3)),     # stride > window (gaps)
+    (2, 7, 7, 3, 3, 2, (1, 1), (2, 1)),     # non-square window, overlap in one axis only
+    (3, 4, 4, 1, 1, 1, (0, 0), (1, 1)),     # 1x1 window
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", POOL_CASES)
+@pytest.mark.parametrize("op", ["max", "avg"])
+def test_pool_matches_numpy(kernels, case, dtype, op):
+    N, H, W, C, R, S, pad, stride = case
+    rng = np.random.default_rng(3)
+    plan_c = PoolPlan(op, N, C, H, W, R, S, pad, stride)
+    plan_np = PoolPlan(op, N, C, H, W, R, S, pad, stride)
+    x = rand(rng, (N, H, W, C), dtype)
+    out_c, out_np = np.empty(plan_c.out_shape, dtype), np.empty(plan_c.out_shape, dtype)
+    assert kernels.fprop_pool(plan_c, x, out_c)
+    numpy_conv.fprop_pool(plan_np, x, out_np)
+    close(out_c, out_np, dtype)
+    e = rand(rng, plan_c.out_shape, dtype)
+    for beta in (0.0, 0.5):
+        gx_c = rand(rng, x.shape, dtype)
+        gx_np = gx_c.copy()
+        assert kernels.bprop_pool(plan_c, e, gx_c, beta)
+        numpy_conv.bprop_pool(plan_np, e, gx_np, beta)
+        close(gx_c, gx_np, dtype)
+
+
+def test_maxpool_ties_go_to_the_first_tap(kernels):
+    plan = PoolPlan("max", 1, 1, 2, 2, 2, 2)
+    x = np.ones((1, 2, 2, 1), np.float32)
+    out = np.empty(plan.out_shape, np.float32)
+    assert kernels.fprop_pool(plan, x, out)
+    grad = np.empty_like(x)
+    assert kernels.bprop_pool(plan, np.full(plan.out_shape, 3.0, np.float32), grad)
+    np.testing.assert_array_equal(grad.ravel(), [3.0, 0.0, 0.0, 0.0])
+
+
+def _norm_arrays(rng, M, C, dtype):
+    row = (1, C)
+    return {"gamma": rand(rng, row, dtype, 1.0), "beta": rand(rng, row, dtype),
+            "running_mean": rand(rng, row, dtype), "running_var": np.abs(rand(rng, row, dtype))
+            + 0.5, "dy": rand(rng, (M, C), dtype)}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,C", [(1, 3), (37, 5), (2 * 5 * 7, 3), (3000, 17)])
+@pytest.mark.parametrize("inference", [False, True])
+def test_batchnorm_matches_numpy(kernels, dtype, M, C, inference):
+    rng = np.random.default_rng(4)
+    x = rand(rng, (M, C), dtype) * 3 + 5
+    p = _norm_arrays(rng, M, C, dtype)
+    results = []
+    for impl in ("c", "numpy"):
+        y, xhat = np.empty((M, C), dtype), np.empty((M, C), dtype)
+        mean, invstd = np.empty((1, C), dtype), np.empty((1, C), dtype)
+        rm, rv = p["running_mean"].copy(), p["running_var"].copy()
+        args = (x, p["gamma"], p["beta"], y, xhat, mean, invstd, rm, rv, 1e-5, 0.9, inference)
+        if impl == "c":
+            assert kernels.batchnorm_fprop(*args)
+        else:
+            numpy_norm.batchnorm_fprop(*args)
+        outs = [y, xhat, mean, invstd, rm, rv]
+        if not inference:
+            for beta_acc in (0.0, 1.0):
+                dx = rand(np.random.default_rng(5), (M, C), dtype)
+                dgamma, dbeta = np.ones((1, C), dtype), np.ones((1, C), dtype)
+                bargs = (p["dy"], xhat, invstd, p["gamma"], dx, dgamma, dbeta, beta_acc)
+                if impl == "c":
+                    assert kernels.batchnorm_bprop(*bargs)
+                else:
+                    numpy_norm.batchnorm_bprop(*bargs)
+                outs += [dx, dgamma, dbeta]
+        results.append(outs)
+    tol = {np.float32: 2e-4 if M > 1 else 2e-5, np.float64: 1e-9}[dtype]
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,D", [(1, 7), (13, 5), (4, 33), (300, 128)])
+def test_layernorm_matches_numpy(kernels, dtype, M, D):
+    rng = np.random.default_rng(6)
+    x = rand(rng, (M, D), dtype) * 2 + 1
+    gamma, beta = rand(rng, (1, D), dtype, 1.0), rand(rng, (1, D), dtype)
+    dy = rand(rng, (M, D), dtype)
+    results = []
+    for impl in (kernels, None):
+        y, xhat, invstd = np.empty((M, D), dtype), np.empty((M, D), dtype), np.empty((M, 1), dtype)
+        dx, dgamma, dbeta = np.empty((M, D), dtype), np.ones((1, D), dtype), np.ones((1, D), dtype)
+        if impl is None:
+            numpy_norm.layernorm_fprop(x, gamma, beta, y, xhat, invstd, 1e-5)
+            numpy_norm.layernorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta)
+        else:
+            assert impl.layernorm_fprop(x, gamma, beta, y, xhat, invstd, 1e-5)
+            assert impl.layernorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta)
+        results.append([y, xhat, invstd, dx, dgamma, dbeta])
+    tol = {np.float32: 1e-4, np.float64: 1e-10}[dtype]
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,K", [(1, 1), (1, 10), (7, 3), (129, 65)])
+@pytest.mark.parametrize("soft", [False, True], ids=["one-hot", "soft"])
+def test_softmax_cross_entropy_matches_numpy(kernels, dtype, M, K, soft):
+    rng = np.random.default_rng(7)
+    logits = rand(rng, (M, K), dtype) * 4
+    logits[0, 0] += 100.0
+    if soft:
+        targets = np.abs(rand(rng, (M, K), dtype))
+        targets /= targets.sum(axis=1, keepdims=True)
+    else:
+        targets = np.eye(K, dtype=dtype)[rng.integers(0, K, M)]
+    outs = []
+    for impl in (kernels, None):
+        probs, grad, sm = (np.empty((M, K), dtype) for _ in range(3))
+        if impl is None:
+            loss = numpy_norm.softmax_cross_entropy(logits, targets, probs, grad, 1.0 / M)
+            numpy_norm.softmax(logits, sm)
+        else:
+            loss = impl.softmax_cross_entropy(logits, targets, probs, grad, 1.0 / M)
+            assert loss is not None
+            assert impl.softmax(logits, sm)
+        outs.append((loss, probs, grad, sm))
+    (loss_c, *arrays_c), (loss_np, *arrays_np) = outs
+    assert loss_c == pytest.approx(loss_np, rel=1e-5 if dtype == np.float32 else 1e-12, abs=1e-4)
+    for got, want in zip(arrays_c, arrays_np):
+        close(got, want, dtype)
+
+
+# ---- op-trees --------------------------------------------------------------------------------
+@pytest.fixture(params=DTYPES, ids=["f32", "f64"])
+def tbe(request, kernels):
+    """A CPU backend of the parametrized dtype (not made current: no global state touched)."""
+    return CPUBackend(batch_size=2, rng_seed=0, datatype=request.param)
+
+
+def _tensor(be, rng, shape, positive=False, offset=0.0):
+    ary = rng.standard_normal(shape) + offset
+    return be.array(np.abs(ary) + 0.1 if positive else ary)
+
+
+TREES = {
+    "axpy": lambda be, t: t["a"] * 2.5 + t["b"],
+    "bias": lambda be, t: t["img"] + t["bias"],
+    "row-broadcast": lambda be, t: t["m"] - be.max(t["m"], axis=1),
+    "col-broadcast": lambda be, t: t["m"] * be.sum(t["m"], axis=0),
+    "sgd": lambda be, t: 0.9 * t["a"] - 0.01 * (t["b"] + 1e-4 * t["c"]),
+    "adam": lambda be, t: t["a"] - 0.001 * t["b"] / (be.sqrt(t["p"]) * 1.2 + 1e-8),
+    "relu-grad": lambda be, t: t["a"] * (t["b"] > 0.0),
+    "leaky": lambda be, t: be.maximum(t["a"], 0.0) + 0.1 * be.minimum(t["a"], 0.0),
+    "unary": lambda be, t: (-be.absolute(t["a"]) + be.square(t["b"]) + be.rsqrt(t["p"])
+                            + be.exp(t["a"] * 0.1) + be.log(t["p"]) + be.tanh(t["b"])
+                            + be.sig(t["a"]) + be.sign(t["b"]) + be.erf(t["a"])),
+    "compare": lambda be, t: ((t["a"] == t["a"]) + (t["a"] != t["b"]) + (t["a"] < t["b"])
+                              + (t["a"] <= t["b"]) + (t["a"] >= t["b"]) - (t["a"] > 0.5)),
+    "pow-div": lambda be, t: be.power(t["p"], 1.5) / (t["p"] + 1.0) - 3.0 / t["p"],
+    "transposed": lambda be, t: t["sq"].T * 2.0 + t["sq"],
+    "scalar-only": lambda be, t: be.add(1.0, 2.0) * 0.5,
+}
+
+
+@pytest.mark.parametrize("name", sorted(TREES))
+def test_optree_machine_matches_numpy(tbe, name):
+    rng = np.random.default_rng(8)
+    t = {"a": _tensor(tbe, rng, (5, 7)), "b": _tensor(tbe, rng, (5, 7)),
+         "c": _tensor(tbe, rng, (5, 7)), "p": _tensor(tbe, rng, (5, 7), positive=True),
+         "m": _tensor(tbe, rng, (4, 300)), "img": _tensor(tbe, rng, (2, 3, 5, 3)),
+         "bias": _tensor(tbe, rng, (3,)), "sq": _tensor(tbe, rng, (6, 6))}
+    tree = TREES[name](tbe, t)
+    shape = {"bias": (2, 3, 5, 3), "row-broadcast": (4, 300), "col-broadcast": (4, 300),
+             "transposed": (6, 6)}.get(name, (5, 7))
+    out = np.empty(shape, tbe.dtype)
+    assert OpTreeMachine(tbe.kernels).run(out, tree), "the machine refused a tree it supports"
+    want = evaluate(np.empty(shape, tbe.dtype), tree)
+    close(out, want, tbe.dtype.type)
+
+
+def test_optree_machine_nan_and_large_grid(tbe):
+    """NaN propagates through maximum/minimum as in numpy; a grid big enough to run on
+    several threads gives the same result as numpy."""
+    rng = np.random.default_rng(9)
+    a = _tensor(tbe, rng, (300, 257))
+    a._ary[3, 5] = np.nan
+    tree = tbe.maximum(a, 0.0) + tbe.minimum(a, 0.0) * 0.5
+    out = np.empty(a.shape, tbe.dtype)
+    assert OpTreeMachine(tbe.kernels).run(out, tree)
+    want = evaluate(np.empty(a.shape, tbe.dtype), tree)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    close(np.nan_to_num(out), np.nan_to_num(want), tbe.dtype.type)
+
+
+def test_optree_in_place_update(tbe):
+    """``v[:] = 0.9 * v - lr * g`` writes its own input: the same elements, so it is safe."""
+    rng = np.random.default_rng(10)
+    v, g = _tensor(tbe, rng, (64, 33)), _tensor(tbe, rng, (64, 33))
+    want = 0.9 * v.get() - 0.01 * g.get()
+    v[:] = 0.9 * v - 0.01 * g
+    close(v.get(), want.astype(tbe.dtype), tbe.dtype.type)
+
+
+def test_optree_cases_left_to_numpy(tbe):
+    """Trees the machine does not take are refused (and the backend still gets them right)."""
+    rng = np.random.default_rng(11)
+    machine = OpTreeMachine(tbe.kernels)
+    x3 = _tensor(tbe, rng, (2, 3, 4))
+    y3 = _tensor(tbe, rng, (2, 1, 4))
+    out = np.empty((2, 3, 4), tbe.dtype)
+    assert not machine.run(out, x3 * y3)                       # does not merge into 2 axes
+    assert not machine.run(np.empty((1, 1, 1), tbe.dtype), tbe.sum(x3))   # root reduction
+    v = _tensor(tbe, rng, (10,))
+    assert not machine.run(v._ary[1:], v[:-1] * 2.0)          # overlapping, shifted output
+    wide = tbe.array(rng.standard_normal((2, 3, 4)), dtype=np.float16)
+    assert not machine.run(out, wide + 1.0)                   # another dtype
+    expected = v.get()[:-1] * 2.0
+    v[1:] = v[:-1] * 2.0
+    close(v.get()[1:], expected, tbe.dtype.type)
+
+
+def test_backend_uses_kernels_and_matches_numpy_in_training(kernels, monkeypatch):
+    """A few training steps of a small CNN (conv with padding on C=3, batch norm, ReLU, max
+    pooling, affine, softmax-cross-entropy, SGD with momentum) in float64 give the same
+    parameters with the C kernels as on numpy alone."""
+    from neonlite.initializers import Gaussian
+    from neonlite.layers import Affine, Conv, GeneralizedCost, Pooling, Sequential
+    from neonlite.optimizers import GradientDescentMomentum
+    from neonlite.transforms import CrossEntropyMulti, Rectlin, Softmax
+
+    def run(be):
+        import neonlite.backends as backends
+        backends._current = be
+        layers = Sequential([Conv((3, 3, 4), padding=1, init=Gaussian(scale=0.3),
+                                  activation=Rectlin(), batch_norm=True),
+                             Pooling(2, strides=2),
+                             Affine(nout=5, init=Gaussian(scale=0.3), activation=Softmax())])
+        layers.name_children()
+        layers.configure((6, 5, 3))
+        layers.set_needs_deltas(False)
+        layers.allocate()
+        cost = GeneralizedCost(CrossEntropyMulti())
+        cost.initialize(layers.leaves()[-1], (5,), be)
+        opt = GradientDescentMomentum(0.1, momentum_coef=0.9, wdecay=1e-3)
+        rng = np.random.default_rng(12)
+        x = be.array(rng.standard_normal((4, 6, 5, 3)))
+        t = be.array(np.eye(5)[rng.integers(0, 5, 4)])
+        for _ in range(3):
+            for p in layers.parameters():
+                p.grad[:] = 0.0
+            y = layers.fprop(x)
+            _, delta = cost.cost_and_errors(y, t)
+            layers.bprop(delta)
+            opt.optimize(layers.parameters(), 0)
+        return [p.value.get() for p in layers.parameters()]
+
+    import neonlite.backends as backends
+    previous = backends._current
+    try:
+        with_c = CPUBackend(batch_size=4, rng_seed=0, datatype=np.float64)
+        assert with_c.kernels.active(np.float64)
+        got = run(with_c)
+        monkeypatch.setenv("NEONLITE_CPU_KERNELS", "0")
+        numpy_only = CPUBackend(batch_size=4, rng_seed=0, datatype=np.float64)
+        assert not numpy_only.kernels.active(np.float64)
+        want = run(numpy_only)
+    finally:
+        backends._current = previous
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-11)
