@@ -1,0 +1,88 @@
+// Counter-based uniform random numbers: Philox4x32-10 (Salmon et al., "Parallel random numbers:
+// as easy as 1, 2, 3", SC'11), the generator of cuRAND's and PyTorch's dropout.
+//
+// Element e of a draw gets word (e % 4) of philox(counter = base + e / 4, key = seed), so a
+// draw is a pure function of (seed, base): the same seed gives the same dropout masks, on
+// any launch shape.  base advances by ceil(n / 4) per draw (the backend keeps it).
+// Output: contiguous n elements, u = (word >> 8) * 2^-24 in [0, 1), scaled to [low, high).
+#include "neonlite_common.cuh"
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+__device__ __forceinline__ void nl_philox_round(unsigned int c[4], const unsigned int k[2]) {
+    unsigned int hi0 = __umulhi(PHILOX_M0, c[0]), lo0 = PHILOX_M0 * c[0];
+    unsigned int hi1 = __umulhi(PHILOX_M1, c[2]), lo1 = PHILOX_M1 * c[2];
+    unsigned int r0 = hi1 ^ c[1] ^ k[0], r2 = hi0 ^ c[3] ^ k[1];
+    c[0] = r0; c[1] = lo1; c[2] = r2; c[3] = lo0;
+}
+
+// Philox4x32 with 10 rounds, in place on counter c, key k (k is not modified).
+__device__ __forceinline__ void nl_philox4x32_10(unsigned int c[4], const unsigned int key[2]) {
+    unsigned int k[2] = {key[0], key[1]};
+    for (int round = 0; round < 10; ++round) {
+        if (round) { k[0] += PHILOX_W0; k[1] += PHILOX_W1; }
+        nl_philox_round(c, k);
+    }
+}
+
+template <int KIND>
+__device__ __forceinline__ void nl_store_uniform(void* out, long long i, float v) {
+    if (KIND == 0) ((float*)out)[i] = v;
+    else if (KIND == 1) ((nl_u16*)out)[i] = nl_f32_to_f16(v);
+    else ((nl_u16*)out)[i] = (nl_u16)nl_f32_to_bf16(v);
+}
+
+template <int KIND>
+__device__ void nl_uniform(void* out, long long n, unsigned int seed_lo, unsigned int seed_hi,
+                           unsigned int base_lo, unsigned int base_hi, float low, float high) {
+    const unsigned int key[2] = {seed_lo, seed_hi};
+    const unsigned long long base = ((unsigned long long)base_hi << 32) | base_lo;
+    const long long groups = (n + 3) / 4;
+    for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < groups;
+         g += (long long)blockDim.x * gridDim.x) {
+        unsigned long long ctr = base + (unsigned long long)g;
+        unsigned int c[4] = {(unsigned int)ctr, (unsigned int)(ctr >> 32), 0u, 0u};
+        nl_philox4x32_10(c, key);
+        for (int w = 0; w < 4; ++w) {
+            long long i = 4 * g + w;
+            if (i >= n) break;
+            float u = (float)(c[w] >> 8) * 5.9604644775390625e-08f;
+            float v = low + u * (high - low);
+            if (v >= high) v = nextafterf(high, low);
+            nl_store_uniform<KIND>(out, i, v);
+        }
+    }
+}
+
+extern "C" __global__ void nl_uniform_f32(float* out, long long n, unsigned int seed_lo,
+                                          unsigned int seed_hi, unsigned int base_lo,
+                                          unsigned int base_hi, float low, float high) {
+    nl_uniform<0>(out, n, seed_lo, seed_hi, base_lo, base_hi, low, high);
+}
+
+extern "C" __global__ void nl_uniform_f16(nl_u16* out, long long n, unsigned int seed_lo,
+                                          unsigned int seed_hi, unsigned int base_lo,
+                                          unsigned int base_hi, float low, float high) {
+    nl_uniform<1>(out, n, seed_lo, seed_hi, base_lo, base_hi, low, high);
+}
+
+extern "C" __global__ void nl_uniform_bf16(nl_u16* out, long long n, unsigned int seed_lo,
+                                           unsigned int seed_hi, unsigned int base_lo,
+                                           unsigned int base_hi, float low, float high) {
+    nl_uniform<2>(out, n, seed_lo, seed_hi, base_lo, base_hi, low, high);
+}
+
+// The raw 32-bit words, for testing the generator against its known-answer vectors: one
+// thread per counter i writes philox(ctr[4*i .. 4*i+3], key[2*i .. 2*i+1]) to out[4*i ..].
+extern "C" __global__ void nl_philox_words(unsigned int* out, const unsigned int* ctr,
+                                           const unsigned int* key, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned int c[4] = {ctr[4 * i], ctr[4 * i + 1], ctr[4 * i + 2], ctr[4 * i + 3]};
+    const unsigned int k[2] = {key[2 * i], key[2 * i + 1]};
+    nl_philox4x32_10(c, k);
+    for (int w = 0; w < 4; ++w) out[4 * i + w] = c[w];
+}

@@ -1,0 +1,146 @@
+"""Run CUDA kernels on the host, to test kernel *logic* where no GPU is present.
+
+The kernel source is compiled as C++20 by g++ with a small shim (``threadIdx``/``blockIdx`` as
+thread-locals, ``__shared__`` as function statics, ``__syncthreads`` as a ``std::barrier``,
+float16 through ``_Float16``).  A launch starts ``blockDim`` real threads that run the blocks one after
+another, so shared memory and barriers behave as on a GPU.  Warp shuffles,
+atomics and tensor-core instructions are not emulated: kernels tested here keep to plain
+shared-memory code.  This checks indexing, broadcasting and reduction logic, not performance,
+and it is no substitute for running the same tests on a GPU.
+"""
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+_SHIM = r"""
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+#include <math.h>
+struct nl_dim3 { unsigned x, y, z; };
+static thread_local nl_dim3 threadIdx, blockIdx;
+static nl_dim3 blockDim, gridDim;
+static std::barrier<>* nl_barrier;
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__
+#define __shared__ static
+using std::isnan;
+static inline void __syncthreads() { nl_barrier->arrive_and_wait(); }
+static inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+static inline unsigned __umulhi(unsigned a, unsigned b) {
+    return (unsigned)(((unsigned long long)a * b) >> 32); }
+struct __half { _Float16 v; };
+static inline float __half2float(__half h) { return (float)h.v; }
+static inline __half __float2half_rn(float f) { __half h; h.v = (_Float16)f; return h; }
+static inline __half __ushort_as_half(unsigned short b) { __half h; std::memcpy(&h, &b, 2);
+                                                          return h; }
+static inline unsigned short __half_as_ushort(__half h) { unsigned short b;
+                                                           std::memcpy(&b, &h, 2); return b; }
+struct NlArg {
+    void* p; float f; long long i;
+    template <class T> operator T*() const { return (T*)p; }
+    operator float() const { return f; }
+    operator int() const { return (int)i; }
+    operator unsigned() const { return (unsigned)i; }
+    operator long long() const { return i; }
+    operator unsigned long long() const { return (unsigned long long)i; }
+};
+template <class F>
+static void nl_run(unsigned gx, unsigned gy, unsigned bx, unsigned by, F body) {
+    blockDim = {bx, by, 1};
+    gridDim = {gx, gy, 1};
+    std::barrier<> bar(bx * by);
+    nl_barrier = &bar;
+    std::vector<std::thread> threads;
+    for (unsigned ty = 0; ty < by; ++ty)
+        for (unsigned tx = 0; tx < bx; ++tx)
+            threads.emplace_back([=, &bar] {
+                threadIdx = {tx, ty, 0};
+                for (unsigned cy = 0; cy < gy; ++cy)
+                    for (unsigned cx = 0; cx < gx; ++cx) {
+                        blockIdx = {cx, cy, 0};
+                        body();
+                        bar.arrive_and_wait();
+                    }
+            });
+    for (auto& t : threads) t.join();
+}
+"""
+
+
+class _Arg(ctypes.Structure):
+    _fields_ = [("p", ctypes.c_void_p), ("f", ctypes.c_float), ("i", ctypes.c_longlong)]
+
+
+def available():
+    """None when g++ (C++20) is here, else the reason the emulator cannot run."""
+    return None if shutil.which("g++") else "g++ is not installed"
+
+
+def _strip(source):
+    lines = [l for l in source.splitlines()
+             if not l.strip().startswith(("#include <cuda", "#pragma once", '#include "'))]
+    return "\n".join(lines)
+
+
+class HostModule:
+    """Kernels compiled together for the host.  ``kernels`` maps name -> number of arguments;
+    ``sources`` are CUDA sources (``#include`` lines of CUDA headers and local files are
+    dropped: pass the shared header in ``prelude``)."""
+
+    def __init__(self, sources, kernels, prelude="", workdir=None):
+        body = "\n".join(_strip(s) for s in sources)
+        launchers = []
+        for name, nargs in kernels.items():
+            call = ", ".join(f"a[{i}]" for i in range(nargs))
+            launchers.append(
+                f'extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned bx, '
+                f'unsigned by, const NlArg* a) {{ nl_run(gx, gy, bx, by, [=] {{ {name}({call}); }}); }}')
+        text = "\n".join([_SHIM, _strip(prelude), body, *launchers])
+        digest = hashlib.sha1(text.encode()).hexdigest()[:16]
+        workdir = Path(workdir or os.environ.get("NEONLITE_EMULATOR_DIR",
+                                                 Path(tempfile.gettempdir()) / "neonlite_emu"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        lib = workdir / f"emu_{digest}.so"
+        if not lib.exists():
+            src = workdir / f"emu_{digest}.cpp"
+            src.write_text(text)
+            tmp = workdir / f"emu_{digest}.{os.getpid()}.so"
+            result = subprocess.run(["g++", "-std=c++20", "-O0", "-shared", "-fPIC", "-pthread",
+                                     "-w", "-o", str(tmp), str(src)],
+                                    capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError(f"host compile of the kernels failed:\n{result.stderr[-4000:]}")
+            os.replace(tmp, lib)
+        self._lib = ctypes.CDLL(str(lib))
+
+    def launch(self, name, grid, block, args):
+        """Run kernel ``name``: ``args`` are numpy arrays (passed as pointers to their first
+        element), Python floats (float) and ints (int / long long)."""
+        packed = (_Arg * max(1, len(args)))()
+        for slot, value in zip(packed, args):
+            if isinstance(value, np.ndarray):
+                slot.p = value.ctypes.data
+            elif isinstance(value, (float, np.floating)):
+                slot.f = float(value)
+            else:
+                slot.i = int(value)
+        grid = tuple(grid) + (1,) * (2 - len(grid))
+        block = tuple(block) + (1,) * (3 - len(block))
+        getattr(self._lib, f"launch_{name}")(ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]),
+                                             ctypes.c_uint(block[0]), ctypes.c_uint(block[1]),
+                                             packed)
