@@ -243,13 +243,14 @@ class Model:
         rows = []
         _describe_rows(self.layers.layers, 0, rows)
         width = max(len(r[0]) for r in rows) + 2
-        lines = [f"{'layer':<{width}}{'type':<14}{'output shape':<20}{'params':>12}"]
+        kinds = max(14, max(len(r[1]) for r in rows) + 2)
+        lines = [f"{'layer':<{width}}{'type':<{kinds}}{'output shape':<20}{'params':>12}"]
         lines.append("-" * len(lines[0]))
         for name, kind, shape, count in rows:
-            lines.append(f"{name:<{width}}{kind:<14}{str(shape):<20}{count:>12,}")
+            lines.append(f"{name:<{width}}{kind:<{kinds}}{str(shape):<20}{count:>12,}")
         total = sum(p.value.size for p in self.parameters())
         lines.append("-" * len(lines[0]))
-        lines.append(f"{'total':<{width + 34}}{total:>12,}")
+        lines.append(f"{'total':<{width + kinds + 20}}{total:>12,}")
         return "\n".join(lines)
 
 

@@ -28,7 +28,8 @@ def command(args):
         data = make_dataset(run.settings["dataset"])
         model = run.build_model()
         initialize(model, ShapeStub(data.shape, data.name), None)
-        source = f"{args.file}: data set {data.name}, input {tuple(data.shape)}, " \
-                 f"{data.nclass} classes"
+        classes = getattr(data, "nclass", None)
+        source = f"{args.file}: data set {data.name}, input {tuple(data.shape)}" + \
+            (f", {classes} classes" if classes else "")
     print(source)
     print(model.describe())

@@ -1,4 +1,5 @@
 """Turning the errors a user can cause into one line on stderr and an exit status."""
+import os
 import sys
 import traceback
 
@@ -22,9 +23,12 @@ def user_errors():
 def run_guarded(fn, verbose=False, prog="neonlite"):
     """Call ``fn()``; return its exit status (None: 0).  A user error prints
     ``<prog>: error: <message>`` (plus the traceback with ``verbose``) and returns 1; Ctrl-C
-    returns 130."""
+    returns 130; a closed stdout (``neonlite describe ... | head``) ends quietly."""
     try:
         status = fn()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

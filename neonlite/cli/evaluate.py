@@ -41,7 +41,7 @@ def command(args):
                 "rng_seed": config.get("rng_seed"), "datatype": config.get("datatype", "f32"),
                 "dataset": check_dataset(dataset)}
     make_backend(settings)
-    _, _, valid = load_data(settings, args.data_dir, args.max_batches)
+    _, _, valid = load_data(settings, args.data_dir, args.max_batches, train=False)
     model = build_model(ckpt)
     name, options = METRICS[args.metric]
     if args.metric == "topk":

@@ -59,13 +59,14 @@ def make_backend(settings):
                           f"datatype {settings['datatype']!r} ({err})") from None
 
 
-def load_data(settings, data_dir, max_batches=None):
-    """(data set, train iterator, validation iterator) on the current backend."""
+def load_data(settings, data_dir, max_batches=None, train=True, valid=True):
+    """(data set, train iterator, validation iterator) on the current backend (None for
+    the ones not asked for)."""
     data = make_dataset(settings["dataset"], data_dir)
-    train, valid = data.train_iter, data.valid_iter
+    sets = [data.train_iter if train else None, data.valid_iter if valid else None]
     if max_batches:
-        train, valid = FirstBatches(train, max_batches), FirstBatches(valid, max_batches)
-    return data, train, valid
+        sets = [s if s is None else FirstBatches(s, max_batches) for s in sets]
+    return (data, *sets)
 
 
 def initialize(model, dataset, cost=None):
@@ -98,9 +99,11 @@ def train(run, opts, stream=sys.stderr):
     settings = run.settings
     begin = time.perf_counter()
     make_backend(settings)
-    data, train_set, valid_set = load_data(settings, opts.data_dir, opts.max_batches)
+    data, train_set, valid_set = load_data(settings, opts.data_dir, opts.max_batches,
+                                           valid=settings["eval_freq"] > 0)
     model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
     initialize(model, train_set, cost)
+    _record_vocabulary(model, data)
     if opts.model_file:
         load_params(model, read_checkpoint(opts.model_file))
     if opts.resume:
@@ -110,7 +113,7 @@ def train(run, opts, stream=sys.stderr):
                                   f"{run.source} (the layers differ), so it cannot be resumed")
         restore_training_state(model, optimizer, ckpt)
     description = run.description()
-    callbacks = Callbacks(model, eval_set=valid_set if settings["eval_freq"] else None,
+    callbacks = Callbacks(model, eval_set=valid_set,
                           eval_freq=settings["eval_freq"], metric=run.build_metric(),
                           progress=not opts.quiet, quiet=opts.quiet, run_config=description)
     for callback in run.build_callbacks():
@@ -136,5 +139,15 @@ def train(run, opts, stream=sys.stderr):
 
 
 def _count(data):
-    n = getattr(data, "ndata", None)
+    n = getattr(data, "ndata", None) if data is not None else 0
     return f"{n:,}" if isinstance(n, int) else "?"
+
+
+def _record_vocabulary(model, data):
+    """Give text models (Embedding layers) the data set's characters, for ``generate``."""
+    chars = getattr(getattr(data, "vocab", None), "chars", None)
+    if chars is None:
+        return
+    for leaf in model.layers.leaves():
+        if hasattr(leaf, "set_vocabulary") and getattr(leaf, "vocab", None) == len(chars):
+            leaf.set_vocabulary(chars)

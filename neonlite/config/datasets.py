@@ -6,6 +6,11 @@ entry's ``config`` (checked like any other object's); ``path`` (the data directo
 ``shuffle`` are set by the run, not the YAML.  A made data set has ``shape`` (one example,
 NHWC), ``nclass``, ``train_iter`` and ``valid_iter``; ``shape`` and ``nclass`` are known
 before any file is read.
+
+One more option works with every image data set: ``nclass``, the width of the one-hot
+targets, at least the data set's own number of classes, so a 10-class network (the CIFAR-10
+examples) can train on the 8-class Shapes set: ``dataset: {type: shapes, config: {nclass:
+10}}``.
 """
 import importlib
 import inspect
@@ -18,6 +23,7 @@ DATASETS = {
     "mnist": ("neonlite.data.mnist", "MNIST"),
     "cifar10": ("neonlite.data.cifar10", "CIFAR10"),
     "shapes": ("neonlite.data.shapes", "Shapes"),
+    "text": ("neonlite.data.text", "TextCorpus"),
     "hdf5": ("neonlite.data.hdf5_iterator", "HDF5Dataset"),
 }
 SET_BY_RUN = ("path", "shuffle")
@@ -57,11 +63,18 @@ def check_dataset(desc, path="dataset"):
         raise ConfigError(f"{path}.config: expected a mapping of options, got "
                           f"{type_word(config)} ({config!r})")
     options = {k: v for k, v in constructor_options(cls).items() if k not in SET_BY_RUN}
+    if hasattr(cls, "nclass"):
+        options.setdefault("nclass", None)
     for key, value in config.items():
         if key not in options:
             raise ConfigError(f"{path}.config.{key}: unknown option of data set "
                               f"{desc['type']!r}{did_you_mean(key, options)}")
         check_type(value, options[key], f"{path}.config.{key}")
+    if config.get("nclass") is not None and (not isinstance(config["nclass"], int) or
+                                              isinstance(config["nclass"], bool) or
+                                              config["nclass"] < 2):
+        raise ConfigError(f"{path}.config.nclass: expected an integer >= 2, got "
+                          f"{config['nclass']!r}")
     missing = [k for k, d in options.items() if d is inspect.Parameter.empty and k not in config]
     if missing:
         raise ConfigError(f"{path}.config: missing required option '{missing[0]}' of data set "
@@ -74,11 +87,18 @@ def make_dataset(desc, data_dir=None, path="dataset"):
     desc = check_dataset(desc, path)
     cls = dataset_class(desc["type"], path)
     kwargs = dict(desc["config"])
+    nclass = kwargs.pop("nclass", None) if "nclass" not in constructor_options(cls) else None
     if "path" in constructor_options(cls):
         kwargs["path"] = data_dir
     try:
-        return cls(**kwargs)
+        data = cls(**kwargs)
     except (ConfigError, DataError):
         raise
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{path}.config: {err}") from None
+    if nclass is not None:
+        if nclass < data.nclass:
+            raise ConfigError(f"{path}.config.nclass: {nclass} is fewer than the "
+                              f"{data.nclass} classes of data set {desc['type']!r}")
+        data.nclass = nclass
+    return data

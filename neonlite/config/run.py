@@ -2,16 +2,16 @@
 
 Keys (see :data:`KEYS`): ``backend``, ``epochs``, ``batchsize``, ``rng_seed``, ``datatype``,
 ``eval_freq``, ``metric``, ``dataset``, ``layers``, ``cost``, ``optimizer``, ``callbacks``,
-``save_path``, ``serialize``.  Any other top-level key whose value is a mapping or a list is
-allowed as a place to define YAML anchors (``wt_init: &wt_init {type: Gaussian, ...}``); a
-scalar there, or a key that looks like a misspelling of a known one, is an error.
+``save_path``, ``serialize``.  Any other top-level key must define a YAML anchor for use
+below (``wt_init: &wt_init {type: Gaussian, ...}``, ``nclass: &nclass 10``); another unknown
+key, or one that looks like a misspelling of a known one, is an error.
 """
 import numpy as np
 
 from .build import build, type_word
 from .datasets import check_dataset
 from .errors import ConfigError, closest, did_you_mean
-from .yaml_io import load_yaml, parse_yaml
+from .yaml_io import anchored_keys, parse_yaml, read_text
 
 DATATYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "bf16": "bfloat16"}
 METRICS = {"misclassification": ("Misclassification", {}), "accuracy": ("Accuracy", {}),
@@ -47,14 +47,14 @@ class RunConfig:
     Every check happens in the constructor, so a bad file fails before anything runs.
     """
 
-    def __init__(self, data, source="<config>"):
+    def __init__(self, data, source="<config>", anchored=()):
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: expected a mapping of keys (backend, epochs, layers, "
                               f"...) at the top level, got {type_word(data)}")
         self.source = source
         for key, value in data.items():
             if key not in KEYS:
-                _check_extra_key(key, value)
+                _check_extra_key(key, key in anchored)
         missing = [k for k, (_, d) in KEYS.items() if d is REQUIRED and k not in data]
         if missing:
             raise ConfigError(f"{missing[0]}: missing required key (a run needs "
@@ -78,11 +78,11 @@ class RunConfig:
 
     @classmethod
     def from_file(cls, path):
-        return cls(load_yaml(path), str(path))
+        return cls.from_text(read_text(path), str(path))
 
     @classmethod
     def from_text(cls, text, source="<string>"):
-        return cls(parse_yaml(text, source), source)
+        return cls(parse_yaml(text, source), source, anchored_keys(text))
 
     # ---- overrides and description -------------------------------------------------------------
     def override(self, **values):
@@ -131,13 +131,13 @@ class RunConfig:
         return DATATYPES[self.settings["datatype"]]
 
 
-def _check_extra_key(key, value):
+def _check_extra_key(key, anchored):
     near = closest(key, KEYS)
     if near is not None:
         raise ConfigError(f"{key}: unknown key; did you mean '{near}'?")
-    if not isinstance(value, (dict, list)):
-        raise ConfigError(f"{key}: unknown key{did_you_mean(key, KEYS)} (other top-level keys "
-                          f"may only hold mappings or lists, for YAML anchors)")
+    if not anchored:
+        raise ConfigError(f"{key}: unknown top-level key; expected one of {', '.join(KEYS)} "
+                          f"(any other key must define a YAML anchor: '{key}: &name value')")
 
 
 def _check_setting(key, value, types):

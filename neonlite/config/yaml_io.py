@@ -42,16 +42,42 @@ def parse_yaml(text, source="<string>"):
         raise ConfigError(f"{source}: malformed YAML: {err}") from None
 
 
-def load_yaml(path):
-    """Parse the YAML file at ``path`` (see :func:`parse_yaml`)."""
+def anchored_keys(text):
+    """The top-level keys of YAML ``text`` whose value carries an anchor (``key: &name ...``);
+    call after :func:`parse_yaml` succeeded."""
+    keys, depth, key, expect_key = set(), 0, None, True
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            if depth == 1 and not expect_key and event.anchor:
+                keys.add(key)
+            depth += 1
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        if depth == 1 and isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
+            if expect_key:
+                key = event.value if isinstance(event, yaml.ScalarEvent) else None
+            elif isinstance(event, yaml.ScalarEvent) and event.anchor:
+                keys.add(key)
+            expect_key = not expect_key
+        elif depth == 1 and isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            expect_key = True
+    return keys
+
+
+def read_text(path):
+    """The text of the file at ``path``; a :class:`ConfigError` if it cannot be read."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read the file ({err})") from None
-    return parse_yaml(text, str(path))
+
+
+def load_yaml(path):
+    """Parse the YAML file at ``path`` (see :func:`parse_yaml`)."""
+    return parse_yaml(read_text(path), str(path))
 
 
 def dump_yaml(data):
