@@ -10,8 +10,10 @@ A variant is one compilation of one real source file with a fixed set of ``-D`` 
   memory in bytes a launch of the variant uses; ``functions`` names its ``extern "C"`` kernels.
 
 Sources may ``#include "..."`` files of their own directory; those files are part of a variant's
-cache key.  The GPU backend adds its rows to :data:`CUDA_VARIANTS`.
+cache key.  The CPU rows are :data:`CPU_VARIANTS` below; the GPU backend's rows live in
+``cuda_specs.py`` (``CUDA_VARIANTS``), which :func:`variants` reads when it exists.
 """
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,14 +80,23 @@ def _cpu_variants(stem):
 
 CPU_SOURCES = ("conv", "pool", "norm", "softmax", "optree")
 CPU_VARIANTS = tuple(spec for stem in CPU_SOURCES for spec in _cpu_variants(stem))
-CUDA_VARIANTS = ()
+
+
+def _cuda_variants():
+    try:
+        module = importlib.import_module(".cuda_specs", __package__)
+    except ModuleNotFoundError as err:
+        if err.name != f"{__package__}.cuda_specs":
+            raise
+        return ()
+    return tuple(module.CUDA_VARIANTS)
 
 
 def variants(target=None):
     """Every variant in the table, or only those of ``target`` ('cpu' or 'cuda')."""
     if target is not None and target not in TARGETS:
         raise ValueError(f"unknown kernel target {target!r}; expected one of {TARGETS}")
-    table = CPU_VARIANTS + CUDA_VARIANTS
+    table = CPU_VARIANTS + (_cuda_variants() if target != "cpu" else ())
     return tuple(spec for spec in table if target is None or spec.target == target)
 
 

@@ -1,0 +1,128 @@
+"""``neonlite kernels``: build ahead of time, list, and clean the compiled kernels.
+
+    neonlite kernels build [--target cpu|cuda] [--arch sm_80,sm_90] [-j N]
+    neonlite kernels list  [--target cpu|cuda] [--arch sm_80,sm_90]
+    neonlite kernels clean
+
+``neonlite.cli`` adds the subcommand with :func:`register`; ``python -m neonlite.kernels.cli``
+runs it on its own.  Commands return the exit status: 0, or 1 when a build failed or no
+compiler was found (the compiler's log goes to stderr).
+"""
+import argparse
+import os
+import re
+import sys
+
+from . import specs
+from .build import default_builder
+from .toolchain import CompileError, CompilerNotFound
+
+
+def _archs(text):
+    archs = tuple(a.strip() for a in text.split(",") if a.strip())
+    bad = [a for a in archs if not re.fullmatch(r"sm_\d+[a-z]?", a)]
+    if bad or not archs:
+        raise argparse.ArgumentTypeError(f"expected CUDA archs like 'sm_80,sm_90', got {text!r}")
+    return archs
+
+
+def _positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of jobs, got {text!r}")
+    return value
+
+
+def register(subparsers):
+    """Add the ``kernels`` subcommand (with ``build``, ``list``, ``clean``) to ``subparsers``."""
+    parser = subparsers.add_parser("kernels", help="build, list and clean the compiled kernels",
+                                   description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="kernels_command", metavar="ACTION", required=True)
+    build = commands.add_parser("build", help="compile every kernel variant into the cache now")
+    listing = commands.add_parser("list", help="each kernel variant and whether it is cached")
+    for sub in (build, listing):
+        sub.add_argument("--target", choices=specs.TARGETS, default=None,
+                         help="only this target's variants (build: default cpu; list: all)")
+        sub.add_argument("--arch", type=_archs, default=specs.DEFAULT_CUDA_ARCHS,
+                         help="comma-separated CUDA archs (default: %(default)s)")
+    build.add_argument("-j", "--jobs", type=_positive, default=os.cpu_count() or 1,
+                       help="compilers to run at once (default: the number of CPUs)")
+    commands.add_parser("clean", help="delete every cached kernel")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args, out=None, err=None):
+    """Run the parsed ``kernels`` command (printing to ``out``/``err``, default stdout and
+    stderr); returns the exit status."""
+    out, err = out or sys.stdout, err or sys.stderr
+    builder = default_builder()
+    if args.kernels_command == "clean":
+        removed = builder.cache.clean()
+        print(f"removed {removed} cached kernel file(s) from {builder.cache.root}", file=out)
+        return 0
+    if args.kernels_command == "build":
+        return _build(builder, args.target or "cpu", args.arch, args.jobs, out, err)
+    return _list(builder, args.target, args.arch, out)
+
+
+def _build(builder, target, archs, jobs, out, err):
+    chosen = specs.variants(target)
+    if not chosen:
+        print(f"no {target} kernel variants in the table", file=out)
+        return 0
+    failed = 0
+    for result in builder.build_all(target, archs, jobs, chosen):
+        where = f"{result.spec.name}" + (f" [{result.arch}]" if result.arch else "")
+        if result.status != "failed":
+            print(f"{result.status:>6}  {where}", file=out)
+            continue
+        failed += 1
+        print(f"FAILED  {where}: {str(result.error).splitlines()[0]}", file=out)
+        if isinstance(result.error, CompileError):
+            print(str(result.error), file=err)
+    print(f"cache: {builder.cache.root}", file=out)
+    if failed:
+        print(f"{failed} kernel variant(s) failed to build", file=err)
+    return 1 if failed else 0
+
+
+def _ptxas_lines(meta):
+    for function, info in sorted(meta.get("ptxas", {}).items()):
+        yield (f"        {function}: {info['registers']} registers, {info['shared']} B shared, "
+               f"spills {info['spill_stores']} B stored / {info['spill_loads']} B loaded")
+
+
+def _list(builder, target, archs, out):
+    print(f"cache: {builder.cache.root}", file=out)
+    for spec in specs.variants(target):
+        defines = " ".join(f"{k}={v}" for k, v in spec.defines)
+        for arch in ((None,) if spec.target == "cpu" else archs):
+            cached, detail = builder.status(spec, arch)
+            where = spec.target + (f" {arch}" if arch else "")
+            state = "cached" if cached else f"not cached ({detail})"
+            print(f"{spec.name:<16} {where:<10} {spec.source:<22} {defines:<14} {state}", file=out)
+            if cached and spec.target == "cuda":
+                for line in _ptxas_lines(detail):
+                    print(line, file=out)
+    return 0
+
+
+def main(argv=None):
+    """``python -m neonlite.kernels.cli ...``: the ``kernels`` subcommand on its own."""
+    parser = argparse.ArgumentParser(prog="python -m neonlite.kernels.cli")
+    commands = parser.add_subparsers(dest="command", required=True)
+    register(commands)
+    args = parser.parse_args(["kernels", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return args.func(args)
+    except (CompilerNotFound, KeyError, ValueError) as error:
+        print(f"neonlite kernels: error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
