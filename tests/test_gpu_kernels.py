@@ -1,0 +1,64 @@
+"""The GPU backend's CUDA kernels without a GPU: every variant of ``kernels/cuda_specs.py``
+compiles with nvcc for sm_80 and sm_90 through the kernel build system, and the Philox
+generator (the source of dropout masks) gives Random123's known answers and the numpy
+reference's stream on the host emulator."""
+import shutil
+
+import numpy as np
+import pytest
+from cuda_host_emulator import HostModule
+from cuda_host_emulator import available as emulator_missing
+
+from neonlite.backends import philox
+from neonlite.kernels import cuda_specs
+from neonlite.kernels.build import Builder
+
+# Random123 tests/kat_vectors, the three "philox4x32 10" lines: counter, key, expected.
+KAT = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+       ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+       ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA compiler) is not on PATH")
+def test_every_cuda_variant_compiles_for_sm80_and_sm90():
+    results = Builder().build_all(target="cuda", archs=("sm_80", "sm_90"), jobs=2,
+                                  variants=cuda_specs.CUDA_VARIANTS)
+    failed = [f"{r.spec.name} {r.arch}: {r.error}" for r in results if r.status == "failed"]
+    assert not failed, "\n".join(failed)
+    assert len(results) == 2 * len(cuda_specs.CUDA_VARIANTS)
+    binary = Builder().cuda_binary(cuda_specs.find("pool"), "sm_80")
+    for name in cuda_specs.find("pool").functions:
+        assert name.encode() in binary.cubin, f"{name} missing from the pool cubin"
+
+
+def test_every_cuda_source_is_in_the_table():
+    listed = {spec.source for spec in cuda_specs.CUDA_VARIANTS}
+    on_disk = {f"cuda/{p.name}" for p in cuda_specs.find("pool").root.joinpath("cuda").glob("*.cu")}
+    assert listed == on_disk
+
+
+def test_numpy_philox_known_answers():
+    for counter, key, expected in KAT:
+        got = philox.philox4x32_10(np.array(counter, np.uint32), np.array(key, np.uint32))
+        assert tuple(int(v) for v in got) == expected
+
+
+@pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+def test_philox_kernel_matches_known_answers_and_numpy_stream():
+    source = cuda_specs.find("philox").source_path.read_text()
+    header = (cuda_specs.find("philox").source_path.parent / "neonlite_common.cuh").read_text()
+    module = HostModule([source], {"nl_philox_words": 4, "nl_uniform_f32": 8}, prelude=header)
+    ctr = np.array([c for c, _, _ in KAT], np.uint32).reshape(-1)
+    key = np.array([k for _, k, _ in KAT], np.uint32).reshape(-1)
+    words = np.zeros(12, np.uint32)
+    module.launch("nl_philox_words", (1,), (4,), [words, ctr, key, 3])
+    assert [tuple(int(w) for w in words[4 * i:4 * i + 4]) for i in range(3)] == \
+        [e for _, _, e in KAT]
+    n, seed, base = 1001, 1234567890123, 77
+    out = np.zeros(n, np.float32)
+    lo, hi = philox.seed_key(seed)
+    module.launch("nl_uniform_f32", (2,), (32,), [out, n, lo, hi, base & 0xFFFFFFFF, base >> 32,
+                                                  0.0, 1.0])
+    np.testing.assert_array_equal(out, philox.uniform(n, seed, base))
+    assert 0.0 <= out.min() and out.max() < 1.0 and abs(out.mean() - 0.5) < 0.05
