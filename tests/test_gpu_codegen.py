@@ -70,7 +70,6 @@ def test_generated_sources_compile_with_nvcc(arch, tmp_path):
 
 
 def test_scalars_are_arguments_not_constants():
-    be = _be()
     w, g = HostTensor(np.zeros(10, np.float32)), HostTensor(np.zeros(10, np.float32))
     plans = [codegen.plan(w - lr * g, w) for lr in (0.1, 0.05)]
     assert plans[0].key == plans[1].key

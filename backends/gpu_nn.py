@@ -1,0 +1,228 @@
+"""The GPU backend's network ops: convolution, pooling, normalization, softmax, rows.
+
+Convolution runs the documented slower path until implicit-GEMM kernels land (the next GPU
+issue): an im2col kernel gathers the (N*P*Q, R*S*C) patch matrix into a buffer kept on the plan,
+one cuBLAS GEMM multiplies it by the (R*S*C, K) filter matrix, and a col2im gather (no atomics)
+returns the data gradient; a 1x1 stride-1 unpadded convolution is a plain GEMM.  Pooling,
+masked softmax, row gather and scatter-add are CUDA kernels (``kernels/cuda``); batch norm,
+layer norm, softmax and softmax-cross-entropy are a few fused op-tree kernels each, with their
+(1, C) / (M, 1) statistics in reused work tensors.  Nothing is copied to the host except the
+scalar loss that ``softmax_cross_entropy`` returns.
+"""
+import numpy as np
+
+_NUMPY_IDS = {"i32": "i32", "i64": "i64", "f32": "f32"}
+
+
+def _dims(plan, *names):
+    return [int(getattr(plan, n)) for n in names]
+
+
+class GPUNNMixin:
+    """Methods of :class:`~neonlite.backends.gpu.GPUBackend` for layers' compute."""
+
+    # ---- convolution -----------------------------------------------------------------------
+    def _conv_dims(self, plan):
+        return _dims(plan, "N", "H", "W", "C", "P", "Q", "R", "S", "pad_h", "pad_w", "str_h",
+                     "str_w", "dil_h", "dil_w")
+
+    @staticmethod
+    def _pointwise(plan):
+        return (plan.R == plan.S == 1 and plan.str_h == plan.str_w == 1
+                and plan.pad_h == plan.pad_w == 0)
+
+    def _patches(self, plan, I):
+        """The plan's patch matrix of I (N*P*Q, R*S*C), gathered by im2col."""
+        rows, cols = plan.N * plan.P * plan.Q, plan.R * plan.S * plan.C
+        patches = self.scratch(("patches", id(plan)), (rows, cols), I.dtype)
+        func = self.kernel("im2col", f"nl_im2col_{I.storage}", "PP" + "i" * 14)
+        self.device.launch(func, (self.device.blocks(rows * cols), 1), (256, 1, 1),
+                           [patches.ptr, I.ptr] + self._conv_dims(plan))
+        plan._gpu_patches_of = (I.ptr, I.shape)
+        return patches
+
+    def fprop_conv(self, plan, I, F, O):
+        K = plan.K
+        if self._pointwise(plan):
+            self.compound_dot(I.reshape(-1, plan.C), F.reshape(plan.C, K), O.reshape(-1, K))
+            return
+        self.compound_dot(self._patches(plan, I), F.reshape(-1, K), O.reshape(-1, K))
+
+    def bprop_conv(self, plan, F, E, grad_I, beta=0.0):
+        K = plan.K
+        if self._pointwise(plan):
+            self.compound_dot(E.reshape(-1, K), F.reshape(plan.C, K), grad_I.reshape(-1, plan.C),
+                              beta=beta, transB=True)
+            return
+        rows, cols = plan.N * plan.P * plan.Q, plan.R * plan.S * plan.C
+        dpatches = self.scratch(("dpatches", id(plan)), (rows, cols), E.dtype)
+        self.compound_dot(E.reshape(-1, K), F.reshape(-1, K), dpatches, transB=True)
+        func = self.kernel("im2col", f"nl_col2im_{E.storage}", "PP" + "i" * 14 + "f")
+        self.device.launch(func, (self.device.blocks(grad_I.size), 1), (256, 1, 1),
+                           [grad_I.ptr, dpatches.ptr] + self._conv_dims(plan)
+                           + [np.float32(beta)])
+
+    def update_conv(self, plan, I, E, grad_F, beta=0.0):
+        K = plan.K
+        if self._pointwise(plan):
+            patches = I.reshape(-1, plan.C)
+        elif getattr(plan, "_gpu_patches_of", None) == (I.ptr, I.shape):
+            patches = self.scratch(("patches", id(plan)), (plan.N * plan.P * plan.Q,
+                                                           plan.R * plan.S * plan.C), I.dtype)
+        else:
+            patches = self._patches(plan, I)
+        self.compound_dot(patches, E.reshape(-1, K), grad_F.reshape(-1, K), beta=beta,
+                          transA=True)
+
+    # ---- pooling ---------------------------------------------------------------------------
+    def _pool_dims(self, plan):
+        return _dims(plan, "N", "H", "W", "C", "P", "Q", "R", "S", "pad_h", "pad_w", "str_h",
+                     "str_w")
+
+    def fprop_pool(self, plan, I, O):
+        argmax = self.scratch(("argmax", id(plan)), O.shape, np.int32)
+        func = self.kernel("pool", f"nl_pool_fprop_{I.storage}", "PPP" + "i" * 13)
+        self.device.launch(func, (self.device.blocks(O.size), 1), (256, 1, 1),
+                           [O.ptr, I.ptr, argmax.ptr] + self._pool_dims(plan)
+                           + [int(plan.op == "max")])
+
+    def bprop_pool(self, plan, E, grad_I, beta=0.0):
+        argmax = self.scratch(("argmax", id(plan)), E.shape, np.int32)
+        func = self.kernel("pool", f"nl_pool_bprop_{E.storage}", "PPP" + "i" * 13 + "f")
+        self.device.launch(func, (self.device.blocks(grad_I.size), 1), (256, 1, 1),
+                           [grad_I.ptr, E.ptr, argmax.ptr] + self._pool_dims(plan)
+                           + [int(plan.op == "max"), np.float32(beta)])
+
+    # ---- normalization ---------------------------------------------------------------------
+    def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
+                        eps=1e-5, momentum=0.9, inference=False):
+        if inference:
+            mean[:] = running_mean
+            invstd[:] = self.rsqrt(running_var + eps)
+        else:
+            m = x.shape[0]
+            var = self.scratch(("bn_var", id(mean)), mean.shape)
+            mean[:] = self.sum(x, axis=0) * (1.0 / m)
+            var[:] = self.sum(self.square(x - mean), axis=0) * (1.0 / m)
+            invstd[:] = self.rsqrt(var + eps)
+            running_mean[:] = running_mean * momentum + (1.0 - momentum) * mean
+            running_var[:] = running_var * momentum + ((1.0 - momentum) * m / max(m - 1, 1)) * var
+        xhat[:] = (x - mean) * invstd
+        y[:] = xhat * gamma + beta
+
+    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
+        m = dy.shape[0]
+        db = self.scratch(("bn_db", id(dgamma)), dgamma.shape)
+        dg = self.scratch(("bn_dg", id(dgamma)), dgamma.shape)
+        db[:] = self.sum(dy, axis=0)
+        dg[:] = self.sum(dy * xhat, axis=0)
+        dgamma[:] = dgamma + dg
+        dbeta[:] = dbeta + db
+        grad = (gamma * invstd * (1.0 / m)) * (m * dy - db - xhat * dg)
+        dx[:] = dx * beta_acc + grad if beta_acc else grad
+
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):
+        d = x.shape[-1]
+        mean = self.scratch(("ln_mean", id(invstd)), invstd.shape)
+        mean[:] = self.sum(x, axis=-1) * (1.0 / d)
+        xhat[:] = x - mean
+        invstd[:] = self.rsqrt(self.sum(self.square(xhat), axis=-1) * (1.0 / d) + eps)
+        xhat[:] = xhat * invstd
+        y[:] = xhat * gamma + beta
+
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
+        d = dy.shape[-1]
+        dgamma[:] = dgamma + self.sum(dy * xhat, axis=0)
+        dbeta[:] = dbeta + self.sum(dy, axis=0)
+        a = self.scratch(("ln_a", id(dx)), invstd.shape)
+        b = self.scratch(("ln_b", id(dx)), invstd.shape)
+        a[:] = self.sum(dy * gamma, axis=-1) * (1.0 / d)
+        b[:] = self.sum(dy * gamma * xhat, axis=-1) * (1.0 / d)
+        dx[:] = invstd * (dy * gamma - a - xhat * b)
+
+    # ---- softmax ---------------------------------------------------------------------------
+    def softmax(self, x, out, axis=-1):
+        out[:] = self.exp(x - self.max(x, axis=axis))
+        out[:] = out / self.sum(out, axis=axis)
+
+    def softmax_cross_entropy(self, logits, targets, probs, grad, scale=1.0):
+        rows = logits.shape[0]
+        lse = self.scratch(("sce_lse", logits.shape), (rows, 1))
+        loss = self.scratch(("sce_loss",), (1, 1))
+        lse[:] = self.max(logits, axis=-1)
+        lse[:] = lse + self.log(self.sum(self.exp(logits - lse), axis=-1))
+        probs[:] = self.exp(logits - lse)
+        grad[:] = (probs - targets) * scale
+        loss[:] = self.sum(targets * (logits - lse))
+        return -float(loss.get().ravel()[0])
+
+    def masked_softmax(self, x, out, scale=1.0, causal=False, key_mask=None):
+        B, Tq, Tk = x.shape
+        N = key_mask.shape[0] if key_mask is not None else 1
+        if key_mask is not None and (B % N or key_mask.shape[1] != Tk):
+            raise ValueError(f"masked_softmax: key_mask {key_mask.shape} must be (N, {Tk}) with "
+                             f"{B} a multiple of N")
+        for t, what in ((x, "x"), (out, "out")):
+            if not t.is_contiguous:
+                raise ValueError(f"masked_softmax: {what} must be contiguous")
+        mask = key_mask
+        if key_mask is not None and (key_mask.storage != x.storage or not key_mask.is_contiguous):
+            mask = self.scratch(("mask", key_mask.shape), key_mask.shape, x.dtype)
+            mask[:] = key_mask
+        func = self.kernel("softmax", f"nl_masked_softmax_{x.storage}", "PPPiiiifi")
+        self.device.launch(func, (max(1, min(B * Tq, self.device.sm_count * 32)), 1),
+                           (256, 1, 1), [out.ptr, x.ptr, 0 if mask is None else mask.ptr, B, Tq,
+                                         Tk, N, np.float32(scale), int(causal)])
+
+    def masked_softmax_bprop(self, y, dy, dx, scale=1.0):
+        dx[:] = scale * y * (dy - self.sum(dy * y, axis=-1))
+
+    # ---- rows and layout -------------------------------------------------------------------
+    def _ids(self, ids):
+        if ids.storage in _NUMPY_IDS and ids.is_contiguous:
+            return ids, _NUMPY_IDS[ids.storage]
+        copy = self.scratch(("ids", ids.shape), ids.shape, np.float32)
+        copy[:] = ids
+        return copy, "f32"
+
+    def _check_ids(self, ids, bad, V):
+        first = int(bad.get()[0])
+        if first < ids.size:
+            where = tuple(int(i) for i in np.unravel_index(first, ids.shape))
+            raise IndexError(f"id {ids.get()[where]!r} at position {where} of ids {ids.shape} is "
+                             f"not a row of the table: expected a whole number in [0, {V})")
+
+    def _rows_call(self, name, dst, src, ids, V, D, n_threads):
+        ids_c, kind = self._ids(ids)
+        bad = self.scratch(("bad_id",), (1,), np.int64)
+        bad.set(np.array([ids.size], dtype=np.int64))
+        storage = dst.storage
+        if name == "take_rows":
+            func = self.kernel("rows", f"nl_take_rows_{storage}_{kind}", "PPPqqqP")
+        else:
+            func = self.kernel("rows", f"nl_scatter_add_rows_{storage}_{kind}", "PPPqqqP")
+        self.device.launch(func, (self.device.blocks(n_threads), 1), (256, 1, 1),
+                           [dst.ptr, src.ptr, ids_c.ptr, ids.size, V, D, bad.ptr])
+        self._check_ids(ids, bad, V)
+
+    def take_rows(self, table, ids, out):
+        V, D = table.shape
+        self._rows_call("take_rows", out, table, ids, V, D, ids.size * D)
+
+    def scatter_add_rows(self, grad_table, ids, rows):
+        V, D = grad_table.shape
+        self._rows_call("scatter_add_rows", grad_table, rows, ids, V, D, D)
+
+    def permute_axes(self, x, out, axes):
+        axes = [a % x.ndim for a in axes]
+        swap_last = axes[:-2] == list(range(x.ndim - 2)) and axes[-2:] == [x.ndim - 1,
+                                                                           x.ndim - 2]
+        if swap_last and x.is_contiguous and out.is_contiguous and x.itemsize in (2, 4) \
+                and x.storage == out.storage:
+            R, C = x.shape[-2:]
+            planes = x.size // max(1, R * C)
+            func = self.kernel("transpose", f"nl_transpose_b{8 * x.itemsize}", "PPii")
+            self.device.launch(func, (-(-C // 32), -(-R // 32), planes), (32, 8, 1),
+                               [out.ptr, x.ptr, R, C])
+            return
+        out[:] = x.transpose(axes)
