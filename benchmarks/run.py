@@ -14,7 +14,7 @@ import numpy as np
 
 from .cpu_info import cpu_peak_gflops
 from .timing import time_alternating
-from .workloads import WORKLOADS
+from .workloads import GPU_WORKLOADS, WORKLOADS
 
 
 def _make_backend_factory(backend):
@@ -94,16 +94,17 @@ def main(argv=None):
     parser.add_argument("--only", help="comma-separated workload names: " + ", ".join(WORKLOADS))
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args(argv)
-    names = args.only.split(",") if args.only else list(WORKLOADS)
-    unknown = [n for n in names if n not in WORKLOADS]
+    workloads = {**WORKLOADS, **GPU_WORKLOADS} if args.backend == "gpu" else WORKLOADS
+    names = args.only.split(",") if args.only else list(workloads)
+    unknown = [n for n in names if n not in workloads]
     if unknown:
-        parser.error(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
+        parser.error(f"unknown workload(s) {unknown}; choose from {list(workloads)}")
     device, note = (None, "--against none: neonlite timed alone") if args.against == "none" \
         else _torch_device(args.backend)
     repeats = args.repeats or (2 if args.smoke else 15)
     rows = []
     for name in names:
-        rows.append(run_workload(WORKLOADS[name], args.backend, device, args.smoke, repeats))
+        rows.append(run_workload(workloads[name], args.backend, device, args.smoke, repeats))
         print(f"  {name}: done", file=sys.stderr, flush=True)
     peak, peak_note = cpu_peak_gflops() if args.backend == "cpu" else (None, "")
     print(format_table(rows, note))
