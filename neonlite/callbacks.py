@@ -60,16 +60,17 @@ def _format_seconds(seconds):
 class ProgressBar(Callback):
     """Progress of each epoch on ``stream`` (stderr by default).
 
-    On a terminal: a tqdm bar per epoch (batches, running cost, samples/s, ETA).  Elsewhere (a
-    pipe, a CI log): a plain line every ``interval`` seconds instead of bar redraws.  Always: a
-    summary line per epoch (train cost, the latest validation metric, seconds).
+    On a terminal: a tqdm bar per epoch (batches, running cost, samples/s, ETA), redrawn at most
+    every ``refresh`` seconds.  Elsewhere (a pipe, a CI log): a plain line every ``interval``
+    seconds instead of bar redraws.  Always: a summary line per epoch (train cost, the latest
+    validation metric, seconds).
     """
 
     describable = False
 
-    def __init__(self, stream=None, interval=30.0):
+    def __init__(self, stream=None, interval=30.0, refresh=0.1):
         self.stream = stream or sys.stderr
-        self.interval = float(interval)
+        self.interval, self.refresh = float(interval), float(refresh)
         self.bar = None
 
     def on_train_begin(self, dataset, num_epochs):
@@ -83,7 +84,8 @@ class ProgressBar(Callback):
         if self.stream.isatty():
             from tqdm import tqdm
             self.bar = tqdm(total=self.nbatches, desc=f"epoch {epoch + 1}/{self.num_epochs}",
-                            unit="batch", file=self.stream, leave=False, dynamic_ncols=True)
+                            unit="batch", file=self.stream, leave=False, dynamic_ncols=True,
+                            mininterval=self.refresh)
 
     def on_minibatch_end(self, epoch, batch, cost):
         self.running = cost if self.running is None else 0.9 * self.running + 0.1 * cost

@@ -93,7 +93,7 @@ def _failing_path(layer):
     return getattr(layer, "_config_path", None) if failed else None
 
 
-def train(run, opts, stream=sys.stderr):
+def train(run, opts, stream=None):
     """Train as ``run`` (a :class:`RunConfig`, flags already applied) and ``opts`` (data_dir,
     model_file, resume, output_file, max_batches, quiet) say.  Returns the trained model."""
     settings = run.settings
@@ -122,8 +122,8 @@ def train(run, opts, stream=sys.stderr):
         callbacks.add(TrainingLog(opts.output_file, config=dump_yaml(description)))
     if settings["save_path"]:
         callbacks.add(ModelCheckpoint(settings["save_path"], every=settings["serialize"]))
-    say = (lambda text: None) if opts.quiet else (lambda text: print(text, file=stream,
-                                                                      flush=True))
+    say = (lambda text: None) if opts.quiet else (
+        lambda text: print(text, file=stream or sys.stderr, flush=True))
     start = model.epoch_index
     say(f"{run.source}: {model.layers.param_count():,} parameters; {data.name} "
         f"{tuple(train_set.shape)}, {_count(train_set)} train / {_count(valid_set)} valid; "
