@@ -38,7 +38,6 @@ class GPUNNMixin:
         func = self.kernel("im2col", f"nl_im2col_{I.storage}", "PP" + "i" * 14)
         self.device.launch(func, (self.device.blocks(rows * cols), 1), (256, 1, 1),
                            [patches.ptr, I.ptr] + self._conv_dims(plan))
-        plan._gpu_patches_of = (I.ptr, I.shape)
         return patches
 
     def fprop_conv(self, plan, I, F, O):
@@ -64,13 +63,7 @@ class GPUNNMixin:
 
     def update_conv(self, plan, I, E, grad_F, beta=0.0):
         K = plan.K
-        if self._pointwise(plan):
-            patches = I.reshape(-1, plan.C)
-        elif getattr(plan, "_gpu_patches_of", None) == (I.ptr, I.shape):
-            patches = self.scratch(("patches", id(plan)), (plan.N * plan.P * plan.Q,
-                                                           plan.R * plan.S * plan.C), I.dtype)
-        else:
-            patches = self._patches(plan, I)
+        patches = I.reshape(-1, plan.C) if self._pointwise(plan) else self._patches(plan, I)
         self.compound_dot(patches, E.reshape(-1, K), grad_F.reshape(-1, K), beta=beta,
                           transA=True)
 

@@ -44,7 +44,7 @@ def _is_pointwise(plan):
 
 
 def conv_patches(plan, x):
-    """(N*P*Q, R*S*C) patch matrix of ``x`` (N, H, W, C); cached on the plan for update_conv."""
+    """(N*P*Q, R*S*C) patch matrix of ``x`` (N, H, W, C), in a buffer on the plan."""
     N = x.shape[0]
     if _is_pointwise(plan):
         patches = x.reshape(N * plan.P * plan.Q, plan.C)
@@ -55,16 +55,7 @@ def conv_patches(plan, x):
             for s in range(plan.S):
                 buf[:, :, :, r, s, :] = xp[_tap_slices(plan, r, s)]
         patches = buf.reshape(N * plan.P * plan.Q, plan.R * plan.S * plan.C)
-    plan._patches_of = (x.__array_interface__["data"][0], x.shape)
     return patches
-
-
-def _cached_patches(plan, x):
-    if getattr(plan, "_patches_of", None) == (x.__array_interface__["data"][0], x.shape):
-        if _is_pointwise(plan):
-            return x.reshape(-1, plan.C)
-        return plan._patches.reshape(-1, plan.R * plan.S * plan.C)
-    return conv_patches(plan, x)
 
 
 def fprop_conv(plan, x, f, o):
@@ -94,7 +85,7 @@ def bprop_conv(plan, f, e, grad_x, beta=0.0):
 
 def update_conv(plan, x, e, grad_f, beta=0.0):
     """grad_f (R, S, C, K) = beta * grad_f + patches(x)^T @ e."""
-    patches = _cached_patches(plan, x)
+    patches = conv_patches(plan, x)
     result = patches.T @ e.reshape(-1, plan.K)
     _accumulate(grad_f.reshape(-1, plan.K), result, beta)
 
