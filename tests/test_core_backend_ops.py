@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from harness import compare_with_cpu
 
+import neonlite
+
 RTOL, ATOL = 1e-5, 1e-5
 
 
@@ -40,7 +42,7 @@ def test_tensor_create_get_set_and_views(be):
         t.set(np.zeros(5))
 
 
-# ---- op-trees ---------------------------------------------------------------------------------
+# ---- op-trees -----------------------------------------------------------------------------------
 def test_optree_arithmetic_with_broadcasting(be):
     a, b, c = rand(5, 3, seed=1), rand(5, 3, seed=2), rand(1, 3, seed=3)
     ta, tb, tc = be.array(a), be.array(b), be.array(c)
@@ -134,7 +136,7 @@ def test_optree_matches_cpu_on_every_backend():
     close(got, np.exp(a - a.max(axis=0)) / b + np.sqrt(a * a + b))
 
 
-# ---- GEMM -----------------------------------------------------------------------------------
+# ---- GEMM ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("transA", [False, True])
 @pytest.mark.parametrize("transB", [False, True])
 @pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (0.5, 0.0), (2.0, 1.0), (-1.0, 0.3)])
@@ -171,7 +173,7 @@ def test_batched_dot(be, transA, transB):
     close(tc.get(), 1.5 * np.einsum("bij,bjk->bik", opa, opb) + 0.5 * c)
 
 
-# ---- convolution (naive loop reference) -------------------------------------------------------
+# ---- convolution (naive loop reference) ---------------------------------------------------------
 def _pair(v):
     return (v, v) if isinstance(v, int) else tuple(v)
 
@@ -308,7 +310,7 @@ def test_conv_matches_cpu_on_every_backend():
     close(compare_with_cpu(op, x, f), conv_ref(x, f, 1, (2, 1), (1, 2)), rtol=1e-4)
 
 
-# ---- pooling (naive loop reference) -----------------------------------------------------------
+# ---- pooling (naive loop reference) -------------------------------------------------------------
 def pool_ref(x, op, R, S, pad, stride):
     """Windows over the padded input; padding never wins a max and is not averaged."""
     N, H, W, C = x.shape
@@ -519,7 +521,6 @@ def test_erf(be):
 
 
 def test_erf_is_exact_in_float64():
-    import neonlite
     be = neonlite.gen_backend("cpu", batch_size=1, datatype=np.float64)
     x = np.linspace(-3, 3, 61)
     out = be.empty(x.shape)

@@ -9,7 +9,8 @@ from neonlite import BackendUnavailable, Model
 from neonlite.data import ArrayIterator, DataError
 from neonlite.layers import Affine, Conv, GeneralizedCost, Pooling, ShapeError
 from neonlite.optimizers import GradientDescentMomentum
-from neonlite.transforms import CrossEntropyMulti, Misclassification, Rectlin, Softmax, SumSquared
+from neonlite.transforms import (CrossEntropyMulti, Misclassification, Rectlin, Softmax,
+                                 SumSquared)
 
 
 @pytest.fixture
@@ -103,7 +104,7 @@ def test_trained_model_rejects_different_targets_with_the_same_cost(cpu):
     assert_unchanged(model, params)
 
 
-# ---- data -----------------------------------------------------------------------------------------
+# ---- data ---------------------------------------------------------------------------------------
 def test_labels_out_of_range(cpu):
     X, _ = images()
     y = np.array([0, 1, 2, 0, 3, 1, 0, 2])
@@ -179,7 +180,7 @@ def test_set_params_before_initialize(cpu):
         cnn().set_params({})
 
 
-# ---- backends -------------------------------------------------------------------------------------
+# ---- backends -----------------------------------------------------------------------------------
 def test_gpu_backend_unavailable_is_an_error_with_a_reason():
     try:
         be = neonlite.gen_backend("gpu", batch_size=4)

@@ -1,11 +1,13 @@
 """Finite-difference gradient checks (float64, CPU) of every core layer, activation and cost."""
 import numpy as np
 import pytest
-from harness import cost_gradient_check, gradient_check
+from harness import build, cost_gradient_check, gradient_check
 
+import neonlite
 from neonlite.initializers import Gaussian
 from neonlite.layers import (Activation, Affine, BatchNorm, Bias, Conv, Convolution, Dropout,
-                             Flatten, Linear, MergeSum, Pooling, Reshape, SkipNode)
+                             Flatten, GeneralizedCost, Linear, MergeSum, Pooling, Reshape,
+                             SkipNode)
 from neonlite.transforms import (CrossEntropyBinary, CrossEntropyMulti, Gelu, Identity, Logistic,
                                  MeanSquared, Rectlin, Softmax, SumSquared, Tanh)
 
@@ -21,7 +23,7 @@ def distinct(rng, shape):
     return (rng.permutation(int(np.prod(shape))).reshape(shape) - np.prod(shape) / 2) * 0.05
 
 
-# ---- linear layers ----------------------------------------------------------------------------
+# ---- linear layers ------------------------------------------------------------------------------
 def test_linear_flattens_non_batch_axes():
     net = gradient_check(lambda: Linear(5, init=Gaussian(scale=0.5)), (2, 3, 2))
     assert net.layers[0].out_shape == (5,)
@@ -43,7 +45,7 @@ def test_affine(batch_norm):
                                   batch_norm=batch_norm), (3, 2), batch=5)
 
 
-# ---- convolution and pooling ------------------------------------------------------------------
+# ---- convolution and pooling --------------------------------------------------------------------
 CONV_CASES = {
     "stride2": dict(fshape=(3, 3, 4), strides=2, padding=0, dilation=1),
     "pad1": dict(fshape=(3, 3, 4), strides=1, padding=1, dilation=1),
@@ -76,7 +78,7 @@ def test_pooling(op, fshape, strides, padding):
                    batch=2, make_input=distinct)
 
 
-# ---- normalization, activations, dropout, reshapes --------------------------------------------
+# ---- normalization, activations, dropout, reshapes ----------------------------------------------
 @pytest.mark.parametrize("in_shape,batch", [((3, 4, 2), 2), ((5,), 6)])
 def test_batchnorm_training(in_shape, batch):
     net = gradient_check(lambda: BatchNorm(), in_shape, batch=batch, perturb_params=0.3)
@@ -186,8 +188,6 @@ def test_squared_costs(costfunc, out_shape):
 
 def test_cost_is_mean_over_batch():
     """Doubling the batch with the same rows leaves every cost unchanged."""
-    import neonlite
-    from neonlite.layers import GeneralizedCost
     rng = np.random.default_rng(0)
     y, t = probabilities(rng, (3, 4)), one_hot(rng, (3, 4))
     for costfunc in (CrossEntropyMulti(), CrossEntropyBinary(), SumSquared(), MeanSquared()):
@@ -196,10 +196,34 @@ def test_cost_is_mean_over_batch():
             be = neonlite.gen_backend("cpu", batch_size=3 * reps, datatype=np.float64)
             cost = GeneralizedCost(costfunc)
             cost.initialize(None, (4,), be)
-            values.append(cost.cost(be.array(np.tile(y, (reps, 1))), be.array(np.tile(t, (reps, 1)))))
+            yt, tt = be.array(np.tile(y, (reps, 1))), be.array(np.tile(t, (reps, 1)))
+            values.append(cost.cost(yt, tt))
         np.testing.assert_allclose(values[0], values[1], rtol=1e-12, err_msg=repr(costfunc))
     expected = -np.mean(np.sum(t * np.log(y), axis=1))
     be = neonlite.gen_backend("cpu", batch_size=3, datatype=np.float64)
     cost = GeneralizedCost(CrossEntropyMulti())
     cost.initialize(None, (4,), be)
     np.testing.assert_allclose(cost.cost(be.array(y), be.array(t)), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("make,in_shape", [
+    (lambda: Linear(3), (4,)), (lambda: Bias(), (2, 3)), (lambda: BatchNorm(), (2, 2, 3)),
+    (lambda: Convolution((2, 2, 3), padding=1), (3, 3, 2)),
+    (lambda: Affine(3, batch_norm=True), (4,))])
+def test_bprop_accumulates_parameter_gradients(make, in_shape):
+    """bprop adds into Parameter.grad (the model zeroes it once per step)."""
+    be = neonlite.gen_backend("cpu", batch_size=3, rng_seed=0, datatype=np.float64)
+    net = build(make(), in_shape)
+    rng = np.random.default_rng(0)
+    x = be.array(rng.normal(size=(3,) + in_shape))
+    for p in net.parameters():
+        p.grad[:] = 0.0
+    y = net.fprop(x)
+    w = be.array(rng.normal(size=y.shape))
+    net.bprop(w)
+    once = [p.grad.get() for p in net.parameters()]
+    net.fprop(x)
+    net.bprop(w)
+    for p, g in zip(net.parameters(), once):
+        assert np.abs(g).max() > 0
+        np.testing.assert_allclose(p.grad.get(), 2 * g, rtol=1e-12, err_msg=p.name)

@@ -51,7 +51,7 @@ def train_costs(seed, epochs=2):
     return recorder.costs, model.get_params()
 
 
-# ---- determinism ----------------------------------------------------------------------------
+# ---- determinism --------------------------------------------------------------------------------
 def test_same_seed_gives_bit_identical_losses():
     costs_a, params_a = train_costs(seed=7)
     costs_b, params_b = train_costs(seed=7)
@@ -93,7 +93,7 @@ def test_default_names_and_describe():
          "MergeSum_2.branch0.Conv_0.running_var", "Affine_4.W", "Affine_4.b"])
 
 
-# ---- parameters ----------------------------------------------------------------------------------
+# ---- parameters ---------------------------------------------------------------------------------
 def test_get_set_params_round_trip():
     costs, trained = train_costs(seed=3, epochs=1)
     neonlite.gen_backend("cpu", batch_size=8, rng_seed=99)
@@ -114,7 +114,7 @@ def test_get_set_params_round_trip():
     assert not np.all(fresh.get_params()["Affine_2.W"] == 0), "get_params returns copies"
 
 
-# ---- partial last batch ---------------------------------------------------------------------------
+# ---- partial last batch -------------------------------------------------------------------------
 def identity_model(nin, nout):
     """y = x @ W + b with W, b set by the test (Identity activation)."""
     return Model([Affine(nout=nout, init=Constant(0.0), activation=Identity())])

@@ -155,7 +155,7 @@ def test_adagrad(be):
     check(got, want)
 
 
-# ---- learning-rate schedules ------------------------------------------------------------------
+# ---- learning-rate schedules --------------------------------------------------------------------
 def test_step_schedule():
     listed = StepSchedule([2, 5], change=0.1)
     assert [listed.rate(1.0, e, 0) for e in (0, 1, 2, 4, 5, 9)] == pytest.approx(
@@ -196,7 +196,7 @@ def test_optimizer_follows_step_and_epoch_schedules(be):
                 - 0.01 * grads[1][i] / (np.sqrt(s2[i]) + 1e-6) for i in range(2)])
 
 
-# ---- MultiOptimizer ---------------------------------------------------------------------------
+# ---- MultiOptimizer -----------------------------------------------------------------------------
 def test_multi_optimizer_routes_by_name_then_type(be):
     rng = np.random.default_rng(1)
     layers = [Linear(4, name="fc1"), Bias(name="fc1"), Linear(4, name="fc_out"),
