@@ -112,6 +112,8 @@ def test_labels_out_of_range(cpu):
         ArrayIterator(X, y, nclass=3)
     with pytest.raises(DataError, match=r"label -1 at index 0"):
         ArrayIterator(X, -np.ones(8, dtype=int), nclass=3)
+    with pytest.raises(DataError, match="one integer class index per example"):
+        ArrayIterator(X, np.full(8, 1.5), nclass=3)
 
 
 def test_nan_in_data(cpu):
