@@ -1,6 +1,7 @@
 """Reading and writing IDX files (the MNIST format), gzipped or not."""
 import gzip
 import os
+import zlib
 
 import numpy as np
 
@@ -23,7 +24,7 @@ def read_idx(path):
     try:
         with _open(path) as f:
             raw = f.read()
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, zlib.error) as err:
         raise DataError(f"{path}: cannot read IDX file ({err})") from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _DTYPES:
         raise DataError(f"{path}: not an IDX file (bad magic number {raw[:4].hex() or 'empty'}; "
@@ -51,6 +52,11 @@ def write_idx(path, array, compress=None):
         int(d).to_bytes(4, "big") for d in array.shape)
     compress = path.endswith(".gz") if compress is None else compress
     tmp = f"{path}.tmp{os.getpid()}"
-    with (gzip.open(tmp, "wb") if compress else open(tmp, "wb")) as f:
-        f.write(header + array.tobytes())
-    os.replace(tmp, path)
+    try:
+        with (gzip.open(tmp, "wb") if compress else open(tmp, "wb")) as f:
+            f.write(header + array.tobytes())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
