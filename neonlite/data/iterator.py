@@ -92,16 +92,24 @@ class ArrayIterator:
             yield self.x_buf, self.t_buf
 
     def _fill(self, idx):
-        x = self.X[idx]
-        self.x_buf.set(x * (1.0 / 255.0) if x.dtype == np.uint8 else x)
-        if self.y is None:
-            return
-        if self._onehot is not None:
-            self._onehot.fill(0)
-            self._onehot[np.arange(len(idx)), self.y[idx]] = 1
-            self.t_buf.set(self._onehot)
-        else:
-            self.t_buf.set(self.y[idx])
+        set_batch(self.x_buf, self.t_buf, self._onehot, self.X[idx],
+                  None if self.y is None else self.y[idx])
+
+
+def set_batch(x_buf, t_buf, onehot, x, y):
+    """Copy host batch ``x`` (bsz, ...) into device buffer ``x_buf``, uint8 scaled by 1/255 on
+    the way, and targets ``y`` into ``t_buf``: class indices (bsz,) one-hot encoded through
+    the host buffer ``onehot`` (bsz, nclass) when it is given, else as they are.  ``y`` None:
+    no targets (``t_buf`` is ``x_buf``)."""
+    x_buf.set(x * (1.0 / 255.0) if x.dtype == np.uint8 else x)
+    if y is None:
+        return
+    if onehot is not None:
+        onehot.fill(0)
+        onehot[np.arange(len(y)), y] = 1
+        t_buf.set(onehot)
+    else:
+        t_buf.set(y)
 
 
 def _check_finite(a, name, what):

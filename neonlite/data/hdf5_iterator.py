@@ -1,0 +1,237 @@
+"""HDF5Iterator: minibatches read from an HDF5 file a chunk at a time, for data sets larger
+than memory; HDF5Dataset: a train file and a validation file as ``train_iter``/``valid_iter``."""
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from ..backends import get_backend
+from .datadir import resolve_data_dir
+from .iterator import DataError, set_batch
+
+
+class HDF5Iterator:
+    """Iterate (x, t) minibatches of datasets ``x`` (N, ...) and ``y`` of HDF5 file ``file``.
+
+    Same interface as :class:`ArrayIterator` (``shape``, ``target_shape``, ``ndata``,
+    ``nbatches``, ``len()``, iteration, ``batches(shuffle)``, ``valid``, ``name``): x is
+    batch-first (images NHWC); uint8 x stays uint8 in the file and on the host and is scaled by
+    1/255 on the way in; with ``nclass``, y holds one class index per example and the targets
+    are one-hot (N, nclass); without, y is used as it is; ``y=None``: x is the target.
+
+    Reading: the file is read in contiguous *chunks* of ``chunk_batches`` batches (one slice
+    read each), so at most a chunk and two batches are in host memory.  Shuffling (from the
+    backend's seeded RNG) permutes the order of the chunks and the examples within each
+    chunk, so reads stay contiguous; two examples can share a batch only if they lie within
+    one chunk of each other in the file.  Store the data pre-shuffled when the file's order
+    is meaningful (sorted by class, say), or raise ``chunk_batches``.  The last batch of an
+    epoch may be partial: it is filled by wrapping around to the first examples of the epoch,
+    and ``valid`` tells how many of its rows are real.
+
+    ``file`` is a path (opened read-only until :meth:`close`) or an open ``h5py.File``.
+    """
+
+    def __init__(self, file, x="x", y="y", nclass=None, shuffle=True, chunk_batches=4,
+                 name=None):
+        self.be = be = get_backend()
+        self.file, self._owns_file = _open(file)
+        self.path = self.file.filename
+        self.name = name or Path(self.path).name
+        self.X = self._dataset(x, "x")
+        if self.X.ndim < 2 or self.X.shape[0] == 0:
+            raise DataError(f"{self.path}: dataset '{x}' must be batch-first (N, ...) with N > "
+                            f"0, got shape {self.X.shape}")
+        if self.X.dtype.kind not in "uif":
+            raise DataError(f"{self.path}: dataset '{x}' must be numeric, got {self.X.dtype}")
+        self.ndata, self.shape = self.X.shape[0], tuple(self.X.shape[1:])
+        self.Y = None if y is None else self._dataset(y, "y")
+        self.nclass, self.shuffle = nclass, shuffle
+        if not isinstance(chunk_batches, (int, np.integer)) or chunk_batches < 1:
+            raise ValueError(f"HDF5Iterator: chunk_batches must be a positive integer, got "
+                             f"{chunk_batches!r}")
+        self.chunk = int(chunk_batches) * be.bsz
+        self.target_shape = self.shape if self.Y is None else self._check_targets(y)
+        self.nbatches = -(-self.ndata // be.bsz)
+        self.x_buf = be.zeros((be.bsz,) + self.shape)
+        self.t_buf = self.x_buf if self.Y is None else be.zeros((be.bsz,) + self.target_shape)
+        self._onehot = None if nclass is None else np.zeros((be.bsz, nclass), dtype=be.dtype)
+        self._hx = np.empty((be.bsz,) + self.shape, dtype=self.X.dtype)
+        self._hy = None if self.Y is None else np.empty(
+            (be.bsz,) + ((() if nclass else tuple(self.Y.shape[1:]))),
+            dtype=np.int64 if nclass else self.Y.dtype)
+        self.valid = be.bsz
+
+    def _dataset(self, key, what):
+        obj = self.file.get(key)
+        if not isinstance(obj, h5py.Dataset):
+            found = []
+            self.file.visititems(lambda k, v: found.append(k) if isinstance(v, h5py.Dataset)
+                                 else None)
+            raise DataError(f"{self.path}: no dataset '{key}' (the {what} of HDF5Iterator, "
+                            f"{what}='{key}'); the file has "
+                            f"{', '.join(repr(k) for k in found) or 'no datasets'}")
+        return obj
+
+    def _check_targets(self, key):
+        if self.Y.shape[0] != self.ndata:
+            raise DataError(f"{self.path}: '{self.X.name.lstrip('/')}' has {self.ndata} "
+                            f"examples but '{key}' has {self.Y.shape[0]}")
+        if self.nclass is None:
+            return tuple(self.Y.shape[1:])
+        if not isinstance(self.nclass, (int, np.integer)) or self.nclass < 2:
+            raise DataError(f"{self.name}: nclass must be an int >= 2, got {self.nclass!r}")
+        if self.Y.ndim > 2 or self.Y.ndim == 2 and self.Y.shape[1] != 1 \
+                or self.Y.dtype.kind not in "uif":
+            raise DataError(f"{self.path}: with nclass, '{key}' must hold one class index per "
+                            f"example, got shape {self.Y.shape} dtype {self.Y.dtype}")
+        for lo in range(0, self.ndata, 1 << 20):
+            labels = self._read(self.Y, lo, min(self.ndata, lo + (1 << 20))).reshape(-1)
+            bad = np.flatnonzero((labels < 0) | (labels >= self.nclass) | (labels % 1 != 0))
+            if bad.size:
+                raise DataError(f"{self.path}: '{key}'[{lo + bad[0]}] = {labels[bad[0]]} is "
+                                f"not a class index 0 <= label < nclass={self.nclass}")
+        return (self.nclass,)
+
+    def _read(self, dset, lo, hi):
+        try:
+            return dset[lo:hi]
+        except (OSError, RuntimeError, ValueError) as err:
+            raise DataError(f"{self.path}: cannot read rows {lo}:{hi} of '{dset.name}' (a "
+                            f"corrupted file?): {err}") from None
+
+    def _chunks(self, shuffle):
+        """(x, y) host arrays of each chunk, in this epoch's order."""
+        nchunks = -(-self.ndata // self.chunk)
+        for c in (self.be.rng.permutation(nchunks) if shuffle else range(nchunks)):
+            lo, hi = c * self.chunk, min(self.ndata, (c + 1) * self.chunk)
+            x = self._read(self.X, lo, hi)
+            y = None if self.Y is None else self._read(self.Y, lo, hi)
+            if self.nclass is not None:
+                y = y.reshape(-1).astype(np.int64)
+            if shuffle:
+                perm = self.be.rng.permutation(hi - lo)
+                x, y = x[perm], (None if y is None else y[perm])
+            yield x, y
+
+    def __len__(self):
+        return self.nbatches
+
+    def __iter__(self):
+        return self.batches(self.shuffle)
+
+    def batches(self, shuffle):
+        """Generator of (x, t) device buffers for one epoch, shuffled or in order."""
+        bsz, hx, hy = self.be.bsz, self._hx, self._hy
+        pos, first = 0, None
+        for x, y in self._chunks(shuffle):
+            i = 0
+            while i < len(x):
+                take = min(bsz - pos, len(x) - i)
+                hx[pos:pos + take] = x[i:i + take]
+                if hy is not None:
+                    hy[pos:pos + take] = y[i:i + take]
+                pos, i = pos + take, i + take
+                if pos == bsz:
+                    if first is None:
+                        first = (hx.copy(), None if hy is None else hy.copy())
+                    yield self._emit(bsz)
+                    pos = 0
+        if pos:
+            src = first or (hx[:pos].copy(), None if hy is None else hy[:pos].copy())
+            fill = np.arange(bsz - pos) % len(src[0])
+            hx[pos:] = src[0][fill]
+            if hy is not None:
+                hy[pos:] = src[1][fill]
+            yield self._emit(pos)
+
+    def _emit(self, valid):
+        self.valid = valid
+        if self._hx.dtype.kind == "f" and not np.isfinite(self._hx[:valid]).all():
+            raise DataError(f"{self.path}: dataset '{self.X.name.lstrip('/')}' holds a "
+                            f"non-finite value")
+        set_batch(self.x_buf, self.t_buf, self._onehot, self._hx, self._hy)
+        return self.x_buf, self.t_buf
+
+    def close(self):
+        """Close the file (when this iterator opened it)."""
+        if self._owns_file and self.file.id.valid:
+            self.file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _open(file):
+    """(h5py.File, whether we opened it) for a path or an open file."""
+    if isinstance(file, h5py.File):
+        return file, False
+    path = Path(file)
+    if not path.is_file():
+        raise DataError(f"{path}: no such HDF5 file")
+    try:
+        return h5py.File(path, "r"), True
+    except OSError as err:
+        raise DataError(f"{path}: not a readable HDF5 file (truncated, corrupted or another "
+                        f"format): {err}") from None
+
+
+class HDF5Dataset:
+    """A training and a validation HDF5 file as neon's ``train_iter`` / ``valid_iter``
+    (:class:`HDF5Iterator` s made on first use with the current backend).
+
+    ``train`` and ``valid`` are file names; a relative name is looked up under the data root
+    ``path`` (see :func:`resolve_data_dir`) when it does not exist relative to the working
+    folder.  ``x``, ``y``, ``nclass`` and ``chunk_batches`` are as for :class:`HDF5Iterator`.
+    ``shape`` (one example) is read from the training file's header.
+    """
+
+    name = "hdf5"
+
+    def __init__(self, train, valid=None, x="x", y="y", nclass=None, chunk_batches=4,
+                 path=None, shuffle=True):
+        self.files = {"train": self._locate(train, path)}
+        if valid is not None:
+            self.files["valid"] = self._locate(valid, path)
+        self.x, self.y, self.nclass = x, y, nclass
+        self.chunk_batches, self.shuffle = chunk_batches, shuffle
+        self._iters = {}
+        file, _ = _open(self.files["train"])
+        with file:
+            dset = file.get(x)
+            if not isinstance(dset, h5py.Dataset) or dset.ndim < 2:
+                raise DataError(f"{self.files['train']}: no batch-first dataset '{x}'")
+            self.shape = tuple(dset.shape[1:])
+
+    @staticmethod
+    def _locate(name, path):
+        given = Path(name).expanduser()
+        if given.is_absolute() or given.is_file():
+            return given
+        under_root = resolve_data_dir(path) / given
+        if under_root.is_file():
+            return under_root
+        raise DataError(f"HDF5 file {name!r} not found: looked in {given.absolute()} and "
+                        f"{under_root}")
+
+    def _iterator(self, which):
+        be = get_backend()
+        it = self._iters.get(which)
+        if it is None or it.be is not be:
+            if which not in self.files:
+                raise DataError("HDF5Dataset: no validation file was given (valid=...)")
+            it = HDF5Iterator(str(self.files[which]), self.x, self.y, self.nclass,
+                              shuffle=self.shuffle and which == "train",
+                              chunk_batches=self.chunk_batches, name=f"hdf5 {which}")
+            self._iters[which] = it
+        return it
+
+    @property
+    def train_iter(self):
+        return self._iterator("train")
+
+    @property
+    def valid_iter(self):
+        return self._iterator("valid")
