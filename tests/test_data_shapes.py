@@ -65,7 +65,8 @@ def test_iterators(tmp_path):
 @pytest.mark.parametrize("kwargs,match", [
     ({"n": 0}, "n must be a positive integer"), ({"size": 4}, "size must be an integer >= 8"),
     ({"classes": 9}, "classes must be 2..8"), ({"classes": ["circle", "oval"]}, "distinct names"),
-    ({"scale": (0.3, 0.2)}, "scale must be"), ({"nvalid": 0}, "nvalid must be")])
+    ({"scale": (0.3, 0.2)}, "scale must be"), ({"scale": [0.1, 0.2, 0.3]}, "scale must be"),
+    ({"nvalid": 0}, "nvalid must be"), ({"seed": -1}, "seed must be a non-negative")])
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Shapes(**kwargs)

@@ -1,5 +1,6 @@
 """MNIST: 28x28 grey handwritten digits, read from the four IDX files (gzipped or not) in
 ``<data root>/mnist/``, downloaded there when missing and the network is reachable."""
+import logging
 import warnings
 
 import numpy as np
@@ -12,6 +13,7 @@ from .idx import read_idx
 from .iterator import DataError
 
 MIRROR = "https://ossci-datasets.s3.amazonaws.com/mnist/"
+log = logging.getLogger(__name__)
 
 # role -> (file name without .gz, md5 of the published gzipped file)
 FILES = {
@@ -74,6 +76,7 @@ class MNIST(ImageDataset):
         fresh = set()
         for role in missing:
             fname, md5 = FILES[role]
+            log.info("MNIST: downloading %s%s.gz to %s", self.mirror, fname, self.folder)
             try:
                 found[role] = download_file(self.mirror + fname + ".gz",
                                             self.folder / f"{fname}.gz", md5=md5,

@@ -3,8 +3,8 @@
 Each image is one shape on a plain background: a circle, square, triangle or cross, filled or
 outlined, at a random size, position, rotation and colour, with Gaussian pixel noise.  Filled
 and outlined versions are distinct classes, so the full set has 8 classes; telling them apart
-needs local edge features at any position, which a linear model cannot build and a small CNN
-learns in an epoch or two.
+needs local edge features at any position, which a linear model cannot build (it stays near
+chance) and a small CNN learns in a few epochs.
 """
 import numpy as np
 
@@ -52,11 +52,16 @@ class Shapes(ImageDataset):
         self.nvalid = max(1, self.n // 5) if nvalid is None else int(nvalid)
         if self.nvalid < 1:
             raise ValueError(f"Shapes: nvalid must be a positive integer, got {nvalid!r}")
-        lo, hi = scale
+        try:
+            lo, hi = (float(v) for v in scale)
+        except (TypeError, ValueError):
+            lo = hi = float("nan")
         if not 0 < lo <= hi <= 0.5:
             raise ValueError(f"Shapes: scale must be (lo, hi) with 0 < lo <= hi <= 0.5, got "
                              f"{scale!r}")
-        self.scale = (float(lo), float(hi))
+        if not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"Shapes: seed must be a non-negative integer, got {seed!r}")
+        self.scale = (lo, hi)
         self.shape = (self.size, self.size, 3)
 
     def _load(self):
