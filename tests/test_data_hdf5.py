@@ -95,6 +95,10 @@ def test_missing_dataset_key_lists_what_the_file_has(tmp_path):
     path = _write(tmp_path / "d.h5", X, labels=y)
     with pytest.raises(DataError, match=f"{path}: no dataset 'y' .*the file has 'labels', 'x'"):
         HDF5Iterator(str(path), nclass=5)
+    with h5py.File(path, "a") as f:  # the failed iterator closed its read-only handle
+        f.create_dataset("y", data=y)
+    with HDF5Iterator(str(path), nclass=5) as it:
+        assert it.target_shape == (5,)
 
 
 def test_foreign_and_truncated_files(tmp_path):

@@ -33,10 +33,18 @@ class HDF5Iterator:
 
     def __init__(self, file, x="x", y="y", nclass=None, shuffle=True, chunk_batches=4,
                  name=None):
-        self.be = be = get_backend()
+        self.be = get_backend()
         self.file, self._owns_file = _open(file)
         self.path = self.file.filename
         self.name = name or Path(self.path).name
+        try:
+            self._setup(x, y, nclass, shuffle, chunk_batches)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, x, y, nclass, shuffle, chunk_batches):
+        be = self.be
         self.X = self._dataset(x, "x")
         if self.X.ndim < 2 or self.X.shape[0] == 0:
             raise DataError(f"{self.path}: dataset '{x}' must be batch-first (N, ...) with N > "
@@ -56,9 +64,12 @@ class HDF5Iterator:
         self.t_buf = self.x_buf if self.Y is None else be.zeros((be.bsz,) + self.target_shape)
         self._onehot = None if nclass is None else np.zeros((be.bsz, nclass), dtype=be.dtype)
         self._hx = np.empty((be.bsz,) + self.shape, dtype=self.X.dtype)
-        self._hy = None if self.Y is None else np.empty(
-            (be.bsz,) + ((() if nclass else tuple(self.Y.shape[1:]))),
-            dtype=np.int64 if nclass else self.Y.dtype)
+        if self.Y is None:
+            self._hy = None
+        elif nclass is None:
+            self._hy = np.empty((be.bsz,) + tuple(self.Y.shape[1:]), dtype=self.Y.dtype)
+        else:
+            self._hy = np.empty(be.bsz, dtype=np.int64)
         self.valid = be.bsz
 
     def _dataset(self, key, what):
