@@ -60,13 +60,18 @@ def test_iterators(tmp_path):
     x, t = next(iter(valid))
     np.testing.assert_allclose(x.get()[:10], data.load()[1][0] / 255.0, rtol=1e-6)
     assert valid.valid == 10
+    wide = Shapes(n=40, size=16, seed=1, nvalid=10, nclass=10)
+    _, t = next(iter(wide.valid_iter))
+    assert t.shape == (16, 10) and np.all(t.get()[:, 8:] == 0)
+    np.testing.assert_array_equal(t.get()[:10].argmax(1), data.load()[1][1])
 
 
 @pytest.mark.parametrize("kwargs,match", [
     ({"n": 0}, "n must be a positive integer"), ({"size": 4}, "size must be an integer >= 8"),
     ({"classes": 9}, "classes must be 2..8"), ({"classes": ["circle", "oval"]}, "distinct names"),
     ({"scale": (0.3, 0.2)}, "scale must be"), ({"scale": [0.1, 0.2, 0.3]}, "scale must be"),
-    ({"nvalid": 0}, "nvalid must be"), ({"seed": -1}, "seed must be a non-negative")])
+    ({"nvalid": 0}, "nvalid must be"), ({"seed": -1}, "seed must be a non-negative"),
+    ({"nclass": 7}, r"nclass \(the width of the one-hot targets\) must be an integer >= the 8")])
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Shapes(**kwargs)
