@@ -129,7 +129,9 @@ optimizer: {type: GradientDescentMomentum, config: {learning_rate: 0.0000001}}
 callbacks:
   - {type: EarlyStopping, config: {patience: 1, min_delta: 0.5}}
   - {type: ModelCheckpoint, config: {save_path: SAVE, every: 1, keep_best: true}}
-  - {type: LearningRateSchedule, config: {schedule: {type: StepSchedule, config: {step_config: 1, change: 0.5}}}}
+  - type: LearningRateSchedule
+    config:
+      schedule: {type: StepSchedule, config: {step_config: 1, change: 0.5}}
 """
 
 

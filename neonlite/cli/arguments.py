@@ -39,11 +39,11 @@ def add_run_arguments(parser):
     """The training flags; each overrides the YAML value of the same meaning."""
     parser.add_argument("-b", "--backend", choices=available_backends(),
                         help="compute backend (YAML: backend; default cpu)")
-    parser.add_argument("-e", "--epochs", type=positive_int,
+    parser.add_argument("-e", "--epochs", type=positive_int, metavar="EPOCHS",
                         help="train until this many epochs are done (YAML: epochs)")
-    parser.add_argument("-z", "--batch-size", type=positive_int, dest="batchsize",
+    parser.add_argument("-z", "--batch-size", type=positive_int, dest="batchsize", metavar="BATCH",
                         help="minibatch size (YAML: batchsize)")
-    parser.add_argument("-r", "--rng-seed", type=non_negative_int, dest="rng_seed",
+    parser.add_argument("-r", "--rng-seed", type=non_negative_int, dest="rng_seed", metavar="SEED",
                         help="random seed for initialization, shuffling and dropout "
                              "(YAML: rng_seed)")
     parser.add_argument("-d", "--datatype", choices=list(DATATYPES),

@@ -1,9 +1,10 @@
 """``neonlite eval CKPT.h5``: a saved model's metric on its data set's validation set."""
+from ..backends import available_backends
 from ..config.datasets import DATASETS, check_dataset
 from ..config.errors import ConfigError
 from ..config.run import METRICS
 from ..serialize import build_model, read_checkpoint
-from .arguments import add_verbosity, positive_int
+from .arguments import positive_int
 from .session import load_data, make_backend
 
 HELP = "evaluate a checkpoint on its data set's validation (test) set"
@@ -20,11 +21,14 @@ def register(subparsers):
                         help="K of --metric topk (default 5)")
     parser.add_argument("--dataset", choices=list(DATASETS),
                         help="data set, when the checkpoint does not name one")
-    parser.add_argument("-b", "--backend", help="backend (default: the checkpoint's, else cpu)")
-    parser.add_argument("-z", "--batch-size", type=positive_int, dest="batchsize")
+    parser.add_argument("-b", "--backend", choices=available_backends(),
+                        help="backend (default: the checkpoint's, else cpu)")
+    parser.add_argument("-z", "--batch-size", type=positive_int, dest="batchsize",
+                        metavar="BATCH", help="minibatch size (default: the checkpoint's)")
     parser.add_argument("--max-batches", type=positive_int, metavar="N",
                         help="evaluate only the first N batches")
-    add_verbosity(parser)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show a traceback with errors")
     parser.set_defaults(func=command)
 
 

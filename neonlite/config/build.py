@@ -85,8 +85,9 @@ def _split(desc, kind, path):
                           f"{type_word(desc)} ({desc!r})")
     extra = [k for k in desc if k not in ("type", "config")]
     if extra:
-        raise ConfigError(f"{path}.{extra[0]}: unknown key{did_you_mean(extra[0], ['type', 'config'])}"
-                          f" (a {word} is {{type: Name, config: {{option: value}}}})")
+        hint = did_you_mean(extra[0], ["type", "config"])
+        raise ConfigError(f"{path}.{extra[0]}: unknown key{hint} (a {word} is {{type: Name, "
+                          f"config: {{option: value}}}})")
     if "type" not in desc:
         raise ConfigError(f"{path}: missing 'type' (a {word} is {{type: Name, config: "
                           f"{{option: value}}}})")
