@@ -10,6 +10,7 @@ import numpy as np
 
 from . import numpy_conv, numpy_norm, numpy_rows
 from .backend import Backend, Tensor
+from .cpu_blas import matmul
 from .cpu_kernels import CPUKernels
 from .cpu_optree import OpTreeMachine
 from .numpy_ops import evaluate
@@ -216,7 +217,7 @@ def _gemm_into(c, a, b, alpha, beta, scratch):
     """c = alpha * a @ b + beta * c; with beta != 0 the product goes through a buffer kept in
     ``scratch`` (keyed by shape and dtype), so repeated calls allocate nothing."""
     if beta == 0.0:
-        np.matmul(a, b, out=c)
+        matmul(a, b, c)
         if alpha != 1.0:
             c *= alpha
         return
@@ -224,7 +225,7 @@ def _gemm_into(c, a, b, alpha, beta, scratch):
     product = scratch.get(key)
     if product is None:
         product = scratch[key] = np.empty(c.shape, dtype=c.dtype)
-    np.matmul(a, b, out=product)
+    matmul(a, b, product)
     if alpha != 1.0:
         product *= alpha
     if beta != 1.0:

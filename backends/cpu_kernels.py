@@ -10,21 +10,49 @@ is needed.  Where they cannot be built (no C compiler, or ``NEONLITE_CPU_KERNELS
 backend runs on numpy alone and says so once per process, in one line, on the ``neonlite``
 logger.
 
-Convolution works through the batch in chunks of whole images: patches of a chunk are gathered
-(``im2col``) into a buffer sized to stay in cache, multiplied by BLAS into the output rows of
-that chunk, and for the data gradient multiplied back and scatter-added (``col2im``).  Work
-buffers live on the plan and are made on its first use.
+Convolution gathers the patches of the batch (``im2col``) into one (N*P*Q, R*S*C) matrix and
+runs one BLAS GEMM per pass; ``update_conv`` reuses the patches its ``fprop_conv`` gathered from
+the same input (as the numpy reference does), and the data gradient is the transposed GEMM
+followed by a scatter-add (``col2im``).  A batch whose patch matrix would pass
+``_PATCH_BYTES`` is worked through in chunks of whole images.  Few, large GEMMs matter here:
+each switch between BLAS's threads and the kernels' OpenMP threads costs time on a busy
+machine.  Work buffers live on the plan and are made on its first use.
 """
+import contextlib
 import logging
 import os
 
 import numpy as np
 
+from .cpu_blas import matmul
 from .numpy_conv import _accumulate, _is_pointwise
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_CHUNK_BYTES = 4 << 20
+_PATCH_BYTES = 256 << 20
 _logger = logging.getLogger("neonlite")
+
+
+@contextlib.contextmanager
+def _passive_openmp():
+    """Load kernels with ``OMP_WAIT_POLICY=PASSIVE`` unless the user chose a policy.
+
+    OpenMP reads the policy once, when its runtime loads with the first kernel module.  Idle
+    OpenMP threads that spin would take the cores from numpy's BLAS threads, which run between
+    the kernels; sleeping ones cost a few microseconds to wake per parallel loop.  The variable
+    is set only while the module loads, so other libraries' OpenMP runtimes keep their defaults.
+    """
+    if "OMP_WAIT_POLICY" in os.environ:
+        yield
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    try:
+        yield
+    finally:
+        os.environ.pop("OMP_WAIT_POLICY", None)
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
 
 
 def _contiguous(*arrays):
@@ -70,7 +98,8 @@ class CPUKernels:
         from ..kernels.specs import cpu_variant
         from ..kernels.toolchain import CompileError, CompilerNotFound
         try:
-            found = self.builder.load_cpu(cpu_variant(stem, dtype))
+            with _passive_openmp():
+                found = self.builder.load_cpu(cpu_variant(stem, dtype))
         except CompilerNotFound as err:
             self._mark_unavailable(str(err))
             return None
@@ -110,7 +139,7 @@ class CPUKernels:
             "dil_w": plan.dil_w})
         row = plan.R * plan.S * plan.C
         image_bytes = plan.P * plan.Q * row * dtype.itemsize
-        per_chunk = int(max(1, min(plan.N, _CHUNK_BYTES // max(image_bytes, 1))))
+        per_chunk = int(max(1, min(plan.N, _PATCH_BYTES // max(image_bytes, 1))))
         cols = np.empty((per_chunk * plan.P * plan.Q, row), dtype=dtype)
         dw = np.empty((row, plan.K), dtype=dtype)
         plan._ckernel_conv = (module, geom, cols, dw, per_chunk)
@@ -128,14 +157,16 @@ class CPUKernels:
         K, PQ = plan.K, plan.P * plan.Q
         f2, o2 = f.reshape(-1, K), o.reshape(-1, K)
         if _is_pointwise(plan):
-            np.matmul(x.reshape(-1, plan.C), f2, out=o2)
+            matmul(x.reshape(-1, plan.C), f2, out=o2)
             return True
         geom, cols, _, per_chunk = self._conv_work(plan, module, x.dtype)
         ffi, lib = module.ffi, module.lib
         xp, cp = ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", cols)
         for n0, n1 in self._chunks(x.shape[0], per_chunk):
             lib.im2col(xp, cp, geom, n0, n1)
-            np.matmul(cols[:(n1 - n0) * PQ], f2, out=o2[n0 * PQ:n1 * PQ])
+            matmul(cols[:(n1 - n0) * PQ], f2, out=o2[n0 * PQ:n1 * PQ])
+        whole = x.shape[0] <= per_chunk
+        plan._ckernel_patches_of = (_address(x), x.shape) if whole else None
         return True
 
     def update_conv(self, plan, x, e, grad_f, beta=0.0):
@@ -147,15 +178,20 @@ class CPUKernels:
         e2, g2 = e.reshape(-1, K), grad_f.reshape(-1, K)
         geom, cols, dw, per_chunk = self._conv_work(plan, module, x.dtype)
         if _is_pointwise(plan):
-            np.matmul(x.reshape(-1, plan.C).T, e2, out=dw)
+            matmul(x.reshape(-1, plan.C).T, e2, out=dw)
+            _accumulate(g2, dw, beta)
+            return True
+        if getattr(plan, "_ckernel_patches_of", None) == (_address(x), x.shape):
+            matmul(cols[:x.shape[0] * PQ].T, e2, out=dw)
             _accumulate(g2, dw, beta)
             return True
         ffi, lib = module.ffi, module.lib
         xp, cp = ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", cols)
         for i, (n0, n1) in enumerate(self._chunks(x.shape[0], per_chunk)):
             lib.im2col(xp, cp, geom, n0, n1)
-            np.matmul(cols[:(n1 - n0) * PQ].T, e2[n0 * PQ:n1 * PQ], out=dw)
+            matmul(cols[:(n1 - n0) * PQ].T, e2[n0 * PQ:n1 * PQ], out=dw)
             _accumulate(g2, dw, beta if i == 0 else 1.0)
+        plan._ckernel_patches_of = None
         return True
 
     def bprop_conv(self, plan, f, e, grad_x, beta=0.0):
@@ -166,20 +202,21 @@ class CPUKernels:
         K, PQ = plan.K, plan.P * plan.Q
         e2, fT = e.reshape(-1, K), f.reshape(-1, K).T
         geom, cols, _, per_chunk = self._conv_work(plan, module, e.dtype)
+        plan._ckernel_patches_of = None
         if _is_pointwise(plan):
             gx = grad_x.reshape(-1, plan.C)
             if beta == 0.0:
-                np.matmul(e2, fT, out=gx)
+                matmul(e2, fT, out=gx)
                 return True
             for n0, n1 in self._chunks(e.shape[0], per_chunk):
                 rows = slice(n0 * PQ, n1 * PQ)
-                np.matmul(e2[rows], fT, out=cols[:(n1 - n0) * PQ])
+                matmul(e2[rows], fT, out=cols[:(n1 - n0) * PQ])
                 _accumulate(gx[rows], cols[:(n1 - n0) * PQ], beta)
             return True
         ffi, lib = module.ffi, module.lib
         gp, cp = ffi.from_buffer("real[]", grad_x), ffi.from_buffer("real[]", cols)
         for n0, n1 in self._chunks(e.shape[0], per_chunk):
-            np.matmul(e2[n0 * PQ:n1 * PQ], fT, out=cols[:(n1 - n0) * PQ])
+            matmul(e2[n0 * PQ:n1 * PQ], fT, out=cols[:(n1 - n0) * PQ])
             lib.col2im(cp, gp, geom, n0, n1, beta)
         return True
 

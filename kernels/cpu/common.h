@@ -13,17 +13,6 @@
 #include <string.h>
 #include <tgmath.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#define NL_MAX_THREADS() omp_get_max_threads()
-#define NL_THREAD() omp_get_thread_num()
-#define NL_NUM_THREADS() omp_get_num_threads()
-#else
-#define NL_MAX_THREADS() 1
-#define NL_THREAD() 0
-#define NL_NUM_THREADS() 1
-#endif
-
 #ifndef DTYPE
 #error "compile with -DDTYPE=float or -DDTYPE=double"
 #endif
@@ -32,12 +21,34 @@ typedef DTYPE real;
 /* Loops over fewer elements than this run on one thread. */
 #define NL_PARALLEL_MIN 32768
 
-/* The half-open slice [*lo, *hi) of n items that thread `tid` of `nthreads` takes. */
-static inline void nl_split(int64_t n, int tid, int nthreads, int64_t *lo, int64_t *hi)
+/* Elementwise loops hand out their iterations dynamically, about NL_GRAIN elements at a time,
+ * so that a thread the OS has descheduled (the machine is shared with BLAS threads and other
+ * processes) delays the loop by one grain, not by its whole static share. */
+#define NL_GRAIN 16384
+
+/* Iterations per dynamic chunk for a loop whose iterations touch `per_item` elements each. */
+static inline int nl_grain(int64_t per_item)
 {
-    const int64_t base = n / nthreads, extra = n % nthreads;
-    *lo = tid * base + (tid < extra ? tid : extra);
-    *hi = *lo + base + (tid < extra ? 1 : 0);
+    const int64_t n = per_item > 0 ? NL_GRAIN / per_item : NL_GRAIN;
+    return n < 1 ? 1 : (int)n;
+}
+
+/* The half-open slice [*lo, *hi) of n items that part `part` of `nparts` covers. */
+static inline void nl_split(int64_t n, int64_t part, int64_t nparts, int64_t *lo, int64_t *hi)
+{
+    const int64_t base = n / nparts, extra = n % nparts;
+    *lo = part * base + (part < extra ? part : extra);
+    *hi = *lo + base + (part < extra ? 1 : 0);
+}
+
+/* Sums over many rows cut the rows into a fixed number of blocks (fewer when there are fewer
+ * rows), each summed into its own slot; the slots are added in block order.  The result then
+ * depends neither on the number of threads nor on which thread took which block, and threads
+ * can take blocks dynamically. */
+#define NL_BLOCKS 32
+static inline int64_t nl_blocks(int64_t rows)
+{
+    return rows < 1 ? 1 : (rows < NL_BLOCKS ? rows : NL_BLOCKS);
 }
 
 /* dst = beta * dst for n elements (beta == 0 writes zeros, so old NaNs do not survive). */

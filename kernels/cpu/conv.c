@@ -24,7 +24,8 @@ void im2col(const real *x, real *cols, const conv_geom *g, int64_t n0, int64_t n
     const int64_t H = g->H, W = g->W, C = g->C, P = g->P, Q = g->Q, R = g->R, S = g->S;
     const int64_t row_len = R * S * C, nrows = (n1 - n0) * P;
     const size_t cbytes = (size_t)C * sizeof(real);
-#pragma omp parallel for schedule(static) if (nrows * Q * row_len >= NL_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, nl_grain(Q * row_len)) \
+    if (nrows * Q * row_len >= NL_PARALLEL_MIN)
     for (int64_t np = 0; np < nrows; np++) {
         const int64_t n = n0 + np / P, p = np % P;
         const real *img = x + n * H * W * C;
@@ -60,7 +61,8 @@ void col2im(const real *cols, real *dx, const conv_geom *g, int64_t n0, int64_t 
 {
     const int64_t H = g->H, W = g->W, C = g->C, P = g->P, Q = g->Q, R = g->R, S = g->S;
     const int64_t row_len = R * S * C, nrows = (n1 - n0) * H;
-#pragma omp parallel for schedule(static) if (nrows * W * C * R >= NL_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, nl_grain(W * C * R)) \
+    if (nrows * W * C * R >= NL_PARALLEL_MIN)
     for (int64_t nh = 0; nh < nrows; nh++) {
         const int64_t n = n0 + nh / H, h = nh % H;
         const real *img_cols = cols + (nh / H) * P * Q * row_len;

@@ -4,25 +4,19 @@
 
 enum { SHIFTED_SQUARES, SUM_AND_DOT };
 
-/* Column sums over the rows of (M, C) arrays a, b:
+/* Column sums over the rows of (M, C) arrays a, b (in fixed blocks, see nl_blocks):
  *   SHIFTED_SQUARES: out1[c] = sum_m (a - a[0, c]),  out2[c] = sum_m (a - a[0, c])^2
- *   SUM_AND_DOT:     out1[c] = sum_m a,              out2[c] = sum_m a * b
- * Each thread sums its own block of rows into a private row of partial sums; the partial rows
- * are then added in thread order, so the result does not depend on timing. */
+ *   SUM_AND_DOT:     out1[c] = sum_m a,              out2[c] = sum_m a * b */
 static void column_sums(int mode, const real *a, const real *b, int64_t M, int64_t C,
                         double *out1, double *out2)
 {
-    const int nt = NL_MAX_THREADS();
-    double *part = calloc((size_t)nt * 2 * (size_t)C, sizeof(double));
-    int used = 1;
-#pragma omp parallel if (M * C >= NL_PARALLEL_MIN)
-    {
-        const int tid = NL_THREAD(), nth = NL_NUM_THREADS();
-        double *s1 = part + (size_t)tid * 2 * (size_t)C, *s2 = s1 + C;
+    const int64_t nb = nl_blocks(M);
+    double *part = calloc((size_t)nb * 2 * (size_t)C, sizeof(double));
+#pragma omp parallel for schedule(dynamic, 1) if (M * C >= NL_PARALLEL_MIN)
+    for (int64_t blk = 0; blk < nb; blk++) {
+        double *s1 = part + (size_t)blk * 2 * (size_t)C, *s2 = s1 + C;
         int64_t lo, hi;
-        nl_split(M, tid, nth, &lo, &hi);
-        if (tid == 0)
-            used = nth;
+        nl_split(M, blk, nb, &lo, &hi);
         for (int64_t m = lo; m < hi; m++) {
             const real *ar = a + m * C;
             if (mode == SHIFTED_SQUARES) {
@@ -42,9 +36,9 @@ static void column_sums(int mode, const real *a, const real *b, int64_t M, int64
     }
     for (int64_t c = 0; c < C; c++) {
         double a1 = 0, a2 = 0;
-        for (int t = 0; t < used; t++) {
-            a1 += part[(size_t)t * 2 * (size_t)C + c];
-            a2 += part[(size_t)t * 2 * (size_t)C + C + c];
+        for (int64_t blk = 0; blk < nb; blk++) {
+            a1 += part[(size_t)blk * 2 * (size_t)C + c];
+            a2 += part[(size_t)blk * 2 * (size_t)C + C + c];
         }
         out1[c] = a1;
         out2[c] = a2;
@@ -56,7 +50,7 @@ static void column_sums(int mode, const real *a, const real *b, int64_t M, int64
 static void bn_apply(const real *x, const real *gamma, const real *beta, real *y, real *xhat,
                      const real *mean, const real *invstd, int64_t M, int64_t C)
 {
-#pragma omp parallel for schedule(static) if (M * C >= NL_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, nl_grain(C)) if (M * C >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) {
         const real *xr = x + m * C;
         real *yr = y + m * C, *hr = xhat + m * C;
@@ -118,7 +112,7 @@ void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const
     }
     const double m = (double)M;
     /* In double: M * dy - sum(dy) cancels exactly where it should (e.g. M = 1). */
-#pragma omp parallel for schedule(static) if (M * C >= NL_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, nl_grain(C)) if (M * C >= NL_PARALLEL_MIN)
     for (int64_t r = 0; r < M; r++) {
         const real *dyr = dy + r * C, *hr = xhat + r * C;
         real *dxr = dx + r * C;
@@ -133,7 +127,7 @@ void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const
 void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y, real *xhat,
                      real *invstd, int64_t M, int64_t D, double eps)
 {
-#pragma omp parallel for schedule(static) if (M * D >= NL_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) {
         const real *xr = x + m * D;
         real *yr = y + m * D, *hr = xhat + m * D;
@@ -168,7 +162,7 @@ void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const
         dbeta[d] += (real)db[d];
     }
     free(sums);
-#pragma omp parallel for schedule(static) if (M * D >= NL_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) {
         const real *dyr = dy + m * D, *hr = xhat + m * D;
         real *dxr = dx + m * D;

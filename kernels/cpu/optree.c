@@ -68,7 +68,7 @@ int optree_run(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
                 r[k] = (real)consts[c];
             reg[nleaf + c] = r;
         }
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, nl_grain(NL_VM_BLOCK))
         for (int64_t t = 0; t < total; t++) {
             const int64_t i = t / nblk, j0 = (t % nblk) * NL_VM_BLOCK;
             const int64_t n = cols - j0 < NL_VM_BLOCK ? cols - j0 : NL_VM_BLOCK;

@@ -15,7 +15,8 @@ void maxpool_fprop(const real *x, real *y, int32_t *argmax, const pool_geom *g)
 {
     const int64_t H = g->H, W = g->W, C = g->C, P = g->P, Q = g->Q;
     const int64_t nrows = g->N * P;
-#pragma omp parallel for schedule(static) if (nrows * Q * C * g->R * g->S >= NL_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, nl_grain(Q * C * g->R * g->S)) \
+    if (nrows * Q * C * g->R * g->S >= NL_PARALLEL_MIN)
     for (int64_t np = 0; np < nrows; np++) {
         const int64_t n = np / P, p = np % P;
         int64_t h_lo, h_hi;
@@ -75,7 +76,7 @@ static inline void scatter_unit(const pool_geom *g, int64_t u, int64_t *n, int64
 static void scale_all(real *dx, const pool_geom *g, real beta)
 {
     const int64_t image = g->H * g->W * g->C;
-#pragma omp parallel for schedule(static) if (g->N * image >= NL_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, nl_grain(image)) if (g->N * image >= NL_PARALLEL_MIN)
     for (int64_t n = 0; n < g->N; n++)
         nl_scale(dx + n * image, image, beta);
 }
@@ -85,7 +86,8 @@ void maxpool_bprop(const real *e, const int32_t *argmax, real *dx, const pool_ge
 {
     const int64_t C = g->C, Q = g->Q, units = scatter_units(g);
     scale_all(dx, g, beta);
-#pragma omp parallel for schedule(static) if (g->N * g->P * Q * C >= NL_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, nl_grain(g->N * g->P * Q * C / units)) \
+    if (g->N * g->P * Q * C >= NL_PARALLEL_MIN)
     for (int64_t u = 0; u < units; u++) {
         int64_t n, p0, p1;
         scatter_unit(g, u, &n, &p0, &p1);
@@ -101,7 +103,8 @@ void avgpool_fprop(const real *x, real *y, const pool_geom *g)
 {
     const int64_t H = g->H, W = g->W, C = g->C, P = g->P, Q = g->Q;
     const int64_t nrows = g->N * P;
-#pragma omp parallel for schedule(static) if (nrows * Q * C * g->R * g->S >= NL_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, nl_grain(Q * C * g->R * g->S)) \
+    if (nrows * Q * C * g->R * g->S >= NL_PARALLEL_MIN)
     for (int64_t np = 0; np < nrows; np++) {
         const int64_t n = np / P, p = np % P;
         int64_t h_lo, h_hi;
@@ -130,7 +133,8 @@ void avgpool_bprop(const real *e, real *dx, const pool_geom *g, real beta)
 {
     const int64_t H = g->H, W = g->W, C = g->C, Q = g->Q, units = scatter_units(g);
     scale_all(dx, g, beta);
-#pragma omp parallel for schedule(static) if (g->N * g->P * Q * C * g->R * g->S >= NL_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, nl_grain(g->N * g->P * Q * C * g->R * g->S / units)) \
+    if (g->N * g->P * Q * C * g->R * g->S >= NL_PARALLEL_MIN)
     for (int64_t u = 0; u < units; u++) {
         int64_t n, p0, p1;
         scatter_unit(g, u, &n, &p0, &p1);

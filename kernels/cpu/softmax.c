@@ -18,7 +18,7 @@ static double shifted_logsum(const real *x, real *shifted, int64_t K)
 
 void softmax_rows(const real *x, real *out, int64_t M, int64_t K)
 {
-#pragma omp parallel for schedule(static) if (M * K >= NL_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, nl_grain(K)) if (M * K >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) {
         const real *xr = x + m * K;
         real *o = out + m * K;
