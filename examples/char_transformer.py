@@ -86,8 +86,8 @@ def main(argv=None):
     model, corpus, _, valid = train(args.data, args.steps, args.backend, args.batch_size,
                                     args.seed, args.seq_len, dropout=args.dropout)
     print(f"validation loss {valid:.4f} nats/char ({valid / np.log(2):.3f} bits/char)")
-    print(generate(model, corpus.vocab, args.prompt, args.chars, temperature=0.8,
-                   seed=args.seed))
+    print(args.prompt + generate(model, corpus.vocab, args.prompt, args.chars, temperature=0.8,
+                                 seed=args.seed))
     if args.save_path:
         model.save(args.save_path)
         print(f"saved {args.save_path}")
