@@ -75,6 +75,10 @@ def _grid(out, arrays):
     the output's first, or raises :class:`_Unsupported`.
     """
     shape, nd = out.shape, out.ndim
+    if out.flags.c_contiguous and all((a.size == 1 and a.ndim <= nd) or
+                                      (a.shape == shape and a.flags.c_contiguous)
+                                      for a in arrays):
+        return 1, out.size, [(0, 1)] + [(0, 0) if a.size == 1 else (0, 1) for a in arrays]
     per_op = []
     for a in (out, *arrays):
         off = nd - a.ndim
@@ -110,7 +114,7 @@ def _grid(out, arrays):
 
 
 def _address(a):
-    return a.__array_interface__["data"][0]
+    return a.ctypes.data
 
 
 class OpTreeMachine:
@@ -148,16 +152,16 @@ class OpTreeMachine:
         except _Unsupported:
             return False
         out_addr = _address(out)
-        for a in leaves:
+        addresses = [_address(a) for a in leaves]
+        for a, addr in zip(leaves, addresses):
             if np.may_share_memory(out, a) and not (
-                    _address(a) == out_addr and a.strides == out.strides
-                    and a.shape == out.shape):
+                    addr == out_addr and a.strides == out.strides and a.shape == out.shape):
                 return False
         program = self._program(module, key, len(leaves), len(consts))
         flat = [s for pair in strides[1:] for s in pair]
-        status = module.lib.optree_run(program[0], program[1], [_address(a) for a in leaves],
-                                       flat, len(leaves), consts, len(consts), out_addr,
-                                       strides[0][0], strides[0][1], rows, cols)
+        status = module.lib.optree_run(program[0], program[1], addresses, flat, len(leaves),
+                                       consts, len(consts), out_addr, strides[0][0],
+                                       strides[0][1], rows, cols)
         return status == 0
 
     def _program(self, module, key, nleaf, nconst):

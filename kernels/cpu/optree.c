@@ -25,7 +25,7 @@ static void run_op(int op, real *d, const real *a, const real *b, int64_t n)
     case NL_OP_SQR: UNARY(x * x);
     case NL_OP_SQRT: UNARY(sqrt(x));
     case NL_OP_RSQRT: UNARY(one / sqrt(x));
-    case NL_OP_EXP: UNARY(exp(x));
+    case NL_OP_EXP: UNARY(NL_EXP(x));
     case NL_OP_LOG: UNARY(log(x));
     case NL_OP_TANH: UNARY(tanh(x));
     case NL_OP_SIG: UNARY(half * (tanh(half * x) + one));

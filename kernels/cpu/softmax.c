@@ -1,36 +1,30 @@
-/* Row softmax and fused softmax-cross-entropy (see softmax.h). */
+/* Row softmax and fused softmax-cross-entropy (see softmax.h).  One exp per element, in the
+ * vectorizable NL_EXP. */
 #include "common.h"
 #include "softmax.h"
 
-/* shifted = x - max(x) for one row of K; returns log(sum(exp(shifted))). */
-static double shifted_logsum(const real *x, real *shifted, int64_t K)
+/* e = exp(x - max(x)) for one row of K; returns the sum of e (in double) and sets *top. */
+static double exp_row(const real *x, real *e, int64_t K, real *top)
 {
-    real top = x[0];
+    real m = x[0];
     for (int64_t k = 1; k < K; k++)
-        top = x[k] > top ? x[k] : top;
+        m = x[k] > m ? x[k] : m;
+    for (int64_t k = 0; k < K; k++)
+        e[k] = NL_EXP(x[k] - m);
     double sum = 0;
-    for (int64_t k = 0; k < K; k++) {
-        shifted[k] = x[k] - top;
-        sum += exp(shifted[k]);
-    }
-    return log(sum);
+    for (int64_t k = 0; k < K; k++)
+        sum += e[k];
+    *top = m;
+    return sum;
 }
 
 void softmax_rows(const real *x, real *out, int64_t M, int64_t K)
 {
 #pragma omp parallel for schedule(dynamic, nl_grain(K)) if (M * K >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) {
-        const real *xr = x + m * K;
+        real top;
         real *o = out + m * K;
-        real top = xr[0];
-        for (int64_t k = 1; k < K; k++)
-            top = xr[k] > top ? xr[k] : top;
-        double sum = 0;
-        for (int64_t k = 0; k < K; k++) {
-            o[k] = exp(xr[k] - top);
-            sum += o[k];
-        }
-        const real inv = (real)(1.0 / sum);
+        const real inv = (real)(1.0 / exp_row(x + m * K, o, K, &top));
         for (int64_t k = 0; k < K; k++)
             o[k] *= inv;
     }
@@ -45,13 +39,13 @@ double softmax_cross_entropy(const real *logits, const real *targets, real *prob
     for (int64_t m = 0; m < M; m++) {
         const real *xr = logits + m * K, *t = targets + m * K;
         real *p = probs + m * K, *g = grad + m * K;
-        /* p holds the shifted logits, then log-probabilities, then probabilities. */
-        const real logsum = (real)shifted_logsum(xr, p, K);
+        real top;
+        const double sum = exp_row(xr, p, K, &top);
+        const real logsum = (real)log(sum), inv = (real)(1.0 / sum);
         double row = 0;
         for (int64_t k = 0; k < K; k++) {
-            const real logp = p[k] - logsum;
-            row += (double)t[k] * (double)logp;
-            p[k] = exp(logp);
+            row += (double)t[k] * (double)((xr[k] - top) - logsum);
+            p[k] *= inv;
             g[k] = s * (p[k] - t[k]);
         }
         loss -= row;
