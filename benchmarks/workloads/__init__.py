@@ -1,8 +1,8 @@
 """Benchmark workloads.  Each module defines NAME, FIGURE (the unit reported), and
 ``neonlite(be, smoke) -> (step, work)`` / ``torch(device, smoke) -> (step, work)``, where one
 ``step()`` call does ``work`` units (images, tokens, FLOPs...) of the figure."""
-from . import bn_relu_pool, conv3x3, gemm, gpu_adam, gpu_gemm, lenet
+from . import bn_relu_pool, char_transformer, conv3x3, gemm, gpu_adam, gpu_gemm, lenet
 
-WORKLOADS = {m.NAME: m for m in (lenet, conv3x3, bn_relu_pool, gemm)}
+WORKLOADS = {m.NAME: m for m in (lenet, conv3x3, bn_relu_pool, gemm, char_transformer)}
 #: workloads that run only with ``--backend gpu`` (added to WORKLOADS there)
 GPU_WORKLOADS = {m.NAME: m for m in (gpu_gemm.BF16, gpu_gemm.F32, gpu_adam)}
