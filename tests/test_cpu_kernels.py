@@ -335,52 +335,85 @@ def test_optree_cases_left_to_numpy(tbe):
     close(v.get()[1:], expected, tbe.dtype.type)
 
 
-def test_backend_uses_kernels_and_matches_numpy_in_training(kernels, monkeypatch):
-    """A few training steps of a small CNN (conv with padding on C=3, batch norm, ReLU, max
-    pooling, affine, softmax-cross-entropy, SGD with momentum) in float64 give the same
-    parameters with the C kernels as on numpy alone."""
-    from neonlite.initializers import Gaussian
-    from neonlite.layers import Affine, Conv, GeneralizedCost, Pooling, Sequential
-    from neonlite.optimizers import GradientDescentMomentum
-    from neonlite.transforms import CrossEntropyMulti, Rectlin, Softmax
+class SmallCNN:
+    """conv 3x3 (padding, C=3) + batch norm + ReLU, max pool, conv 3x3 + bias + ReLU, affine +
+    softmax with cross-entropy, SGD with momentum: a training step by hand on backend ``be``
+    (made current only while the layers are configured)."""
 
-    def run(be):
+    def __init__(self, be, n, hw=(6, 5), seed=12):
         import neonlite.backends as backends
-        backends._current = be
-        layers = Sequential([Conv((3, 3, 4), padding=1, init=Gaussian(scale=0.3),
-                                  activation=Rectlin(), batch_norm=True),
-                             Pooling(2, strides=2),
-                             Affine(nout=5, init=Gaussian(scale=0.3), activation=Softmax())])
-        layers.name_children()
-        layers.configure((6, 5, 3))
-        layers.set_needs_deltas(False)
-        layers.allocate()
-        cost = GeneralizedCost(CrossEntropyMulti())
-        cost.initialize(layers.leaves()[-1], (5,), be)
-        opt = GradientDescentMomentum(0.1, momentum_coef=0.9, wdecay=1e-3)
-        rng = np.random.default_rng(12)
-        x = be.array(rng.standard_normal((4, 6, 5, 3)))
-        t = be.array(np.eye(5)[rng.integers(0, 5, 4)])
-        for _ in range(3):
-            for p in layers.parameters():
-                p.grad[:] = 0.0
-            y = layers.fprop(x)
-            _, delta = cost.cost_and_errors(y, t)
-            layers.bprop(delta)
-            opt.optimize(layers.parameters(), 0)
-        return [p.value.get() for p in layers.parameters()]
+        from neonlite.initializers import Gaussian
+        from neonlite.layers import Affine, Conv, GeneralizedCost, Pooling, Sequential
+        from neonlite.optimizers import GradientDescentMomentum
+        from neonlite.transforms import CrossEntropyMulti, Rectlin, Softmax
+        previous, backends._current = backends._current, be
+        try:
+            self.layers = Sequential([
+                Conv((3, 3, 4), padding=1, init=Gaussian(scale=0.3), activation=Rectlin(),
+                     batch_norm=True),
+                Pooling(2, strides=2),
+                Conv((3, 3, 6), padding=1, init=Gaussian(scale=0.3), activation=Rectlin()),
+                Affine(nout=5, init=Gaussian(scale=0.3), activation=Softmax())])
+            self.layers.name_children()
+            self.layers.configure((*hw, 3))
+            self.layers.set_needs_deltas(False)
+            self.layers.allocate()
+        finally:
+            backends._current = previous
+        self.cost = GeneralizedCost(CrossEntropyMulti())
+        self.cost.initialize(self.layers.leaves()[-1], (5,), be)
+        self.opt = GradientDescentMomentum(0.1, momentum_coef=0.9, wdecay=1e-3)
+        rng = np.random.default_rng(seed)
+        self.x = be.array(rng.standard_normal((n, *hw, 3)))
+        self.t = be.array(np.eye(5)[rng.integers(0, 5, n)])
 
-    import neonlite.backends as backends
-    previous = backends._current
-    try:
-        with_c = CPUBackend(batch_size=4, rng_seed=0, datatype=np.float64)
-        assert with_c.kernels.active(np.float64)
-        got = run(with_c)
-        monkeypatch.setenv("NEONLITE_CPU_KERNELS", "0")
-        numpy_only = CPUBackend(batch_size=4, rng_seed=0, datatype=np.float64)
-        assert not numpy_only.kernels.active(np.float64)
-        want = run(numpy_only)
-    finally:
-        backends._current = previous
-    for g, w in zip(got, want):
+    def step(self):
+        params = self.layers.parameters()
+        for p in params:
+            p.grad[:] = 0.0
+        y = self.layers.fprop(self.x)
+        _, delta = self.cost.cost_and_errors(y, self.t)
+        self.layers.bprop(delta)
+        self.opt.optimize(params, 0)
+
+    def params(self):
+        return [p.value.get() for p in self.layers.parameters()]
+
+
+def test_backend_uses_kernels_and_matches_numpy_in_training(kernels, monkeypatch):
+    """A few training steps of a small CNN in float64 give the same parameters with the C
+    kernels as on numpy alone."""
+    with_c = CPUBackend(batch_size=4, rng_seed=0, datatype=np.float64)
+    assert with_c.kernels.active(np.float64)
+    model = SmallCNN(with_c, 4)
+    for _ in range(3):
+        model.step()
+    got = model.params()
+    monkeypatch.setenv("NEONLITE_CPU_KERNELS", "0")
+    numpy_only = CPUBackend(batch_size=4, rng_seed=0, datatype=np.float64)
+    assert not numpy_only.kernels.active(np.float64)
+    reference = SmallCNN(numpy_only, 4)
+    for _ in range(3):
+        reference.step()
+    for g, w in zip(got, reference.params()):
         np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-11)
+
+
+def test_training_step_allocates_no_buffers_after_the_first(kernels):
+    """After the first step, a training step makes no array anywhere near an activation's size
+    (work buffers live on the plans and the backend)."""
+    import tracemalloc
+    be = CPUBackend(batch_size=32, rng_seed=0)
+    model = SmallCNN(be, 32, hw=(24, 24))
+    smallest = min(layer.outputs.size * 4 for layer in model.layers.leaves()
+                   if layer.outputs.ndim == 4)
+    model.step()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        model.step()
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert smallest >= 2 ** 16
+    assert peak < smallest // 4, f"a step allocated up to {peak} bytes"
