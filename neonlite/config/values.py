@@ -1,14 +1,15 @@
 """Turning objects into the plain values of the ``{type, config}`` schema (YAML-ready)."""
 import functools
 import inspect
+import os
 
 import numpy as np
 
 
 def describe_value(value, where="value"):
     """``value`` as YAML-ready data: numbers, strings, booleans, None, lists and mappings as
-    themselves (tuples become lists, numpy scalars and arrays plain Python), and any object
-    with ``get_description()`` as its ``{type, config}`` mapping (recursively).
+    themselves (tuples become lists, numpy scalars and arrays plain Python, paths strings), and
+    any object with ``get_description()`` as its ``{type, config}`` mapping (recursively).
 
     Raises ``TypeError`` naming ``where`` for anything else (a lambda, an open file, ...).
     """
@@ -20,6 +21,8 @@ def describe_value(value, where="value"):
         return value
     if isinstance(value, np.ndarray):
         return value.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
     if isinstance(value, (list, tuple)):
         return [describe_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, dict):
