@@ -10,7 +10,6 @@ import numpy as np
 
 from . import numpy_conv, numpy_norm, numpy_rows
 from .backend import Backend, Tensor
-from .cpu_blas import matmul
 from .cpu_kernels import CPUKernels
 from .cpu_optree import OpTreeMachine
 from .numpy_ops import evaluate
@@ -115,13 +114,13 @@ class CPUBackend(Backend):
     def compound_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
         a = A._ary.T if transA else A._ary
         b = B._ary.T if transB else B._ary
-        _gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch)
+        _gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
         return C
 
     def batched_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
         a = np.swapaxes(A._ary, -1, -2) if transA else A._ary
         b = np.swapaxes(B._ary, -1, -2) if transB else B._ary
-        _gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch)
+        _gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
         return C
 
     def fprop_conv(self, plan, I, F, O):
@@ -213,9 +212,10 @@ class CPUBackend(Backend):
         self._device_rng.bit_generator.state = state
 
 
-def _gemm_into(c, a, b, alpha, beta, scratch):
-    """c = alpha * a @ b + beta * c; with beta != 0 the product goes through a buffer kept in
-    ``scratch`` (keyed by shape and dtype), so repeated calls allocate nothing."""
+def _gemm_into(c, a, b, alpha, beta, scratch, matmul):
+    """c = alpha * a @ b + beta * c, the product by ``matmul(a, b, out)``; with beta != 0 the
+    product goes through a buffer kept in ``scratch`` (keyed by shape and dtype), so repeated
+    calls allocate nothing."""
     if beta == 0.0:
         matmul(a, b, c)
         if alpha != 1.0:

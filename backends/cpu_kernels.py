@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-from .cpu_blas import matmul
+from .cpu_blas import GemmThreads
 from .numpy_conv import _accumulate, _is_pointwise
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -63,12 +63,14 @@ def _contiguous(*arrays):
 class CPUKernels:
     """Lazily built C kernels for one CPU backend (see the module docstring).
 
-    ``builder`` is a :class:`~neonlite.kernels.build.Builder` (default: the process's).
+    ``builder`` is a :class:`~neonlite.kernels.build.Builder` (default: the process's);
+    ``gemm`` (a :class:`~neonlite.backends.cpu_blas.GemmThreads`) runs the GEMMs.
     """
 
-    def __init__(self, builder=None):
+    def __init__(self, builder=None, gemm=None):
         self._builder = builder
         self._modules = {}
+        self.gemm = gemm if gemm is not None else GemmThreads()
 
     @property
     def builder(self):
@@ -157,14 +159,14 @@ class CPUKernels:
         K, PQ = plan.K, plan.P * plan.Q
         f2, o2 = f.reshape(-1, K), o.reshape(-1, K)
         if _is_pointwise(plan):
-            matmul(x.reshape(-1, plan.C), f2, out=o2)
+            self.gemm.matmul(x.reshape(-1, plan.C), f2, out=o2)
             return True
         geom, cols, _, per_chunk = self._conv_work(plan, module, x.dtype)
         ffi, lib = module.ffi, module.lib
         xp, cp = ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", cols)
         for n0, n1 in self._chunks(x.shape[0], per_chunk):
             lib.im2col(xp, cp, geom, n0, n1)
-            matmul(cols[:(n1 - n0) * PQ], f2, out=o2[n0 * PQ:n1 * PQ])
+            self.gemm.matmul(cols[:(n1 - n0) * PQ], f2, out=o2[n0 * PQ:n1 * PQ])
         whole = x.shape[0] <= per_chunk
         plan._ckernel_patches_of = (_address(x), x.shape) if whole else None
         return True
@@ -178,18 +180,18 @@ class CPUKernels:
         e2, g2 = e.reshape(-1, K), grad_f.reshape(-1, K)
         geom, cols, dw, per_chunk = self._conv_work(plan, module, x.dtype)
         if _is_pointwise(plan):
-            matmul(x.reshape(-1, plan.C).T, e2, out=dw)
+            self.gemm.matmul(x.reshape(-1, plan.C).T, e2, out=dw)
             _accumulate(g2, dw, beta)
             return True
         if getattr(plan, "_ckernel_patches_of", None) == (_address(x), x.shape):
-            matmul(cols[:x.shape[0] * PQ].T, e2, out=dw)
+            self.gemm.matmul(cols[:x.shape[0] * PQ].T, e2, out=dw)
             _accumulate(g2, dw, beta)
             return True
         ffi, lib = module.ffi, module.lib
         xp, cp = ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", cols)
         for i, (n0, n1) in enumerate(self._chunks(x.shape[0], per_chunk)):
             lib.im2col(xp, cp, geom, n0, n1)
-            matmul(cols[:(n1 - n0) * PQ].T, e2[n0 * PQ:n1 * PQ], out=dw)
+            self.gemm.matmul(cols[:(n1 - n0) * PQ].T, e2[n0 * PQ:n1 * PQ], out=dw)
             _accumulate(g2, dw, beta if i == 0 else 1.0)
         plan._ckernel_patches_of = None
         return True
@@ -206,17 +208,17 @@ class CPUKernels:
         if _is_pointwise(plan):
             gx = grad_x.reshape(-1, plan.C)
             if beta == 0.0:
-                matmul(e2, fT, out=gx)
+                self.gemm.matmul(e2, fT, out=gx)
                 return True
             for n0, n1 in self._chunks(e.shape[0], per_chunk):
                 rows = slice(n0 * PQ, n1 * PQ)
-                matmul(e2[rows], fT, out=cols[:(n1 - n0) * PQ])
+                self.gemm.matmul(e2[rows], fT, out=cols[:(n1 - n0) * PQ])
                 _accumulate(gx[rows], cols[:(n1 - n0) * PQ], beta)
             return True
         ffi, lib = module.ffi, module.lib
         gp, cp = ffi.from_buffer("real[]", grad_x), ffi.from_buffer("real[]", cols)
         for n0, n1 in self._chunks(e.shape[0], per_chunk):
-            matmul(e2[n0 * PQ:n1 * PQ], fT, out=cols[:(n1 - n0) * PQ])
+            self.gemm.matmul(e2[n0 * PQ:n1 * PQ], fT, out=cols[:(n1 - n0) * PQ])
             lib.col2im(cp, gp, geom, n0, n1, beta)
         return True
 
