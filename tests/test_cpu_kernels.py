@@ -417,3 +417,28 @@ def test_training_step_allocates_no_buffers_after_the_first(kernels):
         tracemalloc.stop()
     assert smallest >= 2 ** 16
     assert peak < smallest // 4, f"a step allocated up to {peak} bytes"
+
+
+def test_gemm_threads_tunes_per_shape_and_stays_correct():
+    from neonlite.backends import cpu_blas
+    gemm = cpu_blas.GemmThreads()
+    rng = np.random.default_rng(13)
+    a = rng.standard_normal((3000, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 40)).astype(np.float32)
+    out = np.empty((3000, 40), np.float32)
+    want = a.astype(np.float64) @ b
+    for _ in range(2 * cpu_blas.TRIALS):
+        assert out.size * a.shape[-1] >= cpu_blas.TINY_MACS
+        gemm.matmul(a, b, out)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+    assert list(gemm.choices.values()) in ([1], [None])
+    small = np.empty((3, 40), np.float32)
+    gemm.matmul(a[:3], b, small)
+    np.testing.assert_allclose(small, want[:3], rtol=1e-4, atol=1e-3)
+    assert len(gemm.choices) == 1
+    lib = cpu_blas._openblas()
+    if lib is not None:
+        before = lib.openblas_set_num_threads_local(2)
+        with cpu_blas.blas_threads(1):
+            assert lib.openblas_set_num_threads_local(1) == 1
+        assert lib.openblas_set_num_threads_local(before) == 2
