@@ -235,7 +235,11 @@ class Backend(ABC):
 
     @abstractmethod
     def update_conv(self, plan, I, E, grad_F, beta=0.0):
-        """grad_F (R, S, C, K) = correlation of I with E, + beta * grad_F."""
+        """grad_F (R, S, C, K) = correlation of I with E, + beta * grad_F.
+
+        I must be the input of the latest ``fprop_conv`` with this plan, unchanged since (as in
+        a training step): a backend may reuse the patches it gathered there.
+        """
 
     def pool_layer(self, op, N, C, H, W, R, S, pad=(0, 0), stride=None):
         """A :class:`PoolPlan` for NHWC input; ``op`` is 'max' or 'avg'."""

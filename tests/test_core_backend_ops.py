@@ -265,30 +265,33 @@ def test_conv_fprop_bprop_update(be, case):
     be.update_conv(plan, tx, te, grad_f, beta=1.0)
     close(grad_f.get(), prev_f + df_want, rtol=1e-4, atol=1e-4)
     other = rand(N, H, W, C, seed=26)
-    be.update_conv(plan, be.array(other), te, grad_f)
+    t_other = be.array(other)
+    be.fprop_conv(plan, t_other, tf, to)
+    be.update_conv(plan, t_other, te, grad_f)
     close(grad_f.get(), conv_update_ref(other, e, f.shape, pad, stride, dil), rtol=1e-4,
           atol=1e-4)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "strided_view"])
-def test_conv_update_reads_the_input_as_it_is_now(be, layout):
-    """update_conv correlates E with I's current values, even when I (same tensor, same
-    address) was overwritten after the last fprop_conv; strided views work like arrays."""
+def test_conv_update_follows_the_latest_fprop(be, layout):
+    """The same input buffer overwritten and fprop'd again: update_conv correlates E with its
+    new values (whatever the backend kept from the first fprop is not reused); strided views
+    of a larger tensor work like contiguous arrays."""
     N, H, W, C, K = 2, 5, 4, 3, 2
     plan = be.conv_layer(N, C, H, W, K, 3, 3, pad=(1, 1))
     big = be.zeros((N, H, W + 2, C))
     tx = big[:, :, 1:W + 1] if layout == "strided_view" else be.empty((N, H, W, C))
-    tf, to = be.array(rand(3, 3, C, K, seed=41)), be.empty(plan.out_shape)
-    tx[:] = rand(N, H, W, C, seed=42)
-    be.fprop_conv(plan, tx, tf, to)
-    new = rand(N, H, W, C, seed=43)
-    tx[:] = be.array(new)
+    f = rand(3, 3, C, K, seed=41)
+    tf, to = be.array(f), be.empty(plan.out_shape)
     e = rand(*plan.out_shape, seed=44)
-    grad_f = be.empty((3, 3, C, K))
-    be.update_conv(plan, tx, be.array(e), grad_f)
-    close(grad_f.get(), conv_update_ref(new, e, grad_f.shape, 1, 1, 1), rtol=1e-4, atol=1e-4)
-    be.fprop_conv(plan, tx, tf, to)
-    close(to.get(), conv_ref(new, tf.get(), 1, 1, 1), rtol=1e-4)
+    te, grad_f = be.array(e), be.empty((3, 3, C, K))
+    for seed in (42, 43):
+        x = rand(N, H, W, C, seed=seed)
+        tx[:] = be.array(x)
+        be.fprop_conv(plan, tx, tf, to)
+        close(to.get(), conv_ref(x, f, 1, 1, 1), rtol=1e-4)
+        be.update_conv(plan, tx, te, grad_f)
+        close(grad_f.get(), conv_update_ref(x, e, grad_f.shape, 1, 1, 1), rtol=1e-4, atol=1e-4)
 
 
 def test_conv_layer_rejects_a_filter_that_does_not_fit(be):
