@@ -118,6 +118,7 @@ POOL_CASES = [
     (2, 9, 8, 2, 2, 2, (0, 0), (3, 3)),     # stride > window (gaps)
     (2, 7, 7, 3, 3, 2, (1, 1), (2, 1)),     # non-square window, overlap in one axis only
     (3, 4, 4, 1, 1, 1, (0, 0), (1, 1)),     # 1x1 window
+    (2, 7, 9, 3, 3, 2, (1, 1), (3, 2)),     # disjoint windows with padding, ragged edges
 ]
 
 

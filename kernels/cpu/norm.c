@@ -4,6 +4,10 @@
 
 enum { SHIFTED_SQUARES, SUM_AND_DOT };
 
+/* Rows summed in `real` before their sums are added into the double totals: short runs keep
+ * float rounding negligible while the inner loop runs at full float vector width. */
+#define RUN 32
+
 /* Column sums over the rows of (M, C) arrays a, b (in fixed blocks, see nl_blocks):
  *   SHIFTED_SQUARES: out1[c] = sum_m (a - a[0, c]),  out2[c] = sum_m (a - a[0, c])^2
  *   SUM_AND_DOT:     out1[c] = sum_m a,              out2[c] = sum_m a * b */
@@ -12,25 +16,36 @@ static void column_sums(int mode, const real *a, const real *b, int64_t M, int64
 {
     const int64_t nb = nl_blocks(M);
     double *part = calloc((size_t)nb * 2 * (size_t)C, sizeof(double));
+    real *run = malloc((size_t)nb * 2 * (size_t)C * sizeof(real));
 #pragma omp parallel for schedule(dynamic, 1) if (M * C >= NL_PARALLEL_MIN)
     for (int64_t blk = 0; blk < nb; blk++) {
         double *s1 = part + (size_t)blk * 2 * (size_t)C, *s2 = s1 + C;
+        real *r1 = run + (size_t)blk * 2 * (size_t)C, *r2 = r1 + C;
         int64_t lo, hi;
         nl_split(M, blk, nb, &lo, &hi);
-        for (int64_t m = lo; m < hi; m++) {
-            const real *ar = a + m * C;
-            if (mode == SHIFTED_SQUARES) {
-                for (int64_t c = 0; c < C; c++) {
-                    const double t = (double)ar[c] - (double)a[c];
-                    s1[c] += t;
-                    s2[c] += t * t;
+        for (int64_t m0 = lo; m0 < hi; m0 += RUN) {
+            const int64_t m1 = m0 + RUN < hi ? m0 + RUN : hi;
+            for (int64_t c = 0; c < C; c++)
+                r1[c] = r2[c] = 0;
+            for (int64_t m = m0; m < m1; m++) {
+                const real *ar = a + m * C;
+                if (mode == SHIFTED_SQUARES) {
+                    for (int64_t c = 0; c < C; c++) {
+                        const real t = ar[c] - a[c];
+                        r1[c] += t;
+                        r2[c] += t * t;
+                    }
+                } else {
+                    const real *br = b + m * C;
+                    for (int64_t c = 0; c < C; c++) {
+                        r1[c] += ar[c];
+                        r2[c] += ar[c] * br[c];
+                    }
                 }
-            } else {
-                const real *br = b + m * C;
-                for (int64_t c = 0; c < C; c++) {
-                    s1[c] += (double)ar[c];
-                    s2[c] += (double)ar[c] * (double)br[c];
-                }
+            }
+            for (int64_t c = 0; c < C; c++) {
+                s1[c] += (double)r1[c];
+                s2[c] += (double)r2[c];
             }
         }
     }
@@ -43,6 +58,7 @@ static void column_sums(int mode, const real *a, const real *b, int64_t M, int64
         out1[c] = a1;
         out2[c] = a2;
     }
+    free(run);
     free(part);
 }
 
@@ -102,26 +118,34 @@ void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const
                      real *dx, real *dgamma, real *dbeta, int64_t M, int64_t C,
                      double beta_acc)
 {
-    double *sums = malloc((size_t)C * 3 * sizeof(double));
-    double *db = sums, *dg = sums + C, *scale = sums + 2 * C;
+    double *sums = malloc((size_t)C * 2 * sizeof(double));
+    double *db = sums, *dg = sums + C;
+    real *k = malloc((size_t)C * 3 * sizeof(real));
+    real *rdb = k + C, *rdg = k + 2 * C;
     column_sums(SUM_AND_DOT, dy, xhat, M, C, db, dg);
     for (int64_t c = 0; c < C; c++) {
         dgamma[c] += (real)dg[c];
         dbeta[c] += (real)db[c];
-        scale[c] = (double)gamma[c] * (double)invstd[c] / (double)M;
+        k[c] = (real)((double)gamma[c] * (double)invstd[c] / (double)M);
+        rdb[c] = (real)db[c];
+        rdg[c] = (real)dg[c];
     }
-    const double m = (double)M;
-    /* In double: M * dy - sum(dy) cancels exactly where it should (e.g. M = 1). */
+    const real m = (real)M, acc = (real)beta_acc;
+    /* The order of the reference, (M * dy - sum dy) first, so it cancels exactly for M = 1. */
 #pragma omp parallel for schedule(dynamic, nl_grain(C)) if (M * C >= NL_PARALLEL_MIN)
     for (int64_t r = 0; r < M; r++) {
         const real *dyr = dy + r * C, *hr = xhat + r * C;
         real *dxr = dx + r * C;
-        for (int64_t c = 0; c < C; c++) {
-            const double g = scale[c] * (m * (double)dyr[c] - db[c] - (double)hr[c] * dg[c]);
-            dxr[c] = beta_acc == 0 ? (real)g : (real)(beta_acc * (double)dxr[c] + g);
+        if (acc == 0) {
+            for (int64_t c = 0; c < C; c++)
+                dxr[c] = k[c] * ((m * dyr[c] - rdb[c]) - hr[c] * rdg[c]);
+        } else {
+            for (int64_t c = 0; c < C; c++)
+                dxr[c] = acc * dxr[c] + k[c] * ((m * dyr[c] - rdb[c]) - hr[c] * rdg[c]);
         }
     }
     free(sums);
+    free(k);
 }
 
 void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y, real *xhat,

@@ -81,9 +81,81 @@ static void scale_all(real *dx, const pool_geom *g, real beta)
         nl_scale(dx + n * image, image, beta);
 }
 
+/* When windows do not overlap (str_h >= R and str_w >= S) every input element lies in at most
+ * one window, so the backward passes gather instead: each input row is written once, by the
+ * thread that owns it, with no zeroing pass first.  owner() is the window covering input
+ * coordinate h along one axis, or -1. */
+static inline int disjoint(const pool_geom *g)
+{
+    return g->str_h >= g->R && g->str_w >= g->S;
+}
+
+static inline int64_t owner(int64_t h, int64_t stride, int64_t pad, int64_t R, int64_t P)
+{
+    const int64_t t = h + pad, p = t / stride;
+    return (p < P && t - p * stride < R) ? p : -1;
+}
+
+/* d[c] = beta * d[c] + v[c] for C elements (beta == 0 overwrites); v == NULL adds zero. */
+static inline void put(real *d, const real *v, real scale, const int32_t *arg, int32_t pos,
+                       int64_t C, real beta)
+{
+    if (v == NULL) {
+        nl_scale(d, C, beta);
+    } else if (beta == 0) {
+        if (arg)
+            for (int64_t c = 0; c < C; c++)
+                d[c] = arg[c] == pos ? v[c] : 0;
+        else
+            for (int64_t c = 0; c < C; c++)
+                d[c] = v[c] * scale;
+    } else {
+        if (arg)
+            for (int64_t c = 0; c < C; c++)
+                d[c] = beta * d[c] + (arg[c] == pos ? v[c] : 0);
+        else
+            for (int64_t c = 0; c < C; c++)
+                d[c] = beta * d[c] + v[c] * scale;
+    }
+}
+
+/* The gathering backward pass for disjoint windows; argmax == NULL means average pooling. */
+static void bprop_disjoint(const real *e, const int32_t *argmax, real *dx, const pool_geom *g,
+                           real beta)
+{
+    const int64_t H = g->H, W = g->W, C = g->C, P = g->P, Q = g->Q;
+#pragma omp parallel for schedule(dynamic, nl_grain(W * C)) \
+    if (g->N * H * W * C >= NL_PARALLEL_MIN)
+    for (int64_t nh = 0; nh < g->N * H; nh++) {
+        const int64_t n = nh / H, h = nh % H;
+        const int64_t p = owner(h, g->str_h, g->pad_h, g->R, P);
+        real *row = dx + nh * W * C;
+        int64_t h_lo = 0, h_hi = 0;
+        if (p >= 0)
+            window(p, g->str_h, g->pad_h, g->R, H, &h_lo, &h_hi);
+        for (int64_t w = 0; w < W; w++) {
+            const int64_t q = p < 0 ? -1 : owner(w, g->str_w, g->pad_w, g->S, Q);
+            if (q < 0) {
+                put(row + w * C, NULL, 0, NULL, 0, C, beta);
+                continue;
+            }
+            const int64_t o = ((n * P + p) * Q + q) * C;
+            int64_t w_lo, w_hi;
+            window(q, g->str_w, g->pad_w, g->S, W, &w_lo, &w_hi);
+            const real scale = (real)(1.0 / (double)((h_hi - h_lo) * (w_hi - w_lo)));
+            put(row + w * C, e + o, scale, argmax ? argmax + o : NULL, (int32_t)(h * W + w), C,
+                beta);
+        }
+    }
+}
+
 void maxpool_bprop(const real *e, const int32_t *argmax, real *dx, const pool_geom *g,
                    real beta)
 {
+    if (disjoint(g)) {
+        bprop_disjoint(e, argmax, dx, g, beta);
+        return;
+    }
     const int64_t C = g->C, Q = g->Q, units = scatter_units(g);
     scale_all(dx, g, beta);
 #pragma omp parallel for schedule(dynamic, nl_grain(g->N * g->P * Q * C / units)) \
@@ -131,6 +203,10 @@ void avgpool_fprop(const real *x, real *y, const pool_geom *g)
 
 void avgpool_bprop(const real *e, real *dx, const pool_geom *g, real beta)
 {
+    if (disjoint(g)) {
+        bprop_disjoint(e, NULL, dx, g, beta);
+        return;
+    }
     const int64_t H = g->H, W = g->W, C = g->C, Q = g->Q, units = scatter_units(g);
     scale_all(dx, g, beta);
 #pragma omp parallel for schedule(dynamic, nl_grain(g->N * g->P * Q * C * g->R * g->S / units)) \
