@@ -86,13 +86,19 @@ class RunConfig:
 
     # ---- overrides and description -------------------------------------------------------------
     def override(self, **values):
-        """Set top-level values (the CLI flags); None leaves a value as it is."""
+        """Set plain top-level values (the CLI flags); None leaves a value as it is."""
         for key, value in values.items():
             if value is None:
                 continue
-            if key not in KEYS:
-                raise ConfigError(f"{key}: not a top-level key{did_you_mean(key, KEYS)}")
-            self.settings[key] = _check_setting(key, value, KEYS[key][0])
+            if key not in self.settings:
+                raise ConfigError(f"{key}: not a top-level setting that can be overridden"
+                                  f"{did_you_mean(key, self.settings)}")
+            value = _check_setting(key, value, KEYS[key][0])
+            if key == "dataset":
+                value = check_dataset(value)
+            self.settings[key] = _metric_desc(value) if key == "metric" else value
+            if key == "metric":
+                self.metric_desc = self.build_metric().get_description()
         return self
 
     def description(self):
@@ -125,10 +131,6 @@ class RunConfig:
 
     def build_callbacks(self):
         return _build_callbacks(self.callbacks_desc)
-
-    @property
-    def datatype(self):
-        return DATATYPES[self.settings["datatype"]]
 
 
 def _check_extra_key(key, anchored):
