@@ -128,7 +128,10 @@ def train(run, opts, stream=None):
     say(f"{run.source}: {model.layers.param_count():,} parameters; {data.name} "
         f"{tuple(train_set.shape)}, {_count(train_set)} train / {_count(valid_set)} valid; "
         f"backend {settings['backend']}, batch {settings['batchsize']}, "
-        f"{settings['datatype']}, epochs {start + 1}..{settings['epochs']}")
+        f"{settings['datatype']}, " + (f"epochs {start + 1}..{settings['epochs']}"
+                                       if start < settings["epochs"] else
+                                       f"already {start} epochs done: nothing to train "
+                                       f"(raise -e)"))
     model.fit(train_set, optimizer, settings["epochs"], cost, callbacks)
     last = getattr(model, "last_eval", None)
     result = f"; {last[0]} {last[1]:.4f}" if last else ""
