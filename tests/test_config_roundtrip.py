@@ -13,7 +13,7 @@ from neonlite.initializers import Constant, Gaussian, GlorotUniform, Kaiming, Un
 from neonlite.layers import (Activation, Affine, Bias, Conv, Convolution, Dropout, Flatten,
                              GeneralizedCost, Layer, Linear, MergeSum, Pooling, Reshape,
                              Sequential, SkipNode)
-from neonlite.optimizers import (Adam, AdamW, CosineSchedule, GradientDescentMomentum,
+from neonlite.optimizers import (AdamW, CosineSchedule, GradientDescentMomentum,
                                  MultiOptimizer, RMSProp, StepSchedule)
 from neonlite.transforms import (CrossEntropyMulti, Logistic, Rectlin, Softmax, Tanh)
 
