@@ -4,7 +4,8 @@ The recipe: 4 pre-norm blocks, d=128, 4 heads, T=128, batch 32, AdamW (lr 1e-3, 
 0.1), 50 warm-up steps then cosine decay to 10% of the rate.  The first 90% of the text trains
 (random windows), the last 10% validates.
 
-    python examples/char_transformer.py -b cpu --steps 500 --data ../shared/data/text/tinyshakespeare.txt
+    python examples/char_transformer.py -b cpu --steps 500 \
+        --data ../shared/data/text/tinyshakespeare.txt
 
 Without ``--data`` it trains on Python's own documentation text, so it runs offline.
 """

@@ -14,11 +14,17 @@ the same seed they sample the same characters.
 """
 import numpy as np
 
+from .data.iterator import DataError
 from .data.text import Vocabulary
 from .layers.activation import Activation
 from .layers.decode import decode, init_decode
 from .layers.embedding import Embedding
 from .transforms.activation import Softmax
+
+
+class GenerationError(DataError):
+    """Bad input to :func:`generate` (the prompt, the sampling options, the vocabulary); a
+    ``ValueError``, reported by the CLI in one line."""
 
 
 def generate(model, vocab=None, prompt="\n", n=100, temperature=1.0, top_k=None, seed=None,
@@ -39,18 +45,19 @@ def generate(model, vocab=None, prompt="\n", n=100, temperature=1.0, top_k=None,
     """
     vocab = _vocabulary(model, vocab)
     if not isinstance(prompt, str) or not prompt:
-        raise ValueError("generate: the prompt must be a non-empty string")
+        raise GenerationError("generate: the prompt must be a non-empty string")
     if not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"generate: n must be an int >= 0, got {n!r}")
+        raise GenerationError(f"generate: n must be an int >= 0, got {n!r}")
     if not temperature > 0:
-        raise ValueError(f"generate: temperature must be > 0, got {temperature!r}")
+        raise GenerationError(f"generate: temperature must be > 0, got {temperature!r}")
     if top_k is not None and (not isinstance(top_k, (int, np.integer))
                               or not 1 <= top_k <= len(vocab)):
-        raise ValueError(f"generate: top_k must be an int in [1, {len(vocab)}], got {top_k!r}")
+        raise GenerationError(f"generate: top_k must be an int in [1, {len(vocab)}], got "
+                              f"{top_k!r}")
     try:
         tokens = [int(i) for i in vocab.encode(prompt, "the prompt")]
-    except ValueError as err:
-        raise ValueError(f"generate: {err}") from None
+    except DataError as err:
+        raise GenerationError(f"generate: {err}") from None
     runner = (_CachedRunner if use_cache else _FullRunner)(model)
     rng = np.random.default_rng(seed)
     window, start, out = runner.window, 0, []
@@ -74,7 +81,7 @@ def _vocabulary(model, vocab):
     if vocab is None:
         chars = embedding.vocabulary()
         if chars is None:
-            raise ValueError(f"generate: the model records no vocabulary (layer "
+            raise GenerationError(f"generate: the model records no vocabulary (layer "
                              f"'{embedding.name}'); pass vocab= or call "
                              f"Embedding.set_vocabulary when training")
         vocab = Vocabulary(chars)
@@ -83,7 +90,7 @@ def _vocabulary(model, vocab):
     elif not isinstance(vocab, Vocabulary):
         vocab = vocab.vocab
     if len(vocab) != embedding.vocab:
-        raise ValueError(f"generate: the vocabulary has {len(vocab)} characters but layer "
+        raise GenerationError(f"generate: the vocabulary has {len(vocab)} characters but layer "
                          f"'{embedding.name}' embeds {embedding.vocab} tokens")
     return vocab
 

@@ -133,6 +133,20 @@ def test_generate_with_cache_matches_full_recompute(text_file):
     assert generate(model, corpus, use_cache=True, **dict(kw, seed=8)) != cached
 
 
+def test_generate_from_a_checkpoint_with_the_command(text_file, tmp_path, capsys):
+    import argparse
+
+    from neonlite.generation import add_generate_arguments, generate_command
+    model, corpus = trained_tiny_lm(text_file, dtype=np.float32, steps=5)
+    want = model.generate("the q", 25, temperature=0.9, top_k=5, seed=3)
+    model.save(str(tmp_path / "lm.h5"))
+    parser = add_generate_arguments(argparse.ArgumentParser())
+    args = parser.parse_args([str(tmp_path / "lm.h5"), "--prompt", "the q", "-n", "25",
+                              "-t", "0.9", "-k", "5", "-r", "3"])
+    assert generate_command(args) == 0
+    assert capsys.readouterr().out == "the q" + want + "\n"
+
+
 def test_generate_rejects_unknown_prompt_characters(text_file):
     model, corpus = trained_tiny_lm(text_file, steps=1)
     with pytest.raises(ValueError, match=r"character 'Z' at offset 4 is not in the vocabulary"):
@@ -169,7 +183,8 @@ def test_attention_input_errors():
     be = neonlite.gen_backend("cpu", batch_size=2, rng_seed=0)
     net = build(MultiHeadAttention(4, 2, context_shape=(3, 5), name="xattn"), (2, 4))
     x = be.zeros((2, 2, 4))
-    with pytest.raises(ValueError, match=r"'xattn'.*needs a context of shape \(2, 3, 5\), got none"):
+    with pytest.raises(ValueError,
+                       match=r"'xattn'.*needs a context of shape \(2, 3, 5\), got none"):
         net.layers[0].fprop(x)
     with pytest.raises(ValueError, match=r"key_mask must have shape \(2, 3\)"):
         net.layers[0].fprop(x, context=be.zeros((2, 3, 5)), key_mask=be.ones((2, 2)))
