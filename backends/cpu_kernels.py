@@ -52,7 +52,8 @@ def _passive_openmp():
 
 
 def _address(a):
-    return a.__array_interface__["data"][0]
+    """The address of ndarray ``a``'s first element."""
+    return a.ctypes.data
 
 
 def _contiguous(*arrays):

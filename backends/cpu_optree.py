@@ -12,6 +12,7 @@ an output that overlaps an input other than exactly) is left to the numpy evalua
 """
 import numpy as np
 
+from .cpu_kernels import _address
 from .numpy_ops import _eval
 from .optree import BINARY_OPS, REDUCTION_OPS, UNARY_OPS, OpNode, is_scalar
 
@@ -111,10 +112,6 @@ def _grid(out, arrays):
         for m in merged:
             m.insert(0, 0)
     return sizes[0], sizes[1], merged
-
-
-def _address(a):
-    return a.ctypes.data
 
 
 class OpTreeMachine:
