@@ -241,7 +241,7 @@ class MultiHeadAttention(ParameterLayer):
         if s.pos >= s.max_len:
             raise ValueError(f"layer '{self.name}': the key/value cache holds {s.max_len} "
                              f"positions and is full")
-        be, B, H, L = self.be, s.batch, self.heads, s.pos + 1
+        be, L = self.be, s.pos + 1
         self._project(x, self.Wq, self.bq, s.qf)
         self._project(x, self.Wk, self.bk, s.kf)
         self._project(x, self.Wv, self.bv, s.vf)
