@@ -39,7 +39,8 @@ def _positive(text):
 def register(subparsers):
     """Add the ``kernels`` subcommand (with ``build``, ``list``, ``clean``) to ``subparsers``."""
     parser = subparsers.add_parser("kernels", help="build, list and clean the compiled kernels",
-                                   description=__doc__.split("\n\n")[0])
+                                   description="Build ahead of time, list, and clean the "
+                                   "compiled kernels (C for the CPU backend, CUDA for the GPU).")
     commands = parser.add_subparsers(dest="kernels_command", metavar="ACTION", required=True)
     build = commands.add_parser("build", help="compile every kernel variant into the cache now")
     listing = commands.add_parser("list", help="each kernel variant and whether it is cached")
