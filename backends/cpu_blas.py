@@ -1,26 +1,42 @@
-"""GEMMs for the CPU backend: numpy's BLAS, with the number of BLAS threads tuned per shape.
+"""GEMMs for the CPU backend: numpy's BLAS, with the way to use the cores tuned per shape.
 
 A multithreaded BLAS synchronizes its threads many times inside one GEMM.  For a thin product
-(a 5x5 filter on one channel: 25 x 100352 @ 100352 x 32) or a small one those waits cost more
-than the second thread gains, and on a busy machine, where a waiting thread may be
-descheduled, they can turn milliseconds into seconds; a big GEMM on an idle machine, on the
-other hand, runs nearly twice as fast on two threads.  So :class:`GemmThreads` measures, the
-first few times it meets a GEMM shape, that shape on one BLAS thread and on all of them
-(alternating), and from then on uses the faster (as ``cudnn.benchmark`` does for convolution
-algorithms).  GEMMs below ``TINY_MACS`` multiply-adds always run on one thread.
+(a 5x5 filter on one channel: 25 x 100352 @ 100352 x 32; a weight gradient: 576 x 65536 @
+65536 x 64) or a small one those waits cost more than the extra threads gain, and on a busy
+machine, where a waiting thread may be descheduled, they can turn milliseconds into seconds;
+a big square GEMM on an idle machine, on the other hand, runs nearly twice as fast on two
+threads.  :class:`GemmThreads` therefore knows three ways to run a 2-D GEMM:
 
-The thread count is set with OpenBLAS's per-calling-thread ``openblas_set_num_threads_local``;
-where numpy's BLAS is not an OpenBLAS with that call (MKL, Accelerate, an older OpenBLAS), every
-GEMM runs as numpy chooses.
+* ``"one"``: one BLAS thread;
+* ``"all"``: BLAS's own threads (numpy's default);
+* ``"split"``: the product cut into one piece per core, each an independent single-threaded
+  GEMM on its own thread (rows of the output when there are many; otherwise slices of the
+  inner dimension, whose partial products are then added), so no thread waits on another
+  inside a GEMM.
+
+The first times it meets a GEMM shape it runs each way once; from then on it uses the way with
+the lowest median of its last ``SAMPLES`` timings (as ``cudnn.benchmark`` picks convolution
+algorithms), and every ``REVISIT``-th call of the shape it runs another way again, so the
+choice follows the machine's load.  GEMMs below ``TINY_MACS`` multiply-adds always run on one
+thread.
+
+Threads are set with OpenBLAS's per-calling-thread ``openblas_set_num_threads_local``; where
+numpy's BLAS is not an OpenBLAS with that call (MKL, Accelerate, an older OpenBLAS), every GEMM
+runs as numpy chooses.
 """
 import contextlib
 import functools
+import os
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 TINY_MACS = 1_000_000
-TRIALS = 3
+SAMPLES = 5
+REVISIT = 32
+WAYS = ("one", "all", "split")
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,32 +76,90 @@ def blas_threads(n):
         lib.openblas_set_num_threads_local(previous)
 
 
-class GemmThreads:
-    """``matmul(a, b, out)``: out = a @ b (numpy matmul semantics) on the BLAS thread count
-    measured fastest for this shape (see the module docstring).
+def _cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
-    ``choices`` maps a shape key to the chosen count (1, or None for all threads).
+
+class GemmThreads:
+    """``matmul(a, b, out)``: out = a @ b (numpy matmul semantics) run the way measured fastest
+    for its shape (see the module docstring).
+
+    ``choices`` maps a shape key to the way now chosen; ``cores`` is how many pieces
+    ``"split"`` makes (default: the CPUs this process may run on).
     """
 
-    def __init__(self):
+    def __init__(self, cores=None):
+        self.cores = cores or _cores()
         self.choices = {}
-        self._trials = {}
+        self._timings = {}
+        self._calls = {}
+        self._partials = {}
+        self._pool = None
 
     def matmul(self, a, b, out):
         if out.size * a.shape[-1] < TINY_MACS:
             with blas_threads(1):
                 return np.matmul(a, b, out=out)
         key = (a.shape, a.strides, b.shape, b.strides, out.dtype.char)
-        if key in self.choices:
-            with blas_threads(self.choices[key]):
-                return np.matmul(a, b, out=out)
-        trials = self._trials.setdefault(key, {1: [], None: []})
-        threads = 1 if len(trials[1]) <= len(trials[None]) else None
+        timings = self._timings.get(key)
+        if timings is None:
+            timings = self._timings[key] = {w: deque(maxlen=SAMPLES)
+                                            for w in self._ways(a, b, out)}
+        calls = self._calls[key] = self._calls.get(key, 0) + 1
+        way = self.choices.get(key)
+        untried = [w for w, t in timings.items() if not t]
+        if untried:
+            way = untried[0]
+        elif calls % REVISIT == 0:
+            others = [w for w in timings if w != way]
+            way = others[(calls // REVISIT) % len(others)]
         start = time.perf_counter()
-        with blas_threads(threads):
-            np.matmul(a, b, out=out)
-        trials[threads].append(time.perf_counter() - start)
-        if min(len(t) for t in trials.values()) >= TRIALS:
-            self.choices[key] = min(trials, key=lambda n: float(np.median(trials[n])))
-            del self._trials[key]
+        self._run(way, a, b, out, key)
+        timings[way].append(time.perf_counter() - start)
+        if not any(not t for t in timings.values()):
+            self.choices[key] = min(timings, key=lambda w: float(np.median(timings[w])))
         return out
+
+    def _ways(self, a, b, out):
+        splittable = (self.cores > 1 and _openblas() is not None and a.ndim == b.ndim == 2
+                      and out.flags.c_contiguous)
+        return WAYS if splittable else WAYS[:2]
+
+    def _run(self, way, a, b, out, key):
+        if way == "split":
+            return self._split(a, b, out, key)
+        with blas_threads(1 if way == "one" else None):
+            return np.matmul(a, b, out=out)
+
+    def _split(self, a, b, out, key):
+        (m, k), n, parts = a.shape, b.shape[1], self.cores
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=parts - 1,
+                                            thread_name_prefix="neonlite-gemm")
+        by_rows = m >= 32 * parts or k < 256 * parts
+        if by_rows:
+            cuts = np.linspace(0, m, parts + 1).astype(int)
+            jobs = [(a[i0:i1], b, out[i0:i1]) for i0, i1 in zip(cuts[:-1], cuts[1:])]
+        else:
+            partials = self._partials.get(key)
+            if partials is None:
+                partials = self._partials[key] = [np.empty_like(out) for _ in range(parts - 1)]
+            cuts = np.linspace(0, k, parts + 1).astype(int)
+            jobs = [(a[:, i0:i1], b[i0:i1], dst) for (i0, i1), dst
+                    in zip(zip(cuts[:-1], cuts[1:]), [out, *partials])]
+        futures = [self._pool.submit(_one_thread_matmul, *job) for job in jobs[1:]]
+        _one_thread_matmul(*jobs[0])
+        for future in futures:
+            future.result()
+        if not by_rows:
+            for partial in self._partials[key]:
+                np.add(out, partial, out=out)
+        return out
+
+
+def _one_thread_matmul(a, b, out):
+    with blas_threads(1):
+        np.matmul(a, b, out=out)

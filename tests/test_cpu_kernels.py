@@ -420,22 +420,31 @@ def test_training_step_allocates_no_buffers_after_the_first(kernels):
     assert peak < smallest // 4, f"a step allocated up to {peak} bytes"
 
 
-def test_gemm_threads_tunes_per_shape_and_stays_correct():
+@pytest.mark.parametrize("shape", [(3000, 200, 40), (20, 5000, 30)], ids=["rows", "inner"])
+def test_gemm_ways_agree_and_a_choice_is_made(shape):
+    """Every way of running a GEMM (one thread, all, split by rows or by the inner dimension)
+    gives the product; after the trials the tuner settles on one way per shape."""
     from neonlite.backends import cpu_blas
-    gemm = cpu_blas.GemmThreads()
+    m, k, n = shape
+    gemm = cpu_blas.GemmThreads(cores=2)
     rng = np.random.default_rng(13)
-    a = rng.standard_normal((3000, 200)).astype(np.float32)
-    b = rng.standard_normal((200, 40)).astype(np.float32)
-    out = np.empty((3000, 40), np.float32)
+    a = rng.standard_normal((k, m)).astype(np.float32).T
+    b = rng.standard_normal((k, n)).astype(np.float32)
     want = a.astype(np.float64) @ b
-    for _ in range(2 * cpu_blas.TRIALS):
-        assert out.size * a.shape[-1] >= cpu_blas.TINY_MACS
+    out = np.empty((m, n), np.float32)
+    key = (a.shape, a.strides, b.shape, b.strides, "f")
+    for way in gemm._ways(a, b, out):
+        out[...] = np.nan
+        gemm._run(way, a, b, out, key)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3, err_msg=way)
+    for _ in range(2 * cpu_blas.REVISIT):
         gemm.matmul(a, b, out)
-        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
-    assert list(gemm.choices.values()) in ([1], [None])
-    small = np.empty((3, 40), np.float32)
-    gemm.matmul(a[:3], b, small)
-    np.testing.assert_allclose(small, want[:3], rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+    assert len(gemm.choices) == 1 and list(gemm.choices.values())[0] in cpu_blas.WAYS
+    small = np.empty((3, n), np.float32)
+    gemm.matmul(a[:3, :50], b[:50], small)
+    np.testing.assert_allclose(small, want[:3] - a[:3, 50:].astype(np.float64) @ b[50:],
+                               rtol=1e-4, atol=1e-3)
     assert len(gemm.choices) == 1
     lib = cpu_blas._openblas()
     if lib is not None:
