@@ -109,6 +109,16 @@ def test_lm_metrics():
     np.testing.assert_allclose(Perplexity().aggregate(nats.mean()), math.exp(nats.mean()))
 
 
+def test_model_eval_reports_perplexity_as_exp_of_nats(text_file):
+    model, corpus = trained_tiny_lm(text_file, dtype=np.float32, steps=2)
+    nats = model.eval(corpus.valid_iter, NatsPerToken())
+    np.testing.assert_allclose(model.eval(corpus.valid_iter, Perplexity()), math.exp(nats),
+                               rtol=1e-9)
+    np.testing.assert_allclose(model.eval(corpus.valid_iter, BitsPerCharacter()),
+                               nats / math.log(2), rtol=1e-9)
+    assert 0.5 < nats < 2 * math.log(len(corpus.vocab))
+
+
 # ---- generation -------------------------------------------------------------------------------
 def trained_tiny_lm(text_file, dtype=np.float64, steps=30):
     neonlite.gen_backend("cpu", batch_size=4, rng_seed=0, datatype=dtype)
