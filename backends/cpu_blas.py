@@ -135,7 +135,7 @@ class GemmThreads:
             return np.matmul(a, b, out=out)
 
     def _split(self, a, b, out, key):
-        (m, k), n, parts = a.shape, b.shape[1], self.cores
+        (m, k), parts = a.shape, self.cores
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=parts - 1,
                                             thread_name_prefix="neonlite-gemm")
