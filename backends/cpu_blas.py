@@ -120,7 +120,7 @@ class GemmThreads:
         self._run(way, a, b, out, key)
         timings[way].append(time.perf_counter() - start)
         if not any(not t for t in timings.values()):
-            self.choices[key] = min(timings, key=lambda w: float(np.median(timings[w])))
+            self.choices[key] = min(timings, key=lambda w: _median(timings[w]))
         return out
 
     def _ways(self, a, b, out):
@@ -141,13 +141,13 @@ class GemmThreads:
                                             thread_name_prefix="neonlite-gemm")
         by_rows = m >= 32 * parts or k < 256 * parts
         if by_rows:
-            cuts = np.linspace(0, m, parts + 1).astype(int)
+            cuts = [m * i // parts for i in range(parts + 1)]
             jobs = [(a[i0:i1], b, out[i0:i1]) for i0, i1 in zip(cuts[:-1], cuts[1:])]
         else:
             partials = self._partials.get(key)
             if partials is None:
                 partials = self._partials[key] = [np.empty_like(out) for _ in range(parts - 1)]
-            cuts = np.linspace(0, k, parts + 1).astype(int)
+            cuts = [k * i // parts for i in range(parts + 1)]
             jobs = [(a[:, i0:i1], b[i0:i1], dst) for (i0, i1), dst
                     in zip(zip(cuts[:-1], cuts[1:]), [out, *partials])]
         futures = [self._pool.submit(_one_thread_matmul, *job) for job in jobs[1:]]
@@ -158,6 +158,11 @@ class GemmThreads:
             for partial in self._partials[key]:
                 np.add(out, partial, out=out)
         return out
+
+
+def _median(values):
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
 
 
 def _one_thread_matmul(a, b, out):
