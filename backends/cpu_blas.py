@@ -10,9 +10,10 @@ threads.  :class:`GemmThreads` therefore knows three ways to run a 2-D GEMM:
 * ``"one"``: one BLAS thread;
 * ``"all"``: BLAS's own threads (numpy's default);
 * ``"split"``: the product cut into one piece per core, each an independent single-threaded
-  GEMM on its own thread (rows of the output when there are many; otherwise slices of the
-  inner dimension, whose partial products are then added), so no thread waits on another
-  inside a GEMM.
+  GEMM on its own thread, so no thread waits on another inside a GEMM.  The cut is along the
+  axis that costs the least extra memory traffic: output rows (every piece reads all of b),
+  output columns (every piece reads all of a) or the inner dimension (the partial products,
+  the size of the output, are then added).
 
 The first times it meets a GEMM shape it runs each way once; from then on it uses the way with
 the lowest median of its last ``SAMPLES`` timings (as ``cudnn.benchmark`` picks convolution
@@ -125,7 +126,8 @@ class GemmThreads:
 
     def _ways(self, a, b, out):
         splittable = (self.cores > 1 and _openblas() is not None and a.ndim == b.ndim == 2
-                      and out.flags.c_contiguous)
+                      and out.flags.c_contiguous
+                      and _split_axis(*a.shape, b.shape[1], self.cores) is not None)
         return WAYS if splittable else WAYS[:2]
 
     def _run(self, way, a, b, out, key):
@@ -135,29 +137,45 @@ class GemmThreads:
             return np.matmul(a, b, out=out)
 
     def _split(self, a, b, out, key):
-        (m, k), parts = a.shape, self.cores
+        (m, k), n, parts = a.shape, b.shape[1], self.cores
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=parts - 1,
                                             thread_name_prefix="neonlite-gemm")
-        by_rows = m >= 32 * parts or k < 256 * parts
-        if by_rows:
-            cuts = [m * i // parts for i in range(parts + 1)]
-            jobs = [(a[i0:i1], b, out[i0:i1]) for i0, i1 in zip(cuts[:-1], cuts[1:])]
+        axis = _split_axis(m, k, n, parts)
+        size = {"m": m, "n": n, "k": k}[axis]
+        cuts = [size * i // parts for i in range(parts + 1)]
+        pieces = [slice(i0, i1) for i0, i1 in zip(cuts[:-1], cuts[1:])]
+        if axis == "m":
+            jobs = [(a[p], b, out[p]) for p in pieces]
+        elif axis == "n":
+            jobs = [(a, b[:, p], out[:, p]) for p in pieces]
         else:
             partials = self._partials.get(key)
             if partials is None:
                 partials = self._partials[key] = [np.empty_like(out) for _ in range(parts - 1)]
-            cuts = [k * i // parts for i in range(parts + 1)]
-            jobs = [(a[:, i0:i1], b[i0:i1], dst) for (i0, i1), dst
-                    in zip(zip(cuts[:-1], cuts[1:]), [out, *partials])]
+            jobs = [(a[:, p], b[p], dst) for p, dst in zip(pieces, [out, *partials])]
         futures = [self._pool.submit(_one_thread_matmul, *job) for job in jobs[1:]]
         _one_thread_matmul(*jobs[0])
         for future in futures:
             future.result()
-        if not by_rows:
+        if axis == "k":
             for partial in self._partials[key]:
                 np.add(out, partial, out=out)
         return out
+
+
+def _split_axis(m, k, n, parts):
+    """The axis ("m", "n" or "k") to cut an (m, k) @ (k, n) product along into ``parts``
+    pieces: the one that adds the least memory traffic, among those long enough to cut; None
+    when none is."""
+    extra = {}
+    if m >= 8 * parts:
+        extra["m"] = (parts - 1) * k * n
+    if n >= 8 * parts:
+        extra["n"] = (parts - 1) * m * k
+    if k >= 64 * parts:
+        extra["k"] = 2 * (parts - 1) * m * n
+    return min(extra, key=extra.get) if extra else None
 
 
 def _median(values):

@@ -420,13 +420,15 @@ def test_training_step_allocates_no_buffers_after_the_first(kernels):
     assert peak < smallest // 4, f"a step allocated up to {peak} bytes"
 
 
-@pytest.mark.parametrize("shape", [(3000, 200, 40), (20, 5000, 30)], ids=["rows", "inner"])
+@pytest.mark.parametrize("shape", [(3000, 20, 40), (20, 500, 3000), (20, 5000, 30)],
+                         ids=["rows", "columns", "inner"])
 def test_gemm_ways_agree_and_a_choice_is_made(shape):
     """Every way of running a GEMM (one thread, all, split by rows or by the inner dimension)
     gives the product; after the trials the tuner settles on one way per shape."""
     from neonlite.backends import cpu_blas
     m, k, n = shape
     gemm = cpu_blas.GemmThreads(cores=2)
+    assert cpu_blas._split_axis(m, k, n, 2) == {3000: "m", 20: "n" if n == 3000 else "k"}[m]
     rng = np.random.default_rng(13)
     a = rng.standard_normal((k, m)).astype(np.float32).T
     b = rng.standard_normal((k, n)).astype(np.float32)
