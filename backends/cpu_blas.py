@@ -15,10 +15,10 @@ threads.  :class:`GemmThreads` therefore knows three ways to run a 2-D GEMM:
   output columns (every piece reads all of a) or the inner dimension (the partial products,
   the size of the output, are then added).
 
-The first times it meets a GEMM shape it runs each way once; from then on it uses the way with
-the lowest median of its last ``SAMPLES`` timings (as ``cudnn.benchmark`` picks convolution
-algorithms), and every ``REVISIT``-th call of the shape it runs another way again, so the
-choice follows the machine's load.  GEMMs below ``TINY_MACS`` multiply-adds always run on one
+The first times it meets a GEMM shape it runs each way ``FIRST`` times, in turn; from then on it
+uses the way with the shortest of its last ``SAMPLES`` timings (noise only ever adds time; as
+``cudnn.benchmark`` picks convolution algorithms), and every ``REVISIT``-th call of the shape
+it runs another way again, so the choice follows the machine's load.  GEMMs below ``TINY_MACS`` multiply-adds always run on one
 thread.
 
 Threads are set with OpenBLAS's per-calling-thread ``openblas_set_num_threads_local``; where
@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 TINY_MACS = 1_000_000
+FIRST = 2
 SAMPLES = 5
 REVISIT = 32
 WAYS = ("one", "all", "split")
@@ -111,17 +112,16 @@ class GemmThreads:
                                             for w in self._ways(a, b, out)}
         calls = self._calls[key] = self._calls.get(key, 0) + 1
         way = self.choices.get(key)
-        untried = [w for w, t in timings.items() if not t]
-        if untried:
-            way = untried[0]
+        if way is None:
+            way = min(timings, key=lambda w: len(timings[w]))
         elif calls % REVISIT == 0:
             others = [w for w in timings if w != way]
             way = others[(calls // REVISIT) % len(others)]
         start = time.perf_counter()
         self._run(way, a, b, out, key)
         timings[way].append(time.perf_counter() - start)
-        if not any(not t for t in timings.values()):
-            self.choices[key] = min(timings, key=lambda w: _median(timings[w]))
+        if all(len(t) >= FIRST for t in timings.values()):
+            self.choices[key] = min(timings, key=lambda w: min(timings[w]))
         return out
 
     def _ways(self, a, b, out):
@@ -176,11 +176,6 @@ def _split_axis(m, k, n, parts):
     if k >= 64 * parts:
         extra["k"] = 2 * (parts - 1) * m * n
     return min(extra, key=extra.get) if extra else None
-
-
-def _median(values):
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
 
 
 def _one_thread_matmul(a, b, out):
