@@ -12,7 +12,8 @@ logger.
 
 Convolution gathers the patches of the batch (``im2col``) into one (N*P*Q, R*S*C) matrix and
 runs one BLAS GEMM per pass; ``update_conv`` reuses the patches its ``fprop_conv`` gathered from
-the same input (as the numpy reference does), and the data gradient is the transposed GEMM
+the same input (the backend contract: the input of ``update_conv`` is the input of the latest
+``fprop_conv`` with that plan, unchanged since; the numpy reference gathers again), and the data gradient is the transposed GEMM
 followed by a scatter-add (``col2im``).  A batch whose patch matrix would pass
 ``_PATCH_BYTES`` is worked through in chunks of whole images.  Few, large GEMMs matter here:
 each switch between BLAS's threads and the kernels' OpenMP threads costs time on a busy
