@@ -20,7 +20,8 @@ setup(
     install_requires=["numpy>=1.24", "cffi>=1.15", "h5py>=3.8", "pyyaml>=6.0", "tqdm>=4.60"],
     extras_require={
         "gpu": ["pycuda>=2024.1"],
-        "test": ["pytest>=7"],
+        "mkl": ["mkl>=2023; platform_machine == 'x86_64'"],
+        "test": ["pytest>=7", "mkl>=2023; platform_machine == 'x86_64'"],
         "plot": ["matplotlib>=3.6"],
     },
     entry_points={"console_scripts": ["neonlite=neonlite.cli:main"]},

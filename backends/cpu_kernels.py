@@ -26,6 +26,7 @@ import os
 import numpy as np
 
 from .cpu_blas import GemmThreads
+from .mkl_blas import MKLGemm, load_mkl
 from .numpy_conv import _accumulate, _is_pointwise
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -66,13 +67,17 @@ class CPUKernels:
     """Lazily built C kernels for one CPU backend (see the module docstring).
 
     ``builder`` is a :class:`~neonlite.kernels.build.Builder` (default: the process's);
-    ``gemm`` (a :class:`~neonlite.backends.cpu_blas.GemmThreads`) runs the GEMMs.
+    ``gemm`` runs the GEMMs: MKL's CBLAS when the ``mkl`` wheel is installed
+    (:class:`~neonlite.backends.mkl_blas.MKLGemm`), else numpy's BLAS with per-shape thread
+    tuning (:class:`~neonlite.backends.cpu_blas.GemmThreads`).
     """
 
     def __init__(self, builder=None, gemm=None):
         self._builder = builder
         self._modules = {}
-        self.gemm = gemm if gemm is not None else GemmThreads()
+        if gemm is None:
+            gemm = MKLGemm() if load_mkl() is not None else GemmThreads()
+        self.gemm = gemm
 
     @property
     def builder(self):

@@ -1,0 +1,149 @@
+"""GEMMs through Intel MKL's CBLAS, when the ``mkl`` wheel is installed (``neonlite[mkl]``).
+
+MKL is the BLAS PyTorch's CPU build uses; on x86 it is faster than numpy's OpenBLAS for the
+thin and batched products of convolution and attention.  :class:`MKLGemm` has the same
+``matmul(a, b, out)`` as :class:`~neonlite.backends.cpu_blas.GemmThreads` (out = a @ b, numpy
+semantics for 2-D and 3-D float32/float64 arrays) and calls ``cblas_?gemm`` or
+``cblas_?gemm_batch_strided`` on the arrays in place: a transposed view becomes a transpose
+flag, a broadcast batch a zero batch stride.  Anything CBLAS cannot take without a copy
+(float16, a view without a unit stride) goes to ``numpy.matmul``.
+
+MKL is loaded with its GNU OpenMP threading layer (``MKL_THREADING_LAYER=GNU`` unless the user
+chose one), so it shares one OpenMP runtime with neonlite's C kernels.  ``NEONLITE_BLAS=numpy``
+turns it off.
+"""
+import ctypes.util
+import functools
+import glob
+import os
+import sys
+
+import numpy as np
+
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_CDEF = """
+void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *, int,
+                 float, float *, int);
+void cblas_dgemm(int, int, int, int, int, int, double, const double *, int, const double *,
+                 int, double, double *, int);
+void cblas_sgemm_batch_strided(int, int, int, int, int, int, float, const float *, int,
+                               long long, const float *, int, long long, float, float *, int,
+                               long long, int);
+void cblas_dgemm_batch_strided(int, int, int, int, int, int, double, const double *, int,
+                               long long, const double *, int, long long, double, double *,
+                               int, long long, int);
+"""
+
+
+def _candidates():
+    found = ctypes.util.find_library("mkl_rt")
+    paths = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")), reverse=True)
+    return paths + ([found] if found else [])
+
+
+@functools.lru_cache(maxsize=None)
+def load_mkl():
+    """(ffi, lib) for MKL's runtime library, or None when it is absent or turned off."""
+    if os.environ.get("NEONLITE_BLAS", "").lower() in ("numpy", "openblas", "0", "off"):
+        return None
+    try:
+        import cffi
+    except ImportError:
+        return None
+    ffi = cffi.FFI()
+    ffi.cdef(_CDEF)
+    os.environ.setdefault("MKL_THREADING_LAYER", "GNU")
+    for path in _candidates():
+        try:
+            lib = ffi.dlopen(path)
+            lib.cblas_sgemm_batch_strided  # noqa: B018 (needs MKL 2020 or newer)
+        except (OSError, AttributeError):
+            continue
+        return ffi, lib
+    return None
+
+
+def _matrix_layout(shape, strides, itemsize):
+    """(transpose flag, leading dimension) describing a (rows, cols) view for row-major CBLAS,
+    or None when the view has no unit stride."""
+    rows, cols = shape
+    s_row, s_col = strides
+    if (s_col == itemsize or cols == 1) and s_row % itemsize == 0 and s_row >= 0:
+        ld = s_row // itemsize
+        if rows == 1 or ld >= cols:
+            return _NO_TRANS, max(ld, cols, 1)
+    if (s_row == itemsize or rows == 1) and s_col % itemsize == 0 and s_col >= 0:
+        ld = s_col // itemsize
+        if cols == 1 or ld >= rows:
+            return _TRANS, max(ld, rows, 1)
+    return None
+
+
+class MKLGemm:
+    """``matmul(a, b, out)`` through MKL (see the module docstring)."""
+
+    def __init__(self):
+        self.ffi, self.lib = load_mkl()
+
+    def matmul(self, a, b, out):
+        if not self._call(a, b, out):
+            np.matmul(a, b, out=out)
+        return out
+
+    def _call(self, a, b, out):
+        dtype = out.dtype
+        if dtype not in (np.float32, np.float64) or a.dtype != dtype or b.dtype != dtype:
+            return False
+        if a.ndim == b.ndim == out.ndim == 2:
+            return self._gemm(a, b, out)
+        if out.ndim == 3 and a.ndim in (2, 3) and b.ndim in (2, 3):
+            return self._batched(a, b, out)
+        return False
+
+    def _gemm(self, a, b, out):
+        it = out.itemsize
+        la, lb = _matrix_layout(a.shape, a.strides, it), _matrix_layout(b.shape, b.strides, it)
+        lc = _matrix_layout(out.shape, out.strides, it)
+        if None in (la, lb, lc) or lc[0] != _NO_TRANS:
+            return False
+        (m, k), n = a.shape, b.shape[1]
+        if 0 in (m, n, k):
+            out[...] = 0
+            return True
+        gemm = self.lib.cblas_sgemm if out.dtype == np.float32 else self.lib.cblas_dgemm
+        ptr = self._pointer(out.dtype)
+        gemm(_ROW_MAJOR, la[0], lb[0], m, n, k, 1.0, ptr(a), la[1], ptr(b), lb[1], 0.0,
+             ptr(out), lc[1])
+        return True
+
+    def _batched(self, a, b, out):
+        it, batch = out.itemsize, out.shape[0]
+        views = []
+        for x in (a, b):
+            if x.ndim == 2:
+                views.append((x.shape, x.strides, 0))
+            elif x.shape[0] in (1, batch):
+                views.append((x.shape[1:], x.strides[1:],
+                              0 if x.shape[0] == 1 else x.strides[0]))
+            else:
+                return False
+        (sa, ta, ba), (sb, tb, bb) = views
+        la, lb = _matrix_layout(sa, ta, it), _matrix_layout(sb, tb, it)
+        lc = _matrix_layout(out.shape[1:], out.strides[1:], it)
+        if (None in (la, lb, lc) or lc[0] != _NO_TRANS or ba % it or bb % it
+                or out.strides[0] % it or out.strides[0] < 0 or ba < 0 or bb < 0):
+            return False
+        (m, k), n = sa, sb[1]
+        if 0 in (m, n, k, batch):
+            out[...] = 0
+            return True
+        gemm = (self.lib.cblas_sgemm_batch_strided if out.dtype == np.float32
+                else self.lib.cblas_dgemm_batch_strided)
+        ptr = self._pointer(out.dtype)
+        gemm(_ROW_MAJOR, la[0], lb[0], m, n, k, 1.0, ptr(a), la[1], ba // it, ptr(b), lb[1],
+             bb // it, 0.0, ptr(out), lc[1], out.strides[0] // it, batch)
+        return True
+
+    def _pointer(self, dtype):
+        ctype = "float *" if dtype == np.float32 else "double *"
+        return lambda x: self.ffi.cast(ctype, x.__array_interface__["data"][0])
