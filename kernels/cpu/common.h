@@ -15,31 +15,6 @@
 
 #ifndef DTYPE
 #error "compile with -DDTYPE=float or -DDTYPE=double"
-/* exp for float in straight-line code the compiler vectorizes (libm's expf is a call per
- * element): Cody-Waite reduction x = n ln2 + r and a degree-6 polynomial (Cephes), relative
- * error below 2e-7; underflow gives 0, overflow inf, NaN stays NaN.  Double uses libm. */
-static inline float nl_expf(float x)
-{
-    const float c = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
-    const float n = rintf(c * 1.44269504088896341f);
-    const float r = (c - n * 0.693359375f) - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const float y = p * r * r + r + 1.0f;
-    /* 2^n as two factors 2^h * 2^(n-h), each a normal float for every n in [-126, 128]. */
-    const int32_t k = (int32_t)n, h = k / 2;
-    union { float f; int32_t i; } s1, s2;
-    s1.i = (h + 127) << 23;
-    s2.i = (k - h + 127) << 23;
-    const float v = y * s1.f * s2.f;
-    return x != x ? x : (x < -87.33654f ? 0.0f : (x > 88.72283f ? INFINITY : v));
-}
-#define NL_EXP(x) _Generic((x), float: nl_expf, default: exp)(x)
-
 #endif
 typedef DTYPE real;
 
