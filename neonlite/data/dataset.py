@@ -1,10 +1,36 @@
-"""ImageDataset: the shared shape of MNIST, CIFAR10 and Shapes: host arrays from ``load()``
-and neon's ``train_iter`` / ``valid_iter`` built on the current backend."""
+"""Data sets with neon's ``train_iter`` / ``valid_iter``: :class:`SplitDataset` (the iterator
+cache every data set shares) and :class:`ImageDataset` (MNIST, CIFAR10, Shapes: host arrays
+from ``load()``)."""
 from ..backends import get_backend
 from .iterator import ArrayIterator
 
 
-class ImageDataset:
+class SplitDataset:
+    """``train_iter`` and ``valid_iter``, each made by ``_make_iterator(which)`` ("train" or
+    "valid") on first use with the current backend, and made again if the backend changed.
+    A subclass sets ``self._iters = {}`` in its constructor."""
+
+    def _iterator(self, which):
+        cached = self._iters.get(which)
+        if cached is None or cached.be is not get_backend():
+            cached = self._iters[which] = self._make_iterator(which)
+        return cached
+
+    def _make_iterator(self, which):
+        raise NotImplementedError
+
+    @property
+    def train_iter(self):
+        """The training set, shuffled each epoch (when ``shuffle``)."""
+        return self._iterator("train")
+
+    @property
+    def valid_iter(self):
+        """The validation (test) set, in order."""
+        return self._iterator("valid")
+
+
+class ImageDataset(SplitDataset):
     """Base of the in-memory image data sets.
 
     A subclass sets ``name``, ``nclass`` and ``shape`` (H, W, C) and implements ``_load()``
@@ -33,23 +59,7 @@ class ImageDataset:
             self._arrays = self._load()
         return self._arrays
 
-    def _iterator(self, which):
-        be = get_backend()
-        cached = self._iters.get(which)
-        if cached is None or cached.be is not be:
-            (X, y) = self.load()[0 if which == "train" else 1]
-            cached = ArrayIterator(X, y, nclass=self.nclass,
-                                   shuffle=self.shuffle and which == "train",
-                                   name=f"{self.name} {which}")
-            self._iters[which] = cached
-        return cached
-
-    @property
-    def train_iter(self):
-        """The training set, an :class:`ArrayIterator` shuffled each epoch."""
-        return self._iterator("train")
-
-    @property
-    def valid_iter(self):
-        """The validation (test) set, an :class:`ArrayIterator` in order."""
-        return self._iterator("valid")
+    def _make_iterator(self, which):
+        (X, y) = self.load()[0 if which == "train" else 1]
+        return ArrayIterator(X, y, nclass=self.nclass, shuffle=self.shuffle and which == "train",
+                             name=f"{self.name} {which}")

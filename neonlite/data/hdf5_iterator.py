@@ -6,6 +6,7 @@ import h5py
 import numpy as np
 
 from ..backends import get_backend
+from .dataset import SplitDataset
 from .datadir import resolve_data_dir
 from .iterator import DataError, set_batch
 
@@ -189,7 +190,7 @@ def _open(file):
                         f"format): {err}") from None
 
 
-class HDF5Dataset:
+class HDF5Dataset(SplitDataset):
     """A training and a validation HDF5 file as neon's ``train_iter`` / ``valid_iter``
     (:class:`HDF5Iterator` s made on first use with the current backend).
 
@@ -227,22 +228,9 @@ class HDF5Dataset:
         raise DataError(f"HDF5 file {name!r} not found: looked in {given.absolute()} and "
                         f"{under_root}")
 
-    def _iterator(self, which):
-        be = get_backend()
-        it = self._iters.get(which)
-        if it is None or it.be is not be:
-            if which not in self.files:
-                raise DataError("HDF5Dataset: no validation file was given (valid=...)")
-            it = HDF5Iterator(str(self.files[which]), self.x, self.y, self.nclass,
-                              shuffle=self.shuffle and which == "train",
-                              chunk_batches=self.chunk_batches, name=f"hdf5 {which}")
-            self._iters[which] = it
-        return it
-
-    @property
-    def train_iter(self):
-        return self._iterator("train")
-
-    @property
-    def valid_iter(self):
-        return self._iterator("valid")
+    def _make_iterator(self, which):
+        if which not in self.files:
+            raise DataError("HDF5Dataset: no validation file was given (valid=...)")
+        return HDF5Iterator(str(self.files[which]), self.x, self.y, self.nclass,
+                            shuffle=self.shuffle and which == "train",
+                            chunk_batches=self.chunk_batches, name=f"hdf5 {which}")
