@@ -14,6 +14,7 @@ from ..config.datasets import make_dataset
 from ..config.errors import ConfigError
 from ..config.yaml_io import dump_yaml
 from ..layers.layer import ShapeError
+from ..optimizers.mixed_precision import MixedPrecision, for_datatype
 from ..serialize import CheckpointError, load_params, read_checkpoint, restore_training_state
 from ..training_log import TrainingLog
 
@@ -102,6 +103,8 @@ def train(run, opts, stream=None):
     data, train_set, valid_set = load_data(settings, opts.data_dir, opts.max_batches,
                                            valid=settings["eval_freq"] > 0)
     model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
+    optimizer = for_datatype(optimizer, settings["datatype"])
+    cost = optimizer.wrap_cost(cost) if isinstance(optimizer, MixedPrecision) else cost
     initialize(model, train_set, cost)
     _record_vocabulary(model, data)
     if opts.model_file:

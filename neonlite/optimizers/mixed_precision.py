@@ -1,0 +1,218 @@
+"""Mixed-precision training on any backend: float32 master weights and dynamic loss scaling.
+
+:class:`MixedPrecision` wraps an optimizer.  The model keeps its parameters, activations and
+gradients in the backend's 16-bit storage (float16 or bfloat16); the wrapper keeps a float32
+*master* copy of every parameter (``param.states["master"]``, saved with checkpoints), and
+each step
+
+1. unscales the 16-bit gradient into a float32 work tensor (``grad / loss_scale``),
+2. with dynamic loss scaling, checks every gradient for inf/NaN with one reduction and one
+   scalar read: on overflow the step is **skipped** (no parameter or optimizer state changes),
+   the scale is multiplied by ``backoff_factor`` and the skip is counted and logged,
+3. runs the wrapped optimizer on float32 stand-ins (master weight, unscaled gradient, float32
+   optimizer states) and copies the master weights back into 16-bit storage,
+4. after ``growth_interval`` finite steps in a row multiplies the scale by ``growth_factor``.
+
+The loss is scaled where the error enters bprop: :meth:`MixedPrecision.wrap_cost` returns the
+cost with its output errors multiplied by the current scale.  bfloat16 has float32's range and
+needs no scale (``loss_scale=None``): master weights only.
+
+Nothing here is backend-specific (op-trees and tensors only), so the same code runs on the CPU
+backend with numpy float16 storage and on the GPU backend with float16/bfloat16.
+"""
+import logging
+import math
+from collections.abc import MutableMapping
+
+import numpy as np
+
+log = logging.getLogger("neonlite.mixed_precision")
+
+
+class _Float32States(MutableMapping):
+    """``param.states`` seen by the wrapped optimizer: a state it creates in 16 bits (a fresh
+    zero tensor) is stored as float32 instead; reads and writes go to the parameter's dict."""
+
+    def __init__(self, be, param):
+        self.be, self.param = be, param
+
+    def __getitem__(self, key):
+        return self.param.states[key]
+
+    def __setitem__(self, key, tensor):
+        if np.dtype(tensor.dtype).itemsize == 2 and np.dtype(tensor.dtype).kind == "f" or \
+                getattr(tensor, "storage", None) in ("f16", "bf16"):
+            tensor = self.be.zeros(tensor.shape, dtype=np.float32)
+        self.param.states[key] = tensor
+
+    def __delitem__(self, key):
+        del self.param.states[key]
+
+    def __iter__(self):
+        return (k for k in self.param.states if k != "master")
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+
+class _MasterParameter:
+    """The float32 stand-in the wrapped optimizer updates: ``value`` is the master weight,
+    ``grad`` the unscaled float32 gradient; ``name`` and ``layer`` are the real parameter's
+    (per-layer optimizers and logs see the usual names)."""
+
+    def __init__(self, be, param, master, grad):
+        self.param, self.value, self.grad = param, master, grad
+        self.states = _Float32States(be, param)
+
+    @property
+    def layer(self):
+        return self.param.layer
+
+    @property
+    def attr(self):
+        return self.param.attr
+
+    @property
+    def name(self):
+        return self.param.name
+
+
+class _ScaledCost:
+    """A cost whose output errors are multiplied by the wrapper's current loss scale; the
+    returned cost value is the unscaled one.  Every other attribute is the wrapped cost's."""
+
+    def __init__(self, cost, scaler):
+        self._cost, self._scaler = cost, scaler
+
+    def cost_and_errors(self, y, t):
+        value, deltas = self._cost.cost_and_errors(y, t)
+        scale = self._scaler.loss_scale
+        if scale != 1.0:
+            deltas[:] = deltas * scale
+        return value, deltas
+
+    def __getattr__(self, name):
+        return getattr(self._cost, name)
+
+
+class MixedPrecision:
+    """``MixedPrecision(optimizer, loss_scale="dynamic")`` (see the module docstring).
+
+    ``loss_scale``: ``"dynamic"`` (start at ``init_scale``, back off on overflow, grow after
+    ``growth_interval`` good steps), a number (a fixed scale; overflowing steps are still
+    skipped), or None (no scaling and no overflow check: bfloat16).
+    """
+
+    def __init__(self, optimizer, loss_scale="dynamic", init_scale=2.0 ** 15,
+                 growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
+                 min_scale=1.0, max_scale=2.0 ** 24):
+        if loss_scale not in ("dynamic", None) and not (isinstance(loss_scale, (int, float))
+                                                        and loss_scale > 0):
+            raise ValueError(f"MixedPrecision: loss_scale must be 'dynamic', a positive number "
+                             f"or None, got {loss_scale!r}")
+        if growth_factor <= 1.0 or not 0.0 < backoff_factor < 1.0 or growth_interval < 1:
+            raise ValueError(f"MixedPrecision: expected growth_factor > 1, 0 < backoff_factor < 1 "
+                             f"and growth_interval >= 1, got {growth_factor}, {backoff_factor}, "
+                             f"{growth_interval}")
+        self.optimizer = optimizer
+        self.dynamic = loss_scale == "dynamic"
+        self.check_overflow = loss_scale is not None
+        self.loss_scale = float(init_scale if self.dynamic else (loss_scale or 1.0))
+        self.growth_factor, self.backoff_factor = float(growth_factor), float(backoff_factor)
+        self.growth_interval = int(growth_interval)
+        self.min_scale, self.max_scale = float(min_scale), float(max_scale)
+        self.good_steps = 0
+        self.skipped_steps = 0
+        self.name = getattr(optimizer, "name", type(optimizer).__name__)
+        self._grads = {}
+        self._flag = None
+
+    # ---- the cost side ---------------------------------------------------------------------
+    def wrap_cost(self, cost):
+        """``cost`` with its errors scaled by the current loss scale (give this to ``fit``)."""
+        return _ScaledCost(cost, self)
+
+    # ---- the optimizer side ----------------------------------------------------------------
+    @property
+    def step(self):
+        return self.optimizer.step
+
+    def optimize(self, params, epoch):
+        """Unscale, check, update the float32 masters, copy them back (module docstring)."""
+        if not params:
+            return
+        be = params[0].value.backend
+        masters = [self._master(be, p) for p in params]
+        if not self._unscale(be, params, masters):
+            self._skip()
+            return
+        self.optimizer.optimize(masters, epoch)
+        for param, master in zip(params, masters):
+            param.value[:] = master.value
+        self._grow()
+
+    def _master(self, be, param):
+        master = param.states.get("master")
+        if master is None or tuple(master.shape) != tuple(param.value.shape):
+            master = be.zeros(param.value.shape, dtype=np.float32)
+            master[:] = param.value
+            param.states["master"] = master
+        grad = self._grads.get(id(param))
+        if grad is None or tuple(grad.shape) != tuple(param.value.shape):
+            grad = self._grads[id(param)] = be.zeros(param.value.shape, dtype=np.float32)
+        return _MasterParameter(be, param, master, grad)
+
+    def _unscale(self, be, params, masters):
+        """Write grad / scale into the float32 gradients; False when any is inf or NaN."""
+        inverse = 1.0 / self.loss_scale
+        if self.check_overflow and self._flag is None:
+            self._flag = be.zeros((1, 1), dtype=np.float32)
+        if self.check_overflow:
+            self._flag[:] = 0.0
+        for param, master in zip(params, masters):
+            master.grad[:] = param.grad * inverse if inverse != 1.0 else param.grad
+            if self.check_overflow:
+                self._flag[:] = self._flag + be.sum(master.grad.reshape(1, -1) * 0.0)
+        return not self.check_overflow or math.isfinite(float(self._flag.get().ravel()[0]))
+
+    def _skip(self):
+        self.skipped_steps += 1
+        self.good_steps = 0
+        before = self.loss_scale
+        if self.dynamic:
+            self.loss_scale = max(self.min_scale, self.loss_scale * self.backoff_factor)
+        log.warning("mixed precision: inf/NaN gradients, step skipped (%d skipped so far); "
+                    "loss scale %g -> %g", self.skipped_steps, before, self.loss_scale)
+
+    def _grow(self):
+        self.good_steps += 1
+        if self.dynamic and self.good_steps >= self.growth_interval:
+            self.loss_scale = min(self.max_scale, self.loss_scale * self.growth_factor)
+            self.good_steps = 0
+
+    # ---- description and checkpoints -------------------------------------------------------
+    def get_description(self):
+        return self.optimizer.get_description()
+
+    def state_dict(self):
+        inner = self.optimizer.state_dict() if hasattr(self.optimizer, "state_dict") else {}
+        return {**inner, "loss_scale": self.loss_scale, "good_steps": self.good_steps,
+                "skipped_steps": self.skipped_steps}
+
+    def load_state_dict(self, state):
+        state = dict(state)
+        self.loss_scale = float(state.pop("loss_scale", self.loss_scale))
+        self.good_steps = int(state.pop("good_steps", 0))
+        self.skipped_steps = int(state.pop("skipped_steps", 0))
+        if hasattr(self.optimizer, "load_state_dict"):
+            self.optimizer.load_state_dict(state)
+
+
+def for_datatype(optimizer, datatype):
+    """``optimizer`` wrapped for training in ``datatype`` ('f16': dynamic loss scaling,
+    'bf16': master weights only); any other data type returns it unchanged."""
+    if datatype == "f16":
+        return MixedPrecision(optimizer, loss_scale="dynamic")
+    if datatype == "bf16":
+        return MixedPrecision(optimizer, loss_scale=None)
+    return optimizer
