@@ -10,14 +10,17 @@ is needed.  Where they cannot be built (no C compiler, or ``NEONLITE_CPU_KERNELS
 backend runs on numpy alone and says so once per process, in one line, on the ``neonlite``
 logger.
 
-Convolution gathers the patches of the batch (``im2col``) into one (N*P*Q, R*S*C) matrix and
-runs one BLAS GEMM per pass; ``update_conv`` reuses the patches its ``fprop_conv`` gathered from
-the same input (the backend contract: the input of ``update_conv`` is the input of the latest
-``fprop_conv`` with that plan, unchanged since; the numpy reference gathers again), and the data gradient is the transposed GEMM
-followed by a scatter-add (``col2im``).  A batch whose patch matrix would pass
-``_PATCH_BYTES`` is worked through in chunks of whole images.  Few, large GEMMs matter here:
-each switch between BLAS's threads and the kernels' OpenMP threads costs time on a busy
-machine.  Work buffers live on the plan and are made on its first use.
+Convolution, where CBLAS comes from MKL, runs the tiled C passes of ``kernels/cpu/conv.c``:
+each OpenMP thread gathers a few patch rows (about ``_TILE_BYTES``) into its own buffer and
+multiplies them there with a single-threaded MKL GEMM, so the (N*P*Q, R*S*C) patch matrix,
+R*S times the size of the input, is never written to memory and no thread waits on another
+inside a GEMM.  Without MKL it gathers the patches of the batch (``im2col``) into one matrix and
+runs one BLAS GEMM per pass; ``update_conv`` then reuses the patches its ``fprop_conv`` gathered
+from the same input (the backend contract: the input of ``update_conv`` is the input of the
+latest ``fprop_conv`` with that plan, unchanged since; the numpy reference gathers again), and
+the data gradient is the transposed GEMM followed by a scatter-add (``col2im``).  A batch whose
+patch matrix would pass ``_PATCH_BYTES`` is worked through in chunks of whole images.  Work
+buffers live on the plan and are made on its first use.
 """
 import contextlib
 import logging
@@ -31,6 +34,7 @@ from .numpy_conv import _accumulate, _is_pointwise
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _PATCH_BYTES = 256 << 20
+_TILE_BYTES = 384 << 10
 _logger = logging.getLogger("neonlite")
 
 
@@ -136,23 +140,49 @@ class CPUKernels:
         return self.module(stem, arrays[0].dtype)
 
     # ---- convolution -------------------------------------------------------------------------
+    def _conv_geom(self, plan, module, n):
+        """The plan's ``conv_geom`` struct for a batch of ``n`` images."""
+        found = getattr(plan, "_ckernel_geom", None)
+        if found is None or found[0] is not module:
+            geom = module.ffi.new("conv_geom *", {
+                "N": plan.N, "H": plan.H, "W": plan.W, "C": plan.C, "P": plan.P, "Q": plan.Q,
+                "R": plan.R, "S": plan.S, "pad_h": plan.pad_h, "pad_w": plan.pad_w,
+                "str_h": plan.str_h, "str_w": plan.str_w, "dil_h": plan.dil_h,
+                "dil_w": plan.dil_w, "K": plan.K})
+            found = plan._ckernel_geom = (module, geom)
+        found[1].N = n
+        return found[1]
+
     def _conv_work(self, plan, module, dtype):
-        """(geometry struct, patch buffer, weight-gradient buffer, images per chunk)."""
+        """(patch buffer, weight-gradient buffer, images per chunk) of the whole-matrix path."""
         work = getattr(plan, "_ckernel_conv", None)
         if work is not None and work[0] is module:
             return work[1:]
-        geom = module.ffi.new("conv_geom *", {
-            "N": plan.N, "H": plan.H, "W": plan.W, "C": plan.C, "P": plan.P, "Q": plan.Q,
-            "R": plan.R, "S": plan.S, "pad_h": plan.pad_h, "pad_w": plan.pad_w,
-            "str_h": plan.str_h, "str_w": plan.str_w, "dil_h": plan.dil_h,
-            "dil_w": plan.dil_w})
         row = plan.R * plan.S * plan.C
         image_bytes = plan.P * plan.Q * row * dtype.itemsize
         per_chunk = int(max(1, min(plan.N, _PATCH_BYTES // max(image_bytes, 1))))
         cols = np.empty((per_chunk * plan.P * plan.Q, row), dtype=dtype)
         dw = np.empty((row, plan.K), dtype=dtype)
-        plan._ckernel_conv = (module, geom, cols, dw, per_chunk)
+        plan._ckernel_conv = (module, cols, dw, per_chunk)
         return plan._ckernel_conv[1:]
+
+    def _tiles(self, plan, module, dtype):
+        """(gemm address, work, partials, nwork, tile) of the tiled passes (see the module
+        docstring), or None where the GEMMs do not come from MKL or the filter is 1x1."""
+        address = getattr(self.gemm, "gemm_address", None)
+        address = None if address is None or _is_pointwise(plan) else address(dtype)
+        if address is None:
+            return None
+        found = getattr(plan, "_ckernel_tiles", None)
+        if found is not None and found[0] is module:
+            return found[1:]
+        nwork = max(1, int(module.lib.conv_threads()))
+        row = plan.R * plan.S * plan.C
+        tile = int(max(1, _TILE_BYTES // (plan.Q * row * dtype.itemsize)))
+        work = np.empty(nwork * tile * plan.Q * row, dtype=dtype)
+        partials = np.empty(nwork * row * plan.K, dtype=dtype)
+        plan._ckernel_tiles = (module, address, work, partials, nwork, tile)
+        return plan._ckernel_tiles[1:]
 
     @staticmethod
     def _chunks(n, per_chunk):
@@ -165,11 +195,20 @@ class CPUKernels:
             return False
         K, PQ = plan.K, plan.P * plan.Q
         f2, o2 = f.reshape(-1, K), o.reshape(-1, K)
+        plan._ckernel_patches_of = None
         if _is_pointwise(plan):
             self.gemm.matmul(x.reshape(-1, plan.C), f2, out=o2)
             return True
-        geom, cols, _, per_chunk = self._conv_work(plan, module, x.dtype)
         ffi, lib = module.ffi, module.lib
+        geom = self._conv_geom(plan, module, x.shape[0])
+        tiles = self._tiles(plan, module, x.dtype)
+        if tiles is not None:
+            address, work, _, nwork, tile = tiles
+            lib.conv_fprop_tiled(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", f),
+                                 ffi.from_buffer("real[]", o), geom, address,
+                                 ffi.from_buffer("real[]", work), nwork, tile)
+            return True
+        cols, _, per_chunk = self._conv_work(plan, module, x.dtype)
         xp, cp = ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", cols)
         for n0, n1 in self._chunks(x.shape[0], per_chunk):
             lib.im2col(xp, cp, geom, n0, n1)
@@ -185,7 +224,17 @@ class CPUKernels:
             return False
         K, PQ = plan.K, plan.P * plan.Q
         e2, g2 = e.reshape(-1, K), grad_f.reshape(-1, K)
-        geom, cols, dw, per_chunk = self._conv_work(plan, module, x.dtype)
+        ffi, lib = module.ffi, module.lib
+        geom = self._conv_geom(plan, module, x.shape[0])
+        tiles = self._tiles(plan, module, x.dtype)
+        if tiles is not None:
+            address, work, partials, nwork, tile = tiles
+            lib.conv_update_tiled(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", e),
+                                  ffi.from_buffer("real[]", grad_f), geom, address,
+                                  ffi.from_buffer("real[]", work),
+                                  ffi.from_buffer("real[]", partials), nwork, tile, beta)
+            return True
+        cols, dw, per_chunk = self._conv_work(plan, module, x.dtype)
         if _is_pointwise(plan):
             self.gemm.matmul(x.reshape(-1, plan.C).T, e2, out=dw)
             _accumulate(g2, dw, beta)
@@ -194,7 +243,6 @@ class CPUKernels:
             self.gemm.matmul(cols[:x.shape[0] * PQ].T, e2, out=dw)
             _accumulate(g2, dw, beta)
             return True
-        ffi, lib = module.ffi, module.lib
         xp, cp = ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", cols)
         for i, (n0, n1) in enumerate(self._chunks(x.shape[0], per_chunk)):
             lib.im2col(xp, cp, geom, n0, n1)
@@ -210,8 +258,17 @@ class CPUKernels:
             return False
         K, PQ = plan.K, plan.P * plan.Q
         e2, fT = e.reshape(-1, K), f.reshape(-1, K).T
-        geom, cols, _, per_chunk = self._conv_work(plan, module, e.dtype)
         plan._ckernel_patches_of = None
+        ffi, lib = module.ffi, module.lib
+        geom = self._conv_geom(plan, module, e.shape[0])
+        tiles = self._tiles(plan, module, e.dtype)
+        if tiles is not None:
+            address, work, _, nwork, tile = tiles
+            lib.conv_bprop_tiled(ffi.from_buffer("real[]", e), ffi.from_buffer("real[]", f),
+                                 ffi.from_buffer("real[]", grad_x), geom, address,
+                                 ffi.from_buffer("real[]", work), nwork, tile, beta)
+            return True
+        cols, _, per_chunk = self._conv_work(plan, module, e.dtype)
         if _is_pointwise(plan):
             gx = grad_x.reshape(-1, plan.C)
             if beta == 0.0:
@@ -222,7 +279,6 @@ class CPUKernels:
                 self.gemm.matmul(e2[rows], fT, out=cols[:(n1 - n0) * PQ])
                 _accumulate(gx[rows], cols[:(n1 - n0) * PQ], beta)
             return True
-        ffi, lib = module.ffi, module.lib
         gp, cp = ffi.from_buffer("real[]", grad_x), ffi.from_buffer("real[]", cols)
         for n0, n1 in self._chunks(e.shape[0], per_chunk):
             self.gemm.matmul(e2[n0 * PQ:n1 * PQ], fT, out=cols[:(n1 - n0) * PQ])

@@ -144,6 +144,13 @@ class MKLGemm:
              bb // it, 0.0, ptr(out), lc[1], out.strides[0] // it, batch)
         return True
 
+    def gemm_address(self, dtype):
+        """The address of MKL's row-major ``cblas_sgemm`` (float32) or ``cblas_dgemm``
+        (float64), for C kernels that call it from their own threads; None for other dtypes."""
+        name = {np.dtype(np.float32): "cblas_sgemm", np.dtype(np.float64): "cblas_dgemm"}.get(
+            np.dtype(dtype))
+        return None if name is None else int(self.ffi.cast("intptr_t", getattr(self.lib, name)))
+
     def _pointer(self, dtype):
         ctype = "float *" if dtype == np.float32 else "double *"
         return lambda x: self.ffi.cast(ctype, x.__array_interface__["data"][0])

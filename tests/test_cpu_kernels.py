@@ -10,6 +10,8 @@ import pytest
 
 from neonlite.backends import cpu_kernels, numpy_conv, numpy_norm
 from neonlite.backends.cpu import CPUBackend
+from neonlite.backends.cpu_blas import GemmThreads
+from neonlite.backends.mkl_blas import load_mkl
 from neonlite.backends.cpu_optree import OpTreeMachine
 from neonlite.backends.numpy_ops import evaluate
 from neonlite.backends.plans import ConvPlan, PoolPlan
@@ -62,15 +64,42 @@ CONV_CASES = [
 ]
 
 
+_NO_MKL = None if load_mkl() is not None else "MKL is not installed (pip install mkl)"
+
+
+@pytest.fixture(scope="module")
+def numpy_blas_kernels():
+    """Kernels whose GEMMs go to numpy's BLAS: convolution takes the whole-matrix path."""
+    return cpu_kernels.CPUKernels(gemm=GemmThreads())
+
+
+CONV_MODES = {
+    # MKL: tiled passes, patch rows gathered per thread into about _TILE_BYTES
+    "tiled": ("kernels", "_TILE_BYTES", None),
+    "tiled-one-row": ("kernels", "_TILE_BYTES", 1),
+    "tiled-three-rows": ("kernels", "_TILE_BYTES", 3),  # ragged last tile
+    # numpy's BLAS: the patch matrix of the whole batch, or of one image at a time
+    "whole-batch": ("numpy_blas_kernels", "_PATCH_BYTES", None),
+    "per-image": ("numpy_blas_kernels", "_PATCH_BYTES", 1),
+}
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", CONV_CASES)
-@pytest.mark.parametrize("chunked", [False, True], ids=["whole-batch", "per-image"])
-def test_conv_matches_numpy(kernels, monkeypatch, case, dtype, chunked):
-    if chunked:
-        monkeypatch.setattr(cpu_kernels, "_PATCH_BYTES", 1)
+@pytest.mark.parametrize("mode", list(CONV_MODES))
+def test_conv_matches_numpy(request, monkeypatch, case, dtype, mode):
+    fixture, limit, value = CONV_MODES[mode]
+    if fixture == "kernels" and _NO_MKL:
+        pytest.skip(f"the tiled convolution passes call MKL: {_NO_MKL}")
+    kernels = request.getfixturevalue(fixture)
+    assert (kernels._tiles(ConvPlan(1, 3, 5, 5, 4, 3, 3), kernels.module("conv", np.dtype(dtype)),
+                           np.dtype(dtype)) is not None) == (fixture == "kernels")
     N, H, W, C, K, R, S, pad, stride, dil = case
     rng = np.random.default_rng(1)
     plan_c = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil)
+    if value is not None:
+        rows = value * plan_c.Q * R * S * C * np.dtype(dtype).itemsize if value > 1 else 1
+        monkeypatch.setattr(cpu_kernels, limit, rows)
     plan_np = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil)
     x, f = rand(rng, (N, H, W, C), dtype), rand(rng, (R, S, C, K), dtype)
     e = rand(rng, plan_c.out_shape, dtype)

@@ -1,6 +1,16 @@
-/* im2col / col2im for NHWC convolution (see conv.h). */
+/* Convolution on NHWC images (see conv.h): patch gathering (im2col), its scatter-add (col2im),
+ * and tiled passes that gather a few patch rows at a time into a per-thread buffer and hand
+ * them to a single-threaded CBLAS GEMM, so the patch matrix never leaves the core's cache. */
+#include <omp.h>
+
 #include "common.h"
 #include "conv.h"
+
+/* The CBLAS GEMM the tiled passes call (row-major; MKL's cblas_sgemm / cblas_dgemm). */
+typedef void (*nl_gemm)(int layout, int trans_a, int trans_b, int m, int n, int k, real alpha,
+                        const real *a, int lda, const real *b, int ldb, real beta, real *c,
+                        int ldc);
+enum { NL_ROW_MAJOR = 101, NL_NO_TRANS = 111, NL_TRANS = 112 };
 
 /* The taps s in [*lo, *hi) of a filter row starting at input column w0 that land inside
  * [0, W) when taps are `dil` apart. */
@@ -19,40 +29,85 @@ static inline void valid_taps(int64_t w0, int64_t S, int64_t dil, int64_t W,
     *hi = b;
 }
 
-void im2col(const real *x, real *cols, const conv_geom *g, int64_t n0, int64_t n1)
+/* Input row `row` (W, C) += the taps s_lo <= s < s_hi of one filter row of a patch, `taps`
+ * (S, C), whose first tap sits at input column w0. */
+static inline void add_taps(real *row, const real *taps, const conv_geom *g, int64_t w0,
+                            int64_t s_lo, int64_t s_hi)
 {
-    const int64_t H = g->H, W = g->W, C = g->C, P = g->P, Q = g->Q, R = g->R, S = g->S;
-    const int64_t row_len = R * S * C, nrows = (n1 - n0) * P;
+    const int64_t C = g->C;
+    if (g->dil_w == 1) {
+        real *d = row + (w0 + s_lo) * C;
+        const real *v = taps + s_lo * C;
+        const int64_t len = (s_hi - s_lo) * C;
+        for (int64_t i = 0; i < len; i++)
+            d[i] += v[i];
+        return;
+    }
+    for (int64_t s = s_lo; s < s_hi; s++) {
+        real *d = row + (w0 + s * g->dil_w) * C;
+        const real *v = taps + s * C;
+        for (int64_t c = 0; c < C; c++)
+            d[c] += v[c];
+    }
+}
+
+/* dst (Q, R*S*C) = the patches of output row p of image n of x. */
+static void gather_row(const real *x, real *dst, const conv_geom *g, int64_t n, int64_t p)
+{
+    const int64_t H = g->H, W = g->W, C = g->C, Q = g->Q, R = g->R, S = g->S;
+    const int64_t row_len = R * S * C;
     const size_t cbytes = (size_t)C * sizeof(real);
-#pragma omp parallel for schedule(dynamic, nl_grain(Q * row_len)) \
-    if (nrows * Q * row_len >= NL_PARALLEL_MIN)
-    for (int64_t np = 0; np < nrows; np++) {
-        const int64_t n = n0 + np / P, p = np % P;
-        const real *img = x + n * H * W * C;
-        for (int64_t q = 0; q < Q; q++) {
-            real *dst = cols + (np * Q + q) * row_len;
-            const int64_t w0 = q * g->str_w - g->pad_w;
-            int64_t s_lo, s_hi;
-            valid_taps(w0, S, g->dil_w, W, &s_lo, &s_hi);
-            for (int64_t r = 0; r < R; r++) {
-                const int64_t h = p * g->str_h - g->pad_h + r * g->dil_h;
-                real *d = dst + r * S * C;
-                if (h < 0 || h >= H || s_lo == s_hi) {
-                    memset(d, 0, (size_t)S * cbytes);
-                    continue;
-                }
-                const real *src = img + h * W * C;
-                memset(d, 0, (size_t)s_lo * cbytes);
-                if (g->dil_w == 1) {
-                    memcpy(d + s_lo * C, src + (w0 + s_lo) * C, (size_t)(s_hi - s_lo) * cbytes);
-                } else {
-                    for (int64_t s = s_lo; s < s_hi; s++)
-                        memcpy(d + s * C, src + (w0 + s * g->dil_w) * C, cbytes);
-                }
-                memset(d + s_hi * C, 0, (size_t)(S - s_hi) * cbytes);
+    const real *img = x + n * H * W * C;
+    for (int64_t q = 0; q < Q; q++, dst += row_len) {
+        const int64_t w0 = q * g->str_w - g->pad_w;
+        int64_t s_lo, s_hi;
+        valid_taps(w0, S, g->dil_w, W, &s_lo, &s_hi);
+        for (int64_t r = 0; r < R; r++) {
+            const int64_t h = p * g->str_h - g->pad_h + r * g->dil_h;
+            real *d = dst + r * S * C;
+            if (h < 0 || h >= H || s_lo == s_hi) {
+                memset(d, 0, (size_t)S * cbytes);
+                continue;
             }
+            const real *src = img + h * W * C;
+            memset(d, 0, (size_t)s_lo * cbytes);
+            if (g->dil_w == 1) {
+                memcpy(d + s_lo * C, src + (w0 + s_lo) * C, (size_t)(s_hi - s_lo) * cbytes);
+            } else {
+                for (int64_t s = s_lo; s < s_hi; s++)
+                    memcpy(d + s * C, src + (w0 + s * g->dil_w) * C, cbytes);
+            }
+            memset(d + s_hi * C, 0, (size_t)(S - s_hi) * cbytes);
         }
     }
+}
+
+/* Image n of dx += the Q patch rows of output row p in src (Q, R*S*C) (padding dropped). */
+static void scatter_row(const real *src, real *dx, const conv_geom *g, int64_t n, int64_t p)
+{
+    const int64_t H = g->H, W = g->W, C = g->C, Q = g->Q, R = g->R, S = g->S;
+    const int64_t row_len = R * S * C;
+    real *img = dx + n * H * W * C;
+    for (int64_t q = 0; q < Q; q++, src += row_len) {
+        const int64_t w0 = q * g->str_w - g->pad_w;
+        int64_t s_lo, s_hi;
+        valid_taps(w0, S, g->dil_w, W, &s_lo, &s_hi);
+        for (int64_t r = 0; r < R; r++) {
+            const int64_t h = p * g->str_h - g->pad_h + r * g->dil_h;
+            if (h < 0 || h >= H)
+                continue;
+            add_taps(img + h * W * C, src + r * S * C, g, w0, s_lo, s_hi);
+        }
+    }
+}
+
+void im2col(const real *x, real *cols, const conv_geom *g, int64_t n0, int64_t n1)
+{
+    const int64_t row_len = g->R * g->S * g->C, nrows = (n1 - n0) * g->P;
+#pragma omp parallel for schedule(dynamic, nl_grain(g->Q * row_len)) \
+    if (nrows * g->Q * row_len >= NL_PARALLEL_MIN)
+    for (int64_t np = 0; np < nrows; np++)
+        gather_row(x, cols + np * g->Q * row_len, g, n0 + np / g->P, np % g->P);
 }
 
 /* Every input row (n, h) is owned by one thread, which gathers the patch entries that fall on
@@ -79,22 +134,83 @@ void col2im(const real *cols, real *dx, const conv_geom *g, int64_t n0, int64_t 
                 const int64_t w0 = q * g->str_w - g->pad_w;
                 int64_t s_lo, s_hi;
                 valid_taps(w0, S, g->dil_w, W, &s_lo, &s_hi);
-                const real *src = img_cols + (p * Q + q) * row_len + r * S * C;
-                if (g->dil_w == 1) {
-                    real *d = out + (w0 + s_lo) * C;
-                    const real *s = src + s_lo * C;
-                    const int64_t len = (s_hi - s_lo) * C;
-                    for (int64_t i = 0; i < len; i++)
-                        d[i] += s[i];
-                } else {
-                    for (int64_t s = s_lo; s < s_hi; s++) {
-                        real *d = out + (w0 + s * g->dil_w) * C;
-                        const real *e = src + s * C;
-                        for (int64_t c = 0; c < C; c++)
-                            d[c] += e[c];
-                    }
-                }
+                add_taps(out, img_cols + (p * Q + q) * row_len + r * S * C, g, w0, s_lo, s_hi);
             }
+        }
+    }
+}
+
+int conv_threads(void)
+{
+    return omp_get_max_threads();
+}
+
+void conv_fprop_tiled(const real *x, const real *f, real *o, const conv_geom *g, int64_t gemm,
+                      real *work, int64_t nwork, int64_t tile)
+{
+    const nl_gemm mm = (nl_gemm)(intptr_t)gemm;
+    const int64_t Q = g->Q, K = g->K, row_len = g->R * g->S * g->C, rows = g->N * g->P;
+    const int64_t ntiles = (rows + tile - 1) / tile;
+#pragma omp parallel for num_threads(nwork) schedule(dynamic, 1)
+    for (int64_t t = 0; t < ntiles; t++) {
+        real *buf = work + (int64_t)omp_get_thread_num() * tile * Q * row_len;
+        const int64_t r0 = t * tile, r1 = r0 + tile < rows ? r0 + tile : rows;
+        for (int64_t np = r0; np < r1; np++)
+            gather_row(x, buf + (np - r0) * Q * row_len, g, np / g->P, np % g->P);
+        mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_NO_TRANS, (int)((r1 - r0) * Q), (int)K, (int)row_len,
+           1, buf, (int)row_len, f, (int)K, 0, o + r0 * Q * K, (int)K);
+    }
+}
+
+void conv_update_tiled(const real *x, const real *e, real *df, const conv_geom *g, int64_t gemm,
+                       real *work, real *partials, int64_t nwork, int64_t tile, real beta)
+{
+    const nl_gemm mm = (nl_gemm)(intptr_t)gemm;
+    const int64_t Q = g->Q, K = g->K, row_len = g->R * g->S * g->C, rows = g->N * g->P;
+    const int64_t ntiles = (rows + tile - 1) / tile, size = row_len * K;
+#pragma omp parallel num_threads(nwork)
+    {
+        const int64_t me = omp_get_thread_num(), nth = omp_get_num_threads();
+        real *buf = work + me * tile * Q * row_len, *part = partials + me * size;
+        int64_t t0, t1;
+        nl_split(ntiles, me, nth, &t0, &t1);
+        if (t0 == t1)
+            memset(part, 0, (size_t)size * sizeof(real));
+        for (int64_t t = t0; t < t1; t++) {
+            const int64_t r0 = t * tile, r1 = r0 + tile < rows ? r0 + tile : rows;
+            for (int64_t np = r0; np < r1; np++)
+                gather_row(x, buf + (np - r0) * Q * row_len, g, np / g->P, np % g->P);
+            mm(NL_ROW_MAJOR, NL_TRANS, NL_NO_TRANS, (int)row_len, (int)K, (int)((r1 - r0) * Q),
+               1, buf, (int)row_len, e + r0 * Q * K, (int)K, t == t0 ? 0 : 1, part, (int)K);
+        }
+#pragma omp barrier
+        int64_t i0, i1;
+        nl_split(size, me, nth, &i0, &i1);
+        for (int64_t i = i0; i < i1; i++) {
+            real sum = 0;
+            for (int64_t k = 0; k < nth; k++)
+                sum += partials[k * size + i];
+            df[i] = beta == 0 ? sum : beta * df[i] + sum;
+        }
+    }
+}
+
+void conv_bprop_tiled(const real *e, const real *f, real *dx, const conv_geom *g, int64_t gemm,
+                      real *work, int64_t nwork, int64_t tile, real beta)
+{
+    const nl_gemm mm = (nl_gemm)(intptr_t)gemm;
+    const int64_t P = g->P, Q = g->Q, K = g->K, row_len = g->R * g->S * g->C;
+    const int64_t image = g->H * g->W * g->C;
+#pragma omp parallel for num_threads(nwork) schedule(dynamic, 1)
+    for (int64_t n = 0; n < g->N; n++) {
+        real *buf = work + (int64_t)omp_get_thread_num() * tile * Q * row_len;
+        nl_scale(dx + n * image, image, beta);
+        for (int64_t p0 = 0; p0 < P; p0 += tile) {
+            const int64_t p1 = p0 + tile < P ? p0 + tile : P;
+            mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_TRANS, (int)((p1 - p0) * Q), (int)row_len, (int)K,
+               1, e + (n * P + p0) * Q * K, (int)K, f, (int)K, 0, buf, (int)row_len);
+            for (int64_t p = p0; p < p1; p++)
+                scatter_row(buf + (p - p0) * Q * row_len, dx, g, n, p);
         }
     }
 }

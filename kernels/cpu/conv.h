@@ -1,12 +1,20 @@
-/* Convolution patch gathering (im2col) and its scatter-add (col2im) on NHWC images; BLAS
- * GEMMs do the arithmetic.  (Direct kernels for filters of few taps were measured slower than
- * patches + a single-threaded GEMM, even for a 5x5 filter on one channel.)
+/* Convolution on NHWC images: patch gathering (im2col) and its scatter-add (col2im) for BLAS
+ * GEMMs over the whole patch matrix, and tiled passes that fuse the two with the GEMMs.
  *
  * Input x (N, H, W, C); output (N, P, Q, K); filters (R, S, C, K).  A patch matrix has one row
  * per output pixel (n, p, q) and R*S*C columns ordered (r, s, c), so that
- * output (N*P*Q, K) = cols @ filters (R*S*C, K).  Both functions handle the images
+ * output (N*P*Q, K) = cols @ filters (R*S*C, K).  im2col and col2im handle the images
  * n0 <= n < n1 only, with row 0 of `cols` belonging to image n0, so a caller can work through
- * a large batch in chunks whose patch matrix stays in cache.
+ * a large batch in chunks.
+ *
+ * The tiled passes (conv_*_tiled) never build the whole patch matrix: each OpenMP thread
+ * gathers `tile` output rows (n, p) at a time, tile * Q patch rows, into its own slice of
+ * `work` (nwork slices of tile * Q * R*S*C elements) and multiplies them there with `gemm`, the
+ * address of a row-major CBLAS ?gemm (cblas_sgemm for float, cblas_dgemm for double) that runs
+ * on the calling thread when called inside an OpenMP parallel region (MKL does).  The patches
+ * then stay in the core's cache, and no thread waits on another inside a GEMM.  nwork is at
+ * most conv_threads().  (Direct kernels for filters of few taps, e.g. 5x5 on one channel, were
+ * measured slower than patches + GEMM.)
  */
 typedef struct {
     int64_t N;
@@ -23,6 +31,7 @@ typedef struct {
     int64_t str_w;
     int64_t dil_h;
     int64_t dil_w;
+    int64_t K;
 } conv_geom;
 
 /* cols ((n1-n0)*P*Q, R*S*C) = the patches of x; taps in the padding read as zero. */
@@ -31,3 +40,22 @@ void im2col(const real *x, real *cols, const conv_geom *g, int64_t n0, int64_t n
 /* dx[n0:n1] = beta * dx[n0:n1] + the sum, over every patch row, of its entries added back to
  * the input pixels they were gathered from (entries of padding taps are dropped). */
 void col2im(const real *cols, real *dx, const conv_geom *g, int64_t n0, int64_t n1, real beta);
+
+/* The most threads an OpenMP parallel region of these kernels uses. */
+int conv_threads(void);
+
+/* o (N*P*Q, K) = patches(x) @ f (R*S*C, K); tiles handed out dynamically. */
+void conv_fprop_tiled(const real *x, const real *f, real *o, const conv_geom *g, int64_t gemm,
+                      real *work, int64_t nwork, int64_t tile);
+
+/* df (R*S*C, K) = beta * df + patches(x)^T @ e (N*P*Q, K).  Thread i sums a fixed, contiguous
+ * share of the tiles into partials[i] ((R*S*C, K) each, nwork of them); the partials are then
+ * added in thread order, so the result depends on the number of threads only. */
+void conv_update_tiled(const real *x, const real *e, real *df, const conv_geom *g, int64_t gemm,
+                       real *work, real *partials, int64_t nwork, int64_t tile, real beta);
+
+/* dx (N, H, W, C) = beta * dx + the data gradient of e (N, P, Q, K) through f.  One thread
+ * takes a whole image: e's rows times f^T, `tile` output rows at a time, added back into the
+ * image (no two threads write the same image, so no atomics). */
+void conv_bprop_tiled(const real *e, const real *f, real *dx, const conv_geom *g, int64_t gemm,
+                      real *work, int64_t nwork, int64_t tile, real beta);
