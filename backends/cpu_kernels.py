@@ -35,6 +35,7 @@ from .numpy_conv import _accumulate, _is_pointwise
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _PATCH_BYTES = 256 << 20
 _TILE_BYTES = 384 << 10
+_DIRECT_BLOCK_BYTES = 256 << 10
 _logger = logging.getLogger("neonlite")
 
 
@@ -184,6 +185,50 @@ class CPUKernels:
         plan._ckernel_tiles = (module, address, work, partials, nwork, tile)
         return plan._ckernel_tiles[1:]
 
+    def _direct(self, plan, dtype, transposed=False):
+        """(module, geom, work, partials, nwork, flipped filter) of the direct kernels
+        (``kernels/cpu/conv_direct.c``) for ``plan``, or None where they do not apply: 1x1
+        filters (a plain GEMM), output channels that are not a whole number of vector registers,
+        or a filter block of one register width (R*S*C x 64 bytes of channels) beyond
+        ``_DIRECT_BLOCK_BYTES``, where it would stream from L2.  ``transposed`` asks for the
+        data gradient, the forward convolution of the output gradient (N, P, Q, K) with the
+        filters flipped and transposed to (R, S, K, C), padded by dil*(R-1) - pad: stride 1
+        only."""
+        c_in, c_out = (plan.K, plan.C) if transposed else (plan.C, plan.K)
+        width = 64 // dtype.itemsize
+        if (_is_pointwise(plan) or c_out % width
+                or plan.R * plan.S * c_in * min(c_out, 4 * width) * dtype.itemsize
+                > _DIRECT_BLOCK_BYTES):
+            return None
+        if transposed:
+            pads = (plan.dil_h * (plan.R - 1) - plan.pad_h, plan.dil_w * (plan.S - 1) - plan.pad_w)
+            if plan.str_h != 1 or plan.str_w != 1 or min(pads) < 0:
+                return None
+        module = self.module("conv_direct", dtype)
+        if module is None:
+            return None
+        cache = plan.__dict__.setdefault("_ckernel_direct", {})
+        found = cache.get(transposed)
+        if found is not None and found[0] is module:
+            return found
+        if transposed:
+            dims = {"H": plan.P, "W": plan.Q, "C": plan.K, "P": plan.H, "Q": plan.W,
+                    "K": plan.C, "pad_h": pads[0], "pad_w": pads[1], "str_h": 1, "str_w": 1}
+        else:
+            dims = {"H": plan.H, "W": plan.W, "C": plan.C, "P": plan.P, "Q": plan.Q,
+                    "K": plan.K, "pad_h": plan.pad_h, "pad_w": plan.pad_w, "str_h": plan.str_h,
+                    "str_w": plan.str_w}
+        geom = module.ffi.new("direct_geom *", {"N": plan.N, "R": plan.R, "S": plan.S,
+                                                "dil_h": plan.dil_h, "dil_w": plan.dil_w, **dims})
+        nwork = max(1, int(self.module("conv", dtype).lib.conv_threads()))
+        padded = (dims["H"] + 2 * dims["pad_h"]) * (dims["W"] + 2 * dims["pad_w"]) * dims["C"]
+        work = np.empty(nwork * padded, dtype=dtype)
+        partials = None if transposed else np.empty(nwork * plan.R * plan.S * plan.C * plan.K,
+                                                    dtype=dtype)
+        flipped = np.empty((plan.R, plan.S, plan.K, plan.C), dtype=dtype) if transposed else None
+        found = cache[transposed] = (module, geom, work, partials, nwork, flipped)
+        return found
+
     @staticmethod
     def _chunks(n, per_chunk):
         return ((n0, min(n, n0 + per_chunk)) for n0 in range(0, n, per_chunk))
@@ -198,6 +243,14 @@ class CPUKernels:
         plan._ckernel_patches_of = None
         if _is_pointwise(plan):
             self.gemm.matmul(x.reshape(-1, plan.C), f2, out=o2)
+            return True
+        direct = self._direct(plan, x.dtype)
+        if direct is not None:
+            dmod, dgeom, work, _, nwork, _ = direct
+            dgeom.N = x.shape[0]
+            buf = dmod.ffi.from_buffer
+            dmod.lib.conv_direct(buf("real[]", x), buf("real[]", f), buf("real[]", o), dgeom,
+                                 buf("real[]", work), nwork, 0.0)
             return True
         ffi, lib = module.ffi, module.lib
         geom = self._conv_geom(plan, module, x.shape[0])
@@ -224,6 +277,15 @@ class CPUKernels:
             return False
         K, PQ = plan.K, plan.P * plan.Q
         e2, g2 = e.reshape(-1, K), grad_f.reshape(-1, K)
+        direct = self._direct(plan, x.dtype)
+        if direct is not None:
+            dmod, dgeom, work, partials, nwork, _ = direct
+            dgeom.N = x.shape[0]
+            buf = dmod.ffi.from_buffer
+            dmod.lib.conv_direct_update(buf("real[]", x), buf("real[]", e),
+                                        buf("real[]", grad_f), dgeom, buf("real[]", work),
+                                        buf("real[]", partials), nwork, beta)
+            return True
         ffi, lib = module.ffi, module.lib
         geom = self._conv_geom(plan, module, x.shape[0])
         tiles = self._tiles(plan, module, x.dtype)
@@ -259,6 +321,15 @@ class CPUKernels:
         K, PQ = plan.K, plan.P * plan.Q
         e2, fT = e.reshape(-1, K), f.reshape(-1, K).T
         plan._ckernel_patches_of = None
+        direct = self._direct(plan, e.dtype, transposed=True)
+        if direct is not None:
+            dmod, dgeom, work, _, nwork, flipped = direct
+            np.copyto(flipped, f[::-1, ::-1].transpose(0, 1, 3, 2))
+            dgeom.N = e.shape[0]
+            buf = dmod.ffi.from_buffer
+            dmod.lib.conv_direct(buf("real[]", e), buf("real[]", flipped),
+                                 buf("real[]", grad_x), dgeom, buf("real[]", work), nwork, beta)
+            return True
         ffi, lib = module.ffi, module.lib
         geom = self._conv_geom(plan, module, e.shape[0])
         tiles = self._tiles(plan, module, e.dtype)

@@ -1,0 +1,214 @@
+/* Direct convolution on NHWC images (see conv_direct.h): register-blocked loops, no patches. */
+#include <omp.h>
+
+#include "common.h"
+#include "conv_direct.h"
+
+/* A vector of real numbers as wide as one AVX-512 register (the compiler splits it where the
+ * target has narrower registers); `uvec` may sit at any address aligned to a real. */
+#define NL_VBYTES 64
+#define VL ((int64_t)(NL_VBYTES / sizeof(real)))
+typedef real vec __attribute__((vector_size(NL_VBYTES)));
+typedef real uvec __attribute__((vector_size(NL_VBYTES), aligned(sizeof(real))));
+
+/* Output pixels per register block for KV vectors of output channels: QB * KV accumulators
+ * plus KV filter vectors and a broadcast stay within 32 vector registers. */
+#define QB_FOR(KV) ((KV) == 4 ? 6 : (KV) == 3 ? 8 : (KV) == 2 ? 12 : 14)
+
+/* Image n of x (H, W, C) copied into the middle of xp (H + 2*pad_h, W + 2*pad_w, C); the
+ * border is zero. */
+static void pad_image(const real *x, real *xp, int64_t H, int64_t W, int64_t C, int64_t pad_h,
+                      int64_t pad_w)
+{
+    const int64_t Wp = W + 2 * pad_w, Hp = H + 2 * pad_h;
+    if (pad_h == 0 && pad_w == 0) {
+        memcpy(xp, x, (size_t)(H * W * C) * sizeof(real));
+        return;
+    }
+    memset(xp, 0, (size_t)(pad_h * Wp * C) * sizeof(real));
+    memset(xp + (pad_h + H) * Wp * C, 0, (size_t)((Hp - pad_h - H) * Wp * C) * sizeof(real));
+    for (int64_t h = 0; h < H; h++) {
+        real *row = xp + (h + pad_h) * Wp * C;
+        memset(row, 0, (size_t)(pad_w * C) * sizeof(real));
+        memcpy(row + pad_w * C, x + h * W * C, (size_t)(W * C) * sizeof(real));
+        memset(row + (pad_w + W) * C, 0, (size_t)(pad_w * C) * sizeof(real));
+    }
+}
+
+/* out[i][kv] (qb pixels, qb <= QB, KV vectors of channels) = beta * out + the sum over the
+ * filter taps of xp at the pixels' windows times f.  `xq` points at the first pixel's window
+ * origin in the padded image, pixels `xs` elements apart; `f` at the block's first channel. */
+static inline __attribute__((always_inline)) void block(
+    const real *xq, int64_t xs, const real *f, real *out, const direct_geom *g, real beta,
+    const int qb, const int KV)
+{
+    const int64_t C = g->C, K = g->K, S = g->S, Wp = g->W + 2 * g->pad_w;
+    vec acc[14][4];
+    for (int i = 0; i < qb; i++)
+        for (int j = 0; j < KV; j++)
+            acc[i][j] = (vec){0};
+    for (int64_t r = 0; r < g->R; r++) {
+        for (int64_t s = 0; s < S; s++) {
+            const real *xt = xq + (r * g->dil_h * Wp + s * g->dil_w) * C;
+            const real *ft = f + (r * S + s) * C * K;
+            for (int64_t c = 0; c < C; c++) {
+                vec fv[4];
+                for (int j = 0; j < KV; j++)
+                    fv[j] = *(const uvec *)(ft + c * K + j * VL);
+                for (int i = 0; i < qb; i++) {
+                    const real b = xt[i * xs + c];
+                    for (int j = 0; j < KV; j++)
+                        acc[i][j] += b * fv[j];
+                }
+            }
+        }
+    }
+    for (int i = 0; i < qb; i++)
+        for (int j = 0; j < KV; j++) {
+            uvec *o = (uvec *)(out + i * K + j * VL);
+            *o = beta == 0 ? acc[i][j] : beta * *o + acc[i][j];
+        }
+}
+
+/* One output row of one image, KV vectors of channels at a time. */
+#define ROW_VARIANT(KV)                                                                         \
+    static void row_kv##KV(const real *xrow, const real *f, real *out, const direct_geom *g,  \
+                           real beta)                                                           \
+    {                                                                                           \
+        const int64_t xs = g->str_w * g->C, Q = g->Q, K = g->K;                                 \
+        for (int64_t k0 = 0; k0 < K; k0 += KV * VL) {                                           \
+            int64_t q = 0;                                                                      \
+            for (; q + QB_FOR(KV) <= Q; q += QB_FOR(KV))                                        \
+                block(xrow + q * xs, xs, f + k0, out + q * K + k0, g, beta, QB_FOR(KV), KV);   \
+            for (; q < Q; q++)                                                                  \
+                block(xrow + q * xs, xs, f + k0, out + q * K + k0, g, beta, 1, KV);            \
+        }                                                                                       \
+    }
+ROW_VARIANT(1)
+ROW_VARIANT(2)
+ROW_VARIANT(3)
+ROW_VARIANT(4)
+
+int conv_direct_supported(const direct_geom *g)
+{
+    return g->K % VL == 0;
+}
+
+void conv_direct(const real *x, const real *f, real *o, const direct_geom *g, real *work,
+                 int64_t nwork, real beta)
+{
+    const int64_t kv = g->K / VL;
+    const int KV = kv % 4 == 0 ? 4 : kv % 3 == 0 ? 3 : kv % 2 == 0 ? 2 : 1;
+    const int64_t Hp = g->H + 2 * g->pad_h, Wp = g->W + 2 * g->pad_w;
+    const int64_t image = g->H * g->W * g->C, out_image = g->P * g->Q * g->K;
+#pragma omp parallel for num_threads(nwork) schedule(dynamic, 1)
+    for (int64_t n = 0; n < g->N; n++) {
+        real *xp = work + (int64_t)omp_get_thread_num() * Hp * Wp * g->C;
+        pad_image(x + n * image, xp, g->H, g->W, g->C, g->pad_h, g->pad_w);
+        for (int64_t p = 0; p < g->P; p++) {
+            const real *xrow = xp + p * g->str_h * Wp * g->C;
+            real *out = o + n * out_image + p * g->Q * g->K;
+            switch (KV) {
+            case 4: row_kv4(xrow, f, out, g, beta); break;
+            case 3: row_kv3(xrow, f, out, g, beta); break;
+            case 2: row_kv2(xrow, f, out, g, beta); break;
+            default: row_kv1(xrow, f, out, g, beta); break;
+            }
+        }
+    }
+}
+
+/* acc (jb filter rows x KV vectors of output channels, jb <= QB) of df += the sum over the
+ * pixels of one image of the jb input values at xj (one filter row's consecutive taps
+ * and channels) times e's channels.  xj at the first pixel, pixels xs_q (columns) and xs_p
+ * (rows) elements apart; e at the block's first channel; df at the block's first row. */
+static inline __attribute__((always_inline)) void ublock(
+    const real *xj, int64_t xs_q, int64_t xs_p, const real *e, real *df, const direct_geom *g,
+    const int jb, const int KV)
+{
+    const int64_t K = g->K;
+    vec acc[14][4];
+    for (int i = 0; i < jb; i++)
+        for (int j = 0; j < KV; j++)
+            acc[i][j] = *(const uvec *)(df + i * K + j * VL);
+    for (int64_t p = 0; p < g->P; p++) {
+        const real *xrow = xj + p * xs_p;
+        const real *erow = e + p * g->Q * K;
+        for (int64_t q = 0; q < g->Q; q++) {
+            const real *xv = xrow + q * xs_q;
+            vec ev[4];
+            for (int j = 0; j < KV; j++)
+                ev[j] = *(const uvec *)(erow + q * K + j * VL);
+            for (int i = 0; i < jb; i++) {
+                const real b = xv[i];
+                for (int j = 0; j < KV; j++)
+                    acc[i][j] += b * ev[j];
+            }
+        }
+    }
+    for (int i = 0; i < jb; i++)
+        for (int j = 0; j < KV; j++)
+            *(uvec *)(df + i * K + j * VL) = acc[i][j];
+}
+
+/* df (R*S*C, K) += the weight gradient of one padded image xp and its output gradient e. */
+#define UPDATE_VARIANT(KV)                                                                      \
+    static void update_kv##KV(const real *xp, const real *e, real *df, const direct_geom *g)   \
+    {                                                                                           \
+        const int64_t C = g->C, S = g->S, K = g->K, Wp = g->W + 2 * g->pad_w;                   \
+        const int64_t xs_q = g->str_w * C, xs_p = g->str_h * Wp * C;                            \
+        const int64_t nseg = g->dil_w == 1 ? 1 : S, len = g->dil_w == 1 ? S * C : C;            \
+        for (int64_t r = 0; r < g->R; r++)                                                      \
+            for (int64_t seg = 0; seg < nseg; seg++) {                                          \
+                const real *xs = xp + r * g->dil_h * Wp * C + seg * g->dil_w * C;               \
+                real *rows = df + (r * S * C + seg * C) * K;                                    \
+                for (int64_t k0 = 0; k0 < K; k0 += KV * VL) {                                   \
+                    int64_t j = 0;                                                              \
+                    for (; j + QB_FOR(KV) <= len; j += QB_FOR(KV))                              \
+                        ublock(xs + j, xs_q, xs_p, e + k0, rows + j * K + k0, g, QB_FOR(KV), KV); \
+                    for (; j < len; j++)                                                        \
+                        ublock(xs + j, xs_q, xs_p, e + k0, rows + j * K + k0, g, 1, KV);       \
+                }                                                                               \
+            }                                                                                   \
+    }
+UPDATE_VARIANT(1)
+UPDATE_VARIANT(2)
+UPDATE_VARIANT(3)
+UPDATE_VARIANT(4)
+
+void conv_direct_update(const real *x, const real *e, real *df, const direct_geom *g,
+                        real *work, real *partials, int64_t nwork, real beta)
+{
+    const int64_t kv = g->K / VL;
+    const int KV = kv % 4 == 0 ? 4 : kv % 3 == 0 ? 3 : kv % 2 == 0 ? 2 : 1;
+    const int64_t Hp = g->H + 2 * g->pad_h, Wp = g->W + 2 * g->pad_w;
+    const int64_t image = g->H * g->W * g->C, out_image = g->P * g->Q * g->K;
+    const int64_t size = g->R * g->S * g->C * g->K;
+#pragma omp parallel num_threads(nwork)
+    {
+        const int64_t me = omp_get_thread_num(), nth = omp_get_num_threads();
+        real *xp = work + me * Hp * Wp * g->C, *part = partials + me * size;
+        int64_t n0, n1;
+        nl_split(g->N, me, nth, &n0, &n1);
+        memset(part, 0, (size_t)size * sizeof(real));
+        for (int64_t n = n0; n < n1; n++) {
+            pad_image(x + n * image, xp, g->H, g->W, g->C, g->pad_h, g->pad_w);
+            const real *en = e + n * out_image;
+            switch (KV) {
+            case 4: update_kv4(xp, en, part, g); break;
+            case 3: update_kv3(xp, en, part, g); break;
+            case 2: update_kv2(xp, en, part, g); break;
+            default: update_kv1(xp, en, part, g); break;
+            }
+        }
+#pragma omp barrier
+        int64_t i0, i1;
+        nl_split(size, me, nth, &i0, &i1);
+        for (int64_t i = i0; i < i1; i++) {
+            real sum = 0;
+            for (int64_t k = 0; k < nth; k++)
+                sum += partials[k * size + i];
+            df[i] = beta == 0 ? sum : beta * df[i] + sum;
+        }
+    }
+}
