@@ -305,6 +305,33 @@ class Backend(ABC):
         """dx = scale * y * (dy - sum(dy * y, last axis)) for y = masked_softmax(...) (B, Tq, Tk);
         ``dx`` may be ``dy``."""
 
+    # ---- GELU fused with a bias -----------------------------------------------------------------
+    def gelu(self, x, out, bias=None, pre=None, approximate="none"):
+        """out = gelu(x + bias) over x (..., D) with bias (D,) or None; with a bias, ``pre``
+        (x's shape; may be ``x``) receives x + bias, the input ``gelu_bprop`` needs.
+        ``approximate``: ``"none"`` (erf form) or ``"tanh"``.  This default runs op-trees;
+        a backend may fuse it into one pass."""
+        from ..transforms.activation import Gelu
+        if bias is not None:
+            if pre is None:
+                raise ValueError("gelu: with a bias, pre (the buffer for x + bias) is needed")
+            pre[:] = x + bias
+            x = pre
+        Gelu(approximate).fprop(self, x, out)
+        return out
+
+    def gelu_bprop(self, x, dy, dx, dbias=None, approximate="none"):
+        """dx = dy * gelu'(x) (x the pre-activation; ``dx`` may be ``dy``); ``dbias`` (D,),
+        when given, accumulates the sum of dx over every axis but the last."""
+        from ..transforms.activation import Gelu
+        Gelu(approximate).bprop(self, x, None, dy, dx)
+        if dbias is not None:
+            D = dbias.shape[-1]
+            rows = dx.reshape(dx.size // D, D)
+            acc = dbias.reshape(1, D)
+            acc[:] = acc + self.sum(rows, axis=0)
+        return dx
+
     # ---- rows of a table (embeddings) and layout ---------------------------------------------
     @abstractmethod
     def take_rows(self, table, ids, out):

@@ -177,11 +177,25 @@ class CPUBackend(Backend):
         return loss
 
     def masked_softmax(self, x, out, scale=1.0, causal=False, key_mask=None):
-        numpy_norm.masked_softmax(x._ary, out._ary, scale, causal,
-                                  None if key_mask is None else key_mask._ary)
+        mask = None if key_mask is None else key_mask._ary
+        if not self.kernels.masked_softmax(x._ary, out._ary, scale, causal, mask):
+            numpy_norm.masked_softmax(x._ary, out._ary, scale, causal, mask)
 
     def masked_softmax_bprop(self, y, dy, dx, scale=1.0):
-        numpy_norm.masked_softmax_bprop(y._ary, dy._ary, dx._ary, scale)
+        if not self.kernels.masked_softmax_bprop(y._ary, dy._ary, dx._ary, scale):
+            numpy_norm.masked_softmax_bprop(y._ary, dy._ary, dx._ary, scale)
+
+    def gelu(self, x, out, bias=None, pre=None, approximate="none"):
+        if self.kernels.gelu(x._ary, out._ary, None if bias is None else bias._ary,
+                             None if pre is None else pre._ary, approximate):
+            return out
+        return super().gelu(x, out, bias, pre, approximate)
+
+    def gelu_bprop(self, x, dy, dx, dbias=None, approximate="none"):
+        if self.kernels.gelu_bprop(x._ary, dy._ary, dx._ary,
+                                   None if dbias is None else dbias._ary, approximate):
+            return dx
+        return super().gelu_bprop(x, dy, dx, dbias, approximate)
 
     def take_rows(self, table, ids, out):
         numpy_rows.take_rows(table._ary, ids._ary, out._ary)

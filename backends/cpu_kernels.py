@@ -474,3 +474,74 @@ class CPUKernels:
         K = logits.shape[-1]
         return float(module.lib.softmax_cross_entropy(*ptrs, logits.size // max(K, 1), K,
                                                       scale))
+
+    # ---- GELU and attention softmax ----------------------------------------------------------
+    def gelu(self, x, out, bias, pre, approximate):
+        """pre = x + bias (bias (D,) or None; pre may be x), out = gelu(pre) over rows (M, D)."""
+        arrays = (x, out) + tuple(a for a in (bias, pre) if a is not None)
+        if x.ndim == 0 or x.shape != out.shape or (bias is not None and (
+                pre is None or pre.shape != x.shape or bias.size != x.shape[-1])):
+            return False
+        module = self._usable("gelu", *arrays)
+        if module is None:
+            return False
+        ffi = module.ffi
+        pre = x if pre is None else pre
+        D = x.shape[-1]
+        module.lib.gelu_fprop(ffi.from_buffer("real[]", x),
+                              ffi.NULL if bias is None else ffi.from_buffer("real[]", bias),
+                              ffi.from_buffer("real[]", pre), ffi.from_buffer("real[]", out),
+                              x.size // max(D, 1), D, approximate == "tanh")
+        return True
+
+    def gelu_bprop(self, x, dy, dx, dbias, approximate):
+        """dx = dy * gelu'(x) over rows (M, D); dbias (D,) += its column sums unless None."""
+        arrays = (x, dy, dx) + (() if dbias is None else (dbias,))
+        if x.ndim == 0 or not x.shape == dy.shape == dx.shape or (
+                dbias is not None and dbias.size != x.shape[-1]):
+            return False
+        module = self._usable("gelu", *arrays)
+        if module is None:
+            return False
+        ffi = module.ffi
+        D = x.shape[-1]
+        module.lib.gelu_bprop(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", dy),
+                              ffi.from_buffer("real[]", dx),
+                              ffi.NULL if dbias is None else ffi.from_buffer("real[]", dbias),
+                              x.size // max(D, 1), D, approximate == "tanh")
+        return True
+
+    def masked_softmax(self, x, out, scale, causal, key_mask):
+        """Masked softmax of scores (B, Tq, Tk); key_mask (N, Tk) or None (any dtype)."""
+        if x.ndim != 3 or x.shape != out.shape:
+            return False
+        module = self._usable("attention_softmax", x, out)
+        if module is None:
+            return False
+        ffi = module.ffi
+        B, Tq, Tk = x.shape
+        mask, N = ffi.NULL, 1
+        if key_mask is not None:
+            keep = np.ascontiguousarray(key_mask, dtype=x.dtype)
+            if keep.ndim != 2 or keep.shape[1] != Tk or B % max(keep.shape[0], 1):
+                return False
+            mask, N = ffi.from_buffer("real[]", keep), keep.shape[0]
+        module.lib.attention_softmax_fprop(ffi.from_buffer("real[]", x),
+                                           ffi.from_buffer("real[]", out), B, Tq, Tk, scale,
+                                           bool(causal), mask, N)
+        return True
+
+    def masked_softmax_bprop(self, y, dy, dx, scale):
+        """dx = scale * y * (dy - rowsum(dy * y)) over the last axis."""
+        if y.ndim == 0 or not y.shape == dy.shape == dx.shape:
+            return False
+        module = self._usable("attention_softmax", y, dy, dx)
+        if module is None:
+            return False
+        ffi = module.ffi
+        Tk = y.shape[-1]
+        module.lib.attention_softmax_bprop(ffi.from_buffer("real[]", y),
+                                           ffi.from_buffer("real[]", dy),
+                                           ffi.from_buffer("real[]", dx), y.size // max(Tk, 1),
+                                           Tk, scale)
+        return True

@@ -1,4 +1,5 @@
 """Activation and Dropout layers (elementwise, shape-preserving)."""
+from ..transforms.activation import Gelu
 from .layer import Layer
 
 
@@ -8,7 +9,8 @@ class Activation(Layer):
 
     When the cost has fused its gradient with this activation (softmax + cross-entropy,
     logistic + binary cross-entropy) the model sets ``fused_with_cost`` and bprop passes the
-    cost's error through unchanged.
+    cost's error through unchanged.  GELU runs as the backend's fused ``gelu``/``gelu_bprop``
+    (one pass each).
     """
 
     def __init__(self, transform, name=None):
@@ -18,13 +20,19 @@ class Activation(Layer):
 
     def fprop(self, x, inference=False):
         self.x = x
-        self.transform.fprop(self.be, x, self.outputs)
+        if isinstance(self.transform, Gelu):
+            self.be.gelu(x, self.outputs, approximate=self.transform.approximate)
+        else:
+            self.transform.fprop(self.be, x, self.outputs)
         return self.outputs
 
     def bprop(self, error):
         if self.fused_with_cost:
             return error
-        self.transform.bprop(self.be, self.x, self.outputs, error, self.deltas)
+        if isinstance(self.transform, Gelu):
+            self.be.gelu_bprop(self.x, error, self.deltas, approximate=self.transform.approximate)
+        else:
+            self.transform.bprop(self.be, self.x, self.outputs, error, self.deltas)
         return self.deltas
 
 

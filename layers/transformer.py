@@ -78,7 +78,7 @@ class TransformerBlock(Layer):
             a = self.drop1.fprop(a, inference)
         self.resid[:] = x + a
         h = self.ln2.fprop(self.resid, inference)
-        m = self.fc2.fprop(self.gelu.fprop(self.fc1.fprop(h, inference), inference), inference)
+        m = self.fc2.fprop(self._fc1_gelu(h, inference), inference)
         if self.drop2 is not None:
             m = self.drop2.fprop(m, inference)
         self.outputs[:] = self.resid + m
@@ -86,7 +86,7 @@ class TransformerBlock(Layer):
 
     def bprop(self, error):
         e = self.drop2.bprop(error) if self.drop2 is not None else error
-        e = self.ln2.bprop(self.fc1.bprop(self.gelu.bprop(self.fc2.bprop(e))))
+        e = self.ln2.bprop(self._fc1_gelu_bprop(self.fc2.bprop(e)))
         self.dresid[:] = error + e
         e = self.drop1.bprop(self.dresid) if self.drop1 is not None else self.dresid
         e = self.attn.bprop(e)
@@ -95,6 +95,22 @@ class TransformerBlock(Layer):
             return None
         self.deltas[:] = self.dresid + self.ln1.bprop(e)
         return self.deltas
+
+    def _fc1_gelu(self, h, inference):
+        """gelu(fc1(h)) with fc1's bias added inside the GELU pass: the GEMM's output
+        (N, T, mlp_ratio*d) becomes the pre-activation in place, kept for bprop."""
+        linear, bias = self.fc1.layers
+        z = linear.fprop(h, inference)
+        self.be.gelu(z, self.gelu.outputs, bias.b.value, z, self.gelu.transform.approximate)
+        self.gelu.x = z
+        return self.gelu.outputs
+
+    def _fc1_gelu_bprop(self, e):
+        """The error for fc1's input; the GELU's gradient and fc1's bias gradient in one pass."""
+        linear, bias = self.fc1.layers
+        self.be.gelu_bprop(self.gelu.x, e, self.gelu.deltas, bias.b.grad,
+                           self.gelu.transform.approximate)
+        return linear.bprop(self.gelu.deltas)
 
     def parameters(self):
         return [p for layer in self.sublayers for p in layer.parameters()]

@@ -1,0 +1,122 @@
+/* GELU forward and backward, fused with a bias (see gelu.h).  The float erf and exp are the
+ * vectorizable nl_erf32 and nl_expf of common.h; each row is two short passes (bias, then the
+ * activation) over data that stays in L1. */
+#include "common.h"
+#include "gelu.h"
+
+#define SQRT_HALF ((real)0.70710678118654752440)
+#define INV_SQRT_2PI ((real)0.39894228040143267794)
+#define TANH_K ((real)0.79788456080286535588)
+#define TANH_C ((real)0.044715)
+
+/* Rows summed in `real` before their sums enter the double block totals (as in norm.c). */
+#define RUN 32
+
+/* The tanh form through e = exp(2z) and s = 1 / (e + 1): 1 + tanh(z) = 2 e s and
+ * 1 - tanh(z)^2 = 4 e s^2, both with full relative accuracy in the tails (1 - t * t would
+ * cancel).  2z is capped at 80 (tanh is 1 there in double too) so e stays finite. */
+static inline void tanh_parts(real h, real *es, real *s)
+{
+    const real z = 2 * TANH_K * (h + TANH_C * h * h * h);
+    const real e = NL_EXP(z < 80 ? z : (real)80), inv = 1 / (e + 1);
+    *es = e * inv;
+    *s = inv;
+}
+
+static void fprop_row(const real *x, const real *bias, real *pre, real *y, int64_t D,
+                      int approximate)
+{
+    if (bias) {
+        for (int64_t d = 0; d < D; d++)
+            pre[d] = x[d] + bias[d];
+    } else if (pre != x) {
+        memcpy(pre, x, (size_t)D * sizeof(real));
+    }
+    if (approximate) {
+        for (int64_t d = 0; d < D; d++) {
+            real es, s;
+            tanh_parts(pre[d], &es, &s);
+            y[d] = pre[d] * es;
+        }
+    } else {
+        for (int64_t d = 0; d < D; d++) {
+            const real h = pre[d];
+            y[d] = (real)0.5 * h * (1 + NL_ERF_REAL(h * SQRT_HALF));
+        }
+    }
+}
+
+static void bprop_row(const real *pre, const real *dy, real *dx, int64_t D, int approximate)
+{
+    if (approximate) {
+        for (int64_t d = 0; d < D; d++) {
+            const real h = pre[d];
+            real es, s;
+            tanh_parts(h, &es, &s);
+            dx[d] = dy[d] * (es + 2 * h * es * s * TANH_K * (1 + 3 * TANH_C * h * h));
+        }
+    } else {
+        for (int64_t d = 0; d < D; d++) {
+            const real h = pre[d];
+            dx[d] = dy[d] * ((real)0.5 * (1 + NL_ERF_REAL(h * SQRT_HALF))
+                             + h * NL_EXP((real)-0.5 * h * h) * INV_SQRT_2PI);
+        }
+    }
+}
+
+void gelu_fprop(const real *x, const real *bias, real *pre, real *y, int64_t M, int64_t D,
+                int approximate)
+{
+#pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
+    for (int64_t m = 0; m < M; m++)
+        fprop_row(x + m * D, bias, pre + m * D, y + m * D, D, approximate);
+}
+
+void gelu_bprop(const real *pre, const real *dy, real *dx, real *dbias, int64_t M, int64_t D,
+                int approximate)
+{
+    if (!dbias) {
+#pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
+        for (int64_t m = 0; m < M; m++)
+            bprop_row(pre + m * D, dy + m * D, dx + m * D, D, approximate);
+        return;
+    }
+    const int64_t nb = nl_blocks(M);
+    double *part = calloc((size_t)nb * (size_t)D, sizeof(double));
+    real *run = malloc((size_t)nb * (size_t)D * sizeof(real));
+#pragma omp parallel for schedule(dynamic, 1) if (M * D >= NL_PARALLEL_MIN)
+    for (int64_t blk = 0; blk < nb; blk++) {
+        double *sum = part + (size_t)blk * (size_t)D;
+        real *r = run + (size_t)blk * (size_t)D;
+        int64_t lo, hi;
+        nl_split(M, blk, nb, &lo, &hi);
+        for (int64_t m0 = lo; m0 < hi; m0 += RUN) {
+            const int64_t m1 = m0 + RUN < hi ? m0 + RUN : hi;
+            for (int64_t d = 0; d < D; d++)
+                r[d] = 0;
+            for (int64_t m = m0; m < m1; m++) {
+                real *dxr = dx + m * D;
+                bprop_row(pre + m * D, dy + m * D, dxr, D, approximate);
+                for (int64_t d = 0; d < D; d++)
+                    r[d] += dxr[d];
+            }
+            for (int64_t d = 0; d < D; d++)
+                sum[d] += (double)r[d];
+        }
+    }
+    for (int64_t d = 0; d < D; d++) {
+        double total = 0;
+        for (int64_t blk = 0; blk < nb; blk++)
+            total += part[(size_t)blk * (size_t)D + d];
+        dbias[d] += (real)total;
+    }
+    free(part);
+    free(run);
+}
+
+void erf_values(const real *x, real *y, int64_t n)
+{
+#pragma omp parallel for schedule(static) if (n >= NL_PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = NL_ERF_REAL(x[i]);
+}
