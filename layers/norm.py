@@ -1,4 +1,6 @@
 """Batch normalization over the channel (last) axis."""
+import numpy as np
+
 from ..initializers import Constant
 from .layer import ParameterLayer, flat_rows
 
@@ -9,6 +11,11 @@ class BatchNorm(ParameterLayer):
     Training uses the statistics of the batch (over N, H, W for NHWC images) and updates the
     running statistics as ``r = rho * r + (1 - rho) * batch_stat``; inference uses the running
     ones.  Parameters ``gamma``, ``beta`` (C,); buffers ``running_mean``, ``running_var`` (C,).
+
+    ``stat_sync`` (None by default) is the hook of synchronised batch norm in data-parallel
+    training: an object whose ``allreduce_sum(values)`` returns the sum of a small float64
+    host array over every process.  When set, training statistics (and the sums bprop needs)
+    cover the examples of every process, as one process with the global batch would.
     """
 
     def __init__(self, rho=0.9, eps=1e-5, name=None):
@@ -16,6 +23,7 @@ class BatchNorm(ParameterLayer):
         if not 0.0 <= rho < 1.0 or eps <= 0:
             raise ValueError(f"BatchNorm: need 0 <= rho < 1 and eps > 0, got rho={rho}, eps={eps}")
         self.rho, self.eps = float(rho), float(eps)
+        self.stat_sync = None
 
     def allocate(self):
         super().allocate()
@@ -28,6 +36,7 @@ class BatchNorm(ParameterLayer):
         self.running_var = be.ones((C,))
         self.mean, self.invstd = be.zeros((1, C)), be.zeros((1, C))
         self.xhat = be.zeros((be.bsz,) + self.in_shape)
+        self._scratch_a, self._scratch_b = be.zeros((1, C)), be.zeros((1, C))
         if self.deltas is None:
             self.deltas = be.zeros((be.bsz,) + self.in_shape)
 
@@ -38,6 +47,8 @@ class BatchNorm(ParameterLayer):
         return t.reshape(1, self.C)
 
     def fprop(self, x, inference=False):
+        if self.stat_sync is not None and not inference:
+            return self._fprop_synced(flat_rows(x, self.C))
         self.be.batchnorm_fprop(flat_rows(x, self.C), self._row(self.gamma.value),
                                 self._row(self.beta.value), flat_rows(self.outputs, self.C),
                                 flat_rows(self.xhat, self.C), self.mean, self.invstd,
@@ -46,8 +57,58 @@ class BatchNorm(ParameterLayer):
         return self.outputs
 
     def bprop(self, error):
+        if self.stat_sync is not None:
+            return self._bprop_synced(flat_rows(error, self.C))
         self.be.batchnorm_bprop(flat_rows(error, self.C), flat_rows(self.xhat, self.C),
                                 self.invstd, self._row(self.gamma.value),
                                 flat_rows(self.deltas, self.C),
                                 self._row(self.gamma.grad), self._row(self.beta.grad))
+        return self.deltas
+
+    # ---- synchronised statistics (stat_sync set) -----------------------------------------------
+    def _fprop_synced(self, x):
+        """Normalize x (M, C) with the mean and biased variance of every process's rows: the
+        backend's kernel gives this process's (count, mean, variance), which are combined over
+        the processes in float64."""
+        be, C, m = self.be, self.C, x.shape[0]
+        gamma, beta = self._row(self.gamma.value), self._row(self.beta.value)
+        y, xhat = flat_rows(self.outputs, C), flat_rows(self.xhat, C)
+        be.batchnorm_fprop(x, gamma, beta, y, xhat, self.mean, self.invstd, self._scratch_a,
+                           self._scratch_b, self.eps, self.rho, False)
+        mean = self.mean.get().reshape(-1).astype(np.float64)
+        var = 1.0 / np.square(self.invstd.get().reshape(-1).astype(np.float64)) - self.eps
+        total = self.stat_sync.allreduce_sum(np.concatenate([[m], m * mean,
+                                                             m * (var + mean * mean)]))
+        self._count = count = total[0]
+        mean = total[1:C + 1] / count
+        var = np.maximum(total[C + 1:] / count - mean * mean, 0.0)
+        self._scratch_a.set(mean.reshape(1, C))
+        self._scratch_b.set(var.reshape(1, C))
+        be.batchnorm_fprop(x, gamma, beta, y, xhat, self.mean, self.invstd, self._scratch_a,
+                           self._scratch_b, self.eps, self.rho, True)
+        for running, stat, factor in ((self.running_mean, self._scratch_a, 1.0),
+                                      (self.running_var, self._scratch_b,
+                                       count / max(count - 1, 1))):
+            row = self._row(running)
+            row[:] = row * self.rho + stat * ((1.0 - self.rho) * factor)
+        return self.outputs
+
+    def _bprop_synced(self, dy):
+        """dx = gamma * invstd * (dy - sum(dy) / M - xhat * sum(dy * xhat) / M) with the sums
+        and M over every process; gamma's and beta's gradients from this process's rows (the
+        backend's kernel gives the sums)."""
+        C, xhat = self.C, flat_rows(self.xhat, self.C)
+        gamma, dx = self._row(self.gamma.value), flat_rows(self.deltas, C)
+        dg, db = self._scratch_a, self._scratch_b
+        dg.fill(0.0)
+        db.fill(0.0)
+        self.be.batchnorm_bprop(dy, xhat, self.invstd, gamma, dx, dg, db)
+        for grad, local in ((self.gamma.grad, dg), (self.beta.grad, db)):
+            row = self._row(grad)
+            row[:] = row + local
+        total = self.stat_sync.allreduce_sum(np.concatenate(
+            [db.get().reshape(-1), dg.get().reshape(-1)])) / self._count
+        db.set(total[:C].reshape(1, C))
+        dg.set(total[C:].reshape(1, C))
+        dx[:] = (gamma * self.invstd) * (dy - db - xhat * dg)
         return self.deltas

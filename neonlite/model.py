@@ -27,6 +27,8 @@ class Model:
         self.epoch_index = 0
         self.step_index = 0
         self.optimizer = None
+        self.grad_sync = None
+        self._stepped = []
 
     # ---- set-up ------------------------------------------------------------------------------
     def initialize(self, dataset, cost=None):
@@ -57,6 +59,7 @@ class Model:
         self.out_shape = out_shape
         self.layers.set_needs_deltas(False)
         self.layers.allocate()
+        self._stepped = [leaf for leaf in self.layers.leaves() if hasattr(leaf, "set_step")]
         self.in_shape = in_shape
         if cost is not None:
             self._attach_cost(cost, dataset)
@@ -83,11 +86,18 @@ class Model:
             p.grad[:] = 0.0
 
     def train_step(self, x, t, optimizer, epoch):
-        """One step: zero gradients, fprop, cost, bprop, update.  Returns the cost (float)."""
+        """One step: zero gradients, fprop, cost, bprop, update.  Returns the cost (float).
+
+        With ``grad_sync`` set (data-parallel training, :mod:`neonlite.distributed`), the
+        gradients are averaged over the processes between bprop and the update."""
         self.zero_grads()
+        for leaf in self._stepped:
+            leaf.set_step(self.step_index)
         y = self.layers.fprop(x)
         cost, delta = self.cost.cost_and_errors(y, t)
         self.layers.bprop(delta)
+        if self.grad_sync is not None:
+            self.grad_sync.finish()
         optimizer.optimize(self.parameters(), epoch)
         self.step_index += 1
         return cost
@@ -97,6 +107,8 @@ class Model:
         where it stopped)."""
         from .callbacks import Callbacks
         self.initialize(dataset, cost)
+        if self.grad_sync is not None:
+            self.grad_sync.start(self)
         callbacks = callbacks if callbacks is not None else Callbacks(self, progress=False)
         callbacks.model = self
         self.optimizer = optimizer

@@ -42,7 +42,8 @@ def add_run_arguments(parser):
     parser.add_argument("-e", "--epochs", type=positive_int, metavar="EPOCHS",
                         help="train until this many epochs are done (YAML: epochs)")
     parser.add_argument("-z", "--batch-size", type=positive_int, dest="batchsize", metavar="BATCH",
-                        help="minibatch size (YAML: batchsize)")
+                        help="minibatch size; under mpirun the global batch, split across "
+                             "the ranks (YAML: batchsize)")
     parser.add_argument("-r", "--rng-seed", type=non_negative_int, dest="rng_seed", metavar="SEED",
                         help="random seed for initialization, shuffling and dropout "
                              "(YAML: rng_seed)")
@@ -70,6 +71,9 @@ def add_run_arguments(parser):
     parser.add_argument("-o", "--output-file", metavar="LOG.h5", dest="output_file",
                         help="write the training log (per-batch cost, per-epoch metric and "
                              "times) here; see neonlite plot")
+    parser.add_argument("--sync-bn", action="store_true", default=None, dest="sync_bn",
+                        help="under mpirun, batch norm statistics over the global batch instead "
+                             "of each rank's part (YAML: sync_bn)")
     parser.add_argument("--max-batches", type=positive_int, metavar="N",
                         help="use at most N batches per epoch for training and evaluation "
                              "(quick smoke runs)")
@@ -80,4 +84,4 @@ def overrides(args):
     """The top-level YAML values the flags in ``args`` set (None: not given)."""
     return {key: getattr(args, key, None)
             for key in ("backend", "epochs", "batchsize", "rng_seed", "datatype", "eval_freq",
-                        "save_path", "serialize")}
+                        "save_path", "serialize", "sync_bn")}

@@ -4,15 +4,24 @@
 Order: backend -> data -> model, cost, optimizer -> weights (``--model-file``) or the saved
 state (``--resume``) -> callbacks -> ``Model.fit``.  Everything that can be wrong with the
 configuration is checked before the first step, and nothing is written before then.
+
+Under ``mpirun`` (see :mod:`neonlite.distributed`) every rank runs this same path: the
+global batch (``-z``) is split across the ranks, each rank uses the device of its local
+rank and its shard of the training data, gradients are averaged during bprop, and only rank
+0 prints progress, writes the log and the checkpoints.  An error on any rank is printed
+with the rank and ends the whole job.
 """
 import sys
 import time
+
+import numpy as np
 
 from ..backends import gen_backend
 from ..callbacks import Callbacks, ModelCheckpoint
 from ..config.datasets import make_dataset
 from ..config.errors import ConfigError
 from ..config.yaml_io import dump_yaml
+from ..distributed import DataParallel, detect_world, shard
 from ..layers.layer import ShapeError
 from ..optimizers.mixed_precision import MixedPrecision, for_datatype
 from ..serialize import CheckpointError, load_params, read_checkpoint, restore_training_state
@@ -46,13 +55,16 @@ class FirstBatches:
         return getattr(self.data, name)
 
 
-def make_backend(settings):
-    """``gen_backend`` from the run's settings; a bad data type is a one-line error."""
+def make_backend(settings, world=None):
+    """``gen_backend`` from the run's settings (with ``world``: this rank's part of the
+    batch, on the device of its local rank); a bad data type is a one-line error."""
     from ..config.run import DATATYPES
+    batch = settings["batchsize"] if world is None else world.split_batch(settings["batchsize"])
     try:
-        return gen_backend(settings["backend"], batch_size=settings["batchsize"],
+        return gen_backend(settings["backend"], batch_size=batch,
                            rng_seed=settings["rng_seed"],
-                           datatype=DATATYPES[settings["datatype"]])
+                           datatype=DATATYPES[settings["datatype"]],
+                           device_id=0 if world is None else world.local_rank)
     except (TypeError, ValueError) as err:
         if isinstance(err, ConfigError):
             raise
@@ -97,12 +109,26 @@ def _failing_path(layer):
 def train(run, opts, stream=None):
     """Train as ``run`` (a :class:`RunConfig`, flags already applied) and ``opts`` (data_dir,
     model_file, resume, output_file, max_batches, quiet) say.  Returns the trained model."""
+    world = detect_world()
+    if world.size == 1:
+        return _train(run, opts, stream, world)
+    with world.abort_on_error(getattr(opts, "verbose", False)):
+        return _train(run, opts, stream, world)
+
+
+def _train(run, opts, stream, world):
     settings = run.settings
     begin = time.perf_counter()
-    make_backend(settings)
+    if world.size > 1 and settings["rng_seed"] is None:
+        settings["rng_seed"] = world.bcast(int(np.random.SeedSequence().entropy % 2 ** 31))
+    make_backend(settings, world)
     data, train_set, valid_set = load_data(settings, opts.data_dir, opts.max_batches,
                                            valid=settings["eval_freq"] > 0)
+    train_set = shard(train_set, world)
     model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
+    if world.size > 1:
+        DataParallel(world, sync_bn=settings["sync_bn"]).attach(model)
+    quiet = opts.quiet or not world.is_root
     optimizer = for_datatype(optimizer, settings["datatype"])
     cost = optimizer.wrap_cost(cost) if isinstance(optimizer, MixedPrecision) else cost
     initialize(model, train_set, cost)
@@ -118,19 +144,21 @@ def train(run, opts, stream=None):
     description = run.description()
     callbacks = Callbacks(model, eval_set=valid_set,
                           eval_freq=settings["eval_freq"], metric=run.build_metric(),
-                          progress=not opts.quiet, quiet=opts.quiet, run_config=description)
+                          progress=not quiet, quiet=quiet, run_config=description)
     for callback in run.build_callbacks():
-        callbacks.add(callback)
-    if opts.output_file:
+        if world.is_root or not isinstance(callback, ModelCheckpoint):
+            callbacks.add(callback)
+    if opts.output_file and world.is_root:
         callbacks.add(TrainingLog(opts.output_file, config=dump_yaml(description)))
-    if settings["save_path"]:
+    if settings["save_path"] and world.is_root:
         callbacks.add(ModelCheckpoint(settings["save_path"], every=settings["serialize"]))
-    say = (lambda text: None) if opts.quiet else (
+    say = (lambda text: None) if quiet else (
         lambda text: print(text, file=stream or sys.stderr, flush=True))
     start = model.epoch_index
     say(f"{run.source}: {model.layers.param_count():,} parameters; {data.name} "
         f"{tuple(train_set.shape)}, {_count(train_set)} train / {_count(valid_set)} valid; "
-        f"backend {settings['backend']}, batch {settings['batchsize']}, "
+        f"backend {settings['backend']}, batch {settings['batchsize']}"
+        + (f" over {world.size} ranks, " if world.size > 1 else ", ") +
         f"{settings['datatype']}, " + (f"epochs {start + 1}..{settings['epochs']}"
                                        if start < settings["epochs"] else
                                        f"already {start} epochs done: nothing to train "

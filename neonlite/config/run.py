@@ -2,7 +2,8 @@
 
 Keys (see :data:`KEYS`): ``backend``, ``epochs``, ``batchsize``, ``rng_seed``, ``datatype``,
 ``eval_freq``, ``metric``, ``dataset``, ``layers``, ``cost``, ``optimizer``, ``callbacks``,
-``save_path``, ``serialize``.  Any other top-level key must define a YAML anchor for use
+``save_path``, ``serialize``, ``sync_bn`` (data-parallel runs: batch norm statistics over
+the global batch).  Any other top-level key must define a YAML anchor for use
 below (``wt_init: &wt_init {type: Gaussian, ...}``, ``nclass: &nclass 10``); another unknown
 key, or one that looks like a misspelling of a known one, is an error.
 """
@@ -34,6 +35,7 @@ KEYS = {
     "callbacks": ((list,), []),
     "save_path": ((str, type(None)), None),
     "serialize": ((int,), 0),
+    "sync_bn": ((bool,), False),
 }
 _POSITIVE = ("epochs", "batchsize")
 _NON_NEGATIVE = ("eval_freq", "serialize")

@@ -8,7 +8,7 @@ import numpy as np
 from ..backends import get_backend
 from .dataset import SplitDataset
 from .datadir import resolve_data_dir
-from .iterator import DataError, set_batch
+from .iterator import DataError, set_batch, shard_check
 
 
 class HDF5Iterator:
@@ -30,6 +30,10 @@ class HDF5Iterator:
     and ``valid`` tells how many of its rows are real.
 
     ``file`` is a path (opened read-only until :meth:`close`) or an open ``h5py.File``.
+
+    ``shard(rank, nranks)`` (data-parallel training) batches the epoch's order in global
+    batches of ``nranks`` times the backend's batch (chunks of ``chunk_batches`` global
+    batches), the same on every process, and keeps this process's rows ``rank * bsz ...``.
     """
 
     def __init__(self, file, x="x", y="y", nclass=None, shuffle=True, chunk_batches=4,
@@ -58,20 +62,34 @@ class HDF5Iterator:
         if not isinstance(chunk_batches, (int, np.integer)) or chunk_batches < 1:
             raise ValueError(f"HDF5Iterator: chunk_batches must be a positive integer, got "
                              f"{chunk_batches!r}")
-        self.chunk = int(chunk_batches) * be.bsz
+        self.chunk_batches = int(chunk_batches)
+        self.rank, self.nranks = 0, 1
+        self.chunk = self.chunk_batches * be.bsz
         self.target_shape = self.shape if self.Y is None else self._check_targets(y)
         self.nbatches = -(-self.ndata // be.bsz)
         self.x_buf = be.zeros((be.bsz,) + self.shape)
         self.t_buf = self.x_buf if self.Y is None else be.zeros((be.bsz,) + self.target_shape)
         self._onehot = None if nclass is None else np.zeros((be.bsz, nclass), dtype=be.dtype)
-        self._hx = np.empty((be.bsz,) + self.shape, dtype=self.X.dtype)
+        self._host_buffers(be.bsz)
+        self.valid = be.bsz
+
+    def _host_buffers(self, rows):
+        self._hx = np.empty((rows,) + self.shape, dtype=self.X.dtype)
         if self.Y is None:
             self._hy = None
-        elif nclass is None:
-            self._hy = np.empty((be.bsz,) + tuple(self.Y.shape[1:]), dtype=self.Y.dtype)
+        elif self.nclass is None:
+            self._hy = np.empty((rows,) + tuple(self.Y.shape[1:]), dtype=self.Y.dtype)
         else:
-            self._hy = np.empty(be.bsz, dtype=np.int64)
-        self.valid = be.bsz
+            self._hy = np.empty(rows, dtype=np.int64)
+
+    def shard(self, rank, nranks):
+        """Iterate only part ``rank`` of ``nranks`` of every global batch (see the class doc)."""
+        self.rank, self.nranks = shard_check(self.name, rank, nranks)
+        rows = self.be.bsz * self.nranks
+        self.chunk = self.chunk_batches * rows
+        self.nbatches = -(-self.ndata // rows)
+        self._host_buffers(rows)
+        return self
 
     def _dataset(self, key, what):
         obj = self.file.get(key)
@@ -133,7 +151,7 @@ class HDF5Iterator:
 
     def batches(self, shuffle):
         """Generator of (x, t) device buffers for one epoch, shuffled or in order."""
-        bsz, hx, hy = self.be.bsz, self._hx, self._hy
+        bsz, hx, hy = self.be.bsz * self.nranks, self._hx, self._hy
         pos, first = 0, None
         for x, y in self._chunks(shuffle):
             i = 0
@@ -157,11 +175,15 @@ class HDF5Iterator:
             yield self._emit(pos)
 
     def _emit(self, valid):
-        self.valid = valid
+        bsz = self.be.bsz
+        first = self.rank * bsz
+        self.valid = max(0, min(bsz, valid - first))
         if self._hx.dtype.kind == "f" and not np.isfinite(self._hx[:valid]).all():
             raise DataError(f"{self.path}: dataset '{self.X.name.lstrip('/')}' holds a "
                             f"non-finite value")
-        set_batch(self.x_buf, self.t_buf, self._onehot, self._hx, self._hy)
+        rows = slice(first, first + bsz)
+        set_batch(self.x_buf, self.t_buf, self._onehot, self._hx[rows],
+                  None if self._hy is None else self._hy[rows])
         return self.x_buf, self.t_buf
 
     def close(self):

@@ -22,6 +22,11 @@ class ArrayIterator:
     The last batch of an epoch may be partial: it is filled up by wrapping around to the start
     of the data, and ``valid`` tells how many of its rows are real (after each step of the
     iteration).  Each batch reuses the same two device buffers.
+
+    ``shard(rank, nranks)`` makes it one of ``nranks`` disjoint parts (data-parallel
+    training): each global batch is ``nranks`` times the backend's batch, drawn from the
+    epoch's order (the same on every process, from the seed), and this process takes rows
+    ``rank * bsz .. (rank + 1) * bsz - 1`` of it.
     """
 
     def __init__(self, X, y=None, nclass=None, shuffle=True, name="data"):
@@ -50,6 +55,13 @@ class ArrayIterator:
         self._onehot = None if nclass is None else np.zeros((bsz, nclass), dtype=self.be.dtype)
         self.valid = bsz
         self.order = np.arange(self.ndata)
+        self.rank, self.nranks = 0, 1
+
+    def shard(self, rank, nranks):
+        """Iterate only part ``rank`` of ``nranks`` of every global batch (see the class doc)."""
+        self.rank, self.nranks = shard_check(self.name, rank, nranks)
+        self.nbatches = -(-self.ndata // (self.be.bsz * nranks))
+        return self
 
     def _targets(self, y, nclass):
         if y.shape[0] != self.ndata:
@@ -85,9 +97,9 @@ class ArrayIterator:
         else:
             self.order = np.arange(self.ndata)
         for b in range(self.nbatches):
-            start = b * bsz
+            start = (b * self.nranks + self.rank) * bsz
             idx = self.order[np.arange(start, start + bsz) % self.ndata]
-            self.valid = min(bsz, self.ndata - start)
+            self.valid = max(0, min(bsz, self.ndata - start))
             self._fill(idx)
             yield self.x_buf, self.t_buf
 
@@ -110,6 +122,15 @@ def set_batch(x_buf, t_buf, onehot, x, y):
         t_buf.set(onehot)
     else:
         t_buf.set(y)
+
+
+def shard_check(name, rank, nranks):
+    """``(rank, nranks)`` checked: integers with 0 <= rank < nranks."""
+    if not all(isinstance(v, (int, np.integer)) for v in (rank, nranks)) or \
+            not 0 <= rank < nranks:
+        raise DataError(f"{name}: shard needs integers 0 <= rank < nranks, got rank={rank!r}, "
+                        f"nranks={nranks!r}")
+    return int(rank), int(nranks)
 
 
 def _check_finite(a, name, what):

@@ -5,7 +5,7 @@ import os
 import numpy as np
 
 from ..backends import get_backend
-from .iterator import DataError
+from .iterator import DataError, shard_check
 
 
 def builtin_text():
@@ -85,6 +85,10 @@ class TextWindows:
     ``batches(shuffle=False)`` walks the non-overlapping windows at offsets 0, T, 2T, ... in
     order (evaluation: ``ndata`` windows, the last batch filled up by wrapping around, with
     ``valid`` the number of its real rows).
+
+    ``shard(rank, nranks)`` (data-parallel training) draws the offsets of the global batch,
+    ``nranks`` times the backend's batch, the same on every process, and keeps this process's
+    part, rows ``rank * bsz ...``; the default number of batches then counts global batches.
     """
 
     def __init__(self, ids, vocab, seq_len, shuffle=True, nbatches=None, name="text"):
@@ -109,6 +113,15 @@ class TextWindows:
         self._rows = np.arange(bsz)[:, None]
         self._cols = np.arange(T + 1)
         self.valid = bsz
+        self.rank, self.nranks = 0, 1
+        self._given_nbatches = nbatches
+
+    def shard(self, rank, nranks):
+        """Iterate only part ``rank`` of ``nranks`` of every global batch (see the class doc)."""
+        self.rank, self.nranks = shard_check(self.name, rank, nranks)
+        if not self._given_nbatches:
+            self.random_nbatches = max(1, self.nwindows // (self.be.bsz * nranks))
+        return self
 
     @property
     def ndata(self):
@@ -129,7 +142,8 @@ class TextWindows:
         bsz, T = self.be.bsz, self.seq_len
         if shuffle:
             for _ in range(self.random_nbatches):
-                starts = self.be.rng.integers(0, len(self.ids) - T, size=bsz)
+                starts = self.be.rng.integers(0, len(self.ids) - T, size=bsz * self.nranks)
+                starts = starts[self.rank * bsz:(self.rank + 1) * bsz]
                 self.valid = bsz
                 self._fill(starts)
                 yield self.x_buf, self.t_buf

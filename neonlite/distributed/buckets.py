@@ -1,0 +1,96 @@
+"""Gradient buckets: parameters grouped in bprop order into messages of about
+``bucket_bytes``, each allreduced as soon as the last of its layers has run bprop.
+
+A bucket is a contiguous host buffer (float32, or float64 for float64 gradients) holding
+the flattened gradients of its parameters one after another; it is summed in place by one
+non-blocking ``MPI_Iallreduce`` and divided by the number of ranks (host staging: the CPU
+backend copies arrays, a GPU backend copies device <-> host).
+"""
+import numpy as np
+
+DEFAULT_BUCKET_BYTES = 1 << 20
+
+
+def plan_buckets(params, bucket_bytes=DEFAULT_BUCKET_BYTES):
+    """Split ``params`` (in bprop order: the last layer's first) into lists whose gradients
+    hold at least ``bucket_bytes`` each (the last one may hold less)."""
+    if not isinstance(bucket_bytes, (int, np.integer)) or bucket_bytes < 1:
+        raise ValueError(f"bucket_bytes must be a positive integer, got {bucket_bytes!r}")
+    buckets, current, size = [], [], 0
+    for p in params:
+        current.append(p)
+        size += p.grad.size * _stage_dtype(p.grad.dtype).itemsize
+        if size >= bucket_bytes:
+            buckets.append(current)
+            current, size = [], 0
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def _stage_dtype(dtype):
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
+class HostBucket:
+    """The parameters of one bucket and their host staging buffer ``buf`` (n,).
+
+    ``owners`` is the set of layers whose bprop fills these gradients; ``pending`` the ones
+    not yet run this step.
+    """
+
+    def __init__(self, index, params):
+        self.index, self.params = index, list(params)
+        self.owners = {id(p.layer): p.layer for p in self.params}
+        dtype = _stage_dtype(self.params[0].grad.dtype)
+        self.offsets = np.cumsum([0] + [p.grad.size for p in self.params])
+        self.buf = np.empty(int(self.offsets[-1]), dtype=dtype)
+        self.request = None
+        self.reset()
+
+    @property
+    def nbytes(self):
+        return self.buf.nbytes
+
+    def reset(self):
+        self.pending = set(self.owners)
+        self.request = None
+
+    def stage(self):
+        """Copy every gradient into ``buf``."""
+        for p, a, b in zip(self.params, self.offsets[:-1], self.offsets[1:]):
+            self.buf[a:b] = np.asarray(p.grad).reshape(-1)
+
+    def unstage(self, scale):
+        """Write ``buf * scale`` back into the gradients."""
+        self.buf *= scale
+        for p, a, b in zip(self.params, self.offsets[:-1], self.offsets[1:]):
+            p.grad.set(self.buf[a:b])
+
+
+class HostTransport:
+    """Bucket allreduce through MPI with host staging."""
+
+    name = "mpi"
+
+    def __init__(self, collectives, world_size):
+        self.collectives, self.scale = collectives, 1.0 / world_size
+
+    def make_bucket(self, index, params):
+        return HostBucket(index, params)
+
+    def start(self, bucket, backend):
+        backend.synchronize()
+        bucket.stage()
+        bucket.request = self.collectives.iallreduce(bucket.buf)
+
+    def poke(self, buckets):
+        requests = [b.request for b in buckets if b.request is not None]
+        if requests:
+            self.collectives.test(requests)
+
+    def finish(self, buckets, step):
+        self.collectives.wait([b.request for b in buckets],
+                              f"gradient allreduce of step {step} ({len(buckets)} buckets)")
+        for bucket in buckets:
+            bucket.unstage(self.scale)
