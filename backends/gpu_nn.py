@@ -1,15 +1,21 @@
 """The GPU backend's network ops: convolution, pooling, normalization, softmax, rows.
 
-Convolution runs the documented slower path until implicit-GEMM kernels land (the next GPU
-issue): an im2col kernel gathers the (N*P*Q, R*S*C) patch matrix into a buffer kept on the plan,
-one cuBLAS GEMM multiplies it by the (R*S*C, K) filter matrix, and a col2im gather (no atomics)
-returns the data gradient; a 1x1 stride-1 unpadded convolution is a plain GEMM.  Pooling,
-masked softmax, row gather and scatter-add are CUDA kernels (``kernels/cuda``); batch norm,
-layer norm, softmax and softmax-cross-entropy are a few fused op-tree kernels each, with their
-(1, C) / (M, 1) statistics in reused work tensors.  Nothing is copied to the host except the
-scalar loss that ``softmax_cross_entropy`` returns.
+Convolution runs as implicit GEMM (``kernels/cuda/conv_simt.cu`` for float32,
+``conv_tc.cu`` on tensor cores for float16/bfloat16; :mod:`gpu_conv` picks the tile and K
+split per pass when the layer is configured): no patch matrix is made.  A 1x1 stride-1
+unpadded convolution is a plain cuBLAS GEMM in all three passes (unless fprop fuses a bias or
+ReLU).  The im2col + cuBLAS path (an im2col kernel gathers the (N*P*Q, R*S*C) patch matrix, a
+col2im gather returns the data gradient) remains only for convolutions the implicit-GEMM
+kernels do not cover: a tensor or GEMM extent past 32-bit indexing (:func:`gpu_conv.covered`).
+Pooling, masked softmax, row gather and scatter-add are CUDA kernels (``kernels/cuda``); batch
+norm, layer norm, softmax and softmax-cross-entropy are a few fused op-tree kernels each, with
+their (1, C) / (M, 1) statistics in reused work tensors.  Nothing is copied to the host except
+the scalar loss that ``softmax_cross_entropy`` returns.
 """
 import numpy as np
+
+from . import cuda_codegen, gpu_conv
+from .gpu_tensor import is_bf16
 
 _NUMPY_IDS = {"i32": "i32", "i64": "i64", "f32": "f32"}
 
@@ -40,18 +46,88 @@ class GPUNNMixin:
                            [patches.ptr, I.ptr] + self._conv_dims(plan))
         return patches
 
-    def fprop_conv(self, plan, I, F, O):
+    def conv_layer(self, N, C, H, W, K, R, S, pad=(0, 0), stride=(1, 1), dilation=(1, 1)):
+        """The plan, with the implicit-GEMM launch of each pass for this backend's storage
+        chosen now (``plan.igemm``: (pass, storage) -> :class:`gpu_conv.ConvLaunch`)."""
+        plan = super().conv_layer(N, C, H, W, K, R, S, pad, stride, dilation)
+        plan.igemm = {}
+        if gpu_conv.covered(plan):
+            storage = cuda_codegen.storage_code(self.dtype, is_bf16(self.dtype))
+            for pass_name in gpu_conv.PASSES:
+                self._conv_launch(plan, pass_name, storage)
+        return plan
+
+    def _conv_launch(self, plan, pass_name, storage):
+        if not hasattr(plan, "igemm"):
+            plan.igemm = {}
+        launch = plan.igemm.get((pass_name, storage))
+        if launch is None:
+            launch = plan.igemm[(pass_name, storage)] = gpu_conv.conv_launch(
+                plan, pass_name, storage, split_target=2 * self.device.sm_count)
+        return launch
+
+    def _dense(self, t, key):
+        """``t`` when contiguous, else a contiguous scratch copy."""
+        if t.is_contiguous:
+            return t
+        copy = self.scratch(("conv", key, t.shape), t.shape, t.dtype)
+        copy[:] = t
+        return copy
+
+    def _igemm(self, plan, pass_name, out, a, b, bias=None, beta=0.0, relu=False):
+        """One pass as an implicit GEMM into contiguous ``out`` (see :mod:`gpu_conv`)."""
+        for t, what in ((a, "input"), (b, "filter/error"), (bias, "bias")):
+            if t is not None and t.storage != out.storage:
+                raise TypeError(f"convolution {pass_name}: the {what} is {t.storage} but the "
+                                f"output is {out.storage}; every operand must share a storage")
+        launch = self._conv_launch(plan, pass_name, out.storage)
+        target = self._dense(out, "out")
+        a, b = self._dense(a, "a"), self._dense(b, "b")
+        bias = None if bias is None else self._dense(bias, "bias")
+        work = 0
+        if launch.splits > 1:
+            work = self.scratch(("conv_work", launch.work_elems), (launch.work_elems,),
+                                np.float32).ptr
+        bias_ptr = 0 if bias is None else bias.ptr
+        func = self.kernel(launch.variant, launch.function, "PPPPP" + "i" * 15 + "ifi")
+        self.device.launch(func, launch.grid, launch.block,
+                           [target.ptr, a.ptr, b.ptr, bias_ptr, work]
+                           + gpu_conv.shape_args(plan)
+                           + [launch.splits, np.float32(beta), int(bool(relu))])
+        if launch.splits > 1:
+            reduce = self.kernel("conv_simt", f"nl_conv_splitk_reduce_{out.storage}",
+                                 "PPPiiifi")
+            self.device.launch(reduce, (self.device.blocks(launch.M * launch.Ng), 1),
+                               (256, 1, 1), [target.ptr, work, bias_ptr, launch.M, launch.Ng,
+                                             launch.splits, np.float32(beta),
+                                             int(bool(relu))])
+        if target is not out:
+            out[:] = target
+
+    def fprop_conv(self, plan, I, F, O, bias=None, relu=False):
+        """O = conv(I, F) (+ ``bias`` (K,), then ReLU when ``relu``), the bias and ReLU fused
+        in the kernel's epilogue."""
         K = plan.K
-        if self._pointwise(plan):
+        if self._pointwise(plan) and bias is None and not relu:
             self.compound_dot(I.reshape(-1, plan.C), F.reshape(plan.C, K), O.reshape(-1, K))
             return
+        if gpu_conv.covered(plan):
+            self._igemm(plan, "fprop", O, I, F, bias=bias, relu=relu)
+            return
         self.compound_dot(self._patches(plan, I), F.reshape(-1, K), O.reshape(-1, K))
+        if bias is not None:
+            O[:] = O + bias.reshape(1, 1, 1, K)
+        if relu:
+            O[:] = self.maximum(O, 0.0)
 
     def bprop_conv(self, plan, F, E, grad_I, beta=0.0):
         K = plan.K
         if self._pointwise(plan):
             self.compound_dot(E.reshape(-1, K), F.reshape(plan.C, K), grad_I.reshape(-1, plan.C),
                               beta=beta, transB=True)
+            return
+        if gpu_conv.covered(plan):
+            self._igemm(plan, "bprop", grad_I, E, F, beta=beta)
             return
         rows, cols = plan.N * plan.P * plan.Q, plan.R * plan.S * plan.C
         dpatches = self.scratch(("dpatches", id(plan)), (rows, cols), E.dtype)
@@ -63,6 +139,9 @@ class GPUNNMixin:
 
     def update_conv(self, plan, I, E, grad_F, beta=0.0):
         K = plan.K
+        if not self._pointwise(plan) and gpu_conv.covered(plan):
+            self._igemm(plan, "update", grad_F, I, E, beta=beta)
+            return
         patches = I.reshape(-1, plan.C) if self._pointwise(plan) else self._patches(plan, I)
         self.compound_dot(patches, E.reshape(-1, K), grad_F.reshape(-1, K), beta=beta,
                           transA=True)

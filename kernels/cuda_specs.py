@@ -2,6 +2,8 @@
 ``kernels/cuda/*.cu`` source; each holds the float32, float16 and bfloat16 entry points named
 in ``functions``.  The op-tree kernels are generated (``backends/cuda_codegen.py``) and built by
 ``backends/gpu_build.py`` through the same cache, so they are not listed here."""
+from dataclasses import dataclass
+
 from .specs import KernelSpec
 
 _THREE = ("f32", "f16", "bf16")
@@ -25,7 +27,43 @@ CUDA_VARIANTS = (
                functions=_typed("nl_masked_softmax")),
     KernelSpec("transpose", "cuda", "cuda/transpose.cu", threads=256,
                functions=("nl_transpose_b32", "nl_transpose_b16")),
+    KernelSpec("conv_simt", "cuda", "cuda/conv_simt.cu", threads=256,
+               functions=tuple(f"nl_conv_{p}_simt{t}_f32" for p in ("fprop", "bprop", "update")
+                               for t in ("32x32", "64x64", "128x64"))
+               + _typed("nl_conv_splitk_reduce")),
+    KernelSpec("conv_tc", "cuda", "cuda/conv_tc.cu", threads=128,
+               functions=tuple(f"nl_conv_{p}_tc{t}_{k}" for p in ("fprop", "bprop", "update")
+                               for t in ("64x64", "128x128") for k in ("f16", "bf16"))),
 )
+
+
+@dataclass(frozen=True)
+class ConvTile:
+    """A tile of the implicit-GEMM convolution kernels: ``path`` 'tc' (tensor cores,
+    float16/bfloat16) or 'simt' (float32); block tile bm x bn x bk and threads per block.
+    ``backends/gpu_conv.py`` takes the first row of :data:`CONV_TILES` of the path whose
+    thresholds the pass's GEMM (M, Ng) meets."""
+    path: str
+    bm: int
+    bn: int
+    bk: int
+    threads: int
+    min_mn: int
+    min_ng: int
+
+
+# Shape -> tile: big GEMMs (a ResNet stage at batch 64: M*Ng in the millions) take the large
+# tiles, small or narrow ones (LeNet, C=3 inputs, the update pass's R*S*C x K) the small ones
+# so the grid still covers the GPU.
+CONV_TILES = (
+    ConvTile("tc", 128, 128, 32, 128, min_mn=1 << 21, min_ng=128),
+    ConvTile("tc", 64, 64, 32, 128, min_mn=0, min_ng=0),
+    ConvTile("simt", 128, 64, 16, 256, min_mn=1 << 20, min_ng=64),
+    ConvTile("simt", 64, 64, 16, 256, min_mn=1 << 14, min_ng=33),
+    ConvTile("simt", 32, 32, 16, 256, min_mn=0, min_ng=0),
+)
+# Split a pass's K range over the grid's z axis until it has about this many blocks.
+CONV_SPLIT_TARGET_BLOCKS = 264
 
 
 def find(name):

@@ -3,9 +3,14 @@
 The kernel source is compiled as C++20 by g++ with a small shim (``threadIdx``/``blockIdx`` as
 thread-locals, ``__shared__`` as function statics, ``__syncthreads`` as a ``std::barrier``,
 float16 through ``_Float16``).  A launch starts ``blockDim`` real threads that run the blocks one after
-another, so shared memory and barriers behave as on a GPU.  Warp shuffles,
-atomics and tensor-core instructions are not emulated: kernels tested here keep to plain
-shared-memory code.  This checks indexing, broadcasting and reduction logic, not performance,
+another, so shared memory and barriers behave as on a GPU.  ``NL_HOST_EMULATOR`` is defined, so
+a kernel can swap inline PTX for the emulated equivalent.  The one tensor-core instruction
+emulated is ``mma.sync.aligned.m16n8k16`` (float16 / bfloat16 in, float32 accumulate) as
+``nl_mma_m16n8k16<KIND>(d, a, b)``: each lane posts its fragment registers, then computes its
+own four results from the warp's fragments in the layout the PTX ISA documents, so a kernel's
+fragment addressing is checked exactly; every thread of the block must reach each call (it
+synchronizes the block, a stricter rule than the warp's).  Warp shuffles and atomics are not
+emulated.  This checks indexing, broadcasting and reduction logic, not performance,
 and it is no substitute for running the same tests on a GPU.
 """
 import ctypes
@@ -24,6 +29,7 @@ _SHIM = r"""
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 #include <vector>
 #include <math.h>
 struct nl_dim3 { unsigned x, y, z; };
@@ -38,6 +44,9 @@ static std::barrier<>* nl_barrier;
 #define __restrict__
 #define __shared__ static
 using std::isnan;
+using std::max;
+using std::min;
+#define NL_HOST_EMULATOR 1
 static inline void __syncthreads() { nl_barrier->arrive_and_wait(); }
 static inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
@@ -53,16 +62,50 @@ static inline unsigned short __half_as_ushort(__half h) { unsigned short b;
 struct NlArg {
     void* p; float f; long long i;
     template <class T> operator T*() const { return (T*)p; }
+    template <class S> requires std::is_class_v<S> operator S() const {
+        S s; std::memcpy(&s, p, sizeof(S)); return s; }
     operator float() const { return f; }
     operator int() const { return (int)i; }
     operator unsigned() const { return (unsigned)i; }
     operator long long() const { return i; }
     operator unsigned long long() const { return (unsigned long long)i; }
 };
+static float nl_emu_16(unsigned reg, int half, int kind) {
+    unsigned short bits = (unsigned short)(half ? reg >> 16 : reg & 0xFFFFu);
+    if (kind == 2) return __uint_as_float((unsigned)bits << 16);
+    _Float16 h; std::memcpy(&h, &bits, 2); return (float)h;
+}
+struct nl_mma_slot { unsigned a[4], b[2]; };
+static nl_mma_slot nl_mma_slots[1024];
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: lane 4*g + t holds A rows g, g+8 at columns
+// 2t, 2t+1 (a[0], a[1]) and 2t+8, 2t+9 (a[2], a[3]); B rows (k) 2t, 2t+1 (b[0]) and +8 (b[1])
+// of column g; C rows g (c[0], c[1]) and g+8 (c[2], c[3]) at columns 2t, 2t+1.
+template <int KIND>
+static void nl_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b) {
+    unsigned tid = threadIdx.x + threadIdx.y * blockDim.x, base = tid / 32 * 32, lane = tid % 32;
+    nl_mma_slot& mine = nl_mma_slots[tid];
+    for (int i = 0; i < 4; ++i) mine.a[i] = a[i];
+    for (int i = 0; i < 2; ++i) mine.b[i] = b[i];
+    __syncthreads();
+    int g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; ++e) {
+        int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+        float sum = 0.0f;
+        for (int k = 0; k < 16; ++k) {
+            const nl_mma_slot& sa = nl_mma_slots[base + 4 * (row % 8) + (k % 8) / 2];
+            const nl_mma_slot& sb = nl_mma_slots[base + 4 * col + (k % 8) / 2];
+            float av = nl_emu_16(sa.a[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k % 2, KIND);
+            float bv = nl_emu_16(sb.b[k >= 8 ? 1 : 0], k % 2, KIND);
+            sum += av * bv;
+        }
+        d[e] += sum;
+    }
+    __syncthreads();
+}
 template <class F>
-static void nl_run(unsigned gx, unsigned gy, unsigned bx, unsigned by, F body) {
+static void nl_run(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, F body) {
     blockDim = {bx, by, 1};
-    gridDim = {gx, gy, 1};
+    gridDim = {gx, gy, gz};
     std::barrier<> bar(bx * by);
     nl_barrier = &bar;
     std::vector<std::thread> threads;
@@ -70,12 +113,13 @@ static void nl_run(unsigned gx, unsigned gy, unsigned bx, unsigned by, F body) {
         for (unsigned tx = 0; tx < bx; ++tx)
             threads.emplace_back([=, &bar] {
                 threadIdx = {tx, ty, 0};
-                for (unsigned cy = 0; cy < gy; ++cy)
-                    for (unsigned cx = 0; cx < gx; ++cx) {
-                        blockIdx = {cx, cy, 0};
-                        body();
-                        bar.arrive_and_wait();
-                    }
+                for (unsigned cz = 0; cz < gz; ++cz)
+                    for (unsigned cy = 0; cy < gy; ++cy)
+                        for (unsigned cx = 0; cx < gx; ++cx) {
+                            blockIdx = {cx, cy, cz};
+                            body();
+                            bar.arrive_and_wait();
+                        }
             });
     for (auto& t : threads) t.join();
 }
@@ -108,8 +152,8 @@ class HostModule:
         for name, nargs in kernels.items():
             call = ", ".join(f"a[{i}]" for i in range(nargs))
             launchers.append(
-                f'extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned bx, '
-                f'unsigned by, const NlArg* a) {{ nl_run(gx, gy, bx, by, [=] {{ {name}({call}); }}); }}')
+                f'extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
+                f'unsigned by, const NlArg* a) {{ nl_run(gx, gy, gz, bx, by, [=] {{ {name}({call}); }}); }}')
         text = "\n".join([_SHIM, _strip(prelude), body, *launchers])
         digest = hashlib.sha1(text.encode()).hexdigest()[:16]
         workdir = Path(workdir or os.environ.get("NEONLITE_EMULATOR_DIR",
@@ -130,7 +174,8 @@ class HostModule:
 
     def launch(self, name, grid, block, args):
         """Run kernel ``name``: ``args`` are numpy arrays (passed as pointers to their first
-        element), Python floats (float) and ints (int / long long)."""
+        element; a struct argument is an array holding its fields, copied in by value), Python
+        floats (float) and ints (int / long long)."""
         packed = (_Arg * max(1, len(args)))()
         for slot, value in zip(packed, args):
             if isinstance(value, np.ndarray):
@@ -139,8 +184,8 @@ class HostModule:
                 slot.f = float(value)
             else:
                 slot.i = int(value)
-        grid = tuple(grid) + (1,) * (2 - len(grid))
+        grid = tuple(grid) + (1,) * (3 - len(grid))
         block = tuple(block) + (1,) * (3 - len(block))
         getattr(self._lib, f"launch_{name}")(ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]),
-                                             ctypes.c_uint(block[0]), ctypes.c_uint(block[1]),
-                                             packed)
+                                             ctypes.c_uint(grid[2]), ctypes.c_uint(block[0]),
+                                             ctypes.c_uint(block[1]), packed)

@@ -340,3 +340,53 @@ def test_clean_exit_and_clear_errors():
         result.stderr, result.stderr[-2000:]
     with pytest.raises(BackendUnavailable, match=r"device_id 99 does not exist"):
         neonlite.gen_backend("gpu", device_id=99)
+
+
+# ---- implicit-GEMM convolution in 16 bits, fused epilogue ---------------------------------------
+CONV16_SHAPES = [  # LeNet, ResNet-20 (3x3 and the 1x1 stride-2 shortcut), a VGG block, odd ones
+    (8, 28, 28, 1, 32, 5, 5, 2, 1, 1), (8, 32, 32, 16, 16, 3, 3, 1, 1, 1),
+    (8, 32, 32, 16, 32, 1, 1, 0, 2, 1), (4, 32, 32, 64, 64, 3, 3, 1, 1, 1),
+    (1, 9, 7, 3, 4, 7, 7, 3, 2, 1), (3, 8, 8, 5, 6, 1, 1, 0, 2, 1)]
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float16, 1e-2), ("bf16", 3e-2)])
+@pytest.mark.parametrize("shape", CONV16_SHAPES)
+def test_conv_16_bit_tensor_cores(shape, dtype, tol):
+    """The tensor-core kernels against the float32 CPU result on the same rounded inputs;
+    tolerance relative to each output's largest magnitude."""
+    N, H, W, C, K, R, S, pad, stride, dil = shape
+    be = make_backend("gpu", dtype=dtype)
+    x, f = be.array(rand(N, H, W, C, seed=30)), be.array(rand(R, S, C, K, seed=31) * 0.2)
+    plan = be.conv_layer(N, C, H, W, K, R, S, (pad, pad), (stride, stride), (dil, dil))
+    o, gi, gf = be.zeros(plan.out_shape), be.zeros(plan.in_shape), be.zeros(plan.filter_shape)
+    be.fprop_conv(plan, x, f, o)
+    e = be.array(np.cos(np.arange(o.size, dtype=np.float32)).reshape(o.shape))
+    be.bprop_conv(plan, f, e, gi)
+    be.update_conv(plan, x, e, gf)
+    cpu = make_backend("cpu")
+    cx, cf, ce = (cpu.array(t.get().astype(np.float32)) for t in (x, f, e))
+    cplan = cpu.conv_layer(N, C, H, W, K, R, S, (pad, pad), (stride, stride), (dil, dil))
+    co, cgi, cgf = cpu.zeros(plan.out_shape), cpu.zeros(plan.in_shape), \
+        cpu.zeros(plan.filter_shape)
+    cpu.fprop_conv(cplan, cx, cf, co)
+    cpu.bprop_conv(cplan, cf, ce, cgi)
+    cpu.update_conv(cplan, cx, ce, cgf)
+    for got, want in ((o, co), (gi, cgi), (gf, cgf)):
+        want = want.get()
+        np.testing.assert_allclose(got.get().astype(np.float32), want, rtol=0,
+                                   atol=tol * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, "bf16"])
+def test_conv_fprop_fuses_bias_and_relu(dtype):
+    be = make_backend("gpu", dtype=dtype)
+    x, f, b = rand(2, 10, 10, 8, seed=32), rand(3, 3, 8, 12, seed=33) * 0.3, rand(12, seed=34)
+    plan = be.conv_layer(2, 8, 10, 10, 12, 3, 3, (1, 1))
+    o = be.zeros(plan.out_shape)
+    be.fprop_conv(plan, be.array(x), be.array(f), o, bias=be.array(b), relu=True)
+    cpu = make_backend("cpu")
+    co = cpu.zeros(plan.out_shape)
+    cpu.fprop_conv(cpu.conv_layer(2, 8, 10, 10, 12, 3, 3, (1, 1)), cpu.array(x), cpu.array(f), co)
+    want = np.maximum(co.get() + b, 0.0)
+    tol = 1e-4 if dtype is np.float32 else 3e-2 * np.abs(want).max()
+    np.testing.assert_allclose(o.get().astype(np.float32), want, rtol=0, atol=tol)

@@ -1,0 +1,150 @@
+// Implicit-GEMM convolution on tensor cores: float16 / bfloat16 storage, float32 accumulation,
+// mma.sync.aligned.m16n8k16 (sm_80 and later).  See conv_igemm.cuh for the passes as GEMMs.
+//
+// A block of 4 warps (2 x 2) computes a BM x BN tile of out; a warp a (BM/2) x (BN/2) tile of
+// (BM/32) x (BN/16) mma tiles of 16 x 8.  Each K step of 32 stages A as As[BM][32] (row m, k
+// contiguous) and B as Bs[BN][32] (column j, k contiguous), both as raw 16-bit elements gathered
+// from the NHWC tensors; rows are padded by 8 elements against bank conflicts.  Fragments are
+// read from shared memory in the layout the PTX ISA gives for m16n8k16 (lane = 4*group + t):
+//   A (16 x 16, row-major): a[0] = rows g, cols 2t..2t+1; a[1] = rows g+8; a[2] = cols +8;
+//                           a[3] = rows g+8, cols +8 (two 16-bit elements per register, the
+//                           lower column in the low half)
+//   B (16 x 8, "col"):      b[0] = rows (k) 2t..2t+1 of column g; b[1] = rows +8
+//   C (16 x 8, float32):    c[0], c[1] = row g, cols 2t, 2t+1; c[2], c[3] = row g+8
+// The host emulator (tests/cuda_host_emulator.py) runs the same code with nl_mma_* emulated
+// from this layout.  Grid: (ceil(Ng / BN), ceil(M / BM), splits), as the float32 path.
+//
+// Entry points nl_conv_<pass>_tc<BM>x<BN>_<f16|bf16>, arguments as the float32 path's.
+#include "conv_igemm.cuh"
+
+#define NL_TC_THREADS 128
+#define NL_TC_BK 32
+#define NL_TC_LD (NL_TC_BK + 8)
+
+#ifndef NL_HOST_EMULATOR
+// d += A * B for one m16n8k16 tile (KIND 1: float16, 2: bfloat16 inputs).
+template <int KIND>
+__device__ __forceinline__ void nl_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b);
+
+template <>
+__device__ __forceinline__ void nl_mma_m16n8k16<1>(float* d, const unsigned* a,
+                                                   const unsigned* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <>
+__device__ __forceinline__ void nl_mma_m16n8k16<2>(float* d, const unsigned* a,
+                                                   const unsigned* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
+// Two consecutive 16-bit elements of a shared-memory row as one register (low half first).
+__device__ __forceinline__ unsigned nl_pair(const nl_u16* row, int col) {
+    return (unsigned)row[col] | ((unsigned)row[col + 1] << 16);
+}
+
+template <int PASS, int KIND, int BM, int BN>
+__device__ void nl_conv_tc(nl_u16* out, const nl_u16* a_src, const nl_u16* b_src,
+                           const nl_u16* bias, float* work, nl_conv_shape d, int splits,
+                           float beta, int relu) {
+    constexpr int WM = BM / 2, WN = BN / 2, MT = WM / 16, NT = WN / 8;
+    __shared__ nl_u16 As[BM][NL_TC_LD];
+    __shared__ nl_u16 Bs[BN][NL_TC_LD];
+    int M, Ng, Kd;
+    nl_conv_gemm_dims(PASS, d, &M, &Ng, &Kd);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int wm = (warp / 2) * WM, wn = (warp % 2) * WN;
+    const int m0 = blockIdx.y * BM, j0 = blockIdx.x * BN, split = blockIdx.z;
+    int k_begin, k_end;
+    nl_conv_split_range(Kd, NL_TC_BK, split, splits, &k_begin, &k_end);
+    float acc[MT][NT][4];
+    #pragma unroll
+    for (int i = 0; i < MT; ++i)
+        #pragma unroll
+        for (int j = 0; j < NT; ++j)
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+    for (int k0 = k_begin; k0 < k_end; k0 += NL_TC_BK) {
+        for (int e = tid; e < BM * NL_TC_BK; e += NL_TC_THREADS) {
+            int mm, kk;
+            if (NL_CONV_A_KD_FAST(PASS)) { kk = e % NL_TC_BK; mm = e / NL_TC_BK; }
+            else { mm = e % BM; kk = e / BM; }
+            int m = m0 + mm, kd = k0 + kk;
+            As[mm][kk] = (m < M && kd < k_end) ? nl_conv_load_a<PASS, KIND>(a_src, d, m, kd)
+                                               : (nl_u16)0;
+        }
+        for (int e = tid; e < BN * NL_TC_BK; e += NL_TC_THREADS) {
+            int jj, kk;
+            if (NL_CONV_B_J_FAST(PASS)) { jj = e % BN; kk = e / BN; }
+            else { kk = e % NL_TC_BK; jj = e / NL_TC_BK; }
+            int j = j0 + jj, kd = k0 + kk;
+            Bs[jj][kk] = (j < Ng && kd < k_end) ? nl_conv_load_b<PASS, KIND>(b_src, d, kd, j)
+                                                : (nl_u16)0;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int ks = 0; ks < NL_TC_BK; ks += 16) {
+            unsigned a[MT][4], b[NT][2];
+            #pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                const nl_u16* top = As[wm + i * 16 + g];
+                const nl_u16* bottom = As[wm + i * 16 + g + 8];
+                a[i][0] = nl_pair(top, ks + 2 * t);
+                a[i][1] = nl_pair(bottom, ks + 2 * t);
+                a[i][2] = nl_pair(top, ks + 2 * t + 8);
+                a[i][3] = nl_pair(bottom, ks + 2 * t + 8);
+            }
+            #pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const nl_u16* col = Bs[wn + j * 8 + g];
+                b[j][0] = nl_pair(col, ks + 2 * t);
+                b[j][1] = nl_pair(col, ks + 2 * t + 8);
+            }
+            #pragma unroll
+            for (int i = 0; i < MT; ++i)
+                #pragma unroll
+                for (int j = 0; j < NT; ++j) nl_mma_m16n8k16<KIND>(acc[i][j], a[i], b[j]);
+        }
+        __syncthreads();
+    }
+    float* split_work = splits > 1 ? work : (float*)0;
+    #pragma unroll
+    for (int i = 0; i < MT; ++i)
+        #pragma unroll
+        for (int j = 0; j < NT; ++j)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int m = m0 + wm + i * 16 + g + (e >= 2 ? 8 : 0);
+                int col = j0 + wn + j * 8 + 2 * t + (e & 1);
+                nl_conv_store<KIND>(out, split_work, split, M, Ng, m, col, acc[i][j][e], beta,
+                                    bias, relu);
+            }
+}
+
+#define NL_CONV_TC_ENTRY(pass_name, PASS, BM, BN, kind_name, KIND)                              \
+    extern "C" __global__ void __launch_bounds__(NL_TC_THREADS)                                 \
+    nl_conv_##pass_name##_tc##BM##x##BN##_##kind_name(nl_u16* out, const nl_u16* a_src,         \
+                                                      const nl_u16* b_src, const nl_u16* bias,  \
+                                                      float* work, nl_conv_shape d,             \
+                                                      int splits, float beta, int relu) {       \
+        nl_conv_tc<PASS, KIND, BM, BN>(out, a_src, b_src, bias, work, d, splits, beta, relu);  \
+    }
+
+#define NL_CONV_TC_TILES(pass_name, PASS)                  \
+    NL_CONV_TC_ENTRY(pass_name, PASS, 64, 64, f16, 1)      \
+    NL_CONV_TC_ENTRY(pass_name, PASS, 64, 64, bf16, 2)     \
+    NL_CONV_TC_ENTRY(pass_name, PASS, 128, 128, f16, 1)    \
+    NL_CONV_TC_ENTRY(pass_name, PASS, 128, 128, bf16, 2)
+
+NL_CONV_TC_TILES(fprop, 0)
+NL_CONV_TC_TILES(bprop, 1)
+NL_CONV_TC_TILES(update, 2)
