@@ -4,7 +4,8 @@ A composition (DESIGN.md, tinygrad's shape): :mod:`gpu_device` (context, streams
 :mod:`gpu_tensor` (strided device views), :mod:`gpu_optree` + :mod:`cuda_codegen` (every
 ``out[:] = tree`` is one generated kernel, memoized by the tree's structure), :mod:`gpu_build`
 (kernels built by the kernel build system for the device's own arch), :mod:`cublas` (GEMM) and
-:mod:`gpu_nn` (convolution, pooling, normalization, softmax, rows).
+:mod:`gpu_nn` (convolution, pooling, rows) and :mod:`gpu_norm` (batch and layer norm,
+softmax, softmax-cross-entropy).
 
 Storage: float32 (default), float16, bfloat16 (``datatype="bf16"``); arithmetic in float32.
 Dropout masks come from a Philox4x32-10 counter-based generator keyed by the seed (bit-exact
@@ -18,12 +19,13 @@ from . import cublas, gpu_build, philox
 from .backend import Backend
 from .gpu_device import get_device
 from .gpu_nn import GPUNNMixin
+from .gpu_norm import GPUNormMixin
 from .gpu_optree import OpTreeExecutor
 from .gpu_tensor import GPUTensor, as_dtype, contiguous_strides
 from .optree import OpNode
 
 
-class GPUBackend(GPUNNMixin, Backend):
+class GPUBackend(GPUNNMixin, GPUNormMixin, Backend):
     """CUDA backend on device ``device_id`` (see the module docstring).
 
     ``allow_tf32=True`` lets float32 GEMMs use TF32 tensor cores (off by default)."""

@@ -1,4 +1,4 @@
-"""The GPU backend's network ops: convolution, pooling, normalization, softmax, rows.
+"""The GPU backend's network ops: convolution, pooling, masked softmax, rows.
 
 Convolution runs as implicit GEMM (``kernels/cuda/conv_simt.cu`` for float32,
 ``conv_tc.cu`` on tensor cores for float16/bfloat16; :mod:`gpu_conv` picks the tile and K
@@ -8,9 +8,8 @@ ReLU).  The im2col + cuBLAS path (an im2col kernel gathers the (N*P*Q, R*S*C) pa
 col2im gather returns the data gradient) remains only for convolutions the implicit-GEMM
 kernels do not cover: a tensor or GEMM extent past 32-bit indexing (:func:`gpu_conv.covered`).
 Pooling, masked softmax, row gather and scatter-add are CUDA kernels (``kernels/cuda``); batch
-norm, layer norm, softmax and softmax-cross-entropy are a few fused op-tree kernels each, with
-their (1, C) / (M, 1) statistics in reused work tensors.  Nothing is copied to the host except
-the scalar loss that ``softmax_cross_entropy`` returns.
+norm, layer norm, softmax and softmax-cross-entropy are in :mod:`gpu_norm`.  Nothing is copied
+to the host except the scalar loss that ``softmax_cross_entropy`` returns.
 """
 import numpy as np
 
@@ -165,69 +164,7 @@ class GPUNNMixin:
                            [grad_I.ptr, E.ptr, argmax.ptr] + self._pool_dims(plan)
                            + [int(plan.op == "max"), np.float32(beta)])
 
-    # ---- normalization ---------------------------------------------------------------------
-    def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
-                        eps=1e-5, momentum=0.9, inference=False):
-        if inference:
-            mean[:] = running_mean
-            invstd[:] = self.rsqrt(running_var + eps)
-        else:
-            m = x.shape[0]
-            var = self.scratch(("bn_var", id(mean)), mean.shape)
-            mean[:] = self.sum(x, axis=0) * (1.0 / m)
-            var[:] = self.sum(self.square(x - mean), axis=0) * (1.0 / m)
-            invstd[:] = self.rsqrt(var + eps)
-            running_mean[:] = running_mean * momentum + (1.0 - momentum) * mean
-            running_var[:] = running_var * momentum + ((1.0 - momentum) * m / max(m - 1, 1)) * var
-        xhat[:] = (x - mean) * invstd
-        y[:] = xhat * gamma + beta
-
-    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
-        m = dy.shape[0]
-        db = self.scratch(("bn_db", id(dgamma)), dgamma.shape)
-        dg = self.scratch(("bn_dg", id(dgamma)), dgamma.shape)
-        db[:] = self.sum(dy, axis=0)
-        dg[:] = self.sum(dy * xhat, axis=0)
-        dgamma[:] = dgamma + dg
-        dbeta[:] = dbeta + db
-        grad = (gamma * invstd * (1.0 / m)) * (m * dy - db - xhat * dg)
-        dx[:] = dx * beta_acc + grad if beta_acc else grad
-
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):
-        d = x.shape[-1]
-        mean = self.scratch(("ln_mean", id(invstd)), invstd.shape)
-        mean[:] = self.sum(x, axis=-1) * (1.0 / d)
-        xhat[:] = x - mean
-        invstd[:] = self.rsqrt(self.sum(self.square(xhat), axis=-1) * (1.0 / d) + eps)
-        xhat[:] = xhat * invstd
-        y[:] = xhat * gamma + beta
-
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
-        d = dy.shape[-1]
-        dgamma[:] = dgamma + self.sum(dy * xhat, axis=0)
-        dbeta[:] = dbeta + self.sum(dy, axis=0)
-        a = self.scratch(("ln_a", id(dx)), invstd.shape)
-        b = self.scratch(("ln_b", id(dx)), invstd.shape)
-        a[:] = self.sum(dy * gamma, axis=-1) * (1.0 / d)
-        b[:] = self.sum(dy * gamma * xhat, axis=-1) * (1.0 / d)
-        dx[:] = invstd * (dy * gamma - a - xhat * b)
-
     # ---- softmax ---------------------------------------------------------------------------
-    def softmax(self, x, out, axis=-1):
-        out[:] = self.exp(x - self.max(x, axis=axis))
-        out[:] = out / self.sum(out, axis=axis)
-
-    def softmax_cross_entropy(self, logits, targets, probs, grad, scale=1.0):
-        rows = logits.shape[0]
-        lse = self.scratch(("sce_lse", logits.shape), (rows, 1))
-        loss = self.scratch(("sce_loss",), (1, 1))
-        lse[:] = self.max(logits, axis=-1)
-        lse[:] = lse + self.log(self.sum(self.exp(logits - lse), axis=-1))
-        probs[:] = self.exp(logits - lse)
-        grad[:] = (probs - targets) * scale
-        loss[:] = self.sum(targets * (logits - lse))
-        return -float(loss.get().ravel()[0])
-
     def masked_softmax(self, x, out, scale=1.0, causal=False, key_mask=None):
         B, Tq, Tk = x.shape
         N = key_mask.shape[0] if key_mask is not None else 1

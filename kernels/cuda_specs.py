@@ -24,7 +24,10 @@ CUDA_VARIANTS = (
                functions=tuple(f"{k}_{t}_{i}" for k in ("nl_take_rows", "nl_scatter_add_rows")
                                for t in _THREE for i in ("i32", "i64", "f32"))),
     KernelSpec("softmax", "cuda", "cuda/softmax.cu", threads=256,
-               functions=_typed("nl_masked_softmax")),
+               functions=_typed("nl_masked_softmax", "nl_softmax_xent")),
+    KernelSpec("norm", "cuda", "cuda/norm.cu", threads=256,
+               functions=_typed("nl_colsum2", "nl_bn_stats", "nl_bn_apply", "nl_colsum_finish",
+                                "nl_bn_bprop", "nl_ln_fprop", "nl_ln_bprop")),
     KernelSpec("transpose", "cuda", "cuda/transpose.cu", threads=256,
                functions=("nl_transpose_b32", "nl_transpose_b16")),
     KernelSpec("conv_simt", "cuda", "cuda/conv_simt.cu", threads=256,

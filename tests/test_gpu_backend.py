@@ -390,3 +390,53 @@ def test_conv_fprop_fuses_bias_and_relu(dtype):
     want = np.maximum(co.get() + b, 0.0)
     tol = 1e-4 if dtype is np.float32 else 3e-2 * np.abs(want).max()
     np.testing.assert_allclose(o.get().astype(np.float32), want, rtol=0, atol=tol)
+
+
+def test_batchnorm_fused_relu_and_large_vocab_cross_entropy_16_bit():
+    """Batch norm with its ReLU fused (fprop and the masked bprop) against the unfused CPU
+    ops; softmax-cross-entropy over 50257 classes in bfloat16 and float16 with logits past
+    exp's float16 range, for a mean (scale 1/rows) and a summed loss."""
+    x, g, b = rand(200, 24, seed=35), rand(1, 24, seed=36), rand(1, 24, seed=37)
+    dy = rand(200, 24, seed=38)
+    for dtype, tol in ((np.float32, 1e-4), ("bf16", 3e-2)):
+        be, cpu = make_backend("gpu", dtype=dtype), make_backend("cpu")
+        outs = {}
+        for name, bk in (("gpu", be), ("cpu", cpu)):
+            t = [bk.array(a) for a in (x, g, b, dy)]
+            y, xhat, mean, inv = (bk.zeros(s) for s in ((200, 24), (200, 24), (1, 24), (1, 24)))
+            rm, rv = bk.zeros((1, 24)), bk.ones((1, 24))
+            dx, dg, db = bk.zeros((200, 24)), bk.zeros((1, 24)), bk.zeros((1, 24))
+            if name == "gpu":
+                bk.batchnorm_fprop(t[0], t[1], t[2], y, xhat, mean, inv, rm, rv, relu=True)
+                bk.batchnorm_bprop(t[3], xhat, inv, t[1], dx, dg, db, y=y)
+            else:
+                bk.batchnorm_fprop(t[0], t[1], t[2], y, xhat, mean, inv, rm, rv)
+                y[:] = bk.maximum(y, 0.0)
+                masked = bk.zeros((200, 24))
+                masked[:] = t[3] * (y > 0.0)
+                bk.batchnorm_bprop(masked, xhat, inv, t[1], dx, dg, db)
+            outs[name] = [a.get().astype(np.float32) for a in (y, rm, rv, dx, dg, db)]
+        for got, want in zip(outs["gpu"], outs["cpu"]):
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1, np.abs(want).max()))
+    rows, classes = 16, 50257
+    rng = np.random.default_rng(39)
+    logits = rng.normal(size=(rows, classes)).astype(np.float32) * 3
+    logits[0, 7] = 60.0
+    ids = rng.integers(0, classes, rows)
+    targets = np.zeros((rows, classes), np.float32)
+    targets[np.arange(rows), ids] = 1.0
+    lse = logits.max(-1, keepdims=True).astype(np.float64)
+    lse = lse + np.log(np.exp(logits - lse).sum(-1, keepdims=True))
+    p = np.exp(logits - lse)
+    want_loss = float((lse[:, 0] - logits[np.arange(rows), ids]).sum())
+    for dtype, tol in ((np.float16, 2e-2), ("bf16", 6e-2)):
+        be = make_backend("gpu", dtype=dtype)
+        lg, tg = be.array(logits), be.array(targets)
+        for scale in (1.0 / rows, 1.0):
+            probs, grad = be.zeros((rows, classes)), be.zeros((rows, classes))
+            loss = be.softmax_cross_entropy(lg, tg, probs, grad, scale)
+            rounded = lg.get().astype(np.float64)
+            assert np.isfinite(loss) and abs(loss - want_loss) < tol * abs(want_loss) + 1.0
+            np.testing.assert_allclose(grad.get().astype(np.float32), scale * (p - targets),
+                                       atol=tol * scale)
+            assert np.isfinite(rounded).all()

@@ -60,3 +60,69 @@ __device__ void nl_masked_softmax_impl(typename nl_elem<KIND>::T* out,
     int N, float scale, int causal
 NL_THREE_TYPES(nl_masked_softmax, MASKED_SOFTMAX_PARAMS, (out, x, key_mask, B, Tq, Tk, N, scale,
                                                          causal))
+
+// Softmax and fused softmax-cross-entropy over the last axis of contiguous (M, K) rows, for
+// large K (vocabularies): one block of NL_SOFTMAX_THREADS threads per row, grid-stride over
+// rows.  Pass 1 keeps an online (max, sum of exp(x - max)) per thread and merges them in a
+// fixed tree, so lse = max + log(sum) is computed in float32 and never overflows whatever the
+// storage (float16 logits included); pass 2 writes probs = exp(x - lse) and, when targets are
+// given (one-hot or soft), grad = scale * (probs - targets) (scale: 1 for a summed loss,
+// 1 / rows for a mean) and row_loss[row] = -sum_j targets * (x - lse) (float32; a target of
+// 0 contributes nothing even where x is -inf).  grad may alias logits; probs may be 0 (not
+// written).
+__device__ void nl_lse_merge(float& m, float& s, float m2, float s2) {
+    if (m2 == -INFINITY) return;
+    if (m == -INFINITY) { m = m2; s = s2; return; }
+    if (m2 > m) { s = s * expf(m - m2) + s2; m = m2; }
+    else s += s2 * expf(m2 - m);
+}
+
+template <int KIND>
+__device__ void nl_softmax_xent_impl(const typename nl_elem<KIND>::T* logits,
+                                     const typename nl_elem<KIND>::T* targets,
+                                     typename nl_elem<KIND>::T* probs,
+                                     typename nl_elem<KIND>::T* grad, float* row_loss,
+                                     int M, int K, float scale) {
+    typedef nl_elem<KIND> E;
+    __shared__ float ms[NL_SOFTMAX_THREADS], ss[NL_SOFTMAX_THREADS];
+    for (int row = blockIdx.x; row < M; row += gridDim.x) {
+        const long long base = (long long)row * K;
+        float m = -INFINITY, s = 0.0f;
+        for (int j = threadIdx.x; j < K; j += NL_SOFTMAX_THREADS)
+            nl_lse_merge(m, s, E::load(logits, base + j), 1.0f);
+        ms[threadIdx.x] = m;
+        ss[threadIdx.x] = s;
+        __syncthreads();
+        for (int half = NL_SOFTMAX_THREADS / 2; half > 0; half >>= 1) {
+            if (threadIdx.x < half) {
+                float a = ms[threadIdx.x], b = ss[threadIdx.x];
+                nl_lse_merge(a, b, ms[threadIdx.x + half], ss[threadIdx.x + half]);
+                ms[threadIdx.x] = a;
+                ss[threadIdx.x] = b;
+            }
+            __syncthreads();
+        }
+        const float lse = ms[0] + logf(ss[0]);
+        __syncthreads();
+        float loss = 0.0f;
+        for (int j = threadIdx.x; j < K; j += NL_SOFTMAX_THREADS) {
+            const float x = E::load(logits, base + j);
+            const float p = expf(x - lse);
+            if (probs) E::store(probs, base + j, p);
+            if (targets) {
+                const float t = E::load(targets, base + j);
+                if (t != 0.0f) loss += t * (x - lse);
+                E::store(grad, base + j, scale * (p - t));
+            }
+        }
+        if (targets) {
+            loss = nl_block_reduce(loss, ms, false);
+            if (threadIdx.x == 0) row_loss[row] = -loss;
+        }
+    }
+}
+
+#define SOFTMAX_XENT_PARAMS(T) const T* logits, const T* targets, T* probs, T* grad, \
+    float* row_loss, int M, int K, float scale
+NL_THREE_TYPES(nl_softmax_xent, SOFTMAX_XENT_PARAMS, (logits, targets, probs, grad, row_loss, M,
+                                                     K, scale))
