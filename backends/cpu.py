@@ -10,6 +10,7 @@ import numpy as np
 
 from . import numpy_conv, numpy_norm, numpy_rows
 from .backend import Backend, Tensor
+from .cpu_blocksparse import CPUBlockSparseMixin
 from .cpu_kernels import CPUKernels
 from .cpu_optree import OpTreeMachine
 from .numpy_ops import evaluate
@@ -77,7 +78,7 @@ def _ary(t):
     return t._ary
 
 
-class CPUBackend(Backend):
+class CPUBackend(CPUBlockSparseMixin, Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float16, float32 or
     float64 (float64 is the one gradient checks use)."""
 
@@ -98,6 +99,12 @@ class CPUBackend(Backend):
         if not (isinstance(value, OpNode) and self._machine.run(out, value)):
             evaluate(out, value)
         return out
+
+    def execute_multi(self, assignments):
+        pairs = [(out._ary, tree) for out, tree in assignments]
+        if not self._machine.run_multi(pairs):
+            for out, tree in pairs:
+                self._evaluate(out, tree)
 
     def empty(self, shape, dtype=None, name=None):
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)

@@ -1,6 +1,9 @@
 """Elementwise op-trees on the CPU in one pass over memory (the C virtual machine of
 ``kernels/cpu/optree.c``).
 
+Several trees can run in the same pass (:meth:`OpTreeMachine.run_multi`: an optimizer step
+that updates a velocity and the weights reads and writes each tensor once).
+
 A tree is compiled once per structure (:meth:`OpNode.key`-like: ops, leaf slots, scalar slots)
 into a program of ``(op, dst, a, b)`` instructions; each call then only gathers the leaves'
 addresses and strides and the scalars' values, so a learning rate that changes every step reuses
@@ -24,8 +27,11 @@ class _Unsupported(Exception):
     """The tree is one the machine does not run; numpy evaluates it."""
 
 
-def _walk(node, leaves, index, consts, reductions):
-    """The structural key of ``node``; fills ``leaves`` (arrays, each once), ``consts``."""
+def _walk(node, leaves, index, consts, reductions, results=None):
+    """The structural key of ``node``; fills ``leaves`` (arrays, each once), ``consts``.
+
+    ``results`` maps the memory of earlier outputs (:func:`_memory`) to their output number:
+    such a leaf is read as that output's new value, ``("o", number)`` in the key."""
     parts = [node.op]
     for arg in node.args:
         if isinstance(arg, OpNode):
@@ -34,24 +40,39 @@ def _walk(node, leaves, index, consts, reductions):
                 reductions.append((len(leaves), arg))
                 leaves.append(None)
             else:
-                parts.append(_walk(arg, leaves, index, consts, reductions))
+                parts.append(_walk(arg, leaves, index, consts, reductions, results))
         elif is_scalar(arg):
             parts.append(("c", len(consts)))
             consts.append(float(arg))
         else:
-            slot = index.get(id(arg))
-            if slot is None:
-                slot = index[id(arg)] = len(leaves)
-                leaves.append(arg._ary if hasattr(arg, "_ary") else np.asarray(arg))
-            parts.append(("t", slot))
+            parts.append(_leaf(arg, leaves, index, results))
     if node.op not in _VM_OPS:
         raise _Unsupported(node.op)
     return tuple(parts)
 
 
-def _program(key, nleaf, nconst, opcodes):
-    """Instructions (a flat list of int32, 4 per instruction) computing tree ``key``."""
-    code, next_reg = [], [nleaf + nconst]
+def _leaf(arg, leaves, index, results):
+    ary = arg._ary if hasattr(arg, "_ary") else np.asarray(arg)
+    if results:
+        earlier = results.get(_memory(ary))
+        if earlier is not None:
+            return ("o", earlier)
+    slot = index.get(id(arg))
+    if slot is None:
+        slot = index[id(arg)] = len(leaves)
+        leaves.append(ary)
+    return ("t", slot)
+
+
+def _memory(ary):
+    """What identifies the elements an array views: address, shape, strides, dtype."""
+    return (_address(ary), ary.shape, ary.strides, ary.dtype.str)
+
+
+def _program(keys, nleaf, nconst, opcodes):
+    """Instructions (a flat list of int32, 4 per instruction) computing the trees ``keys`` in
+    order, and the register holding each tree's value."""
+    code, next_reg, results = [], [nleaf + nconst], []
 
     def emit(part):
         kind = part[0]
@@ -59,14 +80,17 @@ def _program(key, nleaf, nconst, opcodes):
             return part[1]
         if kind == "c":
             return nleaf + part[1]
+        if kind == "o":
+            return results[part[1]]
         args = [emit(p) for p in part[1:]]
         dst = next_reg[0]
         next_reg[0] += 1
         code.extend((opcodes[kind], dst, args[0], args[1] if len(args) > 1 else -1))
         return dst
 
-    emit(key)
-    return code
+    for key in keys:
+        results.append(emit(key))
+    return code, results
 
 
 def _grid(out, arrays):
@@ -124,15 +148,36 @@ class OpTreeMachine:
 
     def run(self, out, tree):
         """Evaluate op-tree ``tree`` into ndarray ``out``; False when numpy must do it."""
-        dtype = out.dtype
-        if dtype not in _FLOATS or out.size == 0 or not out.flags.writeable:
-            return False
         if tree.op in REDUCTION_OPS:
             return False
-        leaves, consts, reductions = [], [], []
+        return self.run_multi([(out, tree)], reductions_ok=True)
+
+    def run_multi(self, assignments, reductions_ok=False):
+        """Evaluate ``[(out, tree), ...]`` (ndarrays, op-trees) in one pass over memory, as if
+        ``out[...] = tree`` ran in order: a tree that reads an earlier output (the same memory,
+        exactly) reads its new value.  The outputs must share one shape and may not overlap
+        each other.  False, having written nothing, when the machine does not take them
+        (inner reductions are taken only with ``reductions_ok``, for a single tree)."""
+        outs = [out for out, _ in assignments]
+        first = outs[0]
+        dtype = first.dtype
+        if dtype not in _FLOATS or first.size == 0:
+            return False
+        if any(o.dtype != dtype or o.shape != first.shape or not o.flags.writeable
+               or not isinstance(t, OpNode) or t.op in REDUCTION_OPS for o, t in assignments):
+            return False
+        memories = [_memory(o) for o in outs]
+        if len(set(memories)) != len(outs) or any(
+                np.may_share_memory(a, b) for i, a in enumerate(outs) for b in outs[i + 1:]):
+            return False
+        leaves, consts, reductions, keys, index, results = [], [], [], [], {}, {}
         try:
-            key = _walk(tree, leaves, {}, consts, reductions)
+            for number, (out, tree) in enumerate(assignments):
+                keys.append(_walk(tree, leaves, index, consts, reductions, results))
+                results[memories[number]] = number
         except _Unsupported:
+            return False
+        if reductions and not reductions_ok:
             return False
         for a in leaves:
             if a is not None and a.dtype != dtype:
@@ -145,28 +190,31 @@ class OpTreeMachine:
             if leaves[slot].dtype != dtype:
                 return False
         try:
-            rows, cols, strides = _grid(out, leaves)
+            rows, cols, strides = _grid(first, leaves + outs[1:])
         except _Unsupported:
             return False
-        out_addr = _address(out)
         addresses = [_address(a) for a in leaves]
-        for a, addr in zip(leaves, addresses):
-            if np.may_share_memory(out, a) and not (
-                    addr == out_addr and a.strides == out.strides and a.shape == out.shape):
-                return False
-        program = self._program(module, key, len(leaves), len(consts))
-        flat = [s for pair in strides[1:] for s in pair]
-        status = module.lib.optree_run(program[0], program[1], addresses, flat, len(leaves),
-                                       consts, len(consts), out_addr, strides[0][0],
-                                       strides[0][1], rows, cols)
+        for out, memory in zip(outs, memories):
+            for a, addr in zip(leaves, addresses):
+                if np.may_share_memory(out, a) and _memory(a) != memory:
+                    return False
+        nleaf = len(leaves)
+        code, out_regs, ninstr = self._program(module, tuple(keys), nleaf, len(consts))
+        leaf_strides = [s for pair in strides[1:nleaf + 1] for s in pair]
+        out_strides = [s for pair in strides[:1] + strides[nleaf + 1:] for s in pair]
+        status = module.lib.optree_run_multi(code, ninstr, addresses, leaf_strides, nleaf,
+                                             consts, len(consts), out_regs,
+                                             [_address(o) for o in outs], out_strides,
+                                             len(outs), rows, cols)
         return status == 0
 
-    def _program(self, module, key, nleaf, nconst):
-        cache_key = (id(module), key, nleaf, nconst)
+    def _program(self, module, keys, nleaf, nconst):
+        cache_key = (id(module), keys, nleaf, nconst)
         program = self._programs.get(cache_key)
         if program is None:
             opcodes = {op: getattr(module.lib, f"NL_OP_{op.upper()}") for op in _VM_OPS}
-            code = _program(key, nleaf, nconst, opcodes)
-            program = (module.ffi.new("int32_t[]", code), len(code) // 4)
+            code, results = _program(keys, nleaf, nconst, opcodes)
+            program = (module.ffi.new("int32_t[]", code),
+                       module.ffi.new("int32_t[]", results), len(code) // 4)
             self._programs[cache_key] = program
         return program

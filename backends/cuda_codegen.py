@@ -90,7 +90,7 @@ class OpTreeError(ValueError):
 # ---- the tree as the generator sees it -----------------------------------------------------
 @dataclass
 class _Node:
-    kind: str            # "leaf", "scalar" or "op"
+    kind: str            # "leaf", "scalar", "op" or "result" (an earlier output's new value)
     shape: tuple
     index: int = 0       # leaf index or scalar slot
     op: str = None
@@ -98,10 +98,12 @@ class _Node:
     children: tuple = ()
 
 
-def _convert(tree, leaves, scalars):
-    """``tree`` as :class:`_Node` s; appends scalar values to ``scalars`` in slot order."""
+def _convert(tree, leaves, scalars, results=()):
+    """``tree`` as :class:`_Node` s; appends scalar values to ``scalars`` in slot order.
+    A tensor that is (by identity) one of ``results``, the outputs of earlier trees of a
+    multi-output kernel, becomes a ``result`` node (the latest such output)."""
     if isinstance(tree, OpNode):
-        children = tuple(_convert(arg, leaves, scalars) for arg in tree.args)
+        children = tuple(_convert(arg, leaves, scalars, results) for arg in tree.args)
         if tree.op in REDUCTION_OPS:
             shape = children[0].shape
             axes = _normalize_axes(tree, len(shape))
@@ -116,6 +118,9 @@ def _convert(tree, leaves, scalars):
     if is_scalar(tree):
         scalars.append(float(tree))
         return _Node("scalar", (), index=len(scalars) - 1)
+    earlier = [k for k, out in enumerate(results) if out is tree]
+    if earlier:
+        return _Node("result", tuple(tree.shape), index=earlier[-1])
     index = next(i for i, leaf in enumerate(leaves) if leaf is tree)
     return _Node("leaf", tuple(tree.shape), index=index)
 
@@ -224,6 +229,8 @@ class KernelPlan:
     'row' or 'column'; ``block``/``grid``: the launch shape; ``int_args``: sizes and strides of
     this call; ``scalars``: the tree's scalar values in slot order; ``arg_format``: the
     ``struct`` format of the whole argument list (pointers: out, then the leaves).
+    A multi-output plan (:func:`plan_multi`) has ``_roots`` (one tree per output) and
+    ``operands``: the descriptors whose pointers follow ``out``, the other outputs first.
     """
 
     key: tuple
@@ -238,6 +245,8 @@ class KernelPlan:
     _reduction: _Node = None
     _storages: tuple = ()
     _dims: tuple = ()
+    _roots: tuple = ()
+    operands: tuple = ()
 
     def source(self):
         """(kernel name, CUDA source) for this plan's key."""
@@ -269,6 +278,54 @@ def plan(tree, out, max_blocks=65535):
     if not reductions:
         return _plan_elementwise(out, leaves, extent, ndim, max_blocks, common)
     return _plan_reduction(out, leaves, root, reductions[0], extent, ndim, max_blocks, common)
+
+
+def plan_multi(assignments, max_blocks=65535):
+    """Plan ``[(out, tree), ...]`` as one elementwise kernel that evaluates the trees in
+    order for each element and stores each into its output; a tree that reads an earlier
+    output (the same descriptor object) reads its new value as stored (rounded to the
+    output's storage).  The outputs must share one shape; reductions are not allowed (the
+    backend runs such assignments one by one).  Pointers: the first output, then
+    ``plan.operands`` (the other outputs, then the leaves)."""
+    outs = [out for out, _ in assignments]
+    extent = tuple(outs[0].shape)
+    if any(tuple(o.shape) != extent for o in outs):
+        raise OpTreeError(f"the outputs of a multi-output op-tree must share one shape, got "
+                          f"{[tuple(o.shape) for o in outs]}")
+    operands, scalars, roots = list(outs[1:]), [], []
+    for number, (out, tree) in enumerate(assignments):
+        if count_reductions(tree):
+            raise OpTreeError(f"op-tree {tree!r} holds a reduction; a multi-output kernel is "
+                              f"elementwise")
+        earlier = outs[:number]
+        for leaf in (tree.leaves() if isinstance(tree, OpNode) else
+                     ([] if is_scalar(tree) else [tree])):
+            if not any(leaf is o for o in earlier) and not any(leaf is o for o in operands):
+                operands.append(leaf)
+        root = _convert(tree, operands, scalars, earlier)
+        if any(a != 1 and a != e for a, e in zip(_padded(root.shape, (), len(extent))[0],
+                                                  extent)) or len(root.shape) > len(extent):
+            raise OpTreeError(f"op-tree {tree!r} of shape {root.shape} cannot be assigned to "
+                              f"an output of shape {extent}")
+        roots.append(root)
+    storages = tuple(d.storage for d in (outs[0], *operands))
+    for code in storages:
+        if code not in STORAGE:
+            raise OpTreeError(f"unknown storage {code!r}; expected one of {sorted(STORAGE)}")
+    ndim = max([len(extent)] + [len(d.shape) for d in operands])
+    extent = _padded(extent, (), ndim)[0]
+    common = dict(scalars=tuple(scalars), nleaves=len(operands), _root=None, _storages=storages)
+    p = _plan_elementwise(outs[0], operands, extent, ndim, max_blocks, common)
+    p._roots, p.operands = tuple(roots), tuple(operands)
+    p.key = p.key + (("outputs", len(outs)), tuple(_structure(r) for r in roots))
+    return p
+
+
+def _structure(node):
+    """What a multi-output kernel's source depends on in one tree."""
+    if node.kind != "op":
+        return (node.kind, node.index)
+    return (node.op, node.axes, tuple(_structure(c) for c in node.children))
 
 
 def _plan_elementwise(out, leaves, extent, ndim, max_blocks, common):
@@ -367,8 +424,8 @@ def _emit(node, em, loaded, reduced_value=None, stop=None):
     """Emit ``node``'s value; returns its C expression (a variable or scalar name)."""
     if node is stop:
         return reduced_value
-    if node.kind == "leaf":
-        return loaded[node.index]
+    if node.kind in ("leaf", "result"):
+        return loaded[(node.kind, node.index) if node.kind == "result" else node.index]
     if node.kind == "scalar":
         return f"s{node.index}"
     args = [_emit(c, em, loaded, reduced_value, stop) for c in node.children]
@@ -411,7 +468,9 @@ def _decompose(var, sizes, operands, strides_of, offsets, idx, indent, init=None
 
 def _signature(p, idx, int_names):
     types = [STORAGE[c][0] for c in p._storages]
-    params = [f"{types[0]}* out"] + [f"const {t}* l{i}" for i, t in enumerate(types[1:])]
+    written = max(len(p._roots) - 1, 0)
+    params = [f"{types[0]}* out"] + [f"{'' if i < written else 'const '}{t}* l{i}"
+                                     for i, t in enumerate(types[1:])]
     params += [f"float s{j}" for j in range(len(p.scalars))]
     params += [f"{idx} {n}" for n in int_names]
     return ",\n    ".join(params)
@@ -426,7 +485,12 @@ def common_header():
 
 
 def _render(p):
-    body = _render_elementwise(p) if p.form == "elementwise" else _render_reduction(p)
+    if p._roots:
+        body = _render_multi(p)
+    elif p.form == "elementwise":
+        body = _render_elementwise(p)
+    else:
+        body = _render_reduction(p)
     digest = hashlib.sha1((repr(p.key) + body).encode()).hexdigest()[:16]
     name = f"nl_optree_{p.form}_{digest}"
     return name, f"{common_header()}\n{BODY_MARKER}\n{body.replace('KERNEL_NAME', name)}"
@@ -447,6 +511,47 @@ def _render_elementwise(p):
     value = _emit(p._root, em, loaded)
     store = STORAGE[p._storages[0]][2].format(v=value)
     body = "\n".join(lines + loads + em.lines + [f"{ind}out[off_out] = {store};"])
+    return f"""
+extern "C" __global__ void __launch_bounds__({THREADS}) KERNEL_NAME(
+    {_signature(p, idx, names)})
+{{
+    for ({idx} i = ({idx})blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += ({idx})blockDim.x * gridDim.x) {{
+{body}
+    }}
+}}
+"""
+
+
+def _leaf_indices(node):
+    if node.kind == "leaf":
+        return {node.index}
+    return set().union(*(_leaf_indices(c) for c in node.children)) if node.children else set()
+
+
+def _render_multi(p):
+    """The elementwise kernel of a multi-output plan: per element, load the leaves the trees
+    read, then evaluate each tree, store it, and keep its stored value for later trees."""
+    (d,) = p._dims
+    idx = p.key[2]
+    nops = 1 + p.nleaves
+    names = ["n"] + [f"size{k}" for k in range(d)] + [
+        f"st{o}_{k}" for o in range(nops) for k in range(d)]
+    offsets = ["off_out"] + [f"off{i}" for i in range(p.nleaves)]
+    ind = "        "
+    lines = _decompose("i", [f"size{k}" for k in range(d)], range(nops),
+                       lambda o, k: f"st{o}_{k}", offsets, idx, ind)
+    used = sorted(set().union(*(_leaf_indices(r) for r in p._roots)))
+    loads, loaded = _load_lines(used, p._storages, offsets, ind)
+    em = _Emitter(ind)
+    for number, root in enumerate(p._roots):
+        value = _emit(root, em, loaded)
+        ctype, load, store = STORAGE[p._storages[number]]
+        target = "out[off_out]" if number == 0 else f"l{number - 1}[off{number - 1}]"
+        em.lines.append(f"{ind}const {ctype} r{number} = {store.format(v=value)};")
+        em.lines.append(f"{ind}{target} = r{number};")
+        loaded[("result", number)] = em.value(load.format(p=f"(&r{number})", i="0"))
+    body = "\n".join(lines + loads + em.lines)
     return f"""
 extern "C" __global__ void __launch_bounds__({THREADS}) KERNEL_NAME(
     {_signature(p, idx, names)})

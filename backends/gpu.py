@@ -17,6 +17,7 @@ import numpy as np
 
 from . import cublas, gpu_build, philox
 from .backend import Backend
+from .gpu_blocksparse import GPUBlockSparseMixin
 from .gpu_device import get_device
 from .gpu_nn import GPUNNMixin
 from .gpu_norm import GPUNormMixin
@@ -25,7 +26,7 @@ from .gpu_tensor import GPUTensor, as_dtype, contiguous_strides
 from .optree import OpNode
 
 
-class GPUBackend(GPUNNMixin, GPUNormMixin, Backend):
+class GPUBackend(GPUBlockSparseMixin, GPUNNMixin, GPUNormMixin, Backend):
     """CUDA backend on device ``device_id`` (see the module docstring).
 
     ``allow_tf32=True`` lets float32 GEMMs use TF32 tensor cores (off by default)."""
@@ -106,18 +107,30 @@ class GPUBackend(GPUNNMixin, GPUNormMixin, Backend):
         self.execute(t, staging)
 
     def pinned_empty(self, shape, dtype=None):
-        """Page-locked host memory (for :meth:`set_async`)."""
+        """Page-locked host memory (for :meth:`copy_async`)."""
         return self.device.cuda.pagelocked_empty(shape, np.dtype(as_dtype(dtype or self.dtype).str))
 
-    def set_async(self, t, pinned):
-        """Copy page-locked ``pinned`` (``t``'s storage type, contiguous) into contiguous ``t``
-        on the copy stream; compute waits for it (an event) before using ``t``."""
+    def compute_event(self):
+        """An event recorded on the compute stream now (the end of the work queued so far)."""
+        event = self.device.cuda.Event()
+        event.record(self.device.stream)
+        return event
+
+    def copy_async(self, t, pinned, after=None):
+        """Copy page-locked ``pinned`` (``t``'s storage type) into contiguous ``t`` on the copy
+        stream, once event ``after`` (if any) has passed; the compute stream waits for the copy
+        before its next work.  Returns the copy's completion event."""
+        if not t.is_contiguous or pinned.nbytes != t.size * t.itemsize:
+            raise ValueError(f"copy_async: needs a contiguous tensor and a host buffer of its "
+                             f"size, got {t.shape} and {pinned.nbytes} bytes")
         cuda = self.device.cuda
+        if after is not None:
+            self.device.copy_stream.wait_for_event(after)
         cuda.memcpy_htod_async(t.ptr, pinned, self.device.copy_stream)
         done = cuda.Event()
         done.record(self.device.copy_stream)
         self.device.stream.wait_for_event(done)
-        return t
+        return done
 
     # ---- op-trees --------------------------------------------------------------------------
     def execute(self, out, optree):
@@ -130,6 +143,12 @@ class GPUBackend(GPUNNMixin, GPUNormMixin, Backend):
             return out
         raise TypeError(f"cannot assign a {type(optree).__name__} to a GPU tensor; expected a "
                         f"number, a GPU tensor, an op-tree or a numpy array")
+
+    def execute_multi(self, assignments):
+        if all(isinstance(tree, OpNode) for _, tree in assignments):
+            self.executor.execute_multi(assignments)
+        else:
+            super().execute_multi(assignments)
 
     def _compile(self, name, source):
         arch = self.device.arch

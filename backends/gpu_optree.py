@@ -3,7 +3,8 @@
 :class:`OpTreeExecutor` is the GPU backend's ``execute``: it evaluates the inner reductions of a
 tree that holds several into cached temporaries (so a tree like ``var(x)`` becomes two kernels),
 plans the last kernel with :mod:`cuda_codegen`, memoizes compiled kernels by the tree's
-structural key plus the plan's key, and launches.  Compiling, launching and allocating are
+structural key plus the plan's key, and launches.  ``execute_multi`` fuses several elementwise
+assignments (an optimizer step) into one kernel.  Compiling, launching and allocating are
 functions handed in, so the same code runs on pycuda and, in tests, on a host emulator.
 """
 from . import cuda_codegen as codegen
@@ -73,6 +74,26 @@ class OpTreeExecutor:
         kernel, plan = cached
         self.launch(kernel, plan, out, leaves, codegen.scalar_values(tree))
         return out
+
+    def execute_multi(self, assignments):
+        """``[(out, tree), ...]`` in order, in one generated kernel when the trees are
+        elementwise and the outputs share a shape (see :func:`cuda_codegen.plan_multi`);
+        otherwise one ``execute`` per assignment."""
+        assignments = list(assignments)
+        try:
+            if len(assignments) < 2 or any(codegen.count_reductions(t) for _, t in assignments):
+                raise codegen.OpTreeError("not a multi-output kernel")
+            plan = codegen.plan_multi(assignments, self.max_blocks)
+        except codegen.OpTreeError:
+            for out, tree in assignments:
+                self.execute(out, tree)
+            return
+        kernel = self.kernels.get(plan.key)
+        if kernel is None:
+            name, source = plan.source()
+            kernel = self.kernels[plan.key] = self.compile_kernel(name, source)
+            self.compiles += 1
+        self.launch(kernel, plan, assignments[0][0], list(plan.operands), list(plan.scalars))
 
     def _split(self, out, tree, keep=1):
         """Evaluate inner reductions into temporaries until ``keep`` remain."""

@@ -1,6 +1,8 @@
 """Graph-free layers: configure -> allocate -> fprop / bprop (see ``layer.py``)."""
 from .activation import Activation, Dropout
 from .attention import MultiHeadAttention
+from .blocksparse_attention import BlockSparseAttention
+from .blocksparse_linear import BlockSparseAffine, BlockSparseLinear
 from .containers import Affine, CompoundLayer, Conv, MergeSum, Sequential, SkipNode
 from .conv import Convolution
 from .cost import GeneralizedCost
@@ -17,4 +19,4 @@ __all__ = ["Layer", "ParameterLayer", "Parameter", "ShapeError", "Linear", "Bias
            "Convolution", "Conv", "Pooling", "BatchNorm", "Activation", "Dropout", "Flatten",
            "Reshape", "Sequential", "MergeSum", "SkipNode", "CompoundLayer", "GeneralizedCost",
            "Embedding", "PositionalEmbedding", "LayerNorm", "MultiHeadAttention",
-           "TransformerBlock"]
+           "TransformerBlock", "BlockSparseLinear", "BlockSparseAffine", "BlockSparseAttention"]

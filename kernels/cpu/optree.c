@@ -84,15 +84,29 @@ static void run_op(int op, real *d, const real *a, const real *b, int64_t n)
     }
 }
 
-int optree_run(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
-               const int64_t *leaf_strides, int64_t nleaf, const double *consts, int64_t nconst,
-               int64_t out_addr, int64_t out_rs, int64_t out_cs, int64_t rows, int64_t cols)
+int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
+                     const int64_t *leaf_strides, int64_t nleaf, const double *consts,
+                     int64_t nconst, const int32_t *out_reg, const int64_t *out_addr,
+                     const int64_t *out_strides, int64_t nout, int64_t rows, int64_t cols)
 {
     const int64_t nregs = nleaf + nconst + ninstr;
-    if (ninstr < 1 || nregs > NL_VM_MAX_REGS)
+    if (ninstr < 0 || nregs > NL_VM_MAX_REGS || nout < 1 || nout > NL_VM_MAX_REGS)
         return -1;
+    /* direct[s]: the output instruction s stores straight into (its register is that output's
+       value and the output is contiguous along a row), else -1; such outputs need no copy. */
+    int32_t direct[NL_VM_MAX_REGS], copied[NL_VM_MAX_REGS];
+    for (int64_t s = 0; s < ninstr; s++)
+        direct[s] = -1;
+    for (int64_t o = 0; o < nout; o++) {
+        const int64_t s = out_reg[o] - nleaf - nconst;
+        copied[o] = 1;
+        if (s >= 0 && s < ninstr && direct[s] < 0 && code[4 * s + 1] == out_reg[o]
+            && out_strides[2 * o + 1] == 1) {
+            direct[s] = (int32_t)o;
+            copied[o] = 0;
+        }
+    }
     const int64_t nblk = (cols + NL_VM_BLOCK - 1) / NL_VM_BLOCK, total = rows * nblk;
-    const int32_t result = code[4 * (ninstr - 1) + 1];
 #pragma omp parallel if (rows * cols >= NL_PARALLEL_MIN)
     {
         real *scratch = malloc((size_t)nregs * NL_VM_BLOCK * sizeof(real));
@@ -119,20 +133,36 @@ int optree_run(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
                     r[k] = base[k * cs];
                 reg[l] = r;
             }
-            real *out = (real *)(intptr_t)out_addr + i * out_rs + j0 * out_cs;
             for (int64_t s = 0; s < ninstr; s++) {
-                const int32_t *ins = code + 4 * s;
-                real *d = (s == ninstr - 1 && out_cs == 1) ? out : scratch + ins[1] * NL_VM_BLOCK;
+                const int32_t *ins = code + 4 * s, o = direct[s];
+                real *d = o >= 0 ? (real *)(intptr_t)out_addr[o] + i * out_strides[2 * o] + j0
+                                 : scratch + ins[1] * NL_VM_BLOCK;
                 run_op(ins[0], d, reg[ins[2]], ins[3] >= 0 ? reg[ins[3]] : NULL, n);
                 reg[ins[1]] = d;
             }
-            if (out_cs != 1) {
-                const real *r = reg[result];
+            for (int64_t o = 0; o < nout; o++) {
+                if (!copied[o])
+                    continue;
+                const int64_t cs = out_strides[2 * o + 1];
+                real *out = (real *)(intptr_t)out_addr[o] + i * out_strides[2 * o] + j0 * cs;
+                const real *r = reg[out_reg[o]];
                 for (int64_t k = 0; k < n; k++)
-                    out[k * out_cs] = r[k];
+                    out[k * cs] = r[k];
             }
         }
         free(scratch);
     }
     return 0;
+}
+
+int optree_run(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
+               const int64_t *leaf_strides, int64_t nleaf, const double *consts, int64_t nconst,
+               int64_t out_addr, int64_t out_rs, int64_t out_cs, int64_t rows, int64_t cols)
+{
+    if (ninstr < 1)
+        return -1;
+    const int32_t out_reg = code[4 * (ninstr - 1) + 1];
+    const int64_t out_strides[2] = {out_rs, out_cs};
+    return optree_run_multi(code, ninstr, leaf_addr, leaf_strides, nleaf, consts, nconst,
+                            &out_reg, &out_addr, out_strides, 1, rows, cols);
 }

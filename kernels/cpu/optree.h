@@ -9,6 +9,13 @@
  * so a stride of 0 broadcasts; the result (the last instruction's register) is stored at
  *     out_addr + i * out_rs + j * out_cs.
  * Unary ops ignore b.  Comparisons give 1 or 0.
+ *
+ * optree_run_multi evaluates several trees in the same pass: output o (of nout, all on the
+ * same grid) is register out_reg[o], stored at out_addr[o] + i * out_strides[2*o] +
+ * j * out_strides[2*o + 1], in order o = 0, 1, ... for each block.  A later tree reads an
+ * earlier tree's result from its register, so the outputs are those of evaluating the trees
+ * one after another, element by element (an output may be a leaf exactly, never overlap one
+ * otherwise).
  */
 #define NL_OP_NEG 0
 #define NL_OP_ABS 1
@@ -37,7 +44,12 @@
 #define NL_VM_MAX_REGS 64
 #define NL_VM_BLOCK 256
 
-/* Returns 0, or -1 when the program is empty or needs more than NL_VM_MAX_REGS registers. */
+/* Both return 0, or -1 when the program is empty (optree_run) or needs more than
+ * NL_VM_MAX_REGS registers. */
 int optree_run(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
                const int64_t *leaf_strides, int64_t nleaf, const double *consts, int64_t nconst,
                int64_t out_addr, int64_t out_rs, int64_t out_cs, int64_t rows, int64_t cols);
+int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
+                     const int64_t *leaf_strides, int64_t nleaf, const double *consts,
+                     int64_t nconst, const int32_t *out_reg, const int64_t *out_addr,
+                     const int64_t *out_strides, int64_t nout, int64_t rows, int64_t cols);

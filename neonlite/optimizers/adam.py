@@ -16,7 +16,8 @@ class Adam(Optimizer):
         w = w - lr / (1 - beta_1^t) * m / (sqrt(v) / sqrt(1 - beta_2^t) + epsilon)
 
     ``state_dtype="bf16"`` stores m and v as bfloat16 bit patterns (uint16, round to nearest
-    even) and computes in float32: half the optimizer-state memory.
+    even) and computes in float32: half the optimizer-state memory.  A step is one
+    ``execute_multi`` (m, v and w in one pass over memory where the backend fuses it).
     """
 
     def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, wdecay=0.0,
@@ -39,23 +40,23 @@ class Adam(Optimizer):
         step_size = lr / (1.0 - b1 ** t)
         root_correction = 1.0 / math.sqrt(1.0 - b2 ** t)
         w = param.value
+        decayed = w * (1.0 - lr * self.weight_decay) if self.weight_decay else w
         if self.wdecay:
-            grad = grad + self.wdecay * w
-        if self.weight_decay:
-            w[:] = w * (1.0 - lr * self.weight_decay)
+            grad = grad + self.wdecay * decayed
         if self.state_dtype == "bf16":
             m = self.state(be, param, "m", np.uint16)
             v = self.state(be, param, "v", np.uint16)
-            m[:] = be.f32_to_bf16(b1 * be.bf16_to_f32(m) + (1.0 - b1) * grad)
-            v[:] = be.f32_to_bf16(b2 * be.bf16_to_f32(v) + (1.0 - b2) * be.square(grad))
+            new_m = be.f32_to_bf16(b1 * be.bf16_to_f32(m) + (1.0 - b1) * grad)
+            new_v = be.f32_to_bf16(b2 * be.bf16_to_f32(v) + (1.0 - b2) * be.square(grad))
             m_val, v_val = be.bf16_to_f32(m), be.bf16_to_f32(v)
         else:
             m = self.state(be, param, "m")
             v = self.state(be, param, "v")
-            m[:] = b1 * m + (1.0 - b1) * grad
-            v[:] = b2 * v + (1.0 - b2) * be.square(grad)
+            new_m = b1 * m + (1.0 - b1) * grad
+            new_v = b2 * v + (1.0 - b2) * be.square(grad)
             m_val, v_val = m, v
-        w[:] = w - step_size * m_val / (be.sqrt(v_val) * root_correction + self.epsilon)
+        new_w = decayed - step_size * m_val / (be.sqrt(v_val) * root_correction + self.epsilon)
+        be.execute_multi([(m, new_m), (v, new_v), (w, new_w)])
 
     def _config(self):
         return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,

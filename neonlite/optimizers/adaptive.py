@@ -1,4 +1,4 @@
-"""RMSProp and Adagrad."""
+"""RMSProp and Adagrad (each step one pass over memory: state and weights together)."""
 from .optimizer import Optimizer
 
 
@@ -11,9 +11,9 @@ class RMSProp(Optimizer):
         self.decay_rate, self.epsilon = float(decay_rate), float(epsilon)
 
     def update(self, be, param, grad, lr):
-        s = self.state(be, param, "sq_avg")
-        s[:] = self.decay_rate * s + (1.0 - self.decay_rate) * be.square(grad)
-        param.value[:] = param.value - lr * grad / (be.sqrt(s) + self.epsilon)
+        s, w = self.state(be, param, "sq_avg"), param.value
+        be.execute_multi([(s, self.decay_rate * s + (1.0 - self.decay_rate) * be.square(grad)),
+                          (w, w - lr * grad / (be.sqrt(s) + self.epsilon))])
 
     def _config(self):
         return {"decay_rate": self.decay_rate, "epsilon": self.epsilon}
@@ -28,9 +28,9 @@ class Adagrad(Optimizer):
         self.epsilon = float(epsilon)
 
     def update(self, be, param, grad, lr):
-        s = self.state(be, param, "sum_sq")
-        s[:] = s + be.square(grad)
-        param.value[:] = param.value - lr * grad / (be.sqrt(s) + self.epsilon)
+        s, w = self.state(be, param, "sum_sq"), param.value
+        be.execute_multi([(s, s + be.square(grad)),
+                          (w, w - lr * grad / (be.sqrt(s) + self.epsilon))])
 
     def _config(self):
         return {"epsilon": self.epsilon}

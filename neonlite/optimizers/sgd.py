@@ -4,7 +4,7 @@ from .optimizer import Optimizer
 
 class GradientDescentMomentum(Optimizer):
     """g = grad + wdecay * w;  v = momentum * v - lr * g;
-    w += v (or, with ``nesterov``, w += momentum * v - lr * g)."""
+    w += v (or, with ``nesterov``, w += momentum * v - lr * g), in one pass over memory."""
 
     def __init__(self, learning_rate, momentum_coef=0.0, wdecay=0.0, nesterov=False,
                  schedule=None, gradient_clip_norm=None, gradient_clip_value=None, name=None):
@@ -23,11 +23,8 @@ class GradientDescentMomentum(Optimizer):
             w[:] = w - lr * grad
             return
         v = self.state(be, param, "velocity")
-        v[:] = self.momentum_coef * v - lr * grad
-        if self.nesterov:
-            w[:] = w + self.momentum_coef * v - lr * grad
-        else:
-            w[:] = w + v
+        new_w = w + self.momentum_coef * v - lr * grad if self.nesterov else w + v
+        be.execute_multi([(v, self.momentum_coef * v - lr * grad), (w, new_w)])
 
     def _config(self):
         return {"momentum_coef": self.momentum_coef, "wdecay": self.wdecay,

@@ -1,0 +1,367 @@
+/* Block-sparse kernels (see blocksparse.h): products with a block-sparse weight, and the ops of
+ * block-sparse attention.
+ *
+ * Weight products work on MC rows of the dense operand at a time.  Those rows are first packed
+ * block-major (panel b holds the MC x bs slice of block column b, rows bs apart), so the
+ * micro-kernels read short contiguous rows instead of rows a power-of-two stride apart (which
+ * would all land in the same few cache sets).  Then OpenMP threads take output blocks
+ * dynamically; each output tile of MR x bs stays in vector registers (GCC vector extensions:
+ * 64-byte vectors, AVX-512 with -march=native) while it accumulates over every stored block of
+ * its column, one broadcast of the input times one row of the weight block per step.  Threads
+ * write disjoint outputs, so results do not depend on the number of threads.
+ */
+#include "common.h"
+#include "blocksparse.h"
+
+#define MC 256
+int bs_chunk_rows(void) { return MC; }
+
+#define NL_PRAGMA(x) _Pragma(#x)
+#define VB(BS) ((BS) * sizeof(real) < 64 ? (BS) * sizeof(real) : 64)
+
+/* Pack rows m0 .. m0+mc-1 of src (ld columns) into panels: dst[b][m][q] = src[m0+m][b*bs+q] for
+ * the nb block columns, MC rows per panel; rows mc .. MC-1 are zeros. */
+static void pack_rows(const real *src, int64_t ld, int64_t m0, int64_t mc, int64_t nb,
+                      int64_t bs, real *dst)
+{
+    NL_PRAGMA(omp for schedule(static))
+    for (int64_t b = 0; b < nb; b++) {
+        real *panel = dst + b * MC * bs;
+        for (int64_t m = 0; m < mc; m++)
+            memcpy(panel + m * bs, src + (m0 + m) * ld + b * bs, (size_t)bs * sizeof(real));
+        if (mc < MC)
+            memset(panel + mc * bs, 0, (size_t)(MC - mc) * bs * sizeof(real));
+    }
+}
+
+/* TILE_BS: y[0:mr, 0:BS] (row stride ldy) = beta * y + sum over entries e in [lo, hi) of
+ *   panels[other[e]] rows 0..MR-1 (row stride BS)  @  w[k[e]] (BS x BS, row-major).
+ * UPDATE_BS: dw (BS x BS) = beta * dw + a^T @ b over mc rows of panels a, b (row stride BS). */
+#define DEFINE_BS(BS, MR, MRU)                                                                 \
+typedef real vec##BS __attribute__((vector_size(VB(BS))));                                    \
+enum { VL##BS = VB(BS) / sizeof(real), NV##BS = BS / (VB(BS) / sizeof(real)) };               \
+static inline vec##BS load##BS(const real *p)                                                 \
+{                                                                                              \
+    vec##BS v;                                                                                 \
+    memcpy(&v, p, sizeof v);                                                                   \
+    return v;                                                                                  \
+}                                                                                              \
+static void tile_##BS(const real *restrict panels, const real *restrict w,                   \
+                      const int32_t *kidx, const int32_t *other, int32_t lo, int32_t hi,       \
+                      real *restrict y, int64_t ldy, int64_t mr, real beta)                    \
+{                                                                                              \
+    vec##BS acc[MR][NV##BS];                                                                   \
+    NL_PRAGMA(GCC unroll 32)                                                                   \
+    for (int i = 0; i < MR; i++)                                                               \
+        NL_PRAGMA(GCC unroll 8)                                                                \
+        for (int v = 0; v < NV##BS; v++)                                                       \
+            acc[i][v] = (vec##BS){0};                                                          \
+    for (int32_t e = lo; e < hi; e++) {                                                        \
+        const real *restrict xp = panels + (int64_t)other[e] * MC * BS;                       \
+        const real *restrict wb = w + (int64_t)kidx[e] * BS * BS;                              \
+        for (int q = 0; q < BS; q++) {                                                         \
+            vec##BS wv[NV##BS];                                                                \
+            NL_PRAGMA(GCC unroll 8)                                                            \
+            for (int v = 0; v < NV##BS; v++)                                                   \
+                wv[v] = load##BS(wb + q * BS + v * VL##BS);                                    \
+            NL_PRAGMA(GCC unroll 32)                                                           \
+            for (int i = 0; i < MR; i++) {                                                     \
+                const real xv = xp[i * BS + q];                                                \
+                NL_PRAGMA(GCC unroll 8)                                                        \
+                for (int v = 0; v < NV##BS; v++)                                               \
+                    acc[i][v] += xv * wv[v];                                                   \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+    for (int64_t i = 0; i < mr; i++)                                                           \
+        for (int v = 0; v < NV##BS; v++) {                                                     \
+            real *dst = y + i * ldy + v * VL##BS;                                              \
+            vec##BS out = acc[i][v];                                                           \
+            if (beta != 0)                                                                     \
+                out += beta * load##BS(dst);                                                   \
+            memcpy(dst, &out, sizeof out);                                                     \
+        }                                                                                      \
+}                                                                                              \
+static void update_##BS(const real *restrict a, const real *restrict b, int64_t mc,           \
+                        real *restrict dw, real beta)                                          \
+{                                                                                              \
+    for (int i0 = 0; i0 < BS; i0 += MRU) {                                                     \
+        vec##BS acc[MRU][NV##BS];                                                              \
+        NL_PRAGMA(GCC unroll 16)                                                               \
+        for (int i = 0; i < MRU; i++)                                                          \
+            NL_PRAGMA(GCC unroll 8)                                                            \
+            for (int v = 0; v < NV##BS; v++)                                                   \
+                acc[i][v] = beta == 0 ? (vec##BS){0}                                           \
+                    : beta * load##BS(dw + (i0 + i) * BS + v * VL##BS);                        \
+        for (int64_t m = 0; m < mc; m++) {                                                     \
+            vec##BS bv[NV##BS];                                                                \
+            NL_PRAGMA(GCC unroll 8)                                                            \
+            for (int v = 0; v < NV##BS; v++)                                                   \
+                bv[v] = load##BS(b + m * BS + v * VL##BS);                                     \
+            NL_PRAGMA(GCC unroll 16)                                                           \
+            for (int i = 0; i < MRU; i++) {                                                    \
+                const real av = a[m * BS + i0 + i];                                            \
+                NL_PRAGMA(GCC unroll 8)                                                        \
+                for (int v = 0; v < NV##BS; v++)                                               \
+                    acc[i][v] += av * bv[v];                                                   \
+            }                                                                                  \
+        }                                                                                      \
+        for (int i = 0; i < MRU; i++)                                                          \
+            for (int v = 0; v < NV##BS; v++)                                                   \
+                memcpy(dw + (i0 + i) * BS + v * VL##BS, &acc[i][v], sizeof acc[i][v]);         \
+    }                                                                                          \
+}
+
+/* MR rows per register tile: 24 accumulator vectors (of 32 on AVX-512) over the NV vectors
+ * of a block row; MRU rows of a weight-gradient tile (dividing bs). */
+#define MR_OF(NV) ((NV) <= 1 ? 24 : 24 / (NV))
+#define MRU_OF(NV) ((NV) <= 2 ? 8 : 16 / (NV))
+DEFINE_BS(8, 24, 8)
+DEFINE_BS(16, MR_OF((16 * sizeof(real)) / 64), MRU_OF((16 * sizeof(real)) / 64))
+DEFINE_BS(32, MR_OF((32 * sizeof(real)) / 64), MRU_OF((32 * sizeof(real)) / 64))
+DEFINE_BS(64, MR_OF((64 * sizeof(real)) / 64), MRU_OF((64 * sizeof(real)) / 64))
+
+typedef void (*tile_fn)(const real *, const real *, const int32_t *, const int32_t *, int32_t,
+                        int32_t, real *, int64_t, int64_t, real);
+typedef void (*update_fn)(const real *, const real *, int64_t, real *, real);
+
+static int tile_rows(int64_t bs)
+{
+    switch (bs) {
+    case 8: return 24;
+    case 16: return MR_OF((16 * sizeof(real)) / 64);
+    case 32: return MR_OF((32 * sizeof(real)) / 64);
+    default: return MR_OF((64 * sizeof(real)) / 64);
+    }
+}
+
+static tile_fn tile_for(int64_t bs)
+{
+    switch (bs) {
+    case 8: return tile_8;
+    case 16: return tile_16;
+    case 32: return tile_32;
+    default: return tile_64;
+    }
+}
+
+static update_fn update_for(int64_t bs)
+{
+    switch (bs) {
+    case 8: return update_8;
+    case 16: return update_16;
+    case 32: return update_32;
+    default: return update_64;
+    }
+}
+
+/* y (M, nb_out * bs) = beta * y + x (M, nb_in * bs) @ (the blocks w walked by ptr/kidx/other). */
+static void bs_product(const real *x, const real *w, real *y, int64_t M, int64_t nb_in,
+                       int64_t nb_out, int64_t bs, const int32_t *ptr, const int32_t *kidx,
+                       const int32_t *other, real *pack, real beta)
+{
+    const tile_fn tile = tile_for(bs);
+    const int64_t mr = tile_rows(bs), ldx = nb_in * bs, ldy = nb_out * bs;
+    const int64_t nnz = ptr[nb_out];
+    const int parallel = 2 * M * nnz * bs * bs >= 4 * NL_PARALLEL_MIN;
+    for (int64_t m0 = 0; m0 < M; m0 += MC) {
+        const int64_t mc = M - m0 < MC ? M - m0 : MC;
+        const int64_t ntiles = (mc + mr - 1) / mr;
+#pragma omp parallel if (parallel)
+        {
+            pack_rows(x, ldx, m0, mc, nb_in, bs, pack);
+#pragma omp for schedule(dynamic, 1) collapse(2)
+            for (int64_t c = 0; c < nb_out; c++)
+                for (int64_t t = 0; t < ntiles; t++) {
+                    const int64_t i0 = t * mr, rows = mc - i0 < mr ? mc - i0 : mr;
+                    real *dst = y + (m0 + i0) * ldy + c * bs;
+                    if (ptr[c] == ptr[c + 1]) {
+                        for (int64_t i = 0; i < rows; i++)
+                            nl_scale(dst + i * ldy, bs, beta);
+                        continue;
+                    }
+                    tile(pack + i0 * bs, w, kidx, other, ptr[c], ptr[c + 1], dst, ldy, rows,
+                         beta);
+                }
+        }
+    }
+}
+
+void bs_linear_fprop(const real *x, const real *w, real *y, int64_t M, int64_t nin,
+                     int64_t nout, int64_t bs, const int32_t *ptr, const int32_t *kidx,
+                     const int32_t *other, real *pack)
+{
+    bs_product(x, w, y, M, nin / bs, nout / bs, bs, ptr, kidx, other, pack, 0);
+}
+
+void bs_linear_bprop(const real *e, const real *w, real *dx, int64_t M, int64_t nin,
+                     int64_t nout, int64_t bs, int64_t nnz, const int32_t *ptr,
+                     const int32_t *kidx, const int32_t *other, real *pack, real *wt, real beta)
+{
+#pragma omp parallel for schedule(static) if (nnz * bs * bs >= NL_PARALLEL_MIN)
+    for (int64_t k = 0; k < nnz; k++) {
+        const real *src = w + k * bs * bs;
+        real *dst = wt + k * bs * bs;
+        for (int64_t i = 0; i < bs; i++)
+            for (int64_t j = 0; j < bs; j++)
+                dst[j * bs + i] = src[i * bs + j];
+    }
+    bs_product(e, wt, dx, M, nout / bs, nin / bs, bs, ptr, kidx, other, pack, beta);
+}
+
+void bs_linear_update(const real *x, const real *e, real *dw, int64_t M, int64_t nin,
+                      int64_t nout, int64_t bs, int64_t nnz, const int32_t *row,
+                      const int32_t *col, real *packx, real *packe, real beta)
+{
+    const update_fn update = update_for(bs);
+    const int parallel = 2 * M * nnz * bs * bs >= 4 * NL_PARALLEL_MIN;
+    if (M == 0) {
+        for (int64_t k = 0; k < nnz; k++)
+            nl_scale(dw + k * bs * bs, bs * bs, beta);
+        return;
+    }
+    for (int64_t m0 = 0; m0 < M; m0 += MC) {
+        const int64_t mc = M - m0 < MC ? M - m0 : MC;
+        const real b = m0 == 0 ? beta : 1;
+#pragma omp parallel if (parallel)
+        {
+            pack_rows(x, nin, m0, mc, nin / bs, bs, packx);
+            pack_rows(e, nout, m0, mc, nout / bs, bs, packe);
+#pragma omp for schedule(dynamic, 4)
+            for (int64_t k = 0; k < nnz; k++)
+                update(packx + (int64_t)row[k] * MC * bs, packe + (int64_t)col[k] * MC * bs, mc,
+                       dw + k * bs * bs, b);
+        }
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+void bs_sdd(const real *a, const real *b, real *s, int64_t N, int64_t H, int64_t Tq,
+            int64_t Tk, int64_t d, int64_t bs, int64_t nnz, const int32_t *head,
+            const int32_t *row, const int32_t *col, real alpha)
+{
+#pragma omp parallel if (N * nnz * bs * bs * d >= NL_PARALLEL_MIN)
+    {
+        real *bt = malloc((size_t)(d * bs) * sizeof(real));
+#pragma omp for schedule(dynamic, 4) collapse(2)
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < nnz; k++) {
+                const int64_t h = head[k];
+                const real *A = a + ((n * H + h) * Tq + (int64_t)row[k] * bs) * d;
+                const real *B = b + ((n * H + h) * Tk + (int64_t)col[k] * bs) * d;
+                real *S = s + (n * nnz + k) * bs * bs;
+                for (int64_t c = 0; c < bs; c++)
+                    for (int64_t q = 0; q < d; q++)
+                        bt[q * bs + c] = B[c * d + q];
+                for (int64_t r = 0; r < bs; r++) {
+                    real *out = S + r * bs;
+                    for (int64_t c = 0; c < bs; c++)
+                        out[c] = 0;
+                    for (int64_t q = 0; q < d; q++) {
+                        const real av = alpha * A[r * d + q];
+                        const real *bq = bt + q * bs;
+                        for (int64_t c = 0; c < bs; c++)
+                            out[c] += av * bq[c];
+                    }
+                }
+            }
+        free(bt);
+    }
+}
+
+void bs_dsd(const real *p, const real *b, real *o, int64_t N, int64_t H, int64_t Tin,
+            int64_t Tout, int64_t d, int64_t bs, int64_t nnz, const int32_t *ptr,
+            const int32_t *kidx, const int32_t *other, int transposed, real beta)
+{
+    const int64_t nb = H * (Tout / bs);
+#pragma omp parallel for schedule(dynamic, 1) collapse(2) \
+    if (N * nnz * bs * bs * d >= NL_PARALLEL_MIN)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t ob = 0; ob < nb; ob++) {
+            const int64_t h = ob / (Tout / bs), i = ob % (Tout / bs);
+            real *O = o + ((n * H + h) * Tout + i * bs) * d;
+            nl_scale(O, bs * d, beta);
+            for (int32_t e = ptr[ob]; e < ptr[ob + 1]; e++) {
+                const real *P = p + (n * nnz + kidx[e]) * bs * bs;
+                const real *B = b + ((n * H + h) * Tin + (int64_t)other[e] * bs) * d;
+                for (int64_t r = 0; r < bs; r++) {
+                    real *out = O + r * d;
+                    for (int64_t q = 0; q < bs; q++) {
+                        const real pv = transposed ? P[q * bs + r] : P[r * bs + q];
+                        const real *bq = B + q * d;
+                        for (int64_t v = 0; v < d; v++)
+                            out[v] += pv * bq[v];
+                    }
+                }
+            }
+        }
+}
+
+void bs_softmax(const real *s, real *p, int64_t N, int64_t rows, int64_t R, int64_t C,
+                int64_t bs, int64_t nnz, const int32_t *ptr, const int32_t *brow,
+                const int32_t *bcol, real scale, int causal)
+{
+    const int64_t off = (C - R) * bs;
+#pragma omp parallel for schedule(dynamic, 1) collapse(2) \
+    if (N * nnz * bs * bs >= NL_PARALLEL_MIN)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t rw = 0; rw < rows; rw++) {
+            const int32_t lo = ptr[rw], hi = ptr[rw + 1];
+            for (int64_t r = 0; r < bs; r++) {
+                real top = -INFINITY;
+                for (int32_t k = lo; k < hi; k++) {
+                    const real *x = s + ((n * nnz + k) * bs + r) * bs;
+                    const int64_t last = causal ? brow[k] * bs + r + off - (int64_t)bcol[k] * bs
+                                                : bs - 1;
+                    const int64_t cmax = last < bs - 1 ? last + 1 : bs;
+                    for (int64_t c = 0; c < cmax; c++)
+                        top = scale * x[c] > top ? scale * x[c] : top;
+                }
+                double sum = 0;
+                for (int32_t k = lo; k < hi; k++) {
+                    const real *x = s + ((n * nnz + k) * bs + r) * bs;
+                    real *y = p + ((n * nnz + k) * bs + r) * bs;
+                    const int64_t last = causal ? brow[k] * bs + r + off - (int64_t)bcol[k] * bs
+                                                : bs - 1;
+                    const int64_t cmax = last < 0 ? 0 : (last < bs - 1 ? last + 1 : bs);
+                    for (int64_t c = 0; c < cmax; c++)
+                        y[c] = NL_EXP(scale * x[c] - top);
+                    for (int64_t c = cmax; c < bs; c++)
+                        y[c] = 0;
+                    for (int64_t c = 0; c < cmax; c++)
+                        sum += y[c];
+                }
+                const real inv = sum > 0 ? (real)(1.0 / sum) : 0;
+                for (int32_t k = lo; k < hi; k++) {
+                    real *y = p + ((n * nnz + k) * bs + r) * bs;
+                    for (int64_t c = 0; c < bs; c++)
+                        y[c] *= inv;
+                }
+            }
+        }
+}
+
+void bs_softmax_bprop(const real *p, const real *dp, real *ds, int64_t N, int64_t rows,
+                      int64_t bs, int64_t nnz, const int32_t *ptr, real scale)
+{
+#pragma omp parallel for schedule(dynamic, 1) collapse(2) \
+    if (N * nnz * bs * bs >= NL_PARALLEL_MIN)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t rw = 0; rw < rows; rw++) {
+            const int32_t lo = ptr[rw], hi = ptr[rw + 1];
+            for (int64_t r = 0; r < bs; r++) {
+                double dot = 0;
+                for (int32_t k = lo; k < hi; k++) {
+                    const int64_t at = ((n * nnz + k) * bs + r) * bs;
+                    for (int64_t c = 0; c < bs; c++)
+                        dot += (double)dp[at + c] * (double)p[at + c];
+                }
+                for (int32_t k = lo; k < hi; k++) {
+                    const int64_t at = ((n * nnz + k) * bs + r) * bs;
+                    for (int64_t c = 0; c < bs; c++)
+                        ds[at + c] = scale * p[at + c] * (dp[at + c] - (real)dot);
+                }
+            }
+        }
+}

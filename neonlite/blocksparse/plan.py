@@ -1,0 +1,29 @@
+"""The plan of a block-sparse op: layout, block size and lookup tables, made once at configure
+time by ``Backend.blocksparse_layer``; a backend hangs its own state on it (the CPU backend's
+pack buffers, a GPU backend's device tables)."""
+from . import SUPPORTED_BLOCK_SIZES
+from .layouts import as_layout
+from .tables import compile_layout
+
+
+class BlockSparsePlan:
+    """Attributes: ``layout`` (H, R, C) uint8, ``bs`` (the block size), ``tables``
+    (:class:`~neonlite.blocksparse.tables.Tables`, shared between identical layouts),
+    ``heads``, ``rows``, ``cols``, ``nnz``."""
+
+    def __init__(self, layout, block_size):
+        if block_size not in SUPPORTED_BLOCK_SIZES:
+            raise ValueError(f"block-sparse block size must be one of {SUPPORTED_BLOCK_SIZES} "
+                             f"(the sizes the kernels are built for), got {block_size!r}")
+        self.tables = compile_layout(as_layout(layout))
+        if self.tables.nnz == 0:
+            raise ValueError(f"block-sparse layout of shape {self.tables.layout.shape} has no "
+                             f"blocks; at least one block must be stored")
+        self.bs = int(block_size)
+        self.layout = self.tables.layout
+        self.heads, self.rows, self.cols = self.tables.heads, self.tables.rows, self.tables.cols
+        self.nnz = self.tables.nnz
+
+    def __repr__(self):
+        return (f"BlockSparsePlan(layout {self.layout.shape}, bs={self.bs}, nnz={self.nnz}, "
+                f"density={self.tables.density:.3f})")
