@@ -6,6 +6,7 @@ from .containers import Affine
 from .decode import DecodeState, decode, init_decode
 from .layer import Layer
 from .layernorm import LayerNorm
+from .linear import Bias
 
 
 class TransformerBlock(Layer):
@@ -20,21 +21,34 @@ class TransformerBlock(Layer):
     ``block0.fc1.W``.  GELU is the exact erf form, or ``gelu="tanh"`` for the tanh
     approximation.  ``dropout`` applies to the attention weights and to both residual
     branches while training.
+
+    Pluggable sub-layers: ``attention`` replaces the default attention (e.g. a
+    ``BlockSparseAttention``; YAML ``attention: {type: BlockSparseAttention, config: ...}``),
+    ``fc1`` / ``fc2`` the default Affines (``fc1`` a compound of a core layer and a Bias, e.g.
+    ``BlockSparseAffine``, giving mlp_ratio*d_model features; ``fc2`` giving d_model).
     """
 
     def __init__(self, d_model, heads, mlp_ratio=4, causal=True, dropout=0.0, gelu="none",
-                 init=None, name=None):
+                 init=None, attention=None, fc1=None, fc2=None, name=None):
         super().__init__(name)
         if not isinstance(mlp_ratio, int) or mlp_ratio < 1:
             raise ValueError(f"TransformerBlock: mlp_ratio must be a positive int, got "
                              f"{mlp_ratio!r}")
         self.d_model = d_model
         self.ln1 = LayerNorm()
-        self.attn = MultiHeadAttention(d_model, heads, causal=causal, dropout=dropout, init=init)
+        self.attn = attention if attention is not None else \
+            MultiHeadAttention(d_model, heads, causal=causal, dropout=dropout, init=init)
         self.ln2 = LayerNorm()
-        self.fc1 = Affine(mlp_ratio * d_model, init=init)
+        self.fc1 = fc1 if fc1 is not None else Affine(mlp_ratio * d_model, init=init)
         self.gelu = Activation(Gelu(gelu))
-        self.fc2 = Affine(d_model, init=init)
+        self.fc2 = fc2 if fc2 is not None else Affine(d_model, init=init)
+        for what, layer in (("attention", self.attn), ("fc1", self.fc1), ("fc2", self.fc2)):
+            if not isinstance(layer, Layer):
+                raise TypeError(f"TransformerBlock: {what} must be a neonlite layer, got "
+                                f"{type(layer).__name__}")
+        if len(getattr(self.fc1, "layers", ())) != 2 or not isinstance(self.fc1.layers[1], Bias):
+            raise TypeError(f"TransformerBlock: fc1 must be a core layer + Bias compound (an "
+                            f"Affine or BlockSparseAffine without activation), got {self.fc1!r}")
         self.drop1 = Dropout(1.0 - dropout) if dropout else None
         self.drop2 = Dropout(1.0 - dropout) if dropout else None
         self.sublayers = [layer for layer in (self.ln1, self.attn, self.drop1, self.ln2,
