@@ -14,7 +14,7 @@ setup(
     description="A graph-free deep learning framework with numpy/C and CUDA backends",
     python_requires=">=3.10",
     packages=["neonlite", "neonlite.transforms", "neonlite.optimizers", "neonlite.data",
-              "neonlite.config", "neonlite.cli", *MAPPED],
+              "neonlite.config", "neonlite.cli", "neonlite.distributed", *MAPPED],
     package_dir=MAPPED,
     package_data={"neonlite.kernels": ["cpu/*.c", "cpu/*.h", "cuda/*.cu", "cuda/*.cuh"]},
     install_requires=["numpy>=1.24", "cffi>=1.15", "h5py>=3.8", "pyyaml>=6.0", "tqdm>=4.60"],
@@ -23,6 +23,7 @@ setup(
         "mkl": ["mkl>=2023; platform_machine == 'x86_64'"],
         "test": ["pytest>=7", "matplotlib>=3.6", "mkl>=2023; platform_machine == 'x86_64'"],
         "plot": ["matplotlib>=3.6"],
+        "mpi": ["mpi4py>=4.0", "openmpi>=5.0; platform_system == 'Linux'"],
     },
     entry_points={"console_scripts": ["neonlite=neonlite.cli:main"]},
 )
