@@ -1,0 +1,67 @@
+"""The parts of data-parallel training that need no MPI: shards, buckets, dropout masks per
+global example, the world of one, and the NCCL binding's declarations."""
+import numpy as np
+import pytest
+
+import neonlite
+from neonlite.data import ArrayIterator
+from neonlite.distributed import World, detect_world, launched_by_mpi, shard
+from neonlite.distributed.buckets import plan_buckets
+from neonlite.layers.activation import example_masks
+
+
+def test_shards_are_disjoint_and_make_up_the_global_batch():
+    X = np.arange(40, dtype=np.float64).reshape(40, 1)
+    neonlite.gen_backend("cpu", batch_size=16, rng_seed=3)
+    whole = [x.get()[:, 0].copy() for x, _ in ArrayIterator(X, X[:, 0] * 0 + 1)]
+    parts = []
+    for rank in range(4):
+        neonlite.gen_backend("cpu", batch_size=4, rng_seed=3)
+        it = shard(ArrayIterator(X, X[:, 0] * 0 + 1), World(rank, 4))
+        parts.append([x.get()[:, 0].copy() for x, _ in it])
+    assert len(parts[0]) == len(whole) == 3
+    for b, batch in enumerate(whole):
+        assert np.array_equal(np.concatenate([p[b] for p in parts]), batch)
+    first_epoch = np.concatenate([p[0] for p in parts] + [p[1] for p in parts])
+    assert len(set(first_epoch)) == 32
+
+
+def test_dropout_masks_do_not_depend_on_the_split():
+    whole = example_masks((8, 3, 5), 0.6, key=11, step=4, stream=7, first=0)
+    halves = [example_masks((4, 3, 5), 0.6, key=11, step=4, stream=7, first=f) for f in (0, 4)]
+    assert np.array_equal(np.concatenate(halves), whole)
+    assert set(np.unique(whole)) <= {0.0, 1 / 0.6}
+    assert not np.array_equal(whole, example_masks((8, 3, 5), 0.6, 11, 5, 7, 0))
+
+
+def test_buckets_follow_the_given_order_and_size():
+    class P:
+        def __init__(self, n):
+            self.grad = np.zeros(n, dtype=np.float32)
+    params = [P(n) for n in (10, 300, 5, 5, 1000, 2)]
+    buckets = plan_buckets(params, bucket_bytes=1024)
+    assert [len(b) for b in buckets] == [2, 3, 1]
+    assert [p for b in buckets for p in b] == params
+    with pytest.raises(ValueError, match="bucket_bytes"):
+        plan_buckets(params, 0)
+
+
+def test_a_plain_process_is_a_world_of_one(monkeypatch):
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"):
+        monkeypatch.delenv(var, raising=False)
+    world = detect_world()
+    assert (world.rank, world.size, world.comm) == (0, 1, None)
+    assert launched_by_mpi({"OMPI_COMM_WORLD_SIZE": "4"})
+    with pytest.raises(Exception, match="does not split across 3 ranks"):
+        World(0, 3).split_batch(128)
+
+
+def test_nccl_declarations_parse_and_a_missing_library_is_one_clear_error(monkeypatch):
+    pytest.importorskip("cffi")
+    from neonlite.distributed import nccl
+    assert nccl.ffi().sizeof("ncclUniqueId") == 128
+    monkeypatch.setenv("NEONLITE_NCCL", "/nonexistent/libnccl.so.2")
+    monkeypatch.setattr(nccl, "_lib", {})
+    with pytest.raises(nccl.NcclError, match="NCCL is not installed"):
+        nccl.load()
+    assert not nccl.nccl_available()
