@@ -264,18 +264,20 @@ class Backend(ABC):
     # ---- normalization, softmax, randomness --------------------------------------------------
     @abstractmethod
     def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
-                        eps=1e-5, momentum=0.9, inference=False):
+                        eps=1e-5, momentum=0.9, inference=False, relu=False):
         """Batch norm over every axis but the last (channels).
 
         x, y, xhat: (M, C) views (NHWC images reshaped to (N*H*W, C)); gamma, beta, mean,
         invstd, running_mean, running_var: (1, C).  Training mode normalizes with the batch
         statistics and updates running_* as ``r = momentum * r + (1 - momentum) * stat``
         (running_var takes the unbiased batch variance); inference uses the running statistics.
+        ``relu``: y = max(y, 0), the following ReLU fused into the same pass.
         """
 
     @abstractmethod
-    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
-        """Gradients of training-mode batch norm: dx (M, C), dgamma and dbeta (1, C)."""
+    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
+        """Gradients of training-mode batch norm: dx (M, C), dgamma and dbeta (1, C).  ``y``,
+        the output of a fprop with ``relu``, masks dy by y > 0 (the ReLU's backward fused)."""
 
     @abstractmethod
     def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):

@@ -151,15 +151,20 @@ class CPUBackend(CPUBlockSparseMixin, Backend):
             numpy_conv.bprop_pool(plan, E._ary, grad_I._ary, beta)
 
     def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
-                        eps=1e-5, momentum=0.9, inference=False):
+                        eps=1e-5, momentum=0.9, inference=False, relu=False):
         arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, mean, invstd, running_mean,
                                   running_var)))
-        if not self.kernels.batchnorm_fprop(*arrays, eps, momentum, inference):
+        if not self.kernels.batchnorm_fprop(*arrays, eps, momentum, inference, relu):
             numpy_norm.batchnorm_fprop(*arrays, eps, momentum, inference)
+            if relu:
+                np.maximum(arrays[3], 0, out=arrays[3])
 
-    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
+    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
         arrays = tuple(map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
-        if not self.kernels.batchnorm_bprop(*arrays, beta_acc):
+        mask = None if y is None else y._ary
+        if not self.kernels.batchnorm_bprop(*arrays, beta_acc, mask):
+            if mask is not None:
+                arrays = (arrays[0] * (mask > 0),) + arrays[1:]
             numpy_norm.batchnorm_bprop(*arrays, beta_acc)
 
     def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):

@@ -409,8 +409,9 @@ class CPUKernels:
 
     # ---- normalization and softmax ----------------------------------------------------------
     def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
-                        eps, momentum, inference):
-        """Batch norm of x (M, C) over its rows (see ``Backend.batchnorm_fprop``)."""
+                        eps, momentum, inference, relu=False):
+        """Batch norm of x (M, C) over its rows (see ``Backend.batchnorm_fprop``), then
+        y = max(y, 0) when ``relu``."""
         arrays = (x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var)
         module = self._usable("norm", *arrays)
         if module is None:
@@ -418,19 +419,21 @@ class CPUKernels:
         ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
         M, C = x.shape
         if inference:
-            module.lib.batchnorm_fprop_infer(*ptrs, M, C, eps)
+            module.lib.batchnorm_fprop_infer(*ptrs, M, C, eps, bool(relu))
         else:
-            module.lib.batchnorm_fprop_train(*ptrs, M, C, eps, momentum)
+            module.lib.batchnorm_fprop_train(*ptrs, M, C, eps, momentum, bool(relu))
         return True
 
-    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
-        """dx (M, C), and dgamma, dbeta (1, C) accumulated into."""
-        arrays = (dy, xhat, invstd, gamma, dx, dgamma, dbeta)
+    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
+        """dx (M, C), and dgamma, dbeta (1, C) accumulated into; ``y`` (M, C), the output of a
+        fprop with ``relu``, masks dy by y > 0."""
+        arrays = (dy, xhat, invstd, gamma, dx, dgamma, dbeta) + (() if y is None else (y,))
         module = self._usable("norm", *arrays)
         if module is None:
             return False
-        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
-        module.lib.batchnorm_bprop(*ptrs, dy.shape[0], dy.shape[1], beta_acc)
+        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays[:7]]
+        mask = module.ffi.NULL if y is None else module.ffi.from_buffer("real[]", y)
+        module.lib.batchnorm_bprop(*ptrs, dy.shape[0], dy.shape[1], beta_acc, mask)
         return True
 
     def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps):

@@ -150,12 +150,15 @@ class MergeSum(Layer):
 
 class CompoundLayer(Sequential):
     """A core layer followed by bias or batch norm and an activation, all under one name:
-    parameters are ``<name>.W``, ``<name>.b`` or ``<name>.gamma``/``<name>.beta``."""
+    parameters are ``<name>.W``, ``<name>.b`` or ``<name>.gamma``/``<name>.beta``.  Batch norm
+    applies an activation it fuses (a plain ReLU) in its own passes."""
 
     def __init__(self, core, bias, batch_norm, activation, name=None):
         layers = [core]
         if batch_norm:
-            layers.append(BatchNorm())
+            fused = activation is not None and BatchNorm.fuses(activation)
+            layers.append(BatchNorm(activation=activation if fused else None))
+            activation = None if fused else activation
         elif bias is not None:
             layers.append(Bias(init=bias))
         if activation is not None:
@@ -169,6 +172,8 @@ class CompoundLayer(Sequential):
     @property
     def activation(self):
         last = self.layers[-1]
+        if isinstance(last, BatchNorm):
+            return last.activation
         return last.transform if isinstance(last, Activation) else None
 
 

@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..initializers import Constant
+from ..transforms.activation import Rectlin
 from .layer import ParameterLayer, flat_rows
 
 
@@ -16,14 +17,28 @@ class BatchNorm(ParameterLayer):
     training: an object whose ``allreduce_sum(values)`` returns the sum of a small float64
     host array over every process.  When set, training statistics (and the sums bprop needs)
     cover the examples of every process, as one process with the global batch would.
+
+    ``activation``: a plain ReLU (``Rectlin()``) applied in the same passes as the batch norm
+    (fprop writes max(y, 0); bprop masks the error by y > 0), as ``Conv``/``Affine`` with
+    ``batch_norm=True`` do for their activation when :meth:`fuses` it.
     """
 
-    def __init__(self, rho=0.9, eps=1e-5, name=None):
+    def __init__(self, rho=0.9, eps=1e-5, name=None, activation=None):
         super().__init__(name)
         if not 0.0 <= rho < 1.0 or eps <= 0:
             raise ValueError(f"BatchNorm: need 0 <= rho < 1 and eps > 0, got rho={rho}, eps={eps}")
+        if activation is not None and not self.fuses(activation):
+            raise ValueError(f"BatchNorm: activation must be a plain ReLU (Rectlin with slope 0) "
+                             f"to fuse into batch norm, got {activation!r}")
         self.rho, self.eps = float(rho), float(eps)
+        self.activation = activation
         self.stat_sync = None
+        self._masked = None
+
+    @staticmethod
+    def fuses(transform):
+        """True for an activation batch norm applies in its own passes (a plain ReLU)."""
+        return isinstance(transform, Rectlin) and not transform.slope
 
     def allocate(self):
         super().allocate()
@@ -53,7 +68,7 @@ class BatchNorm(ParameterLayer):
                                 self._row(self.beta.value), flat_rows(self.outputs, self.C),
                                 flat_rows(self.xhat, self.C), self.mean, self.invstd,
                                 self._row(self.running_mean), self._row(self.running_var),
-                                self.eps, self.rho, inference)
+                                self.eps, self.rho, inference, relu=self.activation is not None)
         return self.outputs
 
     def bprop(self, error):
@@ -62,7 +77,9 @@ class BatchNorm(ParameterLayer):
         self.be.batchnorm_bprop(flat_rows(error, self.C), flat_rows(self.xhat, self.C),
                                 self.invstd, self._row(self.gamma.value),
                                 flat_rows(self.deltas, self.C),
-                                self._row(self.gamma.grad), self._row(self.beta.grad))
+                                self._row(self.gamma.grad), self._row(self.beta.grad),
+                                y=None if self.activation is None else flat_rows(self.outputs,
+                                                                                 self.C))
         return self.deltas
 
     # ---- synchronised statistics (stat_sync set) -----------------------------------------------
@@ -91,6 +108,8 @@ class BatchNorm(ParameterLayer):
                                        count / max(count - 1, 1))):
             row = self._row(running)
             row[:] = row * self.rho + stat * ((1.0 - self.rho) * factor)
+        if self.activation is not None:
+            y[:] = be.maximum(y, 0.0)
         return self.outputs
 
     def _bprop_synced(self, dy):
@@ -99,6 +118,12 @@ class BatchNorm(ParameterLayer):
         backend's kernel gives the sums)."""
         C, xhat = self.C, flat_rows(self.xhat, self.C)
         gamma, dx = self._row(self.gamma.value), flat_rows(self.deltas, C)
+        if self.activation is not None:
+            if self._masked is None:
+                self._masked = self.be.zeros(self.deltas.shape)
+            masked = flat_rows(self._masked, C)
+            masked[:] = dy * (flat_rows(self.outputs, C) > 0.0)
+            dy = masked
         dg, db = self._scratch_a, self._scratch_b
         dg.fill(0.0)
         db.fill(0.0)

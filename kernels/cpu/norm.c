@@ -10,9 +10,10 @@ enum { SHIFTED_SQUARES, SUM_AND_DOT };
 
 /* Column sums over the rows of (M, C) arrays a, b (in fixed blocks, see nl_blocks):
  *   SHIFTED_SQUARES: out1[c] = sum_m (a - a[0, c]),  out2[c] = sum_m (a - a[0, c])^2
- *   SUM_AND_DOT:     out1[c] = sum_m a,              out2[c] = sum_m a * b */
-static void column_sums(int mode, const real *a, const real *b, int64_t M, int64_t C,
-                        double *out1, double *out2)
+ *   SUM_AND_DOT:     out1[c] = sum_m a,              out2[c] = sum_m a * b
+ * SUM_AND_DOT with a mask (M, C) (or NULL) counts a only where the mask is > 0. */
+static void column_sums(int mode, const real *a, const real *b, const real *mask, int64_t M,
+                        int64_t C, double *out1, double *out2)
 {
     const int64_t nb = nl_blocks(M);
     double *part = calloc((size_t)nb * 2 * (size_t)C, sizeof(double));
@@ -35,11 +36,18 @@ static void column_sums(int mode, const real *a, const real *b, int64_t M, int64
                         r1[c] += t;
                         r2[c] += t * t;
                     }
-                } else {
+                } else if (mask == NULL) {
                     const real *br = b + m * C;
                     for (int64_t c = 0; c < C; c++) {
                         r1[c] += ar[c];
                         r2[c] += ar[c] * br[c];
+                    }
+                } else {
+                    const real *br = b + m * C, *kr = mask + m * C;
+                    for (int64_t c = 0; c < C; c++) {
+                        const real v = kr[c] > 0 ? ar[c] : 0;
+                        r1[c] += v;
+                        r2[c] += v * br[c];
                     }
                 }
             }
@@ -62,18 +70,27 @@ static void column_sums(int mode, const real *a, const real *b, int64_t M, int64
     free(part);
 }
 
-/* xhat = (x - mean) * invstd and y = gamma * xhat + beta over (M, C). */
+/* xhat = (x - mean) * invstd and y = gamma * xhat + beta over (M, C); with relu, y is
+ * max(y, 0) (NaN stays NaN). */
 static void bn_apply(const real *x, const real *gamma, const real *beta, real *y, real *xhat,
-                     const real *mean, const real *invstd, int64_t M, int64_t C)
+                     const real *mean, const real *invstd, int64_t M, int64_t C, int relu)
 {
 #pragma omp parallel for schedule(dynamic, nl_grain(C)) if (M * C >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) {
         const real *xr = x + m * C;
         real *yr = y + m * C, *hr = xhat + m * C;
-        for (int64_t c = 0; c < C; c++) {
-            const real h = (xr[c] - mean[c]) * invstd[c];
-            hr[c] = h;
-            yr[c] = h * gamma[c] + beta[c];
+        if (relu) {
+            for (int64_t c = 0; c < C; c++) {
+                const real h = (xr[c] - mean[c]) * invstd[c], v = h * gamma[c] + beta[c];
+                hr[c] = h;
+                yr[c] = v < 0 ? 0 : v;
+            }
+        } else {
+            for (int64_t c = 0; c < C; c++) {
+                const real h = (xr[c] - mean[c]) * invstd[c];
+                hr[c] = h;
+                yr[c] = h * gamma[c] + beta[c];
+            }
         }
     }
 }
@@ -81,12 +98,12 @@ static void bn_apply(const real *x, const real *gamma, const real *beta, real *y
 void batchnorm_fprop_train(const real *x, const real *gamma, const real *beta, real *y,
                            real *xhat, real *mean, real *invstd, real *running_mean,
                            real *running_var, int64_t M, int64_t C, double eps,
-                           double momentum)
+                           double momentum, int relu)
 {
     double *sums = malloc((size_t)C * 2 * sizeof(double));
     double *s1 = sums, *s2 = sums + C;
     /* Sums shifted by the first row keep the one-pass variance accurate. */
-    column_sums(SHIFTED_SQUARES, x, NULL, M, C, s1, s2);
+    column_sums(SHIFTED_SQUARES, x, NULL, NULL, M, C, s1, s2);
     for (int64_t c = 0; c < C; c++) {
         const double shift = s1[c] / (double)M;
         double var = s2[c] / (double)M - shift * shift;
@@ -100,29 +117,30 @@ void batchnorm_fprop_train(const real *x, const real *gamma, const real *beta, r
                                 ((double)M / (double)(M > 1 ? M - 1 : 1)));
     }
     free(sums);
-    bn_apply(x, gamma, beta, y, xhat, mean, invstd, M, C);
+    bn_apply(x, gamma, beta, y, xhat, mean, invstd, M, C, relu);
 }
 
 void batchnorm_fprop_infer(const real *x, const real *gamma, const real *beta, real *y,
                            real *xhat, real *mean, real *invstd, const real *running_mean,
-                           const real *running_var, int64_t M, int64_t C, double eps)
+                           const real *running_var, int64_t M, int64_t C, double eps,
+                           int relu)
 {
     for (int64_t c = 0; c < C; c++) {
         mean[c] = running_mean[c];
         invstd[c] = (real)(1.0 / sqrt((double)running_var[c] + eps));
     }
-    bn_apply(x, gamma, beta, y, xhat, mean, invstd, M, C);
+    bn_apply(x, gamma, beta, y, xhat, mean, invstd, M, C, relu);
 }
 
 void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
                      real *dx, real *dgamma, real *dbeta, int64_t M, int64_t C,
-                     double beta_acc)
+                     double beta_acc, const real *relu_y)
 {
     double *sums = malloc((size_t)C * 2 * sizeof(double));
     double *db = sums, *dg = sums + C;
     real *k = malloc((size_t)C * 3 * sizeof(real));
     real *rdb = k + C, *rdg = k + 2 * C;
-    column_sums(SUM_AND_DOT, dy, xhat, M, C, db, dg);
+    column_sums(SUM_AND_DOT, dy, xhat, relu_y, M, C, db, dg);
     for (int64_t c = 0; c < C; c++) {
         dgamma[c] += (real)dg[c];
         dbeta[c] += (real)db[c];
@@ -136,7 +154,14 @@ void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const
     for (int64_t r = 0; r < M; r++) {
         const real *dyr = dy + r * C, *hr = xhat + r * C;
         real *dxr = dx + r * C;
-        if (acc == 0) {
+        if (relu_y != NULL) {
+            const real *yr = relu_y + r * C;
+            for (int64_t c = 0; c < C; c++) {
+                const real g = yr[c] > 0 ? dyr[c] : 0;
+                dxr[c] = (acc == 0 ? 0 : acc * dxr[c])
+                         + k[c] * ((m * g - rdb[c]) - hr[c] * rdg[c]);
+            }
+        } else if (acc == 0) {
             for (int64_t c = 0; c < C; c++)
                 dxr[c] = k[c] * ((m * dyr[c] - rdb[c]) - hr[c] * rdg[c]);
         } else {
@@ -180,7 +205,7 @@ void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const
 {
     double *sums = malloc((size_t)D * 2 * sizeof(double));
     double *dg = sums, *db = sums + D;
-    column_sums(SUM_AND_DOT, dy, xhat, M, D, db, dg);
+    column_sums(SUM_AND_DOT, dy, xhat, NULL, M, D, db, dg);
     for (int64_t d = 0; d < D; d++) {
         dgamma[d] += (real)dg[d];
         dbeta[d] += (real)db[d];

@@ -4,22 +4,25 @@
 
 /* Training mode: normalize with the batch statistics; mean, invstd get them and
  * running_x = momentum * running_x + (1 - momentum) * batch_x (running_var takes the unbiased
- * variance).  xhat = (x - mean) * invstd, y = gamma * xhat + beta. */
+ * variance).  xhat = (x - mean) * invstd, y = gamma * xhat + beta, then y = max(y, 0) when
+ * relu is nonzero (the following ReLU fused). */
 void batchnorm_fprop_train(const real *x, const real *gamma, const real *beta, real *y,
                            real *xhat, real *mean, real *invstd, real *running_mean,
                            real *running_var, int64_t M, int64_t C, double eps,
-                           double momentum);
+                           double momentum, int relu);
 
 /* Inference: the same with mean = running_mean, invstd = 1 / sqrt(running_var + eps). */
 void batchnorm_fprop_infer(const real *x, const real *gamma, const real *beta, real *y,
                            real *xhat, real *mean, real *invstd, const real *running_mean,
-                           const real *running_var, int64_t M, int64_t C, double eps);
+                           const real *running_var, int64_t M, int64_t C, double eps,
+                           int relu);
 
 /* dx = beta_acc * dx + gamma * invstd / M * (M * dy - sum(dy) - xhat * sum(dy * xhat));
- * dgamma += sum(dy * xhat), dbeta += sum(dy) (sums over the rows). */
+ * dgamma += sum(dy * xhat), dbeta += sum(dy) (sums over the rows).  With relu_y (the fused
+ * fprop's output, or NULL) dy counts only where relu_y > 0: the ReLU's backward fused. */
 void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
                      real *dx, real *dgamma, real *dbeta, int64_t M, int64_t C,
-                     double beta_acc);
+                     double beta_acc, const real *relu_y);
 
 /* Per row: xhat = (x - mean) * invstd, y = gamma * xhat + beta; invstd is (M,). */
 void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y, real *xhat,
