@@ -86,22 +86,34 @@ class MultiHeadAttention(ParameterLayer):
             setattr(self, f"b{attr}", self.add_param(f"b{attr}", (nout,), Constant(0.0), nout,
                                                      nout))
         be, N, H, Tq, Tk = self.be, self.be.bsz, self.heads, self.Tq, self.Tk
-        # token-major projections (N, T, width); after fprop they are free and bprop reuses
-        # them for the gradients of Q, K and V
-        self.qf, self.kf, self.vf = be.zeros((N, Tq, dk)), be.zeros((N, Tk, dk)), \
-            be.zeros((N, Tk, dv))
-        # head-major copies (N*H, T, width/H) for the batched GEMMs
-        self.qh, self.kh = be.zeros((N * H, Tq, self.dhk)), be.zeros((N * H, Tk, self.dhk))
-        self.vh, self.oh = be.zeros((N * H, Tk, self.dhv)), be.zeros((N * H, Tq, self.dhv))
-        self.dqh, self.dkh = be.zeros(self.qh.shape), be.zeros(self.kh.shape)
-        self.dvh, self.doh = be.zeros(self.vh.shape), be.zeros(self.oh.shape)
+        # One GEMM projects the source of the keys and values: [Wq | Wk | Wv] on x
+        # (self-attention), [Wk | Wv] on the context (cross-attention, the queries apart).
+        # Its output, token-major (N, T, width), is read per head through strided views.
+        self._joined = [(self.Wk, self.bk), (self.Wv, self.bv)]
+        if not self.cross:
+            self._joined.insert(0, (self.Wq, self.bq))
+        width = sum(W.value.shape[1] for W, _ in self._joined)
+        self.w_in, self.dw_in = be.zeros((dc, width)), be.zeros((dc, width))
+        self.b_in, self.db_in = be.zeros((width,)), be.zeros((1, width))
+        self.proj, self.dproj = be.zeros((N, Tk, width)), be.zeros((N, Tk, width))
+        if self.cross:
+            self.qf, self.dqf = be.zeros((N, Tq, dk)), be.zeros((N, Tq, dk))
+            q, dq, first = self.qf, self.dqf, 0
+        else:
+            q, dq, first = self.proj[:, :, :dk], self.dproj[:, :, :dk], dk
+        k, dkey = self.proj[:, :, first:first + dk], self.dproj[:, :, first:first + dk]
+        v, dval = self.proj[:, :, first + dk:], self.dproj[:, :, first + dk:]
         self.of, self.dof = be.zeros((N, Tq, dv)), be.zeros((N, Tq, dv))
-        self.probs, self.dprobs = be.zeros((N * H, Tq, Tk)), be.zeros((N * H, Tq, Tk))
+        self.probs, self.dprobs = be.zeros((N, H, Tq, Tk)), be.zeros((N, H, Tq, Tk))
         if self.dropout:
             self.mask, self.dropped = be.ones(self.probs.shape), be.zeros(self.probs.shape)
         if self.cross:
             self.context_deltas = be.zeros((N, Tk, dc))
         self._used = self.probs
+        self._heads = [_HeadViews(h, self.dhk, self.dhv, q, k, v, dq, dkey, dval, self.of,
+                                  self.dof, self.probs, self.dprobs,
+                                  self.dropped if self.dropout else None)
+                       for h in range(H)]
 
     # ---- helpers -------------------------------------------------------------------------------
     def _project(self, x, W, b, out):
@@ -161,61 +173,85 @@ class MultiHeadAttention(ParameterLayer):
         return key_mask
 
     # ---- training path -------------------------------------------------------------------------
+    def _join_weights(self):
+        """w_in, b_in = the joined projections' current weights and biases, side by side."""
+        col = 0
+        for W, b in self._joined:
+            width = W.value.shape[1]
+            self.w_in[:, col:col + width] = W.value
+            self.b_in[col:col + width] = b.value
+            col += width
+
+    def _split_grads(self):
+        """Add the gradients of the joined projections (dw_in, db_in) into their parameters."""
+        col = 0
+        for W, b in self._joined:
+            width = W.value.shape[1]
+            W.grad[:] = W.grad + self.dw_in[:, col:col + width]
+            b2 = b.grad.reshape(1, width)
+            b2[:] = b2 + self.db_in[:, col:col + width]
+            col += width
+
+    def _scores(self, batch):
+        """The scores as (N*H, Tq, Tk) for the softmax (batch-major, then head)."""
+        return batch.reshape(self.probs.shape[0] * self.heads, self.Tq, self.Tk)
+
     def fprop(self, x, inference=False, context=None, key_mask=None):
         be = self.be
         c = self._context(x, context)
         mask = self._key_mask(key_mask, x.shape[0])
         self.x, self.c = x, c
-        self._project(x, self.Wq, self.bq, self.qf)
-        self._project(c, self.Wk, self.bk, self.kf)
-        self._project(c, self.Wv, self.bv, self.vf)
-        self._split_heads(self.qf, self.qh)
-        self._split_heads(self.kf, self.kh)
-        self._split_heads(self.vf, self.vh)
-        be.batched_dot(self.qh, self.kh, self.probs, alpha=self.scale, transB=True)
-        be.masked_softmax(self.probs, self.probs, 1.0, self.causal, mask)
+        self._join_weights()
+        be.compound_dot(flat_rows(c, self.dc), self.w_in, flat_rows(self.proj, self.b_in.size))
+        self.proj[:] = self.proj + self.b_in
+        if self.cross:
+            self._project(x, self.Wq, self.bq, self.qf)
+        for h in self._heads:
+            be.batched_dot(h.q, h.k, h.p, transB=True)
+        scores = self._scores(self.probs)
+        be.masked_softmax(scores, scores, self.scale, self.causal, mask)
         self._used = self.probs
-        if self.dropout and not inference:
+        dropped = self.dropout and not inference
+        if dropped:
             if not self.fixed_mask:
                 be.dropout_mask(self.mask, 1.0 - self.dropout)
             self.dropped[:] = self.probs * self.mask
             self._used = self.dropped
-        be.batched_dot(self._used, self.vh, self.oh)
-        self._merge_heads(self.oh, self.of)
+        for h in self._heads:
+            be.batched_dot(h.dropped if dropped else h.p, h.v, h.o)
         self._project(self.of, self.Wo, self.bo, self.outputs)
         return self.outputs
 
     def bprop(self, error):
         be = self.be
+        dropped = self._used is not self.probs
         self._add_grads(self.of, error, self.Wo, self.bo)
         self._back_input(error, self.Wo, self.dof, 0.0)
-        self._split_heads(self.dof, self.doh)
-        be.batched_dot(self._used, self.doh, self.dvh, transA=True)
-        be.batched_dot(self.doh, self.vh, self.dprobs, transB=True)
-        if self._used is not self.probs:
+        for h in self._heads:
+            be.batched_dot(h.dropped if dropped else h.p, h.do, h.dv, transA=True)
+            be.batched_dot(h.do, h.v, h.dp, transB=True)
+        if dropped:
             self.dprobs[:] = self.dprobs * self.mask
-        be.masked_softmax_bprop(self.probs, self.dprobs, self.dprobs, 1.0)
-        be.batched_dot(self.dprobs, self.kh, self.dqh, alpha=self.scale)
-        be.batched_dot(self.dprobs, self.qh, self.dkh, alpha=self.scale, transA=True)
-        dq, dk, dv = self.qf, self.kf, self.vf  # free since fprop: reused for the gradients
-        self._merge_heads(self.dqh, dq)
-        self._merge_heads(self.dkh, dk)
-        self._merge_heads(self.dvh, dv)
-        self._add_grads(self.x, dq, self.Wq, self.bq)
-        self._add_grads(self.c, dk, self.Wk, self.bk)
-        self._add_grads(self.c, dv, self.Wv, self.bv)
+        dscores = self._scores(self.dprobs)
+        be.masked_softmax_bprop(self._scores(self.probs), dscores, dscores, self.scale)
+        for h in self._heads:
+            be.batched_dot(h.dp, h.k, h.dq)
+            be.batched_dot(h.dp, h.q, h.dk, transA=True)
+        dproj = flat_rows(self.dproj, self.b_in.size)
+        be.compound_dot(flat_rows(self.c, self.dc), dproj, self.dw_in, transA=True)
+        self.db_in[:] = be.sum(dproj, axis=0)
+        self._split_grads()
         if self.cross:
-            self._back_input(dk, self.Wk, self.context_deltas, 0.0)
-            self._back_input(dv, self.Wv, self.context_deltas, 1.0)
+            self._add_grads(self.x, self.dqf, self.Wq, self.bq)
+            be.compound_dot(dproj, self.w_in, flat_rows(self.context_deltas, self.dc),
+                            transB=True)
             if not self.needs_deltas:
                 return None
-            self._back_input(dq, self.Wq, self.deltas, 0.0)
+            self._back_input(self.dqf, self.Wq, self.deltas, 0.0)
             return self.deltas
         if not self.needs_deltas:
             return None
-        self._back_input(dq, self.Wq, self.deltas, 0.0)
-        self._back_input(dk, self.Wk, self.deltas, 1.0)
-        self._back_input(dv, self.Wv, self.deltas, 1.0)
+        be.compound_dot(dproj, self.w_in, flat_rows(self.deltas, self.d_model), transB=True)
         return self.deltas
 
     # ---- incremental decoding (self-attention) -------------------------------------------------
@@ -258,6 +294,19 @@ class MultiHeadAttention(ParameterLayer):
         self._project(s.of, self.Wo, self.bo, s.out)
         s.pos = L
         return s.out
+
+
+class _HeadViews:
+    """Head h's strided views: q, k (N, T, dk/H), v (N, Tk, dv/H), o (N, Tq, dv/H) inside the
+    token-major buffers, p (N, Tq, Tk) of the probabilities (``dropped``: after dropout), and
+    the gradient views d* of the same places."""
+
+    def __init__(self, h, dhk, dhv, q, k, v, dq, dk, dv, o, do, probs, dprobs, dropped):
+        ks, vs = slice(h * dhk, (h + 1) * dhk), slice(h * dhv, (h + 1) * dhv)
+        self.q, self.k, self.v, self.o = q[:, :, ks], k[:, :, ks], v[:, :, vs], o[:, :, vs]
+        self.dq, self.dk, self.dv, self.do = dq[:, :, ks], dk[:, :, ks], dv[:, :, vs], do[:, :, vs]
+        self.p, self.dp = probs[:, h], dprobs[:, h]
+        self.dropped = None if dropped is None else dropped[:, h]
 
 
 def _positive(what, value):

@@ -28,13 +28,12 @@ static void softmax_row(const real *x, real *o, int64_t n, real s, const real *m
         memset(o, 0, (size_t)n * sizeof(real));
         return;
     }
+    for (int64_t j = 0; j < n; j++)
+        o[j] = NL_EXP(o[j] - top);
     double sum = 0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < n; j++) {
-        const real e = NL_EXP(o[j] - top);
-        o[j] = e;
-        sum += e;
-    }
+    for (int64_t j = 0; j < n; j++)
+        sum += o[j];
     const real inv = (real)(1.0 / sum);
     for (int64_t j = 0; j < n; j++)
         o[j] *= inv;
