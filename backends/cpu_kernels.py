@@ -189,23 +189,24 @@ class CPUKernels:
         """(module, geom, work, partials, nwork, flipped filter) of the direct kernels
         (``kernels/cpu/conv_direct.c``) for ``plan``, or None where they do not apply: 1x1
         filters (a plain GEMM), output channels that are not a whole number of vector registers,
-        or a filter block of one register width (R*S*C x 64 bytes of channels) beyond
+        or a filter block (R*S*C x four registers of output channels) beyond
         ``_DIRECT_BLOCK_BYTES``, where it would stream from L2.  ``transposed`` asks for the
         data gradient, the forward convolution of the output gradient (N, P, Q, K) with the
         filters flipped and transposed to (R, S, K, C), padded by dil*(R-1) - pad: stride 1
         only."""
         c_in, c_out = (plan.K, plan.C) if transposed else (plan.C, plan.K)
-        width = 64 // dtype.itemsize
-        if (_is_pointwise(plan) or c_out % width
-                or plan.R * plan.S * c_in * min(c_out, 4 * width) * dtype.itemsize
-                > _DIRECT_BLOCK_BYTES):
+        if _is_pointwise(plan):
             return None
         if transposed:
             pads = (plan.dil_h * (plan.R - 1) - plan.pad_h, plan.dil_w * (plan.S - 1) - plan.pad_w)
             if plan.str_h != 1 or plan.str_w != 1 or min(pads) < 0:
                 return None
-        module = self.module("conv_direct", dtype)
-        if module is None:
+        module, conv = self.module("conv_direct", dtype), self.module("conv", dtype)
+        if module is None or conv is None:
+            return None
+        width = int(module.lib.conv_direct_width())
+        if (c_out % width or plan.R * plan.S * c_in * min(c_out, 4 * width) * dtype.itemsize
+                > _DIRECT_BLOCK_BYTES):
             return None
         cache = plan.__dict__.setdefault("_ckernel_direct", {})
         found = cache.get(transposed)
@@ -220,7 +221,7 @@ class CPUKernels:
                     "str_w": plan.str_w}
         geom = module.ffi.new("direct_geom *", {"N": plan.N, "R": plan.R, "S": plan.S,
                                                 "dil_h": plan.dil_h, "dil_w": plan.dil_w, **dims})
-        nwork = max(1, int(self.module("conv", dtype).lib.conv_threads()))
+        nwork = max(1, int(conv.lib.conv_threads()))
         padded = (dims["H"] + 2 * dims["pad_h"]) * (dims["W"] + 2 * dims["pad_w"]) * dims["C"]
         work = np.empty(nwork * padded, dtype=dtype)
         partials = None if transposed else np.empty(nwork * plan.R * plan.S * plan.C * plan.K,
@@ -497,18 +498,22 @@ class CPUKernels:
                               x.size // max(D, 1), D, approximate == "tanh")
         return True
 
-    def gelu_bprop(self, x, dy, dx, dbias, approximate):
-        """dx = dy * gelu'(x) over rows (M, D); dbias (D,) += its column sums unless None."""
-        arrays = (x, dy, dx) + (() if dbias is None else (dbias,))
+    def gelu_bprop(self, x, dy, dx, dbias, approximate, y=None):
+        """dx = dy * gelu'(x) over rows (M, D); dbias (D,) += its column sums unless None;
+        y = gelu(x) or None (see ``gelu_bprop`` in gelu.h)."""
+        arrays = (x, dy, dx) + tuple(a for a in (dbias, y) if a is not None)
         if x.ndim == 0 or not x.shape == dy.shape == dx.shape or (
-                dbias is not None and dbias.size != x.shape[-1]):
+                dbias is not None and dbias.size != x.shape[-1]) or (
+                y is not None and y.shape != x.shape):
             return False
         module = self._usable("gelu", *arrays)
         if module is None:
             return False
         ffi = module.ffi
         D = x.shape[-1]
-        module.lib.gelu_bprop(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", dy),
+        module.lib.gelu_bprop(ffi.from_buffer("real[]", x),
+                              ffi.NULL if y is None else ffi.from_buffer("real[]", y),
+                              ffi.from_buffer("real[]", dy),
                               ffi.from_buffer("real[]", dx),
                               ffi.NULL if dbias is None else ffi.from_buffer("real[]", dbias),
                               x.size // max(D, 1), D, approximate == "tanh")

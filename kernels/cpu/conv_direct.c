@@ -4,16 +4,24 @@
 #include "common.h"
 #include "conv_direct.h"
 
-/* A vector of real numbers as wide as one AVX-512 register (the compiler splits it where the
- * target has narrower registers); `uvec` may sit at any address aligned to a real. */
+/* A vector of real numbers as wide as one vector register of the target (AVX-512: 64 bytes,
+ * 32 registers; otherwise 32 bytes and 16 registers, as AVX2 has); `uvec` may sit at any
+ * address aligned to a real. */
+#ifdef __AVX512F__
 #define NL_VBYTES 64
+#define NL_VREGS 32
+#else
+#define NL_VBYTES 32
+#define NL_VREGS 16
+#endif
 #define VL ((int64_t)(NL_VBYTES / sizeof(real)))
 typedef real vec __attribute__((vector_size(NL_VBYTES)));
 typedef real uvec __attribute__((vector_size(NL_VBYTES), aligned(sizeof(real))));
 
 /* Output pixels per register block for KV vectors of output channels: QB * KV accumulators
- * plus KV filter vectors and a broadcast stay within 32 vector registers. */
-#define QB_FOR(KV) ((KV) == 4 ? 6 : (KV) == 3 ? 8 : (KV) == 2 ? 12 : 14)
+ * plus KV filter vectors and a broadcast stay within the vector registers (at most 14). */
+#define QB_RAW(KV) ((NL_VREGS - (KV) - 1) / (KV))
+#define QB_FOR(KV) (QB_RAW(KV) > 14 ? 14 : QB_RAW(KV))
 
 /* Image n of x (H, W, C) copied into the middle of xp (H + 2*pad_h, W + 2*pad_w, C); the
  * border is zero. */
@@ -89,9 +97,9 @@ ROW_VARIANT(2)
 ROW_VARIANT(3)
 ROW_VARIANT(4)
 
-int conv_direct_supported(const direct_geom *g)
+int conv_direct_width(void)
 {
-    return g->K % VL == 0;
+    return (int)VL;
 }
 
 void conv_direct(const real *x, const real *f, real *o, const direct_geom *g, real *work,

@@ -6,8 +6,8 @@
  * dilation as in conv.h.  Each thread copies one image at a time into its slice of `work`
  * (nwork slices of (H + 2*pad_h) * (W + 2*pad_w) * C elements) with zero borders, then
  * computes each output pixel block (a few pixels times a few vector registers of output
- * channels) in registers over all R*S*C taps.  Needs K to be a multiple of the vector width
- * (16 floats or 8 doubles): conv_direct_supported says whether it is.
+ * channels) in registers over all R*S*C taps.  Needs K to be a multiple of the vector width,
+ * conv_direct_width() elements (64 bytes with AVX-512, else 32).
  */
 typedef struct {
     int64_t N;
@@ -27,7 +27,7 @@ typedef struct {
     int64_t K;
 } direct_geom;
 
-int conv_direct_supported(const direct_geom *g);
+int conv_direct_width(void);
 
 void conv_direct(const real *x, const real *f, real *o, const direct_geom *g, real *work,
                  int64_t nwork, real beta);
