@@ -16,7 +16,7 @@ array once the layer knows its shape.
 """
 import numpy as np
 
-__all__ = ["random", "banded", "block_diagonal", "local", "strided", "fixed", "causal",
+__all__ = ["random", "balanced", "banded", "block_diagonal", "local", "strided", "fixed", "causal",
            "dense", "per_head", "from_spec", "as_layout", "GENERATORS"]
 
 
@@ -69,6 +69,27 @@ def random(shape, density, seed=0):
     return out.reshape(shape)
 
 
+def balanced(shape, density, seed=0):
+    """round(density * cols) blocks (at least one) in every row, spread so that the columns
+    hold as equal counts as possible (each row takes the least-used columns, ties at
+    random): no input or output block is left without weights.  Each head draws its own."""
+    shape = _check_shape(shape)
+    if not 0.0 < float(density) <= 1.0:
+        raise ValueError(f"balanced layout: density must be in (0, 1], got {density!r}")
+    rng = np.random.default_rng(seed)
+    rows, cols = shape[-2:]
+    per_row = max(1, int(round(float(density) * cols)))
+    heads = shape[0] if len(shape) == 3 else 1
+    out = np.zeros((heads, rows, cols), dtype=np.uint8)
+    for h in range(heads):
+        used = np.zeros(cols)
+        for i in rng.permutation(rows):
+            pick = np.lexsort((rng.random(cols), used))[:per_row]
+            out[h, i, pick] = 1
+            used[pick] += 1
+    return out.reshape(shape)
+
+
 def banded(shape, width=1):
     """Blocks within ``width - 1`` of the diagonal: |i - j| < width (width >= 1)."""
     width = _positive("banded", "width", width)
@@ -95,13 +116,14 @@ def local(shape, window, causal=False):
 
 
 def strided(shape, stride, causal=False):
-    """The Sparse Transformer's strided pattern (Child et al. 2019) in blocks: the local
-    window of ``stride`` blocks plus every block a multiple of ``stride`` away from the
-    diagonal ((i + off - j) % stride == 0)."""
+    """The strided half of the Sparse Transformer's strided pattern (Child et al. 2019) in
+    blocks: every block a multiple of ``stride`` away from the diagonal ((i + off - j) %
+    stride == 0).  The full pattern is its union with ``local(stride)``
+    (``{local: {window: s}, strided: {stride: s}}``)."""
     stride = _positive("strided", "stride", stride)
     shape, i, j = _grid(shape)
     d = i + _offset(shape) - j
-    mask = (np.abs(d) < stride) | (d % stride == 0)
+    mask = d % stride == 0
     if causal:
         mask &= d >= 0
     return _finish(shape, mask)
@@ -139,7 +161,7 @@ def per_head(layouts):
     return np.stack(layouts).astype(np.uint8)
 
 
-GENERATORS = {"dense": dense, "random": random, "banded": banded,
+GENERATORS = {"dense": dense, "random": random, "balanced": balanced, "banded": banded,
               "block_diagonal": block_diagonal, "local": local, "strided": strided,
               "fixed": fixed}
 
