@@ -372,9 +372,10 @@ class Backend(ABC):
         Gelu(approximate).fprop(self, x, out)
         return out
 
-    def gelu_bprop(self, x, dy, dx, dbias=None, approximate="none"):
+    def gelu_bprop(self, x, dy, dx, dbias=None, approximate="none", y=None):
         """dx = dy * gelu'(x) (x the pre-activation; ``dx`` may be ``dy``); ``dbias`` (D,),
-        when given, accumulates the sum of dx over every axis but the last."""
+        when given, accumulates the sum of dx over every axis but the last.  ``y``, the
+        forward output gelu(x) when at hand, lets a backend skip recomputing Phi(x) = y / x."""
         from ..transforms.activation import Gelu
         Gelu(approximate).bprop(self, x, None, dy, dx)
         if dbias is not None:

@@ -203,9 +203,10 @@ class CPUBackend(CPUBlockSparseMixin, Backend):
             return out
         return super().gelu(x, out, bias, pre, approximate)
 
-    def gelu_bprop(self, x, dy, dx, dbias=None, approximate="none"):
+    def gelu_bprop(self, x, dy, dx, dbias=None, approximate="none", y=None):
         if self.kernels.gelu_bprop(x._ary, dy._ary, dx._ary,
-                                   None if dbias is None else dbias._ary, approximate):
+                                   None if dbias is None else dbias._ary, approximate,
+                                   None if y is None else y._ary):
             return dx
         return super().gelu_bprop(x, dy, dx, dbias, approximate)
 

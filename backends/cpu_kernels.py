@@ -498,18 +498,22 @@ class CPUKernels:
                               x.size // max(D, 1), D, approximate == "tanh")
         return True
 
-    def gelu_bprop(self, x, dy, dx, dbias, approximate):
-        """dx = dy * gelu'(x) over rows (M, D); dbias (D,) += its column sums unless None."""
-        arrays = (x, dy, dx) + (() if dbias is None else (dbias,))
+    def gelu_bprop(self, x, dy, dx, dbias, approximate, y=None):
+        """dx = dy * gelu'(x) over rows (M, D); dbias (D,) += its column sums unless None;
+        y = gelu(x) or None (see ``gelu_bprop`` in gelu.h)."""
+        arrays = (x, dy, dx) + tuple(a for a in (dbias, y) if a is not None)
         if x.ndim == 0 or not x.shape == dy.shape == dx.shape or (
-                dbias is not None and dbias.size != x.shape[-1]):
+                dbias is not None and dbias.size != x.shape[-1]) or (
+                y is not None and y.shape != x.shape):
             return False
         module = self._usable("gelu", *arrays)
         if module is None:
             return False
         ffi = module.ffi
         D = x.shape[-1]
-        module.lib.gelu_bprop(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", dy),
+        module.lib.gelu_bprop(ffi.from_buffer("real[]", x),
+                              ffi.NULL if y is None else ffi.from_buffer("real[]", y),
+                              ffi.from_buffer("real[]", dy),
                               ffi.from_buffer("real[]", dx),
                               ffi.NULL if dbias is None else ffi.from_buffer("real[]", dbias),
                               x.size // max(D, 1), D, approximate == "tanh")

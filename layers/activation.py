@@ -35,7 +35,8 @@ class Activation(Layer):
         if self.fused_with_cost:
             return error
         if isinstance(self.transform, Gelu):
-            self.be.gelu_bprop(self.x, error, self.deltas, approximate=self.transform.approximate)
+            self.be.gelu_bprop(self.x, error, self.deltas,
+                               approximate=self.transform.approximate, y=self.outputs)
         else:
             self.transform.bprop(self.be, self.x, self.outputs, error, self.deltas)
         return self.deltas

@@ -123,7 +123,7 @@ class TransformerBlock(Layer):
         """The error for fc1's input; the GELU's gradient and fc1's bias gradient in one pass."""
         linear, bias = self.fc1.layers
         self.be.gelu_bprop(self.gelu.x, e, self.gelu.deltas, bias.b.grad,
-                           self.gelu.transform.approximate)
+                           self.gelu.transform.approximate, self.gelu.outputs)
         return linear.bprop(self.gelu.deltas)
 
     def parameters(self):

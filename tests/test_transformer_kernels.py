@@ -58,18 +58,22 @@ def _nan_erf(module):
 def test_gelu_with_bias_and_its_gradient(approximate, dtype, shape):
     rng = np.random.default_rng(1)
     x, b, dy = rng.normal(scale=2, size=shape), rng.normal(size=shape[-1]), rng.normal(size=shape)
+    x.reshape(-1)[::3] = -b[0]  # pre-activations of exactly 0 (Phi from y / x must not divide)
+    x.reshape(-1)[1::5] = 1e-25 - b[0]
     y_want, slope = gelu_reference(x + b, approximate)
     tol = dict(rtol=1e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
     be = make_backend("cpu", dtype=dtype)
     kernels = _kernels(be)
-    for fused in (True, False):  # the C kernel, then the op-tree default of the contract
+    # the C kernel (bprop with and without the forward output), then the contract's op-trees
+    for fused, with_y in ((True, True), (True, False), (False, False)):
         xt, bt, dyt = be.array(x), be.array(b), be.array(dy)
         pre, out, dx = be.zeros(shape), be.zeros(shape), be.zeros(shape)
         db = be.array(np.full(shape[-1], 0.5))
         if fused:
             assert kernels.gelu(xt._ary, out._ary, bt._ary, xt._ary, approximate)
             pre = xt  # in place: x receives x + b
-            assert kernels.gelu_bprop(pre._ary, dyt._ary, dx._ary, db._ary, approximate)
+            assert kernels.gelu_bprop(pre._ary, dyt._ary, dx._ary, db._ary, approximate,
+                                      out._ary if with_y else None)
         else:
             Backend.gelu(be, xt, out, bt, pre, approximate)
             Backend.gelu_bprop(be, pre, dyt, dx, db, approximate)

@@ -50,7 +50,10 @@ static void fprop_row(const real *x, const real *bias, real *pre, real *y, int64
     }
 }
 
-static void bprop_row(const real *pre, const real *dy, real *dx, int64_t D, int approximate)
+/* The erf-form slope Phi(h) + h phi(h); with the forward output y = h Phi(h) at hand, Phi is
+ * y / h (0.5 where h is 0 or below 1e-20 in magnitude) and no erf is evaluated. */
+static void bprop_row(const real *pre, const real *y, const real *dy, real *dx, int64_t D,
+                      int approximate)
 {
     if (approximate) {
         for (int64_t d = 0; d < D; d++) {
@@ -58,6 +61,12 @@ static void bprop_row(const real *pre, const real *dy, real *dx, int64_t D, int 
             real es, s;
             tanh_parts(h, &es, &s);
             dx[d] = dy[d] * (es + 2 * h * es * s * TANH_K * (1 + 3 * TANH_C * h * h));
+        }
+    } else if (y) {
+        for (int64_t d = 0; d < D; d++) {
+            const real h = pre[d], a = h < 0 ? -h : h;
+            const real cdf = a > (real)1e-20 ? y[d] / (a > (real)1e-20 ? h : 1) : (real)0.5;
+            dx[d] = dy[d] * (cdf + h * NL_EXP((real)-0.5 * h * h) * INV_SQRT_2PI);
         }
     } else {
         for (int64_t d = 0; d < D; d++) {
@@ -76,13 +85,13 @@ void gelu_fprop(const real *x, const real *bias, real *pre, real *y, int64_t M, 
         fprop_row(x + m * D, bias, pre + m * D, y + m * D, D, approximate);
 }
 
-void gelu_bprop(const real *pre, const real *dy, real *dx, real *dbias, int64_t M, int64_t D,
-                int approximate)
+void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *dbias, int64_t M,
+                int64_t D, int approximate)
 {
     if (!dbias) {
 #pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
         for (int64_t m = 0; m < M; m++)
-            bprop_row(pre + m * D, dy + m * D, dx + m * D, D, approximate);
+            bprop_row(pre + m * D, y ? y + m * D : NULL, dy + m * D, dx + m * D, D, approximate);
         return;
     }
     const int64_t nb = nl_blocks(M);
@@ -100,7 +109,7 @@ void gelu_bprop(const real *pre, const real *dy, real *dx, real *dbias, int64_t 
                 r[d] = 0;
             for (int64_t m = m0; m < m1; m++) {
                 real *dxr = dx + m * D;
-                bprop_row(pre + m * D, dy + m * D, dxr, D, approximate);
+                bprop_row(pre + m * D, y ? y + m * D : NULL, dy + m * D, dxr, D, approximate);
                 for (int64_t d = 0; d < D; d++)
                     r[d] += dxr[d];
             }
