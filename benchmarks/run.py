@@ -53,6 +53,8 @@ def run_workload(module, backend, device, smoke, repeats):
     row = {"workload": module.NAME, "figure": module.FIGURE}
     step, work = module.neonlite(_make_backend_factory(backend), smoke)
     contenders = {"neonlite": step}
+    if hasattr(module, "extra_contenders"):
+        contenders.update(module.extra_contenders(_make_backend_factory(backend), smoke))
     if device is not None:
         torch_step, _ = module.torch(device, smoke)
         contenders["torch"] = torch_step
@@ -63,6 +65,10 @@ def run_workload(module, backend, device, smoke, repeats):
         row[name] = seconds * 1e3 if work is None else work / seconds
     if "torch" in medians:
         row["ratio"] = medians["torch"] / medians["neonlite"]
+    if "neonlite_dense" in medians:
+        row["dense_ratio"] = medians["neonlite_dense"] / medians["neonlite"]
+    if hasattr(module, "note"):
+        row["note"] = module.note()
     if module.NAME == "gemm" and backend == "cpu":
         peak, _ = cpu_peak_gflops()
         if peak:
@@ -77,6 +83,10 @@ def format_table(rows, note):
         torch = f"{r['torch']:>12.1f}" if "torch" in r else f"{'-':>12}"
         ratio = f"{r['ratio']:>8.2f}" if "ratio" in r else f"{'-':>8}"
         extra = f"{r['neonlite_pct_peak']:.0f}% of CPU peak" if "neonlite_pct_peak" in r else ""
+        if "dense_ratio" in r:
+            extra = (f"neonlite dense {r['neonlite_dense']:.1f} {r['figure']}, dense/sparse "
+                     f"{r['dense_ratio']:.2f}x")
+        extra = "; ".join(x for x in (extra, r.get("note", "")) if x)
         lines.append(f"{r['workload']:<16}{r['figure']:<10}{r['neonlite']:>12.1f}{torch}{ratio}"
                      f"  {extra}")
     if note:
