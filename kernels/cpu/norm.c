@@ -181,10 +181,12 @@ void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y
         const real *xr = x + m * D;
         real *yr = y + m * D, *hr = xhat + m * D;
         double sum = 0;
+#pragma omp simd reduction(+ : sum)
         for (int64_t d = 0; d < D; d++)
             sum += xr[d];
         const double mu = sum / (double)D;
         double sq = 0;
+#pragma omp simd reduction(+ : sq)
         for (int64_t d = 0; d < D; d++) {
             const double t = (double)xr[d] - mu;
             sq += t * t;
@@ -216,6 +218,7 @@ void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const
         const real *dyr = dy + m * D, *hr = xhat + m * D;
         real *dxr = dx + m * D;
         double sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
         for (int64_t d = 0; d < D; d++) {
             const double g = (double)dyr[d] * (double)gamma[d];
             sg += g;
