@@ -292,17 +292,12 @@ def plan_multi(assignments, max_blocks=65535):
     if any(tuple(o.shape) != extent for o in outs):
         raise OpTreeError(f"the outputs of a multi-output op-tree must share one shape, got "
                           f"{[tuple(o.shape) for o in outs]}")
-    operands, scalars, roots = list(outs[1:]), [], []
+    operands, scalars, roots = multi_operands(assignments), [], []
     for number, (out, tree) in enumerate(assignments):
         if count_reductions(tree):
             raise OpTreeError(f"op-tree {tree!r} holds a reduction; a multi-output kernel is "
                               f"elementwise")
-        earlier = outs[:number]
-        for leaf in (tree.leaves() if isinstance(tree, OpNode) else
-                     ([] if is_scalar(tree) else [tree])):
-            if not any(leaf is o for o in earlier) and not any(leaf is o for o in operands):
-                operands.append(leaf)
-        root = _convert(tree, operands, scalars, earlier)
+        root = _convert(tree, operands, scalars, outs[:number])
         if any(a != 1 and a != e for a, e in zip(_padded(root.shape, (), len(extent))[0],
                                                   extent)) or len(root.shape) > len(extent):
             raise OpTreeError(f"op-tree {tree!r} of shape {root.shape} cannot be assigned to "
@@ -319,6 +314,19 @@ def plan_multi(assignments, max_blocks=65535):
     p._roots, p.operands = tuple(roots), tuple(operands)
     p.key = p.key + (("outputs", len(outs)), tuple(_structure(r) for r in roots))
     return p
+
+
+def multi_operands(assignments):
+    """The descriptors whose pointers follow the first output in a multi-output kernel: the
+    other outputs, then each tensor the trees read that is not an earlier output, once."""
+    outs = [out for out, _ in assignments]
+    operands = list(outs[1:])
+    for number, (_, tree) in enumerate(assignments):
+        for leaf in (tree.leaves() if isinstance(tree, OpNode) else
+                     ([] if is_scalar(tree) else [tree])):
+            if not any(leaf is o for o in outs[:number]) and not any(leaf is o for o in operands):
+                operands.append(leaf)
+    return operands
 
 
 def _structure(node):

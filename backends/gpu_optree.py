@@ -80,20 +80,32 @@ class OpTreeExecutor:
         elementwise and the outputs share a shape (see :func:`cuda_codegen.plan_multi`);
         otherwise one ``execute`` per assignment."""
         assignments = list(assignments)
-        try:
-            if len(assignments) < 2 or any(codegen.count_reductions(t) for _, t in assignments):
-                raise codegen.OpTreeError("not a multi-output kernel")
-            plan = codegen.plan_multi(assignments, self.max_blocks)
-        except codegen.OpTreeError:
+        if len(assignments) < 2 or not all(isinstance(t, OpNode) and not
+                                           codegen.count_reductions(t) for _, t in assignments):
             for out, tree in assignments:
                 self.execute(out, tree)
             return
-        kernel = self.kernels.get(plan.key)
-        if kernel is None:
-            name, source = plan.source()
-            kernel = self.kernels[plan.key] = self.compile_kernel(name, source)
-            self.compiles += 1
-        self.launch(kernel, plan, assignments[0][0], list(plan.operands), list(plan.scalars))
+        operands = codegen.multi_operands(assignments)
+        everything = [assignments[0][0]] + operands
+        layout = ("multi", tuple(tree.key(everything) for _, tree in assignments),
+                  tuple(_desc_key(d) for d in everything))
+        cached = self._plans.get(layout)
+        if cached is None:
+            try:
+                plan = codegen.plan_multi(assignments, self.max_blocks)
+            except codegen.OpTreeError:
+                for out, tree in assignments:
+                    self.execute(out, tree)
+                return
+            kernel = self.kernels.get(plan.key)
+            if kernel is None:
+                name, source = plan.source()
+                kernel = self.kernels[plan.key] = self.compile_kernel(name, source)
+                self.compiles += 1
+            cached = self._plans[layout] = (kernel, plan)
+        kernel, plan = cached
+        scalars = [v for _, tree in assignments for v in codegen.scalar_values(tree)]
+        self.launch(kernel, plan, assignments[0][0], operands, scalars)
 
     def _split(self, out, tree, keep=1):
         """Evaluate inner reductions into temporaries until ``keep`` remain."""

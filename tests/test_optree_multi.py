@@ -178,6 +178,29 @@ def test_generated_multi_output_kernel_reads_stored_bf16_and_views():
     np.testing.assert_array_equal(full[:, 1::2], w0[:, 1::2])
 
 
+@pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+def test_executor_reuses_the_multi_output_kernel_for_new_tensors_and_rates():
+    rng = np.random.default_rng(6)
+    params = [{k: rng.standard_normal((5, 8)).astype(np.float32) for k in "wvg"}
+              for _ in range(2)]
+    want = []
+    for p, lr in zip(params, (0.1, 0.2)):
+        v = 0.9 * p["v"] - np.float32(lr) * p["g"]
+        want.append((v, p["w"] + v))
+    tensors = [{k: HostTensor(a.copy()) for k, a in p.items()} for p in params]
+    emulated = EmulatedOpTrees()
+
+    def run(execute):
+        for t, lr in zip(tensors, (0.1, 0.2)):
+            emulated.executor.execute_multi([(t["v"], 0.9 * t["v"] - lr * t["g"]),
+                                             (t["w"], t["w"] + t["v"])])
+    emulated.run(run)
+    assert emulated.executor.compiles == 1 and len(emulated.launches) == 2
+    for t, (v, w) in zip(tensors, want):
+        np.testing.assert_allclose(t["v"].ary, v, rtol=1e-6)
+        np.testing.assert_allclose(t["w"].ary, w, rtol=1e-6)
+
+
 def test_multi_output_plans_reuse_kernels_and_refuse_what_they_cannot_fuse():
     be = neonlite.gen_backend("cpu", batch_size=1)
     _, t, _ = _host_steps(be)
