@@ -44,7 +44,8 @@ def shape_args(plan):
 class ConvLaunch:
     """One pass's kernel: ``function`` (entry point of table variant ``variant``), ``grid``,
     ``block``, ``splits`` (K-range slices; > 1 needs ``work_elems`` float32 of workspace and
-    the ``nl_conv_splitk_reduce_<storage>`` pass) and the GEMM extents."""
+    the ``nl_conv_splitk_reduce_<storage>`` pass) and the GEMM extents.  ``vector_function``
+    (or None) loads 8 elements at a time; it needs every tensor 16-byte aligned."""
     variant: str
     function: str
     grid: tuple
@@ -53,6 +54,7 @@ class ConvLaunch:
     M: int
     Ng: int
     Kd: int
+    vector_function: str = None
 
     @property
     def work_elems(self):
@@ -86,5 +88,14 @@ def conv_launch(plan, pass_name, storage, split_target=CONV_SPLIT_TARGET_BLOCKS)
         per = -(-k_tiles // splits)
         splits = -(-k_tiles // per)
     name = f"nl_conv_{pass_name}_{path}{tile.bm}x{tile.bn}_{storage}"
+    vector = path == "tc" and plan.C % 8 == 0 and plan.K % 8 == 0
     return ConvLaunch(f"conv_{path}", name, (-(-Ng // tile.bn), -(-M // tile.bm), splits),
-                      (tile.threads, 1, 1), splits, M, Ng, Kd)
+                      (tile.threads, 1, 1), splits, M, Ng, Kd, name + "_v8" if vector else None)
+
+
+def function_for(launch, *pointers):
+    """The entry point to launch: the 8-wide one when it exists and every pointer is 16-byte
+    aligned."""
+    if launch.vector_function and all(int(p) % 16 == 0 for p in pointers):
+        return launch.vector_function
+    return launch.function

@@ -88,7 +88,8 @@ class GPUNNMixin:
             work = self.scratch(("conv_work", launch.work_elems), (launch.work_elems,),
                                 np.float32).ptr
         bias_ptr = 0 if bias is None else bias.ptr
-        func = self.kernel(launch.variant, launch.function, "PPPPP" + "i" * 15 + "ifi")
+        name = gpu_conv.function_for(launch, target.ptr, a.ptr, b.ptr)
+        func = self.kernel(launch.variant, name, "PPPPP" + "i" * 15 + "ifi")
         self.device.launch(func, launch.grid, launch.block,
                            [target.ptr, a.ptr, b.ptr, bias_ptr, work]
                            + gpu_conv.shape_args(plan)

@@ -38,8 +38,9 @@ CUDA_VARIANTS = (
                                for t in ("32x32", "64x64", "128x64"))
                + _typed("nl_conv_splitk_reduce")),
     KernelSpec("conv_tc", "cuda", "cuda/conv_tc.cu", threads=128,
-               functions=tuple(f"nl_conv_{p}_tc{t}_{k}" for p in ("fprop", "bprop", "update")
-                               for t in ("64x64", "128x128") for k in ("f16", "bf16"))),
+               functions=tuple(f"nl_conv_{p}_tc{t}_{k}{v}" for p in ("fprop", "bprop", "update")
+                               for t in ("64x64", "128x128") for k in ("f16", "bf16")
+                               for v in ("", "_v8"))),
 )
 
 

@@ -52,6 +52,9 @@ static inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4
 static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 static inline unsigned __umulhi(unsigned a, unsigned b) {
     return (unsigned)(((unsigned long long)a * b) >> 32); }
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+    return uint4{x, y, z, w}; }
 struct __half { _Float16 v; };
 static inline float __half2float(__half h) { return (float)h.v; }
 static inline __half __float2half_rn(float f) { __half h; h.v = (_Float16)f; return h; }

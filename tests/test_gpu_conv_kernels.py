@@ -5,7 +5,8 @@ reference (``backends/numpy_conv.py``) in float64.
 Each pass is launched exactly as the GPU backend launches it (``backends/gpu_conv.py`` picks the
 entry point, tile, grid and K split), on LeNet-like, odd (C=3, 7x7 stride 2, 1x1 stride 2,
 batch 1, dilation, non-square) and tile-crossing shapes; the tensor-core kernels run with the
-emulated mma.sync, so their fragment addressing is checked element by element.  Tolerances:
+emulated mma.sync, so their fragment addressing is checked element by element; shapes with C
+and K multiples of 8 take the 8-wide (16-byte) loads, the others the element-wise ones.  Tolerances:
 float32 1e-4 relative to the output's largest magnitude (a different summation order);
 float16/bfloat16 2e-3 / 1e-2 of it (the reference sees the same rounded inputs, so only the
 output rounding and the float32 sums differ).
@@ -16,7 +17,7 @@ from cuda_host_emulator import HostModule
 from cuda_host_emulator import available as emulator_missing
 
 from neonlite.backends import numpy_conv
-from neonlite.backends.gpu_conv import conv_launch, gemm_dims, shape_args
+from neonlite.backends.gpu_conv import conv_launch, function_for, gemm_dims, shape_args
 from neonlite.backends.numpy_ops import bf16_to_f32, f32_to_bf16
 from neonlite.backends.plans import ConvPlan
 from neonlite.kernels import cuda_specs
@@ -30,7 +31,7 @@ SHAPES = {  # N, H, W, C, K, (R, S), pad, stride, dilation
     "1x1_s2": (3, 8, 8, 5, 6, (1, 1), 0, 2, 1),
     "dilated": (2, 9, 9, 3, 5, (3, 3), 2, 1, 2),
     "non_square": (2, 6, 5, 16, 24, (3, 2), (1, 0), (2, 1), 1),
-    "tiles_and_split": (4, 16, 16, 8, 40, (3, 3), 1, 1, 1),
+    "tiles_and_split": (2, 16, 16, 8, 40, (3, 3), 1, 1, 1),
 }
 TOL = {"f32": 1e-4, "f16": 2e-3, "bf16": 1e-2}
 
@@ -65,21 +66,24 @@ def _from_storage(x, storage):
 
 
 def run_pass(modules, plan, pass_name, storage, a, b, out, bias=None, beta=0.0, relu=0,
-             split_target=None):
-    """Launch ``pass_name`` as the GPU backend does; ``out`` (storage type) is written."""
+             split_target=None, vector=True):
+    """Launch ``pass_name`` as the GPU backend does (``vector=False``: never the 8-wide
+    loads); ``out`` (storage type) is written.  Returns the launch and the entry point."""
     kw = {} if split_target is None else {"split_target": split_target}
     launch = conv_launch(plan, pass_name, storage, **kw)
+    name = function_for(launch, *(t.ctypes.data for t in (out, a, b))) if vector \
+        else launch.function
     module = modules["f32" if storage == "f32" else "tc"]
     work = np.zeros(max(1, launch.work_elems), np.float32)
     bias_arg = 0 if bias is None else bias
-    module.launch(launch.function, launch.grid, launch.block,
+    module.launch(name, launch.grid, launch.block,
                   [out, a, b, bias_arg, work if launch.splits > 1 else 0,
                    np.array(shape_args(plan), np.int32), launch.splits, beta, relu])
     if launch.splits > 1:
         modules["f32"].launch(f"nl_conv_splitk_reduce_{storage}", (4,), (64,),
                               [out, work, bias_arg, launch.M, launch.Ng, launch.splits, beta,
                                relu])
-    return launch
+    return launch, name
 
 
 def _reference(plan, pass_name, x, f, e):
@@ -102,9 +106,9 @@ def _check(got, want, storage, what):
     np.testing.assert_allclose(got, want, rtol=0, atol=TOL[storage] * scale, err_msg=what)
 
 
-@pytest.mark.parametrize("storage", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("storage,vector", [("f32", False), ("bf16", True), ("f16", True)])
 @pytest.mark.parametrize("name", sorted(SHAPES))
-def test_three_passes_match_numpy(modules, name, storage):
+def test_three_passes_match_numpy(modules, name, storage, vector):
     plan = _plan(SHAPES[name])
     rng = np.random.default_rng(sum(map(ord, name)))
     xs, fs, es = (_to_storage(rng.normal(size=s), storage)
@@ -114,11 +118,12 @@ def test_three_passes_match_numpy(modules, name, storage):
                "update": (xs, es, plan.filter_shape)}
     for pass_name, (a, b, out_shape) in sources.items():
         out = _to_storage(np.zeros(out_shape), storage)
-        launch = run_pass(modules, plan, pass_name, storage, a, b, out)
+        launch, fn = run_pass(modules, plan, pass_name, storage, a, b, out, vector=vector)
         assert launch.function.endswith(storage)
+        assert fn.endswith("_v8") == (vector and plan.C % 8 == 0 and plan.K % 8 == 0)
         assert (launch.M, launch.Ng, launch.Kd) == gemm_dims(plan, pass_name)
         _check(_from_storage(out, storage), _reference(plan, pass_name, x, f, e), storage,
-               f"{name} {pass_name} {storage} via {launch.function} splits {launch.splits}")
+               f"{name} {pass_name} {storage} via {fn} splits {launch.splits}")
 
 
 def test_the_shapes_reach_every_tile_and_a_k_split():
@@ -141,8 +146,8 @@ def test_fprop_epilogue_bias_relu_beta_and_split(modules, storage, split_target)
     bias = _to_storage(rng.normal(size=plan.K), storage)
     before = _to_storage(rng.normal(size=plan.out_shape), storage)
     out = before.copy()
-    launch = run_pass(modules, plan, "fprop", storage, xs, fs, out, bias=bias, beta=0.5, relu=1,
-                      split_target=split_target)
+    launch, _ = run_pass(modules, plan, "fprop", storage, xs, fs, out, bias=bias, beta=0.5,
+                         relu=1, split_target=split_target)
     assert (launch.splits > 1) == (split_target > 1)
     want = _reference(plan, "fprop", _from_storage(xs, storage), _from_storage(fs, storage), None)
     want = np.maximum(want + 0.5 * _from_storage(before, storage) + _from_storage(bias, storage),

@@ -20,8 +20,10 @@ KAT = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
         (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA compiler) is not on PATH")
 def test_every_cuda_variant_compiles_for_sm80_and_sm90():
+    """Minutes on a cold cache (the tensor-core convolution kernels dominate), seconds after."""
     results = Builder().build_all(target="cuda", archs=("sm_80", "sm_90"), jobs=2,
                                   variants=cuda_specs.CUDA_VARIANTS)
     failed = [f"{r.spec.name} {r.arch}: {r.error}" for r in results if r.status == "failed"]

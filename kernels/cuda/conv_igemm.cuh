@@ -32,51 +32,61 @@ __device__ __forceinline__ void nl_conv_gemm_dims(int pass, const nl_conv_shape&
     else { *M = d.R * d.S * d.C; *Ng = d.K; *Kd = d.N * d.P * d.Q; }
 }
 
-// The input element of output (n, p, q) at filter tap (r, s), channel c; 0 in the padding.
-template <int KIND>
-__device__ __forceinline__ typename nl_elem<KIND>::T nl_conv_patch(
-        const typename nl_elem<KIND>::T* I, const nl_conv_shape& d, int n, int p, int q, int r,
-        int s, int c) {
+// Offset of the input element of output (n, p, q) at filter tap (r, s), channel c; -1 in the
+// padding.
+__device__ __forceinline__ long long nl_conv_patch_at(const nl_conv_shape& d, int n, int p,
+                                                      int q, int r, int s, int c) {
     int h = p * d.str_h - d.pad_h + r * d.dil_h, w = q * d.str_w - d.pad_w + s * d.dil_w;
-    if (h < 0 || h >= d.H || w < 0 || w >= d.W) return (typename nl_elem<KIND>::T)0;
-    return I[(((long long)n * d.H + h) * d.W + w) * d.C + c];
+    if (h < 0 || h >= d.H || w < 0 || w >= d.W) return -1;
+    return (((long long)n * d.H + h) * d.W + w) * d.C + c;
 }
 
-// A(m, kd) of pass PASS (m < M and kd < Kd are the caller's to check).
-template <int PASS, int KIND>
-__device__ __forceinline__ typename nl_elem<KIND>::T nl_conv_load_a(
-        const typename nl_elem<KIND>::T* src, const nl_conv_shape& d, int m, int kd) {
-    typedef typename nl_elem<KIND>::T T;
+// Offset of A(m, kd) of pass PASS in its source tensor, -1 where A is 0 (m < M and kd < Kd are
+// the caller's to check).
+template <int PASS>
+__device__ __forceinline__ long long nl_conv_a_at(const nl_conv_shape& d, int m, int kd) {
     if (PASS == 0) {
         int q = m % d.Q, np = m / d.Q, p = np % d.P, n = np / d.P;
         int c = kd % d.C, rs = kd / d.C, s = rs % d.S, r = rs / d.S;
-        return nl_conv_patch<KIND>(src, d, n, p, q, r, s, c);
+        return nl_conv_patch_at(d, n, p, q, r, s, c);
     } else if (PASS == 1) {
         int w = m % d.W, nh = m / d.W, h = nh % d.H, n = nh / d.H;
         int k = kd % d.K, rs = kd / d.K, s = rs % d.S, r = rs / d.S;
         int ph = h + d.pad_h - r * d.dil_h, qw = w + d.pad_w - s * d.dil_w;
-        if (ph < 0 || qw < 0 || ph % d.str_h || qw % d.str_w) return (T)0;
+        if (ph < 0 || qw < 0 || ph % d.str_h || qw % d.str_w) return -1;
         int p = ph / d.str_h, q = qw / d.str_w;
-        if (p >= d.P || q >= d.Q) return (T)0;
-        return src[(((long long)n * d.P + p) * d.Q + q) * d.K + k];
+        if (p >= d.P || q >= d.Q) return -1;
+        return (((long long)n * d.P + p) * d.Q + q) * d.K + k;
     } else {
         int c = m % d.C, rs = m / d.C, s = rs % d.S, r = rs / d.S;
         int q = kd % d.Q, np = kd / d.Q, p = np % d.P, n = np / d.P;
-        return nl_conv_patch<KIND>(src, d, n, p, q, r, s, c);
+        return nl_conv_patch_at(d, n, p, q, r, s, c);
     }
 }
 
-// B(kd, j) of pass PASS.
+// Offset of B(kd, j) of pass PASS in its source tensor.
+template <int PASS>
+__device__ __forceinline__ long long nl_conv_b_at(const nl_conv_shape& d, int kd, int j) {
+    if (PASS == 1) return ((long long)(kd / d.K) * d.C + j) * d.K + kd % d.K;
+    return (long long)kd * d.K + j;
+}
+
+template <int PASS, int KIND>
+__device__ __forceinline__ typename nl_elem<KIND>::T nl_conv_load_a(
+        const typename nl_elem<KIND>::T* src, const nl_conv_shape& d, int m, int kd) {
+    long long at = nl_conv_a_at<PASS>(d, m, kd);
+    return at < 0 ? (typename nl_elem<KIND>::T)0 : src[at];
+}
+
 template <int PASS, int KIND>
 __device__ __forceinline__ typename nl_elem<KIND>::T nl_conv_load_b(
         const typename nl_elem<KIND>::T* src, const nl_conv_shape& d, int kd, int j) {
-    if (PASS == 1) {
-        int k = kd % d.K, rs = kd / d.K;
-        return src[((long long)rs * d.C + j) * d.K + k];
-    }
-    return src[(long long)kd * d.K + j];
+    return src[nl_conv_b_at<PASS>(d, kd, j)];
 }
 
+// With C and K multiples of 8 (16-bit storage, 16-byte aligned tensors), the 8 elements of A
+// or B that follow (m, kd) / (kd, j) along the loader's fast index are contiguous in memory and
+// share one filter tap (so one padding test): one 16-byte load.
 // Which index runs fastest across consecutive threads when a tile is loaded, so that global
 // reads are coalesced: A's kd (channels c or k) in passes 0 and 1, A's m (channels c) in pass 2;
 // B's j (K) in passes 0 and 2, B's kd (k) in pass 1.

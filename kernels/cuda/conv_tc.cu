@@ -14,7 +14,8 @@
 // The host emulator (tests/cuda_host_emulator.py) runs the same code with nl_mma_* emulated
 // from this layout.  Grid: (ceil(Ng / BN), ceil(M / BM), splits), as the float32 path.
 //
-// Entry points nl_conv_<pass>_tc<BM>x<BN>_<f16|bf16>, arguments as the float32 path's.
+// Entry points nl_conv_<pass>_tc<BM>x<BN>_<f16|bf16>, arguments as the float32 path's; the
+// _v8 versions load 8 elements at a time (C and K multiples of 8, tensors 16-byte aligned).
 #include "conv_igemm.cuh"
 
 #define NL_TC_THREADS 128
@@ -52,7 +53,55 @@ __device__ __forceinline__ unsigned nl_pair(const nl_u16* row, int col) {
     return (unsigned)row[col] | ((unsigned)row[col + 1] << 16);
 }
 
-template <int PASS, int KIND, int BM, int BN>
+// Stage the A tile (As[BM][BK], row m) and the B tile (Bs[BN][BK], column j) of K step k0:
+// element by element, or (VEC) 8 elements per 16-byte load along the coalesced index.
+template <int PASS, int BM, int BN, bool VEC>
+__device__ __forceinline__ void nl_conv_tc_stage(nl_u16 (*As)[NL_TC_LD], nl_u16 (*Bs)[NL_TC_LD],
+                                                 const nl_u16* a_src, const nl_u16* b_src,
+                                                 const nl_conv_shape& d, int M, int Ng, int m0,
+                                                 int j0, int k0, int k_end) {
+    const int tid = threadIdx.x, W = VEC ? 8 : 1;
+    for (int e = tid; e < BM * NL_TC_BK / W; e += NL_TC_THREADS) {
+        int mm, kk;
+        if (NL_CONV_A_KD_FAST(PASS)) { kk = e % (NL_TC_BK / W) * W; mm = e / (NL_TC_BK / W); }
+        else { mm = e % (BM / W) * W; kk = e / (BM / W); }
+        int m = m0 + mm, kd = k0 + kk;
+        long long at = (m < M && kd < k_end) ? nl_conv_a_at<PASS>(d, m, kd) : -1;
+        if (!VEC) {
+            As[mm][kk] = at < 0 ? (nl_u16)0 : a_src[at];
+            continue;
+        }
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (at >= 0) v = *(const uint4*)(a_src + at);
+        if (NL_CONV_A_KD_FAST(PASS)) {
+            *(uint4*)&As[mm][kk] = v;
+        } else {
+            const nl_u16* h = (const nl_u16*)&v;
+            for (int i = 0; i < 8; ++i) As[mm + i][kk] = h[i];
+        }
+    }
+    for (int e = tid; e < BN * NL_TC_BK / W; e += NL_TC_THREADS) {
+        int jj, kk;
+        if (NL_CONV_B_J_FAST(PASS)) { jj = e % (BN / W) * W; kk = e / (BN / W); }
+        else { kk = e % (NL_TC_BK / W) * W; jj = e / (NL_TC_BK / W); }
+        int j = j0 + jj, kd = k0 + kk;
+        bool inside = j < Ng && kd < k_end;
+        if (!VEC) {
+            Bs[jj][kk] = inside ? b_src[nl_conv_b_at<PASS>(d, kd, j)] : (nl_u16)0;
+            continue;
+        }
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (inside) v = *(const uint4*)(b_src + nl_conv_b_at<PASS>(d, kd, j));
+        if (NL_CONV_B_J_FAST(PASS)) {
+            const nl_u16* h = (const nl_u16*)&v;
+            for (int i = 0; i < 8; ++i) Bs[jj + i][kk] = h[i];
+        } else {
+            *(uint4*)&Bs[jj][kk] = v;
+        }
+    }
+}
+
+template <int PASS, int KIND, int BM, int BN, bool VEC>
 __device__ void nl_conv_tc(nl_u16* out, const nl_u16* a_src, const nl_u16* b_src,
                            const nl_u16* bias, float* work, nl_conv_shape d, int splits,
                            float beta, int relu) {
@@ -74,22 +123,8 @@ __device__ void nl_conv_tc(nl_u16* out, const nl_u16* a_src, const nl_u16* b_src
         for (int j = 0; j < NT; ++j)
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
     for (int k0 = k_begin; k0 < k_end; k0 += NL_TC_BK) {
-        for (int e = tid; e < BM * NL_TC_BK; e += NL_TC_THREADS) {
-            int mm, kk;
-            if (NL_CONV_A_KD_FAST(PASS)) { kk = e % NL_TC_BK; mm = e / NL_TC_BK; }
-            else { mm = e % BM; kk = e / BM; }
-            int m = m0 + mm, kd = k0 + kk;
-            As[mm][kk] = (m < M && kd < k_end) ? nl_conv_load_a<PASS, KIND>(a_src, d, m, kd)
-                                               : (nl_u16)0;
-        }
-        for (int e = tid; e < BN * NL_TC_BK; e += NL_TC_THREADS) {
-            int jj, kk;
-            if (NL_CONV_B_J_FAST(PASS)) { jj = e % BN; kk = e / BN; }
-            else { kk = e % NL_TC_BK; jj = e / NL_TC_BK; }
-            int j = j0 + jj, kd = k0 + kk;
-            Bs[jj][kk] = (j < Ng && kd < k_end) ? nl_conv_load_b<PASS, KIND>(b_src, d, kd, j)
-                                                : (nl_u16)0;
-        }
+        nl_conv_tc_stage<PASS, BM, BN, VEC>(As, Bs, a_src, b_src, d, M, Ng, m0, j0, k0,
+                                            k_end);
         __syncthreads();
         #pragma unroll
         for (int ks = 0; ks < NL_TC_BK; ks += 16) {
@@ -130,20 +165,24 @@ __device__ void nl_conv_tc(nl_u16* out, const nl_u16* a_src, const nl_u16* b_src
             }
 }
 
-#define NL_CONV_TC_ENTRY(pass_name, PASS, BM, BN, kind_name, KIND)                              \
+#define NL_CONV_TC_ENTRY(pass_name, PASS, BM, BN, kind_name, KIND, VEC, suffix)               \
     extern "C" __global__ void __launch_bounds__(NL_TC_THREADS)                                 \
-    nl_conv_##pass_name##_tc##BM##x##BN##_##kind_name(nl_u16* out, const nl_u16* a_src,         \
-                                                      const nl_u16* b_src, const nl_u16* bias,  \
-                                                      float* work, nl_conv_shape d,             \
-                                                      int splits, float beta, int relu) {       \
-        nl_conv_tc<PASS, KIND, BM, BN>(out, a_src, b_src, bias, work, d, splits, beta, relu);  \
+    nl_conv_##pass_name##_tc##BM##x##BN##_##kind_name##suffix(                                  \
+            nl_u16* out, const nl_u16* a_src, const nl_u16* b_src, const nl_u16* bias,          \
+            float* work, nl_conv_shape d, int splits, float beta, int relu) {                   \
+        nl_conv_tc<PASS, KIND, BM, BN, VEC>(out, a_src, b_src, bias, work, d, splits, beta,    \
+                                            relu);                                              \
     }
 
-#define NL_CONV_TC_TILES(pass_name, PASS)                  \
-    NL_CONV_TC_ENTRY(pass_name, PASS, 64, 64, f16, 1)      \
-    NL_CONV_TC_ENTRY(pass_name, PASS, 64, 64, bf16, 2)     \
-    NL_CONV_TC_ENTRY(pass_name, PASS, 128, 128, f16, 1)    \
-    NL_CONV_TC_ENTRY(pass_name, PASS, 128, 128, bf16, 2)
+#define NL_CONV_TC_KINDS(pass_name, PASS, BM, BN)                        \
+    NL_CONV_TC_ENTRY(pass_name, PASS, BM, BN, f16, 1, false, )           \
+    NL_CONV_TC_ENTRY(pass_name, PASS, BM, BN, bf16, 2, false, )          \
+    NL_CONV_TC_ENTRY(pass_name, PASS, BM, BN, f16, 1, true, _v8)         \
+    NL_CONV_TC_ENTRY(pass_name, PASS, BM, BN, bf16, 2, true, _v8)
+
+#define NL_CONV_TC_TILES(pass_name, PASS)       \
+    NL_CONV_TC_KINDS(pass_name, PASS, 64, 64)   \
+    NL_CONV_TC_KINDS(pass_name, PASS, 128, 128)
 
 NL_CONV_TC_TILES(fprop, 0)
 NL_CONV_TC_TILES(bprop, 1)
