@@ -221,7 +221,7 @@ class GPUNNMixin:
 
     def scatter_add_rows(self, grad_table, ids, rows):
         V, D = grad_table.shape
-        self._rows_call("scatter_add_rows", grad_table, rows, ids, V, D, D)
+        self._rows_call("scatter_add_rows", grad_table, rows, ids, V, D, D * min(V, 64))
 
     def permute_axes(self, x, out, axes):
         axes = [a % x.ndim for a in axes]

@@ -9,8 +9,8 @@ emulated is ``mma.sync.aligned.m16n8k16`` (float16 / bfloat16 in, float32 accumu
 ``nl_mma_m16n8k16<KIND>(d, a, b)``: each lane posts its fragment registers, then computes its
 own four results from the warp's fragments in the layout the PTX ISA documents, so a kernel's
 fragment addressing is checked exactly; every thread of the block must reach each call (it
-synchronizes the block, a stricter rule than the warp's).  Warp shuffles and atomics are not
-emulated.  This checks indexing, broadcasting and reduction logic, not performance,
+synchronizes the block, a stricter rule than the warp's).  Of the atomics only 64-bit unsigned
+``atomicMin`` is emulated; warp shuffles are not.  This checks indexing, broadcasting and reduction logic, not performance,
 and it is no substitute for running the same tests on a GPU.
 """
 import ctypes
@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 _SHIM = r"""
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -48,6 +49,12 @@ using std::max;
 using std::min;
 #define NL_HOST_EMULATOR 1
 static inline void __syncthreads() { nl_barrier->arrive_and_wait(); }
+static inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
+    std::atomic_ref<unsigned long long> a(*p);
+    unsigned long long old = a.load();
+    while (v < old && !a.compare_exchange_weak(old, v)) {}
+    return old;
+}
 static inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 static inline unsigned __umulhi(unsigned a, unsigned b) {

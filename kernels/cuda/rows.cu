@@ -31,23 +31,30 @@ __device__ void nl_take_rows_impl(typename nl_elem<KIND>::T* out,
     }
 }
 
-// grad_table[ids[s], :] += rows[s, :] for s = 0, 1, ..., S-1 in order: each thread owns one
-// column and walks the ids sequentially, so repeated ids are summed in a fixed order
-// (deterministic).  A bad id is skipped and reported in *bad as in nl_take_rows.
+// grad_table[ids[s], :] += rows[s, :] for s = 0, 1, ..., S-1 in order.  Thread i owns column
+// i % D of the ids id with id % parts == i / D (parts = the launch's threads / D, at least 1):
+// it walks the ids in order and adds only its own, so each (id, column) is summed by one thread
+// in a fixed order (deterministic, no atomics) while D * parts threads share the work (every
+// thread of a warp reads the same id: a broadcast).  A bad id is skipped and reported in *bad
+// as in nl_take_rows.
 template <int KIND, int ID_KIND>
 __device__ void nl_scatter_add_rows_impl(typename nl_elem<KIND>::T* grad_table,
                                          const typename nl_elem<KIND>::T* rows, const void* ids,
                                          long long S, long long V, long long D,
                                          unsigned long long* bad) {
     typedef nl_elem<KIND> E;
-    NL_FOR(col, D) {
+    const long long threads = (long long)blockDim.x * gridDim.x;
+    const long long parts = threads / D > 0 ? threads / D : 1;
+    NL_FOR(i, D * parts) {
+        const long long col = i % D, part = i / D;
         for (long long s = 0; s < S; ++s) {
             bool whole;
             long long id = nl_row_id<ID_KIND>(ids, s, &whole);
             if (!whole || id < 0 || id >= V) {
-                atomicMin(bad, (unsigned long long)s);
+                if (part == 0) atomicMin(bad, (unsigned long long)s);
                 continue;
             }
+            if (id % parts != part) continue;
             long long dst = id * D + col;
             E::store(grad_table, dst, E::load(grad_table, dst) + E::load(rows, s * D + col));
         }
