@@ -211,10 +211,14 @@ class CPUBackend(CPUBlockSparseMixin, Backend):
         return super().gelu_bprop(x, dy, dx, dbias, approximate)
 
     def take_rows(self, table, ids, out):
-        numpy_rows.take_rows(table._ary, ids._ary, out._ary)
+        idx = numpy_rows.row_indices(ids._ary, table.shape[0]).reshape(-1)
+        if not self.kernels.take_rows(table._ary, idx, out._ary):
+            numpy_rows.take_rows(table._ary, ids._ary, out._ary)
 
     def scatter_add_rows(self, grad_table, ids, rows):
-        numpy_rows.scatter_add_rows(grad_table._ary, ids._ary, rows._ary)
+        idx = numpy_rows.row_indices(ids._ary, grad_table.shape[0]).reshape(-1)
+        if not self.kernels.scatter_add_rows(grad_table._ary, idx, rows._ary):
+            numpy_rows.scatter_add_rows(grad_table._ary, ids._ary, rows._ary)
 
     def permute_axes(self, x, out, axes):
         np.copyto(out._ary, np.transpose(x._ary, axes))

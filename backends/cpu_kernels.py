@@ -539,6 +539,29 @@ class CPUKernels:
                                            bool(causal), mask, N)
         return True
 
+    # ---- rows of a table (embeddings) --------------------------------------------------------
+    def take_rows(self, table, idx, out):
+        """out (..., D) = table (V, D)[idx] for checked int64 row numbers idx (n,)."""
+        module = self._usable("rows", table, out)
+        if module is None or idx.dtype != np.int64 or out.size != idx.size * table.shape[1]:
+            return False
+        ffi = module.ffi
+        module.lib.take_rows(ffi.from_buffer("real[]", table), ffi.from_buffer("int64_t[]", idx),
+                             ffi.from_buffer("real[]", out), idx.size, table.shape[1])
+        return True
+
+    def scatter_add_rows(self, grad_table, idx, rows):
+        """grad_table (V, D)[idx[i]] += rows (..., D)[i] in order, for checked int64 idx (n,)."""
+        module = self._usable("rows", grad_table, rows)
+        if module is None or idx.dtype != np.int64 or rows.size != idx.size * grad_table.shape[1]:
+            return False
+        ffi = module.ffi
+        module.lib.scatter_add_rows(ffi.from_buffer("real[]", grad_table),
+                                    ffi.from_buffer("int64_t[]", idx),
+                                    ffi.from_buffer("real[]", rows), idx.size,
+                                    grad_table.shape[1])
+        return True
+
     def masked_softmax_bprop(self, y, dy, dx, scale):
         """dx = scale * y * (dy - rowsum(dy * y)) over the last axis."""
         if y.ndim == 0 or not y.shape == dy.shape == dx.shape:

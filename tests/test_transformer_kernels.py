@@ -158,3 +158,50 @@ def test_c_masked_softmax_in_place_with_integer_mask():
     kernels = _kernels(make_backend("cpu"))
     assert kernels.masked_softmax(x, x, 1.0, True, mask)
     np.testing.assert_allclose(x, want, rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("D", [1, 7, 130])
+def test_c_take_and_scatter_add_rows(dtype, D):
+    rng = np.random.default_rng(6)
+    V, shape = 11, (5, 9)
+    table = rng.normal(size=(V, D)).astype(dtype)
+    ids = rng.integers(0, V, size=shape)
+    ids[0, :4] = 3  # repeated ids
+    rows = rng.normal(size=shape + (D,)).astype(dtype)
+    kernels = _kernels(make_backend("cpu", dtype=dtype))
+    idx = ids.reshape(-1).astype(np.int64)
+    out = np.full(shape + (D,), np.nan, dtype)
+    assert kernels.take_rows(table, idx, out)
+    np.testing.assert_array_equal(out, table[ids])
+    grad = np.full((V, D), 0.25, dtype)
+    assert kernels.scatter_add_rows(grad, idx, rows)
+    want = np.full((V, D), 0.25)
+    np.add.at(want, ids.reshape(-1), rows.reshape(-1, D).astype(np.float64))
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(grad, want, rtol=tol, atol=tol)
+
+
+def test_c_scatter_add_is_the_same_on_any_number_of_threads():
+    rng = np.random.default_rng(7)
+    V, n, D = 5, 4096, 256
+    idx = rng.integers(0, V, size=n).astype(np.int64)
+    rows = rng.normal(size=(n, D)).astype(np.float32)
+    kernels = _kernels(make_backend("cpu"))
+    serial = np.zeros((V, D), np.float32)
+    for i in range(n):  # the documented order: row 0, 1, 2, ... into its table row
+        serial[idx[i]] += rows[i]
+    grad = np.zeros((V, D), np.float32)
+    assert kernels.scatter_add_rows(grad, idx, rows)
+    np.testing.assert_array_equal(grad, serial)
+
+
+def test_backend_rows_reject_bad_ids_before_the_kernel():
+    be = make_backend("cpu")
+    table, out = be.array(np.ones((4, 3))), be.zeros((2, 3))
+    with pytest.raises(IndexError, match="id 4 at position"):
+        be.take_rows(table, be.array(np.array([1, 4])), out)
+    grad = be.zeros((4, 3))
+    with pytest.raises(IndexError, match="whole number"):
+        be.scatter_add_rows(grad, be.array(np.array([0.5, 1.0])), be.ones((2, 3)))
+    assert not grad.get().any()

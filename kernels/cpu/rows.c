@@ -1,0 +1,28 @@
+/* Row gather and deterministic scatter-add (see rows.h). */
+#include "common.h"
+#include "rows.h"
+
+/* Columns per work item of the scatter-add: a multiple of the widest vector. */
+#define COLS 64
+
+void take_rows(const real *table, const int64_t *ids, real *out, int64_t n, int64_t D)
+{
+#pragma omp parallel for schedule(static) if (n * D >= NL_PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++)
+        memcpy(out + i * D, table + ids[i] * D, (size_t)D * sizeof(real));
+}
+
+void scatter_add_rows(real *grad, const int64_t *ids, const real *rows, int64_t n, int64_t D)
+{
+    const int64_t parts = (D + COLS - 1) / COLS;
+#pragma omp parallel for schedule(dynamic, 1) if (n * D >= NL_PARALLEL_MIN && parts > 1)
+    for (int64_t p = 0; p < parts; p++) {
+        const int64_t c0 = p * COLS, c1 = c0 + COLS < D ? c0 + COLS : D;
+        for (int64_t i = 0; i < n; i++) {
+            real *g = grad + ids[i] * D;
+            const real *r = rows + i * D;
+            for (int64_t c = c0; c < c1; c++)
+                g[c] += r[c];
+        }
+    }
+}
