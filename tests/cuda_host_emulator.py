@@ -30,6 +30,7 @@ _SHIM = r"""
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 #include <math.h>
@@ -112,6 +113,20 @@ static void nl_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b) {
     }
     __syncthreads();
 }
+// A kernel called with a parameter buffer packed as CUDA (and pycuda's prepared calls) pack it:
+// each parameter at the next multiple of its alignment.
+template <class T> static T nl_take(const char* buf, size_t& off) {
+    off = (off + alignof(T) - 1) / alignof(T) * alignof(T);
+    T v;
+    std::memcpy(&v, buf + off, sizeof(T));
+    off += sizeof(T);
+    return v;
+}
+template <class... A> static void nl_call_packed(void (*f)(A...), const char* buf) {
+    size_t off = 0;
+    std::tuple<A...> args{nl_take<A>(buf, off)...};
+    std::apply(f, args);
+}
 template <class F>
 static void nl_run(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, F body) {
     blockDim = {bx, by, 1};
@@ -152,14 +167,22 @@ def _strip(source):
 
 
 class HostModule:
-    """Kernels compiled together for the host.  ``kernels`` maps name -> number of arguments;
+    """Kernels compiled together for the host.  ``kernels`` maps name -> number of arguments
+    (None: launched only with :meth:`launch_packed`);
     ``sources`` are CUDA sources (``#include`` lines of CUDA headers and local files are
-    dropped: pass the shared header in ``prelude``)."""
+    dropped: pass the shared header in ``prelude``).  Every kernel can also be launched with a
+    packed parameter buffer (:meth:`launch_packed`), laid out as a CUDA launch lays it out."""
 
     def __init__(self, sources, kernels, prelude="", workdir=None):
         body = "\n".join(_strip(s) for s in sources)
         launchers = []
         for name, nargs in kernels.items():
+            launchers.append(
+                f'extern "C" void packed_{name}(unsigned gx, unsigned gy, unsigned gz, '
+                f'unsigned bx, unsigned by, const char* p) {{ nl_run(gx, gy, gz, bx, by, [=] '
+                f'{{ nl_call_packed({name}, p); }}); }}')
+            if nargs is None:
+                continue
             call = ", ".join(f"a[{i}]" for i in range(nargs))
             launchers.append(
                 f'extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
@@ -199,3 +222,13 @@ class HostModule:
         getattr(self._lib, f"launch_{name}")(ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]),
                                              ctypes.c_uint(grid[2]), ctypes.c_uint(block[0]),
                                              ctypes.c_uint(block[1]), packed)
+
+    def launch_packed(self, name, grid, block, params):
+        """Run kernel ``name`` with ``params``: bytes packed as CUDA packs a launch's parameters
+        (pycuda's prepared calls: ``struct.pack`` of the argument format, native alignment)."""
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        block = tuple(block) + (1,) * (3 - len(block))
+        buf = ctypes.create_string_buffer(bytes(params) or b"\0")
+        getattr(self._lib, f"packed_{name}")(*(ctypes.c_uint(v) for v in grid),
+                                             ctypes.c_uint(block[0]), ctypes.c_uint(block[1]),
+                                             buf)

@@ -1,0 +1,161 @@
+"""The GPU backend's own code (``backends/gpu*.py``: kernel choice, packed argument formats,
+grids, work tensors) against the CPU backend, with the device replaced by the host emulator
+(``gpu_host_backend``): every kernel launch is compiled from the real ``.cu`` or generated
+source and fed the bytes pycuda would send.  Float32 1e-4 (convolution: 1e-4 of the largest
+magnitude), bfloat16 3e-2 of it.  This checks the glue and the kernels' logic, not speed, and
+is no substitute for the GPU tests in ``test_gpu_backend.py``."""
+import numpy as np
+import pytest
+from cuda_host_emulator import available as emulator_missing
+from gpu_host_backend import host_gpu_backend
+
+import neonlite
+from neonlite.backends.gpu_prefetch import prefetched
+
+pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+
+
+@pytest.fixture
+def backends(monkeypatch):
+    previous = neonlite.backends._current
+    made = {}
+
+    def make(dtype=np.float32):
+        gpu = host_gpu_backend(monkeypatch, dtype=dtype)
+        cpu = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
+        made["gpu"] = gpu
+        return gpu, cpu
+    yield make
+    neonlite.backends._current = previous
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
+
+
+def close(got, want, tol, what=""):
+    want = np.asarray(want, np.float64)
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=0,
+                               atol=tol * max(1.0, np.abs(want).max()), err_msg=what)
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-4), ("bf16", 3e-2)])
+@pytest.mark.parametrize("shape", [(2, 7, 6, 3, 5, 3, 3, 1, 2, 1), (2, 6, 6, 8, 16, 3, 3, 1, 1, 2),
+                                   (2, 5, 5, 4, 8, 1, 1, 0, 1, 1)])
+def test_convolution_passes_and_fused_epilogue(backends, shape, dtype, tol):
+    N, H, W, C, K, R, S, pad, stride, dil = shape
+    gpu, cpu = backends(dtype)
+    x, f, b = rand(N, H, W, C, seed=1), rand(R, S, C, K, seed=2) * 0.3, rand(K, seed=3)
+    outs = {}
+    for name, be in (("gpu", gpu), ("cpu", cpu)):
+        plan = be.conv_layer(N, C, H, W, K, R, S, (pad, pad), (stride, stride), (dil, dil))
+        tx, tf = be.array(x), be.array(f)
+        o = be.zeros(plan.out_shape)
+        be.fprop_conv(plan, tx, tf, o)
+        e = be.array(np.cos(np.arange(o.size, dtype=np.float32)).reshape(o.shape))
+        gi, gf = be.ones(plan.in_shape), be.ones(plan.filter_shape)
+        be.bprop_conv(plan, tf, e, gi, beta=0.5)
+        be.update_conv(plan, tx, e, gf, beta=1.0)
+        outs[name] = [t.get() for t in (o, gi, gf)]
+        if name == "gpu":
+            assert set(plan.igemm) == {(p, gpu.empty((1,)).storage)
+                                       for p in ("fprop", "bprop", "update")}
+            fused = be.zeros(plan.out_shape)
+            be.fprop_conv(plan, tx, tf, fused, bias=be.array(b), relu=True)
+            outs["fused"] = fused.get()
+    for got, want, what in zip(outs["gpu"], outs["cpu"], ("fprop", "bprop", "update")):
+        close(got, want, tol, what)
+    ran = " ".join(gpu.device.launches)
+    pointwise = R == S == 1 and stride == 1 and pad == 0
+    path = "_simt" if dtype is np.float32 else "_tc"
+    assert ("nl_conv_fprop" + path in ran) and (("nl_conv_bprop" + path in ran) != pointwise)
+    assert "nl_im2col" not in ran
+    close(outs["fused"], np.maximum(outs["cpu"][0] + b, 0.0), tol, "bias + relu")
+
+
+def test_pooling_rows_and_softmax(backends):
+    gpu, cpu = backends()
+    x = rand(2, 7, 6, 3, seed=4)
+    table, ids = rand(11, 6, seed=5), np.array([[3, 0, 3], [10, 3, 7]], dtype=np.int32)
+    rows = rand(2, 3, 6, seed=6)
+    outs = {}
+    for name, be in (("gpu", gpu), ("cpu", cpu)):
+        got = []
+        for op in ("max", "avg"):
+            plan = be.pool_layer(op, 2, 3, 7, 6, 3, 3, (1, 1), (2, 2))
+            o, gi = be.zeros(plan.out_shape), be.ones(plan.in_shape)
+            be.fprop_pool(plan, be.array(x), o)
+            be.bprop_pool(plan, o, gi, beta=1.0)
+            got += [o.get(), gi.get()]
+        taken, grad = be.zeros((2, 3, 6)), be.zeros((11, 6))
+        be.take_rows(be.array(table), be.array(ids, dtype=np.int32), taken)
+        be.scatter_add_rows(grad, be.array(ids, dtype=np.int32), be.array(rows))
+        sm = be.zeros((6, 5))
+        be.softmax(be.array(rand(6, 5, seed=7) * 20), sm)
+        outs[name] = got + [taken.get(), grad.get(), sm.get()]
+    for got, want in zip(outs["gpu"], outs["cpu"]):
+        close(got, want, 1e-5)
+    ran = set(gpu.device.launches)
+    assert {"nl_pool_fprop_f32", "nl_pool_bprop_f32", "nl_take_rows_f32_i32",
+            "nl_scatter_add_rows_f32_i32", "nl_softmax_xent_f32"} <= ran
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_batchnorm_layernorm_and_cross_entropy(backends, relu):
+    gpu, cpu = backends()
+    x, g, b = rand(70, 9, seed=8) + 3, rand(1, 9, seed=9), rand(1, 9, seed=10)
+    dy = rand(70, 9, seed=11)
+    t = np.eye(9, dtype=np.float32)[np.random.default_rng(1).integers(0, 9, 70)]
+    outs = {}
+    for name, be in (("gpu", gpu), ("cpu", cpu)):
+        tx, tg, tb, tdy = (be.array(a) for a in (x, g, b, dy))
+        y, xhat, mean, inv = be.zeros((70, 9)), be.zeros((70, 9)), be.zeros((1, 9)), \
+            be.zeros((1, 9))
+        rm, rv = be.zeros((1, 9)), be.ones((1, 9))
+        be.batchnorm_fprop(tx, tg, tb, y, xhat, mean, inv, rm, rv, relu=relu)
+        dx, dg, db = be.ones((70, 9)), be.zeros((1, 9)), be.zeros((1, 9))
+        be.batchnorm_bprop(tdy, xhat, inv, tg, dx, dg, db, beta_acc=0.5,
+                           y=y if relu else None)
+        ly, lxhat, linv = be.zeros((70, 9)), be.zeros((70, 9)), be.zeros((70, 1))
+        be.layernorm_fprop(tx, tg, tb, ly, lxhat, linv)
+        ldx, ldg, ldb = be.zeros((70, 9)), be.ones((1, 9)), be.zeros((1, 9))
+        be.layernorm_bprop(tdy, lxhat, linv, tg, ldx, ldg, ldb)
+        probs, grad = be.zeros((70, 9)), be.zeros((70, 9))
+        loss = be.softmax_cross_entropy(tx, be.array(t), probs, grad, 1.0 / 70)
+        outs[name] = [a.get() for a in (y, xhat, mean, inv, rm, rv, dx, dg, db, ly, linv, ldx,
+                                        ldg, ldb, probs, grad)] + [np.float32(loss)]
+    for i, (got, want) in enumerate(zip(outs["gpu"], outs["cpu"])):
+        close(got, want, 1e-4, f"output {i}")
+    assert {"nl_colsum2_f32", "nl_bn_stats_f32", "nl_bn_apply_f32", "nl_bn_bprop_f32",
+            "nl_ln_fprop_f32", "nl_ln_bprop_f32", "nl_softmax_xent_f32"} <= \
+        set(gpu.device.launches)
+
+
+def test_a_training_step_matches_the_cpu_and_prefetch_feeds_it(backends):
+    """Conv + batch norm + ReLU, pooling, affine + softmax, 3 SGD steps: same losses; the
+    GPU run's batches come through the prefetcher (the backend's copy_async)."""
+    from neonlite import Model
+    from neonlite.data import ArrayIterator
+    from neonlite.initializers import GlorotUniform, Kaiming
+    from neonlite.layers import Affine, Conv, GeneralizedCost, Pooling
+    from neonlite.optimizers import GradientDescentMomentum
+    from neonlite.transforms import CrossEntropyMulti, Rectlin, Softmax
+    rng = np.random.default_rng(0)
+    X, y = rng.random((12, 8, 8, 2)).astype(np.float32), rng.integers(0, 3, 12)
+    losses = {}
+    gpu, cpu = backends()
+    for name, be in (("gpu", gpu), ("cpu", cpu)):
+        neonlite.backends._current = be
+        be.rng = np.random.default_rng(0)
+        data = ArrayIterator(X, y, nclass=3, shuffle=False)
+        source = prefetched(data, be)
+        assert (source is data) == (name == "cpu")
+        model = Model([Conv((3, 3, 4), padding=1, init=Kaiming(), batch_norm=True,
+                            activation=Rectlin()),
+                       Pooling(2, strides=2),
+                       Affine(3, init=GlorotUniform(), activation=Softmax())])
+        model.initialize(source, GeneralizedCost(CrossEntropyMulti()))
+        opt = GradientDescentMomentum(0.1, momentum_coef=0.9)
+        losses[name] = [model.train_step(xb, tb, opt, 0) for xb, tb in source.batches(False)]
+    assert len(losses["gpu"]) == 3
+    np.testing.assert_allclose(losses["gpu"], losses["cpu"], rtol=1e-4)
