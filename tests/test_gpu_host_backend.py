@@ -159,3 +159,42 @@ def test_a_training_step_matches_the_cpu_and_prefetch_feeds_it(backends):
         losses[name] = [model.train_step(xb, tb, opt, 0) for xb, tb in source.batches(False)]
     assert len(losses["gpu"]) == 3
     np.testing.assert_allclose(losses["gpu"], losses["cpu"], rtol=1e-4)
+
+
+def test_bf16_mixed_precision_residual_step_follows_float32(backends):
+    """A residual block (3x3 conv + BN + ReLU, 3x3 conv + BN, 1x1 stride-2 projection) in
+    bfloat16 with float32 master weights: the losses of 3 steps follow the float32 CPU run."""
+    from neonlite import Model
+    from neonlite.data import ArrayIterator
+    from neonlite.initializers import GlorotUniform, Kaiming
+    from neonlite.layers import Activation, Affine, Conv, GeneralizedCost, MergeSum, Pooling
+    from neonlite.optimizers import GradientDescentMomentum
+    from neonlite.optimizers.mixed_precision import for_datatype
+    from neonlite.transforms import CrossEntropyMulti, Rectlin, Softmax
+    rng = np.random.default_rng(1)
+    X, y = rng.random((12, 8, 8, 3)).astype(np.float32), rng.integers(0, 4, 12)
+    losses = {}
+    gpu, cpu = backends("bf16")
+    for name, be in (("gpu", gpu), ("cpu", cpu)):
+        neonlite.backends._current = be
+        be.rng = np.random.default_rng(0)
+        data = ArrayIterator(X, y, nclass=4, shuffle=False)
+        main = [Conv((3, 3, 8), strides=2, padding=1, init=Kaiming(), batch_norm=True,
+                     activation=Rectlin()),
+                Conv((3, 3, 8), padding=1, init=Kaiming(), batch_norm=True)]
+        side = [Conv((1, 1, 8), strides=2, init=Kaiming(), batch_norm=True)]
+        model = Model([MergeSum([main, side]), Activation(Rectlin()), Pooling(4, op="avg"),
+                       Affine(4, init=GlorotUniform(), activation=Softmax())])
+        opt = GradientDescentMomentum(0.1, momentum_coef=0.9)
+        cost = GeneralizedCost(CrossEntropyMulti())
+        if name == "gpu":
+            opt = for_datatype(opt, "bf16")
+            cost = opt.wrap_cost(cost)
+        model.initialize(data, cost)
+        losses[name] = [model.train_step(xb, tb, opt, 0) for xb, tb in data.batches(False)]
+        if name == "gpu":
+            masters = [p.states["master"] for p in model.parameters()]
+            assert masters and all(m.storage == "f32" for m in masters)
+            assert all(p.value.storage == "bf16" for p in model.parameters())
+    np.testing.assert_allclose(losses["gpu"], losses["cpu"], rtol=3e-2)
+    assert "nl_conv_fprop_tc64x64_bf16_v8" in gpu.device.launches
