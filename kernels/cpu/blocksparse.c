@@ -21,14 +21,30 @@ int bs_chunk_rows(void) { return MC; }
 
 /* Pack rows m0 .. m0+mc-1 of src (ld columns) into panels: dst[b][m][q] = src[m0+m][b*bs+q] for
  * the nb block columns, MC rows per panel; rows mc .. MC-1 are zeros. */
+#define DEFINE_PACK(BS)                                                                        \
+static void pack_##BS(const real *restrict src, int64_t ld, int64_t mc, real *restrict panel)  \
+{                                                                                              \
+    for (int64_t m = 0; m < mc; m++)                                                           \
+        memcpy(panel + m * BS, src + m * ld, BS * sizeof(real));                               \
+}
+DEFINE_PACK(8)
+DEFINE_PACK(16)
+DEFINE_PACK(32)
+DEFINE_PACK(64)
+
 static void pack_rows(const real *src, int64_t ld, int64_t m0, int64_t mc, int64_t nb,
                       int64_t bs, real *dst)
 {
     NL_PRAGMA(omp for schedule(static))
     for (int64_t b = 0; b < nb; b++) {
         real *panel = dst + b * MC * bs;
-        for (int64_t m = 0; m < mc; m++)
-            memcpy(panel + m * bs, src + (m0 + m) * ld + b * bs, (size_t)bs * sizeof(real));
+        const real *from = src + m0 * ld + b * bs;
+        switch (bs) {
+        case 8: pack_8(from, ld, mc, panel); break;
+        case 16: pack_16(from, ld, mc, panel); break;
+        case 32: pack_32(from, ld, mc, panel); break;
+        default: pack_64(from, ld, mc, panel); break;
+        }
         if (mc < MC)
             memset(panel + mc * bs, 0, (size_t)(MC - mc) * bs * sizeof(real));
     }
@@ -55,11 +71,21 @@ static void tile_##BS(const real *restrict panels, const real *restrict w,      
     for (int i = 0; i < MR; i++)                                                               \
         NL_PRAGMA(GCC unroll 8)                                                                \
         for (int v = 0; v < NV##BS; v++)                                                       \
-            acc[i][v] = (vec##BS){0};                                                          \
+            acc[i][v] = beta == 0 || i >= mr ? (vec##BS){0}                                    \
+                                             : beta * load##BS(y + i * ldy + v * VL##BS);      \
     for (int32_t e = lo; e < hi; e++) {                                                        \
         const real *restrict xp = panels + (int64_t)other[e] * MC * BS;                       \
         const real *restrict wb = w + (int64_t)kidx[e] * BS * BS;                              \
+        const int32_t en = e + 1 < hi ? e + 1 : e;                                             \
+        const real *xn = panels + (int64_t)other[en] * MC * BS;                                \
+        const real *wn = w + (int64_t)kidx[en] * BS * BS;                                      \
         for (int q = 0; q < BS; q++) {                                                         \
+            /* the next entry's rows and weights, one row of each per step */                  \
+            for (int l = 0; l < (int)(BS * sizeof(real) + 63) / 64; l++) {                     \
+                __builtin_prefetch(wn + q * BS + l * (64 / sizeof(real)), 0, 3);               \
+                if (q < MR)                                                                    \
+                    __builtin_prefetch(xn + q * BS + l * (64 / sizeof(real)), 0, 3);           \
+            }                                                                                  \
             vec##BS wv[NV##BS];                                                                \
             NL_PRAGMA(GCC unroll 8)                                                            \
             for (int v = 0; v < NV##BS; v++)                                                   \
@@ -73,14 +99,17 @@ static void tile_##BS(const real *restrict panels, const real *restrict w,      
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \
-    for (int64_t i = 0; i < mr; i++)                                                           \
-        for (int v = 0; v < NV##BS; v++) {                                                     \
-            real *dst = y + i * ldy + v * VL##BS;                                              \
-            vec##BS out = acc[i][v];                                                           \
-            if (beta != 0)                                                                     \
-                out += beta * load##BS(dst);                                                   \
-            memcpy(dst, &out, sizeof out);                                                     \
-        }                                                                                      \
+    real part[mr < MR ? MR * BS : 1];                                                          \
+    real *out = mr < MR ? part : y;                                                            \
+    const int64_t ldo = mr < MR ? BS : ldy;                                                    \
+    NL_PRAGMA(GCC unroll 32)                                                                   \
+    for (int i = 0; i < MR; i++)                                                               \
+        NL_PRAGMA(GCC unroll 8)                                                                \
+        for (int v = 0; v < NV##BS; v++)                                                       \
+            memcpy(out + i * ldo + v * VL##BS, &acc[i][v], sizeof acc[i][v]);                  \
+    if (mr < MR)                                                                               \
+        for (int64_t i = 0; i < mr; i++)                                                       \
+            memcpy(y + i * ldy, part + i * BS, BS * sizeof(real));                             \
 }                                                                                              \
 static void update_##BS(const real *restrict a, const real *restrict b, int64_t mc,           \
                         real *restrict dw, real beta)                                          \
@@ -170,7 +199,7 @@ static void bs_product(const real *x, const real *w, real *y, int64_t M, int64_t
 #pragma omp parallel if (parallel)
         {
             pack_rows(x, ldx, m0, mc, nb_in, bs, pack);
-#pragma omp for schedule(dynamic, 1) collapse(2)
+#pragma omp for schedule(dynamic, 1)
             for (int64_t c = 0; c < nb_out; c++)
                 for (int64_t t = 0; t < ntiles; t++) {
                     const int64_t i0 = t * mr, rows = mc - i0 < mr ? mc - i0 : mr;
@@ -237,6 +266,84 @@ void bs_linear_update(const real *x, const real *e, real *dw, int64_t M, int64_t
 
 /* ---- attention ------------------------------------------------------------------------------ */
 
+/* Small dense products for the attention blocks: C (m x n, ldc) = alpha * A (m x K, lda) @
+ * B (K x n, ldb) + beta * C, m a multiple of 8, in register tiles of 8 rows x 2 or 1 vectors;
+ * columns past the last whole vector take a scalar loop. */
+typedef real vfull __attribute__((vector_size(64)));
+#define VF ((int)(64 / sizeof(real)))
+
+static inline vfull vload(const real *p)
+{
+    vfull v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+#define DEFINE_MICRO(NVEC)                                                                     \
+static inline void micro_##NVEC(const real *restrict A, int64_t lda, const real *restrict B,  \
+                                int64_t ldb, int64_t K, real *restrict C, int64_t ldc,        \
+                                real alpha, real beta)                                        \
+{                                                                                              \
+    vfull acc[8][NVEC];                                                                        \
+    NL_PRAGMA(GCC unroll 8)                                                                    \
+    for (int i = 0; i < 8; i++)                                                                \
+        NL_PRAGMA(GCC unroll 2)                                                                \
+        for (int v = 0; v < NVEC; v++)                                                         \
+            acc[i][v] = (vfull){0};                                                            \
+    for (int64_t q = 0; q < K; q++) {                                                          \
+        vfull b[NVEC];                                                                         \
+        NL_PRAGMA(GCC unroll 2)                                                                \
+        for (int v = 0; v < NVEC; v++)                                                         \
+            b[v] = vload(B + q * ldb + v * VF);                                                \
+        NL_PRAGMA(GCC unroll 8)                                                                \
+        for (int i = 0; i < 8; i++) {                                                          \
+            const real a = A[i * lda + q];                                                     \
+            NL_PRAGMA(GCC unroll 2)                                                            \
+            for (int v = 0; v < NVEC; v++)                                                     \
+                acc[i][v] += a * b[v];                                                         \
+        }                                                                                      \
+    }                                                                                          \
+    NL_PRAGMA(GCC unroll 8)                                                                    \
+    for (int i = 0; i < 8; i++)                                                                \
+        NL_PRAGMA(GCC unroll 2)                                                                \
+        for (int v = 0; v < NVEC; v++) {                                                       \
+            vfull out = alpha * acc[i][v];                                                     \
+            if (beta != 0)                                                                     \
+                out += beta * vload(C + i * ldc + v * VF);                                     \
+            memcpy(C + i * ldc + v * VF, &out, sizeof out);                                    \
+        }                                                                                      \
+}
+DEFINE_MICRO(1)
+DEFINE_MICRO(2)
+
+static void small_gemm(const real *A, int64_t lda, const real *B, int64_t ldb, int64_t m,
+                       int64_t n, int64_t K, real *C, int64_t ldc, real alpha, real beta)
+{
+    for (int64_t i0 = 0; i0 < m; i0 += 8) {
+        const real *a = A + i0 * lda;
+        real *c = C + i0 * ldc;
+        int64_t j = 0;
+        for (; j + 2 * VF <= n; j += 2 * VF)
+            micro_2(a, lda, B + j, ldb, K, c + j, ldc, alpha, beta);
+        for (; j + VF <= n; j += VF)
+            micro_1(a, lda, B + j, ldb, K, c + j, ldc, alpha, beta);
+        for (; j < n; j++)
+            for (int64_t i = 0; i < 8; i++) {
+                real sum = 0;
+                for (int64_t q = 0; q < K; q++)
+                    sum += a[i * lda + q] * B[q * ldb + j];
+                c[i * ldc + j] = alpha * sum + (beta != 0 ? beta * c[i * ldc + j] : 0);
+            }
+    }
+}
+
+static void transpose_block(const real *src, int64_t rows, int64_t cols, int64_t ld, real *dst)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[c * rows + r] = src[r * ld + c];
+}
+
 void bs_sdd(const real *a, const real *b, real *s, int64_t N, int64_t H, int64_t Tq,
             int64_t Tk, int64_t d, int64_t bs, int64_t nnz, const int32_t *head,
             const int32_t *row, const int32_t *col, real alpha)
@@ -244,27 +351,14 @@ void bs_sdd(const real *a, const real *b, real *s, int64_t N, int64_t H, int64_t
 #pragma omp parallel if (N * nnz * bs * bs * d >= NL_PARALLEL_MIN)
     {
         real *bt = malloc((size_t)(d * bs) * sizeof(real));
-#pragma omp for schedule(dynamic, 4) collapse(2)
+#pragma omp for schedule(static) collapse(2)
         for (int64_t n = 0; n < N; n++)
             for (int64_t k = 0; k < nnz; k++) {
                 const int64_t h = head[k];
                 const real *A = a + ((n * H + h) * Tq + (int64_t)row[k] * bs) * d;
                 const real *B = b + ((n * H + h) * Tk + (int64_t)col[k] * bs) * d;
-                real *S = s + (n * nnz + k) * bs * bs;
-                for (int64_t c = 0; c < bs; c++)
-                    for (int64_t q = 0; q < d; q++)
-                        bt[q * bs + c] = B[c * d + q];
-                for (int64_t r = 0; r < bs; r++) {
-                    real *out = S + r * bs;
-                    for (int64_t c = 0; c < bs; c++)
-                        out[c] = 0;
-                    for (int64_t q = 0; q < d; q++) {
-                        const real av = alpha * A[r * d + q];
-                        const real *bq = bt + q * bs;
-                        for (int64_t c = 0; c < bs; c++)
-                            out[c] += av * bq[c];
-                    }
-                }
+                transpose_block(B, bs, d, d, bt);
+                small_gemm(A, d, bt, bs, bs, bs, d, s + (n * nnz + k) * bs * bs, bs, alpha, 0);
             }
         free(bt);
     }
@@ -275,27 +369,69 @@ void bs_dsd(const real *p, const real *b, real *o, int64_t N, int64_t H, int64_t
             const int32_t *kidx, const int32_t *other, int transposed, real beta)
 {
     const int64_t nb = H * (Tout / bs);
-#pragma omp parallel for schedule(dynamic, 1) collapse(2) \
-    if (N * nnz * bs * bs * d >= NL_PARALLEL_MIN)
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t ob = 0; ob < nb; ob++) {
-            const int64_t h = ob / (Tout / bs), i = ob % (Tout / bs);
-            real *O = o + ((n * H + h) * Tout + i * bs) * d;
-            nl_scale(O, bs * d, beta);
-            for (int32_t e = ptr[ob]; e < ptr[ob + 1]; e++) {
-                const real *P = p + (n * nnz + kidx[e]) * bs * bs;
-                const real *B = b + ((n * H + h) * Tin + (int64_t)other[e] * bs) * d;
-                for (int64_t r = 0; r < bs; r++) {
-                    real *out = O + r * d;
-                    for (int64_t q = 0; q < bs; q++) {
-                        const real pv = transposed ? P[q * bs + r] : P[r * bs + q];
-                        const real *bq = B + q * d;
-                        for (int64_t v = 0; v < d; v++)
-                            out[v] += pv * bq[v];
+#pragma omp parallel if (N * nnz * bs * bs * d >= NL_PARALLEL_MIN)
+    {
+        real *pt = malloc((size_t)(bs * bs) * sizeof(real));
+#pragma omp for schedule(dynamic, 16) collapse(2)
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t ob = 0; ob < nb; ob++) {
+                const int64_t h = ob / (Tout / bs), i = ob % (Tout / bs);
+                real *O = o + ((n * H + h) * Tout + i * bs) * d;
+                if (ptr[ob] == ptr[ob + 1])
+                    nl_scale(O, bs * d, beta);
+                for (int32_t e = ptr[ob]; e < ptr[ob + 1]; e++) {
+                    const real *P = p + (n * nnz + kidx[e]) * bs * bs;
+                    const real *B = b + ((n * H + h) * Tin + (int64_t)other[e] * bs) * d;
+                    if (transposed) {
+                        transpose_block(P, bs, bs, bs, pt);
+                        P = pt;
                     }
+                    small_gemm(P, bs, B, d, bs, d, bs, O, d, 1, e == ptr[ob] ? beta : 1);
                 }
             }
+        free(pt);
+    }
+}
+
+/* max of x[0:n] in 8 independent lanes (so the loop vectorizes); -inf for n <= 0 */
+static inline real lanes_max(const real *x, int64_t n)
+{
+    real m[8];
+    for (int j = 0; j < 8; j++)
+        m[j] = -INFINITY;
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int j = 0; j < 8; j++)
+            m[j] = x[c + j] > m[j] ? x[c + j] : m[j];
+    for (; c < n; c++)
+        m[0] = x[c] > m[0] ? x[c] : m[0];
+    real top = m[0];
+    for (int j = 1; j < 8; j++)
+        top = m[j] > top ? m[j] : top;
+    return top;
+}
+
+/* y[0:n] = exp(scale * x - top), y[n:bs] = 0; returns the sum of y in 8 lanes, then double */
+static inline double exp_block_row(const real *x, real *y, int64_t n, int64_t bs, real scale,
+                                   real top)
+{
+    real part[8] = {0};
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int j = 0; j < 8; j++) {
+            y[c + j] = NL_EXP(scale * x[c + j] - top);
+            part[j] += y[c + j];
         }
+    for (; c < n; c++) {
+        y[c] = NL_EXP(scale * x[c] - top);
+        part[0] += y[c];
+    }
+    for (c = n < 0 ? 0 : n; c < bs; c++)
+        y[c] = 0;
+    double sum = 0;
+    for (int j = 0; j < 8; j++)
+        sum += part[j];
+    return sum;
 }
 
 void bs_softmax(const real *s, real *p, int64_t N, int64_t rows, int64_t R, int64_t C,
@@ -303,7 +439,7 @@ void bs_softmax(const real *s, real *p, int64_t N, int64_t rows, int64_t R, int6
                 const int32_t *bcol, real scale, int causal)
 {
     const int64_t off = (C - R) * bs;
-#pragma omp parallel for schedule(dynamic, 1) collapse(2) \
+#pragma omp parallel for schedule(dynamic, 16) collapse(2) \
     if (N * nnz * bs * bs >= NL_PARALLEL_MIN)
     for (int64_t n = 0; n < N; n++)
         for (int64_t rw = 0; rw < rows; rw++) {
@@ -311,26 +447,30 @@ void bs_softmax(const real *s, real *p, int64_t N, int64_t rows, int64_t R, int6
             for (int64_t r = 0; r < bs; r++) {
                 real top = -INFINITY;
                 for (int32_t k = lo; k < hi; k++) {
-                    const real *x = s + ((n * nnz + k) * bs + r) * bs;
                     const int64_t last = causal ? brow[k] * bs + r + off - (int64_t)bcol[k] * bs
                                                 : bs - 1;
-                    const int64_t cmax = last < bs - 1 ? last + 1 : bs;
-                    for (int64_t c = 0; c < cmax; c++)
-                        top = scale * x[c] > top ? scale * x[c] : top;
+                    const int64_t n_vis = last < bs - 1 ? last + 1 : bs;
+                    const real m = scale * lanes_max(s + ((n * nnz + k) * bs + r) * bs, n_vis);
+                    top = scale >= 0 ? (m > top ? m : top) : top;
                 }
+                if (scale < 0) {
+                    for (int32_t k = lo; k < hi; k++) {
+                        const int64_t last = causal ? brow[k] * bs + r + off -
+                            (int64_t)bcol[k] * bs : bs - 1;
+                        const real *x = s + ((n * nnz + k) * bs + r) * bs;
+                        for (int64_t c = 0; c <= last && c < bs; c++)
+                            top = scale * x[c] > top ? scale * x[c] : top;
+                    }
+                }
+                if (top == -INFINITY)
+                    top = 0;
                 double sum = 0;
                 for (int32_t k = lo; k < hi; k++) {
-                    const real *x = s + ((n * nnz + k) * bs + r) * bs;
-                    real *y = p + ((n * nnz + k) * bs + r) * bs;
                     const int64_t last = causal ? brow[k] * bs + r + off - (int64_t)bcol[k] * bs
                                                 : bs - 1;
-                    const int64_t cmax = last < 0 ? 0 : (last < bs - 1 ? last + 1 : bs);
-                    for (int64_t c = 0; c < cmax; c++)
-                        y[c] = NL_EXP(scale * x[c] - top);
-                    for (int64_t c = cmax; c < bs; c++)
-                        y[c] = 0;
-                    for (int64_t c = 0; c < cmax; c++)
-                        sum += y[c];
+                    const int64_t n_vis = last < 0 ? 0 : (last < bs - 1 ? last + 1 : bs);
+                    const int64_t at = ((n * nnz + k) * bs + r) * bs;
+                    sum += exp_block_row(s + at, p + at, n_vis, bs, scale, top);
                 }
                 const real inv = sum > 0 ? (real)(1.0 / sum) : 0;
                 for (int32_t k = lo; k < hi; k++) {
@@ -345,7 +485,7 @@ void bs_softmax(const real *s, real *p, int64_t N, int64_t rows, int64_t R, int6
 void bs_softmax_bprop(const real *p, const real *dp, real *ds, int64_t N, int64_t rows,
                       int64_t bs, int64_t nnz, const int32_t *ptr, real scale)
 {
-#pragma omp parallel for schedule(dynamic, 1) collapse(2) \
+#pragma omp parallel for schedule(dynamic, 16) collapse(2) \
     if (N * nnz * bs * bs >= NL_PARALLEL_MIN)
     for (int64_t n = 0; n < N; n++)
         for (int64_t rw = 0; rw < rows; rw++) {
