@@ -400,7 +400,8 @@ class Backend(ABC):
     @abstractmethod
     def permute_axes(self, x, out, axes):
         """out = x with its axes reordered (numpy.transpose order: out.shape[i] ==
-        x.shape[axes[i]]), copied into contiguous ``out``."""
+        x.shape[axes[i]]), copied into ``out`` (contiguous, or a view of a larger tensor;
+        ``x`` may be a view too)."""
 
     @abstractmethod
     def uniform(self, out, low=0.0, high=1.0):

@@ -221,7 +221,8 @@ class CPUBackend(CPUBlockSparseMixin, Backend):
             numpy_rows.scatter_add_rows(grad_table._ary, ids._ary, rows._ary)
 
     def permute_axes(self, x, out, axes):
-        np.copyto(out._ary, np.transpose(x._ary, axes))
+        if not self.kernels.permute_axes(x._ary, out._ary, axes):
+            np.copyto(out._ary, np.transpose(x._ary, axes))
 
     def uniform(self, out, low=0.0, high=1.0):
         ary = out._ary

@@ -562,6 +562,27 @@ class CPUKernels:
                                     grad_table.shape[1])
         return True
 
+    def permute_axes(self, x, out, axes):
+        """out = numpy.transpose(x, axes) for 4-D arrays whose last axis stays last and is
+        contiguous in both (either may be a strided view): the row copies of ``copy_rows``."""
+        axes = tuple(int(a) for a in axes)
+        if (x.ndim != 4 or out.ndim != 4 or axes[3:] != (3,) or x.dtype != out.dtype
+                or x.dtype not in _FLOATS or x.strides[3] != x.itemsize
+                or out.strides[3] != out.itemsize or not out.flags.writeable
+                or any(x.shape[a] != out.shape[i] for i, a in enumerate(axes))
+                or any(s < 0 or s % x.itemsize for s in x.strides + out.strides)
+                or np.may_share_memory(x, out)):
+            return False
+        module = self.module("rows", x.dtype)
+        if module is None:
+            return False
+        ffi, it = module.ffi, x.itemsize
+        src = [x.strides[a] // it for a in axes[:3]]
+        dst = [s // it for s in out.strides[:3]]
+        module.lib.copy_rows(ffi.cast("real *", _address(x)), *src,
+                             ffi.cast("real *", _address(out)), *dst, *out.shape)
+        return True
+
     def masked_softmax_bprop(self, y, dy, dx, scale):
         """dx = scale * y * (dy - rowsum(dy * y)) over the last axis."""
         if y.ndim == 0 or not y.shape == dy.shape == dx.shape:

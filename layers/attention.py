@@ -9,6 +9,7 @@ from .decode import DecodeState
 from .layer import ParameterLayer, flat_rows
 
 _TO_HEADS = (0, 2, 1, 3)  # (N, T, H, dh) <-> (N, H, T, dh); the permutation is its own inverse
+_CAUSAL_BLOCK = 64  # query rows per block of the causal score GEMMs
 
 
 class MultiHeadAttention(ParameterLayer):
@@ -86,34 +87,36 @@ class MultiHeadAttention(ParameterLayer):
             setattr(self, f"b{attr}", self.add_param(f"b{attr}", (nout,), Constant(0.0), nout,
                                                      nout))
         be, N, H, Tq, Tk = self.be, self.be.bsz, self.heads, self.Tq, self.Tk
-        # One GEMM projects the source of the keys and values: [Wq | Wk | Wv] on x
-        # (self-attention), [Wk | Wv] on the context (cross-attention, the queries apart).
-        # Its output, token-major (N, T, width), is read per head through strided views.
-        self._joined = [(self.Wk, self.bk), (self.Wv, self.bv)]
-        if not self.cross:
-            self._joined.insert(0, (self.Wq, self.bq))
-        width = sum(W.value.shape[1] for W, _ in self._joined)
-        self.w_in, self.dw_in = be.zeros((dc, width)), be.zeros((dc, width))
-        self.b_in, self.db_in = be.zeros((width,)), be.zeros((1, width))
-        self.proj, self.dproj = be.zeros((N, Tk, width)), be.zeros((N, Tk, width))
-        if self.cross:
-            self.qf, self.dqf = be.zeros((N, Tq, dk)), be.zeros((N, Tq, dk))
-            q, dq, first = self.qf, self.dqf, 0
-        else:
-            q, dq, first = self.proj[:, :, :dk], self.dproj[:, :, :dk], dk
-        k, dkey = self.proj[:, :, first:first + dk], self.dproj[:, :, first:first + dk]
-        v, dval = self.proj[:, :, first + dk:], self.dproj[:, :, first + dk:]
+        dhk, dhv = self.dhk, self.dhv
+        # head-major Q, K, V, the attention output and their gradients, (N*H, T, dh) each
+        self.qh, self.kh = be.zeros((N * H, Tq, dhk)), be.zeros((N * H, Tk, dhk))
+        self.vh, self.oh = be.zeros((N * H, Tk, dhv)), be.zeros((N * H, Tq, dhv))
+        self.dqh, self.dkh = be.zeros(self.qh.shape), be.zeros(self.kh.shape)
+        self.dvh, self.doh = be.zeros(self.vh.shape), be.zeros(self.oh.shape)
         self.of, self.dof = be.zeros((N, Tq, dv)), be.zeros((N, Tq, dv))
-        self.probs, self.dprobs = be.zeros((N, H, Tq, Tk)), be.zeros((N, H, Tq, Tk))
+        self.probs, self.dprobs = be.zeros((N * H, Tq, Tk)), be.zeros((N * H, Tq, Tk))
         if self.dropout:
             self.mask, self.dropped = be.ones(self.probs.shape), be.zeros(self.probs.shape)
         if self.cross:
             self.context_deltas = be.zeros((N, Tk, dc))
         self._used = self.probs
-        self._heads = [_HeadViews(h, self.dhk, self.dhv, q, k, v, dq, dkey, dval, self.of,
-                                  self.dof, self.probs, self.dprobs,
-                                  self.dropped if self.dropout else None)
-                       for h in range(H)]
+        # Projections of one input with one head width share a GEMM: [Wq | Wk | Wv] on x for
+        # self-attention (when dk/H == dv/H), [Wk | Wv] on the context for cross-attention.
+        heads = [(self.Wq, self.bq, self.qh, self.dqh, False), (self.Wk, self.bk, self.kh,
+                                                                 self.dkh, self.cross),
+                 (self.Wv, self.bv, self.vh, self.dvh, self.cross)]
+        self._groups = []
+        for member in heads:
+            group = next((g for g in self._groups if g.on_context == member[4]
+                          and g.dh == member[2].shape[-1]), None)
+            if group is None:
+                group = _Joined(member[4], member[2].shape[-1])
+                self._groups.append(group)
+            group.members.append(member[:4])
+        for group in self._groups:
+            group.allocate(be, self.dc if group.on_context else d, N,
+                           Tk if group.on_context else Tq, H)
+        self._blocks, self._key_blocks = _causal_blocks(Tq, Tk, self.causal)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _project(self, x, W, b, out):
@@ -173,86 +176,85 @@ class MultiHeadAttention(ParameterLayer):
         return key_mask
 
     # ---- training path -------------------------------------------------------------------------
-    def _join_weights(self):
-        """w_in, b_in = the joined projections' current weights and biases, side by side."""
-        col = 0
-        for W, b in self._joined:
-            width = W.value.shape[1]
-            self.w_in[:, col:col + width] = W.value
-            self.b_in[col:col + width] = b.value
-            col += width
+    def _to_heads(self, tokens, heads):
+        """(N, T, H, dh) view -> head-major (N*H, T, dh)."""
+        N, T, H, dh = tokens.shape
+        self.be.permute_axes(tokens, heads.reshape(N, H, T, dh), _TO_HEADS)
 
-    def _split_grads(self):
-        """Add the gradients of the joined projections (dw_in, db_in) into their parameters."""
-        col = 0
-        for W, b in self._joined:
-            width = W.value.shape[1]
-            W.grad[:] = W.grad + self.dw_in[:, col:col + width]
-            b2 = b.grad.reshape(1, width)
-            b2[:] = b2 + self.db_in[:, col:col + width]
-            col += width
-
-    def _scores(self, batch):
-        """The scores as (N*H, Tq, Tk) for the softmax (batch-major, then head)."""
-        return batch.reshape(self.probs.shape[0] * self.heads, self.Tq, self.Tk)
+    def _to_tokens(self, heads, tokens):
+        """Head-major (N*H, T, dh) -> an (N, T, H, dh) view."""
+        N, T, H, dh = tokens.shape
+        self.be.permute_axes(heads.reshape(N, H, T, dh), tokens, _TO_HEADS)
 
     def fprop(self, x, inference=False, context=None, key_mask=None):
         be = self.be
         c = self._context(x, context)
         mask = self._key_mask(key_mask, x.shape[0])
         self.x, self.c = x, c
-        self._join_weights()
-        be.compound_dot(flat_rows(c, self.dc), self.w_in, flat_rows(self.proj, self.b_in.size))
-        self.proj[:] = self.proj + self.b_in
-        if self.cross:
-            self._project(x, self.Wq, self.bq, self.qf)
-        for h in self._heads:
-            be.batched_dot(h.q, h.k, h.p, transB=True)
-        scores = self._scores(self.probs)
-        be.masked_softmax(scores, scores, self.scale, self.causal, mask)
+        for group in self._groups:
+            src = c if group.on_context else x
+            group.join()
+            be.compound_dot(flat_rows(src, group.w.shape[0]), group.w,
+                            flat_rows(group.proj, group.w.shape[1]))
+            group.proj[:] = group.proj + group.b
+            for (W, b, heads, _), view in zip(group.members, group.views(group.proj)):
+                self._to_heads(view, heads)
+        for rows, keys in self._blocks:
+            be.batched_dot(self.qh[:, rows], self.kh[:, keys], self.probs[:, rows, keys],
+                           transB=True)
+        be.masked_softmax(self.probs, self.probs, self.scale, self.causal, mask)
         self._used = self.probs
-        dropped = self.dropout and not inference
-        if dropped:
+        if self.dropout and not inference:
             if not self.fixed_mask:
                 be.dropout_mask(self.mask, 1.0 - self.dropout)
             self.dropped[:] = self.probs * self.mask
             self._used = self.dropped
-        for h in self._heads:
-            be.batched_dot(h.dropped if dropped else h.p, h.v, h.o)
+        for rows, keys in self._blocks:
+            be.batched_dot(self._used[:, rows, keys], self.vh[:, keys], self.oh[:, rows])
+        self._to_tokens(self.oh, self._heads_view(self.of))
         self._project(self.of, self.Wo, self.bo, self.outputs)
         return self.outputs
 
+    def _heads_view(self, tokens):
+        """(N, T, H*dh) -> (N, T, H, dh)."""
+        N, T, width = tokens.shape
+        return tokens.reshape(N, T, self.heads, width // self.heads)
+
     def bprop(self, error):
         be = self.be
-        dropped = self._used is not self.probs
         self._add_grads(self.of, error, self.Wo, self.bo)
         self._back_input(error, self.Wo, self.dof, 0.0)
-        for h in self._heads:
-            be.batched_dot(h.dropped if dropped else h.p, h.do, h.dv, transA=True)
-            be.batched_dot(h.do, h.v, h.dp, transB=True)
-        if dropped:
+        self._to_heads(self._heads_view(self.dof), self.doh)
+        for keys, rows in self._key_blocks:
+            be.batched_dot(self._used[:, rows, keys], self.doh[:, rows], self.dvh[:, keys],
+                           transA=True)
+        be.batched_dot(self.doh, self.vh, self.dprobs, transB=True)
+        if self._used is not self.probs:
             self.dprobs[:] = self.dprobs * self.mask
-        dscores = self._scores(self.dprobs)
-        be.masked_softmax_bprop(self._scores(self.probs), dscores, dscores, self.scale)
-        for h in self._heads:
-            be.batched_dot(h.dp, h.k, h.dq)
-            be.batched_dot(h.dp, h.q, h.dk, transA=True)
-        dproj = flat_rows(self.dproj, self.b_in.size)
-        be.compound_dot(flat_rows(self.c, self.dc), dproj, self.dw_in, transA=True)
-        self.db_in[:] = be.sum(dproj, axis=0)
-        self._split_grads()
-        if self.cross:
-            self._add_grads(self.x, self.dqf, self.Wq, self.bq)
-            be.compound_dot(dproj, self.w_in, flat_rows(self.context_deltas, self.dc),
+        be.masked_softmax_bprop(self.probs, self.dprobs, self.dprobs, self.scale)
+        for rows, keys in self._blocks:
+            be.batched_dot(self.dprobs[:, rows, keys], self.kh[:, keys], self.dqh[:, rows])
+        for keys, rows in self._key_blocks:
+            be.batched_dot(self.dprobs[:, rows, keys], self.qh[:, rows], self.dkh[:, keys],
+                           transA=True)
+        done = {"x": False, "c": False}
+        for group in self._groups:
+            for (W, b, _, dheads), view in zip(group.members, group.views(group.dproj)):
+                self._to_tokens(dheads, view)
+            src = self.c if group.on_context else self.x
+            nin, width = group.w.shape
+            dproj = flat_rows(group.dproj, width)
+            be.compound_dot(flat_rows(src, nin), dproj, group.dw, transA=True)
+            group.db[:] = be.sum(dproj, axis=0)
+            group.split_grads()
+            target = "c" if group.on_context else "x"
+            out = self.context_deltas if target == "c" else self.deltas
+            if out is None:
+                continue
+            be.compound_dot(dproj, group.w, flat_rows(out, nin), beta=1.0 if done[target] else 0.0,
                             transB=True)
-            if not self.needs_deltas:
-                return None
-            self._back_input(self.dqf, self.Wq, self.deltas, 0.0)
-            return self.deltas
-        if not self.needs_deltas:
-            return None
-        be.compound_dot(dproj, self.w_in, flat_rows(self.deltas, self.d_model), transB=True)
-        return self.deltas
+            done[target] = True
+        return self.deltas if self.needs_deltas else None
 
     # ---- incremental decoding (self-attention) -------------------------------------------------
     def init_decode(self, batch, max_len):
@@ -296,17 +298,63 @@ class MultiHeadAttention(ParameterLayer):
         return s.out
 
 
-class _HeadViews:
-    """Head h's strided views: q, k (N, T, dk/H), v (N, Tk, dv/H), o (N, Tq, dv/H) inside the
-    token-major buffers, p (N, Tq, Tk) of the probabilities (``dropped``: after dropout), and
-    the gradient views d* of the same places."""
+class _Joined:
+    """Projections of one input (x, or the context) with one head width, run as one GEMM:
+    ``members`` are (W, b, head-major buffer, its gradient); ``w`` (nin, width) and ``b``
+    (width,) hold their weights side by side, ``proj`` (N, T, width) the GEMM's output and
+    ``dproj`` its gradient, ``dw``/``db`` the joined parameter gradients."""
 
-    def __init__(self, h, dhk, dhv, q, k, v, dq, dk, dv, o, do, probs, dprobs, dropped):
-        ks, vs = slice(h * dhk, (h + 1) * dhk), slice(h * dhv, (h + 1) * dhv)
-        self.q, self.k, self.v, self.o = q[:, :, ks], k[:, :, ks], v[:, :, vs], o[:, :, vs]
-        self.dq, self.dk, self.dv, self.do = dq[:, :, ks], dk[:, :, ks], dv[:, :, vs], do[:, :, vs]
-        self.p, self.dp = probs[:, h], dprobs[:, h]
-        self.dropped = None if dropped is None else dropped[:, h]
+    def __init__(self, on_context, dh):
+        self.on_context, self.dh, self.members = on_context, dh, []
+
+    def allocate(self, be, nin, N, T, H):
+        width = sum(W.value.shape[1] for W, *_ in self.members)
+        self.w, self.dw = be.zeros((nin, width)), be.zeros((nin, width))
+        self.b, self.db = be.zeros((width,)), be.zeros((1, width))
+        self.proj, self.dproj = be.zeros((N, T, width)), be.zeros((N, T, width))
+        self.heads = H
+
+    def _columns(self):
+        col = 0
+        for W, b, *_ in self.members:
+            width = W.value.shape[1]
+            yield W, b, col, width
+            col += width
+
+    def views(self, tokens):
+        """Each member's (N, T, H, dh) view of ``proj`` or ``dproj``."""
+        N, T, width = tokens.shape
+        blocks = tokens.reshape(N, T, width // self.dh, self.dh)
+        return [blocks[:, :, col // self.dh:(col + w) // self.dh] for _, _, col, w in
+                self._columns()]
+
+    def join(self):
+        """w, b = the members' current weights and biases, side by side."""
+        for W, b, col, width in self._columns():
+            self.w[:, col:col + width] = W.value
+            self.b[col:col + width] = b.value
+
+    def split_grads(self):
+        """Add the joined gradients dw, db into the members' parameters."""
+        for W, b, col, width in self._columns():
+            W.grad[:] = W.grad + self.dw[:, col:col + width]
+            b2 = b.grad.reshape(1, width)
+            b2[:] = b2 + self.db[:, col:col + width]
+
+
+def _causal_blocks(Tq, Tk, causal, rows=_CAUSAL_BLOCK):
+    """The (query rows, keys) slices the score GEMMs cover: everything, or for causal
+    self-attention (Tq == Tk) blocks of about ``rows`` queries, each with the keys up to its
+    last query, so the products skip most of the hidden upper triangle (3/4 of the work
+    with two blocks, 5/8 with four).  Also the transposed cover (keys, query rows) for the
+    gradients of K and V: each key block with the queries that see it."""
+    count = Tq // rows if causal and Tq == Tk else 1
+    if count < 2:
+        return [(slice(None), slice(None))], [(slice(None), slice(None))]
+    edges = [round(i * Tq / count) for i in range(count + 1)]
+    spans = list(zip(edges[:-1], edges[1:]))
+    return ([(slice(a, b), slice(0, b)) for a, b in spans],
+            [(slice(a, b), slice(a, Tq)) for a, b in spans])
 
 
 def _positive(what, value):

@@ -1,4 +1,4 @@
-/* Row gather and deterministic scatter-add (see rows.h). */
+/* Row gather, deterministic scatter-add and strided row copies (see rows.h). */
 #include "common.h"
 #include "rows.h"
 
@@ -25,4 +25,17 @@ void scatter_add_rows(real *grad, const int64_t *ids, const real *rows, int64_t 
                 g[c] += r[c];
         }
     }
+}
+
+void copy_rows(const real *src, int64_t sa, int64_t sb, int64_t sc, real *dst, int64_t da,
+               int64_t db, int64_t dc, int64_t A, int64_t B, int64_t C, int64_t D)
+{
+#pragma omp parallel for collapse(2) schedule(static) if (A * B * C * D >= NL_PARALLEL_MIN)
+    for (int64_t a = 0; a < A; a++)
+        for (int64_t b = 0; b < B; b++) {
+            const real *s = src + a * sa + b * sb;
+            real *d = dst + a * da + b * db;
+            for (int64_t c = 0; c < C; c++)
+                memcpy(d + c * dc, s + c * sc, (size_t)D * sizeof(real));
+        }
 }
