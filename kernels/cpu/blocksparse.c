@@ -17,7 +17,8 @@
 int bs_chunk_rows(void) { return MC; }
 
 #define NL_PRAGMA(x) _Pragma(#x)
-#define VB(BS) ((BS) * sizeof(real) < 64 ? (BS) * sizeof(real) : 64)
+#define VB(BS) ((int)((BS) * sizeof(real) < 64 ? (BS) * sizeof(real) : 64))
+#define LINE_ELEMS (64 / (int)sizeof(real))
 
 /* Pack rows m0 .. m0+mc-1 of src (ld columns) into panels: dst[b][m][q] = src[m0+m][b*bs+q] for
  * the nb block columns, MC rows per panel; rows mc .. MC-1 are zeros. */
@@ -55,7 +56,7 @@ static void pack_rows(const real *src, int64_t ld, int64_t m0, int64_t mc, int64
  * UPDATE_BS: dw (BS x BS) = beta * dw + a^T @ b over mc rows of panels a, b (row stride BS). */
 #define DEFINE_BS(BS, MR, MRU)                                                                 \
 typedef real vec##BS __attribute__((vector_size(VB(BS))));                                    \
-enum { VL##BS = VB(BS) / sizeof(real), NV##BS = BS / (VB(BS) / sizeof(real)) };               \
+enum { VL##BS = VB(BS) / (int)sizeof(real), NV##BS = BS / VL##BS };                            \
 static inline vec##BS load##BS(const real *p)                                                 \
 {                                                                                              \
     vec##BS v;                                                                                 \
@@ -81,10 +82,10 @@ static void tile_##BS(const real *restrict panels, const real *restrict w,      
         const real *wn = w + (int64_t)kidx[en] * BS * BS;                                      \
         for (int q = 0; q < BS; q++) {                                                         \
             /* the next entry's rows and weights, one row of each per step */                  \
-            for (int l = 0; l < (int)(BS * sizeof(real) + 63) / 64; l++) {                     \
-                __builtin_prefetch(wn + q * BS + l * (64 / sizeof(real)), 0, 3);               \
+            for (int l = 0; l < (BS * (int)sizeof(real) + 63) / 64; l++) {                     \
+                __builtin_prefetch(wn + q * BS + l * LINE_ELEMS, 0, 3);                        \
                 if (q < MR)                                                                    \
-                    __builtin_prefetch(xn + q * BS + l * (64 / sizeof(real)), 0, 3);           \
+                    __builtin_prefetch(xn + q * BS + l * LINE_ELEMS, 0, 3);                    \
             }                                                                                  \
             vec##BS wv[NV##BS];                                                                \
             NL_PRAGMA(GCC unroll 8)                                                            \
@@ -146,9 +147,9 @@ static void update_##BS(const real *restrict a, const real *restrict b, int64_t 
 #define MR_OF(NV) ((NV) <= 1 ? 24 : 24 / (NV))
 #define MRU_OF(NV) ((NV) <= 2 ? 8 : 16 / (NV))
 DEFINE_BS(8, 24, 8)
-DEFINE_BS(16, MR_OF((16 * sizeof(real)) / 64), MRU_OF((16 * sizeof(real)) / 64))
-DEFINE_BS(32, MR_OF((32 * sizeof(real)) / 64), MRU_OF((32 * sizeof(real)) / 64))
-DEFINE_BS(64, MR_OF((64 * sizeof(real)) / 64), MRU_OF((64 * sizeof(real)) / 64))
+DEFINE_BS(16, MR_OF((16 * (int)sizeof(real)) / 64), MRU_OF((16 * (int)sizeof(real)) / 64))
+DEFINE_BS(32, MR_OF((32 * (int)sizeof(real)) / 64), MRU_OF((32 * (int)sizeof(real)) / 64))
+DEFINE_BS(64, MR_OF((64 * (int)sizeof(real)) / 64), MRU_OF((64 * (int)sizeof(real)) / 64))
 
 typedef void (*tile_fn)(const real *, const real *, const int32_t *, const int32_t *, int32_t,
                         int32_t, real *, int64_t, int64_t, real);
@@ -158,9 +159,9 @@ static int tile_rows(int64_t bs)
 {
     switch (bs) {
     case 8: return 24;
-    case 16: return MR_OF((16 * sizeof(real)) / 64);
-    case 32: return MR_OF((32 * sizeof(real)) / 64);
-    default: return MR_OF((64 * sizeof(real)) / 64);
+    case 16: return MR_OF((16 * (int)sizeof(real)) / 64);
+    case 32: return MR_OF((32 * (int)sizeof(real)) / 64);
+    default: return MR_OF((64 * (int)sizeof(real)) / 64);
     }
 }
 
@@ -270,7 +271,7 @@ void bs_linear_update(const real *x, const real *e, real *dw, int64_t M, int64_t
  * B (K x n, ldb) + beta * C, m a multiple of 8, in register tiles of 8 rows x 2 or 1 vectors;
  * columns past the last whole vector take a scalar loop. */
 typedef real vfull __attribute__((vector_size(64)));
-#define VF ((int)(64 / sizeof(real)))
+#define VF ((int)(64 / (int)sizeof(real)))
 
 static inline vfull vload(const real *p)
 {

@@ -65,12 +65,6 @@ class Tables:
     def density(self):
         return self.nnz / float(self.heads * self.rows * self.cols)
 
-    def walk(self, transposed=False):
-        """(ptr, k, other) of the row walk, or of the column walk when ``transposed``."""
-        if transposed:
-            return self.col_ptr, self.col_k, self.col_other
-        return self.row_ptr, self.row_k, self.row_other
-
     def __repr__(self):
         return (f"Tables(heads={self.heads}, rows={self.rows}, cols={self.cols}, "
                 f"nnz={self.nnz})")
