@@ -69,8 +69,10 @@ def covered(plan):
                                              for p in PASSES)
 
 
-def conv_launch(plan, pass_name, storage, split_target=CONV_SPLIT_TARGET_BLOCKS):
-    """The :class:`ConvLaunch` for ``pass_name`` on ``storage`` ('f32', 'f16' or 'bf16')."""
+def conv_launch(plan, pass_name, storage, split_target=CONV_SPLIT_TARGET_BLOCKS,
+                tiles=CONV_TILES):
+    """The :class:`ConvLaunch` for ``pass_name`` on ``storage`` ('f32', 'f16' or 'bf16'), its
+    tile the first of ``tiles`` (the table) that fits."""
     if pass_name not in PASSES:
         raise ValueError(f"convolution pass must be one of {PASSES}, got {pass_name!r}")
     if storage not in ("f32", "f16", "bf16"):
@@ -78,7 +80,7 @@ def conv_launch(plan, pass_name, storage, split_target=CONV_SPLIT_TARGET_BLOCKS)
                          f"{storage!r}")
     path = "simt" if storage == "f32" else "tc"
     M, Ng, Kd = gemm_dims(plan, pass_name)
-    tile = next(t for t in CONV_TILES if t.path == path and M * Ng >= t.min_mn
+    tile = next(t for t in tiles if t.path == path and M * Ng >= t.min_mn
                 and Ng >= t.min_ng)
     blocks = -(-Ng // tile.bn) * -(-M // tile.bm)
     k_tiles = -(-Kd // tile.bk)

@@ -53,10 +53,11 @@ class StagedTensor:
 class Prefetched:
     """``data`` with its next batch copied while the current one computes (module docstring).
     ``valid`` is the number of real rows of the batch last handed out; every other attribute
-    is ``data``'s."""
+    is ``data``'s.  ``limit``: read at most this many batches per epoch (so reading ahead never
+    draws a batch, and its random numbers, that a ``--max-batches`` run would not)."""
 
-    def __init__(self, data, be):
-        self.data, self._be = data, be
+    def __init__(self, data, be, limit=None):
+        self.data, self._be, self.limit = data, be, limit
         shared = data.t_buf is data.x_buf
         self._pairs = []
         for _ in range(2):
@@ -76,10 +77,11 @@ class Prefetched:
         data = self.data
         original = data.x_buf, data.t_buf
         source = data.batches(shuffle)
-        pending, k = [], 0
+        pending, k, filled = [], 0, 0
         try:
-            while True:
+            while self.limit is None or filled < self.limit:
                 entry = self._fill(source, k)
+                filled += 1
                 if entry is None:
                     break
                 pending.append(entry)
@@ -115,11 +117,11 @@ class Prefetched:
         return getattr(self.data, name)
 
 
-def prefetched(data, be):
+def prefetched(data, be, limit=None):
     """``data`` wrapped in :class:`Prefetched` when backend ``be`` can copy asynchronously
     (``copy_async``) and ``data`` follows the iterator protocol; else ``data`` itself."""
     if data is None or not hasattr(be, "copy_async"):
         return data
     if not all(hasattr(data, a) for a in ("x_buf", "t_buf", "batches")):
         return data
-    return Prefetched(data, be)
+    return Prefetched(data, be, limit)

@@ -11,6 +11,8 @@ float32 1e-4 relative to the output's largest magnitude (a different summation o
 float16/bfloat16 2e-3 / 1e-2 of it (the reference sees the same rounded inputs, so only the
 output rounding and the float32 sums differ).
 """
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from cuda_host_emulator import HostModule
@@ -66,10 +68,11 @@ def _from_storage(x, storage):
 
 
 def run_pass(modules, plan, pass_name, storage, a, b, out, bias=None, beta=0.0, relu=0,
-             split_target=None, vector=True):
+             split_target=None, vector=True, tiles=None):
     """Launch ``pass_name`` as the GPU backend does (``vector=False``: never the 8-wide
     loads); ``out`` (storage type) is written.  Returns the launch and the entry point."""
     kw = {} if split_target is None else {"split_target": split_target}
+    kw.update({} if tiles is None else {"tiles": tiles})
     launch = conv_launch(plan, pass_name, storage, **kw)
     name = function_for(launch, *(t.ctypes.data for t in (out, a, b))) if vector \
         else launch.function
@@ -106,9 +109,25 @@ def _check(got, want, storage, what):
     np.testing.assert_allclose(got, want, rtol=0, atol=TOL[storage] * scale, err_msg=what)
 
 
+LARGE_TILES = tuple(replace(t, min_mn=0, min_ng=0) for t in cuda_specs.CONV_TILES
+                    if t.bm == 128)
+
+
 @pytest.mark.parametrize("storage,vector", [("f32", False), ("bf16", True), ("f16", True)])
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_three_passes_match_numpy(modules, name, storage, vector):
+    """Each pass with the tile the table picks."""
+    _check_three_passes(modules, name, storage, vector, None)
+
+
+@pytest.mark.parametrize("storage,vector", [("f32", False), ("bf16", True)])
+@pytest.mark.parametrize("name", ["non_square", "c3_7x7_s2_n1"])
+def test_large_tiles_on_small_shapes(modules, name, storage, vector):
+    """The 128-row tiles forced onto small shapes (their edges masked)."""
+    _check_three_passes(modules, name, storage, vector, LARGE_TILES)
+
+
+def _check_three_passes(modules, name, storage, vector, tiles):
     plan = _plan(SHAPES[name])
     rng = np.random.default_rng(sum(map(ord, name)))
     xs, fs, es = (_to_storage(rng.normal(size=s), storage)
@@ -118,7 +137,9 @@ def test_three_passes_match_numpy(modules, name, storage, vector):
                "update": (xs, es, plan.filter_shape)}
     for pass_name, (a, b, out_shape) in sources.items():
         out = _to_storage(np.zeros(out_shape), storage)
-        launch, fn = run_pass(modules, plan, pass_name, storage, a, b, out, vector=vector)
+        launch, fn = run_pass(modules, plan, pass_name, storage, a, b, out, vector=vector,
+                              tiles=tiles)
+        assert tiles is None or "128x" in fn
         assert launch.function.endswith(storage)
         assert fn.endswith("_v8") == (vector and plan.C % 8 == 0 and plan.K % 8 == 0)
         assert (launch.M, launch.Ng, launch.Kd) == gemm_dims(plan, pass_name)

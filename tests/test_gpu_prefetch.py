@@ -110,3 +110,18 @@ def test_real_copies_on_the_gpu_overlap_and_match():
     assert len(got) == len(plain)
     for g, p in zip(got, plain):
         np.testing.assert_array_equal(g, p)
+
+
+def test_a_limit_stops_reading_ahead(data):
+    """With ``limit`` (the CLI's --max-batches) the source is never asked for more batches."""
+    be = _RecordingBackend()
+    pulled = []
+    source_batches = data.batches
+
+    def counting(shuffle):
+        for i, batch in enumerate(source_batches(shuffle)):
+            pulled.append(i)
+            yield batch
+    data.batches = counting
+    got = list(prefetched(data, be, limit=2).batches(False))
+    assert len(got) == 2 and pulled == [0, 1]

@@ -4,7 +4,9 @@
 // A block of 4 warps (2 x 2) computes a BM x BN tile of out; a warp a (BM/2) x (BN/2) tile of
 // (BM/32) x (BN/16) mma tiles of 16 x 8.  Each K step of 32 stages A as As[BM][32] (row m, k
 // contiguous) and B as Bs[BN][32] (column j, k contiguous), both as raw 16-bit elements gathered
-// from the NHWC tensors; rows are padded by 8 elements against bank conflicts.  Fragments are
+// from the NHWC tensors; rows are padded by 8 elements against bank conflicts.  The 8-wide
+// entry points keep the next K step's tile in registers, loaded while the current step's
+// mma.sync instructions run.  Fragments are
 // read from shared memory in the layout the PTX ISA gives for m16n8k16 (lane = 4*group + t):
 //   A (16 x 16, row-major): a[0] = rows g, cols 2t..2t+1; a[1] = rows g+8; a[2] = cols +8;
 //                           a[3] = rows g+8, cols +8 (two 16-bit elements per register, the
@@ -53,51 +55,128 @@ __device__ __forceinline__ unsigned nl_pair(const nl_u16* row, int col) {
     return (unsigned)row[col] | ((unsigned)row[col + 1] << 16);
 }
 
-// Stage the A tile (As[BM][BK], row m) and the B tile (Bs[BN][BK], column j) of K step k0:
-// element by element, or (VEC) 8 elements per 16-byte load along the coalesced index.
-template <int PASS, int BM, int BN, bool VEC>
-__device__ __forceinline__ void nl_conv_tc_stage(nl_u16 (*As)[NL_TC_LD], nl_u16 (*Bs)[NL_TC_LD],
-                                                 const nl_u16* a_src, const nl_u16* b_src,
-                                                 const nl_conv_shape& d, int M, int Ng, int m0,
-                                                 int j0, int k0, int k_end) {
-    const int tid = threadIdx.x, W = VEC ? 8 : 1;
-    for (int e = tid; e < BM * NL_TC_BK / W; e += NL_TC_THREADS) {
+// The tile position (row, k) of the e-th group of W elements of the A tile (row m, k along
+// the K step) and of the B tile (row j), along the coalesced index (see conv_igemm.cuh).
+template <int PASS, int BM, int W>
+__device__ __forceinline__ void nl_tc_a_slot(int e, int* mm, int* kk) {
+    if (NL_CONV_A_KD_FAST(PASS)) { *kk = e % (NL_TC_BK / W) * W; *mm = e / (NL_TC_BK / W); }
+    else { *mm = e % (BM / W) * W; *kk = e / (BM / W); }
+}
+
+template <int PASS, int BN, int W>
+__device__ __forceinline__ void nl_tc_b_slot(int e, int* jj, int* kk) {
+    if (NL_CONV_B_J_FAST(PASS)) { *jj = e % (BN / W) * W; *kk = e / (BN / W); }
+    else { *kk = e % (NL_TC_BK / W) * W; *jj = e / (NL_TC_BK / W); }
+}
+
+// Element-wise staging of K step k0 into As[BM][BK] / Bs[BN][BK] (any C and K).
+template <int PASS, int BM, int BN>
+__device__ __forceinline__ void nl_conv_tc_stage1(nl_u16 (*As)[NL_TC_LD], nl_u16 (*Bs)[NL_TC_LD],
+                                                  const nl_u16* a_src, const nl_u16* b_src,
+                                                  const nl_conv_shape& d, int M, int Ng, int m0,
+                                                  int j0, int k0, int k_end) {
+    for (int e = threadIdx.x; e < BM * NL_TC_BK; e += NL_TC_THREADS) {
         int mm, kk;
-        if (NL_CONV_A_KD_FAST(PASS)) { kk = e % (NL_TC_BK / W) * W; mm = e / (NL_TC_BK / W); }
-        else { mm = e % (BM / W) * W; kk = e / (BM / W); }
+        nl_tc_a_slot<PASS, BM, 1>(e, &mm, &kk);
         int m = m0 + mm, kd = k0 + kk;
         long long at = (m < M && kd < k_end) ? nl_conv_a_at<PASS>(d, m, kd) : -1;
-        if (!VEC) {
-            As[mm][kk] = at < 0 ? (nl_u16)0 : a_src[at];
-            continue;
-        }
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (at >= 0) v = *(const uint4*)(a_src + at);
+        As[mm][kk] = at < 0 ? (nl_u16)0 : a_src[at];
+    }
+    for (int e = threadIdx.x; e < BN * NL_TC_BK; e += NL_TC_THREADS) {
+        int jj, kk;
+        nl_tc_b_slot<PASS, BN, 1>(e, &jj, &kk);
+        int j = j0 + jj, kd = k0 + kk;
+        Bs[jj][kk] = (j < Ng && kd < k_end) ? b_src[nl_conv_b_at<PASS>(d, kd, j)] : (nl_u16)0;
+    }
+}
+
+// The 8-wide path (C and K multiples of 8, 16-byte aligned tensors): each thread holds its
+// BM/32 + BN/32 groups of 8 elements of one K step in registers, so the next step's global
+// loads are issued before the current step's mma and run behind them.
+template <int BM, int BN>
+struct nl_tc_regs {
+    uint4 a[BM / 32], b[BN / 32];
+};
+
+template <int PASS, int BM, int BN>
+__device__ __forceinline__ void nl_conv_tc_load8(nl_tc_regs<BM, BN>& r, const nl_u16* a_src,
+                                                 const nl_u16* b_src, const nl_conv_shape& d,
+                                                 int M, int Ng, int m0, int j0, int k0,
+                                                 int k_end) {
+    #pragma unroll
+    for (int i = 0; i < BM / 32; ++i) {
+        int mm, kk;
+        nl_tc_a_slot<PASS, BM, 8>(threadIdx.x + i * NL_TC_THREADS, &mm, &kk);
+        int m = m0 + mm, kd = k0 + kk;
+        long long at = (m < M && kd < k_end) ? nl_conv_a_at<PASS>(d, m, kd) : -1;
+        r.a[i] = at >= 0 ? *(const uint4*)(a_src + at) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    #pragma unroll
+    for (int i = 0; i < BN / 32; ++i) {
+        int jj, kk;
+        nl_tc_b_slot<PASS, BN, 8>(threadIdx.x + i * NL_TC_THREADS, &jj, &kk);
+        int j = j0 + jj, kd = k0 + kk;
+        r.b[i] = (j < Ng && kd < k_end) ? *(const uint4*)(b_src + nl_conv_b_at<PASS>(d, kd, j))
+                                        : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+template <int PASS, int BM, int BN>
+__device__ __forceinline__ void nl_conv_tc_store8(const nl_tc_regs<BM, BN>& r,
+                                                  nl_u16 (*As)[NL_TC_LD],
+                                                  nl_u16 (*Bs)[NL_TC_LD]) {
+    #pragma unroll
+    for (int i = 0; i < BM / 32; ++i) {
+        int mm, kk;
+        nl_tc_a_slot<PASS, BM, 8>(threadIdx.x + i * NL_TC_THREADS, &mm, &kk);
         if (NL_CONV_A_KD_FAST(PASS)) {
-            *(uint4*)&As[mm][kk] = v;
+            *(uint4*)&As[mm][kk] = r.a[i];
         } else {
-            const nl_u16* h = (const nl_u16*)&v;
-            for (int i = 0; i < 8; ++i) As[mm + i][kk] = h[i];
+            const nl_u16* h = (const nl_u16*)&r.a[i];
+            for (int v = 0; v < 8; ++v) As[mm + v][kk] = h[v];
         }
     }
-    for (int e = tid; e < BN * NL_TC_BK / W; e += NL_TC_THREADS) {
+    #pragma unroll
+    for (int i = 0; i < BN / 32; ++i) {
         int jj, kk;
-        if (NL_CONV_B_J_FAST(PASS)) { jj = e % (BN / W) * W; kk = e / (BN / W); }
-        else { kk = e % (NL_TC_BK / W) * W; jj = e / (NL_TC_BK / W); }
-        int j = j0 + jj, kd = k0 + kk;
-        bool inside = j < Ng && kd < k_end;
-        if (!VEC) {
-            Bs[jj][kk] = inside ? b_src[nl_conv_b_at<PASS>(d, kd, j)] : (nl_u16)0;
-            continue;
-        }
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (inside) v = *(const uint4*)(b_src + nl_conv_b_at<PASS>(d, kd, j));
+        nl_tc_b_slot<PASS, BN, 8>(threadIdx.x + i * NL_TC_THREADS, &jj, &kk);
         if (NL_CONV_B_J_FAST(PASS)) {
-            const nl_u16* h = (const nl_u16*)&v;
-            for (int i = 0; i < 8; ++i) Bs[jj + i][kk] = h[i];
+            const nl_u16* h = (const nl_u16*)&r.b[i];
+            for (int v = 0; v < 8; ++v) Bs[jj + v][kk] = h[v];
         } else {
-            *(uint4*)&Bs[jj][kk] = v;
+            *(uint4*)&Bs[jj][kk] = r.b[i];
         }
+    }
+}
+
+// acc += the warp's (BM/2) x (BN/2) share of As x Bs^T over one K step.
+template <int KIND, int MT, int NT>
+__device__ __forceinline__ void nl_conv_tc_mma(float (&acc)[MT][NT][4],
+                                               const nl_u16 (*As)[NL_TC_LD],
+                                               const nl_u16 (*Bs)[NL_TC_LD], int wm, int wn,
+                                               int g, int t) {
+    #pragma unroll
+    for (int ks = 0; ks < NL_TC_BK; ks += 16) {
+        unsigned a[MT][4], b[NT][2];
+        #pragma unroll
+        for (int i = 0; i < MT; ++i) {
+            const nl_u16* top = As[wm + i * 16 + g];
+            const nl_u16* bottom = As[wm + i * 16 + g + 8];
+            a[i][0] = nl_pair(top, ks + 2 * t);
+            a[i][1] = nl_pair(bottom, ks + 2 * t);
+            a[i][2] = nl_pair(top, ks + 2 * t + 8);
+            a[i][3] = nl_pair(bottom, ks + 2 * t + 8);
+        }
+        #pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const nl_u16* col = Bs[wn + j * 8 + g];
+            b[j][0] = nl_pair(col, ks + 2 * t);
+            b[j][1] = nl_pair(col, ks + 2 * t + 8);
+        }
+        #pragma unroll
+        for (int i = 0; i < MT; ++i)
+            #pragma unroll
+            for (int j = 0; j < NT; ++j) nl_mma_m16n8k16<KIND>(acc[i][j], a[i], b[j]);
     }
 }
 
@@ -122,34 +201,26 @@ __device__ void nl_conv_tc(nl_u16* out, const nl_u16* a_src, const nl_u16* b_src
         #pragma unroll
         for (int j = 0; j < NT; ++j)
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-    for (int k0 = k_begin; k0 < k_end; k0 += NL_TC_BK) {
-        nl_conv_tc_stage<PASS, BM, BN, VEC>(As, Bs, a_src, b_src, d, M, Ng, m0, j0, k0,
-                                            k_end);
-        __syncthreads();
-        #pragma unroll
-        for (int ks = 0; ks < NL_TC_BK; ks += 16) {
-            unsigned a[MT][4], b[NT][2];
-            #pragma unroll
-            for (int i = 0; i < MT; ++i) {
-                const nl_u16* top = As[wm + i * 16 + g];
-                const nl_u16* bottom = As[wm + i * 16 + g + 8];
-                a[i][0] = nl_pair(top, ks + 2 * t);
-                a[i][1] = nl_pair(bottom, ks + 2 * t);
-                a[i][2] = nl_pair(top, ks + 2 * t + 8);
-                a[i][3] = nl_pair(bottom, ks + 2 * t + 8);
-            }
-            #pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                const nl_u16* col = Bs[wn + j * 8 + g];
-                b[j][0] = nl_pair(col, ks + 2 * t);
-                b[j][1] = nl_pair(col, ks + 2 * t + 8);
-            }
-            #pragma unroll
-            for (int i = 0; i < MT; ++i)
-                #pragma unroll
-                for (int j = 0; j < NT; ++j) nl_mma_m16n8k16<KIND>(acc[i][j], a[i], b[j]);
+    if constexpr (VEC) {
+        nl_tc_regs<BM, BN> regs;
+        if (k_begin < k_end)
+            nl_conv_tc_load8<PASS, BM, BN>(regs, a_src, b_src, d, M, Ng, m0, j0, k_begin, k_end);
+        for (int k0 = k_begin; k0 < k_end; k0 += NL_TC_BK) {
+            nl_conv_tc_store8<PASS, BM, BN>(regs, As, Bs);
+            __syncthreads();
+            if (k0 + NL_TC_BK < k_end)
+                nl_conv_tc_load8<PASS, BM, BN>(regs, a_src, b_src, d, M, Ng, m0, j0,
+                                               k0 + NL_TC_BK, k_end);
+            nl_conv_tc_mma<KIND, MT, NT>(acc, As, Bs, wm, wn, g, t);
+            __syncthreads();
         }
-        __syncthreads();
+    } else {
+        for (int k0 = k_begin; k0 < k_end; k0 += NL_TC_BK) {
+            nl_conv_tc_stage1<PASS, BM, BN>(As, Bs, a_src, b_src, d, M, Ng, m0, j0, k0, k_end);
+            __syncthreads();
+            nl_conv_tc_mma<KIND, MT, NT>(acc, As, Bs, wm, wn, g, t);
+            __syncthreads();
+        }
     }
     float* split_work = splits > 1 ? work : (float*)0;
     #pragma unroll

@@ -78,7 +78,7 @@ def load_data(settings, data_dir, max_batches=None, train=True, valid=True):
     the ones not asked for)."""
     data = make_dataset(settings["dataset"], data_dir)
     sets = [data.train_iter if train else None, data.valid_iter if valid else None]
-    sets = [prefetched(s, get_backend()) for s in sets]
+    sets = [prefetched(s, get_backend(), max_batches) for s in sets]
     if max_batches:
         sets = [s if s is None else FirstBatches(s, max_batches) for s in sets]
     return (data, *sets)
