@@ -66,13 +66,13 @@ def _dense_sparse(t, s, bs):
         t.heads, t.rows * bs, t.cols * bs, -1)[..., n] for n in range(s.shape[0])])
 
 
-@pytest.mark.parametrize("bs", (8, 16, 32, 64))
-def test_weight_ops_match_masked_dense(bs):
+@pytest.mark.parametrize("bs,M", [(8, 37), (16, 37), (32, 37), (64, 37), (16, 600)])
+def test_weight_ops_match_masked_dense(bs, M):
+    """M = 600 takes the kernels through several row chunks and a partial tile."""
     rng = np.random.default_rng(bs)
     layout = layouts.random((3, 4), 0.5, seed=bs)
     layout[0], layout[1], layout[:, 2] = 1, 0, 0
     t = compile_layout(layout)
-    M = 37
     x, e = rng.normal(size=(M, 3 * bs)), rng.normal(size=(M, 4 * bs))
     w = rng.normal(size=(t.nnz, bs, bs))
     W = ref.blocks_to_dense(t, w, bs)
