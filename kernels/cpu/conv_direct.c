@@ -102,6 +102,15 @@ int conv_direct_width(void)
     return (int)VL;
 }
 
+/* Output rows are handed out in units of one image's rows [p0, p1): whole images when there
+ * are at least two per thread, else each image cut into enough parts for every thread.  A
+ * thread pads an image into its slice of work when it first takes a unit of that image. */
+static int64_t parts_per_image(const direct_geom *g, int64_t nwork)
+{
+    const int64_t want = g->N >= 2 * nwork ? 1 : (2 * nwork + g->N - 1) / g->N;
+    return want < g->P ? want : g->P;
+}
+
 void conv_direct(const real *x, const real *f, real *o, const direct_geom *g, real *work,
                  int64_t nwork, real beta)
 {
@@ -109,37 +118,49 @@ void conv_direct(const real *x, const real *f, real *o, const direct_geom *g, re
     const int KV = kv % 4 == 0 ? 4 : kv % 3 == 0 ? 3 : kv % 2 == 0 ? 2 : 1;
     const int64_t Hp = g->H + 2 * g->pad_h, Wp = g->W + 2 * g->pad_w;
     const int64_t image = g->H * g->W * g->C, out_image = g->P * g->Q * g->K;
-#pragma omp parallel for num_threads(nwork) schedule(dynamic, 1)
-    for (int64_t n = 0; n < g->N; n++) {
+    const int64_t parts = parts_per_image(g, nwork);
+#pragma omp parallel num_threads(nwork)
+    {
         real *xp = work + (int64_t)omp_get_thread_num() * Hp * Wp * g->C;
-        pad_image(x + n * image, xp, g->H, g->W, g->C, g->pad_h, g->pad_w);
-        for (int64_t p = 0; p < g->P; p++) {
-            const real *xrow = xp + p * g->str_h * Wp * g->C;
-            real *out = o + n * out_image + p * g->Q * g->K;
-            switch (KV) {
-            case 4: row_kv4(xrow, f, out, g, beta); break;
-            case 3: row_kv3(xrow, f, out, g, beta); break;
-            case 2: row_kv2(xrow, f, out, g, beta); break;
-            default: row_kv1(xrow, f, out, g, beta); break;
+        int64_t padded = -1;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < g->N * parts; u++) {
+            const int64_t n = u / parts;
+            int64_t p0, p1;
+            nl_split(g->P, u % parts, parts, &p0, &p1);
+            if (n != padded) {
+                pad_image(x + n * image, xp, g->H, g->W, g->C, g->pad_h, g->pad_w);
+                padded = n;
+            }
+            for (int64_t p = p0; p < p1; p++) {
+                const real *xrow = xp + p * g->str_h * Wp * g->C;
+                real *out = o + n * out_image + p * g->Q * g->K;
+                switch (KV) {
+                case 4: row_kv4(xrow, f, out, g, beta); break;
+                case 3: row_kv3(xrow, f, out, g, beta); break;
+                case 2: row_kv2(xrow, f, out, g, beta); break;
+                default: row_kv1(xrow, f, out, g, beta); break;
+                }
             }
         }
     }
 }
 
 /* acc (jb filter rows x KV vectors of output channels, jb <= QB) of df += the sum over the
- * pixels of one image of the jb input values at xj (one filter row's consecutive taps
- * and channels) times e's channels.  xj at the first pixel, pixels xs_q (columns) and xs_p
- * (rows) elements apart; e at the block's first channel; df at the block's first row. */
+ * pixels of output rows [p0, p1) of one image of the jb input values at xj (one filter row's
+ * consecutive taps and channels) times e's channels.  xj at pixel (0, 0), pixels xs_q
+ * (columns) and xs_p (rows) elements apart; e at the block's first channel; df at the
+ * block's first row. */
 static inline __attribute__((always_inline)) void ublock(
     const real *xj, int64_t xs_q, int64_t xs_p, const real *e, real *df, const direct_geom *g,
-    const int jb, const int KV)
+    int64_t p0, int64_t p1, const int jb, const int KV)
 {
     const int64_t K = g->K;
     vec acc[14][4];
     for (int i = 0; i < jb; i++)
         for (int j = 0; j < KV; j++)
             acc[i][j] = *(const uvec *)(df + i * K + j * VL);
-    for (int64_t p = 0; p < g->P; p++) {
+    for (int64_t p = p0; p < p1; p++) {
         const real *xrow = xj + p * xs_p;
         const real *erow = e + p * g->Q * K;
         for (int64_t q = 0; q < g->Q; q++) {
@@ -159,9 +180,11 @@ static inline __attribute__((always_inline)) void ublock(
             *(uvec *)(df + i * K + j * VL) = acc[i][j];
 }
 
-/* df (R*S*C, K) += the weight gradient of one padded image xp and its output gradient e. */
+/* df (R*S*C, K) += the weight gradient of output rows [p0, p1) of one padded image xp and its
+ * output gradient e. */
 #define UPDATE_VARIANT(KV)                                                                      \
-    static void update_kv##KV(const real *xp, const real *e, real *df, const direct_geom *g)   \
+    static void update_kv##KV(const real *xp, const real *e, real *df, const direct_geom *g,   \
+                              int64_t p0, int64_t p1)                                           \
     {                                                                                           \
         const int64_t C = g->C, S = g->S, K = g->K, Wp = g->W + 2 * g->pad_w;                   \
         const int64_t xs_q = g->str_w * C, xs_p = g->str_h * Wp * C;                            \
@@ -173,9 +196,11 @@ static inline __attribute__((always_inline)) void ublock(
                 for (int64_t k0 = 0; k0 < K; k0 += KV * VL) {                                   \
                     int64_t j = 0;                                                              \
                     for (; j + QB_FOR(KV) <= len; j += QB_FOR(KV))                              \
-                        ublock(xs + j, xs_q, xs_p, e + k0, rows + j * K + k0, g, QB_FOR(KV), KV); \
+                        ublock(xs + j, xs_q, xs_p, e + k0, rows + j * K + k0, g, p0, p1,        \
+                               QB_FOR(KV), KV);                                                 \
                     for (; j < len; j++)                                                        \
-                        ublock(xs + j, xs_q, xs_p, e + k0, rows + j * K + k0, g, 1, KV);       \
+                        ublock(xs + j, xs_q, xs_p, e + k0, rows + j * K + k0, g, p0, p1, 1,    \
+                               KV);                                                             \
                 }                                                                               \
             }                                                                                   \
     }
@@ -196,18 +221,21 @@ void conv_direct_update(const real *x, const real *e, real *df, const direct_geo
     {
         const int64_t me = omp_get_thread_num(), nth = omp_get_num_threads();
         real *xp = work + me * Hp * Wp * g->C, *part = partials + me * size;
-        int64_t n0, n1;
-        nl_split(g->N, me, nth, &n0, &n1);
+        int64_t r0, r1;
+        nl_split(g->N * g->P, me, nth, &r0, &r1);
         memset(part, 0, (size_t)size * sizeof(real));
-        for (int64_t n = n0; n < n1; n++) {
+        while (r0 < r1) {
+            const int64_t n = r0 / g->P, p0 = r0 % g->P;
+            const int64_t p1 = r1 - n * g->P < g->P ? r1 - n * g->P : g->P;
             pad_image(x + n * image, xp, g->H, g->W, g->C, g->pad_h, g->pad_w);
             const real *en = e + n * out_image;
             switch (KV) {
-            case 4: update_kv4(xp, en, part, g); break;
-            case 3: update_kv3(xp, en, part, g); break;
-            case 2: update_kv2(xp, en, part, g); break;
-            default: update_kv1(xp, en, part, g); break;
+            case 4: update_kv4(xp, en, part, g, p0, p1); break;
+            case 3: update_kv3(xp, en, part, g, p0, p1); break;
+            case 2: update_kv2(xp, en, part, g, p0, p1); break;
+            default: update_kv1(xp, en, part, g, p0, p1); break;
             }
+            r0 = n * g->P + p1;
         }
 #pragma omp barrier
         int64_t i0, i1;

@@ -3,10 +3,12 @@
  * whose inner dimension is only 25).
  *
  * o (N, P, Q, K) = beta * o + conv(x (N, H, W, C), f (R, S, C, K)) with padding, strides and
- * dilation as in conv.h.  Each thread copies one image at a time into its slice of `work`
- * (nwork slices of (H + 2*pad_h) * (W + 2*pad_w) * C elements) with zero borders, then
- * computes each output pixel block (a few pixels times a few vector registers of output
- * channels) in registers over all R*S*C taps.  Needs K to be a multiple of the vector width,
+ * dilation as in conv.h.  Threads take output rows (whole images, or parts of images when
+ * there are fewer than two images per thread, so a batch of one uses every core); a thread
+ * copies the image of its rows into its slice of `work` (nwork slices of
+ * (H + 2*pad_h) * (W + 2*pad_w) * C elements) with zero borders, then computes each output
+ * pixel block (a few pixels times a few vector registers of output channels) in registers
+ * over all R*S*C taps.  Needs K to be a multiple of the vector width,
  * conv_direct_width() elements (64 bytes with AVX-512, else 32).
  */
 typedef struct {
@@ -33,7 +35,8 @@ void conv_direct(const real *x, const real *f, real *o, const direct_geom *g, re
                  int64_t nwork, real beta);
 
 /* df (R, S, C, K) = beta * df + the weight gradient of x (N, H, W, C) and the output gradient
- * e (N, P, Q, K).  Thread i takes a fixed, contiguous share of the images and sums into
- * partials[i] ((R*S*C, K) each, nwork of them); the partials are added in thread order. */
+ * e (N, P, Q, K).  Thread i takes a fixed, contiguous share of the N*P output rows and sums
+ * into partials[i] ((R*S*C, K) each, nwork of them); the partials are added in thread order,
+ * so the result depends on the number of threads only. */
 void conv_direct_update(const real *x, const real *e, real *df, const direct_geom *g,
                         real *work, real *partials, int64_t nwork, real beta);
