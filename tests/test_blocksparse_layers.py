@@ -42,8 +42,8 @@ def test_blocksparse_linear_per_token_and_affine_gradients():
 
 
 def attention_layout(kind, heads, nq, nk, seed=0):
-    """An (H, nq, nk) layout of ``kind``; head 0 has an empty first row... and a full last
-    row (the causal mask keeps its blocks up to the diagonal)."""
+    """An (H, nq, nk) layout of ``kind`` whose head 0 has an empty first row and a full last
+    row (the causal mask keeps the full row's blocks up to the diagonal)."""
     shape = (heads, nq, nk)
     layout = {"random": lambda: layouts.random(shape, 0.5, seed),
               "banded": lambda: layouts.banded(shape, 1),
