@@ -45,7 +45,8 @@ class ConvLaunch:
     """One pass's kernel: ``function`` (entry point of table variant ``variant``), ``grid``,
     ``block``, ``splits`` (K-range slices; > 1 needs ``work_elems`` float32 of workspace and
     the ``nl_conv_splitk_reduce_<storage>`` pass) and the GEMM extents.  ``vector_function``
-    (or None) loads 8 elements at a time; it needs every tensor 16-byte aligned."""
+    (or None; C and K multiples of 8 for 16-bit storage, of 4 for float32) loads 16 bytes at a
+    time; it needs every tensor 16-byte aligned."""
     variant: str
     function: str
     grid: tuple
@@ -90,9 +91,10 @@ def conv_launch(plan, pass_name, storage, split_target=CONV_SPLIT_TARGET_BLOCKS,
         per = -(-k_tiles // splits)
         splits = -(-k_tiles // per)
     name = f"nl_conv_{pass_name}_{path}{tile.bm}x{tile.bn}_{storage}"
-    vector = path == "tc" and plan.C % 8 == 0 and plan.K % 8 == 0
+    width = 8 if path == "tc" else 4
+    vector = f"{name}_v{width}" if plan.C % width == 0 and plan.K % width == 0 else None
     return ConvLaunch(f"conv_{path}", name, (-(-Ng // tile.bn), -(-M // tile.bm), splits),
-                      (tile.threads, 1, 1), splits, M, Ng, Kd, name + "_v8" if vector else None)
+                      (tile.threads, 1, 1), splits, M, Ng, Kd, vector)
 
 
 def function_for(launch, *pointers):

@@ -34,8 +34,8 @@ CUDA_VARIANTS = (
     KernelSpec("transpose", "cuda", "cuda/transpose.cu", threads=256,
                functions=("nl_transpose_b32", "nl_transpose_b16")),
     KernelSpec("conv_simt", "cuda", "cuda/conv_simt.cu", threads=256,
-               functions=tuple(f"nl_conv_{p}_simt{t}_f32" for p in ("fprop", "bprop", "update")
-                               for t in ("32x32", "64x64", "128x64"))
+               functions=tuple(f"nl_conv_{p}_simt{t}_f32{v}" for p in ("fprop", "bprop", "update")
+                               for t in ("32x32", "64x64", "128x64") for v in ("", "_v4"))
                + _typed("nl_conv_splitk_reduce")),
     KernelSpec("conv_tc", "cuda", "cuda/conv_tc.cu", threads=128,
                functions=tuple(f"nl_conv_{p}_tc{t}_{k}{v}" for p in ("fprop", "bprop", "update")

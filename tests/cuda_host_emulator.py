@@ -10,8 +10,8 @@ emulated is ``mma.sync.aligned.m16n8k16`` (float16 / bfloat16 in, float32 accumu
 own four results from the warp's fragments in the layout the PTX ISA documents, so a kernel's
 fragment addressing is checked exactly; every thread of the block must reach each call (it
 synchronizes the block, a stricter rule than the warp's).  Of the atomics only 64-bit unsigned
-``atomicMin`` is emulated; warp shuffles are not.  This checks indexing, broadcasting and reduction logic, not performance,
-and it is no substitute for running the same tests on a GPU.
+``atomicMin`` is emulated; warp shuffles are not.  This checks indexing, broadcasting and
+reduction logic, not performance, and it is no substitute for running the same tests on a GPU.
 """
 import ctypes
 import hashlib
@@ -61,6 +61,9 @@ static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f
 static inline unsigned __umulhi(unsigned a, unsigned b) {
     return (unsigned)(((unsigned long long)a * b) >> 32); }
 struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(16) float4 { float x, y, z, w; };
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+#define __align__(n) __attribute__((aligned(n)))
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
     return uint4{x, y, z, w}; }
 struct __half { _Float16 v; };
@@ -185,8 +188,9 @@ class HostModule:
                 continue
             call = ", ".join(f"a[{i}]" for i in range(nargs))
             launchers.append(
-                f'extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
-                f'unsigned by, const NlArg* a) {{ nl_run(gx, gy, gz, bx, by, [=] {{ {name}({call}); }}); }}')
+                f'extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned gz, '
+                f'unsigned bx, unsigned by, const NlArg* a) {{ nl_run(gx, gy, gz, bx, by, '
+                f'[=] {{ {name}({call}); }}); }}')
         text = "\n".join([_SHIM, _strip(prelude), body, *launchers])
         digest = hashlib.sha1(text.encode()).hexdigest()[:16]
         workdir = Path(workdir or os.environ.get("NEONLITE_EMULATOR_DIR",

@@ -3,7 +3,6 @@ they time builds on the CPU backend, and (on a GPU only) the smoke run of every 
 import json
 
 import numpy as np
-import pytest
 from harness import require_backend
 
 import neonlite

@@ -6,7 +6,8 @@ Each pass is launched exactly as the GPU backend launches it (``backends/gpu_con
 entry point, tile, grid and K split), on LeNet-like, odd (C=3, 7x7 stride 2, 1x1 stride 2,
 batch 1, dilation, non-square) and tile-crossing shapes; the tensor-core kernels run with the
 emulated mma.sync, so their fragment addressing is checked element by element; shapes with C
-and K multiples of 8 take the 8-wide (16-byte) loads, the others the element-wise ones.  Tolerances:
+and K multiples of 8 (4 for float32) take the 16-byte loads, the others the element-wise ones.
+Tolerances:
 float32 1e-4 relative to the output's largest magnitude (a different summation order);
 float16/bfloat16 2e-3 / 1e-2 of it (the reference sees the same rounded inputs, so only the
 output rounding and the float32 sums differ).
@@ -113,14 +114,15 @@ LARGE_TILES = tuple(replace(t, min_mn=0, min_ng=0) for t in cuda_specs.CONV_TILE
                     if t.bm == 128)
 
 
-@pytest.mark.parametrize("storage,vector", [("f32", False), ("bf16", True), ("f16", True)])
+@pytest.mark.parametrize("storage,vector", [("f32", False), ("f32", True), ("bf16", True),
+                                            ("f16", True)])
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_three_passes_match_numpy(modules, name, storage, vector):
     """Each pass with the tile the table picks."""
     _check_three_passes(modules, name, storage, vector, None)
 
 
-@pytest.mark.parametrize("storage,vector", [("f32", False), ("bf16", True)])
+@pytest.mark.parametrize("storage,vector", [("f32", True), ("bf16", True)])
 @pytest.mark.parametrize("name", ["non_square", "c3_7x7_s2_n1"])
 def test_large_tiles_on_small_shapes(modules, name, storage, vector):
     """The 128-row tiles forced onto small shapes (their edges masked)."""
@@ -141,7 +143,9 @@ def _check_three_passes(modules, name, storage, vector, tiles):
                               tiles=tiles)
         assert tiles is None or "128x" in fn
         assert launch.function.endswith(storage)
-        assert fn.endswith("_v8") == (vector and plan.C % 8 == 0 and plan.K % 8 == 0)
+        width = 4 if storage == "f32" else 8
+        assert fn.endswith(f"_v{width}") == (vector and plan.C % width == 0
+                                             and plan.K % width == 0)
         assert (launch.M, launch.Ng, launch.Kd) == gemm_dims(plan, pass_name)
         _check(_from_storage(out, storage), _reference(plan, pass_name, x, f, e), storage,
                f"{name} {pass_name} {storage} via {fn} splits {launch.splits}")

@@ -6,21 +6,149 @@
 // the float32 workspace and nl_conv_splitk_reduce_* finishes (a fixed order: deterministic).
 //
 // Entry points nl_conv_<pass>_simt<BM>x<BN>_f32, pass in fprop / bprop / update, with
-// arguments (out, a_src, b_src, bias or 0, work or 0, nl_conv_shape, splits, beta, relu).
+// arguments (out, a_src, b_src, bias or 0, work or 0, nl_conv_shape, splits, beta, relu); the
+// _v4 versions load 4 floats at a time (C and K multiples of 4, tensors 16-byte aligned) and
+// keep the next K step in registers while the current one is multiplied.
 #include "conv_igemm.cuh"
 
 #define NL_SIMT_THREADS 256
 
-template <int PASS, int KIND, int BM, int BN, int BK, int TM, int TN>
+// Element-wise staging of K step k0 as float32 into As[BK][BM] / Bs[BK][BN] (any C and K).
+template <int PASS, int KIND, int BM, int BN, int BK>
+__device__ __forceinline__ void nl_conv_simt_stage1(float (*As)[BM + 4], float (*Bs)[BN + 4],
+                                                    const typename nl_elem<KIND>::T* a_src,
+                                                    const typename nl_elem<KIND>::T* b_src,
+                                                    const nl_conv_shape& d, int M, int Ng,
+                                                    int m0, int j0, int k0, int k_end) {
+    typedef typename nl_elem<KIND>::T T;
+    for (int e = threadIdx.x; e < BM * BK; e += NL_SIMT_THREADS) {
+        int mm, kk;
+        if (NL_CONV_A_KD_FAST(PASS)) { kk = e % BK; mm = e / BK; }
+        else { mm = e % BM; kk = e / BM; }
+        int m = m0 + mm, kd = k0 + kk;
+        float v = 0.0f;
+        if (m < M && kd < k_end) {
+            T raw = nl_conv_load_a<PASS, KIND>(a_src, d, m, kd);
+            v = nl_elem<KIND>::load(&raw, 0);
+        }
+        As[kk][mm] = v;
+    }
+    for (int e = threadIdx.x; e < BK * BN; e += NL_SIMT_THREADS) {
+        int jj, kk;
+        if (NL_CONV_B_J_FAST(PASS)) { jj = e % BN; kk = e / BN; }
+        else { kk = e % BK; jj = e / BK; }
+        int j = j0 + jj, kd = k0 + kk;
+        float v = 0.0f;
+        if (j < Ng && kd < k_end) {
+            T raw = nl_conv_load_b<PASS, KIND>(b_src, d, kd, j);
+            v = nl_elem<KIND>::load(&raw, 0);
+        }
+        Bs[kk][jj] = v;
+    }
+}
+
+// The 4-wide float32 path (C and K multiples of 4, 16-byte aligned tensors): each thread holds
+// its groups of 4 consecutive elements (along the coalesced index) of one K step in registers,
+// so the next step's float4 loads are issued before the current step's arithmetic.
+template <int BM, int BN, int BK>
+struct nl_simt_regs {
+    static constexpr int NA = (BM * BK / 4 + NL_SIMT_THREADS - 1) / NL_SIMT_THREADS;
+    static constexpr int NB = (BN * BK / 4 + NL_SIMT_THREADS - 1) / NL_SIMT_THREADS;
+    float4 a[NA], b[NB];
+};
+
+template <int PASS, int BM, int BN, int BK>
+__device__ __forceinline__ void nl_conv_simt_slots(int e, int* mm, int* kk, int* jj, int* kb) {
+    if (NL_CONV_A_KD_FAST(PASS)) { *kk = e % (BK / 4) * 4; *mm = e / (BK / 4); }
+    else { *mm = e % (BM / 4) * 4; *kk = e / (BM / 4); }
+    if (NL_CONV_B_J_FAST(PASS)) { *jj = e % (BN / 4) * 4; *kb = e / (BN / 4); }
+    else { *kb = e % (BK / 4) * 4; *jj = e / (BK / 4); }
+}
+
+template <int PASS, int BM, int BN, int BK>
+__device__ __forceinline__ void nl_conv_simt_load4(nl_simt_regs<BM, BN, BK>& r,
+                                                   const float* a_src, const float* b_src,
+                                                   const nl_conv_shape& d, int M, int Ng,
+                                                   int m0, int j0, int k0, int k_end) {
+    typedef nl_simt_regs<BM, BN, BK> R;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    #pragma unroll
+    for (int i = 0; i < R::NA; ++i) {
+        int e = threadIdx.x + i * NL_SIMT_THREADS, mm, kk, jj, kb;
+        nl_conv_simt_slots<PASS, BM, BN, BK>(e, &mm, &kk, &jj, &kb);
+        int m = m0 + mm, kd = k0 + kk;
+        long long at = (e < BM * BK / 4 && m < M && kd < k_end)
+                       ? nl_conv_a_at<PASS>(d, m, kd) : -1;
+        r.a[i] = at >= 0 ? *(const float4*)(a_src + at) : zero;
+    }
+    #pragma unroll
+    for (int i = 0; i < R::NB; ++i) {
+        int e = threadIdx.x + i * NL_SIMT_THREADS, mm, kk, jj, kb;
+        nl_conv_simt_slots<PASS, BM, BN, BK>(e, &mm, &kk, &jj, &kb);
+        int j = j0 + jj, kd = k0 + kb;
+        r.b[i] = (e < BN * BK / 4 && j < Ng && kd < k_end)
+                 ? *(const float4*)(b_src + nl_conv_b_at<PASS>(d, kd, j)) : zero;
+    }
+}
+
+template <int PASS, int BM, int BN, int BK>
+__device__ __forceinline__ void nl_conv_simt_store4(const nl_simt_regs<BM, BN, BK>& r,
+                                                    float (*As)[BM + 4], float (*Bs)[BN + 4]) {
+    typedef nl_simt_regs<BM, BN, BK> R;
+    #pragma unroll
+    for (int i = 0; i < R::NA; ++i) {
+        int e = threadIdx.x + i * NL_SIMT_THREADS, mm, kk, jj, kb;
+        nl_conv_simt_slots<PASS, BM, BN, BK>(e, &mm, &kk, &jj, &kb);
+        if (e >= BM * BK / 4) continue;
+        const float* v = (const float*)&r.a[i];
+        if (NL_CONV_A_KD_FAST(PASS)) {
+            for (int q = 0; q < 4; ++q) As[kk + q][mm] = v[q];
+        } else {
+            *(float4*)&As[kk][mm] = r.a[i];
+        }
+    }
+    #pragma unroll
+    for (int i = 0; i < R::NB; ++i) {
+        int e = threadIdx.x + i * NL_SIMT_THREADS, mm, kk, jj, kb;
+        nl_conv_simt_slots<PASS, BM, BN, BK>(e, &mm, &kk, &jj, &kb);
+        if (e >= BN * BK / 4) continue;
+        const float* v = (const float*)&r.b[i];
+        if (NL_CONV_B_J_FAST(PASS)) {
+            *(float4*)&Bs[kb][jj] = r.b[i];
+        } else {
+            for (int q = 0; q < 4; ++q) Bs[kb + q][jj] = v[q];
+        }
+    }
+}
+
+// acc += the thread's TM x TN share of As^T x Bs over one K step.
+template <int BM, int BN, int BK, int TM, int TN>
+__device__ __forceinline__ void nl_conv_simt_fma(float (&acc)[TM][TN], const float (*As)[BM + 4],
+                                                 const float (*Bs)[BN + 4], int tx, int ty) {
+    #pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+        float a[TM], b[TN];
+        #pragma unroll
+        for (int i = 0; i < TM; ++i) a[i] = As[kk][ty * TM + i];
+        #pragma unroll
+        for (int j = 0; j < TN; ++j) b[j] = Bs[kk][tx * TN + j];
+        #pragma unroll
+        for (int i = 0; i < TM; ++i)
+            #pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
+    }
+}
+
+template <int PASS, int KIND, int BM, int BN, int BK, int TM, int TN, bool VEC>
 __device__ void nl_conv_simt(typename nl_elem<KIND>::T* out,
                              const typename nl_elem<KIND>::T* a_src,
                              const typename nl_elem<KIND>::T* b_src,
                              const typename nl_elem<KIND>::T* bias, float* work,
                              nl_conv_shape d, int splits, float beta, int relu) {
     static_assert((BM / TM) * (BN / TN) == NL_SIMT_THREADS, "tile does not fit 256 threads");
-    typedef typename nl_elem<KIND>::T T;
-    __shared__ float As[BK][BM + 4];
-    __shared__ float Bs[BK][BN + 4];
+    static_assert(!VEC || KIND == 0, "the 4-wide path is float32");
+    __shared__ __align__(16) float As[BK][BM + 4];
+    __shared__ __align__(16) float Bs[BK][BN + 4];
     int M, Ng, Kd;
     nl_conv_gemm_dims(PASS, d, &M, &Ng, &Kd);
     const int tid = threadIdx.x, tx = tid % (BN / TN), ty = tid / (BN / TN);
@@ -32,45 +160,29 @@ __device__ void nl_conv_simt(typename nl_elem<KIND>::T* out,
     for (int i = 0; i < TM; ++i)
         #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
-    for (int k0 = k_begin; k0 < k_end; k0 += BK) {
-        for (int e = tid; e < BM * BK; e += NL_SIMT_THREADS) {
-            int mm, kk;
-            if (NL_CONV_A_KD_FAST(PASS)) { kk = e % BK; mm = e / BK; }
-            else { mm = e % BM; kk = e / BM; }
-            int m = m0 + mm, kd = k0 + kk;
-            float v = 0.0f;
-            if (m < M && kd < k_end) {
-                T raw = nl_conv_load_a<PASS, KIND>(a_src, d, m, kd);
-                v = nl_elem<KIND>::load(&raw, 0);
-            }
-            As[kk][mm] = v;
+    if constexpr (VEC) {
+        const float* a = (const float*)a_src;
+        const float* b = (const float*)b_src;
+        nl_simt_regs<BM, BN, BK> regs;
+        if (k_begin < k_end)
+            nl_conv_simt_load4<PASS, BM, BN, BK>(regs, a, b, d, M, Ng, m0, j0, k_begin, k_end);
+        for (int k0 = k_begin; k0 < k_end; k0 += BK) {
+            nl_conv_simt_store4<PASS, BM, BN, BK>(regs, As, Bs);
+            __syncthreads();
+            if (k0 + BK < k_end)
+                nl_conv_simt_load4<PASS, BM, BN, BK>(regs, a, b, d, M, Ng, m0, j0, k0 + BK,
+                                                     k_end);
+            nl_conv_simt_fma<BM, BN, BK, TM, TN>(acc, As, Bs, tx, ty);
+            __syncthreads();
         }
-        for (int e = tid; e < BK * BN; e += NL_SIMT_THREADS) {
-            int jj, kk;
-            if (NL_CONV_B_J_FAST(PASS)) { jj = e % BN; kk = e / BN; }
-            else { kk = e % BK; jj = e / BK; }
-            int j = j0 + jj, kd = k0 + kk;
-            float v = 0.0f;
-            if (j < Ng && kd < k_end) {
-                T raw = nl_conv_load_b<PASS, KIND>(b_src, d, kd, j);
-                v = nl_elem<KIND>::load(&raw, 0);
-            }
-            Bs[kk][jj] = v;
+    } else {
+        for (int k0 = k_begin; k0 < k_end; k0 += BK) {
+            nl_conv_simt_stage1<PASS, KIND, BM, BN, BK>(As, Bs, a_src, b_src, d, M, Ng, m0, j0,
+                                                        k0, k_end);
+            __syncthreads();
+            nl_conv_simt_fma<BM, BN, BK, TM, TN>(acc, As, Bs, tx, ty);
+            __syncthreads();
         }
-        __syncthreads();
-        #pragma unroll
-        for (int kk = 0; kk < BK; ++kk) {
-            float a[TM], b[TN];
-            #pragma unroll
-            for (int i = 0; i < TM; ++i) a[i] = As[kk][ty * TM + i];
-            #pragma unroll
-            for (int j = 0; j < TN; ++j) b[j] = Bs[kk][tx * TN + j];
-            #pragma unroll
-            for (int i = 0; i < TM; ++i)
-                #pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
-        }
-        __syncthreads();
     }
     #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -94,20 +206,23 @@ __device__ void nl_conv_splitk_reduce_impl(typename nl_elem<KIND>::T* out, const
     }
 }
 
-#define NL_CONV_SIMT_ENTRY(pass_name, PASS, BM, BN, TM, TN)                                     \
+#define NL_CONV_SIMT_ENTRY(pass_name, PASS, BM, BN, TM, TN, VEC, suffix)                      \
     extern "C" __global__ void __launch_bounds__(NL_SIMT_THREADS)                               \
-    nl_conv_##pass_name##_simt##BM##x##BN##_f32(float* out, const float* a_src,                 \
-                                                 const float* b_src, const float* bias,         \
-                                                 float* work, nl_conv_shape d, int splits,      \
-                                                 float beta, int relu) {                        \
-        nl_conv_simt<PASS, 0, BM, BN, 16, TM, TN>(out, a_src, b_src, bias, work, d, splits,    \
-                                                  beta, relu);                                  \
+    nl_conv_##pass_name##_simt##BM##x##BN##_f32##suffix(                                        \
+            float* out, const float* a_src, const float* b_src, const float* bias, float* work, \
+            nl_conv_shape d, int splits, float beta, int relu) {                                \
+        nl_conv_simt<PASS, 0, BM, BN, 16, TM, TN, VEC>(out, a_src, b_src, bias, work, d,        \
+                                                       splits, beta, relu);                     \
     }
 
+#define NL_CONV_SIMT_BOTH(pass_name, PASS, BM, BN, TM, TN)          \
+    NL_CONV_SIMT_ENTRY(pass_name, PASS, BM, BN, TM, TN, false, )    \
+    NL_CONV_SIMT_ENTRY(pass_name, PASS, BM, BN, TM, TN, true, _v4)
+
 #define NL_CONV_SIMT_TILES(pass_name, PASS)          \
-    NL_CONV_SIMT_ENTRY(pass_name, PASS, 32, 32, 2, 2) \
-    NL_CONV_SIMT_ENTRY(pass_name, PASS, 64, 64, 4, 4) \
-    NL_CONV_SIMT_ENTRY(pass_name, PASS, 128, 64, 8, 4)
+    NL_CONV_SIMT_BOTH(pass_name, PASS, 32, 32, 2, 2) \
+    NL_CONV_SIMT_BOTH(pass_name, PASS, 64, 64, 4, 4) \
+    NL_CONV_SIMT_BOTH(pass_name, PASS, 128, 64, 8, 4)
 
 NL_CONV_SIMT_TILES(fprop, 0)
 NL_CONV_SIMT_TILES(bprop, 1)

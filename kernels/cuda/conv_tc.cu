@@ -50,9 +50,10 @@ __device__ __forceinline__ void nl_mma_m16n8k16<2>(float* d, const unsigned* a,
 }
 #endif
 
-// Two consecutive 16-bit elements of a shared-memory row as one register (low half first).
+// Two consecutive 16-bit elements of a shared-memory row (col even) as one register, the
+// lower column in the low half: one 32-bit load.
 __device__ __forceinline__ unsigned nl_pair(const nl_u16* row, int col) {
-    return (unsigned)row[col] | ((unsigned)row[col + 1] << 16);
+    return *(const unsigned*)(row + col);
 }
 
 // The tile position (row, k) of the e-th group of W elements of the A tile (row m, k along
