@@ -122,8 +122,10 @@ def test_batchnorm_layernorm_and_cross_entropy(backends, relu):
         be.layernorm_bprop(tdy, lxhat, linv, tg, ldx, ldg, ldb)
         probs, grad = be.zeros((70, 9)), be.zeros((70, 9))
         loss = be.softmax_cross_entropy(tx, be.array(t), probs, grad, 1.0 / 70)
+        iy, ixhat = be.zeros((70, 9)), be.zeros((70, 9))
+        be.batchnorm_fprop(tx, tg, tb, iy, ixhat, mean, inv, rm, rv, inference=True, relu=relu)
         outs[name] = [a.get() for a in (y, xhat, mean, inv, rm, rv, dx, dg, db, ly, linv, ldx,
-                                        ldg, ldb, probs, grad)] + [np.float32(loss)]
+                                        ldg, ldb, probs, grad, iy, ixhat)] + [np.float32(loss)]
     for i, (got, want) in enumerate(zip(outs["gpu"], outs["cpu"])):
         close(got, want, 1e-4, f"output {i}")
     assert {"nl_colsum2_f32", "nl_bn_stats_f32", "nl_bn_apply_f32", "nl_bn_bprop_f32",
@@ -195,6 +197,8 @@ def test_bf16_mixed_precision_residual_step_follows_float32(backends):
         if name == "gpu":
             masters = [p.states["master"] for p in model.parameters()]
             assert masters and all(m.storage == "f32" for m in masters)
+            velocities = [p.states["velocity"] for p in model.parameters()]
+            assert all(v.storage == "f32" for v in velocities)
             assert all(p.value.storage == "bf16" for p in model.parameters())
     np.testing.assert_allclose(losses["gpu"], losses["cpu"], rtol=3e-2)
     assert "nl_conv_fprop_tc64x64_bf16_v8" in gpu.device.launches
