@@ -118,8 +118,8 @@ class GPUBackend(GPUBlockSparseMixin, GPUNNMixin, GPUNormMixin, Backend):
 
     def copy_async(self, t, pinned, after=None):
         """Copy page-locked ``pinned`` (``t``'s storage type) into contiguous ``t`` on the copy
-        stream, once event ``after`` (if any) has passed; the compute stream waits for the copy
-        before its next work.  Returns the copy's completion event."""
+        stream, once event ``after`` (if any) has passed.  Returns the copy's completion event:
+        give it to :meth:`wait_for` before compute uses ``t``."""
         if not t.is_contiguous or pinned.nbytes != t.size * t.itemsize:
             raise ValueError(f"copy_async: needs a contiguous tensor and a host buffer of its "
                              f"size, got {t.shape} and {pinned.nbytes} bytes")
@@ -129,8 +129,11 @@ class GPUBackend(GPUBlockSparseMixin, GPUNNMixin, GPUNormMixin, Backend):
         cuda.memcpy_htod_async(t.ptr, pinned, self.device.copy_stream)
         done = cuda.Event()
         done.record(self.device.copy_stream)
-        self.device.stream.wait_for_event(done)
         return done
+
+    def wait_for(self, event):
+        """Compute work queued from now on starts after ``event`` (no host wait)."""
+        self.device.stream.wait_for_event(event)
 
     # ---- op-trees --------------------------------------------------------------------------
     def execute(self, out, optree):

@@ -8,10 +8,11 @@ device's copy stream, before batch i is handed to the training step, so the copy
 batch i computes.
 
 A staged buffer's ``set`` (:class:`StagedTensor`) converts the host array to the storage type
-in a page-locked host buffer, queues ``memcpy_htod_async`` on the copy stream after the event
-that marks the end of the buffer's previous use, and makes the compute stream wait for the
-copy's completion event.  So the host never waits for the device (except, briefly, before
-reusing its own page-locked buffer while that buffer's previous copy is still running).
+in a page-locked host buffer and queues ``memcpy_htod_async`` on the copy stream after the
+event that marks the end of the buffer's previous use; only when the batch is handed out does
+the compute stream wait for the copy's completion event (so batch i's kernels never wait for
+batch i + 1's copy).  The host never waits for the device (except, briefly, before reusing its
+own page-locked buffer while that buffer's previous copy is still running).
 
 The CPU backend has nothing to overlap: :func:`prefetched` returns its iterators unchanged.
 """
@@ -25,7 +26,7 @@ class StagedTensor:
     def __init__(self, tensor, be):
         self._tensor, self._be = tensor, be
         self._pinned = be.pinned_empty(tensor.shape, tensor.dtype)
-        self._copied = None
+        self.copied = None
         self.free = None
 
     def set(self, ary):
@@ -34,11 +35,11 @@ class StagedTensor:
         if ary.shape != t.shape and ary.size != t.size:
             raise ValueError(f"cannot set a tensor of shape {t.shape} from an array of shape "
                              f"{ary.shape}")
-        if self._copied is not None:
-            self._copied.synchronize()
+        if self.copied is not None:
+            self.copied.synchronize()
         np.copyto(self._pinned, t.host_bits(ary.reshape(t.shape)).reshape(self._pinned.shape),
                   casting="no")
-        self._copied = self._be.copy_async(t, self._pinned, after=self.free)
+        self.copied = self._be.copy_async(t, self._pinned, after=self.free)
         return self
 
     def __getattr__(self, name):
@@ -106,10 +107,13 @@ class Prefetched:
         return x, t, getattr(self.data, "valid", None)
 
     def _hand_out(self, entry):
-        """Yield a filled pair; when the consumer asks for the next batch, the work it queued on
-        this pair ends at an event recorded on the compute stream now: the pair's next copy
-        waits for it."""
+        """Make compute wait for the pair's copies, then yield it; when the consumer asks for
+        the next batch, the work it queued on this pair ends at an event recorded on the
+        compute stream then: the pair's next copy waits for it."""
         x, t, self.valid = entry
+        for staged in {id(s): s for s in (x, t)}.values():
+            if staged.copied is not None:
+                self._be.wait_for(staged.copied)
         yield x.tensor, t.tensor
         x.free = t.free = self._be.compute_event()
 
@@ -119,7 +123,8 @@ class Prefetched:
 
 def prefetched(data, be, limit=None):
     """``data`` wrapped in :class:`Prefetched` when backend ``be`` can copy asynchronously
-    (``copy_async``) and ``data`` follows the iterator protocol; else ``data`` itself."""
+    (``copy_async``, ``wait_for``, ``compute_event``) and ``data`` follows the iterator
+    protocol; else ``data`` itself."""
     if data is None or not hasattr(be, "copy_async"):
         return data
     if not all(hasattr(data, a) for a in ("x_buf", "t_buf", "batches")):

@@ -45,7 +45,10 @@ class _RecordingBackend:
     def copy_async(self, t, pinned, after=None):
         t.ary[...] = pinned
         self.log.append(("copy", id(t), None if after is None else after.label))
-        return _Event(self.log, f"copy{len(self.log)}")
+        return _Event(self.log, f"copy{sum(1 for e in self.log if e[0] == 'copy')}")
+
+    def wait_for(self, event):
+        self.log.append(("compute waits", event.label))
 
     def compute_event(self):
         self.events += 1
@@ -125,3 +128,18 @@ def test_a_limit_stops_reading_ahead(data):
     data.batches = counting
     got = list(prefetched(data, be, limit=2).batches(False))
     assert len(got) == 2 and pulled == [0, 1]
+
+
+def test_compute_waits_for_a_copy_only_when_its_batch_is_handed_out(data):
+    """Batch 1's copies are queued before batch 0 is handed out, but compute is made to wait
+    for them only after batch 0's step (so that step overlaps them)."""
+    be = _RecordingBackend()
+    marks = []
+    for i, _ in enumerate(prefetched(data, be).batches(False)):
+        marks.append(len(be.log))
+        be.log.append(("step", i))
+    waits = [e[1] for e in be.log if e[0] == "compute waits"]
+    assert waits == ["copy1", "copy2", "copy3", "copy4", "copy5", "copy6"]
+    order = [e for e in be.log if e[0] in ("step", "compute waits")]
+    assert order.index(("compute waits", "copy3")) > order.index(("step", 0))
+    assert order.index(("compute waits", "copy2")) < order.index(("step", 0))
