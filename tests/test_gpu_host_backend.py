@@ -158,7 +158,11 @@ def test_a_training_step_matches_the_cpu_and_prefetch_feeds_it(backends):
                        Affine(3, init=GlorotUniform(), activation=Softmax())])
         model.initialize(source, GeneralizedCost(CrossEntropyMulti()))
         opt = GradientDescentMomentum(0.1, momentum_coef=0.9)
-        losses[name] = [model.train_step(xb, tb, opt, 0) for xb, tb in source.batches(False)]
+        losses[name], allocations = [], []
+        for xb, tb in source.batches(False):
+            losses[name].append(model.train_step(xb, tb, opt, 0))
+            allocations.append(getattr(be, "allocations", 0))
+        assert allocations == allocations[:1] * 3, f"{name}: allocations {allocations}"
     assert len(losses["gpu"]) == 3
     np.testing.assert_allclose(losses["gpu"], losses["cpu"], rtol=1e-4)
 
@@ -193,7 +197,11 @@ def test_bf16_mixed_precision_residual_step_follows_float32(backends):
             opt = for_datatype(opt, "bf16")
             cost = opt.wrap_cost(cost)
         model.initialize(data, cost)
-        losses[name] = [model.train_step(xb, tb, opt, 0) for xb, tb in data.batches(False)]
+        losses[name], allocations = [], []
+        for xb, tb in data.batches(False):
+            losses[name].append(model.train_step(xb, tb, opt, 0))
+            allocations.append(getattr(be, "allocations", 0))
+        assert allocations == allocations[:1] * 3, f"{name}: allocations {allocations}"
         if name == "gpu":
             masters = [p.states["master"] for p in model.parameters()]
             assert masters and all(m.storage == "f32" for m in masters)
