@@ -210,3 +210,30 @@ def test_bf16_mixed_precision_residual_step_follows_float32(backends):
             assert all(p.value.storage == "bf16" for p in model.parameters())
     np.testing.assert_allclose(losses["gpu"], losses["cpu"], rtol=3e-2)
     assert "nl_conv_fprop_tc64x64_bf16_v8" in gpu.device.launches
+
+
+@pytest.mark.filterwarnings("ignore:.*encountered:RuntimeWarning")
+def test_f16_dynamic_loss_scaling_skips_overflowing_steps(backends):
+    """float16 storage on the emulated GPU backend: a loss scale of 2**20 overflows the float16
+    errors, the generated reduction finds the inf/NaN, the steps are skipped and the scale backs
+    off until training proceeds with finite parameters."""
+    from neonlite import Model
+    from neonlite.data import ArrayIterator
+    from neonlite.initializers import GlorotUniform
+    from neonlite.layers import Affine, GeneralizedCost
+    from neonlite.optimizers import GradientDescentMomentum
+    from neonlite.optimizers.mixed_precision import MixedPrecision
+    from neonlite.transforms import CrossEntropyMulti, Softmax
+    gpu, _ = backends(np.float16)
+    neonlite.backends._current = gpu
+    rng = np.random.default_rng(2)
+    data = ArrayIterator(rng.normal(size=(40, 6)).astype(np.float32), rng.integers(0, 3, 40),
+                         nclass=3, shuffle=False)
+    model = Model([Affine(3, init=GlorotUniform(), activation=Softmax())])
+    opt = MixedPrecision(GradientDescentMomentum(0.1), init_scale=2.0 ** 20)
+    model.initialize(data, opt.wrap_cost(GeneralizedCost(CrossEntropyMulti())))
+    for xb, tb in data.batches(False):
+        model.train_step(xb, tb, opt, 0)
+    assert opt.skipped_steps >= 4 and opt.step == 10 - opt.skipped_steps > 0
+    assert opt.loss_scale <= 2.0 ** 16
+    assert all(np.isfinite(p.value.get()).all() for p in model.parameters())
