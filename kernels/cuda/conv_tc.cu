@@ -186,8 +186,8 @@ __device__ void nl_conv_tc(nl_u16* out, const nl_u16* a_src, const nl_u16* b_src
                            const nl_u16* bias, float* work, nl_conv_shape d, int splits,
                            float beta, int relu) {
     constexpr int WM = BM / 2, WN = BN / 2, MT = WM / 16, NT = WN / 8;
-    __shared__ nl_u16 As[BM][NL_TC_LD];
-    __shared__ nl_u16 Bs[BN][NL_TC_LD];
+    __shared__ __align__(16) nl_u16 As[BM][NL_TC_LD];
+    __shared__ __align__(16) nl_u16 Bs[BN][NL_TC_LD];
     int M, Ng, Kd;
     nl_conv_gemm_dims(PASS, d, &M, &Ng, &Kd);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
