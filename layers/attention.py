@@ -115,7 +115,7 @@ class MultiHeadAttention(ParameterLayer):
             group.members.append(member[:4])
         for group in self._groups:
             group.allocate(be, self.dc if group.on_context else d, N,
-                           Tk if group.on_context else Tq, H)
+                           Tk if group.on_context else Tq)
         self._blocks, self._key_blocks = _causal_blocks(Tq, Tk, self.causal)
 
     # ---- helpers -------------------------------------------------------------------------------
@@ -194,10 +194,9 @@ class MultiHeadAttention(ParameterLayer):
         for group in self._groups:
             src = c if group.on_context else x
             group.join()
-            be.compound_dot(flat_rows(src, group.w.shape[0]), group.w,
-                            flat_rows(group.proj, group.w.shape[1]))
-            group.proj[:] = group.proj + group.b
-            for (W, b, heads, _), view in zip(group.members, group.views(group.proj)):
+            be.compound_dot(flat_rows(src, group.w.shape[0]), group.w, group.proj2)
+            group.proj2[:] = group.proj2 + group.b
+            for (W, b, heads, _), view in zip(group.members, group.proj_views):
                 self._to_heads(view, heads)
         for rows, keys in self._blocks:
             be.batched_dot(self.qh[:, rows], self.kh[:, keys], self.probs[:, rows, keys],
@@ -239,11 +238,11 @@ class MultiHeadAttention(ParameterLayer):
                            transA=True)
         done = {"x": False, "c": False}
         for group in self._groups:
-            for (W, b, _, dheads), view in zip(group.members, group.views(group.dproj)):
+            for (W, b, _, dheads), view in zip(group.members, group.dproj_views):
                 self._to_tokens(dheads, view)
             src = self.c if group.on_context else self.x
-            nin, width = group.w.shape
-            dproj = flat_rows(group.dproj, width)
+            nin = group.w.shape[0]
+            dproj = group.dproj2
             be.compound_dot(flat_rows(src, nin), dproj, group.dw, transA=True)
             group.db[:] = be.sum(dproj, axis=0)
             group.split_grads()
@@ -307,12 +306,14 @@ class _Joined:
     def __init__(self, on_context, dh):
         self.on_context, self.dh, self.members = on_context, dh, []
 
-    def allocate(self, be, nin, N, T, H):
+    def allocate(self, be, nin, N, T):
         width = sum(W.value.shape[1] for W, *_ in self.members)
         self.w, self.dw = be.zeros((nin, width)), be.zeros((nin, width))
         self.b, self.db = be.zeros((width,)), be.zeros((1, width))
         self.proj, self.dproj = be.zeros((N, T, width)), be.zeros((N, T, width))
-        self.heads = H
+        # made once: 2-D views for the GEMMs, each member's (N, T, H, dh) views
+        self.proj2, self.dproj2 = flat_rows(self.proj, width), flat_rows(self.dproj, width)
+        self.proj_views, self.dproj_views = self.views(self.proj), self.views(self.dproj)
 
     def _columns(self):
         col = 0

@@ -25,7 +25,8 @@ def gelu_reference(h, approximate):
     if approximate == "tanh":
         k = math.sqrt(2 / math.pi)
         t = np.tanh(k * (h + 0.044715 * h ** 3))
-        return 0.5 * h * (1 + t), 0.5 * (1 + t) + 0.5 * h * (1 - t * t) * k * (1 + 3 * 0.044715 * h * h)
+        slope = 0.5 * (1 + t) + 0.5 * h * (1 - t * t) * k * (1 + 3 * 0.044715 * h * h)
+        return 0.5 * h * (1 + t), slope
     cdf = 0.5 * (1 + _erf(h / math.sqrt(2)))
     return h * cdf, cdf + h * np.exp(-0.5 * h * h) / math.sqrt(2 * math.pi)
 
