@@ -224,8 +224,8 @@ class CPUKernels:
         nwork = max(1, int(conv.lib.conv_threads()))
         padded = (dims["H"] + 2 * dims["pad_h"]) * (dims["W"] + 2 * dims["pad_w"]) * dims["C"]
         work = np.empty(nwork * padded, dtype=dtype)
-        partials = None if transposed else np.empty(nwork * plan.R * plan.S * plan.C * plan.K,
-                                                    dtype=dtype)
+        partials = None if transposed else np.empty(2 * nwork * plan.R * plan.S * plan.C
+                                                    * plan.K, dtype=dtype)
         flipped = np.empty((plan.R, plan.S, plan.K, plan.C), dtype=dtype) if transposed else None
         found = cache[transposed] = (module, geom, work, partials, nwork, flipped)
         return found

@@ -217,33 +217,37 @@ void conv_direct_update(const real *x, const real *e, real *df, const direct_geo
     const int64_t Hp = g->H + 2 * g->pad_h, Wp = g->W + 2 * g->pad_w;
     const int64_t image = g->H * g->W * g->C, out_image = g->P * g->Q * g->K;
     const int64_t size = g->R * g->S * g->C * g->K;
+    const int64_t rows = g->N * g->P, nblk = 2 * nwork < rows ? 2 * nwork : rows;
 #pragma omp parallel num_threads(nwork)
     {
         const int64_t me = omp_get_thread_num(), nth = omp_get_num_threads();
-        real *xp = work + me * Hp * Wp * g->C, *part = partials + me * size;
-        int64_t r0, r1;
-        nl_split(g->N * g->P, me, nth, &r0, &r1);
-        memset(part, 0, (size_t)size * sizeof(real));
-        while (r0 < r1) {
-            const int64_t n = r0 / g->P, p0 = r0 % g->P;
-            const int64_t p1 = r1 - n * g->P < g->P ? r1 - n * g->P : g->P;
-            pad_image(x + n * image, xp, g->H, g->W, g->C, g->pad_h, g->pad_w);
-            const real *en = e + n * out_image;
-            switch (KV) {
-            case 4: update_kv4(xp, en, part, g, p0, p1); break;
-            case 3: update_kv3(xp, en, part, g, p0, p1); break;
-            case 2: update_kv2(xp, en, part, g, p0, p1); break;
-            default: update_kv1(xp, en, part, g, p0, p1); break;
+        real *xp = work + me * Hp * Wp * g->C;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t b = 0; b < nblk; b++) {
+            real *part = partials + b * size;
+            int64_t r0, r1;
+            nl_split(rows, b, nblk, &r0, &r1);
+            memset(part, 0, (size_t)size * sizeof(real));
+            while (r0 < r1) {
+                const int64_t n = r0 / g->P, p0 = r0 % g->P;
+                const int64_t p1 = r1 - n * g->P < g->P ? r1 - n * g->P : g->P;
+                pad_image(x + n * image, xp, g->H, g->W, g->C, g->pad_h, g->pad_w);
+                const real *en = e + n * out_image;
+                switch (KV) {
+                case 4: update_kv4(xp, en, part, g, p0, p1); break;
+                case 3: update_kv3(xp, en, part, g, p0, p1); break;
+                case 2: update_kv2(xp, en, part, g, p0, p1); break;
+                default: update_kv1(xp, en, part, g, p0, p1); break;
+                }
+                r0 = n * g->P + p1;
             }
-            r0 = n * g->P + p1;
         }
-#pragma omp barrier
         int64_t i0, i1;
         nl_split(size, me, nth, &i0, &i1);
         for (int64_t i = i0; i < i1; i++) {
             real sum = 0;
-            for (int64_t k = 0; k < nth; k++)
-                sum += partials[k * size + i];
+            for (int64_t b = 0; b < nblk; b++)
+                sum += partials[b * size + i];
             df[i] = beta == 0 ? sum : beta * df[i] + sum;
         }
     }

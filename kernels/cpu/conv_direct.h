@@ -35,8 +35,9 @@ void conv_direct(const real *x, const real *f, real *o, const direct_geom *g, re
                  int64_t nwork, real beta);
 
 /* df (R, S, C, K) = beta * df + the weight gradient of x (N, H, W, C) and the output gradient
- * e (N, P, Q, K).  Thread i takes a fixed, contiguous share of the N*P output rows and sums
- * into partials[i] ((R*S*C, K) each, nwork of them); the partials are added in thread order,
- * so the result depends on the number of threads only. */
+ * e (N, P, Q, K).  The N*P output rows are cut into 2 * nwork fixed blocks (fewer when there
+ * are fewer rows), which threads take dynamically (a descheduled thread holds up one block,
+ * not half the work); block b sums into partials[b] ((R*S*C, K) each, 2 * nwork of them) and
+ * the partials are added in block order, so the result depends on nwork only. */
 void conv_direct_update(const real *x, const real *e, real *df, const direct_geom *g,
                         real *work, real *partials, int64_t nwork, real beta);
