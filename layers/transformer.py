@@ -91,10 +91,12 @@ class TransformerBlock(Layer):
         if self.drop1 is not None:
             a = self.drop1.fprop(a, inference)
         self.resid[:] = x + a
-        h = self.ln2.fprop(self.resid, inference)
-        m = self.fc2.fprop(self._fc1_gelu(h, inference), inference)
-        if self.drop2 is not None:
-            m = self.drop2.fprop(m, inference)
+        g = self._fc1_gelu(self.ln2.fprop(self.resid, inference), inference)
+        if self.drop2 is None:  # fc2's bias and the residual add in one pass
+            linear, bias = self.fc2.layers
+            self.outputs[:] = self.resid + linear.fprop(g, inference) + bias.b.value
+            return self.outputs
+        m = self.drop2.fprop(self.fc2.fprop(g, inference), inference)
         self.outputs[:] = self.resid + m
         return self.outputs
 
