@@ -9,9 +9,11 @@ into a program of ``(op, dst, a, b)`` instructions; each call then only gathers 
 addresses and strides and the scalars' values, so a learning rate that changes every step reuses
 the program.  The machine handles every tree whose tensors share the output's dtype (float32 or
 float64) and broadcast onto it as a 2-D grid (any shape whose axes merge into at most two, e.g.
-``(N, H, W, C)`` with a ``(C,)`` bias).  Reductions inside a tree are evaluated first by numpy and
-enter the program as leaves.  Anything else (other dtypes, bf16 conversions, a root reduction,
-an output that overlaps an input other than exactly) is left to the numpy evaluator.
+``(N, H, W, C)`` with a ``(C,)`` bias).  Reductions inside a tree are evaluated first (a sum
+over the leading axes of a contiguous tensor, as a bias gradient is, by the machine's column
+sum; any other by numpy) and enter the program as leaves.  Anything else (other dtypes, bf16
+conversions, a root reduction, an output that overlaps an input other than exactly) is left
+to the numpy evaluator.
 """
 import numpy as np
 
@@ -67,6 +69,27 @@ def _leaf(arg, leaves, index, results):
 def _memory(ary):
     """What identifies the elements an array views: address, shape, strides, dtype."""
     return (_address(ary), ary.shape, ary.strides, ary.dtype.str)
+
+
+def _column_sum(module, node, dtype):
+    """``sum(t, axis=...)`` over the leading axes of a contiguous tensor ``t`` of ``dtype``
+    (a bias gradient: (N, H, W, C) -> (1, 1, 1, C)) by the machine's column sum, or None."""
+    arg = node.args[0] if node.op == "sum" and len(node.args) == 1 else None
+    ary = getattr(arg, "_ary", None)
+    if ary is None or ary.dtype != dtype or not ary.flags.c_contiguous or ary.ndim < 2:
+        return None
+    axes = (node.axis,) if isinstance(node.axis, (int, np.integer)) else node.axis
+    if axes is None:
+        return None
+    lead = sorted(int(a) % ary.ndim for a in axes)
+    if lead != list(range(len(lead))) or len(lead) == ary.ndim or ary.size == 0:
+        return None
+    cols = int(np.prod(ary.shape[len(lead):]))
+    out = np.empty((1,) * len(lead) + ary.shape[len(lead):], dtype=dtype)
+    status = module.lib.optree_column_sum(module.ffi.from_buffer("real[]", ary),
+                                          module.ffi.from_buffer("real[]", out),
+                                          ary.size // cols, cols)
+    return out if status == 0 else None
 
 
 def _program(keys, nleaf, nconst, opcodes):
@@ -186,7 +209,9 @@ class OpTreeMachine:
         if module is None:
             return False
         for slot, node in reductions:
-            leaves[slot] = np.asarray(_eval(node, dtype))
+            leaves[slot] = _column_sum(module, node, dtype)
+            if leaves[slot] is None:
+                leaves[slot] = np.asarray(_eval(node, dtype))
             if leaves[slot].dtype != dtype:
                 return False
         try:

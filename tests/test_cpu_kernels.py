@@ -365,6 +365,33 @@ def test_optree_cases_left_to_numpy(tbe):
     close(v.get()[1:], expected, tbe.dtype.type)
 
 
+@pytest.mark.parametrize("shape,axis,fast", [
+    ((300, 33), 0, True),                 # a bias gradient over rows, several threads
+    ((3, 5, 4, 7), (0, 1, 2), True),      # NHWC over N, H, W
+    ((2, 1, 9), (1, 0), True),            # axes in any order, a unit axis
+    ((6, 4, 10), 1, False),               # an inner axis: numpy
+    ((6, 4), None, False),                # every axis: numpy
+])
+def test_optree_leading_axis_sums_use_the_column_sum(tbe, monkeypatch, shape, axis, fast):
+    from neonlite.backends import cpu_optree
+    rng = np.random.default_rng(13)
+    x = _tensor(tbe, rng, shape)
+    noncontig = tbe.array(rng.standard_normal(shape[:-1] + (2 * shape[-1],)))[..., ::2]
+    kept = tuple(1 if axis is None or i in np.atleast_1d(axis) % len(shape) else s
+                 for i, s in enumerate(shape))
+    used = []
+    column_sum = cpu_optree._column_sum
+    monkeypatch.setattr(cpu_optree, "_column_sum",
+                        lambda *a: used.append(column_sum(*a)) or used[-1])
+    for t in (x, noncontig):
+        b = _tensor(tbe, rng, kept)
+        tree = b * 0.5 + tbe.sum(t, axis=axis)
+        out = np.empty(kept, tbe.dtype)
+        assert OpTreeMachine(tbe.kernels).run(out, tree)
+        close(out, evaluate(np.empty(kept, tbe.dtype), tree), tbe.dtype.type)
+    assert [u is not None for u in used] == [fast, False]
+
+
 class SmallCNN:
     """conv 3x3 (padding, C=3) + batch norm + ReLU, max pool, conv 3x3 + bias + ReLU, affine +
     softmax with cross-entropy, SGD with momentum: a training step by hand on backend ``be``

@@ -166,3 +166,46 @@ int optree_run(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
     return optree_run_multi(code, ninstr, leaf_addr, leaf_strides, nleaf, consts, nconst,
                             &out_reg, &out_addr, out_strides, 1, rows, cols);
 }
+
+/* Rows summed in `real` before their sums are added into the double totals. */
+#define COLUMN_RUN 32
+
+int optree_column_sum(const real *a, real *out, int64_t M, int64_t C)
+{
+    const int64_t nb = nl_blocks(M);
+    double *part = calloc((size_t)(nb * C), sizeof(double));
+    real *run = malloc((size_t)(nb * C) * sizeof(real));
+    if (part == NULL || run == NULL) {
+        free(part);
+        free(run);
+        return -1;
+    }
+#pragma omp parallel for schedule(dynamic, 1) if (M * C >= NL_PARALLEL_MIN)
+    for (int64_t blk = 0; blk < nb; blk++) {
+        double *s = part + blk * C;
+        real *r = run + blk * C;
+        int64_t lo, hi;
+        nl_split(M, blk, nb, &lo, &hi);
+        for (int64_t m0 = lo; m0 < hi; m0 += COLUMN_RUN) {
+            const int64_t m1 = m0 + COLUMN_RUN < hi ? m0 + COLUMN_RUN : hi;
+            memcpy(r, a + m0 * C, (size_t)C * sizeof(real));
+            for (int64_t m = m0 + 1; m < m1; m++) {
+                const real *row = a + m * C;
+                for (int64_t c = 0; c < C; c++)
+                    r[c] += row[c];
+            }
+            for (int64_t c = 0; c < C; c++)
+                s[c] += (double)r[c];
+        }
+    }
+    for (int64_t c = 0; c < C; c++) {
+        double total = 0;
+        for (int64_t blk = 0; blk < nb; blk++)
+            total += part[blk * C + c];
+        out[c] = (real)total;
+    }
+    free(run);
+    free(part);
+    return 0;
+}
+

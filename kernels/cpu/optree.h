@@ -53,3 +53,9 @@ int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_ad
                      const int64_t *leaf_strides, int64_t nleaf, const double *consts,
                      int64_t nconst, const int32_t *out_reg, const int64_t *out_addr,
                      const int64_t *out_strides, int64_t nout, int64_t rows, int64_t cols);
+
+/* out (C,) = the column sums of a (M, C), rows summed in fixed blocks (nl_blocks) in double,
+ * so the result does not depend on the threads.  Returns 0, or -1 when out of memory.  The
+ * host runs a tree's `sum` over leading axes of a contiguous tensor with it. */
+int optree_column_sum(const real *a, real *out, int64_t M, int64_t C);
+
