@@ -80,13 +80,12 @@ static void tile_##BS(const real *restrict panels, const real *restrict w,      
         const int32_t en = e + 1 < hi ? e + 1 : e;                                             \
         const real *xn = panels + (int64_t)other[en] * MC * BS;                                \
         const real *wn = w + (int64_t)kidx[en] * BS * BS;                                      \
+        /* the next entry's rows now, its weights one row per step */                          \
+        for (int l = 0; l < MR * BS; l += LINE_ELEMS)                                          \
+            __builtin_prefetch(xn + l, 0, 3);                                                  \
         for (int q = 0; q < BS; q++) {                                                         \
-            /* the next entry's rows and weights, one row of each per step */                  \
-            for (int l = 0; l < (BS * (int)sizeof(real) + 63) / 64; l++) {                     \
-                __builtin_prefetch(wn + q * BS + l * LINE_ELEMS, 0, 3);                        \
-                if (q < MR)                                                                    \
-                    __builtin_prefetch(xn + q * BS + l * LINE_ELEMS, 0, 3);                    \
-            }                                                                                  \
+            for (int l = 0; l < BS; l += LINE_ELEMS)                                           \
+                __builtin_prefetch(wn + q * BS + l, 0, 3);                                     \
             vec##BS wv[NV##BS];                                                                \
             NL_PRAGMA(GCC unroll 8)                                                            \
             for (int v = 0; v < NV##BS; v++)                                                   \

@@ -135,48 +135,62 @@ __device__ void nl_bs_tile(nl_bs_smem* sm, int K, LA A, LB B, OUT out) {
     }
 }
 
-// Dispatch on the block size bs (8, 16, 32, 64): F is called with the compile-time (TM, TN).
+// Dispatch on the block size bs (8, 16, 32, 64): CALL(BS) runs the body compiled for it, so
+// the k / bs and k % bs of the loaders are shifts and masks.
 #define NL_BS_SWITCH(bs, CALL)                                                               \
     switch (bs) {                                                                            \
-    case 8: CALL(16, 8); break;                                                              \
-    case 16: CALL(16, 16); break;                                                            \
-    case 32: CALL(32, 32); break;                                                            \
-    default: CALL(64, 64); break;                                                            \
+    case 8: CALL(8); break;                                                                  \
+    case 16: CALL(16); break;                                                                \
+    case 32: CALL(32); break;                                                                \
+    default: CALL(64); break;                                                                \
     }
+
+// The tile height for a block of BS rows: mma tiles are 16 rows high.
+template <int BS> struct nl_bs_rows { static constexpr int value = BS < 16 ? 16 : BS; };
 
 // ---- products with a block-sparse weight ---------------------------------------------------------
 // y (M, nb_out*bs) = x (M, nb_in*bs) @ W + beta * y, walking output block column c = blockIdx.y:
 // entries e = ptr[c] .. ptr[c+1]-1 name block kidx[e] of w (nnz, bs, bs) at input block
 // other[e]; transw uses each block transposed (bprop: the row walk with W^T).  A tile is 64 rows.
+template <int KIND, int BS>
+__device__ void nl_bs_product_body(nl_bs_smem* sm, const typename nl_elem<KIND>::T* x,
+                                   const typename nl_elem<KIND>::T* w,
+                                   typename nl_elem<KIND>::T* y, int M, int nb_in, int nb_out,
+                                   const int* ptr, const int* kidx, const int* other,
+                                   int transw, float beta) {
+    typedef nl_elem<KIND> E;
+    const int c = blockIdx.y, m0 = blockIdx.x * 64;
+    const int lo = ptr[c], K = (ptr[c + 1] - lo) * BS;
+    const long long ldx = (long long)nb_in * BS, ldy = (long long)nb_out * BS;
+    auto A = [&](int i, int k) {
+        return m0 + i < M ? x[(long long)(m0 + i) * ldx + (long long)other[lo + k / BS] * BS +
+                              k % BS]
+                          : (typename E::T)0;
+    };
+    auto B = [&](int k, int n) {
+        const long long blk = (long long)kidx[lo + k / BS] * BS * BS;
+        const int kk = k % BS;
+        return n < BS ? w[blk + (transw ? n * BS + kk : kk * BS + n)] : (typename E::T)0;
+    };
+    auto out = [&](int i, int n, float v) {
+        if (m0 + i >= M || n >= BS) return;
+        const long long at = (long long)(m0 + i) * ldy + (long long)c * BS + n;
+        E::store(y, at, beta != 0.0f ? v + beta * E::load(y, at) : v);
+    };
+    nl_bs_tile<KIND, 64, BS>(sm, K, A, B, out);
+}
+
 template <int KIND>
 __device__ void nl_bs_product_impl(const typename nl_elem<KIND>::T* x,
                                    const typename nl_elem<KIND>::T* w,
                                    typename nl_elem<KIND>::T* y, int M, int nb_in, int nb_out,
                                    int bs, const int* ptr, const int* kidx, const int* other,
                                    int transw, float beta) {
-    typedef nl_elem<KIND> E;
     __shared__ nl_bs_smem sm;
-    const int c = blockIdx.y, m0 = blockIdx.x * 64;
-    const int lo = ptr[c], K = (ptr[c + 1] - lo) * bs;
-    const long long ldx = (long long)nb_in * bs, ldy = (long long)nb_out * bs;
-    auto A = [&](int i, int k) {
-        const int e = lo + k / bs;
-        return m0 + i < M ? x[(long long)(m0 + i) * ldx + (long long)other[e] * bs + k % bs]
-                          : (typename E::T)0;
-    };
-    auto B = [&](int k, int n) {
-        const long long blk = (long long)kidx[lo + k / bs] * bs * bs;
-        const int kk = k % bs;
-        return n < bs ? w[blk + (transw ? n * bs + kk : kk * bs + n)] : (typename E::T)0;
-    };
-    auto out = [&](int i, int n, float v) {
-        if (m0 + i >= M || n >= bs) return;
-        const long long at = (long long)(m0 + i) * ldy + (long long)c * bs + n;
-        E::store(y, at, beta != 0.0f ? v + beta * E::load(y, at) : v);
-    };
-#define NL_BS_PRODUCT_CALL(TM, TN) nl_bs_tile<KIND, 64, TN>(&sm, K, A, B, out)
-    NL_BS_SWITCH(bs, NL_BS_PRODUCT_CALL)
-#undef NL_BS_PRODUCT_CALL
+#define NL_BS_CALL(BS) nl_bs_product_body<KIND, BS>(&sm, x, w, y, M, nb_in, nb_out, ptr, kidx, \
+                                                    other, transw, beta)
+    NL_BS_SWITCH(bs, NL_BS_CALL)
+#undef NL_BS_CALL
 }
 
 #define BS_PRODUCT_PARAMS(T) const T* x, const T* w, T* y, int M, int nb_in, int nb_out, int bs, \
@@ -186,29 +200,37 @@ NL_THREE_TYPES(nl_bs_product, BS_PRODUCT_PARAMS, (x, w, y, M, nb_in, nb_out, bs,
 
 // dw[k] (bs, bs) = x[:, row[k]]^T @ e[:, col[k]] + beta * dw[k] for block k = blockIdx.x,
 // summing over the M rows (K = M).
+template <int KIND, int BS>
+__device__ void nl_bs_update_body(nl_bs_smem* sm, const typename nl_elem<KIND>::T* x,
+                                  const typename nl_elem<KIND>::T* e,
+                                  typename nl_elem<KIND>::T* dw, int M, int nin, int nout,
+                                  const int* row, const int* col, float beta) {
+    typedef nl_elem<KIND> E;
+    const int k = blockIdx.x;
+    const long long r0 = (long long)row[k] * BS, c0 = (long long)col[k] * BS;
+    auto A = [&](int i, int m) {
+        return i < BS ? x[(long long)m * nin + r0 + i] : (typename E::T)0;
+    };
+    auto B = [&](int m, int n) {
+        return n < BS ? e[(long long)m * nout + c0 + n] : (typename E::T)0;
+    };
+    auto out = [&](int i, int n, float v) {
+        if (i >= BS || n >= BS) return;
+        const long long at = (long long)k * BS * BS + i * BS + n;
+        E::store(dw, at, beta != 0.0f ? v + beta * E::load(dw, at) : v);
+    };
+    nl_bs_tile<KIND, nl_bs_rows<BS>::value, BS>(sm, M, A, B, out);
+}
+
 template <int KIND>
 __device__ void nl_bs_update_impl(const typename nl_elem<KIND>::T* x,
                                   const typename nl_elem<KIND>::T* e,
                                   typename nl_elem<KIND>::T* dw, int M, int nin, int nout,
                                   int bs, const int* row, const int* col, float beta) {
-    typedef nl_elem<KIND> E;
     __shared__ nl_bs_smem sm;
-    const int k = blockIdx.x;
-    const long long r0 = (long long)row[k] * bs, c0 = (long long)col[k] * bs;
-    auto A = [&](int i, int m) {
-        return i < bs ? x[(long long)m * nin + r0 + i] : (typename E::T)0;
-    };
-    auto B = [&](int m, int n) {
-        return n < bs ? e[(long long)m * nout + c0 + n] : (typename E::T)0;
-    };
-    auto out = [&](int i, int n, float v) {
-        if (i >= bs || n >= bs) return;
-        const long long at = (long long)k * bs * bs + i * bs + n;
-        E::store(dw, at, beta != 0.0f ? v + beta * E::load(dw, at) : v);
-    };
-#define NL_BS_UPDATE_CALL(TM, TN) nl_bs_tile<KIND, TM, TN>(&sm, M, A, B, out)
-    NL_BS_SWITCH(bs, NL_BS_UPDATE_CALL)
-#undef NL_BS_UPDATE_CALL
+#define NL_BS_CALL(BS) nl_bs_update_body<KIND, BS>(&sm, x, e, dw, M, nin, nout, row, col, beta)
+    NL_BS_SWITCH(bs, NL_BS_CALL)
+#undef NL_BS_CALL
 }
 
 #define BS_UPDATE_PARAMS(T) const T* x, const T* e, T* dw, int M, int nin, int nout, int bs, \
@@ -218,25 +240,34 @@ NL_THREE_TYPES(nl_bs_update, BS_UPDATE_PARAMS, (x, e, dw, M, nin, nout, bs, row,
 // ---- block-sparse attention ------------------------------------------------------------------
 // s[n, k] (bs, bs) = alpha * a[n, h, i] @ b[n, h, j]^T for block k = blockIdx.x at (head[k],
 // row[k], col[k]) and n = blockIdx.y; a (N, H, Tq, d), b (N, H, Tk, d).
+template <int KIND, int BS>
+__device__ void nl_bs_sdd_body(nl_bs_smem* sm, const typename nl_elem<KIND>::T* a,
+                               const typename nl_elem<KIND>::T* b, typename nl_elem<KIND>::T* s,
+                               int H, int Tq, int Tk, int d, int nnz, const int* head,
+                               const int* row, const int* col, float alpha) {
+    typedef nl_elem<KIND> E;
+    const int k = blockIdx.x, n = blockIdx.y, h = head[k];
+    const typename E::T* ab = a + (((long long)n * H + h) * Tq + (long long)row[k] * BS) * d;
+    const typename E::T* bb = b + (((long long)n * H + h) * Tk + (long long)col[k] * BS) * d;
+    typename E::T* sb = s + ((long long)n * nnz + k) * BS * BS;
+    auto A = [&](int i, int q) { return i < BS ? ab[(long long)i * d + q] : (typename E::T)0; };
+    auto B = [&](int q, int j) { return j < BS ? bb[(long long)j * d + q] : (typename E::T)0; };
+    auto out = [&](int i, int j, float v) {
+        if (i < BS && j < BS) E::store(sb, i * BS + j, alpha * v);
+    };
+    nl_bs_tile<KIND, nl_bs_rows<BS>::value, BS>(sm, d, A, B, out);
+}
+
 template <int KIND>
 __device__ void nl_bs_sdd_impl(const typename nl_elem<KIND>::T* a,
                                const typename nl_elem<KIND>::T* b, typename nl_elem<KIND>::T* s,
                                int H, int Tq, int Tk, int d, int bs, int nnz, const int* head,
                                const int* row, const int* col, float alpha) {
-    typedef nl_elem<KIND> E;
     __shared__ nl_bs_smem sm;
-    const int k = blockIdx.x, n = blockIdx.y, h = head[k];
-    const typename E::T* ab = a + (((long long)n * H + h) * Tq + (long long)row[k] * bs) * d;
-    const typename E::T* bb = b + (((long long)n * H + h) * Tk + (long long)col[k] * bs) * d;
-    typename E::T* sb = s + ((long long)n * nnz + k) * bs * bs;
-    auto A = [&](int i, int q) { return i < bs ? ab[(long long)i * d + q] : (typename E::T)0; };
-    auto B = [&](int q, int j) { return j < bs ? bb[(long long)j * d + q] : (typename E::T)0; };
-    auto out = [&](int i, int j, float v) {
-        if (i < bs && j < bs) E::store(sb, i * bs + j, alpha * v);
-    };
-#define NL_BS_SDD_CALL(TM, TN) nl_bs_tile<KIND, TM, TN>(&sm, d, A, B, out)
-    NL_BS_SWITCH(bs, NL_BS_SDD_CALL)
-#undef NL_BS_SDD_CALL
+#define NL_BS_CALL(BS) nl_bs_sdd_body<KIND, BS>(&sm, a, b, s, H, Tq, Tk, d, nnz, head, row, col, \
+                                                alpha)
+    NL_BS_SWITCH(bs, NL_BS_CALL)
+#undef NL_BS_CALL
 }
 
 #define BS_SDD_PARAMS(T) const T* a, const T* b, T* s, int H, int Tq, int Tk, int d, int bs, \
@@ -247,36 +278,45 @@ NL_THREE_TYPES(nl_bs_sdd, BS_SDD_PARAMS, (a, b, s, H, Tq, Tk, d, bs, nnz, head, 
 // blockIdx.x = h * (Tout / bs) + i, n = blockIdx.y, columns 64 * blockIdx.z .. + 63 of d;
 // entries ptr[ob] .. ptr[ob+1]-1 name block kidx[e] of p (N, nnz, bs, bs) and block other[e]
 // of b (N, H, Tin, d).
+template <int KIND, int BS>
+__device__ void nl_bs_dsd_body(nl_bs_smem* sm, const typename nl_elem<KIND>::T* p,
+                               const typename nl_elem<KIND>::T* b, typename nl_elem<KIND>::T* o,
+                               int H, int Tin, int Tout, int d, int nnz, const int* ptr,
+                               const int* kidx, const int* other, int transposed, float beta) {
+    typedef nl_elem<KIND> E;
+    const int ob = blockIdx.x, n = blockIdx.y, d0 = blockIdx.z * 64;
+    const int h = ob / (Tout / BS), i0 = (ob % (Tout / BS)) * BS;
+    const int lo = ptr[ob], K = (ptr[ob + 1] - lo) * BS;
+    const typename E::T* pb = p + (long long)n * nnz * BS * BS;
+    const typename E::T* bb = b + ((long long)n * H + h) * Tin * d;
+    typename E::T* obase = o + (((long long)n * H + h) * Tout + i0) * d;
+    auto A = [&](int i, int k) {
+        const long long blk = (long long)kidx[lo + k / BS] * BS * BS;
+        const int kk = k % BS;
+        return i < BS ? pb[blk + (transposed ? kk * BS + i : i * BS + kk)] : (typename E::T)0;
+    };
+    auto B = [&](int k, int j) {
+        const long long r = (long long)other[lo + k / BS] * BS + k % BS;
+        return d0 + j < d ? bb[r * d + d0 + j] : (typename E::T)0;
+    };
+    auto out = [&](int i, int j, float v) {
+        if (i >= BS || d0 + j >= d) return;
+        const long long at = (long long)i * d + d0 + j;
+        E::store(obase, at, beta != 0.0f ? v + beta * E::load(obase, at) : v);
+    };
+    nl_bs_tile<KIND, nl_bs_rows<BS>::value, 64>(sm, K, A, B, out);
+}
+
 template <int KIND>
 __device__ void nl_bs_dsd_impl(const typename nl_elem<KIND>::T* p,
                                const typename nl_elem<KIND>::T* b, typename nl_elem<KIND>::T* o,
                                int H, int Tin, int Tout, int d, int bs, int nnz, const int* ptr,
                                const int* kidx, const int* other, int transposed, float beta) {
-    typedef nl_elem<KIND> E;
     __shared__ nl_bs_smem sm;
-    const int ob = blockIdx.x, n = blockIdx.y, d0 = blockIdx.z * 64;
-    const int h = ob / (Tout / bs), i0 = (ob % (Tout / bs)) * bs;
-    const int lo = ptr[ob], K = (ptr[ob + 1] - lo) * bs;
-    const typename E::T* pb = p + (long long)n * nnz * bs * bs;
-    const typename E::T* bb = b + ((long long)n * H + h) * Tin * d;
-    typename E::T* obase = o + (((long long)n * H + h) * Tout + i0) * d;
-    auto A = [&](int i, int k) {
-        const long long blk = (long long)kidx[lo + k / bs] * bs * bs;
-        const int kk = k % bs;
-        return i < bs ? pb[blk + (transposed ? kk * bs + i : i * bs + kk)] : (typename E::T)0;
-    };
-    auto B = [&](int k, int j) {
-        const long long r = (long long)other[lo + k / bs] * bs + k % bs;
-        return d0 + j < d ? bb[r * d + d0 + j] : (typename E::T)0;
-    };
-    auto out = [&](int i, int j, float v) {
-        if (i >= bs || d0 + j >= d) return;
-        const long long at = (long long)i * d + d0 + j;
-        E::store(obase, at, beta != 0.0f ? v + beta * E::load(obase, at) : v);
-    };
-#define NL_BS_DSD_CALL(TM, TN) nl_bs_tile<KIND, TM, 64>(&sm, K, A, B, out)
-    NL_BS_SWITCH(bs, NL_BS_DSD_CALL)
-#undef NL_BS_DSD_CALL
+#define NL_BS_CALL(BS) nl_bs_dsd_body<KIND, BS>(&sm, p, b, o, H, Tin, Tout, d, nnz, ptr, kidx, \
+                                                other, transposed, beta)
+    NL_BS_SWITCH(bs, NL_BS_CALL)
+#undef NL_BS_CALL
 }
 
 #define BS_DSD_PARAMS(T) const T* p, const T* b, T* o, int H, int Tin, int Tout, int d, int bs, \
