@@ -10,7 +10,10 @@ is needed.  Where they cannot be built (no C compiler, or ``NEONLITE_CPU_KERNELS
 backend runs on numpy alone and says so once per process, in one line, on the ``neonlite``
 logger.
 
-Convolution, where CBLAS comes from MKL, runs the tiled C passes of ``kernels/cpu/conv.c``:
+Convolution runs the direct kernels of ``kernels/cpu/conv_direct.c`` (no patches; see
+``_direct`` for the shapes they take: on LeNet's and the 3x3 benchmark's they beat patches +
+GEMM 1.5-3x).  Other shapes, where CBLAS comes from MKL, run the tiled C passes of
+``kernels/cpu/conv.c``:
 each OpenMP thread gathers a few patch rows (about ``_TILE_BYTES``) into its own buffer and
 multiplies them there with a single-threaded MKL GEMM, so the (N*P*Q, R*S*C) patch matrix,
 R*S times the size of the input, is never written to memory and no thread waits on another
@@ -208,7 +211,9 @@ class CPUKernels:
         if (c_out % width or plan.R * plan.S * c_in * min(c_out, 4 * width) * dtype.itemsize
                 > _DIRECT_BLOCK_BYTES):
             return None
-        cache = plan.__dict__.setdefault("_ckernel_direct", {})
+        cache = getattr(plan, "_ckernel_direct", None)
+        if cache is None:
+            cache = plan._ckernel_direct = {}
         found = cache.get(transposed)
         if found is not None and found[0] is module:
             return found
