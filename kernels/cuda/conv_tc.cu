@@ -99,26 +99,140 @@ struct nl_tc_regs {
     uint4 a[BM / 32], b[BN / 32];
 };
 
+// x / s when s divides x (s = 1, the common stride, without a division).
+__device__ __forceinline__ bool nl_div_exact(int x, int s, int* q) {
+    if (s == 1) { *q = x; return true; }
+    *q = x / s;
+    return *q * s == x;
+}
+
+// The 8-wide gather of one thread: the parts of its groups' addresses that depend only on the
+// output row m are computed once, the parts that depend on kd are stepped from one K step to
+// the next without divisions (the tile slots of nl_tc_a_slot / nl_tc_b_slot put all of a
+// thread's A groups on one kd in passes 0 and 1, and on one m in pass 2).
+//   pass 0: row[i] = (n, p*str_h - pad_h, q*str_w - pad_w); k = (c, s, r) of kd
+//   pass 1: row[i] = (n, h + pad_h, w + pad_w);              k = (k, s, r) of kd
+//   pass 2: row[0] = (c, r*dil_h - pad_h, s*dil_w - pad_w);  step[i] = (q, p, n, kd) per group
 template <int PASS, int BM, int BN>
-__device__ __forceinline__ void nl_conv_tc_load8(nl_tc_regs<BM, BN>& r, const nl_u16* a_src,
-                                                 const nl_u16* b_src, const nl_conv_shape& d,
-                                                 int M, int Ng, int m0, int j0, int k0,
+struct nl_tc_gather {
+    static constexpr int NA = BM / 32, NB = BN / 32;
+    int row[PASS == 2 ? 1 : NA][3];
+    int step[PASS == 2 ? NA : 1][4];
+    int kd;
+
+    __device__ __forceinline__ void init(const nl_conv_shape& d, int M, int m0, int k_begin) {
+        #pragma unroll
+        for (int i = 0; i < (PASS == 2 ? 1 : NA); ++i) {
+            int mm, kk;
+            nl_tc_a_slot<PASS, BM, 8>(threadIdx.x + i * NL_TC_THREADS, &mm, &kk);
+            int m = m0 + mm;
+            if (m >= M) { row[i][0] = -1; continue; }
+            if (PASS == 0) {
+                int q = m % d.Q, t = m / d.Q;
+                row[i][0] = t / d.P;
+                row[i][1] = t % d.P * d.str_h - d.pad_h;
+                row[i][2] = q * d.str_w - d.pad_w;
+            } else if (PASS == 1) {
+                int w = m % d.W, t = m / d.W;
+                row[i][0] = t / d.H;
+                row[i][1] = t % d.H + d.pad_h;
+                row[i][2] = w + d.pad_w;
+            } else {
+                int t = m / d.C;
+                row[i][0] = m % d.C;
+                row[i][1] = t / d.S * d.dil_h - d.pad_h;
+                row[i][2] = t % d.S * d.dil_w - d.pad_w;
+            }
+        }
+        #pragma unroll
+        for (int i = 0; i < (PASS == 2 ? NA : 1); ++i) {
+            int mm, kk;
+            nl_tc_a_slot<PASS, BM, 8>(threadIdx.x + i * NL_TC_THREADS, &mm, &kk);
+            int k = k_begin + kk;
+            if (PASS == 2) {
+                int t = k / d.Q;
+                step[i][0] = k % d.Q;
+                step[i][1] = t % d.P;
+                step[i][2] = t / d.P;
+                step[i][3] = k;
+            } else {
+                int inner = PASS == 0 ? d.C : d.K, t = k / inner;
+                step[i][0] = k % inner;
+                step[i][1] = t % d.S;
+                step[i][2] = t / d.S;
+                kd = k;
+            }
+        }
+    }
+
+    // Move every kd on by one K step (NL_TC_BK).
+    __device__ __forceinline__ void advance(const nl_conv_shape& d) {
+        #pragma unroll
+        for (int i = 0; i < (PASS == 2 ? NA : 1); ++i) {
+            int* st = step[i];
+            const int inner = PASS == 2 ? d.Q : (PASS == 0 ? d.C : d.K);
+            const int middle = PASS == 2 ? d.P : d.S;
+            st[0] += NL_TC_BK;
+            while (st[0] >= inner) {
+                st[0] -= inner;
+                if (++st[1] == middle) { st[1] = 0; ++st[2]; }
+            }
+            if (PASS == 2) st[3] += NL_TC_BK;
+        }
+        if (PASS != 2) kd += NL_TC_BK;
+    }
+
+    // Offset of A group i at the current K step, -1 where it is 0.
+    __device__ __forceinline__ long long a_at(const nl_conv_shape& d, int i, int k_end) const {
+        if (PASS == 2) {
+            const int* st = step[i];
+            if (row[0][0] < 0 || st[3] >= k_end) return -1;
+            int h = st[1] * d.str_h + row[0][1], w = st[0] * d.str_w + row[0][2];
+            if (h < 0 || h >= d.H || w < 0 || w >= d.W) return -1;
+            return (((long long)st[2] * d.H + h) * d.W + w) * d.C + row[0][0];
+        }
+        if (row[i][0] < 0 || kd >= k_end) return -1;
+        const int c = step[0][0], s = step[0][1], r = step[0][2];
+        if (PASS == 0) {
+            int h = row[i][1] + r * d.dil_h, w = row[i][2] + s * d.dil_w;
+            if (h < 0 || h >= d.H || w < 0 || w >= d.W) return -1;
+            return (((long long)row[i][0] * d.H + h) * d.W + w) * d.C + c;
+        }
+        int p, q;
+        int ph = row[i][1] - r * d.dil_h, qw = row[i][2] - s * d.dil_w;
+        if (ph < 0 || qw < 0 || !nl_div_exact(ph, d.str_h, &p) ||
+            !nl_div_exact(qw, d.str_w, &q) || p >= d.P || q >= d.Q) return -1;
+        return (((long long)row[i][0] * d.P + p) * d.Q + q) * d.K + c;
+    }
+
+    // Offset of B group i at K step k0 (column j = j0 + its slot), -1 outside.
+    __device__ __forceinline__ long long b_at(const nl_conv_shape& d, int i, int Ng, int j0,
+                                              int k0, int k_end) const {
+        int jj, kb;
+        nl_tc_b_slot<PASS, BN, 8>(threadIdx.x + i * NL_TC_THREADS, &jj, &kb);
+        int j = j0 + jj, k = k0 + kb;
+        if (j >= Ng || k >= k_end) return -1;
+        if (PASS == 1)
+            return ((long long)(step[0][2] * d.S + step[0][1]) * d.C + j) * d.K + step[0][0];
+        return (long long)k * d.K + j;
+    }
+};
+
+template <int PASS, int BM, int BN>
+__device__ __forceinline__ void nl_conv_tc_load8(nl_tc_regs<BM, BN>& r,
+                                                 const nl_tc_gather<PASS, BM, BN>& gather,
+                                                 const nl_u16* a_src, const nl_u16* b_src,
+                                                 const nl_conv_shape& d, int Ng, int j0, int k0,
                                                  int k_end) {
     #pragma unroll
     for (int i = 0; i < BM / 32; ++i) {
-        int mm, kk;
-        nl_tc_a_slot<PASS, BM, 8>(threadIdx.x + i * NL_TC_THREADS, &mm, &kk);
-        int m = m0 + mm, kd = k0 + kk;
-        long long at = (m < M && kd < k_end) ? nl_conv_a_at<PASS>(d, m, kd) : -1;
+        long long at = gather.a_at(d, i, k_end);
         r.a[i] = at >= 0 ? *(const uint4*)(a_src + at) : make_uint4(0u, 0u, 0u, 0u);
     }
     #pragma unroll
     for (int i = 0; i < BN / 32; ++i) {
-        int jj, kk;
-        nl_tc_b_slot<PASS, BN, 8>(threadIdx.x + i * NL_TC_THREADS, &jj, &kk);
-        int j = j0 + jj, kd = k0 + kk;
-        r.b[i] = (j < Ng && kd < k_end) ? *(const uint4*)(b_src + nl_conv_b_at<PASS>(d, kd, j))
-                                        : make_uint4(0u, 0u, 0u, 0u);
+        long long at = gather.b_at(d, i, Ng, j0, k0, k_end);
+        r.b[i] = at >= 0 ? *(const uint4*)(b_src + at) : make_uint4(0u, 0u, 0u, 0u);
     }
 }
 
@@ -204,14 +318,18 @@ __device__ void nl_conv_tc(nl_u16* out, const nl_u16* a_src, const nl_u16* b_src
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
     if constexpr (VEC) {
         nl_tc_regs<BM, BN> regs;
+        nl_tc_gather<PASS, BM, BN> gather;
+        gather.init(d, M, m0, k_begin);
         if (k_begin < k_end)
-            nl_conv_tc_load8<PASS, BM, BN>(regs, a_src, b_src, d, M, Ng, m0, j0, k_begin, k_end);
+            nl_conv_tc_load8<PASS, BM, BN>(regs, gather, a_src, b_src, d, Ng, j0, k_begin, k_end);
         for (int k0 = k_begin; k0 < k_end; k0 += NL_TC_BK) {
             nl_conv_tc_store8<PASS, BM, BN>(regs, As, Bs);
             __syncthreads();
-            if (k0 + NL_TC_BK < k_end)
-                nl_conv_tc_load8<PASS, BM, BN>(regs, a_src, b_src, d, M, Ng, m0, j0,
+            if (k0 + NL_TC_BK < k_end) {
+                gather.advance(d);
+                nl_conv_tc_load8<PASS, BM, BN>(regs, gather, a_src, b_src, d, Ng, j0,
                                                k0 + NL_TC_BK, k_end);
+            }
             nl_conv_tc_mma<KIND, MT, NT>(acc, As, Bs, wm, wn, g, t);
             __syncthreads();
         }
