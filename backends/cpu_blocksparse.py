@@ -54,7 +54,8 @@ class CPUBlockSparseMixin:
             return y
         tb, lib = self._bs_tables(plan, module), module.lib
         M, nin = x.shape
-        pack = self._bs_scratch(plan, "pack_in", lib.bs_chunk_rows() * nin, x.dtype)
+        pack = self._bs_scratch(plan, "task_in", lib.bs_threads() * lib.bs_task_rows() * nin,
+                                x.dtype)
         lib.bs_linear_fprop(self._real(module, x), self._real(module, w), self._real(module, y),
                             M, nin, y.shape[1], plan.bs, tb["col_ptr"], tb["col_k"],
                             tb["col_other"], self._real(module, pack))
@@ -69,7 +70,8 @@ class CPUBlockSparseMixin:
             return dx
         tb, lib = self._bs_tables(plan, module), module.lib
         M, nout = e.shape
-        pack = self._bs_scratch(plan, "pack_out", lib.bs_chunk_rows() * nout, e.dtype)
+        pack = self._bs_scratch(plan, "task_out",
+                                lib.bs_threads() * lib.bs_task_rows() * nout, e.dtype)
         wt = self._bs_scratch(plan, "wt", w.size, w.dtype)
         lib.bs_linear_bprop(self._real(module, e), self._real(module, w), self._real(module, dx),
                             M, dx.shape[1], nout, plan.bs, plan.nnz, tb["row_ptr"], tb["row_k"],

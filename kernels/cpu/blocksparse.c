@@ -1,27 +1,35 @@
 /* Block-sparse kernels (see blocksparse.h): products with a block-sparse weight, and the ops of
  * block-sparse attention.
  *
- * Weight products work on MC rows of the dense operand at a time.  Those rows are first packed
- * block-major (panel b holds the MC x bs slice of block column b, rows bs apart), so the
- * micro-kernels read short contiguous rows instead of rows a power-of-two stride apart (which
- * would all land in the same few cache sets).  Then OpenMP threads take output blocks
- * dynamically; each output tile of MR x bs stays in vector registers (GCC vector extensions:
- * 64-byte vectors, AVX-512 with -march=native) while it accumulates over every stored block of
- * its column, one broadcast of the input times one row of the weight block per step.  Threads
- * write disjoint outputs, so results do not depend on the number of threads.
+ * Weight products pack rows of the dense operand block-major (panel b holds a slice of rows of
+ * block column b, rows bs apart), so the micro-kernels read short contiguous rows instead of
+ * rows a power-of-two stride apart (which would all land in the same few cache sets).  fprop
+ * and bprop give each OpenMP thread MT rows at a time, packed into the thread's own buffer and
+ * multiplied into every output block column: no barrier but the last, so a thread the OS
+ * descheduled holds back MT rows, not the team.  The weight gradient packs MC rows of both
+ * operands for the whole team, then threads take stored blocks dynamically.  Each output tile
+ * of MR x bs stays in vector registers (GCC vector extensions: 64-byte vectors, AVX-512 with
+ * -march=native) while it accumulates over every stored block of its column, one broadcast of
+ * the input times one row of the weight block per step.  Threads write disjoint outputs, so
+ * results do not depend on the number of threads.
  */
 #include "common.h"
 #include "blocksparse.h"
 
+#include <omp.h>
+
 #define MC 256
+#define MT 48
 int bs_chunk_rows(void) { return MC; }
+int bs_task_rows(void) { return MT; }
+int bs_threads(void) { return omp_get_max_threads(); }
 
 #define NL_PRAGMA(x) _Pragma(#x)
 #define VB(BS) ((int)((BS) * sizeof(real) < 64 ? (BS) * sizeof(real) : 64))
 #define LINE_ELEMS (64 / (int)sizeof(real))
 
 /* Pack rows m0 .. m0+mc-1 of src (ld columns) into panels: dst[b][m][q] = src[m0+m][b*bs+q] for
- * the nb block columns, MC rows per panel; rows mc .. MC-1 are zeros. */
+ * the nb block columns, ph rows per panel; rows mc .. ph-1 are zeros. */
 #define DEFINE_PACK(BS)                                                                        \
 static void pack_##BS(const real *restrict src, int64_t ld, int64_t mc, real *restrict panel)  \
 {                                                                                              \
@@ -33,22 +41,19 @@ DEFINE_PACK(16)
 DEFINE_PACK(32)
 DEFINE_PACK(64)
 
-static void pack_rows(const real *src, int64_t ld, int64_t m0, int64_t mc, int64_t nb,
-                      int64_t bs, real *dst)
+static void pack_panel(const real *src, int64_t ld, int64_t m0, int64_t mc, int64_t b,
+                       int64_t bs, int64_t ph, real *dst)
 {
-    NL_PRAGMA(omp for schedule(static))
-    for (int64_t b = 0; b < nb; b++) {
-        real *panel = dst + b * MC * bs;
-        const real *from = src + m0 * ld + b * bs;
-        switch (bs) {
-        case 8: pack_8(from, ld, mc, panel); break;
-        case 16: pack_16(from, ld, mc, panel); break;
-        case 32: pack_32(from, ld, mc, panel); break;
-        default: pack_64(from, ld, mc, panel); break;
-        }
-        if (mc < MC)
-            memset(panel + mc * bs, 0, (size_t)(MC - mc) * bs * sizeof(real));
+    real *panel = dst + b * ph * bs;
+    const real *from = src + m0 * ld + b * bs;
+    switch (bs) {
+    case 8: pack_8(from, ld, mc, panel); break;
+    case 16: pack_16(from, ld, mc, panel); break;
+    case 32: pack_32(from, ld, mc, panel); break;
+    default: pack_64(from, ld, mc, panel); break;
     }
+    if (mc < ph)
+        memset(panel + mc * bs, 0, (size_t)(ph - mc) * bs * sizeof(real));
 }
 
 /* TILE_BS: y[0:mr, 0:BS] (row stride ldy) = beta * y + sum over entries e in [lo, hi) of
@@ -63,7 +68,7 @@ static inline vec##BS load##BS(const real *p)                                   
     memcpy(&v, p, sizeof v);                                                                   \
     return v;                                                                                  \
 }                                                                                              \
-static void tile_##BS(const real *restrict panels, const real *restrict w,                   \
+static void tile_##BS(const real *restrict panels, int64_t ph, const real *restrict w,       \
                       const int32_t *kidx, const int32_t *other, int32_t lo, int32_t hi,       \
                       real *restrict y, int64_t ldy, int64_t mr, real beta)                    \
 {                                                                                              \
@@ -75,10 +80,10 @@ static void tile_##BS(const real *restrict panels, const real *restrict w,      
             acc[i][v] = beta == 0 || i >= mr ? (vec##BS){0}                                    \
                                              : beta * load##BS(y + i * ldy + v * VL##BS);      \
     for (int32_t e = lo; e < hi; e++) {                                                        \
-        const real *restrict xp = panels + (int64_t)other[e] * MC * BS;                       \
+        const real *restrict xp = panels + (int64_t)other[e] * ph * BS;                       \
         const real *restrict wb = w + (int64_t)kidx[e] * BS * BS;                              \
         const int32_t en = e + 1 < hi ? e + 1 : e;                                             \
-        const real *xn = panels + (int64_t)other[en] * MC * BS;                                \
+        const real *xn = panels + (int64_t)other[en] * ph * BS;                                \
         const real *wn = w + (int64_t)kidx[en] * BS * BS;                                      \
         /* the next entry's rows now, its weights one row per step */                          \
         for (int l = 0; l < MR * BS; l += LINE_ELEMS)                                          \
@@ -150,8 +155,8 @@ DEFINE_BS(16, MR_OF((16 * (int)sizeof(real)) / 64), MRU_OF((16 * (int)sizeof(rea
 DEFINE_BS(32, MR_OF((32 * (int)sizeof(real)) / 64), MRU_OF((32 * (int)sizeof(real)) / 64))
 DEFINE_BS(64, MR_OF((64 * (int)sizeof(real)) / 64), MRU_OF((64 * (int)sizeof(real)) / 64))
 
-typedef void (*tile_fn)(const real *, const real *, const int32_t *, const int32_t *, int32_t,
-                        int32_t, real *, int64_t, int64_t, real);
+typedef void (*tile_fn)(const real *, int64_t, const real *, const int32_t *, const int32_t *,
+                        int32_t, int32_t, real *, int64_t, int64_t, real);
 typedef void (*update_fn)(const real *, const real *, int64_t, real *, real);
 
 static int tile_rows(int64_t bs)
@@ -184,32 +189,34 @@ static update_fn update_for(int64_t bs)
     }
 }
 
-/* y (M, nb_out * bs) = beta * y + x (M, nb_in * bs) @ (the blocks w walked by ptr/kidx/other). */
+/* y (M, nb_out * bs) = beta * y + x (M, nb_in * bs) @ (the blocks w walked by ptr/kidx/other);
+ * pack: bs_threads() * MT * nb_in * bs scratch, one slice per thread. */
 static void bs_product(const real *x, const real *w, real *y, int64_t M, int64_t nb_in,
                        int64_t nb_out, int64_t bs, const int32_t *ptr, const int32_t *kidx,
                        const int32_t *other, real *pack, real beta)
 {
     const tile_fn tile = tile_for(bs);
     const int64_t mr = tile_rows(bs), ldx = nb_in * bs, ldy = nb_out * bs;
-    const int64_t nnz = ptr[nb_out];
-    const int parallel = 2 * M * nnz * bs * bs >= 4 * NL_PARALLEL_MIN;
-    for (int64_t m0 = 0; m0 < M; m0 += MC) {
-        const int64_t mc = M - m0 < MC ? M - m0 : MC;
-        const int64_t ntiles = (mc + mr - 1) / mr;
+    const int64_t nnz = ptr[nb_out], tasks = (M + MT - 1) / MT;
+    const int parallel = 2 * M * nnz * bs * bs >= 4 * NL_PARALLEL_MIN && tasks > 1;
 #pragma omp parallel if (parallel)
-        {
-            pack_rows(x, ldx, m0, mc, nb_in, bs, pack);
+    {
+        real *mine = pack + (int64_t)omp_get_thread_num() * MT * ldx;
 #pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < tasks; task++) {
+            const int64_t m0 = task * MT, mc = M - m0 < MT ? M - m0 : MT;
+            for (int64_t b = 0; b < nb_in; b++)
+                pack_panel(x, ldx, m0, mc, b, bs, MT, mine);
             for (int64_t c = 0; c < nb_out; c++)
-                for (int64_t t = 0; t < ntiles; t++) {
-                    const int64_t i0 = t * mr, rows = mc - i0 < mr ? mc - i0 : mr;
+                for (int64_t i0 = 0; i0 < mc; i0 += mr) {
+                    const int64_t rows = mc - i0 < mr ? mc - i0 : mr;
                     real *dst = y + (m0 + i0) * ldy + c * bs;
                     if (ptr[c] == ptr[c + 1]) {
                         for (int64_t i = 0; i < rows; i++)
                             nl_scale(dst + i * ldy, bs, beta);
                         continue;
                     }
-                    tile(pack + i0 * bs, w, kidx, other, ptr[c], ptr[c + 1], dst, ldy, rows,
+                    tile(mine + i0 * bs, MT, w, kidx, other, ptr[c], ptr[c + 1], dst, ldy, rows,
                          beta);
                 }
         }
@@ -254,8 +261,13 @@ void bs_linear_update(const real *x, const real *e, real *dw, int64_t M, int64_t
         const real b = m0 == 0 ? beta : 1;
 #pragma omp parallel if (parallel)
         {
-            pack_rows(x, nin, m0, mc, nin / bs, bs, packx);
-            pack_rows(e, nout, m0, mc, nout / bs, bs, packe);
+#pragma omp for schedule(static)
+            for (int64_t b = 0; b < nin / bs + nout / bs; b++) {
+                if (b < nin / bs)
+                    pack_panel(x, nin, m0, mc, b, bs, MC, packx);
+                else
+                    pack_panel(e, nout, m0, mc, b - nin / bs, bs, MC, packe);
+            }
 #pragma omp for schedule(dynamic, 4)
             for (int64_t k = 0; k < nnz; k++)
                 update(packx + (int64_t)row[k] * MC * bs, packe + (int64_t)col[k] * MC * bs, mc,

@@ -2,17 +2,20 @@
  * in neonlite/blocksparse/tables.py: a walk is (ptr, k, other): the entries of output block o
  * are e = ptr[o] .. ptr[o+1]-1, each naming stored block k[e] and the input block other[e]. */
 
-/* Rows of a block-sparse weight product, MC rows at a time (the pack buffers' height). */
+/* The weight gradient packs MC = bs_chunk_rows() rows of both operands at a time; fprop and
+ * bprop give each of up to bs_threads() threads MT = bs_task_rows() rows at a time. */
 int bs_chunk_rows(void);
+int bs_task_rows(void);
+int bs_threads(void);
 
 /* y (M, nout) = x (M, nin) @ W for W's blocks w (nnz, bs, bs), walking the columns
- * (col_ptr, col_k, col_other).  pack: MC * nin scratch. */
+ * (col_ptr, col_k, col_other).  pack: bs_threads() * MT * nin scratch. */
 void bs_linear_fprop(const real *x, const real *w, real *y, int64_t M, int64_t nin,
                      int64_t nout, int64_t bs, const int32_t *ptr, const int32_t *kidx,
                      const int32_t *other, real *pack);
 
 /* dx (M, nin) = beta * dx + e (M, nout) @ W^T, walking the rows (row_ptr, row_k, row_other).
- * pack: MC * nout scratch; wt: nnz * bs * bs scratch (the transposed blocks). */
+ * pack: bs_threads() * MT * nout scratch; wt: nnz * bs * bs scratch (the transposed blocks). */
 void bs_linear_bprop(const real *e, const real *w, real *dx, int64_t M, int64_t nin,
                      int64_t nout, int64_t bs, int64_t nnz, const int32_t *ptr,
                      const int32_t *kidx, const int32_t *other, real *pack, real *wt, real beta);
