@@ -49,7 +49,8 @@ __device__ __forceinline__ void nl_conv_simt_stage1(float (*As)[BM + 4], float (
 
 // The 4-wide float32 path (C and K multiples of 4, 16-byte aligned tensors): each thread holds
 // its groups of 4 consecutive elements (along the coalesced index) of one K step in registers,
-// so the next step's float4 loads are issued before the current step's arithmetic.
+// so the next step's float4 loads are issued before the current step's arithmetic; their
+// addresses come from nl_conv_gather (row parts once, tap parts stepped).
 template <int BM, int BN, int BK>
 struct nl_simt_regs {
     static constexpr int NA = (BM * BK / 4 + NL_SIMT_THREADS - 1) / NL_SIMT_THREADS;
@@ -58,36 +59,25 @@ struct nl_simt_regs {
 };
 
 template <int PASS, int BM, int BN, int BK>
-__device__ __forceinline__ void nl_conv_simt_slots(int e, int* mm, int* kk, int* jj, int* kb) {
-    if (NL_CONV_A_KD_FAST(PASS)) { *kk = e % (BK / 4) * 4; *mm = e / (BK / 4); }
-    else { *mm = e % (BM / 4) * 4; *kk = e / (BM / 4); }
-    if (NL_CONV_B_J_FAST(PASS)) { *jj = e % (BN / 4) * 4; *kb = e / (BN / 4); }
-    else { *kb = e % (BK / 4) * 4; *jj = e / (BK / 4); }
-}
+using nl_simt_gather = nl_conv_gather<PASS, BM, BN, BK, 4, NL_SIMT_THREADS>;
 
 template <int PASS, int BM, int BN, int BK>
 __device__ __forceinline__ void nl_conv_simt_load4(nl_simt_regs<BM, BN, BK>& r,
+                                                   const nl_simt_gather<PASS, BM, BN, BK>& gather,
                                                    const float* a_src, const float* b_src,
-                                                   const nl_conv_shape& d, int M, int Ng,
-                                                   int m0, int j0, int k0, int k_end) {
+                                                   const nl_conv_shape& d, int Ng, int j0, int k0,
+                                                   int k_end) {
     typedef nl_simt_regs<BM, BN, BK> R;
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     #pragma unroll
     for (int i = 0; i < R::NA; ++i) {
-        int e = threadIdx.x + i * NL_SIMT_THREADS, mm, kk, jj, kb;
-        nl_conv_simt_slots<PASS, BM, BN, BK>(e, &mm, &kk, &jj, &kb);
-        int m = m0 + mm, kd = k0 + kk;
-        long long at = (e < BM * BK / 4 && m < M && kd < k_end)
-                       ? nl_conv_a_at<PASS>(d, m, kd) : -1;
+        long long at = gather.a_at(d, i, k_end);
         r.a[i] = at >= 0 ? *(const float4*)(a_src + at) : zero;
     }
     #pragma unroll
     for (int i = 0; i < R::NB; ++i) {
-        int e = threadIdx.x + i * NL_SIMT_THREADS, mm, kk, jj, kb;
-        nl_conv_simt_slots<PASS, BM, BN, BK>(e, &mm, &kk, &jj, &kb);
-        int j = j0 + jj, kd = k0 + kb;
-        r.b[i] = (e < BN * BK / 4 && j < Ng && kd < k_end)
-                 ? *(const float4*)(b_src + nl_conv_b_at<PASS>(d, kd, j)) : zero;
+        long long at = gather.b_at(d, i, Ng, j0, k0, k_end);
+        r.b[i] = at >= 0 ? *(const float4*)(b_src + at) : zero;
     }
 }
 
@@ -97,9 +87,9 @@ __device__ __forceinline__ void nl_conv_simt_store4(const nl_simt_regs<BM, BN, B
     typedef nl_simt_regs<BM, BN, BK> R;
     #pragma unroll
     for (int i = 0; i < R::NA; ++i) {
-        int e = threadIdx.x + i * NL_SIMT_THREADS, mm, kk, jj, kb;
-        nl_conv_simt_slots<PASS, BM, BN, BK>(e, &mm, &kk, &jj, &kb);
+        int e = threadIdx.x + i * NL_SIMT_THREADS, mm, kk;
         if (e >= BM * BK / 4) continue;
+        nl_conv_a_slot<PASS, BM, BK, 4>(e, &mm, &kk);
         const float* v = (const float*)&r.a[i];
         if (NL_CONV_A_KD_FAST(PASS)) {
             for (int q = 0; q < 4; ++q) As[kk + q][mm] = v[q];
@@ -109,9 +99,9 @@ __device__ __forceinline__ void nl_conv_simt_store4(const nl_simt_regs<BM, BN, B
     }
     #pragma unroll
     for (int i = 0; i < R::NB; ++i) {
-        int e = threadIdx.x + i * NL_SIMT_THREADS, mm, kk, jj, kb;
-        nl_conv_simt_slots<PASS, BM, BN, BK>(e, &mm, &kk, &jj, &kb);
+        int e = threadIdx.x + i * NL_SIMT_THREADS, jj, kb;
         if (e >= BN * BK / 4) continue;
+        nl_conv_b_slot<PASS, BN, BK, 4>(e, &jj, &kb);
         const float* v = (const float*)&r.b[i];
         if (NL_CONV_B_J_FAST(PASS)) {
             *(float4*)&Bs[kb][jj] = r.b[i];
@@ -164,14 +154,18 @@ __device__ void nl_conv_simt(typename nl_elem<KIND>::T* out,
         const float* a = (const float*)a_src;
         const float* b = (const float*)b_src;
         nl_simt_regs<BM, BN, BK> regs;
+        nl_simt_gather<PASS, BM, BN, BK> gather;
+        gather.init(d, M, m0, k_begin);
         if (k_begin < k_end)
-            nl_conv_simt_load4<PASS, BM, BN, BK>(regs, a, b, d, M, Ng, m0, j0, k_begin, k_end);
+            nl_conv_simt_load4<PASS, BM, BN, BK>(regs, gather, a, b, d, Ng, j0, k_begin, k_end);
         for (int k0 = k_begin; k0 < k_end; k0 += BK) {
             nl_conv_simt_store4<PASS, BM, BN, BK>(regs, As, Bs);
             __syncthreads();
-            if (k0 + BK < k_end)
-                nl_conv_simt_load4<PASS, BM, BN, BK>(regs, a, b, d, M, Ng, m0, j0, k0 + BK,
+            if (k0 + BK < k_end) {
+                gather.advance(d);
+                nl_conv_simt_load4<PASS, BM, BN, BK>(regs, gather, a, b, d, Ng, j0, k0 + BK,
                                                      k_end);
+            }
             nl_conv_simt_fma<BM, BN, BK, TM, TN>(acc, As, Bs, tx, ty);
             __syncthreads();
         }

@@ -56,20 +56,6 @@ __device__ __forceinline__ unsigned nl_pair(const nl_u16* row, int col) {
     return *(const unsigned*)(row + col);
 }
 
-// The tile position (row, k) of the e-th group of W elements of the A tile (row m, k along
-// the K step) and of the B tile (row j), along the coalesced index (see conv_igemm.cuh).
-template <int PASS, int BM, int W>
-__device__ __forceinline__ void nl_tc_a_slot(int e, int* mm, int* kk) {
-    if (NL_CONV_A_KD_FAST(PASS)) { *kk = e % (NL_TC_BK / W) * W; *mm = e / (NL_TC_BK / W); }
-    else { *mm = e % (BM / W) * W; *kk = e / (BM / W); }
-}
-
-template <int PASS, int BN, int W>
-__device__ __forceinline__ void nl_tc_b_slot(int e, int* jj, int* kk) {
-    if (NL_CONV_B_J_FAST(PASS)) { *jj = e % (BN / W) * W; *kk = e / (BN / W); }
-    else { *kk = e % (NL_TC_BK / W) * W; *jj = e / (NL_TC_BK / W); }
-}
-
 // Element-wise staging of K step k0 into As[BM][BK] / Bs[BN][BK] (any C and K).
 template <int PASS, int BM, int BN>
 __device__ __forceinline__ void nl_conv_tc_stage1(nl_u16 (*As)[NL_TC_LD], nl_u16 (*Bs)[NL_TC_LD],
@@ -78,14 +64,14 @@ __device__ __forceinline__ void nl_conv_tc_stage1(nl_u16 (*As)[NL_TC_LD], nl_u16
                                                   int j0, int k0, int k_end) {
     for (int e = threadIdx.x; e < BM * NL_TC_BK; e += NL_TC_THREADS) {
         int mm, kk;
-        nl_tc_a_slot<PASS, BM, 1>(e, &mm, &kk);
+        nl_conv_a_slot<PASS, BM, NL_TC_BK, 1>(e, &mm, &kk);
         int m = m0 + mm, kd = k0 + kk;
         long long at = (m < M && kd < k_end) ? nl_conv_a_at<PASS>(d, m, kd) : -1;
         As[mm][kk] = at < 0 ? (nl_u16)0 : a_src[at];
     }
     for (int e = threadIdx.x; e < BN * NL_TC_BK; e += NL_TC_THREADS) {
         int jj, kk;
-        nl_tc_b_slot<PASS, BN, 1>(e, &jj, &kk);
+        nl_conv_b_slot<PASS, BN, NL_TC_BK, 1>(e, &jj, &kk);
         int j = j0 + jj, kd = k0 + kk;
         Bs[jj][kk] = (j < Ng && kd < k_end) ? b_src[nl_conv_b_at<PASS>(d, kd, j)] : (nl_u16)0;
     }
@@ -94,128 +80,12 @@ __device__ __forceinline__ void nl_conv_tc_stage1(nl_u16 (*As)[NL_TC_LD], nl_u16
 // The 8-wide path (C and K multiples of 8, 16-byte aligned tensors): each thread holds its
 // BM/32 + BN/32 groups of 8 elements of one K step in registers, so the next step's global
 // loads are issued before the current step's mma and run behind them.
+template <int PASS, int BM, int BN>
+using nl_tc_gather = nl_conv_gather<PASS, BM, BN, NL_TC_BK, 8, NL_TC_THREADS>;
+
 template <int BM, int BN>
 struct nl_tc_regs {
     uint4 a[BM / 32], b[BN / 32];
-};
-
-// x / s when s divides x (s = 1, the common stride, without a division).
-__device__ __forceinline__ bool nl_div_exact(int x, int s, int* q) {
-    if (s == 1) { *q = x; return true; }
-    *q = x / s;
-    return *q * s == x;
-}
-
-// The 8-wide gather of one thread: the parts of its groups' addresses that depend only on the
-// output row m are computed once, the parts that depend on kd are stepped from one K step to
-// the next without divisions (the tile slots of nl_tc_a_slot / nl_tc_b_slot put all of a
-// thread's A groups on one kd in passes 0 and 1, and on one m in pass 2).
-//   pass 0: row[i] = (n, p*str_h - pad_h, q*str_w - pad_w); k = (c, s, r) of kd
-//   pass 1: row[i] = (n, h + pad_h, w + pad_w);              k = (k, s, r) of kd
-//   pass 2: row[0] = (c, r*dil_h - pad_h, s*dil_w - pad_w);  step[i] = (q, p, n, kd) per group
-template <int PASS, int BM, int BN>
-struct nl_tc_gather {
-    static constexpr int NA = BM / 32, NB = BN / 32;
-    int row[PASS == 2 ? 1 : NA][3];
-    int step[PASS == 2 ? NA : 1][4];
-    int kd;
-
-    __device__ __forceinline__ void init(const nl_conv_shape& d, int M, int m0, int k_begin) {
-        #pragma unroll
-        for (int i = 0; i < (PASS == 2 ? 1 : NA); ++i) {
-            int mm, kk;
-            nl_tc_a_slot<PASS, BM, 8>(threadIdx.x + i * NL_TC_THREADS, &mm, &kk);
-            int m = m0 + mm;
-            if (m >= M) { row[i][0] = -1; continue; }
-            if (PASS == 0) {
-                int q = m % d.Q, t = m / d.Q;
-                row[i][0] = t / d.P;
-                row[i][1] = t % d.P * d.str_h - d.pad_h;
-                row[i][2] = q * d.str_w - d.pad_w;
-            } else if (PASS == 1) {
-                int w = m % d.W, t = m / d.W;
-                row[i][0] = t / d.H;
-                row[i][1] = t % d.H + d.pad_h;
-                row[i][2] = w + d.pad_w;
-            } else {
-                int t = m / d.C;
-                row[i][0] = m % d.C;
-                row[i][1] = t / d.S * d.dil_h - d.pad_h;
-                row[i][2] = t % d.S * d.dil_w - d.pad_w;
-            }
-        }
-        #pragma unroll
-        for (int i = 0; i < (PASS == 2 ? NA : 1); ++i) {
-            int mm, kk;
-            nl_tc_a_slot<PASS, BM, 8>(threadIdx.x + i * NL_TC_THREADS, &mm, &kk);
-            int k = k_begin + kk;
-            if (PASS == 2) {
-                int t = k / d.Q;
-                step[i][0] = k % d.Q;
-                step[i][1] = t % d.P;
-                step[i][2] = t / d.P;
-                step[i][3] = k;
-            } else {
-                int inner = PASS == 0 ? d.C : d.K, t = k / inner;
-                step[i][0] = k % inner;
-                step[i][1] = t % d.S;
-                step[i][2] = t / d.S;
-                kd = k;
-            }
-        }
-    }
-
-    // Move every kd on by one K step (NL_TC_BK).
-    __device__ __forceinline__ void advance(const nl_conv_shape& d) {
-        #pragma unroll
-        for (int i = 0; i < (PASS == 2 ? NA : 1); ++i) {
-            int* st = step[i];
-            const int inner = PASS == 2 ? d.Q : (PASS == 0 ? d.C : d.K);
-            const int middle = PASS == 2 ? d.P : d.S;
-            st[0] += NL_TC_BK;
-            while (st[0] >= inner) {
-                st[0] -= inner;
-                if (++st[1] == middle) { st[1] = 0; ++st[2]; }
-            }
-            if (PASS == 2) st[3] += NL_TC_BK;
-        }
-        if (PASS != 2) kd += NL_TC_BK;
-    }
-
-    // Offset of A group i at the current K step, -1 where it is 0.
-    __device__ __forceinline__ long long a_at(const nl_conv_shape& d, int i, int k_end) const {
-        if (PASS == 2) {
-            const int* st = step[i];
-            if (row[0][0] < 0 || st[3] >= k_end) return -1;
-            int h = st[1] * d.str_h + row[0][1], w = st[0] * d.str_w + row[0][2];
-            if (h < 0 || h >= d.H || w < 0 || w >= d.W) return -1;
-            return (((long long)st[2] * d.H + h) * d.W + w) * d.C + row[0][0];
-        }
-        if (row[i][0] < 0 || kd >= k_end) return -1;
-        const int c = step[0][0], s = step[0][1], r = step[0][2];
-        if (PASS == 0) {
-            int h = row[i][1] + r * d.dil_h, w = row[i][2] + s * d.dil_w;
-            if (h < 0 || h >= d.H || w < 0 || w >= d.W) return -1;
-            return (((long long)row[i][0] * d.H + h) * d.W + w) * d.C + c;
-        }
-        int p, q;
-        int ph = row[i][1] - r * d.dil_h, qw = row[i][2] - s * d.dil_w;
-        if (ph < 0 || qw < 0 || !nl_div_exact(ph, d.str_h, &p) ||
-            !nl_div_exact(qw, d.str_w, &q) || p >= d.P || q >= d.Q) return -1;
-        return (((long long)row[i][0] * d.P + p) * d.Q + q) * d.K + c;
-    }
-
-    // Offset of B group i at K step k0 (column j = j0 + its slot), -1 outside.
-    __device__ __forceinline__ long long b_at(const nl_conv_shape& d, int i, int Ng, int j0,
-                                              int k0, int k_end) const {
-        int jj, kb;
-        nl_tc_b_slot<PASS, BN, 8>(threadIdx.x + i * NL_TC_THREADS, &jj, &kb);
-        int j = j0 + jj, k = k0 + kb;
-        if (j >= Ng || k >= k_end) return -1;
-        if (PASS == 1)
-            return ((long long)(step[0][2] * d.S + step[0][1]) * d.C + j) * d.K + step[0][0];
-        return (long long)k * d.K + j;
-    }
 };
 
 template <int PASS, int BM, int BN>
@@ -243,7 +113,7 @@ __device__ __forceinline__ void nl_conv_tc_store8(const nl_tc_regs<BM, BN>& r,
     #pragma unroll
     for (int i = 0; i < BM / 32; ++i) {
         int mm, kk;
-        nl_tc_a_slot<PASS, BM, 8>(threadIdx.x + i * NL_TC_THREADS, &mm, &kk);
+        nl_conv_a_slot<PASS, BM, NL_TC_BK, 8>(threadIdx.x + i * NL_TC_THREADS, &mm, &kk);
         if (NL_CONV_A_KD_FAST(PASS)) {
             *(uint4*)&As[mm][kk] = r.a[i];
         } else {
@@ -254,7 +124,7 @@ __device__ __forceinline__ void nl_conv_tc_store8(const nl_tc_regs<BM, BN>& r,
     #pragma unroll
     for (int i = 0; i < BN / 32; ++i) {
         int jj, kk;
-        nl_tc_b_slot<PASS, BN, 8>(threadIdx.x + i * NL_TC_THREADS, &jj, &kk);
+        nl_conv_b_slot<PASS, BN, NL_TC_BK, 8>(threadIdx.x + i * NL_TC_THREADS, &jj, &kk);
         if (NL_CONV_B_J_FAST(PASS)) {
             const nl_u16* h = (const nl_u16*)&r.b[i];
             for (int v = 0; v < 8; ++v) Bs[jj + v][kk] = h[v];
