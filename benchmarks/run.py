@@ -68,7 +68,7 @@ def run_workload(module, backend, device, smoke, repeats):
     if "neonlite_dense" in medians:
         row["dense_ratio"] = medians["neonlite_dense"] / medians["neonlite"]
     if hasattr(module, "note"):
-        row["note"] = module.note()
+        row["note"] = module.note(row)
     if module.NAME == "gemm" and backend == "cpu":
         peak, _ = cpu_peak_gflops()
         if peak:

@@ -8,4 +8,5 @@ WORKLOADS = {m.NAME: m for m in (lenet, conv3x3, bn_relu_pool, gemm, char_transf
                                  *blocksparse_linear.WORKLOADS, blocksparse_attention)}
 #: workloads that run only with ``--backend gpu`` (added to WORKLOADS there)
 GPU_WORKLOADS = {m.NAME: m for m in (gpu_gemm.BF16, gpu_gemm.F32, gpu_adam, *gpu_conv.ALL,
-                                     gpu_norm.BN_RELU, gpu_norm.SOFTMAX_CE, gpu_resnet20)}
+                                     gpu_norm.BN_RELU, gpu_norm.SOFTMAX_CE, gpu_resnet20,
+                                     *blocksparse_linear.GPU_WORKLOADS)}

@@ -64,7 +64,7 @@ def extra_contenders(make_backend, smoke):
     return {"neonlite_dense": step}
 
 
-def note():
+def note(row):
     """The score/probability buffers of the block-sparse and the dense layer."""
     return ", ".join(_NOTES[k] for k in ("sparse", "dense") if k in _NOTES)
 
