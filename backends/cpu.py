@@ -35,6 +35,10 @@ class CPUTensor(Tensor):
     def dtype(self):
         return self._ary.dtype
 
+    @property
+    def size(self):
+        return self._ary.size
+
     def get(self):
         return self._ary.copy()
 
