@@ -78,24 +78,53 @@ static inline __attribute__((always_inline)) void block(
         }
 }
 
+/* CALL(n, KV) with the compile-time constant n = size, for 1 <= size <= QB_FOR(KV) (a block
+ * size known to the compiler keeps the accumulators in registers). */
+#define SIZE_CASE(N, KV, CALL)                                                                  \
+    case N:                                                                                     \
+        if ((N) <= QB_FOR(KV))                                                                  \
+            CALL(N, KV);                                                                        \
+        break;
+#define DISPATCH(SIZE, KV, CALL)                                                                \
+    switch (SIZE) {                                                                             \
+        SIZE_CASE(1, KV, CALL) SIZE_CASE(2, KV, CALL) SIZE_CASE(3, KV, CALL)                    \
+        SIZE_CASE(4, KV, CALL) SIZE_CASE(5, KV, CALL) SIZE_CASE(6, KV, CALL)                    \
+        SIZE_CASE(7, KV, CALL) SIZE_CASE(8, KV, CALL) SIZE_CASE(9, KV, CALL)                    \
+        SIZE_CASE(10, KV, CALL) SIZE_CASE(11, KV, CALL) SIZE_CASE(12, KV, CALL)                 \
+        SIZE_CASE(13, KV, CALL) SIZE_CASE(14, KV, CALL)                                         \
+    default: break;                                                                             \
+    }
+
+/* Block i of n items cut into the fewest blocks of at most qb, sizes differing by at most one
+ * (14 pixels in blocks of at most 6: 5, 5, 4, never 6, 6, 1 and 1): [*lo, *lo + *len). */
+static inline void balanced_block(int64_t n, int64_t qb, int64_t i, int64_t *lo, int64_t *len)
+{
+    const int64_t nb = (n + qb - 1) / qb;
+    int64_t hi;
+    nl_split(n, i, nb, lo, &hi);
+    *len = hi - *lo;
+}
+
 /* One output row of one image, KV vectors of channels at a time. */
 #define ROW_VARIANT(KV)                                                                         \
     static void row_kv##KV(const real *xrow, const real *f, real *out, const direct_geom *g,  \
                            real beta)                                                           \
     {                                                                                           \
         const int64_t xs = g->str_w * g->C, Q = g->Q, K = g->K;                                 \
-        for (int64_t k0 = 0; k0 < K; k0 += KV * VL) {                                           \
-            int64_t q = 0;                                                                      \
-            for (; q + QB_FOR(KV) <= Q; q += QB_FOR(KV))                                        \
-                block(xrow + q * xs, xs, f + k0, out + q * K + k0, g, beta, QB_FOR(KV), KV);   \
-            for (; q < Q; q++)                                                                  \
-                block(xrow + q * xs, xs, f + k0, out + q * K + k0, g, beta, 1, KV);            \
-        }                                                                                       \
+        const int64_t nb = (Q + QB_FOR(KV) - 1) / QB_FOR(KV);                                   \
+        for (int64_t k0 = 0; k0 < K; k0 += KV * VL)                                             \
+            for (int64_t b = 0; b < nb; b++) {                                                  \
+                int64_t q, len;                                                                 \
+                balanced_block(Q, QB_FOR(KV), b, &q, &len);                                     \
+                DISPATCH(len, KV, ROW_BLOCK)                                                    \
+            }                                                                                   \
     }
+#define ROW_BLOCK(n, kv) block(xrow + q * xs, xs, f + k0, out + q * K + k0, g, beta, n, kv)
 ROW_VARIANT(1)
 ROW_VARIANT(2)
 ROW_VARIANT(3)
 ROW_VARIANT(4)
+#undef ROW_BLOCK
 
 int conv_direct_width(void)
 {
@@ -193,21 +222,21 @@ static inline __attribute__((always_inline)) void ublock(
             for (int64_t seg = 0; seg < nseg; seg++) {                                          \
                 const real *xs = xp + r * g->dil_h * Wp * C + seg * g->dil_w * C;               \
                 real *rows = df + (r * S * C + seg * C) * K;                                    \
-                for (int64_t k0 = 0; k0 < K; k0 += KV * VL) {                                   \
-                    int64_t j = 0;                                                              \
-                    for (; j + QB_FOR(KV) <= len; j += QB_FOR(KV))                              \
-                        ublock(xs + j, xs_q, xs_p, e + k0, rows + j * K + k0, g, p0, p1,        \
-                               QB_FOR(KV), KV);                                                 \
-                    for (; j < len; j++)                                                        \
-                        ublock(xs + j, xs_q, xs_p, e + k0, rows + j * K + k0, g, p0, p1, 1,    \
-                               KV);                                                             \
-                }                                                                               \
+                for (int64_t k0 = 0; k0 < K; k0 += KV * VL)                                     \
+                    for (int64_t b = 0; b < (len + QB_FOR(KV) - 1) / QB_FOR(KV); b++) {         \
+                        int64_t j, jb;                                                          \
+                        balanced_block(len, QB_FOR(KV), b, &j, &jb);                            \
+                        DISPATCH(jb, KV, UPDATE_BLOCK)                                          \
+                    }                                                                           \
             }                                                                                   \
     }
+#define UPDATE_BLOCK(n, kv) \
+    ublock(xs + j, xs_q, xs_p, e + k0, rows + j * K + k0, g, p0, p1, n, kv)
 UPDATE_VARIANT(1)
 UPDATE_VARIANT(2)
 UPDATE_VARIANT(3)
 UPDATE_VARIANT(4)
+#undef UPDATE_BLOCK
 
 void conv_direct_update(const real *x, const real *e, real *df, const direct_geom *g,
                         real *work, real *partials, int64_t nwork, real beta)
