@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from . import philox
 from .optree import OpNode, OpTreeOps
 from .plans import ConvPlan, PoolPlan
 
@@ -411,6 +412,16 @@ class Backend(ABC):
         """mask = (U(0,1) < keep) / keep: the scaled keep mask of inverted dropout."""
         self.uniform(mask)
         mask[:] = (mask < keep) * (1.0 / keep)
+        return mask
+
+    def example_dropout_mask(self, mask, keep, key, step, stream, first, examples=None):
+        """Fill ``mask`` (contiguous; its elements read as ``examples`` rows, by default
+        ``mask.shape[0]``) with the inverted-dropout masks of the global examples ``first ..``
+        drawn by counter-based Philox from (key, step, stream): the stream of
+        :func:`philox.example_masks`, bit for bit on every backend, whatever the batch split."""
+        rows = mask.shape[0] if examples is None else int(examples)
+        bits = philox.example_masks((rows, mask.size // rows), keep, key, step, stream, first)
+        mask.set(bits.reshape(mask.shape))
         return mask
 
     def synchronize(self):

@@ -225,6 +225,23 @@ class GPUBackend(GPUBlockSparseMixin, GPUNNMixin, GPUNormMixin, Backend):
             self.execute(C, target)
 
     # ---- randomness ------------------------------------------------------------------------
+    def example_dropout_mask(self, mask, keep, key, step, stream, first, examples=None):
+        """The per-example Philox masks (:func:`philox.example_masks`) drawn on the device by
+        ``nl_example_mask_*``: no host work or copy per step."""
+        if not (mask.is_contiguous and mask.storage in ("f32", "f16", "bf16")):
+            return super().example_dropout_mask(mask, keep, key, step, stream, first, examples)
+        rows = mask.shape[0] if examples is None else int(examples)
+        per = mask.size // rows
+        seed_lo, seed_hi = philox.seed_key(key)
+        first = int(first)
+        func = self.kernel("philox", f"nl_example_mask_{mask.storage}", "PqqIIIIIIff")
+        self.device.launch(func, (self.device.blocks(rows * philox.draw_groups(per)), 1),
+                           (256, 1, 1), [mask.ptr, rows, per, first & 0xFFFFFFFF, first >> 32,
+                                         int(step) & 0xFFFFFFFF, int(stream) & 0xFFFFFFFF,
+                                         seed_lo, seed_hi, np.float32(keep),
+                                         np.float32(1.0 / keep)])
+        return mask
+
     def uniform(self, out, low=0.0, high=1.0):
         """Philox4x32-10 uniforms in [low, high) (see :mod:`philox` for the exact stream)."""
         target = out if out.is_contiguous and out.storage in ("f32", "f16", "bf16") else \

@@ -49,3 +49,24 @@ def uniform(n, seed, base):
 def draw_groups(n):
     """How far a draw of n elements advances the counter."""
     return -(-n // 4)
+
+
+def example_masks(shape, keep, key, step, stream, first):
+    """Inverted-dropout masks, float64 ``shape`` (N, ...), of the global examples
+    ``first .. first + N - 1``: element j of example n keeps (value ``1 / keep``, rounded to
+    the storage type when stored, else 0) when the uniform from word ``j % 4`` of
+    ``philox4x32_10(counter=(g & 0xffffffff, g >> 32, step, stream), key)``, with
+    ``g = (first + n) * ceil(D / 4) + j // 4`` and D the elements per example, is below
+    ``float32(keep)``.  An example's mask depends on its global index, not on how the batch
+    is split; ``kernels/cuda/philox.cu``'s ``nl_example_mask_*`` gives the same bits."""
+    n, per = shape[0], int(np.prod(shape[1:], dtype=np.int64))
+    groups = -(-per // 4)
+    g = (np.uint64(first) * np.uint64(groups)
+         + np.arange(n * groups, dtype=np.uint64)).reshape(-1)
+    counter = np.stack([g & _MASK, g >> np.uint64(32),
+                        np.full_like(g, step & 0xFFFFFFFF), np.full_like(g, stream & 0xFFFFFFFF)],
+                       axis=-1)
+    words = philox4x32_10(counter, np.array(seed_key(key), dtype=np.uint64))
+    uniform = (words.reshape(n, groups * 4)[:, :per] >> 8).astype(np.float32) * np.float32(2.0 ** -24)
+    keep32 = np.float32(keep)
+    return np.where(uniform < keep32, 1.0 / keep, 0.0).reshape(shape)

@@ -15,7 +15,8 @@ def _typed(*stems):
 
 CUDA_VARIANTS = (
     KernelSpec("philox", "cuda", "cuda/philox.cu", threads=256,
-               functions=_typed("nl_uniform") + ("nl_philox_words",)),
+               functions=_typed("nl_uniform") + _typed("nl_example_mask")
+               + ("nl_philox_words",)),
     KernelSpec("im2col", "cuda", "cuda/im2col.cu", threads=256,
                functions=_typed("nl_im2col", "nl_col2im")),
     KernelSpec("pool", "cuda", "cuda/pool.cu", threads=256,

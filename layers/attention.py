@@ -6,13 +6,14 @@ import numpy as np
 
 from ..initializers import Constant, GlorotUniform
 from .decode import DecodeState
+from .example_dropout import ExampleDropoutMixin
 from .layer import ParameterLayer, flat_rows
 
 _TO_HEADS = (0, 2, 1, 3)  # (N, T, H, dh) <-> (N, H, T, dh); the permutation is its own inverse
 _CAUSAL_BLOCK = 64  # query rows per block of the causal score GEMMs
 
 
-class MultiHeadAttention(ParameterLayer):
+class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
     """Multi-head attention: queries from the input x (N, Tq, d_model), keys and values from x
     itself (self-attention) or from a second input, the *context* (N, Tk, dc) (cross-attention).
 
@@ -39,8 +40,9 @@ class MultiHeadAttention(ParameterLayer):
     container that calls ``fprop(x, inference)``).  ``bprop(error)`` returns the error for x
     and leaves the error for the context in ``layer.context_deltas`` (N, Tk, dc).
 
-    Setting ``fixed_mask = True`` reuses the current dropout mask on later fprops (for
-    gradient checks).
+    Dropout masks on the attention weights are per global example
+    (:class:`ExampleDropoutMixin`).  Setting ``fixed_mask = True`` reuses the current dropout
+    mask on later fprops (for gradient checks).
     """
 
     def __init__(self, d_model, heads, causal=False, dropout=0.0, context_shape=None, dk=None,
@@ -97,6 +99,7 @@ class MultiHeadAttention(ParameterLayer):
         self.probs, self.dprobs = be.zeros((N * H, Tq, Tk)), be.zeros((N * H, Tq, Tk))
         if self.dropout:
             self.mask, self.dropped = be.ones(self.probs.shape), be.zeros(self.probs.shape)
+            self.start_dropout_stream()
         if self.cross:
             self.context_deltas = be.zeros((N, Tk, dc))
         self._used = self.probs
@@ -205,7 +208,8 @@ class MultiHeadAttention(ParameterLayer):
         self._used = self.probs
         if self.dropout and not inference:
             if not self.fixed_mask:
-                be.dropout_mask(self.mask, 1.0 - self.dropout)
+                self.draw_dropout_mask(self.mask, 1.0 - self.dropout,
+                                       examples=self.probs.shape[0] // self.heads)
             self.dropped[:] = self.probs * self.mask
             self._used = self.dropped
         for rows, keys in self._blocks:

@@ -541,3 +541,26 @@ def test_uniform_and_dropout_mask(be):
     m = mask.get()
     assert set(np.unique(m).tolist()) <= {0.0, np.float32(1 / 0.7)}
     assert abs((m > 0).mean() - 0.7) < 0.02
+
+
+def test_example_dropout_mask_is_the_per_example_philox_stream(be):
+    """Bit for bit philox.example_masks on every backend, rows addressed by global example
+    (a batch split at any row gives the same masks), and a different step or stream differs."""
+    from neonlite.backends.philox import example_masks
+    mask = be.empty((6, 3, 7))
+    be.example_dropout_mask(mask, 0.6, key=2**40 + 5, step=3, stream=11, first=2**33)
+    want = example_masks((6, 3, 7), 0.6, 2**40 + 5, 3, 11, 2**33).astype(np.float32)
+    np.testing.assert_array_equal(mask.get(), want)
+    assert set(np.unique(want).tolist()) == {0.0, np.float32(1 / 0.6)}
+    tail = be.empty((4, 21))
+    be.example_dropout_mask(tail, 0.6, key=2**40 + 5, step=3, stream=11, first=2**33 + 2)
+    np.testing.assert_array_equal(tail.get(), want[2:].reshape(4, 21))
+    heads = be.empty((12, 3, 7))
+    be.example_dropout_mask(heads, 0.6, key=2**40 + 5, step=3, stream=11, first=2**33,
+                            examples=6)
+    np.testing.assert_array_equal(heads.get().reshape(6, 42),
+                                  example_masks((6, 42), 0.6, 2**40 + 5, 3, 11, 2**33)
+                                  .astype(np.float32))
+    other = be.empty((6, 3, 7))
+    be.example_dropout_mask(other, 0.6, key=2**40 + 5, step=4, stream=11, first=2**33)
+    assert not np.array_equal(other.get(), want)

@@ -7,7 +7,7 @@ import neonlite
 from neonlite.data import ArrayIterator
 from neonlite.distributed import World, detect_world, launched_by_mpi, shard
 from neonlite.distributed.buckets import plan_buckets
-from neonlite.layers.activation import example_masks
+from neonlite.backends.philox import example_masks
 
 
 def test_shards_are_disjoint_and_make_up_the_global_batch():

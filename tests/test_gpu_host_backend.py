@@ -237,3 +237,18 @@ def test_f16_dynamic_loss_scaling_skips_overflowing_steps(backends):
     assert opt.skipped_steps >= 4 and opt.step == 10 - opt.skipped_steps > 0
     assert opt.loss_scale <= 2.0 ** 16
     assert all(np.isfinite(p.value.get()).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, "bf16"])
+def test_example_dropout_masks_are_the_cpu_masks(backends, dtype):
+    """The GPU backend's device-drawn per-example masks equal the CPU backend's host-drawn ones
+    (float32 exactly; bfloat16 holds 0 and the scale rounded once)."""
+    gpu, cpu = backends(dtype)
+    masks = {}
+    for name, be in (("gpu", gpu), ("cpu", cpu)):
+        m = be.empty((3, 5, 9))
+        be.example_dropout_mask(m, 0.75, key=123456789012, step=2, stream=5, first=7,
+                                examples=3)
+        masks[name] = m.get().astype(np.float64)
+    close(masks["gpu"], masks["cpu"], 0 if dtype == np.float32 else 4e-3)
+    assert 0.6 < (masks["gpu"] > 0).mean() < 0.9

@@ -67,6 +67,25 @@ def test_philox_kernel_matches_known_answers_and_numpy_stream():
 
 
 @pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+def test_example_mask_kernel_is_the_numpy_per_example_stream():
+    """nl_example_mask_f32 gives philox.example_masks bit for bit: rows of a width that is not
+    a multiple of 4, a 64-bit first example, any launch size."""
+    spec = cuda_specs.find("philox")
+    header = (spec.source_path.parent / "neonlite_common.cuh").read_text()
+    module = HostModule([spec.source_path.read_text()], {"nl_example_mask_f32": 11},
+                        prelude=header)
+    rows, per, first, key, keep = 5, 23, 2**32 + 9, 2**35 + 17, 0.7
+    want = philox.example_masks((rows, per), keep, key, 6, 99, first).astype(np.float32)
+    for grid, block in (((1,), (8,)), ((3,), (32,))):
+        out = np.full((rows, per), -1.0, np.float32)
+        lo, hi = philox.seed_key(key)
+        module.launch("nl_example_mask_f32", grid, block,
+                      [out, rows, per, first & 0xFFFFFFFF, first >> 32, 6, 99, lo, hi,
+                       np.float32(keep), np.float32(1 / keep)])
+        np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
 def test_scatter_add_rows_is_the_in_order_sum_and_reports_bad_ids():
     """Repeated ids summed in position order (bit-exact with a sequential float32 loop) with the
     work split over columns and id classes, for any launch size; a bad id is reported."""

@@ -75,6 +75,61 @@ extern "C" __global__ void nl_uniform_bf16(nl_u16* out, long long n, unsigned in
     nl_uniform<2>(out, n, seed_lo, seed_hi, base_lo, base_hi, low, high);
 }
 
+// Inverted-dropout masks of whole examples (neonlite.backends.philox.example_masks, bit for
+// bit): out is (rows, per) contiguous, row n the mask of global example first + n; element j
+// of row n keeps (value scale = float32(1 / keep), else 0) when the uniform from word j % 4 of
+// philox(counter = (g lo, g hi, step, stream), key = seed), g = (first + n) * ceil(per / 4)
+// + j / 4, is below keep.  One thread per group of four elements.
+template <int KIND>
+__device__ void nl_example_mask(void* out, long long rows, long long per, unsigned int first_lo,
+                                unsigned int first_hi, unsigned int step, unsigned int stream,
+                                unsigned int seed_lo, unsigned int seed_hi, float keep,
+                                float scale) {
+    const unsigned int key[2] = {seed_lo, seed_hi};
+    const unsigned long long first = ((unsigned long long)first_hi << 32) | first_lo;
+    const long long groups = (per + 3) / 4, total = rows * groups;
+    for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < total;
+         g += (long long)blockDim.x * gridDim.x) {
+        const long long row = g / groups, part = g - row * groups;
+        const unsigned long long ctr = first * (unsigned long long)groups + (unsigned long long)g;
+        unsigned int c[4] = {(unsigned int)ctr, (unsigned int)(ctr >> 32), step, stream};
+        nl_philox4x32_10(c, key);
+        for (int w = 0; w < 4; ++w) {
+            const long long j = 4 * part + w;
+            if (j >= per) break;
+            const float u = (float)(c[w] >> 8) * 5.9604644775390625e-08f;
+            nl_store_uniform<KIND>(out, row * per + j, u < keep ? scale : 0.0f);
+        }
+    }
+}
+
+extern "C" __global__ void nl_example_mask_f32(float* out, long long rows, long long per,
+                                               unsigned int first_lo, unsigned int first_hi,
+                                               unsigned int step, unsigned int stream,
+                                               unsigned int seed_lo, unsigned int seed_hi,
+                                               float keep, float scale) {
+    nl_example_mask<0>(out, rows, per, first_lo, first_hi, step, stream, seed_lo, seed_hi, keep,
+                       scale);
+}
+
+extern "C" __global__ void nl_example_mask_f16(nl_u16* out, long long rows, long long per,
+                                               unsigned int first_lo, unsigned int first_hi,
+                                               unsigned int step, unsigned int stream,
+                                               unsigned int seed_lo, unsigned int seed_hi,
+                                               float keep, float scale) {
+    nl_example_mask<1>(out, rows, per, first_lo, first_hi, step, stream, seed_lo, seed_hi, keep,
+                       scale);
+}
+
+extern "C" __global__ void nl_example_mask_bf16(nl_u16* out, long long rows, long long per,
+                                                unsigned int first_lo, unsigned int first_hi,
+                                                unsigned int step, unsigned int stream,
+                                                unsigned int seed_lo, unsigned int seed_hi,
+                                                float keep, float scale) {
+    nl_example_mask<2>(out, rows, per, first_lo, first_hi, step, stream, seed_lo, seed_hi, keep,
+                       scale);
+}
+
 // The raw 32-bit words, for testing the generator against its known-answer vectors: one
 // thread per counter i writes philox(ctr[4*i .. 4*i+3], key[2*i .. 2*i+1]) to out[4*i ..].
 extern "C" __global__ void nl_philox_words(unsigned int* out, const unsigned int* ctr,
