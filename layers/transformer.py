@@ -24,8 +24,8 @@ class TransformerBlock(Layer):
 
     Pluggable sub-layers: ``attention`` replaces the default attention (e.g. a
     ``BlockSparseAttention``; YAML ``attention: {type: BlockSparseAttention, config: ...}``),
-    ``fc1`` / ``fc2`` the default Affines (``fc1`` a compound of a core layer and a Bias, e.g.
-    ``BlockSparseAffine``, giving mlp_ratio*d_model features; ``fc2`` giving d_model).
+    ``fc1`` / ``fc2`` the default Affines (each a compound of a core layer and a Bias, e.g.
+    ``BlockSparseAffine``; fc1 gives mlp_ratio*d_model features, fc2 d_model).
     """
 
     def __init__(self, d_model, heads, mlp_ratio=4, causal=True, dropout=0.0, gelu="none",
@@ -46,9 +46,11 @@ class TransformerBlock(Layer):
             if not isinstance(layer, Layer):
                 raise TypeError(f"TransformerBlock: {what} must be a neonlite layer, got "
                                 f"{type(layer).__name__}")
-        if len(getattr(self.fc1, "layers", ())) != 2 or not isinstance(self.fc1.layers[1], Bias):
-            raise TypeError(f"TransformerBlock: fc1 must be a core layer + Bias compound (an "
-                            f"Affine or BlockSparseAffine without activation), got {self.fc1!r}")
+        for what, layer in (("fc1", self.fc1), ("fc2", self.fc2)):
+            if len(getattr(layer, "layers", ())) != 2 or not isinstance(layer.layers[1], Bias):
+                raise TypeError(f"TransformerBlock: {what} must be a core layer + Bias compound "
+                                f"(an Affine or BlockSparseAffine without activation), got "
+                                f"{layer!r}")
         self.drop1 = Dropout(1.0 - dropout) if dropout else None
         self.drop2 = Dropout(1.0 - dropout) if dropout else None
         self.sublayers = [layer for layer in (self.ln1, self.attn, self.drop1, self.ln2,

@@ -188,3 +188,16 @@ def test_bad_layout_values_and_specs():
         configure(BlockSparseLinear(16, {"lokal": {"window": 2}}, 8), (32,))
     with pytest.raises(ValueError, match=r"layout.local: .*windo"):
         configure(BlockSparseLinear(16, {"local": {"windo": 2}}, 8), (32,))
+
+
+def test_transformer_block_takes_block_sparse_sublayers_and_checks_them():
+    from neonlite.layers import TransformerBlock
+    layout = {"balanced": {"density": 0.5}}
+    block = TransformerBlock(16, 2, attention=BlockSparseAttention(2, {"local": {"window": 2}},
+                                                                    8),
+                             fc1=BlockSparseAffine(64, layout, 8),
+                             fc2=BlockSparseAffine(16, layout, 8), name="b")
+    net = configure(block, (32, 16))
+    assert {p.name for p in net.parameters()} >= {"b.attn.Wq", "b.fc1.W", "b.fc1.b", "b.fc2.W"}
+    with pytest.raises(TypeError, match="fc2 must be a core layer \\+ Bias compound"):
+        TransformerBlock(16, 2, fc2=BlockSparseLinear(16, layout, 8))
