@@ -3,11 +3,8 @@ reference ops that walk them (``reference``).  The layers are ``BlockSparseLinea
 ``BlockSparseAffine`` and ``BlockSparseAttention`` in ``neonlite.layers``; the backend ops
 are ``Backend.blocksparse_*``."""
 from . import layouts, reference
+from .plan import SUPPORTED_BLOCK_SIZES, BlockSparsePlan
 from .tables import Tables, compile_layout
-
-SUPPORTED_BLOCK_SIZES = (8, 16, 32, 64)
-
-from .plan import BlockSparsePlan  # noqa: E402  (plan.py reads SUPPORTED_BLOCK_SIZES)
 
 __all__ = ["layouts", "reference", "Tables", "compile_layout", "BlockSparsePlan",
            "SUPPORTED_BLOCK_SIZES"]
