@@ -20,31 +20,6 @@
 #define NL_BS_KC 16
 #define NL_BS_LD (NL_BS_KC + 8)
 
-#ifndef NL_HOST_EMULATOR
-template <int KIND>
-__device__ __forceinline__ void nl_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b);
-
-template <>
-__device__ __forceinline__ void nl_mma_m16n8k16<1>(float* d, const unsigned* a,
-                                                   const unsigned* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-template <>
-__device__ __forceinline__ void nl_mma_m16n8k16<2>(float* d, const unsigned* a,
-                                                   const unsigned* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-#endif
-
 __device__ __forceinline__ unsigned nl_bs_pair(const nl_u16* row, int col) {
     return (unsigned)row[col] | ((unsigned)row[col + 1] << 16);
 }

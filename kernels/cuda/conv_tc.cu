@@ -24,32 +24,6 @@
 #define NL_TC_BK 32
 #define NL_TC_LD (NL_TC_BK + 8)
 
-#ifndef NL_HOST_EMULATOR
-// d += A * B for one m16n8k16 tile (KIND 1: float16, 2: bfloat16 inputs).
-template <int KIND>
-__device__ __forceinline__ void nl_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b);
-
-template <>
-__device__ __forceinline__ void nl_mma_m16n8k16<1>(float* d, const unsigned* a,
-                                                   const unsigned* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-template <>
-__device__ __forceinline__ void nl_mma_m16n8k16<2>(float* d, const unsigned* a,
-                                                   const unsigned* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-#endif
-
 // Two consecutive 16-bit elements of a shared-memory row (col even) as one register, the
 // lower column in the low half: one 32-bit load.
 __device__ __forceinline__ unsigned nl_pair(const nl_u16* row, int col) {

@@ -91,3 +91,31 @@ template <> struct nl_elem<2> {
     extern "C" __global__ void prefix##_f32(PARAMS(float)) { prefix##_impl<0> ARGS; }     \
     extern "C" __global__ void prefix##_f16(PARAMS(nl_u16)) { prefix##_impl<1> ARGS; }    \
     extern "C" __global__ void prefix##_bf16(PARAMS(nl_u16)) { prefix##_impl<2> ARGS; }
+
+// Tensor cores: d += A * B for one mma.sync m16n8k16 tile with float32 accumulation
+// (KIND 1: float16, 2: bfloat16 inputs; fragments as the PTX ISA lays them out).  The host
+// emulator defines its own from that layout.
+#ifndef NL_HOST_EMULATOR
+template <int KIND>
+__device__ __forceinline__ void nl_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b);
+
+template <>
+__device__ __forceinline__ void nl_mma_m16n8k16<1>(float* d, const unsigned* a,
+                                                   const unsigned* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <>
+__device__ __forceinline__ void nl_mma_m16n8k16<2>(float* d, const unsigned* a,
+                                                   const unsigned* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
