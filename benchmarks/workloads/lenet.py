@@ -10,13 +10,13 @@ def _batch(smoke):
     return 8 if smoke else 128
 
 
-def neonlite(make_backend, smoke):
+def lenet_model():
+    """The workload's network, initialized for (28, 28, 1) images and 10 classes on the
+    current backend."""
     from neonlite import Model
     from neonlite.initializers import GlorotUniform, Kaiming
     from neonlite.layers import Affine, Conv, Dropout, GeneralizedCost, Pooling
-    from neonlite.optimizers import GradientDescentMomentum
     from neonlite.transforms import CrossEntropyMulti, Rectlin, Softmax
-    be = make_backend(_batch(smoke))
     model = Model([Conv((5, 5, 32), padding=2, init=Kaiming(), activation=Rectlin()),
                    Pooling(2, strides=2),
                    Conv((5, 5, 64), padding=2, init=Kaiming(), activation=Rectlin(),
@@ -26,6 +26,13 @@ def neonlite(make_backend, smoke):
                    Dropout(0.5),
                    Affine(10, init=GlorotUniform(), activation=Softmax())])
     model.initialize(FixedBatch((28, 28, 1), (10,)), GeneralizedCost(CrossEntropyMulti()))
+    return model
+
+
+def neonlite(make_backend, smoke):
+    from neonlite.optimizers import GradientDescentMomentum
+    be = make_backend(_batch(smoke))
+    model = lenet_model()
     x, t = random_batch(be, (28, 28, 1), 10)
     opt = GradientDescentMomentum(0.01, momentum_coef=0.9, wdecay=1e-4)
     return (lambda: model.train_step(x, t, opt, 0)), be.bsz

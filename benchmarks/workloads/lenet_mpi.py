@@ -14,27 +14,16 @@ import time
 
 import numpy as np
 
-from .common import FixedBatch, random_batch
+from .common import random_batch
+from .lenet import lenet_model
 
 
 def build(world, global_batch, bucket_bytes, sync_bn):
     import neonlite
-    from neonlite import Model
     from neonlite.distributed import DataParallel
-    from neonlite.initializers import GlorotUniform, Kaiming
-    from neonlite.layers import Affine, Conv, Dropout, GeneralizedCost, Pooling
-    from neonlite.transforms import CrossEntropyMulti, Rectlin, Softmax
     be = neonlite.gen_backend("cpu", batch_size=world.split_batch(global_batch), rng_seed=0,
                               datatype=np.float32)
-    model = Model([Conv((5, 5, 32), padding=2, init=Kaiming(), activation=Rectlin()),
-                   Pooling(2, strides=2),
-                   Conv((5, 5, 64), padding=2, init=Kaiming(), activation=Rectlin(),
-                        batch_norm=True),
-                   Pooling(2, strides=2),
-                   Affine(512, init=Kaiming(), activation=Rectlin()),
-                   Dropout(0.5),
-                   Affine(10, init=GlorotUniform(), activation=Softmax())])
-    model.initialize(FixedBatch((28, 28, 1), (10,)), GeneralizedCost(CrossEntropyMulti()))
+    model = lenet_model()
     sync = DataParallel(world, bucket_bytes=bucket_bytes, sync_bn=sync_bn)
     sync.attach(model)
     if world.size > 1:
