@@ -36,8 +36,9 @@ __device__ __forceinline__ void nl_store_uniform(void* out, long long i, float v
 }
 
 template <int KIND>
-__device__ void nl_uniform(void* out, long long n, unsigned int seed_lo, unsigned int seed_hi,
-                           unsigned int base_lo, unsigned int base_hi, float low, float high) {
+__device__ void nl_uniform_impl(void* out, long long n, unsigned int seed_lo,
+                                unsigned int seed_hi, unsigned int base_lo, unsigned int base_hi,
+                                float low, float high) {
     const unsigned int key[2] = {seed_lo, seed_hi};
     const unsigned long long base = ((unsigned long long)base_hi << 32) | base_lo;
     const long long groups = (n + 3) / 4;
@@ -57,23 +58,9 @@ __device__ void nl_uniform(void* out, long long n, unsigned int seed_lo, unsigne
     }
 }
 
-extern "C" __global__ void nl_uniform_f32(float* out, long long n, unsigned int seed_lo,
-                                          unsigned int seed_hi, unsigned int base_lo,
-                                          unsigned int base_hi, float low, float high) {
-    nl_uniform<0>(out, n, seed_lo, seed_hi, base_lo, base_hi, low, high);
-}
-
-extern "C" __global__ void nl_uniform_f16(nl_u16* out, long long n, unsigned int seed_lo,
-                                          unsigned int seed_hi, unsigned int base_lo,
-                                          unsigned int base_hi, float low, float high) {
-    nl_uniform<1>(out, n, seed_lo, seed_hi, base_lo, base_hi, low, high);
-}
-
-extern "C" __global__ void nl_uniform_bf16(nl_u16* out, long long n, unsigned int seed_lo,
-                                           unsigned int seed_hi, unsigned int base_lo,
-                                           unsigned int base_hi, float low, float high) {
-    nl_uniform<2>(out, n, seed_lo, seed_hi, base_lo, base_hi, low, high);
-}
+#define NL_UNIFORM_PARAMS(T) T* out, long long n, unsigned int seed_lo, unsigned int seed_hi, \
+    unsigned int base_lo, unsigned int base_hi, float low, float high
+NL_THREE_TYPES(nl_uniform, NL_UNIFORM_PARAMS, (out, n, seed_lo, seed_hi, base_lo, base_hi, low, high))
 
 // Inverted-dropout masks of whole examples (neonlite.backends.philox.example_masks, bit for
 // bit): out is (rows, per) contiguous, row n the mask of global example first + n; element j
@@ -81,10 +68,10 @@ extern "C" __global__ void nl_uniform_bf16(nl_u16* out, long long n, unsigned in
 // philox(counter = (g lo, g hi, step, stream), key = seed), g = (first + n) * ceil(per / 4)
 // + j / 4, is below keep.  One thread per group of four elements.
 template <int KIND>
-__device__ void nl_example_mask(void* out, long long rows, long long per, unsigned int first_lo,
-                                unsigned int first_hi, unsigned int step, unsigned int stream,
-                                unsigned int seed_lo, unsigned int seed_hi, float keep,
-                                float scale) {
+__device__ void nl_example_mask_impl(void* out, long long rows, long long per,
+                                     unsigned int first_lo, unsigned int first_hi,
+                                     unsigned int step, unsigned int stream, unsigned int seed_lo,
+                                     unsigned int seed_hi, float keep, float scale) {
     const unsigned int key[2] = {seed_lo, seed_hi};
     const unsigned long long first = ((unsigned long long)first_hi << 32) | first_lo;
     const long long groups = (per + 3) / 4, total = rows * groups;
@@ -103,32 +90,11 @@ __device__ void nl_example_mask(void* out, long long rows, long long per, unsign
     }
 }
 
-extern "C" __global__ void nl_example_mask_f32(float* out, long long rows, long long per,
-                                               unsigned int first_lo, unsigned int first_hi,
-                                               unsigned int step, unsigned int stream,
-                                               unsigned int seed_lo, unsigned int seed_hi,
-                                               float keep, float scale) {
-    nl_example_mask<0>(out, rows, per, first_lo, first_hi, step, stream, seed_lo, seed_hi, keep,
-                       scale);
-}
-
-extern "C" __global__ void nl_example_mask_f16(nl_u16* out, long long rows, long long per,
-                                               unsigned int first_lo, unsigned int first_hi,
-                                               unsigned int step, unsigned int stream,
-                                               unsigned int seed_lo, unsigned int seed_hi,
-                                               float keep, float scale) {
-    nl_example_mask<1>(out, rows, per, first_lo, first_hi, step, stream, seed_lo, seed_hi, keep,
-                       scale);
-}
-
-extern "C" __global__ void nl_example_mask_bf16(nl_u16* out, long long rows, long long per,
-                                                unsigned int first_lo, unsigned int first_hi,
-                                                unsigned int step, unsigned int stream,
-                                                unsigned int seed_lo, unsigned int seed_hi,
-                                                float keep, float scale) {
-    nl_example_mask<2>(out, rows, per, first_lo, first_hi, step, stream, seed_lo, seed_hi, keep,
-                       scale);
-}
+#define NL_EXAMPLE_MASK_PARAMS(T) T* out, long long rows, long long per, unsigned int first_lo, \
+    unsigned int first_hi, unsigned int step, unsigned int stream, unsigned int seed_lo, \
+    unsigned int seed_hi, float keep, float scale
+NL_THREE_TYPES(nl_example_mask, NL_EXAMPLE_MASK_PARAMS,
+               (out, rows, per, first_lo, first_hi, step, stream, seed_lo, seed_hi, keep, scale))
 
 // The raw 32-bit words, for testing the generator against its known-answer vectors: one
 // thread per counter i writes philox(ctr[4*i .. 4*i+3], key[2*i .. 2*i+1]) to out[4*i ..].
