@@ -293,12 +293,17 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         s.vcache[:, s.pos:L] = s.vh
         scores = s.scores[:, :, :L]
         be.batched_dot(s.qh, s.kcache[:, :L], scores, alpha=self.scale, transB=True)
-        be.masked_softmax(scores, scores, 1.0, False, None)
+        be.masked_softmax(scores, scores, 1.0, False, self._decode_key_mask(s, L))
         be.batched_dot(scores, s.vcache[:, :L], s.oh)
         self._merge_heads(s.oh, s.of)
         self._project(s.of, self.Wo, self.bo, s.out)
         s.pos = L
         return s.out
+
+    def _decode_key_mask(self, s, L):
+        """The key mask (batch*H, L) of the new position pos = L - 1, or None: the causal mask
+        of a single last query sees every cached key."""
+        return None
 
 
 class _Joined:

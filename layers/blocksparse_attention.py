@@ -170,28 +170,8 @@ class BlockSparseAttention(MultiHeadAttention):
         state.visible = keys
         return state
 
-    def decode(self, x, s):
-        """x (B, 1, d_model) at position ``s.pos``: as MultiHeadAttention, over the keys the
-        layout shows position pos (and, causal, only up to pos)."""
-        if s.pos >= s.max_len:
-            raise ValueError(f"layer '{self.name}': the key/value cache holds {s.max_len} "
-                             f"positions and is full")
-        be, L, B = self.be, s.pos + 1, s.batch
+    def _decode_key_mask(self, s, L):
+        """Only the keys the layout shows position pos = L - 1 (and, causal, up to pos)."""
         row = s.visible[:, s.pos // self.bs, :L].astype(np.float64)  # (H, L)
-        s.kmask.set(np.pad(np.tile(row, (B, 1)), ((0, 0), (0, s.max_len - L))))
-        self._project(x, self.Wq, self.bq, s.qf)
-        self._project(x, self.Wk, self.bk, s.kf)
-        self._project(x, self.Wv, self.bv, s.vf)
-        self._split_heads(s.qf, s.qh)
-        self._split_heads(s.kf, s.kh)
-        self._split_heads(s.vf, s.vh)
-        s.kcache[:, s.pos:L] = s.kh
-        s.vcache[:, s.pos:L] = s.vh
-        scores = s.scores[:, :, :L]
-        be.batched_dot(s.qh, s.kcache[:, :L], scores, alpha=self.scale, transB=True)
-        be.masked_softmax(scores, scores, 1.0, False, s.kmask[:, :L])
-        be.batched_dot(scores, s.vcache[:, :L], s.oh)
-        self._merge_heads(s.oh, s.of)
-        self._project(s.of, self.Wo, self.bo, s.out)
-        s.pos = L
-        return s.out
+        s.kmask.set(np.pad(np.tile(row, (s.batch, 1)), ((0, 0), (0, s.max_len - L))))
+        return s.kmask[:, :L]
