@@ -65,3 +65,36 @@ def test_nccl_declarations_parse_and_a_missing_library_is_one_clear_error(monkey
     with pytest.raises(nccl.NcclError, match="NCCL is not installed"):
         nccl.load()
     assert not nccl.nccl_available()
+
+
+def test_ranks_sharing_every_core_get_disjoint_shares():
+    from neonlite.distributed.cores import plan_core_share
+    free = [(0, 1, 2, 3)] * 2
+    assert plan_core_share(free, 0) == (0, 1)
+    assert plan_core_share(free, 1) == (2, 3)
+    assert plan_core_share([(0, 1, 2)] * 3, 2) == (2,)
+    assert plan_core_share([(0, 1, 2, 3, 4)] * 2, 1) == (2, 3)
+
+
+def test_ranks_bound_apart_or_outnumbering_the_cores_are_left_alone():
+    from neonlite.distributed.cores import plan_core_share
+    assert plan_core_share([(0,), (1,)], 0) is None
+    assert plan_core_share([(0, 1)] * 3, 1) is None
+    assert plan_core_share([(0, 1), (2, 3), (2, 3)], 0) is None
+    assert plan_core_share([(0, 1), (2, 3), (2, 3)], 2) == (3,)
+
+
+def test_set_cpu_threads_changes_the_openmp_thread_count():
+    import ctypes
+    from neonlite.backends.cpu_threads import set_cpu_threads
+    gomp = ctypes.CDLL("libgomp.so.1")
+    before = gomp.omp_get_max_threads()
+    try:
+        assert "openmp" in set_cpu_threads(1)
+        assert gomp.omp_get_max_threads() == 1
+        set_cpu_threads(3)
+        assert gomp.omp_get_max_threads() == 3
+    finally:
+        set_cpu_threads(before)
+    with pytest.raises(ValueError, match="at least 1"):
+        set_cpu_threads(0)

@@ -69,12 +69,15 @@ class HostBucket:
 
 
 class HostTransport:
-    """Bucket allreduce through MPI with host staging."""
+    """Bucket allreduce through MPI with host staging.  With a ``progress`` thread
+    (:mod:`.progress`) the transfers advance on their own during bprop; without one, each
+    layer's end tests the started requests (:meth:`poke`), the only other progress point."""
 
     name = "mpi"
 
-    def __init__(self, collectives, world_size):
+    def __init__(self, collectives, world_size, progress=None):
         self.collectives, self.scale = collectives, 1.0 / world_size
+        self.progress = progress
 
     def make_bucket(self, index, params):
         return HostBucket(index, params)
@@ -83,14 +86,22 @@ class HostTransport:
         backend.synchronize()
         bucket.stage()
         bucket.request = self.collectives.iallreduce(bucket.buf)
+        if self.progress is not None:
+            self.progress.busy()
 
     def poke(self, buckets):
+        if self.progress is not None:
+            return
         requests = [b.request for b in buckets if b.request is not None]
         if requests:
             self.collectives.test(requests)
 
     def finish(self, buckets, step):
-        self.collectives.wait([b.request for b in buckets],
-                              f"gradient allreduce of step {step} ({len(buckets)} buckets)")
+        try:
+            self.collectives.wait([b.request for b in buckets],
+                                  f"gradient allreduce of step {step} ({len(buckets)} buckets)")
+        finally:
+            if self.progress is not None:
+                self.progress.idle()
         for bucket in buckets:
             bucket.unstage(self.scale)

@@ -1,0 +1,36 @@
+"""How many threads the CPU backend's libraries start: OpenMP (neonlite's C kernels and MKL,
+which runs on the same GNU OpenMP runtime) and numpy's OpenBLAS (its per-thread count, for the calling thread).
+
+Each reads its thread count once, when it loads; :func:`set_cpu_threads` changes it later,
+for a process that learns its share of the cores after start-up (a rank of a data-parallel
+job, :mod:`neonlite.distributed.cores`).  GEMMs that the backend splits over its own threads
+(:mod:`.cpu_blas`) read the process's affinity mask at each call and need no setting.
+"""
+import ctypes
+import functools
+
+
+@functools.lru_cache(maxsize=None)
+def _libgomp():
+    try:
+        return ctypes.CDLL("libgomp.so.1")
+    except OSError:
+        return None
+
+
+def set_cpu_threads(n):
+    """Make OpenMP parallel regions and OpenBLAS GEMMs started from the calling thread use
+    ``n`` threads (n >= 1).  Returns the libraries set (names)."""
+    if int(n) < 1:
+        raise ValueError(f"a thread count must be at least 1, got {n!r}")
+    done = []
+    gomp = _libgomp()
+    if gomp is not None:
+        gomp.omp_set_num_threads(ctypes.c_int(int(n)))
+        done.append("openmp")
+    from .cpu_blas import _openblas
+    openblas = _openblas()
+    if openblas is not None:
+        openblas.openblas_set_num_threads_local(int(n))
+        done.append("openblas")
+    return done

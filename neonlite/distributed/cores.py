@@ -1,0 +1,61 @@
+"""Each rank's share of the cores of its machine, when the launcher left the ranks of one
+machine all free to run on the same cores.
+
+``mpirun --oversubscribe`` (or ``--bind-to none``) starts every rank with every core in its
+affinity mask, and each rank's OpenMP and BLAS then start one thread per core: two ranks on two
+cores run four busy threads, which wait on each other at every barrier of a parallel loop.
+:func:`share_cores` gives each of the ``L`` ranks that share a mask of ``C`` cores its own
+``C // L`` of them (pinned, in local-rank order) and sizes the thread pools to that share, as
+one process per GPU gets its own device.  It leaves everything as it is where the launcher bound
+the ranks apart (``mpirun -np 2`` on two cores binds each to one), where ``OMP_NUM_THREADS`` is
+set (the user chose), and where there are more ranks than cores.
+"""
+import os
+
+from ..backends.cpu_threads import set_cpu_threads
+
+
+def usable_cores():
+    """How many cores this process may run on (its affinity mask)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def plan_core_share(masks, me):
+    """The cores rank ``me`` should keep, or None to leave it as it is.
+
+    ``masks``: each local rank's affinity (a sorted tuple of core ids), by local rank.  Ranks
+    with the same mask as ``me`` split it in local-rank order; a mask shared by no other rank,
+    or by more ranks than it has cores, is left alone."""
+    mine = masks[me]
+    sharing = [r for r, mask in enumerate(masks) if mask == mine]
+    if len(sharing) < 2 or len(mine) < len(sharing):
+        return None
+    per_rank = len(mine) // len(sharing)
+    slot = sharing.index(me)
+    return mine[slot * per_rank:(slot + 1) * per_rank]
+
+
+def share_cores(world, environ=None):
+    """Pin this rank to its share of the cores (see the module docstring) and size OpenMP and
+    BLAS to it; returns the cores kept, or None when nothing was changed.  Collective: every
+    rank of ``world`` must call it."""
+    environ = os.environ if environ is None else environ
+    if world.comm is None or not hasattr(os, "sched_setaffinity"):
+        return None
+    from mpi4py import MPI
+    host = MPI.Get_processor_name()
+    mask = tuple(sorted(os.sched_getaffinity(0)))
+    everyone = world.comm.allgather((host, world.local_rank, mask))
+    if "OMP_NUM_THREADS" in environ:
+        return None
+    local = sorted((rank, m) for h, rank, m in everyone if h == host)
+    masks = [m for _, m in local]
+    cores = plan_core_share(masks, world.local_rank)
+    if cores is None:
+        return None
+    os.sched_setaffinity(0, cores)
+    set_cpu_threads(len(cores))
+    return list(cores)
