@@ -164,23 +164,39 @@ def test_progress_thread_completes_an_allreduce_while_the_rank_computes():
     assert int(line.split("polls=")[1]) > 10, line
 
 
-def test_oversubscribed_ranks_get_their_own_cores(tmp_path):
-    script = ("import os; from neonlite.distributed import DataParallel, detect_world; "
+def _cores_of_ranks(nranks):
+    """[(rank, cores kept or None, threads or None, affinity after)] of ``nranks`` ranks that
+    mpirun --oversubscribe started on the same cores."""
+    script = ("import os, json; from neonlite.distributed import DataParallel, detect_world; "
               "w = detect_world(); dp = DataParallel(w); "
-              "print(w.rank, dp.cores, sorted(os.sched_getaffinity(0)), flush=True)")
+              "print(json.dumps([w.rank, dp.cores, dp.threads, "
+              "sorted(os.sched_getaffinity(0))]), flush=True)")
     env = {k: v for k, v in ENV.items() if k != "OMP_NUM_THREADS"}
-    done = run(2, ["-c", script], env=env)
+    done = run(nranks, ["-c", script], env=env)
     assert done.returncode == 0, done.stderr[-3000:]
+    return sorted(json.loads(line) for line in done.stdout.strip().splitlines())
+
+
+def test_oversubscribed_ranks_get_their_own_cores():
     ncores = len(os.sched_getaffinity(0))
-    rows = sorted(line.split(" ", 2) for line in done.stdout.strip().splitlines())
-    assert len(rows) == 2
+    rows = _cores_of_ranks(2)
+    assert [row[0] for row in rows] == [0, 1]
     if ncores < 2:
-        assert all(row[1] == "None" for row in rows)
+        assert all(row[1] is None and row[2] == 1 for row in rows)
         return
     share = ncores // 2
-    kept = [json.loads(row[2]) for row in rows]
-    assert all(len(cores) == share for cores in kept)
-    assert not set(kept[0]) & set(kept[1])
+    assert all(len(row[1]) == share and row[2] == share and row[3] == row[1] for row in rows)
+    assert not set(rows[0][1]) & set(rows[1][1])
+
+
+def test_ranks_outnumbering_the_cores_run_one_thread_each():
+    ncores = len(os.sched_getaffinity(0))
+    nranks = ncores + 1
+    if nranks > 8:
+        pytest.skip(f"{ncores} cores: {nranks} ranks would be too many for a test")
+    rows = _cores_of_ranks(nranks)
+    assert len(rows) == nranks
+    assert all(row[1] is None and row[2] == 1 and len(row[3]) == ncores for row in rows)
 
 
 # ---- checkpoints between rank counts ---------------------------------------------------------------

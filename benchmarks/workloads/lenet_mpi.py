@@ -116,6 +116,7 @@ def main(argv=None):
         row[name] = entry
     if world.size > 1:
         row.update(cores_per_rank=len(sync.cores) if sync.cores else None,
+                   threads_per_rank=sync.threads,
                    bucket_bytes=args.bucket_kib * 1024, buckets=len(sync.buckets),
                    bucket_sizes=[b.nbytes for b in sync.buckets],
                    bytes_per_step=sum(b.nbytes for b in sync.buckets),

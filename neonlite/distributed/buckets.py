@@ -6,6 +6,8 @@ the flattened gradients of its parameters one after another; it is summed in pla
 non-blocking ``MPI_Iallreduce`` and divided by the number of ranks (host staging: the CPU
 backend copies arrays, a GPU backend copies device <-> host).
 """
+import time
+
 import numpy as np
 
 DEFAULT_BUCKET_BYTES = 1 << 20
@@ -61,8 +63,16 @@ class HostBucket:
         for p, a, b in zip(self.params, self.offsets[:-1], self.offsets[1:]):
             self.buf[a:b] = np.asarray(p.grad).reshape(-1)
 
-    def unstage(self, scale):
-        """Write ``buf * scale`` back into the gradients."""
+    def unstage(self, scale, in_place=False):
+        """Write ``buf * scale`` back into the gradients; ``in_place``: the gradients are host
+        tensors whose ``numpy.asarray`` is their own memory (the CPU backend's), written in
+        the same pass as the scaling."""
+        if in_place:
+            for p, a, b in zip(self.params, self.offsets[:-1], self.offsets[1:]):
+                target = np.asarray(p.grad)
+                np.multiply(self.buf[a:b].reshape(target.shape), scale, out=target,
+                            casting="unsafe")
+            return
         self.buf *= scale
         for p, a, b in zip(self.params, self.offsets[:-1], self.offsets[1:]):
             p.grad.set(self.buf[a:b])
@@ -78,12 +88,14 @@ class HostTransport:
     def __init__(self, collectives, world_size, progress=None):
         self.collectives, self.scale = collectives, 1.0 / world_size
         self.progress = progress
+        self.in_place = False
 
     def make_bucket(self, index, params):
         return HostBucket(index, params)
 
     def start(self, bucket, backend):
         backend.synchronize()
+        self.in_place = getattr(backend, "name", None) == "cpu"
         bucket.stage()
         bucket.request = self.collectives.iallreduce(bucket.buf)
         if self.progress is not None:
@@ -97,11 +109,16 @@ class HostTransport:
             self.collectives.test(requests)
 
     def finish(self, buckets, step):
+        """Wait for every bucket's allreduce and write the averages back; returns the seconds
+        spent waiting (the communication bprop did not hide)."""
+        begin = time.perf_counter()
         try:
             self.collectives.wait([b.request for b in buckets],
                                   f"gradient allreduce of step {step} ({len(buckets)} buckets)")
         finally:
             if self.progress is not None:
                 self.progress.idle()
+        waited = time.perf_counter() - begin
         for bucket in buckets:
-            bucket.unstage(self.scale)
+            bucket.unstage(self.scale, self.in_place)
+        return waited

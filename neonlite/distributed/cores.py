@@ -6,9 +6,10 @@ affinity mask, and each rank's OpenMP and BLAS then start one thread per core: t
 cores run four busy threads, which wait on each other at every barrier of a parallel loop.
 :func:`share_cores` gives each of the ``L`` ranks that share a mask of ``C`` cores its own
 ``C // L`` of them (pinned, in local-rank order) and sizes the thread pools to that share, as
-one process per GPU gets its own device.  It leaves everything as it is where the launcher bound
-the ranks apart (``mpirun -np 2`` on two cores binds each to one), where ``OMP_NUM_THREADS`` is
-set (the user chose), and where there are more ranks than cores.
+one process per GPU gets its own device; where there are more such ranks than cores, each runs
+one thread, unpinned.  It leaves everything as it is where the launcher bound the ranks apart
+(``mpirun -np 2`` on two cores binds each to one) and where ``OMP_NUM_THREADS`` is set (the
+user chose).
 """
 import os
 
@@ -40,22 +41,26 @@ def plan_core_share(masks, me):
 
 def share_cores(world, environ=None):
     """Pin this rank to its share of the cores (see the module docstring) and size OpenMP and
-    BLAS to it; returns the cores kept, or None when nothing was changed.  Collective: every
-    rank of ``world`` must call it."""
+    BLAS to it.  Returns ``(cores kept, threads)``: ``(None, None)`` when nothing was changed,
+    ``(None, 1)`` where more ranks than cores share a mask (each then runs one thread, unpinned).
+    Collective: every rank of ``world`` must call it."""
     environ = os.environ if environ is None else environ
     if world.comm is None or not hasattr(os, "sched_setaffinity"):
-        return None
+        return None, None
     from mpi4py import MPI
     host = MPI.Get_processor_name()
     mask = tuple(sorted(os.sched_getaffinity(0)))
     everyone = world.comm.allgather((host, world.local_rank, mask))
     if "OMP_NUM_THREADS" in environ:
-        return None
+        return None, None
     local = sorted((rank, m) for h, rank, m in everyone if h == host)
     masks = [m for _, m in local]
     cores = plan_core_share(masks, world.local_rank)
     if cores is None:
-        return None
+        if masks.count(mask) > len(mask):
+            set_cpu_threads(1)
+            return None, 1
+        return None, None
     os.sched_setaffinity(0, cores)
     set_cpu_threads(len(cores))
-    return list(cores)
+    return list(cores), len(cores)

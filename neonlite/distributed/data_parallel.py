@@ -48,24 +48,29 @@ class DataParallel:
             not take turns with the compute on one core (measured on LeNet, two ranks of one
             core each: the thread cost 5-10 % of the step and hid nothing more).
         share_cores (bool): where the launcher left this machine's ranks on the same cores,
-            pin each to its own share and size its thread pools to it (:mod:`.cores`).
-            Collective: the constructor then runs on every rank.
+            pin each to its own share and size its thread pools to it (:mod:`.cores`;
+            ``cores`` and ``threads`` say what was set, None: unchanged).  Collective: the
+            constructor then runs on every rank.
 
     ``stats`` counts ``steps``, ``bytes`` (allreduced per step), ``wait_s`` (time spent in
-    :meth:`finish` waiting for the last buckets: the communication not hidden behind bprop)
-    and ``comm_started_early`` (buckets started during bprop).
+    :meth:`finish` waiting for the allreduces: the communication not hidden behind bprop,
+    and any lag of a slower rank), ``finish_s`` (all of :meth:`finish`: the wait, starting the
+    last buckets and writing the averages back) and ``comm_started_early`` (buckets started
+    during bprop).
     """
 
     def __init__(self, world, bucket_bytes=DEFAULT_BUCKET_BYTES, sync_bn=False, timeout=None,
                  progress_thread=None, share_cores=True):
         self.world, self.bucket_bytes, self.sync_bn = world, bucket_bytes, bool(sync_bn)
-        self.cores = cores.share_cores(world) if share_cores and world.size > 1 else None
+        self.cores, self.threads = (cores.share_cores(world) if share_cores and world.size > 1
+                                    else (None, None))
         if progress_thread is None:
             progress_thread = cores.usable_cores() >= 2
         self.timeout, self.progress_thread = timeout, bool(progress_thread)
         self.model = None
         self.buckets = []
-        self.stats = {"steps": 0, "bytes": 0, "wait_s": 0.0, "comm_started_early": 0}
+        self.stats = {"steps": 0, "bytes": 0, "wait_s": 0.0, "finish_s": 0.0,
+                      "comm_started_early": 0}
         self._collectives = None
         self._watched = []
 
@@ -173,8 +178,8 @@ class DataParallel:
         while self._next < len(self.buckets):
             self.transport.start(self.buckets[self._next], be)
             self._next += 1
-        self.transport.finish(self.buckets, self.model.step_index)
-        self.stats["wait_s"] += time.perf_counter() - begin
+        self.stats["wait_s"] += self.transport.finish(self.buckets, self.model.step_index)
+        self.stats["finish_s"] += time.perf_counter() - begin
         self.stats["steps"] += 1
         self.stats["bytes"] += sum(b.nbytes for b in self.buckets)
         for bucket in self.buckets:
