@@ -276,6 +276,19 @@ class Backend(ABC):
         """
 
     @abstractmethod
+    def batchnorm_moments(self, x):
+        """The batch statistics of x (M, C) that synchronised batch norm combines across
+        processes: ``(mean, m2)``, host float64 arrays (C,) of the per-channel mean and sum of
+        squared deviations over the rows (accumulated as precisely as ``batchnorm_fprop``'s
+        own; only 2C numbers leave the device)."""
+
+    @abstractmethod
+    def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
+        """Normalize with given statistics as training-mode ``batchnorm_fprop`` does with its
+        own: xhat = (x - mean) * invstd, y = gamma * xhat + beta (then max(y, 0) with
+        ``relu``).  x, y, xhat (M, C); gamma, beta, mean, invstd (1, C)."""
+
+    @abstractmethod
     def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
         """Gradients of training-mode batch norm: dx (M, C), dgamma and dbeta (1, C).  ``y``,
         the output of a fprop with ``relu``, masks dy by y > 0 (the ReLU's backward fused)."""

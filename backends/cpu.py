@@ -163,6 +163,20 @@ class CPUBackend(CPUBlockSparseMixin, Backend):
             if relu:
                 np.maximum(arrays[3], 0, out=arrays[3])
 
+    def batchnorm_moments(self, x):
+        C = x.shape[-1]
+        mean, m2 = np.empty(C), np.empty(C)
+        if self.kernels.batchnorm_moments(x._ary, mean, m2):
+            return mean, m2
+        return numpy_norm.batchnorm_moments(x._ary)
+
+    def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
+        arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, mean, invstd)))
+        if not self.kernels.batchnorm_apply(*arrays, relu):
+            numpy_norm.batchnorm_apply(*arrays)
+            if relu:
+                np.maximum(arrays[3], 0, out=arrays[3])
+
     def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
         arrays = tuple(map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
         mask = None if y is None else y._ary

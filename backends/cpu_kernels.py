@@ -430,6 +430,28 @@ class CPUKernels:
             module.lib.batchnorm_fprop_train(*ptrs, M, C, eps, momentum, bool(relu))
         return True
 
+    def batchnorm_moments(self, x, mean, m2):
+        """mean, m2 (C,) float64 = per-channel mean and sum of squared deviations of the rows
+        of x (M, C)."""
+        module = self._usable("norm", x)
+        if module is None or mean.dtype != np.float64 or m2.dtype != np.float64:
+            return False
+        ffi = module.ffi
+        module.lib.batchnorm_moments(ffi.from_buffer("real[]", x), x.shape[0], x.shape[1],
+                                     ffi.from_buffer("double[]", mean),
+                                     ffi.from_buffer("double[]", m2))
+        return True
+
+    def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
+        """xhat = (x - mean) * invstd, y = gamma * xhat + beta (then max(y, 0) with relu)."""
+        arrays = (x, gamma, beta, y, xhat, mean, invstd)
+        module = self._usable("norm", *arrays)
+        if module is None:
+            return False
+        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
+        module.lib.batchnorm_apply(*ptrs, x.shape[0], x.shape[1], bool(relu))
+        return True
+
     def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
         """dx (M, C), and dgamma, dbeta (1, C) accumulated into; ``y`` (M, C), the output of a
         fprop with ``relu``, masks dy by y > 0."""

@@ -93,6 +93,29 @@ class GPUNormMixin:
                            [x.ptr, mean.ptr, invstd.ptr, gamma.ptr, beta.ptr, xhat.ptr, y.ptr,
                             M, C, int(bool(relu))])
 
+    def batchnorm_moments(self, x):
+        """As the contract: the float32 partial column sums (shifted by row 0) of
+        ``nl_colsum2`` are copied back (splits x C x 2 numbers) and added in float64."""
+        (x,) = self._rows_of("batchnorm_moments", x)
+        M, C = x.shape
+        plan, partial = self._column_sums(x, None, None, 0, "bn_moments")
+        sums = partial.get()[:plan.splits * C * 2].astype(np.float64)
+        sums = sums.reshape(plan.splits, C, 2).sum(axis=0)
+        s1, s2 = sums[:, 0], sums[:, 1]
+        shift = x[0:1].get().reshape(-1).astype(np.float64)
+        return shift + s1 / M, np.maximum(s2 - s1 * (s1 / M), 0.0)
+
+    def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
+        """As the contract (the ``nl_bn_apply`` kernel of ``batchnorm_fprop``)."""
+        self._written("batchnorm_apply", y=y, xhat=xhat)
+        x, gamma, beta, mean, invstd = self._rows_of("batchnorm_apply", x, gamma, beta, mean,
+                                                     invstd)
+        M, C = x.shape
+        func = self.kernel("norm", f"nl_bn_apply_{x.storage}", "PPPPPPPqii")
+        self.device.launch(func, *self._elementwise_grid(M * C),
+                           [x.ptr, mean.ptr, invstd.ptr, gamma.ptr, beta.ptr, xhat.ptr, y.ptr,
+                            M, C, int(bool(relu))])
+
     def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
         """As the contract; ``y`` (the fused fprop's ReLU output) masks dy by y > 0."""
         self._written("batchnorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)

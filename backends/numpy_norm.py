@@ -20,6 +20,18 @@ def batchnorm_fprop(x, gamma, beta, y, xhat, mean, invstd, running_mean, running
         running_mean += (1.0 - momentum) * mean
         running_var *= momentum
         running_var += (1.0 - momentum) * var * (m / max(m - 1, 1))
+    batchnorm_apply(x, gamma, beta, y, xhat, mean, invstd)
+
+
+def batchnorm_moments(x):
+    """(mean, m2): per-channel mean of x (M, C) and sum of squared deviations, float64 (C,)."""
+    x = x.astype(np.float64)
+    mean = x.mean(axis=0)
+    return mean, np.square(x - mean).sum(axis=0)
+
+
+def batchnorm_apply(x, gamma, beta, y, xhat, mean, invstd):
+    """xhat = (x - mean) * invstd, y = gamma * xhat + beta."""
     np.subtract(x, mean, out=xhat)
     xhat *= invstd
     np.multiply(xhat, gamma, out=y)

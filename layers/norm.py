@@ -85,31 +85,25 @@ class BatchNorm(ParameterLayer):
     # ---- synchronised statistics (stat_sync set) -----------------------------------------------
     def _fprop_synced(self, x):
         """Normalize x (M, C) with the mean and biased variance of every process's rows: the
-        backend's kernel gives this process's (count, mean, variance), which are combined over
-        the processes in float64."""
-        be, C, m = self.be, self.C, x.shape[0]
+        backend gives this process's moments (float64), the processes combine them
+        (``stat_sync.combine_moments``), and mean, invstd and the running averages are formed
+        as the one-process kernel forms them, so both normalize with the same float32 values."""
+        be, C = self.be, self.C
         gamma, beta = self._row(self.gamma.value), self._row(self.beta.value)
         y, xhat = flat_rows(self.outputs, C), flat_rows(self.xhat, C)
-        be.batchnorm_fprop(x, gamma, beta, y, xhat, self.mean, self.invstd, self._scratch_a,
-                           self._scratch_b, self.eps, self.rho, False)
-        mean = self.mean.get().reshape(-1).astype(np.float64)
-        var = 1.0 / np.square(self.invstd.get().reshape(-1).astype(np.float64)) - self.eps
-        total = self.stat_sync.allreduce_sum(np.concatenate([[m], m * mean,
-                                                             m * (var + mean * mean)]))
-        self._count = count = total[0]
-        mean = total[1:C + 1] / count
-        var = np.maximum(total[C + 1:] / count - mean * mean, 0.0)
-        self._scratch_a.set(mean.reshape(1, C))
-        self._scratch_b.set(var.reshape(1, C))
-        be.batchnorm_fprop(x, gamma, beta, y, xhat, self.mean, self.invstd, self._scratch_a,
-                           self._scratch_b, self.eps, self.rho, True)
-        for running, stat, factor in ((self.running_mean, self._scratch_a, 1.0),
-                                      (self.running_var, self._scratch_b,
-                                       count / max(count - 1, 1))):
-            row = self._row(running)
-            row[:] = row * self.rho + stat * ((1.0 - self.rho) * factor)
-        if self.activation is not None:
-            y[:] = be.maximum(y, 0.0)
+        count, mean, m2 = self.stat_sync.combine_moments(x.shape[0], *be.batchnorm_moments(x))
+        self._count = count
+        var = m2 / count
+        self.mean.set(mean.reshape(1, C))
+        self.invstd.set((1.0 / np.sqrt(var + self.eps)).reshape(1, C))
+        be.batchnorm_apply(x, gamma, beta, y, xhat, self.mean, self.invstd,
+                           relu=self.activation is not None)
+        unbiased = count / max(count - 1.0, 1.0)
+        for running, stat, factor in ((self.running_mean, mean, None),
+                                      (self.running_var, var, unbiased)):
+            old = running.get().reshape(-1).astype(np.float64)
+            new = (1.0 - self.rho) * stat if factor is None else (1.0 - self.rho) * stat * factor
+            running.set((self.rho * old + new).reshape(running.shape))
         return self.outputs
 
     def _bprop_synced(self, dy):

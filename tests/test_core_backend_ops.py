@@ -390,6 +390,35 @@ def test_batchnorm_fprop_training_inference_and_bprop(be):
     close(y.get(), gamma * (x - rmean.get()) / np.sqrt(rvar.get() + eps) + beta, rtol=1e-4)
 
 
+@pytest.mark.parametrize("relu", [False, True])
+def test_batchnorm_moments_and_apply(be, relu):
+    """The two halves of synchronised batch norm: float64 moments of the rows (values offset
+    far from zero, where sums of squares would cancel), then normalization with given
+    statistics, which matches batchnorm_fprop given the same statistics."""
+    M, C, eps = 150, 5, 1e-5
+    x = rand(M, C, seed=41) * 0.5 + 100.0
+    gamma, beta = rand(1, C, seed=42), rand(1, C, seed=43)
+    mean, m2 = be.batchnorm_moments(be.array(x))
+    assert mean.dtype == m2.dtype == np.float64 and mean.shape == m2.shape == (C,)
+    x64 = x.astype(np.float64)
+    close(mean, x64.mean(axis=0), rtol=1e-12)
+    close(m2, np.square(x64 - x64.mean(axis=0)).sum(axis=0), rtol=1e-4)
+    t = {k: be.array(v) for k, v in dict(x=x, gamma=gamma, beta=beta).items()}
+    tmean = be.array(mean.reshape(1, C))
+    tinv = be.array((1.0 / np.sqrt(m2 / M + eps)).reshape(1, C))
+    y, xhat = be.empty((M, C)), be.empty((M, C))
+    be.batchnorm_apply(t["x"], t["gamma"], t["beta"], y, xhat, tmean, tinv, relu=relu)
+    xh = (x64 - mean) / np.sqrt(m2 / M + eps)
+    want = gamma * xh + beta
+    close(xhat.get(), xh, rtol=1e-3, atol=1e-3)
+    close(y.get(), np.maximum(want, 0) if relu else want, rtol=1e-3, atol=1e-3)
+    y2, xhat2 = be.empty((M, C)), be.empty((M, C))
+    be.batchnorm_fprop(t["x"], t["gamma"], t["beta"], y2, xhat2, be.empty((1, C)),
+                       be.empty((1, C)), tmean, be.array((m2 / M).reshape(1, C)), eps=eps,
+                       inference=True, relu=relu)
+    close(y.get(), y2.get(), rtol=1e-5, atol=1e-5)
+
+
 def _numeric_vjp(f, x, dy, eps=1e-6):
     """Central-difference d(sum(dy * f(x)))/dx in float64."""
     x = x.astype(np.float64)

@@ -98,3 +98,40 @@ def test_set_cpu_threads_changes_the_openmp_thread_count():
         set_cpu_threads(before)
     with pytest.raises(ValueError, match="at least 1"):
         set_cpu_threads(0)
+
+
+def test_moments_of_row_groups_combine_into_the_whole_batch():
+    from neonlite.distributed.sync_bn import combine_moments
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(1001, 6)) * 0.01 + 1e4
+    groups = np.split(x, [1, 300, 301, 800])
+    rows = [np.concatenate([[len(g)], g.mean(axis=0), np.square(g - g.mean(axis=0)).sum(0)])
+            for g in groups]
+    count, mean, m2 = combine_moments(rows)
+    assert count == 1001
+    np.testing.assert_allclose(mean, x.mean(axis=0), rtol=1e-15)
+    np.testing.assert_allclose(m2, np.square(x - x.mean(axis=0)).sum(axis=0), rtol=1e-9)
+
+
+def test_batch_norm_statistics_do_not_depend_on_the_split():
+    """The CPU kernel's moments of two halves, combined, give batchnorm_fprop's own mean and
+    invstd of the whole batch to the last float32 bit: what lets N ranks with synchronised
+    batch norm normalize exactly as one process does."""
+    from neonlite.distributed.sync_bn import combine_moments
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
+    if be.kernels.module("norm", np.dtype(np.float32)) is None:
+        pytest.skip("the CPU backend runs on numpy alone here (no C compiler): its float32 "
+                    "batch norm statistics are numpy's, not the kernel's")
+    rng = np.random.default_rng(5)
+    x = (rng.normal(size=(4096, 32)) * rng.uniform(0.01, 3, 32) + rng.normal(size=32) * 5)
+    x = x.astype(np.float32)
+    C = 32
+    mean, invstd = be.empty((1, C)), be.empty((1, C))
+    be.batchnorm_fprop(be.array(x), be.ones((1, C)), be.zeros((1, C)), be.empty(x.shape),
+                       be.empty(x.shape), mean, invstd, be.zeros((1, C)), be.ones((1, C)))
+    rows = [np.concatenate([[len(h)], *be.batchnorm_moments(be.array(np.ascontiguousarray(h)))])
+            for h in np.split(x, [1500])]
+    count, mu, m2 = combine_moments(rows)
+    assert np.array_equal(mu.astype(np.float32), mean.get().reshape(-1))
+    assert np.array_equal((1.0 / np.sqrt(m2 / count + 1e-5)).astype(np.float32),
+                          invstd.get().reshape(-1))

@@ -133,6 +133,25 @@ def test_batchnorm_layernorm_and_cross_entropy(backends, relu):
         set(gpu.device.launches)
 
 
+@pytest.mark.parametrize("relu", [False, True])
+def test_batchnorm_moments_and_apply_match_the_cpu(backends, relu):
+    gpu, cpu = backends()
+    x, g, b = rand(300, 40, seed=12) + 50, rand(1, 40, seed=13), rand(1, 40, seed=14)
+    outs = {}
+    for name, be in (("gpu", gpu), ("cpu", cpu)):
+        mean, m2 = be.batchnorm_moments(be.array(x))
+        inv = 1.0 / np.sqrt(m2 / 300 + 1e-5)
+        y, xhat = be.zeros((300, 40)), be.zeros((300, 40))
+        be.batchnorm_apply(be.array(x), be.array(g), be.array(b), y, xhat,
+                           be.array(mean.reshape(1, 40)), be.array(inv.reshape(1, 40)), relu=relu)
+        outs[name] = [mean, m2, y.get(), xhat.get()]
+    np.testing.assert_allclose(outs["gpu"][0], outs["cpu"][0], rtol=1e-7)
+    np.testing.assert_allclose(outs["gpu"][1], outs["cpu"][1], rtol=1e-4)
+    for got, want in zip(outs["gpu"][2:], outs["cpu"][2:]):
+        close(got, want, 1e-4)
+    assert {"nl_colsum2_f32", "nl_bn_apply_f32"} <= set(gpu.device.launches)
+
+
 def test_a_training_step_matches_the_cpu_and_prefetch_feeds_it(backends):
     """Conv + batch norm + ReLU, pooling, affine + softmax, 3 SGD steps: same losses; the
     GPU run's batches come through the prefetcher (the backend's copy_async)."""

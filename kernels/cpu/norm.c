@@ -4,8 +4,9 @@
 
 enum { SHIFTED_SQUARES, SUM_AND_DOT };
 
-/* Rows summed in `real` before their sums are added into the double totals: short runs keep
- * float rounding negligible while the inner loop runs at full float vector width. */
+/* SUM_AND_DOT: rows summed in `real` before their sums are added into the double totals:
+ * short runs keep float rounding negligible while the inner loop runs at full float vector
+ * width.  SHIFTED_SQUARES accumulates in double (see column_sums). */
 #define RUN 32
 
 /* Column sums over the rows of (M, C) arrays a, b (in fixed blocks, see nl_blocks):
@@ -24,19 +25,27 @@ static void column_sums(int mode, const real *a, const real *b, const real *mask
         real *r1 = run + (size_t)blk * 2 * (size_t)C, *r2 = r1 + C;
         int64_t lo, hi;
         nl_split(M, blk, nb, &lo, &hi);
+        if (mode == SHIFTED_SQUARES) {
+            /* Statistics in double throughout (x - x[0] computed in double), so they do not
+             * depend on how the rows are blocked: batch norm over the whole batch and over
+             * the shards of data-parallel ranks (batchnorm_moments) agree to double rounding. */
+            for (int64_t m = lo; m < hi; m++) {
+                const real *ar = a + m * C;
+                for (int64_t c = 0; c < C; c++) {
+                    const double t = (double)ar[c] - (double)a[c];
+                    s1[c] += t;
+                    s2[c] += t * t;
+                }
+            }
+            continue;
+        }
         for (int64_t m0 = lo; m0 < hi; m0 += RUN) {
             const int64_t m1 = m0 + RUN < hi ? m0 + RUN : hi;
             for (int64_t c = 0; c < C; c++)
                 r1[c] = r2[c] = 0;
             for (int64_t m = m0; m < m1; m++) {
                 const real *ar = a + m * C;
-                if (mode == SHIFTED_SQUARES) {
-                    for (int64_t c = 0; c < C; c++) {
-                        const real t = ar[c] - a[c];
-                        r1[c] += t;
-                        r2[c] += t * t;
-                    }
-                } else if (mask == NULL) {
+                if (mask == NULL) {
                     const real *br = b + m * C;
                     for (int64_t c = 0; c < C; c++) {
                         r1[c] += ar[c];
@@ -117,6 +126,24 @@ void batchnorm_fprop_train(const real *x, const real *gamma, const real *beta, r
                                 ((double)M / (double)(M > 1 ? M - 1 : 1)));
     }
     free(sums);
+    bn_apply(x, gamma, beta, y, xhat, mean, invstd, M, C, relu);
+}
+
+void batchnorm_moments(const real *x, int64_t M, int64_t C, double *mean, double *m2)
+{
+    column_sums(SHIFTED_SQUARES, x, NULL, NULL, M, C, mean, m2);
+    for (int64_t c = 0; c < C; c++) {
+        const double s1 = mean[c];
+        mean[c] = (double)x[c] + s1 / (double)M;
+        m2[c] = m2[c] - s1 * (s1 / (double)M);
+        if (m2[c] < 0)
+            m2[c] = 0;
+    }
+}
+
+void batchnorm_apply(const real *x, const real *gamma, const real *beta, real *y, real *xhat,
+                     const real *mean, const real *invstd, int64_t M, int64_t C, int relu)
+{
     bn_apply(x, gamma, beta, y, xhat, mean, invstd, M, C, relu);
 }
 

@@ -17,6 +17,16 @@ void batchnorm_fprop_infer(const real *x, const real *gamma, const real *beta, r
                            const real *running_var, int64_t M, int64_t C, double eps,
                            int relu);
 
+/* The batch statistics of synchronised batch norm, in double: mean[c] and
+ * m2[c] = sum over rows of (x - mean)^2, from sums shifted by row 0 (as batchnorm_fprop_train
+ * takes them); (C,) each. */
+void batchnorm_moments(const real *x, int64_t M, int64_t C, double *mean, double *m2);
+
+/* Normalize with given statistics, as batchnorm_fprop_train does with its own:
+ * xhat = (x - mean) * invstd, y = gamma * xhat + beta, then y = max(y, 0) when relu. */
+void batchnorm_apply(const real *x, const real *gamma, const real *beta, real *y, real *xhat,
+                     const real *mean, const real *invstd, int64_t M, int64_t C, int relu);
+
 /* dx = beta_acc * dx + gamma * invstd / M * (M * dy - sum(dy) - xhat * sum(dy * xhat));
  * dgamma += sum(dy * xhat), dbeta += sum(dy) (sums over the rows).  With relu_y (the fused
  * fprop's output, or NULL) dy counts only where relu_y > 0: the ReLU's backward fused. */

@@ -41,7 +41,8 @@ class Collectives:
 
     ``iallreduce(buf)`` starts an in-place sum and returns its request; ``wait(requests,
     what)`` completes requests (``what`` names the operation in a timeout message);
-    ``allreduce(buf, what)`` and ``broadcast(buf, what)`` do both.  Sums of float16 are not
+    ``allreduce(buf, what)``, ``allgather(buf, what)`` and ``broadcast(buf, what)`` start and
+    complete one.  Sums of float16 are not
     MPI types: callers stage them as float32.
     """
 
@@ -63,6 +64,12 @@ class Collectives:
     def allreduce(self, buf, what):
         self.wait([self.iallreduce(buf)], what)
         return buf
+
+    def allgather(self, buf, what):
+        """Every rank's ``buf`` (a contiguous 1-D host array), in rank order: (size, n)."""
+        out = np.empty((self.world.size, buf.size), dtype=buf.dtype)
+        self.wait([self.world.comm.Iallgather(buf, out)], what)
+        return out
 
     def broadcast(self, buf, what, root=0):
         """``buf`` of rank ``root`` into ``buf`` on every rank (contiguous host array)."""
