@@ -133,7 +133,10 @@ class Model:
 
     def eval(self, dataset, metric):
         """Mean of ``metric`` over every real example of ``dataset`` (inference mode); a
-        metric with ``aggregate(mean)`` (perplexity) turns the mean into its value."""
+        metric with ``aggregate(mean)`` (perplexity) turns the mean into its value.  In
+        data-parallel training (``grad_sync``) the sum and count are added over the ranks, so
+        each rank evaluates its shard and all get the same value (an unsharded set counted on
+        every rank gives the same mean too).  Collective then: every rank must call it."""
         self.initialize(dataset)
         total, count = 0.0, 0
         for x, t in self._batches(dataset):
@@ -143,6 +146,8 @@ class Model:
             values = metric(y_host, t_host)
             total += float(np.sum(values))
             count += len(values)
+        if self.grad_sync is not None and getattr(self.grad_sync, "active", False):
+            total, count = self.grad_sync.sum_over_ranks([total, count])
         aggregate = getattr(metric, "aggregate", None)
         return aggregate(total / count) if aggregate else total / count
 

@@ -151,6 +151,25 @@ def test_one_epoch_of_every_example_is_the_same_on_two_ranks(tmp_path, example):
     assert relative_difference(results[1, "f64"], results[nranks, "f32"]) <= 1e-5
 
 
+# ---- validation ----------------------------------------------------------------------------------
+def test_sharded_validation_gives_the_one_process_metric(tmp_path):
+    """Each rank evaluates its shard of 200 validation images (the last global batch partly
+    padding) and the sums are added over the ranks: the logged metric equals one process's."""
+    from neonlite.training_log import read_log
+    yaml_path = tmp_path / "lenet_valid.yaml"
+    yaml_path.write_text(LENET.read_text().replace("{n: 1280,", "{n: 1280, nvalid: 200,"))
+    metrics = []
+    for n in (1, 2):
+        log = tmp_path / f"log_{n}.h5"
+        done = run(n, ["-m", "neonlite.cli", "train", str(yaml_path), "-q", "-z", "128",
+                       "--sync-bn", "--max-batches", "2", "--eval-freq", "1", "-d", "f64",
+                       "-o", str(log)])
+        assert done.returncode == 0, done.stderr[-3000:]
+        metrics.append(read_log(log)["epoch"]["metric"])
+    assert metrics[0].shape == (1,) and np.isfinite(metrics[0]).all()
+    np.testing.assert_allclose(metrics[1], metrics[0], rtol=1e-12)
+
+
 # ---- progress and cores ------------------------------------------------------------------------
 def test_progress_thread_completes_an_allreduce_while_the_rank_computes():
     """With no MPI call on the main thread for 1.5 s after the start, one MPI_Test finds the

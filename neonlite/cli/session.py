@@ -126,7 +126,7 @@ def _train(run, opts, stream, world):
     make_backend(settings, world)
     data, train_set, valid_set = load_data(settings, opts.data_dir, opts.max_batches,
                                            valid=settings["eval_freq"] > 0)
-    train_set = shard(train_set, world)
+    train_set, valid_set = shard(train_set, world), shard(valid_set, world)
     model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
     if world.size > 1:
         DataParallel(world, sync_bn=settings["sync_bn"]).attach(model)

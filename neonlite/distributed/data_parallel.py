@@ -119,6 +119,13 @@ class DataParallel:
         self._next = 0
         self._step = model.step_index
 
+    def sum_over_ranks(self, values):
+        """The element-wise sum of a few numbers over the ranks (float64 array; collective)."""
+        buf = np.array(values, dtype=np.float64)
+        if not self.active:
+            return buf
+        return self.collectives.allreduce(buf, "allreduce of evaluation sums")
+
     def _transport(self, be):
         if getattr(be, "name", None) == "gpu":
             from .nccl import nccl_available, NcclTransport
