@@ -437,6 +437,10 @@ class Backend(ABC):
         mask.set(bits.reshape(mask.shape))
         return mask
 
+    def set_threads(self, n):
+        """Run this backend's host computation on ``n`` threads (a data-parallel rank's share
+        of the cores); a backend whose work is on a device ignores it."""
+
     def synchronize(self):
         """Wait for queued work (no-op where work is synchronous)."""
 

@@ -13,6 +13,7 @@ from .backend import Backend, Tensor
 from .cpu_blocksparse import CPUBlockSparseMixin
 from .cpu_kernels import CPUKernels
 from .cpu_optree import OpTreeMachine
+from .cpu_threads import set_cpu_threads
 from .numpy_ops import evaluate
 from .optree import OpNode
 
@@ -162,6 +163,13 @@ class CPUBackend(CPUBlockSparseMixin, Backend):
             numpy_norm.batchnorm_fprop(*arrays, eps, momentum, inference)
             if relu:
                 np.maximum(arrays[3], 0, out=arrays[3])
+
+    def set_threads(self, n):
+        """OpenMP (the C kernels, MKL), OpenBLAS and the split GEMMs on ``n`` threads."""
+        set_cpu_threads(n)
+        use_cores = getattr(self.kernels.gemm, "use_cores", None)
+        if use_cores is not None:
+            use_cores(n)
 
     def batchnorm_moments(self, x):
         C = x.shape[-1]

@@ -27,12 +27,13 @@ runs as numpy chooses.
 """
 import contextlib
 import functools
-import os
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from .cpu_threads import usable_cores
 
 TINY_MACS = 1_000_000
 FIRST = 2
@@ -78,13 +79,6 @@ def blas_threads(n):
         lib.openblas_set_num_threads_local(previous)
 
 
-def _cores():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 class GemmThreads:
     """``matmul(a, b, out)``: out = a @ b (numpy matmul semantics) run the way measured fastest
     for its shape (see the module docstring).
@@ -94,12 +88,22 @@ class GemmThreads:
     """
 
     def __init__(self, cores=None):
-        self.cores = cores or _cores()
+        self.cores = cores or usable_cores()
         self.choices = {}
         self._timings = {}
         self._calls = {}
         self._partials = {}
         self._pool = None
+
+    def use_cores(self, cores):
+        """Split GEMMs into ``cores`` pieces from now on; every shape is measured again."""
+        if cores == self.cores:
+            return
+        self.cores = int(cores)
+        self.choices, self._timings, self._calls, self._partials = {}, {}, {}, {}
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
     def matmul(self, a, b, out):
         if out.size * a.shape[-1] < TINY_MACS:

@@ -3,11 +3,20 @@ which runs on the same GNU OpenMP runtime) and numpy's OpenBLAS (its per-thread 
 
 Each reads its thread count once, when it loads; :func:`set_cpu_threads` changes it later,
 for a process that learns its share of the cores after start-up (a rank of a data-parallel
-job, :mod:`neonlite.distributed.cores`).  GEMMs that the backend splits over its own threads
-(:mod:`.cpu_blas`) read the process's affinity mask at each call and need no setting.
+job, :mod:`neonlite.distributed.cores`, through ``CPUBackend.set_threads``, which also resizes
+the GEMMs the backend splits over its own threads, :mod:`.cpu_blas`).
 """
 import ctypes
 import functools
+import os
+
+
+def usable_cores():
+    """How many cores this process may run on (its affinity mask)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 @functools.lru_cache(maxsize=None)

@@ -99,8 +99,7 @@ class GPUNormMixin:
         (x,) = self._rows_of("batchnorm_moments", x)
         M, C = x.shape
         plan, partial = self._column_sums(x, None, None, 0, "bn_moments")
-        sums = partial.get()[:plan.splits * C * 2].astype(np.float64)
-        sums = sums.reshape(plan.splits, C, 2).sum(axis=0)
+        sums = partial.get().astype(np.float64).reshape(plan.splits, C, 2).sum(axis=0)
         s1, s2 = sums[:, 0], sums[:, 1]
         shift = x[0:1].get().reshape(-1).astype(np.float64)
         return shift + s1 / M, np.maximum(s2 - s1 * (s1 / M), 0.0)

@@ -86,8 +86,9 @@ class BatchNorm(ParameterLayer):
     def _fprop_synced(self, x):
         """Normalize x (M, C) with the mean and biased variance of every process's rows: the
         backend gives this process's moments (float64), the processes combine them
-        (``stat_sync.combine_moments``), and mean, invstd and the running averages are formed
-        as the one-process kernel forms them, so both normalize with the same float32 values."""
+        (``stat_sync.combine_moments``), and mean and invstd are rounded once from the float64
+        result, as the one-process kernel rounds them, so both normalize with the same float32
+        values; the running averages follow on the device."""
         be, C = self.be, self.C
         gamma, beta = self._row(self.gamma.value), self._row(self.beta.value)
         y, xhat = flat_rows(self.outputs, C), flat_rows(self.xhat, C)
@@ -98,12 +99,13 @@ class BatchNorm(ParameterLayer):
         self.invstd.set((1.0 / np.sqrt(var + self.eps)).reshape(1, C))
         be.batchnorm_apply(x, gamma, beta, y, xhat, self.mean, self.invstd,
                            relu=self.activation is not None)
+        var_row = self._scratch_b
+        var_row.set(var.reshape(1, C))
         unbiased = count / max(count - 1.0, 1.0)
-        for running, stat, factor in ((self.running_mean, mean, None),
-                                      (self.running_var, var, unbiased)):
-            old = running.get().reshape(-1).astype(np.float64)
-            new = (1.0 - self.rho) * stat if factor is None else (1.0 - self.rho) * stat * factor
-            running.set((self.rho * old + new).reshape(running.shape))
+        for running, stat, factor in ((self.running_mean, self.mean, 1.0),
+                                      (self.running_var, var_row, unbiased)):
+            row = self._row(running)
+            row[:] = row * self.rho + stat * ((1.0 - self.rho) * factor)
         return self.outputs
 
     def _bprop_synced(self, dy):

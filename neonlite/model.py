@@ -146,7 +146,7 @@ class Model:
             values = metric(y_host, t_host)
             total += float(np.sum(values))
             count += len(values)
-        if self.grad_sync is not None and getattr(self.grad_sync, "active", False):
+        if self.grad_sync is not None:
             total, count = self.grad_sync.sum_over_ranks([total, count])
         aggregate = getattr(metric, "aggregate", None)
         return aggregate(total / count) if aggregate else total / count

@@ -79,23 +79,23 @@ class HostBucket:
 
 
 class HostTransport:
-    """Bucket allreduce through MPI with host staging.  With a ``progress`` thread
-    (:mod:`.progress`) the transfers advance on their own during bprop; without one, each
-    layer's end tests the started requests (:meth:`poke`), the only other progress point."""
+    """Bucket allreduce through MPI with host staging; ``in_place``: the gradients are host
+    arrays (the CPU backend's), written back in the pass that averages them.  With a
+    ``progress`` thread (:mod:`.progress`) the transfers advance on their own during bprop;
+    without one, each layer's end tests the started requests (:meth:`poke`), the only other
+    progress point."""
 
     name = "mpi"
 
-    def __init__(self, collectives, world_size, progress=None):
+    def __init__(self, collectives, world_size, progress=None, in_place=False):
         self.collectives, self.scale = collectives, 1.0 / world_size
-        self.progress = progress
-        self.in_place = False
+        self.progress, self.in_place = progress, in_place
 
     def make_bucket(self, index, params):
         return HostBucket(index, params)
 
     def start(self, bucket, backend):
         backend.synchronize()
-        self.in_place = getattr(backend, "name", None) == "cpu"
         bucket.stage()
         bucket.request = self.collectives.iallreduce(bucket.buf)
         if self.progress is not None:

@@ -6,22 +6,17 @@ affinity mask, and each rank's OpenMP and BLAS then start one thread per core: t
 cores run four busy threads, which wait on each other at every barrier of a parallel loop.
 :func:`share_cores` gives each of the ``L`` ranks that share a mask of ``C`` cores its own
 ``C // L`` of them (pinned, in local-rank order) and sizes the thread pools to that share, as
-one process per GPU gets its own device; where there are more such ranks than cores, each runs
-one thread, unpinned.  It leaves everything as it is where the launcher bound the ranks apart
+one process per GPU gets its own device (``DataParallel.start`` hands the thread count to the
+backend's ``set_threads``); where there are more such ranks than cores, each runs one thread,
+unpinned.  It leaves everything as it is where the launcher bound the ranks apart
 (``mpirun -np 2`` on two cores binds each to one) and where ``OMP_NUM_THREADS`` is set (the
 user chose).
 """
 import os
 
-from ..backends.cpu_threads import set_cpu_threads
+from ..backends.cpu_threads import usable_cores
 
-
-def usable_cores():
-    """How many cores this process may run on (its affinity mask)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+__all__ = ["plan_core_share", "share_cores", "usable_cores"]
 
 
 def plan_core_share(masks, me):
@@ -40,10 +35,10 @@ def plan_core_share(masks, me):
 
 
 def share_cores(world, environ=None):
-    """Pin this rank to its share of the cores (see the module docstring) and size OpenMP and
-    BLAS to it.  Returns ``(cores kept, threads)``: ``(None, None)`` when nothing was changed,
-    ``(None, 1)`` where more ranks than cores share a mask (each then runs one thread, unpinned).
-    Collective: every rank of ``world`` must call it."""
+    """Pin this rank to its share of the cores (see the module docstring).  Returns ``(cores
+    kept, threads)``, the threads for the backend's ``set_threads``: ``(None, None)`` when
+    nothing is to change, ``(None, 1)`` where more ranks than cores share a mask (each then
+    runs one thread, unpinned).  Collective: every rank of ``world`` must call it."""
     environ = os.environ if environ is None else environ
     if world.comm is None or not hasattr(os, "sched_setaffinity"):
         return None, None
@@ -57,10 +52,6 @@ def share_cores(world, environ=None):
     masks = [m for _, m in local]
     cores = plan_core_share(masks, world.local_rank)
     if cores is None:
-        if masks.count(mask) > len(mask):
-            set_cpu_threads(1)
-            return None, 1
-        return None, None
+        return (None, 1) if masks.count(mask) > len(mask) else (None, None)
     os.sched_setaffinity(0, cores)
-    set_cpu_threads(len(cores))
     return list(cores), len(cores)

@@ -100,6 +100,8 @@ class DataParallel:
                 leaf.example_offset = offset
         if not self.active:
             return
+        if self.threads is not None:
+            be.set_threads(self.threads)
         self.broadcast_state(model)
         for leaf in model.layers.leaves():
             if hasattr(leaf, "stat_sync"):
@@ -133,7 +135,8 @@ class DataParallel:
                 return NcclTransport(self.world, self.collectives, be)
         progress = (progress_thread_for(self.collectives.MPI) if self.progress_thread
                     else None)
-        return HostTransport(self.collectives, self.world.size, progress)
+        return HostTransport(self.collectives, self.world.size, progress,
+                             in_place=getattr(be, "name", None) == "cpu")
 
     def broadcast_state(self, model):
         """Rank 0's parameters, buffers and host RNG state on every rank."""
