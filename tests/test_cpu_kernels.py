@@ -510,3 +510,21 @@ def test_gemm_ways_agree_and_a_choice_is_made(shape):
         with cpu_blas.blas_threads(1):
             assert lib.openblas_set_num_threads_local(1) == 1
         assert lib.openblas_set_num_threads_local(before) == 2
+
+
+def test_gemm_threads_follow_a_new_core_count():
+    """After use_cores (a data-parallel rank pinned to fewer cores), the tuner measures again
+    and no longer splits a GEMM into more pieces than cores."""
+    from neonlite.backends import cpu_blas
+    gemm = cpu_blas.GemmThreads(cores=2)
+    rng = np.random.default_rng(14)
+    a, b = rng.standard_normal((3000, 40)), rng.standard_normal((40, 30))
+    out = np.empty((3000, 30))
+    for _ in range(8):
+        gemm.matmul(a, b, out)
+    assert gemm.choices
+    gemm.use_cores(1)
+    assert gemm.cores == 1 and not gemm.choices
+    gemm.matmul(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-12)
+    assert all("split" not in ways for ways in gemm._timings.values())
