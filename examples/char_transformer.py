@@ -11,12 +11,11 @@ Without ``--data`` it trains on Python's own documentation text, so it runs offl
 """
 import argparse
 import sys
-import time
 
 import numpy as np
 
 from neonlite import Model, available_backends, gen_backend
-from neonlite.callbacks import Callback, Callbacks
+from neonlite.callbacks import Callbacks, LossLog
 from neonlite.data import TextCorpus
 from neonlite.generation import generate
 from neonlite.layers import (Affine, Embedding, GeneralizedCost, LayerNorm, PositionalEmbedding,
@@ -33,21 +32,6 @@ def build_model(vocab_size, seq_len=128, d=128, heads=4, blocks=4, dropout=0.0):
                for i in range(blocks)]
     layers += [LayerNorm(name="ln_f"), Affine(vocab_size, activation=Softmax(), name="head")]
     return Model(layers, name="char_transformer")
-
-
-class LossLog(Callback):
-    """Keeps every step's training loss and prints the mean of each ``every`` steps."""
-
-    def __init__(self, every=50, stream=sys.stdout):
-        self.every, self.stream, self.losses = every, stream, []
-        self.start = time.perf_counter()
-
-    def on_minibatch_end(self, epoch, batch, cost):
-        self.losses.append(cost)
-        if len(self.losses) % self.every == 0:
-            recent = np.mean(self.losses[-self.every:])
-            print(f"step {len(self.losses):5d}  train loss {recent:.4f} nats/char  "
-                  f"{time.perf_counter() - self.start:7.1f} s", file=self.stream, flush=True)
 
 
 def train(data=None, steps=500, backend="cpu", batch_size=32, seed=0, seq_len=128, d=128,

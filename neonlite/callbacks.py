@@ -1,5 +1,6 @@
 """Callbacks run around the training loop: progress output, periodic evaluation, checkpoints
-(every N epochs and keep-best), early stopping, a learning-rate schedule, and user hooks.
+(every N epochs and keep-best), early stopping, a learning-rate schedule, a plain loss log and
+user hooks.
 
 Hooks, in the order ``Model.fit`` calls them: ``on_train_begin(dataset, num_epochs)``,
 ``on_epoch_begin(epoch)``, ``on_minibatch_end(epoch, batch, cost)``, ``on_epoch_end(epoch)``,
@@ -280,6 +281,28 @@ class FunctionCallback(Callback):
                             f"{', '.join(self.HOOKS)}")
         for name, fn in hooks.items():
             setattr(self, name, fn)
+
+
+class LossLog(Callback):
+    """Keeps every step's training cost in ``losses`` and prints the mean of each ``every``
+    steps, with the seconds since it was made, to ``stream``: a plain log where a progress bar
+    does not fit (a script's output, a notebook)."""
+
+    describable = False
+
+    def __init__(self, every=50, stream=None, unit="nats/char"):
+        if every < 1:
+            raise ValueError(f"LossLog: every must be >= 1, got {every!r}")
+        self.every, self.stream, self.unit, self.losses = every, stream, unit, []
+        self.start = time.perf_counter()
+
+    def on_minibatch_end(self, epoch, batch, cost):
+        self.losses.append(cost)
+        if len(self.losses) % self.every == 0:
+            recent = sum(self.losses[-self.every:]) / self.every
+            print(f"step {len(self.losses):5d}  train loss {recent:.4f} {self.unit}  "
+                  f"{time.perf_counter() - self.start:7.1f} s", file=self.stream or sys.stdout,
+                  flush=True)
 
 
 class Callbacks:

@@ -154,3 +154,18 @@ def test_yaml_callback_errors_have_key_paths(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (
         "neonlite: error: callbacks[0].config.patience: EarlyStopping: patience must be a "
         "positive integer, got 0")
+
+
+def test_loss_log_keeps_every_cost_and_prints_each_window_mean():
+    import io
+    from neonlite.callbacks import LossLog
+    out = io.StringIO()
+    log = LossLog(every=2, stream=out, unit="nats")
+    for batch, cost in enumerate([4.0, 2.0, 1.0, 3.0, 9.0]):
+        log.on_minibatch_end(0, batch, cost)
+    assert log.losses == [4.0, 2.0, 1.0, 3.0, 9.0]
+    lines = out.getvalue().splitlines()
+    assert [line.split()[1] for line in lines] == ["2", "4"]
+    assert "3.0000 nats" in lines[0] and "2.0000 nats" in lines[1]
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        LossLog(every=0)
