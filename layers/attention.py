@@ -80,28 +80,37 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         self.scale = 1.0 / math.sqrt(self.dhk)
         return in_shape
 
-    def allocate(self):
-        super().allocate()
+    def _allocate_projections(self):
+        """Wq (d, dk), Wk (dc, dk), Wv (dc, dv), Wo (dv, d) and their biases."""
         d, dc, dk, dv = self.d_model, self.dc, self.dk, self.dv
         for attr, nin, nout in (("q", d, dk), ("k", dc, dk), ("v", dc, dv), ("o", dv, d)):
             setattr(self, f"W{attr}", self.add_param(f"W{attr}", (nin, nout), self.init, nin,
                                                      nout))
             setattr(self, f"b{attr}", self.add_param(f"b{attr}", (nout,), Constant(0.0), nout,
                                                      nout))
+
+    def _allocate_heads(self):
+        """Head-major Q, K, V, the attention output and their gradients, (N*H, T, dh) each;
+        the merged output ``of`` and its gradient ``dof`` (N, Tq, dv); ``context_deltas``
+        (N, Tk, dc) for cross-attention."""
         be, N, H, Tq, Tk = self.be, self.be.bsz, self.heads, self.Tq, self.Tk
-        dhk, dhv = self.dhk, self.dhv
-        # head-major Q, K, V, the attention output and their gradients, (N*H, T, dh) each
-        self.qh, self.kh = be.zeros((N * H, Tq, dhk)), be.zeros((N * H, Tk, dhk))
-        self.vh, self.oh = be.zeros((N * H, Tk, dhv)), be.zeros((N * H, Tq, dhv))
+        self.qh, self.kh = be.zeros((N * H, Tq, self.dhk)), be.zeros((N * H, Tk, self.dhk))
+        self.vh, self.oh = be.zeros((N * H, Tk, self.dhv)), be.zeros((N * H, Tq, self.dhv))
         self.dqh, self.dkh = be.zeros(self.qh.shape), be.zeros(self.kh.shape)
         self.dvh, self.doh = be.zeros(self.vh.shape), be.zeros(self.oh.shape)
-        self.of, self.dof = be.zeros((N, Tq, dv)), be.zeros((N, Tq, dv))
+        self.of, self.dof = be.zeros((N, Tq, self.dv)), be.zeros((N, Tq, self.dv))
+        if self.cross:
+            self.context_deltas = be.zeros((N, Tk, self.dc))
+
+    def allocate(self):
+        super().allocate()
+        self._allocate_projections()
+        self._allocate_heads()
+        be, N, H, Tq, Tk = self.be, self.be.bsz, self.heads, self.Tq, self.Tk
         self.probs, self.dprobs = be.zeros((N * H, Tq, Tk)), be.zeros((N * H, Tq, Tk))
         if self.dropout:
             self.mask, self.dropped = be.ones(self.probs.shape), be.zeros(self.probs.shape)
             self.start_dropout_stream()
-        if self.cross:
-            self.context_deltas = be.zeros((N, Tk, dc))
         self._used = self.probs
         # Projections of one input with one head width share a GEMM: [Wq | Wk | Wv] on x for
         # self-attention (when dk/H == dv/H), [Wk | Wv] on the context for cross-attention.
@@ -117,7 +126,7 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
                 self._groups.append(group)
             group.members.append(member[:4])
         for group in self._groups:
-            group.allocate(be, self.dc if group.on_context else d, N,
+            group.allocate(be, self.dc if group.on_context else self.d_model, N,
                            Tk if group.on_context else Tq)
         self._blocks, self._key_blocks = _causal_blocks(Tq, Tk, self.causal)
 

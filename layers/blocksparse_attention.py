@@ -3,7 +3,6 @@ import numpy as np
 
 from ..blocksparse import SUPPORTED_BLOCK_SIZES
 from ..blocksparse.layouts import from_spec
-from ..initializers import Constant
 from .attention import MultiHeadAttention
 
 
@@ -81,24 +80,13 @@ class BlockSparseAttention(MultiHeadAttention):
 
     def allocate(self):
         super(MultiHeadAttention, self).allocate()
-        d, dc, dk, dv = self.d_model, self.dc, self.dk, self.dv
-        for attr, nin, nout in (("q", d, dk), ("k", dc, dk), ("v", dc, dv), ("o", dv, d)):
-            setattr(self, f"W{attr}", self.add_param(f"W{attr}", (nin, nout), self.init, nin,
-                                                     nout))
-            setattr(self, f"b{attr}", self.add_param(f"b{attr}", (nout,), Constant(0.0), nout,
-                                                     nout))
-        be, N, H, Tq, Tk = self.be, self.be.bsz, self.heads, self.Tq, self.Tk
-        self.qf, self.kf, self.vf = be.zeros((N, Tq, dk)), be.zeros((N, Tk, dk)), \
-            be.zeros((N, Tk, dv))
-        self.qh, self.kh = be.zeros((N * H, Tq, self.dhk)), be.zeros((N * H, Tk, self.dhk))
-        self.vh, self.oh = be.zeros((N * H, Tk, self.dhv)), be.zeros((N * H, Tq, self.dhv))
-        self.dqh, self.dkh = be.zeros(self.qh.shape), be.zeros(self.kh.shape)
-        self.dvh, self.doh = be.zeros(self.vh.shape), be.zeros(self.oh.shape)
-        self.of, self.dof = be.zeros((N, Tq, dv)), be.zeros((N, Tq, dv))
+        self._allocate_projections()
+        self._allocate_heads()
+        be, N = self.be, self.be.bsz
+        self.qf, self.kf = be.zeros((N, self.Tq, self.dk)), be.zeros((N, self.Tk, self.dk))
+        self.vf = be.zeros((N, self.Tk, self.dv))
         sparse = (N, self.plan.nnz, self.bs, self.bs)
         self.probs, self.dprobs = be.zeros(sparse), be.zeros(sparse)
-        if self.cross:
-            self.context_deltas = be.zeros((N, Tk, dc))
 
     def _heads4(self, t):
         """(N*H, T, dh) -> a (N, H, T, dh) view."""
