@@ -62,6 +62,18 @@ __device__ void nl_colsum2_impl(const typename nl_elem<KIND>::T* u,
     }
 }
 
+// Column c's (s1, s2) from nl_colsum2's partials, added in split order.
+__device__ __forceinline__ void nl_partial_sums(const float* partial, int c, int C, int splits,
+                                                float* s1, float* s2) {
+    float a = 0.0f, b = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+        a += partial[((long long)s * C + c) * 2];
+        b += partial[((long long)s * C + c) * 2 + 1];
+    }
+    *s1 = a;
+    *s2 = b;
+}
+
 // Batch norm statistics from mode-0 partials: mean, invstd = 1 / sqrt(var + eps) (biased var),
 // running_mean / running_var (unbiased var) updated as r = momentum * r + (1 - momentum) * stat.
 template <int KIND>
@@ -73,11 +85,8 @@ __device__ void nl_bn_stats_impl(const float* partial, const typename nl_elem<KI
                                  int splits, float eps, float momentum) {
     typedef nl_elem<KIND> E;
     NL_FOR(c, C) {
-        float s1 = 0.0f, s2 = 0.0f;
-        for (int s = 0; s < splits; ++s) {
-            s1 += partial[((long long)s * C + c) * 2];
-            s2 += partial[((long long)s * C + c) * 2 + 1];
-        }
+        float s1, s2;
+        nl_partial_sums(partial, c, C, splits, &s1, &s2);
         const float m = (float)M, d = s1 / m;
         float var = (s2 - s1 * d) / m;
         var = var > 0.0f ? var : 0.0f;
@@ -119,11 +128,8 @@ __device__ void nl_colsum_finish_impl(const float* partial, float* sums,
                                       typename nl_elem<KIND>::T* acc2, int C, int splits) {
     typedef nl_elem<KIND> E;
     NL_FOR(c, C) {
-        float s1 = 0.0f, s2 = 0.0f;
-        for (int s = 0; s < splits; ++s) {
-            s1 += partial[((long long)s * C + c) * 2];
-            s2 += partial[((long long)s * C + c) * 2 + 1];
-        }
+        float s1, s2;
+        nl_partial_sums(partial, c, C, splits, &s1, &s2);
         sums[c] = s1;
         sums[C + c] = s2;
         if (acc1) E::store(acc1, c, E::load(acc1, c) + s1);
