@@ -504,22 +504,22 @@ def _render(p):
     return name, f"{common_header()}\n{BODY_MARKER}\n{body.replace('KERNEL_NAME', name)}"
 
 
-def _render_elementwise(p):
+def _grid_stride(p, leaves):
+    """The parts every elementwise kernel shares: (index type, the decomposition of ``i`` into
+    each operand's offset, the load lines of ``leaves`` and their loaded values, the kernel
+    text around a body: ``wrap(body)``)."""
     (d,) = p._dims
     idx = p.key[2]
     nops = 1 + p.nleaves
     names = ["n"] + [f"size{k}" for k in range(d)] + [
         f"st{o}_{k}" for o in range(nops) for k in range(d)]
     offsets = ["off_out"] + [f"off{i}" for i in range(p.nleaves)]
-    ind = "        "
     lines = _decompose("i", [f"size{k}" for k in range(d)], range(nops),
-                       lambda o, k: f"st{o}_{k}", offsets, idx, ind)
-    loads, loaded = _load_lines(range(p.nleaves), p._storages, offsets, ind)
-    em = _Emitter(ind)
-    value = _emit(p._root, em, loaded)
-    store = STORAGE[p._storages[0]][2].format(v=value)
-    body = "\n".join(lines + loads + em.lines + [f"{ind}out[off_out] = {store};"])
-    return f"""
+                       lambda o, k: f"st{o}_{k}", offsets, idx, _BODY_INDENT)
+    loads, loaded = _load_lines(leaves, p._storages, offsets, _BODY_INDENT)
+
+    def wrap(body):
+        return f"""
 extern "C" __global__ void __launch_bounds__({THREADS}) KERNEL_NAME(
     {_signature(p, idx, names)})
 {{
@@ -529,6 +529,18 @@ extern "C" __global__ void __launch_bounds__({THREADS}) KERNEL_NAME(
     }}
 }}
 """
+    return lines + loads, loaded, wrap
+
+
+_BODY_INDENT = "        "
+
+
+def _render_elementwise(p):
+    head, loaded, wrap = _grid_stride(p, range(p.nleaves))
+    em = _Emitter(_BODY_INDENT)
+    value = _emit(p._root, em, loaded)
+    store = STORAGE[p._storages[0]][2].format(v=value)
+    return wrap("\n".join(head + em.lines + [f"{_BODY_INDENT}out[off_out] = {store};"]))
 
 
 def _leaf_indices(node):
@@ -540,17 +552,9 @@ def _leaf_indices(node):
 def _render_multi(p):
     """The elementwise kernel of a multi-output plan: per element, load the leaves the trees
     read, then evaluate each tree, store it, and keep its stored value for later trees."""
-    (d,) = p._dims
-    idx = p.key[2]
-    nops = 1 + p.nleaves
-    names = ["n"] + [f"size{k}" for k in range(d)] + [
-        f"st{o}_{k}" for o in range(nops) for k in range(d)]
-    offsets = ["off_out"] + [f"off{i}" for i in range(p.nleaves)]
-    ind = "        "
-    lines = _decompose("i", [f"size{k}" for k in range(d)], range(nops),
-                       lambda o, k: f"st{o}_{k}", offsets, idx, ind)
     used = sorted(set().union(*(_leaf_indices(r) for r in p._roots)))
-    loads, loaded = _load_lines(used, p._storages, offsets, ind)
+    head, loaded, wrap = _grid_stride(p, used)
+    ind = _BODY_INDENT
     em = _Emitter(ind)
     for number, root in enumerate(p._roots):
         value = _emit(root, em, loaded)
@@ -559,17 +563,7 @@ def _render_multi(p):
         em.lines.append(f"{ind}const {ctype} r{number} = {store.format(v=value)};")
         em.lines.append(f"{ind}{target} = r{number};")
         loaded[("result", number)] = em.value(load.format(p=f"(&r{number})", i="0"))
-    body = "\n".join(lines + loads + em.lines)
-    return f"""
-extern "C" __global__ void __launch_bounds__({THREADS}) KERNEL_NAME(
-    {_signature(p, idx, names)})
-{{
-    for ({idx} i = ({idx})blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += ({idx})blockDim.x * gridDim.x) {{
-{body}
-    }}
-}}
-"""
+    return wrap("\n".join(head + em.lines))
 
 
 _IDENTITY = {"sum": "0.0f", "max": "-INFINITY", "min": "INFINITY", "argmax": "-INFINITY",
