@@ -65,6 +65,24 @@ def data_dir():
     return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+def lenet(keep=0.5):
+    """The LeNet-style network of the MNIST tests (and the benchmark's): conv 5x5x32 + ReLU,
+    2x2 max pool, conv 5x5x64 + batch norm + ReLU, 2x2 max pool, fc512 + ReLU, dropout
+    (``keep``), fc10 + softmax; for (28, 28, 1) images."""
+    from neonlite import Model
+    from neonlite.initializers import GlorotUniform, Kaiming
+    from neonlite.layers import Affine, Conv, Dropout, Pooling
+    from neonlite.transforms import Rectlin, Softmax
+    return Model([Conv((5, 5, 32), padding=2, init=Kaiming(), activation=Rectlin()),
+                  Pooling(2, strides=2, op="max"),
+                  Conv((5, 5, 64), padding=2, init=Kaiming(), activation=Rectlin(),
+                       batch_norm=True),
+                  Pooling(2, strides=2, op="max"),
+                  Affine(nout=512, init=Kaiming(), activation=Rectlin()),
+                  Dropout(keep=keep),
+                  Affine(nout=10, init=GlorotUniform(), activation=Softmax())])
+
+
 # ---- building a single layer outside a Model ------------------------------------------------
 def build(layer, in_shape):
     """Name, configure and allocate ``layer`` (wrapped in a Sequential) for examples of

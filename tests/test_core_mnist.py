@@ -2,17 +2,15 @@
 test images (``../shared/data/mnist``) and measured on the other 2,000, misclassifies <= 3%."""
 import numpy as np
 import pytest
-from harness import data_dir
+from harness import data_dir, lenet
 
 import neonlite
-from neonlite import Model
 from neonlite.callbacks import Callbacks
 from neonlite.data import ArrayIterator
 from neonlite.data.idx import read_idx
-from neonlite.initializers import GlorotUniform, Kaiming
-from neonlite.layers import Affine, Conv, Dropout, GeneralizedCost, Pooling
+from neonlite.layers import GeneralizedCost
 from neonlite.optimizers import GradientDescentMomentum
-from neonlite.transforms import CrossEntropyMulti, Misclassification, Rectlin, Softmax
+from neonlite.transforms import CrossEntropyMulti, Misclassification
 
 MNIST = data_dir() / "mnist"
 IMAGES, LABELS = MNIST / "t10k-images-idx3-ubyte.gz", MNIST / "t10k-labels-idx1-ubyte.gz"
@@ -28,14 +26,7 @@ def test_lenet_learns_mnist():
     neonlite.gen_backend("cpu", batch_size=128, rng_seed=0, datatype=np.float32)
     train = ArrayIterator(X[:8000], y[:8000], nclass=10)
     valid = ArrayIterator(X[8000:], y[8000:], nclass=10, shuffle=False)
-    model = Model([Conv((5, 5, 32), padding=2, init=Kaiming(), activation=Rectlin()),
-                   Pooling(2, strides=2, op="max"),
-                   Conv((5, 5, 64), padding=2, init=Kaiming(), activation=Rectlin(),
-                        batch_norm=True),
-                   Pooling(2, strides=2, op="max"),
-                   Affine(nout=512, init=Kaiming(), activation=Rectlin()),
-                   Dropout(keep=0.5),
-                   Affine(nout=10, init=GlorotUniform(), activation=Softmax())])
+    model = lenet()
     callbacks = Callbacks(model, eval_set=valid, eval_freq=5, progress=False)
     model.fit(train, optimizer=GradientDescentMomentum(0.05, momentum_coef=0.9, wdecay=1e-4),
               num_epochs=5, cost=GeneralizedCost(CrossEntropyMulti()), callbacks=callbacks)

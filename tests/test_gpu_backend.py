@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from harness import compare_with_cpu, make_backend, require_backend
+from harness import compare_with_cpu, lenet, make_backend, require_backend
 
 import neonlite
 from neonlite.backends import BackendUnavailable, philox
@@ -267,21 +267,6 @@ def test_uniform_is_the_philox_stream_and_reproducible():
 
 
 # ---- training ---------------------------------------------------------------------------------
-def _lenet():
-    from neonlite import Model
-    from neonlite.initializers import GlorotUniform, Kaiming
-    from neonlite.layers import Affine, Conv, Dropout, Pooling
-    from neonlite.transforms import Rectlin, Softmax
-    return Model([Conv((5, 5, 32), padding=2, init=Kaiming(), activation=Rectlin()),
-                  Pooling(2, strides=2, op="max"),
-                  Conv((5, 5, 64), padding=2, init=Kaiming(), activation=Rectlin(),
-                       batch_norm=True),
-                  Pooling(2, strides=2, op="max"),
-                  Affine(nout=512, init=Kaiming(), activation=Rectlin()),
-                  Dropout(keep=1.0),
-                  Affine(nout=10, init=GlorotUniform(), activation=Softmax())])
-
-
 def _train(backend, steps, X, y, watch_allocations=False):
     from neonlite.data import ArrayIterator
     from neonlite.layers import GeneralizedCost
@@ -289,7 +274,7 @@ def _train(backend, steps, X, y, watch_allocations=False):
     from neonlite.transforms import CrossEntropyMulti
     be = neonlite.gen_backend(backend, batch_size=32, rng_seed=0, datatype=np.float32)
     data = ArrayIterator(X, y, nclass=10, shuffle=False)
-    model = _lenet()
+    model = lenet(keep=1.0)
     cost = GeneralizedCost(CrossEntropyMulti())
     model.initialize(data, cost)
     opt = GradientDescentMomentum(0.05, momentum_coef=0.9, wdecay=1e-4)

@@ -4,17 +4,15 @@ trained on 8,000 real MNIST images reaches the float32 model's accuracy on the o
 the reason otherwise."""
 import numpy as np
 import pytest
-from harness import data_dir, require_backend
+from harness import data_dir, lenet, require_backend
 
 import neonlite
-from neonlite import Model
 from neonlite.data import ArrayIterator
 from neonlite.data.idx import read_idx
-from neonlite.initializers import GlorotUniform, Kaiming
-from neonlite.layers import Affine, Conv, Dropout, GeneralizedCost, Pooling
+from neonlite.layers import GeneralizedCost
 from neonlite.optimizers import GradientDescentMomentum
 from neonlite.optimizers.mixed_precision import MixedPrecision, for_datatype
-from neonlite.transforms import CrossEntropyMulti, Misclassification, Rectlin, Softmax
+from neonlite.transforms import CrossEntropyMulti, Misclassification
 
 MNIST = data_dir() / "mnist"
 IMAGES, LABELS = MNIST / "t10k-images-idx3-ubyte.gz", MNIST / "t10k-labels-idx1-ubyte.gz"
@@ -26,14 +24,7 @@ def _error(datatype):
     neonlite.gen_backend("gpu", batch_size=128, rng_seed=0, datatype=dtypes[datatype])
     train = ArrayIterator(X[:8000], y[:8000], nclass=10)
     valid = ArrayIterator(X[8000:], y[8000:], nclass=10, shuffle=False)
-    model = Model([Conv((5, 5, 32), padding=2, init=Kaiming(), activation=Rectlin()),
-                   Pooling(2, strides=2, op="max"),
-                   Conv((5, 5, 64), padding=2, init=Kaiming(), activation=Rectlin(),
-                        batch_norm=True),
-                   Pooling(2, strides=2, op="max"),
-                   Affine(nout=512, init=Kaiming(), activation=Rectlin()),
-                   Dropout(keep=0.5),
-                   Affine(nout=10, init=GlorotUniform(), activation=Softmax())])
+    model = lenet()
     opt = for_datatype(GradientDescentMomentum(0.05, momentum_coef=0.9, wdecay=1e-4), datatype)
     cost = GeneralizedCost(CrossEntropyMulti())
     if isinstance(opt, MixedPrecision):
