@@ -235,8 +235,10 @@ class Backend(ABC):
         return ConvPlan(N, C, H, W, K, R, S, pad, stride, dilation)
 
     @abstractmethod
-    def fprop_conv(self, plan, I, F, O):
-        """O (N, P, Q, K) = conv(I (N, H, W, C), F (R, S, C, K))."""
+    def fprop_conv(self, plan, I, F, O, bias=None, relu=False):
+        """O (N, P, Q, K) = conv(I (N, H, W, C), F (R, S, C, K)), then the epilogue: + ``bias``
+        (K,) when given, then max(O, 0) when ``relu`` (a NaN stays NaN), fused into the
+        convolution's own pass over O where the backend can."""
 
     @abstractmethod
     def bprop_conv(self, plan, F, E, grad_I, beta=0.0):

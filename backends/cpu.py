@@ -135,9 +135,10 @@ class CPUBackend(CPUBlockSparseMixin, Backend):
         _gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
         return C
 
-    def fprop_conv(self, plan, I, F, O):
-        if not self.kernels.fprop_conv(plan, I._ary, F._ary, O._ary):
-            numpy_conv.fprop_conv(plan, I._ary, F._ary, O._ary)
+    def fprop_conv(self, plan, I, F, O, bias=None, relu=False):
+        b = None if bias is None else bias._ary
+        if not self.kernels.fprop_conv(plan, I._ary, F._ary, O._ary, b, relu):
+            numpy_conv.fprop_conv(plan, I._ary, F._ary, O._ary, b, relu)
 
     def bprop_conv(self, plan, F, E, grad_I, beta=0.0):
         if not self.kernels.bprop_conv(plan, F._ary, E._ary, grad_I._ary, beta):

@@ -224,7 +224,7 @@ class CPUKernels:
             dims = {"H": plan.H, "W": plan.W, "C": plan.C, "P": plan.P, "Q": plan.Q,
                     "K": plan.K, "pad_h": plan.pad_h, "pad_w": plan.pad_w, "str_h": plan.str_h,
                     "str_w": plan.str_w}
-        geom = module.ffi.new("direct_geom *", {"N": plan.N, "R": plan.R, "S": plan.S,
+        geom = module.ffi.new("conv_geom *", {"N": plan.N, "R": plan.R, "S": plan.S,
                                                 "dil_h": plan.dil_h, "dil_w": plan.dil_w, **dims})
         nwork = max(1, int(conv.lib.conv_threads()))
         padded = (dims["H"] + 2 * dims["pad_h"]) * (dims["W"] + 2 * dims["pad_w"]) * dims["C"]
@@ -239,39 +239,48 @@ class CPUKernels:
     def _chunks(n, per_chunk):
         return ((n0, min(n, n0 + per_chunk)) for n0 in range(0, n, per_chunk))
 
-    def fprop_conv(self, plan, x, f, o):
-        """o (N, P, Q, K) = conv(x (N, H, W, C), f (R, S, C, K))."""
-        module = self._usable("conv", x, f, o)
+    def fprop_conv(self, plan, x, f, o, bias=None, relu=False):
+        """o (N, P, Q, K) = conv(x (N, H, W, C), f (R, S, C, K)) (+ bias (K,), then ReLU when
+        ``relu``: the epilogue runs on each block of output rows while it is in cache, or, after
+        a whole-matrix GEMM, as one more pass)."""
+        arrays = (x, f, o) if bias is None else (x, f, o, bias)
+        module = self._usable("conv", *arrays)
         if module is None:
             return False
         K, PQ = plan.K, plan.P * plan.Q
         f2, o2 = f.reshape(-1, K), o.reshape(-1, K)
+        ffi, lib = module.ffi, module.lib
+        bias_ptr = ffi.NULL if bias is None else ffi.from_buffer("real[]", bias)
+        relu = int(bool(relu))
         plan._ckernel_patches_of = None
         if _is_pointwise(plan):
             self.gemm.matmul(x.reshape(-1, plan.C), f2, out=o2)
+            lib.conv_bias_relu(ffi.from_buffer("real[]", o), o2.shape[0], K, bias_ptr, relu)
             return True
         direct = self._direct(plan, x.dtype)
         if direct is not None:
             dmod, dgeom, work, _, nwork, _ = direct
             dgeom.N = x.shape[0]
             buf = dmod.ffi.from_buffer
+            dbias = dmod.ffi.NULL if bias is None else buf("real[]", bias)
             dmod.lib.conv_direct(buf("real[]", x), buf("real[]", f), buf("real[]", o), dgeom,
-                                 buf("real[]", work), nwork, 0.0)
+                                 buf("real[]", work), nwork, 0.0, dbias, relu)
             return True
-        ffi, lib = module.ffi, module.lib
         geom = self._conv_geom(plan, module, x.shape[0])
         tiles = self._tiles(plan, module, x.dtype)
         if tiles is not None:
             address, work, _, nwork, tile = tiles
             lib.conv_fprop_tiled(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", f),
                                  ffi.from_buffer("real[]", o), geom, address,
-                                 ffi.from_buffer("real[]", work), nwork, tile)
+                                 ffi.from_buffer("real[]", work), nwork, tile, bias_ptr, relu)
             return True
         cols, _, per_chunk = self._conv_work(plan, module, x.dtype)
         xp, cp = ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", cols)
+        op = ffi.from_buffer("real[]", o)
         for n0, n1 in self._chunks(x.shape[0], per_chunk):
             lib.im2col(xp, cp, geom, n0, n1)
             self.gemm.matmul(cols[:(n1 - n0) * PQ], f2, out=o2[n0 * PQ:n1 * PQ])
+            lib.conv_bias_relu(op + n0 * PQ * K, (n1 - n0) * PQ, K, bias_ptr, relu)
         whole = x.shape[0] <= per_chunk
         plan._ckernel_patches_of = (_address(x), x.shape) if whole else None
         return True
@@ -334,7 +343,8 @@ class CPUKernels:
             dgeom.N = e.shape[0]
             buf = dmod.ffi.from_buffer
             dmod.lib.conv_direct(buf("real[]", e), buf("real[]", flipped),
-                                 buf("real[]", grad_x), dgeom, buf("real[]", work), nwork, beta)
+                                 buf("real[]", grad_x), dgeom, buf("real[]", work), nwork, beta,
+                                 dmod.ffi.NULL, 0)
             return True
         ffi, lib = module.ffi, module.lib
         geom = self._conv_geom(plan, module, e.shape[0])

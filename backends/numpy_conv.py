@@ -58,10 +58,15 @@ def conv_patches(plan, x):
     return patches
 
 
-def fprop_conv(plan, x, f, o):
-    """o (N, P, Q, K) = conv(x (N, H, W, C), f (R, S, C, K))."""
+def fprop_conv(plan, x, f, o, bias=None, relu=False):
+    """o (N, P, Q, K) = conv(x (N, H, W, C), f (R, S, C, K)) (+ bias (K,), then max(o, 0)
+    when ``relu``)."""
     patches = conv_patches(plan, x)
     np.matmul(patches, f.reshape(-1, plan.K), out=o.reshape(-1, plan.K))
+    if bias is not None:
+        o += bias
+    if relu:
+        np.maximum(o, 0, out=o)
 
 
 def bprop_conv(plan, f, e, grad_x, beta=0.0):

@@ -17,6 +17,7 @@ miss) or ahead of time (:meth:`Builder.build_all`, ``neonlite kernels build``).
 """
 import importlib.machinery
 import importlib.util
+import re
 import sys
 import sysconfig
 import tempfile
@@ -61,11 +62,34 @@ def _closure(spec):
     return files
 
 
+_GUARD = re.compile(r"^\s*#\s*(ifndef|endif|define\s+\w+\s*$)")
+_INCLUDE_LINE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+
+
+def _declarations(path, seen):
+    """The lines of header ``path`` as cffi's ``cdef`` takes them: each ``#include "x.h"`` of a
+    file beside it replaced by that file's declarations (once per file), include guards
+    dropped (cffi parses no conditionals); ``#define NAME value`` constants stay."""
+    path = path.resolve()
+    if path in seen:
+        return []
+    seen.add(path)
+    lines = []
+    for line in path.read_text().splitlines():
+        include = _INCLUDE_LINE.match(line)
+        if include and (path.parent / include.group(1)).is_file():
+            lines += _declarations(path.parent / include.group(1), seen)
+        elif not _GUARD.match(line):
+            lines.append(line)
+    return lines
+
+
 def _cdef(spec):
-    """cffi declarations of a CPU variant: its header, with ``real`` typedef'd to DTYPE."""
+    """cffi declarations of a CPU variant: its header (local includes inlined, see
+    :func:`_declarations`), with ``real`` typedef'd to DTYPE."""
     ctype = spec.define("DTYPE")
     prelude = f"typedef {ctype} real;\n" if ctype else ""
-    return prelude + spec.header_path.read_text()
+    return prelude + "\n".join(_declarations(spec.header_path, set())) + "\n"
 
 
 def _import_extension(module_name, path):

@@ -62,6 +62,22 @@ static inline void nl_scale(real *dst, int64_t n, real beta)
     }
 }
 
+/* A convolution's epilogue on n rows of K channels (row-major), applied while the rows are in
+ * cache: o[i][k] += bias[k] (skipped when bias is NULL), then o = max(o, 0) when relu.  The
+ * ReLU keeps a NaN (so a loss scaler still sees it), as numpy's maximum does. */
+static inline void nl_bias_relu(real *o, int64_t n, int64_t K, const real *bias, int relu)
+{
+    if (!bias && !relu)
+        return;
+    for (int64_t i = 0; i < n; i++) {
+        real *row = o + i * K;
+        for (int64_t k = 0; k < K; k++) {
+            const real v = bias ? row[k] + bias[k] : row[k];
+            row[k] = relu && v < 0 ? 0 : v;
+        }
+    }
+}
+
 /* exp for float in straight-line code the compiler vectorizes (libm's expf is a call per
  * element): Cody-Waite reduction x = n ln2 + r and a degree-6 polynomial (Cephes), relative
  * error below 2e-7; underflow gives 0, overflow inf, NaN stays NaN.  Double uses libm. */

@@ -145,8 +145,17 @@ int conv_threads(void)
     return omp_get_max_threads();
 }
 
+void conv_bias_relu(real *o, int64_t rows, int64_t K, const real *bias, int relu)
+{
+    if (!bias && !relu)
+        return;
+#pragma omp parallel for schedule(dynamic, nl_grain(K)) if (rows * K >= NL_PARALLEL_MIN)
+    for (int64_t i = 0; i < rows; i++)
+        nl_bias_relu(o + i * K, 1, K, bias, relu);
+}
+
 void conv_fprop_tiled(const real *x, const real *f, real *o, const conv_geom *g, int64_t gemm,
-                      real *work, int64_t nwork, int64_t tile)
+                      real *work, int64_t nwork, int64_t tile, const real *bias, int relu)
 {
     const nl_gemm mm = (nl_gemm)(intptr_t)gemm;
     const int64_t Q = g->Q, K = g->K, row_len = g->R * g->S * g->C, rows = g->N * g->P;
@@ -159,6 +168,7 @@ void conv_fprop_tiled(const real *x, const real *f, real *o, const conv_geom *g,
             gather_row(x, buf + (np - r0) * Q * row_len, g, np / g->P, np % g->P);
         mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_NO_TRANS, (int)((r1 - r0) * Q), (int)K, (int)row_len,
            1, buf, (int)row_len, f, (int)K, 0, o + r0 * Q * K, (int)K);
+        nl_bias_relu(o + r0 * Q * K, (r1 - r0) * Q, K, bias, relu);
     }
 }
 

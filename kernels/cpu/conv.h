@@ -16,23 +16,7 @@
  * most conv_threads().  (Direct kernels for filters of few taps, e.g. 5x5 on one channel, were
  * measured slower than patches + GEMM.)
  */
-typedef struct {
-    int64_t N;
-    int64_t H;
-    int64_t W;
-    int64_t C;
-    int64_t P;
-    int64_t Q;
-    int64_t R;
-    int64_t S;
-    int64_t pad_h;
-    int64_t pad_w;
-    int64_t str_h;
-    int64_t str_w;
-    int64_t dil_h;
-    int64_t dil_w;
-    int64_t K;
-} conv_geom;
+#include "conv_geom.h"
 
 /* cols ((n1-n0)*P*Q, R*S*C) = the patches of x; taps in the padding read as zero. */
 void im2col(const real *x, real *cols, const conv_geom *g, int64_t n0, int64_t n1);
@@ -44,9 +28,15 @@ void col2im(const real *cols, real *dx, const conv_geom *g, int64_t n0, int64_t 
 /* The most threads an OpenMP parallel region of these kernels uses. */
 int conv_threads(void);
 
-/* o (N*P*Q, K) = patches(x) @ f (R*S*C, K); tiles handed out dynamically. */
+/* o (N*P*Q, K) = patches(x) @ f (R*S*C, K), then the epilogue of nl_bias_relu (common.h:
+ * + bias (K,) unless bias is NULL, then ReLU when relu) on each tile while it is in cache;
+ * tiles handed out dynamically. */
 void conv_fprop_tiled(const real *x, const real *f, real *o, const conv_geom *g, int64_t gemm,
-                      real *work, int64_t nwork, int64_t tile);
+                      real *work, int64_t nwork, int64_t tile, const real *bias, int relu);
+
+/* o (rows, K) += bias (K,) (unless bias is NULL), then ReLU when relu: the epilogue of the
+ * GEMM paths (1x1 filters, whole patch matrices), on OpenMP threads. */
+void conv_bias_relu(real *o, int64_t rows, int64_t K, const real *bias, int relu);
 
 /* df (R*S*C, K) = beta * df + patches(x)^T @ e (N*P*Q, K).  Thread i sums a fixed, contiguous
  * share of the tiles into partials[i] ((R*S*C, K) each, nwork of them); the partials are then

@@ -47,7 +47,7 @@ static void pad_image(const real *x, real *xp, int64_t H, int64_t W, int64_t C, 
  * filter taps of xp at the pixels' windows times f.  `xq` points at the first pixel's window
  * origin in the padded image, pixels `xs` elements apart; `f` at the block's first channel. */
 static inline __attribute__((always_inline)) void block(
-    const real *xq, int64_t xs, const real *f, real *out, const direct_geom *g, real beta,
+    const real *xq, int64_t xs, const real *f, real *out, const conv_geom *g, real beta,
     const int qb, const int KV)
 {
     const int64_t C = g->C, K = g->K, S = g->S, Wp = g->W + 2 * g->pad_w;
@@ -107,7 +107,7 @@ static inline void balanced_block(int64_t n, int64_t qb, int64_t i, int64_t *lo,
 
 /* One output row of one image, KV vectors of channels at a time. */
 #define ROW_VARIANT(KV)                                                                         \
-    static void row_kv##KV(const real *xrow, const real *f, real *out, const direct_geom *g,  \
+    static void row_kv##KV(const real *xrow, const real *f, real *out, const conv_geom *g,  \
                            real beta)                                                           \
     {                                                                                           \
         const int64_t xs = g->str_w * g->C, Q = g->Q, K = g->K;                                 \
@@ -134,14 +134,14 @@ int conv_direct_width(void)
 /* Output rows are handed out in units of one image's rows [p0, p1): whole images when there
  * are at least two per thread, else each image cut into enough parts for every thread.  A
  * thread pads an image into its slice of work when it first takes a unit of that image. */
-static int64_t parts_per_image(const direct_geom *g, int64_t nwork)
+static int64_t parts_per_image(const conv_geom *g, int64_t nwork)
 {
     const int64_t want = g->N >= 2 * nwork ? 1 : (2 * nwork + g->N - 1) / g->N;
     return want < g->P ? want : g->P;
 }
 
-void conv_direct(const real *x, const real *f, real *o, const direct_geom *g, real *work,
-                 int64_t nwork, real beta)
+void conv_direct(const real *x, const real *f, real *o, const conv_geom *g, real *work,
+                 int64_t nwork, real beta, const real *bias, int relu)
 {
     const int64_t kv = g->K / VL;
     const int KV = kv % 4 == 0 ? 4 : kv % 3 == 0 ? 3 : kv % 2 == 0 ? 2 : 1;
@@ -170,6 +170,7 @@ void conv_direct(const real *x, const real *f, real *o, const direct_geom *g, re
                 case 2: row_kv2(xrow, f, out, g, beta); break;
                 default: row_kv1(xrow, f, out, g, beta); break;
                 }
+                nl_bias_relu(out, g->Q, g->K, bias, relu);
             }
         }
     }
@@ -181,7 +182,7 @@ void conv_direct(const real *x, const real *f, real *o, const direct_geom *g, re
  * (columns) and xs_p (rows) elements apart; e at the block's first channel; df at the
  * block's first row. */
 static inline __attribute__((always_inline)) void ublock(
-    const real *xj, int64_t xs_q, int64_t xs_p, const real *e, real *df, const direct_geom *g,
+    const real *xj, int64_t xs_q, int64_t xs_p, const real *e, real *df, const conv_geom *g,
     int64_t p0, int64_t p1, const int jb, const int KV)
 {
     const int64_t K = g->K;
@@ -212,7 +213,7 @@ static inline __attribute__((always_inline)) void ublock(
 /* df (R*S*C, K) += the weight gradient of output rows [p0, p1) of one padded image xp and its
  * output gradient e. */
 #define UPDATE_VARIANT(KV)                                                                      \
-    static void update_kv##KV(const real *xp, const real *e, real *df, const direct_geom *g,   \
+    static void update_kv##KV(const real *xp, const real *e, real *df, const conv_geom *g,   \
                               int64_t p0, int64_t p1)                                           \
     {                                                                                           \
         const int64_t C = g->C, S = g->S, K = g->K, Wp = g->W + 2 * g->pad_w;                   \
@@ -238,7 +239,7 @@ UPDATE_VARIANT(3)
 UPDATE_VARIANT(4)
 #undef UPDATE_BLOCK
 
-void conv_direct_update(const real *x, const real *e, real *df, const direct_geom *g,
+void conv_direct_update(const real *x, const real *e, real *df, const conv_geom *g,
                         real *work, real *partials, int64_t nwork, real beta)
 {
     const int64_t kv = g->K / VL;

@@ -11,33 +11,19 @@
  * over all R*S*C taps.  Needs K to be a multiple of the vector width,
  * conv_direct_width() elements (64 bytes with AVX-512, else 32).
  */
-typedef struct {
-    int64_t N;
-    int64_t H;
-    int64_t W;
-    int64_t C;
-    int64_t P;
-    int64_t Q;
-    int64_t R;
-    int64_t S;
-    int64_t pad_h;
-    int64_t pad_w;
-    int64_t str_h;
-    int64_t str_w;
-    int64_t dil_h;
-    int64_t dil_w;
-    int64_t K;
-} direct_geom;
+#include "conv_geom.h"
 
 int conv_direct_width(void);
 
-void conv_direct(const real *x, const real *f, real *o, const direct_geom *g, real *work,
-                 int64_t nwork, real beta);
+/* The epilogue of nl_bias_relu (common.h: + bias (K,) unless bias is NULL, then ReLU when
+ * relu) is applied to each output row right after it is computed. */
+void conv_direct(const real *x, const real *f, real *o, const conv_geom *g, real *work,
+                 int64_t nwork, real beta, const real *bias, int relu);
 
 /* df (R, S, C, K) = beta * df + the weight gradient of x (N, H, W, C) and the output gradient
  * e (N, P, Q, K).  The N*P output rows are cut into 2 * nwork fixed blocks (fewer when there
  * are fewer rows), which threads take dynamically (a descheduled thread holds up one block,
  * not half the work); block b sums into partials[b] ((R*S*C, K) each, 2 * nwork of them) and
  * the partials are added in block order, so the result depends on nwork only. */
-void conv_direct_update(const real *x, const real *e, real *df, const direct_geom *g,
+void conv_direct_update(const real *x, const real *e, real *df, const conv_geom *g,
                         real *work, real *partials, int64_t nwork, real beta);
