@@ -180,3 +180,21 @@ def test_fprop_epilogue_bias_relu_beta_and_split(modules, storage, split_target)
                       0.0)
     _check(_from_storage(out, storage), want, storage, f"epilogue {launch.function}")
     assert (_from_storage(out, storage) == 0).mean() > 0.2
+
+
+@pytest.mark.parametrize("storage", ["f32", "bf16"])
+@pytest.mark.parametrize("split_target", [1, 400])
+def test_fprop_epilogue_relu_keeps_nan(modules, storage, split_target):
+    """A NaN in the input gives NaN outputs that the ReLU keeps (as numpy's maximum and the
+    CPU kernels do), so a loss scaler still sees the overflow; the other outputs are finite."""
+    plan = _plan((1, 6, 6, 8, 8, (3, 3), 1, 1, 1))
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=plan.in_shape)
+    x[0, 0, 0, 0] = np.nan
+    xs, fs = _to_storage(x, storage), _to_storage(rng.normal(size=plan.filter_shape), storage)
+    out = _to_storage(np.zeros(plan.out_shape), storage)
+    run_pass(modules, plan, "fprop", storage, xs, fs, out, relu=1, split_target=split_target)
+    want = _reference(plan, "fprop", _from_storage(xs, storage), _from_storage(fs, storage), None)
+    got = _from_storage(out, storage)
+    assert np.isnan(want).any()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))

@@ -248,7 +248,7 @@ __device__ __forceinline__ void nl_conv_store(typename nl_elem<KIND>::T* out, fl
     }
     if (beta != 0.0f) acc += beta * E::load(out, at);
     if (bias) acc += E::load(bias, j);
-    if (relu) acc = acc > 0.0f ? acc : 0.0f;
+    if (relu && acc < 0.0f) acc = 0.0f;  // a NaN stays NaN, as numpy's maximum keeps it
     E::store(out, at, acc);
 }
 

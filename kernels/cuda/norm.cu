@@ -114,7 +114,7 @@ __device__ void nl_bn_apply_impl(const typename nl_elem<KIND>::T* x,
         const int c = (int)(i % C);
         float h = (E::load(x, i) - E::load(mean, c)) * E::load(invstd, c);
         float out = E::load(gamma, c) * h + E::load(beta, c);
-        if (relu && !(out > 0.0f)) out = 0.0f;
+        if (relu && out < 0.0f) out = 0.0f;  // a NaN stays NaN, as on the CPU
         E::store(xhat, i, h);
         E::store(y, i, out);
     }
