@@ -1,6 +1,7 @@
 """Containers: Sequential chains, residual MergeSum/SkipNode, and the compound layers
 Affine and Conv (core op + bias or batch norm + activation under one name)."""
 from ..initializers import Constant
+from ..transforms.activation import is_plain_relu
 from .activation import Activation
 from .conv import Convolution
 from .layer import Layer
@@ -151,7 +152,8 @@ class MergeSum(Layer):
 class CompoundLayer(Sequential):
     """A core layer followed by bias or batch norm and an activation, all under one name:
     parameters are ``<name>.W``, ``<name>.b`` or ``<name>.gamma``/``<name>.beta``.  Batch norm
-    applies an activation it fuses (a plain ReLU) in its own passes."""
+    applies an activation it fuses (a plain ReLU) in its own passes; a core that fuses its own
+    bias and activation (``Conv``) is given ``bias=None`` and no activation here."""
 
     def __init__(self, core, bias, batch_norm, activation, name=None):
         layers = [core]
@@ -172,7 +174,7 @@ class CompoundLayer(Sequential):
     @property
     def activation(self):
         last = self.layers[-1]
-        if isinstance(last, BatchNorm):
+        if isinstance(last, (BatchNorm, Convolution)):
             return last.activation
         return last.transform if isinstance(last, Activation) else None
 
@@ -188,11 +190,18 @@ class Affine(CompoundLayer):
 
 
 class Conv(CompoundLayer):
-    """Convolution (W (R, S, C, K)) + Bias (b (K,), or BatchNorm when ``batch_norm``) +
-    activation, on NHWC images.  See :class:`Convolution` for fshape/strides/padding/dilation."""
+    """Convolution (W (R, S, C, K)) + bias (b (K,), or BatchNorm when ``batch_norm``) +
+    activation, on NHWC images.  See :class:`Convolution` for fshape/strides/padding/dilation.
+
+    The bias and a plain ReLU run in the convolution's epilogue (no Bias or Activation layer
+    of their own); batch norm fuses a plain ReLU instead.  Other activations follow as an
+    :class:`Activation` layer."""
 
     def __init__(self, fshape, strides=1, padding=0, dilation=1, init=None, bias=Constant(0.0),
                  activation=None, batch_norm=False, name=None):
         self.fshape = fshape
-        super().__init__(Convolution(fshape, strides, padding, dilation, init), bias, batch_norm,
-                         activation, name)
+        fused_bias = None if batch_norm else bias
+        fused_relu = activation if fused_bias is not None and is_plain_relu(activation) else None
+        core = Convolution(fshape, strides, padding, dilation, init, bias=fused_bias,
+                           activation=fused_relu)
+        super().__init__(core, None, batch_norm, None if fused_relu else activation, name)

@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..initializers import Constant
-from ..transforms.activation import Rectlin
+from ..transforms.activation import is_plain_relu
 from .layer import ParameterLayer, flat_rows
 
 
@@ -38,7 +38,7 @@ class BatchNorm(ParameterLayer):
     @staticmethod
     def fuses(transform):
         """True for an activation batch norm applies in its own passes (a plain ReLU)."""
-        return isinstance(transform, Rectlin) and not transform.slope
+        return is_plain_relu(transform)
 
     def allocate(self):
         super().allocate()

@@ -53,6 +53,12 @@ class Rectlin(Transform):
         return {"slope": self.slope} if self.slope else {}
 
 
+def is_plain_relu(transform):
+    """True for max(x, 0) itself (``Rectlin()`` with slope 0): the activation batch norm and
+    convolution apply in their own passes instead of a separate layer."""
+    return isinstance(transform, Rectlin) and not transform.slope
+
+
 class Logistic(Transform):
     """f(x) = 1 / (1 + exp(-x))."""
 
