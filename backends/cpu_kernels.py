@@ -83,6 +83,7 @@ class CPUKernels:
     def __init__(self, builder=None, gemm=None):
         self._builder = builder
         self._modules = {}
+        self.workspaces = {}
         if gemm is None:
             gemm = MKLGemm() if load_mkl() is not None else GemmThreads()
         self.gemm = gemm
@@ -142,6 +143,23 @@ class CPUKernels:
         if not _contiguous(*arrays):
             return None
         return self.module(stem, arrays[0].dtype)
+
+    def block_sums_work(self, module, function, dtype, rows, cols):
+        """The float64 work array (1-D) that C function ``function`` of ``module`` (the kernels
+        for ``dtype``) takes for its sums of ``cols`` columns over ``rows`` rows in row blocks
+        (``nl_block_sums_size`` in ``kernels/cpu/common.h``): as long as
+        ``<function>_work_size(rows, cols)`` says.
+
+        Kept in ``workspaces``, so a training loop allocates it once: the key is (function,
+        dtype, cols, length), and the length depends on ``rows`` only through the number of
+        row blocks (``nl_blocks(rows)``, at most 32), so it names what determines the size.
+        The kernels only use it during a call and need no particular contents."""
+        size = int(getattr(module.lib, f"{function}_work_size")(rows, cols))
+        key = (function, np.dtype(dtype), int(cols), size)
+        work = self.workspaces.get(key)
+        if work is None:
+            work = self.workspaces[key] = np.empty(size, dtype=np.float64)
+        return work
 
     # ---- convolution -------------------------------------------------------------------------
     def _conv_geom(self, plan, module, n):
@@ -537,7 +555,8 @@ class CPUKernels:
 
     def gelu_bprop(self, x, dy, dx, dbias, approximate, y=None):
         """dx = dy * gelu'(x) over rows (M, D); dbias (D,) += its column sums unless None;
-        y = gelu(x) or None (see ``gelu_bprop`` in gelu.h)."""
+        y = gelu(x) or None (see ``gelu_bprop`` in gelu.h).  The sums' work array is kept in
+        ``workspaces`` (:meth:`block_sums_work`), so repeated calls allocate nothing."""
         arrays = (x, dy, dx) + tuple(a for a in (dbias, y) if a is not None)
         if x.ndim == 0 or not x.shape == dy.shape == dx.shape or (
                 dbias is not None and dbias.size != x.shape[-1]) or (
@@ -548,12 +567,15 @@ class CPUKernels:
             return False
         ffi = module.ffi
         D = x.shape[-1]
+        M = x.size // max(D, 1)
+        work = ffi.NULL if dbias is None else ffi.from_buffer(
+            "double[]", self.block_sums_work(module, "gelu_bprop", x.dtype, M, D))
         module.lib.gelu_bprop(ffi.from_buffer("real[]", x),
                               ffi.NULL if y is None else ffi.from_buffer("real[]", y),
                               ffi.from_buffer("real[]", dy),
                               ffi.from_buffer("real[]", dx),
                               ffi.NULL if dbias is None else ffi.from_buffer("real[]", dbias),
-                              x.size // max(D, 1), D, approximate == "tanh")
+                              work, M, D, approximate == "tanh")
         return True
 
     def masked_softmax(self, x, out, scale, causal, key_mask):

@@ -51,6 +51,23 @@ static inline int64_t nl_blocks(int64_t rows)
     return rows < 1 ? 1 : (rows < NL_BLOCKS ? rows : NL_BLOCKS);
 }
 
+/* The work array such a sum of `cols` columns over `rows` rows takes from its caller, in
+ * doubles: the blocks' double partial sums (nl_blocks(rows) * cols of them), then as many
+ * `real` sums of short runs of rows (rounded up to whole doubles).  It depends on `rows` only
+ * through nl_blocks(rows).  Block b's partial sums start at work + b * cols; the run sums
+ * start at nl_block_sums_runs(work, rows, cols), block b's at + b * cols. */
+static inline int64_t nl_block_sums_size(int64_t rows, int64_t cols)
+{
+    const int64_t n = nl_blocks(rows) * cols;
+    return n + (n * (int64_t)sizeof(real) + (int64_t)sizeof(double) - 1)
+               / (int64_t)sizeof(double);
+}
+
+static inline real *nl_block_sums_runs(double *work, int64_t rows, int64_t cols)
+{
+    return (real *)(work + nl_blocks(rows) * cols);
+}
+
 /* dst = beta * dst for n elements (beta == 0 writes zeros, so old NaNs do not survive). */
 static inline void nl_scale(real *dst, int64_t n, real beta)
 {

@@ -85,8 +85,13 @@ void gelu_fprop(const real *x, const real *bias, real *pre, real *y, int64_t M, 
         fprop_row(x + m * D, bias, pre + m * D, y + m * D, D, approximate);
 }
 
-void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *dbias, int64_t M,
-                int64_t D, int approximate)
+int64_t gelu_bprop_work_size(int64_t M, int64_t D)
+{
+    return nl_block_sums_size(M, D);
+}
+
+void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *dbias,
+                double *work, int64_t M, int64_t D, int approximate)
 {
     if (!dbias) {
 #pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
@@ -95,14 +100,16 @@ void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *
         return;
     }
     const int64_t nb = nl_blocks(M);
-    double *part = calloc((size_t)nb * (size_t)D, sizeof(double));
-    real *run = malloc((size_t)nb * (size_t)D * sizeof(real));
+    double *part = work;
+    real *run = nl_block_sums_runs(work, M, D);
 #pragma omp parallel for schedule(dynamic, 1) if (M * D >= NL_PARALLEL_MIN)
     for (int64_t blk = 0; blk < nb; blk++) {
         double *sum = part + (size_t)blk * (size_t)D;
         real *r = run + (size_t)blk * (size_t)D;
         int64_t lo, hi;
         nl_split(M, blk, nb, &lo, &hi);
+        for (int64_t d = 0; d < D; d++)
+            sum[d] = 0;
         for (int64_t m0 = lo; m0 < hi; m0 += RUN) {
             const int64_t m1 = m0 + RUN < hi ? m0 + RUN : hi;
             for (int64_t d = 0; d < D; d++)
@@ -123,8 +130,6 @@ void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *
             total += part[(size_t)blk * (size_t)D + d];
         dbias[d] += (real)total;
     }
-    free(part);
-    free(run);
 }
 
 void erf_values(const real *x, real *y, int64_t n)

@@ -9,9 +9,19 @@ void gelu_fprop(const real *x, const real *bias, real *pre, real *y, int64_t M, 
 /* dx = dy * gelu'(pre) (dx may be dy); y = gelu(pre) from the forward pass, or NULL (the erf
  * form then recomputes Phi(pre) = y / pre; the tanh form ignores it); dbias (D,) += sum over
  * the rows of dx unless NULL, accumulated in double in fixed row blocks (the same result on any
- * number of threads). */
-void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *dbias, int64_t M,
-                int64_t D, int approximate);
+ * number of threads).
+ *
+ * work: the caller's scratch for the dbias sums (read only when dbias is given; may be NULL
+ * otherwise), gelu_bprop_work_size(M, D) doubles, i.e. with B = min(max(M, 1), 32) row blocks
+ * (nl_blocks in common.h): B * D doubles (each block's partial sums of dx) followed by B * D
+ * `real`s (each block's sums of runs of 32 rows), that is B * D * (8 + sizeof(real)) bytes
+ * rounded up to a multiple of 8 (float: 12 B*D bytes, double: 16 B*D).  Its contents on entry
+ * do not matter; gelu_bprop allocates nothing. */
+void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *dbias,
+                double *work, int64_t M, int64_t D, int approximate);
+
+/* The length of gelu_bprop's `work` for (M, D) rows, in doubles (see above). */
+int64_t gelu_bprop_work_size(int64_t M, int64_t D);
 
 /* y = erf(x) elementwise with the function the erf-form GELU uses (checks its accuracy). */
 void erf_values(const real *x, real *y, int64_t n);
