@@ -15,6 +15,8 @@ sum; any other by numpy) and enter the program as leaves.  Anything else (other 
 conversions, a root reduction, an output that overlaps an input other than exactly) is left
 to the numpy evaluator.
 """
+import functools
+
 import numpy as np
 
 from .cpu_kernels import _address
@@ -71,9 +73,13 @@ def _memory(ary):
     return (_address(ary), ary.shape, ary.strides, ary.dtype.str)
 
 
-def _column_sum(module, node, dtype):
+def _column_sum(module, node, dtype, buffers):
     """``sum(t, axis=...)`` over the leading axes of a contiguous tensor ``t`` of ``dtype``
-    (a bias gradient: (N, H, W, C) -> (1, 1, 1, C)) by the machine's column sum, or None."""
+    (a bias gradient: (N, H, W, C) -> (1, 1, 1, C)) by the machine's column sum, or None.
+
+    ``buffers(shape, rows, cols)`` gives the arrays the sum writes: the result (``shape``,
+    ``dtype``; returned) and the C function's float64 work array for ``t`` viewed as
+    (rows, cols) (see ``optree_column_sum`` in ``kernels/cpu/optree.h``)."""
     arg = node.args[0] if node.op == "sum" and len(node.args) == 1 else None
     ary = getattr(arg, "_ary", None)
     if ary is None or ary.dtype != dtype or not ary.flags.c_contiguous or ary.ndim < 2:
@@ -85,11 +91,11 @@ def _column_sum(module, node, dtype):
     if lead != list(range(len(lead))) or len(lead) == ary.ndim or ary.size == 0:
         return None
     cols = int(np.prod(ary.shape[len(lead):]))
-    out = np.empty((1,) * len(lead) + ary.shape[len(lead):], dtype=dtype)
-    status = module.lib.optree_column_sum(module.ffi.from_buffer("real[]", ary),
-                                          module.ffi.from_buffer("real[]", out),
-                                          ary.size // cols, cols)
-    return out if status == 0 else None
+    out, work = buffers((1,) * len(lead) + ary.shape[len(lead):], ary.size // cols, cols)
+    ffi = module.ffi
+    module.lib.optree_column_sum(ffi.from_buffer("real[]", ary), ffi.from_buffer("real[]", out),
+                                 ffi.from_buffer("double[]", work), ary.size // cols, cols)
+    return out
 
 
 def _program(keys, nleaf, nconst, opcodes):
@@ -168,6 +174,7 @@ class OpTreeMachine:
     def __init__(self, kernels):
         self._kernels = kernels
         self._programs = {}
+        self._sums = {}
 
     def run(self, out, tree):
         """Evaluate op-tree ``tree`` into ndarray ``out``; False when numpy must do it."""
@@ -208,8 +215,10 @@ class OpTreeMachine:
         module = self._kernels.module("optree", dtype)
         if module is None:
             return False
-        for slot, node in reductions:
-            leaves[slot] = _column_sum(module, node, dtype)
+        for number, (slot, node) in enumerate(reductions):
+            leaves[slot] = _column_sum(module, node, dtype,
+                                       functools.partial(self._sum_buffers, module, dtype,
+                                                         number))
             if leaves[slot] is None:
                 leaves[slot] = np.asarray(_eval(node, dtype))
             if leaves[slot].dtype != dtype:
@@ -232,6 +241,24 @@ class OpTreeMachine:
                                              [_address(o) for o in outs], out_strides,
                                              len(outs), rows, cols)
         return status == 0
+
+    def _sum_buffers(self, module, dtype, number, shape, rows, cols):
+        """(result, work) arrays of the tree's inner reduction ``number`` (0, 1, ... in the
+        order :func:`_walk` meets them) when the column sum runs it (see :func:`_column_sum`).
+
+        The result array is kept per (number, shape, dtype), so a training loop allocates it
+        once.  That is safe because a reduction's value is a leaf of the one ``run_multi`` call
+        that computed it and nothing else: it is read by that call's pass and never handed
+        out, so the next call may overwrite it.  Two reductions of one tree never share a
+        result (their numbers differ) even when their shapes agree.  The work array is only
+        used during the C call and is shared (:meth:`CPUKernels.block_sums_work`).  Like the
+        program cache, this assumes one thread runs the machine at a time."""
+        key = (number, shape, np.dtype(dtype))
+        out = self._sums.get(key)
+        if out is None:
+            out = self._sums[key] = np.empty(shape, dtype=dtype)
+        work = self._kernels.block_sums_work(module, "optree_column_sum", dtype, rows, cols)
+        return out, work
 
     def _program(self, module, keys, nleaf, nconst):
         cache_key = (id(module), keys, nleaf, nconst)

@@ -170,22 +170,24 @@ int optree_run(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
 /* Rows summed in `real` before their sums are added into the double totals. */
 #define COLUMN_RUN 32
 
-int optree_column_sum(const real *a, real *out, int64_t M, int64_t C)
+int64_t optree_column_sum_work_size(int64_t M, int64_t C)
+{
+    return nl_block_sums_size(M, C);
+}
+
+void optree_column_sum(const real *a, real *out, double *work, int64_t M, int64_t C)
 {
     const int64_t nb = nl_blocks(M);
-    double *part = calloc((size_t)(nb * C), sizeof(double));
-    real *run = malloc((size_t)(nb * C) * sizeof(real));
-    if (part == NULL || run == NULL) {
-        free(part);
-        free(run);
-        return -1;
-    }
+    double *part = work;
+    real *run = nl_block_sums_runs(work, M, C);
 #pragma omp parallel for schedule(dynamic, 1) if (M * C >= NL_PARALLEL_MIN)
     for (int64_t blk = 0; blk < nb; blk++) {
         double *s = part + blk * C;
         real *r = run + blk * C;
         int64_t lo, hi;
         nl_split(M, blk, nb, &lo, &hi);
+        for (int64_t c = 0; c < C; c++)
+            s[c] = 0;
         for (int64_t m0 = lo; m0 < hi; m0 += COLUMN_RUN) {
             const int64_t m1 = m0 + COLUMN_RUN < hi ? m0 + COLUMN_RUN : hi;
             memcpy(r, a + m0 * C, (size_t)C * sizeof(real));
@@ -204,8 +206,4 @@ int optree_column_sum(const real *a, real *out, int64_t M, int64_t C)
             total += part[blk * C + c];
         out[c] = (real)total;
     }
-    free(run);
-    free(part);
-    return 0;
 }
-

@@ -55,7 +55,16 @@ int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_ad
                      const int64_t *out_strides, int64_t nout, int64_t rows, int64_t cols);
 
 /* out (C,) = the column sums of a (M, C), rows summed in fixed blocks (nl_blocks) in double,
- * so the result does not depend on the threads.  Returns 0, or -1 when out of memory.  The
- * host runs a tree's `sum` over leading axes of a contiguous tensor with it. */
-int optree_column_sum(const real *a, real *out, int64_t M, int64_t C);
+ * so the result does not depend on the threads.  The host runs a tree's `sum` over leading
+ * axes of a contiguous tensor with it.
+ *
+ * work: the caller's scratch, optree_column_sum_work_size(M, C) doubles, i.e. with
+ * B = min(max(M, 1), 32) row blocks: B * C doubles (each block's partial sums) followed by
+ * B * C `real`s (each block's sums of runs of 32 rows), B * C * (8 + sizeof(real)) bytes
+ * rounded up to a multiple of 8 (nl_block_sums_size in common.h).  Its contents on entry do
+ * not matter; the function allocates nothing. */
+void optree_column_sum(const real *a, real *out, double *work, int64_t M, int64_t C);
+
+/* The length of optree_column_sum's `work` for (M, C), in doubles (see above). */
+int64_t optree_column_sum_work_size(int64_t M, int64_t C);
 
