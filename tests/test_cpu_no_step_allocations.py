@@ -1,0 +1,110 @@
+"""The project rule "no allocation inside the training loop after the first step", on the CPU
+backend with its C kernels: a transformer block (its MLP runs ``gelu_bprop`` with the fc1 bias
+gradient, the C block sums) and an Affine head with a bias (its gradient is the op-tree
+machine's column sum) train a first step, which makes every buffer; the next steps allocate
+nothing of size.
+
+numpy reports its array allocations to ``tracemalloc``, so the traced peak over the later steps
+bounds what they allocate, even what they free again before the step ends.  The C kernels'
+own work arrays are not seen there: they come from ``CPUKernels.workspaces``, whose entries
+must be the same objects after the later steps.
+"""
+import tracemalloc
+
+import numpy as np
+import pytest
+from harness import make_backend
+
+from neonlite import Model
+from neonlite.backends.cpu_optree import OpTreeMachine
+from neonlite.backends.numpy_ops import evaluate
+from neonlite.data import ArrayIterator
+from neonlite.layers import Affine, GeneralizedCost, TransformerBlock
+from neonlite.optimizers import Adam
+from neonlite.transforms import CrossEntropyMulti, Softmax
+
+T, D_MODEL, CLASSES = 8, 32, 8192
+# The head's bias gradient (CLASSES float32, 32 KiB) is the largest per-step buffer these
+# kernels once allocated; what a step allocates besides (Python objects: op-trees, argument
+# lists) peaks near 10 KiB.
+PEAK_LIMIT = 20 << 10
+
+
+def _kernels_or_skip(be):
+    if not be.kernels.active(be.dtype):
+        pytest.skip(f"the C kernels are unavailable: {be.kernels.unavailable_reason()}")
+    return be.kernels
+
+
+def _transformer_with_head(be):
+    """(model, x, t, optimizer): x (4, T, D_MODEL) -> TransformerBlock -> Affine(CLASSES) +
+    softmax, cross-entropy against one-hot targets (4, T, CLASSES), Adam; initialized."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(be.bsz, T, D_MODEL)).astype(np.float32)
+    Y = np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, size=(be.bsz, T))]
+    data = ArrayIterator(X, Y, shuffle=False)
+    model = Model([TransformerBlock(D_MODEL, 2, mlp_ratio=4, name="block"),
+                   Affine(CLASSES, activation=Softmax(), name="head")])
+    model.initialize(data, GeneralizedCost(CrossEntropyMulti()))
+    x, t = next(iter(data))
+    return model, x, t, Adam(learning_rate=1e-3)
+
+
+def test_training_steps_after_the_first_allocate_nothing():
+    be = make_backend("cpu", batch_size=4, seed=0)
+    kernels = _kernels_or_skip(be)
+    model, x, t, optimizer = _transformer_with_head(be)
+    model.train_step(x, t, optimizer, 0)  # the first step makes the buffers
+    work = dict(kernels.workspaces)
+    assert any(key[0] == "gelu_bprop" for key in work), \
+        "gelu_bprop's bias-gradient sums take their work array from kernels.workspaces"
+    assert any(key[0] == "optree_column_sum" for key in work), \
+        "the column sum of a bias gradient takes its work array from kernels.workspaces"
+
+    peaks = []
+    tracemalloc.start()
+    try:
+        for _ in range(3):
+            start = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            assert np.isfinite(model.train_step(x, t, optimizer, 0))
+            peaks.append(tracemalloc.get_traced_memory()[1] - start)
+    finally:
+        tracemalloc.stop()
+    assert max(peaks) < PEAK_LIMIT, (
+        f"steps after the first allocated up to {peaks} bytes at once (limit {PEAK_LIMIT})")
+    assert kernels.workspaces.keys() == work.keys()
+    assert all(kernels.workspaces[key] is buf for key, buf in work.items()), \
+        "the C kernels' work arrays are made once"
+
+
+def test_column_sums_of_one_shape_in_one_tree_keep_their_own_results():
+    """The machine keeps each inner sum's result from call to call: two sums of the same shape
+    in one tree must still not share one, and a later call must not see an earlier value."""
+    be = make_backend("cpu", batch_size=4, seed=0)
+    _kernels_or_skip(be)
+    machine = OpTreeMachine(be.kernels)
+    rng = np.random.default_rng(5)
+    a, b, c = (be.array(rng.standard_normal((40, 6))) for _ in range(3))
+    bias = be.array(rng.standard_normal((1, 6)))
+    for x, y in ((a, b), (b, c), (c, a)):
+        tree = bias + be.sum(x, axis=0) * 2.0 - be.sum(y, axis=0)
+        out = np.empty((1, 6), np.float32)
+        assert machine.run(out, tree)
+        np.testing.assert_allclose(out, evaluate(np.empty((1, 6), np.float32), tree),
+                                   rtol=1e-6, atol=1e-6)
+    assert len(machine._sums) == 2, "one result per reduction of the tree, reused"
+
+
+def test_gelu_bias_gradient_reuses_its_work_array_across_row_counts():
+    """The work array depends on the rows only through their blocks (at most 32): calls with
+    40 and 64 rows of the same width share one, and both give the summed gradient."""
+    be = make_backend("cpu", batch_size=4, seed=0)
+    kernels = _kernels_or_skip(be)
+    rng = np.random.default_rng(6)
+    for rows in (40, 64, 40):
+        x, dy = (rng.standard_normal((rows, 24)).astype(np.float32) for _ in range(2))
+        dx, db = np.empty_like(x), np.zeros(24, np.float32)
+        assert kernels.gelu_bprop(x, dy, dx, db, "none")
+        np.testing.assert_allclose(db, dx.sum(0), rtol=1e-5, atol=1e-5)
+    assert len([key for key in kernels.workspaces if key[0] == "gelu_bprop"]) == 1
