@@ -98,6 +98,7 @@ class CPUBackend(CPUBlockSparseMixin, Backend):
         self.kernels = CPUKernels()
         self._machine = OpTreeMachine(self.kernels)
         self._gemm_scratch = {}
+        self._row_scratch = {}
 
     def _evaluate(self, out, value):
         """out (ndarray)[...] = value (op-tree, tensor, array or scalar)."""
@@ -238,14 +239,38 @@ class CPUBackend(CPUBlockSparseMixin, Backend):
         return super().gelu_bprop(x, dy, dx, dbias, approximate)
 
     def take_rows(self, table, ids, out):
-        idx = numpy_rows.row_indices(ids._ary, table.shape[0]).reshape(-1)
+        idx = self._row_indices(ids._ary, table.shape[0])
         if not self.kernels.take_rows(table._ary, idx, out._ary):
             numpy_rows.take_rows(table._ary, ids._ary, out._ary)
 
     def scatter_add_rows(self, grad_table, ids, rows):
-        idx = numpy_rows.row_indices(ids._ary, grad_table.shape[0]).reshape(-1)
+        idx = self._row_indices(ids._ary, grad_table.shape[0])
         if not self.kernels.scatter_add_rows(grad_table._ary, idx, rows._ary):
             numpy_rows.scatter_add_rows(grad_table._ary, ids._ary, rows._ary)
+
+    def _row_indices(self, ids, nrows):
+        """``ids`` (ndarray of any shape S: integers, or floats holding whole numbers) as the
+        int64 row numbers (n,) = ids.reshape(-1) that ``numpy_rows.row_indices`` gives, checked
+        to lie in [0, nrows), but written into buffers kept per (S, dtype), so an embedding's
+        look-up and gradient allocate nothing from the second step on.  The result is valid
+        until the next call.  A bad id raises ``row_indices``'s IndexError, which names it."""
+        key = (ids.shape, ids.dtype)
+        found = self._row_scratch.get(key)
+        if found is None:
+            whole = ids.dtype.kind == "f"  # floats must be whole numbers: trunc(ids) == ids
+            found = self._row_scratch[key] = (
+                np.empty(ids.shape, np.int64),
+                np.empty(ids.shape, ids.dtype) if whole else None,
+                np.empty(ids.shape, np.bool_) if whole else None)
+        idx, truncated, same = found
+        np.copyto(idx, ids, casting="unsafe")  # the cast of ids.astype(np.intp)
+        ok = idx.size == 0 or (idx.min() >= 0 and idx.max() < nrows)
+        if ok and truncated is not None:
+            np.trunc(ids, out=truncated)
+            ok = np.equal(truncated, ids, out=same).all()
+        if not ok:
+            return numpy_rows.row_indices(ids, nrows).reshape(-1)  # raises, naming the id
+        return idx.reshape(-1)
 
     def permute_axes(self, x, out, axes):
         if not self.kernels.permute_axes(x._ary, out._ary, axes):

@@ -36,6 +36,22 @@ def _kernels_or_skip(be):
     return be.kernels
 
 
+def _peaks(step, times=3):
+    """The most bytes ``step()`` (which must return a true value) held at once beyond what was
+    held before it, for each of ``times`` calls, as tracemalloc counts them."""
+    peaks = []
+    tracemalloc.start()
+    try:
+        for _ in range(times):
+            start = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            assert step()
+            peaks.append(tracemalloc.get_traced_memory()[1] - start)
+    finally:
+        tracemalloc.stop()
+    return peaks
+
+
 def _transformer_with_head(be):
     """(model, x, t, optimizer): x (4, T, D_MODEL) -> TransformerBlock -> Affine(CLASSES) +
     softmax, cross-entropy against one-hot targets (4, T, CLASSES), Adam; initialized."""
@@ -61,16 +77,7 @@ def test_training_steps_after_the_first_allocate_nothing():
     assert any(key[0] == "optree_column_sum" for key in work), \
         "the column sum of a bias gradient takes its work array from kernels.workspaces"
 
-    peaks = []
-    tracemalloc.start()
-    try:
-        for _ in range(3):
-            start = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-            assert np.isfinite(model.train_step(x, t, optimizer, 0))
-            peaks.append(tracemalloc.get_traced_memory()[1] - start)
-    finally:
-        tracemalloc.stop()
+    peaks = _peaks(lambda: np.isfinite(model.train_step(x, t, optimizer, 0)))
     assert max(peaks) < PEAK_LIMIT, (
         f"steps after the first allocated up to {peaks} bytes at once (limit {PEAK_LIMIT})")
     assert kernels.workspaces.keys() == work.keys()
@@ -108,3 +115,37 @@ def test_gelu_bias_gradient_reuses_its_work_array_across_row_counts():
         assert kernels.gelu_bprop(x, dy, dx, db, "none")
         np.testing.assert_allclose(db, dx.sum(0), rtol=1e-5, atol=1e-5)
     assert len([key for key in kernels.workspaces if key[0] == "gelu_bprop"]) == 1
+
+
+def test_embedding_rows_after_the_first_allocate_nothing():
+    """The look-up and the gradient of an embedding check and convert the ids (floats holding
+    whole numbers, as the data iterators give them) into buffers kept by the backend."""
+    be = make_backend("cpu", batch_size=4, seed=0)
+    _kernels_or_skip(be)
+    rng = np.random.default_rng(7)
+    ids = rng.integers(0, 50, size=(64, 64))
+    table = be.array(rng.standard_normal((50, 16)))
+    ids_t, out, grad = be.array(ids), be.empty((64, 64, 16)), be.zeros((50, 16))
+
+    def step():
+        be.take_rows(table, ids_t, out)
+        be.scatter_add_rows(grad, ids_t, out)
+        return True
+
+    step()
+    peaks = _peaks(step)
+    # 4096 ids: int64 row numbers alone would be 32 KiB
+    assert max(peaks) < 8 << 10, f"the look-ups allocated up to {peaks} bytes at once"
+    np.testing.assert_array_equal(out.get(), table.get()[ids])
+    want = np.zeros((50, 16))
+    np.add.at(want, ids.reshape(-1), table.get()[ids].reshape(-1, 16))
+    np.testing.assert_allclose(grad.get(), 4 * want, rtol=1e-5, atol=1e-4)
+    bad = ids.astype(np.float32)
+    bad[0, 1] = 50.0
+    ids_t.set(bad)
+    with pytest.raises(IndexError, match=r"id 50 at position \(0, 1\)"):
+        be.take_rows(table, ids_t, out)
+    bad[0, 1] = 2.5
+    ids_t.set(bad)
+    with pytest.raises(IndexError, match="whole number"):
+        be.scatter_add_rows(grad, ids_t, out)
