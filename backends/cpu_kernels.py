@@ -147,8 +147,8 @@ class CPUKernels:
     def block_sums_work(self, module, function, dtype, rows, cols):
         """The float64 work array (1-D) that C function ``function`` of ``module`` (the kernels
         for ``dtype``) takes for its sums of ``cols`` columns over ``rows`` rows in row blocks
-        (``nl_block_sums_size`` in ``kernels/cpu/common.h``): as long as
-        ``<function>_work_size(rows, cols)`` says.
+        (``nl_block_sums_size`` in ``kernels/cpu/common.h``, plus what the function needs
+        besides): as long as ``<function>_work_size(rows, cols)`` says.
 
         Kept in ``workspaces``, so a training loop allocates it once: the key is (function,
         dtype, cols, length), and the length depends on ``rows`` only through the number of
@@ -442,6 +442,12 @@ class CPUKernels:
         return True
 
     # ---- normalization and softmax ----------------------------------------------------------
+    def _norm_work(self, module, dtype, rows, cols):
+        """The ``work`` pointer of the norm kernels for (rows, cols) (see ``kernels/cpu/norm.h``),
+        kept in ``workspaces``."""
+        return module.ffi.from_buffer("double[]",
+                                      self.block_sums_work(module, "norm", dtype, rows, cols))
+
     def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
                         eps, momentum, inference, relu=False):
         """Batch norm of x (M, C) over its rows (see ``Backend.batchnorm_fprop``), then
@@ -455,7 +461,8 @@ class CPUKernels:
         if inference:
             module.lib.batchnorm_fprop_infer(*ptrs, M, C, eps, bool(relu))
         else:
-            module.lib.batchnorm_fprop_train(*ptrs, M, C, eps, momentum, bool(relu))
+            module.lib.batchnorm_fprop_train(*ptrs, self._norm_work(module, x.dtype, M, C), M, C,
+                                             eps, momentum, bool(relu))
         return True
 
     def batchnorm_moments(self, x, mean, m2):
@@ -467,7 +474,8 @@ class CPUKernels:
         ffi = module.ffi
         module.lib.batchnorm_moments(ffi.from_buffer("real[]", x), x.shape[0], x.shape[1],
                                      ffi.from_buffer("double[]", mean),
-                                     ffi.from_buffer("double[]", m2))
+                                     ffi.from_buffer("double[]", m2),
+                                     self._norm_work(module, x.dtype, *x.shape))
         return True
 
     def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
@@ -489,7 +497,8 @@ class CPUKernels:
             return False
         ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays[:7]]
         mask = module.ffi.NULL if y is None else module.ffi.from_buffer("real[]", y)
-        module.lib.batchnorm_bprop(*ptrs, dy.shape[0], dy.shape[1], beta_acc, mask)
+        module.lib.batchnorm_bprop(*ptrs, self._norm_work(module, dy.dtype, *dy.shape),
+                                   dy.shape[0], dy.shape[1], beta_acc, mask)
         return True
 
     def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps):
@@ -509,7 +518,8 @@ class CPUKernels:
         if module is None:
             return False
         ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
-        module.lib.layernorm_bprop(*ptrs, dy.shape[0], dy.shape[1])
+        module.lib.layernorm_bprop(*ptrs, self._norm_work(module, dy.dtype, *dy.shape),
+                                   dy.shape[0], dy.shape[1])
         return True
 
     def softmax(self, x, out, axis=-1):

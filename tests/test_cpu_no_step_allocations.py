@@ -1,8 +1,8 @@
 """The project rule "no allocation inside the training loop after the first step", on the CPU
 backend with its C kernels: a transformer block (its MLP runs ``gelu_bprop`` with the fc1 bias
-gradient, the C block sums) and an Affine head with a bias (its gradient is the op-tree
-machine's column sum) train a first step, which makes every buffer; the next steps allocate
-nothing of size.
+gradient, the C block sums; its layer norms sum over rows too), a batch norm and an Affine head
+with a bias (its gradient is the op-tree machine's column sum) train a first step, which makes
+every buffer; the next steps allocate nothing of size.
 
 numpy reports its array allocations to ``tracemalloc``, so the traced peak over the later steps
 bounds what they allocate, even what they free again before the step ends.  The C kernels'
@@ -19,7 +19,7 @@ from neonlite import Model
 from neonlite.backends.cpu_optree import OpTreeMachine
 from neonlite.backends.numpy_ops import evaluate
 from neonlite.data import ArrayIterator
-from neonlite.layers import Affine, GeneralizedCost, TransformerBlock
+from neonlite.layers import Affine, BatchNorm, GeneralizedCost, TransformerBlock
 from neonlite.optimizers import Adam
 from neonlite.transforms import CrossEntropyMulti, Softmax
 
@@ -53,14 +53,15 @@ def _peaks(step, times=3):
 
 
 def _transformer_with_head(be):
-    """(model, x, t, optimizer): x (4, T, D_MODEL) -> TransformerBlock -> Affine(CLASSES) +
-    softmax, cross-entropy against one-hot targets (4, T, CLASSES), Adam; initialized."""
+    """(model, x, t, optimizer): x (4, T, D_MODEL) -> TransformerBlock -> BatchNorm ->
+    Affine(CLASSES) + softmax, cross-entropy against one-hot targets (4, T, CLASSES), Adam;
+    initialized."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(be.bsz, T, D_MODEL)).astype(np.float32)
     Y = np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, size=(be.bsz, T))]
     data = ArrayIterator(X, Y, shuffle=False)
     model = Model([TransformerBlock(D_MODEL, 2, mlp_ratio=4, name="block"),
-                   Affine(CLASSES, activation=Softmax(), name="head")])
+                   BatchNorm(name="bn"), Affine(CLASSES, activation=Softmax(), name="head")])
     model.initialize(data, GeneralizedCost(CrossEntropyMulti()))
     x, t = next(iter(data))
     return model, x, t, Adam(learning_rate=1e-3)
@@ -76,6 +77,8 @@ def test_training_steps_after_the_first_allocate_nothing():
         "gelu_bprop's bias-gradient sums take their work array from kernels.workspaces"
     assert any(key[0] == "optree_column_sum" for key in work), \
         "the column sum of a bias gradient takes its work array from kernels.workspaces"
+    assert {key[2] for key in work if key[0] == "norm"} == {D_MODEL}, \
+        "the layer and batch norms' sums take their work array from kernels.workspaces"
 
     peaks = _peaks(lambda: np.isfinite(model.train_step(x, t, optimizer, 0)))
     assert max(peaks) < PEAK_LIMIT, (

@@ -9,22 +9,49 @@ enum { SHIFTED_SQUARES, SUM_AND_DOT };
  * width.  SHIFTED_SQUARES accumulates in double (see column_sums). */
 #define RUN 32
 
+/* The parts of a kernel's `work` (norm_work_size(M, C) doubles, see norm.h): 2 C double
+ * sums, then 3 C `real` per-channel factors (rounded up to whole doubles), then the block sums
+ * of column_sums over 2 C columns (nl_block_sums_size in common.h). */
+static int64_t factors_size(int64_t C)
+{
+    const int64_t d = (int64_t)sizeof(double);
+    return (3 * C * (int64_t)sizeof(real) + d - 1) / d;
+}
+
+static real *work_factors(double *work, int64_t C)
+{
+    return (real *)(work + 2 * C);
+}
+
+static double *work_blocks(double *work, int64_t C)
+{
+    return work + 2 * C + factors_size(C);
+}
+
+int64_t norm_work_size(int64_t M, int64_t C)
+{
+    return 2 * C + factors_size(C) + nl_block_sums_size(M, 2 * C);
+}
+
 /* Column sums over the rows of (M, C) arrays a, b (in fixed blocks, see nl_blocks):
  *   SHIFTED_SQUARES: out1[c] = sum_m (a - a[0, c]),  out2[c] = sum_m (a - a[0, c])^2
  *   SUM_AND_DOT:     out1[c] = sum_m a,              out2[c] = sum_m a * b
- * SUM_AND_DOT with a mask (M, C) (or NULL) counts a only where the mask is > 0. */
+ * SUM_AND_DOT with a mask (M, C) (or NULL) counts a only where the mask is > 0.  `blocks`:
+ * nl_block_sums_size(M, 2 C) doubles of scratch (work_blocks). */
 static void column_sums(int mode, const real *a, const real *b, const real *mask, int64_t M,
-                        int64_t C, double *out1, double *out2)
+                        int64_t C, double *out1, double *out2, double *blocks)
 {
     const int64_t nb = nl_blocks(M);
-    double *part = calloc((size_t)nb * 2 * (size_t)C, sizeof(double));
-    real *run = malloc((size_t)nb * 2 * (size_t)C * sizeof(real));
+    double *part = blocks;
+    real *run = nl_block_sums_runs(blocks, M, 2 * C);
 #pragma omp parallel for schedule(dynamic, 1) if (M * C >= NL_PARALLEL_MIN)
     for (int64_t blk = 0; blk < nb; blk++) {
         double *s1 = part + (size_t)blk * 2 * (size_t)C, *s2 = s1 + C;
         real *r1 = run + (size_t)blk * 2 * (size_t)C, *r2 = r1 + C;
         int64_t lo, hi;
         nl_split(M, blk, nb, &lo, &hi);
+        for (int64_t c = 0; c < 2 * C; c++)
+            s1[c] = 0;
         if (mode == SHIFTED_SQUARES) {
             /* Statistics in double throughout (x - x[0] computed in double), so they do not
              * depend on how the rows are blocked: batch norm over the whole batch and over
@@ -75,8 +102,6 @@ static void column_sums(int mode, const real *a, const real *b, const real *mask
         out1[c] = a1;
         out2[c] = a2;
     }
-    free(run);
-    free(part);
 }
 
 /* xhat = (x - mean) * invstd and y = gamma * xhat + beta over (M, C); with relu, y is
@@ -106,13 +131,12 @@ static void bn_apply(const real *x, const real *gamma, const real *beta, real *y
 
 void batchnorm_fprop_train(const real *x, const real *gamma, const real *beta, real *y,
                            real *xhat, real *mean, real *invstd, real *running_mean,
-                           real *running_var, int64_t M, int64_t C, double eps,
+                           real *running_var, double *work, int64_t M, int64_t C, double eps,
                            double momentum, int relu)
 {
-    double *sums = malloc((size_t)C * 2 * sizeof(double));
-    double *s1 = sums, *s2 = sums + C;
+    double *s1 = work, *s2 = work + C;
     /* Sums shifted by the first row keep the one-pass variance accurate. */
-    column_sums(SHIFTED_SQUARES, x, NULL, NULL, M, C, s1, s2);
+    column_sums(SHIFTED_SQUARES, x, NULL, NULL, M, C, s1, s2, work_blocks(work, C));
     for (int64_t c = 0; c < C; c++) {
         const double shift = s1[c] / (double)M;
         double var = s2[c] / (double)M - shift * shift;
@@ -125,13 +149,13 @@ void batchnorm_fprop_train(const real *x, const real *gamma, const real *beta, r
         running_var[c] = (real)(momentum * running_var[c] + (1.0 - momentum) * var *
                                 ((double)M / (double)(M > 1 ? M - 1 : 1)));
     }
-    free(sums);
     bn_apply(x, gamma, beta, y, xhat, mean, invstd, M, C, relu);
 }
 
-void batchnorm_moments(const real *x, int64_t M, int64_t C, double *mean, double *m2)
+void batchnorm_moments(const real *x, int64_t M, int64_t C, double *mean, double *m2,
+                       double *work)
 {
-    column_sums(SHIFTED_SQUARES, x, NULL, NULL, M, C, mean, m2);
+    column_sums(SHIFTED_SQUARES, x, NULL, NULL, M, C, mean, m2, work_blocks(work, C));
     for (int64_t c = 0; c < C; c++) {
         const double s1 = mean[c];
         mean[c] = (double)x[c] + s1 / (double)M;
@@ -160,14 +184,13 @@ void batchnorm_fprop_infer(const real *x, const real *gamma, const real *beta, r
 }
 
 void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
-                     real *dx, real *dgamma, real *dbeta, int64_t M, int64_t C,
+                     real *dx, real *dgamma, real *dbeta, double *work, int64_t M, int64_t C,
                      double beta_acc, const real *relu_y)
 {
-    double *sums = malloc((size_t)C * 2 * sizeof(double));
-    double *db = sums, *dg = sums + C;
-    real *k = malloc((size_t)C * 3 * sizeof(real));
+    double *db = work, *dg = work + C;
+    real *k = work_factors(work, C);
     real *rdb = k + C, *rdg = k + 2 * C;
-    column_sums(SUM_AND_DOT, dy, xhat, relu_y, M, C, db, dg);
+    column_sums(SUM_AND_DOT, dy, xhat, relu_y, M, C, db, dg, work_blocks(work, C));
     for (int64_t c = 0; c < C; c++) {
         dgamma[c] += (real)dg[c];
         dbeta[c] += (real)db[c];
@@ -196,8 +219,6 @@ void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const
                 dxr[c] = acc * dxr[c] + k[c] * ((m * dyr[c] - rdb[c]) - hr[c] * rdg[c]);
         }
     }
-    free(sums);
-    free(k);
 }
 
 void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y, real *xhat,
@@ -230,16 +251,14 @@ void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y
 }
 
 void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
-                     real *dx, real *dgamma, real *dbeta, int64_t M, int64_t D)
+                     real *dx, real *dgamma, real *dbeta, double *work, int64_t M, int64_t D)
 {
-    double *sums = malloc((size_t)D * 2 * sizeof(double));
-    double *dg = sums, *db = sums + D;
-    column_sums(SUM_AND_DOT, dy, xhat, NULL, M, D, db, dg);
+    double *dg = work, *db = work + D;
+    column_sums(SUM_AND_DOT, dy, xhat, NULL, M, D, db, dg, work_blocks(work, D));
     for (int64_t d = 0; d < D; d++) {
         dgamma[d] += (real)dg[d];
         dbeta[d] += (real)db[d];
     }
-    free(sums);
 #pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) {
         const real *dyr = dy + m * D, *hr = xhat + m * D;

@@ -1,6 +1,15 @@
 /* Batch norm over the rows of (M, C) (an NHWC batch viewed as (N*H*W, C)), and layer norm
  * over the last axis of (M, D).  Per-channel vectors are (C,) or (D,); statistics are
- * accumulated in double. */
+ * accumulated in double.
+ *
+ * The kernels that sum over the rows take `work`, the caller's scratch of norm_work_size(M, C)
+ * doubles (C: D for layer norm); its contents on entry do not matter and the kernels allocate
+ * nothing.  With B = min(max(M, 1), 32) row blocks (nl_blocks in common.h) it holds 2 C
+ * doubles (the column sums), 3 C `real`s rounded up to whole doubles (batchnorm_bprop's
+ * per-channel factors), then the block sums over 2 C columns: 2 B C doubles and 2 B C
+ * `real`s, rounded up (nl_block_sums_size(M, 2 C)).  In all, for float about
+ * 28 C + 24 B C bytes, for double 40 C + 32 B C. */
+int64_t norm_work_size(int64_t M, int64_t C);
 
 /* Training mode: normalize with the batch statistics; mean, invstd get them and
  * running_x = momentum * running_x + (1 - momentum) * batch_x (running_var takes the unbiased
@@ -8,7 +17,7 @@
  * relu is nonzero (the following ReLU fused). */
 void batchnorm_fprop_train(const real *x, const real *gamma, const real *beta, real *y,
                            real *xhat, real *mean, real *invstd, real *running_mean,
-                           real *running_var, int64_t M, int64_t C, double eps,
+                           real *running_var, double *work, int64_t M, int64_t C, double eps,
                            double momentum, int relu);
 
 /* Inference: the same with mean = running_mean, invstd = 1 / sqrt(running_var + eps). */
@@ -20,7 +29,8 @@ void batchnorm_fprop_infer(const real *x, const real *gamma, const real *beta, r
 /* The batch statistics of synchronised batch norm, in double: mean[c] and
  * m2[c] = sum over rows of (x - mean)^2, from sums shifted by row 0 (as batchnorm_fprop_train
  * takes them); (C,) each. */
-void batchnorm_moments(const real *x, int64_t M, int64_t C, double *mean, double *m2);
+void batchnorm_moments(const real *x, int64_t M, int64_t C, double *mean, double *m2,
+                       double *work);
 
 /* Normalize with given statistics, as batchnorm_fprop_train does with its own:
  * xhat = (x - mean) * invstd, y = gamma * xhat + beta, then y = max(y, 0) when relu. */
@@ -31,7 +41,7 @@ void batchnorm_apply(const real *x, const real *gamma, const real *beta, real *y
  * dgamma += sum(dy * xhat), dbeta += sum(dy) (sums over the rows).  With relu_y (the fused
  * fprop's output, or NULL) dy counts only where relu_y > 0: the ReLU's backward fused. */
 void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
-                     real *dx, real *dgamma, real *dbeta, int64_t M, int64_t C,
+                     real *dx, real *dgamma, real *dbeta, double *work, int64_t M, int64_t C,
                      double beta_acc, const real *relu_y);
 
 /* Per row: xhat = (x - mean) * invstd, y = gamma * xhat + beta; invstd is (M,). */
@@ -41,4 +51,4 @@ void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y
 /* dx = invstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma (means per row);
  * dgamma += sum over rows of dy * xhat, dbeta += sum over rows of dy. */
 void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
-                     real *dx, real *dgamma, real *dbeta, int64_t M, int64_t D);
+                     real *dx, real *dgamma, real *dbeta, double *work, int64_t M, int64_t D);
