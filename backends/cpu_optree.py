@@ -175,6 +175,7 @@ class OpTreeMachine:
         self._kernels = kernels
         self._programs = {}
         self._sums = {}
+        self._scratch = {}
 
     def run(self, out, tree):
         """Evaluate op-tree ``tree`` into ndarray ``out``; False when numpy must do it."""
@@ -236,11 +237,28 @@ class OpTreeMachine:
         code, out_regs, ninstr = self._program(module, tuple(keys), nleaf, len(consts))
         leaf_strides = [s for pair in strides[1:nleaf + 1] for s in pair]
         out_strides = [s for pair in strides[:1] + strides[nleaf + 1:] for s in pair]
+        nregs = nleaf + len(consts) + ninstr
+        if nregs > module.lib.NL_VM_MAX_REGS:
+            return False
+        scratch = module.ffi.from_buffer("real[]", self._vm_scratch(module, dtype, nregs))
         status = module.lib.optree_run_multi(code, ninstr, addresses, leaf_strides, nleaf,
                                              consts, len(consts), out_regs,
                                              [_address(o) for o in outs], out_strides,
-                                             len(outs), rows, cols)
+                                             len(outs), rows, cols, scratch)
         return status == 0
+
+    def _vm_scratch(self, module, dtype, nregs):
+        """The machine's register blocks for a program of ``nregs`` registers: a 1-D array of
+        ``optree_scratch_size(nregs)`` elements of ``dtype`` (per OpenMP thread, 256 elements a
+        register; see ``kernels/cpu/optree.h``).  One array per dtype, replaced by a bigger one
+        only when a call needs more (a longer program, more threads), so a training loop
+        allocates it while its largest tree first runs and never after."""
+        size = int(module.lib.optree_scratch_size(nregs))
+        key = np.dtype(dtype)
+        scratch = self._scratch.get(key)
+        if scratch is None or scratch.size < size:
+            scratch = self._scratch[key] = np.empty(size, dtype=dtype)
+        return scratch
 
     def _sum_buffers(self, module, dtype, number, shape, rows, cols):
         """(result, work) arrays of the tree's inner reduction ``number`` (0, 1, ... in the

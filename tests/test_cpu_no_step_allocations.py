@@ -5,9 +5,10 @@ with a bias (its gradient is the op-tree machine's column sum) train a first ste
 every buffer; the next steps allocate nothing of size.
 
 numpy reports its array allocations to ``tracemalloc``, so the traced peak over the later steps
-bounds what they allocate, even what they free again before the step ends.  The C kernels'
-own work arrays are not seen there: they come from ``CPUKernels.workspaces``, whose entries
-must be the same objects after the later steps.
+bounds what they allocate, even what they free again before the step ends (the C kernels'
+work arrays are numpy arrays the backend keeps, so a new one would count).  What C code
+allocates is not seen there; the kernels that once called malloc now take work arrays from
+``CPUKernels.workspaces``, whose entries must be the same objects after the later steps.
 """
 import tracemalloc
 
@@ -152,3 +153,31 @@ def test_embedding_rows_after_the_first_allocate_nothing():
     ids_t.set(bad)
     with pytest.raises(IndexError, match="whole number"):
         be.scatter_add_rows(grad, ids_t, out)
+
+
+def test_op_tree_register_blocks_are_kept_and_grow_with_the_threads():
+    """The op-tree machine's register blocks (one set per OpenMP thread) are kept from call to
+    call, and made bigger only when a call may start more threads."""
+    from neonlite.backends.cpu_threads import _libgomp, set_cpu_threads
+    be = make_backend("cpu", batch_size=4, seed=0)
+    _kernels_or_skip(be)
+    if _libgomp() is None:
+        pytest.skip("no libgomp to set the OpenMP thread count with")
+    before = _libgomp().omp_get_max_threads()
+    machine = OpTreeMachine(be.kernels)
+    rng = np.random.default_rng(8)
+    a, b = (be.array(rng.standard_normal((300, 400))) for _ in range(2))  # threads start
+    tree = a * b - be.sqrt(be.square(a)) * 0.5
+    want = evaluate(np.empty((300, 400), np.float32), tree)
+    sizes = []
+    try:
+        for threads in (1, 4, 2, 4):
+            set_cpu_threads(threads)
+            out = np.empty((300, 400), np.float32)
+            assert machine.run(out, tree)
+            np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+            sizes.append(machine._scratch[np.dtype(np.float32)])
+    finally:
+        set_cpu_threads(before)
+    assert sizes[0].size * 4 == sizes[1].size
+    assert sizes[1] is sizes[2] is sizes[3]

@@ -1,4 +1,6 @@
 /* The op-tree virtual machine (see optree.h). */
+#include <omp.h>
+
 #include "common.h"
 #include "optree.h"
 
@@ -84,10 +86,16 @@ static void run_op(int op, real *d, const real *a, const real *b, int64_t n)
     }
 }
 
+int64_t optree_scratch_size(int64_t nregs)
+{
+    return (int64_t)omp_get_max_threads() * nregs * NL_VM_BLOCK;
+}
+
 int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
                      const int64_t *leaf_strides, int64_t nleaf, const double *consts,
                      int64_t nconst, const int32_t *out_reg, const int64_t *out_addr,
-                     const int64_t *out_strides, int64_t nout, int64_t rows, int64_t cols)
+                     const int64_t *out_strides, int64_t nout, int64_t rows, int64_t cols,
+                     real *scratch)
 {
     const int64_t nregs = nleaf + nconst + ninstr;
     if (ninstr < 0 || nregs > NL_VM_MAX_REGS || nout < 1 || nout > NL_VM_MAX_REGS)
@@ -109,10 +117,10 @@ int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_ad
     const int64_t nblk = (cols + NL_VM_BLOCK - 1) / NL_VM_BLOCK, total = rows * nblk;
 #pragma omp parallel if (rows * cols >= NL_PARALLEL_MIN)
     {
-        real *scratch = malloc((size_t)nregs * NL_VM_BLOCK * sizeof(real));
+        real *mine = scratch + (int64_t)omp_get_thread_num() * nregs * NL_VM_BLOCK;
         const real *reg[NL_VM_MAX_REGS];
         for (int64_t c = 0; c < nconst; c++) {
-            real *r = scratch + (nleaf + c) * NL_VM_BLOCK;
+            real *r = mine + (nleaf + c) * NL_VM_BLOCK;
             for (int64_t k = 0; k < NL_VM_BLOCK; k++)
                 r[k] = (real)consts[c];
             reg[nleaf + c] = r;
@@ -128,7 +136,7 @@ int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_ad
                     reg[l] = base;
                     continue;
                 }
-                real *r = scratch + l * NL_VM_BLOCK;
+                real *r = mine + l * NL_VM_BLOCK;
                 for (int64_t k = 0; k < n; k++)
                     r[k] = base[k * cs];
                 reg[l] = r;
@@ -136,7 +144,7 @@ int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_ad
             for (int64_t s = 0; s < ninstr; s++) {
                 const int32_t *ins = code + 4 * s, o = direct[s];
                 real *d = o >= 0 ? (real *)(intptr_t)out_addr[o] + i * out_strides[2 * o] + j0
-                                 : scratch + ins[1] * NL_VM_BLOCK;
+                                 : mine + ins[1] * NL_VM_BLOCK;
                 run_op(ins[0], d, reg[ins[2]], ins[3] >= 0 ? reg[ins[3]] : NULL, n);
                 reg[ins[1]] = d;
             }
@@ -150,21 +158,21 @@ int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_ad
                     out[k * cs] = r[k];
             }
         }
-        free(scratch);
     }
     return 0;
 }
 
 int optree_run(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
                const int64_t *leaf_strides, int64_t nleaf, const double *consts, int64_t nconst,
-               int64_t out_addr, int64_t out_rs, int64_t out_cs, int64_t rows, int64_t cols)
+               int64_t out_addr, int64_t out_rs, int64_t out_cs, int64_t rows, int64_t cols,
+               real *scratch)
 {
     if (ninstr < 1)
         return -1;
     const int32_t out_reg = code[4 * (ninstr - 1) + 1];
     const int64_t out_strides[2] = {out_rs, out_cs};
     return optree_run_multi(code, ninstr, leaf_addr, leaf_strides, nleaf, consts, nconst,
-                            &out_reg, &out_addr, out_strides, 1, rows, cols);
+                            &out_reg, &out_addr, out_strides, 1, rows, cols, scratch);
 }
 
 /* Rows summed in `real` before their sums are added into the double totals. */

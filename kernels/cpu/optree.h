@@ -45,14 +45,21 @@
 #define NL_VM_BLOCK 256
 
 /* Both return 0, or -1 when the program is empty (optree_run) or needs more than
- * NL_VM_MAX_REGS registers. */
+ * NL_VM_MAX_REGS registers.  `scratch` is the caller's: optree_scratch_size(nregs) `real`s
+ * with nregs = nleaf + nconst + ninstr, one NL_VM_BLOCK-element block per register for each
+ * OpenMP thread the call may start (omp_get_max_threads() of the calling thread), that is
+ * threads * nregs * 256 * sizeof(real) bytes; its contents on entry do not matter and the
+ * machine allocates nothing. */
 int optree_run(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
                const int64_t *leaf_strides, int64_t nleaf, const double *consts, int64_t nconst,
-               int64_t out_addr, int64_t out_rs, int64_t out_cs, int64_t rows, int64_t cols);
+               int64_t out_addr, int64_t out_rs, int64_t out_cs, int64_t rows, int64_t cols,
+               real *scratch);
 int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
                      const int64_t *leaf_strides, int64_t nleaf, const double *consts,
                      int64_t nconst, const int32_t *out_reg, const int64_t *out_addr,
-                     const int64_t *out_strides, int64_t nout, int64_t rows, int64_t cols);
+                     const int64_t *out_strides, int64_t nout, int64_t rows, int64_t cols,
+                     real *scratch);
+int64_t optree_scratch_size(int64_t nregs);
 
 /* out (C,) = the column sums of a (M, C), rows summed in fixed blocks (nl_blocks) in double,
  * so the result does not depend on the threads.  The host runs a tree's `sum` over leading
