@@ -105,11 +105,12 @@ class CPUBlockSparseMixin:
         if module is None:
             s[...] = reference.sdd(plan.tables, a, b, plan.bs, alpha)
             return s
-        tb = self._bs_tables(plan, module)
+        tb, lib = self._bs_tables(plan, module), module.lib
         N, H, Tq, d = a.shape
-        module.lib.bs_sdd(self._real(module, a), self._real(module, b), self._real(module, s),
-                          N, H, Tq, b.shape[2], d, plan.bs, plan.nnz, tb["head"], tb["row"],
-                          tb["col"], alpha)
+        work = self._bs_scratch(plan, "sdd_bt", lib.bs_threads() * d * plan.bs, a.dtype)
+        lib.bs_sdd(self._real(module, a), self._real(module, b), self._real(module, s), N, H, Tq,
+                   b.shape[2], d, plan.bs, plan.nnz, tb["head"], tb["row"], tb["col"], alpha,
+                   self._real(module, work))
         return s
 
     def blocksparse_dsd(self, plan, p, b, o, transposed=False, beta=0.0):
@@ -123,9 +124,11 @@ class CPUBlockSparseMixin:
         walk = ("col_ptr", "col_k", "col_other") if transposed else \
             ("row_ptr", "row_k", "row_other")
         N, H, Tin, d = b.shape
-        module.lib.bs_dsd(self._real(module, p), self._real(module, b), self._real(module, o),
-                          N, H, Tin, o.shape[2], d, plan.bs, plan.nnz, *(tb[n] for n in walk),
-                          int(bool(transposed)), beta)
+        lib = module.lib
+        work = self._bs_scratch(plan, "dsd_pt", lib.bs_threads() * plan.bs * plan.bs, p.dtype)
+        lib.bs_dsd(self._real(module, p), self._real(module, b), self._real(module, o), N, H, Tin,
+                   o.shape[2], d, plan.bs, plan.nnz, *(tb[n] for n in walk),
+                   int(bool(transposed)), beta, self._real(module, work))
         return o
 
     def blocksparse_softmax(self, plan, s, p, scale=1.0, causal=False):

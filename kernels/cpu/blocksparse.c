@@ -358,11 +358,11 @@ static void transpose_block(const real *src, int64_t rows, int64_t cols, int64_t
 
 void bs_sdd(const real *a, const real *b, real *s, int64_t N, int64_t H, int64_t Tq,
             int64_t Tk, int64_t d, int64_t bs, int64_t nnz, const int32_t *head,
-            const int32_t *row, const int32_t *col, real alpha)
+            const int32_t *row, const int32_t *col, real alpha, real *work)
 {
 #pragma omp parallel if (N * nnz * bs * bs * d >= NL_PARALLEL_MIN)
     {
-        real *bt = malloc((size_t)(d * bs) * sizeof(real));
+        real *bt = work + (int64_t)omp_get_thread_num() * d * bs;
 #pragma omp for schedule(static) collapse(2)
         for (int64_t n = 0; n < N; n++)
             for (int64_t k = 0; k < nnz; k++) {
@@ -372,18 +372,17 @@ void bs_sdd(const real *a, const real *b, real *s, int64_t N, int64_t H, int64_t
                 transpose_block(B, bs, d, d, bt);
                 small_gemm(A, d, bt, bs, bs, bs, d, s + (n * nnz + k) * bs * bs, bs, alpha, 0);
             }
-        free(bt);
     }
 }
 
 void bs_dsd(const real *p, const real *b, real *o, int64_t N, int64_t H, int64_t Tin,
             int64_t Tout, int64_t d, int64_t bs, int64_t nnz, const int32_t *ptr,
-            const int32_t *kidx, const int32_t *other, int transposed, real beta)
+            const int32_t *kidx, const int32_t *other, int transposed, real beta, real *work)
 {
     const int64_t nb = H * (Tout / bs);
 #pragma omp parallel if (N * nnz * bs * bs * d >= NL_PARALLEL_MIN)
     {
-        real *pt = malloc((size_t)(bs * bs) * sizeof(real));
+        real *pt = work + (int64_t)omp_get_thread_num() * bs * bs;
 #pragma omp for schedule(dynamic, 16) collapse(2)
         for (int64_t n = 0; n < N; n++)
             for (int64_t ob = 0; ob < nb; ob++) {
@@ -401,7 +400,6 @@ void bs_dsd(const real *p, const real *b, real *o, int64_t N, int64_t H, int64_t
                     small_gemm(P, bs, B, d, bs, d, bs, O, d, 1, e == ptr[ob] ? beta : 1);
                 }
             }
-        free(pt);
     }
 }
 

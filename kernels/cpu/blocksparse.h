@@ -27,17 +27,20 @@ void bs_linear_update(const real *x, const real *e, real *dw, int64_t M, int64_t
                       const int32_t *col, real *packx, real *packe, real beta);
 
 /* s[n, k] (bs, bs) = alpha * a[n, h, i] @ b[n, h, j]^T for block k at (head[k], row[k], col[k]);
- * a (N, H, Tq, d), b (N, H, Tk, d), s (N, nnz, bs, bs). */
+ * a (N, H, Tq, d), b (N, H, Tk, d), s (N, nnz, bs, bs).  work: bs_threads() * d * bs scratch
+ * (each thread's transposed block of b). */
 void bs_sdd(const real *a, const real *b, real *s, int64_t N, int64_t H, int64_t Tq,
             int64_t Tk, int64_t d, int64_t bs, int64_t nnz, const int32_t *head,
-            const int32_t *row, const int32_t *col, real alpha);
+            const int32_t *row, const int32_t *col, real alpha, real *work);
 
 /* o[n, h, i] (bs, d) = beta * o + sum over entries e of output block (h, i) of
  * P[n, k[e]] @ b[n, h, other[e]] (transposed == 0) or P[n, k[e]]^T @ b[...] (transposed == 1);
- * p (N, nnz, bs, bs), b (N, H, Tin, d), o (N, H, Tout, d), ptr over H * Tout / bs blocks. */
+ * p (N, nnz, bs, bs), b (N, H, Tin, d), o (N, H, Tout, d), ptr over H * Tout / bs blocks.
+ * work: bs_threads() * bs * bs scratch (each thread's transposed block of P; read only when
+ * transposed). */
 void bs_dsd(const real *p, const real *b, real *o, int64_t N, int64_t H, int64_t Tin,
             int64_t Tout, int64_t d, int64_t bs, int64_t nnz, const int32_t *ptr,
-            const int32_t *kidx, const int32_t *other, int transposed, real beta);
+            const int32_t *kidx, const int32_t *other, int transposed, real beta, real *work);
 
 /* p = softmax(scale * s) along each row of blocks (rows = H * R rows of blocks, row_ptr); with
  * causal, entry (r, c) of block k is hidden when col[k]*bs + c > row[k]*bs + r + off
