@@ -15,8 +15,8 @@ void gelu_fprop(const real *x, const real *bias, real *pre, real *y, int64_t M, 
  * otherwise), gelu_bprop_work_size(M, D) doubles, i.e. with B = min(max(M, 1), 32) row blocks
  * (nl_blocks in common.h): B * D doubles (each block's partial sums of dx) followed by B * D
  * `real`s (each block's sums of runs of 32 rows), that is B * D * (8 + sizeof(real)) bytes
- * rounded up to a multiple of 8 (float: 12 B*D bytes, double: 16 B*D).  Its contents on entry
- * do not matter; gelu_bprop allocates nothing. */
+ * (float: 12 B D, double: 16 B D) rounded up to a multiple of 8 (nl_block_sums_size in
+ * common.h).  Its contents on entry do not matter; gelu_bprop allocates nothing. */
 void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *dbias,
                 double *work, int64_t M, int64_t D, int approximate);
 
