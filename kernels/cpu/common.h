@@ -81,16 +81,23 @@ static inline void nl_scale(real *dst, int64_t n, real beta)
 
 /* A convolution's epilogue on n rows of K channels (row-major), applied while the rows are in
  * cache: o[i][k] += bias[k] (skipped when bias is NULL), then o = max(o, 0) when relu.  The
- * ReLU keeps a NaN (so a loss scaler still sees it), as numpy's maximum does. */
+ * ReLU keeps a NaN (so a loss scaler still sees it), as numpy's maximum does.  One branch-free
+ * loop per case, so each vectorizes. */
 static inline void nl_bias_relu(real *o, int64_t n, int64_t K, const real *bias, int relu)
 {
-    if (!bias && !relu)
-        return;
     for (int64_t i = 0; i < n; i++) {
         real *row = o + i * K;
-        for (int64_t k = 0; k < K; k++) {
-            const real v = bias ? row[k] + bias[k] : row[k];
-            row[k] = relu && v < 0 ? 0 : v;
+        if (bias && relu) {
+            for (int64_t k = 0; k < K; k++) {
+                const real v = row[k] + bias[k];
+                row[k] = v < 0 ? 0 : v;
+            }
+        } else if (bias) {
+            for (int64_t k = 0; k < K; k++)
+                row[k] += bias[k];
+        } else if (relu) {
+            for (int64_t k = 0; k < K; k++)
+                row[k] = row[k] < 0 ? 0 : row[k];
         }
     }
 }
