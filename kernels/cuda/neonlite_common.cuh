@@ -99,23 +99,17 @@ template <> struct nl_elem<2> {
 template <int KIND>
 __device__ __forceinline__ void nl_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b);
 
-template <>
-__device__ __forceinline__ void nl_mma_m16n8k16<1>(float* d, const unsigned* a,
-                                                   const unsigned* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-template <>
-__device__ __forceinline__ void nl_mma_m16n8k16<2>(float* d, const unsigned* a,
-                                                   const unsigned* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+// One specialisation per input type; they differ only in the PTX type name.
+#define NL_MMA_M16N8K16(KIND, PTX_TYPE)                                                       \
+    template <>                                                                               \
+    __device__ __forceinline__ void nl_mma_m16n8k16<KIND>(float* d, const unsigned* a,       \
+                                                          const unsigned* b) {                \
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX_TYPE "." PTX_TYPE           \
+                     ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"          \
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                         \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));     \
+    }
+NL_MMA_M16N8K16(1, "f16")
+NL_MMA_M16N8K16(2, "bf16")
+#undef NL_MMA_M16N8K16
 #endif
