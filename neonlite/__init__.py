@@ -7,6 +7,5 @@ Quick start::
 """
 from .backends import gen_backend, get_backend, available_backends, BackendUnavailable
 from .model import Model
-
-__version__ = "0.1.0"
+from .version import __version__
 __all__ = ["gen_backend", "get_backend", "available_backends", "BackendUnavailable", "Model"]
