@@ -1,16 +1,56 @@
-"""Shared pytest set-up: the ``slow`` marker and the per-backend fixture (see ``harness.py``)."""
+"""Shared pytest set-up: the ``slow`` marker, the per-backend fixture (see ``harness.py``), and
+the import paths.
+
+The tests test the *installed* ``neonlite`` (a wheel, or ``pip install -e``): the checkout's root
+is never on ``sys.path``, because its ``neonlite/`` folder is not the whole package (the
+installed one maps ``backends/``, ``layers/`` and ``kernels/`` into it).  ``tests/`` is on the
+path for the support modules (``harness``, the host emulator, ...), and ``benchmarks`` is
+imported from the checkout by its own folder.  ``PYTHONSAFEPATH=1`` keeps the Python
+subprocesses that tests start (``python -m neonlite.cli``, ``python -c``) from putting their
+working directory first on their path.  With ``NEONLITE_TEST_INSTALLED=1`` (CI) the run stops
+unless ``neonlite`` comes from outside the checkout.
+"""
+import importlib.util
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
+sys.path.insert(0, str(TESTS))
+os.environ.setdefault("PYTHONSAFEPATH", "1")
 
+
+def _import_benchmarks():
+    spec = importlib.util.spec_from_file_location(
+        "benchmarks", ROOT / "benchmarks" / "__init__.py",
+        submodule_search_locations=[str(ROOT / "benchmarks")])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["benchmarks"] = module
+    spec.loader.exec_module(module)
+
+
+if "benchmarks" not in sys.modules and (ROOT / "benchmarks" / "__init__.py").is_file():
+    _import_benchmarks()
+
+import neonlite  # noqa: E402
 from harness import BACKENDS, make_backend, require_backend  # noqa: E402
+
+NEONLITE_FROM = Path(neonlite.__file__).resolve().parent
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a test that takes over ~60 s (still run in CI)")
+    if os.environ.get("NEONLITE_TEST_INSTALLED") == "1" and NEONLITE_FROM.is_relative_to(ROOT):
+        pytest.exit(f"NEONLITE_TEST_INSTALLED=1, but neonlite was imported from the checkout "
+                    f"({NEONLITE_FROM}), not from an installed wheel", returncode=4)
+
+
+def pytest_report_header(config):
+    return f"neonlite {neonlite.__version__} from {NEONLITE_FROM}"
 
 
 @pytest.fixture(params=BACKENDS)

@@ -2,7 +2,8 @@
 
 * ``neonlite kernels ...``: ``neonlite.kernels.cli.register(subparsers)`` adds it;
 * ``neonlite generate ...``: ``neonlite.generation.add_generate_arguments(parser)`` and
-  ``generate_command(args)``.
+  ``generate_command(args)``;
+* ``neonlite doctor ...``: ``neonlite.doctor.register(subparsers)`` adds it.
 
 For any other command they are listed in ``--help`` by a stand-in parser and not imported; if
 the module cannot be imported when its command is run, the command fails with one line
@@ -14,7 +15,8 @@ import importlib
 from .errors import CommandUnavailable
 
 HELP = {"kernels": "build, list and check the compiled kernels (CPU C, CUDA)",
-        "generate": "sample text from a trained language model checkpoint"}
+        "generate": "sample text from a trained language model checkpoint",
+        "doctor": "check what this machine can run, and say what to do about what it cannot"}
 
 
 def add(subparsers, wanted):
@@ -41,7 +43,12 @@ def _register_generate(subparsers):
     parser.set_defaults(func=generation.generate_command)
 
 
-_REGISTER = {"kernels": _register_kernels, "generate": _register_generate}
+def _register_doctor(subparsers):
+    importlib.import_module("neonlite.doctor").register(subparsers)
+
+
+_REGISTER = {"kernels": _register_kernels, "generate": _register_generate,
+             "doctor": _register_doctor}
 
 
 def _unavailable(subparsers, name, err):
