@@ -106,3 +106,24 @@ def test_wheel_imports_every_module_in_a_fresh_venv(dist, tmp_path):
                              text=True, timeout=120, cwd=tmp_path, env=env)
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"neonlite {_version()}"
+
+
+def test_pytest_from_the_checkout_root_tests_the_installed_package(dist, tmp_path):
+    """``python -m pytest`` from the root puts the root first on ``sys.path``, where the
+    checkout's partial ``neonlite/`` folder would shadow the installed package; conftest takes
+    the root off, and with NEONLITE_TEST_INSTALLED=1 it stops a run that imports the checkout."""
+    _, wheel = dist
+    venv, python = _fresh_venv(tmp_path, wheel)
+    lent = Path(pytest.__file__).resolve().parents[1]
+    site = next(venv.glob("lib/python*/site-packages"))
+    with open(site / "_neonlite_test_dependencies.pth", "a") as pth:
+        pth.write(f"{lent}\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH")}
+    env["NEONLITE_TEST_INSTALLED"] = "1"
+    done = subprocess.run([str(python), "-m", "pytest", "--collect-only", "-p",
+                           "no:cacheprovider", "tests/test_packaging.py"], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env=env)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    header = re.search(r"^neonlite \S+ from (\S+)$", done.stdout, re.M)
+    assert header and Path(header.group(1)).is_relative_to(site.resolve()), done.stdout[:2000]

@@ -12,6 +12,7 @@ reason goes to stderr as ``neonlite: error: ...``).
 device (:mod:`.selftest`), one line per family, exit status 1 on any failure; where the GPU
 backend cannot run it stops at once with the reason.
 """
+import os
 import sys
 
 from ..cli.errors import CommandUnavailable
@@ -77,6 +78,9 @@ def verdict(rows, backend, reason):
         return f"the {backend} backend can run here"
     broken = [r for r in rows if r.name in ("C compiler", "test kernel", "kernel cache")
               and r.status == FAIL]
+    if os.environ.get("NEONLITE_CPU_KERNELS", "").strip() == "0":
+        return ("the cpu backend can run here, but without its compiled kernels (numpy only, "
+                "slower): NEONLITE_CPU_KERNELS=0 is set")
     if broken:
         return (f"the cpu backend can run here, but without its compiled kernels (numpy only, "
                 f"slower): {broken[0].name}: {broken[0].found}")
