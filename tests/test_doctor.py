@@ -172,7 +172,8 @@ def test_a_damaged_cache_entry_is_reported_with_how_to_clear_it(tmp_path, monkey
 
 def test_no_c_compiler_on_path_is_reported_and_training_falls_back_to_numpy(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("CC", "NEONLITE_CC")}
-    env.update(PATH=str(Path(sys.executable).parent), NEONLITE_CACHE_DIR=str(tmp_path / "c"))
+    (tmp_path / "empty-bin").mkdir()
+    env.update(PATH=str(tmp_path / "empty-bin"), NEONLITE_CACHE_DIR=str(tmp_path / "c"))
     done = doctor(env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     line, fix = row(done.stdout, "C compiler")
