@@ -61,6 +61,10 @@ def run(args, out=None, err=None):
     stderr); returns the exit status."""
     out, err = out or sys.stdout, err or sys.stderr
     builder = default_builder()
+    if builder.cache.root.exists() and not builder.cache.root.is_dir():
+        print(f"neonlite: error: the kernel cache {builder.cache.root} is a file, not a folder: "
+              f"set NEONLITE_CACHE_DIR to a folder ('neonlite doctor' checks the cache)", file=err)
+        return 1
     if args.kernels_command == "clean":
         removed = builder.cache.clean()
         print(f"removed {removed} cached kernel file(s) from {builder.cache.root}", file=out)

@@ -192,3 +192,16 @@ def test_no_c_compiler_on_path_is_reported_and_training_falls_back_to_numpy(tmp_
 def test_selftest_needs_the_gpu_flag(capsys):
     assert main(["doctor", "--selftest"]) == 1
     assert "neonlite doctor --gpu --selftest" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("action", ["build", "list", "clean"])
+def test_kernels_commands_say_once_that_the_cache_dir_is_a_file(tmp_path, monkeypatch, capsys,
+                                                                action):
+    (tmp_path / "cache").write_text("not a folder")
+    monkeypatch.setenv("NEONLITE_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["kernels", action]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"neonlite: error: the kernel cache {tmp_path / 'cache'} is a file, not a folder: set "
+        f"NEONLITE_CACHE_DIR to a folder ('neonlite doctor' checks the cache)"]
