@@ -82,6 +82,7 @@ class ProgressBar(Callback):
     def on_epoch_begin(self, epoch):
         self.start, self.running, self.seen = time.perf_counter(), None, 0
         self.last_line = self.start
+        self.compiled_before = _compile_seconds()
         if self.stream.isatty():
             from tqdm import tqdm
             self.bar = tqdm(total=self.nbatches, desc=f"epoch {epoch + 1}/{self.num_epochs}",
@@ -92,7 +93,7 @@ class ProgressBar(Callback):
         self.running = cost if self.running is None else 0.9 * self.running + 0.1 * cost
         self.seen += self.bsz
         now = time.perf_counter()
-        rate = self.seen / max(now - self.start, 1e-9)
+        rate = self.seen / max(now - self.start - self._compiling(), 1e-9)
         if self.bar is not None:
             self.bar.set_postfix(cost=f"{self.running:.4f}", samples_s=f"{rate:,.0f}",
                                  refresh=False)
@@ -109,12 +110,23 @@ class ProgressBar(Callback):
             self.bar.close()
             self.bar = None
         seconds = time.perf_counter() - self.start
+        compiling = self._compiling()
         extra = getattr(self.model, "last_eval", None)
         evaluated = f", {extra[0]} {extra[1]:.4f}" if extra and extra[2] == epoch else ""
         cost = f"{self.running:.4f}" if self.running is not None else "n/a"
         print(f"epoch {epoch + 1}/{self.num_epochs}: train cost {cost}{evaluated}, "
-              f"{seconds:.1f} s ({self.seen / max(seconds, 1e-9):,.0f} samples/s)",
-              file=self.stream, flush=True)
+              f"{seconds:.1f} s ({self.seen / max(seconds - compiling, 1e-9):,.0f} samples/s"
+              + (f"; {compiling:.1f} s of it compiling kernels" if compiling >= 0.05 else "")
+              + ")", file=self.stream, flush=True)
+
+    def _compiling(self):
+        """Seconds spent compiling kernels since the epoch began (not counted in samples/s)."""
+        return _compile_seconds() - self.compiled_before
+
+
+def _compile_seconds():
+    from .kernels.build import compile_seconds
+    return compile_seconds()
 
 
 class Evaluation(Callback):

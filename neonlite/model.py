@@ -112,6 +112,7 @@ class Model:
         callbacks = callbacks if callbacks is not None else Callbacks(self, progress=False)
         callbacks.model = self
         self.optimizer = optimizer
+        getattr(self.be, "prepare_kernels", lambda: None)()
         callbacks.on_train_begin(dataset, num_epochs)
         for epoch in range(self.epoch_index, num_epochs):
             callbacks.on_epoch_begin(epoch)
