@@ -13,6 +13,7 @@ with the rank and ends the whole job.
 """
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -128,6 +129,7 @@ def _train(run, opts, stream, world):
                                            valid=settings["eval_freq"] > 0)
     train_set, valid_set = shard(train_set, world), shard(valid_set, world)
     model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
+    model.metric = run.build_metric()
     if world.size > 1:
         DataParallel(world, sync_bn=settings["sync_bn"]).attach(model)
     quiet = opts.quiet or not world.is_root
@@ -165,11 +167,14 @@ def _train(run, opts, stream, world):
                                        if start < settings["epochs"] else
                                        f"already {start} epochs done: nothing to train "
                                        f"(raise -e)"))
-    model.fit(train_set, optimizer, settings["epochs"], cost, callbacks)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Model.fit: nothing to train")
+        model.fit(train_set, optimizer, settings["epochs"], cost, callbacks)
     last = getattr(model, "last_eval", None)
-    result = f"; {last[0]} {last[1]:.4f}" if last else ""
+    result = f"; valid {last[0]} {last[1]:.4f}" if last else ""
     saved = f"; checkpoint {settings['save_path']}" if settings["save_path"] else ""
-    say(f"done: {model.epoch_index - start} epochs in {time.perf_counter() - begin:.1f} s"
+    done = model.epoch_index - start
+    say(f"done: {done} epoch{'' if done == 1 else 's'} in {time.perf_counter() - begin:.1f} s"
         f"{result}{saved}")
     return model
 
