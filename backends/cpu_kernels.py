@@ -40,6 +40,9 @@ _PATCH_BYTES = 256 << 20
 _TILE_BYTES = 384 << 10
 _DIRECT_BLOCK_BYTES = 256 << 10
 _logger = logging.getLogger("neonlite")
+#: numpy alone against the C kernels, samples/s of the quick start (measured:
+#: docs/architecture.md, "CPU data types")
+NUMPY_SLOWDOWN = 5
 
 
 @contextlib.contextmanager
@@ -157,7 +160,8 @@ class CPUKernels:
         if "cpu" not in self.builder.announced:
             self.builder.announced.add("cpu")
             _logger.warning("neonlite: the cpu backend runs without its compiled kernels "
-                            "(numpy only): %s", self.unavailable_reason())
+                            "(numpy only, about %d times slower): %s", NUMPY_SLOWDOWN,
+                            self.unavailable_reason())
 
     def _usable(self, stem, *arrays):
         if not _contiguous(*arrays):

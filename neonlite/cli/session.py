@@ -30,6 +30,13 @@ from ..serialize import CheckpointError, load_params, read_checkpoint, restore_t
 from ..training_log import TrainingLog
 
 
+#: the data types ``neonlite train -b cpu`` runs (the C kernels' types)
+CPU_DATATYPES = ("f32", "f64")
+#: float16 on the CPU (numpy's emulation) against f32, samples/s of the quick start (measured:
+#: docs/architecture.md, "CPU data types")
+CPU_F16_SLOWDOWN = 150
+
+
 class FirstBatches:
     """A data iterator cut to its first ``limit`` batches per epoch (``--max-batches``);
     everything else is the wrapped iterator's."""
@@ -61,6 +68,11 @@ def make_backend(settings, world=None):
     """``gen_backend`` from the run's settings (with ``world``: this rank's part of the
     batch, on the device of its local rank); a bad data type is a one-line error."""
     from ..config.run import DATATYPES
+    if settings["backend"] == "cpu" and settings["datatype"] not in CPU_DATATYPES:
+        raise ConfigError(f"datatype: the cpu backend runs f32 and f64 ({settings['datatype']!r} "
+                          f"asked for): its C kernels are compiled for those two, and numpy "
+                          f"emulates half precision about {CPU_F16_SLOWDOWN} times slower than "
+                          f"f32; use -d f32, or -d {settings['datatype']} with -b gpu")
     batch = settings["batchsize"] if world is None else world.split_batch(settings["batchsize"])
     try:
         return gen_backend(settings["backend"], batch_size=batch,
