@@ -4,7 +4,9 @@ user hooks.
 
 Hooks, in the order ``Model.fit`` calls them: ``on_train_begin(dataset, num_epochs)``,
 ``on_epoch_begin(epoch)``, ``on_minibatch_end(epoch, batch, cost)``, ``on_epoch_end(epoch)``,
-``on_train_end()``.  Epochs count from 0 (messages show them from 1).
+``on_train_end()``; instead of the rest, ``on_train_interrupted(epoch, batches_done)`` when a
+signal stopped the run (:mod:`neonlite.interrupts`).  Epochs count from 0 (messages show them
+from 1).
 """
 import sys
 import time
@@ -40,6 +42,9 @@ class Callback:
         pass
 
     def on_train_end(self):
+        pass
+
+    def on_train_interrupted(self, epoch, batches):
         pass
 
     def get_description(self):
@@ -110,6 +115,11 @@ class ProgressBar(Callback):
                   f"{self.running:.4f}, {rate:,.0f} samples/s"
                   + (f", ETA {_format_seconds(left)}" if left is not None else ""),
                   file=self.stream, flush=True)
+
+    def on_train_interrupted(self, epoch, batches):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     def on_epoch_end(self, epoch):
         if self.bar is not None:
@@ -221,6 +231,11 @@ class ModelCheckpoint(Callback):
         if self.keep_best and fresh is not None and self.monitor.improved(*fresh, epoch):
             self._save(self.best_path)
 
+    def on_train_interrupted(self, epoch, batches):
+        """A resumable checkpoint of the run stopped after ``batches`` batches of ``epoch``."""
+        self._save(self.save_path)
+        self.callbacks.interrupted_checkpoint = self.save_path
+
     def on_train_end(self):
         if self.model.epoch_index and self.saved_epoch != self.model.epoch_index - 1:
             self._save(self.save_path)
@@ -293,7 +308,7 @@ class FunctionCallback(Callback):
 
     describable = False
     HOOKS = ("on_train_begin", "on_epoch_begin", "on_minibatch_end", "on_epoch_end",
-             "on_train_end")
+             "on_train_end", "on_train_interrupted")
 
     def __init__(self, **hooks):
         unknown = [name for name in hooks if name not in self.HOOKS]

@@ -27,6 +27,8 @@ class Model:
         self.be = None
         self.epoch_index = 0
         self.step_index = 0
+        self.batch_index = 0
+        self.epoch_rng_state = None
         self.optimizer = None
         self.metric = None
         self.grad_sync = None
@@ -124,19 +126,36 @@ class Model:
         self.optimizer = optimizer
         getattr(self.be, "prepare_kernels", lambda: None)()
         callbacks.on_train_begin(dataset, num_epochs)
+        stop = getattr(callbacks, "stop_signal", None)
         for epoch in range(self.epoch_index, num_epochs):
+            skip, self.batch_index = self.batch_index, 0
+            self.epoch_rng_state = self.be.rng.bit_generator.state
             callbacks.on_epoch_begin(epoch)
             for batch, (x, t) in enumerate(dataset):
+                if batch < skip:
+                    continue
                 value = self.train_step(x, t, optimizer, epoch)
                 if not np.isfinite(value):
                     raise FloatingPointError(f"the cost became {value} at epoch {epoch}, batch "
                                              f"{batch}: lower the learning rate or check the data")
                 callbacks.on_minibatch_end(epoch, batch, value)
+                if stop is not None and stop.signum is not None:
+                    self._interrupted(callbacks, stop.signum, epoch, batch + 1)
             self.epoch_index = epoch + 1
             callbacks.on_epoch_end(epoch)
             if callbacks.stop_training:
                 break
         callbacks.on_train_end()
+
+    def _interrupted(self, callbacks, signum, epoch, batches):
+        """Stop inside epoch ``epoch`` after ``batches`` of its batches: callbacks'
+        ``on_train_interrupted`` (a resumable checkpoint: the host RNG state at the start of
+        the epoch replays its data order, the batches done are skipped), then raise."""
+        from .interrupts import TrainingInterrupted
+        self.batch_index = batches
+        callbacks.interrupted_checkpoint = None
+        callbacks.on_train_interrupted(epoch, batches)
+        raise TrainingInterrupted(signum, epoch, batches, callbacks.interrupted_checkpoint)
 
     def _batches(self, dataset):
         batches = getattr(dataset, "batches", None)
