@@ -17,7 +17,7 @@ def register(subparsers):
     parser.add_argument("log", metavar="LOG.h5", help="a log written by neonlite train -o")
     parser.add_argument("-o", "--output", metavar="curves.png", default="curves.png",
                         help="image to write (format from the extension; default curves.png)")
-    add_verbosity(parser)
+    add_verbosity(parser, quiet="do not print the name of the image written")
     parser.set_defaults(func=command)
 
 
@@ -40,7 +40,8 @@ def command(args):
         plt.close(figure)
         if tmp.exists():
             tmp.unlink()
-    print(f"wrote {out}")
+    if not args.quiet:
+        print(f"wrote {out}")
 
 
 def draw(plt, log, title):
