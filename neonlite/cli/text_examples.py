@@ -12,6 +12,7 @@ import math
 import os
 
 from ..data.text import builtin_text, read_text
+from .arguments import positive_int
 
 
 def text_lm_arguments(dropout=True, seq_len_help="window length (default 128)"):
@@ -19,10 +20,10 @@ def text_lm_arguments(dropout=True, seq_len_help="window length (default 128)"):
     def add(group):
         group.add_argument("--data", metavar="FILE", default=None,
                            help="a UTF-8 text file (default: Python's documentation text)")
-        group.add_argument("--steps", type=_positive, default=500, metavar="N",
+        group.add_argument("--steps", type=positive_int, default=500, metavar="N",
                            help="training batches per epoch and the length of the learning "
                                 "rate schedule (default 500)")
-        group.add_argument("--seq-len", type=_positive, default=128, metavar="T",
+        group.add_argument("--seq-len", type=positive_int, default=128, metavar="T",
                            help=seq_len_help)
         if dropout:
             group.add_argument("--dropout", type=float, default=0.0,
@@ -33,17 +34,6 @@ def text_lm_arguments(dropout=True, seq_len_help="window length (default 128)"):
         group.add_argument("-n", "--chars", type=int, default=300, metavar="N",
                            help="characters to sample after training (default 300; 0: none)")
     return add
-
-
-def _positive(text):
-    import argparse
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def vocabulary_size(path):
