@@ -160,7 +160,7 @@ class Evaluation(Callback):
 
     def on_train_begin(self, dataset, num_epochs):
         self.num_epochs = num_epochs
-        if self.configured and self.model.metric is None:
+        if self.configured and getattr(self.model, "metric", None) is None:
             self.model.metric = self.metric
 
     def on_epoch_end(self, epoch):

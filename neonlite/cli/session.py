@@ -24,7 +24,7 @@ from ..config.datasets import make_dataset
 from ..config.errors import ConfigError
 from ..config.yaml_io import dump_yaml
 from ..distributed import DataParallel, detect_world, shard
-from ..interrupts import StopOnSignal
+from ..interrupts import SIGNALS, StopOnSignal
 from ..layers.layer import ShapeError
 from ..optimizers.mixed_precision import MixedPrecision, for_datatype
 from ..serialize import CheckpointError, load_params, read_checkpoint, restore_training_state
@@ -180,7 +180,8 @@ def _train(run, opts, stream, world):
                                        if start < settings["epochs"] else
                                        f"already {start} epochs done: nothing to train "
                                        f"(raise -e)"))
-    with warnings.catch_warnings(), StopOnSignal() as stop:
+    # under mpirun the ranks would stop at different steps: signals keep their usual effect
+    with warnings.catch_warnings(), StopOnSignal(SIGNALS if world.size == 1 else ()) as stop:
         warnings.filterwarnings("ignore", "Model.fit: nothing to train")
         callbacks.stop_signal = stop
         model.fit(train_set, optimizer, settings["epochs"], cost, callbacks)
