@@ -75,3 +75,34 @@ def test_compile_time_is_left_out_of_samples_per_second():
     rate = float(line.split("(")[1].split(" samples/s")[0].replace(",", ""))
     assert rate > 20_000, line
     assert "s of it compiling kernels" in line
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+class _FakeBuilder:
+    """Three variants, none cached; build_all reports each one done."""
+
+    class cache:
+        root = Path("/cache")
+
+    def status(self, spec, arch=None):
+        return False, "not built"
+
+    def build_all(self, target, jobs, variants, progress):
+        for done in range(1, len(variants) + 1):
+            progress(done, len(variants))
+        return [type("Result", (), {"status": "built"})() for _ in variants]
+
+
+def test_on_a_terminal_the_count_is_redrawn_in_place(monkeypatch):
+    from neonlite.kernels import first_use
+    monkeypatch.setattr(first_use, "cpu_name", lambda: "znver4")
+    stream = _Terminal()
+    first_use.compile_missing(_FakeBuilder(), ["a", "b", "c"], stream=stream)
+    text = stream.getvalue()
+    head = "compiling 3 kernels for znver4 (first use; cached in /cache)\u2026"
+    assert text.startswith(f"{head} 0/3\r{head} 1/3\r{head} 2/3\r{head} 3/3\r{head} 3/3 in ")
+    assert text.endswith(" s\n") and text.count("\n") == 1

@@ -102,3 +102,29 @@ def test_without_save_path_the_line_says_no_checkpoint(tmp_path):
     status, err = train(tmp_path, 3, send=signal.SIGTERM)
     assert status == 143, err
     assert err.splitlines()[-1].startswith("interrupted at epoch 1, batch 3; no checkpoint")
+
+
+def test_the_bar_clears_its_line_before_the_interrupt_line():
+    """On a terminal the line after an interrupt starts clean: the bar's line is cleared."""
+    import io
+
+    from neonlite.callbacks import ProgressBar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    class Model:
+        class be:
+            bsz = 4
+        last_eval = None
+
+    bar = ProgressBar(Terminal(), refresh=0.0)
+    bar.model = Model()
+    bar.on_train_begin(range(10), 1)
+    bar.on_epoch_begin(0)
+    for batch in range(3):
+        bar.on_minibatch_end(0, batch, 1.0)
+    assert "3/10" in bar.stream.getvalue()
+    bar.on_train_interrupted(0, 3)
+    assert bar.stream.getvalue().rsplit("\r", 1)[1].strip() == ""
