@@ -130,13 +130,13 @@ def fp32_flop_per_cycle(info):
 def _fma_library():
     from neonlite.kernels.toolchain import find_c_compiler
     compiler = find_c_compiler()
-    folder = Path(tempfile.mkdtemp(prefix="neonlite-fma-"))
-    source, library = folder / "fma.c", folder / "fma.so"
-    source.write_text(FMA_SOURCE)
-    subprocess.run([*compiler.command, "-O2", "-march=native", "-fopenmp", "-fPIC", "-shared",
-                    str(source), "-o", str(library)], check=True, capture_output=True,
-                   timeout=120, stdin=subprocess.DEVNULL)
-    lib = ctypes.CDLL(str(library))
+    with tempfile.TemporaryDirectory(prefix="neonlite-fma-") as folder:
+        source, library = Path(folder) / "fma.c", Path(folder) / "fma.so"
+        source.write_text(FMA_SOURCE)
+        subprocess.run([*compiler.command, "-O2", "-march=native", "-fopenmp", "-fPIC",
+                        "-shared", str(source), "-o", str(library)], check=True,
+                       capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+        lib = ctypes.CDLL(str(library))
     lib.fma_run.restype = ctypes.c_double
     lib.fma_run.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
     return lib
