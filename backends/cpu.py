@@ -115,6 +115,11 @@ class CPUBackend(CPUBlockSparseMixin, Backend):
         self._gemm_scratch = {}
         self._row_scratch = {}
 
+    def prepare_kernels(self):
+        """Compile the C kernels of this backend's data type that are not cached yet (one
+        notice on stderr); ``Model.fit`` calls it before the first epoch."""
+        self.kernels.prepare(self.dtype)
+
     def _evaluate(self, out, value):
         """out (ndarray)[...] = value (op-tree, tensor, array or scalar)."""
         if not (isinstance(value, OpNode) and self._machine.run(out, value)):

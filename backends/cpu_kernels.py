@@ -40,6 +40,9 @@ _PATCH_BYTES = 256 << 20
 _TILE_BYTES = 384 << 10
 _DIRECT_BLOCK_BYTES = 256 << 10
 _logger = logging.getLogger("neonlite")
+#: numpy alone against the C kernels, samples/s of the quick start (measured:
+#: docs/architecture.md, "CPU data types")
+NUMPY_SLOWDOWN = 5
 
 
 @contextlib.contextmanager
@@ -83,6 +86,7 @@ class CPUKernels:
     def __init__(self, builder=None, gemm=None):
         self._builder = builder
         self._modules = {}
+        self._prepared = set()
         self.workspaces = {}
         if gemm is None:
             gemm = MKLGemm() if load_mkl() is not None else GemmThreads()
@@ -115,6 +119,9 @@ class CPUKernels:
             return None
         from ..kernels.specs import cpu_variant
         from ..kernels.toolchain import CompileError, CompilerNotFound
+        self.prepare(dtype)
+        if self.unavailable_reason() is not None:
+            return None
         try:
             with _passive_openmp():
                 found = self.builder.load_cpu(cpu_variant(stem, dtype))
@@ -129,6 +136,22 @@ class CPUKernels:
         self._modules[(stem, dtype)] = found
         return found
 
+    def prepare(self, dtype):
+        """Build, at once and after one notice on stderr, every C kernel for ``dtype`` that the
+        cache does not hold yet (:func:`~neonlite.kernels.first_use.compile_missing`), so the
+        first training steps do not stop to compile one source after another."""
+        dtype = np.dtype(dtype)
+        if dtype not in _FLOATS or dtype in self._prepared or self.unavailable_reason():
+            return
+        self._prepared.add(dtype)
+        from ..kernels.first_use import compile_missing
+        from ..kernels.specs import CPU_SOURCES, cpu_variant
+        from ..kernels.toolchain import CompilerNotFound
+        try:
+            compile_missing(self.builder, [cpu_variant(stem, dtype) for stem in CPU_SOURCES])
+        except CompilerNotFound as err:
+            self._mark_unavailable(str(err))
+
     def _mark_unavailable(self, reason):
         self.builder.unavailable["cpu"] = reason
         self._say_unavailable()
@@ -137,7 +160,8 @@ class CPUKernels:
         if "cpu" not in self.builder.announced:
             self.builder.announced.add("cpu")
             _logger.warning("neonlite: the cpu backend runs without its compiled kernels "
-                            "(numpy only): %s", self.unavailable_reason())
+                            "(numpy only, about %d times slower): %s", NUMPY_SLOWDOWN,
+                            self.unavailable_reason())
 
     def _usable(self, stem, *arrays):
         if not _contiguous(*arrays):

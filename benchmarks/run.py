@@ -1,8 +1,9 @@
-"""Run the benchmark suite: ``python -m benchmarks.run [--backend cpu|gpu] [--against torch]
-[--json OUT] [--smoke] [--only NAME,...] [--repeats N]``.
+"""Run the benchmark suite: ``python -m benchmarks.run [--backend cpu|gpu]
+[--against auto|torch|none] [--json OUT] [--smoke] [--only NAME,...] [--repeats N]``.
 
-Each workload runs in neonlite and (with ``--against torch``, when PyTorch is installed) in
-PyTorch in the same process, alternating call by call after warm-up; the table shows medians
+Each workload runs in neonlite and (``--against torch``; by default, ``auto``, when PyTorch is
+installed) in PyTorch in the same process; asking ``--against torch`` where PyTorch cannot run
+is an error (exit status 1), alternating call by call after warm-up; the table shows medians
 and the speed ratio neonlite/PyTorch (> 1: neonlite is faster).  ``--smoke`` uses tiny sizes and
 asserts nothing about speed (CI runs it).
 """
@@ -98,7 +99,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["cpu", "gpu"], default="cpu")
-    parser.add_argument("--against", choices=["torch", "none"], default="torch")
+    parser.add_argument("--against", choices=["auto", "torch", "none"], default="auto",
+                        help="compare with PyTorch: torch (an error if it cannot run), none, "
+                             "or auto (default: torch when it is installed)")
     parser.add_argument("--json", metavar="OUT", help="write the results as JSON here")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, few repeats")
     parser.add_argument("--only", help="comma-separated workload names: " + ", ".join(WORKLOADS))
@@ -111,6 +114,9 @@ def main(argv=None):
         parser.error(f"unknown workload(s) {unknown}; choose from {list(workloads)}")
     device, note = (None, "--against none: neonlite timed alone") if args.against == "none" \
         else _torch_device(args.backend)
+    if args.against == "torch" and device is None:
+        print(f"python -m benchmarks.run: error: --against torch: {note}", file=sys.stderr)
+        return 1
     repeats = args.repeats or (2 if args.smoke else 15)
     rows = []
     for name in names:

@@ -11,17 +11,18 @@ weights).
     python examples/blocksparse_transformer.py -b cpu --steps 500 \\
         --data ../shared/data/text/tinyshakespeare.txt
 
+It takes the flags of ``neonlite train examples/blocksparse_transformer.yaml`` (``-e`` epochs,
+``-z``, ``--max-batches``, ``--save-path``, ...) with their meanings, plus ``--data FILE``,
+``--steps``, ``--seq-len``, ``--prompt`` and ``-n`` (see examples/char_transformer.py).
 Without ``--data`` it trains on Python's own documentation text, so it runs offline.
 """
-import argparse
 import sys
 
-import numpy as np
-
-from neonlite import Model, available_backends, gen_backend
+from neonlite import Model, gen_backend
 from neonlite.callbacks import Callbacks, LossLog
+from neonlite.cli.example import example_main
+from neonlite.cli.text_examples import configure_text_lm, text_lm_arguments, write_sample
 from neonlite.data import TextCorpus
-from neonlite.generation import generate
 from neonlite.layers import (Affine, BlockSparseAffine, BlockSparseAttention, Embedding,
                              GeneralizedCost, LayerNorm, PositionalEmbedding, TransformerBlock)
 from neonlite.optimizers import AdamW, CosineSchedule
@@ -70,29 +71,29 @@ def train(data=None, steps=500, backend="cpu", batch_size=32, seed=0, seq_len=12
     return model, corpus, log.losses, valid
 
 
+SETTINGS = {"backend": "cpu", "epochs": 1, "batchsize": 32, "rng_seed": 0, "eval_freq": 1,
+            "metric": {"type": "NatsPerToken"},
+            "dataset": {"type": "text", "config": {"seq_len": 128, "split": 0.9,
+                                                   "nbatches": 500}}}
+
+
+def network(vocab_size=103, seq_len=128, steps=500):
+    """(layers, cost, optimizer) of the recipe, as examples/blocksparse_transformer.yaml has
+    them (vocabulary 103: Python's documentation text)."""
+    model = build_model(vocab_size, seq_len)
+    optimizer = AdamW(1e-3, weight_decay=0.1,
+                      schedule=CosineSchedule(steps, warmup_steps=min(50, steps - 1),
+                                              min_ratio=0.1))
+    return model.layers.layers, GeneralizedCost(CrossEntropyMulti()), optimizer
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-b", "--backend", default="cpu", choices=available_backends())
-    parser.add_argument("-e", "--steps", type=int, default=500, help="training steps")
-    parser.add_argument("-z", "--batch-size", type=int, default=32)
-    parser.add_argument("-r", "--seed", type=int, default=0)
-    parser.add_argument("--data", default=None, help="a UTF-8 text file (default: Python's "
-                        "documentation text)")
-    parser.add_argument("--seq-len", type=int, default=128,
-                        help=f"window length, a multiple of {ATTENTION_BLOCK}")
-    parser.add_argument("--prompt", default="\n", help="text to start the sample from")
-    parser.add_argument("-n", "--chars", type=int, default=300, help="characters to sample")
-    parser.add_argument("--save-path", default=None, help="write a checkpoint here")
-    args = parser.parse_args(argv)
-    model, corpus, _, valid = train(args.data, args.steps, args.backend, args.batch_size,
-                                    args.seed, args.seq_len)
-    print(f"validation loss {valid:.4f} nats/char ({valid / np.log(2):.3f} bits/char)")
-    print(args.prompt + generate(model, corpus.vocab, args.prompt, args.chars, temperature=0.8,
-                                 seed=args.seed))
-    if args.save_path:
-        model.save(args.save_path)
-        print(f"saved {args.save_path}")
+    """``python examples/blocksparse_transformer.py [neonlite train's flags] [--data FILE]``"""
+    arguments = text_lm_arguments(dropout=False, seq_len_help=f"window length, a multiple of "
+                                  f"{ATTENTION_BLOCK} (default 128)")
+    return example_main(network, SETTINGS, __doc__, argv, "blocksparse_transformer.py",
+                        arguments, configure_text_lm(network, SETTINGS), write_sample)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

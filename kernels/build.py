@@ -15,6 +15,7 @@ compiler's version (plus, for C, the Python ABI and the cffi version).
 Building is lazy (:meth:`Builder.load_cpu` and :meth:`Builder.cuda_binary` build on a cache
 miss) or ahead of time (:meth:`Builder.build_all`, ``neonlite kernels build``).
 """
+import contextlib
 import importlib.machinery
 import importlib.util
 import re
@@ -22,6 +23,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +109,8 @@ class Builder:
     ``stats`` counts ``compiled``, ``disk_hits``, ``memory_hits`` and ``corrupt`` (entries found
     damaged and rebuilt).  ``unavailable`` maps a target to the reason its kernels cannot be
     built in this process, and ``announced`` holds the targets whose users have said so once.
+    ``compile_seconds`` is the wall time this builder has spent compiling (compilers running
+    at once count once), so progress figures can leave it out.
     """
 
     def __init__(self, cache=None):
@@ -116,10 +120,28 @@ class Builder:
         self._memory = {}
         self._lock = threading.Lock()
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "corrupt": 0}
+        self.compile_seconds = 0.0
+        self._compiling, self._compile_start = 0, 0.0
 
     def _count(self, what):
         with self._lock:
             self.stats[what] += 1
+
+    @contextlib.contextmanager
+    def compiling(self):
+        """Count the wall time of the block in ``compile_seconds`` (nested and concurrent
+        blocks count their union once)."""
+        with self._lock:
+            if self._compiling == 0:
+                self._compile_start = time.perf_counter()
+            self._compiling += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._compiling -= 1
+                if self._compiling == 0:
+                    self.compile_seconds += time.perf_counter() - self._compile_start
 
     # ---- keys ------------------------------------------------------------------------------
     def cpu_key(self, spec, compiler=None):
@@ -161,7 +183,8 @@ class Builder:
         if self._read(filename, key) is not None:
             self._count("disk_hits")
             return self.cache.path(filename), module_name, False
-        payload, log = self._compile_cpu(spec, compiler, module_name)
+        with self.compiling():
+            payload, log = self._compile_cpu(spec, compiler, module_name)
         meta = {"variant": spec.name, "target": "cpu", "key": key, "module": module_name,
                 "arch": compiler.target, "compiler": compiler.version,
                 "defines": dict(spec.defines), "log": log[-4000:]}
@@ -234,7 +257,8 @@ class Builder:
             self._count("disk_hits")
             payload, meta = entry
         else:
-            payload, meta = self._compile_cuda(spec, arch, nvcc, key)
+            with self.compiling():
+                payload, meta = self._compile_cuda(spec, arch, nvcc, key)
             self.cache.write(filename, payload, meta)
             self._count("compiled")
         binary = CudaBinary(spec, arch, key, payload, meta["ptxas"], self.cache.path(filename))
@@ -275,9 +299,11 @@ class Builder:
             return False, "not built"
         return True, entry[1]
 
-    def build_all(self, target="cpu", archs=_specs.DEFAULT_CUDA_ARCHS, jobs=1, variants=None):
+    def build_all(self, target="cpu", archs=_specs.DEFAULT_CUDA_ARCHS, jobs=1, variants=None,
+                  progress=None):
         """Build every variant of ``target`` (CUDA: for each arch in ``archs``) with ``jobs``
-        compilers at once; returns one :class:`BuildResult` per (variant, arch)."""
+        compilers at once; returns one :class:`BuildResult` per (variant, arch).
+        ``progress(done, total)`` is called after each one finishes."""
         chosen = variants if variants is not None else _specs.variants(target)
         work = [(spec, arch) for spec in chosen
                 for arch in ((None,) if spec.target == "cpu" else tuple(archs))]
@@ -293,11 +319,26 @@ class Builder:
                 return BuildResult(spec, arch, "failed", err)
             return BuildResult(spec, arch, "built" if compiled else "cached")
 
-        with ThreadPoolExecutor(max_workers=max(1, int(jobs))) as pool:
-            return list(pool.map(one, work))
+        finished = [0]
+
+        def counted(item):
+            result = one(item)
+            if progress is not None:
+                with self._lock:
+                    finished[0] += 1
+                    progress(finished[0], len(work))
+            return result
+
+        with ThreadPoolExecutor(max_workers=max(1, int(jobs))) as pool, self.compiling():
+            return list(pool.map(counted, work))
 
 
 _default = None
+
+
+def compile_seconds():
+    """Wall seconds the process's builder has spent compiling (0.0 before it exists)."""
+    return 0.0 if _default is None else _default.compile_seconds
 
 
 def default_builder():

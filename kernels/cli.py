@@ -48,7 +48,8 @@ def register(subparsers):
         sub.add_argument("--target", choices=specs.TARGETS, default=None,
                          help="only this target's variants (build: default cpu; list: all)")
         sub.add_argument("--arch", type=_archs, default=specs.DEFAULT_CUDA_ARCHS,
-                         help="comma-separated CUDA archs (default: %(default)s)")
+                         help=f"comma-separated CUDA archs (default: "
+                              f"{','.join(specs.DEFAULT_CUDA_ARCHS)})")
     build.add_argument("-j", "--jobs", type=_positive, default=os.cpu_count() or 1,
                        help="compilers to run at once (default: the number of CPUs)")
     commands.add_parser("clean", help="delete every cached kernel")
@@ -101,18 +102,31 @@ def _ptxas_lines(meta):
                f"spills {info['spill_stores']} B stored / {info['spill_loads']} B loaded")
 
 
+_LIST_HEADER = ("variant", "target", "source", "defines", "state")
+
+
 def _list(builder, target, archs, out):
+    """The table of variants: a header row, then one row per variant (and CUDA arch), the
+    columns as wide as their widest cell; cached CUDA variants get their ptxas lines."""
     print(f"cache: {builder.cache.root}", file=out)
+    rows = []
     for spec in specs.variants(target):
-        defines = " ".join(f"{k}={v}" for k, v in spec.defines)
+        defines = " ".join(f"{k}={v}" for k, v in spec.defines) or "-"
         for arch in ((None,) if spec.target == "cpu" else archs):
             cached, detail = builder.status(spec, arch)
             where = spec.target + (f" {arch}" if arch else "")
             state = "cached" if cached else f"not cached ({detail})"
-            print(f"{spec.name:<16} {where:<10} {spec.source:<22} {defines:<14} {state}", file=out)
-            if cached and spec.target == "cuda":
-                for line in _ptxas_lines(detail):
-                    print(line, file=out)
+            extra = list(_ptxas_lines(detail)) if cached and spec.target == "cuda" else []
+            rows.append(((spec.name, where, spec.source, defines, state), extra))
+    widths = [max([len(h)] + [len(r[0][i]) for r in rows]) for i, h in enumerate(_LIST_HEADER)]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) for c, w in zip(cells[:-1], widths)) + "  " + cells[-1]
+    print(line(_LIST_HEADER), file=out)
+    for cells, extra in rows:
+        print(line(cells), file=out)
+        for text in extra:
+            print(text, file=out)
     return 0
 
 

@@ -53,10 +53,10 @@ class CompileError(RuntimeError):
                 f"--- compiler log ---\n{self.log.rstrip()}")
 
 
-def _run(command, cwd=None):
+def _run(command, cwd=None, env=None):
     try:
-        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True,
-                              timeout=COMPILE_TIMEOUT_S, check=False)
+        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env,
+                              stdin=subprocess.DEVNULL, timeout=COMPILE_TIMEOUT_S, check=False)
     except OSError as err:
         raise CompilerNotFound(f"cannot run {command[0]!r}: {err}") from err
     except subprocess.TimeoutExpired as err:
@@ -97,18 +97,48 @@ class CCompiler:
         return log
 
 
+def _probe_environment():
+    """The environment the compiler is asked questions in: the C locale (untranslated
+    output) and no ``COLUMNS``; with stdin not a terminal either (see :func:`_run`), gcc does
+    not wrap its help text at any width."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "COLUMNS" and not k.startswith("LC_") and k != "LANGUAGE"}
+    env.update(LANG="C", LC_ALL="C")
+    return env
+
+
+_OPTION = re.compile(r"^\s*(-[^\s=]+=?)\s*(.*?)\s*$")
+
+
+def target_options(text):
+    """The sorted ``(option, value)`` pairs of gcc's ``-Q --help=target`` output (``value`` is
+    ``[enabled]``, ``[disabled]``, a number or a name), or, for a compiler without that
+    option, the ``-target-cpu``/``-target-feature`` words of ``-###``: what decides the
+    machine code, with the layout (line wrapping, padding) left out."""
+    pairs = set()
+    for line in text.splitlines():
+        found = _OPTION.match(line)
+        if found and not line.lstrip().startswith("Known valid"):
+            pairs.add((found.group(1), " ".join(found.group(2).split())))
+    words = re.findall(r'"(-target-cpu|-target-feature)"\s+"([^"]+)"', text)
+    return sorted(pairs | set(words))
+
+
 @functools.lru_cache(maxsize=None)
 def _probe_c(command):
-    status, out = _run([*command, "--version"])
+    env = _probe_environment()
+    status, out = _run([*command, "--version"], env=env)
     if status != 0:
         raise CompilerNotFound(f"C compiler {command[0]!r} does not run: {out.strip()[:200]}")
     version = out.strip().splitlines()[0] if out.strip() else command[0]
-    status, target = _run([*command, "-march=native", "-Q", "--help=target"])
+    status, target = _run([*command, "-march=native", "-Q", "--help=target"], env=env)
     if status != 0:
-        status, target = _run([*command, "-march=native", "-###", "-x", "c", "-c", os.devnull])
-    march = re.search(r"-march=\s*(\S+)", target)
-    digest = hashlib.sha256(target.encode()).hexdigest()[:12]
-    return CCompiler(command, version, f"{march.group(1) if march else 'native'}-{digest}")
+        status, target = _run([*command, "-march=native", "-###", "-x", "c", "-c", os.devnull],
+                              env=env)
+    options = target_options(target)
+    march = dict(options).get("-march=") or dict(options).get("-target-cpu")
+    digest = hashlib.sha256(repr(options).encode()).hexdigest()[:12]
+    return CCompiler(command, version, f"{march or 'native'}-{digest}")
 
 
 def find_c_compiler():

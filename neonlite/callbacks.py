@@ -4,7 +4,9 @@ user hooks.
 
 Hooks, in the order ``Model.fit`` calls them: ``on_train_begin(dataset, num_epochs)``,
 ``on_epoch_begin(epoch)``, ``on_minibatch_end(epoch, batch, cost)``, ``on_epoch_end(epoch)``,
-``on_train_end()``.  Epochs count from 0 (messages show them from 1).
+``on_train_end()``; instead of the rest, ``on_train_interrupted(epoch, batches_done)`` when a
+signal stopped the run (:mod:`neonlite.interrupts`).  Epochs count from 0 (messages show them
+from 1).
 """
 import sys
 import time
@@ -42,6 +44,9 @@ class Callback:
     def on_train_end(self):
         pass
 
+    def on_train_interrupted(self, epoch, batches):
+        pass
+
     def get_description(self):
         return {"type": type(self).__name__,
                 "config": describe_value(self._given_args or {}, type(self).__name__)}
@@ -63,8 +68,10 @@ class ProgressBar(Callback):
 
     On a terminal: a tqdm bar per epoch (batches, running cost, samples/s, ETA), redrawn at most
     every ``refresh`` seconds.  Elsewhere (a pipe, a CI log): a plain line every ``interval``
-    seconds instead of bar redraws.  Always: a summary line per epoch (train cost, the latest
-    validation metric, seconds).
+    seconds instead of bar redraws.  Always: a summary line per epoch: the mean training cost
+    of the epoch's batches (what the training log and ``neonlite plot`` call the epoch mean;
+    the bar shows a running average), the validation metric when it was evaluated after the
+    epoch, seconds, and samples/s (time spent compiling kernels left out).
     """
 
     describable = False
@@ -75,13 +82,15 @@ class ProgressBar(Callback):
         self.bar = None
 
     def on_train_begin(self, dataset, num_epochs):
-        self.nbatches = len(dataset)
+        self.nbatches = len(dataset) if hasattr(dataset, "__len__") else None
         self.num_epochs = num_epochs
         self.bsz = self.model.be.bsz
 
     def on_epoch_begin(self, epoch):
         self.start, self.running, self.seen = time.perf_counter(), None, 0
+        self.total, self.batches = 0.0, 0
         self.last_line = self.start
+        self.compiled_before = _compile_seconds()
         if self.stream.isatty():
             from tqdm import tqdm
             self.bar = tqdm(total=self.nbatches, desc=f"epoch {epoch + 1}/{self.num_epochs}",
@@ -90,31 +99,50 @@ class ProgressBar(Callback):
 
     def on_minibatch_end(self, epoch, batch, cost):
         self.running = cost if self.running is None else 0.9 * self.running + 0.1 * cost
+        self.total, self.batches = self.total + float(cost), self.batches + 1
         self.seen += self.bsz
         now = time.perf_counter()
-        rate = self.seen / max(now - self.start, 1e-9)
+        rate = self.seen / max(now - self.start - self._compiling(), 1e-9)
         if self.bar is not None:
             self.bar.set_postfix(cost=f"{self.running:.4f}", samples_s=f"{rate:,.0f}",
                                  refresh=False)
             self.bar.update(1)
         elif now - self.last_line >= self.interval:
             self.last_line = now
-            left = (self.nbatches - batch - 1) * self.bsz / rate
-            print(f"epoch {epoch + 1}/{self.num_epochs}: batch {batch + 1}/{self.nbatches}, "
-                  f"cost {self.running:.4f}, {rate:,.0f} samples/s, ETA "
-                  f"{_format_seconds(left)}", file=self.stream, flush=True)
+            of = f"/{self.nbatches}" if self.nbatches else ""
+            left = ((self.nbatches - batch - 1) * self.bsz / rate) if self.nbatches else None
+            print(f"epoch {epoch + 1}/{self.num_epochs}: batch {batch + 1}{of}, running cost "
+                  f"{self.running:.4f}, {rate:,.0f} samples/s"
+                  + (f", ETA {_format_seconds(left)}" if left is not None else ""),
+                  file=self.stream, flush=True)
+
+    def on_train_interrupted(self, epoch, batches):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     def on_epoch_end(self, epoch):
         if self.bar is not None:
             self.bar.close()
             self.bar = None
         seconds = time.perf_counter() - self.start
+        compiling = self._compiling()
         extra = getattr(self.model, "last_eval", None)
-        evaluated = f", {extra[0]} {extra[1]:.4f}" if extra and extra[2] == epoch else ""
-        cost = f"{self.running:.4f}" if self.running is not None else "n/a"
-        print(f"epoch {epoch + 1}/{self.num_epochs}: train cost {cost}{evaluated}, "
-              f"{seconds:.1f} s ({self.seen / max(seconds, 1e-9):,.0f} samples/s)",
-              file=self.stream, flush=True)
+        evaluated = f", valid {extra[0]} {extra[1]:.4f}" if extra and extra[2] == epoch else ""
+        cost = f"{self.total / self.batches:.4f}" if self.batches else "n/a"
+        print(f"epoch {epoch + 1}/{self.num_epochs}: mean train cost {cost}{evaluated}, "
+              f"{seconds:.1f} s ({self.seen / max(seconds - compiling, 1e-9):,.0f} samples/s"
+              + (f"; {compiling:.1f} s of it compiling kernels" if compiling >= 0.05 else "")
+              + ")", file=self.stream, flush=True)
+
+    def _compiling(self):
+        """Seconds spent compiling kernels since the epoch began (not counted in samples/s)."""
+        return _compile_seconds() - self.compiled_before
+
+
+def _compile_seconds():
+    from .kernels.build import compile_seconds
+    return compile_seconds()
 
 
 class Evaluation(Callback):
@@ -126,11 +154,14 @@ class Evaluation(Callback):
 
     def __init__(self, eval_set, metric=None, eval_freq=1):
         self.eval_set, self.eval_freq = eval_set, int(eval_freq)
+        self.configured = metric is not None
         self.metric = metric or Misclassification()
         self.history = []
 
     def on_train_begin(self, dataset, num_epochs):
         self.num_epochs = num_epochs
+        if self.configured and getattr(self.model, "metric", None) is None:
+            self.model.metric = self.metric
 
     def on_epoch_end(self, epoch):
         if self.eval_freq and ((epoch + 1) % self.eval_freq == 0 or epoch + 1 == self.num_epochs):
@@ -199,6 +230,11 @@ class ModelCheckpoint(Callback):
         fresh = self.monitor.fresh_value(self.model, epoch)
         if self.keep_best and fresh is not None and self.monitor.improved(*fresh, epoch):
             self._save(self.best_path)
+
+    def on_train_interrupted(self, epoch, batches):
+        """A resumable checkpoint of the run stopped after ``batches`` batches of ``epoch``."""
+        self._save(self.save_path)
+        self.callbacks.interrupted_checkpoint = self.save_path
 
     def on_train_end(self):
         if self.model.epoch_index and self.saved_epoch != self.model.epoch_index - 1:
@@ -272,7 +308,7 @@ class FunctionCallback(Callback):
 
     describable = False
     HOOKS = ("on_train_begin", "on_epoch_begin", "on_minibatch_end", "on_epoch_end",
-             "on_train_end")
+             "on_train_end", "on_train_interrupted")
 
     def __init__(self, **hooks):
         unknown = [name for name in hooks if name not in self.HOOKS]

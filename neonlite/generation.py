@@ -37,7 +37,8 @@ def generate(model, vocab=None, prompt="\n", n=100, temperature=1.0, top_k=None,
             TextCorpus), a string of the characters, or None for the vocabulary recorded in
             the model's Embedding (``Embedding.set_vocabulary``, saved in checkpoints).
         prompt (str): at least one character, every one in the vocabulary.
-        temperature (float > 0): logits are divided by it before the softmax.
+        temperature (float >= 0): logits are divided by it before the softmax; 0 takes the
+            most probable character every time (greedy decoding, the same for every seed).
         top_k (int or None): sample among the k most probable characters only.
         seed: seeds the sampling RNG (numpy ``default_rng``).
         use_cache (bool): decode incrementally with the key/value cache, or rerun the model
@@ -48,8 +49,9 @@ def generate(model, vocab=None, prompt="\n", n=100, temperature=1.0, top_k=None,
         raise GenerationError("generate: the prompt must be a non-empty string")
     if not isinstance(n, (int, np.integer)) or n < 0:
         raise GenerationError(f"generate: n must be an int >= 0, got {n!r}")
-    if not temperature > 0:
-        raise GenerationError(f"generate: temperature must be > 0, got {temperature!r}")
+    if not temperature >= 0:
+        raise GenerationError(f"generate: temperature must be >= 0 (0: greedy), got "
+                              f"{temperature!r}")
     if top_k is not None and (not isinstance(top_k, (int, np.integer))
                               or not 1 <= top_k <= len(vocab)):
         raise GenerationError(f"generate: top_k must be an int in [1, {len(vocab)}], got "
@@ -76,8 +78,10 @@ def _vocabulary(model, vocab):
         raise RuntimeError("generate: the model is not initialized (train or load it first)")
     embedding = model.layers.leaves()[0]
     if not isinstance(embedding, Embedding):
-        raise TypeError(f"generate needs a model whose first layer is an Embedding, got "
-                        f"{type(embedding).__name__}")
+        raise GenerationError(f"generate: not a character language model: its first layer is "
+                              f"{type(embedding).__name__} ({embedding.name}); generate needs "
+                              f"one whose first layer is an Embedding (e.g. "
+                              f"examples/char_transformer.yaml)")
     if vocab is None:
         chars = embedding.vocabulary()
         if chars is None:
@@ -96,6 +100,8 @@ def _vocabulary(model, vocab):
 
 
 def _sample(logits, temperature, top_k, rng):
+    if temperature == 0:
+        return int(np.argmax(logits))
     z = np.asarray(logits, dtype=np.float64) / temperature
     if top_k is not None and top_k < z.size:
         kth = np.partition(z, -top_k)[-top_k]
@@ -170,9 +176,14 @@ def add_generate_arguments(parser):
     from .backends import available_backends
     parser.add_argument("checkpoint", help="checkpoint (.h5) of a character-level model")
     parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-    parser.add_argument("-n", "--chars", type=int, default=500, help="characters to write")
-    parser.add_argument("-b", "--backend", default="cpu", choices=available_backends())
-    parser.add_argument("-t", "--temperature", type=float, default=1.0)
+    parser.add_argument("-n", "--chars", type=int, default=500,
+                        help="characters to write (default 500)")
+    parser.add_argument("-b", "--backend", default="cpu", choices=available_backends(),
+                        help="compute backend (default cpu)")
+    parser.add_argument("-t", "--temperature", type=float, default=1.0,
+                        help="divide the logits by this before sampling: below 1 more "
+                             "likely characters, above 1 more varied ones; 0 always takes "
+                             "the most likely (greedy) (default 1.0)")
     parser.add_argument("-k", "--top-k", type=int, default=None,
                         help="sample among the k most probable characters")
     parser.add_argument("-r", "--seed", type=int, default=None, help="sampling seed")
@@ -188,7 +199,10 @@ def generate_command(args):
     from .model import Model
     gen_backend(args.backend, batch_size=1, rng_seed=args.seed)
     model = Model.load(args.checkpoint)
-    text = generate(model, None, args.prompt, args.chars, args.temperature, args.top_k,
-                    args.seed, use_cache=not args.no_cache)
+    try:
+        text = generate(model, None, args.prompt, args.chars, args.temperature, args.top_k,
+                        args.seed, use_cache=not args.no_cache)
+    except GenerationError as err:
+        raise GenerationError(f"{args.checkpoint}: {err}") from None
     print(args.prompt + text, flush=True)
     return 0

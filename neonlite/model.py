@@ -1,4 +1,5 @@
 """Model: a stack of layers trained with a cost and an optimizer."""
+import warnings
 from collections import OrderedDict
 
 import numpy as np
@@ -26,7 +27,10 @@ class Model:
         self.be = None
         self.epoch_index = 0
         self.step_index = 0
+        self.batch_index = 0
+        self.epoch_rng_state = None
         self.optimizer = None
+        self.metric = None
         self.grad_sync = None
         self._stepped = []
 
@@ -102,42 +106,72 @@ class Model:
         self.step_index += 1
         return cost
 
-    def fit(self, dataset, optimizer, num_epochs, cost, callbacks=None):
-        """Train for epochs ``self.epoch_index .. num_epochs - 1`` (so a resumed model goes on
-        where it stopped)."""
+    def fit(self, dataset, optimizer, num_epochs, cost, callbacks=None, progress=True):
+        """Train for epochs ``self.epoch_index .. num_epochs - 1``: ``num_epochs`` is the total,
+        as in neon, so a resumed model goes on where it stopped, and a second
+        ``fit(..., num_epochs=1)`` has nothing to do (it warns, naming the ``num_epochs`` that
+        trains one more epoch).  Without ``callbacks`` it shows the progress ``neonlite train``
+        shows (``progress=False``: nothing)."""
         from .callbacks import Callbacks
         self.initialize(dataset, cost)
+        if self.epoch_index >= num_epochs:
+            warnings.warn(f"Model.fit: nothing to train: epoch_index is {self.epoch_index} and "
+                          f"num_epochs={num_epochs} is the total number of epochs, not a count "
+                          f"of more; pass num_epochs={self.epoch_index + 1} to train one more "
+                          f"epoch", UserWarning, stacklevel=2)
         if self.grad_sync is not None:
             self.grad_sync.start(self)
-        callbacks = callbacks if callbacks is not None else Callbacks(self, progress=False)
+        callbacks = callbacks if callbacks is not None else Callbacks(self, progress=progress)
         callbacks.model = self
         self.optimizer = optimizer
+        getattr(self.be, "prepare_kernels", lambda: None)()
         callbacks.on_train_begin(dataset, num_epochs)
+        stop = getattr(callbacks, "stop_signal", None)
         for epoch in range(self.epoch_index, num_epochs):
+            skip, self.batch_index = self.batch_index, 0
+            self.epoch_rng_state = self.be.rng.bit_generator.state
             callbacks.on_epoch_begin(epoch)
             for batch, (x, t) in enumerate(dataset):
+                if batch < skip:
+                    continue
                 value = self.train_step(x, t, optimizer, epoch)
                 if not np.isfinite(value):
                     raise FloatingPointError(f"the cost became {value} at epoch {epoch}, batch "
                                              f"{batch}: lower the learning rate or check the data")
                 callbacks.on_minibatch_end(epoch, batch, value)
+                if stop is not None and stop.signum is not None:
+                    self._interrupted(callbacks, stop.signum, epoch, batch + 1)
             self.epoch_index = epoch + 1
             callbacks.on_epoch_end(epoch)
             if callbacks.stop_training:
                 break
         callbacks.on_train_end()
 
+    def _interrupted(self, callbacks, signum, epoch, batches):
+        """Stop inside epoch ``epoch`` after ``batches`` of its batches: callbacks'
+        ``on_train_interrupted`` (a resumable checkpoint: the host RNG state at the start of
+        the epoch replays its data order, the batches done are skipped), then raise."""
+        from .interrupts import TrainingInterrupted
+        self.batch_index = batches
+        callbacks.interrupted_checkpoint = None
+        callbacks.on_train_interrupted(epoch, batches)
+        raise TrainingInterrupted(signum, epoch, batches, callbacks.interrupted_checkpoint)
+
     def _batches(self, dataset):
         batches = getattr(dataset, "batches", None)
         return batches(shuffle=False) if batches else iter(dataset)
 
-    def eval(self, dataset, metric):
+    def eval(self, dataset, metric=None):
         """Mean of ``metric`` over every real example of ``dataset`` (inference mode); a
-        metric with ``aggregate(mean)`` (perplexity) turns the mean into its value.  In
+        metric with ``aggregate(mean)`` (perplexity) turns the mean into its value.  Without
+        ``metric``: the model's ``metric`` (the run's, set by ``neonlite train``, the
+        Evaluation callback or a checkpoint), else misclassification for a classifier (softmax
+        or logistic output).  In
         data-parallel training (``grad_sync``) the sum and count are added over the ranks, so
         each rank evaluates its shard and all get the same value (an unsharded set counted on
         every rank gives the same mean too).  Collective then: every rank must call it."""
         self.initialize(dataset)
+        metric = metric if metric is not None else self._default_metric()
         total, count = 0.0, 0
         for x, t in self._batches(dataset):
             y = self.layers.fprop(x, inference=True)
@@ -150,6 +184,26 @@ class Model:
             total, count = self.grad_sync.sum_over_ranks([total, count])
         aggregate = getattr(metric, "aggregate", None)
         return aggregate(total / count) if aggregate else total / count
+
+    def _default_metric(self):
+        from .transforms.activation import Logistic, Softmax
+        from .transforms.metric import Misclassification
+        if self.metric is not None:
+            return self.metric
+        last = self.layers.leaves()[-1]
+        if isinstance(getattr(last, "transform", None), (Softmax, Logistic)):
+            return Misclassification()
+        raise ValueError("Model.eval: no metric given, none configured (model.metric) and the "
+                         "model is not a classifier; call model.eval(dataset, metric), e.g. "
+                         "with neonlite.transforms.LogLoss()")
+
+    def predict(self, data):
+        """Outputs for every example of ``data``: a batch-first array (N, ...) of inputs (run
+        in batches of the backend's size) or a data set; (N,) + output shape, in order."""
+        if isinstance(data, np.ndarray) or isinstance(data, (list, tuple)):
+            from .data import ArrayIterator
+            data = ArrayIterator(np.asarray(data), shuffle=False, name="predict input")
+        return self.get_outputs(data)
 
     def generate(self, prompt, n, temperature=1.0, top_k=None, seed=None, vocab=None,
                  use_cache=True):
@@ -241,16 +295,39 @@ class Model:
         """Write a checkpoint (see :mod:`neonlite.serialize`): description, parameters,
         optimizer state (``optimizer`` or the one :meth:`fit` used), epoch/step, RNG state."""
         from .serialize import save_checkpoint
+        if config is None:
+            config = {**self.get_description(), **self._backend_settings()}
         return save_checkpoint(path, self, optimizer, config)
+
+    def _backend_settings(self):
+        """``backend``, ``batchsize`` and ``datatype`` of the backend the model runs on (what
+        :meth:`load` makes again when there is no backend yet)."""
+        from .config.run import DATATYPES
+        names = {np.dtype(v).name: k for k, v in DATATYPES.items() if k != "bf16"}
+        settings = {"backend": self.be.name, "batchsize": int(self.be.bsz)}
+        dtype = getattr(self.be, "dtype", None)
+        if dtype is not None and np.dtype(dtype).name in names:
+            settings["datatype"] = names[np.dtype(dtype).name]
+        return settings
 
     @classmethod
     def load(cls, path):
         """The model stored in checkpoint ``path``, rebuilt on the current backend with its
-        parameters loaded (``epoch_index``/``step_index`` as saved)."""
+        parameters loaded (``epoch_index``/``step_index`` as saved; ``metric`` as the run
+        configured it).  Before any ``gen_backend`` it makes the backend the checkpoint names
+        (backend, batch size, data type), or says what to call when that one cannot run."""
         from .serialize import build_model, read_checkpoint
         ckpt = read_checkpoint(path)
+        _backend_for(ckpt)
         model = build_model(ckpt)
         model.epoch_index, model.step_index = ckpt.epoch_index, ckpt.step_index
+        if ckpt.config.get("metric") is not None:
+            from .config.build import build
+            from .config.errors import ConfigError
+            try:
+                model.metric = build(ckpt.config["metric"], "metric", "metric")
+            except ConfigError:
+                model.metric = None
         return model
 
     def describe(self):
@@ -269,6 +346,27 @@ class Model:
         lines.append("-" * len(lines[0]))
         lines.append(f"{'total':<{width + kinds + 20}}{total:>12,}")
         return "\n".join(lines)
+
+
+def _backend_for(ckpt):
+    """Make the backend checkpoint ``ckpt`` was trained on when there is none yet."""
+    from .backends import BackendUnavailable, gen_backend
+    try:
+        get_backend()
+        return
+    except RuntimeError:
+        pass
+    from .config.run import DATATYPES
+    name = ckpt.config.get("backend", "cpu")
+    batch = ckpt.config.get("batchsize", 128)
+    datatype = ckpt.config.get("datatype", "f32")
+    try:
+        gen_backend(name, batch_size=batch, datatype=DATATYPES.get(datatype, np.float32))
+    except (BackendUnavailable, ValueError, TypeError) as err:
+        raise RuntimeError(f"Model.load({str(ckpt.path)!r}): no backend yet, and the "
+                           f"checkpoint's ({name}, batch {batch}, {datatype}) cannot run here "
+                           f"({err}); call neonlite.gen_backend('cpu', batch_size={batch}) "
+                           f"first") from None
 
 
 def _describe_rows(layers, depth, rows):

@@ -11,9 +11,13 @@ Layout (format version :data:`FORMAT_VERSION`)::
     /optimizer        attr ``state``: JSON of the optimizer's ``state_dict()`` (its step; one
                       per entry of a MultiOptimizer)
     /optimizer/states/<param name>/<key>   each Parameter.states tensor (velocity, m, v, ...)
-    /progress         attrs epoch_index, step_index, in_shape
+    /progress         attrs epoch_index, step_index, in_shape, and batch_index (the batches of
+                      epoch ``epoch_index`` already trained: > 0 for a checkpoint written when
+                      a run was interrupted inside an epoch; absent means 0)
     /rng              attrs ``host`` (the backend's host RNG, JSON) and ``device`` (the
-                      backend's device RNG where it has one, JSON)
+                      backend's device RNG where it has one, JSON); with batch_index > 0
+                      also ``epoch_start`` (the host RNG when the epoch began: resuming
+                      replays the epoch's data order from it and skips the batches done)
 
 Only arrays, numbers and strings are read back: loading never runs code.  A checkpoint is
 written to a temporary name in the same folder and renamed into place, so an interrupted save
@@ -37,8 +41,9 @@ class CheckpointError(ValueError):
 class Checkpoint:
     """What :func:`read_checkpoint` found: ``config`` (dict), ``params`` (OrderedDict
     name -> ndarray), ``states`` ({param name: {key: ndarray}}), ``optimizer_state`` (dict or
-    None), ``epoch_index``, ``step_index``, ``in_shape``
-    (tuple), ``rng`` ({"host": state, "device": state or None})."""
+    None), ``epoch_index``, ``step_index``, ``batch_index``, ``in_shape``
+    (tuple), ``rng`` ({"host": state, "device": state or None}), ``epoch_rng`` (host RNG
+    state at the start of a partly trained epoch, or None)."""
 
     def __init__(self, path, **fields):
         self.path = path
@@ -77,8 +82,11 @@ def save_checkpoint(path, model, optimizer=None, config=None):
             progress.attrs["epoch_index"] = int(model.epoch_index)
             progress.attrs["step_index"] = int(model.step_index)
             progress.attrs["in_shape"] = np.asarray(model.in_shape, dtype=np.int64)
+            progress.attrs["batch_index"] = int(getattr(model, "batch_index", 0))
             rng = f.create_group("rng")
             rng.attrs["host"] = json.dumps(model.be.rng.bit_generator.state)
+            if getattr(model, "batch_index", 0):
+                rng.attrs["epoch_start"] = json.dumps(model.epoch_rng_state)
             if hasattr(model.be, "device_rng_state"):
                 rng.attrs["device"] = json.dumps(model.be.device_rng_state())
         os.replace(tmp, path)
@@ -162,6 +170,8 @@ def read_checkpoint(path):
                 params=params, states=states, optimizer_state=optimizer_state,
                 epoch_index=int(progress["epoch_index"]),
                 step_index=int(progress["step_index"]),
+                batch_index=int(progress.get("batch_index", 0)),
+                epoch_rng=json.loads(rng["epoch_start"]) if "epoch_start" in rng else None,
                 in_shape=tuple(int(s) for s in progress["in_shape"]),
                 rng={"host": json.loads(rng["host"]),
                      "device": json.loads(rng["device"]) if "device" in rng else None})
@@ -255,6 +265,7 @@ def restore_training_state(model, optimizer, ckpt):
         for key, opt in entries.items():
             opt.load_state_dict(ckpt.optimizer_state[key])
     model.epoch_index, model.step_index = ckpt.epoch_index, ckpt.step_index
-    be.rng.bit_generator.state = ckpt.rng["host"]
+    model.batch_index = ckpt.batch_index if ckpt.epoch_rng is not None else 0
+    be.rng.bit_generator.state = ckpt.epoch_rng if model.batch_index else ckpt.rng["host"]
     if ckpt.rng["device"] is not None and hasattr(be, "set_device_rng_state"):
         be.set_device_rng_state(ckpt.rng["device"])

@@ -4,7 +4,8 @@ metric and times, in one HDF5 file that is readable at any moment of the run.
 Layout (format version :data:`FORMAT_VERSION`)::
 
     /               attrs: format="neonlite-training-log", format_version, metric (name),
-                    complete (False while the run goes on), config (the run's YAML, if given)
+                    complete (False while the run goes on), interrupted (True when a signal
+                    stopped it; absent in older logs), config (the run's YAML, if given)
     /batch/cost     (B,) float64: the cost of every batch, in order
     /batch/epoch    (B,) int64: the epoch (from 0) of each batch
     /batch/time     (B,) float64: seconds since the run started, at the end of each batch
@@ -17,7 +18,8 @@ Layout (format version :data:`FORMAT_VERSION`)::
 The log is rewritten to a temporary file and renamed over the old one at the end of every
 epoch and at most every ``flush_interval`` seconds within one, so a reader (``neonlite plot``,
 ``h5py.File(path, "r")``) always opens a complete file, never a half-written one.  A resumed
-run (``--resume``) keeps the records of the epochs before the one it resumes at.
+run (``--resume``) keeps the records of the epochs before the one it resumes at, and of the
+batches of that epoch an interrupted run trained.
 """
 import os
 import time
@@ -54,15 +56,23 @@ class TrainingLog(Callback):
 
     def on_train_begin(self, dataset, num_epochs):
         self.offset = 0.0
-        if self.model.epoch_index > 0 and self.path.is_file():
-            self._keep_earlier(read_log(self.path), self.model.epoch_index)
+        self.resumed_costs = []
+        resumed = self.model.epoch_index > 0 or getattr(self.model, "batch_index", 0) > 0
+        if resumed and self.path.is_file():
+            self._keep_earlier(read_log(self.path), self.model.epoch_index,
+                               getattr(self.model, "batch_index", 0))
         self.start = time.perf_counter()
         self.last_write = self.start
         self._write(complete=False)
 
-    def _keep_earlier(self, log, epoch_index):
-        """Carry over the records of epochs before ``epoch_index`` from an earlier run."""
-        keep_b = log["batch"]["epoch"] < epoch_index
+    def _keep_earlier(self, log, epoch_index, batch_index=0):
+        """Carry over the records of epochs before ``epoch_index`` from an earlier run, and
+        of the first ``batch_index`` batches of epoch ``epoch_index``."""
+        epochs = log["batch"]["epoch"]
+        within = np.cumsum(epochs == epoch_index) - 1
+        partial = (epochs == epoch_index) & (within < batch_index)
+        keep_b = (epochs < epoch_index) | partial
+        self.resumed_costs = [float(c) for c in log["batch"]["cost"][partial]]
         keep_e = log["epoch"]["index"] < epoch_index
         for k in _BATCH:
             self.batch[k] = list(log["batch"][k][keep_b])
@@ -77,7 +87,7 @@ class TrainingLog(Callback):
 
     def on_epoch_begin(self, epoch):
         self.epoch_start = time.perf_counter()
-        self.epoch_costs = []
+        self.epoch_costs, self.resumed_costs = self.resumed_costs, []
 
     def on_minibatch_end(self, epoch, batch, cost):
         self.batch["cost"].append(float(cost))
@@ -103,7 +113,10 @@ class TrainingLog(Callback):
     def on_train_end(self):
         self._write(complete=True)
 
-    def _write(self, complete):
+    def on_train_interrupted(self, epoch, batches):
+        self._write(complete=False, interrupted=True)
+
+    def _write(self, complete, interrupted=False):
         import h5py
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
@@ -113,6 +126,7 @@ class TrainingLog(Callback):
                 f.attrs["format_version"] = FORMAT_VERSION
                 f.attrs["metric"] = self.metric_name
                 f.attrs["complete"] = bool(complete)
+                f.attrs["interrupted"] = bool(interrupted)
                 if self.config is not None:
                     f.attrs["config"] = self.config
                 for group, columns, types in (("batch", self.batch, _BATCH),
@@ -154,6 +168,7 @@ def read_log(path):
             raise LogError(f"{path}: damaged training log (missing {err})") from None
         log["metric"] = str(f.attrs.get("metric", ""))
         log["complete"] = bool(f.attrs.get("complete", False))
+        log["interrupted"] = bool(f.attrs.get("interrupted", False))
         config = f.attrs.get("config")
         log["config"] = config.decode() if isinstance(config, bytes) else config
     return log

@@ -41,9 +41,9 @@ def test_plain_output_when_not_a_terminal(config, capsys):
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith(f"{config}: 372 parameters; shapes (8, 8, 3), 64 train / 32 valid;"
                              f" backend cpu, batch 16, f32, epochs 1..2")
-    assert err[1].startswith("epoch 1/2: train cost ")
-    assert ", misclassification " in err[1] and err[1].endswith(" samples/s)")
-    assert err[2].startswith("epoch 2/2: train cost ")
+    assert err[1].startswith("epoch 1/2: mean train cost ")
+    assert ", valid misclassification " in err[1] and err[1].endswith(" samples/s)")
+    assert err[2].startswith("epoch 2/2: mean train cost ")
     assert err[3].startswith("done: 2 epochs in ")
     assert len(err) == 4
     assert "\r" not in "".join(err)
@@ -219,7 +219,7 @@ def test_console_script_runs(config):
                              "--max-batches", "1"], capture_output=True, text=True, cwd=ROOT,
                             timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "epoch 1/1: train cost" in result.stderr
+    assert "epoch 1/1: mean train cost" in result.stderr
 
 
 def test_progress_bar_on_a_terminal(config):
@@ -235,7 +235,7 @@ def test_progress_bar_on_a_terminal(config):
     assert "cost=" in text and "samples_s=" in text
     assert re.search(r"\[\d\d:\d\d<\d\d:\d\d", text), "elapsed<ETA"
     assert "\r" in text, "a terminal gets a redrawn bar"
-    assert "epoch 2/2: train cost" in text
+    assert "epoch 2/2: mean train cost" in text
 
 
 def test_progress_lines_off_a_terminal():
@@ -243,8 +243,8 @@ def test_progress_lines_off_a_terminal():
     stream = io.StringIO()
     _fit_with(ProgressBar(stream, interval=0.0))
     lines = stream.getvalue().splitlines()
-    assert lines[0].startswith("epoch 1/2: batch 1/3, cost ") and " ETA " in lines[0]
-    assert lines[3].startswith("epoch 1/2: train cost ")
+    assert lines[0].startswith("epoch 1/2: batch 1/3, running cost ") and " ETA " in lines[0]
+    assert lines[3].startswith("epoch 1/2: mean train cost ")
     assert "\r" not in stream.getvalue()
 
 

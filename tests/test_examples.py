@@ -156,7 +156,7 @@ def test_example_script_runs_from_the_shell(tmp_path):
                              "--max-batches", "1", "--save-path", str(tmp_path / "c.h5")],
                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "epoch 1/1: train cost" in result.stderr
+    assert "epoch 1/1: mean train cost" in result.stderr
     assert (tmp_path / "c.h5").is_file()
 
 

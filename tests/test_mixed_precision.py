@@ -136,22 +136,30 @@ def test_bf16_mode_has_no_loss_scale_and_bad_arguments_are_clear(be16):
         MixedPrecision(GradientDescentMomentum(0.1), loss_scale=-1)
 
 
-def test_cli_f16_trains_with_master_weights_and_saves_the_loss_scale(tmp_path, capsys):
-    from neonlite.cli import main
+def test_f16_trains_with_master_weights_and_saves_the_loss_scale(tmp_path):
+    """The run the CLI makes for ``-d f16`` (which it refuses on the CPU: the CPU backend's
+    float16 is this numpy reference), through the Python API, saved to a checkpoint."""
+    from neonlite.cli.session import initialize, load_data
+    from neonlite.config.run import RunConfig
     from neonlite.serialize import read_checkpoint
-    config = tmp_path / "run.yaml"
-    config.write_text(
+    run = RunConfig.from_text(
         "epochs: 1\nbatchsize: 16\nrng_seed: 0\n"
         "dataset: {type: shapes, config: {n: 64, size: 8, classes: 4, nvalid: 32}}\n"
         "layers:\n"
         "  - {type: Conv, config: {fshape: [3, 3, 4], padding: 1, activation: {type: Rectlin}}}\n"
         "  - {type: Affine, config: {nout: 4, activation: {type: Softmax}}}\n"
         "cost: CrossEntropyMulti\n"
-        "optimizer: {type: GradientDescentMomentum, config: {learning_rate: 0.1}}\n")
+        "optimizer: {type: GradientDescentMomentum, config: {learning_rate: 0.1}}\n", "run")
     ckpt = tmp_path / "c.h5"
     previous = neonlite.backends._current
     try:
-        assert main(["train", str(config), "-q", "-d", "f16", "--save-path", str(ckpt)]) == 0
+        neonlite.gen_backend("cpu", batch_size=16, rng_seed=0, datatype=np.float16)
+        _, train, _ = load_data(run.settings, None, valid=False)
+        model, opt = run.build_model(), for_datatype(run.build_optimizer(), "f16")
+        cost = opt.wrap_cost(run.build_cost())
+        initialize(model, train, cost)
+        model.fit(train, opt, 1, cost, progress=False)
+        model.save(ckpt)
     finally:
         neonlite.backends._current = previous
     saved = read_checkpoint(str(ckpt))

@@ -26,13 +26,14 @@ def _int(text):
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
-def add_verbosity(parser):
-    """``-v`` (tracebacks and more detail) and ``-q`` (no progress output)."""
+def add_verbosity(parser, quiet="no progress bar or per-epoch lines (errors still print)"):
+    """``-v`` (tracebacks with errors) and ``-q`` (``quiet``: what it silences; None: no
+    ``-q``, for a command with nothing to silence)."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("-v", "--verbose", action="store_true",
                        help="show a traceback with errors")
-    group.add_argument("-q", "--quiet", action="store_true",
-                       help="no progress bar or per-epoch lines (errors still print)")
+    if quiet is not None:
+        group.add_argument("-q", "--quiet", action="store_true", help=quiet)
 
 
 def add_run_arguments(parser):

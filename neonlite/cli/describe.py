@@ -13,7 +13,7 @@ HELP = "print the model table (layers, output shapes, parameters) without traini
 def register(subparsers):
     parser = subparsers.add_parser("describe", help=HELP, description=HELP)
     parser.add_argument("file", metavar="FILE.yaml|CKPT.h5")
-    add_verbosity(parser)
+    add_verbosity(parser, quiet=None)
     parser.set_defaults(func=command)
 
 

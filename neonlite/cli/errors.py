@@ -23,9 +23,15 @@ def user_errors():
 def run_guarded(fn, verbose=False, prog="neonlite"):
     """Call ``fn()``; return its exit status (None: 0).  A user error prints
     ``<prog>: error: <message>`` (plus the traceback with ``verbose``) and returns 1; Ctrl-C
-    returns 130; a closed stdout (``neonlite describe ... | head``) ends quietly."""
+    returns 130; a run stopped by a signal (:class:`~neonlite.interrupts.TrainingInterrupted`)
+    prints its one line and returns 128 + the signal number; a closed stdout (``neonlite
+    describe ... | head``) ends quietly."""
+    from ..interrupts import TrainingInterrupted
     try:
         status = fn()
+    except TrainingInterrupted as stopped:
+        print(stopped.message(), file=sys.stderr, flush=True)
+        return stopped.exit_status
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

@@ -2,7 +2,6 @@
 from ..backends import available_backends
 from ..config.datasets import DATASETS, check_dataset
 from ..config.errors import ConfigError
-from ..config.run import METRICS
 from ..serialize import build_model, read_checkpoint
 from .arguments import positive_int
 from .session import load_data, make_backend
@@ -15,8 +14,9 @@ def register(subparsers):
     parser.add_argument("checkpoint", metavar="CKPT.h5")
     parser.add_argument("--data-dir", metavar="DIR", help="data root (default $NEONLITE_DATA, "
                         "else ~/.neonlite/data)")
-    parser.add_argument("--metric", choices=["misclassification", "accuracy", "topk"],
-                        default="misclassification")
+    parser.add_argument("--metric", choices=list(metric_choices()), default=None,
+                        help="the metric to report (default: the run's own, as its checkpoint "
+                             "names it, else misclassification)")
     parser.add_argument("--top-k", type=positive_int, default=5, metavar="K",
                         help="K of --metric topk (default 5)")
     parser.add_argument("--dataset", choices=list(DATASETS),
@@ -30,6 +30,19 @@ def register(subparsers):
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show a traceback with errors")
     parser.set_defaults(func=command)
+
+
+def metric_choices():
+    """``{--metric value: metric class name}`` for every registered metric: its ``name``
+    (``misclassification``, ``nats_per_token``, ...), and ``topk`` for top-k
+    misclassification (``--top-k``)."""
+    from ..config import registry
+    table = {}
+    for class_name, cls in registry.classes("metric").items():
+        name = vars(cls).get("name")
+        table["topk" if class_name == "TopKMisclassification" else name or class_name] = \
+            class_name
+    return table
 
 
 def command(args):
@@ -47,9 +60,14 @@ def command(args):
     make_backend(settings)
     _, _, valid = load_data(settings, args.data_dir, args.max_batches, train=False)
     model = build_model(ckpt)
-    name, options = METRICS[args.metric]
-    if args.metric == "topk":
-        options = {"k": args.top_k}
-    metric = build({"type": name, "config": options}, "metric", "--metric")
+    if args.metric is None:
+        desc = config.get("metric", "Misclassification")
+        path = f"{args.checkpoint}:/config metric"
+    else:
+        name = metric_choices()[args.metric]
+        desc = {"type": name, "config": {"k": args.top_k} if name == "TopKMisclassification"
+                else {}}
+        path = "--metric"
+    metric = build(desc, "metric", path)
     value = model.eval(valid, metric)
     print(f"{metric.name}: {value:.4f} ({valid.name}, epoch {ckpt.epoch_index})")

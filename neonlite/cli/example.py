@@ -1,5 +1,6 @@
 """The shared entry point of the Python twins in ``examples/``: ``python examples/<name>.py
--b gpu -e 2`` takes the same flags as ``neonlite train`` and runs the same code path."""
+-b gpu -e 2`` takes the same flags as ``neonlite train`` (the same parser,
+:func:`~neonlite.cli.arguments.add_run_arguments`) and runs the same code path."""
 import argparse
 import sys
 
@@ -21,14 +22,27 @@ def example_config(network, settings, source):
     return RunConfig(data, source)
 
 
-def example_main(network, settings, doc=None, argv=None, source=None):
+def example_main(network, settings, doc=None, argv=None, source=None, add_arguments=None,
+                 configure=None, finish=None):
     """Parse the flags, then train ``network`` (see :func:`example_config`); returns the exit
-    status (0, or 1 after a one-line error)."""
-    parser = argparse.ArgumentParser(prog=source or sys.argv[0], description=doc)
+    status (0, or 1 after a one-line error).
+
+    An example with options of its own adds them with ``add_arguments(parser)`` (they must not
+    reuse a ``neonlite train`` flag); ``configure(args)`` then returns the ``(network,
+    settings)`` to train instead of the given ones, and ``finish(model, args)`` runs after
+    training (e.g. to write a sample with the trained model).
+    """
+    parser = argparse.ArgumentParser(prog=source or sys.argv[0], description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser)
+    if add_arguments is not None:
+        add_arguments(parser.add_argument_group(f"options of {parser.prog}"))
     args = parser.parse_args(argv)
 
     def run():
-        config = example_config(network, settings, source or parser.prog)
-        train(config.override(**overrides(args)), args)
+        chosen, chosen_settings = configure(args) if configure else (network, settings)
+        config = example_config(chosen, chosen_settings, source or parser.prog)
+        model = train(config.override(**overrides(args)), args)
+        if finish is not None:
+            finish(model, args)
     return run_guarded(run, args.verbose, parser.prog)

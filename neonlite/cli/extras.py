@@ -14,7 +14,7 @@ import importlib
 
 from .errors import CommandUnavailable
 
-HELP = {"kernels": "build, list and check the compiled kernels (CPU C, CUDA)",
+HELP = {"kernels": "build, list and clean the compiled kernels (CPU C, CUDA)",
         "generate": "sample text from a trained language model checkpoint",
         "doctor": "check what this machine can run, and say what to do about what it cannot"}
 

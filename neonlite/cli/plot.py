@@ -17,7 +17,7 @@ def register(subparsers):
     parser.add_argument("log", metavar="LOG.h5", help="a log written by neonlite train -o")
     parser.add_argument("-o", "--output", metavar="curves.png", default="curves.png",
                         help="image to write (format from the extension; default curves.png)")
-    add_verbosity(parser)
+    add_verbosity(parser, quiet="do not print the name of the image written")
     parser.set_defaults(func=command)
 
 
@@ -40,26 +40,32 @@ def command(args):
         plt.close(figure)
         if tmp.exists():
             tmp.unlink()
-    print(f"wrote {out}")
+    if not args.quiet:
+        print(f"wrote {out}")
 
 
 def draw(plt, log, title):
-    """A figure: batch cost (and its per-epoch mean) against epochs, and the validation
-    metric per epoch."""
+    """A figure: batch cost (and each epoch's mean, at the middle of its epoch) against
+    epochs, and the validation metric after each epoch; epochs are integer ticks.  The title
+    says "(in progress)" while the run goes on, "(ended early)" when a signal stopped it."""
+    from matplotlib.ticker import MaxNLocator
     batch, epoch = log["batch"], log["epoch"]
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     if len(batch["cost"]):
         position = _batch_positions(batch["epoch"])
         left.plot(position, batch["cost"], lw=0.6, alpha=0.5, label="batch cost")
-    left.plot(epoch["index"] + 1, epoch["train_cost"], "o-", label="epoch mean")
+    left.plot(epoch["index"] + 0.5, epoch["train_cost"], "o-", label="epoch mean")
     left.set_xlabel("epoch")
     left.set_ylabel("training cost")
     left.legend()
     evaluated = ~np.isnan(epoch["metric"])
     right.plot(epoch["index"][evaluated] + 1, epoch["metric"][evaluated], "o-", color="C1")
-    right.set_xlabel("epoch")
+    right.set_xlabel("after epoch")
     right.set_ylabel(f"validation {log['metric'] or 'metric'}")
-    state = "" if log["complete"] else " (in progress)"
+    for axes in (left, right):
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    state = "" if log["complete"] else \
+        " (ended early)" if log.get("interrupted") else " (in progress)"
     figure.suptitle(f"{title}{state}")
     figure.tight_layout()
     return figure

@@ -13,6 +13,7 @@ with the rank and ends the whole job.
 """
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -23,10 +24,18 @@ from ..config.datasets import make_dataset
 from ..config.errors import ConfigError
 from ..config.yaml_io import dump_yaml
 from ..distributed import DataParallel, detect_world, shard
+from ..interrupts import SIGNALS, StopOnSignal
 from ..layers.layer import ShapeError
 from ..optimizers.mixed_precision import MixedPrecision, for_datatype
 from ..serialize import CheckpointError, load_params, read_checkpoint, restore_training_state
 from ..training_log import TrainingLog
+
+
+#: the data types ``neonlite train -b cpu`` runs (the C kernels' types)
+CPU_DATATYPES = ("f32", "f64")
+#: float16 on the CPU (numpy's emulation) against f32, samples/s of the quick start (measured:
+#: docs/architecture.md, "CPU data types")
+CPU_F16_SLOWDOWN = 150
 
 
 class FirstBatches:
@@ -60,6 +69,11 @@ def make_backend(settings, world=None):
     """``gen_backend`` from the run's settings (with ``world``: this rank's part of the
     batch, on the device of its local rank); a bad data type is a one-line error."""
     from ..config.run import DATATYPES
+    if settings["backend"] == "cpu" and settings["datatype"] not in CPU_DATATYPES:
+        raise ConfigError(f"datatype: the cpu backend runs f32 and f64 ({settings['datatype']!r} "
+                          f"asked for): its C kernels are compiled for those two, and numpy "
+                          f"emulates half precision about {CPU_F16_SLOWDOWN} times slower than "
+                          f"f32; use -d f32, or -d {settings['datatype']} with -b gpu")
     batch = settings["batchsize"] if world is None else world.split_batch(settings["batchsize"])
     try:
         return gen_backend(settings["backend"], batch_size=batch,
@@ -128,6 +142,7 @@ def _train(run, opts, stream, world):
                                            valid=settings["eval_freq"] > 0)
     train_set, valid_set = shard(train_set, world), shard(valid_set, world)
     model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
+    model.metric = run.build_metric()
     if world.size > 1:
         DataParallel(world, sync_bn=settings["sync_bn"]).attach(model)
     quiet = opts.quiet or not world.is_root
@@ -165,11 +180,16 @@ def _train(run, opts, stream, world):
                                        if start < settings["epochs"] else
                                        f"already {start} epochs done: nothing to train "
                                        f"(raise -e)"))
-    model.fit(train_set, optimizer, settings["epochs"], cost, callbacks)
+    # under mpirun the ranks would stop at different steps: signals keep their usual effect
+    with warnings.catch_warnings(), StopOnSignal(SIGNALS if world.size == 1 else ()) as stop:
+        warnings.filterwarnings("ignore", "Model.fit: nothing to train")
+        callbacks.stop_signal = stop
+        model.fit(train_set, optimizer, settings["epochs"], cost, callbacks)
     last = getattr(model, "last_eval", None)
-    result = f"; {last[0]} {last[1]:.4f}" if last else ""
+    result = f"; valid {last[0]} {last[1]:.4f}" if last else ""
     saved = f"; checkpoint {settings['save_path']}" if settings["save_path"] else ""
-    say(f"done: {model.epoch_index - start} epochs in {time.perf_counter() - begin:.1f} s"
+    done = model.epoch_index - start
+    say(f"done: {done} epoch{'' if done == 1 else 's'} in {time.perf_counter() - begin:.1f} s"
         f"{result}{saved}")
     return model
 

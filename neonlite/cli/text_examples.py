@@ -1,0 +1,71 @@
+"""The options the character language-model twins in ``examples/`` add to ``neonlite
+train``'s flags (``--data``, ``--steps``, ``--seq-len``, ``--dropout``, ``--prompt``,
+``-n``), turning them into the run's settings, and the sample they write after training.
+
+Used through :func:`~neonlite.cli.example.example_main`'s ``add_arguments``, ``configure``
+and ``finish`` hooks; ``--data FILE`` sets the data directory to the file's folder and the
+text data set's ``filename`` to its name, so the run is what the YAML run with ``--data-dir``
+and that ``filename`` would be.
+"""
+import copy
+import math
+import os
+
+from ..data.text import builtin_text, read_text
+from .arguments import positive_int
+
+
+def text_lm_arguments(dropout=True, seq_len_help="window length (default 128)"):
+    """``add_arguments`` hook: the options of a text twin (``dropout``: offer --dropout)."""
+    def add(group):
+        group.add_argument("--data", metavar="FILE", default=None,
+                           help="a UTF-8 text file (default: Python's documentation text)")
+        group.add_argument("--steps", type=positive_int, default=500, metavar="N",
+                           help="training batches per epoch and the length of the learning "
+                                "rate schedule (default 500)")
+        group.add_argument("--seq-len", type=positive_int, default=128, metavar="T",
+                           help=seq_len_help)
+        if dropout:
+            group.add_argument("--dropout", type=float, default=0.0,
+                               help="dropout rate in the blocks (default 0)")
+        group.add_argument("--prompt", default="\n",
+                           help="text the sample after training starts from (default: a "
+                                "newline)")
+        group.add_argument("-n", "--chars", type=int, default=300, metavar="N",
+                           help="characters to sample after training (default 300; 0: none)")
+    return add
+
+
+def vocabulary_size(path):
+    """Distinct characters of the text file ``path`` (None: Python's documentation text)."""
+    return len(set(builtin_text() if path is None else read_text(path)))
+
+
+def configure_text_lm(network, settings):
+    """``configure`` hook: ``(network, settings)`` for the parsed options: the vocabulary of
+    the text, the window length, the steps per epoch (and dropout, where offered)."""
+    def configure(args):
+        chosen = copy.deepcopy(settings)
+        dataset = chosen["dataset"]["config"]
+        dataset.update(seq_len=args.seq_len, nbatches=args.steps)
+        if args.data is not None:
+            args.data_dir = os.path.dirname(os.path.abspath(args.data))
+            dataset["filename"] = os.path.basename(args.data)
+        options = {"vocab_size": vocabulary_size(args.data), "seq_len": args.seq_len,
+                   "steps": args.steps}
+        if hasattr(args, "dropout"):
+            options["dropout"] = args.dropout
+        return (lambda: network(**options)), chosen
+    return configure
+
+
+def write_sample(model, args):
+    """``finish`` hook: print the validation loss (when the run evaluated it) and ``-n``
+    characters sampled after ``--prompt`` (temperature 0.8, the run's seed)."""
+    last = getattr(model, "last_eval", None)
+    if last is not None:
+        print(f"validation loss {last[1]:.4f} nats/char ({last[1] / math.log(2):.3f} "
+              f"bits/char)")
+    if args.chars > 0:
+        print(args.prompt + model.generate(args.prompt, args.chars, temperature=0.8,
+                                           seed=args.rng_seed), flush=True)

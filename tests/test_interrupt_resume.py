@@ -1,0 +1,130 @@
+"""SIGINT and SIGTERM, sent by the test to a ``neonlite train`` subprocess in the middle of an
+epoch: the step finishes, a resumable checkpoint is written through the usual save, one line
+says where and how to resume, the exit status is 130 / 143; ``--resume`` from that checkpoint
+finishes the run bit-exactly as an uninterrupted one (parameters and every batch's cost)."""
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from neonlite.serialize import read_checkpoint
+from neonlite.training_log import read_log
+
+RUN = """\
+epochs: 2
+batchsize: 8
+rng_seed: 4
+dataset: {type: shapes, config: {n: 96, size: 8, classes: 4, nvalid: 16}}
+layers:
+  - {type: Conv, config: {fshape: [3, 3, 4], padding: 1, activation: {type: Rectlin}}}
+  - {type: Dropout, config: {keep: 0.8}}
+  - {type: Affine, config: {nout: 4, activation: {type: Softmax}}}
+cost: CrossEntropyMulti
+optimizer: {type: Adam, config: {learning_rate: 0.01}}
+"""
+BATCHES = 12
+
+#: neonlite train, with a callback that after the STOP-th step says READY on stdout and waits
+#: (finishing that step's callbacks) until the test's signal has been handled
+SCRIPT = """
+import signal, sys, time
+from neonlite.callbacks import FunctionCallback
+from neonlite.cli import main
+from neonlite.config.run import RunConfig
+stop, steps, build = int(sys.argv[1]), [0], RunConfig.build_callbacks
+
+def handled():
+    return getattr(signal.getsignal(signal.SIGTERM), "__self__", None) is None
+
+def gate(epoch, batch, cost):
+    steps[0] += 1
+    if steps[0] == stop:
+        print("READY", flush=True)
+        deadline = time.time() + 120
+        while not handled() and time.time() < deadline:
+            time.sleep(0.01)
+
+RunConfig.build_callbacks = lambda self: build(self) + [FunctionCallback(on_minibatch_end=gate)]
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def train(tmp_path, stop, *flags, send=None):
+    command = [sys.executable, "-c", SCRIPT, str(stop), "train", str(tmp_path / "run.yaml"),
+               *map(str, flags)]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, text=True, cwd=tmp_path)
+    if send is not None:
+        assert child.stdout.readline().strip() == "READY"
+        child.send_signal(send)
+    out, err = child.communicate(timeout=600)
+    return child.returncode, err
+
+
+@pytest.fixture
+def full_run(tmp_path):
+    (tmp_path / "run.yaml").write_text(RUN)
+    status, err = train(tmp_path, 0, "-o", tmp_path / "full.h5", "--save-path",
+                        tmp_path / "full_ckpt.h5")
+    assert status == 0, err
+    return read_checkpoint(tmp_path / "full_ckpt.h5"), read_log(tmp_path / "full.h5")
+
+
+@pytest.mark.parametrize("sig,stop", [(signal.SIGINT, 5), (signal.SIGTERM, BATCHES + 3)])
+def test_signal_writes_a_checkpoint_that_resumes_bit_exactly(tmp_path, full_run, sig, stop):
+    full, full_log = full_run
+    ckpt, log = tmp_path / "c.h5", tmp_path / "log.h5"
+    status, err = train(tmp_path, stop, "-o", log, "--save-path", ckpt, send=sig)
+    assert status == 128 + sig, err
+    epoch, batch = divmod(stop, BATCHES)
+    line = f"interrupted at epoch {epoch + 1}, batch {batch}; resume with --resume {ckpt}"
+    assert err.splitlines()[-1] == line, err
+    assert read_log(log)["interrupted"]
+    saved = read_checkpoint(ckpt)
+    assert (saved.epoch_index, saved.batch_index, saved.step_index) == (epoch, batch, stop)
+
+    status, err = train(tmp_path, 0, "-o", log, "--save-path", ckpt, "--resume", ckpt)
+    assert status == 0, err
+    resumed, resumed_log = read_checkpoint(ckpt), read_log(log)
+    assert resumed.step_index == full.step_index == 2 * BATCHES
+    for name, value in full.params.items():
+        np.testing.assert_array_equal(resumed.params[name], value, err_msg=name)
+    np.testing.assert_array_equal(resumed_log["batch"]["cost"], full_log["batch"]["cost"])
+    np.testing.assert_array_equal(resumed_log["epoch"]["train_cost"],
+                                  full_log["epoch"]["train_cost"])
+    assert resumed_log["complete"] and not resumed_log["interrupted"]
+
+
+def test_without_save_path_the_line_says_no_checkpoint(tmp_path):
+    (tmp_path / "run.yaml").write_text(RUN)
+    status, err = train(tmp_path, 3, send=signal.SIGTERM)
+    assert status == 143, err
+    assert err.splitlines()[-1].startswith("interrupted at epoch 1, batch 3; no checkpoint")
+
+
+def test_the_bar_clears_its_line_before_the_interrupt_line():
+    """On a terminal the line after an interrupt starts clean: the bar's line is cleared."""
+    import io
+
+    from neonlite.callbacks import ProgressBar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    class Model:
+        class be:
+            bsz = 4
+        last_eval = None
+
+    bar = ProgressBar(Terminal(), refresh=0.0)
+    bar.model = Model()
+    bar.on_train_begin(range(10), 1)
+    bar.on_epoch_begin(0)
+    for batch in range(3):
+        bar.on_minibatch_end(0, batch, 1.0)
+    assert "3/10" in bar.stream.getvalue()
+    bar.on_train_interrupted(0, 3)
+    assert bar.stream.getvalue().rsplit("\r", 1)[1].strip() == ""
