@@ -14,7 +14,7 @@ setup(
     description="A graph-free deep learning framework with numpy/C and CUDA backends",
     python_requires=">=3.10",
     packages=["neonlite", "neonlite.transforms", "neonlite.optimizers", "neonlite.data",
-              "neonlite.config", "neonlite.cli", "neonlite.distributed", *MAPPED],
+              "neonlite.config", "neonlite.cli", "neonlite.distributed", "neonlite.profiler", *MAPPED],
     package_dir=MAPPED,
     package_data={"neonlite.kernels": ["cpu/*.c", "cpu/*.h", "cuda/*.cu", "cuda/*.cuh"]},
     install_requires=["numpy>=1.24", "cffi>=1.15", "h5py>=3.8", "pyyaml>=6.0", "tqdm>=4.60"],

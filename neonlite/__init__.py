@@ -7,6 +7,8 @@ Quick start::
 """
 from .backends import gen_backend, get_backend, available_backends, BackendUnavailable
 from .model import Model
+from .profiler import profile
 
 __version__ = "0.1.0"
-__all__ = ["gen_backend", "get_backend", "available_backends", "BackendUnavailable", "Model"]
+__all__ = ["gen_backend", "get_backend", "available_backends", "BackendUnavailable", "Model",
+           "profile"]
