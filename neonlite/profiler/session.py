@@ -106,9 +106,13 @@ class Profile:
         def train_step(*args, **kwargs):
             if profile.step == profile.first and profile.recorder is None:
                 profile._open(model, optimizer, wrappers)
+            rec = profile.recorder
+            span = rec.open(f"step {profile.step}", "step") if rec and rec.attached else None
             try:
                 return inner_step(*args, **kwargs)
             finally:
+                if span is not None:
+                    rec.close(span)
                 profile._after_step(wrappers)
         model.__dict__["train_step"] = train_step
         try:

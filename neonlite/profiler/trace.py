@@ -47,6 +47,9 @@ def write_trace(path, events, metadata=None):
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -54,9 +57,9 @@ def write_trace(path, events, metadata=None):
 
 
 def check_writable(path, what="--profile"):
-    """Raise ``OSError``-free one-line errors early: ``path``'s folder must exist and take a
-    new file (tried with a temporary file that is removed at once), and ``path`` must not be
-    a folder.  Returns the message, or None when writable."""
+    """None when a trace can be written at ``path``, else a one-line message: its folder must
+    exist and take a new file (tried with a temporary file, removed at once) and ``path``
+    must not be a folder.  Run before training, so a bad path fails first."""
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         return f"{what} {path}: is a folder; give a file name such as trace.json"
