@@ -142,4 +142,4 @@ def optimizer_state_per_element(optimizer, be):
     holder = type("TrialLayer", (), {"name": "trial"})()
     p = Parameter(holder, "W", be.zeros((64,)), be.zeros((64,)))
     trial.optimize([p], 0)
-    return sum(buffer_of(s)[1] for s in p.states.values()) / 64.0
+    return sum(s.size * np.dtype(s.dtype).itemsize for s in p.states.values()) / 64.0
