@@ -65,13 +65,15 @@ def assert_nested(events):
 
 def test_train_profile_writes_a_nested_trace(config, tmp_path, capsys):
     trace = tmp_path / "t.json"
-    assert main(["train", config, "--profile", str(trace), "--profile-steps", "2:6"]) == 0
+    assert main(["train", config, "--profile", str(trace), "--profile-steps", "2:6",
+                 "--save-path", str(tmp_path / "c.h5")]) == 0
     assert f"steps 2..5 -> {trace}" in capsys.readouterr().out
     events = _events(trace)
     assert_nested(events)
     names = {e["name"] for e in events}
     for layer in ("Conv_0", "Conv_0.Convolution", "Conv_0.BatchNorm", "Pooling_1", "Affine_2",
-                  "Affine_3", "cost", "optimizer", "data", "fprop_conv", "compound_dot"):
+                  "Affine_3", "cost", "optimizer", "data", "fprop_conv", "compound_dot",
+                  "checkpoint"):
         assert layer in names, layer
     assert [e["name"] for e in sorted(events, key=lambda e: e["ts"]) if e["cat"] == "step"] \
         == ["step 2", "step 3", "step 4", "step 5"]

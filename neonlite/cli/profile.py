@@ -59,7 +59,7 @@ def command(args):
     cost = optimizer.wrap_cost(cost) if isinstance(optimizer, MixedPrecision) else cost
     data = _data(args, run, model, total)
     initialize(model, data, cost)
-    epochs = steps_for_epochs(args.warmup, total, len(data))
+    epochs = steps_for_epochs(total, len(data))
     with profile:
         model.fit(data, optimizer, epochs, cost, Callbacks(model, progress=False))
     report = profile.rows()

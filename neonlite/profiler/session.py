@@ -17,7 +17,7 @@ from .clock import clock_for
 from .instrument import Instrumentation
 from .memory import model_memory
 from .peak import machine_peak
-from .recorder import Recorder
+from .recorder import Recorder, Span
 from .report import build_rows, format_table
 from .trace import check_writable, write_rank_traces
 
@@ -62,6 +62,7 @@ class Profile:
         self.optimizer = None
         self.written = []
         self.step = 0
+        self.checkpoints = []
         self._fit = None
 
     # ---- the with block ------------------------------------------------------------------------
@@ -115,13 +116,26 @@ class Profile:
                     rec.close(span)
                 profile._after_step(wrappers)
         model.__dict__["train_step"] = train_step
+        model.__dict__["save"] = self._timed_save(model.save)
         try:
             return self._fit(model, timed, optimizer, num_epochs, cost, callbacks)
         finally:
-            del model.__dict__["train_step"]
+            del model.__dict__["train_step"], model.__dict__["save"]
             if self.recorder is not None and self.recorder.attached:
                 self._close(wrappers)
             self._finish(world)
+
+    def _timed_save(self, inner):
+        """``model.save`` timed over the whole fit (checkpoints are written at epoch ends,
+        usually outside the window): host-clock ``checkpoint`` spans for the trace."""
+        def save(*args, **kwargs):
+            begin = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.checkpoints.append(Span("checkpoint", "checkpoint", 0, begin,
+                                             time.perf_counter(), args={"path": str(args[0])}))
+        return save
 
     def _open(self, model, optimizer, wrappers):
         self.recorder = Recorder(clock_for(model.be))
@@ -154,8 +168,8 @@ class Profile:
             return
         metadata = {"steps": [self.first, self.last], "clock": self.recorder.clock.kind,
                     "backend": getattr(self.model.be, "name", "?")}
-        self.written = write_rank_traces(self.path, self.recorder.spans, self.origin, world,
-                                         metadata)
+        self.written = write_rank_traces(self.path, self.recorder.spans + self.checkpoints,
+                                         self.origin, world, metadata)
 
     # ---- results ------------------------------------------------------------------------------
     def rows(self):
@@ -208,6 +222,6 @@ def profile(path=None, steps=DEFAULT_STEPS):
     return Profile(path, steps)
 
 
-def steps_for_epochs(first, last, batches):
+def steps_for_epochs(last, batches):
     """The number of epochs of ``batches`` steps a run needs to reach step ``last``."""
     return max(1, math.ceil(last / max(1, batches)))
