@@ -178,3 +178,12 @@ def test_profile_without_data_needs_synthetic(tmp_path, capsys):
 def test_rank_file_names():
     assert rank_path("t.json", 1) == "t.rank1.json"
     assert rank_path("out/trace", 0) == "out/trace.rank0.json"
+
+
+def test_timeline_png(config, tmp_path):
+    pytest.importorskip("matplotlib", reason="the timeline needs matplotlib (neonlite[plot])")
+    from neonlite.profiler.timeline import main as timeline
+    trace, png = tmp_path / "t.json", tmp_path / "t.png"
+    assert main(["train", config, "-q", "--profile", str(trace), "--profile-steps", "1:4"]) == 0
+    assert timeline([str(trace), str(png), "--steps", "2"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

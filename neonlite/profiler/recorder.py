@@ -4,32 +4,33 @@ ops, communication) with their clock marks, FLOPs and bytes.
 A span's FLOPs and bytes are its own (a backend op's, from :mod:`.flops`) plus those of every
 op inside it, so a layer's span carries the work of all the ops it ran.
 """
-from dataclasses import dataclass, field
-
 from .clock import HostClock
 from .flops import op_cost
 from .variants import op_variant
 
 
-@dataclass
+_NO_ARGS = {}
+
+
 class Span:
     """One timed region: ``name`` (a layer name, an op name, ``optimizer``, ...), ``cat``
     (``fprop``, ``bprop``, ``cost``, ``optimizer``, ``data``, ``comm``, ``op``, ``step``,
     ``checkpoint``, ``zero_grads``), ``depth`` (0 outermost), ``begin``/``end`` (clock marks,
     seconds after :meth:`Recorder.resolve`), ``flops``/``nbytes`` (including nested ops),
-    ``args`` (extra fields for the trace: layer type, op variant), ``owner`` (``id`` of the
-    layer a fprop/bprop span belongs to)."""
-    name: str
-    cat: str
-    depth: int
-    begin: object
-    end: object = None
-    flops: float = 0.0
-    nbytes: float = 0.0
-    args: dict = field(default_factory=dict)
-    parent: object = None
-    call: object = None
-    owner: int = 0
+    ``args`` (extra fields for the trace: layer type, op variant; never mutated in place),
+    ``parent`` (the enclosing span or None), ``owner`` (``id`` of the layer a fprop/bprop
+    span belongs to), ``call`` (an op's method, backend and arguments until resolved).
+    Slotted and built positionally: hundreds are made per profiled step."""
+
+    __slots__ = ("name", "cat", "depth", "begin", "end", "flops", "nbytes", "args", "parent",
+                 "call", "owner")
+
+    def __init__(self, name, cat, depth, begin, end=None, args=None, parent=None, owner=0):
+        self.name, self.cat, self.depth, self.begin, self.end = name, cat, depth, begin, end
+        self.args = _NO_ARGS if args is None else args
+        self.parent, self.owner = parent, owner
+        self.flops = self.nbytes = 0.0
+        self.call = None
 
     @property
     def seconds(self):
@@ -37,8 +38,9 @@ class Span:
 
 
 class Recorder:
-    """Collects spans while ``active``; ``open``/``close`` must pair up (the wrappers of
-    :mod:`.instrument` guarantee it with try/finally)."""
+    """Collects spans; ``open``/``close`` pair up (the wrappers of :mod:`.instrument` close
+    in ``finally``).  ``attached``: the wrappers are on (a profile window is open);
+    ``in_op``: a backend op is running, so the ops it calls are not spans of their own."""
 
     def __init__(self, clock=None):
         self.clock = clock or HostClock()
@@ -47,12 +49,13 @@ class Recorder:
         self.in_op = False
         self.steps = []
         self.resolved = False
+        self.attached = False
 
     def open(self, name, cat, args=None, owner=0):
-        parent = self.stack[-1] if self.stack else None
-        span = Span(name, cat, len(self.stack), self.clock.stamp(), args=args or {},
-                    parent=parent, owner=owner)
-        self.stack.append(span)
+        stack = self.stack
+        span = Span(name, cat, len(stack), self.clock.stamp(), None, args,
+                    stack[-1] if stack else None, owner)
+        stack.append(span)
         self.spans.append(span)
         return span
 
@@ -88,7 +91,7 @@ def _count_work(span):
     flops, nbytes = op_cost(method, args, kwargs)
     variant = op_variant(method, be, args)
     if variant:
-        span.args = {"variant": variant}
+        span.args = dict(span.args, variant=variant)
     outer = span
     while outer is not None:
         outer.flops += flops

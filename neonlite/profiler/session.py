@@ -139,7 +139,6 @@ class Profile:
 
     def _open(self, model, optimizer, wrappers):
         self.recorder = Recorder(clock_for(model.be))
-        self.recorder.attached = False
         wrappers.recorder = self.recorder
         wrappers.attach(model, optimizer)
         self._step_mark = self.recorder.clock.stamp()
