@@ -25,7 +25,8 @@ rng_seed: 0
 eval_freq: 0
 dataset: {type: shapes, config: {n: 320, size: 16, classes: 4, nvalid: 32}}
 layers:
-  - {type: Conv, config: {fshape: [3, 3, 8], padding: 1, batch_norm: true, activation: {type: Rectlin}}}
+  - type: Conv
+    config: {fshape: [3, 3, 8], padding: 1, batch_norm: true, activation: {type: Rectlin}}
   - {type: Pooling, config: {fshape: 2}}
   - {type: Affine, config: {nout: 32, activation: {type: Rectlin}}}
   - {type: Affine, config: {nout: 4, activation: {type: Softmax}}}
@@ -35,7 +36,7 @@ optimizer: {type: Adam, config: {learning_rate: 0.001}}
 
 MISSING_DATA = RUN.replace("{type: shapes, config: {n: 320, size: 16, classes: 4, nvalid: 32}}",
                            "{type: mnist, config: {download: false}}").replace(
-    "[3, 3, 8]", "[5, 5, 8]")
+    "nout: 4,", "nout: 10,")
 
 
 @pytest.fixture
