@@ -1,6 +1,7 @@
 """The profile table: one row per layer (nested layers indented under their parent), then
 the cost, zero_grads, optimizer, data, communication and the rest of the step, and the
-measured step.
+measured step.  A nested layer whose parent does its work in fused ops (a transformer
+block's GELU, fused with fc1's bias) has no times of its own and is marked so.
 
 Times are means per profiled step.  A layer's FLOPs and bytes are those of the backend ops
 inside its spans (:mod:`.flops`), so GFLOP/s = FLOPs / (fprop + bprop time).  ``% step`` of
@@ -39,8 +40,10 @@ def build_rows(recorder, model, memory_rows=None, peak=None):
     layers = []
     for layer, depth, label in labelled_layers(model.layers.layers):
         entry = per.get(id(layer))
-        if entry is None:
+        if entry is None and depth == 0:
             continue
+        fused = entry is None       # its parent runs its work in fused ops (e.g. GELU)
+        entry = entry or {"fprop": 0.0, "bprop": 0.0, "flops": 0.0, "bytes": 0.0}
         busy = entry["fprop"] + entry["bprop"]
         gflops = entry["flops"] / busy / 1e9 if busy > 0 else 0.0
         row = {"name": label, "type": type(layer).__name__, "depth": depth,
@@ -48,7 +51,7 @@ def build_rows(recorder, model, memory_rows=None, peak=None):
                "pct_step": 100.0 * busy / nsteps / step_s if step_s else 0.0,
                "gflop_per_step": entry["flops"] / nsteps / 1e9, "gflops": gflops,
                "pct_peak": 100.0 * gflops / peak if peak else None,
-               "gbps": entry["bytes"] / busy / 1e9 if busy > 0 else 0.0}
+               "gbps": entry["bytes"] / busy / 1e9 if busy > 0 else 0.0, "fused": fused}
         mem = memory.get(id(layer))
         if mem is not None:
             row.update({f"{kind}_bytes": mem[kind] for kind in KINDS})
@@ -82,6 +85,11 @@ def format_table(report, peak_note=""):
         name = "  " * r["depth"] + r["name"]
         params = r.get("params_bytes")
         params = None if params is None else params + r["grads_bytes"] + r["optimizer_bytes"]
+        if r["fused"]:
+            note = "   (no call of its own: timed in its parent)"
+            lines.append(f"{name:<{width}}{r['type'][:19]:<20}{note:<49}{_mb(params)}"
+                         f"{_mb(r.get('activations_bytes'))}")
+            continue
         lines.append(f"{name:<{width}}{r['type'][:19]:<20}{r['fprop_ms']:9.2f}"
                      f"{r['bprop_ms']:9.2f}{r['pct_step']:8.1f}{r['gflops']:9.2f}{pct_peak}"
                      f"{r['gbps']:7.2f}{_mb(params)}{_mb(r.get('activations_bytes'))}")
