@@ -52,7 +52,7 @@ def command(args):
                                                     batchsize=args.batchsize)
     settings = run.settings
     total = args.warmup + args.steps
-    profile = Profile(args.trace, (args.warmup, total), what="profile steps")
+    profile = Profile(args.trace, (args.warmup, total), "--warmup/--steps", "--trace")
     make_backend(settings)
     model, cost = run.build_model(), run.build_cost()
     optimizer = for_datatype(run.build_optimizer(), settings["datatype"])

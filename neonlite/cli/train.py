@@ -28,7 +28,7 @@ def command(args):
         train(run, args)
         return
     from ..profiler import Profile
-    with Profile(args.profile, args.profile_steps, what="--profile-steps") as profile:
+    with Profile(args.profile, args.profile_steps, "--profile-steps", "--profile") as profile:
         train(run, args)
     if profile.path in profile.written and not args.quiet:
         print(f"profile: steps {profile.first}..{profile.last - 1} -> "

@@ -47,14 +47,15 @@ class Profile:
 
     ``path``: the Chrome trace to write (None: no file, only the table); its folder is checked
     now, so a bad path fails before any training.  ``steps``: ``(A, B)`` or ``"A:B"``.
-    ``what``: how messages name the steps (the CLI says ``--profile-steps``)."""
+    ``what``/``path_what``: how messages name the steps and the path (the CLI says
+    ``--profile-steps`` and ``--profile``)."""
 
-    def __init__(self, path=None, steps=DEFAULT_STEPS, what="steps"):
+    def __init__(self, path=None, steps=DEFAULT_STEPS, what="steps", path_what="trace path"):
         self.path = path
         self.what = what
         self.first, self.last = parse_steps(steps, what)
         if path is not None:
-            problem = check_writable(path, "--profile" if what != "steps" else "trace path")
+            problem = check_writable(path, path_what)
             if problem:
                 raise ConfigError(problem)
         self.recorder = None
