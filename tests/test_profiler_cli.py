@@ -118,7 +118,7 @@ def test_python_profile_block_restores_everything(config, tmp_path):
     model, cost, opt = run.build_model(), run.build_cost(), run.build_optimizer()
     fit = Model.__dict__["fit"]
     with neonlite.profile(str(tmp_path / "p.json"), steps=(1, 4)) as prof:
-        model.fit(data, opt, 1, cost, Callbacks(model, progress=False))
+        model.fit(data, opt, num_epochs=1, cost=cost, callbacks=Callbacks(model, progress=False))
     assert Model.__dict__["fit"] is fit
     for leaf in [model, opt, model.cost, model.be] + model.layers.leaves():
         assert not {"fprop", "bprop", "train_step", "optimize", "compound_dot",

@@ -8,6 +8,7 @@ version that times the data iterator, counts steps and, for steps ``A`` to ``B -
 other steps run the plain code.  After the fit the trace is written (under MPI: one file per
 rank and a merged one on rank 0) and :meth:`Profile.table` gives the per-layer table.
 """
+import inspect
 import math
 import time
 
@@ -71,8 +72,8 @@ class Profile:
         self._fit = Model.__dict__["fit"]
         profile = self
 
-        def fit(model, dataset, optimizer, num_epochs, cost, callbacks=None):
-            return profile._profiled_fit(model, dataset, optimizer, num_epochs, cost, callbacks)
+        def fit(model, *args, **kwargs):
+            return profile._profiled_fit(model, args, kwargs)
         fit.__doc__ = self._fit.__doc__
         Model.fit = fit
         return self
@@ -93,8 +94,11 @@ class Profile:
                               f"has {total} training steps ({epochs} epoch(s) x {batches} "
                               f"batches); choose A:B with B <= {total}")
 
-    def _profiled_fit(self, model, dataset, optimizer, num_epochs, cost, callbacks):
-        self._check_window(model, dataset, num_epochs)
+    def _profiled_fit(self, model, args, kwargs):
+        given = inspect.signature(self._fit).bind(model, *args, **kwargs)
+        given.apply_defaults()
+        dataset, optimizer = given.arguments["dataset"], given.arguments["optimizer"]
+        self._check_window(model, dataset, given.arguments["num_epochs"])
         world = getattr(model.grad_sync, "world", None)
         if world is not None and world.size > 1:
             world.comm.Barrier()
@@ -119,7 +123,8 @@ class Profile:
         model.__dict__["train_step"] = train_step
         model.__dict__["save"] = self._timed_save(model.save)
         try:
-            return self._fit(model, timed, optimizer, num_epochs, cost, callbacks)
+            given.arguments["dataset"] = timed
+            return self._fit(*given.args, **given.kwargs)
         finally:
             del model.__dict__["train_step"], model.__dict__["save"]
             if self.recorder is not None and self.recorder.attached:
