@@ -131,7 +131,8 @@ def test_describe_memory(config, capsys):
     assert main(["describe", config, "--memory", "-z", "4"]) == 0
     out = capsys.readouterr().out
     assert "batch 4" in out and "optimizer" in out and "activations" in out
-    total = out.strip().splitlines()[-1].split()
+    total = out.strip().splitlines()[-2].split()
+    assert "backend workspaces" in out.strip().splitlines()[-1]
     assert total[:2] == ["total", "MiB"] and float(total[-1]) > 0
 
 

@@ -46,7 +46,7 @@ def memory_command(args):
     """``--memory``: build the YAML's network for its batch size on the CPU backend and print
     the bytes each layer holds (no training; optimizer state from a trial update)."""
     from ..config.errors import ConfigError
-    from ..profiler.memory_table import format_memory
+    from ..profiler.memory_table import format_memory, run_once
     if args.file.endswith((".h5", ".hdf5")):
         raise ConfigError(f"{args.file}: --memory takes a YAML file (it needs the batch size "
                           f"and optimizer of a run)")
@@ -56,5 +56,7 @@ def memory_command(args):
     data = make_dataset(run.settings["dataset"])
     model = run.build_model()
     initialize(model, ShapeStub(data.shape, data.name), None)
-    print(f"{args.file}: batch {batch}, input {tuple(data.shape)}, float32 on the cpu backend")
+    run_once(model)
+    print(f"{args.file}: batch {batch}, input {tuple(data.shape)}, float32 on the cpu backend; "
+          f"one fprop and bprop pass on zeros made the lazily allocated workspaces (no update)")
     print(format_memory(model, run.build_optimizer()))

@@ -74,6 +74,8 @@ class Instrumentation:
             transport = getattr(sync, "transport", None)
             if transport is not None:
                 self._wrap(transport, "start", self._bucket_start(transport.start))
+                self._wrap(transport, "finish", self._timed("allreduce bucket wait", "comm",
+                                                            {}))
         rec.attached = True
 
     def _attach_backend(self, be):

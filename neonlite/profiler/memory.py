@@ -123,6 +123,27 @@ class MemoryLedger:
         return rows
 
 
+def backend_workspace_bytes(be):
+    """Bytes of the work buffers the backend keeps for all layers together (GEMM and row
+    scratch, the C kernels' reduction workspaces, the GPU backend's scratch tensors)."""
+    seen, total = set(), 0
+    holders = [vars(be).get(name) for name in ("_gemm_scratch", "_row_scratch", "_scratch")]
+    holders.append(getattr(getattr(be, "kernels", None), "workspaces", None))
+    stack = [h for h in holders if h]
+    while stack:
+        thing = stack.pop()
+        if isinstance(thing, dict):
+            stack.extend(thing.values())
+        elif isinstance(thing, (list, tuple)):
+            stack.extend(thing)
+        elif isinstance(thing, np.ndarray) or _is_tensor(thing):
+            key, nbytes = buffer_of(thing)
+            if key not in seen:
+                seen.add(key)
+                total += nbytes
+    return total
+
+
 def model_memory(model, optimizer=None):
     """Memory rows of an initialized ``model`` (see :meth:`MemoryLedger.tree`); with
     ``optimizer`` and parameters that have no state yet, the state it will make is counted

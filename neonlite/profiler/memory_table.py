@@ -1,6 +1,17 @@
 """``neonlite describe --memory``: the memory table of a network for a batch size, without
 training (see :mod:`.memory` for what each column counts)."""
-from .memory import KINDS, model_memory
+from .memory import KINDS, backend_workspace_bytes, model_memory
+
+
+def run_once(model):
+    """One fprop and bprop of a batch of zeros (token id 0 for an embedding), no update: the
+    backends make some work buffers on first use, and this makes them exist to be counted.
+    The gradients it leaves are zeroed."""
+    be = model.be
+    x = be.zeros((be.bsz,) + tuple(model.in_shape))
+    y = model.fprop(x)
+    model.bprop(be.zeros(y.shape))
+    model.zero_grads()
 
 
 def format_memory(model, optimizer=None):
@@ -20,4 +31,6 @@ def format_memory(model, optimizer=None):
     lines.append(f"{'total MiB':<{width + 20}}" + "".join(f"{totals[k] / 2 ** 20:13.3f}"
                                                         for k in KINDS)
                  + f"{sum(totals.values()) / 2 ** 20:13.3f}")
+    lines.append(f"backend workspaces shared by the layers: "
+                 f"{backend_workspace_bytes(model.be) / 2 ** 20:.3f} MiB")
     return "\n".join(lines)

@@ -21,7 +21,7 @@ def _top_level(span):
     return span.cat != "step" and (span.parent is None or span.parent.cat == "step")
 
 
-def build_rows(recorder, model, memory_rows=None, peak=None):
+def build_rows(recorder, model, memory_rows=None, peak=None, shared_bytes=None):
     """``{"layers": [...], "steps": [...], "step_ms": ..., "accounted_pct": ...}``: plain
     data, what ``--json`` prints."""
     nsteps = max(1, len(recorder.steps))
@@ -67,7 +67,8 @@ def build_rows(recorder, model, memory_rows=None, peak=None):
     return {"steps_profiled": len(recorder.steps), "step_ms": 1e3 * step_s,
             "accounted_pct": 100.0 * accounted / step_s if step_s else 0.0,
             "layers_ms": 1e3 * top["layers"] / nsteps, "layers": layers, "rest": steps,
-            "peak_gflops": peak, "clock": recorder.clock.kind}
+            "peak_gflops": peak, "clock": recorder.clock.kind,
+            "backend_workspace_bytes": shared_bytes}
 
 
 def _mb(value):
@@ -103,6 +104,9 @@ def format_table(report, peak_note=""):
     lines.append(f"mean of {report['steps_profiled']} steps ({report['clock']} clock); the "
                  f"timed rows cover {report['accounted_pct']:.1f}% of the measured step; "
                  f"params MB = parameters + gradients + optimizer state")
+    if report.get("backend_workspace_bytes") is not None:
+        lines.append(f"backend workspaces shared by the layers: "
+                     f"{report['backend_workspace_bytes'] / 2 ** 20:.2f} MB")
     if peak_note:
         lines.append(peak_note)
     return "\n".join(lines)

@@ -16,7 +16,7 @@ from ..config.errors import ConfigError
 from ..model import Model
 from .clock import clock_for
 from .instrument import Instrumentation
-from .memory import model_memory
+from .memory import backend_workspace_bytes, model_memory
 from .peak import machine_peak
 from .recorder import Recorder, Span
 from .report import build_rows, format_table
@@ -183,7 +183,8 @@ class Profile:
             raise RuntimeError("profile: no step was recorded (did model.fit run steps "
                                f"{self.first} to {self.last - 1} inside the with block?)")
         peak, self.peak_note = machine_peak(getattr(self.model.be, "name", "cpu"))
-        return build_rows(self.recorder, self.model, model_memory(self.model), peak)
+        return build_rows(self.recorder, self.model, model_memory(self.model), peak,
+                          backend_workspace_bytes(self.model.be))
 
     def table(self):
         """The per-layer table as text."""
