@@ -7,5 +7,7 @@ Quick start::
 """
 from .backends import gen_backend, get_backend, available_backends, BackendUnavailable
 from .model import Model
+from .profiler import profile
 from .version import __version__
-__all__ = ["gen_backend", "get_backend", "available_backends", "BackendUnavailable", "Model"]
+__all__ = ["gen_backend", "get_backend", "available_backends", "BackendUnavailable", "Model",
+           "profile"]

@@ -13,6 +13,8 @@ synchronous).  :func:`host_gpu_backend` builds a ``GPUBackend`` on them.
 import ctypes
 import struct
 
+import time
+
 import numpy as np
 from cuda_host_emulator import HostModule
 
@@ -25,8 +27,14 @@ _HEADER = (cuda_specs.find("pool").root / "cuda" / "neonlite_common.cuh").read_t
 
 
 class _Event:
+    """Stamped with the host clock when recorded (the emulated stream runs synchronously),
+    so ``time_till`` is the host time between two records, in ms, as pycuda's."""
     def record(self, stream=None):
+        self.stamp = time.perf_counter()
         return self
+
+    def time_till(self, other):
+        return (other.stamp - self.stamp) * 1e3
 
     def synchronize(self):
         return None

@@ -4,7 +4,7 @@ from ..backends import gen_backend
 from ..config.datasets import make_dataset
 from ..config.run import RunConfig
 from ..serialize import ShapeStub, build_model, read_checkpoint
-from .arguments import add_verbosity
+from .arguments import add_verbosity, positive_int
 from .session import initialize
 
 HELP = "print the model table (layers, output shapes, parameters) without training"
@@ -13,11 +13,18 @@ HELP = "print the model table (layers, output shapes, parameters) without traini
 def register(subparsers):
     parser = subparsers.add_parser("describe", help=HELP, description=HELP)
     parser.add_argument("file", metavar="FILE.yaml|CKPT.h5")
+    parser.add_argument("--memory", action="store_true",
+                        help="a YAML network's memory per layer (parameters, gradients, "
+                             "optimizer state, activations, workspaces) for the batch size")
+    parser.add_argument("-z", "--batch-size", type=positive_int, dest="batchsize",
+                        metavar="BATCH", help="with --memory: the batch size (YAML: batchsize)")
     add_verbosity(parser, quiet=None)
     parser.set_defaults(func=command)
 
 
 def command(args):
+    if args.memory:
+        return memory_command(args)
     gen_backend("cpu", batch_size=1)
     if args.file.endswith((".h5", ".hdf5")):
         ckpt = read_checkpoint(args.file)
@@ -33,3 +40,23 @@ def command(args):
             (f", {classes} classes" if classes else "")
     print(source)
     print(model.describe())
+
+
+def memory_command(args):
+    """``--memory``: build the YAML's network for its batch size on the CPU backend and print
+    the bytes each layer holds (no training; optimizer state from a trial update)."""
+    from ..config.errors import ConfigError
+    from ..profiler.memory_table import format_memory, run_once
+    if args.file.endswith((".h5", ".hdf5")):
+        raise ConfigError(f"{args.file}: --memory takes a YAML file (it needs the batch size "
+                          f"and optimizer of a run)")
+    run = RunConfig.from_file(args.file).override(batchsize=args.batchsize)
+    batch = run.settings["batchsize"]
+    gen_backend("cpu", batch_size=batch)
+    data = make_dataset(run.settings["dataset"])
+    model = run.build_model()
+    initialize(model, ShapeStub(data.shape, data.name), None)
+    run_once(model)
+    print(f"{args.file}: batch {batch}, input {tuple(data.shape)}, float32 on the cpu backend; "
+          f"one fprop and bprop pass on zeros made the lazily allocated workspaces (no update)")
+    print(format_memory(model, run.build_optimizer()))

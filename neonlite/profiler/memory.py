@@ -1,0 +1,166 @@
+"""Memory per layer: the bytes of the backend buffers each layer holds, by kind.
+
+Kinds: ``params`` (parameter values), ``grads`` (their gradients), ``optimizer`` (the
+optimizer's per-parameter state), ``activations`` (every other backend tensor the layer
+allocated: outputs, deltas, values kept for bprop, scratch) and ``workspace`` (the CPU
+kernels' work buffers kept on the layer's convolution/pooling plans: im2col patches, tile
+and direct-convolution buffers).  A buffer is counted once, for the first layer that holds
+it (views share their buffer), at its allocated size: on the CPU the 64-byte aligned
+allocation of ``aligned_empty``, on the GPU the device allocation.  The backends allocate
+everything before the first step and nothing after it, so these sums are also the peaks.
+"""
+import copy
+
+import numpy as np
+
+from .instrument import layer_children
+
+KINDS = ("params", "grads", "optimizer", "activations", "workspace")
+
+
+def _root(ary):
+    while isinstance(getattr(ary, "base", None), np.ndarray):
+        ary = ary.base
+    return ary
+
+
+def buffer_of(tensor):
+    """(key, bytes) of the allocation behind a backend tensor or numpy array."""
+    ary = getattr(tensor, "_ary", tensor)
+    if isinstance(ary, np.ndarray):
+        root = _root(ary)
+        return ("host", id(root)), int(root.nbytes)
+    ptr = getattr(tensor, "ptr", None)
+    nbytes = int(np.prod(tensor.shape)) * np.dtype(getattr(tensor, "_dtype", np.float32)).itemsize
+    return ("device", ptr if ptr is not None else id(tensor)), nbytes
+
+
+def _is_tensor(value):
+    return hasattr(value, "backend") and hasattr(value, "shape")
+
+
+def _tensors_in(value, depth=0):
+    """Backend tensors in an attribute value: a tensor, or (up to two levels) lists, tuples,
+    dicts and plain helper objects holding them; layers are skipped (they count for
+    themselves)."""
+    if _is_tensor(value):
+        yield value
+    elif depth < 2 and isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item, depth + 1)
+    elif depth < 2 and isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item, depth + 1)
+    elif depth < 2 and hasattr(value, "__dict__") and not hasattr(value, "fprop") \
+            and type(value).__module__.startswith(("neonlite", "layers")):
+        for item in vars(value).values():
+            yield from _tensors_in(item, depth + 1)
+
+
+def _plan_work(value):
+    """numpy work buffers the CPU kernels keep on a plan (``_ckernel_*`` attributes)."""
+    for key, item in vars(value).items() if hasattr(value, "__dict__") else ():
+        if key.startswith("_ckernel"):
+            stack = [item]
+            while stack:
+                thing = stack.pop()
+                if isinstance(thing, np.ndarray):
+                    yield thing
+                elif isinstance(thing, (list, tuple)):
+                    stack.extend(thing)
+                elif isinstance(thing, dict):
+                    stack.extend(thing.values())
+
+
+class MemoryLedger:
+    """Bytes by kind for each layer of a model (see the module docstring)."""
+
+    def __init__(self):
+        self.seen = set()
+
+    def _take(self, tensor):
+        key, nbytes = buffer_of(tensor)
+        if key in self.seen:
+            return 0
+        self.seen.add(key)
+        return nbytes
+
+    def own(self, layer, state_bytes=None):
+        """``{kind: bytes}`` of what ``layer`` itself holds (not its children).
+        ``state_bytes(param)``: the optimizer state to count for a parameter that has none
+        yet (``describe --memory``, before any step)."""
+        out = dict.fromkeys(KINDS, 0)
+        own_params = getattr(layer, "own_parameters", None)
+        params = [] if layer_children(layer) else layer.parameters()
+        for p in params if own_params is None else own_params():
+            out["params"] += self._take(p.value)
+            out["grads"] += self._take(p.grad)
+            if p.states:
+                out["optimizer"] += sum(self._take(s) for s in p.states.values())
+            elif state_bytes is not None:
+                out["optimizer"] += state_bytes(p)
+        for name, value in vars(layer).items():
+            if name in ("be", "prev_name") or hasattr(value, "fprop"):
+                continue
+            for tensor in _tensors_in(value):
+                out["activations"] += self._take(tensor)
+            for ary in _plan_work(value):
+                out["workspace"] += self._take(ary)
+        return out
+
+    def tree(self, layers, state_bytes=None, depth=0):
+        """[(layer, depth, {kind: bytes} including its children)] in layer order."""
+        rows = []
+        for layer in layers:
+            mine = self.own(layer, state_bytes)
+            below = self.tree(layer_children(layer), state_bytes, depth + 1)
+            for _, child_depth, child in below:
+                if child_depth == depth + 1:
+                    for kind in KINDS:
+                        mine[kind] += child[kind]
+            rows.append((layer, depth, mine))
+            rows.extend(below)
+        return rows
+
+
+def backend_workspace_bytes(be):
+    """Bytes of the work buffers the backend keeps for all layers together (GEMM and row
+    scratch, the C kernels' reduction workspaces, the GPU backend's scratch tensors)."""
+    seen, total = set(), 0
+    holders = [vars(be).get(name) for name in ("_gemm_scratch", "_row_scratch", "_scratch")]
+    holders.append(getattr(getattr(be, "kernels", None), "workspaces", None))
+    stack = [h for h in holders if h]
+    while stack:
+        thing = stack.pop()
+        if isinstance(thing, dict):
+            stack.extend(thing.values())
+        elif isinstance(thing, (list, tuple)):
+            stack.extend(thing)
+        elif isinstance(thing, np.ndarray) or _is_tensor(thing):
+            key, nbytes = buffer_of(thing)
+            if key not in seen:
+                seen.add(key)
+                total += nbytes
+    return total
+
+
+def model_memory(model, optimizer=None):
+    """Memory rows of an initialized ``model`` (see :meth:`MemoryLedger.tree`); with
+    ``optimizer`` and parameters that have no state yet, the state it will make is counted
+    from a trial update of a copy of the optimizer on a small parameter."""
+    per_element = optimizer_state_per_element(optimizer, model.be) if optimizer else None
+    state_bytes = None if per_element is None else (
+        lambda p: int(round(per_element * int(np.prod(p.value.shape)))))
+    return MemoryLedger().tree(model.layers.layers, state_bytes)
+
+
+def optimizer_state_per_element(optimizer, be):
+    """Bytes of optimizer state per parameter element, found by running one update of a
+    copy of ``optimizer`` on a throwaway 64-element parameter (the real parameters and the
+    optimizer are untouched)."""
+    from ..layers.layer import Parameter
+    trial = copy.deepcopy(optimizer)
+    holder = type("TrialLayer", (), {"name": "trial"})()
+    p = Parameter(holder, "W", be.zeros((64,)), be.zeros((64,)))
+    trial.optimize([p], 0)
+    return sum(s.size * np.dtype(s.dtype).itemsize for s in p.states.values()) / 64.0
