@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from .cpu_info import cpu_peak_gflops
+from neonlite.cpu_peak import cpu_peak_gflops
 from .timing import time_alternating
 from .workloads import GPU_WORKLOADS, WORKLOADS
 

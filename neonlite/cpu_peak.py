@@ -1,4 +1,4 @@
-"""This CPU's fp32 peak, which the GEMM row's "% of CPU peak" divides by.
+"""This CPU's fp32 peak, which the benchmark's GEMM row and the profiler's "% of peak" divide by.
 
 The peak is measured at run time with a short FMA-throughput kernel (:data:`FMA_SOURCE`: 16
 independent vector FMA chains per thread, each in a register, one thread per usable core; the

@@ -65,7 +65,7 @@ def test_against_a_missing_comparison_is_an_error(monkeypatch, capsys):
 
 
 def test_cpu_peak_per_microarchitecture():
-    from benchmarks.cpu_info import fp32_flop_per_cycle
+    from neonlite.cpu_peak import fp32_flop_per_cycle
     zen4 = {"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "17",
             "model name": "AMD EPYC 9654 96-Core Processor",
             "flags": "fma avx avx2 avx512f avx512bw"}
@@ -85,7 +85,7 @@ def test_cpu_peak_per_microarchitecture():
 
 
 def test_cpu_peak_is_measured_at_run_time():
-    from benchmarks.cpu_info import cpu_peak_gflops
+    from neonlite.cpu_peak import cpu_peak_gflops
     from neonlite.kernels.toolchain import CompilerNotFound, find_c_compiler
     try:
         find_c_compiler()
