@@ -12,6 +12,7 @@ from .layernorm import LayerNorm
 from .linear import Bias, Linear
 from .norm import BatchNorm
 from .pooling import Pooling
+from .recurrent import GRU, LSTM, Recurrent
 from .shape import Flatten, Reshape
 from .transformer import TransformerBlock
 
@@ -19,4 +20,5 @@ __all__ = ["Layer", "ParameterLayer", "Parameter", "ShapeError", "Linear", "Bias
            "Convolution", "Conv", "Pooling", "BatchNorm", "Activation", "Dropout", "Flatten",
            "Reshape", "Sequential", "MergeSum", "SkipNode", "CompoundLayer", "GeneralizedCost",
            "Embedding", "PositionalEmbedding", "LayerNorm", "MultiHeadAttention",
-           "TransformerBlock", "BlockSparseLinear", "BlockSparseAffine", "BlockSparseAttention"]
+           "TransformerBlock", "BlockSparseLinear", "BlockSparseAffine", "BlockSparseAttention",
+           "Recurrent", "LSTM", "GRU"]

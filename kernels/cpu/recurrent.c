@@ -1,0 +1,174 @@
+/* The recurrent gate kernels (see recurrent.h): one pass over the rows of a step, every gate
+ * nonlinearity, the cell update and the output (or their derivatives) per element, threads
+ * over rows once a step is big enough. */
+#include "common.h"
+#include "recurrent.h"
+
+enum { ACT_TANH = 0, ACT_LOGISTIC = 1, ACT_RELU = 2, ACT_IDENTITY = 3 };
+
+static inline real logistic(real x)
+{
+    return 1 / (1 + NL_EXP(-x));
+}
+
+static inline real activate(int act, real x)
+{
+    switch (act) {
+    case ACT_TANH: return tanh(x);
+    case ACT_LOGISTIC: return logistic(x);
+    case ACT_RELU: return x > 0 ? x : 0;
+    default: return x;
+    }
+}
+
+/* The derivative from the output y = act(x). */
+static inline real slope(int act, real y)
+{
+    switch (act) {
+    case ACT_TANH: return 1 - y * y;
+    case ACT_LOGISTIC: return y * (1 - y);
+    case ACT_RELU: return y > 0 ? 1 : 0;
+    default: return 1;
+    }
+}
+
+static inline int real_row(const real *mask, int64_t n)
+{
+    return mask == NULL || mask[n] != 0;
+}
+
+#define ROWS_PARALLEL(N, per_row) if ((N) * (per_row) >= NL_PARALLEL_MIN)
+
+void rnn_fprop_step(const real *xg, const real *hg, const real *h_prev, real *h,
+                    const real *mask, int64_t N, int64_t H, int act)
+{
+#pragma omp parallel for schedule(static) ROWS_PARALLEL(N, H)
+    for (int64_t n = 0; n < N; n++) {
+        const int64_t o = n * H;
+        if (real_row(mask, n)) {
+            for (int64_t j = 0; j < H; j++)
+                h[o + j] = activate(act, xg[o + j] + hg[o + j]);
+        } else {
+            memcpy(h + o, h_prev + o, (size_t)H * sizeof(real));
+        }
+    }
+}
+
+void rnn_bprop_step(const real *h, const real *dy, real *dh, real *dpre, const real *mask,
+                    int64_t N, int64_t H, int act)
+{
+#pragma omp parallel for schedule(static) ROWS_PARALLEL(N, H)
+    for (int64_t n = 0; n < N; n++) {
+        const int64_t o = n * H;
+        const int keep = real_row(mask, n);
+        for (int64_t j = 0; j < H; j++) {
+            const real total = dh[o + j] + (dy ? dy[o + j] : 0);
+            dpre[o + j] = keep ? total * slope(act, h[o + j]) : 0;
+            dh[o + j] = keep ? 0 : total;
+        }
+    }
+}
+
+void lstm_fprop_step(real *gates, const real *hg, const real *c_prev, real *c,
+                     const real *h_prev, real *h, const real *mask, int64_t N, int64_t H,
+                     int act, int gate_act)
+{
+#pragma omp parallel for schedule(static) ROWS_PARALLEL(N, 4 * H)
+    for (int64_t n = 0; n < N; n++) {
+        real *gi = gates + n * 4 * H, *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
+        const real *hi = hg + n * 4 * H, *hf = hi + H, *hgg = hi + 2 * H, *ho = hi + 3 * H;
+        const int64_t o = n * H;
+        const int keep = real_row(mask, n);
+        for (int64_t j = 0; j < H; j++) {
+            const real i = activate(gate_act, gi[j] + hi[j]);
+            const real f = activate(gate_act, gf[j] + hf[j]);
+            const real g = activate(act, gg[j] + hgg[j]);
+            const real og = activate(gate_act, go[j] + ho[j]);
+            gi[j] = i;
+            gf[j] = f;
+            gg[j] = g;
+            go[j] = og;
+            const real cell = f * c_prev[o + j] + i * g;
+            c[o + j] = keep ? cell : c_prev[o + j];
+            h[o + j] = keep ? og * activate(act, cell) : h_prev[o + j];
+        }
+    }
+}
+
+void lstm_bprop_step(const real *gates, const real *c_prev, const real *c, const real *dy,
+                     real *dh, real *dc, real *dgates, const real *mask, int64_t N, int64_t H,
+                     int act, int gate_act)
+{
+#pragma omp parallel for schedule(static) ROWS_PARALLEL(N, 4 * H)
+    for (int64_t n = 0; n < N; n++) {
+        const real *gi = gates + n * 4 * H, *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
+        real *di = dgates + n * 4 * H, *df = di + H, *dg = di + 2 * H, *dout = di + 3 * H;
+        const int64_t o = n * H;
+        if (!real_row(mask, n)) {
+            for (int64_t j = 0; j < H; j++) {
+                dh[o + j] += dy ? dy[o + j] : 0;
+                di[j] = df[j] = dg[j] = dout[j] = 0;
+            }
+            continue;
+        }
+        for (int64_t j = 0; j < H; j++) {
+            const real total = dh[o + j] + (dy ? dy[o + j] : 0);
+            const real act_c = activate(act, c[o + j]);
+            const real dcell = dc[o + j] + total * go[j] * slope(act, act_c);
+            di[j] = dcell * gg[j] * slope(gate_act, gi[j]);
+            df[j] = dcell * c_prev[o + j] * slope(gate_act, gf[j]);
+            dg[j] = dcell * gi[j] * slope(act, gg[j]);
+            dout[j] = total * act_c * slope(gate_act, go[j]);
+            dc[o + j] = dcell * gf[j];
+            dh[o + j] = 0;
+        }
+    }
+}
+
+void gru_fprop_step(real *gates, const real *hg, const real *bias_h, real *hn,
+                    const real *h_prev, real *h, const real *mask, int64_t N, int64_t H)
+{
+#pragma omp parallel for schedule(static) ROWS_PARALLEL(N, 3 * H)
+    for (int64_t n = 0; n < N; n++) {
+        real *gr = gates + n * 3 * H, *gz = gr + H, *gn = gr + 2 * H;
+        const real *hr = hg + n * 3 * H, *hz = hr + H, *hh = hr + 2 * H;
+        const int64_t o = n * H;
+        const int keep = real_row(mask, n);
+        for (int64_t j = 0; j < H; j++) {
+            const real r = logistic(gr[j] + hr[j] + bias_h[j]);
+            const real z = logistic(gz[j] + hz[j] + bias_h[H + j]);
+            const real hb = hh[j] + bias_h[2 * H + j];
+            const real cand = tanh(gn[j] + r * hb);
+            gr[j] = r;
+            gz[j] = z;
+            gn[j] = cand;
+            hn[o + j] = hb;
+            h[o + j] = keep ? (1 - z) * cand + z * h_prev[o + j] : h_prev[o + j];
+        }
+    }
+}
+
+void gru_bprop_step(const real *gates, const real *hn, const real *h_prev, const real *dy,
+                    real *dh, real *dgx, real *dgh, const real *mask, int64_t N, int64_t H)
+{
+#pragma omp parallel for schedule(static) ROWS_PARALLEL(N, 3 * H)
+    for (int64_t n = 0; n < N; n++) {
+        const real *gr = gates + n * 3 * H, *gz = gr + H, *gn = gr + 2 * H;
+        real *xr = dgx + n * 3 * H, *xz = xr + H, *xn = xr + 2 * H;
+        real *hr = dgh + n * 3 * H, *hz = hr + H, *hh = hr + 2 * H;
+        const int64_t o = n * H;
+        const int keep = real_row(mask, n);
+        for (int64_t j = 0; j < H; j++) {
+            const real total = dh[o + j] + (dy ? dy[o + j] : 0);
+            const real r = gr[j], z = gz[j], cand = gn[j];
+            const real dn = keep ? total * (1 - z) * (1 - cand * cand) : 0;
+            const real dz = keep ? total * (h_prev[o + j] - cand) * z * (1 - z) : 0;
+            const real dr = dn * hn[o + j] * r * (1 - r);
+            xr[j] = hr[j] = dr;
+            xz[j] = hz[j] = dz;
+            xn[j] = dn;
+            hh[j] = dn * r;
+            dh[o + j] = keep ? total * z : total;
+        }
+    }
+}
