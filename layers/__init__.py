@@ -13,6 +13,8 @@ from .linear import Bias, Linear
 from .norm import BatchNorm
 from .pooling import Pooling
 from .recurrent import GRU, LSTM, Recurrent
+from .recurrent_stack import (BiGRU, BiLSTM, BiRNN, DeepBiLSTM, DeepBiRNN, RecurrentLast,
+                              RecurrentMean, RecurrentSum)
 from .shape import Flatten, Reshape
 from .transformer import TransformerBlock
 
@@ -21,4 +23,5 @@ __all__ = ["Layer", "ParameterLayer", "Parameter", "ShapeError", "Linear", "Bias
            "Reshape", "Sequential", "MergeSum", "SkipNode", "CompoundLayer", "GeneralizedCost",
            "Embedding", "PositionalEmbedding", "LayerNorm", "MultiHeadAttention",
            "TransformerBlock", "BlockSparseLinear", "BlockSparseAffine", "BlockSparseAttention",
-           "Recurrent", "LSTM", "GRU"]
+           "Recurrent", "LSTM", "GRU", "RecurrentLast", "RecurrentSum", "RecurrentMean", "BiRNN",
+           "BiLSTM", "BiGRU", "DeepBiRNN", "DeepBiLSTM"]
