@@ -134,11 +134,47 @@ class RecurrentBase(ParameterLayer):
             self.carry[s].set(np.asarray(value))
 
     def buffers(self):
-        """A stateful layer's carried state is saved with the parameters (so ``--resume``
-        continues the sequence bit for bit)."""
-        if not self.stateful or self.outputs is None:
-            return {}
-        return {f"{self.name}.state_{s}": self.carry[s] for s in self.states}
+        """Nothing: the carried state is per batch row, so it is not saved with the weights (a
+        checkpoint then loads into any batch size, e.g. for ``neonlite generate``).  Training
+        resumes bit for bit at an epoch boundary when the state restarts there (the
+        :class:`~neonlite.callbacks.ResetState` callback)."""
+        return {}
+
+    # ---- incremental decoding (``layers/decode.py``) ----------------------------------------------
+    def init_decode(self, batch, max_len):
+        """A decoding state: the cell's state (h, and c for an LSTM) (batch, H), starting at
+        the initial state, and one step's buffers; ``reset()`` returns to the initial state."""
+        if self.reverse or not self.return_sequences:
+            raise TypeError(f"layer '{self.name}' ({type(self).__name__}): incremental decoding "
+                            f"needs a forward layer with return_sequences=True")
+        from .decode import DecodeState
+        be, H, GH = self.be, self.nout, self.gates * self.nout
+        layer = self
+
+        class _State(DecodeState):
+            def reset(self):
+                super().reset()
+                for s in layer.states:
+                    self.h[s][:] = 0.0 if batch != be.bsz else layer.initial[s]
+
+        state = _State(be, batch, max_len)
+        state.h = {s: be.zeros((batch, H)) for s in self.states}
+        state.gates, state.hg = be.zeros((batch, GH)), be.zeros((batch, GH))
+        state.hn, state.out = be.zeros((batch, H)), be.zeros((batch, 1, H))
+        state.reset()
+        return state
+
+    def decode(self, x, state):
+        """x (B, 1, D) -> h (B, 1, H): one step from the state kept in ``state``."""
+        be, B = self.be, x.shape[0]
+        be.compound_dot(x.reshape(B, self.nin), self.W.value, state.gates)
+        state.gates[:] = state.gates + self.b.value
+        h = state.h["h"]
+        be.compound_dot(h, self.U.value, state.hg)
+        self._decode_step(state)
+        state.out.reshape(B, self.nout)[:] = h
+        state.pos += 1
+        return state.out
 
     # ---- the schedule ---------------------------------------------------------------------------
     def _steps(self, x, mask):
@@ -283,6 +319,10 @@ class Recurrent(RecurrentBase):
         self.be.rnn_fprop_step(self.g_t[t], self.hg, h[self._prev(t)], h[self._next(t)], mask,
                                self.act)
 
+    def _decode_step(self, state):
+        h = state.h["h"]
+        self.be.rnn_fprop_step(state.gates, state.hg, h, h, None, self.act)
+
     def _step_bprop(self, t, dy, mask):
         self.be.rnn_bprop_step(self.seq["h"][self._next(t)], dy, self.delta_state["h"],
                                self.dg_t[t], mask, self.act)
@@ -329,6 +369,10 @@ class LSTM(RecurrentBase):
         self.be.lstm_fprop_step(self.g_t[t], self.hg, c[p], c[n], h[p], h[n], mask, self.act,
                                 self.gate_act)
 
+    def _decode_step(self, state):
+        h, c = state.h["h"], state.h["c"]
+        self.be.lstm_fprop_step(state.gates, state.hg, c, c, h, h, None, self.act, self.gate_act)
+
     def _step_bprop(self, t, dy, mask):
         c = self.seq["c"]
         self.be.lstm_bprop_step(self.g_t[t], c[self._prev(t)], c[self._next(t)], dy,
@@ -360,6 +404,10 @@ class GRU(RecurrentBase):
         h = self.seq["h"]
         self.be.gru_fprop_step(self.g_t[t], self.hg, self.b_h.value, self.hn_t[t],
                                h[self._prev(t)], h[self._next(t)], mask)
+
+    def _decode_step(self, state):
+        h = state.h["h"]
+        self.be.gru_fprop_step(state.gates, state.hg, self.b_h.value, state.hn, h, h, None)
 
     def _step_bprop(self, t, dy, mask):
         self.be.gru_bprop_step(self.g_t[t], self.hn_t[t], self.seq["h"][self._prev(t)], dy,

@@ -167,3 +167,31 @@ def test_shorter_sequences_use_the_first_steps():
     full = layer.fprop(be.array(x)).get()
     short = layer.fprop(be.array(x[:, :2].copy())).get()
     np.testing.assert_allclose(short, full[:, :2], rtol=1e-14)
+
+
+def test_descriptions_round_trip_and_parameters_reload(tmp_path):
+    from neonlite import Model
+    from neonlite.config.yaml_io import dump_yaml, parse_yaml
+    from neonlite.serialize import ShapeStub
+    layers = [LSTM(6, forget_bias=1.0, stateful=True, name="lstm"), GRU(4, reverse=True),
+              Recurrent(3, activation=Rectlin(), return_sequences=False),
+              BiLSTM(2, merge="sum"), DeepBiLSTM(2, depth=2)]
+    for layer in layers:
+        desc = layer.get_description()
+        again = parse_yaml(dump_yaml(desc))
+        assert again == desc
+        assert type(layer)(**again["config"]).get_description() == desc
+    neonlite.gen_backend("cpu", batch_size=2, rng_seed=0)
+    model = Model([LSTM(6, stateful=True, name="lstm"), RecurrentMean()])
+    model.initialize(ShapeStub((T, D)))
+    x = model.be.array(np.random.default_rng(3).normal(size=(2, T, D)))
+    model.fprop(x)
+    params = model.get_params()
+    assert set(params) == {"lstm.W", "lstm.U", "lstm.b"}
+    carried = model.layers.layers[0].state()
+    expected = model.fprop(x).get()
+    other = Model.from_description(parse_yaml(dump_yaml(model.get_description())))
+    other.initialize(ShapeStub((T, D)))
+    other.set_params(params)
+    other.layers.layers[0].set_state(**carried)
+    np.testing.assert_array_equal(other.fprop(other.be.array(x.get())).get(), expected)
