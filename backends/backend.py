@@ -401,6 +401,17 @@ class Backend(ABC):
             acc[:] = acc + self.sum(rows, axis=0)
         return dx
 
+    # ---- local response normalization ---------------------------------------------------------
+    @abstractmethod
+    def lrn_fprop(self, x, y, scale, depth, alpha, beta, k):
+        """Across the channels of rows x (M, C) (NHWC images as (N*H*W, C)): scale (M, C) =
+        k + alpha / depth * sum of x^2 over channels c - depth//2 .. c + (depth-1)//2,
+        y = x * scale^-beta (``backends/numpy_lrn.py`` is the reference)."""
+
+    @abstractmethod
+    def lrn_bprop(self, x, scale, dy, dx, depth, alpha, beta):
+        """dx (M, C), the gradient of ``lrn_fprop`` from its input x and ``scale``."""
+
     # ---- recurrent gate steps ---------------------------------------------------------------
     # One time step of a recurrent cell, after the step's recurrent GEMM hg = h_prev @ U.  Rows
     # (N, k) contiguous; ``mask`` (N,) or None: a row whose mask is 0 is padding (keeps its

@@ -35,6 +35,8 @@ CUDA_VARIANTS = (
     KernelSpec("recurrent", "cuda", "cuda/recurrent.cu", threads=256,
                functions=_typed("nl_rnn_fprop", "nl_rnn_bprop", "nl_lstm_fprop",
                                 "nl_lstm_bprop", "nl_gru_fprop", "nl_gru_bprop")),
+    KernelSpec("lrn", "cuda", "cuda/lrn.cu", threads=256,
+               functions=_typed("nl_lrn_fprop", "nl_lrn_bprop")),
     KernelSpec("transpose", "cuda", "cuda/transpose.cu", threads=256,
                functions=("nl_transpose_b32", "nl_transpose_b16")),
     KernelSpec("conv_simt", "cuda", "cuda/conv_simt.cu", threads=256,

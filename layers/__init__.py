@@ -6,10 +6,13 @@ from .blocksparse_linear import BlockSparseAffine, BlockSparseLinear
 from .containers import Affine, CompoundLayer, Conv, MergeSum, Sequential, SkipNode
 from .conv import Convolution
 from .cost import GeneralizedCost
+from .deconv import Deconv, Deconvolution
 from .embedding import Embedding, PositionalEmbedding
 from .layer import Layer, Parameter, ParameterLayer, ShapeError
 from .layernorm import LayerNorm
 from .linear import Bias, Linear
+from .lrn import LRN
+from .merge import MergeBroadcast
 from .norm import BatchNorm
 from .pooling import Pooling
 from .recurrent import GRU, LSTM, Recurrent
@@ -24,4 +27,5 @@ __all__ = ["Layer", "ParameterLayer", "Parameter", "ShapeError", "Linear", "Bias
            "Embedding", "PositionalEmbedding", "LayerNorm", "MultiHeadAttention",
            "TransformerBlock", "BlockSparseLinear", "BlockSparseAffine", "BlockSparseAttention",
            "Recurrent", "LSTM", "GRU", "RecurrentLast", "RecurrentSum", "RecurrentMean", "BiRNN",
-           "BiLSTM", "BiGRU", "DeepBiRNN", "DeepBiLSTM"]
+           "BiLSTM", "BiGRU", "DeepBiRNN", "DeepBiLSTM", "Deconvolution", "Deconv",
+           "MergeBroadcast", "LRN"]
