@@ -82,13 +82,16 @@ def _torch_twin(torch, model, vocab):
             getattr(twin_net.lstm, f"weight_hh_l{k}").copy_(torch.tensor(cell.U.value.get().T))
             getattr(twin_net.lstm, f"bias_ih_l{k}").copy_(torch.tensor(cell.b.value.get()))
             getattr(twin_net.lstm, f"bias_hh_l{k}").zero_()
+            # one bias per gate, as neonlite's b: PyTorch's second one stays at zero
+            getattr(twin_net.lstm, f"bias_hh_l{k}").requires_grad_(False)
         twin_net.head.weight.copy_(torch.tensor(head.W.value.get().T))
         twin_net.head.bias.copy_(torch.tensor(net[-1].layers[1].b.value.get()))
     return twin_net
 
 
 def _torch_run(torch, net, batches, valid, lr):
-    opt = torch.optim.Adam(net.parameters(), lr=lr, eps=1e-8)
+    trained = [p for p in net.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(trained, lr=lr, eps=1e-8)
     state, start = None, time.perf_counter()
     for x, t in batches:
         logits, state = net(x, state)
@@ -97,7 +100,7 @@ def _torch_run(torch, net, batches, valid, lr):
                                                  t.reshape(-1))
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 5.0)
+        torch.nn.utils.clip_grad_norm_(trained, 5.0)
         opt.step()
     seconds = time.perf_counter() - start
     with torch.no_grad():
