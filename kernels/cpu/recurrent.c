@@ -11,10 +11,17 @@ static inline real logistic(real x)
     return 1 / (1 + NL_EXP(-x));
 }
 
-static inline real activate(int act, real x)
+/* tanh through one exponential, 1 - 2 / (exp(2x) + 1), so the loops vectorize (exp is the
+ * vectorizable nl_expf for float); exp(2x) overflowing to infinity gives 1 exactly. */
+static inline real tanh_exp(real x)
+{
+    return 1 - 2 / (NL_EXP(2 * x) + 1);
+}
+
+static inline __attribute__((always_inline)) real activate(int act, real x)
 {
     switch (act) {
-    case ACT_TANH: return tanh(x);
+    case ACT_TANH: return tanh_exp(x);
     case ACT_LOGISTIC: return logistic(x);
     case ACT_RELU: return x > 0 ? x : 0;
     default: return x;
@@ -22,7 +29,7 @@ static inline real activate(int act, real x)
 }
 
 /* The derivative from the output y = act(x). */
-static inline real slope(int act, real y)
+static inline __attribute__((always_inline)) real slope(int act, real y)
 {
     switch (act) {
     case ACT_TANH: return 1 - y * y;
@@ -69,29 +76,66 @@ void rnn_bprop_step(const real *h, const real *dy, real *dh, real *dpre, const r
     }
 }
 
+/* One row of lstm_fprop_step; inlined with constant activation codes for the common pair
+ * (tanh, logistic), so the compiler drops the switches and vectorizes the loop. */
+static inline __attribute__((always_inline)) void lstm_fprop_row(
+    real *gi, const real *hi, const real *c_prev, real *c, const real *h_prev, real *h,
+    int64_t H, int keep, int act, int gate_act)
+{
+    real *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
+    const real *hf = hi + H, *hgg = hi + 2 * H, *ho = hi + 3 * H;
+    for (int64_t j = 0; j < H; j++) {
+        const real i = activate(gate_act, gi[j] + hi[j]);
+        const real f = activate(gate_act, gf[j] + hf[j]);
+        const real g = activate(act, gg[j] + hgg[j]);
+        const real og = activate(gate_act, go[j] + ho[j]);
+        gi[j] = i;
+        gf[j] = f;
+        gg[j] = g;
+        go[j] = og;
+        const real cell = f * c_prev[j] + i * g;
+        c[j] = keep ? cell : c_prev[j];
+        h[j] = keep ? og * activate(act, cell) : h_prev[j];
+    }
+}
+
 void lstm_fprop_step(real *gates, const real *hg, const real *c_prev, real *c,
                      const real *h_prev, real *h, const real *mask, int64_t N, int64_t H,
                      int act, int gate_act)
 {
+    const int common = act == ACT_TANH && gate_act == ACT_LOGISTIC;
 #pragma omp parallel for schedule(static) ROWS_PARALLEL(N, 4 * H)
     for (int64_t n = 0; n < N; n++) {
-        real *gi = gates + n * 4 * H, *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
-        const real *hi = hg + n * 4 * H, *hf = hi + H, *hgg = hi + 2 * H, *ho = hi + 3 * H;
         const int64_t o = n * H;
+        real *gi = gates + n * 4 * H;
+        const real *hi = hg + n * 4 * H;
         const int keep = real_row(mask, n);
-        for (int64_t j = 0; j < H; j++) {
-            const real i = activate(gate_act, gi[j] + hi[j]);
-            const real f = activate(gate_act, gf[j] + hf[j]);
-            const real g = activate(act, gg[j] + hgg[j]);
-            const real og = activate(gate_act, go[j] + ho[j]);
-            gi[j] = i;
-            gf[j] = f;
-            gg[j] = g;
-            go[j] = og;
-            const real cell = f * c_prev[o + j] + i * g;
-            c[o + j] = keep ? cell : c_prev[o + j];
-            h[o + j] = keep ? og * activate(act, cell) : h_prev[o + j];
-        }
+        if (common)
+            lstm_fprop_row(gi, hi, c_prev + o, c + o, h_prev + o, h + o, H, keep, ACT_TANH,
+                           ACT_LOGISTIC);
+        else
+            lstm_fprop_row(gi, hi, c_prev + o, c + o, h_prev + o, h + o, H, keep, act,
+                           gate_act);
+    }
+}
+
+/* One real (unmasked) row of lstm_bprop_step (see lstm_fprop_row). */
+static inline __attribute__((always_inline)) void lstm_bprop_row(
+    const real *gi, const real *c_prev, const real *c, const real *dy, real *dh, real *dc,
+    real *di, int64_t H, int act, int gate_act)
+{
+    const real *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
+    real *df = di + H, *dg = di + 2 * H, *dout = di + 3 * H;
+    for (int64_t j = 0; j < H; j++) {
+        const real total = dh[j] + (dy ? dy[j] : 0);
+        const real act_c = activate(act, c[j]);
+        const real dcell = dc[j] + total * go[j] * slope(act, act_c);
+        di[j] = dcell * gg[j] * slope(gate_act, gi[j]);
+        df[j] = dcell * c_prev[j] * slope(gate_act, gf[j]);
+        dg[j] = dcell * gi[j] * slope(act, gg[j]);
+        dout[j] = total * act_c * slope(gate_act, go[j]);
+        dc[j] = dcell * gf[j];
+        dh[j] = 0;
     }
 }
 
@@ -99,28 +143,22 @@ void lstm_bprop_step(const real *gates, const real *c_prev, const real *c, const
                      real *dh, real *dc, real *dgates, const real *mask, int64_t N, int64_t H,
                      int act, int gate_act)
 {
+    const int common = act == ACT_TANH && gate_act == ACT_LOGISTIC;
 #pragma omp parallel for schedule(static) ROWS_PARALLEL(N, 4 * H)
     for (int64_t n = 0; n < N; n++) {
-        const real *gi = gates + n * 4 * H, *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
-        real *di = dgates + n * 4 * H, *df = di + H, *dg = di + 2 * H, *dout = di + 3 * H;
         const int64_t o = n * H;
+        const real *gi = gates + n * 4 * H;
+        real *di = dgates + n * 4 * H;
+        const real *dyr = dy ? dy + o : NULL;
         if (!real_row(mask, n)) {
-            for (int64_t j = 0; j < H; j++) {
-                dh[o + j] += dy ? dy[o + j] : 0;
-                di[j] = df[j] = dg[j] = dout[j] = 0;
-            }
-            continue;
-        }
-        for (int64_t j = 0; j < H; j++) {
-            const real total = dh[o + j] + (dy ? dy[o + j] : 0);
-            const real act_c = activate(act, c[o + j]);
-            const real dcell = dc[o + j] + total * go[j] * slope(act, act_c);
-            di[j] = dcell * gg[j] * slope(gate_act, gi[j]);
-            df[j] = dcell * c_prev[o + j] * slope(gate_act, gf[j]);
-            dg[j] = dcell * gi[j] * slope(act, gg[j]);
-            dout[j] = total * act_c * slope(gate_act, go[j]);
-            dc[o + j] = dcell * gf[j];
-            dh[o + j] = 0;
+            for (int64_t j = 0; j < H; j++)
+                dh[o + j] += dyr ? dyr[j] : 0;
+            memset(di, 0, (size_t)(4 * H) * sizeof(real));
+        } else if (common) {
+            lstm_bprop_row(gi, c_prev + o, c + o, dyr, dh + o, dc + o, di, H, ACT_TANH,
+                           ACT_LOGISTIC);
+        } else {
+            lstm_bprop_row(gi, c_prev + o, c + o, dyr, dh + o, dc + o, di, H, act, gate_act);
         }
     }
 }
@@ -138,7 +176,7 @@ void gru_fprop_step(real *gates, const real *hg, const real *bias_h, real *hn,
             const real r = logistic(gr[j] + hr[j] + bias_h[j]);
             const real z = logistic(gz[j] + hz[j] + bias_h[H + j]);
             const real hb = hh[j] + bias_h[2 * H + j];
-            const real cand = tanh(gn[j] + r * hb);
+            const real cand = tanh_exp(gn[j] + r * hb);
             gr[j] = r;
             gz[j] = z;
             gn[j] = cand;
