@@ -144,3 +144,46 @@ def test_learns_tiny_shakespeare_like_pytorch():
           f"first/last train loss {losses[0]:.3f}/{np.mean(losses[-10:]):.3f}")
     assert valid < np.log(vocab) - 0.8
     assert abs(valid - torch_valid) < 0.05
+
+
+STATEFUL_RUN = """\
+backend: cpu
+epochs: 2
+batchsize: 4
+rng_seed: 5
+eval_freq: 1
+metric: {type: NatsPerToken}
+dataset:
+  type: text
+  config: {filename: small.txt, seq_len: 8, split: 0.8, nbatches: 3, streams: true}
+layers:
+  - {type: Embedding, config: {vocab: 10, d: 8, name: embed}}
+  - {type: LSTM, config: {nout: 12, forget_bias: 1.0, stateful: true, name: lstm}}
+  - {type: GRU, config: {nout: 6, stateful: true, name: gru}}
+  - {type: Affine, config: {nout: 10, activation: {type: Softmax}, name: head}}
+callbacks:
+  - {type: ResetState}
+cost: {type: GeneralizedCost, config: {costfunc: {type: CrossEntropyMulti}}}
+optimizer: {type: Adam, config: {learning_rate: 0.01, gradient_clip_norm: 5.0}}
+"""
+
+
+def test_resume_of_a_stateful_lstm_is_bit_identical(tmp_path):
+    from test_checkpoint_resume import assert_same_state
+
+    from neonlite.serialize import read_checkpoint
+    config = tmp_path / "run.yaml"
+    config.write_text(STATEFUL_RUN)
+    (tmp_path / "text").mkdir()
+    rng = np.random.default_rng(0)
+    (tmp_path / "text" / "small.txt").write_text("".join(rng.choice(list("abcdefgh \n"), 600)))
+
+    def train(*args):
+        assert main(["train", str(config), "--data-dir", str(tmp_path), *map(str, args),
+                     "-q"]) == 0
+    train("-e", 2, "--save-path", tmp_path / "straight.h5")
+    train("-e", 1, "--save-path", tmp_path / "half.h5")
+    train("-e", 2, "--resume", tmp_path / "half.h5", "--save-path", tmp_path / "resumed.h5")
+    straight = read_checkpoint(tmp_path / "straight.h5")
+    assert straight.step_index == 6
+    assert_same_state(straight, read_checkpoint(tmp_path / "resumed.h5"))
