@@ -142,6 +142,8 @@ def test_learns_tiny_shakespeare_like_pytorch():
     print(f"\nchar_lstm {steps} steps: neonlite valid {valid:.4f} nats/char in "
           f"{neon_seconds:.1f} s; PyTorch {torch_valid:.4f} in {torch_seconds:.1f} s; "
           f"first/last train loss {losses[0]:.3f}/{np.mean(losses[-10:]):.3f}")
+    from neonlite.generation import generate
+    print("sample:", repr(generate(model, corpus.vocab, "ROMEO:", 160, temperature=0.8, seed=0)))
     assert valid < np.log(vocab) - 0.8
     assert abs(valid - torch_valid) < 0.05
 
