@@ -13,7 +13,8 @@ Every cell runs the same schedule (``RecurrentBase``):
 Every T-step buffer is made in ``allocate()``.  A sequence may be shorter than the T the
 layer was configured for (the first T' steps of the buffers are used), never longer.
 
-``mask`` (N, T) (1: a real step, 0: padding), given to ``fprop`` or set as ``layer.mask``:
+``mask`` (N, T) (1: a real step, 0: padding; a tensor or a host array), given to ``fprop`` or
+set as ``layer.mask``:
 a padded step neither changes the state nor takes gradient, and its output is 0.  With
 right-padded sequences ``return_sequences=False`` gives each sequence's last real state.
 
@@ -92,6 +93,7 @@ class RecurrentBase(ParameterLayer):
         self.hg = be.zeros((N, G * H))
         self.dy_t = be.zeros((T, N, H))
         self.mask_t = be.zeros((T, N))
+        self.mask_in = be.zeros((N, T))
         self.seq = {s: be.zeros((T + 1, N, H)) for s in self.states}
         self.delta_state = {s: be.zeros((N, H)) for s in self.states}
         self.carry = {s: be.zeros((N, H)) for s in self.states}
@@ -186,10 +188,18 @@ class RecurrentBase(ParameterLayer):
         if T > self.T or T < 1:
             raise ValueError(f"layer '{self.name}' ({type(self).__name__}): a sequence of {T} "
                              f"steps, but the layer was allocated for at most {self.T}")
-        if mask is not None and tuple(mask.shape) != (N, T):
+        if mask is not None and tuple(np.shape(mask)) != (N, T):
             raise ValueError(f"layer '{self.name}' ({type(self).__name__}): mask must have "
-                             f"shape {(N, T)} (N, T), got {tuple(mask.shape)}")
+                             f"shape {(N, T)} (N, T), got {tuple(np.shape(mask))}")
         return T
+
+    def _mask_tensor(self, mask, T):
+        """``mask`` as a tensor: a host array is copied into the layer's own buffer."""
+        if mask is None or not isinstance(mask, np.ndarray):
+            return mask
+        buf = self.mask_in if T == self.T else self.mask_in[:, :T]
+        buf.set(mask)
+        return buf
 
     def _order(self, T):
         return range(T - 1, -1, -1) if self.reverse else range(T)
@@ -205,6 +215,7 @@ class RecurrentBase(ParameterLayer):
         be, H = self.be, self.nout
         mask = mask if mask is not None else self.mask
         T = self._steps(x, mask)
+        mask = self._mask_tensor(mask, T)
         self.T_run, self.masked = T, mask is not None
         N = x.shape[0]
         x_t, g_t = self.x_t[:T], self.g_t[:T]

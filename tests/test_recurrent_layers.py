@@ -71,6 +71,7 @@ def test_padded_steps_neither_change_the_state_nor_output_anything():
     net = build(LSTM(H, return_sequences=True), (T, D))
     layer = net.layers[0]
     y = layer.fprop(be.array(x), mask=be.array(_mask(3))).get()
+    np.testing.assert_array_equal(layer.fprop(be.array(x), mask=_mask(3)).get(), y)
     assert not y[1, T - 2:].any() and not y[2, 1:].any()
     for n, length in enumerate([T, T - 2, 1]):
         alone = layer.fprop(be.array(np.where(np.arange(T)[None, :, None] < length, x, 0.0)))
@@ -151,6 +152,8 @@ def test_bad_input_gets_one_clear_error():
     with pytest.raises(ValueError, match=r"'lstm' \(LSTM\): mask must have shape \(2, 4\) "
                                          r"\(N, T\), got \(2, 3\)"):
         layer.fprop(be.zeros((2, T, D)), mask=be.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"mask must have shape \(2, 4\) \(N, T\), got \(4,\)"):
+        layer.fprop(be.zeros((2, T, D)), mask=np.ones(4))
     with pytest.raises(ValueError, match=r"expected a sequence batch \(2, T, 3\), got \(2, 4, 5\)"):
         layer.fprop(be.zeros((2, T, 5)))
     with pytest.raises(ValueError, match="the activation must be one of Tanh, Logistic"):
