@@ -198,3 +198,31 @@ def test_descriptions_round_trip_and_parameters_reload(tmp_path):
     other.set_params(params)
     other.layers.layers[0].set_state(**carried)
     np.testing.assert_array_equal(other.fprop(other.be.array(x.get())).get(), expected)
+
+
+def test_training_steps_after_the_first_allocate_nothing_of_size():
+    """Every T-step buffer is made in allocate(): LSTM, GRU and a masked bidirectional layer
+    under a per-token softmax head train, and the later steps' traced peak stays at the size
+    of Python objects."""
+    from test_cpu_no_step_allocations import PEAK_LIMIT, _peaks
+
+    from neonlite import Model
+    from neonlite.layers import Affine, GeneralizedCost
+    from neonlite.optimizers import Adam
+    from neonlite.serialize import ShapeStub
+    from neonlite.transforms import CrossEntropyMulti
+    be = neonlite.gen_backend("cpu", batch_size=8, rng_seed=0)
+    bi = BiLSTM(16)
+    bi.mask = be.array(np.ones((8, 32)))
+    model = Model([LSTM(64), GRU(32), bi, Affine(8, activation=Softmax())])
+    model.initialize(ShapeStub((32, 24)), GeneralizedCost(CrossEntropyMulti()))
+    rng = np.random.default_rng(0)
+    x = be.array(rng.normal(size=(8, 32, 24)))
+    t = be.array(np.eye(8)[rng.integers(0, 8, size=(8, 32))])
+    opt = Adam(1e-3)
+
+    def step():
+        model.train_step(x, t, opt, 0)
+        return True
+    step()
+    assert max(_peaks(step)) < PEAK_LIMIT
