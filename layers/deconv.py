@@ -2,9 +2,14 @@
 NHWC images, run on the convolution kernels: its fprop is a convolution's bprop (data
 gradient), its bprop a convolution's fprop plus the filter gradient."""
 from ..initializers import Constant, Kaiming
+from ..transforms.activation import Identity, Logistic, Rectlin, Tanh
 from .containers import CompoundLayer
 from .conv import _pair
-from .layer import ParameterLayer
+from .layer import ParameterLayer, flat_rows
+
+# Activations whose derivative follows from the output alone (Rectlin's from its sign), so
+# the layer keeps no pre-activation copy.
+FUSABLE = (Rectlin, Logistic, Tanh, Identity)
 
 
 class Deconvolution(ParameterLayer):
@@ -19,10 +24,14 @@ class Deconvolution(ParameterLayer):
     (2, 3, 1, 0).  The filters are those of the convolution from (P, Q, K) to (H, W, C) this
     is the transpose of (``conv_layer(N, K, P, Q, C, R, S, ...)``): output_padding must be
     smaller than the stride (otherwise that convolution would not give back H x W).
+
+    ``bias`` (an initializer, or None) and ``activation`` (None, Rectlin, Logistic, Tanh or
+    Identity) run in one pass over the output after the transposed convolution, and their
+    gradients in one pass before its bprop (``Deconv`` puts them here).
     """
 
     def __init__(self, fshape, strides=1, padding=0, output_padding=0, dilation=1, init=None,
-                 name=None):
+                 name=None, bias=None, activation=None):
         super().__init__(name)
         if len(tuple(fshape)) != 3:
             raise ValueError(f"Deconv: fshape must be (R, S, K) = (height, width, output "
@@ -31,6 +40,10 @@ class Deconvolution(ParameterLayer):
         self.strides, self.padding = strides, padding
         self.output_padding, self.dilation = output_padding, dilation
         self.init = init or Kaiming()
+        if activation is not None and not isinstance(activation, FUSABLE):
+            raise ValueError(f"Deconvolution: activation must be one of Rectlin, Logistic, Tanh "
+                             f"or Identity to run in its pass, got {activation!r}")
+        self.bias_init, self.activation = bias, activation
 
     def _configure(self, in_shape):
         if len(in_shape) != 3:
@@ -63,13 +76,29 @@ class Deconvolution(ParameterLayer):
         R, S, K = self.fshape
         C = self.in_shape[2]
         self.W = self.add_param("W", (R, S, K, C), self.init, R * S * C, R * S * K)
+        self.b = None if self.bias_init is None else self.add_param("b", (K,), self.bias_init,
+                                                                     K, K)
+        self.act_error = self.be.zeros(self.outputs.shape) if self.activation else None
 
     def fprop(self, x, inference=False):
         self.x = x
-        self.be.bprop_conv(self.plan, self.W.value, x, self.outputs)
-        return self.outputs
+        out = self.outputs
+        self.be.bprop_conv(self.plan, self.W.value, x, out)
+        pre = out if self.b is None else out + self.b.value
+        if self.activation is not None:
+            self.activation.fprop(self.be, pre, out)
+        elif self.b is not None:
+            out[:] = pre
+        return out
 
     def bprop(self, error):
+        if self.activation is not None:
+            self.activation.bprop(self.be, self.outputs, self.outputs, error, self.act_error)
+            error = self.act_error
+        if self.b is not None:
+            K = self.fshape[2]
+            b2 = self.b.grad.reshape(1, K)
+            b2[:] = b2 + self.be.sum(flat_rows(error, K), axis=0)
         self.be.fprop_conv(self.plan, error, self.W.value, self.deltas)
         self.be.update_conv(self.plan, error, self.x, self.W.grad, beta=1.0)
         return self.deltas
@@ -78,10 +107,15 @@ class Deconvolution(ParameterLayer):
 class Deconv(CompoundLayer):
     """Deconvolution (W (R, S, K, C)) + bias (b (K,), or BatchNorm when ``batch_norm``) +
     activation, on NHWC images: the decoder half of a convolutional autoencoder.  See
-    :class:`Deconvolution` for the shapes and arguments."""
+    :class:`Deconvolution` for the shapes and arguments.  Without batch norm the bias and a
+    Rectlin/Logistic/Tanh/Identity activation run inside the Deconvolution's own passes."""
 
     def __init__(self, fshape, strides=1, padding=0, output_padding=0, dilation=1, init=None,
                  bias=Constant(0.0), activation=None, batch_norm=False, name=None):
         self.fshape = fshape
-        core = Deconvolution(fshape, strides, padding, output_padding, dilation, init)
-        super().__init__(core, bias, batch_norm, activation, name)
+        fused = not batch_norm and (activation is None or isinstance(activation, FUSABLE))
+        core = Deconvolution(fshape, strides, padding, output_padding, dilation, init,
+                             bias=bias if fused else None,
+                             activation=activation if fused else None)
+        super().__init__(core, None if fused else bias, batch_norm,
+                         None if fused else activation, name)

@@ -42,8 +42,9 @@ def _torch_twin(torch, model):
                 if getattr(leaf, "b", None) is not None:
                     conv.bias.copy_(torch.tensor(leaf.b.value.get()))
             mods.append(conv)
-            if getattr(leaf, "activation", None) is not None:
-                mods.append(nn.ReLU())
+            act = type(getattr(leaf, "activation", None)).__name__
+            if act in ("Rectlin", "Logistic"):
+                mods.append(nn.ReLU() if act == "Rectlin" else nn.Sigmoid())
         elif kind == "Bias":
             with torch.no_grad():
                 mods[-1].bias.copy_(torch.tensor(leaf.b.value.get()))

@@ -12,7 +12,7 @@ import neonlite
 from neonlite.backends import numpy_lrn
 from neonlite.layers import (LRN, Conv, Deconv, Deconvolution, MergeBroadcast, Pooling,
                              ShapeError, SkipNode)
-from neonlite.transforms import Rectlin, SmoothL1Loss
+from neonlite.transforms import Logistic, Rectlin, SmoothL1Loss, Tanh
 
 DECONV_CASES = [((4, 5, 3), (3, 3, 2), 2, 1, 1), ((3, 3, 2), (2, 2, 4), 1, 0, 0),
                 ((5, 4, 3), (3, 2, 3), 3, 1, 2), ((3, 4, 2), (4, 4, 2), (2, 1), (1, 0), (1, 0))]
@@ -22,6 +22,25 @@ DECONV_CASES = [((4, 5, 3), (3, 3, 2), 2, 1, 1), ((3, 3, 2), (2, 2, 4), 1, 0, 0)
 def test_deconv_gradients(in_shape, fshape, stride, pad, extra):
     gradient_check(lambda: Deconv(fshape, strides=stride, padding=pad, output_padding=extra,
                                   activation=Rectlin(0.1)), in_shape, batch=2, atol=1e-8)
+
+
+@pytest.mark.parametrize("activation", [Logistic(), Tanh(), None])
+def test_deconv_fused_bias_and_activation(activation):
+    net = gradient_check(lambda: Deconv((3, 3, 2), strides=2, padding=1, output_padding=1,
+                                        activation=activation), (3, 3, 2), batch=2, atol=1e-8)
+    core = net.layers[0]
+    assert len(net.layers) == 1 and core.b is not None
+    be = neonlite.get_backend()
+    x = be.array(np.random.default_rng(9).normal(size=(2, 3, 3, 2)))
+    unfused = build(Deconvolution((3, 3, 2), strides=2, padding=1, output_padding=1),
+                    (3, 3, 2))
+    unfused.layers[0].W.value[:] = core.W.value
+    b = core.b.value.get().reshape(1, 1, 1, -1)
+    pre = unfused.fprop(x).get() + b
+    want = {None: pre, "Logistic": 1 / (1 + np.exp(-pre)), "Tanh": np.tanh(pre)}
+    np.testing.assert_allclose(net.fprop(x).get(),
+                               want[type(activation).__name__ if activation else None],
+                               rtol=1e-12)
 
 
 @pytest.mark.parametrize("in_shape,fshape,stride,pad,extra", DECONV_CASES)
