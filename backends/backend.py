@@ -401,6 +401,55 @@ class Backend(ABC):
             acc[:] = acc + self.sum(rows, axis=0)
         return dx
 
+    # ---- local response normalization ---------------------------------------------------------
+    @abstractmethod
+    def lrn_fprop(self, x, y, scale, depth, alpha, beta, k):
+        """Across the channels of rows x (M, C) (NHWC images as (N*H*W, C)): scale (M, C) =
+        k + alpha / depth * sum of x^2 over channels c - depth//2 .. c + (depth-1)//2,
+        y = x * scale^-beta (``backends/numpy_lrn.py`` is the reference)."""
+
+    @abstractmethod
+    def lrn_bprop(self, x, scale, dy, dx, depth, alpha, beta):
+        """dx (M, C), the gradient of ``lrn_fprop`` from its input x and ``scale``."""
+
+    # ---- recurrent gate steps ---------------------------------------------------------------
+    # One time step of a recurrent cell, after the step's recurrent GEMM hg = h_prev @ U.  Rows
+    # (N, k) contiguous; ``mask`` (N,) or None: a row whose mask is 0 is padding (keeps its
+    # state, gets no gate gradient, passes dh and dc through).  ``dy`` (N, H) or None is the
+    # error arriving at h_t from the layer's output; ``dh`` (N, H) holds, on entry, the error
+    # arriving from step t+1 and, on exit, the part of dL/dh_{t-1} that does not go through U
+    # (the caller adds dgates @ U^T).  Activations: "tanh", "logistic", "relu", "identity".
+    # ``backends/numpy_recurrent.py`` is the reference of every one.
+    @abstractmethod
+    def rnn_fprop_step(self, xg, hg, h_prev, h, mask=None, activation="tanh"):
+        """h (N, H) = act(xg + hg); xg the input projection with its bias."""
+
+    @abstractmethod
+    def rnn_bprop_step(self, h, dy, dh, dpre, mask=None, activation="tanh"):
+        """dpre (N, H) = (dh + dy) * act'(h) (from the output h)."""
+
+    @abstractmethod
+    def lstm_fprop_step(self, gates, hg, c_prev, c, h_prev, h, mask=None, activation="tanh",
+                        gate_activation="logistic"):
+        """gates (N, 4H), order (i, f, g, o): in, the input projection with its bias; out, the
+        activated gates.  c = f c_prev + i g and h = o act(c), (N, H)."""
+
+    @abstractmethod
+    def lstm_bprop_step(self, gates, c_prev, c, dy, dh, dc, dgates, mask=None,
+                        activation="tanh", gate_activation="logistic"):
+        """dgates (N, 4H) = dL/d(gate pre-activations); dc (N, H): in dL/dc_t, out
+        dL/dc_{t-1}."""
+
+    @abstractmethod
+    def gru_fprop_step(self, gates, hg, bias_h, hn, h_prev, h, mask=None):
+        """PyTorch's GRU: gates (N, 3H) order (r, z, n), in the input projection with its
+        bias, out the activated gates; bias_h (3H,) the recurrent bias; hn (N, H) <- hg_n +
+        bias_h_n.  n = tanh(x_n + r hn), h = (1 - z) n + z h_prev."""
+
+    @abstractmethod
+    def gru_bprop_step(self, gates, hn, h_prev, dy, dh, dgx, dgh, mask=None):
+        """dgx, dgh (N, 3H): dL/d(input projection) and dL/d(h_prev @ U + bias_h)."""
+
     # ---- rows of a table (embeddings) and layout ---------------------------------------------
     @abstractmethod
     def take_rows(self, table, ids, out):

@@ -12,7 +12,9 @@ from . import numpy_conv, numpy_norm, numpy_rows
 from .backend import Backend, Tensor
 from .cpu_blocksparse import CPUBlockSparseMixin
 from .cpu_kernels import CPUKernels
+from .cpu_lrn import CPULRNMixin
 from .cpu_optree import OpTreeMachine
+from .cpu_recurrent import CPURecurrentMixin
 from .cpu_threads import set_cpu_threads
 from .numpy_ops import evaluate
 from .optree import OpNode
@@ -98,7 +100,7 @@ def aligned_empty(shape, dtype):
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
-class CPUBackend(CPUBlockSparseMixin, Backend):
+class CPUBackend(CPULRNMixin, CPURecurrentMixin, CPUBlockSparseMixin, Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float16, float32 or
     float64 (float64 is the one gradient checks use)."""
 

@@ -19,14 +19,17 @@ from . import cublas, gpu_build, philox
 from .backend import Backend
 from .gpu_blocksparse import GPUBlockSparseMixin
 from .gpu_device import get_device
+from .gpu_lrn import GPULRNMixin
 from .gpu_nn import GPUNNMixin
 from .gpu_norm import GPUNormMixin
+from .gpu_recurrent import GPURecurrentMixin
 from .gpu_optree import OpTreeExecutor
 from .gpu_tensor import GPUTensor, as_dtype, contiguous_strides
 from .optree import OpNode
 
 
-class GPUBackend(GPUBlockSparseMixin, GPUNNMixin, GPUNormMixin, Backend):
+class GPUBackend(GPULRNMixin, GPURecurrentMixin, GPUBlockSparseMixin, GPUNNMixin,
+                 GPUNormMixin, Backend):
     """CUDA backend on device ``device_id`` (see the module docstring).
 
     ``allow_tf32=True`` lets float32 GEMMs use TF32 tensor cores (off by default)."""

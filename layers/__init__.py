@@ -6,12 +6,18 @@ from .blocksparse_linear import BlockSparseAffine, BlockSparseLinear
 from .containers import Affine, CompoundLayer, Conv, MergeSum, Sequential, SkipNode
 from .conv import Convolution
 from .cost import GeneralizedCost
+from .deconv import Deconv, Deconvolution
 from .embedding import Embedding, PositionalEmbedding
 from .layer import Layer, Parameter, ParameterLayer, ShapeError
 from .layernorm import LayerNorm
 from .linear import Bias, Linear
+from .lrn import LRN
+from .merge import MergeBroadcast
 from .norm import BatchNorm
 from .pooling import Pooling
+from .recurrent import GRU, LSTM, Recurrent
+from .recurrent_stack import (BiGRU, BiLSTM, BiRNN, DeepBiLSTM, DeepBiRNN, RecurrentLast,
+                              RecurrentMean, RecurrentSum)
 from .shape import Flatten, Reshape
 from .transformer import TransformerBlock
 
@@ -19,4 +25,7 @@ __all__ = ["Layer", "ParameterLayer", "Parameter", "ShapeError", "Linear", "Bias
            "Convolution", "Conv", "Pooling", "BatchNorm", "Activation", "Dropout", "Flatten",
            "Reshape", "Sequential", "MergeSum", "SkipNode", "CompoundLayer", "GeneralizedCost",
            "Embedding", "PositionalEmbedding", "LayerNorm", "MultiHeadAttention",
-           "TransformerBlock", "BlockSparseLinear", "BlockSparseAffine", "BlockSparseAttention"]
+           "TransformerBlock", "BlockSparseLinear", "BlockSparseAffine", "BlockSparseAttention",
+           "Recurrent", "LSTM", "GRU", "RecurrentLast", "RecurrentSum", "RecurrentMean", "BiRNN",
+           "BiLSTM", "BiGRU", "DeepBiRNN", "DeepBiLSTM", "Deconvolution", "Deconv",
+           "MergeBroadcast", "LRN"]

@@ -272,6 +272,17 @@ class EarlyStopping(Callback):
                       f"{self.patience} evaluations")
 
 
+class ResetState(Callback):
+    """Returns every stateful recurrent layer to its initial state at the start of each epoch
+    (truncated backpropagation through time carries the state between the minibatches of an
+    epoch, not from one epoch's end into the next one's start)."""
+
+    def on_epoch_begin(self, epoch):
+        for leaf in self.model.layers.leaves():
+            if getattr(leaf, "stateful", False):
+                leaf.reset_state()
+
+
 class LearningRateSchedule(Callback):
     """Set each optimizer's learning rate at the start of every epoch from ``schedule``
     (``neonlite.optimizers`` schedules: ``rate(base_lr, epoch, step)``), where base_lr is the

@@ -20,7 +20,8 @@ from neonlite.training_log import read_log
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-TWINS = ["shapes_cnn", "mnist_mlp", "mnist_cnn", "cifar10_allcnn", "cifar10_resnet"]
+TWINS = ["shapes_cnn", "mnist_mlp", "mnist_cnn", "cifar10_allcnn", "cifar10_resnet",
+         "conv_autoencoder", "inception_shapes"]
 MNIST = data_dir() / "mnist"
 MNIST_FILES = (MNIST / "t10k-images-idx3-ubyte.gz", MNIST / "t10k-labels-idx1-ubyte.gz")
 needs_mnist = pytest.mark.skipif(not all(p.is_file() for p in MNIST_FILES),

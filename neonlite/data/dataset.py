@@ -39,14 +39,16 @@ class ImageDataset(SplitDataset):
     backend seed) and ``valid_iter`` (in order) are :class:`ArrayIterator` s with one-hot
     targets (N, nclass); they are made on first use with the current backend (and made again
     if the backend changed), keep X as uint8 on the host and scale it by 1/255 on the way in.
+    ``reconstruct=True``: the targets are the images themselves (autoencoders).
     """
 
     name = "data"
     nclass = None
     shape = None
 
-    def __init__(self, shuffle=True):
+    def __init__(self, shuffle=True, reconstruct=False):
         self.shuffle = shuffle
+        self.reconstruct = bool(reconstruct)
         self._arrays = None
         self._iters = {}
 
@@ -61,5 +63,8 @@ class ImageDataset(SplitDataset):
 
     def _make_iterator(self, which):
         (X, y) = self.load()[0 if which == "train" else 1]
+        if self.reconstruct:
+            return ArrayIterator(X, None, shuffle=self.shuffle and which == "train",
+                                 name=f"{self.name} {which}")
         return ArrayIterator(X, y, nclass=self.nclass, shuffle=self.shuffle and which == "train",
                              name=f"{self.name} {which}")

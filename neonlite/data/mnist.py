@@ -45,8 +45,9 @@ class MNIST(ImageDataset):
     nclass = 10
     shape = (28, 28, 1)
 
-    def __init__(self, path=None, download=True, mirror=MIRROR, timeout=30.0, shuffle=True):
-        super().__init__(shuffle)
+    def __init__(self, path=None, download=True, mirror=MIRROR, timeout=30.0, shuffle=True,
+                 reconstruct=False):
+        super().__init__(shuffle, reconstruct)
         self.folder = dataset_dir("mnist", path)
         self.download = download
         self.mirror = mirror if mirror.endswith("/") else mirror + "/"

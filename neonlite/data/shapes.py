@@ -43,8 +43,8 @@ class Shapes(ImageDataset):
     name = "shapes"
 
     def __init__(self, n=10000, size=32, classes=8, seed=0, nvalid=None, noise=12.0,
-                 scale=(0.2, 0.4), nclass=None, shuffle=True):
-        super().__init__(shuffle)
+                 scale=(0.2, 0.4), nclass=None, shuffle=True, reconstruct=False):
+        super().__init__(shuffle, reconstruct)
         if not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"Shapes: n must be a positive integer, got {n!r}")
         if not isinstance(size, (int, np.integer)) or size < 8:

@@ -89,9 +89,15 @@ class TextWindows:
     ``shard(rank, nranks)`` (data-parallel training) draws the offsets of the global batch,
     ``nranks`` times the backend's batch, the same on every process, and keeps this process's
     part, rows ``rank * bsz ...``; the default number of batches then counts global batches.
+
+    ``streams=True`` (for stateful recurrent models, neon's layout): the text is cut into one
+    stretch per batch row and batch b's row n is the window after batch b-1's row n, in both
+    modes (the walk starts again at the beginning of each epoch; an epoch of ``nbatches``
+    beyond the stretch length wraps around).
     """
 
-    def __init__(self, ids, vocab, seq_len, shuffle=True, nbatches=None, name="text"):
+    def __init__(self, ids, vocab, seq_len, shuffle=True, nbatches=None, name="text",
+                 streams=False):
         self.be = get_backend()
         self.ids, self.vocab, self.name = np.asarray(ids, dtype=np.int32), vocab, name
         if not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
@@ -115,6 +121,10 @@ class TextWindows:
         self.valid = bsz
         self.rank, self.nranks = 0, 1
         self._given_nbatches = nbatches
+        self.streams = bool(streams)
+        if self.streams and (len(self.ids) - 1) // bsz < T:
+            raise DataError(f"{name}: {len(self.ids)} characters are too few for {bsz} streams "
+                            f"of at least one window of seq_len={T}")
 
     def shard(self, rank, nranks):
         """Iterate only part ``rank`` of ``nranks`` of every global batch (see the class doc)."""
@@ -125,10 +135,12 @@ class TextWindows:
 
     @property
     def ndata(self):
-        return self.nbatches * self.be.bsz if self.shuffle else self.nwindows
+        return self.nbatches * self.be.bsz if self.shuffle or self.streams else self.nwindows
 
     @property
     def nbatches(self):
+        if self.streams and not self.shuffle:
+            return (len(self.ids) - 1) // (self.be.bsz * self.nranks) // self.seq_len
         return self.random_nbatches if self.shuffle else -(-self.nwindows // self.be.bsz)
 
     def __len__(self):
@@ -140,6 +152,9 @@ class TextWindows:
     def batches(self, shuffle):
         """Generator of (x, t) device buffers for one epoch (see the class docstring)."""
         bsz, T = self.be.bsz, self.seq_len
+        if self.streams:
+            yield from self._stream_batches()
+            return
         if shuffle:
             for _ in range(self.random_nbatches):
                 starts = self.be.rng.integers(0, len(self.ids) - T, size=bsz * self.nranks)
@@ -152,6 +167,16 @@ class TextWindows:
             window = np.arange(b * bsz, (b + 1) * bsz) % self.nwindows
             self.valid = min(bsz, self.nwindows - b * bsz)
             self._fill(window * T)
+            yield self.x_buf, self.t_buf
+
+    def _stream_batches(self):
+        bsz, T = self.be.bsz, self.seq_len
+        length = (len(self.ids) - 1) // (bsz * self.nranks)
+        per_stream = length // T
+        rows = (self.rank * bsz + np.arange(bsz)) * length
+        self.valid = bsz
+        for b in range(self.nbatches if self.shuffle else per_stream):
+            self._fill(rows + (b % per_stream) * T)
             yield self.x_buf, self.t_buf
 
     def _fill(self, starts):
@@ -177,13 +202,15 @@ class TextCorpus(TextWindows):
             distinct characters of the whole text (a character outside a given vocabulary is
             an error naming its offset).
         filename (str or None): the file inside a data directory ``path``.
+        streams (bool): one stretch of text per batch row, walked in order (see
+            :class:`TextWindows`), for stateful recurrent models.
 
     ``vocab`` (a :class:`Vocabulary`: ``chars``, ``encode``, ``decode``), ``train_iter``
     (this object) and ``valid_iter`` are neon's names.
     """
 
     def __init__(self, path=None, seq_len=128, split=0.9, nbatches=None, vocab=None,
-                 filename=None, shuffle=True, name=None):
+                 filename=None, shuffle=True, name=None, streams=False):
         where = path if path is not None else "pydoc_data.topics"
         text = builtin_text() if path is None else read_text(path, filename)
         if not 0.0 < split < 1.0:
@@ -192,8 +219,10 @@ class TextCorpus(TextWindows):
         ids = self.vocab.encode(text, str(where))
         cut = int(len(ids) * split)
         name = name or os.path.basename(str(where))
-        super().__init__(ids[:cut], self.vocab, seq_len, shuffle, nbatches, f"{name} train")
-        self._valid = TextWindows(ids[cut:], self.vocab, seq_len, False, None, f"{name} valid")
+        super().__init__(ids[:cut], self.vocab, seq_len, shuffle, nbatches, f"{name} train",
+                         streams)
+        self._valid = TextWindows(ids[cut:], self.vocab, seq_len, False, None, f"{name} valid",
+                                  streams)
 
     @property
     def train_iter(self):

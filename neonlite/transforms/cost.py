@@ -80,3 +80,27 @@ class MeanSquared(Cost):
 
     def bprop(self, be, y, t, delta):
         delta[:] = (y - t) * (2.0 / y.size)
+
+
+class SmoothL1Loss(Cost):
+    """The mean over every element (features as well as rows, as MeanSquared and PyTorch's
+    ``SmoothL1Loss``) of, for d = y - t and a = |d|:  0.5 d^2 / beta where a < beta, else
+    a - 0.5 beta; written branch-free with m = min(a, beta) as 0.5 m^2 / beta + (a - m).  Its
+    gradient is clip(d, -beta, beta) / beta / size."""
+
+    def __init__(self, beta=1.0):
+        if beta <= 0:
+            raise ValueError(f"SmoothL1Loss: beta must be positive, got {beta!r}")
+        self.beta = float(beta)
+
+    def cost(self, be, y, t, work):
+        a = be.absolute(y - t)
+        m = be.minimum(a, self.beta)
+        work[:] = be.sum(be.square(m) * (0.5 / self.beta) + (a - m))
+        return float(work.get().ravel()[0]) / y.size
+
+    def bprop(self, be, y, t, delta):
+        delta[:] = be.clip(y - t, -self.beta, self.beta) * (1.0 / (self.beta * y.size))
+
+    def get_description(self):
+        return {"type": type(self).__name__, "config": {"beta": self.beta}}

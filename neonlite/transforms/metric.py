@@ -67,3 +67,13 @@ class LogLoss(Metric):
         y = np.asarray(y, dtype=np.float64)
         labels = _labels(t)
         return -np.log(np.maximum(np.take_along_axis(y, labels[:, None], axis=-1)[:, 0], 1e-12))
+
+
+class MeanSquaredError(Metric):
+    """Mean over each row's features of (y - t)^2: a reconstruction error (autoencoders)."""
+
+    name = "mse"
+
+    def __call__(self, y, t):
+        d = np.asarray(y, dtype=np.float64) - np.asarray(t, dtype=np.float64)
+        return np.square(d.reshape(len(d), -1)).mean(axis=1)

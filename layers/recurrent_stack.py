@@ -1,0 +1,172 @@
+"""Layers around the recurrent cells: the sequence reductions :class:`RecurrentLast`,
+:class:`RecurrentSum`, :class:`RecurrentMean` ((N, T, H) -> (N, H)); the bidirectional
+:class:`BiRNN`, :class:`BiLSTM`, :class:`BiGRU`; and the stacks :class:`DeepBiRNN`,
+:class:`DeepBiLSTM`."""
+from .containers import Sequential
+from .layer import Layer
+from .recurrent import GRU, LSTM, Recurrent
+
+MERGES = ("concat", "sum")
+
+
+class _SequenceReduction(Layer):
+    """(N, T, H) -> (N, H) over the time axis."""
+
+    def _configure(self, in_shape):
+        if len(in_shape) != 2:
+            raise self.shape_error("a sequence (T, H) per example")
+        self.T = in_shape[0]
+        return (in_shape[1],)
+
+
+class RecurrentLast(_SequenceReduction):
+    """The output of the last time step, y = x[:, T-1] (with a padding mask use the cell's
+    ``return_sequences=False``, which gives each sequence's last real state)."""
+
+    def fprop(self, x, inference=False):
+        self.outputs[:] = x[:, x.shape[1] - 1]
+        return self.outputs
+
+    def bprop(self, error):
+        self.deltas[:] = 0.0
+        self.deltas[:, self.T - 1] = error
+        return self.deltas
+
+
+class RecurrentSum(_SequenceReduction):
+    """y = sum over t of x[:, t]."""
+
+    scale = None
+
+    def fprop(self, x, inference=False):
+        out = self.outputs.reshape(x.shape[0], 1, self.out_shape[0])
+        total = self.be.sum(x, axis=1)
+        out[:] = total if self.scale is None else total * self.scale
+        return self.outputs
+
+    def bprop(self, error):
+        e = error.reshape(error.shape[0], 1, self.out_shape[0])
+        self.deltas[:] = e if self.scale is None else e * self.scale
+        return self.deltas
+
+
+class RecurrentMean(RecurrentSum):
+    """y = mean over t of x[:, t]."""
+
+    def _configure(self, in_shape):
+        out = super()._configure(in_shape)
+        self.scale = 1.0 / self.T
+        return out
+
+
+class _Bidirectional(Layer):
+    """A forward cell and a reversed one over the same sequence, outputs concatenated
+    (``merge="concat"``: (N, T, 2H), forward first, as PyTorch's bidirectional layers) or
+    summed ((N, T, H)).  With ``return_sequences=False`` each direction gives its final state
+    (the reversed one's is at t = 0).  Parameters ``<name>.fwd.*`` and ``<name>.bwd.*``."""
+
+    cell = None
+
+    def __init__(self, nout, init=None, merge="concat", return_sequences=True, name=None,
+                 **cell_args):
+        super().__init__(name)
+        if merge not in MERGES:
+            raise ValueError(f"{type(self).__name__}: merge must be one of {MERGES}, got "
+                             f"{merge!r}")
+        self.merge, self.nout = merge, nout
+        self.fwd = self.cell(nout, init=init, return_sequences=return_sequences, **cell_args)
+        self.bwd = self.cell(nout, init=init, return_sequences=return_sequences, reverse=True,
+                             **cell_args)
+        self.mask = None
+
+    def name_children(self):
+        self.fwd.name, self.bwd.name = f"{self.name}.fwd", f"{self.name}.bwd"
+
+    def _configure(self, in_shape):
+        shape = self.fwd.configure(in_shape, self.prev_name)
+        self.bwd.configure(in_shape, self.prev_name)
+        if self.merge == "concat":
+            shape = shape[:-1] + (2 * shape[-1],)
+        return shape
+
+    def allocate(self):
+        super().allocate()
+        self.fwd.allocate()
+        self.bwd.allocate()
+
+    def set_needs_deltas(self, needed):
+        self.needs_deltas = needed
+        self.fwd.set_needs_deltas(needed)
+        self.bwd.set_needs_deltas(needed)
+
+    def _halves(self, t):
+        H = self.nout
+        return (t[..., :H], t[..., H:]) if self.merge == "concat" else (t, t)
+
+    def fprop(self, x, inference=False, mask=None):
+        mask = mask if mask is not None else self.mask
+        f = self.fwd.fprop(x, inference, mask)
+        b = self.bwd.fprop(x, inference, mask)
+        if self.merge == "sum":
+            self.outputs[:] = f + b
+        else:
+            first, second = self._halves(self.outputs)
+            first[:] = f
+            second[:] = b
+        return self.outputs
+
+    def bprop(self, error):
+        first, second = self._halves(error)
+        df = self.fwd.bprop(first)
+        db = self.bwd.bprop(second)
+        if self.needs_deltas:
+            self.deltas[:] = df + db
+        return self.deltas
+
+    def parameters(self):
+        return self.fwd.parameters() + self.bwd.parameters()
+
+    def leaves(self):
+        return [self.fwd, self.bwd]
+
+
+class BiRNN(_Bidirectional):
+    """Bidirectional :class:`Recurrent` (``activation``, ``init_inner`` as there)."""
+    cell = Recurrent
+
+
+class BiLSTM(_Bidirectional):
+    """Bidirectional :class:`LSTM` (``activation``, ``gate_activation``, ``forget_bias``,
+    ``init_inner`` as there)."""
+    cell = LSTM
+
+
+class BiGRU(_Bidirectional):
+    """Bidirectional :class:`GRU`."""
+    cell = GRU
+
+
+class _DeepBidirectional(Sequential):
+    """``depth`` bidirectional layers of ``nout`` units each, stacked (each one's merged
+    sequence feeds the next); the last may return only its final states."""
+
+    bidirectional = None
+
+    def __init__(self, nout, init=None, depth=2, merge="concat", return_sequences=True,
+                 name=None, **cell_args):
+        if depth < 1:
+            raise ValueError(f"{type(self).__name__}: depth must be at least 1, got {depth!r}")
+        layers = [self.bidirectional(nout, init=init, merge=merge,
+                                     return_sequences=return_sequences or i < depth - 1,
+                                     **cell_args) for i in range(depth)]
+        super().__init__(layers, name)
+
+
+class DeepBiRNN(_DeepBidirectional):
+    """A stack of :class:`BiRNN` layers."""
+    bidirectional = BiRNN
+
+
+class DeepBiLSTM(_DeepBidirectional):
+    """A stack of :class:`BiLSTM` layers."""
+    bidirectional = BiLSTM
