@@ -10,17 +10,23 @@ trains, the last 10% validates.
     python examples/char_lstm.py -b cpu --steps 500 \
         --data ../shared/data/text/tinyshakespeare.txt
 
-Without ``--data`` it trains on Python's own documentation text, so it runs offline.
+It takes the flags of ``neonlite train examples/char_lstm.yaml`` (``-e`` epochs, ``-z``,
+``--max-batches``, ``--save-path``, ``--data-dir`` ...) with their meanings, plus ``--data
+FILE``, ``--steps`` (training batches per epoch), ``--seq-len``, ``--hidden``, ``--prompt`` and
+``-n`` (characters to sample after training).  Without ``--data`` it trains on Python's own
+documentation text, so it runs offline.  ``train()`` is the same recipe as a Python function.
 """
-import argparse
+import functools
 import sys
 
 import numpy as np
 
-from neonlite import Model, available_backends, gen_backend
+from neonlite import Model, gen_backend
 from neonlite.callbacks import Callbacks, LossLog, ResetState
+from neonlite.cli.arguments import positive_int
+from neonlite.cli.example import example_main
+from neonlite.cli.text_examples import configure_text_lm, text_lm_arguments, write_sample
 from neonlite.data import TextCorpus
-from neonlite.generation import generate
 from neonlite.layers import LSTM, Affine, Embedding, GeneralizedCost
 from neonlite.optimizers import Adam
 from neonlite.transforms import CrossEntropyMulti, NatsPerToken, Softmax
@@ -58,35 +64,39 @@ def train(data=None, steps=500, backend="cpu", batch_size=32, seed=0, seq_len=64
     return model, corpus, log.losses, valid
 
 
+SETTINGS = {"backend": "cpu", "epochs": 1, "batchsize": 32, "rng_seed": 0, "eval_freq": 1,
+            "metric": {"type": "NatsPerToken"},
+            "dataset": {"type": "text", "config": {"seq_len": 64, "split": 0.9,
+                                                   "nbatches": 500, "streams": True}},
+            "callbacks": [{"type": "ResetState"}]}
+
+
+def network(vocab_size=103, seq_len=64, steps=500, hidden=512):
+    """(layers, cost, optimizer) of the recipe, as examples/char_lstm.yaml has them
+    (vocabulary 103: Python's documentation text; ``seq_len`` and ``steps`` are the data
+    set's and do not change the network)."""
+    model = build_model(vocab_size, hidden)
+    return (model.layers.layers, GeneralizedCost(CrossEntropyMulti()),
+            Adam(2e-3, gradient_clip_norm=5.0))
+
+
+def lstm_arguments(group):
+    """``add_arguments`` hook: the text twins' options (window 64 by default) and --hidden."""
+    text_lm_arguments(dropout=False, seq_len=64)(group)
+    group.add_argument("--hidden", type=positive_int, default=512, metavar="H",
+                       help="units of each LSTM (default 512)")
+
+
+def configure(args):
+    """``configure`` hook: the recipe's network for the text, window and --hidden chosen."""
+    return configure_text_lm(functools.partial(network, hidden=args.hidden), SETTINGS)(args)
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-b", "--backend", default="cpu", choices=available_backends())
-    parser.add_argument("-e", "--steps", type=int, default=500, help="training steps")
-    parser.add_argument("-z", "--batch-size", type=int, default=32)
-    parser.add_argument("-r", "--seed", type=int, default=0)
-    parser.add_argument("--data", default=None, help="a UTF-8 text file (default: Python's "
-                        "documentation text)")
-    parser.add_argument("--data-dir", default=None, help="a data directory holding "
-                        "text/tinyshakespeare.txt (used when --data is not given)")
-    parser.add_argument("--seq-len", type=int, default=64)
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--prompt", default="\n", help="text to start the sample from")
-    parser.add_argument("-n", "--chars", type=int, default=300, help="characters to sample")
-    parser.add_argument("--save-path", default=None, help="write a checkpoint here")
-    args = parser.parse_args(argv)
-    data = args.data
-    if data is None and args.data_dir is not None:
-        from pathlib import Path
-        data = str(Path(args.data_dir) / "text" / "tinyshakespeare.txt")
-    model, corpus, _, valid = train(data, args.steps, args.backend, args.batch_size, args.seed,
-                                    args.seq_len, args.hidden)
-    print(f"validation loss {valid:.4f} nats/char ({valid / np.log(2):.3f} bits/char)")
-    print(args.prompt + generate(model, corpus.vocab, args.prompt, args.chars, temperature=0.8,
-                                 seed=args.seed))
-    if args.save_path:
-        model.save(args.save_path)
-        print(f"saved {args.save_path}")
+    """``python examples/char_lstm.py [neonlite train's flags] [--data FILE] [--hidden H] ...``"""
+    return example_main(network, SETTINGS, __doc__, argv, "char_lstm.py", lstm_arguments,
+                        configure, write_sample)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

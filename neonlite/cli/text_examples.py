@@ -15,15 +15,17 @@ from ..data.text import builtin_text, read_text
 from .arguments import positive_int
 
 
-def text_lm_arguments(dropout=True, seq_len_help="window length (default 128)"):
-    """``add_arguments`` hook: the options of a text twin (``dropout``: offer --dropout)."""
+def text_lm_arguments(dropout=True, seq_len_help=None, seq_len=128):
+    """``add_arguments`` hook: the options of a text twin (``dropout``: offer --dropout;
+    ``seq_len``: the default window length)."""
+    seq_len_help = seq_len_help or f"window length (default {seq_len})"
     def add(group):
         group.add_argument("--data", metavar="FILE", default=None,
                            help="a UTF-8 text file (default: Python's documentation text)")
         group.add_argument("--steps", type=positive_int, default=500, metavar="N",
                            help="training batches per epoch and the length of the learning "
                                 "rate schedule (default 500)")
-        group.add_argument("--seq-len", type=positive_int, default=128, metavar="T",
+        group.add_argument("--seq-len", type=positive_int, default=seq_len, metavar="T",
                            help=seq_len_help)
         if dropout:
             group.add_argument("--dropout", type=float, default=0.0,
