@@ -29,6 +29,7 @@ class Model:
         self.optimizer = None
         self.grad_sync = None
         self._stepped = []
+        self._finite_work = {}
 
     # ---- set-up ------------------------------------------------------------------------------
     def initialize(self, dataset, cost=None):
@@ -117,15 +118,40 @@ class Model:
             callbacks.on_epoch_begin(epoch)
             for batch, (x, t) in enumerate(dataset):
                 value = self.train_step(x, t, optimizer, epoch)
-                if not np.isfinite(value):
-                    raise FloatingPointError(f"the cost became {value} at epoch {epoch}, batch "
-                                             f"{batch}: lower the learning rate or check the data")
+                self._check_finite(value, epoch, batch)
                 callbacks.on_minibatch_end(epoch, batch, value)
             self.epoch_index = epoch + 1
             callbacks.on_epoch_end(epoch)
             if callbacks.stop_training:
                 break
         callbacks.on_train_end()
+
+    def _check_finite(self, cost, epoch, batch):
+        """FloatingPointError when the step just taken made the cost, a parameter or an
+        optimizer state non-finite; epoch and batch are counted from 1, as the progress line
+        counts them."""
+        where = f"at epoch {epoch + 1}, batch {batch + 1}"
+        if not np.isfinite(cost):
+            raise FloatingPointError(f"the cost became {cost} {where}: lower the learning rate "
+                                     f"or check the data; nothing was saved from this step")
+        bad = self.first_nonfinite()
+        if bad is not None:
+            raise FloatingPointError(f"{bad} became NaN or inf in the update {where}: lower the "
+                                     f"learning rate (or clip gradients); nothing was saved "
+                                     f"from this step")
+
+    def first_nonfinite(self):
+        """The name of the first parameter (``"<layer>.<param>"``) or optimizer state
+        (``"<layer>.<param>/<key>"``) holding a NaN or inf, else None.  Called after every
+        training step: two allocation-free reductions per tensor (:mod:`neonlite.finite`)."""
+        from .finite import first_nonfinite
+        return first_nonfinite(self._watched_tensors(), self._finite_work)
+
+    def _watched_tensors(self):
+        for p in self.parameters():
+            yield p.name, p.value
+            for key, state in p.states.items():
+                yield f"{p.name}/{key}", state
 
     def _batches(self, dataset):
         batches = getattr(dataset, "batches", None)

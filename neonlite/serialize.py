@@ -16,15 +16,18 @@ Layout (format version :data:`FORMAT_VERSION`)::
                       backend's device RNG where it has one, JSON)
 
 Only arrays, numbers and strings are read back: loading never runs code.  A checkpoint is
-written to a temporary name in the same folder and renamed into place, so an interrupted save
-leaves the previous file (or none), never a broken one.
+written with :func:`neonlite.atomic.atomic_write` (a fresh temporary file beside it, fsync,
+rename), so an interrupted save leaves the previous file (or none), never a broken one; one
+holding NaN or inf values is never written.
 """
 import json
-import os
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
+
+from .atomic import atomic_write
 
 FORMAT = "neonlite-checkpoint"
 FORMAT_VERSION = 1
@@ -43,6 +46,18 @@ class Checkpoint:
     def __init__(self, path, **fields):
         self.path = path
         self.__dict__.update(fields)
+
+    def first_nonfinite(self):
+        """The name of the first parameter, buffer or optimizer state holding NaN or inf,
+        else None."""
+        from .finite import first_nonfinite
+        states = ((f"{name}/{key}", value) for name, keys in self.states.items()
+                  for key, value in keys.items())
+        return first_nonfinite(self.params.items()) or first_nonfinite(states)
+
+
+class NonFiniteWarning(UserWarning):
+    """A checkpoint whose values are not all finite was loaded (a diverged training)."""
 
 
 # ---- writing ---------------------------------------------------------------------------------
@@ -63,33 +78,37 @@ def save_checkpoint(path, model, optimizer=None, config=None):
         config = model.get_description()
     text = dump_yaml(config)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = FORMAT
-            f.attrs["format_version"] = FORMAT_VERSION
-            f.attrs["neonlite_version"] = __version__
-            f.create_dataset("config", data=text, dtype=h5py.string_dtype())
-            _write_params(f, model)
-            _write_optimizer(f, model, optimizer)
-            progress = f.create_group("progress")
-            progress.attrs["epoch_index"] = int(model.epoch_index)
-            progress.attrs["step_index"] = int(model.step_index)
-            progress.attrs["in_shape"] = np.asarray(model.in_shape, dtype=np.int64)
-            rng = f.create_group("rng")
-            rng.attrs["host"] = json.dumps(model.be.rng.bit_generator.state)
-            if hasattr(model.be, "device_rng_state"):
-                rng.attrs["device"] = json.dumps(model.be.device_rng_state())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    params = model.get_params()
+    _refuse_nonfinite(path, params, model)
+    with atomic_write(path) as out, h5py.File(out, "w") as f:
+        f.attrs["format"] = FORMAT
+        f.attrs["format_version"] = FORMAT_VERSION
+        f.attrs["neonlite_version"] = __version__
+        f.create_dataset("config", data=text, dtype=h5py.string_dtype())
+        _write_params(f, params)
+        _write_optimizer(f, model, optimizer)
+        progress = f.create_group("progress")
+        progress.attrs["epoch_index"] = int(model.epoch_index)
+        progress.attrs["step_index"] = int(model.step_index)
+        progress.attrs["in_shape"] = np.asarray(model.in_shape, dtype=np.int64)
+        rng = f.create_group("rng")
+        rng.attrs["host"] = json.dumps(model.be.rng.bit_generator.state)
+        if hasattr(model.be, "device_rng_state"):
+            rng.attrs["device"] = json.dumps(model.be.device_rng_state())
     return path
 
 
-def _write_params(f, model):
-    params = model.get_params()
+def _refuse_nonfinite(path, params, model):
+    """FloatingPointError when a parameter, buffer or optimizer state holds NaN or inf: such
+    a checkpoint is never written, so it never replaces a good one."""
+    from .finite import first_nonfinite
+    bad = first_nonfinite(params.items()) or model.first_nonfinite()
+    if bad is not None:
+        raise FloatingPointError(f"{path}: not saved: {bad} holds NaN or inf values (the "
+                                 f"training diverged); the previous file, if any, is kept")
+
+
+def _write_params(f, params):
     group = f.create_group("params")
     group.attrs["names"] = json.dumps(list(params))
     for name, value in params.items():
@@ -220,6 +239,11 @@ def build_model(ckpt):
         raise CheckpointError(f"{ckpt.path}: its network description does not build: "
                               f"{err}") from None
     load_params(model, ckpt)
+    bad = ckpt.first_nonfinite()
+    if bad is not None:
+        warnings.warn(f"{ckpt.path}: {bad} holds NaN or inf values, so what this model "
+                      f"computes is meaningless (the training that wrote it diverged)",
+                      NonFiniteWarning, stacklevel=2)
     return model
 
 

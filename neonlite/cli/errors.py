@@ -1,7 +1,9 @@
 """Turning the errors a user can cause into one line on stderr and an exit status."""
+import contextlib
 import os
 import sys
 import traceback
+import warnings
 
 
 class CommandUnavailable(RuntimeError):
@@ -20,12 +22,15 @@ def user_errors():
             CommandUnavailable, FloatingPointError, OSError)
 
 
-def run_guarded(fn, verbose=False, prog="neonlite"):
+def run_guarded(fn, verbose=False, prog="neonlite", quiet=False):
     """Call ``fn()``; return its exit status (None: 0).  A user error prints
     ``<prog>: error: <message>`` (plus the traceback with ``verbose``) and returns 1; Ctrl-C
-    returns 130; a closed stdout (``neonlite describe ... | head``) ends quietly."""
+    returns 130; a closed stdout (``neonlite describe ... | head``) ends quietly.  Warnings
+    print as ``<prog>: warning: <message>``, each once; ``quiet`` silences the numerical ones
+    (numpy's overflow and invalid-value RuntimeWarnings)."""
     try:
-        status = fn()
+        with _one_line_warnings(prog, quiet):
+            status = fn()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
@@ -38,6 +43,19 @@ def run_guarded(fn, verbose=False, prog="neonlite"):
         print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
         return 1
     return 0 if status is None else int(status)
+
+
+@contextlib.contextmanager
+def _one_line_warnings(prog, quiet):
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"{prog}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = show
+        if quiet:
+            warnings.simplefilter("ignore", RuntimeWarning)
+        yield
 
 
 def _one_line(err):

@@ -31,4 +31,4 @@ def example_main(network, settings, doc=None, argv=None, source=None):
     def run():
         config = example_config(network, settings, source or parser.prog)
         train(config.override(**overrides(args)), args)
-    return run_guarded(run, args.verbose, parser.prog)
+    return run_guarded(run, args.verbose, parser.prog, args.quiet)

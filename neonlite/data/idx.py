@@ -1,10 +1,11 @@
 """Reading and writing IDX files (the MNIST format), gzipped or not."""
 import gzip
-import os
 import zlib
+from contextlib import nullcontext
 
 import numpy as np
 
+from ..atomic import atomic_write
 from .iterator import DataError
 
 _DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
@@ -51,12 +52,6 @@ def write_idx(path, array, compress=None):
     header = bytes([0, 0, _CODES[array.dtype], array.ndim]) + b"".join(
         int(d).to_bytes(4, "big") for d in array.shape)
     compress = path.endswith(".gz") if compress is None else compress
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with (gzip.open(tmp, "wb") if compress else open(tmp, "wb")) as f:
+    with atomic_write(path) as out:
+        with (gzip.GzipFile(fileobj=out, mode="wb") if compress else nullcontext(out)) as f:
             f.write(header + array.tobytes())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
