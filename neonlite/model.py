@@ -5,7 +5,8 @@ import numpy as np
 
 from .backends import get_backend
 from .layers.containers import CompoundLayer, MergeSum, Sequential
-from .layers.layer import ParameterLayer, ShapeError
+from .layers.layer import Layer, ParameterLayer, ShapeError
+from .memory_check import check_outputs_fit
 
 
 class Model:
@@ -20,6 +21,7 @@ class Model:
         self.layers = layers if isinstance(layers, Sequential) else Sequential(
             layers if isinstance(layers, (list, tuple)) else [layers])
         self.layers.name_children()
+        check_layer_names(self.layers.leaves())
         self.name = name
         self.in_shape = None
         self.cost = None
@@ -50,16 +52,12 @@ class Model:
         out_shape = self.layers.configure(in_shape)
         if cost is not None:
             _check_targets(dataset, out_shape)
-        keys = [(leaf.name, type(leaf).__name__) for leaf in self.layers.leaves()
-                if isinstance(leaf, ParameterLayer)]
-        dupes = sorted({name for name, kind in keys if keys.count((name, kind)) > 1})
-        if dupes:
-            raise ValueError(f"two layers are both named {dupes[0]!r}, so their parameters "
-                             f"would clash; give the layers distinct names")
+        check_outputs_fit(self.layers.leaves(), be)
         self.be = be
         self.out_shape = out_shape
         self.layers.set_needs_deltas(False)
         self.layers.allocate()
+        _check_tensor_names(self.layers.leaves())
         self._stepped = [leaf for leaf in self.layers.leaves() if hasattr(leaf, "set_step")]
         self.in_shape = in_shape
         if cost is not None:
@@ -256,11 +254,11 @@ class Model:
         description, as :meth:`get_description` or a YAML file gives, or just the list).
         Raises :class:`neonlite.config.ConfigError` with the key path of a bad entry."""
         from .config.build import build
-        from .config.errors import ConfigError
+        from .config.errors import ConfigError, short_repr
         layers = desc.get("layers") if isinstance(desc, dict) else desc
         if not isinstance(layers, list) or not layers:
             raise ConfigError("layers: expected a non-empty list of {type, config} layers, got "
-                              f"{layers!r}")
+                              f"{short_repr(layers)}")
         return cls([build(d, "layer", f"layers[{i}]") for i, d in enumerate(layers)])
 
     def save(self, path, optimizer=None, config=None):
@@ -295,6 +293,48 @@ class Model:
         lines.append("-" * len(lines[0]))
         lines.append(f"{'total':<{width + kinds + 20}}{total:>12,}")
         return "\n".join(lines)
+
+
+def check_layer_names(leaves):
+    """A ConfigError (at the layer's key path) for a layer name that cannot name parameters in
+    a checkpoint: not printable UTF-8 text, or shared by two layers with parameters or buffers
+    of the same kind (their ``"<name>.<param>"`` would clash)."""
+    from .config.errors import ConfigError, short_repr
+    seen = {}
+    for leaf in leaves:
+        where = getattr(leaf, "_config_path", None)
+        where = f"{where}.config.name" if where else f"layer {short_repr(leaf.name)}"
+        if not isinstance(leaf.name, str) or not leaf.name.isprintable() or not leaf.name:
+            raise ConfigError(f"{where}: a layer name must be printable text, got "
+                              f"{short_repr(leaf.name)}")
+        try:
+            leaf.name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(f"{where}: a layer name must be valid UTF-8 text, got "
+                              f"{short_repr(leaf.name)}") from None
+        key = (leaf.name, type(leaf).__name__)
+        if isinstance(leaf, ParameterLayer) or type(leaf).buffers is not Layer.buffers:
+            if key in seen:
+                raise ConfigError(f"{where}: two {key[1]} layers are both named {key[0]!r} "
+                                  f"(the other: {seen[key]}), so their parameters would clash; "
+                                  f"give the layers distinct names")
+            seen[key] = getattr(leaf, "_config_path", None) or key[0]
+
+
+def _check_tensor_names(leaves):
+    """A ConfigError when two allocated layers give a parameter or buffer the same
+    ``"<layer name>.<key>"`` (e.g. an Affine named like a Conv's compound, ``Conv_0``)."""
+    from .config.errors import ConfigError
+    owner = {}
+    for leaf in leaves:
+        keys = [p.name for p in leaf.parameters()] + [f"{leaf.name}.{k}" for k in leaf.buffers()]
+        for key in keys:
+            other = owner.setdefault(key, leaf)
+            if other is not leaf:
+                where = getattr(leaf, "_config_path", None) or f"layer {leaf.name!r}"
+                raise ConfigError(f"{where}: the name {leaf.name!r} is also the name of the "
+                                  f"{type(other).__name__} layer {other.name!r}, so both would "
+                                  f"store a parameter '{key}'; give the layers distinct names")
 
 
 def _describe_rows(layers, depth, rows):

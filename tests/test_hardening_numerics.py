@@ -132,7 +132,7 @@ def test_divergence_guard_from_yaml(tmp_path, capsys):
 
 def _poison(path, name):
     """Set parameter ``name`` of checkpoint ``path`` to NaN, keeping the file consistent."""
-    from neonlite.checkpoint_schema import array_crc32
+    from attacks import array_crc32
     with h5py.File(path, "r+") as f:
         data = f["params"][name][()]
         data[...] = np.nan

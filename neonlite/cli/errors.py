@@ -16,10 +16,11 @@ def user_errors():
     from ..config.errors import ConfigError
     from ..data.iterator import DataError
     from ..layers.layer import ShapeError
+    from ..memory_check import NetworkTooLarge
     from ..serialize import CheckpointError
     from ..training_log import LogError
     return (ConfigError, DataError, ShapeError, BackendUnavailable, CheckpointError, LogError,
-            CommandUnavailable, FloatingPointError, OSError)
+            CommandUnavailable, FloatingPointError, NetworkTooLarge, OSError)
 
 
 def run_guarded(fn, verbose=False, prog="neonlite", quiet=False):

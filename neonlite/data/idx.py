@@ -1,5 +1,6 @@
 """Reading and writing IDX files (the MNIST format), gzipped or not."""
 import gzip
+import math
 import zlib
 from contextlib import nullcontext
 
@@ -35,7 +36,7 @@ def read_idx(path):
     if len(raw) < header:
         raise DataError(f"{path}: IDX header truncated ({len(raw)} bytes, expected {header})")
     dims = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
-    expected = header + int(np.prod(dims)) * dtype.itemsize
+    expected = header + math.prod(dims) * dtype.itemsize
     if len(raw) != expected:
         raise DataError(f"{path}: IDX size mismatch: the header promises {dims} "
                         f"({expected} bytes) but the file has {len(raw)} bytes")
