@@ -56,6 +56,8 @@ def make_good(folder, capsys=None):
 
 def classify(status, err):
     lines = err.strip().splitlines()
+    if err.endswith(" s)") and "HANG" in err:
+        return "hang"
     if "Traceback" in err:
         return "traceback"
     if status == 0:
@@ -301,12 +303,29 @@ def run_attack(attack, folder, good, capsys):
     return guarded(lambda: main(argv), capsys)
 
 
-def guarded(command, capsys):
+class Hang(Exception):
+    """An attack ran past its time limit."""
+
+
+def guarded(command, capsys, seconds=30):
     """``(status, stderr)`` of ``command()``; an exception that escapes it (what would be a
-    traceback on the terminal) comes back as status None and its traceback."""
+    traceback on the terminal) comes back as status None and its traceback, and a command
+    still running after ``seconds`` as status None and ``HANG``."""
+    import signal
     import traceback
+
+    def expire(signum, frame):
+        raise Hang()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
     try:
         status = command()
+    except Hang:
+        return None, capsys.readouterr().err + f"HANG (still running after {seconds} s)"
     except Exception:
         return None, capsys.readouterr().err + traceback.format_exc()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     return status, capsys.readouterr().err
