@@ -12,7 +12,9 @@ Schema (format version 2; version 1 is the same without the ``crc32`` attributes
 * ``/config``: YAML text of a mapping with a non-empty ``layers`` list; its top-level
   ``backend``, ``batchsize``, ``rng_seed`` and ``datatype`` as a run's YAML allows them;
 * ``/params``: attr ``names``, a JSON list of distinct strings, each a dataset of a real
-  floating-point dtype (float16/32/64) with attr ``crc32`` = CRC-32 of its C-order bytes;
+  floating-point dtype (float16/32/64; an integer dtype for a buffer such as recorded
+  characters) with attr ``crc32`` = CRC-32 of its C-order bytes; when loaded, each must
+  have the kind (float or integer) of the model's tensor of that name;
 * ``/optimizer`` attr ``state``: JSON ``{entry: {key: number}}``; ``step``, ``good_steps`` and
   ``skipped_steps`` integers >= 0, ``loss_scale`` a finite number > 0;
 * ``/optimizer/states/<param>/<key>``: for a parameter in ``names``, of its shape, real
@@ -74,7 +76,8 @@ def check_array(ary, what, crc, version, kinds=("f",), extra=()):
     if not (dtype.kind in kinds and dtype.fields is None and dtype.itemsize in (2, 4, 8)) \
             and dtype not in [np.dtype(e) for e in extra]:
         raise SchemaError(f"{what}: dtype {dtype} is not a floating-point type "
-                          f"(float16, float32 or float64)")
+                          f"(float16, float32 or float64)"
+                          + (" or an integer type" if "i" in kinds else ""))
     if version >= 2:
         if crc is None:
             raise SchemaError(f"{what}: no crc32 checksum")
@@ -102,12 +105,14 @@ def check_config(config):
 
 
 def check_params(names, params, crcs, version):
+    """Parameters are floating-point; buffers (e.g. an Embedding's recorded characters) may
+    be integers: which is which is checked against the model when they are loaded."""
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names) \
             or len(set(names)) != len(names):
         raise SchemaError(f"/params names: expected a list of distinct parameter names, got "
                           f"{_short(names)}")
     for name in names:
-        check_array(params[name], f"/params/{name}", crcs[name], version)
+        check_array(params[name], f"/params/{name}", crcs[name], version, kinds="fiu")
 
 
 def check_optimizer_state(state):

@@ -289,7 +289,14 @@ def build_model(ckpt):
 
 
 def load_params(model, ckpt):
-    """Set ``model``'s parameters and buffers from ``ckpt`` (names and shapes must match)."""
+    """Set ``model``'s parameters and buffers from ``ckpt`` (names, shapes and the kind of
+    dtype, float or integer, must match; float16/32/64 convert to the model's float type)."""
+    for name, tensor in model.named_tensors().items():
+        stored = ckpt.params.get(name)
+        if stored is not None and np.dtype(tensor.dtype).kind == "f" and stored.dtype.kind != "f":
+            raise CheckpointError(f"{ckpt.path}: damaged checkpoint: /params/{name}: dtype "
+                                  f"{stored.dtype} is not a floating-point type (float16, "
+                                  f"float32 or float64)")
     try:
         model.set_params(ckpt.params)
     except (KeyError, ValueError) as err:
