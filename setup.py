@@ -21,7 +21,7 @@ setup(
     extras_require={
         "gpu": ["pycuda>=2024.1"],
         "mkl": ["mkl>=2023; platform_machine == 'x86_64'"],
-        "test": ["pytest>=7", "matplotlib>=3.6", "mkl>=2023; platform_machine == 'x86_64'"],
+        "test": ["pytest>=7", "hypothesis>=6", "matplotlib>=3.6", "mkl>=2023; platform_machine == 'x86_64'"],
         "plot": ["matplotlib>=3.6"],
         "mpi": ["mpi4py>=4.0", "openmpi>=5.0; platform_system == 'Linux'"],
     },
