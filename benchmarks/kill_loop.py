@@ -1,9 +1,9 @@
 """The kill loop (issue 16): SIGKILL a ``neonlite train --serialize 1`` run of a ~100 MB model
 at a random moment inside one of its checkpoint saves (a random delay after the save's
 temporary file appeared, up to half the length of the same run's previous save, and only
-while that temporary still exists; otherwise the next save is tried), 20 times, and check after each kill that the
-previous checkpoint is loadable and finite, and at the end that no temporary file is left
-once a later run has saved.
+while that temporary still exists; otherwise the next save is tried), 20 times, and check
+after each kill that the previous checkpoint is loadable and finite, and at the end that no
+temporary file is left once a later run has saved.
 
     python -m benchmarks.kill_loop [--kills 20] [--folder DIR] [--seed 0]
 

@@ -12,9 +12,10 @@ An entry is one file, ``<variant>-<key prefix><suffix>``, laid out as::
 A shared object with bytes after its end still loads (the loader maps only its segments), so a
 CPU entry is handed to the import machinery as it is.  An entry is written under a temporary
 name in the same folder and renamed into place (:func:`neonlite.atomic.atomic_write`), so
-readers see the old entry or the new one, never half of one; a file whose trailer or checksum does not match (truncated,
-overwritten) reads as corrupt and is rebuilt.  Two processes building the same entry at once
-both finish with a good kernel: each writes its own temporary file and the last rename wins.
+readers see the old entry or the new one, never half of one; a file whose trailer or checksum
+does not match (truncated, overwritten) reads as corrupt and is rebuilt.  Two processes building
+the same entry at once both finish with a good kernel: each writes its own temporary file and
+the last rename wins.
 """
 import hashlib
 import json

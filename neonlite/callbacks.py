@@ -1,6 +1,6 @@
 """Callbacks run around the training loop: progress output, periodic evaluation, checkpoints
-(every N epochs and keep-best), early stopping, a divergence guard, a learning-rate schedule, a plain loss log and
-user hooks.
+(every N epochs and keep-best), early stopping, a divergence guard, a learning-rate
+schedule, a plain loss log and user hooks.
 
 Hooks, in the order ``Model.fit`` calls them: ``on_train_begin(dataset, num_epochs)``,
 ``on_epoch_begin(epoch)``, ``on_minibatch_end(epoch, batch, cost)``, ``on_epoch_end(epoch)``,
@@ -355,9 +355,10 @@ class Callbacks:
     ``Callbacks(model, eval_set=valid, eval_freq=1, metric=Misclassification(),
     progress=True)`` adds a :class:`DivergenceGuard` (``divergence_guard=False``: none) and
     evaluation (before the progress bar, so its summary line shows the metric);
-    ``add(callback)`` appends a user callback (another DivergenceGuard replaces the default).  A callback may set
-    ``callbacks.stop_training = True`` to end training after the current epoch.  ``quiet``
-    silences the callbacks' messages; ``run_config`` is the run description checkpoints store.
+    ``add(callback)`` appends a user callback (another DivergenceGuard replaces the
+    default).  A callback may set ``callbacks.stop_training = True`` to end training after
+    the current epoch.  ``quiet`` silences the callbacks' messages; ``run_config`` is the run
+    description checkpoints store.
     """
 
     def __init__(self, model, eval_set=None, eval_freq=1, metric=None, progress=True,

@@ -44,7 +44,8 @@ def check_outputs_fit(leaves, be):
     size, leaf = max(sizes, key=lambda pair: pair[0])
     where = getattr(leaf, "_config_path", None)
     name = f"{where} ({leaf.name})" if where else f"layer '{leaf.name}'"
-    raise NetworkTooLarge(f"{name}: its output {tuple(leaf.out_shape)} for a batch of {be.bsz} needs "
+    raise NetworkTooLarge(f"{name}: its output {tuple(leaf.out_shape)} for a batch of {be.bsz} "
+                          f"needs "
                 f"{size / GIB:,.1f} GiB; the network's outputs and deltas need "
                 f"{total / GIB:,.1f} GiB, more than the {limit / GIB:,.1f} GiB of memory here "
                 f"(a size typo?)")

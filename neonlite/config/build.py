@@ -154,4 +154,5 @@ def check_type(value, default, path):
     else:
         return
     if not ok:
-        raise ConfigError(f"{path}: expected {expected}, got {type_word(value)} ({short_repr(value)})")
+        raise ConfigError(f"{path}: expected {expected}, got {type_word(value)} "
+                          f"({short_repr(value)})")

@@ -49,7 +49,8 @@ def check_dataset(desc, path="dataset"):
         desc = {"type": desc}
     if not isinstance(desc, dict):
         raise ConfigError(f"{path}: expected a data set name ({', '.join(DATASETS)}) or "
-                          f"{{type: name, config: {{...}}}}, got {type_word(desc)} ({short_repr(desc)})")
+                          f"{{type: name, config: {{...}}}}, got {type_word(desc)} "
+                          f"({short_repr(desc)})")
     extra = [k for k in desc if k not in ("type", "config")]
     if extra:
         raise ConfigError(f"{path}.{extra[0]}: unknown key"
