@@ -16,13 +16,15 @@ downloaded data, IDX files, kernel cache entries):
 On any error (or Ctrl-C) the temporary file is removed and the target is untouched.  A process
 killed mid-write (SIGKILL) leaves its temporary behind: :func:`remove_stale_temporaries`, which
 :func:`atomic_write` runs first, removes the temporaries of the same target whose process is
-gone (the pid is in the name), and returns the names of any it could not remove.
+gone (the pid is in the name); those it cannot remove (another user's) are named in a
+warning.
 """
 import contextlib
 import os
 import re
 import stat
 import tempfile
+import warnings
 from pathlib import Path
 
 
@@ -103,7 +105,11 @@ def atomic_write(path, mode=None):
     ``0o666`` less the umask).  Creates the target's folder when missing."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path)
+    left = remove_stale_temporaries(path)
+    if left:
+        warnings.warn(f"{path.parent}: stale temporary files of {path.name} that this user "
+                      f"cannot remove: {', '.join(left[:3])}" + (" ..." if len(left) > 3 else ""),
+                      RuntimeWarning, stacklevel=3)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{os.getpid()}",
                                 dir=path.parent)
     try:

@@ -47,8 +47,17 @@ def trained():
     return model
 
 
+def _plot(path):
+    from neonlite.cli import main
+    pytest.importorskip("matplotlib", reason="neonlite plot needs matplotlib")
+    log = path.with_name("log.h5")
+    _log(log)
+    assert main(["plot", str(log), "-o", str(path)]) == 0
+
+
 WRITERS = {
     "checkpoint": lambda path: trained().save(path),
+    "plot": _plot,
     "training log": lambda path: _log(path),
     "idx": lambda path: write_idx(str(path), np.arange(6, dtype=np.uint8).reshape(2, 3)),
     "bytes": lambda path: _bytes(path),
@@ -71,7 +80,7 @@ def _bytes(path):
 def test_a_planted_symlink_is_never_written_through(tmp_path, writer):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
-    target = tmp_path / "out.bin"
+    target = tmp_path / "out.png"
     links = plant_symlinks(tmp_path, target.name, victim, [os.getpid(), os.getpid() + 1])
     WRITERS[writer](target)
     assert victim.read_text() == "precious"
