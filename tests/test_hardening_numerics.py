@@ -165,3 +165,24 @@ def test_quiet_silences_numpy_warnings(tmp_path, capsys):
     assert capsys.readouterr().err == ""
     assert run_guarded(noisy) == 0
     assert capsys.readouterr().err.strip() == "neonlite: warning: overflow encountered in exp"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_the_finiteness_check_on_the_gpu_backend_code_on_a_host_stand_in(monkeypatch, dtype):
+    """The non-CPU path of neonlite.finite (the backend's max/min op-trees into a one-element
+    work tensor) on the GPU backend run by the host emulator: compiled and emulated, not run on
+    a GPU."""
+    from gpu_host_backend import host_gpu_backend
+
+    from neonlite.finite import tensor_is_finite
+    be = host_gpu_backend(monkeypatch, dtype=dtype)
+    host = np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)
+    tensor = be.array(host)
+    work = {}
+    assert tensor_is_finite(tensor, work)
+    for bad in (np.nan, np.inf, -np.inf):
+        broken = host.copy()
+        broken[2, 5] = bad
+        tensor.set(broken)
+        assert not tensor_is_finite(tensor, work), bad
+    assert len(work) == 1
