@@ -318,7 +318,8 @@ class DivergenceGuard(Callback):
 
     def __init__(self, growth=1.0e6, max_cost=None, warmup=10, smoothing=0.9, floor=1.0):
         for name, value in (("growth", growth), ("max_cost", max_cost)):
-            if value is not None and (isinstance(value, bool) or not value > 0):
+            if value is not None and (isinstance(value, bool) or not isinstance(
+                    value, (int, float)) or not value > 0):
                 raise ValueError(f"DivergenceGuard: {name} must be a number > 0 or null, got "
                                  f"{value!r}")
         if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
