@@ -9,12 +9,13 @@ job on one machine (``<tmp>/neonlite-mpi-<uid>-<job id>/<stage>.<rank>``).  When
 longer than the collective timeout (``$NEONLITE_COLLECTIVE_TIMEOUT``, see
 :mod:`neonlite.distributed.collective`), the watchdog prints one line naming the ranks whose
 marker for that stage is missing (they did not arrive: dead or stopped; on another machine
-they cannot be seen, and the line says so) and ends the rank with SIGTERM, so the launcher
-ends the job.
+they cannot be seen, and the line says so), removes the job's marker folder and ends the rank
+with SIGTERM, so the launcher ends the job.
 """
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -105,6 +106,7 @@ def watch(parent, rank, size, timeout, folder):
         print(f"neonlite: rank {rank}/{size}: MPI start-up ({STAGES.get(stage, stage)}) did not "
               f"complete within the collective timeout of {timeout:g} s: {who}; aborting the "
               f"job (NEONLITE_COLLECTIVE_TIMEOUT sets the timeout)", file=sys.stderr, flush=True)
+        shutil.rmtree(folder, ignore_errors=True)
         try:
             os.kill(parent, signal.SIGTERM)
         except ProcessLookupError:
