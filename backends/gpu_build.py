@@ -6,9 +6,9 @@ them exactly as the builder keys a variant (hash of the source, its includes, th
 arch and nvcc's version) and keeps them in the same disk cache, written atomically with a
 checksum, so ``neonlite kernels clean`` clears them too.
 """
-import tempfile
 from pathlib import Path
 
+from ..atomic import scratch_folder
 from ..kernels import build as _build
 from ..kernels import cuda_specs
 from ..kernels.cache import CorruptEntry, cache_key, entry_name, source_closure
@@ -44,7 +44,7 @@ def generated_cubin(name, source, arch, builder=None):
         entry = None
     if entry is not None and entry[1].get("key") == key:
         return entry[0]
-    with tempfile.TemporaryDirectory(prefix="neonlite-optree-") as tmp:
+    with scratch_folder("neonlite-optree-") as tmp:
         cu = Path(tmp) / f"{name}.cu"
         cu.write_text(source)
         out = Path(tmp) / f"{name}.cubin"

@@ -21,13 +21,13 @@ import importlib.util
 import re
 import sys
 import sysconfig
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic import scratch_folder
 from . import specs as _specs
 from .cache import CorruptEntry, DiskCache, cache_key, entry_name, source_closure
 from .toolchain import C_FLAGS, CUDA_FLAGS, CompileError, find_c_compiler, find_nvcc
@@ -202,7 +202,7 @@ class Builder:
         except cffi.CDefError as err:
             raise CompileError(spec.name, _cdef(spec), f"cffi cannot parse the header "
                                f"{spec.header}: {err}", ["cffi.FFI.cdef", spec.header], 1) from None
-        with tempfile.TemporaryDirectory(prefix="neonlite-kernel-") as tmp:
+        with scratch_folder("neonlite-kernel-") as tmp:
             c_file = Path(tmp) / f"{module_name}.c"
             make_c_source(ffi, module_name, f'#include "{spec.source_path.name}"\n', str(c_file),
                           verbose=False)
@@ -267,7 +267,7 @@ class Builder:
 
     def _compile_cuda(self, spec, arch, nvcc, key):
         from .toolchain import parse_ptxas
-        with tempfile.TemporaryDirectory(prefix="neonlite-kernel-") as tmp:
+        with scratch_folder("neonlite-kernel-") as tmp:
             out = Path(tmp) / f"{spec.name}.cubin"
             log = nvcc.compile_cubin(spec.name, spec.source_path, out, arch,
                                      [spec.source_path.parent], spec.defines)

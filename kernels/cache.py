@@ -11,18 +11,20 @@ An entry is one file, ``<variant>-<key prefix><suffix>``, laid out as::
 
 A shared object with bytes after its end still loads (the loader maps only its segments), so a
 CPU entry is handed to the import machinery as it is.  An entry is written under a temporary
-name in the same folder and renamed into place (``os.replace``), so readers see the old entry or
-the new one, never half of one; a file whose trailer or checksum does not match (truncated,
-overwritten) reads as corrupt and is rebuilt.  Two processes building the same entry at once
-both finish with a good kernel: each writes its own temporary file and the last rename wins.
+name in the same folder and renamed into place (:func:`neonlite.atomic.atomic_write`), so
+readers see the old entry or the new one, never half of one; a file whose trailer or checksum
+does not match (truncated, overwritten) reads as corrupt and is rebuilt.  Two processes building
+the same entry at once both finish with a good kernel: each writes its own temporary file and
+the last rename wins.
 """
 import hashlib
 import json
 import os
 import re
 import struct
-import tempfile
 from pathlib import Path
+
+from ..atomic import atomic_write
 
 MAGIC = b"NLKCACH1"
 TRAILER = struct.Struct("<8sQQ32s")
@@ -31,6 +33,7 @@ _TEMP_PREFIX = ".tmp-"
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 _KEY_CHARS = 24
 _ENTRY_NAME = re.compile(r"[A-Za-z0-9_.]+(-sm_\d+[a-z]?)?-[0-9a-f]{%d}\.(so|cubin)" % _KEY_CHARS)
+_TEMP_NAME = re.compile(r"\.%s\.[A-Za-z0-9_]+\.tmp\d+" % _ENTRY_NAME.pattern)
 
 
 def cache_dir():
@@ -136,18 +139,8 @@ class DiskCache:
 
     def write(self, filename, payload, meta):
         """Store an entry atomically (temporary file + ``os.replace``); returns its path."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=self.root, prefix=_TEMP_PREFIX, suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(pack_entry(payload, meta))
-                out.flush()
-                os.fsync(out.fileno())
-            os.chmod(temp, 0o644)
-            os.replace(temp, self.path(filename))
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        with atomic_write(self.path(filename), mode=0o644) as out:
+            out.write(pack_entry(payload, meta))
         return self.path(filename)
 
     def entries(self):
@@ -156,7 +149,7 @@ class DiskCache:
             return []
         found = []
         for path in sorted(self.root.iterdir()):
-            if path.name.startswith(_TEMP_PREFIX) or not path.is_file():
+            if path.name.startswith((_TEMP_PREFIX, ".")) or not path.is_file():
                 continue
             try:
                 found.append((path, unpack_entry(path.read_bytes())[1]))
@@ -172,7 +165,8 @@ class DiskCache:
         removed = 0
         for path in self.root.iterdir():
             if path.is_file() and (path.name.startswith(_TEMP_PREFIX)
-                                   or _ENTRY_NAME.fullmatch(path.name)):
+                                   or _ENTRY_NAME.fullmatch(path.name)
+                                   or _TEMP_NAME.fullmatch(path.name)):
                 path.unlink(missing_ok=True)
                 removed += 1
         return removed

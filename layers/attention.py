@@ -2,12 +2,10 @@
 masked softmax (no loop over heads or positions)."""
 import math
 
-import numpy as np
-
 from ..initializers import Constant, GlorotUniform
 from .decode import DecodeState
 from .example_dropout import ExampleDropoutMixin
-from .layer import ParameterLayer, flat_rows
+from .layer import ParameterLayer, flat_rows, is_count
 
 _TO_HEADS = (0, 2, 1, 3)  # (N, T, H, dh) <-> (N, H, T, dh); the permutation is its own inverse
 _CAUSAL_BLOCK = 64  # query rows per block of the causal score GEMMs
@@ -377,6 +375,6 @@ def _causal_blocks(Tq, Tk, causal, rows=_CAUSAL_BLOCK):
 
 
 def _positive(what, value):
-    if not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_count(value):
         raise ValueError(f"MultiHeadAttention: {what} must be a positive int, got {value!r}")
     return int(value)

@@ -6,7 +6,7 @@ from ..blocksparse.layouts import from_spec
 from ..initializers import Constant, GlorotUniform
 from .containers import CompoundLayer
 from .decode import DecodeState
-from .layer import ParameterLayer, flat_rows, prod
+from .layer import ParameterLayer, flat_rows, is_count, prod
 
 
 class BlockSparseLinear(ParameterLayer):
@@ -25,7 +25,7 @@ class BlockSparseLinear(ParameterLayer):
 
     def __init__(self, nout, layout, block_size=32, init=None, name=None):
         super().__init__(name)
-        if not isinstance(nout, (int, np.integer)) or nout < 1:
+        if not is_count(nout):
             raise ValueError(f"BlockSparseLinear: nout must be a positive int, got {nout!r}")
         if block_size not in SUPPORTED_BLOCK_SIZES:
             raise ValueError(f"BlockSparseLinear: block_size must be one of "

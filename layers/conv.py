@@ -1,18 +1,23 @@
 """2-D convolution on NHWC images with (R, S, C, K) filters."""
 from ..initializers import Kaiming
 from ..transforms.activation import is_plain_relu
-from .layer import ParameterLayer, flat_rows
+from ..config.errors import short_repr
+from .layer import ParameterLayer, flat_rows, is_count
 
 
-def _pair(value, what, layer):
-    if isinstance(value, int):
-        return (value, value)
+def _pair(value, what, layer, minimum=1):
+    """(height, width) of an int, a pair or a {h, w} mapping, each an integer >= ``minimum``
+    (0 for padding); ValueError naming ``what`` otherwise."""
     if isinstance(value, dict):
-        return (value.get("h", value.get("r")), value.get("w", value.get("s")))
-    value = tuple(value)
-    if len(value) != 2:
-        raise ValueError(f"layer '{layer}': {what} must be an int or a pair, got {value!r}")
-    return value
+        pair = (value.get("h", value.get("r")), value.get("w", value.get("s")))
+    elif is_count(value, minimum):
+        pair = (value, value)
+    else:
+        pair = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if len(pair) != 2 or not all(is_count(v, minimum) for v in pair):
+        raise ValueError(f"layer '{layer}': {what} must be an integer >= {minimum} or a pair of "
+                         f"them, got {short_repr(value)}")
+    return tuple(int(v) for v in pair)
 
 
 class Convolution(ParameterLayer):
@@ -32,9 +37,13 @@ class Convolution(ParameterLayer):
     def __init__(self, fshape, strides=1, padding=0, dilation=1, init=None, name=None,
                  bias=None, activation=None):
         super().__init__(name)
-        if len(tuple(fshape)) != 3:
+        if not isinstance(fshape, (list, tuple)) or len(fshape) != 3 or \
+                not all(is_count(f) for f in fshape):
             raise ValueError(f"Conv: fshape must be (R, S, K) = (height, width, output "
-                             f"channels), got {fshape!r}")
+                             f"channels), three integers >= 1, got {short_repr(fshape)}")
+        _pair(strides, "strides", name)
+        _pair(padding, "padding", name, minimum=0)
+        _pair(dilation, "dilation", name)
         if activation is not None and not is_plain_relu(activation):
             raise ValueError(f"Convolution: activation must be a plain ReLU (Rectlin with slope "
                              f"0) to fuse into the convolution, got {activation!r}")
@@ -50,7 +59,7 @@ class Convolution(ParameterLayer):
         R, S, K = self.fshape
         try:
             self.plan = self.be.conv_layer(self.be.bsz, C, H, W, K, R, S,
-                                           _pair(self.padding, "padding", self.name),
+                                           _pair(self.padding, "padding", self.name, 0),
                                            _pair(self.strides, "strides", self.name),
                                            _pair(self.dilation, "dilation", self.name))
         except ValueError as err:

@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from ..initializers import Gaussian
-from .layer import ParameterLayer
+from .layer import ParameterLayer, is_count
 from .decode import DecodeState
 
 
@@ -28,7 +28,7 @@ class Embedding(ParameterLayer):
     def __init__(self, vocab, d, init=None, name=None):
         super().__init__(name)
         for what, value in (("vocab", vocab), ("d", d)):
-            if not isinstance(value, (int, np.integer)) or value < 1:
+            if not is_count(value):
                 raise ValueError(f"Embedding: {what} must be a positive int, got {value!r}")
         self.vocab, self.d = int(vocab), int(d)
         self.init = init or Gaussian(scale=0.02)
@@ -104,7 +104,7 @@ class PositionalEmbedding(ParameterLayer):
 
     def __init__(self, max_len, d=None, sinusoidal=False, init=None, name=None):
         super().__init__(name)
-        if not isinstance(max_len, (int, np.integer)) or max_len < 1:
+        if not is_count(max_len):
             raise ValueError(f"PositionalEmbedding: max_len must be a positive int, got "
                              f"{max_len!r}")
         self.max_len, self.d = int(max_len), d

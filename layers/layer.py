@@ -149,6 +149,13 @@ class ParameterLayer(Layer):
         return list(self._params)
 
 
+def is_count(value, minimum=1):
+    """True for an integer (not a boolean) >= ``minimum``: what sizes (``nout``, filter
+    shapes, strides) must be."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) \
+        and value >= minimum
+
+
 def flat_rows(t, last):
     """View batch-first tensor ``t`` as 2-D (rows, ``last``)."""
     return t.reshape(t.size // last, last)

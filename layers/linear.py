@@ -1,8 +1,6 @@
 """Linear (y = x @ W) and Bias (y = x + b) layers."""
-import numpy as np
-
 from ..initializers import Constant, GlorotUniform
-from .layer import ParameterLayer, flat_rows, prod
+from .layer import ParameterLayer, flat_rows, is_count, prod
 
 
 class Linear(ParameterLayer):
@@ -14,7 +12,7 @@ class Linear(ParameterLayer):
 
     def __init__(self, nout, init=None, name=None):
         super().__init__(name)
-        if not isinstance(nout, (int, np.integer)) or nout < 1:
+        if not is_count(nout):
             raise ValueError(f"Linear: nout must be a positive int, got {nout!r}")
         self.nout = nout
         self.init = init or GlorotUniform()

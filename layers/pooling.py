@@ -15,6 +15,10 @@ class Pooling(Layer):
         super().__init__(name)
         if op not in ("max", "avg"):
             raise ValueError(f"Pooling: op must be 'max' or 'avg', got {op!r}")
+        _pair(fshape, "fshape", name)
+        if strides is not None:
+            _pair(strides, "strides", name)
+        _pair(padding, "padding", name, minimum=0)
         self.fshape, self.strides, self.padding, self.op = fshape, strides, padding, op
 
     def _configure(self, in_shape):
@@ -25,7 +29,7 @@ class Pooling(Layer):
         strides = _pair(self.strides, "strides", self.name) if self.strides else (R, S)
         try:
             self.plan = self.be.pool_layer(self.op, self.be.bsz, C, H, W, R, S,
-                                           _pair(self.padding, "padding", self.name), strides)
+                                           _pair(self.padding, "padding", self.name, 0), strides)
         except ValueError as err:
             raise self.shape_error(f"an input that a {R}x{S} window fits ({err})") from None
         return (self.plan.P, self.plan.Q, C)

@@ -1,6 +1,6 @@
 """Callbacks run around the training loop: progress output, periodic evaluation, checkpoints
-(every N epochs and keep-best), early stopping, a learning-rate schedule, a plain loss log and
-user hooks.
+(every N epochs and keep-best), early stopping, a divergence guard, a learning-rate
+schedule, a plain loss log and user hooks.
 
 Hooks, in the order ``Model.fit`` calls them: ``on_train_begin(dataset, num_epochs)``,
 ``on_epoch_begin(epoch)``, ``on_minibatch_end(epoch, batch, cost)``, ``on_epoch_end(epoch)``,
@@ -352,29 +352,80 @@ class LossLog(Callback):
                   flush=True)
 
 
+class DivergenceGuard(Callback):
+    """Stop training with a ``FloatingPointError`` when the cost grows without bound, before a
+    checkpoint of the diverged weights can be written.
+
+    The guard follows a running mean of the batch cost (``smoothing``: weight of the old
+    mean) and its lowest value since training began.  After ``warmup`` batches, the run is
+    stopped when the running mean exceeds ``growth`` times max(lowest, ``floor``), or when a
+    batch cost exceeds ``max_cost`` (None: no absolute bound).  ``growth=None`` turns the
+    relative test off.  ``neonlite train`` adds ``DivergenceGuard()`` unless the YAML
+    ``callbacks:`` list names one (``{type: DivergenceGuard, config: {growth: 1.0e3}}``)."""
+
+    def __init__(self, growth=1.0e6, max_cost=None, warmup=10, smoothing=0.9, floor=1.0):
+        for name, value in (("growth", growth), ("max_cost", max_cost)):
+            if value is not None and (isinstance(value, bool) or not isinstance(
+                    value, (int, float)) or not value > 0):
+                raise ValueError(f"DivergenceGuard: {name} must be a number > 0 or null, got "
+                                 f"{value!r}")
+        if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+            raise ValueError(f"DivergenceGuard: warmup must be an integer >= 0, got {warmup!r}")
+        if not 0 <= smoothing < 1:
+            raise ValueError(f"DivergenceGuard: smoothing must be in [0, 1), got {smoothing!r}")
+        if not floor > 0:
+            raise ValueError(f"DivergenceGuard: floor must be > 0, got {floor!r}")
+        self.growth, self.max_cost, self.warmup = growth, max_cost, warmup
+        self.smoothing, self.floor = float(smoothing), float(floor)
+        self.mean, self.lowest, self.seen = None, None, 0
+
+    def on_minibatch_end(self, epoch, batch, cost):
+        where = f"at epoch {epoch + 1}, batch {batch + 1}"
+        if self.max_cost is not None and cost > self.max_cost:
+            raise FloatingPointError(f"the training diverged {where}: the cost {cost:.4g} "
+                                     f"exceeds DivergenceGuard max_cost {self.max_cost:g}; "
+                                     f"lower the learning rate")
+        self.seen += 1
+        self.mean = cost if self.mean is None else \
+            self.smoothing * self.mean + (1 - self.smoothing) * cost
+        self.lowest = self.mean if self.lowest is None else min(self.lowest, self.mean)
+        limit = None if self.growth is None else self.growth * max(self.lowest, self.floor)
+        if self.seen > self.warmup and limit is not None and self.mean > limit:
+            raise FloatingPointError(f"the training diverged {where}: the running cost "
+                                     f"{self.mean:.4g} grew past {self.growth:g} times its "
+                                     f"lowest {self.lowest:.4g} (DivergenceGuard growth); "
+                                     f"lower the learning rate")
+
+
 class Callbacks:
     """The callbacks of one training run, in order.
 
     ``Callbacks(model, eval_set=valid, eval_freq=1, metric=Misclassification(),
-    progress=True)`` adds evaluation (before the progress bar, so its summary line shows the
-    metric); ``add(callback)`` appends a user callback.  A callback may set
-    ``callbacks.stop_training = True`` to end training after the current epoch.  ``quiet``
-    silences the callbacks' messages; ``run_config`` is the run description checkpoints store.
+    progress=True)`` adds a :class:`DivergenceGuard` (``divergence_guard=False``: none) and
+    evaluation (before the progress bar, so its summary line shows the metric);
+    ``add(callback)`` appends a user callback (another DivergenceGuard replaces the
+    default).  A callback may set ``callbacks.stop_training = True`` to end training after
+    the current epoch.  ``quiet`` silences the callbacks' messages; ``run_config`` is the run
+    description checkpoints store.
     """
 
     def __init__(self, model, eval_set=None, eval_freq=1, metric=None, progress=True,
-                 quiet=False, run_config=None):
+                 quiet=False, run_config=None, divergence_guard=True):
         self.model = model
         self.callbacks = []
         self.stop_training = False
         self.quiet = quiet
         self.run_config = run_config
+        if divergence_guard:
+            self.add(DivergenceGuard())
         if eval_set is not None:
             self.add(Evaluation(eval_set, metric, eval_freq))
         if progress:
             self.add(ProgressBar())
 
     def add(self, callback):
+        if isinstance(callback, DivergenceGuard):
+            self.callbacks = [cb for cb in self.callbacks if not isinstance(cb, DivergenceGuard)]
         callback.model = self.model
         callback.callbacks = self
         self.callbacks.append(callback)

@@ -6,7 +6,8 @@ import numpy as np
 
 from .backends import get_backend
 from .layers.containers import CompoundLayer, MergeSum, Sequential
-from .layers.layer import ParameterLayer, ShapeError
+from .layers.layer import Layer, ParameterLayer, ShapeError
+from .memory_check import check_outputs_fit
 
 
 class Model:
@@ -21,6 +22,7 @@ class Model:
         self.layers = layers if isinstance(layers, Sequential) else Sequential(
             layers if isinstance(layers, (list, tuple)) else [layers])
         self.layers.name_children()
+        check_layer_names(self.layers.leaves())
         self.name = name
         self.in_shape = None
         self.cost = None
@@ -33,6 +35,7 @@ class Model:
         self.metric = None
         self.grad_sync = None
         self._stepped = []
+        self._finite_work = {}
 
     # ---- set-up ------------------------------------------------------------------------------
     def initialize(self, dataset, cost=None):
@@ -53,16 +56,12 @@ class Model:
         out_shape = self.layers.configure(in_shape)
         if cost is not None:
             _check_targets(dataset, out_shape)
-        keys = [(leaf.name, type(leaf).__name__) for leaf in self.layers.leaves()
-                if isinstance(leaf, ParameterLayer)]
-        dupes = sorted({name for name, kind in keys if keys.count((name, kind)) > 1})
-        if dupes:
-            raise ValueError(f"two layers are both named {dupes[0]!r}, so their parameters "
-                             f"would clash; give the layers distinct names")
+        check_outputs_fit(self.layers.leaves(), be)
         self.be = be
         self.out_shape = out_shape
         self.layers.set_needs_deltas(False)
         self.layers.allocate()
+        _check_tensor_names(self.layers.leaves())
         self._stepped = [leaf for leaf in self.layers.leaves() if hasattr(leaf, "set_step")]
         self.in_shape = in_shape
         if cost is not None:
@@ -135,9 +134,7 @@ class Model:
                 if batch < skip:
                     continue
                 value = self.train_step(x, t, optimizer, epoch)
-                if not np.isfinite(value):
-                    raise FloatingPointError(f"the cost became {value} at epoch {epoch}, batch "
-                                             f"{batch}: lower the learning rate or check the data")
+                self._check_finite(value, epoch, batch)
                 callbacks.on_minibatch_end(epoch, batch, value)
                 if stop is not None and stop.signum is not None:
                     self._interrupted(callbacks, stop.signum, epoch, batch + 1)
@@ -156,6 +153,33 @@ class Model:
         callbacks.interrupted_checkpoint = None
         callbacks.on_train_interrupted(epoch, batches)
         raise TrainingInterrupted(signum, epoch, batches, callbacks.interrupted_checkpoint)
+
+    def _check_finite(self, cost, epoch, batch):
+        """FloatingPointError when the step just taken made the cost, a parameter or an
+        optimizer state non-finite; epoch and batch are counted from 1, as the progress line
+        counts them."""
+        where = f"at epoch {epoch + 1}, batch {batch + 1}"
+        if not np.isfinite(cost):
+            raise FloatingPointError(f"the cost became {cost} {where}: lower the learning rate "
+                                     f"or check the data; nothing was saved from this step")
+        bad = self.first_nonfinite()
+        if bad is not None:
+            raise FloatingPointError(f"{bad} became NaN or inf in the update {where}: lower the "
+                                     f"learning rate (or clip gradients); nothing was saved "
+                                     f"from this step")
+
+    def first_nonfinite(self):
+        """The name of the first parameter (``"<layer>.<param>"``) or optimizer state
+        (``"<layer>.<param>/<key>"``) holding a NaN or inf, else None.  Called after every
+        training step: two allocation-free reductions per tensor (:mod:`neonlite.finite`)."""
+        from .finite import first_nonfinite
+        return first_nonfinite(self._watched_tensors(), self._finite_work)
+
+    def _watched_tensors(self):
+        for p in self.parameters():
+            yield p.name, p.value
+            for key, state in p.states.items():
+                yield f"{p.name}/{key}", state
 
     def _batches(self, dataset):
         batches = getattr(dataset, "batches", None)
@@ -284,11 +308,11 @@ class Model:
         description, as :meth:`get_description` or a YAML file gives, or just the list).
         Raises :class:`neonlite.config.ConfigError` with the key path of a bad entry."""
         from .config.build import build
-        from .config.errors import ConfigError
+        from .config.errors import ConfigError, short_repr
         layers = desc.get("layers") if isinstance(desc, dict) else desc
         if not isinstance(layers, list) or not layers:
             raise ConfigError("layers: expected a non-empty list of {type, config} layers, got "
-                              f"{layers!r}")
+                              f"{short_repr(layers)}")
         return cls([build(d, "layer", f"layers[{i}]") for i, d in enumerate(layers)])
 
     def save(self, path, optimizer=None, config=None):
@@ -367,6 +391,47 @@ def _backend_for(ckpt):
                            f"checkpoint's ({name}, batch {batch}, {datatype}) cannot run here "
                            f"({err}); call neonlite.gen_backend('cpu', batch_size={batch}) "
                            f"first") from None
+
+def check_layer_names(leaves):
+    """A ConfigError (at the layer's key path) for a layer name that cannot name parameters in
+    a checkpoint: not printable UTF-8 text, or shared by two layers with parameters or buffers
+    of the same kind (their ``"<name>.<param>"`` would clash)."""
+    from .config.errors import ConfigError, short_repr
+    seen = {}
+    for leaf in leaves:
+        where = getattr(leaf, "_config_path", None)
+        where = f"{where}.config.name" if where else f"layer {short_repr(leaf.name)}"
+        if not isinstance(leaf.name, str) or not leaf.name.isprintable() or not leaf.name:
+            raise ConfigError(f"{where}: a layer name must be printable text, got "
+                              f"{short_repr(leaf.name)}")
+        try:
+            leaf.name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(f"{where}: a layer name must be valid UTF-8 text, got "
+                              f"{short_repr(leaf.name)}") from None
+        key = (leaf.name, type(leaf).__name__)
+        if isinstance(leaf, ParameterLayer) or type(leaf).buffers is not Layer.buffers:
+            if key in seen:
+                raise ConfigError(f"{where}: two {key[1]} layers are both named {key[0]!r} "
+                                  f"(the other: {seen[key]}), so their parameters would clash; "
+                                  f"give the layers distinct names")
+            seen[key] = getattr(leaf, "_config_path", None) or key[0]
+
+
+def _check_tensor_names(leaves):
+    """A ConfigError when two allocated layers give a parameter or buffer the same
+    ``"<layer name>.<key>"`` (e.g. an Affine named like a Conv's compound, ``Conv_0``)."""
+    from .config.errors import ConfigError
+    owner = {}
+    for leaf in leaves:
+        keys = [p.name for p in leaf.parameters()] + [f"{leaf.name}.{k}" for k in leaf.buffers()]
+        for key in keys:
+            other = owner.setdefault(key, leaf)
+            if other is not leaf:
+                where = getattr(leaf, "_config_path", None) or f"layer {leaf.name!r}"
+                raise ConfigError(f"{where}: the name {leaf.name!r} is also the name of the "
+                                  f"{type(other).__name__} layer {other.name!r}, so both would "
+                                  f"store a parameter '{key}'; give the layers distinct names")
 
 
 def _describe_rows(layers, depth, rows):

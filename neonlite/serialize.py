@@ -7,7 +7,8 @@ Layout (format version :data:`FORMAT_VERSION`)::
     /config           the run description as YAML text (layers, cost, optimizer, and for a
                       CLI run every top-level key); the network is rebuilt from it
     /params/<name>    every parameter and buffer (``Model.get_params()``), in model order
-                      (attr ``names`` on /params keeps the order)
+                      (attr ``names`` on /params keeps the order); attr ``crc32`` on each
+                      dataset (and on each optimizer state) is the CRC-32 of its bytes
     /optimizer        attr ``state``: JSON of the optimizer's ``state_dict()`` (its step; one
                       per entry of a MultiOptimizer)
     /optimizer/states/<param name>/<key>   each Parameter.states tensor (velocity, m, v, ...)
@@ -20,18 +21,21 @@ Layout (format version :data:`FORMAT_VERSION`)::
                       replays the epoch's data order from it and skips the batches done)
 
 Only arrays, numbers and strings are read back: loading never runs code.  A checkpoint is
-written to a temporary name in the same folder and renamed into place, so an interrupted save
-leaves the previous file (or none), never a broken one.
+written with :func:`neonlite.atomic.atomic_write` (a fresh temporary file beside it, fsync,
+rename), so an interrupted save leaves the previous file (or none), never a broken one; one
+holding NaN or inf values is never written.
 """
 import json
-import os
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 
+from .atomic import atomic_write
+from .checkpoint_schema import FORMAT_VERSION
+
 FORMAT = "neonlite-checkpoint"
-FORMAT_VERSION = 1
 
 
 class CheckpointError(ValueError):
@@ -48,6 +52,18 @@ class Checkpoint:
     def __init__(self, path, **fields):
         self.path = path
         self.__dict__.update(fields)
+
+    def first_nonfinite(self):
+        """The name of the first parameter, buffer or optimizer state holding NaN or inf,
+        else None."""
+        from .finite import first_nonfinite
+        states = ((f"{name}/{key}", value) for name, keys in self.states.items()
+                  for key, value in keys.items())
+        return first_nonfinite(self.params.items()) or first_nonfinite(states)
+
+
+class NonFiniteWarning(UserWarning):
+    """A checkpoint whose values are not all finite was loaded (a diverged training)."""
 
 
 # ---- writing ---------------------------------------------------------------------------------
@@ -68,40 +84,50 @@ def save_checkpoint(path, model, optimizer=None, config=None):
         config = model.get_description()
     text = dump_yaml(config)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = FORMAT
-            f.attrs["format_version"] = FORMAT_VERSION
-            f.attrs["neonlite_version"] = __version__
-            f.create_dataset("config", data=text, dtype=h5py.string_dtype())
-            _write_params(f, model)
-            _write_optimizer(f, model, optimizer)
-            progress = f.create_group("progress")
-            progress.attrs["epoch_index"] = int(model.epoch_index)
-            progress.attrs["step_index"] = int(model.step_index)
-            progress.attrs["in_shape"] = np.asarray(model.in_shape, dtype=np.int64)
-            progress.attrs["batch_index"] = int(getattr(model, "batch_index", 0))
-            rng = f.create_group("rng")
-            rng.attrs["host"] = json.dumps(model.be.rng.bit_generator.state)
-            if getattr(model, "batch_index", 0):
-                rng.attrs["epoch_start"] = json.dumps(model.epoch_rng_state)
-            if hasattr(model.be, "device_rng_state"):
-                rng.attrs["device"] = json.dumps(model.be.device_rng_state())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    params = model.get_params()
+    _refuse_nonfinite(path, params, model)
+    with atomic_write(path) as out, h5py.File(out, "w") as f:
+        f.attrs["format"] = FORMAT
+        f.attrs["format_version"] = FORMAT_VERSION
+        f.attrs["neonlite_version"] = __version__
+        f.create_dataset("config", data=text, dtype=h5py.string_dtype())
+        _write_params(f, params)
+        _write_optimizer(f, model, optimizer)
+        progress = f.create_group("progress")
+        progress.attrs["epoch_index"] = int(model.epoch_index)
+        progress.attrs["step_index"] = int(model.step_index)
+        progress.attrs["in_shape"] = np.asarray(model.in_shape, dtype=np.int64)
+        progress.attrs["batch_index"] = int(getattr(model, "batch_index", 0))
+        rng = f.create_group("rng")
+        rng.attrs["host"] = json.dumps(model.be.rng.bit_generator.state)
+        if getattr(model, "batch_index", 0):
+            rng.attrs["epoch_start"] = json.dumps(model.epoch_rng_state)
+        if hasattr(model.be, "device_rng_state"):
+            rng.attrs["device"] = json.dumps(model.be.device_rng_state())
     return path
 
 
-def _write_params(f, model):
-    params = model.get_params()
+def _refuse_nonfinite(path, params, model):
+    """FloatingPointError when a parameter, buffer or optimizer state holds NaN or inf: such
+    a checkpoint is never written, so it never replaces a good one."""
+    from .finite import first_nonfinite
+    bad = first_nonfinite(params.items()) or model.first_nonfinite()
+    if bad is not None:
+        raise FloatingPointError(f"{path}: not saved: {bad} holds NaN or inf values (the "
+                                 f"training diverged); the previous file, if any, is kept")
+
+
+def _write_params(f, params):
     group = f.create_group("params")
     group.attrs["names"] = json.dumps(list(params))
     for name, value in params.items():
-        group.create_dataset(name, data=value)
+        _write_array(group, name, value)
+
+
+def _write_array(group, name, value):
+    """A dataset of ``value`` with its CRC-32 in attr ``crc32``."""
+    from .checkpoint_schema import array_crc32
+    group.create_dataset(name, data=value).attrs["crc32"] = np.uint32(array_crc32(value))
 
 
 def _write_optimizer(f, model, optimizer):
@@ -114,7 +140,7 @@ def _write_optimizer(f, model, optimizer):
         if param.states:
             sub = states.create_group(param.name)
             for key, tensor in param.states.items():
-                sub.create_dataset(key, data=tensor.get())
+                _write_array(sub, key, tensor.get())
 
 
 def _optimizers(optimizer):
@@ -137,10 +163,13 @@ def _plain(value):
 
 # ---- reading ---------------------------------------------------------------------------------
 def read_checkpoint(path):
-    """A :class:`Checkpoint` read from ``path``; :class:`CheckpointError` for a missing,
-    truncated or foreign file or an unsupported format version."""
+    """A :class:`Checkpoint` read from ``path``; :class:`CheckpointError` (one line naming the
+    file and the entry) for a missing, truncated, foreign or damaged file, an unsupported
+    format version, or any value outside the format's schema
+    (:mod:`neonlite.checkpoint_schema`), all checked before anything is built."""
     import h5py
 
+    from .checkpoint_schema import SchemaError, validate
     from .config.errors import ConfigError
     from .config.yaml_io import parse_yaml
 
@@ -151,62 +180,93 @@ def read_checkpoint(path):
         f = h5py.File(path, "r")
     except OSError as err:
         raise CheckpointError(f"{path}: not a readable HDF5 file; it may be truncated or not a "
-                              f"neonlite checkpoint ({err})") from None
-    with f:
-        _check_format(path, f)
-        try:
-            text = f["config"][()]
-            text = text.decode("utf-8") if isinstance(text, bytes) else str(text)
-            names = json.loads(f["params"].attrs["names"])
-            params = OrderedDict((n, f["params"][n][()]) for n in names)
-            opt = f["optimizer"]
-            optimizer_state = json.loads(opt.attrs["state"]) if "state" in opt.attrs else None
-            states = {}
-            if "states" in opt:
-                opt["states"].visititems(lambda name, obj: _collect_state(states, name, obj))
-            progress = f["progress"].attrs
-            rng = f["rng"].attrs
-            fields = dict(
-                params=params, states=states, optimizer_state=optimizer_state,
-                epoch_index=int(progress["epoch_index"]),
-                step_index=int(progress["step_index"]),
-                batch_index=int(progress.get("batch_index", 0)),
-                epoch_rng=json.loads(rng["epoch_start"]) if "epoch_start" in rng else None,
-                in_shape=tuple(int(s) for s in progress["in_shape"]),
-                rng={"host": json.loads(rng["host"]),
-                     "device": json.loads(rng["device"]) if "device" in rng else None})
-        except (KeyError, ValueError, TypeError, OSError) as err:
-            raise CheckpointError(f"{path}: damaged checkpoint: cannot read its contents "
-                                  f"({type(err).__name__}: {err})") from None
+                              f"neonlite checkpoint ({_cut(err)})") from None
     try:
-        config = parse_yaml(text, f"{path}:/config")
+        with f:
+            version = _check_format(path, f)
+            raw = _read_raw(f)
+    except CheckpointError:
+        raise
+    except SchemaError as err:
+        raise CheckpointError(f"{path}: damaged checkpoint: {err}") from None
+    except (KeyError, ValueError, TypeError, OSError, RuntimeError, AttributeError) as err:
+        raise CheckpointError(f"{path}: damaged checkpoint: cannot read its contents "
+                              f"({type(err).__name__}: {_cut(err)})") from None
+    try:
+        raw["config"] = parse_yaml(raw["config"], f"{path}:/config")
+        return Checkpoint(path, **validate(raw, version))
     except ConfigError as err:
         raise CheckpointError(f"{path}: damaged checkpoint: {err}") from None
-    return Checkpoint(path, config=config, **fields)
+    except SchemaError as err:
+        raise CheckpointError(f"{path}: damaged checkpoint: {err}") from None
 
 
-def _collect_state(states, name, obj):
+def _cut(err, limit=200):
+    text = " ".join(str(err).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _read_raw(f):
+    """Everything in open checkpoint ``f`` as plain values and arrays, uninterpreted."""
+    text = f["config"][()]
+    text = text.decode("utf-8") if isinstance(text, bytes) else text
+    if not isinstance(text, str):
+        raise TypeError(f"/config holds {type(text).__name__}, not text")
+    names = json.loads(f["params"].attrs["names"])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"/params names is not a list of names: {_cut(names, 60)}")
+    params = OrderedDict((n, f["params"][n][()]) for n in names)
+    crcs = {n: f["params"][n].attrs.get("crc32") for n in names}
+    opt = f["optimizer"]
+    optimizer_state = json.loads(opt.attrs["state"]) if "state" in opt.attrs else None
+    states, state_crcs = {}, {}
+    if "states" in opt:
+        opt["states"].visititems(lambda name, obj: _collect_state(states, state_crcs, name, obj))
+    progress = f["progress"].attrs
+    rng = f["rng"].attrs
+    return dict(config=text, names=names, params=params, crcs=crcs,
+                optimizer_state=optimizer_state, states=states, state_crcs=state_crcs,
+                epoch_index=progress["epoch_index"], step_index=progress["step_index"],
+                batch_index=progress.get("batch_index", 0), in_shape=progress["in_shape"],
+                rng_host=json.loads(rng["host"]),
+                rng_device=json.loads(rng["device"]) if "device" in rng else None,
+                epoch_rng=json.loads(rng["epoch_start"]) if "epoch_start" in rng else None)
+
+
+def _collect_state(states, crcs, name, obj):
     import h5py
     if isinstance(obj, h5py.Dataset):
+        if "/" not in name:
+            raise KeyError(f"/optimizer/states/{name} is not under a parameter's group")
         param, key = name.rsplit("/", 1)
         states.setdefault(param, {})[key] = obj[()]
+        crcs.setdefault(param, {})[key] = obj.attrs.get("crc32")
 
 
 def _check_format(path, f):
+    """The file's format version (one this neonlite reads); CheckpointError otherwise."""
+    from .checkpoint_schema import READABLE_VERSIONS, SchemaError, check_version
     fmt = f.attrs.get("format")
     if isinstance(fmt, bytes):
-        fmt = fmt.decode()
-    if fmt != FORMAT:
+        fmt = fmt.decode(errors="replace")
+    if not isinstance(fmt, str) or fmt != FORMAT:
         raise CheckpointError(f"{path}: not a neonlite checkpoint (an HDF5 file without the "
                               f"'{FORMAT}' format mark)")
-    version = int(f.attrs.get("format_version", -1))
-    if version > FORMAT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint format version {version} is newer than this "
-                              f"neonlite reads (up to {FORMAT_VERSION}); upgrade neonlite")
-    if version < FORMAT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint format version {version} is older than this "
-                              f"neonlite reads (version {FORMAT_VERSION}); re-save it with the "
-                              f"neonlite release that wrote it, or retrain")
+    value = f.attrs.get("format_version", -1)
+    try:
+        return check_version(value)
+    except SchemaError as err:
+        version = value if isinstance(value, (int, np.integer)) else None
+        if version is not None and version > max(READABLE_VERSIONS):
+            raise CheckpointError(f"{path}: checkpoint format version {version} is newer than "
+                                  f"this neonlite reads (up to {FORMAT_VERSION}); upgrade "
+                                  f"neonlite") from None
+        if version is not None and version < min(READABLE_VERSIONS):
+            raise CheckpointError(f"{path}: checkpoint format version {version} is older than "
+                                  f"this neonlite reads (versions "
+                                  f"{', '.join(map(str, READABLE_VERSIONS))}); re-save it with "
+                                  f"the neonlite release that wrote it, or retrain") from None
+        raise CheckpointError(f"{path}: damaged checkpoint: {err}") from None
 
 
 # ---- restoring -------------------------------------------------------------------------------
@@ -230,16 +290,58 @@ def build_model(ckpt):
         raise CheckpointError(f"{ckpt.path}: its network description does not build: "
                               f"{err}") from None
     load_params(model, ckpt)
+    bad = ckpt.first_nonfinite()
+    if bad is not None:
+        warnings.warn(f"{ckpt.path}: {bad} holds NaN or inf values, so what this model "
+                      f"computes is meaningless (the training that wrote it diverged)",
+                      NonFiniteWarning, stacklevel=2)
     return model
 
 
 def load_params(model, ckpt):
-    """Set ``model``'s parameters and buffers from ``ckpt`` (names and shapes must match)."""
+    """Set ``model``'s parameters and buffers from ``ckpt`` (names, shapes and the kind of
+    dtype, float or integer, must match; float16/32/64 convert to the model's float type)."""
+    for name, tensor in model.named_tensors().items():
+        stored = ckpt.params.get(name)
+        if stored is not None and np.dtype(tensor.dtype).kind == "f" and stored.dtype.kind != "f":
+            raise CheckpointError(f"{ckpt.path}: damaged checkpoint: /params/{name}: dtype "
+                                  f"{stored.dtype} is not a floating-point type (float16, "
+                                  f"float32 or float64)")
     try:
         model.set_params(ckpt.params)
     except (KeyError, ValueError) as err:
         message = err.args[0] if err.args else str(err)
         raise CheckpointError(f"{ckpt.path}: does not fit this network: {message}") from None
+
+
+def check_same_optimizer(ckpt, optimizer_desc):
+    """CheckpointError when ``ckpt`` was saved by a run whose optimizer (its type, or the
+    type of any entry of a MultiOptimizer) differs from ``optimizer_desc``: resuming would
+    give the new optimizer the old one's state and step count."""
+    saved = _types(ckpt.config.get("optimizer"))
+    wanted = _types(optimizer_desc)
+    if saved and saved != wanted:
+        raise CheckpointError(f"{ckpt.path}: was saved with optimizer {'/'.join(saved)} but this "
+                              f"run uses {'/'.join(wanted)}; its state cannot be resumed "
+                              f"(start from its weights with a fresh optimizer: --model-file)")
+
+
+def _types(desc):
+    """The optimizer class names in an optimizer description (a MultiOptimizer's entries
+    too; schedules left out), in order."""
+    if isinstance(desc, str):
+        return [desc]
+    if isinstance(desc, list):
+        return [t for d in desc for t in _types(d)]
+    if not isinstance(desc, dict):
+        return []
+    if "type" not in desc:
+        return [t for d in desc.values() for t in _types(d)]
+    found = [desc["type"]] if isinstance(desc.get("type"), str) else []
+    config = desc.get("config") if isinstance(desc.get("config"), dict) else {}
+    for key in ("optimizer_mapping", "optimizer"):
+        found += _types(config.get(key))
+    return found
 
 
 def restore_training_state(model, optimizer, ckpt):

@@ -15,18 +15,19 @@ Layout (format version :data:`FORMAT_VERSION`)::
     /epoch/seconds  (E,) float64: wall time of the epoch
     /epoch/time     (E,) float64: seconds since the run started, at the end of the epoch
 
-The log is rewritten to a temporary file and renamed over the old one at the end of every
+The log is rewritten to a fresh temporary file and renamed over the old one
+(:func:`neonlite.atomic.atomic_write`) at the end of every
 epoch and at most every ``flush_interval`` seconds within one, so a reader (``neonlite plot``,
 ``h5py.File(path, "r")``) always opens a complete file, never a half-written one.  A resumed
 run (``--resume``) keeps the records of the epochs before the one it resumes at, and of the
 batches of that epoch an interrupted run trained.
 """
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
+from .atomic import atomic_write
 from .callbacks import Callback
 
 FORMAT = "neonlite-training-log"
@@ -118,26 +119,19 @@ class TrainingLog(Callback):
 
     def _write(self, complete, interrupted=False):
         import h5py
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
-        try:
-            with h5py.File(tmp, "w") as f:
-                f.attrs["format"] = FORMAT
-                f.attrs["format_version"] = FORMAT_VERSION
-                f.attrs["metric"] = self.metric_name
-                f.attrs["complete"] = bool(complete)
-                f.attrs["interrupted"] = bool(interrupted)
-                if self.config is not None:
-                    f.attrs["config"] = self.config
-                for group, columns, types in (("batch", self.batch, _BATCH),
-                                              ("epoch", self.epoch, _EPOCH)):
-                    g = f.create_group(group)
-                    for key, dtype in types.items():
-                        g.create_dataset(key, data=np.asarray(columns[key], dtype=dtype))
-            os.replace(tmp, self.path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        with atomic_write(self.path) as out, h5py.File(out, "w") as f:
+            f.attrs["format"] = FORMAT
+            f.attrs["format_version"] = FORMAT_VERSION
+            f.attrs["metric"] = self.metric_name
+            f.attrs["complete"] = bool(complete)
+            f.attrs["interrupted"] = bool(interrupted)
+            if self.config is not None:
+                f.attrs["config"] = self.config
+            for group, columns, types in (("batch", self.batch, _BATCH),
+                                          ("epoch", self.epoch, _EPOCH)):
+                g = f.create_group(group)
+                for key, dtype in types.items():
+                    g.create_dataset(key, data=np.asarray(columns[key], dtype=dtype))
         self.last_write = time.perf_counter()
 
 

@@ -138,3 +138,38 @@ def test_loading_never_unpickles(saved):
         f.visititems(lambda name, obj: kinds.add(obj.dtype.kind)
                      if isinstance(obj, h5py.Dataset) else None)
     assert kinds <= {"f", "u", "i", "O", "S"}, "only numbers and strings are stored"
+
+
+def test_format_version_1_files_still_read(saved):
+    model, _, path = saved
+    with h5py.File(path, "r+") as f:
+        f.attrs["format_version"] = 1
+        for group in (f["params"], f["optimizer/states"]):
+            group.visititems(lambda name, obj: obj.attrs.__delitem__("crc32")
+                             if "crc32" in obj.attrs else None)
+    ckpt = read_checkpoint(path)
+    for key, value in model.get_params().items():
+        assert np.array_equal(ckpt.params[key], value)
+
+
+def test_version_2_arrays_need_their_checksum(saved):
+    _, _, path = saved
+    with h5py.File(path, "r+") as f:
+        name = next(iter(f["params"]))
+        del f["params"][name].attrs["crc32"]
+    with pytest.raises(CheckpointError, match="no crc32 checksum"):
+        read_checkpoint(path)
+
+
+def test_a_flipped_byte_in_parameter_data_is_detected(saved):
+    _, _, path = saved
+    with h5py.File(path, "r") as f:
+        name = next(iter(f["params"]))
+        offset = f["params"][name].id.get_offset()
+    with open(path, "r+b") as out:
+        out.seek(offset + 2)
+        byte = out.read(1)
+        out.seek(offset + 2)
+        out.write(bytes([byte[0] ^ 0x40]))
+    with pytest.raises(CheckpointError, match=f"/params/{name}: checksum mismatch"):
+        read_checkpoint(path)

@@ -283,3 +283,14 @@ def test_hung_rank_times_out_and_is_named(tmp_path):
     message = done.stderr + done.stdout
     assert "rank 0/2" in message and "collective timeout of 4 s" in message, message[-2000:]
     assert "rank 1 did not answer" in message, message[-2000:]
+
+
+def test_rank_stopped_before_mpi_init_times_out_and_is_named():
+    env = dict(ENV, NEONLITE_COLLECTIVE_TIMEOUT="4")
+    begin = time.monotonic()
+    done = run(2, [str(HELPERS / "stop_before_init.py"), str(LENET)], timeout=90, env=env)
+    assert done.returncode != 0
+    assert time.monotonic() - begin < 60
+    message = done.stderr + done.stdout
+    assert "rank 0/2: MPI start-up" in message, message[-2000:]
+    assert "collective timeout of 4 s: rank 1 did not arrive" in message, message[-2000:]

@@ -32,7 +32,8 @@ def main(argv=None):
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
-    return run_guarded(lambda: args.func(args), getattr(args, "verbose", False))
+    return run_guarded(lambda: args.func(args), getattr(args, "verbose", False),
+                       quiet=getattr(args, "quiet", False))
 
 
 __all__ = ["main", "build_parser"]

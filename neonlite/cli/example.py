@@ -45,4 +45,4 @@ def example_main(network, settings, doc=None, argv=None, source=None, add_argume
         model = train(config.override(**overrides(args)), args)
         if finish is not None:
             finish(model, args)
-    return run_guarded(run, args.verbose, parser.prog)
+    return run_guarded(run, args.verbose, parser.prog, args.quiet)

@@ -1,10 +1,10 @@
 """``neonlite plot LOG.h5 -o curves.png``: training and validation curves from a training log
 (needs matplotlib: ``pip install 'neonlite[plot]'``)."""
-import os
 from pathlib import Path
 
 import numpy as np
 
+from ..atomic import atomic_write
 from ..training_log import read_log
 from .arguments import add_verbosity
 from .errors import CommandUnavailable
@@ -32,14 +32,11 @@ def command(args):
                                  "'neonlite[plot]' (or pip install matplotlib)") from None
     figure = draw(plt, log, Path(args.log).name)
     out = Path(args.output)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     try:
-        figure.savefig(tmp, format=out.suffix.lstrip(".") or "png", dpi=120)
-        os.replace(tmp, out)
+        with atomic_write(out) as file:
+            figure.savefig(file, format=out.suffix.lstrip(".") or "png", dpi=120)
     finally:
         plt.close(figure)
-        if tmp.exists():
-            tmp.unlink()
     if not args.quiet:
         print(f"wrote {out}")
 

@@ -27,7 +27,8 @@ from ..distributed import DataParallel, detect_world, shard
 from ..interrupts import SIGNALS, StopOnSignal
 from ..layers.layer import ShapeError
 from ..optimizers.mixed_precision import MixedPrecision, for_datatype
-from ..serialize import CheckpointError, load_params, read_checkpoint, restore_training_state
+from ..serialize import (CheckpointError, check_same_optimizer, load_params, read_checkpoint,
+                         restore_training_state)
 from ..training_log import TrainingLog
 
 
@@ -157,6 +158,7 @@ def _train(run, opts, stream, world):
         if ckpt.config.get("layers") != run.layers_desc:
             raise CheckpointError(f"{opts.resume}: was saved from a different network than "
                                   f"{run.source} (the layers differ), so it cannot be resumed")
+        check_same_optimizer(ckpt, run.optimizer_desc)
         restore_training_state(model, optimizer, ckpt)
     description = run.description()
     callbacks = Callbacks(model, eval_set=valid_set,

@@ -10,7 +10,7 @@ import functools
 import inspect
 
 from . import registry
-from .errors import ConfigError, did_you_mean
+from .errors import ConfigError, did_you_mean, short_repr
 
 # Options whose value is an object (or a list / mapping of objects) of a known kind.
 OPTION_KINDS = {"init": "initializer", "bias": "initializer", "activation": "transform",
@@ -82,7 +82,7 @@ def _split(desc, kind, path):
         return registry.lookup(kind, desc, path), {}
     if not isinstance(desc, dict):
         raise ConfigError(f"{path}: expected a {word} as {{type: Name, config: {{...}}}}, got "
-                          f"{type_word(desc)} ({desc!r})")
+                          f"{type_word(desc)} ({short_repr(desc)})")
     extra = [k for k in desc if k not in ("type", "config")]
     if extra:
         hint = did_you_mean(extra[0], ["type", "config"])
@@ -97,7 +97,7 @@ def _split(desc, kind, path):
         config = {}
     if not isinstance(config, dict):
         raise ConfigError(f"{path}.config: expected a mapping of options, got "
-                          f"{type_word(config)} ({config!r})")
+                          f"{type_word(config)} ({short_repr(config)})")
     return cls, config
 
 
@@ -154,4 +154,5 @@ def check_type(value, default, path):
     else:
         return
     if not ok:
-        raise ConfigError(f"{path}: expected {expected}, got {type_word(value)} ({value!r})")
+        raise ConfigError(f"{path}: expected {expected}, got {type_word(value)} "
+                          f"({short_repr(value)})")

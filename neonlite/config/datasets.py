@@ -17,7 +17,7 @@ import inspect
 
 from ..data.iterator import DataError
 from .build import check_type, constructor_options, type_word
-from .errors import ConfigError, did_you_mean
+from .errors import ConfigError, did_you_mean, short_repr
 
 DATASETS = {
     "mnist": ("neonlite.data.mnist", "MNIST"),
@@ -34,12 +34,12 @@ def dataset_class(name, path="dataset"):
     if not isinstance(name, str) or name.lower() not in DATASETS:
         hint = did_you_mean(name, DATASETS) if isinstance(name, str) else \
             f"; expected one of {', '.join(DATASETS)}"
-        raise ConfigError(f"{path}: unknown data set {name!r}{hint}")
+        raise ConfigError(f"{path}: unknown data set {short_repr(name)}{hint}")
     module, cls_name = DATASETS[name.lower()]
     try:
         return getattr(importlib.import_module(module), cls_name)
     except (ImportError, AttributeError) as err:
-        raise ConfigError(f"{path}: data set {name!r} is not available in this install "
+        raise ConfigError(f"{path}: data set {short_repr(name)} is not available in this install "
                           f"({err})") from None
 
 
@@ -49,7 +49,8 @@ def check_dataset(desc, path="dataset"):
         desc = {"type": desc}
     if not isinstance(desc, dict):
         raise ConfigError(f"{path}: expected a data set name ({', '.join(DATASETS)}) or "
-                          f"{{type: name, config: {{...}}}}, got {type_word(desc)} ({desc!r})")
+                          f"{{type: name, config: {{...}}}}, got {type_word(desc)} "
+                          f"({short_repr(desc)})")
     extra = [k for k in desc if k not in ("type", "config")]
     if extra:
         raise ConfigError(f"{path}.{extra[0]}: unknown key"
@@ -61,24 +62,24 @@ def check_dataset(desc, path="dataset"):
     config = desc.get("config") or {}
     if not isinstance(config, dict):
         raise ConfigError(f"{path}.config: expected a mapping of options, got "
-                          f"{type_word(config)} ({config!r})")
+                          f"{type_word(config)} ({short_repr(config)})")
     options = {k: v for k, v in constructor_options(cls).items() if k not in SET_BY_RUN}
     if hasattr(cls, "nclass"):
         options.setdefault("nclass", None)
     for key, value in config.items():
         if key not in options:
             raise ConfigError(f"{path}.config.{key}: unknown option of data set "
-                              f"{desc['type']!r}{did_you_mean(key, options)}")
+                              f"{short_repr(desc['type'])}{did_you_mean(key, options)}")
         check_type(value, options[key], f"{path}.config.{key}")
     if config.get("nclass") is not None and (not isinstance(config["nclass"], int) or
                                               isinstance(config["nclass"], bool) or
                                               config["nclass"] < 2):
         raise ConfigError(f"{path}.config.nclass: expected an integer >= 2, got "
-                          f"{config['nclass']!r}")
+                          f"{short_repr(config['nclass'])}")
     missing = [k for k, d in options.items() if d is inspect.Parameter.empty and k not in config]
     if missing:
         raise ConfigError(f"{path}.config: missing required option '{missing[0]}' of data set "
-                          f"{desc['type']!r}")
+                          f"{short_repr(desc['type'])}")
     return {"type": desc["type"].lower(), "config": dict(config)}
 
 
@@ -99,6 +100,6 @@ def make_dataset(desc, data_dir=None, path="dataset"):
     if nclass is not None:
         if nclass < data.nclass:
             raise ConfigError(f"{path}.config.nclass: {nclass} is fewer than the "
-                              f"{data.nclass} classes of data set {desc['type']!r}")
+                              f"{data.nclass} classes of data set {short_repr(desc['type'])}")
         data.nclass = nclass
     return data

@@ -27,3 +27,17 @@ def closest(word, choices, cutoff=0.75):
         return lowered[str(word).lower()]
     close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=cutoff)
     return close[0] if close else None
+
+
+def short_repr(value, limit=60):
+    """``repr(value)`` cut to about ``limit`` characters (``...`` marks a cut), for messages:
+    a message never prints a whole large value."""
+    if isinstance(value, (list, tuple, dict)) and len(value) > 20:
+        text = repr(type(value)(list(value)[:20]) if not isinstance(value, dict)
+                    else dict(list(value.items())[:20]))
+    else:
+        try:
+            text = repr(value)
+        except (ValueError, RecursionError):
+            text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."

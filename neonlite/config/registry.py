@@ -8,7 +8,7 @@ be named: a description never makes arbitrary objects.
 """
 import importlib
 
-from .errors import ConfigError, did_you_mean
+from .errors import ConfigError, did_you_mean, short_repr
 
 # kind -> (module to import, base class name, extra class names, base names to leave out)
 _KINDS = {
@@ -75,12 +75,12 @@ def lookup(kind, name, path):
     table = classes(kind)
     if not isinstance(name, str):
         raise ConfigError(f"{path}: expected the name of a {KIND_WORDS[kind]} (a string), got "
-                          f"{name!r}")
+                          f"{short_repr(name)}")
     if name in table:
         return table[name]
     alias = ALIASES.get(name.lower().replace("_", ""))
     hint = f"; did you mean '{alias}'?" if alias in table else did_you_mean(name, table)
-    raise ConfigError(f"{path}: unknown {KIND_WORDS[kind]} {name!r}{hint}")
+    raise ConfigError(f"{path}: unknown {KIND_WORDS[kind]} {short_repr(name)}{hint}")
 
 
 def kind_of_name(name):

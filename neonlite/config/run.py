@@ -11,7 +11,7 @@ import numpy as np
 
 from .build import build, type_word
 from .datasets import check_dataset
-from .errors import ConfigError, closest, did_you_mean
+from .errors import ConfigError, closest, did_you_mean, short_repr
 from .yaml_io import anchored_keys, parse_yaml, read_text
 
 DATATYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "bf16": "bfloat16"}
@@ -38,7 +38,7 @@ KEYS = {
     "sync_bn": ((bool,), False),
 }
 _POSITIVE = ("epochs", "batchsize")
-_NON_NEGATIVE = ("eval_freq", "serialize")
+_NON_NEGATIVE = ("eval_freq", "serialize", "rng_seed")
 
 
 class RunConfig:
@@ -73,6 +73,7 @@ class RunConfig:
         # canonical descriptions (shorthands expanded, anchors resolved) to build from later
         raw = {k: self.settings.pop(k) for k in ("layers", "cost", "optimizer", "callbacks")}
         self.layers_desc = [layer.get_description() for layer in _build_layers(raw["layers"])]
+        self.build_model()  # checks the layer names (unique, printable) before anything runs
         self.cost_desc = _build_cost(raw["cost"]).get_description()
         self.optimizer_desc = build(raw["optimizer"], "optimizer", "optimizer").get_description()
         self.metric_desc = self.build_metric().get_description()
@@ -144,21 +145,27 @@ def _check_extra_key(key, anchored):
                           f"(any other key must define a YAML anchor: '{key}: &name value')")
 
 
+def check_setting(key, value, types=None):
+    """``value`` if it can stand for top-level key ``key``; a ConfigError naming the key
+    otherwise."""
+    return _check_setting(key, value, types or KEYS[key][0])
+
+
 def _check_setting(key, value, types):
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
         names = " or ".join(type_word(t()) if t is not type(None) else "null" for t in types)
-        raise ConfigError(f"{key}: expected {names}, got {type_word(value)} ({value!r})")
+        raise ConfigError(f"{key}: expected {names}, got {type_word(value)} ({short_repr(value)})")
     if key in _POSITIVE and value < 1:
         raise ConfigError(f"{key}: expected a positive integer, got {value}")
-    if key in _NON_NEGATIVE and value < 0:
+    if key in _NON_NEGATIVE and value is not None and value < 0:
         raise ConfigError(f"{key}: expected an integer >= 0, got {value}")
     if key == "datatype" and value not in DATATYPES:
-        raise ConfigError(f"datatype: unknown data type {value!r}"
+        raise ConfigError(f"datatype: unknown data type {short_repr(value)}"
                           f"{did_you_mean(value, DATATYPES)}")
     if key == "backend":
         from ..backends import available_backends
         if value not in available_backends():
-            raise ConfigError(f"backend: unknown backend {value!r}"
+            raise ConfigError(f"backend: unknown backend {short_repr(value)}"
                               f"{did_you_mean(value, available_backends())}")
     return value
 

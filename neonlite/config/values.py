@@ -5,6 +5,8 @@ import os
 
 import numpy as np
 
+from .errors import short_repr
+
 
 def describe_value(value, where="value"):
     """``value`` as YAML-ready data: numbers, strings, booleans, None, lists and mappings as
@@ -29,7 +31,7 @@ def describe_value(value, where="value"):
         return {str(k): describe_value(v, f"{where}.{k}") for k, v in value.items()}
     if hasattr(value, "get_description"):
         return describe_value(value.get_description(), where)
-    raise TypeError(f"{where}: cannot describe a {type(value).__name__} ({value!r}); a "
+    raise TypeError(f"{where}: cannot describe a {type(value).__name__} ({short_repr(value)}); a "
                     f"description holds numbers, strings, lists, mappings and neonlite objects "
                     f"that have get_description()")
 

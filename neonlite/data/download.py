@@ -2,13 +2,12 @@
 then renamed into place, so an interrupted or corrupted download never leaves a file behind."""
 import hashlib
 import http.client
-import os
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ..atomic import atomic_write
 from .iterator import DataError
 
 SCHEMES = ("http://", "https://", "file://")
@@ -51,20 +50,12 @@ def download(url, dest, md5=None, timeout=30.0, max_seconds=900.0, chunk_size=1 
     if not str(url).startswith(SCHEMES):
         raise ValueError(f"download: url must start with one of {', '.join(SCHEMES)}; got "
                          f"{url!r}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            digest = _fetch(url, out, timeout, max_seconds, chunk_size, dest)
+    with atomic_write(dest) as out:
+        digest = _fetch(url, out, timeout, max_seconds, chunk_size, dest)
         if md5 is not None and digest != md5.lower():
             raise ChecksumError(f"{url}: the downloaded file has md5 {digest} but {md5} was "
                                 f"expected; it was discarded and {dest} was not written (a "
                                 f"corrupted transfer or a wrong mirror)")
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return dest
 
 

@@ -1,10 +1,12 @@
 """Reading and writing IDX files (the MNIST format), gzipped or not."""
 import gzip
-import os
+import math
 import zlib
+from contextlib import nullcontext
 
 import numpy as np
 
+from ..atomic import atomic_write
 from .iterator import DataError
 
 _DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
@@ -34,7 +36,7 @@ def read_idx(path):
     if len(raw) < header:
         raise DataError(f"{path}: IDX header truncated ({len(raw)} bytes, expected {header})")
     dims = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
-    expected = header + int(np.prod(dims)) * dtype.itemsize
+    expected = header + math.prod(dims) * dtype.itemsize
     if len(raw) != expected:
         raise DataError(f"{path}: IDX size mismatch: the header promises {dims} "
                         f"({expected} bytes) but the file has {len(raw)} bytes")
@@ -51,12 +53,6 @@ def write_idx(path, array, compress=None):
     header = bytes([0, 0, _CODES[array.dtype], array.ndim]) + b"".join(
         int(d).to_bytes(4, "big") for d in array.shape)
     compress = path.endswith(".gz") if compress is None else compress
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with (gzip.open(tmp, "wb") if compress else open(tmp, "wb")) as f:
+    with atomic_write(path) as out:
+        with (gzip.GzipFile(fileobj=out, mode="wb") if compress else nullcontext(out)) as f:
             f.write(header + array.tobytes())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -215,6 +215,12 @@ class TextCorpus(TextWindows):
         text = builtin_text() if path is None else read_text(path, filename)
         if not 0.0 < split < 1.0:
             raise DataError(f"{where}: split must be in (0, 1), got {split!r}")
+        if not text:
+            raise DataError(f"{where}: the text file is empty")
+        distinct = set(text) if vocab is None else set(vocab)
+        if len(distinct) < 2:
+            raise DataError(f"{where}: the text has {len(distinct)} distinct character "
+                            f"({''.join(distinct)!r}); a language model needs at least 2")
         self.vocab = Vocabulary(vocab) if vocab is not None else Vocabulary.of_text(text)
         ids = self.vocab.encode(text, str(where))
         cut = int(len(ids) * split)

@@ -102,7 +102,9 @@ class DataParallel:
             return
         if self.threads is not None:
             be.set_threads(self.threads)
+        self.world.startup_stage("broadcast")
         self.broadcast_state(model)
+        self.world.startup_done()
         for leaf in model.layers.leaves():
             if hasattr(leaf, "stat_sync"):
                 leaf.stat_sync = StatisticsSync(self.collectives) if self.sync_bn else None

@@ -28,8 +28,9 @@ class World:
         comm: the mpi4py communicator (None for a world of one).
     """
 
-    def __init__(self, rank=0, size=1, local_rank=0, comm=None):
+    def __init__(self, rank=0, size=1, local_rank=0, comm=None, startup=None):
         self.rank, self.size, self.local_rank, self.comm = rank, size, local_rank, comm
+        self.startup = startup
 
     @property
     def is_root(self):
@@ -41,7 +42,25 @@ class World:
     def bcast(self, obj, root=0):
         """``obj`` of rank ``root`` on every rank (a small picklable value; MPI's own pickle
         of objects made by this same program, never of a file)."""
-        return obj if self.comm is None else self.comm.bcast(obj, root=root)
+        if self.comm is None:
+            return obj
+        self.startup_stage("broadcast")
+        value = self.comm.bcast(obj, root=root)
+        if self.startup is not None:
+            self.startup.idle()
+        return value
+
+    def startup_stage(self, stage):
+        """Start-up (see :mod:`neonlite.distributed.startup`) enters ``stage``: it must end
+        within the collective timeout."""
+        if self.startup is not None:
+            self.startup.enter(stage)
+
+    def startup_done(self):
+        """Start-up is over: from here the collectives keep their own timeouts."""
+        if self.startup is not None:
+            self.startup.done()
+            self.startup = None
 
     def split_batch(self, global_batch):
         """The per-rank batch size of ``global_batch`` (the ``-z`` value); it must divide."""
@@ -89,14 +108,22 @@ def detect_world():
     if not launched_by_mpi():
         return World()
     try:
-        from mpi4py import MPI
+        import mpi4py  # noqa: F401 (not yet MPI: importing mpi4py.MPI runs MPI_Init)
     except ImportError as err:
         raise DistributedError(f"this process was started by mpirun with "
                                f"{_launcher_size()} ranks, but mpi4py cannot be imported "
                                f"({err}); pip install 'neonlite[mpi]'") from None
+    from .collective import collective_timeout
+    from .startup import StartupWatch, env_rank
+    size = _launcher_size()
+    watch = StartupWatch(env_rank(), int(size) if size.isdigit() else 1, collective_timeout())
+    watch.enter("init")
+    from mpi4py import MPI
     comm = MPI.COMM_WORLD
+    watch.enter("barrier")
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    world = World(comm.Get_rank(), comm.Get_size(), local.Get_rank(), comm)
+    watch.idle()
+    world = World(comm.Get_rank(), comm.Get_size(), local.Get_rank(), comm, watch)
     local.Free()
     return world
 

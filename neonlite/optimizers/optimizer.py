@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ..config.errors import short_repr
 from .schedules import Schedule
 
 
@@ -17,9 +18,10 @@ class Optimizer:
 
     def __init__(self, learning_rate, schedule=None, gradient_clip_norm=None,
                  gradient_clip_value=None, name=None):
-        if learning_rate <= 0:
-            raise ValueError(f"{type(self).__name__}: learning_rate must be > 0, got "
-                             f"{learning_rate}")
+        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or \
+                not 0 < learning_rate < math.inf:
+            raise ValueError(f"{type(self).__name__}: learning_rate must be a finite number > 0, "
+                             f"got {short_repr(learning_rate)}")
         self.learning_rate = float(learning_rate)
         self.schedule = schedule or Schedule()
         self.gradient_clip_norm = gradient_clip_norm

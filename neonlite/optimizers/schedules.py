@@ -2,6 +2,8 @@
 optimizer update)."""
 import math
 
+from ..config.errors import short_repr
+
 
 class Schedule:
     """Constant learning rate."""
@@ -21,7 +23,19 @@ class StepSchedule(Schedule):
     every ``step_config`` epochs (an int)."""
 
     def __init__(self, step_config, change):
-        self.step_config, self.change = step_config, float(change)
+        every = isinstance(step_config, int) and not isinstance(step_config, bool)
+        listed = isinstance(step_config, (list, tuple)) and all(
+            isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in step_config)
+        if not (every and step_config >= 1 or listed):
+            raise ValueError(f"StepSchedule: step_config must be an integer >= 1 (every N "
+                             f"epochs) or a list of epoch numbers (integers >= 0), got "
+                             f"{short_repr(step_config)}")
+        if isinstance(change, bool) or not isinstance(change, (int, float)) or \
+                not math.isfinite(change):
+            raise ValueError(f"StepSchedule: change must be a finite number, got "
+                             f"{short_repr(change)}")
+        self.step_config = step_config if every else list(step_config)
+        self.change = float(change)
 
     def rate(self, base_lr, epoch, step):
         if isinstance(self.step_config, int):
