@@ -6,6 +6,7 @@ import numpy as np
 from .backends import get_backend
 from .layers.containers import CompoundLayer, MergeSum, Sequential
 from .layers.layer import ParameterLayer, ShapeError
+from .optimizers.arena import build_arena
 
 
 class Model:
@@ -29,6 +30,7 @@ class Model:
         self.optimizer = None
         self.grad_sync = None
         self._stepped = []
+        self.arena = None
 
     # ---- set-up ------------------------------------------------------------------------------
     def initialize(self, dataset, cost=None):
@@ -59,6 +61,9 @@ class Model:
         self.out_shape = out_shape
         self.layers.set_needs_deltas(False)
         self.layers.allocate()
+        self.arena = build_arena(be, self.parameters())
+        for p in self.parameters():
+            p.arena = self.arena
         self._stepped = [leaf for leaf in self.layers.leaves() if hasattr(leaf, "set_step")]
         self.in_shape = in_shape
         if cost is not None:
@@ -82,6 +87,10 @@ class Model:
         return self.layers.bprop(delta)
 
     def zero_grads(self):
+        """Every gradient = 0 (one fill per dtype where the parameters live in an arena)."""
+        if self.arena is not None:
+            self.arena.zero_grads()
+            return
         for p in self.parameters():
             p.grad[:] = 0.0
 
