@@ -51,7 +51,7 @@ def neonlite_optimizer():
 def _decay_groups():
     from neonlite.optimizers import AdamW
     import inspect
-    return {"decay_min_ndim": 2} if "decay_min_ndim" in inspect.signature(AdamW).parameters \
+    return {"decay_exclude": ["1d"]} if "decay_exclude" in inspect.signature(AdamW).parameters \
         else {}
 
 
