@@ -292,10 +292,20 @@ def _describe_rows(layers, depth, rows):
 
 
 def _check_targets(dataset, out_shape):
+    """The data set's targets fit outputs of ``out_shape``: the same shape, or class indices
+    (out_shape[:-1]) of ``dataset.nclass`` (when it says) = out_shape[-1] classes."""
     target_shape = getattr(dataset, "target_shape", None)
-    if target_shape is not None and tuple(target_shape) != tuple(out_shape):
-        raise ShapeError(f"the data set's targets have shape {tuple(target_shape)} per example "
-                         f"but the model's output has shape {tuple(out_shape)}")
+    if target_shape is None:
+        return
+    target_shape, out_shape = tuple(target_shape), tuple(out_shape)
+    nclass = getattr(dataset, "nclass", None)
+    if out_shape and target_shape == out_shape[:-1] and nclass not in (None, out_shape[-1]):
+        raise ShapeError(f"the data set's targets have shape {target_shape + (nclass,)} per "
+                         f"example (class indices of {nclass} classes) but the model's output "
+                         f"has shape {out_shape}")
+    if target_shape != out_shape and not (out_shape and target_shape == out_shape[:-1]):
+        raise ShapeError(f"the data set's targets have shape {target_shape} per example "
+                         f"but the model's output has shape {out_shape}")
 
 
 def _rows(a):
