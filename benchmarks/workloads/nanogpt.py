@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .common import FixedBatch, torch_threads
+from .common import FixedBatch, class_targets, torch_threads
 
 NAME = "nanogpt_cpu"
 FIGURE = "tokens/s"
@@ -63,7 +63,7 @@ def neonlite(make_backend, smoke):
     model = neonlite_model(T, d, heads, blocks)
     model.initialize(FixedBatch((T,), (T, VOCAB)), GeneralizedCost(CrossEntropyMulti()))
     ids, nxt = _tokens(n, T)
-    x, t = be.array(ids), be.array(nxt, dtype=np.int32)
+    x, t = be.array(ids), class_targets(be, nxt, VOCAB)
     opt = neonlite_optimizer()
     return (lambda: model.train_step(x, t, opt, 0)), n * T
 
