@@ -168,3 +168,24 @@ def test_get_params_is_unchanged_by_the_arena():
 def test_decay_exclude_is_checked():
     with pytest.raises(ValueError, match="decay_exclude"):
         AdamW(1e-3, decay_exclude=["biases"])
+
+
+def test_gradient_buckets_of_side_by_side_parameters_are_arena_views():
+    """A data-parallel bucket whose parameters lie side by side in the arena allreduces the
+    arena's own gradient run: no staging copy, the average taken in place."""
+    from neonlite.distributed.buckets import HostBucket, plan_buckets
+    model = _model(np.float32)
+    params = list(reversed(model.parameters()))  # bprop order
+    rng = np.random.default_rng(5)
+    for p in params:
+        p.grad.set(rng.normal(size=p.grad.shape))
+    want = {p.name: p.grad.get() * 0.5 for p in params}
+    bucket = HostBucket(0, plan_buckets(params, bucket_bytes=1 << 30)[0])
+    assert bucket.in_arena
+    assert np.shares_memory(bucket.buf, model.arena.grads[np.dtype(np.float32)])
+    bucket.stage()
+    bucket.unstage(0.5, in_place=True)
+    for p in params:
+        np.testing.assert_array_equal(p.grad.get(), want[p.name])
+    apart = HostBucket(1, [params[0], params[2]])
+    assert not apart.in_arena

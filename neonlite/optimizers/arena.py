@@ -40,12 +40,14 @@ def build_arena(be, params):
 
 
 class _Slot:
-    """Where one parameter lives: its dtype's buffers and ``[offset, offset + size)``."""
+    """Where one parameter lives: its dtype's buffers and ``[offset, offset + size)``;
+    ``padded`` is the size rounded up to ``ALIGN_ELEMENTS`` (the next slot's offset)."""
 
-    __slots__ = ("dtype", "offset", "size", "shape")
+    __slots__ = ("dtype", "offset", "size", "shape", "padded")
 
     def __init__(self, dtype, offset, size, shape):
         self.dtype, self.offset, self.size, self.shape = dtype, offset, size, shape
+        self.padded = -(-size // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
 
 
 class ParameterArena:
@@ -60,8 +62,9 @@ class ParameterArena:
         for p in self.params:
             dtype = np.dtype(p.value.dtype)
             offset = sizes.get(dtype, 0)
-            self.slots[id(p)] = _Slot(dtype, offset, int(p.value.size), tuple(p.value.shape))
-            sizes[dtype] = offset + -(-int(p.value.size) // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
+            slot = self.slots[id(p)] = _Slot(dtype, offset, int(p.value.size),
+                                             tuple(p.value.shape))
+            sizes[dtype] = offset + slot.padded
         self.values = {dt: aligned_empty((n,), dt) for dt, n in sizes.items()}
         self.grads = {dt: aligned_empty((n,), dt) for dt, n in sizes.items()}
         for buf in (*self.values.values(), *self.grads.values()):

@@ -145,11 +145,10 @@ def _runs(slots, flags):
     flags merged (the alignment padding between them is zero and stays zero)."""
     runs = []
     for slot, flag in sorted(zip(slots, flags), key=lambda sf: sf[0].offset):
-        padded = -(-slot.size // 16) * 16
         if runs and runs[-1][2] == flag and runs[-1][0] + runs[-1][1] == slot.offset:
-            runs[-1][1] += padded
+            runs[-1][1] += slot.padded
         else:
-            runs.append([slot.offset, padded, flag])
+            runs.append([slot.offset, slot.padded, flag])
     return runs
 
 
