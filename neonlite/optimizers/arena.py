@@ -16,8 +16,9 @@ layers holding them see the arena), which gives
   (:meth:`ParameterArena.sum_squares`), and "are all parameters finite" in one pass per dtype
   (:meth:`ParameterArena.all_finite`).
 
-The arena is built by the CPU backend only (its tensors are numpy arrays that can be rebound);
-elsewhere :func:`build_arena` returns None and everything runs per parameter.  A state tensor
+On a device backend (the GPU's) :func:`build_arena` makes a
+:class:`~.device_arena.DeviceArena` instead, whose fused step is one generated kernel per run
+of parameters; elsewhere it returns None and everything runs per parameter.  A state tensor
 replaced from outside (a checkpoint being loaded assigns new tensors to ``param.states``) is
 copied back into the arena the next time the arena updates that parameter
 (:meth:`ParameterArena.adopt_states`).
@@ -28,10 +29,17 @@ ALIGN_ELEMENTS = 16
 
 
 def build_arena(be, params):
-    """A :class:`ParameterArena` for ``params`` on backend ``be``, or None when the backend
-    cannot hold parameters as views of shared buffers (only the CPU backend can)."""
+    """A :class:`ParameterArena` for ``params`` on the CPU backend, a
+    :class:`~.device_arena.DeviceArena` on a device backend whose tensors address memory by
+    ``ptr``/``base`` (the GPU's), or None where neither applies."""
     from ..backends.cpu import CPUBackend, CPUTensor
-    if not isinstance(be, CPUBackend) or not params:
+    if not params:
+        return None
+    if not isinstance(be, CPUBackend):
+        tensors = [t for p in params for t in (p.value, p.grad)]
+        if all(hasattr(t, "ptr") and hasattr(t, "base") and t.is_contiguous for t in tensors):
+            from .device_arena import DeviceArena
+            return DeviceArena(be, params)
         return None
     if any(not isinstance(t, CPUTensor) or not t._ary.flags.c_contiguous
            for p in params for t in (p.value, p.grad)):

@@ -113,7 +113,7 @@ class FusedPlan:
             plan.states = tuple(bufs) + (ffi.NULL, ffi.NULL) if form.storage is None \
                 else (ffi.NULL, ffi.NULL) + tuple(bufs)
 
-    def run(self, form, scale, clip_value):
+    def run(self, optimizer, form, scale, clip_value, lr):
         """Apply ``form`` with gradient scale ``scale`` (1.0: none) and clipping by value
         ``clip_value`` (None: none).  False when the kernel cannot take it (nothing done)."""
         if form.storage is not None and any(dt != np.float32 for dt in self.dtypes):

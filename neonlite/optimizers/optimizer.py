@@ -52,6 +52,9 @@ class Optimizer:
 
     def decays(self, param):
         """True when the weight decay applies to ``param`` (see ``decay_exclude``)."""
+        flag = getattr(param, "decay_flag", None)
+        if flag is not None:
+            return flag
         if not self.decay_exclude:
             return True
         if "1d" in self.decay_exclude and len(param.value.shape) < 2:
@@ -100,12 +103,13 @@ class Optimizer:
         key = tuple(map(id, params))
         plan = self._fused_plans.get(key)
         if plan is None:
-            plan = self._fused_plans[key] = FusedPlan(self, arena, params)
+            plan = self._fused_plans[key] = arena.plan(self, params) \
+                if hasattr(arena, "plan") else FusedPlan(self, arena, params)
         if not plan.ok:
             return False
         scale = 1.0 if self.gradient_clip_norm is None else \
             clip_scale(self.gradient_clip_norm, plan.sum_squares())
-        return plan.run(form, scale, self.gradient_clip_value)
+        return plan.run(self, form, scale, self.gradient_clip_value, lr)
 
     def _clip_scale(self, be, params):
         """min(1, clip_norm / global L2 norm of all gradients)."""
