@@ -313,7 +313,24 @@ class Backend(ABC):
 
         Writes probs = softmax(logits) and grad = scale * (probs - targets) (targets one-hot or
         soft) and returns the summed loss -sum(targets * log(probs)) as a Python float.
+        Backends whose ``index_targets`` is True also take targets (M,) int32 class indices
+        (the same results as their one-hot rows; an index outside [0, K) raises IndexError
+        naming its position).
         """
+
+    #: whether ``softmax_cross_entropy`` takes int32 class-index targets
+    index_targets = False
+
+    def onehot(self, indices, out):
+        """out (M, K) = the one-hot rows of integer class indices ``indices`` (M,); an index
+        outside [0, K) raises IndexError naming its position."""
+        from .numpy_norm import check_class_indices
+        idx = np.asarray(indices.get()).reshape(-1)
+        check_class_indices(idx, out.shape[-1])
+        host = np.zeros(out.shape, dtype=np.float32)
+        host[np.arange(idx.size), idx] = 1
+        out.set(host)
+        return out
 
     @abstractmethod
     def masked_softmax(self, x, out, scale=1.0, causal=False, key_mask=None):

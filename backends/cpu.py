@@ -233,6 +233,16 @@ class CPUBackend(CPULRNMixin, CPURecurrentMixin, CPUBlockSparseMixin, Backend):
         if not self.kernels.softmax(x._ary, out._ary, axis):
             numpy_norm.softmax(x._ary, out._ary, axis)
 
+    index_targets = True
+
+    def onehot(self, indices, out):
+        idx, rows = indices._ary.reshape(-1), out._ary
+        if idx.size and (idx.min() < 0 or idx.max() >= rows.shape[-1]):
+            numpy_norm.check_class_indices(idx, rows.shape[-1])
+        rows.fill(0)
+        np.put_along_axis(rows, idx[:, None].astype(np.intp, copy=False), 1, axis=-1)
+        return out
+
     def softmax_cross_entropy(self, logits, targets, probs, grad, scale=1.0):
         arrays = tuple(map(_ary, (logits, targets, probs, grad)))
         loss = self.kernels.softmax_cross_entropy(*arrays, scale)

@@ -79,6 +79,39 @@ def blas_threads(n):
         lib.openblas_set_num_threads_local(previous)
 
 
+class WayTuner:
+    """Picks, per shape key, the fastest of a few ways to run a call, by timing them (see the
+    module docstring: each way ``FIRST`` times, then the one with the shortest of its last
+    ``SAMPLES`` timings, another way again every ``REVISIT``-th call).  ``choices`` maps a key
+    to the way now chosen."""
+
+    def __init__(self):
+        self.choices = {}
+        self._timings = {}
+        self._calls = {}
+
+    def pick(self, key, ways):
+        """The way to run this call of ``key``; ``ways()`` lists them (asked once per key)."""
+        timings = self._timings.get(key)
+        if timings is None:
+            timings = self._timings[key] = {w: deque(maxlen=SAMPLES) for w in ways()}
+        calls = self._calls[key] = self._calls.get(key, 0) + 1
+        way = self.choices.get(key)
+        if way is None:
+            return min(timings, key=lambda w: len(timings[w]))
+        if calls % REVISIT == 0:
+            others = [w for w in timings if w != way]
+            return others[(calls // REVISIT) % len(others)]
+        return way
+
+    def record(self, key, way, seconds):
+        """That a call of ``key`` run ``way`` took ``seconds``."""
+        timings = self._timings[key]
+        timings[way].append(seconds)
+        if all(len(t) >= FIRST for t in timings.values()):
+            self.choices[key] = min(timings, key=lambda w: min(timings[w]))
+
+
 class GemmThreads:
     """``matmul(a, b, out)``: out = a @ b (numpy matmul semantics) run the way measured fastest
     for its shape (see the module docstring).
@@ -89,18 +122,20 @@ class GemmThreads:
 
     def __init__(self, cores=None):
         self.cores = cores or usable_cores()
-        self.choices = {}
-        self._timings = {}
-        self._calls = {}
+        self.tuner = WayTuner()
         self._partials = {}
         self._pool = None
+
+    @property
+    def choices(self):
+        return self.tuner.choices
 
     def use_cores(self, cores):
         """Split GEMMs into ``cores`` pieces from now on; every shape is measured again."""
         if cores == self.cores:
             return
         self.cores = int(cores)
-        self.choices, self._timings, self._calls, self._partials = {}, {}, {}, {}
+        self.tuner, self._partials = WayTuner(), {}
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
@@ -110,22 +145,10 @@ class GemmThreads:
             with blas_threads(1):
                 return np.matmul(a, b, out=out)
         key = (a.shape, a.strides, b.shape, b.strides, out.dtype.char)
-        timings = self._timings.get(key)
-        if timings is None:
-            timings = self._timings[key] = {w: deque(maxlen=SAMPLES)
-                                            for w in self._ways(a, b, out)}
-        calls = self._calls[key] = self._calls.get(key, 0) + 1
-        way = self.choices.get(key)
-        if way is None:
-            way = min(timings, key=lambda w: len(timings[w]))
-        elif calls % REVISIT == 0:
-            others = [w for w in timings if w != way]
-            way = others[(calls // REVISIT) % len(others)]
+        way = self.tuner.pick(key, lambda: self._ways(a, b, out))
         start = time.perf_counter()
         self._run(way, a, b, out, key)
-        timings[way].append(time.perf_counter() - start)
-        if all(len(t) >= FIRST for t in timings.values()):
-            self.choices[key] = min(timings, key=lambda w: min(timings[w]))
+        self.tuner.record(key, way, time.perf_counter() - start)
         return out
 
     def _ways(self, a, b, out):

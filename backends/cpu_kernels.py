@@ -87,6 +87,7 @@ class CPUKernels:
         self._builder = builder
         self._modules = {}
         self._prepared = set()
+        self._bad_index = np.zeros(1, dtype=np.int64)
         self.workspaces = {}
         if gemm is None:
             gemm = MKLGemm() if load_mkl() is not None else GemmThreads()
@@ -559,7 +560,24 @@ class CPUKernels:
         return True
 
     def softmax_cross_entropy(self, logits, targets, probs, grad, scale):
-        """Fused softmax + cross-entropy of (M, K) arrays; returns the summed loss or None."""
+        """Fused softmax + cross-entropy of (M, K) arrays, targets (M, K) one-hot or soft, or
+        (M,) int32 class indices; returns the summed loss or None.  A class index outside
+        [0, K) raises numpy_norm's IndexError, which names it."""
+        if targets.dtype.kind in "iu":
+            module = self._usable("softmax", logits, probs, grad)
+            if module is None or targets.dtype != np.int32 or not targets.flags.c_contiguous:
+                return None
+            ffi = module.ffi
+            bad = self._bad_index
+            K = logits.shape[-1]
+            loss = float(module.lib.softmax_cross_entropy_index(
+                *(ffi.from_buffer("real[]", a) if a is not targets
+                  else ffi.from_buffer("int32_t[]", a) for a in (logits, targets, probs, grad)),
+                logits.size // max(K, 1), K, scale, ffi.from_buffer("int64_t[]", bad)))
+            if bad[0] >= 0:
+                from .numpy_norm import check_class_indices
+                check_class_indices(targets, K)
+            return loss
         module = self._usable("softmax", logits, targets, probs, grad)
         if module is None:
             return None

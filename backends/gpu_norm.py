@@ -163,6 +163,26 @@ class GPUNormMixin:
                             0 if probs is None else probs.ptr, 0 if grad is None else grad.ptr,
                             0 if rows_loss is None else rows_loss.ptr, M, K, np.float32(scale)])
 
+    def _softmax_cross_entropy_index(self, logits, index, probs, grad, scale):
+        if np.dtype(index.dtype) != np.int32 or not index.is_contiguous:
+            raise TypeError(f"softmax_cross_entropy: class-index targets must be contiguous "
+                            f"int32, got {index.dtype}")
+        (logits,) = self._rows_of("softmax_cross_entropy", logits)
+        K = logits.shape[-1]
+        M = logits.size // max(1, K)
+        rows = self.scratch(("sce_rows", M), (M, 1))
+        total = self.scratch(("sce_loss",), (1, 1))
+        func = self.kernel("softmax", f"nl_softmax_xent_index_{logits.storage}", "PPPPPiif")
+        self.device.launch(func, row_grid(M, self.device.sm_count * 32), (256, 1, 1),
+                           [logits.ptr, index.ptr, 0 if probs is None else probs.ptr, grad.ptr,
+                            rows.ptr, M, K, np.float32(scale)])
+        total[:] = self.sum(rows)
+        loss = float(total.get().ravel()[0])
+        if loss != loss:
+            from .numpy_norm import check_class_indices
+            check_class_indices(index.get().reshape(-1), K)
+        return loss
+
     def softmax(self, x, out, axis=-1):
         if axis % x.ndim != x.ndim - 1 or not out.is_contiguous or x.storage != out.storage:
             out[:] = self.exp(x - self.max(x, axis=axis))
@@ -171,9 +191,15 @@ class GPUNormMixin:
         (x,) = self._rows_of("softmax", x)
         self._softmax_rows(x, None, out, None, None, 1.0)
 
+    index_targets = True
+
     def softmax_cross_entropy(self, logits, targets, probs, grad, scale=1.0):
-        """As the contract (``scale`` 1 / rows for a mean loss, 1 for a sum)."""
+        """As the contract (``scale`` 1 / rows for a mean loss, 1 for a sum); ``targets`` may
+        be (M,) int32 class indices (``nl_softmax_xent_index``: a NaN loss with a bad index
+        among them raises the IndexError naming it)."""
         self._written("softmax_cross_entropy", probs=probs, grad=grad)
+        if np.dtype(targets.dtype).kind in "iu":
+            return self._softmax_cross_entropy_index(logits, targets, probs, grad, scale)
         logits, targets = self._rows_of("softmax_cross_entropy", logits, targets)
         M = logits.size // max(1, logits.shape[-1])
         rows = self.scratch(("sce_rows", M), (M, 1))

@@ -8,6 +8,12 @@ semantics for 2-D and 3-D float32/float64 arrays) and calls ``cblas_?gemm`` or
 flag, a broadcast batch a zero batch stride.  Anything CBLAS cannot take without a copy
 (float16, a view without a unit stride) goes to ``numpy.matmul``.
 
+Each GEMM runs on one MKL thread or on all of them, whichever its shape was measured to run
+faster (the :class:`~neonlite.backends.cpu_blas.WayTuner` of ``cpu_blas``, through MKL's
+per-calling-thread ``MKL_Set_Num_Threads_Local``); GEMMs below ``cpu_blas.TINY_MACS``
+multiply-adds always take one.  Small products (a transformer's 768 x 128 @ 128 x 512 at
+batch 12 x 64 tokens) lose to the threads' synchronization, more so on a busy machine.
+
 MKL is loaded with its GNU OpenMP threading layer (``MKL_THREADING_LAYER=GNU`` unless the user
 chose one), so it shares one OpenMP runtime with neonlite's C kernels.  ``NEONLITE_BLAS=numpy``
 turns it off.
@@ -18,10 +24,15 @@ import glob
 import os
 import sys
 
+import time
+
 import numpy as np
+
+from .cpu_blas import TINY_MACS, WayTuner
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _CDEF = """
+int MKL_Set_Num_Threads_Local(int);
 void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *, int,
                  float, float *, int);
 void cblas_dgemm(int, int, int, int, int, int, double, const double *, int, const double *,
@@ -84,10 +95,25 @@ class MKLGemm:
 
     def __init__(self):
         self.ffi, self.lib = load_mkl()
+        self.tuner = WayTuner()
 
     def matmul(self, a, b, out):
-        if not self._call(a, b, out):
-            np.matmul(a, b, out=out)
+        macs = out.size * a.shape[-1]
+        if macs < TINY_MACS:
+            way = "one"
+        else:
+            key = (a.shape, a.strides, b.shape, b.strides, out.dtype.char)
+            way = self.tuner.pick(key, lambda: ("one", "all"))
+            start = time.perf_counter()
+        previous = self.lib.MKL_Set_Num_Threads_Local(1) if way == "one" else None
+        try:
+            if not self._call(a, b, out):
+                np.matmul(a, b, out=out)
+        finally:
+            if previous is not None:
+                self.lib.MKL_Set_Num_Threads_Local(previous)
+        if macs >= TINY_MACS:
+            self.tuner.record(key, way, time.perf_counter() - start)
         return out
 
     def _call(self, a, b, out):

@@ -76,12 +76,35 @@ def softmax(x, out, axis=-1):
     out /= out.sum(axis=axis, keepdims=True)
 
 
+def check_class_indices(idx, nclass, what="target"):
+    """Raise IndexError naming the first entry of integer array ``idx`` outside
+    [0, nclass), with its position in ``idx``."""
+    idx = np.asarray(idx)
+    bad = np.flatnonzero((idx < 0) | (idx >= nclass))
+    if bad.size:
+        where = tuple(int(i) for i in np.unravel_index(bad[0], idx.shape))
+        raise IndexError(f"{what} class index {int(idx.reshape(-1)[bad[0]])} at position "
+                         f"{where[0] if len(where) == 1 else where} is out of range; expected "
+                         f"0 <= index < {nclass} ({bad.size} bad of {idx.size})")
+
+
 def softmax_cross_entropy(logits, targets, probs, grad, scale):
+    """probs = softmax(logits) (M, K); grad = scale * (probs - targets); returns the summed
+    loss -sum targets * log(probs), summed per row first.  ``targets`` is (M, K) one-hot or
+    soft, or (M,) integer class indices (then the same values as with the one-hot targets,
+    bit for bit)."""
     shifted = logits - logits.max(axis=-1, keepdims=True)
     logsum = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
     logp = shifted - logsum
     np.exp(logp, out=probs)
-    loss = -float(np.sum(targets * logp, dtype=np.float64))
+    if targets.dtype.kind in "iu":
+        check_class_indices(targets, logits.shape[-1])
+        rows = np.arange(targets.shape[0])
+        loss = -float(np.sum(logp[rows, targets].astype(np.float64)))
+        np.multiply(probs, scale, out=grad)
+        grad[rows, targets] = (probs[rows, targets] - 1) * grad.dtype.type(scale)
+        return loss
+    loss = -float(np.sum(np.sum(targets * logp, axis=-1, dtype=np.float64)))
     np.subtract(probs, targets, out=grad)
     grad *= scale
     return loss

@@ -25,7 +25,8 @@ CUDA_VARIANTS = (
                functions=tuple(f"{k}_{t}_{i}" for k in ("nl_take_rows", "nl_scatter_add_rows")
                                for t in _THREE for i in ("i32", "i64", "f32"))),
     KernelSpec("softmax", "cuda", "cuda/softmax.cu", threads=256,
-               functions=_typed("nl_masked_softmax", "nl_softmax_xent")),
+               functions=_typed("nl_masked_softmax", "nl_softmax_xent",
+                                "nl_softmax_xent_index")),
     KernelSpec("norm", "cuda", "cuda/norm.cu", threads=256,
                functions=_typed("nl_colsum2", "nl_bn_stats", "nl_bn_apply", "nl_colsum_finish",
                                 "nl_bn_bprop", "nl_ln_fprop", "nl_ln_bprop")),

@@ -1,4 +1,6 @@
 """GeneralizedCost: applies a cost function to the model's output and starts bprop."""
+import numpy as np
+
 from .activation import Activation
 from .layer import ShapeError
 
@@ -9,6 +11,13 @@ class GeneralizedCost:
     If the model's last leaf layer is the activation the cost fuses with (Softmax for
     CrossEntropyMulti, Logistic for CrossEntropyBinary), the gradient is taken with respect to
     that activation's input in one fused step and the activation passes it through.
+
+    Targets are (N,) + output shape (one-hot, soft or real-valued), or, for an output whose
+    last axis holds K classes, integer class indices (N,) + output shape[:-1] (int32; e.g. a
+    classifier's (N,), a language model's (N, T)): K times less memory than one-hot rows.
+    CrossEntropyMulti fused with its Softmax takes the indices directly where the backend's
+    kernel does (``index_targets``); every other case expands them into a one-hot buffer first.
+    An index outside [0, K) raises IndexError naming its position.
     """
 
     def __init__(self, costfunc, name=None):
@@ -21,6 +30,7 @@ class GeneralizedCost:
         self.out_shape = tuple(out_shape)
         self.deltas = be.zeros((be.bsz,) + self.out_shape)
         self.work = be.zeros((1,) * (len(self.out_shape) + 1))
+        self._onehot = None
         fuses = self.costfunc.fuses_with
         fused = (fuses is not None and isinstance(last_leaf, Activation)
                  and isinstance(last_leaf.transform, fuses))
@@ -29,19 +39,41 @@ class GeneralizedCost:
         self.fused_layer = last_leaf if fused else None
 
     def check_targets(self, target_shape):
-        if tuple(target_shape) != self.out_shape:
+        if tuple(target_shape) != self.out_shape and \
+                not (self.out_shape and tuple(target_shape) == self.out_shape[:-1]):
             raise ShapeError(f"the data set's targets have shape {tuple(target_shape)} per "
                              f"example but the model's output has shape {self.out_shape}")
 
+    def _dense(self, y, t):
+        """``t`` as dense targets of y's shape: class indices expanded into a one-hot buffer
+        (made once), anything else as it is."""
+        if np.dtype(t.dtype).kind not in "iu":
+            return t
+        if tuple(t.shape) != tuple(y.shape[:-1]):
+            raise ShapeError(f"class-index targets have shape {tuple(t.shape)}, but the "
+                             f"outputs {tuple(y.shape)} need {tuple(y.shape[:-1])}")
+        if self._onehot is None or tuple(self._onehot.shape) != tuple(y.shape):
+            self._onehot = self.be.zeros(y.shape)
+        k = y.shape[-1]
+        self.be.onehot(t.reshape(t.size), self._onehot.reshape(t.size, k))
+        return self._onehot
+
     def cost(self, y, t):
         """The cost of outputs y against targets t, as a Python float."""
-        return self.costfunc.cost(self.be, y, t, self.work)
+        return self.costfunc.cost(self.be, y, self._dense(y, t), self.work)
 
     def cost_and_errors(self, y, t):
         """(cost as a float, delta tensor to feed bprop) for one batch."""
         if self.fused_layer is not None:
+            index = np.dtype(t.dtype).kind in "iu"
+            if index and not (self.be.index_targets and self.costfunc.takes_indices):
+                t = self._dense(y, t)
+            elif index and tuple(t.shape) != tuple(y.shape[:-1]):
+                raise ShapeError(f"class-index targets have shape {tuple(t.shape)}, but the "
+                                 f"outputs {tuple(y.shape)} need {tuple(y.shape[:-1])}")
             value = self.costfunc.fused(self.be, self.fused_layer.x, y, t, self.deltas)
             return (self.cost(y, t) if value is None else value), self.deltas
+        t = self._dense(y, t)
         self.costfunc.bprop(self.be, y, t, self.deltas)
         return self.cost(y, t), self.deltas
 

@@ -51,8 +51,8 @@ class Deconvolution(ParameterLayer):
         H, W, C = in_shape
         R, S, K = self.fshape
         stride = _pair(self.strides, "strides", self.name)
-        pad = _pair(self.padding, "padding", self.name)
-        extra = _pair(self.output_padding, "output_padding", self.name)
+        pad = _pair(self.padding, "padding", self.name, minimum=0)
+        extra = _pair(self.output_padding, "output_padding", self.name, minimum=0)
         dil = _pair(self.dilation, "dilation", self.name)
         for axis, e, s in zip("hw", extra, stride):
             if not 0 <= e < s:

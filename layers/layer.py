@@ -20,12 +20,15 @@ class Parameter:
     """A learnable tensor ``value``, its gradient ``grad`` (same shape) and the optimizer's
     per-parameter ``states`` (a name -> tensor dict the optimizer fills on first use).
 
-    ``name`` is ``"<layer name>.<param>"``; ``layer`` is the owning layer.
+    ``name`` is ``"<layer name>.<param>"``; ``layer`` is the owning layer; ``arena`` the
+    :class:`~neonlite.optimizers.arena.ParameterArena` whose buffers hold value, grad and
+    states (set by the model; None outside one).
     """
 
     def __init__(self, layer, attr, value, grad):
         self.layer, self.attr, self.value, self.grad = layer, attr, value, grad
         self.states = {}
+        self.arena = None
 
     @property
     def name(self):

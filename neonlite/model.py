@@ -8,6 +8,7 @@ from .backends import get_backend
 from .layers.containers import CompoundLayer, MergeSum, Sequential
 from .layers.layer import Layer, ParameterLayer, ShapeError
 from .memory_check import check_outputs_fit
+from .optimizers.arena import ParameterArena, build_arena
 
 
 class Model:
@@ -37,6 +38,8 @@ class Model:
         self._stepped = []
         self._finite_work = {}
 
+        self.arena = None
+
     # ---- set-up ------------------------------------------------------------------------------
     def initialize(self, dataset, cost=None):
         """Configure (checking every shape) and allocate the layers for ``dataset``'s example
@@ -62,6 +65,10 @@ class Model:
         self.layers.set_needs_deltas(False)
         self.layers.allocate()
         _check_tensor_names(self.layers.leaves())
+
+        self.arena = build_arena(be, self.parameters())
+        for p in self.parameters():
+            p.arena = self.arena
         self._stepped = [leaf for leaf in self.layers.leaves() if hasattr(leaf, "set_step")]
         self.in_shape = in_shape
         if cost is not None:
@@ -85,6 +92,10 @@ class Model:
         return self.layers.bprop(delta)
 
     def zero_grads(self):
+        """Every gradient = 0 (one fill per dtype where the parameters live in an arena)."""
+        if self.arena is not None:
+            self.arena.zero_grads()
+            return
         for p in self.parameters():
             p.grad[:] = 0.0
 
@@ -171,8 +182,14 @@ class Model:
     def first_nonfinite(self):
         """The name of the first parameter (``"<layer>.<param>"``) or optimizer state
         (``"<layer>.<param>/<key>"``) holding a NaN or inf, else None.  Called after every
-        training step: two allocation-free reductions per tensor (:mod:`neonlite.finite`)."""
+        training step: on the CPU one pass over each arena buffer, then (only when one of them
+        holds a NaN or inf, to name it) two allocation-free reductions per tensor
+        (:mod:`neonlite.finite`)."""
         from .finite import first_nonfinite
+        arena = self.arena
+        if isinstance(arena, ParameterArena) and arena.all_finite(states=True) and \
+                first_nonfinite(arena.states_outside(self.parameters()), self._finite_work) is None:
+            return None
         return first_nonfinite(self._watched_tensors(), self._finite_work)
 
     def _watched_tensors(self):
@@ -446,10 +463,20 @@ def _describe_rows(layers, depth, rows):
 
 
 def _check_targets(dataset, out_shape):
+    """The data set's targets fit outputs of ``out_shape``: the same shape, or class indices
+    (out_shape[:-1]) of ``dataset.nclass`` (when it says) = out_shape[-1] classes."""
     target_shape = getattr(dataset, "target_shape", None)
-    if target_shape is not None and tuple(target_shape) != tuple(out_shape):
-        raise ShapeError(f"the data set's targets have shape {tuple(target_shape)} per example "
-                         f"but the model's output has shape {tuple(out_shape)}")
+    if target_shape is None:
+        return
+    target_shape, out_shape = tuple(target_shape), tuple(out_shape)
+    nclass = getattr(dataset, "nclass", None)
+    if out_shape and target_shape == out_shape[:-1] and nclass not in (None, out_shape[-1]):
+        raise ShapeError(f"the data set's targets have shape {target_shape + (nclass,)} per "
+                         f"example (class indices of {nclass} classes) but the model's output "
+                         f"has shape {out_shape}")
+    if target_shape != out_shape and not (out_shape and target_shape == out_shape[:-1]):
+        raise ShapeError(f"the data set's targets have shape {target_shape} per example "
+                         f"but the model's output has shape {out_shape}")
 
 
 def _rows(a):

@@ -127,7 +127,7 @@ def test_learns_tiny_shakespeare_like_pytorch():
 
     def host(it):
         return [(torch.tensor(x.get().astype(np.int64)),
-                 torch.tensor(t.get().argmax(-1).astype(np.int64))) for x, t in it]
+                 torch.tensor(np.asarray(t.get()).astype(np.int64))) for x, t in it]
     train_batches, valid_batches = host(corpus), host(corpus.valid_iter)
     start = time.perf_counter()
     model, _, losses, valid = module.train(str(TEXT), steps, batch_size=32, hidden=hidden, lr=lr,

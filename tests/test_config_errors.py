@@ -116,8 +116,8 @@ def test_shape_that_does_not_fit_names_both_layers(tmp_path, capsys):
 def test_output_that_does_not_fit_the_targets_names_the_last_layer(tmp_path, capsys):
     text = GOOD.replace("nout: 4,", "nout: 5,")
     assert fail(tmp_path, capsys, text) == (
-        "layers[3]: the data set's targets have shape (4,) per example but the model's output "
-        "has shape (5,)")
+        "layers[3]: the data set's targets have shape (4,) per example (class indices of 4 "
+        "classes) but the model's output has shape (5,)")
 
 
 def test_malformed_yaml_gives_line_and_column(tmp_path, capsys):

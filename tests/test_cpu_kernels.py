@@ -527,4 +527,4 @@ def test_gemm_threads_follow_a_new_core_count():
     assert gemm.cores == 1 and not gemm.choices
     gemm.matmul(a, b, out)
     np.testing.assert_allclose(out, a @ b, rtol=1e-12)
-    assert all("split" not in ways for ways in gemm._timings.values())
+    assert all("split" not in ways for ways in gemm.tuner._timings.values())

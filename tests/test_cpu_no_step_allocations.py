@@ -89,6 +89,37 @@ def test_training_steps_after_the_first_allocate_nothing():
         "the C kernels' work arrays are made once"
 
 
+def test_steps_over_the_parameter_arena_allocate_nothing():
+    """The same model trained on int32 class-index targets by the fused optimizer step over its
+    parameter arena (AdamW with decay groups, a schedule and global-norm clipping): the
+    parameters, gradients and states are views of the arena's buffers, which later steps
+    neither replace nor add to, and those steps allocate nothing of size."""
+    from neonlite.optimizers import AdamW, CosineSchedule
+    be = make_backend("cpu", batch_size=4, seed=0)
+    _kernels_or_skip(be)
+    model, x, onehot, _ = _transformer_with_head(be)
+    t = be.array(onehot.get().argmax(-1), dtype=np.int32)
+    optimizer = AdamW(1e-3, weight_decay=0.1, decay_exclude=["1d"], gradient_clip_norm=1.0,
+                      schedule=CosineSchedule(100, 10))
+    arena = model.arena
+    assert arena is not None
+    model.train_step(x, t, optimizer, 0)  # the first step makes the states
+    f32 = np.dtype(np.float32)
+    owners = {"value": arena.values[f32], "grad": arena.grads[f32],
+              "m": arena.states[("m", f32, f32)], "v": arena.states[("v", f32, f32)]}
+    assert len(arena.states) == 2
+    for p in model.parameters():
+        for what, tensor in (("value", p.value), ("grad", p.grad), ("m", p.states["m"]),
+                             ("v", p.states["v"])):
+            assert np.shares_memory(tensor._ary, owners[what]), (p.name, what)
+    peaks = _peaks(lambda: np.isfinite(model.train_step(x, t, optimizer, 0)))
+    assert max(peaks) < PEAK_LIMIT, (
+        f"steps after the first allocated up to {peaks} bytes at once (limit {PEAK_LIMIT})")
+    assert arena.values[f32] is owners["value"] and arena.grads[f32] is owners["grad"]
+    assert len(arena.states) == 2 and arena.states[("m", f32, f32)] is owners["m"]
+    assert all(p.states["m"]._ary.base is not None for p in model.parameters())
+
+
 def test_column_sums_of_one_shape_in_one_tree_keep_their_own_results():
     """The machine keeps each inner sum's result from call to call: two sums of the same shape
     in one tree must still not share one, and a later call must not see an earlier value."""

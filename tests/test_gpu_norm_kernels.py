@@ -154,3 +154,26 @@ def test_softmax_cross_entropy_float16_never_overflows(softmax):
     x64 = x.astype(np.float64)
     lse = x64.max(-1) + np.log(np.exp(x64 - x64.max(-1, keepdims=True)).sum(-1))
     np.testing.assert_allclose(rows, lse - x64[np.arange(M), ids], rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("M,K", [(3, 5), (4, 3001)])
+def test_softmax_cross_entropy_class_indices_equal_one_hot(softmax, M, K):
+    """nl_softmax_xent_index with int32 class indices gives the one-hot kernel's values; a bad
+    index makes its row's loss NaN (the backend then names it)."""
+    rng = np.random.default_rng(K + 1)
+    x = (rng.normal(size=(M, K)) * 4).astype(np.float32)
+    idx = rng.integers(0, K, M).astype(np.int32)
+    t = np.eye(K, dtype=np.float32)[idx]
+    outs = []
+    for name, targets in (("nl_softmax_xent_f32", t), ("nl_softmax_xent_index_f32", idx)):
+        probs, grad, rows = np.zeros_like(x), np.zeros_like(x), np.zeros(M, np.float32)
+        softmax.launch(name, gpu_norm.row_grid(M, 3), (256,),
+                       [x, targets, probs, grad, rows, M, K, 1.0 / M])
+        outs.append((probs, grad, rows))
+    for one_hot, index in zip(*outs):
+        np.testing.assert_array_equal(index, one_hot)
+    idx[1] = K
+    rows = np.zeros(M, np.float32)
+    softmax.launch("nl_softmax_xent_index_f32", gpu_norm.row_grid(M, 3), (256,),
+                   [x, idx, np.zeros_like(x), np.zeros_like(x), rows, M, K, 1.0 / M])
+    assert np.isnan(rows[1]) and np.isfinite(rows[[0, 2]]).all()

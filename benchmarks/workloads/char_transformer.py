@@ -3,7 +3,7 @@ T=128, batch 32, vocab 65, AdamW); smoke mode 1 block, d=32, T=16, batch 2.  Fig
 tokens/s."""
 import numpy as np
 
-from .common import FixedBatch, torch_threads
+from .common import FixedBatch, class_targets, torch_threads
 
 NAME = "char_lm_train"
 FIGURE = "tokens/s"
@@ -34,9 +34,7 @@ def neonlite(make_backend, smoke):
                   + [LayerNorm(), Affine(VOCAB, activation=Softmax())])
     model.initialize(FixedBatch((T,), (T, VOCAB)), GeneralizedCost(CrossEntropyMulti()))
     ids, nxt = _tokens(n, T)
-    onehot = np.zeros((n, T, VOCAB))
-    np.put_along_axis(onehot, nxt[..., None], 1.0, axis=-1)
-    x, t = be.array(ids), be.array(onehot)
+    x, t = be.array(ids), class_targets(be, nxt, VOCAB)
     opt = AdamW(1e-3, weight_decay=0.1)
     return (lambda: model.train_step(x, t, opt, 0)), n * T
 

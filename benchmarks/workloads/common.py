@@ -10,13 +10,24 @@ class FixedBatch:
         self.shape, self.target_shape, self.name = tuple(x_shape), tuple(target_shape), name
 
 
+def class_targets(be, ids, nclass):
+    """Device targets for integer class ids (any shape): int32 indices, as the iterators yield
+    them, or one-hot rows (ids.shape + (nclass,)) on a backend (or an older neonlite, for
+    before/after timings) whose softmax-cross-entropy takes no indices."""
+    ids = np.asarray(ids)
+    if getattr(be, "index_targets", False):
+        return be.array(ids, dtype=np.int32)
+    onehot = np.zeros(ids.shape + (nclass,))
+    np.put_along_axis(onehot, ids[..., None], 1.0, axis=-1)
+    return be.array(onehot)
+
+
 def random_batch(be, x_shape, nclass, seed=0):
-    """Device tensors x (N,)+x_shape ~ U(0,1) and one-hot t (N, nclass)."""
+    """Device tensors x (N,)+x_shape ~ U(0,1) and targets of N random classes < nclass
+    (:func:`class_targets`)."""
     rng = np.random.default_rng(seed)
     x = be.array(rng.random((be.bsz,) + tuple(x_shape)))
-    t = np.zeros((be.bsz, nclass))
-    t[np.arange(be.bsz), rng.integers(0, nclass, be.bsz)] = 1
-    return x, be.array(t)
+    return x, class_targets(be, rng.integers(0, nclass, be.bsz), nclass)
 
 
 def torch_threads():

@@ -1,13 +1,14 @@
 """LeNet-style CNN train step (conv5x5x32, pool, conv5x5x64+BN, pool, fc512, dropout, fc10),
-28x28x1 images, batch 128 (8 in smoke mode).  Figure: images/s."""
+28x28x1 images, batch 128 (8 in smoke mode); row ``lenet_b32`` (:data:`B32`) the same at batch
+32.  Figure: images/s."""
 from .common import FixedBatch, random_batch, torch_threads
 
 NAME = "lenet_train"
 FIGURE = "images/s"
 
 
-def _batch(smoke):
-    return 8 if smoke else 128
+def _batch(smoke, batch=128):
+    return 8 if smoke else batch
 
 
 def lenet_model():
@@ -29,19 +30,19 @@ def lenet_model():
     return model
 
 
-def neonlite(make_backend, smoke):
+def neonlite(make_backend, smoke, batch=128):
     from neonlite.optimizers import GradientDescentMomentum
-    be = make_backend(_batch(smoke))
+    be = make_backend(_batch(smoke, batch))
     model = lenet_model()
     x, t = random_batch(be, (28, 28, 1), 10)
     opt = GradientDescentMomentum(0.01, momentum_coef=0.9, wdecay=1e-4)
     return (lambda: model.train_step(x, t, opt, 0)), be.bsz
 
 
-def torch(device, smoke):
+def torch(device, smoke, batch=128):
     torch = torch_threads()
     nn = torch.nn
-    n = _batch(smoke)
+    n = _batch(smoke, batch)
     model = nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Conv2d(32, 64, 5, padding=2, bias=False), nn.BatchNorm2d(64),
                           nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(3136, 512),
@@ -58,3 +59,21 @@ def torch(device, smoke):
         opt.step()
         return loss.item()
     return step, n
+
+
+class _Batch32:
+    """The same workload at batch 32 (row ``lenet_b32``): more, smaller steps."""
+
+    NAME = "lenet_b32"
+    FIGURE = FIGURE
+
+    @staticmethod
+    def neonlite(make_backend, smoke):
+        return neonlite(make_backend, smoke, batch=32)
+
+    @staticmethod
+    def torch(device, smoke):
+        return torch(device, smoke, batch=32)
+
+
+B32 = _Batch32

@@ -52,3 +52,33 @@ double softmax_cross_entropy(const real *logits, const real *targets, real *prob
     }
     return loss;
 }
+
+double softmax_cross_entropy_index(const real *logits, const int32_t *idx, real *probs,
+                                   real *grad, int64_t M, int64_t K, double scale,
+                                   int64_t *bad)
+{
+    *bad = -1;
+    for (int64_t m = 0; m < M; m++)
+        if (idx[m] < 0 || idx[m] >= K) {
+            *bad = m;
+            return NAN;
+        }
+    double loss = 0;
+    const real s = (real)scale;
+#pragma omp parallel for schedule(static) reduction(+ : loss) if (M * K >= NL_PARALLEL_MIN)
+    for (int64_t m = 0; m < M; m++) {
+        const real *xr = logits + m * K;
+        real *p = probs + m * K, *g = grad + m * K;
+        real top;
+        const double sum = exp_row(xr, p, K, &top);
+        const real logsum = (real)log(sum), inv = (real)(1.0 / sum);
+        const int64_t c = idx[m];
+        for (int64_t k = 0; k < K; k++) {
+            p[k] *= inv;
+            g[k] = s * p[k];
+        }
+        g[c] = s * (p[c] - (real)1);
+        loss -= (double)((xr[c] - top) - logsum);
+    }
+    return loss;
+}

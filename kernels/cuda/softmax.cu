@@ -69,7 +69,9 @@ NL_THREE_TYPES(nl_masked_softmax, MASKED_SOFTMAX_PARAMS, (out, x, key_mask, B, T
 // given (one-hot or soft), grad = scale * (probs - targets) (scale: 1 for a summed loss,
 // 1 / rows for a mean) and row_loss[row] = -sum_j targets * (x - lse) (float32; a target of
 // 0 contributes nothing even where x is -inf).  grad may alias logits; probs may be 0 (not
-// written).
+// written).  nl_softmax_xent_index takes class indices instead: index (M,) int32, the one-hot
+// row of index[row] as the targets; an index outside [0, K) makes that row's loss NaN (the
+// host then names it) and its targets zero.
 __device__ void nl_lse_merge(float& m, float& s, float m2, float s2) {
     if (m2 == -INFINITY) return;
     if (m == -INFINITY) { m = m2; s = s2; return; }
@@ -82,7 +84,7 @@ __device__ void nl_softmax_xent_impl(const typename nl_elem<KIND>::T* logits,
                                      const typename nl_elem<KIND>::T* targets,
                                      typename nl_elem<KIND>::T* probs,
                                      typename nl_elem<KIND>::T* grad, float* row_loss,
-                                     int M, int K, float scale) {
+                                     int M, int K, float scale, const int* index = 0) {
     typedef nl_elem<KIND> E;
     __shared__ float ms[NL_SOFTMAX_THREADS], ss[NL_SOFTMAX_THREADS];
     for (int row = blockIdx.x; row < M; row += gridDim.x) {
@@ -105,19 +107,21 @@ __device__ void nl_softmax_xent_impl(const typename nl_elem<KIND>::T* logits,
         const float lse = ms[0] + logf(ss[0]);
         __syncthreads();
         float loss = 0.0f;
+        const int cls = index ? index[row] : -1;
+        const bool bad = index && (cls < 0 || cls >= K);
         for (int j = threadIdx.x; j < K; j += NL_SOFTMAX_THREADS) {
             const float x = E::load(logits, base + j);
             const float p = expf(x - lse);
             if (probs) E::store(probs, base + j, p);
-            if (targets) {
-                const float t = E::load(targets, base + j);
+            if (targets || index) {
+                const float t = index ? (j == cls ? 1.0f : 0.0f) : E::load(targets, base + j);
                 if (t != 0.0f) loss += t * (x - lse);
                 E::store(grad, base + j, scale * (p - t));
             }
         }
-        if (targets) {
+        if (targets || index) {
             loss = nl_block_reduce(loss, ms, false);
-            if (threadIdx.x == 0) row_loss[row] = -loss;
+            if (threadIdx.x == 0) row_loss[row] = bad ? NAN : -loss;
         }
     }
 }
@@ -126,3 +130,15 @@ __device__ void nl_softmax_xent_impl(const typename nl_elem<KIND>::T* logits,
     float* row_loss, int M, int K, float scale
 NL_THREE_TYPES(nl_softmax_xent, SOFTMAX_XENT_PARAMS, (logits, targets, probs, grad, row_loss, M,
                                                      K, scale))
+
+template <int KIND>
+__device__ void nl_softmax_xent_index_impl(const typename nl_elem<KIND>::T* logits,
+                                           const int* index, typename nl_elem<KIND>::T* probs,
+                                           typename nl_elem<KIND>::T* grad, float* row_loss,
+                                           int M, int K, float scale) {
+    nl_softmax_xent_impl<KIND>(logits, 0, probs, grad, row_loss, M, K, scale, index);
+}
+#define SOFTMAX_XENT_INDEX_PARAMS(T) const T* logits, const int* index, T* probs, T* grad, \
+    float* row_loss, int M, int K, float scale
+NL_THREE_TYPES(nl_softmax_xent_index, SOFTMAX_XENT_INDEX_PARAMS, (logits, index, probs, grad,
+                                                                 row_loss, M, K, scale))

@@ -18,7 +18,8 @@ class HDF5Iterator:
     ``nbatches``, ``len()``, iteration, ``batches(shuffle)``, ``valid``, ``name``): x is
     batch-first (images NHWC); uint8 x stays uint8 in the file and on the host and is scaled by
     1/255 on the way in; with ``nclass``, y holds one class index per example and the targets
-    are one-hot (N, nclass); without, y is used as it is; ``y=None``: x is the target.
+    are int32 class indices (N,) (checked against nclass); without, y is used as it is;
+    ``y=None``: x is the target.
 
     Reading: the file is read in contiguous *chunks* of ``chunk_batches`` batches (one slice
     read each), so at most a chunk and two batches are in host memory.  Shuffling (from the
@@ -68,8 +69,8 @@ class HDF5Iterator:
         self.target_shape = self.shape if self.Y is None else self._check_targets(y)
         self.nbatches = -(-self.ndata // be.bsz)
         self.x_buf = be.zeros((be.bsz,) + self.shape)
-        self.t_buf = self.x_buf if self.Y is None else be.zeros((be.bsz,) + self.target_shape)
-        self._onehot = None if nclass is None else np.zeros((be.bsz, nclass), dtype=be.dtype)
+        self.t_buf = self.x_buf if self.Y is None else be.zeros(
+            (be.bsz,) + self.target_shape, dtype=np.int32 if nclass is not None else None)
         self._host_buffers(be.bsz)
         self.valid = be.bsz
 
@@ -120,7 +121,7 @@ class HDF5Iterator:
             if bad.size:
                 raise DataError(f"{self.path}: '{key}'[{lo + bad[0]}] = {labels[bad[0]]} is "
                                 f"not a class index 0 <= label < nclass={self.nclass}")
-        return (self.nclass,)
+        return ()
 
     def _read(self, dset, lo, hi):
         try:
@@ -182,7 +183,7 @@ class HDF5Iterator:
             raise DataError(f"{self.path}: dataset '{self.X.name.lstrip('/')}' holds a "
                             f"non-finite value")
         rows = slice(first, first + bsz)
-        set_batch(self.x_buf, self.t_buf, self._onehot, self._hx[rows],
+        set_batch(self.x_buf, self.t_buf, self._hx[rows],
                   None if self._hy is None else self._hy[rows])
         return self.x_buf, self.t_buf
 

@@ -15,7 +15,8 @@ class ArrayIterator:
         X: (N, ...) array, batch-first (images NHWC).  uint8 data stays uint8 on the host and is
             scaled by 1/255 on the way in.
         y: None (x is returned as the target, for autoencoders), (N,) class indices (with
-            ``nclass``: one-hot targets (N, nclass)), or (N, ...) real-valued targets.
+            ``nclass``: yielded as int32 class indices (N,), checked to lie in [0, nclass),
+            which the costs take for (N, nclass) outputs), or (N, ...) real-valued targets.
         nclass: number of classes for index targets.
         shuffle: shuffle the examples each epoch from the backend's seeded RNG.
 
@@ -47,12 +48,12 @@ class ArrayIterator:
         self.nclass = nclass
         self.y = None if y is None else self._targets(np.asarray(y), nclass)
         self.target_shape = self.shape if y is None else (
-            (nclass,) if nclass is not None else tuple(self.y.shape[1:]))
+            () if nclass is not None else tuple(self.y.shape[1:]))
         bsz = self.be.bsz
         self.nbatches = -(-self.ndata // bsz)
         self.x_buf = self.be.zeros((bsz,) + self.shape)
-        self.t_buf = self.x_buf if y is None else self.be.zeros((bsz,) + self.target_shape)
-        self._onehot = None if nclass is None else np.zeros((bsz, nclass), dtype=self.be.dtype)
+        self.t_buf = self.x_buf if y is None else self.be.zeros(
+            (bsz,) + self.target_shape, dtype=np.int32 if nclass is not None else None)
         self.valid = bsz
         self.order = np.arange(self.ndata)
         self.rank, self.nranks = 0, 1
@@ -104,23 +105,16 @@ class ArrayIterator:
             yield self.x_buf, self.t_buf
 
     def _fill(self, idx):
-        set_batch(self.x_buf, self.t_buf, self._onehot, self.X[idx],
+        set_batch(self.x_buf, self.t_buf, self.X[idx],
                   None if self.y is None else self.y[idx])
 
 
-def set_batch(x_buf, t_buf, onehot, x, y):
+def set_batch(x_buf, t_buf, x, y):
     """Copy host batch ``x`` (bsz, ...) into device buffer ``x_buf``, uint8 scaled by 1/255 on
-    the way, and targets ``y`` into ``t_buf``: class indices (bsz,) one-hot encoded through
-    the host buffer ``onehot`` (bsz, nclass) when it is given, else as they are.  ``y`` None:
-    no targets (``t_buf`` is ``x_buf``)."""
+    the way, and targets ``y`` (class indices or values) into ``t_buf`` (cast to its dtype).
+    ``y`` None: no targets (``t_buf`` is ``x_buf``)."""
     x_buf.set(x * (1.0 / 255.0) if x.dtype == np.uint8 else x)
-    if y is None:
-        return
-    if onehot is not None:
-        onehot.fill(0)
-        onehot[np.arange(len(y)), y] = 1
-        t_buf.set(onehot)
-    else:
+    if y is not None:
         t_buf.set(y)
 
 

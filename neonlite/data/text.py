@@ -1,5 +1,5 @@
 """Character-level text for language models: a vocabulary of characters, (N, T) windows of
-token ids as inputs and the next characters, one-hot (N, T, vocab), as targets."""
+token ids as inputs and the next characters, as int32 class indices (N, T), as targets."""
 import os
 
 import numpy as np
@@ -78,7 +78,8 @@ class Vocabulary:
 
 class TextWindows:
     """Minibatches of windows of one token sequence ``ids``: inputs x (N, T) token ids (stored
-    as the backend's float dtype) and targets t (N, T, vocab), one-hot of the next token.
+    as the backend's float dtype) and targets t (N, T) int32, the next tokens' ids (class
+    indices: a one-hot (N, T, vocab) float array would be vocab times bigger).
 
     ``batches(shuffle=True)`` (what iterating gives when ``shuffle``) draws ``nbatches``
     batches of windows at random offsets from the backend's seeded RNG (training);
@@ -107,16 +108,14 @@ class TextWindows:
             raise DataError(f"{name}: {len(self.ids)} characters are too few for one window of "
                             f"seq_len={T} inputs plus its next character")
         bsz = self.be.bsz
-        self.shape, self.target_shape = (T,), (T, len(vocab))
+        self.shape, self.target_shape = (T,), (T,)
         self.nwindows = (len(self.ids) - 1) // T
         self.shuffle = shuffle
         if nbatches is not None and (not isinstance(nbatches, (int, np.integer)) or nbatches < 1):
             raise DataError(f"{name}: nbatches must be a positive int, got {nbatches!r}")
         self.random_nbatches = int(nbatches) if nbatches else max(1, self.nwindows // bsz)
         self.x_buf = self.be.zeros((bsz, T))
-        self.t_buf = self.be.zeros((bsz, T, len(vocab)))
-        self._onehot = np.zeros((bsz, T, len(vocab)), dtype=self.be.dtype)
-        self._rows = np.arange(bsz)[:, None]
+        self.t_buf = self.be.zeros((bsz, T), dtype=np.int32)
         self._cols = np.arange(T + 1)
         self.valid = bsz
         self.rank, self.nranks = 0, 1
@@ -182,9 +181,7 @@ class TextWindows:
     def _fill(self, starts):
         chunk = self.ids[starts[:, None] + self._cols]
         self.x_buf.set(chunk[:, :-1])
-        self._onehot.fill(0)
-        self._onehot[self._rows, self._cols[:-1], chunk[:, 1:]] = 1
-        self.t_buf.set(self._onehot)
+        self.t_buf.set(chunk[:, 1:])
 
 
 class TextCorpus(TextWindows):

@@ -4,7 +4,10 @@
 A bucket is a contiguous host buffer (float32, or float64 for float64 gradients) holding
 the flattened gradients of its parameters one after another; it is summed in place by one
 non-blocking ``MPI_Iallreduce`` and divided by the number of ranks (host staging: the CPU
-backend copies arrays, a GPU backend copies device <-> host).
+backend copies arrays, a GPU backend copies device <-> host).  Where a bucket's parameters
+lie side by side in the model's parameter arena (:mod:`neonlite.optimizers.arena`; buckets are
+planned in bprop order, so consecutive parameters usually do) its buffer *is* that run of the
+arena's gradient buffer: no staging copies, and the average is taken in place.
 """
 import time
 
@@ -34,6 +37,21 @@ def _stage_dtype(dtype):
     return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
 
 
+def _arena_run(params, dtype):
+    """The view of the arena gradient buffer that holds exactly ``params``' gradients (and the
+    alignment padding between them, which is zero), or None when they are not side by side
+    in one arena buffer of ``dtype``."""
+    arena = getattr(params[0], "arena", None)
+    if arena is None or any(getattr(p, "arena", None) is not arena for p in params):
+        return None
+    slots = sorted((arena.slot(p) for p in params), key=lambda s: s.offset)
+    if any(s.dtype != dtype for s in slots):
+        return None
+    if any(a.offset + a.padded != b.offset for a, b in zip(slots, slots[1:])):
+        return None
+    return arena.grads[dtype][slots[0].offset:slots[-1].offset + slots[-1].padded]
+
+
 class HostBucket:
     """The parameters of one bucket and their host staging buffer ``buf`` (n,).
 
@@ -46,7 +64,10 @@ class HostBucket:
         self.owners = {id(p.layer): p.layer for p in self.params}
         dtype = _stage_dtype(self.params[0].grad.dtype)
         self.offsets = np.cumsum([0] + [p.grad.size for p in self.params])
-        self.buf = np.empty(int(self.offsets[-1]), dtype=dtype)
+        self.buf = _arena_run(self.params, dtype)
+        self.in_arena = self.buf is not None
+        if self.buf is None:
+            self.buf = np.empty(int(self.offsets[-1]), dtype=dtype)
         self.request = None
         self.reset()
 
@@ -59,7 +80,9 @@ class HostBucket:
         self.request = None
 
     def stage(self):
-        """Copy every gradient into ``buf``."""
+        """Copy every gradient into ``buf`` (nothing to do when ``buf`` is the arena's)."""
+        if self.in_arena:
+            return
         for p, a, b in zip(self.params, self.offsets[:-1], self.offsets[1:]):
             self.buf[a:b] = np.asarray(p.grad).reshape(-1)
 
@@ -67,6 +90,9 @@ class HostBucket:
         """Write ``buf * scale`` back into the gradients; ``in_place``: the gradients are host
         tensors whose ``numpy.asarray`` is their own memory (the CPU backend's), written in
         the same pass as the scaling."""
+        if self.in_arena:
+            self.buf *= scale
+            return
         if in_place:
             for p, a, b in zip(self.params, self.offsets[:-1], self.offsets[1:]):
                 target = np.asarray(p.grad)

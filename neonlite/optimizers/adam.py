@@ -3,6 +3,7 @@ import math
 
 import numpy as np
 
+from .fused import FusedForm
 from .optimizer import Optimizer
 
 
@@ -17,13 +18,16 @@ class Adam(Optimizer):
 
     ``state_dtype="bf16"`` stores m and v as bfloat16 bit patterns (uint16, round to nearest
     even) and computes in float32: half the optimizer-state memory.  A step is one
-    ``execute_multi`` (m, v and w in one pass over memory where the backend fuses it).
+    ``execute_multi`` (m, v and w in one pass over memory where the backend fuses it), or one
+    fused call over the parameter arena.  ``decay_exclude`` (see :mod:`.optimizer`) leaves
+    parameters out of both decays, e.g. ``["1d"]`` for nanoGPT's "decay only matrices".
     """
 
     def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, wdecay=0.0,
                  weight_decay=0.0, state_dtype="f32", schedule=None, gradient_clip_norm=None,
-                 gradient_clip_value=None, name=None):
-        super().__init__(learning_rate, schedule, gradient_clip_norm, gradient_clip_value, name)
+                 gradient_clip_value=None, name=None, decay_exclude=()):
+        super().__init__(learning_rate, schedule, gradient_clip_norm, gradient_clip_value, name,
+                         decay_exclude)
         if state_dtype not in ("f32", "bf16"):
             raise ValueError(f"{type(self).__name__}: state_dtype must be 'f32' or 'bf16', got "
                              f"{state_dtype!r}")
@@ -40,8 +44,9 @@ class Adam(Optimizer):
         step_size = lr / (1.0 - b1 ** t)
         root_correction = 1.0 / math.sqrt(1.0 - b2 ** t)
         w = param.value
-        decayed = w * (1.0 - lr * self.weight_decay) if self.weight_decay else w
-        if self.wdecay:
+        decays = self.decays(param)
+        decayed = w * (1.0 - lr * self.weight_decay) if self.weight_decay and decays else w
+        if self.wdecay and decays:
             grad = grad + self.wdecay * decayed
         if self.state_dtype == "bf16":
             m = self.state(be, param, "m", np.uint16)
@@ -57,6 +62,17 @@ class Adam(Optimizer):
             m_val, v_val = m, v
         new_w = decayed - step_size * m_val / (be.sqrt(v_val) * root_correction + self.epsilon)
         be.execute_multi([(m, new_m), (v, new_v), (w, new_w)])
+
+    def fused_form(self, lr):
+        t = self.step + 1
+        b1, b2 = self.beta_1, self.beta_2
+        consts = (b1, 1.0 - b1, b2, 1.0 - b2, lr / (1.0 - b1 ** t),
+                  1.0 / math.sqrt(1.0 - b2 ** t), self.epsilon)
+        bf16 = self.state_dtype == "bf16"
+        return FusedForm("adam_bf16" if bf16 else "adam", consts, ("m", "v"),
+                         np.uint16 if bf16 else None,
+                         (1.0 - lr * self.weight_decay) if self.weight_decay else None,
+                         self.wdecay)
 
     def _config(self):
         return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,

@@ -1,4 +1,5 @@
 """RMSProp and Adagrad (each step one pass over memory: state and weights together)."""
+from .fused import FusedForm
 from .optimizer import Optimizer
 
 
@@ -14,6 +15,10 @@ class RMSProp(Optimizer):
         s, w = self.state(be, param, "sq_avg"), param.value
         be.execute_multi([(s, self.decay_rate * s + (1.0 - self.decay_rate) * be.square(grad)),
                           (w, w - lr * grad / (be.sqrt(s) + self.epsilon))])
+
+    def fused_form(self, lr):
+        return FusedForm("rmsprop", (lr, self.decay_rate, 1.0 - self.decay_rate, self.epsilon),
+                         ("sq_avg",))
 
     def _config(self):
         return {"decay_rate": self.decay_rate, "epsilon": self.epsilon}
@@ -31,6 +36,9 @@ class Adagrad(Optimizer):
         s, w = self.state(be, param, "sum_sq"), param.value
         be.execute_multi([(s, s + be.square(grad)),
                           (w, w - lr * grad / (be.sqrt(s) + self.epsilon))])
+
+    def fused_form(self, lr):
+        return FusedForm("adagrad", (lr, self.epsilon), ("sum_sq",))
 
     def _config(self):
         return {"epsilon": self.epsilon}

@@ -3,13 +3,27 @@
 Every update rule is written once with op-trees (``param.value[:] = ...``), so it runs fused on
 each backend.  Optimizer state lives on the parameters (``param.states``) and is saved with
 checkpoints; ``step`` counts updates.
+
+Where the parameters live in a parameter arena (:mod:`.arena`: the CPU backend's models) and
+the optimizer declares its fused form (``fused_form``), a step is instead one C call per dtype
+over all the parameters given (:mod:`.fused`), with bit-identical results; global-norm
+clipping is then one reduction pass.  An optimizer without a fused form (``fused_form``
+returning None, the default here) runs per parameter.
+
+Weight-decay groups: ``decay_exclude`` (a list of ``"1d"``: parameters of fewer than 2 axes,
+i.e. biases and normalization gains; ``"embeddings"``: the tables of Embedding and
+PositionalEmbedding layers) leaves those parameters out of the optimizer's weight decay.  The
+default, no exclusion, decays every parameter.
 """
 import math
 
 import numpy as np
 
 from ..config.errors import short_repr
+from .fused import FusedPlan, clip_scale
 from .schedules import Schedule
+
+DECAY_EXCLUSIONS = ("1d", "embeddings")
 
 
 class Optimizer:
@@ -17,7 +31,7 @@ class Optimizer:
     op-tree of the (clipped) gradient."""
 
     def __init__(self, learning_rate, schedule=None, gradient_clip_norm=None,
-                 gradient_clip_value=None, name=None):
+                 gradient_clip_value=None, name=None, decay_exclude=()):
         if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or \
                 not 0 < learning_rate < math.inf:
             raise ValueError(f"{type(self).__name__}: learning_rate must be a finite number > 0, "
@@ -29,6 +43,33 @@ class Optimizer:
         self.name = name or type(self).__name__
         self.step = 0
         self._norm_work = None
+        if isinstance(decay_exclude, str):
+            decay_exclude = (decay_exclude,)
+        unknown = [e for e in decay_exclude if e not in DECAY_EXCLUSIONS]
+        if unknown:
+            raise ValueError(f"{type(self).__name__}: decay_exclude takes {list(DECAY_EXCLUSIONS)}"
+                             f", got {unknown[0]!r}")
+        self.decay_exclude = tuple(decay_exclude)
+        self._fused_plans = {}
+
+    def decays(self, param):
+        """True when the weight decay applies to ``param`` (see ``decay_exclude``)."""
+        flag = getattr(param, "decay_flag", None)
+        if flag is not None:
+            return flag
+        if not self.decay_exclude:
+            return True
+        if "1d" in self.decay_exclude and len(param.value.shape) < 2:
+            return False
+        if "embeddings" in self.decay_exclude and \
+                type(param.layer).__name__ in ("Embedding", "PositionalEmbedding"):
+            return False
+        return True
+
+    def fused_form(self, lr):
+        """The :class:`~.fused.FusedForm` of this step's update at learning rate ``lr``, or
+        None when the optimizer has none (then every step runs per parameter)."""
+        return None
 
     def state(self, be, param, key, dtype=None):
         """The zero-initialized state tensor ``key`` of ``param`` (made on first use)."""
@@ -42,6 +83,9 @@ class Optimizer:
             return
         be = params[0].value.backend
         lr = self.schedule.rate(self.learning_rate, epoch, self.step)
+        if self._optimize_fused(params, lr):
+            self.step += 1
+            return
         scale = self._clip_scale(be, params)
         for param in params:
             grad = param.grad if scale == 1.0 else param.grad * scale
@@ -49,6 +93,25 @@ class Optimizer:
                 grad = be.clip(grad, -self.gradient_clip_value, self.gradient_clip_value)
             self.update(be, param, grad, lr)
         self.step += 1
+
+    def _optimize_fused(self, params, lr):
+        """One fused step over the parameter arena; False (nothing done) where it cannot."""
+        arena = getattr(params[0], "arena", None)
+        if arena is None:
+            return False
+        form = self.fused_form(lr)
+        if form is None:
+            return False
+        key = tuple(map(id, params))
+        plan = self._fused_plans.get(key)
+        if plan is None:
+            plan = self._fused_plans[key] = arena.plan(self, params) \
+                if hasattr(arena, "plan") else FusedPlan(self, arena, params)
+        if not plan.ok:
+            return False
+        scale = 1.0 if self.gradient_clip_norm is None else \
+            clip_scale(self.gradient_clip_norm, plan.sum_squares())
+        return plan.run(self, form, scale, self.gradient_clip_value, lr)
 
     def _clip_scale(self, be, params):
         """min(1, clip_norm / global L2 norm of all gradients)."""
@@ -73,6 +136,8 @@ class Optimizer:
         for key in ("gradient_clip_norm", "gradient_clip_value"):
             if getattr(self, key) is not None:
                 config[key] = getattr(self, key)
+        if self.decay_exclude:
+            config["decay_exclude"] = list(self.decay_exclude)
         return {"type": type(self).__name__, "config": config}
 
     def _config(self):

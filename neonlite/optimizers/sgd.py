@@ -1,14 +1,19 @@
 """Stochastic gradient descent with momentum."""
+from .fused import FusedForm
 from .optimizer import Optimizer
 
 
 class GradientDescentMomentum(Optimizer):
     """g = grad + wdecay * w;  v = momentum * v - lr * g;
-    w += v (or, with ``nesterov``, w += momentum * v - lr * g), in one pass over memory."""
+    w += v (or, with ``nesterov``, w += momentum * v - lr * g), in one pass over memory (or one
+    fused call over the parameter arena).  ``decay_exclude`` (see :mod:`.optimizer`) leaves
+    parameters out of ``wdecay``."""
 
     def __init__(self, learning_rate, momentum_coef=0.0, wdecay=0.0, nesterov=False,
-                 schedule=None, gradient_clip_norm=None, gradient_clip_value=None, name=None):
-        super().__init__(learning_rate, schedule, gradient_clip_norm, gradient_clip_value, name)
+                 schedule=None, gradient_clip_norm=None, gradient_clip_value=None, name=None,
+                 decay_exclude=()):
+        super().__init__(learning_rate, schedule, gradient_clip_norm, gradient_clip_value, name,
+                         decay_exclude)
         if not 0.0 <= momentum_coef < 1.0:
             raise ValueError(f"GradientDescentMomentum: momentum_coef must be in [0, 1), got "
                              f"{momentum_coef}")
@@ -17,7 +22,7 @@ class GradientDescentMomentum(Optimizer):
 
     def update(self, be, param, grad, lr):
         w = param.value
-        if self.wdecay:
+        if self.wdecay and self.decays(param):
             grad = grad + self.wdecay * w
         if self.momentum_coef == 0.0:
             w[:] = w - lr * grad
@@ -25,6 +30,12 @@ class GradientDescentMomentum(Optimizer):
         v = self.state(be, param, "velocity")
         new_w = w + self.momentum_coef * v - lr * grad if self.nesterov else w + v
         be.execute_multi([(v, self.momentum_coef * v - lr * grad), (w, new_w)])
+
+    def fused_form(self, lr):
+        if self.momentum_coef == 0.0:
+            return FusedForm("sgd", (lr,), wdecay=self.wdecay)
+        return FusedForm("nesterov" if self.nesterov else "momentum", (lr, self.momentum_coef),
+                         ("velocity",), wdecay=self.wdecay)
 
     def _config(self):
         return {"momentum_coef": self.momentum_coef, "wdecay": self.wdecay,

@@ -24,12 +24,19 @@ def _root(ary):
     return ary
 
 
+ALIGNMENT_SLACK = 64
+
+
 def buffer_of(tensor):
-    """(key, bytes) of the allocation behind a backend tensor or numpy array."""
+    """(key, bytes) of the memory behind a backend tensor or numpy array: its allocation
+    (with the aligned allocator's slack) when the tensor is all of it, else, for a view into a
+    shared buffer (the parameter arena), the view's own bytes, keyed by its address."""
     ary = getattr(tensor, "_ary", tensor)
     if isinstance(ary, np.ndarray):
         root = _root(ary)
-        return ("host", id(root)), int(root.nbytes)
+        if root.nbytes <= ary.nbytes + ALIGNMENT_SLACK:
+            return ("host", id(root)), int(root.nbytes)
+        return ("host", id(root), ary.__array_interface__["data"][0]), int(ary.nbytes)
     ptr = getattr(tensor, "ptr", None)
     nbytes = int(np.prod(tensor.shape)) * np.dtype(getattr(tensor, "_dtype", np.float32)).itemsize
     return ("device", ptr if ptr is not None else id(tensor)), nbytes

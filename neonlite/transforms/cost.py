@@ -15,6 +15,7 @@ def _rows(t):
 
 class Cost:
     fuses_with = None
+    takes_indices = False
 
     def get_description(self):
         return {"type": type(self).__name__, "config": {}}
@@ -25,6 +26,8 @@ class CrossEntropyMulti(Cost):
 
     fuses_with = Softmax
     eps = 2.0 ** -23
+    #: ``fused`` takes int32 class-index targets (N,) / (N, T) where the backend does
+    takes_indices = True
 
     def cost(self, be, y, t, work):
         work[:] = be.sum(t * be.log(be.maximum(y, self.eps)))
@@ -36,7 +39,8 @@ class CrossEntropyMulti(Cost):
     def fused(self, be, logits, y, t, delta):
         """Softmax + cross-entropy in one op: writes y, delta (w.r.t. logits); returns the cost."""
         rows, k = _rows(logits), logits.shape[-1]
-        loss = be.softmax_cross_entropy(logits.reshape(rows, k), t.reshape(rows, k),
+        targets = t.reshape(rows) if t.size == rows else t.reshape(rows, k)
+        loss = be.softmax_cross_entropy(logits.reshape(rows, k), targets,
                                         y.reshape(rows, k), delta.reshape(rows, k), 1.0 / rows)
         return loss / rows
 

@@ -16,7 +16,7 @@ _FLOOR = 1e-30
 def token_nats(y, t):
     """-ln y[target] per row (float64; probabilities floored at 1e-30)."""
     y = np.asarray(y, dtype=np.float64)
-    p = np.take_along_axis(y, _labels(t)[:, None], axis=-1)[:, 0]
+    p = np.take_along_axis(y, _labels(t, y)[:, None], axis=-1)[:, 0]
     return -np.log(np.maximum(p, _FLOOR))
 
 

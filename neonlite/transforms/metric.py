@@ -7,9 +7,14 @@ set (the padding of a partial last batch excluded).
 import numpy as np
 
 
-def _labels(t):
+def _labels(t, y):
+    """Class labels (rows,) of targets ``t`` for outputs ``y`` (rows, K): one-hot rows of y's
+    shape by argmax, class indices (any shape with one entry per row: (rows,), a language
+    model's (N, T)) flattened."""
     t = np.asarray(t)
-    return t.reshape(-1).astype(np.int64) if t.ndim == 1 or t.shape[-1] == 1 else t.argmax(-1)
+    if t.shape == np.shape(y) and t.ndim > 1 and t.shape[-1] > 1:
+        return t.argmax(-1)
+    return t.reshape(-1).astype(np.int64)
 
 
 class Metric:
@@ -28,7 +33,7 @@ class Misclassification(Metric):
     name = "misclassification"
 
     def __call__(self, y, t):
-        return (np.asarray(y).argmax(-1) != _labels(t)).astype(np.float64)
+        return (np.asarray(y).argmax(-1) != _labels(t, y)).astype(np.float64)
 
 
 class Accuracy(Metric):
@@ -37,7 +42,7 @@ class Accuracy(Metric):
     name = "accuracy"
 
     def __call__(self, y, t):
-        return (np.asarray(y).argmax(-1) == _labels(t)).astype(np.float64)
+        return (np.asarray(y).argmax(-1) == _labels(t, y)).astype(np.float64)
 
 
 class TopKMisclassification(Metric):
@@ -49,7 +54,7 @@ class TopKMisclassification(Metric):
 
     def __call__(self, y, t):
         y = np.asarray(y)
-        labels = _labels(t)
+        labels = _labels(t, y)
         target_score = np.take_along_axis(y, labels[:, None], axis=-1)
         better = (y > target_score).sum(-1)
         return (better >= self.k).astype(np.float64)
@@ -65,7 +70,7 @@ class LogLoss(Metric):
 
     def __call__(self, y, t):
         y = np.asarray(y, dtype=np.float64)
-        labels = _labels(t)
+        labels = _labels(t, y)
         return -np.log(np.maximum(np.take_along_axis(y, labels[:, None], axis=-1)[:, 0], 1e-12))
 
 

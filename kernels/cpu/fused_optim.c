@@ -1,0 +1,171 @@
+/* The parameter arena's fused optimizer step (see fused_optim.h).
+ *
+ * No floating-point contraction: a * b + c must round the product like the op-tree machine,
+ * which stores every operation's result, does. */
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+#include <omp.h>
+
+#include "common.h"
+#include "fused_optim.h"
+
+#define NL_MAX(x, y) (((x) >= (y) || (x) != (x)) ? (x) : (y))
+#define NL_MIN(x, y) (((x) <= (y) || (x) != (x)) ? (x) : (y))
+
+static inline float bf16_to_f32(uint16_t bits)
+{
+    union { uint32_t u; float f; } v = {.u = (uint32_t)bits << 16};
+    return v.f;
+}
+
+static inline uint16_t f32_to_bf16(float f)
+{
+    union { float f; uint32_t u; } v = {.f = f};
+    if (f != f)
+        return 0x7FC0;
+    return (uint16_t)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* The gradient element i after scaling, clipping and coupled decay; *d: the decayed weight. */
+#define NL_GRAD_AND_DECAY()                                                                     \
+    real gi = g[i];                                                                             \
+    if (scaled)                                                                                 \
+        gi = gi * scale;                                                                        \
+    if (clipped) {                                                                              \
+        gi = NL_MAX(gi, lo);                                                                    \
+        gi = NL_MIN(gi, hi);                                                                    \
+    }                                                                                           \
+    const real wi = w[i];                                                                       \
+    const real d = decay ? wi * decay_mul : wi;                                                 \
+    if (coupled)                                                                                \
+        gi = gi + wdecay * d
+
+static void update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i, int64_t hi_i,
+                           real *w, const real *g, real *s0, real *s1, uint16_t *h0,
+                           uint16_t *h1)
+{
+    const int scaled = (rule->flags & NL_FUSED_SCALED) != 0;
+    const int clipped = (rule->flags & NL_FUSED_CLIPPED) != 0;
+    const int decay = (flags & NL_SEG_DECAY) != 0, coupled = (flags & NL_SEG_WDECAY) != 0;
+    const real scale = (real)rule->scale, lo = (real)rule->clip_low, hi = (real)rule->clip_high;
+    const real decay_mul = (real)rule->decay_mul, wdecay = (real)rule->wdecay;
+    const real c0 = (real)rule->c[0], c1 = (real)rule->c[1], c2 = (real)rule->c[2],
+               c3 = (real)rule->c[3], c4 = (real)rule->c[4], c5 = (real)rule->c[5],
+               c6 = (real)rule->c[6];
+    switch (rule->rule) {
+    case NL_RULE_SGD:
+        for (int64_t i = lo_i; i < hi_i; i++) {
+            NL_GRAD_AND_DECAY();
+            w[i] = d - c0 * gi;
+        }
+        break;
+    case NL_RULE_MOMENTUM:
+        for (int64_t i = lo_i; i < hi_i; i++) {
+            NL_GRAD_AND_DECAY();
+            const real v = c1 * s0[i] - c0 * gi;
+            s0[i] = v;
+            w[i] = d + v;
+        }
+        break;
+    case NL_RULE_NESTEROV:
+        for (int64_t i = lo_i; i < hi_i; i++) {
+            NL_GRAD_AND_DECAY();
+            const real v = c1 * s0[i] - c0 * gi;
+            s0[i] = v;
+            w[i] = (d + c1 * v) - c0 * gi;
+        }
+        break;
+    case NL_RULE_ADAM:
+        for (int64_t i = lo_i; i < hi_i; i++) {
+            NL_GRAD_AND_DECAY();
+            const real m = c0 * s0[i] + c1 * gi;
+            const real v = c2 * s1[i] + c3 * (gi * gi);
+            s0[i] = m;
+            s1[i] = v;
+            w[i] = d - (c4 * m) / (sqrt(v) * c5 + c6);
+        }
+        break;
+    case NL_RULE_ADAM_BF16:
+        for (int64_t i = lo_i; i < hi_i; i++) {
+            NL_GRAD_AND_DECAY();
+            const uint16_t mb = f32_to_bf16((float)(c0 * (real)bf16_to_f32(h0[i]) + c1 * gi));
+            const uint16_t vb = f32_to_bf16((float)(c2 * (real)bf16_to_f32(h1[i])
+                                                    + c3 * (gi * gi)));
+            h0[i] = mb;
+            h1[i] = vb;
+            const real m = (real)bf16_to_f32(mb), v = (real)bf16_to_f32(vb);
+            w[i] = d - (c4 * m) / (sqrt(v) * c5 + c6);
+        }
+        break;
+    case NL_RULE_RMSPROP:
+        for (int64_t i = lo_i; i < hi_i; i++) {
+            NL_GRAD_AND_DECAY();
+            const real s = c1 * s0[i] + c2 * (gi * gi);
+            s0[i] = s;
+            w[i] = d - (c0 * gi) / (sqrt(s) + c3);
+        }
+        break;
+    case NL_RULE_ADAGRAD:
+        for (int64_t i = lo_i; i < hi_i; i++) {
+            NL_GRAD_AND_DECAY();
+            const real s = s0[i] + gi * gi;
+            s0[i] = s;
+            w[i] = d - (c0 * gi) / (sqrt(s) + c1);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+int fused_update(const nl_fused_rule *rule, const nl_segment *segs, int64_t nseg, real *w,
+                 const real *g, real *s0, real *s1, uint16_t *h0, uint16_t *h1)
+{
+    if (rule->rule < NL_RULE_SGD || rule->rule > NL_RULE_ADAGRAD)
+        return -1;
+    int64_t total = 0;
+    for (int64_t k = 0; k < nseg; k++)
+        total += segs[k].size;
+#pragma omp parallel if (total >= NL_PARALLEL_MIN)
+    {
+        const int64_t nthreads = omp_get_num_threads(), me = omp_get_thread_num();
+        int64_t lo, hi;
+        nl_split(total, me, nthreads, &lo, &hi);
+        /* This thread's elements [lo, hi) of the concatenated segments. */
+        int64_t start = 0;
+        for (int64_t k = 0; k < nseg && start < hi; k++) {
+            const int64_t end = start + segs[k].size;
+            const int64_t a = lo > start ? lo : start, b = hi < end ? hi : end;
+            if (a < b) {
+                const int64_t base = segs[k].offset - start;
+                update_segment(rule, segs[k].flags, base + a, base + b, w, g, s0, s1, h0, h1);
+            }
+            start = end;
+        }
+    }
+    return 0;
+}
+
+void segment_sum_squares(const real *g, const nl_segment *segs, int64_t nseg, double *out)
+{
+#pragma omp parallel for schedule(dynamic, 1) if (nseg > 1)
+    for (int64_t k = 0; k < nseg; k++) {
+        const real *x = g + segs[k].offset;
+        double sum = 0;
+        for (int64_t i = 0; i < segs[k].size; i++)
+            sum += (double)x[i] * (double)x[i];
+        out[k] = sum;
+    }
+}
+
+int all_finite(const real *x, int64_t n)
+{
+    int ok = 1;
+#pragma omp parallel for schedule(static) reduction(& : ok) if (n >= NL_PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++)
+        ok &= (x[i] - x[i]) == (x[i] - x[i]);
+    return ok;
+}

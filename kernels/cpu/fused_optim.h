@@ -1,0 +1,64 @@
+/* One optimizer step over many parameters in one pass: the parameter arena's fused update,
+ * and the arena's sums of squares (global-norm clipping) and finiteness check.
+ *
+ * The arena holds every parameter of one dtype in one contiguous buffer; its gradients and
+ * each optimizer state in buffers of the same layout.  A segment is a run of elements
+ * [offset, offset + size) of those buffers updated with the same settings.
+ *
+ * Every rule computes, element by element, exactly the operations (and roundings to `real`)
+ * of the op-tree the optimizer's per-parameter update builds, in the same order, so the
+ * results are bit-identical to it (the file is compiled without floating-point contraction).
+ * With g the gradient element:
+ *     g = g * scale                           (flags & NL_FUSED_SCALED: global-norm clipping)
+ *     g = min(max(g, clip_low), clip_high)    (flags & NL_FUSED_CLIPPED: clipping by value)
+ * then per segment (seg flags):
+ *     d = w * decay_mul                       (NL_SEG_DECAY: decoupled weight decay)
+ *     g = g + wdecay * d                      (NL_SEG_WDECAY: coupled L2; d = w without decay)
+ * and the rule, with constants c[0..]:
+ *   NL_RULE_SGD:       w = w - c0 * g                                   c0 = lr
+ *   NL_RULE_MOMENTUM:  v = c1 * v - c0 * g;  w = w + v                  c1 = momentum
+ *   NL_RULE_NESTEROV:  v = c1 * v - c0 * g;  w = (w + c1 * v) - c0 * g
+ *   NL_RULE_ADAM:      m = c0 * m + c1 * g;  v = c2 * v + c3 * (g * g);
+ *                      w = d - (c4 * m) / (sqrt(v) * c5 + c6)
+ *                      (c0 = beta_1, c1 = 1 - beta_1, c2 = beta_2, c3 = 1 - beta_2,
+ *                       c4 = lr / (1 - beta_1^t), c5 = 1 / sqrt(1 - beta_2^t), c6 = epsilon)
+ *   NL_RULE_ADAM_BF16: the same with m and v stored as bfloat16 bit patterns (uint16, round to
+ *                      nearest even, NaN -> 0x7FC0), computed in float (float arenas only)
+ *   NL_RULE_RMSPROP:   s = c1 * s + c2 * (g * g);  w = w - (c0 * g) / (sqrt(s) + c3)
+ *   NL_RULE_ADAGRAD:   s = s + g * g;  w = w - (c0 * g) / (sqrt(s) + c1)
+ */
+#define NL_RULE_SGD 0
+#define NL_RULE_MOMENTUM 1
+#define NL_RULE_NESTEROV 2
+#define NL_RULE_ADAM 3
+#define NL_RULE_ADAM_BF16 4
+#define NL_RULE_RMSPROP 5
+#define NL_RULE_ADAGRAD 6
+
+#define NL_FUSED_SCALED 1
+#define NL_FUSED_CLIPPED 2
+#define NL_SEG_DECAY 1
+#define NL_SEG_WDECAY 2
+
+typedef struct {
+    int64_t offset, size;
+    int64_t flags;
+} nl_segment;
+
+typedef struct {
+    int64_t rule, flags;
+    double scale, clip_low, clip_high, decay_mul, wdecay;
+    double c[8];
+} nl_fused_rule;
+
+/* Applies `rule` to every segment.  w, g: the arena's values and gradients; s0, s1: its first
+ * and second state buffers (`real`, NULL when the rule has fewer); h0, h1: the bfloat16 state
+ * buffers of NL_RULE_ADAM_BF16.  Returns 0, or -1 for an unknown rule. */
+int fused_update(const nl_fused_rule *rule, const nl_segment *segs, int64_t nseg, real *w,
+                 const real *g, real *s0, real *s1, uint16_t *h0, uint16_t *h1);
+
+/* out[k] = the sum of g^2 over segment k, accumulated in double. */
+void segment_sum_squares(const real *g, const nl_segment *segs, int64_t nseg, double *out);
+
+/* 1 when every element of x[0 .. n) is finite, else 0. */
+int all_finite(const real *x, int64_t n);

@@ -1,0 +1,169 @@
+"""The parameter arena on a device backend (the GPU's): the same layout as
+:class:`~.arena.ParameterArena` (one 1-D buffer per dtype of values, of gradients and of each
+optimizer state key, each parameter a view at a 16-element-aligned offset), made of the
+backend's own tensors, and the fused step as one generated elementwise kernel per run.
+
+A *run* is a stretch of the arena whose parameters an optimizer group updates with the same
+decay setting; the default (one optimizer, no ``decay_exclude``) is one run over the whole
+arena.  The step calls the optimizer's own op-tree ``update`` once per run, on views of the run
+(a :class:`_Run` standing in for a parameter), so the backend generates one kernel (``m``,
+``v`` and ``w`` in one pass, ``cuda_codegen.plan_multi``) for all the parameters of the run,
+with the same arithmetic per element as the per-parameter updates.  Global-norm clipping is one
+reduction per run and one scalar read.
+"""
+import math
+
+import numpy as np
+
+from .arena import _Slot
+
+
+def _rebind(tensor, view):
+    """Make device tensor ``tensor`` address ``view``'s memory (same shape, contiguous)."""
+    tensor.ptr, tensor.base = view.ptr, view.base
+
+
+class DeviceArena:
+    """The arena of ``params`` on device backend ``be`` (tensors with ``ptr`` and ``base``)."""
+
+    def __init__(self, be, params):
+        self.be = be
+        self.params = list(params)
+        self.slots = {}
+        sizes = {}
+        for p in self.params:
+            dtype = p.value.dtype
+            offset = sizes.get(dtype, 0)
+            slot = self.slots[id(p)] = _Slot(dtype, offset, int(p.value.size),
+                                             tuple(p.value.shape))
+            sizes[dtype] = offset + slot.padded
+        self.values = {dt: be.zeros((n,), dtype=dt) for dt, n in sizes.items()}
+        self.grads = {dt: be.zeros((n,), dtype=dt) for dt, n in sizes.items()}
+        self.states = {}
+        self._state_tensors = {}
+        for p in self.params:
+            slot = self.slots[id(p)]
+            for buffers, tensor in ((self.values, p.value), (self.grads, p.grad)):
+                view = self._view(buffers[slot.dtype], slot)
+                view[:] = tensor
+                _rebind(tensor, view)
+
+    @staticmethod
+    def _view(buffer, slot):
+        return buffer[slot.offset:slot.offset + slot.size].reshape(slot.shape)
+
+    def holds(self, params):
+        return all(id(p) in self.slots for p in params)
+
+    def plan(self, optimizer, params):
+        """The fused step of ``optimizer`` over ``params`` (a :class:`DevicePlan`)."""
+        return DevicePlan(optimizer, self, params)
+
+    def slot(self, param):
+        return self.slots[id(param)]
+
+    def zero_grads(self):
+        for buf in self.grads.values():
+            buf[:] = 0.0
+
+    def all_finite(self):
+        """True when no parameter value is inf or NaN: one reduction per dtype, one read."""
+        flag = self.be.scratch(("arena_finite",), (1,))
+        flag[:] = 0.0
+        for buf in self.values.values():
+            flag[:] = flag + self.be.sum(buf * 0.0)
+        return math.isfinite(float(flag.get()[0]))
+
+    def state_buffer(self, key, dtype, storage=None):
+        storage = np.dtype(storage) if storage is not None else dtype
+        found = self.states.get((key, dtype, storage))
+        if found is None:
+            found = self.states[(key, dtype, storage)] = self.be.zeros(
+                self.values[dtype].shape, dtype=storage)
+        return found
+
+    def state(self, param, key, storage=None):
+        """``param.states[key]`` as a view of the arena's state buffer (zero on first use; a
+        tensor assigned from outside, e.g. by a checkpoint, is copied in)."""
+        current = param.states.get(key)
+        known = self._state_tensors.get((id(param), key))
+        if known is not None and current is known:
+            return known
+        slot = self.slots[id(param)]
+        view = self._view(self.state_buffer(key, slot.dtype, storage), slot)
+        if current is not None:
+            view.set(current.get())
+        self._state_tensors[(id(param), key)] = view
+        param.states[key] = view
+        return view
+
+
+class _Run:
+    """A run of the arena standing in for one parameter in ``Optimizer.update``: ``value``,
+    ``grad`` and ``states`` are 1-D views; ``decay_flag`` says whether the decay applies."""
+
+    def __init__(self, value, grad, states, decay_flag, name):
+        self.value, self.grad, self.states = value, grad, states
+        self.decay_flag, self.name = decay_flag, name
+
+
+class DevicePlan:
+    """One optimizer group's fused step over a :class:`DeviceArena` (made once per parameter
+    list): the group's runs, and the parameters' state views."""
+
+    def __init__(self, optimizer, arena, params):
+        self.arena, self.params = arena, list(params)
+        self.ok = arena.holds(params)
+        self.runs = []
+        self.bound = None
+        if not self.ok:
+            return
+        by_dtype = {}
+        for p in self.params:
+            slot = arena.slot(p)
+            by_dtype.setdefault(slot.dtype, []).append((slot, optimizer.decays(p)))
+        for dtype, entries in by_dtype.items():
+            entries.sort(key=lambda e: e[0].offset)
+            for slot, flag in entries:
+                last = self.runs[-1] if self.runs else None
+                if last and last[0] == dtype and last[3] == flag and \
+                        last[1] + last[2] == slot.offset:
+                    last[2] += slot.padded
+                else:
+                    self.runs.append([dtype, slot.offset, slot.padded, flag])
+
+    def _bind(self, form):
+        arena = self.arena
+        for p in self.params:
+            for key in form.states:
+                arena.state(p, key, form.storage)
+        self.run_params = []
+        for dtype, lo, n, flag in self.runs:
+            states = {key: arena.state_buffer(key, dtype, form.storage)[lo:lo + n]
+                      for key in form.states}
+            self.run_params.append(_Run(arena.values[dtype][lo:lo + n],
+                                        arena.grads[dtype][lo:lo + n], states, flag,
+                                        f"arena[{lo}:{lo + n}]"))
+        self.bound = (form.states, form.storage)
+
+    def sum_squares(self):
+        be = self.arena.be
+        total = be.scratch(("arena_norm",), (1,))
+        total[:] = 0.0
+        for dtype, lo, n, _ in self.runs:
+            total[:] = total + be.sum(be.square(self.arena.grads[dtype][lo:lo + n]))
+        return float(total.get()[0])
+
+    def run(self, optimizer, form, scale, clip_value, lr):
+        if self.bound != (form.states, form.storage) or not all(
+                p.states.get(k) is self.arena._state_tensors.get((id(p), k))
+                for p in self.params for k in form.states):
+            self._bind(form)
+        be = self.arena.be
+        for run in self.run_params:
+            grad = run.grad if scale == 1.0 else run.grad * scale
+            if clip_value is not None:
+                grad = be.clip(grad, -clip_value, clip_value)
+            optimizer.update(be, run, grad, lr)
+        return True
+
