@@ -78,7 +78,8 @@ def _cpu_variants(stem):
                  for suffix, ctype in CPU_DTYPES.items())
 
 
-CPU_SOURCES = ("conv", "conv_direct", "pool", "norm", "softmax", "optree", "gelu", "attention_softmax", "rows", "blocksparse")
+CPU_SOURCES = ("conv", "conv_direct", "pool", "norm", "softmax", "optree", "gelu", "attention_softmax", "rows", "blocksparse",
+               "flash_attention")
 CPU_VARIANTS = tuple(spec for stem in CPU_SOURCES for spec in _cpu_variants(stem))
 
 

@@ -1,0 +1,349 @@
+/* Fused attention: tiled online-softmax forward and a backward that recomputes each tile's
+ * probabilities from the saved log-sum-exp (see flash_attention.h for the arguments).
+ *
+ * Forward: one OpenMP work item per (slice, query block).  For each visited key block the
+ * scores S = q_r k_c^T (bq x bk) are made in a tile buffer, masked, and folded into the running
+ * row maximum m and sum l; the output rows are rescaled by exp(m_old - m_new) and accumulate
+ * P v_c, all in a per-thread buffer of bq x dv.  Nothing of size Tq x Tk exists.
+ *
+ * Backward: one work item per slice.  For each key block c (in order) and each query block r
+ * visiting it (in order): P = exp(scale q_r k_c^T - lse), dropout factors Z regenerated from
+ * Philox, dV_c += (P Z)^T dO_r, dP = (dO_r v_c^T) Z, dS = scale P (dP - D_r) with
+ * D_r = rowsum(dO_r * O_r), dQ_r += dS k_c, dK_c += dS^T q_r.  Each sum has one fixed order.
+ *
+ * The products are small tile GEMMs (fa_gemm) on explicit vectors of 64 bytes (one AVX-512
+ * register) where the compiler targets AVX-512, 32 bytes otherwise; the GCC/Clang vector
+ * extension keeps them in registers without naming an instruction set. */
+#include "common.h"
+#include "flash_attention.h"
+
+#ifdef __AVX512F__
+#define FA_VEC_BYTES 64
+#else
+#define FA_VEC_BYTES 32
+#endif
+typedef real fa_vec __attribute__((vector_size(FA_VEC_BYTES)));
+typedef real fa_uvec __attribute__((vector_size(FA_VEC_BYTES), aligned(sizeof(real)), may_alias));
+#define FA_W ((int64_t)(FA_VEC_BYTES / sizeof(real)))
+#define FA_LD FA_MAX_BLOCK /* leading dimension of the bq x bk tiles */
+
+static inline fa_vec fa_load(const real *p) { return *(const fa_uvec *)p; }
+static inline void fa_store(real *p, fa_vec x) { *(fa_uvec *)p = x; }
+
+/* C (m x n, ld ldc) = [C +] A (m x k, ld lda) B (k x n, ld ldb), small m, n.  Each element is
+ * one sequential sum over p (starting from C when `add`), whichever path computes it. */
+static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t lda,
+                    const real *restrict B, int64_t ldb, real *restrict C, int64_t ldc, int add)
+{
+    int64_t j = 0;
+    for (; j + 2 * FA_W <= n; j += 2 * FA_W) {
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            real *c0 = C + i * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+            const real *a = A + i * lda;
+            fa_vec x00 = {0}, x01 = {0}, x10 = {0}, x11 = {0};
+            fa_vec x20 = {0}, x21 = {0}, x30 = {0}, x31 = {0};
+            if (add) {
+                x00 = fa_load(c0), x01 = fa_load(c0 + FA_W), x10 = fa_load(c1);
+                x11 = fa_load(c1 + FA_W), x20 = fa_load(c2), x21 = fa_load(c2 + FA_W);
+                x30 = fa_load(c3), x31 = fa_load(c3 + FA_W);
+            }
+            for (int64_t p = 0; p < kk; p++) {
+                const fa_vec b0 = fa_load(B + p * ldb + j), b1 = fa_load(B + p * ldb + j + FA_W);
+                const real a0 = a[p], a1 = a[lda + p], a2 = a[2 * lda + p], a3 = a[3 * lda + p];
+                x00 += a0 * b0, x01 += a0 * b1, x10 += a1 * b0, x11 += a1 * b1;
+                x20 += a2 * b0, x21 += a2 * b1, x30 += a3 * b0, x31 += a3 * b1;
+            }
+            fa_store(c0, x00), fa_store(c0 + FA_W, x01), fa_store(c1, x10);
+            fa_store(c1 + FA_W, x11), fa_store(c2, x20), fa_store(c2 + FA_W, x21);
+            fa_store(c3, x30), fa_store(c3 + FA_W, x31);
+        }
+        for (; i < m; i++) {
+            real *c0 = C + i * ldc + j;
+            fa_vec x0 = {0}, x1 = {0};
+            if (add)
+                x0 = fa_load(c0), x1 = fa_load(c0 + FA_W);
+            for (int64_t p = 0; p < kk; p++) {
+                const real a0 = A[i * lda + p];
+                x0 += a0 * fa_load(B + p * ldb + j), x1 += a0 * fa_load(B + p * ldb + j + FA_W);
+            }
+            fa_store(c0, x0), fa_store(c0 + FA_W, x1);
+        }
+    }
+    for (; j + FA_W <= n; j += FA_W) {
+        for (int64_t i = 0; i < m; i++) {
+            real *c0 = C + i * ldc + j;
+            fa_vec x0 = {0};
+            if (add)
+                x0 = fa_load(c0);
+            for (int64_t p = 0; p < kk; p++)
+                x0 += A[i * lda + p] * fa_load(B + p * ldb + j);
+            fa_store(c0, x0);
+        }
+    }
+    for (; j < n; j++) {
+        for (int64_t i = 0; i < m; i++) {
+            real x = add ? C[i * ldc + j] : 0;
+            for (int64_t p = 0; p < kk; p++)
+                x += A[i * lda + p] * B[p * ldb + j];
+            C[i * ldc + j] = x;
+        }
+    }
+}
+
+/* dst (w x n, ld FA_LD) = src (n rows x w, ld lds) transposed. */
+static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64_t w,
+                         real *restrict dst)
+{
+    for (int64_t c = 0; c < n; c++)
+        for (int64_t d = 0; d < w; d++)
+            dst[d * FA_LD + c] = src[c * lds + d];
+}
+
+/* ---- dropout: Philox4x32-10, as backends/philox.py ------------------------------------------ */
+static inline uint32_t fa_philox_word(uint64_t g, uint32_t step, uint32_t stream, uint64_t seed,
+                                      int word)
+{
+    uint32_t c0 = (uint32_t)g, c1 = (uint32_t)(g >> 32), c2 = step, c3 = stream;
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        if (r)
+            k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+        const uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c0 = n0, c1 = (uint32_t)p1, c2 = n2, c3 = (uint32_t)p0;
+    }
+    return word == 0 ? c0 : (word == 1 ? c1 : (word == 2 ? c2 : c3));
+}
+
+typedef struct {
+    float keep;
+    real scale;
+    uint64_t seed, first, groups;
+    uint32_t step, stream;
+} fa_dropout;
+
+/* z (nr x nc, ld FA_LD) = the dropout factors of rows i0.., keys j0.. of slice b. */
+static void fa_dropout_tile(const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk,
+                            int64_t i0, int64_t nr, int64_t j0, int64_t nc, real *restrict z)
+{
+    const uint64_t example = dr->first + (uint64_t)(b / H);
+    const uint64_t base = (uint64_t)(b % H) * (uint64_t)(Tq * Tk);
+    for (int64_t r = 0; r < nr; r++) {
+        const uint64_t row = base + (uint64_t)((i0 + r) * Tk + j0);
+        for (int64_t c = 0; c < nc; c++) {
+            const uint64_t e = row + (uint64_t)c;
+            const uint32_t w = fa_philox_word(example * dr->groups + e / 4, dr->step, dr->stream,
+                                              dr->seed, (int)(e % 4));
+            const float u = (float)(w >> 8) * (1.0f / 16777216.0f);
+            z[r * FA_LD + c] = u < dr->keep ? dr->scale : 0;
+        }
+    }
+}
+
+static fa_dropout fa_make_dropout(double keep, uint64_t seed, uint32_t step, uint32_t stream,
+                                  uint64_t first, int64_t H, int64_t Tq, int64_t Tk)
+{
+    fa_dropout dr = {(float)keep, (real)(1.0 / keep), seed, first,
+                     (uint64_t)((H * Tq * Tk + 3) / 4), step, stream};
+    return dr;
+}
+
+/* ---- masks ------------------------------------------------------------------------------------ */
+/* s (nr x nc tile) = scale * s, or -inf where hidden (causal, key mask). */
+static void fa_mask_scale(real *restrict s, int64_t nr, int64_t nc, int64_t i0, int64_t j0,
+                          int64_t off, int causal, const real *km, real scale)
+{
+    for (int64_t r = 0; r < nr; r++) {
+        real *row = s + r * FA_LD;
+        const int64_t last = causal ? i0 + r + off - j0 : nc - 1; /* last visible column */
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++) {
+            const int hide = c > last || (km && km[j0 + c] == 0);
+            row[c] = hide ? -INFINITY : scale * row[c];
+        }
+    }
+}
+
+/* ---- forward ---------------------------------------------------------------------------------- */
+void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
+              int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, int64_t sq, int64_t sk,
+              int64_t sv, int64_t so, double scale, int causal, const real *key_mask,
+              int64_t bq, int64_t bk, const int32_t *row_ptr, const int32_t *cols,
+              int64_t table_heads, double keep, uint64_t seed, uint32_t step, uint32_t stream,
+              uint64_t first)
+{
+    const int64_t nqb = (Tq + bq - 1) / bq, off = Tk - Tq, items = B * nqb;
+    const int drop = keep < 1.0;
+    const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
+    const real sc = (real)scale;
+#pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
+    {
+        real *kt = malloc(sizeof(real) * (size_t)(FA_MAX_WIDTH * FA_LD));
+        real *s = malloc(sizeof(real) * (size_t)(2 * FA_MAX_BLOCK * FA_LD));
+        real *acc = malloc(sizeof(real) * (size_t)(FA_MAX_BLOCK * dv));
+        real *z = s + FA_MAX_BLOCK * FA_LD;
+        real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK];
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < items; item++) {
+            const int64_t b = item / nqb, r = item % nqb, i0 = r * bq;
+            const int64_t nr = Tq - i0 < bq ? Tq - i0 : bq;
+            const int64_t t = table_heads == 1 ? 0 : b % H;
+            const real *qb = q + b * sq + i0 * dk;
+            const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
+            for (int64_t i = 0; i < nr; i++)
+                m[i] = -INFINITY, l[i] = 0;
+            memset(acc, 0, sizeof(real) * (size_t)(nr * dv));
+            for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
+                const int64_t j0 = (int64_t)cols[e] * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
+                fa_transpose(k + b * sk + j0 * dk, dk, nc, dk, kt);
+                fa_gemm(nr, nc, dk, qb, dk, kt, FA_LD, s, FA_LD, 0);
+                fa_mask_scale(s, nr, nc, i0, j0, off, causal, km, sc);
+                if (drop)
+                    fa_dropout_tile(&dr, b, H, Tq, Tk, i0, nr, j0, nc, z);
+                for (int64_t i = 0; i < nr; i++) {
+                    real *row = s + i * FA_LD, top = m[i];
+                    for (int64_t c = 0; c < nc; c++)
+                        top = row[c] > top ? row[c] : top;
+                    if (top == -INFINITY) { /* nothing visible yet: contributes nothing */
+                        memset(row, 0, sizeof(real) * (size_t)nc);
+                        continue;
+                    }
+                    const real alpha = NL_EXP(m[i] - top);
+                    real sum = 0;
+#pragma omp simd reduction(+ : sum)
+                    for (int64_t c = 0; c < nc; c++) {
+                        const real p = NL_EXP(row[c] - top);
+                        row[c] = p;
+                        sum += p;
+                    }
+                    l[i] = l[i] * alpha + sum;
+                    m[i] = top;
+                    if (alpha != 1) {
+                        real *o = acc + i * dv;
+                        for (int64_t d = 0; d < dv; d++)
+                            o[d] *= alpha;
+                    }
+                    if (drop) {
+                        const real *zr = z + i * FA_LD;
+                        for (int64_t c = 0; c < nc; c++)
+                            row[c] *= zr[c];
+                    }
+                }
+                fa_gemm(nr, dv, nc, s, FA_LD, v + b * sv + j0 * dv, dv, acc, dv, 1);
+            }
+            for (int64_t i = 0; i < nr; i++) {
+                real *o = out + b * so + (i0 + i) * dv;
+                const real inv = l[i] > 0 ? 1 / l[i] : 0;
+                for (int64_t d = 0; d < dv; d++)
+                    o[d] = acc[i * dv + d] * inv;
+                lse[b * Tq + i0 + i] = l[i] > 0 ? m[i] + log(l[i]) : -INFINITY;
+            }
+        }
+        free(kt), free(s), free(acc);
+    }
+}
+
+/* ---- backward --------------------------------------------------------------------------------- */
+typedef struct {
+    real *kt, *vt, *p, *dp, *z, *t, *drow;
+} fa_bwork;
+
+/* The contribution of query block (i0, nr) and key block (j0, nc) of slice b. */
+static void fa_bprop_tile(const fa_bwork *w, const real *qb, const real *kb, const real *vb,
+                          const real *ob, const real *dob, const real *lb, real *dqb,
+                          real *dkb, real *dvb, int64_t dk, int64_t dv, int64_t nr, int64_t nc,
+                          int64_t i0, int64_t j0, int64_t off, int causal, const real *km,
+                          real sc, const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq,
+                          int64_t Tk)
+{
+    real *p = w->p, *dp = w->dp, *t = w->t, *z = dr ? w->z : NULL;
+    fa_gemm(nr, nc, dk, qb, dk, w->kt, FA_LD, p, FA_LD, 0);
+    fa_mask_scale(p, nr, nc, i0, j0, off, causal, km, sc);
+    for (int64_t i = 0; i < nr; i++) {
+        real *row = p + i * FA_LD;
+        const real top = lb[i];
+        if (top == -INFINITY) {
+            memset(row, 0, sizeof(real) * (size_t)nc);
+            continue;
+        }
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++)
+            row[c] = NL_EXP(row[c] - top);
+    }
+    if (z)
+        fa_dropout_tile(dr, b, H, Tq, Tk, i0, nr, j0, nc, z);
+    /* t = (P Z)^T (nc x nr); dV_c += t dO_r */
+    for (int64_t i = 0; i < nr; i++)
+        for (int64_t c = 0; c < nc; c++)
+            t[c * FA_LD + i] = z ? p[i * FA_LD + c] * z[i * FA_LD + c] : p[i * FA_LD + c];
+    fa_gemm(nc, dv, nr, t, FA_LD, dob, dv, dvb, dv, 1);
+    /* dP = dO_r v_c^T, then dS = scale P (dP Z - D) in place */
+    fa_gemm(nr, nc, dv, dob, dv, w->vt, FA_LD, dp, FA_LD, 0);
+    for (int64_t i = 0; i < nr; i++) {
+        double dsum = 0;
+        const real *orow = ob + i * dv, *dorow = dob + i * dv;
+#pragma omp simd reduction(+ : dsum)
+        for (int64_t d = 0; d < dv; d++)
+            dsum += (double)orow[d] * (double)dorow[d];
+        const real D = (real)dsum;
+        real *dprow = dp + i * FA_LD;
+        const real *prow = p + i * FA_LD, *zr = z ? z + i * FA_LD : NULL;
+        for (int64_t c = 0; c < nc; c++) {
+            const real g = zr ? dprow[c] * zr[c] : dprow[c];
+            dprow[c] = sc * prow[c] * (g - D);
+        }
+    }
+    fa_gemm(nr, dk, nc, dp, FA_LD, kb, dk, dqb, dk, 1);
+    for (int64_t i = 0; i < nr; i++)
+        for (int64_t c = 0; c < nc; c++)
+            t[c * FA_LD + i] = dp[i * FA_LD + c];
+    fa_gemm(nc, dk, nr, t, FA_LD, qb, dk, dkb, dk, 1);
+}
+
+void fa_bprop(const real *q, const real *k, const real *v, const real *out, const real *lse,
+              const real *dout, real *dq, real *dkey, real *dval, int64_t B, int64_t H,
+              int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, double scale, int causal,
+              const real *key_mask, int64_t bq, int64_t bk, const int32_t *col_ptr,
+              const int32_t *rows, int64_t table_heads, double keep, uint64_t seed,
+              uint32_t step, uint32_t stream, uint64_t first)
+{
+    const int64_t nkb = (Tk + bk - 1) / bk, off = Tk - Tq;
+    const int drop = keep < 1.0;
+    const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
+    const real sc = (real)scale;
+#pragma omp parallel if (B > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
+    {
+        const size_t tile = FA_MAX_BLOCK * FA_LD;
+        real *buf = malloc(sizeof(real) * (2 * FA_MAX_WIDTH * FA_LD + 4 * tile));
+        fa_bwork w = {buf, buf + FA_MAX_WIDTH * FA_LD, buf + 2 * FA_MAX_WIDTH * FA_LD, NULL,
+                      NULL, NULL, NULL};
+        w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t b = 0; b < B; b++) {
+            const int64_t t = table_heads == 1 ? 0 : b % H;
+            const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
+            memset(dq + b * Tq * dk, 0, sizeof(real) * (size_t)(Tq * dk));
+            memset(dkey + b * Tk * dk, 0, sizeof(real) * (size_t)(Tk * dk));
+            memset(dval + b * Tk * dv, 0, sizeof(real) * (size_t)(Tk * dv));
+            for (int64_t c = 0; c < nkb; c++) {
+                const int64_t j0 = c * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
+                const int32_t lo = col_ptr[t * nkb + c], hi = col_ptr[t * nkb + c + 1];
+                if (lo == hi)
+                    continue;
+                const real *kb = k + (b * Tk + j0) * dk, *vb = v + (b * Tk + j0) * dv;
+                fa_transpose(kb, dk, nc, dk, w.kt);
+                fa_transpose(vb, dv, nc, dv, w.vt);
+                for (int32_t e = lo; e < hi; e++) {
+                    const int64_t i0 = (int64_t)rows[e] * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
+                    const int64_t qo = b * Tq + i0;
+                    fa_bprop_tile(&w, q + qo * dk, kb, vb, out + qo * dv, dout + qo * dv,
+                                  lse + qo, dq + qo * dk, dkey + (b * Tk + j0) * dk,
+                                  dval + (b * Tk + j0) * dv, dk, dv, nr, nc, i0, j0, off,
+                                  causal, km, sc, drop ? &dr : NULL, b, H, Tq, Tk);
+                }
+            }
+        }
+        free(buf);
+    }
+}
