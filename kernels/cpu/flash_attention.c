@@ -30,33 +30,39 @@ typedef real fa_uvec __attribute__((vector_size(FA_VEC_BYTES), aligned(sizeof(re
 static inline fa_vec fa_load(const real *p) { return *(const fa_uvec *)p; }
 static inline void fa_store(real *p, fa_vec x) { *(fa_uvec *)p = x; }
 
-/* C (m x n, ld ldc) = [C +] A (m x k, ld lda) B (k x n, ld ldb), small m, n.  Each element is
- * one sequential sum over p (starting from C when `add`), whichever path computes it. */
-static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t lda,
-                    const real *restrict B, int64_t ldb, real *restrict C, int64_t ldc, int add)
+/* C (m x n, ld ldc) = [C +] A (m x k) B (k x n, ld ldb), small m, n; A's element (i, p) is
+ * A[i * ai + p * ap] (so A may be a transposed tile).  Each element of C is one sequential sum
+ * over p (starting from C when `add`), whichever path computes it. */
+#define FA_ROWS 8
+static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
+                    int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
+                    int64_t ldc, int add)
 {
     int64_t j = 0;
     for (; j + 2 * FA_W <= n; j += 2 * FA_W) {
         int64_t i = 0;
-        for (; i + 4 <= m; i += 4) {
-            real *c0 = C + i * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
-            const real *a = A + i * lda;
-            fa_vec x00 = {0}, x01 = {0}, x10 = {0}, x11 = {0};
-            fa_vec x20 = {0}, x21 = {0}, x30 = {0}, x31 = {0};
-            if (add) {
-                x00 = fa_load(c0), x01 = fa_load(c0 + FA_W), x10 = fa_load(c1);
-                x11 = fa_load(c1 + FA_W), x20 = fa_load(c2), x21 = fa_load(c2 + FA_W);
-                x30 = fa_load(c3), x31 = fa_load(c3 + FA_W);
+        for (; i + FA_ROWS <= m; i += FA_ROWS) {
+            fa_vec x[FA_ROWS][2];
+            const real *a = A + i * ai;
+#pragma GCC unroll 8
+            for (int r = 0; r < FA_ROWS; r++) {
+                x[r][0] = add ? fa_load(C + (i + r) * ldc + j) : (fa_vec){0};
+                x[r][1] = add ? fa_load(C + (i + r) * ldc + j + FA_W) : (fa_vec){0};
             }
             for (int64_t p = 0; p < kk; p++) {
                 const fa_vec b0 = fa_load(B + p * ldb + j), b1 = fa_load(B + p * ldb + j + FA_W);
-                const real a0 = a[p], a1 = a[lda + p], a2 = a[2 * lda + p], a3 = a[3 * lda + p];
-                x00 += a0 * b0, x01 += a0 * b1, x10 += a1 * b0, x11 += a1 * b1;
-                x20 += a2 * b0, x21 += a2 * b1, x30 += a3 * b0, x31 += a3 * b1;
+                const real *ar = a + p * ap;
+#pragma GCC unroll 8
+                for (int r = 0; r < FA_ROWS; r++) {
+                    const real av = ar[r * ai];
+                    x[r][0] += av * b0, x[r][1] += av * b1;
+                }
             }
-            fa_store(c0, x00), fa_store(c0 + FA_W, x01), fa_store(c1, x10);
-            fa_store(c1 + FA_W, x11), fa_store(c2, x20), fa_store(c2 + FA_W, x21);
-            fa_store(c3, x30), fa_store(c3 + FA_W, x31);
+#pragma GCC unroll 8
+            for (int r = 0; r < FA_ROWS; r++) {
+                fa_store(C + (i + r) * ldc + j, x[r][0]);
+                fa_store(C + (i + r) * ldc + j + FA_W, x[r][1]);
+            }
         }
         for (; i < m; i++) {
             real *c0 = C + i * ldc + j;
@@ -64,7 +70,7 @@ static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, in
             if (add)
                 x0 = fa_load(c0), x1 = fa_load(c0 + FA_W);
             for (int64_t p = 0; p < kk; p++) {
-                const real a0 = A[i * lda + p];
+                const real a0 = A[i * ai + p * ap];
                 x0 += a0 * fa_load(B + p * ldb + j), x1 += a0 * fa_load(B + p * ldb + j + FA_W);
             }
             fa_store(c0, x0), fa_store(c0 + FA_W, x1);
@@ -77,7 +83,7 @@ static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, in
             if (add)
                 x0 = fa_load(c0);
             for (int64_t p = 0; p < kk; p++)
-                x0 += A[i * lda + p] * fa_load(B + p * ldb + j);
+                x0 += A[i * ai + p * ap] * fa_load(B + p * ldb + j);
             fa_store(c0, x0);
         }
     }
@@ -85,7 +91,7 @@ static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, in
         for (int64_t i = 0; i < m; i++) {
             real x = add ? C[i * ldc + j] : 0;
             for (int64_t p = 0; p < kk; p++)
-                x += A[i * lda + p] * B[p * ldb + j];
+                x += A[i * ai + p * ap] * B[p * ldb + j];
             C[i * ldc + j] = x;
         }
     }
@@ -123,9 +129,11 @@ typedef struct {
     uint32_t step, stream;
 } fa_dropout;
 
-/* z (nr x nc, ld FA_LD) = the dropout factors of rows i0.., keys j0.. of slice b. */
+/* z[r * zr + c * zc] = the dropout factor of row i0 + r, key j0 + c of slice b (r < nr,
+ * c < nc). */
 static void fa_dropout_tile(const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk,
-                            int64_t i0, int64_t nr, int64_t j0, int64_t nc, real *restrict z)
+                            int64_t i0, int64_t nr, int64_t j0, int64_t nc, real *restrict z,
+                            int64_t zr, int64_t zc)
 {
     const uint64_t example = dr->first + (uint64_t)(b / H);
     const uint64_t base = (uint64_t)(b % H) * (uint64_t)(Tq * Tk);
@@ -136,7 +144,7 @@ static void fa_dropout_tile(const fa_dropout *dr, int64_t b, int64_t H, int64_t 
             const uint32_t w = fa_philox_word(example * dr->groups + e / 4, dr->step, dr->stream,
                                               dr->seed, (int)(e % 4));
             const float u = (float)(w >> 8) * (1.0f / 16777216.0f);
-            z[r * FA_LD + c] = u < dr->keep ? dr->scale : 0;
+            z[r * zr + c * zc] = u < dr->keep ? dr->scale : 0;
         }
     }
 }
@@ -150,17 +158,20 @@ static fa_dropout fa_make_dropout(double keep, uint64_t seed, uint32_t step, uin
 }
 
 /* ---- masks ------------------------------------------------------------------------------------ */
-/* s (nr x nc tile) = scale * s, or -inf where hidden (causal, key mask). */
-static void fa_mask_scale(real *restrict s, int64_t nr, int64_t nc, int64_t i0, int64_t j0,
-                          int64_t off, int causal, const real *km, real scale)
+/* s[r * sr + c * sc] (r < nr queries from i0, c < nc keys from j0) = scale * s, or -inf where
+ * the key is hidden (causal, key mask). */
+static void fa_mask_scale(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_t nc,
+                          int64_t i0, int64_t j0, int64_t off, int causal, const real *km,
+                          real scale)
 {
-    for (int64_t r = 0; r < nr; r++) {
-        real *row = s + r * FA_LD;
-        const int64_t last = causal ? i0 + r + off - j0 : nc - 1; /* last visible column */
+    for (int64_t c = 0; c < nc; c++) {
+        const int64_t j = j0 + c;
+        const int padded = km && km[j] == 0;
+        const int64_t first = causal ? j - off - i0 : 0; /* first query row that sees key j */
 #pragma omp simd
-        for (int64_t c = 0; c < nc; c++) {
-            const int hide = c > last || (km && km[j0 + c] == 0);
-            row[c] = hide ? -INFINITY : scale * row[c];
+        for (int64_t r = 0; r < nr; r++) {
+            const int hide = padded || r < first;
+            s[r * sr + c * sc] = hide ? -INFINITY : scale * s[r * sr + c * sc];
         }
     }
 }
@@ -179,58 +190,69 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
     const real sc = (real)scale;
 #pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
     {
-        real *kt = malloc(sizeof(real) * (size_t)(FA_MAX_WIDTH * FA_LD));
-        real *s = malloc(sizeof(real) * (size_t)(2 * FA_MAX_BLOCK * FA_LD));
+        /* qt: the query block transposed (dk x nr); st: scores / probabilities transposed
+         * (nc x nr), so the per-query steps run along vectors of queries */
+        real *qt = malloc(sizeof(real) * (size_t)(FA_MAX_WIDTH * FA_LD));
+        real *st = malloc(sizeof(real) * (size_t)(2 * FA_MAX_BLOCK * FA_LD));
         real *acc = malloc(sizeof(real) * (size_t)(FA_MAX_BLOCK * dv));
-        real *z = s + FA_MAX_BLOCK * FA_LD;
-        real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK];
+        real *z = st + FA_MAX_BLOCK * FA_LD;
+        real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], top[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {
             const int64_t b = item / nqb, r = item % nqb, i0 = r * bq;
             const int64_t nr = Tq - i0 < bq ? Tq - i0 : bq;
             const int64_t t = table_heads == 1 ? 0 : b % H;
-            const real *qb = q + b * sq + i0 * dk;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
+            fa_transpose(q + b * sq + i0 * dk, dk, nr, dk, qt);
             for (int64_t i = 0; i < nr; i++)
                 m[i] = -INFINITY, l[i] = 0;
             memset(acc, 0, sizeof(real) * (size_t)(nr * dv));
             for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
                 const int64_t j0 = (int64_t)cols[e] * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
-                fa_transpose(k + b * sk + j0 * dk, dk, nc, dk, kt);
-                fa_gemm(nr, nc, dk, qb, dk, kt, FA_LD, s, FA_LD, 0);
-                fa_mask_scale(s, nr, nc, i0, j0, off, causal, km, sc);
-                if (drop)
-                    fa_dropout_tile(&dr, b, H, Tq, Tk, i0, nr, j0, nc, z);
+                fa_gemm(nc, nr, dk, k + b * sk + j0 * dk, dk, 1, qt, FA_LD, st, FA_LD, 0);
+                fa_mask_scale(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km, sc);
+                for (int64_t i = 0; i < nr; i++)
+                    top[i] = m[i];
+                for (int64_t c = 0; c < nc; c++) {
+                    const real *row = st + c * FA_LD;
+#pragma omp simd
+                    for (int64_t i = 0; i < nr; i++)
+                        top[i] = row[i] > top[i] ? row[i] : top[i];
+                }
+#pragma omp simd
                 for (int64_t i = 0; i < nr; i++) {
-                    real *row = s + i * FA_LD, top = m[i];
-                    for (int64_t c = 0; c < nc; c++)
-                        top = row[c] > top ? row[c] : top;
-                    if (top == -INFINITY) { /* nothing visible yet: contributes nothing */
-                        memset(row, 0, sizeof(real) * (size_t)nc);
-                        continue;
-                    }
-                    const real alpha = NL_EXP(m[i] - top);
-                    real sum = 0;
-#pragma omp simd reduction(+ : sum)
-                    for (int64_t c = 0; c < nc; c++) {
-                        const real p = NL_EXP(row[c] - top);
-                        row[c] = p;
-                        sum += p;
-                    }
-                    l[i] = l[i] * alpha + sum;
-                    m[i] = top;
-                    if (alpha != 1) {
-                        real *o = acc + i * dv;
-                        for (int64_t d = 0; d < dv; d++)
-                            o[d] *= alpha;
-                    }
-                    if (drop) {
-                        const real *zr = z + i * FA_LD;
-                        for (int64_t c = 0; c < nc; c++)
-                            row[c] *= zr[c];
+                    /* rows with nothing visible yet keep m = -inf, contribute exp(-inf) = 0 */
+                    const real safe = top[i] == -INFINITY ? 0 : top[i];
+                    alpha[i] = NL_EXP(m[i] - safe);
+                    m[i] = top[i];
+                    top[i] = safe;
+                    l[i] *= alpha[i];
+                }
+                for (int64_t c = 0; c < nc; c++) {
+                    real *row = st + c * FA_LD;
+#pragma omp simd
+                    for (int64_t i = 0; i < nr; i++) {
+                        const real p = NL_EXP(row[i] - top[i]);
+                        row[i] = p;
+                        l[i] += p;
                     }
                 }
-                fa_gemm(nr, dv, nc, s, FA_LD, v + b * sv + j0 * dv, dv, acc, dv, 1);
+                for (int64_t i = 0; i < nr; i++) {
+                    real *o = acc + i * dv;
+                    const real a = alpha[i];
+                    if (a != 1)
+#pragma omp simd
+                        for (int64_t d = 0; d < dv; d++)
+                            o[d] *= a;
+                }
+                if (drop) {
+                    fa_dropout_tile(&dr, b, H, Tq, Tk, i0, nr, j0, nc, z, 1, FA_LD);
+                    for (int64_t c = 0; c < nc; c++)
+#pragma omp simd
+                        for (int64_t i = 0; i < nr; i++)
+                            st[c * FA_LD + i] *= z[c * FA_LD + i];
+                }
+                fa_gemm(nr, dv, nc, st, 1, FA_LD, v + b * sv + j0 * dv, dv, acc, dv, 1);
             }
             for (int64_t i = 0; i < nr; i++) {
                 real *o = out + b * so + (i0 + i) * dv;
@@ -240,7 +262,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                 lse[b * Tq + i0 + i] = l[i] > 0 ? m[i] + log(l[i]) : -INFINITY;
             }
         }
-        free(kt), free(s), free(acc);
+        free(qt), free(st), free(acc);
     }
 }
 
@@ -250,36 +272,33 @@ typedef struct {
 } fa_bwork;
 
 /* The contribution of query block (i0, nr) and key block (j0, nc) of slice b. */
-static void fa_bprop_tile(const fa_bwork *w, const real *qb, const real *kb, const real *vb,
-                          const real *ob, const real *dob, const real *lb, real *dqb,
-                          real *dkb, real *dvb, int64_t dk, int64_t dv, int64_t nr, int64_t nc,
-                          int64_t i0, int64_t j0, int64_t off, int causal, const real *km,
-                          real sc, const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq,
-                          int64_t Tk)
+static void fa_bprop_tile(const fa_bwork *w, const real *qb, const real *kb, const real *ob,
+                          const real *dob, const real *lb, real *dqb, real *dkb, real *dvb,
+                          int64_t dk, int64_t dv, int64_t nr, int64_t nc, int64_t i0,
+                          int64_t j0, int64_t off, int causal, const real *km, real sc,
+                          const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk)
 {
-    real *p = w->p, *dp = w->dp, *t = w->t, *z = dr ? w->z : NULL;
-    fa_gemm(nr, nc, dk, qb, dk, w->kt, FA_LD, p, FA_LD, 0);
-    fa_mask_scale(p, nr, nc, i0, j0, off, causal, km, sc);
+    real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
+    fa_gemm(nr, nc, dk, qb, dk, 1, w->kt, FA_LD, p, FA_LD, 0);
+    fa_mask_scale(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km, sc);
     for (int64_t i = 0; i < nr; i++) {
         real *row = p + i * FA_LD;
-        const real top = lb[i];
-        if (top == -INFINITY) {
-            memset(row, 0, sizeof(real) * (size_t)nc);
-            continue;
-        }
+        const real top = lb[i] == -INFINITY ? INFINITY : lb[i]; /* no visible key: P = 0 */
 #pragma omp simd
         for (int64_t c = 0; c < nc; c++)
             row[c] = NL_EXP(row[c] - top);
     }
-    if (z)
-        fa_dropout_tile(dr, b, H, Tq, Tk, i0, nr, j0, nc, z);
-    /* t = (P Z)^T (nc x nr); dV_c += t dO_r */
-    for (int64_t i = 0; i < nr; i++)
-        for (int64_t c = 0; c < nc; c++)
-            t[c * FA_LD + i] = z ? p[i * FA_LD + c] * z[i * FA_LD + c] : p[i * FA_LD + c];
-    fa_gemm(nc, dv, nr, t, FA_LD, dob, dv, dvb, dv, 1);
+    if (z) {
+        fa_dropout_tile(dr, b, H, Tq, Tk, i0, nr, j0, nc, z, FA_LD, 1);
+        for (int64_t i = 0; i < nr; i++)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++)
+                pz[i * FA_LD + c] = p[i * FA_LD + c] * z[i * FA_LD + c];
+    }
+    /* dV_c += (P Z)^T dO_r */
+    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, dv, dvb, dv, 1);
     /* dP = dO_r v_c^T, then dS = scale P (dP Z - D) in place */
-    fa_gemm(nr, nc, dv, dob, dv, w->vt, FA_LD, dp, FA_LD, 0);
+    fa_gemm(nr, nc, dv, dob, dv, 1, w->vt, FA_LD, dp, FA_LD, 0);
     for (int64_t i = 0; i < nr; i++) {
         double dsum = 0;
         const real *orow = ob + i * dv, *dorow = dob + i * dv;
@@ -289,16 +308,18 @@ static void fa_bprop_tile(const fa_bwork *w, const real *qb, const real *kb, con
         const real D = (real)dsum;
         real *dprow = dp + i * FA_LD;
         const real *prow = p + i * FA_LD, *zr = z ? z + i * FA_LD : NULL;
-        for (int64_t c = 0; c < nc; c++) {
-            const real g = zr ? dprow[c] * zr[c] : dprow[c];
-            dprow[c] = sc * prow[c] * (g - D);
+        if (zr) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++)
+                dprow[c] = sc * prow[c] * (dprow[c] * zr[c] - D);
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++)
+                dprow[c] = sc * prow[c] * (dprow[c] - D);
         }
     }
-    fa_gemm(nr, dk, nc, dp, FA_LD, kb, dk, dqb, dk, 1);
-    for (int64_t i = 0; i < nr; i++)
-        for (int64_t c = 0; c < nc; c++)
-            t[c * FA_LD + i] = dp[i * FA_LD + c];
-    fa_gemm(nc, dk, nr, t, FA_LD, qb, dk, dkb, dk, 1);
+    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, dk, dqb, dk, 1);
+    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, dk, dkb, dk, 1);
 }
 
 void fa_bprop(const real *q, const real *k, const real *v, const real *out, const real *lse,
@@ -337,7 +358,7 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
                 for (int32_t e = lo; e < hi; e++) {
                     const int64_t i0 = (int64_t)rows[e] * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
                     const int64_t qo = b * Tq + i0;
-                    fa_bprop_tile(&w, q + qo * dk, kb, vb, out + qo * dv, dout + qo * dv,
+                    fa_bprop_tile(&w, q + qo * dk, kb, out + qo * dv, dout + qo * dv,
                                   lse + qo, dq + qo * dk, dkey + (b * Tk + j0) * dk,
                                   dval + (b * Tk + j0) * dv, dk, dv, nr, nc, i0, j0, off,
                                   causal, km, sc, drop ? &dr : NULL, b, H, Tq, Tk);
