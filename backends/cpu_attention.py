@@ -69,6 +69,17 @@ class CPUAttentionMixin:
             return None
         return self.kernels.module("flash_attention", dtype)
 
+    def _attention_work(self, module, q, dk, dv):
+        """The kernels' per-thread tiles (``fa_work_size`` reals per thread), kept in the
+        kernels' workspaces: made once per (dtype, size)."""
+        lib = module.lib
+        size = int(lib.fa_threads()) * int(lib.fa_work_size(dk, dv))
+        key = ("fa_work", q.dtype, size)
+        work = self.kernels.workspaces.get(key)
+        if work is None:
+            work = self.kernels.workspaces[key] = np.empty(size, dtype=q.dtype)
+        return module.ffi.cast("real *", work.ctypes.data)
+
     @staticmethod
     def _mask_array(key_mask, dtype):
         if key_mask is None:
@@ -106,7 +117,7 @@ class CPUAttentionMixin:
                             bool(causal), ffi.NULL if mask is None else ptr(mask), bq, bk,
                             ffi.from_buffer("int32_t[]", row_ptr),
                             ffi.from_buffer("int32_t[]", cols), table_heads,
-                            *self._dropout_args(dropout))
+                            *self._dropout_args(dropout), self._attention_work(module, q, dk, dv))
         return out
 
     def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
@@ -128,7 +139,8 @@ class CPUAttentionMixin:
                             bool(causal), ffi.NULL if mask is None else ptr(mask), bq, bk,
                             ffi.from_buffer("int32_t[]", col_ptr),
                             ffi.from_buffer("int32_t[]", rows), table_heads,
-                            *self._dropout_args(dropout))
+                            *self._dropout_args(dropout),
+                            self._attention_work(module, q, dkw, dvw))
         return dq
 
 

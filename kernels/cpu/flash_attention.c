@@ -14,6 +14,8 @@
  * The products are small tile GEMMs (fa_gemm) on explicit vectors of 64 bytes (one AVX-512
  * register) where the compiler targets AVX-512, 32 bytes otherwise; the GCC/Clang vector
  * extension keeps them in registers without naming an instruction set. */
+#include <omp.h>
+
 #include "common.h"
 #include "flash_attention.h"
 
@@ -157,6 +159,29 @@ static fa_dropout fa_make_dropout(double keep, uint64_t seed, uint32_t step, uin
     return dr;
 }
 
+/* 2^x for the exponents of the online softmax (x <= 0 up to rounding, or -inf): for float a
+ * straight-line form the compiler vectorizes, 2^n times a degree-6 polynomial of the fraction
+ * (relative error below 2e-7), 0 below -126; double uses libm.  The kernels work in base 2:
+ * scores are scaled by scale * log2(e), and lse converted back to base e. */
+static inline float fa_exp2f(float x)
+{
+    const float t = x < -126.0f ? -126.0f : (x > 127.0f ? 127.0f : x);
+    const float n = rintf(t), f = t - n;
+    float p = 1.5403530393381606e-4f;
+    p = p * f + 1.3333558146428443e-3f;
+    p = p * f + 9.6181291076284772e-3f;
+    p = p * f + 5.5504108664821580e-2f;
+    p = p * f + 2.4022650695910071e-1f;
+    p = p * f + 6.9314718055994531e-1f;
+    p = p * f + 1.0f;
+    union { float f; int32_t i; } s;
+    s.i = ((int32_t)n + 127) << 23;
+    return x < -126.0f ? 0.0f : p * s.f;
+}
+#define FA_EXP2(x) _Generic((x), float: fa_exp2f, default: exp2)(x)
+#define FA_LOG2E 1.4426950408889634
+#define FA_LN2 0.6931471805599453
+
 /* ---- masks ------------------------------------------------------------------------------------ */
 /* s[r * sr + c * sc] (r < nr queries from i0, c < nc keys from j0) = scale * s, or -inf where
  * the key is hidden (causal, key mask). */
@@ -176,26 +201,32 @@ static void fa_mask_scale(real *restrict s, int64_t sr, int64_t sc, int64_t nr, 
     }
 }
 
+int64_t fa_threads(void) { return omp_get_max_threads(); }
+
+int64_t fa_work_size(int64_t dk, int64_t dv)
+{
+    return (dk + dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD;
+}
+
 /* ---- forward ---------------------------------------------------------------------------------- */
 void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
               int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, int64_t sq, int64_t sk,
               int64_t sv, int64_t so, double scale, int causal, const real *key_mask,
               int64_t bq, int64_t bk, const int32_t *row_ptr, const int32_t *cols,
               int64_t table_heads, double keep, uint64_t seed, uint32_t step, uint32_t stream,
-              uint64_t first)
+              uint64_t first, real *work)
 {
     const int64_t nqb = (Tq + bq - 1) / bq, off = Tk - Tq, items = B * nqb;
     const int drop = keep < 1.0;
     const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
-    const real sc = (real)scale;
+    const real sc2 = (real)(scale * FA_LOG2E);
 #pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
     {
         /* qt: the query block transposed (dk x nr); st: scores / probabilities transposed
          * (nc x nr), so the per-query steps run along vectors of queries */
-        real *qt = malloc(sizeof(real) * (size_t)(FA_MAX_WIDTH * FA_LD));
-        real *st = malloc(sizeof(real) * (size_t)(2 * FA_MAX_BLOCK * FA_LD));
-        real *acc = malloc(sizeof(real) * (size_t)(FA_MAX_BLOCK * dv));
-        real *z = st + FA_MAX_BLOCK * FA_LD;
+        real *qt = work + omp_get_thread_num() * fa_work_size(dk, dv);
+        real *st = qt + dk * FA_LD, *z = st + FA_MAX_BLOCK * FA_LD;
+        real *acc = z + FA_MAX_BLOCK * FA_LD;
         real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], top[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {
@@ -210,7 +241,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
             for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
                 const int64_t j0 = (int64_t)cols[e] * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
                 fa_gemm(nc, nr, dk, k + b * sk + j0 * dk, dk, 1, qt, FA_LD, st, FA_LD, 0);
-                fa_mask_scale(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km, sc);
+                fa_mask_scale(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km, sc2);
                 for (int64_t i = 0; i < nr; i++)
                     top[i] = m[i];
                 for (int64_t c = 0; c < nc; c++) {
@@ -223,7 +254,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                 for (int64_t i = 0; i < nr; i++) {
                     /* rows with nothing visible yet keep m = -inf, contribute exp(-inf) = 0 */
                     const real safe = top[i] == -INFINITY ? 0 : top[i];
-                    alpha[i] = NL_EXP(m[i] - safe);
+                    alpha[i] = FA_EXP2(m[i] - safe);
                     m[i] = top[i];
                     top[i] = safe;
                     l[i] *= alpha[i];
@@ -232,7 +263,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                     real *row = st + c * FA_LD;
 #pragma omp simd
                     for (int64_t i = 0; i < nr; i++) {
-                        const real p = NL_EXP(row[i] - top[i]);
+                        const real p = FA_EXP2(row[i] - top[i]);
                         row[i] = p;
                         l[i] += p;
                     }
@@ -259,10 +290,10 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                 const real inv = l[i] > 0 ? 1 / l[i] : 0;
                 for (int64_t d = 0; d < dv; d++)
                     o[d] = acc[i * dv + d] * inv;
-                lse[b * Tq + i0 + i] = l[i] > 0 ? m[i] + log(l[i]) : -INFINITY;
+                lse[b * Tq + i0 + i] = l[i] > 0 ? (real)(((double)m[i] + log2((double)l[i])) * FA_LN2)
+                                               : -INFINITY;
             }
         }
-        free(qt), free(st), free(acc);
     }
 }
 
@@ -276,17 +307,18 @@ static void fa_bprop_tile(const fa_bwork *w, const real *qb, const real *kb, con
                           const real *dob, const real *lb, real *dqb, real *dkb, real *dvb,
                           int64_t dk, int64_t dv, int64_t nr, int64_t nc, int64_t i0,
                           int64_t j0, int64_t off, int causal, const real *km, real sc,
-                          const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk)
+                          real sc2, const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk)
 {
     real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
     fa_gemm(nr, nc, dk, qb, dk, 1, w->kt, FA_LD, p, FA_LD, 0);
-    fa_mask_scale(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km, sc);
+    fa_mask_scale(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km, sc2);
     for (int64_t i = 0; i < nr; i++) {
         real *row = p + i * FA_LD;
-        const real top = lb[i] == -INFINITY ? INFINITY : lb[i]; /* no visible key: P = 0 */
+        /* lse in base 2; no visible key: P = 0 */
+        const real top = lb[i] == -INFINITY ? INFINITY : (real)(lb[i] * FA_LOG2E);
 #pragma omp simd
         for (int64_t c = 0; c < nc; c++)
-            row[c] = NL_EXP(row[c] - top);
+            row[c] = FA_EXP2(row[c] - top);
     }
     if (z) {
         fa_dropout_tile(dr, b, H, Tq, Tk, i0, nr, j0, nc, z, FA_LD, 1);
@@ -327,18 +359,17 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
               int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, double scale, int causal,
               const real *key_mask, int64_t bq, int64_t bk, const int32_t *col_ptr,
               const int32_t *rows, int64_t table_heads, double keep, uint64_t seed,
-              uint32_t step, uint32_t stream, uint64_t first)
+              uint32_t step, uint32_t stream, uint64_t first, real *work)
 {
     const int64_t nkb = (Tk + bk - 1) / bk, off = Tk - Tq;
     const int drop = keep < 1.0;
     const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
-    const real sc = (real)scale;
+    const real sc = (real)scale, sc2 = (real)(scale * FA_LOG2E);
 #pragma omp parallel if (B > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
     {
         const size_t tile = FA_MAX_BLOCK * FA_LD;
-        real *buf = malloc(sizeof(real) * (2 * FA_MAX_WIDTH * FA_LD + 4 * tile));
-        fa_bwork w = {buf, buf + FA_MAX_WIDTH * FA_LD, buf + 2 * FA_MAX_WIDTH * FA_LD, NULL,
-                      NULL, NULL, NULL};
+        real *buf = work + omp_get_thread_num() * fa_work_size(dk, dv);
+        fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL, NULL};
         w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t b = 0; b < B; b++) {
@@ -361,10 +392,9 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
                     fa_bprop_tile(&w, q + qo * dk, kb, out + qo * dv, dout + qo * dv,
                                   lse + qo, dq + qo * dk, dkey + (b * Tk + j0) * dk,
                                   dval + (b * Tk + j0) * dv, dk, dv, nr, nc, i0, j0, off,
-                                  causal, km, sc, drop ? &dr : NULL, b, H, Tq, Tk);
+                                  causal, km, sc, sc2, drop ? &dr : NULL, b, H, Tq, Tk);
                 }
             }
         }
-        free(buf);
     }
 }

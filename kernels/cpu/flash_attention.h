@@ -16,6 +16,11 @@
 #define FA_MAX_BLOCK 64
 #define FA_MAX_WIDTH 256
 
+/* The work array of a call: fa_work_size(dk, dv) reals for each of fa_threads() threads (the
+ * OpenMP threads a parallel region started now would use), whatever Tq and Tk are. */
+int64_t fa_threads(void);
+int64_t fa_work_size(int64_t dk, int64_t dv);
+
 /* out and lse (log of each row's softmax sum, -inf where every key is hidden: out is 0 there).
  * q, k, v, out are read/written at slice strides sq, sk, sv, so (elements; rows contiguous). */
 void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
@@ -23,7 +28,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
               int64_t sv, int64_t so, double scale, int causal, const real *key_mask,
               int64_t bq, int64_t bk, const int32_t *row_ptr, const int32_t *cols,
               int64_t table_heads, double keep, uint64_t seed, uint32_t step, uint32_t stream,
-              uint64_t first);
+              uint64_t first, real *work);
 
 /* dq, dk, dv (contiguous, overwritten) for the output gradient dout (B, Tq, dv), given q, k, v,
  * out and lse of fa_fprop with the same arguments.  One thread per slice; each slice's sums run
@@ -33,4 +38,4 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
               int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, double scale, int causal,
               const real *key_mask, int64_t bq, int64_t bk, const int32_t *col_ptr,
               const int32_t *rows, int64_t table_heads, double keep, uint64_t seed,
-              uint32_t step, uint32_t stream, uint64_t first);
+              uint32_t step, uint32_t stream, uint64_t first, real *work);
