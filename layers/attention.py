@@ -225,11 +225,21 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
                 self._to_heads(view, heads)
         self._mask = mask
         self._drop = self._dropout(inference)
-        be.attention(self.qh, self.kh, self.vh, self.oh, self.lse, self.scale, self.causal,
-                     mask, self._drop, self.attention_blocks(), self.heads)
+        self._attend()
         self._to_tokens(self.oh, self._heads_view(self.of))
         self._project(self.of, self.Wo, self.bo, self.outputs)
         return self.outputs
+
+    def _attend(self):
+        """oh = attention of the head-major qh, kh, vh (the fused op), lse kept for bprop."""
+        self.be.attention(self.qh, self.kh, self.vh, self.oh, self.lse, self.scale, self.causal,
+                          self._mask, self._drop, self.attention_blocks(), self.heads)
+
+    def _attend_bprop(self):
+        """dqh, dkh, dvh from doh, the probabilities recomputed from lse."""
+        self.be.attention_bprop(self.qh, self.kh, self.vh, self.oh, self.lse, self.doh,
+                                self.dqh, self.dkh, self.dvh, self.scale, self.causal,
+                                self._mask, self._drop, self.attention_blocks(), self.heads)
 
     def attention_blocks(self):
         """The block layout the attention visits (None: every key up to the causal mask)."""
@@ -256,9 +266,7 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         self._add_grads(self.of, error, self.Wo, self.bo)
         self._back_input(error, self.Wo, self.dof, 0.0)
         self._to_heads(self._heads_view(self.dof), self.doh)
-        be.attention_bprop(self.qh, self.kh, self.vh, self.oh, self.lse, self.doh, self.dqh,
-                           self.dkh, self.dvh, self.scale, self.causal, self._mask, self._drop,
-                           self.attention_blocks(), self.heads)
+        self._attend_bprop()
         done = {"x": False, "c": False}
         for group in self._groups:
             for (W, b, _, dheads), view in zip(group.members, group.dproj_views):
