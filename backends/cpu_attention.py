@@ -14,6 +14,11 @@ from .numpy_attention import AttentionBlocks
 TILE = 64
 #: the widest head (dk or dv) the kernels take; the kernels' FA_MAX_WIDTH
 MAX_HEAD_WIDTH = 256
+#: the backward pass splits each slice's key blocks into groups (at most MAX_GROUPS) until
+#: there are about BACKWARD_ITEMS work items (slices x groups); a group past the first sums
+#: into its own partial dq, (B, Tq, dk)
+BACKWARD_ITEMS = 16
+MAX_GROUPS = 8
 
 
 def visit_tables(layout, Tq, Tk, bq, bk, causal):
@@ -74,11 +79,16 @@ class CPUAttentionMixin:
         kernels' workspaces: made once per (dtype, size)."""
         lib = module.lib
         size = int(lib.fa_threads()) * int(lib.fa_work_size(dk, dv))
-        key = ("fa_work", q.dtype, size)
+        return module.ffi.cast("real *", self._attention_buffer("fa_work", q.dtype,
+                                                                size).ctypes.data)
+
+    def _attention_buffer(self, name, dtype, size):
+        """A 1-D work array of ``size`` elements kept in the kernels' workspaces."""
+        key = (name, np.dtype(dtype), int(size))
         work = self.kernels.workspaces.get(key)
         if work is None:
-            work = self.kernels.workspaces[key] = np.empty(size, dtype=q.dtype)
-        return module.ffi.cast("real *", work.ctypes.data)
+            work = self.kernels.workspaces[key] = np.empty(size, dtype=dtype)
+        return work
 
     @staticmethod
     def _mask_array(key_mask, dtype):
@@ -135,11 +145,14 @@ class CPUAttentionMixin:
                                                                             blocks)
         ffi = module.ffi
         ptr = lambda a: ffi.cast("real *", a.ctypes.data)  # noqa: E731
+        groups = min(-(-Tk // bk), MAX_GROUPS, max(1, -(-BACKWARD_ITEMS // B)))
+        parts = ffi.NULL if groups == 1 else \
+            ptr(self._attention_buffer("fa_dq_parts", q._ary.dtype, (groups - 1) * q.size))
         module.lib.fa_bprop(*(ptr(a) for a in arrays), B, heads, Tq, Tk, dkw, dvw, float(scale),
                             bool(causal), ffi.NULL if mask is None else ptr(mask), bq, bk,
                             ffi.from_buffer("int32_t[]", col_ptr),
                             ffi.from_buffer("int32_t[]", rows), table_heads,
-                            *self._dropout_args(dropout),
+                            *self._dropout_args(dropout), groups, parts,
                             self._attention_work(module, q, dkw, dvw))
         return dq
 

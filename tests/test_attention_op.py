@@ -173,10 +173,10 @@ def test_results_do_not_depend_on_the_thread_count(case):
 
 
 def test_memory_is_linear_in_T():
-    """T=2048, one slice of width 64, float32: a (T, T) score array is 16 MiB.  The fused op's
-    Python-side allocations during forward + backward must stay under 1 MiB (the kernels'
-    own buffers are fixed tiles, independent of T); the unfused reference, measured the same
-    way, passes 16 MiB, so the measure does see such a buffer."""
+    """T=2048, one slice of width 64, float32: a (T, T) score array is 16 MiB.  Everything
+    the fused op allocates in its first forward + backward (its per-thread tiles, its tables,
+    the backward's partial dq sums: at most 7 x (T, 64)) must stay under 4 MiB; the unfused
+    reference, measured the same way, passes 16 MiB, so the measure does see such a buffer."""
     T, d = 2048, 64
     be = make_backend("cpu", batch_size=1, dtype=np.float32)
     if be.kernels.module("flash_attention", np.dtype(np.float32)) is None:
@@ -193,14 +193,13 @@ def test_memory_is_linear_in_T():
     def unfused():
         numpy_attention.attention(q._ary, k._ary, v._ary, out._ary, lse._ary, 0.125, True)
 
-    fused()  # tables made once per shape, outside the measure
     peaks = {}
     for name, step in (("fused", fused), ("unfused", unfused)):
         tracemalloc.start()
         step()
         peaks[name] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-    assert peaks["fused"] < 1 << 20, f"fused attention allocated {peaks['fused']} bytes"
+    assert peaks["fused"] < 4 << 20, f"fused attention allocated {peaks['fused']} bytes"
     assert peaks["unfused"] > T * T * 4
 
 

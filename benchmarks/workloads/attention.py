@@ -56,7 +56,7 @@ class AttentionWorkload:
     def _peak_note(be, layer, x, e):
         """Peak bytes of the attention op alone, on the layer's own head buffers."""
         layer.fprop(x)  # head buffers filled; then forget the op's workspaces and tables
-        for key in [k for k in be.kernels.workspaces if k[0] == "fa_work"]:
+        for key in [k for k in be.kernels.workspaces if str(k[0]).startswith("fa_")]:
             del be.kernels.workspaces[key]
         be.__dict__.pop("_attention_plain", None)
         tracemalloc.start()

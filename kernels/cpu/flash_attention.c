@@ -359,27 +359,33 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
               int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, double scale, int causal,
               const real *key_mask, int64_t bq, int64_t bk, const int32_t *col_ptr,
               const int32_t *rows, int64_t table_heads, double keep, uint64_t seed,
-              uint32_t step, uint32_t stream, uint64_t first, real *work)
+              uint32_t step, uint32_t stream, uint64_t first, int64_t groups, real *dq_parts,
+              real *work)
 {
     const int64_t nkb = (Tk + bk - 1) / bk, off = Tk - Tq;
     const int drop = keep < 1.0;
     const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
     const real sc = (real)scale, sc2 = (real)(scale * FA_LOG2E);
-#pragma omp parallel if (B > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
+    const int64_t items = B * groups, qsize = Tq * dk;
+#pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
     {
         const size_t tile = FA_MAX_BLOCK * FA_LD;
         real *buf = work + omp_get_thread_num() * fa_work_size(dk, dv);
         fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL, NULL};
         w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t b = 0; b < B; b++) {
+        for (int64_t item = 0; item < items; item++) {
+            const int64_t b = item / groups, g = item % groups;
             const int64_t t = table_heads == 1 ? 0 : b % H;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            memset(dq + b * Tq * dk, 0, sizeof(real) * (size_t)(Tq * dk));
-            memset(dkey + b * Tk * dk, 0, sizeof(real) * (size_t)(Tk * dk));
-            memset(dval + b * Tk * dv, 0, sizeof(real) * (size_t)(Tk * dv));
-            for (int64_t c = 0; c < nkb; c++) {
+            /* group 0 sums into dq, group g > 0 into its own partial dq */
+            real *dqs = g == 0 ? dq + b * qsize : dq_parts + ((g - 1) * B + b) * qsize;
+            memset(dqs, 0, sizeof(real) * (size_t)qsize);
+            for (int64_t c = g; c < nkb; c += groups) {
                 const int64_t j0 = c * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
+                real *dkb = dkey + (b * Tk + j0) * dk, *dvb = dval + (b * Tk + j0) * dv;
+                memset(dkb, 0, sizeof(real) * (size_t)(nc * dk));
+                memset(dvb, 0, sizeof(real) * (size_t)(nc * dv));
                 const int32_t lo = col_ptr[t * nkb + c], hi = col_ptr[t * nkb + c + 1];
                 if (lo == hi)
                     continue;
@@ -390,9 +396,22 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
                     const int64_t i0 = (int64_t)rows[e] * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
                     const int64_t qo = b * Tq + i0;
                     fa_bprop_tile(&w, q + qo * dk, kb, out + qo * dv, dout + qo * dv,
-                                  lse + qo, dq + qo * dk, dkey + (b * Tk + j0) * dk,
-                                  dval + (b * Tk + j0) * dv, dk, dv, nr, nc, i0, j0, off,
+                                  lse + qo, dqs + i0 * dk, dkb, dvb, dk, dv, nr, nc, i0, j0, off,
                                   causal, km, sc, sc2, drop ? &dr : NULL, b, H, Tq, Tk);
+                }
+            }
+        }
+        /* dq += the partials, in group order (a fixed order whatever the threads) */
+        if (groups > 1) {
+            const int64_t chunk = 4096, nchunks = (B * qsize + chunk - 1) / chunk;
+#pragma omp for schedule(static)
+            for (int64_t ch = 0; ch < nchunks; ch++) {
+                const int64_t lo = ch * chunk, hi = lo + chunk < B * qsize ? lo + chunk : B * qsize;
+                for (int64_t g = 1; g < groups; g++) {
+                    const real *part = dq_parts + (g - 1) * B * qsize;
+#pragma omp simd
+                    for (int64_t x = lo; x < hi; x++)
+                        dq[x] += part[x];
                 }
             }
         }
