@@ -32,6 +32,8 @@ CUDA_VARIANTS = (
     KernelSpec("blocksparse", "cuda", "cuda/blocksparse.cu", threads=128,
                functions=_typed("nl_bs_product", "nl_bs_update", "nl_bs_sdd", "nl_bs_dsd",
                                 "nl_bs_softmax", "nl_bs_softmax_bprop")),
+    KernelSpec("flash_attention", "cuda", "cuda/flash_attention.cu", threads=128,
+               functions=_typed("nl_fa_fprop", "nl_fa_bprop_kv", "nl_fa_bprop_q")),
     KernelSpec("transpose", "cuda", "cuda/transpose.cu", threads=256,
                functions=("nl_transpose_b32", "nl_transpose_b16")),
     KernelSpec("conv_simt", "cuda", "cuda/conv_simt.cu", threads=256,
