@@ -121,7 +121,7 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         super().allocate()
         self._allocate_projections()
         self._allocate_heads()
-        self.lse = self.be.zeros((self.be.bsz * self.heads, self.Tq))
+        self.lse = self.be.zeros((self.be.bsz * self.heads, self.Tq), dtype=_lse_dtype(self.be))
         self._drop = self._mask = self._last_drop = None
         if self.dropout:
             self.start_dropout_stream()
@@ -299,7 +299,7 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         s.vh, s.oh = be.zeros((batch * H, 1, self.dhv)), be.zeros((batch * H, 1, self.dhv))
         s.kcache = be.zeros((batch * H, max_len, self.dhk))
         s.vcache = be.zeros((batch * H, max_len, self.dhv))
-        s.lse = be.zeros((batch * H, 1))
+        s.lse = be.zeros((batch * H, 1), dtype=_lse_dtype(be))
         s.of, s.out = be.zeros((batch, 1, self.dv)), be.zeros((batch, 1, self.d_model))
         return s
 
@@ -375,6 +375,12 @@ class _Joined:
             W.grad[:] = W.grad + self.dw[:, col:col + width]
             b2 = b.grad.reshape(1, width)
             b2[:] = b2 + self.db[:, col:col + width]
+
+
+def _lse_dtype(be):
+    """The log-sum-exp rows are float32 at least (a 16-bit lse would spoil the recomputed
+    probabilities), else the backend's type."""
+    return np.float32 if np.dtype(be.dtype).itemsize < 4 else None
 
 
 def _positive(what, value):
