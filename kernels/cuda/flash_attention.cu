@@ -3,8 +3,9 @@
 // Tiles of FA_T queries x FA_T keys, head widths dk, dv <= FA_D; the tiles a query block
 // visits come from the tables of backends/cpu_attention.py:visit_tables (row_ptr / cols per
 // query block, col_ptr / rows per key block; table_heads 1 or H).  Masks as the CPU kernels:
-// causal (key j <= i + Tk - Tq), key_mask (N, Tk; NULL: none), unvisited tiles.  Arithmetic in
-// float32 on the CUDA cores for every storage type; the online softmax in base 2.
+// causal (key j <= i + Tk - Tq), key_mask (N, Tk; NULL: none), unvisited tiles.  The forward
+// pass of float16 / bfloat16 runs its two products on tensor cores (mma.sync m16n8k16, float32
+// accumulation); everything else is float32 on the CUDA cores.  Online softmax in base 2.
 //
 //   nl_fa_fprop:   grid (Tq/FA_T, B): a query block's output accumulates in registers (each
 //                  thread a row and every 4th column) while the key blocks stream through
@@ -41,7 +42,7 @@ __device__ __forceinline__ bool fa_visible(int i, int j, int nr, int nc, int i0,
 }
 
 template <int KIND>
-__device__ void nl_fa_fprop_impl(const typename nl_elem<KIND>::T* q,
+__device__ void fa_fprop_simt(const typename nl_elem<KIND>::T* q,
                                  const typename nl_elem<KIND>::T* k,
                                  const typename nl_elem<KIND>::T* v, typename nl_elem<KIND>::T* out,
                                  float* lse, int H, int Tq, int Tk, int dk, int dv,
@@ -108,6 +109,129 @@ __device__ void nl_fa_fprop_impl(const typename nl_elem<KIND>::T* q,
     if (tid < nr)
         lse[(long long)b * Tq + i0 + tid] =
             ls[tid] > 0.0f ? (ms[tid] + log2f(ls[tid])) * FA_LN2 : -INFINITY;
+}
+
+// Two 16-bit values (x low, y high) of storage KIND (1 float16, 2 bfloat16) in one register.
+template <int KIND>
+__device__ __forceinline__ unsigned fa_pack(float x, float y) {
+    const unsigned lo = KIND == 1 ? nl_f32_to_f16(x) : nl_f32_to_bf16(x);
+    const unsigned hi = KIND == 1 ? nl_f32_to_f16(y) : nl_f32_to_bf16(y);
+    return (lo & 0xFFFFu) | (hi << 16);
+}
+
+// The forward pass with both products on tensor cores (float16 / bfloat16 inputs, float32
+// accumulation; P rounded to the storage type for the second).  Warp w takes query rows
+// 16 * (w / 2) ..: scores of keys 16 * (w % 2) .. (two m16n8k16 tiles) and output columns
+// 32 * (w % 2) .. (four tiles), its accumulators in the mma.sync fragment layout.
+template <int KIND>
+__device__ void fa_fprop_tc(const typename nl_elem<KIND>::T* q,
+                            const typename nl_elem<KIND>::T* k,
+                            const typename nl_elem<KIND>::T* v, typename nl_elem<KIND>::T* out,
+                            float* lse, int H, int Tq, int Tk, int dk, int dv, long long sq,
+                            long long sk, long long sv, long long so, float scale, int causal,
+                            const typename nl_elem<KIND>::T* key_mask, const int* row_ptr,
+                            const int* cols, int table_heads) {
+    __shared__ float qs[FA_T][FA_D + 1], kv[FA_T][FA_D + 1], ss[FA_T][FA_T + 1];
+    __shared__ float ms[FA_T], ls[FA_T], as[FA_T];
+    const int b = blockIdx.y, r = blockIdx.x, nqb = (Tq + FA_T - 1) / FA_T, tid = threadIdx.x;
+    const int i0 = r * FA_T, nr = min(FA_T, Tq - i0), off = Tk - Tq;
+    const int t = table_heads == 1 ? 0 : b % H;
+    const int lane = tid % 32, g = lane / 4, tq = lane % 4, r0 = 16 * (tid / 64), half = (tid / 32) % 2;
+    const int ksteps = (dk + 15) / 16;
+    const float sc2 = scale * FA_LOG2E;
+    const typename nl_elem<KIND>::T* km = key_mask ? key_mask + (long long)(b / H) * Tk : nullptr;
+    fa_load_tile<KIND>(qs, q + b * sq, i0, nr, dk);
+    if (tid < FA_T) { ms[tid] = -INFINITY; ls[tid] = 0.0f; }
+    float o[4][4];
+    for (int n = 0; n < 4; ++n)
+        for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
+    __syncthreads();
+    for (int e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; ++e) {
+        const int j0 = cols[e] * FA_T, nc = min(FA_T, Tk - j0);
+        fa_load_tile<KIND>(kv, k + b * sk, j0, nc, dk);
+        __syncthreads();
+        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        for (int ks = 0; ks < ksteps; ++ks) {
+            const int c = 16 * ks + 2 * tq;
+            const unsigned a[4] = {fa_pack<KIND>(qs[r0 + g][c], qs[r0 + g][c + 1]),
+                                   fa_pack<KIND>(qs[r0 + g + 8][c], qs[r0 + g + 8][c + 1]),
+                                   fa_pack<KIND>(qs[r0 + g][c + 8], qs[r0 + g][c + 9]),
+                                   fa_pack<KIND>(qs[r0 + g + 8][c + 8], qs[r0 + g + 8][c + 9])};
+            for (int n = 0; n < 2; ++n) {
+                const int key = 16 * half + 8 * n + g;
+                const unsigned bf[2] = {fa_pack<KIND>(kv[key][c], kv[key][c + 1]),
+                                        fa_pack<KIND>(kv[key][c + 8], kv[key][c + 9])};
+                nl_mma_m16n8k16<KIND>(s[n], a, bf);
+            }
+        }
+        for (int n = 0; n < 2; ++n)
+            for (int x = 0; x < 4; ++x) {
+                const int i = r0 + g + (x >= 2 ? 8 : 0), c = 16 * half + 8 * n + 2 * tq + (x & 1);
+                ss[i][c] = fa_visible<KIND>(i, c, nr, nc, i0, j0, off, causal, km)
+                               ? s[n][x] * sc2 : -INFINITY;
+            }
+        __syncthreads();
+        if (tid < FA_T) {
+            float top = ms[tid];
+            for (int c = 0; c < FA_T; ++c) top = fmaxf(top, ss[tid][c]);
+            const float safe = top == -INFINITY ? 0.0f : top, alpha = exp2f(ms[tid] - safe);
+            float sum = 0.0f;
+            for (int c = 0; c < FA_T; ++c) {
+                const float p = exp2f(ss[tid][c] - safe);
+                ss[tid][c] = p;
+                sum += p;
+            }
+            ls[tid] = ls[tid] * alpha + sum;
+            ms[tid] = top;
+            as[tid] = alpha;
+        }
+        __syncthreads();
+        fa_load_tile<KIND>(kv, v + b * sv, j0, nc, dv);
+        __syncthreads();
+        for (int n = 0; n < 4; ++n)
+            for (int x = 0; x < 4; ++x) o[n][x] *= as[r0 + g + (x >= 2 ? 8 : 0)];
+        for (int ks = 0; ks < FA_T / 16; ++ks) {
+            const int c = 16 * ks + 2 * tq;
+            const unsigned a[4] = {fa_pack<KIND>(ss[r0 + g][c], ss[r0 + g][c + 1]),
+                                   fa_pack<KIND>(ss[r0 + g + 8][c], ss[r0 + g + 8][c + 1]),
+                                   fa_pack<KIND>(ss[r0 + g][c + 8], ss[r0 + g][c + 9]),
+                                   fa_pack<KIND>(ss[r0 + g + 8][c + 8], ss[r0 + g + 8][c + 9])};
+            for (int n = 0; n < 4; ++n) {
+                const int col = 32 * half + 8 * n + g;
+                const unsigned bf[2] = {fa_pack<KIND>(kv[c][col], kv[c + 1][col]),
+                                        fa_pack<KIND>(kv[c + 8][col], kv[c + 9][col])};
+                nl_mma_m16n8k16<KIND>(o[n], a, bf);
+            }
+        }
+        __syncthreads();
+    }
+    for (int n = 0; n < 4; ++n)
+        for (int x = 0; x < 4; ++x) {
+            const int i = r0 + g + (x >= 2 ? 8 : 0), col = 32 * half + 8 * n + 2 * tq + (x & 1);
+            if (i < nr && col < dv)
+                nl_elem<KIND>::store(out + b * so, (long long)(i0 + i) * dv + col,
+                                     ls[i] > 0.0f ? o[n][x] / ls[i] : 0.0f);
+        }
+    if (tid < nr)
+        lse[(long long)b * Tq + i0 + tid] =
+            ls[tid] > 0.0f ? (ms[tid] + log2f(ls[tid])) * FA_LN2 : -INFINITY;
+}
+
+// float32 on the CUDA cores, float16 / bfloat16 on tensor cores.
+template <int KIND>
+__device__ void nl_fa_fprop_impl(const typename nl_elem<KIND>::T* q,
+                                 const typename nl_elem<KIND>::T* k,
+                                 const typename nl_elem<KIND>::T* v, typename nl_elem<KIND>::T* out,
+                                 float* lse, int H, int Tq, int Tk, int dk, int dv,
+                                 long long sq, long long sk, long long sv, long long so,
+                                 float scale, int causal, const typename nl_elem<KIND>::T* key_mask,
+                                 const int* row_ptr, const int* cols, int table_heads) {
+    if constexpr (KIND == 0)
+        fa_fprop_simt<KIND>(q, k, v, out, lse, H, Tq, Tk, dk, dv, sq, sk, sv, so, scale, causal,
+                            key_mask, row_ptr, cols, table_heads);
+    else
+        fa_fprop_tc<KIND>(q, k, v, out, lse, H, Tq, Tk, dk, dv, sq, sk, sv, so, scale, causal,
+                          key_mask, row_ptr, cols, table_heads);
 }
 
 // Rows [i0, i0 + nr) of dO and q into shared tiles, with D = rowsum(dO * O) and lse in base 2.
