@@ -1,6 +1,6 @@
 """The GPU backend's fused attention (``kernels/cuda/flash_attention.cu``): tiles of 32 queries x
-32 keys, head widths up to 64, float32 math on the CUDA cores for float32, float16 and bfloat16
-storage, lse in float32.  The visit tables (``cpu_attention.visit_tables``) are copied to the
+32 keys, head widths up to 64, float32, float16 and bfloat16 storage (the 16-bit forward's
+products on tensor cores, the rest float32 math on the CUDA cores), lse in float32.  The visit tables (``cpu_attention.visit_tables``) are copied to the
 device once per shape or layout.  Cases the kernels do not take (dropout, wider heads, block
 layouts finer than 32, non-contiguous operands, a 16-bit lse) run the contract's default, the
 numpy reference on host copies.  Compiled and emulated, not yet run on a GPU."""
