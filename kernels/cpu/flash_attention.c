@@ -230,7 +230,8 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
         real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], top[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {
-            const int64_t b = item / nqb, r = item % nqb, i0 = r * bq;
+            /* the last query blocks first: under a causal mask they visit the most tiles */
+            const int64_t b = item / nqb, r = nqb - 1 - item % nqb, i0 = r * bq;
             const int64_t nr = Tq - i0 < bq ? Tq - i0 : bq;
             const int64_t t = table_heads == 1 ? 0 : b % H;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
