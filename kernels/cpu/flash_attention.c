@@ -99,13 +99,13 @@ static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, in
     }
 }
 
-/* dst (w x n, ld FA_LD) = src (n rows x w, ld lds) transposed. */
+/* dst (w x n, ld FA_LD) = scale * src (n rows x w, ld lds) transposed. */
 static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64_t w,
-                         real *restrict dst)
+                         real scale, real *restrict dst)
 {
     for (int64_t c = 0; c < n; c++)
         for (int64_t d = 0; d < w; d++)
-            dst[d * FA_LD + c] = src[c * lds + d];
+            dst[d * FA_LD + c] = scale * src[c * lds + d];
 }
 
 /* ---- dropout: Philox4x32-10, as backends/philox.py ------------------------------------------ */
@@ -183,12 +183,14 @@ static inline float fa_exp2f(float x)
 #define FA_LN2 0.6931471805599453
 
 /* ---- masks ------------------------------------------------------------------------------------ */
-/* s[r * sr + c * sc] (r < nr queries from i0, c < nc keys from j0) = scale * s, or -inf where
- * the key is hidden (causal, key mask). */
-static void fa_mask_scale(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_t nc,
-                          int64_t i0, int64_t j0, int64_t off, int causal, const real *km,
-                          real scale)
+/* s[r * sr + c * sc] (r < nr queries from i0, c < nc keys from j0) = -inf where the key is
+ * hidden (causal, key mask); the scores come scaled (one operand was).  A tile with nothing
+ * hidden is left as it is. */
+static void fa_mask(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_t nc,
+                    int64_t i0, int64_t j0, int64_t off, int causal, const real *km)
 {
+    if (!km && (!causal || j0 + nc - 1 <= i0 + off))
+        return;
     for (int64_t c = 0; c < nc; c++) {
         const int64_t j = j0 + c;
         const int padded = km && km[j] == 0;
@@ -196,7 +198,7 @@ static void fa_mask_scale(real *restrict s, int64_t sr, int64_t sc, int64_t nr, 
 #pragma omp simd
         for (int64_t r = 0; r < nr; r++) {
             const int hide = padded || r < first;
-            s[r * sr + c * sc] = hide ? -INFINITY : scale * s[r * sr + c * sc];
+            s[r * sr + c * sc] = hide ? -INFINITY : s[r * sr + c * sc];
         }
     }
 }
@@ -235,14 +237,14 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
             const int64_t nr = Tq - i0 < bq ? Tq - i0 : bq;
             const int64_t t = table_heads == 1 ? 0 : b % H;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            fa_transpose(q + b * sq + i0 * dk, dk, nr, dk, qt);
+            fa_transpose(q + b * sq + i0 * dk, dk, nr, dk, sc2, qt);
             for (int64_t i = 0; i < nr; i++)
                 m[i] = -INFINITY, l[i] = 0;
             memset(acc, 0, sizeof(real) * (size_t)(nr * dv));
             for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
                 const int64_t j0 = (int64_t)cols[e] * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
                 fa_gemm(nc, nr, dk, k + b * sk + j0 * dk, dk, 1, qt, FA_LD, st, FA_LD, 0);
-                fa_mask_scale(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km, sc2);
+                fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
                 for (int64_t i = 0; i < nr; i++)
                     top[i] = m[i];
                 for (int64_t c = 0; c < nc; c++) {
@@ -308,11 +310,11 @@ static void fa_bprop_tile(const fa_bwork *w, const real *qb, const real *kb, con
                           const real *dob, const real *lb, real *dqb, real *dkb, real *dvb,
                           int64_t dk, int64_t dv, int64_t nr, int64_t nc, int64_t i0,
                           int64_t j0, int64_t off, int causal, const real *km, real sc,
-                          real sc2, const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk)
+                          const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk)
 {
     real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
     fa_gemm(nr, nc, dk, qb, dk, 1, w->kt, FA_LD, p, FA_LD, 0);
-    fa_mask_scale(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km, sc2);
+    fa_mask(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km);
     for (int64_t i = 0; i < nr; i++) {
         real *row = p + i * FA_LD;
         /* lse in base 2; no visible key: P = 0 */
@@ -391,14 +393,14 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
                 if (lo == hi)
                     continue;
                 const real *kb = k + (b * Tk + j0) * dk, *vb = v + (b * Tk + j0) * dv;
-                fa_transpose(kb, dk, nc, dk, w.kt);
-                fa_transpose(vb, dv, nc, dv, w.vt);
+                fa_transpose(kb, dk, nc, dk, sc2, w.kt); /* scores come scaled */
+                fa_transpose(vb, dv, nc, dv, 1, w.vt);
                 for (int32_t e = lo; e < hi; e++) {
                     const int64_t i0 = (int64_t)rows[e] * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
                     const int64_t qo = b * Tq + i0;
                     fa_bprop_tile(&w, q + qo * dk, kb, out + qo * dv, dout + qo * dv,
                                   lse + qo, dqs + i0 * dk, dkb, dvb, dk, dv, nr, nc, i0, j0, off,
-                                  causal, km, sc, sc2, drop ? &dr : NULL, b, H, Tq, Tk);
+                                  causal, km, sc, drop ? &dr : NULL, b, H, Tq, Tk);
                 }
             }
         }
