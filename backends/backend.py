@@ -348,6 +348,73 @@ class Backend(ABC):
         """dx = scale * y * (dy - sum(dy * y, last axis)) for y = masked_softmax(...) (B, Tq, Tk);
         ``dx`` may be ``dy``."""
 
+    # ---- fused attention -------------------------------------------------------------------------
+    def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
+                  blocks=None, heads=1):
+        """Fused attention on head-major slices, never holding a (Tq, Tk) array:
+
+            out[b] = dropout(softmax(scale * q[b] k[b]^T + hidden)) v[b]
+            lse[b, i] = log(sum_j exp(scale * q[b, i] . k[b, j]) over the visible keys j)
+
+        q (B, Tq, dk), k (B, Tk, dk), v (B, Tk, dv), out (B, Tq, dv), lse (B, Tq); B = N *
+        ``heads`` slices, slice b belongs to example b // heads.  Hidden keys: with ``causal``
+        key j > i + (Tk - Tq) (the queries are the last Tq of the Tk positions, as when decoding
+        against a key/value cache); where ``key_mask`` (N, Tk) is 0; outside the visited tiles
+        of ``blocks`` (an :class:`~neonlite.backends.numpy_attention.AttentionBlocks` layout).
+        A row with every key hidden gets out 0 and lse -inf.  ``dropout``
+        (:class:`~neonlite.backends.numpy_attention.AttentionDropout` or None) drops
+        probabilities after the softmax with the per-example Philox stream; it is regenerated
+        by ``attention_bprop``, never stored.  k and v may be windows of longer buffers (e.g.
+        ``cache[:, :L]``).  This default runs the numpy reference on host copies."""
+        from . import numpy_attention
+        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
+        o, m = out.get(), lse.get()
+        numpy_attention.attention(q.get(), k.get(), v.get(), o, m, scale, causal,
+                                  None if key_mask is None else key_mask.get(), dropout, blocks,
+                                  heads)
+        out.set(o)
+        lse.set(m)
+        return out
+
+    def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
+                        key_mask=None, dropout=None, blocks=None, heads=1):
+        """dq (B, Tq, dk), dk (B, Tk, dk), dv (B, Tk, dv) (overwritten) of ``attention`` called
+        with the same arguments, for the output gradient dout (B, Tq, dv); the probabilities
+        are recomputed from ``lse`` tile by tile.  This default runs the numpy reference on
+        host copies."""
+        from . import numpy_attention
+        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
+        grads = [dq.get(), dk.get(), dv.get()]
+        numpy_attention.attention_bprop(q.get(), k.get(), v.get(), out.get(), lse.get(),
+                                        dout.get(), *grads, scale, causal,
+                                        None if key_mask is None else key_mask.get(), dropout,
+                                        blocks, heads)
+        for t, g in zip((dq, dk, dv), grads):
+            t.set(g)
+        return dq
+
+    @staticmethod
+    def _check_attention(q, k, v, out, lse, key_mask, heads, blocks):
+        """ValueError naming the mismatch when the shapes of an attention call disagree."""
+        B, Tq, dk = q.shape
+        Tk, dv = k.shape[1], v.shape[-1]
+        want = {"k": (B, Tk, dk), "v": (B, Tk, dv), "out": (B, Tq, dv), "lse": (B, Tq)}
+        for name, t in (("k", k), ("v", v), ("out", out), ("lse", lse)):
+            if tuple(t.shape) != want[name]:
+                raise ValueError(f"attention: {name} has shape {tuple(t.shape)}, expected "
+                                 f"{want[name]} for q {tuple(q.shape)}")
+        if heads < 1 or B % heads:
+            raise ValueError(f"attention: {B} slices are not a multiple of heads={heads}")
+        if key_mask is not None and tuple(key_mask.shape) != (B // heads, Tk):
+            raise ValueError(f"attention: key_mask has shape {tuple(key_mask.shape)}, expected "
+                             f"(N, Tk) = {(B // heads, Tk)}")
+        if blocks is not None:
+            Hl, nqb, nkb = blocks.layout.shape
+            want = (-(-Tq // blocks.bq), -(-Tk // blocks.bk))
+            if (nqb, nkb) != want or Hl not in (1, heads):
+                raise ValueError(f"attention: the block layout has shape {blocks.layout.shape},"
+                                 f" expected (1 or {heads}, {want[0]}, {want[1]})")
+
     # ---- block-sparse products and attention ---------------------------------------------------
     def blocksparse_layer(self, layout, block_size):
         """A :class:`~neonlite.blocksparse.BlockSparsePlan` of ``layout`` ((R, C) or (H, R, C)

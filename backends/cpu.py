@@ -10,6 +10,7 @@ import numpy as np
 
 from . import numpy_conv, numpy_norm, numpy_rows
 from .backend import Backend, Tensor
+from .cpu_attention import CPUAttentionMixin
 from .cpu_blocksparse import CPUBlockSparseMixin
 from .cpu_kernels import CPUKernels
 from .cpu_lrn import CPULRNMixin
@@ -100,7 +101,8 @@ def aligned_empty(shape, dtype):
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
-class CPUBackend(CPULRNMixin, CPURecurrentMixin, CPUBlockSparseMixin, Backend):
+class CPUBackend(CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin, CPUBlockSparseMixin,
+                 Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float16, float32 or
     float64 (float64 is the one gradient checks use)."""
 

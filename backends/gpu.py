@@ -17,6 +17,7 @@ import numpy as np
 
 from . import cublas, gpu_build, philox
 from .backend import Backend
+from .gpu_attention import GPUAttentionMixin
 from .gpu_blocksparse import GPUBlockSparseMixin
 from .gpu_device import get_device
 from .gpu_lrn import GPULRNMixin
@@ -28,8 +29,8 @@ from .gpu_tensor import GPUTensor, as_dtype, contiguous_strides
 from .optree import OpNode
 
 
-class GPUBackend(GPULRNMixin, GPURecurrentMixin, GPUBlockSparseMixin, GPUNNMixin,
-                 GPUNormMixin, Backend):
+class GPUBackend(GPUAttentionMixin, GPULRNMixin, GPURecurrentMixin, GPUBlockSparseMixin,
+                 GPUNNMixin, GPUNormMixin, Backend):
     """CUDA backend on device ``device_id`` (see the module docstring).
 
     ``allow_tf32=True`` lets float32 GEMMs use TF32 tensor cores (off by default)."""

@@ -70,3 +70,19 @@ def example_masks(shape, keep, key, step, stream, first):
     uniform = (words.reshape(n, groups * 4)[:, :per] >> 8).astype(np.float32) * np.float32(2.0 ** -24)
     keep32 = np.float32(keep)
     return np.where(uniform < keep32, 1.0 / keep, 0.0).reshape(shape)
+
+
+def example_uniforms(key, step, stream, example, per, elements):
+    """The float32 uniforms of ``elements`` (int64 array of element indices, each < ``per``)
+    of global example ``example`` in the stream of :func:`example_masks` with ``per`` elements
+    per example: the same numbers ``example_masks`` compares with ``keep`` there, drawn only
+    where asked (e.g. one attention head's probabilities)."""
+    groups = -(-int(per) // 4)
+    elements = np.asarray(elements, dtype=np.uint64)
+    g = np.uint64(example) * np.uint64(groups) + elements // np.uint64(4)
+    counter = np.stack([g & _MASK, g >> np.uint64(32), np.full_like(g, step & 0xFFFFFFFF),
+                        np.full_like(g, stream & 0xFFFFFFFF)], axis=-1)
+    words = philox4x32_10(counter, np.array(seed_key(key), dtype=np.uint64))
+    word = np.take_along_axis(words, (elements % np.uint64(4)).astype(np.int64)[..., None],
+                              axis=-1)[..., 0]
+    return (word >> 8).astype(np.float32) * np.float32(2.0 ** -24)

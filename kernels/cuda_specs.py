@@ -38,6 +38,8 @@ CUDA_VARIANTS = (
                                 "nl_lstm_bprop", "nl_gru_fprop", "nl_gru_bprop")),
     KernelSpec("lrn", "cuda", "cuda/lrn.cu", threads=256,
                functions=_typed("nl_lrn_fprop", "nl_lrn_bprop")),
+    KernelSpec("flash_attention", "cuda", "cuda/flash_attention.cu", threads=128,
+               functions=_typed("nl_fa_fprop", "nl_fa_bprop_kv", "nl_fa_bprop_q")),
     KernelSpec("transpose", "cuda", "cuda/transpose.cu", threads=256,
                functions=("nl_transpose_b32", "nl_transpose_b16")),
     KernelSpec("conv_simt", "cuda", "cuda/conv_simt.cu", threads=256,

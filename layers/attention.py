@@ -1,14 +1,18 @@
-"""Multi-head scaled dot-product attention on sequences (N, T, D), as batched GEMMs and a fused
-masked softmax (no loop over heads or positions)."""
+"""Multi-head scaled dot-product attention on sequences (N, T, D): projections as GEMMs, the
+attention itself as the backend's fused op (``Backend.attention``: no (T, T) array)."""
 import math
 
+import numpy as np
+
+from ..backends.numpy_attention import AttentionDropout
 from ..initializers import Constant, GlorotUniform
 from .decode import DecodeState
 from .example_dropout import ExampleDropoutMixin
 from .layer import ParameterLayer, flat_rows, is_count
 
 _TO_HEADS = (0, 2, 1, 3)  # (N, T, H, dh) <-> (N, H, T, dh); the permutation is its own inverse
-_CAUSAL_BLOCK = 64  # query rows per block of the causal score GEMMs
+#: the widest head (dk/H or dv/H) the fused attention kernels take
+MAX_HEAD_WIDTH = 256
 
 
 class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
@@ -38,9 +42,11 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
     container that calls ``fprop(x, inference)``).  ``bprop(error)`` returns the error for x
     and leaves the error for the context in ``layer.context_deltas`` (N, Tk, dc).
 
-    Dropout masks on the attention weights are per global example
-    (:class:`ExampleDropoutMixin`).  Setting ``fixed_mask = True`` reuses the current dropout
-    mask on later fprops (for gradient checks).
+    The attention runs as the backend's fused op: only the log-sum-exp of each query row
+    (N*H, Tq) is kept for bprop, never the (Tq, Tk) probabilities.  Dropout masks on the
+    attention weights are per global example (:class:`ExampleDropoutMixin`), drawn inside the
+    op from the Philox stream and drawn again by its backward pass.  Setting
+    ``fixed_mask = True`` reuses the current dropout mask on later fprops (for gradient checks).
     """
 
     def __init__(self, d_model, heads, causal=False, dropout=0.0, context_shape=None, dk=None,
@@ -76,6 +82,17 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         self.Tk, self.dc = self.context_shape if self.cross else in_shape
         self.dhk, self.dhv = self.dk // self.heads, self.dv // self.heads
         self.scale = 1.0 / math.sqrt(self.dhk)
+        widest = max(self.dhk, self.dhv)
+        if widest > MAX_HEAD_WIDTH:
+            raise ValueError(f"layer '{self.name}' ({type(self).__name__}): head width "
+                             f"{widest} (dk/heads={self.dhk}, dv/heads={self.dhv}) is wider than "
+                             f"{MAX_HEAD_WIDTH}, the widest the fused attention takes; use more "
+                             f"heads")
+        if self.causal and self.Tq > self.Tk:
+            raise ValueError(f"layer '{self.name}' ({type(self).__name__}): causal attention "
+                             f"with more queries (Tq={self.Tq}) than keys (Tk={self.Tk}) is "
+                             f"undefined: query i sees keys j <= i + Tk - Tq, so the first "
+                             f"{self.Tq - self.Tk} queries would see none")
         return in_shape
 
     def _allocate_projections(self):
@@ -104,12 +121,11 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         super().allocate()
         self._allocate_projections()
         self._allocate_heads()
-        be, N, H, Tq, Tk = self.be, self.be.bsz, self.heads, self.Tq, self.Tk
-        self.probs, self.dprobs = be.zeros((N * H, Tq, Tk)), be.zeros((N * H, Tq, Tk))
+        self.lse = self.be.zeros((self.be.bsz * self.heads, self.Tq), dtype=_lse_dtype(self.be))
+        self._drop = self._mask = self._last_drop = None
         if self.dropout:
-            self.mask, self.dropped = be.ones(self.probs.shape), be.zeros(self.probs.shape)
             self.start_dropout_stream()
-        self._used = self.probs
+        be, N, Tq, Tk = self.be, self.be.bsz, self.Tq, self.Tk
         # Projections of one input with one head width share a GEMM: [Wq | Wk | Wv] on x for
         # self-attention (when dk/H == dv/H), [Wk | Wv] on the context for cross-attention.
         heads = [(self.Wq, self.bq, self.qh, self.dqh, False), (self.Wk, self.bk, self.kh,
@@ -126,7 +142,6 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         for group in self._groups:
             group.allocate(be, self.dc if group.on_context else self.d_model, N,
                            Tk if group.on_context else Tq)
-        self._blocks, self._key_blocks = _causal_blocks(Tq, Tk, self.causal)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _project(self, x, W, b, out):
@@ -208,22 +223,38 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
             group.proj2[:] = group.proj2 + group.b
             for (W, b, heads, _), view in zip(group.members, group.proj_views):
                 self._to_heads(view, heads)
-        for rows, keys in self._blocks:
-            be.batched_dot(self.qh[:, rows], self.kh[:, keys], self.probs[:, rows, keys],
-                           transB=True)
-        be.masked_softmax(self.probs, self.probs, self.scale, self.causal, mask)
-        self._used = self.probs
-        if self.dropout and not inference:
-            if not self.fixed_mask:
-                self.draw_dropout_mask(self.mask, 1.0 - self.dropout,
-                                       examples=self.probs.shape[0] // self.heads)
-            self.dropped[:] = self.probs * self.mask
-            self._used = self.dropped
-        for rows, keys in self._blocks:
-            be.batched_dot(self._used[:, rows, keys], self.vh[:, keys], self.oh[:, rows])
+        self._mask = mask
+        self._drop = self._dropout(inference)
+        self._attend()
         self._to_tokens(self.oh, self._heads_view(self.of))
         self._project(self.of, self.Wo, self.bo, self.outputs)
         return self.outputs
+
+    def _attend(self):
+        """oh = attention of the head-major qh, kh, vh (the fused op), lse kept for bprop."""
+        self.be.attention(self.qh, self.kh, self.vh, self.oh, self.lse, self.scale, self.causal,
+                          self._mask, self._drop, self.attention_blocks(), self.heads)
+
+    def _attend_bprop(self):
+        """dqh, dkh, dvh from doh, the probabilities recomputed from lse."""
+        self.be.attention_bprop(self.qh, self.kh, self.vh, self.oh, self.lse, self.doh,
+                                self.dqh, self.dkh, self.dvh, self.scale, self.causal,
+                                self._mask, self._drop, self.attention_blocks(), self.heads)
+
+    def attention_blocks(self):
+        """The block layout the attention visits (None: every key up to the causal mask)."""
+        return None
+
+    def _dropout(self, inference):
+        """This fprop's :class:`AttentionDropout` (None without dropout): a new step's stream,
+        or the previous one while ``fixed_mask`` is set."""
+        if not self.dropout or inference:
+            return None
+        if not (self.fixed_mask and self._last_drop is not None):
+            self._last_drop = AttentionDropout(1.0 - self.dropout, self._dropout_key, self.step,
+                                               self._dropout_stream, self.example_offset)
+            self.step += 1
+        return self._last_drop
 
     def _heads_view(self, tokens):
         """(N, T, H*dh) -> (N, T, H, dh)."""
@@ -235,18 +266,7 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         self._add_grads(self.of, error, self.Wo, self.bo)
         self._back_input(error, self.Wo, self.dof, 0.0)
         self._to_heads(self._heads_view(self.dof), self.doh)
-        for keys, rows in self._key_blocks:
-            be.batched_dot(self._used[:, rows, keys], self.doh[:, rows], self.dvh[:, keys],
-                           transA=True)
-        be.batched_dot(self.doh, self.vh, self.dprobs, transB=True)
-        if self._used is not self.probs:
-            self.dprobs[:] = self.dprobs * self.mask
-        be.masked_softmax_bprop(self.probs, self.dprobs, self.dprobs, self.scale)
-        for rows, keys in self._blocks:
-            be.batched_dot(self.dprobs[:, rows, keys], self.kh[:, keys], self.dqh[:, rows])
-        for keys, rows in self._key_blocks:
-            be.batched_dot(self.dprobs[:, rows, keys], self.qh[:, rows], self.dkh[:, keys],
-                           transA=True)
+        self._attend_bprop()
         done = {"x": False, "c": False}
         for group in self._groups:
             for (W, b, _, dheads), view in zip(group.members, group.dproj_views):
@@ -279,7 +299,7 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         s.vh, s.oh = be.zeros((batch * H, 1, self.dhv)), be.zeros((batch * H, 1, self.dhv))
         s.kcache = be.zeros((batch * H, max_len, self.dhk))
         s.vcache = be.zeros((batch * H, max_len, self.dhv))
-        s.scores = be.zeros((batch * H, 1, max_len))
+        s.lse = be.zeros((batch * H, 1), dtype=_lse_dtype(be))
         s.of, s.out = be.zeros((batch, 1, self.dv)), be.zeros((batch, 1, self.d_model))
         return s
 
@@ -298,18 +318,16 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         self._split_heads(s.vf, s.vh)
         s.kcache[:, s.pos:L] = s.kh
         s.vcache[:, s.pos:L] = s.vh
-        scores = s.scores[:, :, :L]
-        be.batched_dot(s.qh, s.kcache[:, :L], scores, alpha=self.scale, transB=True)
-        be.masked_softmax(scores, scores, 1.0, False, self._decode_key_mask(s, L))
-        be.batched_dot(scores, s.vcache[:, :L], s.oh)
+        be.attention(s.qh, s.kcache[:, :L], s.vcache[:, :L], s.oh, s.lse, self.scale, True,
+                     None, None, self._decode_blocks(s, L), self.heads)
         self._merge_heads(s.oh, s.of)
         self._project(s.of, self.Wo, self.bo, s.out)
         s.pos = L
         return s.out
 
-    def _decode_key_mask(self, s, L):
-        """The key mask (batch*H, L) of the new position pos = L - 1, or None: the causal mask
-        of a single last query sees every cached key."""
+    def _decode_blocks(self, s, L):
+        """The block layout of the new position pos = L - 1 against keys 0..pos, or None: the
+        causal mask of a single last query sees every cached key."""
         return None
 
 
@@ -359,19 +377,10 @@ class _Joined:
             b2[:] = b2 + self.db[:, col:col + width]
 
 
-def _causal_blocks(Tq, Tk, causal, rows=_CAUSAL_BLOCK):
-    """The (query rows, keys) slices the score GEMMs cover: everything, or for causal
-    self-attention (Tq == Tk) blocks of about ``rows`` queries, each with the keys up to its
-    last query, so the products skip most of the hidden upper triangle (3/4 of the work
-    with two blocks, 5/8 with four).  Also the transposed cover (keys, query rows) for the
-    gradients of K and V: each key block with the queries that see it."""
-    count = Tq // rows if causal and Tq == Tk else 1
-    if count < 2:
-        return [(slice(None), slice(None))], [(slice(None), slice(None))]
-    edges = [round(i * Tq / count) for i in range(count + 1)]
-    spans = list(zip(edges[:-1], edges[1:]))
-    return ([(slice(a, b), slice(0, b)) for a, b in spans],
-            [(slice(a, b), slice(a, Tq)) for a, b in spans])
+def _lse_dtype(be):
+    """The log-sum-exp rows are float32 at least (a 16-bit lse would spoil the recomputed
+    probabilities), else the backend's type."""
+    return np.float32 if np.dtype(be.dtype).itemsize < 4 else None
 
 
 def _positive(what, value):

@@ -1,6 +1,7 @@
 """Block-sparse multi-head attention: scores only at the blocks of a layout."""
 import numpy as np
 
+from ..backends.numpy_attention import AttentionBlocks
 from ..blocksparse import SUPPORTED_BLOCK_SIZES
 from ..blocksparse.layouts import from_spec
 from .attention import MultiHeadAttention
@@ -17,8 +18,11 @@ class BlockSparseAttention(MultiHeadAttention):
                                    <= query position + Tk - Tq inside diagonal blocks)
         O = P V                    (sparse x dense), then heads merged and projected by Wo
 
-    S and P are (N, nnz, bs, bs): block k is the k-th nonzero of the (H, Tq/bs, Tk/bs) layout
-    in row-major order.  Queries of a row without stored blocks get zeros.
+    It runs as the backend's fused attention (``Backend.attention`` with an
+    :class:`AttentionBlocks` layout): query block i of head h visits only the key blocks j
+    with layout[h, i, j] = 1, and S and P exist only tile by tile, never as (N, nnz, bs, bs)
+    arrays; bprop recomputes them from the log-sum-exp of each query row.  Queries of a row
+    without stored blocks get zeros.
 
     Arguments:
         heads (int): number of heads H.
@@ -76,90 +80,36 @@ class BlockSparseAttention(MultiHeadAttention):
                               f"{' below the causal diagonal' if self.causal else ''} (all "
                               f"zeros); attention needs at least one stored block")
         self.plan = self.be.blocksparse_layer(layout, bs)
+        self._blocks = AttentionBlocks(layout, bs, bs)
         return out
 
-    def allocate(self):
-        super(MultiHeadAttention, self).allocate()
-        self._allocate_projections()
-        self._allocate_heads()
-        be, N = self.be, self.be.bsz
-        self.qf, self.kf = be.zeros((N, self.Tq, self.dk)), be.zeros((N, self.Tk, self.dk))
-        self.vf = be.zeros((N, self.Tk, self.dv))
-        sparse = (N, self.plan.nnz, self.bs, self.bs)
-        self.probs, self.dprobs = be.zeros(sparse), be.zeros(sparse)
-
-    def _heads4(self, t):
-        """(N*H, T, dh) -> a (N, H, T, dh) view."""
-        return t.reshape(t.shape[0] // self.heads, self.heads, t.shape[1], t.shape[2])
+    def attention_blocks(self):
+        """The layout as the fused attention's tiles: query and key blocks of block_size."""
+        return self._blocks
 
     def fprop(self, x, inference=False, context=None, key_mask=None):
         if key_mask is not None or self.key_mask is not None:
             raise self._error("a key-padding mask is not supported; the layout decides which "
                               "keys each query sees")
-        be, h4 = self.be, self._heads4
-        c = self._context(x, context)
-        self.x, self.c = x, c
-        self._project(x, self.Wq, self.bq, self.qf)
-        self._project(c, self.Wk, self.bk, self.kf)
-        self._project(c, self.Wv, self.bv, self.vf)
-        self._split_heads(self.qf, self.qh)
-        self._split_heads(self.kf, self.kh)
-        self._split_heads(self.vf, self.vh)
-        be.blocksparse_sdd(self.plan, h4(self.qh), h4(self.kh), self.probs, alpha=self.scale)
-        be.blocksparse_softmax(self.plan, self.probs, self.probs, 1.0, self.causal)
-        be.blocksparse_dsd(self.plan, self.probs, h4(self.vh), h4(self.oh))
-        self._merge_heads(self.oh, self.of)
-        self._project(self.of, self.Wo, self.bo, self.outputs)
-        return self.outputs
-
-    def bprop(self, error):
-        be, h4 = self.be, self._heads4
-        self._add_grads(self.of, error, self.Wo, self.bo)
-        self._back_input(error, self.Wo, self.dof, 0.0)
-        self._split_heads(self.dof, self.doh)
-        be.blocksparse_dsd(self.plan, self.probs, h4(self.doh), h4(self.dvh), transposed=True)
-        be.blocksparse_sdd(self.plan, h4(self.doh), h4(self.vh), self.dprobs)
-        be.blocksparse_softmax_bprop(self.plan, self.probs, self.dprobs, self.dprobs,
-                                     self.scale)
-        be.blocksparse_dsd(self.plan, self.dprobs, h4(self.kh), h4(self.dqh))
-        be.blocksparse_dsd(self.plan, self.dprobs, h4(self.qh), h4(self.dkh), transposed=True)
-        dq, dk, dv = self.qf, self.kf, self.vf  # free since fprop: reused for the gradients
-        self._merge_heads(self.dqh, dq)
-        self._merge_heads(self.dkh, dk)
-        self._merge_heads(self.dvh, dv)
-        self._add_grads(self.x, dq, self.Wq, self.bq)
-        self._add_grads(self.c, dk, self.Wk, self.bk)
-        self._add_grads(self.c, dv, self.Wv, self.bv)
-        if self.cross:
-            self._back_input(dk, self.Wk, self.context_deltas, 0.0)
-            self._back_input(dv, self.Wv, self.context_deltas, 1.0)
-            if not self.needs_deltas:
-                return None
-            self._back_input(dq, self.Wq, self.deltas, 0.0)
-            return self.deltas
-        if not self.needs_deltas:
-            return None
-        self._back_input(dq, self.Wq, self.deltas, 0.0)
-        self._back_input(dk, self.Wk, self.deltas, 1.0)
-        self._back_input(dv, self.Wv, self.deltas, 1.0)
-        return self.deltas
+        return super().fprop(x, inference, context)
 
     # ---- incremental decoding ------------------------------------------------------------------
     def init_decode(self, batch, max_len):
-        """The key/value cache of MultiHeadAttention plus a key mask (batch*H, max_len) that
-        keeps, for the new position, only the keys the layout lets it see."""
+        """The key/value cache of MultiHeadAttention; each new position attends over the key
+        blocks of its query block's layout row (``_decode_blocks``)."""
         if max_len > self.Tk:
             raise TypeError(f"layer '{self.name}' (BlockSparseAttention): the layout covers "
                             f"{self.Tk} positions; decoding cannot go to {max_len}")
         state = super().init_decode(batch, max_len)
-        state.kmask = self.be.zeros((batch * self.heads, max_len))
-        layout = self.plan.layout
-        keys = np.repeat(layout, self.bs, axis=2)  # (H, nq, Tk): keys seen by each query block
-        state.visible = keys
+        state.blocks = {}
         return state
 
-    def _decode_key_mask(self, s, L):
-        """Only the keys the layout shows position pos = L - 1 (and, causal, up to pos)."""
-        row = s.visible[:, s.pos // self.bs, :L].astype(np.float64)  # (H, L)
-        s.kmask.set(np.pad(np.tile(row, (s.batch, 1)), ((0, 0), (0, s.max_len - L))))
-        return s.kmask[:, :L]
+    def _decode_blocks(self, s, L):
+        """Position pos = L - 1 sees the key blocks of its query block's layout row (and,
+        causal, keys up to pos)."""
+        key = (s.pos // self.bs, -(-L // self.bs))
+        found = s.blocks.get(key)
+        if found is None:
+            row = self.plan.layout[:, key[0]:key[0] + 1, :key[1]]
+            found = s.blocks[key] = AttentionBlocks(row, 1, self.bs)
+        return found

@@ -9,6 +9,7 @@ from neonlite.backends.plans import ConvPlan
 from neonlite.layers import BlockSparseAttention, MultiHeadAttention
 from neonlite.optimizers import GradientDescentMomentum
 from neonlite.profiler import op_cost
+from neonlite.profiler.flops import visible_pairs
 from neonlite.profiler.instrument import Instrumentation
 from neonlite.profiler.recorder import Recorder
 
@@ -72,39 +73,54 @@ def _op_flops(layer, in_shape, batch, pass_="fprop"):
     return totals, top
 
 
-def test_dense_attention_counts_all_score_tiles():
+def test_dense_attention_counts_every_pair():
     N, T, d, H = 2, 32, 16, 2
     dh = d // H
     totals, top = _op_flops(MultiHeadAttention(d, H, causal=False), (T, d), N)
-    assert totals["batched_dot"] == 2 * (2 * N * H * T * T * dh)     # Q K^T and P V
+    assert totals["attention"] == N * H * T * T * (2 * dh + 2 * dh)   # Q K^T and P V
     assert totals["compound_dot"] == 2 * N * T * d * 3 * d + 2 * N * T * d * d
     assert top[0].flops == sum(totals.values())
+    grads, _ = _op_flops(MultiHeadAttention(d, H, causal=False), (T, d), N, "bprop")
+    assert grads["attention_bprop"] == N * H * T * T * (6 * dh + 4 * dh)
 
 
-def test_causal_attention_counts_only_visited_tiles():
-    # T = 128 is cut into two blocks of 64 query rows: rows 0-63 see keys 0-63, rows 64-127
-    # see keys 0-127, so 64*64 + 64*128 = 12288 of the 16384 scores are computed
+def test_causal_attention_counts_only_visible_pairs():
+    # query i sees keys 0..i: 1 + 2 + ... + T = T (T + 1) / 2 pairs per head
     N, T, d, H = 1, 128, 16, 2
     dh = d // H
     totals, _ = _op_flops(MultiHeadAttention(d, H, causal=True), (T, d), N)
-    visited = 64 * 64 + 64 * 128
-    assert totals["batched_dot"] == 2 * (2 * N * H * visited * dh)
+    assert totals["attention"] == N * H * (T * (T + 1) // 2) * 4 * dh
     dense, _ = _op_flops(MultiHeadAttention(d, H, causal=False), (T, d), N)
-    assert totals["batched_dot"] == 0.75 * dense["batched_dot"]
+    assert totals["attention"] == dense["attention"] * (T + 1) / (2 * T)
 
 
-def test_block_sparse_attention_counts_only_stored_blocks():
-    # a 4 x 4 grid of 8 x 8 blocks, all set, made causal: the 10 blocks on and below the
-    # diagonal remain, per head
+def test_decoding_offset_causal_pairs():
+    # 4 new queries against 10 cached keys: query i sees keys 0 .. i + 6
+    assert visible_pairs(4, 10, causal=True) == 7 + 8 + 9 + 10
+    assert visible_pairs(4, 10, causal=False, heads=3) == 3 * 40
+
+
+def test_block_sparse_attention_counts_only_visited_blocks():
+    # a 4 x 4 grid of 8 x 8 blocks, all set, made causal: the 6 blocks below the diagonal are
+    # whole (64 pairs) and the 4 on it half and diagonal (36 pairs), per head
     N, T, d, H, bs = 2, 32, 16, 2, 8
     dh = d // H
     layer = BlockSparseAttention(H, np.ones((4, 4), dtype=np.int8), block_size=bs,
                                  causal=True)
     totals, _ = _op_flops(layer, (T, d), N)
-    nnz = 10 * H
-    assert totals["blocksparse_sdd"] == 2 * N * nnz * bs * bs * dh
-    assert totals["blocksparse_dsd"] == 2 * N * nnz * bs * bs * dh
-    assert totals["blocksparse_softmax"] == 5 * N * nnz * bs * bs
+    pairs = N * H * (6 * bs * bs + 4 * bs * (bs + 1) // 2)
+    assert totals["attention"] == pairs * 4 * dh
+    assert "blocksparse_sdd" not in totals
+
+
+def test_block_layout_pairs_per_head():
+    from neonlite.backends.numpy_attention import AttentionBlocks
+    layout = np.zeros((2, 2, 2), dtype=np.int8)
+    layout[0] = [[1, 0], [0, 1]]      # head 0: diagonal blocks
+    layout[1] = [[1, 1], [1, 1]]      # head 1: everything
+    blocks = AttentionBlocks(layout, 4, 4)
+    assert visible_pairs(8, 8, blocks=blocks, heads=2) == 2 * 16 + 64
+    assert visible_pairs(8, 8, causal=True, blocks=blocks, heads=2) == 2 * 10 + 36
 
 
 def test_elementwise_optree_counts_one_flop_per_node_and_element():

@@ -1,5 +1,5 @@
 """The transformer layers on the GPU backend's own code with the device replaced by the host
-emulator (``gpu_host_backend``): causal self-attention whose score GEMMs run in row blocks,
+emulator (``gpu_host_backend``): causal self-attention through the fused attention op,
 head split/merge copies into and out of strided views, the GELU contract ops' op-tree
 defaults, cross-attention with a padding mask and key/value widths that differ — forward and
 backward against the CPU backend.  This checks the GPU glue and generated kernels, not speed."""
@@ -12,7 +12,6 @@ from harness import build
 import neonlite
 from neonlite.initializers import Gaussian
 from neonlite.layers import MultiHeadAttention, TransformerBlock
-from neonlite.layers.attention import _causal_blocks
 
 pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
 
@@ -24,13 +23,11 @@ def restore_backend():
     neonlite.backends._current = previous
 
 
-def _run(be, make, in_shape, x, err, blocks=None, context=None, key_mask=None, seed=1):
+def _run(be, make, in_shape, x, err, context=None, key_mask=None, seed=1):
     neonlite.backends._current = be
     net = build(make(), in_shape)
     layer = net.layers[0]
     attn = layer.attn if isinstance(layer, TransformerBlock) else layer
-    if blocks is not None:
-        attn._blocks, attn._key_blocks = _causal_blocks(attn.Tq, attn.Tk, True, blocks)
     params = np.random.default_rng(seed)
     for p in layer.parameters():
         p.value.set(params.normal(scale=0.3, size=p.value.shape))
@@ -55,8 +52,7 @@ def _compare(got, want, tol=2e-4):
 
 
 @pytest.mark.parametrize("gelu", ["none", "tanh"])
-def test_transformer_block_with_causal_blocks_matches_the_cpu(monkeypatch, restore_backend,
-                                                             gelu):
+def test_causal_transformer_block_matches_the_cpu(monkeypatch, restore_backend, gelu):
     rng = np.random.default_rng(0)
     x, err = rng.normal(size=(2, 9, 8)), rng.normal(size=(2, 9, 8))
     results = []
@@ -64,7 +60,7 @@ def test_transformer_block_with_causal_blocks_matches_the_cpu(monkeypatch, resto
                neonlite.gen_backend("cpu", batch_size=2, rng_seed=0)):
         results.append(_run(be, lambda: TransformerBlock(8, 2, gelu=gelu,
                                                           init=Gaussian(scale=0.3)),
-                            (9, 8), x, err, blocks=4))
+                            (9, 8), x, err))
     _compare(results[0], results[1])
 
 

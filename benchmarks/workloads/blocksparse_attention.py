@@ -1,9 +1,12 @@
 """Block-sparse causal self-attention at T=4096 (one sequence, d_model 256, 4 heads of 64,
 64-token blocks): a local(256 tokens) + strided(every 4th block) layout, fprop + bprop of the
-``BlockSparseAttention`` layer, against the dense causal ``MultiHeadAttention`` layer in
-neonlite (``neonlite_dense``) and PyTorch's causal ``scaled_dot_product_attention`` with the
-same projections.  Smoke mode: T=128, d_model 32, 2 heads, 16-token blocks.  Figure: ms per
-step; the note gives the score/probability buffers of each and dense / sparse time."""
+``BlockSparseAttention`` layer (the fused attention op visiting the layout's tiles), against
+the dense causal ``MultiHeadAttention`` layer in neonlite (``neonlite_dense``), the unfused
+block-sparse attention the layer ran before (``neonlite_bs_unfused``: sampled scores (N, nnz,
+bs, bs), block-sparse softmax, sparse x dense products) and PyTorch's causal
+``scaled_dot_product_attention`` with the same projections.  Smoke mode: T=128, d_model 32,
+2 heads, 16-token blocks.  Figure: ms per step; the note gives the score/probability buffers
+of each and the unfused / fused time."""
 import numpy as np
 
 from .common import torch_threads
@@ -45,28 +48,64 @@ def _score_bytes(layer):
     return 2 * layer.probs.size * np.dtype(layer.probs.dtype).itemsize
 
 
+def _unfused_layer(*args, **kw):
+    """A BlockSparseAttention running the unfused block-sparse ops (the layer before the fused
+    op): it holds the sampled scores and their gradient, (N, nnz, bs, bs) each."""
+    from neonlite.layers import BlockSparseAttention
+
+    class UnfusedBlockSparseAttention(BlockSparseAttention):
+        def allocate(self):
+            super().allocate()
+            sparse = (self.be.bsz, self.plan.nnz, self.bs, self.bs)
+            self.probs, self.dprobs = self.be.zeros(sparse), self.be.zeros(sparse)
+
+        def _h4(self, t):
+            return t.reshape(t.shape[0] // self.heads, self.heads, t.shape[1], t.shape[2])
+
+        def _attend(self):
+            be, h4, plan = self.be, self._h4, self.plan
+            be.blocksparse_sdd(plan, h4(self.qh), h4(self.kh), self.probs, alpha=self.scale)
+            be.blocksparse_softmax(plan, self.probs, self.probs, 1.0, self.causal)
+            be.blocksparse_dsd(plan, self.probs, h4(self.vh), h4(self.oh))
+
+        def _attend_bprop(self):
+            be, h4, plan = self.be, self._h4, self.plan
+            be.blocksparse_dsd(plan, self.probs, h4(self.doh), h4(self.dvh), transposed=True)
+            be.blocksparse_sdd(plan, h4(self.doh), h4(self.vh), self.dprobs)
+            be.blocksparse_softmax_bprop(plan, self.probs, self.dprobs, self.dprobs, self.scale)
+            be.blocksparse_dsd(plan, self.dprobs, h4(self.kh), h4(self.dqh))
+            be.blocksparse_dsd(plan, self.dprobs, h4(self.qh), h4(self.dkh), transposed=True)
+
+    return UnfusedBlockSparseAttention(*args, **kw)
+
+
 def neonlite(make_backend, smoke):
     from neonlite.layers import BlockSparseAttention
     T, d, heads, bs, _, _ = _sizes(smoke)
     be = make_backend(1)
     step, layer = _step(be, BlockSparseAttention(heads, _layout(smoke), bs, causal=True), T, d)
-    _NOTES["sparse"] = (f"scores {_score_bytes(layer) / 2**20:.1f} MiB (density "
-                        f"{layer.plan.tables.density:.3f})")
+    _NOTES["sparse"] = (f"fused: no scores stored (density {layer.plan.tables.density:.3f}); "
+                        f"lse {layer.lse.size * layer.lse.dtype.itemsize / 2**10:.0f} KiB")
     return step, None
 
 
 def extra_contenders(make_backend, smoke):
     from neonlite.layers import MultiHeadAttention
-    T, d, heads, _, _, _ = _sizes(smoke)
+    T, d, heads, bs, _, _ = _sizes(smoke)
     be = make_backend(1)
-    step, layer = _step(be, MultiHeadAttention(d, heads, causal=True), T, d)
-    _NOTES["dense"] = f"dense {_score_bytes(layer) / 2**20:.1f} MiB"
-    return {"neonlite_dense": step}
+    dense, _ = _step(be, MultiHeadAttention(d, heads, causal=True), T, d)
+    unfused, layer = _step(be, _unfused_layer(heads, _layout(smoke), bs, causal=True), T, d)
+    _NOTES["unfused"] = f"unfused sparse scores {_score_bytes(layer) / 2**20:.1f} MiB"
+    return {"neonlite_dense": dense, "neonlite_bs_unfused": unfused}
 
 
 def note(row):
-    """The score/probability buffers of the block-sparse and the dense layer."""
-    return ", ".join(_NOTES[k] for k in ("sparse", "dense") if k in _NOTES)
+    """The score buffers of the fused and unfused block-sparse layers, unfused / fused time."""
+    parts = [_NOTES[k] for k in ("sparse", "unfused") if k in _NOTES]
+    if "neonlite_bs_unfused" in row:
+        parts.append(f"unfused {row['neonlite_bs_unfused']:.1f} ms, unfused/fused "
+                     f"{row['neonlite_bs_unfused'] / row['neonlite']:.2f}x")
+    return ", ".join(parts)
 
 
 def torch(device, smoke):

@@ -8,10 +8,13 @@ backend method ``name``.  Conventions (one multiply-add is 2 FLOPs):
 - Convolution (fprop, data gradient and filter gradient alike): 2*N*P*Q*K*R*S*C; every
   algorithm (direct, tiled, im2col, 1x1 GEMM) does the same arithmetic, so the algorithm goes
   in the op's variant name, not its count.  Bytes: input, filters and output once each.
-- Attention: the score and value GEMMs are counted from the shapes the layer passes, so a
-  causal layer that skips the hidden upper triangle in blocks counts only the tiles it visits;
-  block-sparse products count only stored blocks: ``2 * N * nnz * bs * bs * d`` for
-  ``blocksparse_sdd``/``blocksparse_dsd``, ``2 * M * nnz * bs * bs`` for the linear passes.
+- Fused attention (``attention``/``attention_bprop``): per visible (query, key) pair,
+  ``2*dk + 2*dv`` forward (scores, then probabilities times values) and ``6*dk + 4*dv``
+  backward (scores recomputed, dV, dP, dQ, dK); the softmax's elementwise work is not
+  counted.  Visible pairs are exact: a causal call counts only keys at or before each query
+  (offset for decoding), a block layout only the key blocks each query block visits; key
+  padding is not subtracted.  Block-sparse linear products count only stored blocks:
+  ``2 * M * nnz * bs * bs`` per pass.
 - Softmax: 5 per element (max, subtract, exp, sum, divide); its gradient 4; softmax with
   cross-entropy 7.  Norms: 8 per element forward (mean, variance, normalize, scale and
   shift), 12 backward.  GELU: 10 per element forward, 14 backward.  Pooling: R*S per output.
@@ -21,6 +24,8 @@ backend method ``name``.  Conventions (one multiply-add is 2 FLOPs):
 - Gathers, scatters, permutes and random draws: no FLOPs (scatter-add: one per element).
 """
 import math
+
+import numpy as np
 
 from ..backends.optree import OpNode, is_scalar
 
@@ -87,6 +92,40 @@ def _per_element(count, first, *others):
 
 def masked_softmax(x, out, scale=1.0, causal=False, key_mask=None):
     return 5.0 * _size(x), _bytes(x, out)
+
+
+def visible_pairs(Tq, Tk, causal=False, blocks=None, heads=1):
+    """The (query, key) pairs attention computes for one example's ``heads`` slices: keys
+    before ``i + Tk - Tq + 1`` for query i when ``causal``, and only the key blocks a query
+    block visits under ``blocks`` (an ``AttentionBlocks`` layout, shared or one per head)."""
+    rows = np.arange(Tq)
+    limit = np.clip(rows + (Tk - Tq) + 1, 0, Tk) if causal else np.full(Tq, Tk)
+    if blocks is None:
+        return heads * int(limit.sum())
+    layout = blocks.layout
+    starts = np.arange(layout.shape[2]) * blocks.bk
+    widths = np.clip(np.minimum(starts + blocks.bk, Tk) - starts, 0, None)
+    per_block = np.minimum(np.clip(limit[:, None] - starts[None, :], 0, None), widths[None, :])
+    row_blocks = rows // blocks.bq
+    total = sum(int((per_block * layout[h][row_blocks]).sum()) for h in range(layout.shape[0]))
+    return total * heads if layout.shape[0] == 1 else total
+
+
+def _attention_pairs(q, k, causal, blocks, heads):
+    return (q.shape[0] // heads) * visible_pairs(q.shape[1], k.shape[1], causal, blocks, heads)
+
+
+def attention(q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None, blocks=None,
+              heads=1):
+    pairs = _attention_pairs(q, k, causal, blocks, heads)
+    return float(pairs * (2 * q.shape[-1] + 2 * v.shape[-1])), _bytes(q, k, v, out, lse)
+
+
+def attention_bprop(q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False, key_mask=None,
+                    dropout=None, blocks=None, heads=1):
+    pairs = _attention_pairs(q, k, causal, blocks, heads)
+    return (float(pairs * (6 * q.shape[-1] + 4 * v.shape[-1])),
+            _bytes(q, k, v, out, lse, dout, dq, dk, dv))
 
 
 def softmax_cross_entropy(logits, targets, probs, grad, scale=1.0):
@@ -185,6 +224,7 @@ OP_COSTS = {
     "layernorm_bprop": _per_element(12, 0, 1, 4),
     "softmax": _per_element(5, 0, 1), "softmax_cross_entropy": softmax_cross_entropy,
     "masked_softmax": masked_softmax, "masked_softmax_bprop": _per_element(4, 0, 1, 2),
+    "attention": attention, "attention_bprop": attention_bprop,
     "gelu": gelu, "gelu_bprop": gelu_bprop,
     "take_rows": _no_flops(1, 2), "scatter_add_rows": scatter_add_rows,
     "permute_axes": _no_flops(0, 1), "uniform": _no_flops(0), "dropout_mask": _no_flops(0),

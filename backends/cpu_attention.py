@@ -1,0 +1,168 @@
+"""The CPU backend's fused attention: the C kernels of ``kernels/cpu/flash_attention.c``
+(OpenMP over (slice, query block) forward and over slices backward) for float32/float64, the
+numpy reference (``numpy_attention``) for every other case.
+
+The kernels walk tables of the (query block, key block) tiles to visit: for plain attention
+every key block up to the causal diagonal, for an :class:`AttentionBlocks` layout its nonzero
+blocks.  The tables are made once per shape (kept on the backend, or on the layout object)."""
+import numpy as np
+
+from . import numpy_attention
+from .numpy_attention import AttentionBlocks
+
+#: query rows and keys per tile of plain (unblocked) attention; the kernels' FA_MAX_BLOCK
+TILE = 64
+#: the widest head (dk or dv) the kernels take; the kernels' FA_MAX_WIDTH
+MAX_HEAD_WIDTH = 256
+#: the backward pass splits each slice's key blocks into groups (at most MAX_GROUPS) until
+#: there are about BACKWARD_ITEMS work items (slices x groups); a group past the first sums
+#: into its own partial dq, (B, Tq, dk)
+BACKWARD_ITEMS = 16
+MAX_GROUPS = 8
+
+
+def visit_tables(layout, Tq, Tk, bq, bk, causal):
+    """int32 tables of the tiles to visit for a 0/1 ``layout`` (Hl, nqb, nkb): ``row_ptr``
+    (Hl*nqb + 1) / ``cols`` (the key blocks of each query block, in order) and ``col_ptr``
+    (Hl*nkb + 1) / ``rows`` (the query blocks of each key block, in order).  With ``causal``,
+    blocks wholly above the diagonal (key > query + Tk - Tq for every pair) are left out."""
+    layout = np.array(layout, dtype=bool)
+    Hl, nqb, nkb = layout.shape
+    if causal:
+        last_query = np.minimum((np.arange(nqb) + 1) * bq, Tq) - 1
+        layout &= (np.arange(nkb) * bk)[None, None, :] <= (last_query + Tk - Tq)[None, :, None]
+    h, r, c = np.nonzero(layout)
+    row_ptr = np.concatenate([[0], np.cumsum(layout.reshape(Hl * nqb, nkb).sum(axis=1))])
+    order = np.lexsort((r, c, h))  # by head, key block, query block
+    col_ptr = np.concatenate([[0], np.cumsum(layout.transpose(0, 2, 1)
+                                             .reshape(Hl * nkb, nqb).sum(axis=1))])
+    as32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
+    return as32(row_ptr), as32(c), as32(col_ptr), as32(r[order])
+
+
+class CPUAttentionMixin:
+    """``Backend.attention`` / ``attention_bprop`` for the CPU backend (mixed into
+    ``CPUBackend``; uses its ``kernels``)."""
+
+    def _attention_tables(self, Tq, Tk, causal, blocks):
+        """(bq, bk, table_heads, tables) for the kernels."""
+        if blocks is not None:
+            key = ("cpu", Tq, Tk, bool(causal))
+            found = blocks.cache.get(key)
+            if found is None:
+                found = blocks.cache[key] = (
+                    blocks.bq, blocks.bk, blocks.layout.shape[0],
+                    visit_tables(blocks.layout, Tq, Tk, blocks.bq, blocks.bk, causal))
+            return found
+        store = self.__dict__.setdefault("_attention_plain", {})
+        key = (Tq, Tk, bool(causal))
+        found = store.get(key)
+        if found is None:
+            nqb, nkb = -(-Tq // TILE), -(-Tk // TILE)
+            found = store[key] = (TILE, TILE, 1, visit_tables(np.ones((1, nqb, nkb)), Tq, Tk,
+                                                              TILE, TILE, causal))
+        return found
+
+    def _attention_module(self, blocks, *arrays):
+        dtype = arrays[0].dtype
+        if dtype not in (np.float32, np.float64) or any(a.dtype != dtype for a in arrays):
+            return None
+        if blocks is not None and max(blocks.bq, blocks.bk) > TILE:
+            return None
+        widths = (arrays[0].shape[-1], arrays[2].shape[-1])
+        if max(widths) > MAX_HEAD_WIDTH:
+            return None
+        return self.kernels.module("flash_attention", dtype)
+
+    def _attention_work(self, module, q, dk, dv):
+        """The kernels' per-thread tiles (``fa_work_size`` reals per thread), kept in the
+        kernels' workspaces: made once per (dtype, size)."""
+        lib = module.lib
+        size = int(lib.fa_threads()) * int(lib.fa_work_size(dk, dv))
+        return module.ffi.cast("real *", self._attention_buffer("fa_work", q.dtype,
+                                                                size).ctypes.data)
+
+    def _attention_buffer(self, name, dtype, size):
+        """A 1-D work array of ``size`` elements kept in the kernels' workspaces."""
+        key = (name, np.dtype(dtype), int(size))
+        work = self.kernels.workspaces.get(key)
+        if work is None:
+            work = self.kernels.workspaces[key] = np.empty(size, dtype=dtype)
+        return work
+
+    @staticmethod
+    def _mask_array(key_mask, dtype):
+        if key_mask is None:
+            return None
+        mask = key_mask._ary if hasattr(key_mask, "_ary") else np.asarray(key_mask)
+        return mask if mask.dtype == dtype and mask.flags.c_contiguous else \
+            np.ascontiguousarray(mask, dtype=dtype)
+
+    @staticmethod
+    def _dropout_args(dropout):
+        if dropout is None:
+            return 1.0, 0, 0, 0, 0
+        seed = int(dropout.key or 0) & 0xFFFFFFFFFFFFFFFF
+        return (float(dropout.keep), seed, int(dropout.step) & 0xFFFFFFFF,
+                int(dropout.stream) & 0xFFFFFFFF, int(dropout.first))
+
+    def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
+                  blocks=None, heads=1):
+        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
+        arrays = [q._ary, k._ary, v._ary, out._ary, lse._ary]
+        mask = self._mask_array(key_mask, q.dtype)
+        module = self._attention_module(blocks, *arrays)
+        if module is None or not all(_rows_contiguous(a) for a in arrays[:4]) \
+                or not lse._ary.flags.c_contiguous:
+            numpy_attention.attention(*arrays, scale, causal, mask, dropout, blocks, heads)
+            return out
+        B, Tq, dk = q.shape
+        Tk, dv = k.shape[1], v.shape[2]
+        bq, bk, table_heads, (row_ptr, cols, _, _) = self._attention_tables(Tq, Tk, causal,
+                                                                            blocks)
+        ffi, it = module.ffi, q._ary.itemsize
+        ptr = lambda a: ffi.cast("real *", a.ctypes.data)  # noqa: E731
+        module.lib.fa_fprop(*(ptr(a) for a in arrays), B, heads, Tq, Tk, dk, dv,
+                            *(a.strides[0] // it for a in arrays[:4]), float(scale),
+                            bool(causal), ffi.NULL if mask is None else ptr(mask), bq, bk,
+                            ffi.from_buffer("int32_t[]", row_ptr),
+                            ffi.from_buffer("int32_t[]", cols), table_heads,
+                            *self._dropout_args(dropout), self._attention_work(module, q, dk, dv))
+        return out
+
+    def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
+                        key_mask=None, dropout=None, blocks=None, heads=1):
+        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
+        arrays = [t._ary for t in (q, k, v, out, lse, dout, dq, dk, dv)]
+        mask = self._mask_array(key_mask, q.dtype)
+        module = self._attention_module(blocks, *arrays)
+        if module is None or not all(a.flags.c_contiguous for a in arrays):
+            numpy_attention.attention_bprop(*arrays, scale, causal, mask, dropout, blocks, heads)
+            return dq
+        B, Tq, dkw = q.shape
+        Tk, dvw = k.shape[1], v.shape[2]
+        bq, bk, table_heads, (_, _, col_ptr, rows) = self._attention_tables(Tq, Tk, causal,
+                                                                            blocks)
+        ffi = module.ffi
+        ptr = lambda a: ffi.cast("real *", a.ctypes.data)  # noqa: E731
+        groups = min(-(-Tk // bk), MAX_GROUPS, max(1, -(-BACKWARD_ITEMS // B)))
+        parts = ffi.NULL if groups == 1 else \
+            ptr(self._attention_buffer("fa_dq_parts", q._ary.dtype, (groups - 1) * q.size))
+        module.lib.fa_bprop(*(ptr(a) for a in arrays), B, heads, Tq, Tk, dkw, dvw, float(scale),
+                            bool(causal), ffi.NULL if mask is None else ptr(mask), bq, bk,
+                            ffi.from_buffer("int32_t[]", col_ptr),
+                            ffi.from_buffer("int32_t[]", rows), table_heads,
+                            *self._dropout_args(dropout), groups, parts,
+                            self._attention_work(module, q, dkw, dvw))
+        return dq
+
+
+def _rows_contiguous(a):
+    """(B, T, d) with contiguous rows of a contiguous (T, d) per slice (the slice stride free:
+    a window of a longer key/value cache)."""
+    it = a.itemsize
+    return a.ndim == 3 and a.strides[2] == it and a.strides[1] == a.shape[2] * it \
+        and a.strides[0] % it == 0 and a.strides[0] >= 0
+
+
+__all__ = ["AttentionBlocks", "CPUAttentionMixin", "visit_tables"]

@@ -1,0 +1,422 @@
+/* Fused attention: tiled online-softmax forward and a backward that recomputes each tile's
+ * probabilities from the saved log-sum-exp (see flash_attention.h for the arguments).
+ *
+ * Forward: one OpenMP work item per (slice, query block).  For each visited key block the
+ * scores S = q_r k_c^T (bq x bk) are made in a tile buffer, masked, and folded into the running
+ * row maximum m and sum l; the output rows are rescaled by exp(m_old - m_new) and accumulate
+ * P v_c, all in a per-thread buffer of bq x dv.  Nothing of size Tq x Tk exists.
+ *
+ * Backward: one work item per slice.  For each key block c (in order) and each query block r
+ * visiting it (in order): P = exp(scale q_r k_c^T - lse), dropout factors Z regenerated from
+ * Philox, dV_c += (P Z)^T dO_r, dP = (dO_r v_c^T) Z, dS = scale P (dP - D_r) with
+ * D_r = rowsum(dO_r * O_r), dQ_r += dS k_c, dK_c += dS^T q_r.  Each sum has one fixed order.
+ *
+ * The products are small tile GEMMs (fa_gemm) on explicit vectors of 64 bytes (one AVX-512
+ * register) where the compiler targets AVX-512, 32 bytes otherwise; the GCC/Clang vector
+ * extension keeps them in registers without naming an instruction set. */
+#include <omp.h>
+
+#include "common.h"
+#include "flash_attention.h"
+
+#ifdef __AVX512F__
+#define FA_VEC_BYTES 64
+#else
+#define FA_VEC_BYTES 32
+#endif
+typedef real fa_vec __attribute__((vector_size(FA_VEC_BYTES)));
+typedef real fa_uvec __attribute__((vector_size(FA_VEC_BYTES), aligned(sizeof(real)), may_alias));
+#define FA_W ((int64_t)(FA_VEC_BYTES / sizeof(real)))
+#define FA_LD FA_MAX_BLOCK /* leading dimension of the bq x bk tiles */
+
+static inline fa_vec fa_load(const real *p) { return *(const fa_uvec *)p; }
+static inline void fa_store(real *p, fa_vec x) { *(fa_uvec *)p = x; }
+
+/* C (m x n, ld ldc) = [C +] A (m x k) B (k x n, ld ldb), small m, n; A's element (i, p) is
+ * A[i * ai + p * ap] (so A may be a transposed tile).  Each element of C is one sequential sum
+ * over p (starting from C when `add`), whichever path computes it. */
+#define FA_ROWS 8
+static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
+                    int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
+                    int64_t ldc, int add)
+{
+    int64_t j = 0;
+    for (; j + 2 * FA_W <= n; j += 2 * FA_W) {
+        int64_t i = 0;
+        for (; i + FA_ROWS <= m; i += FA_ROWS) {
+            fa_vec x[FA_ROWS][2];
+            const real *a = A + i * ai;
+#pragma GCC unroll 8
+            for (int r = 0; r < FA_ROWS; r++) {
+                x[r][0] = add ? fa_load(C + (i + r) * ldc + j) : (fa_vec){0};
+                x[r][1] = add ? fa_load(C + (i + r) * ldc + j + FA_W) : (fa_vec){0};
+            }
+            for (int64_t p = 0; p < kk; p++) {
+                const fa_vec b0 = fa_load(B + p * ldb + j), b1 = fa_load(B + p * ldb + j + FA_W);
+                const real *ar = a + p * ap;
+#pragma GCC unroll 8
+                for (int r = 0; r < FA_ROWS; r++) {
+                    const real av = ar[r * ai];
+                    x[r][0] += av * b0, x[r][1] += av * b1;
+                }
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < FA_ROWS; r++) {
+                fa_store(C + (i + r) * ldc + j, x[r][0]);
+                fa_store(C + (i + r) * ldc + j + FA_W, x[r][1]);
+            }
+        }
+        for (; i < m; i++) {
+            real *c0 = C + i * ldc + j;
+            fa_vec x0 = {0}, x1 = {0};
+            if (add)
+                x0 = fa_load(c0), x1 = fa_load(c0 + FA_W);
+            for (int64_t p = 0; p < kk; p++) {
+                const real a0 = A[i * ai + p * ap];
+                x0 += a0 * fa_load(B + p * ldb + j), x1 += a0 * fa_load(B + p * ldb + j + FA_W);
+            }
+            fa_store(c0, x0), fa_store(c0 + FA_W, x1);
+        }
+    }
+    for (; j + FA_W <= n; j += FA_W) {
+        for (int64_t i = 0; i < m; i++) {
+            real *c0 = C + i * ldc + j;
+            fa_vec x0 = {0};
+            if (add)
+                x0 = fa_load(c0);
+            for (int64_t p = 0; p < kk; p++)
+                x0 += A[i * ai + p * ap] * fa_load(B + p * ldb + j);
+            fa_store(c0, x0);
+        }
+    }
+    for (; j < n; j++) {
+        for (int64_t i = 0; i < m; i++) {
+            real x = add ? C[i * ldc + j] : 0;
+            for (int64_t p = 0; p < kk; p++)
+                x += A[i * ai + p * ap] * B[p * ldb + j];
+            C[i * ldc + j] = x;
+        }
+    }
+}
+
+/* dst (w x n, ld FA_LD) = scale * src (n rows x w, ld lds) transposed. */
+static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64_t w,
+                         real scale, real *restrict dst)
+{
+    for (int64_t c = 0; c < n; c++)
+        for (int64_t d = 0; d < w; d++)
+            dst[d * FA_LD + c] = scale * src[c * lds + d];
+}
+
+/* ---- dropout: Philox4x32-10, as backends/philox.py ------------------------------------------ */
+static inline uint32_t fa_philox_word(uint64_t g, uint32_t step, uint32_t stream, uint64_t seed,
+                                      int word)
+{
+    uint32_t c0 = (uint32_t)g, c1 = (uint32_t)(g >> 32), c2 = step, c3 = stream;
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        if (r)
+            k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+        const uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c0 = n0, c1 = (uint32_t)p1, c2 = n2, c3 = (uint32_t)p0;
+    }
+    return word == 0 ? c0 : (word == 1 ? c1 : (word == 2 ? c2 : c3));
+}
+
+typedef struct {
+    float keep;
+    real scale;
+    uint64_t seed, first, groups;
+    uint32_t step, stream;
+} fa_dropout;
+
+/* z[r * zr + c * zc] = the dropout factor of row i0 + r, key j0 + c of slice b (r < nr,
+ * c < nc). */
+static void fa_dropout_tile(const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk,
+                            int64_t i0, int64_t nr, int64_t j0, int64_t nc, real *restrict z,
+                            int64_t zr, int64_t zc)
+{
+    const uint64_t example = dr->first + (uint64_t)(b / H);
+    const uint64_t base = (uint64_t)(b % H) * (uint64_t)(Tq * Tk);
+    for (int64_t r = 0; r < nr; r++) {
+        const uint64_t row = base + (uint64_t)((i0 + r) * Tk + j0);
+        for (int64_t c = 0; c < nc; c++) {
+            const uint64_t e = row + (uint64_t)c;
+            const uint32_t w = fa_philox_word(example * dr->groups + e / 4, dr->step, dr->stream,
+                                              dr->seed, (int)(e % 4));
+            const float u = (float)(w >> 8) * (1.0f / 16777216.0f);
+            z[r * zr + c * zc] = u < dr->keep ? dr->scale : 0;
+        }
+    }
+}
+
+static fa_dropout fa_make_dropout(double keep, uint64_t seed, uint32_t step, uint32_t stream,
+                                  uint64_t first, int64_t H, int64_t Tq, int64_t Tk)
+{
+    fa_dropout dr = {(float)keep, (real)(1.0 / keep), seed, first,
+                     (uint64_t)((H * Tq * Tk + 3) / 4), step, stream};
+    return dr;
+}
+
+/* 2^x for the exponents of the online softmax (x <= 0 up to rounding, or -inf): for float a
+ * straight-line form the compiler vectorizes, 2^n times a degree-6 polynomial of the fraction
+ * (relative error below 2e-7), 0 below -126; double uses libm.  The kernels work in base 2:
+ * scores are scaled by scale * log2(e), and lse converted back to base e. */
+static inline float fa_exp2f(float x)
+{
+    const float t = x < -126.0f ? -126.0f : (x > 127.0f ? 127.0f : x);
+    const float n = rintf(t), f = t - n;
+    float p = 1.5403530393381606e-4f;
+    p = p * f + 1.3333558146428443e-3f;
+    p = p * f + 9.6181291076284772e-3f;
+    p = p * f + 5.5504108664821580e-2f;
+    p = p * f + 2.4022650695910071e-1f;
+    p = p * f + 6.9314718055994531e-1f;
+    p = p * f + 1.0f;
+    union { float f; int32_t i; } s;
+    s.i = ((int32_t)n + 127) << 23;
+    return x < -126.0f ? 0.0f : p * s.f;
+}
+#define FA_EXP2(x) _Generic((x), float: fa_exp2f, default: exp2)(x)
+#define FA_LOG2E 1.4426950408889634
+#define FA_LN2 0.6931471805599453
+
+/* ---- masks ------------------------------------------------------------------------------------ */
+/* s[r * sr + c * sc] (r < nr queries from i0, c < nc keys from j0) = -inf where the key is
+ * hidden (causal, key mask); the scores come scaled (one operand was).  A tile with nothing
+ * hidden is left as it is. */
+static void fa_mask(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_t nc,
+                    int64_t i0, int64_t j0, int64_t off, int causal, const real *km)
+{
+    if (!km && (!causal || j0 + nc - 1 <= i0 + off))
+        return;
+    for (int64_t c = 0; c < nc; c++) {
+        const int64_t j = j0 + c;
+        const int padded = km && km[j] == 0;
+        const int64_t first = causal ? j - off - i0 : 0; /* first query row that sees key j */
+#pragma omp simd
+        for (int64_t r = 0; r < nr; r++) {
+            const int hide = padded || r < first;
+            s[r * sr + c * sc] = hide ? -INFINITY : s[r * sr + c * sc];
+        }
+    }
+}
+
+int64_t fa_threads(void) { return omp_get_max_threads(); }
+
+int64_t fa_work_size(int64_t dk, int64_t dv)
+{
+    return (dk + dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD;
+}
+
+/* ---- forward ---------------------------------------------------------------------------------- */
+void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
+              int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, int64_t sq, int64_t sk,
+              int64_t sv, int64_t so, double scale, int causal, const real *key_mask,
+              int64_t bq, int64_t bk, const int32_t *row_ptr, const int32_t *cols,
+              int64_t table_heads, double keep, uint64_t seed, uint32_t step, uint32_t stream,
+              uint64_t first, real *work)
+{
+    const int64_t nqb = (Tq + bq - 1) / bq, off = Tk - Tq, items = B * nqb;
+    const int drop = keep < 1.0;
+    const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
+    const real sc2 = (real)(scale * FA_LOG2E);
+#pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
+    {
+        /* qt: the query block transposed (dk x nr); st: scores / probabilities transposed
+         * (nc x nr), so the per-query steps run along vectors of queries */
+        real *qt = work + omp_get_thread_num() * fa_work_size(dk, dv);
+        real *st = qt + dk * FA_LD, *z = st + FA_MAX_BLOCK * FA_LD;
+        real *acc = z + FA_MAX_BLOCK * FA_LD;
+        real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], top[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < items; item++) {
+            /* the last query blocks first: under a causal mask they visit the most tiles */
+            const int64_t b = item / nqb, r = nqb - 1 - item % nqb, i0 = r * bq;
+            const int64_t nr = Tq - i0 < bq ? Tq - i0 : bq;
+            const int64_t t = table_heads == 1 ? 0 : b % H;
+            const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
+            fa_transpose(q + b * sq + i0 * dk, dk, nr, dk, sc2, qt);
+            for (int64_t i = 0; i < nr; i++)
+                m[i] = -INFINITY, l[i] = 0;
+            memset(acc, 0, sizeof(real) * (size_t)(nr * dv));
+            for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
+                const int64_t j0 = (int64_t)cols[e] * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
+                fa_gemm(nc, nr, dk, k + b * sk + j0 * dk, dk, 1, qt, FA_LD, st, FA_LD, 0);
+                fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
+                for (int64_t i = 0; i < nr; i++)
+                    top[i] = m[i];
+                for (int64_t c = 0; c < nc; c++) {
+                    const real *row = st + c * FA_LD;
+#pragma omp simd
+                    for (int64_t i = 0; i < nr; i++)
+                        top[i] = row[i] > top[i] ? row[i] : top[i];
+                }
+#pragma omp simd
+                for (int64_t i = 0; i < nr; i++) {
+                    /* rows with nothing visible yet keep m = -inf, contribute exp(-inf) = 0 */
+                    const real safe = top[i] == -INFINITY ? 0 : top[i];
+                    alpha[i] = FA_EXP2(m[i] - safe);
+                    m[i] = top[i];
+                    top[i] = safe;
+                    l[i] *= alpha[i];
+                }
+                for (int64_t c = 0; c < nc; c++) {
+                    real *row = st + c * FA_LD;
+#pragma omp simd
+                    for (int64_t i = 0; i < nr; i++) {
+                        const real p = FA_EXP2(row[i] - top[i]);
+                        row[i] = p;
+                        l[i] += p;
+                    }
+                }
+                for (int64_t i = 0; i < nr; i++) {
+                    real *o = acc + i * dv;
+                    const real a = alpha[i];
+                    if (a != 1)
+#pragma omp simd
+                        for (int64_t d = 0; d < dv; d++)
+                            o[d] *= a;
+                }
+                if (drop) {
+                    fa_dropout_tile(&dr, b, H, Tq, Tk, i0, nr, j0, nc, z, 1, FA_LD);
+                    for (int64_t c = 0; c < nc; c++)
+#pragma omp simd
+                        for (int64_t i = 0; i < nr; i++)
+                            st[c * FA_LD + i] *= z[c * FA_LD + i];
+                }
+                fa_gemm(nr, dv, nc, st, 1, FA_LD, v + b * sv + j0 * dv, dv, acc, dv, 1);
+            }
+            for (int64_t i = 0; i < nr; i++) {
+                real *o = out + b * so + (i0 + i) * dv;
+                const real inv = l[i] > 0 ? 1 / l[i] : 0;
+                for (int64_t d = 0; d < dv; d++)
+                    o[d] = acc[i * dv + d] * inv;
+                lse[b * Tq + i0 + i] = l[i] > 0 ? (real)(((double)m[i] + log2((double)l[i])) * FA_LN2)
+                                               : -INFINITY;
+            }
+        }
+    }
+}
+
+/* ---- backward --------------------------------------------------------------------------------- */
+typedef struct {
+    real *kt, *vt, *p, *dp, *z, *t, *drow;
+} fa_bwork;
+
+/* The contribution of query block (i0, nr) and key block (j0, nc) of slice b. */
+static void fa_bprop_tile(const fa_bwork *w, const real *qb, const real *kb, const real *ob,
+                          const real *dob, const real *lb, real *dqb, real *dkb, real *dvb,
+                          int64_t dk, int64_t dv, int64_t nr, int64_t nc, int64_t i0,
+                          int64_t j0, int64_t off, int causal, const real *km, real sc,
+                          const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk)
+{
+    real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
+    fa_gemm(nr, nc, dk, qb, dk, 1, w->kt, FA_LD, p, FA_LD, 0);
+    fa_mask(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km);
+    for (int64_t i = 0; i < nr; i++) {
+        real *row = p + i * FA_LD;
+        /* lse in base 2; no visible key: P = 0 */
+        const real top = lb[i] == -INFINITY ? INFINITY : (real)(lb[i] * FA_LOG2E);
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++)
+            row[c] = FA_EXP2(row[c] - top);
+    }
+    if (z) {
+        fa_dropout_tile(dr, b, H, Tq, Tk, i0, nr, j0, nc, z, FA_LD, 1);
+        for (int64_t i = 0; i < nr; i++)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++)
+                pz[i * FA_LD + c] = p[i * FA_LD + c] * z[i * FA_LD + c];
+    }
+    /* dV_c += (P Z)^T dO_r */
+    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, dv, dvb, dv, 1);
+    /* dP = dO_r v_c^T, then dS = scale P (dP Z - D) in place */
+    fa_gemm(nr, nc, dv, dob, dv, 1, w->vt, FA_LD, dp, FA_LD, 0);
+    for (int64_t i = 0; i < nr; i++) {
+        double dsum = 0;
+        const real *orow = ob + i * dv, *dorow = dob + i * dv;
+#pragma omp simd reduction(+ : dsum)
+        for (int64_t d = 0; d < dv; d++)
+            dsum += (double)orow[d] * (double)dorow[d];
+        const real D = (real)dsum;
+        real *dprow = dp + i * FA_LD;
+        const real *prow = p + i * FA_LD, *zr = z ? z + i * FA_LD : NULL;
+        if (zr) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++)
+                dprow[c] = sc * prow[c] * (dprow[c] * zr[c] - D);
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++)
+                dprow[c] = sc * prow[c] * (dprow[c] - D);
+        }
+    }
+    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, dk, dqb, dk, 1);
+    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, dk, dkb, dk, 1);
+}
+
+void fa_bprop(const real *q, const real *k, const real *v, const real *out, const real *lse,
+              const real *dout, real *dq, real *dkey, real *dval, int64_t B, int64_t H,
+              int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, double scale, int causal,
+              const real *key_mask, int64_t bq, int64_t bk, const int32_t *col_ptr,
+              const int32_t *rows, int64_t table_heads, double keep, uint64_t seed,
+              uint32_t step, uint32_t stream, uint64_t first, int64_t groups, real *dq_parts,
+              real *work)
+{
+    const int64_t nkb = (Tk + bk - 1) / bk, off = Tk - Tq;
+    const int drop = keep < 1.0;
+    const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
+    const real sc = (real)scale, sc2 = (real)(scale * FA_LOG2E);
+    const int64_t items = B * groups, qsize = Tq * dk;
+#pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
+    {
+        const size_t tile = FA_MAX_BLOCK * FA_LD;
+        real *buf = work + omp_get_thread_num() * fa_work_size(dk, dv);
+        fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL, NULL};
+        w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < items; item++) {
+            const int64_t b = item / groups, g = item % groups;
+            const int64_t t = table_heads == 1 ? 0 : b % H;
+            const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
+            /* group 0 sums into dq, group g > 0 into its own partial dq */
+            real *dqs = g == 0 ? dq + b * qsize : dq_parts + ((g - 1) * B + b) * qsize;
+            memset(dqs, 0, sizeof(real) * (size_t)qsize);
+            for (int64_t c = g; c < nkb; c += groups) {
+                const int64_t j0 = c * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
+                real *dkb = dkey + (b * Tk + j0) * dk, *dvb = dval + (b * Tk + j0) * dv;
+                memset(dkb, 0, sizeof(real) * (size_t)(nc * dk));
+                memset(dvb, 0, sizeof(real) * (size_t)(nc * dv));
+                const int32_t lo = col_ptr[t * nkb + c], hi = col_ptr[t * nkb + c + 1];
+                if (lo == hi)
+                    continue;
+                const real *kb = k + (b * Tk + j0) * dk, *vb = v + (b * Tk + j0) * dv;
+                fa_transpose(kb, dk, nc, dk, sc2, w.kt); /* scores come scaled */
+                fa_transpose(vb, dv, nc, dv, 1, w.vt);
+                for (int32_t e = lo; e < hi; e++) {
+                    const int64_t i0 = (int64_t)rows[e] * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
+                    const int64_t qo = b * Tq + i0;
+                    fa_bprop_tile(&w, q + qo * dk, kb, out + qo * dv, dout + qo * dv,
+                                  lse + qo, dqs + i0 * dk, dkb, dvb, dk, dv, nr, nc, i0, j0, off,
+                                  causal, km, sc, drop ? &dr : NULL, b, H, Tq, Tk);
+                }
+            }
+        }
+        /* dq += the partials, in group order (a fixed order whatever the threads) */
+        if (groups > 1) {
+            const int64_t chunk = 4096, nchunks = (B * qsize + chunk - 1) / chunk;
+#pragma omp for schedule(static)
+            for (int64_t ch = 0; ch < nchunks; ch++) {
+                const int64_t lo = ch * chunk, hi = lo + chunk < B * qsize ? lo + chunk : B * qsize;
+                for (int64_t g = 1; g < groups; g++) {
+                    const real *part = dq_parts + (g - 1) * B * qsize;
+#pragma omp simd
+                    for (int64_t x = lo; x < hi; x++)
+                        dq[x] += part[x];
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,45 @@
+/* Fused (flash-style) attention on head-major slices: q (B, Tq, dk), k (B, Tk, dk),
+ * v (B, Tk, dv), out (B, Tq, dv), lse (B, Tq); B = N * H slices, slice b of example b / H.
+ *
+ * Query block r (rows r*bq ..) of slice b visits the key blocks (keys c*bk ..) listed in
+ * cols[row_ptr[t*nqb + r] .. row_ptr[t*nqb + r + 1]) in increasing order, t = (b % H) when the
+ * table has H heads (table_heads == H) and 0 when it has one; the transposed lists
+ * (col_ptr/rows over t*nkb + c) give the query blocks that visit key block c.  Keys of blocks
+ * not listed are hidden; so are keys j > i + (Tk - Tq) with `causal`, and keys whose
+ * key_mask (N, Tk; NULL: none) entry is 0.  bq, bk <= FA_MAX_BLOCK; dk, dv <= FA_MAX_WIDTH.
+ *
+ * Dropout (keep < 1): probability (b, i, j) is kept, scaled by 1/keep, when the Philox4x32-10
+ * uniform of element e = (b % H)*Tq*Tk + i*Tk + j of global example first + b / H is below
+ * (float)keep: counter (g lo, g hi, step, stream) with g = example * ceil(H*Tq*Tk / 4) + e / 4,
+ * word e % 4, key = seed (backends/philox.py: example_masks).  keep >= 1: no dropout. */
+
+#define FA_MAX_BLOCK 64
+#define FA_MAX_WIDTH 256
+
+/* The work array of a call: fa_work_size(dk, dv) reals for each of fa_threads() threads (the
+ * OpenMP threads a parallel region started now would use), whatever Tq and Tk are. */
+int64_t fa_threads(void);
+int64_t fa_work_size(int64_t dk, int64_t dv);
+
+/* out and lse (log of each row's softmax sum, -inf where every key is hidden: out is 0 there).
+ * q, k, v, out are read/written at slice strides sq, sk, sv, so (elements; rows contiguous). */
+void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
+              int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, int64_t sq, int64_t sk,
+              int64_t sv, int64_t so, double scale, int causal, const real *key_mask,
+              int64_t bq, int64_t bk, const int32_t *row_ptr, const int32_t *cols,
+              int64_t table_heads, double keep, uint64_t seed, uint32_t step, uint32_t stream,
+              uint64_t first, real *work);
+
+/* dq, dk, dv (contiguous, overwritten) for the output gradient dout (B, Tq, dv), given q, k, v,
+ * out and lse of fa_fprop with the same arguments.  The key blocks of a slice are dealt to
+ * `groups` groups (block c to group c % groups); one work item per (slice, group) sums dK and
+ * dV of its key blocks and a partial dQ (group 0 into dq, group g > 0 into dq_parts, (groups-1)
+ * x B x Tq x dk reals), each over its blocks in increasing order; then dq += the partials in
+ * group order.  So the result does not depend on the thread count. */
+void fa_bprop(const real *q, const real *k, const real *v, const real *out, const real *lse,
+              const real *dout, real *dq, real *dkey, real *dval, int64_t B, int64_t H,
+              int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, double scale, int causal,
+              const real *key_mask, int64_t bq, int64_t bk, const int32_t *col_ptr,
+              const int32_t *rows, int64_t table_heads, double keep, uint64_t seed,
+              uint32_t step, uint32_t stream, uint64_t first, int64_t groups, real *dq_parts,
+              real *work);
