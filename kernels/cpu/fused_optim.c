@@ -161,10 +161,14 @@ void segment_sum_squares(const real *g, const nl_segment *segs, int64_t nseg, do
     }
 }
 
+/* A memory-bound pass that runs every training step: threads only pay for their wake-up
+   (tens of microseconds on a shared machine) above several million elements. */
+#define NL_FINITE_PARALLEL_MIN (NL_PARALLEL_MIN * 128)
+
 int all_finite(const real *x, int64_t n)
 {
     int ok = 1;
-#pragma omp parallel for schedule(static) reduction(& : ok) if (n >= NL_PARALLEL_MIN)
+#pragma omp parallel for schedule(static) reduction(& : ok) if (n >= NL_FINITE_PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++)
         ok &= (x[i] - x[i]) == (x[i] - x[i]);
     return ok;

@@ -1,8 +1,9 @@
 """Timing wrappers put on the *instances* of one training run while a profile window is
 open, and taken off when it closes: each layer's ``fprop``/``bprop`` (containers and a
 ``TransformerBlock``'s sub-layers too, so spans nest), the cost, ``zero_grads``, the
-optimizer step, the public op methods of the backend object, and the data-parallel gradient
-synchronisation (bucket starts and the wait for them).
+optimizer step, the finiteness check after it (``Model.first_nonfinite``), the public op
+methods of the backend object, and the data-parallel gradient synchronisation (bucket starts
+and the wait for them).
 
 Nothing in the layers, the model or the backends knows about the profiler: a wrapper is an
 entry in the instance's ``__dict__`` that shadows the class's method, and detaching puts back
@@ -65,6 +66,7 @@ class Instrumentation:
         if model.cost is not None:
             self._wrap(model.cost, "cost_and_errors", self._timed("cost", "cost", {}))
         self._wrap(model, "zero_grads", self._timed("zero_grads", "zero_grads", {}))
+        self._wrap(model, "first_nonfinite", self._timed("finite check", "finite_check", {}))
         self._wrap(optimizer, "optimize", self._timed("optimizer", "optimizer",
                                                       {"type": type(optimizer).__name__}))
         self._attach_backend(model.be)

@@ -1,6 +1,6 @@
 """The profile table: one row per layer (nested layers indented under their parent), then
-the cost, zero_grads, optimizer, data, communication and the rest of the step, and the
-measured step.  A nested layer whose parent does its work in fused ops (a transformer
+the cost, zero_grads, optimizer, the finiteness check after each update, data,
+communication and the rest of the step, and the measured step.  A nested layer whose parent does its work in fused ops (a transformer
 block's GELU, fused with fc1's bias) has no times of its own and is marked so.
 
 Times are means per profiled step.  A layer's FLOPs and bytes are those of the backend ops
@@ -14,7 +14,8 @@ from .instrument import labelled_layers
 from .memory import KINDS
 
 STEP_ROWS = (("cost", "cost"), ("zero_grads", "zero grads"), ("optimizer", "optimizer"),
-             ("data", "data wait"), ("comm", "communication"), ("checkpoint", "checkpoint"))
+             ("finite_check", "finite check"), ("data", "data wait"), ("comm", "communication"),
+             ("checkpoint", "checkpoint"))
 
 
 def _top_level(span):
