@@ -58,6 +58,18 @@ class _Slot:
         self.padded = -(-size // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
 
 
+def layout_slots(params):
+    """``({id(param): _Slot}, {dtype: buffer length})``: each parameter's place in its dtype's
+    buffer, in order, every offset a multiple of ``ALIGN_ELEMENTS``."""
+    slots, sizes = {}, {}
+    for p in params:
+        dtype = np.dtype(p.value.dtype)
+        offset = sizes.get(dtype, 0)
+        slot = slots[id(p)] = _Slot(dtype, offset, int(p.value.size), tuple(p.value.shape))
+        sizes[dtype] = offset + slot.padded
+    return slots, sizes
+
+
 class ParameterArena:
     """The buffers of ``params`` (see the module docstring); made by :func:`build_arena`."""
 
@@ -65,14 +77,7 @@ class ParameterArena:
         from ..backends.cpu import aligned_empty
         self.be = be
         self.params = list(params)
-        self.slots = {}
-        sizes = {}
-        for p in self.params:
-            dtype = np.dtype(p.value.dtype)
-            offset = sizes.get(dtype, 0)
-            slot = self.slots[id(p)] = _Slot(dtype, offset, int(p.value.size),
-                                             tuple(p.value.shape))
-            sizes[dtype] = offset + slot.padded
+        self.slots, sizes = layout_slots(self.params)
         self.values = {dt: aligned_empty((n,), dt) for dt, n in sizes.items()}
         self.grads = {dt: aligned_empty((n,), dt) for dt, n in sizes.items()}
         for buf in (*self.values.values(), *self.grads.values()):

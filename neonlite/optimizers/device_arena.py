@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .arena import _Slot
+from .arena import layout_slots
 
 
 def _rebind(tensor, view):
@@ -29,14 +29,7 @@ class DeviceArena:
     def __init__(self, be, params):
         self.be = be
         self.params = list(params)
-        self.slots = {}
-        sizes = {}
-        for p in self.params:
-            dtype = p.value.dtype
-            offset = sizes.get(dtype, 0)
-            slot = self.slots[id(p)] = _Slot(dtype, offset, int(p.value.size),
-                                             tuple(p.value.shape))
-            sizes[dtype] = offset + slot.padded
+        self.slots, sizes = layout_slots(self.params)
         self.values = {dt: be.zeros((n,), dtype=dt) for dt, n in sizes.items()}
         self.grads = {dt: be.zeros((n,), dtype=dt) for dt, n in sizes.items()}
         self.states = {}
