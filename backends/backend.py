@@ -16,6 +16,7 @@ import numpy as np
 
 from . import philox
 from .optree import OpNode, OpTreeOps
+from .backend_sequence import SequenceOps
 from .plans import ConvPlan, PoolPlan
 
 
@@ -65,7 +66,7 @@ class Tensor(OpTreeOps):
         return f"{type(self).__name__}(shape={self.shape}, dtype={np.dtype(self.dtype).name})"
 
 
-class Backend(ABC):
+class Backend(SequenceOps, ABC):
     """Abstract backend: see the module docstring for the conventions every method follows.
 
     Arguments:
@@ -348,73 +349,6 @@ class Backend(ABC):
         """dx = scale * y * (dy - sum(dy * y, last axis)) for y = masked_softmax(...) (B, Tq, Tk);
         ``dx`` may be ``dy``."""
 
-    # ---- fused attention -------------------------------------------------------------------------
-    def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
-                  blocks=None, heads=1):
-        """Fused attention on head-major slices, never holding a (Tq, Tk) array:
-
-            out[b] = dropout(softmax(scale * q[b] k[b]^T + hidden)) v[b]
-            lse[b, i] = log(sum_j exp(scale * q[b, i] . k[b, j]) over the visible keys j)
-
-        q (B, Tq, dk), k (B, Tk, dk), v (B, Tk, dv), out (B, Tq, dv), lse (B, Tq); B = N *
-        ``heads`` slices, slice b belongs to example b // heads.  Hidden keys: with ``causal``
-        key j > i + (Tk - Tq) (the queries are the last Tq of the Tk positions, as when decoding
-        against a key/value cache); where ``key_mask`` (N, Tk) is 0; outside the visited tiles
-        of ``blocks`` (an :class:`~neonlite.backends.numpy_attention.AttentionBlocks` layout).
-        A row with every key hidden gets out 0 and lse -inf.  ``dropout``
-        (:class:`~neonlite.backends.numpy_attention.AttentionDropout` or None) drops
-        probabilities after the softmax with the per-example Philox stream; it is regenerated
-        by ``attention_bprop``, never stored.  k and v may be windows of longer buffers (e.g.
-        ``cache[:, :L]``).  This default runs the numpy reference on host copies."""
-        from . import numpy_attention
-        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
-        o, m = out.get(), lse.get()
-        numpy_attention.attention(q.get(), k.get(), v.get(), o, m, scale, causal,
-                                  None if key_mask is None else key_mask.get(), dropout, blocks,
-                                  heads)
-        out.set(o)
-        lse.set(m)
-        return out
-
-    def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
-                        key_mask=None, dropout=None, blocks=None, heads=1):
-        """dq (B, Tq, dk), dk (B, Tk, dk), dv (B, Tk, dv) (overwritten) of ``attention`` called
-        with the same arguments, for the output gradient dout (B, Tq, dv); the probabilities
-        are recomputed from ``lse`` tile by tile.  This default runs the numpy reference on
-        host copies."""
-        from . import numpy_attention
-        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
-        grads = [dq.get(), dk.get(), dv.get()]
-        numpy_attention.attention_bprop(q.get(), k.get(), v.get(), out.get(), lse.get(),
-                                        dout.get(), *grads, scale, causal,
-                                        None if key_mask is None else key_mask.get(), dropout,
-                                        blocks, heads)
-        for t, g in zip((dq, dk, dv), grads):
-            t.set(g)
-        return dq
-
-    @staticmethod
-    def _check_attention(q, k, v, out, lse, key_mask, heads, blocks):
-        """ValueError naming the mismatch when the shapes of an attention call disagree."""
-        B, Tq, dk = q.shape
-        Tk, dv = k.shape[1], v.shape[-1]
-        want = {"k": (B, Tk, dk), "v": (B, Tk, dv), "out": (B, Tq, dv), "lse": (B, Tq)}
-        for name, t in (("k", k), ("v", v), ("out", out), ("lse", lse)):
-            if tuple(t.shape) != want[name]:
-                raise ValueError(f"attention: {name} has shape {tuple(t.shape)}, expected "
-                                 f"{want[name]} for q {tuple(q.shape)}")
-        if heads < 1 or B % heads:
-            raise ValueError(f"attention: {B} slices are not a multiple of heads={heads}")
-        if key_mask is not None and tuple(key_mask.shape) != (B // heads, Tk):
-            raise ValueError(f"attention: key_mask has shape {tuple(key_mask.shape)}, expected "
-                             f"(N, Tk) = {(B // heads, Tk)}")
-        if blocks is not None:
-            Hl, nqb, nkb = blocks.layout.shape
-            want = (-(-Tq // blocks.bq), -(-Tk // blocks.bk))
-            if (nqb, nkb) != want or Hl not in (1, heads):
-                raise ValueError(f"attention: the block layout has shape {blocks.layout.shape},"
-                                 f" expected (1 or {heads}, {want[0]}, {want[1]})")
-
     # ---- block-sparse products and attention ---------------------------------------------------
     def blocksparse_layer(self, layout, block_size):
         """A :class:`~neonlite.blocksparse.BlockSparsePlan` of ``layout`` ((R, C) or (H, R, C)
@@ -484,55 +418,6 @@ class Backend(ABC):
             acc = dbias.reshape(1, D)
             acc[:] = acc + self.sum(rows, axis=0)
         return dx
-
-    # ---- local response normalization ---------------------------------------------------------
-    @abstractmethod
-    def lrn_fprop(self, x, y, scale, depth, alpha, beta, k):
-        """Across the channels of rows x (M, C) (NHWC images as (N*H*W, C)): scale (M, C) =
-        k + alpha / depth * sum of x^2 over channels c - depth//2 .. c + (depth-1)//2,
-        y = x * scale^-beta (``backends/numpy_lrn.py`` is the reference)."""
-
-    @abstractmethod
-    def lrn_bprop(self, x, scale, dy, dx, depth, alpha, beta):
-        """dx (M, C), the gradient of ``lrn_fprop`` from its input x and ``scale``."""
-
-    # ---- recurrent gate steps ---------------------------------------------------------------
-    # One time step of a recurrent cell, after the step's recurrent GEMM hg = h_prev @ U.  Rows
-    # (N, k) contiguous; ``mask`` (N,) or None: a row whose mask is 0 is padding (keeps its
-    # state, gets no gate gradient, passes dh and dc through).  ``dy`` (N, H) or None is the
-    # error arriving at h_t from the layer's output; ``dh`` (N, H) holds, on entry, the error
-    # arriving from step t+1 and, on exit, the part of dL/dh_{t-1} that does not go through U
-    # (the caller adds dgates @ U^T).  Activations: "tanh", "logistic", "relu", "identity".
-    # ``backends/numpy_recurrent.py`` is the reference of every one.
-    @abstractmethod
-    def rnn_fprop_step(self, xg, hg, h_prev, h, mask=None, activation="tanh"):
-        """h (N, H) = act(xg + hg); xg the input projection with its bias."""
-
-    @abstractmethod
-    def rnn_bprop_step(self, h, dy, dh, dpre, mask=None, activation="tanh"):
-        """dpre (N, H) = (dh + dy) * act'(h) (from the output h)."""
-
-    @abstractmethod
-    def lstm_fprop_step(self, gates, hg, c_prev, c, h_prev, h, mask=None, activation="tanh",
-                        gate_activation="logistic"):
-        """gates (N, 4H), order (i, f, g, o): in, the input projection with its bias; out, the
-        activated gates.  c = f c_prev + i g and h = o act(c), (N, H)."""
-
-    @abstractmethod
-    def lstm_bprop_step(self, gates, c_prev, c, dy, dh, dc, dgates, mask=None,
-                        activation="tanh", gate_activation="logistic"):
-        """dgates (N, 4H) = dL/d(gate pre-activations); dc (N, H): in dL/dc_t, out
-        dL/dc_{t-1}."""
-
-    @abstractmethod
-    def gru_fprop_step(self, gates, hg, bias_h, hn, h_prev, h, mask=None):
-        """PyTorch's GRU: gates (N, 3H) order (r, z, n), in the input projection with its
-        bias, out the activated gates; bias_h (3H,) the recurrent bias; hn (N, H) <- hg_n +
-        bias_h_n.  n = tanh(x_n + r hn), h = (1 - z) n + z h_prev."""
-
-    @abstractmethod
-    def gru_bprop_step(self, gates, hn, h_prev, dy, dh, dgx, dgh, mask=None):
-        """dgx, dgh (N, 3H): dL/d(input projection) and dL/d(h_prev @ U + bias_h)."""
 
     # ---- rows of a table (embeddings) and layout ---------------------------------------------
     @abstractmethod
