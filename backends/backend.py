@@ -325,7 +325,7 @@ class Backend(SequenceOps, ABC):
     def onehot(self, indices, out):
         """out (M, K) = the one-hot rows of integer class indices ``indices`` (M,); an index
         outside [0, K) raises IndexError naming its position."""
-        from .numpy_norm import check_class_indices
+        from .reference.norm import check_class_indices
         idx = np.asarray(indices.get()).reshape(-1)
         check_class_indices(idx, out.shape[-1])
         host = np.zeros(out.shape, dtype=np.float32)
@@ -351,10 +351,10 @@ class Backend(SequenceOps, ABC):
 
     # ---- block-sparse products and attention ---------------------------------------------------
     def blocksparse_layer(self, layout, block_size):
-        """A :class:`~neonlite.blocksparse.BlockSparsePlan` of ``layout`` ((R, C) or (H, R, C)
+        """A :class:`~neonlite.backends.blocksparse_plan.BlockSparsePlan` of ``layout`` ((R, C) or (H, R, C)
         blocks of ``block_size``, one of 8/16/32/64) and its lookup tables.  Stored block k is
         the k-th nonzero of the layout in row-major order; a weight holds it as W[k] (bs, bs)."""
-        from ..blocksparse import BlockSparsePlan
+        from .blocksparse_plan import BlockSparsePlan
         return BlockSparsePlan(layout, block_size)
 
     @abstractmethod

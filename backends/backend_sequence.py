@@ -19,13 +19,13 @@ class SequenceOps(ABC):
         ``heads`` slices, slice b belongs to example b // heads.  Hidden keys: with ``causal``
         key j > i + (Tk - Tq) (the queries are the last Tq of the Tk positions, as when decoding
         against a key/value cache); where ``key_mask`` (N, Tk) is 0; outside the visited tiles
-        of ``blocks`` (an :class:`~neonlite.backends.numpy_attention.AttentionBlocks` layout).
+        of ``blocks`` (an :class:`~neonlite.backends.reference.attention.AttentionBlocks` layout).
         A row with every key hidden gets out 0 and lse -inf.  ``dropout``
-        (:class:`~neonlite.backends.numpy_attention.AttentionDropout` or None) drops
+        (:class:`~neonlite.backends.reference.attention.AttentionDropout` or None) drops
         probabilities after the softmax with the per-example Philox stream; it is regenerated
         by ``attention_bprop``, never stored.  k and v may be windows of longer buffers (e.g.
         ``cache[:, :L]``).  This default runs the numpy reference on host copies."""
-        from . import numpy_attention
+        from .reference import attention as numpy_attention
         self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
         o, m = out.get(), lse.get()
         numpy_attention.attention(q.get(), k.get(), v.get(), o, m, scale, causal,
@@ -41,7 +41,7 @@ class SequenceOps(ABC):
         with the same arguments, for the output gradient dout (B, Tq, dv); the probabilities
         are recomputed from ``lse`` tile by tile.  This default runs the numpy reference on
         host copies."""
-        from . import numpy_attention
+        from .reference import attention as numpy_attention
         self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
         grads = [dq.get(), dk.get(), dv.get()]
         numpy_attention.attention_bprop(q.get(), k.get(), v.get(), out.get(), lse.get(),

@@ -1,8 +1,8 @@
 """The plan of a block-sparse op: layout, block size and lookup tables, made once at configure
 time by ``Backend.blocksparse_layer``; a backend hangs its own state on it (the CPU backend's
 pack buffers, a GPU backend's device tables)."""
-from .layouts import as_layout
-from .tables import compile_layout
+from ..blocksparse.layouts import as_layout
+from ..blocksparse.tables import compile_layout
 
 #: the block sizes the CPU and CUDA kernels are built for
 SUPPORTED_BLOCK_SIZES = (8, 16, 32, 64)

@@ -1,6 +1,6 @@
 """Activation and Dropout layers (elementwise, shape-preserving)."""
 from ..transforms.activation import Gelu
-from .example_dropout import ExampleDropoutMixin
+from .dropout_masks import ExampleDropoutMixin
 from .layer import Layer
 
 

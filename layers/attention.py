@@ -4,10 +4,10 @@ import math
 
 import numpy as np
 
-from ..backends.numpy_attention import AttentionDropout
+from ..backends.reference.attention import AttentionDropout
 from ..initializers import Constant, GlorotUniform
 from .decode import DecodeState
-from .example_dropout import ExampleDropoutMixin
+from .dropout_masks import ExampleDropoutMixin
 from .layer import ParameterLayer, flat_rows, is_count
 
 _TO_HEADS = (0, 2, 1, 3)  # (N, T, H, dh) <-> (N, H, T, dh); the permutation is its own inverse

@@ -37,7 +37,7 @@ if "benchmarks" not in sys.modules and (ROOT / "benchmarks" / "__init__.py").is_
     _import_benchmarks()
 
 import neonlite  # noqa: E402
-from harness import BACKENDS, make_backend, require_backend  # noqa: E402
+from support.harness import BACKENDS, make_backend, require_backend  # noqa: E402
 
 NEONLITE_FROM = Path(neonlite.__file__).resolve().parent
 

@@ -7,8 +7,8 @@ every key block up to the causal diagonal, for an :class:`AttentionBlocks` layou
 blocks.  The tables are made once per shape (kept on the backend, or on the layout object)."""
 import numpy as np
 
-from . import numpy_attention
-from .numpy_attention import AttentionBlocks
+from ..reference import attention as numpy_attention
+from ..reference.attention import AttentionBlocks
 
 #: query rows and keys per tile of plain (unblocked) attention; the kernels' FA_MAX_BLOCK
 TILE = 64

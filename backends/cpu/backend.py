@@ -8,17 +8,17 @@ kernels do not take (float16, non-contiguous views, a machine without a C compil
 """
 import numpy as np
 
-from . import numpy_conv, numpy_norm, numpy_rows
-from .backend import Backend, Tensor
-from .cpu_attention import CPUAttentionMixin
-from .cpu_blocksparse import CPUBlockSparseMixin
-from .cpu_kernels import CPUKernels
-from .cpu_lrn import CPULRNMixin
-from .cpu_optree import OpTreeMachine
-from .cpu_recurrent import CPURecurrentMixin
-from .cpu_threads import set_cpu_threads
-from .numpy_ops import evaluate
-from .optree import OpNode
+from ..reference import conv as numpy_conv, norm as numpy_norm, rows as numpy_rows
+from ..backend import Backend, Tensor
+from .attention import CPUAttentionMixin
+from .blocksparse import CPUBlockSparseMixin
+from .build import CPUKernels
+from .lrn import CPULRNMixin
+from .optree import OpTreeMachine
+from .recurrent import CPURecurrentMixin
+from .threads import set_cpu_threads
+from ..reference.optree import evaluate
+from ..optree import OpNode
 
 
 class CPUTensor(Tensor):

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .cpu_threads import usable_cores
+from .threads import usable_cores
 
 TINY_MACS = 1_000_000
 FIRST = 2

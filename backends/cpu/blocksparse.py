@@ -1,10 +1,10 @@
 """The CPU backend's block-sparse ops: C kernels (``kernels/cpu/blocksparse.c``, OpenMP over
 output blocks, register-tiled products per block) for contiguous float32/float64 arrays, and
-the numpy reference (``neonlite.blocksparse.reference``, walking the same tables) for every
+the numpy reference (``neonlite.backends.reference.blocksparse``, walking the same tables) for every
 other case.  The tables and the kernels' pack buffers live on the plan, made on first use."""
 import numpy as np
 
-from ..blocksparse import reference
+from ..reference import blocksparse as reference
 
 
 def _ary(t):

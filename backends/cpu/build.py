@@ -31,9 +31,9 @@ import os
 
 import numpy as np
 
-from .cpu_blas import GemmThreads
+from .blas import GemmThreads
 from .mkl_blas import MKLGemm, load_mkl
-from .numpy_conv import _accumulate, _is_pointwise
+from ..reference.conv import _accumulate, _is_pointwise
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _PATCH_BYTES = 256 << 20
@@ -79,8 +79,8 @@ class CPUKernels:
 
     ``builder`` is a :class:`~neonlite.kernels.build.Builder` (default: the process's);
     ``gemm`` runs the GEMMs: MKL's CBLAS when the ``mkl`` wheel is installed
-    (:class:`~neonlite.backends.mkl_blas.MKLGemm`), else numpy's BLAS with per-shape thread
-    tuning (:class:`~neonlite.backends.cpu_blas.GemmThreads`).
+    (:class:`~neonlite.backends.cpu.mkl_blas.MKLGemm`), else numpy's BLAS with per-shape thread
+    tuning (:class:`~neonlite.backends.cpu.blas.GemmThreads`).
     """
 
     def __init__(self, builder=None, gemm=None):
@@ -96,7 +96,7 @@ class CPUKernels:
     @property
     def builder(self):
         if self._builder is None:
-            from ..kernels.build import default_builder
+            from ...kernels.build import default_builder
             self._builder = default_builder()
         return self._builder
 
@@ -118,8 +118,8 @@ class CPUKernels:
         if self.unavailable_reason() is not None:
             self._say_unavailable()
             return None
-        from ..kernels.specs import cpu_variant
-        from ..kernels.toolchain import CompileError, CompilerNotFound
+        from ...kernels.specs import cpu_variant
+        from ...kernels.toolchain import CompileError, CompilerNotFound
         self.prepare(dtype)
         if self.unavailable_reason() is not None:
             return None
@@ -131,7 +131,7 @@ class CPUKernels:
             return None
         except (CompileError, ImportError, OSError) as err:
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
-            self._mark_unavailable(f"{first} (`python -m neonlite.kernels.cli build` shows the "
+            self._mark_unavailable(f"{first} (`python -m neonlite.cli.kernels build` shows the "
                                    f"compiler log)")
             return None
         self._modules[(stem, dtype)] = found
@@ -145,9 +145,9 @@ class CPUKernels:
         if dtype not in _FLOATS or dtype in self._prepared or self.unavailable_reason():
             return
         self._prepared.add(dtype)
-        from ..kernels.first_use import compile_missing
-        from ..kernels.specs import CPU_SOURCES, cpu_variant
-        from ..kernels.toolchain import CompilerNotFound
+        from ...kernels.first_use import compile_missing
+        from ...kernels.specs import CPU_SOURCES, cpu_variant
+        from ...kernels.toolchain import CompilerNotFound
         try:
             compile_missing(self.builder, [cpu_variant(stem, dtype) for stem in CPU_SOURCES])
         except CompilerNotFound as err:
@@ -575,7 +575,7 @@ class CPUKernels:
                   else ffi.from_buffer("int32_t[]", a) for a in (logits, targets, probs, grad)),
                 logits.size // max(K, 1), K, scale, ffi.from_buffer("int64_t[]", bad)))
             if bad[0] >= 0:
-                from .numpy_norm import check_class_indices
+                from ..reference.norm import check_class_indices
                 check_class_indices(targets, K)
             return loss
         module = self._usable("softmax", logits, targets, probs, grad)

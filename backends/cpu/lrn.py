@@ -1,6 +1,6 @@
 """The CPU backend's local response normalization: the C kernels of ``kernels/cpu/lrn.c`` for
 contiguous float32/float64 rows, the numpy reference (``numpy_lrn``) otherwise."""
-from . import numpy_lrn
+from ..reference import lrn as numpy_lrn
 
 
 class CPULRNMixin:

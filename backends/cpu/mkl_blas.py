@@ -2,14 +2,14 @@
 
 MKL is the BLAS PyTorch's CPU build uses; on x86 it is faster than numpy's OpenBLAS for the
 thin and batched products of convolution and attention.  :class:`MKLGemm` has the same
-``matmul(a, b, out)`` as :class:`~neonlite.backends.cpu_blas.GemmThreads` (out = a @ b, numpy
+``matmul(a, b, out)`` as :class:`~neonlite.backends.cpu.blas.GemmThreads` (out = a @ b, numpy
 semantics for 2-D and 3-D float32/float64 arrays) and calls ``cblas_?gemm`` or
 ``cblas_?gemm_batch_strided`` on the arrays in place: a transposed view becomes a transpose
 flag, a broadcast batch a zero batch stride.  Anything CBLAS cannot take without a copy
 (float16, a view without a unit stride) goes to ``numpy.matmul``.
 
 Each GEMM runs on one MKL thread or on all of them, whichever its shape was measured to run
-faster (the :class:`~neonlite.backends.cpu_blas.WayTuner` of ``cpu_blas``, through MKL's
+faster (the :class:`~neonlite.backends.cpu.blas.WayTuner` of ``cpu_blas``, through MKL's
 per-calling-thread ``MKL_Set_Num_Threads_Local``); GEMMs below ``cpu_blas.TINY_MACS``
 multiply-adds always take one.  Small products (a transformer's 768 x 128 @ 128 x 512 at
 batch 12 x 64 tokens) lose to the threads' synchronization, more so on a busy machine.
@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from .cpu_blas import TINY_MACS, WayTuner
+from .blas import TINY_MACS, WayTuner
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _CDEF = """

@@ -19,9 +19,9 @@ import functools
 
 import numpy as np
 
-from .cpu_kernels import _address
-from .numpy_ops import _eval
-from .optree import BINARY_OPS, REDUCTION_OPS, UNARY_OPS, OpNode, is_scalar
+from .build import _address
+from ..reference.optree import _eval
+from ..optree import BINARY_OPS, REDUCTION_OPS, UNARY_OPS, OpNode, is_scalar
 
 _VM_OPS = tuple(op for op in UNARY_OPS + BINARY_OPS if op not in ("bf16_to_f32", "f32_to_bf16"))
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -169,7 +169,7 @@ def _grid(out, arrays):
 
 class OpTreeMachine:
     """Runs op-trees with the C machine of ``kernels`` (a
-    :class:`~neonlite.backends.cpu_kernels.CPUKernels`)."""
+    :class:`~neonlite.backends.cpu.build.CPUKernels`)."""
 
     def __init__(self, kernels):
         self._kernels = kernels

@@ -2,7 +2,7 @@
 contiguous float32/float64 rows, and the numpy reference (``numpy_recurrent``) for every other
 case.  Each method is one step of one cell; see ``Backend.rnn_fprop_step`` and the rest for
 the shapes."""
-from . import numpy_recurrent as reference
+from ..reference import recurrent as reference
 
 ACTIVATION_CODES = reference.ACTIVATION_CODES
 

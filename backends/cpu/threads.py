@@ -37,7 +37,7 @@ def set_cpu_threads(n):
     if gomp is not None:
         gomp.omp_set_num_threads(ctypes.c_int(int(n)))
         done.append("openmp")
-    from .cpu_blas import _openblas
+    from .blas import _openblas
     openblas = _openblas()
     if openblas is not None:
         openblas.openblas_set_num_threads_local(int(n))

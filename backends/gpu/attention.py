@@ -6,7 +6,7 @@ layouts finer than 32, non-contiguous operands, a 16-bit lse) run the contract's
 numpy reference on host copies.  Compiled and emulated, not yet run on a GPU."""
 import numpy as np
 
-from .cpu_attention import visit_tables
+from ..cpu.attention import visit_tables
 
 TILE = 32
 MAX_WIDTH = 64

@@ -15,18 +15,19 @@ so after the first training step nothing is allocated (:attr:`GPUBackend.allocat
 """
 import numpy as np
 
-from . import cublas, gpu_build, philox
-from .backend import Backend
-from .gpu_attention import GPUAttentionMixin
-from .gpu_blocksparse import GPUBlockSparseMixin
-from .gpu_device import get_device
-from .gpu_lrn import GPULRNMixin
-from .gpu_nn import GPUNNMixin
-from .gpu_norm import GPUNormMixin
-from .gpu_recurrent import GPURecurrentMixin
-from .gpu_optree import OpTreeExecutor
-from .gpu_tensor import GPUTensor, as_dtype, contiguous_strides
-from .optree import OpNode
+from . import blas as cublas, build as gpu_build
+from .. import philox
+from ..backend import Backend
+from .attention import GPUAttentionMixin
+from .blocksparse import GPUBlockSparseMixin
+from .device import get_device
+from .lrn import GPULRNMixin
+from .conv import GPUNNMixin
+from .norm import GPUNormMixin
+from .recurrent import GPURecurrentMixin
+from .optree import OpTreeExecutor
+from .tensor import GPUTensor, as_dtype, contiguous_strides
+from ..optree import OpNode
 
 
 class GPUBackend(GPUAttentionMixin, GPULRNMixin, GPURecurrentMixin, GPUBlockSparseMixin,

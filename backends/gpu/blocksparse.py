@@ -19,7 +19,7 @@ def _check(what, *tensors):
 
 
 class GPUBlockSparseMixin:
-    """``Backend.blocksparse_*`` for :class:`~neonlite.backends.gpu.GPUBackend`."""
+    """``Backend.blocksparse_*`` for :class:`~neonlite.backends.gpu.backend.GPUBackend`."""
 
     def _bs_tables(self, plan):
         found = getattr(plan, "_gpu_tables", None)

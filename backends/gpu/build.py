@@ -8,12 +8,12 @@ checksum, so ``neonlite kernels clean`` clears them too.
 """
 from pathlib import Path
 
-from ..atomic import scratch_folder
-from ..kernels import build as _build
-from ..kernels import cuda_specs
-from ..kernels.cache import CorruptEntry, cache_key, entry_name, source_closure
-from ..kernels.specs import KERNEL_ROOT
-from ..kernels.toolchain import CUDA_FLAGS, find_nvcc
+from ...atomic import scratch_folder
+from ...kernels import build as _build
+from ...kernels import cuda_specs
+from ...kernels.cache import CorruptEntry, cache_key, entry_name, source_closure
+from ...kernels.specs import KERNEL_ROOT
+from ...kernels.toolchain import CUDA_FLAGS, find_nvcc
 
 CUDA_INCLUDE = KERNEL_ROOT / "cuda"
 

@@ -28,13 +28,13 @@ Every operand is a *descriptor*: an object with ``shape``, ``strides`` (in eleme
 """
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from .optree import BINARY_OPS, REDUCTION_OPS, UNARY_OPS, OpNode, is_scalar
+from ...kernels.specs import KERNEL_ROOT
+from ..optree import BINARY_OPS, REDUCTION_OPS, UNARY_OPS, OpNode, is_scalar
 
-COMMON_HEADER = Path(__file__).resolve().parents[1] / "kernels" / "cuda" / "neonlite_common.cuh"
+COMMON_HEADER = KERNEL_ROOT / "cuda" / "neonlite_common.cuh"
 
 #: storage code -> (C element type, load template, store template); ``{p}`` pointer, ``{i}``
 #: offset, ``{v}`` float value.

@@ -13,8 +13,8 @@ to the host except the scalar loss that ``softmax_cross_entropy`` returns.
 """
 import numpy as np
 
-from . import cuda_codegen, gpu_conv
-from .gpu_tensor import is_bf16
+from . import codegen as cuda_codegen, conv_launch as gpu_conv
+from .tensor import is_bf16
 
 _NUMPY_IDS = {"i32": "i32", "i64": "i64", "f32": "f32"}
 
@@ -24,7 +24,7 @@ def _dims(plan, *names):
 
 
 class GPUNNMixin:
-    """Methods of :class:`~neonlite.backends.gpu.GPUBackend` for layers' compute."""
+    """Methods of :class:`~neonlite.backends.gpu.backend.GPUBackend` for layers' compute."""
 
     # ---- convolution -----------------------------------------------------------------------
     def _conv_dims(self, plan):

@@ -19,7 +19,7 @@ pure Python, so the host-emulator tests exercise the very choices the GPU backen
 """
 from dataclasses import dataclass
 
-from ..kernels.cuda_specs import CONV_SPLIT_TARGET_BLOCKS, CONV_TILES
+from ...kernels.cuda_specs import CONV_SPLIT_TARGET_BLOCKS, CONV_TILES
 
 PASSES = ("fprop", "bprop", "update")
 INT32_LIMIT = 2 ** 31 - 1

@@ -20,7 +20,7 @@ _DEVICES = {}
 
 
 def _unavailable(message):
-    from . import BackendUnavailable
+    from .. import BackendUnavailable
     return BackendUnavailable(message)
 
 
@@ -58,7 +58,7 @@ class Device:
         if not 0 <= device_id < count:
             raise _unavailable(f"device_id {device_id} does not exist: this machine has "
                                f"{count} CUDA device(s), 0..{count - 1}")
-        from ..kernels.toolchain import CompilerNotFound, find_nvcc
+        from ...kernels.toolchain import CompilerNotFound, find_nvcc
         try:
             nvcc = find_nvcc()
         except CompilerNotFound as err:

@@ -4,7 +4,7 @@ import numpy as np
 
 
 class GPULRNMixin:
-    """``Backend.lrn_fprop`` / ``lrn_bprop`` for :class:`~neonlite.backends.gpu.GPUBackend`."""
+    """``Backend.lrn_fprop`` / ``lrn_bprop`` for :class:`~neonlite.backends.gpu.backend.GPUBackend`."""
 
     def _lrn_launch(self, function, tensors, depth, floats):
         storage = tensors[0].storage

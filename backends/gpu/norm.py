@@ -40,7 +40,7 @@ def row_grid(M, max_blocks):
 
 
 class GPUNormMixin:
-    """Methods of :class:`~neonlite.backends.gpu.GPUBackend` for normalization and softmax."""
+    """Methods of :class:`~neonlite.backends.gpu.backend.GPUBackend` for normalization and softmax."""
 
     def _rows_of(self, what, *tensors):
         """Check ``tensors`` share one storage; returns contiguous versions of them."""
@@ -179,7 +179,7 @@ class GPUNormMixin:
         total[:] = self.sum(rows)
         loss = float(total.get().ravel()[0])
         if loss != loss:
-            from .numpy_norm import check_class_indices
+            from ..reference.norm import check_class_indices
             check_class_indices(index.get().reshape(-1), K)
         return loss
 

@@ -7,8 +7,8 @@ structural key plus the plan's key, and launches.  ``execute_multi`` fuses sever
 assignments (an optimizer step) into one kernel.  Compiling, launching and allocating are
 functions handed in, so the same code runs on pycuda and, in tests, on a host emulator.
 """
-from . import cuda_codegen as codegen
-from .optree import OpNode
+from . import codegen
+from ..optree import OpNode
 
 
 def _desc_key(t):

@@ -1,11 +1,11 @@
 """The GPU backend's recurrent gate steps (``kernels/cuda/recurrent.cu``): one grid-stride
 kernel per step of a cell over its (N, H) units; see ``Backend.rnn_fprop_step`` and the rest
 for the shapes.  Every tensor must be contiguous and share the storage of the state."""
-from .numpy_recurrent import ACTIVATION_CODES
+from ..reference.recurrent import ACTIVATION_CODES
 
 
 class GPURecurrentMixin:
-    """``Backend.*_step`` gate kernels for :class:`~neonlite.backends.gpu.GPUBackend`."""
+    """``Backend.*_step`` gate kernels for :class:`~neonlite.backends.gpu.backend.GPUBackend`."""
 
     def _gate_launch(self, function, tensors, N, H, *codes):
         storage = next(t for t in tensors if t is not None).storage

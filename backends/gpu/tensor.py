@@ -9,9 +9,9 @@ has no bfloat16), ``get()`` returns float32 values and ``set()`` rounds to neare
 """
 import numpy as np
 
-from . import cuda_codegen
-from .backend import Tensor
-from .numpy_ops import bf16_to_f32, f32_to_bf16
+from . import codegen as cuda_codegen
+from ..backend import Tensor
+from ..reference.optree import bf16_to_f32, f32_to_bf16
 
 BFLOAT16 = np.dtype(np.uint16, metadata={"bfloat16": True})
 

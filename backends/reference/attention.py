@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .philox import example_uniforms
+from ..philox import example_uniforms
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .optree import OpNode, is_scalar
+from ..optree import OpNode, is_scalar
 
 _SQRT_PI_INV = 1.0 / math.sqrt(math.pi)
 _erf_exact = np.frompyfunc(math.erf, 1, 1)
@@ -114,7 +114,7 @@ def evaluate(out, tree):
 
 def _root_fits(tree, out):
     """True when the root's result has exactly ``out``'s shape and dtype (so out= is safe)."""
-    from .backend import _optree_shape
+    from ..backend import _optree_shape
     try:
         shape = _optree_shape(tree)
     except ValueError:

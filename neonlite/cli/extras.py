@@ -1,6 +1,6 @@
 """Subcommands that live in other parts of neonlite, imported only when asked for:
 
-* ``neonlite kernels ...``: ``neonlite.kernels.cli.register(subparsers)`` adds it;
+* ``neonlite kernels ...``: ``neonlite.cli.kernels.register(subparsers)`` adds it;
 * ``neonlite generate ...``: ``neonlite.generation.add_generate_arguments(parser)`` and
   ``generate_command(args)``;
 * ``neonlite doctor ...``: ``neonlite.doctor.register(subparsers)`` adds it.
@@ -32,7 +32,7 @@ def add(subparsers, wanted):
 
 
 def _register_kernels(subparsers):
-    importlib.import_module("neonlite.kernels.cli").register(subparsers)
+    importlib.import_module("neonlite.cli.kernels").register(subparsers)
 
 
 def _register_generate(subparsers):

@@ -4,7 +4,7 @@
     neonlite kernels list  [--target cpu|cuda] [--arch sm_80,sm_90]
     neonlite kernels clean
 
-``neonlite.cli`` adds the subcommand with :func:`register`; ``python -m neonlite.kernels.cli``
+``neonlite.cli`` adds the subcommand with :func:`register`; ``python -m neonlite.cli.kernels``
 runs it on its own.  Commands return the exit status: 0, or 1 when a build failed or no
 compiler was found (the compiler's log goes to stderr).
 """
@@ -13,9 +13,9 @@ import os
 import re
 import sys
 
-from . import specs
-from .build import default_builder
-from .toolchain import CompileError, CompilerNotFound
+from ..kernels import specs
+from ..kernels.build import default_builder
+from ..kernels.toolchain import CompileError, CompilerNotFound
 
 
 def _archs(text):
@@ -131,8 +131,8 @@ def _list(builder, target, archs, out):
 
 
 def main(argv=None):
-    """``python -m neonlite.kernels.cli ...``: the ``kernels`` subcommand on its own."""
-    parser = argparse.ArgumentParser(prog="python -m neonlite.kernels.cli")
+    """``python -m neonlite.cli.kernels ...``: the ``kernels`` subcommand on its own."""
+    parser = argparse.ArgumentParser(prog="python -m neonlite.cli.kernels")
     commands = parser.add_subparsers(dest="command", required=True)
     register(commands)
     args = parser.parse_args(["kernels", *(sys.argv[1:] if argv is None else argv)])

@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 
 from ..backends import gen_backend, get_backend
-from ..backends.gpu_prefetch import prefetched
+from ..backends.gpu.prefetch import prefetched
 from ..callbacks import Callbacks, ModelCheckpoint
 from ..config.datasets import make_dataset
 from ..config.errors import ConfigError

@@ -32,7 +32,7 @@ def build_arena(be, params):
     """A :class:`ParameterArena` for ``params`` on the CPU backend, a
     :class:`~.device_arena.DeviceArena` on a device backend whose tensors address memory by
     ``ptr``/``base`` (the GPU's), or None where neither applies."""
-    from ..backends.cpu import CPUBackend, CPUTensor
+    from ..backends.cpu.backend import CPUBackend, CPUTensor
     if not params:
         return None
     if not isinstance(be, CPUBackend):
@@ -74,7 +74,7 @@ class ParameterArena:
     """The buffers of ``params`` (see the module docstring); made by :func:`build_arena`."""
 
     def __init__(self, be, params):
-        from ..backends.cpu import aligned_empty
+        from ..backends.cpu.backend import aligned_empty
         self.be = be
         self.params = list(params)
         self.slots, sizes = layout_slots(self.params)
@@ -146,7 +146,7 @@ class ParameterArena:
         storage = np.dtype(storage or dtype)
         found = self.states.get((key, np.dtype(dtype), storage))
         if found is None:
-            from ..backends.cpu import aligned_empty
+            from ..backends.cpu.backend import aligned_empty
             found = aligned_empty(self.values[np.dtype(dtype)].shape, storage)
             found.fill(0)
             self.states[(key, np.dtype(dtype), storage)] = found
@@ -156,7 +156,7 @@ class ParameterArena:
         """``param.states[key]`` as a view of the arena's state buffer: made zero on first
         use; a tensor put there from outside (loading a checkpoint assigns new tensors to
         ``param.states``) is copied into the arena and replaced by the view."""
-        from ..backends.cpu import CPUTensor
+        from ..backends.cpu.backend import CPUTensor
         current = param.states.get(key)
         known = self._state_tensors.get((id(param), key))
         if known is not None and current is known:

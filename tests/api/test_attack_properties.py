@@ -7,7 +7,7 @@ import shutil
 import h5py
 import numpy as np
 import pytest
-from attacks import GOOD, classify, flip_bytes, guarded, make_good
+from support.attacks import GOOD, classify, flip_bytes, guarded, make_good
 
 from neonlite.cli import main
 

@@ -3,7 +3,7 @@ checkpoints, data files) ends in exactly one line ``neonlite: error: ...`` namin
 thing, never a traceback or a silent success.  The table attack -> outcome -> message is
 written to ``attacks.tsv`` in the test's temporary folder (nothing is printed)."""
 import pytest
-from attacks import ATTACKS, classify, make_good, run_attack
+from support.attacks import ATTACKS, classify, make_good, run_attack
 
 
 @pytest.fixture(scope="module")

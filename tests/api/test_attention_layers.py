@@ -1,10 +1,10 @@
 """The attention layers on the fused op: the same training-path results and generated
 characters as the unfused computation they ran before, block-sparse attention with a full
 layout equal to dense attention, and one clear error naming the layer for bad input."""
-import attention_unfused
+from support import attention_unfused
 import numpy as np
 import pytest
-from harness import build
+from support.harness import build
 from test_transformer_lm import TEXT, trained_tiny_lm  # noqa: F401 (TEXT: the corpus)
 
 import neonlite

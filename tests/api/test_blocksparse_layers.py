@@ -3,7 +3,7 @@ strided layouts (with an empty and a full row of blocks, Tq != Tk, causal diagon
 agreement with the dense layers they restrict, and the configure-time errors."""
 import numpy as np
 import pytest
-from harness import build, gradient_check
+from support.harness import build, gradient_check
 
 import neonlite
 from neonlite.blocksparse import layouts

@@ -10,7 +10,7 @@ import pytest
 import neonlite
 from neonlite.cli import main
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def help_of(argv, capsys):
@@ -33,7 +33,7 @@ def test_help_texts(capsys):
 def test_kernels_list_has_a_header_and_aligned_columns(capsys):
     from neonlite.kernels import specs
     from neonlite.kernels.build import Builder
-    from neonlite.kernels.cli import _list
+    from neonlite.cli.kernels import _list
     out = io.StringIO()
     _list(Builder(), None, specs.DEFAULT_CUDA_ARCHS, out)
     lines = out.getvalue().splitlines()

@@ -13,7 +13,7 @@ from neonlite.cli import main
 from neonlite.serialize import read_checkpoint
 from neonlite.training_log import LogError, read_log
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 RUN = """\
 epochs: 2
@@ -196,14 +196,14 @@ def test_missing_subcommand_module_is_one_line(monkeypatch, capsys):
     real = importlib.import_module
 
     def no_kernels(name, *args):
-        if name == "neonlite.kernels.cli":
-            raise ImportError("No module named 'neonlite.kernels.cli'")
+        if name == "neonlite.cli.kernels":
+            raise ImportError("No module named 'neonlite.cli.kernels'")
         return real(name, *args)
     monkeypatch.setattr(importlib, "import_module", no_kernels)
     assert main(["kernels", "list"]) == 1
     assert capsys.readouterr().err.strip() == (
         "neonlite: error: neonlite kernels is not available in this install (No module named "
-        "'neonlite.kernels.cli')")
+        "'neonlite.cli.kernels')")
 
 
 def test_help_lists_every_command(capsys):

@@ -229,7 +229,7 @@ def test_yaml_cannot_build_python_objects(tmp_path, capsys):
 
 
 def test_unavailable_backend_is_one_line(tmp_path, capsys):
-    from harness import unavailable_reason
+    from support.harness import unavailable_reason
     if unavailable_reason("gpu") is None:
         pytest.skip("a GPU backend runs here, so -b gpu does not fail")
     message = fail(tmp_path, capsys, GOOD, "-b", "gpu")

@@ -5,11 +5,11 @@ on the host, not run on a GPU) against the numpy reference, and one clear error 
 shapes."""
 import numpy as np
 import pytest
-from cuda_host_emulator import available as emulator_missing
-from harness import build, compare_with_cpu, cost_gradient_check, gradient_check
+from support.cuda_host_emulator import available as emulator_missing
+from support.harness import build, compare_with_cpu, cost_gradient_check, gradient_check
 
 import neonlite
-from neonlite.backends import numpy_lrn
+from neonlite.backends.reference import lrn as numpy_lrn
 from neonlite.layers import (LRN, Conv, Deconv, Deconvolution, MergeBroadcast, Pooling,
                              ShapeError, SkipNode)
 from neonlite.transforms import Logistic, Rectlin, SmoothL1Loss, Tanh
@@ -148,7 +148,7 @@ def test_lrn_kernels_match_the_numpy_reference(dtype, tol):
 
 @pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
 def test_lrn_cuda_kernels_on_the_host_emulator_match_the_cpu(monkeypatch):
-    from gpu_host_backend import host_gpu_backend
+    from support.gpu_host_backend import host_gpu_backend
     rng = np.random.default_rng(4)
     x, dy = rng.normal(size=(6, 11)), rng.normal(size=(6, 11))
     previous = neonlite.backends._current

@@ -1,7 +1,7 @@
 """Finite-difference gradient checks (float64, CPU) of every core layer, activation and cost."""
 import numpy as np
 import pytest
-from harness import build, cost_gradient_check, gradient_check
+from support.harness import build, cost_gradient_check, gradient_check
 
 import neonlite
 from neonlite.initializers import Gaussian

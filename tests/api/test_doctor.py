@@ -16,7 +16,7 @@ from neonlite.doctor import collect
 from neonlite.doctor.gpu_rows import gpu_rows
 from neonlite.kernels.cache import DiskCache, entry_name
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROWS = ("Python", "numpy", "BLAS", "C compiler", "test kernel", "OpenMP", "CPU", "kernel cache",
         "nvcc", "pycuda", "CUDA driver", "MPI")
 

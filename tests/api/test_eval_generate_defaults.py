@@ -9,7 +9,7 @@ import neonlite
 from neonlite.cli import build_parser, main
 from neonlite.config import registry
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(autouse=True)

@@ -132,7 +132,7 @@ def test_divergence_guard_from_yaml(tmp_path, capsys):
 
 def _poison(path, name):
     """Set parameter ``name`` of checkpoint ``path`` to NaN, keeping the file consistent."""
-    from attacks import array_crc32
+    from support.attacks import array_crc32
     with h5py.File(path, "r+") as f:
         data = f["params"][name][()]
         data[...] = np.nan
@@ -172,7 +172,7 @@ def test_the_finiteness_check_on_the_gpu_backend_code_on_a_host_stand_in(monkeyp
     """The non-CPU path of neonlite.finite (the backend's max/min op-trees into a one-element
     work tensor) on the GPU backend run by the host emulator: compiled and emulated, not run on
     a GPU."""
-    from gpu_host_backend import host_gpu_backend
+    from support.gpu_host_backend import host_gpu_backend
 
     from neonlite.finite import tensor_is_finite
     be = host_gpu_backend(monkeypatch, dtype=dtype)

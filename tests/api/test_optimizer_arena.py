@@ -6,7 +6,7 @@ MultiOptimizer groups; clipping by global norm agrees to rounding (its one-pass 
 another order); zeroing is one fill; views, checkpoints' state tensors and get_params work."""
 import numpy as np
 import pytest
-from harness import make_backend
+from support.harness import make_backend
 
 from neonlite import Model
 from neonlite.layers import Affine, Embedding, GeneralizedCost, LayerNorm

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
 # Source folder -> the import name its files install under (setup.py's mapping).
 SOURCE_FOLDERS = {"neonlite": "neonlite", "backends": "neonlite/backends",
                   "layers": "neonlite/layers", "kernels": "neonlite/kernels"}
@@ -93,7 +93,7 @@ def test_wheel_imports_every_module_in_a_fresh_venv(dist, tmp_path):
     _, wheel = dist
     venv, python = _fresh_venv(tmp_path, wheel)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    done = subprocess.run([str(python), str(TESTS / "import_every_module.py"), "--outside",
+    done = subprocess.run([str(python), str(TESTS / "support" / "import_every_module.py"), "--outside",
                            str(ROOT)], capture_output=True, text=True, timeout=600,
                           cwd=tmp_path, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -122,7 +122,7 @@ def test_pytest_from_the_checkout_root_tests_the_installed_package(dist, tmp_pat
            if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH")}
     env["NEONLITE_TEST_INSTALLED"] = "1"
     done = subprocess.run([str(python), "-m", "pytest", "--collect-only", "-p",
-                           "no:cacheprovider", "tests/test_packaging.py"], capture_output=True,
+                           "no:cacheprovider", "tests/api/test_packaging.py"], capture_output=True,
                           text=True, timeout=300, cwd=ROOT, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     header = re.search(r"^neonlite \S+ from (\S+)$", done.stdout, re.M)

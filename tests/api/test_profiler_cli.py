@@ -16,7 +16,7 @@ from neonlite.cli import main
 from neonlite.config.run import RunConfig
 from neonlite.profiler.trace import rank_path
 
-from harness import make_backend
+from support.harness import make_backend
 
 RUN = """\
 epochs: 1

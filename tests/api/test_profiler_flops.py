@@ -13,7 +13,7 @@ from neonlite.profiler.flops import visible_pairs
 from neonlite.profiler.instrument import Instrumentation
 from neonlite.profiler.recorder import Recorder
 
-from harness import make_backend
+from support.harness import make_backend
 
 
 class _Shape:
@@ -114,7 +114,7 @@ def test_block_sparse_attention_counts_only_visited_blocks():
 
 
 def test_block_layout_pairs_per_head():
-    from neonlite.backends.numpy_attention import AttentionBlocks
+    from neonlite.backends.reference.attention import AttentionBlocks
     layout = np.zeros((2, 2, 2), dtype=np.int8)
     layout[0] = [[1, 0], [0, 1]]      # head 0: diagonal blocks
     layout[1] = [[1, 1], [1, 1]]      # head 1: everything

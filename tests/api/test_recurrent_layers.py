@@ -4,7 +4,7 @@ bidirectional, deep, the reductions, a stateful carry-over), the state and mask 
 one clear error for bad input."""
 import numpy as np
 import pytest
-from harness import _assert_close, _numeric_grad, build, gradient_check
+from support.harness import _assert_close, _numeric_grad, build, gradient_check
 
 import neonlite
 from neonlite.layers import (GRU, LSTM, BiGRU, BiLSTM, BiRNN, DeepBiLSTM, Recurrent,

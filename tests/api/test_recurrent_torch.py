@@ -5,7 +5,7 @@ gradient and every parameter gradient to 1e-10; and padded sequences against PyT
 each sequence's real steps alone."""
 import numpy as np
 import pytest
-from harness import build
+from support.harness import build
 
 import neonlite
 from neonlite.layers import GRU, LSTM, BiGRU, BiLSTM, BiRNN, Recurrent

@@ -1,7 +1,7 @@
 """Finite-difference gradient checks (float64, CPU) of the transformer layers."""
 import numpy as np
 import pytest
-from harness import _assert_close, _numeric_grad, build, gradient_check
+from support.harness import _assert_close, _numeric_grad, build, gradient_check
 
 import neonlite
 from neonlite.initializers import Gaussian

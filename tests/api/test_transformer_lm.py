@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from harness import build
+from support.harness import build
 
 import neonlite
 from neonlite import Model

@@ -3,7 +3,7 @@ outputs and gradients agree, which pins down the conventions (pre-norm, head spl
 scaling, causal mask, exact-erf GELU)."""
 import numpy as np
 import pytest
-from harness import build
+from support.harness import build
 
 import neonlite
 from neonlite.layers import TransformerBlock

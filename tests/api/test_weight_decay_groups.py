@@ -5,7 +5,7 @@ float64 over a few steps, on the fused arena step and on the per-parameter path;
 description; the default still decays everything."""
 import numpy as np
 import pytest
-from harness import make_backend
+from support.harness import make_backend
 
 from neonlite import Model
 from neonlite.config.build import build

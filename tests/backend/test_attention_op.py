@@ -5,15 +5,15 @@ finite differences, thread-count independence, memory linear in T, and bad input
 import os
 import tracemalloc
 
-import attention_unfused
+from support import attention_unfused
 import numpy as np
 import pytest
-from harness import available_backends, make_backend
+from support.harness import available_backends, make_backend
 
 import neonlite
-from neonlite.backends import numpy_attention
-from neonlite.backends.cpu_threads import set_cpu_threads
-from neonlite.backends.numpy_attention import AttentionBlocks, AttentionDropout
+from neonlite.backends.reference import attention as numpy_attention
+from neonlite.backends.cpu.threads import set_cpu_threads
+from neonlite.backends.reference.attention import AttentionBlocks, AttentionDropout
 
 # (N, H, Tq, Tk, dk, dv, causal, key mask, dropout, blocks)
 CASES = {

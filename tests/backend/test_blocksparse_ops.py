@@ -2,11 +2,11 @@
 all-backend harness) against the dense computation masked by the layout."""
 import numpy as np
 import pytest
-from harness import compare_with_cpu
+from support.harness import compare_with_cpu
 
 import neonlite
 from neonlite.blocksparse import compile_layout, layouts
-from neonlite.blocksparse import reference as ref
+from neonlite.backends.reference import blocksparse as ref
 
 
 # ---- layouts and tables -------------------------------------------------------------------------

@@ -8,12 +8,13 @@ unfused chain Convolution -> Bias -> Activation(Rectlin()) with the same weights
 """
 import numpy as np
 import pytest
-from harness import compare_with_cpu, gradient_check
+from support.harness import compare_with_cpu, gradient_check
 
 import neonlite
-from neonlite.backends import cpu_kernels, numpy_conv
-from neonlite.backends.cpu_blas import GemmThreads
-from neonlite.backends.mkl_blas import load_mkl
+from neonlite.backends.cpu import build as cpu_kernels
+from neonlite.backends.reference import conv as numpy_conv
+from neonlite.backends.cpu.blas import GemmThreads
+from neonlite.backends.cpu.mkl_blas import load_mkl
 from neonlite.backends.plans import ConvPlan
 from neonlite.initializers import Gaussian, Uniform
 from neonlite.layers import Activation, Bias, Conv, Convolution, Sequential

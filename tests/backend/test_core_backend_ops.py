@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from harness import compare_with_cpu
+from support.harness import compare_with_cpu
 
 import neonlite
 

@@ -5,9 +5,9 @@ bit); an index outside [0, nclass) is one IndexError naming its position; the it
 indices and the metrics accept them."""
 import numpy as np
 import pytest
-from harness import make_backend
+from support.harness import make_backend
 
-from neonlite.backends import numpy_norm
+from neonlite.backends.reference import norm as numpy_norm
 from neonlite.data import ArrayIterator
 from neonlite.layers import Activation, GeneralizedCost
 from neonlite.transforms import (Accuracy, CrossEntropyMulti, LogLoss, Misclassification,

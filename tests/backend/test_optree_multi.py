@@ -11,12 +11,12 @@ import subprocess
 
 import numpy as np
 import pytest
-from cuda_host_emulator import available as emulator_missing
-from gpu_host_tensors import EmulatedOpTrees, HostTensor
+from support.cuda_host_emulator import available as emulator_missing
+from support.gpu_host_tensors import EmulatedOpTrees, HostTensor
 
 import neonlite
-from neonlite.backends import cuda_codegen as codegen
-from neonlite.backends.numpy_ops import bf16_to_f32, evaluate, f32_to_bf16
+from neonlite.backends.gpu import codegen
+from neonlite.backends.reference.optree import bf16_to_f32, evaluate, f32_to_bf16
 from neonlite.optimizers import (Adagrad, Adam, AdamW, GradientDescentMomentum, RMSProp)
 
 DTYPES = (np.float32, np.float64)

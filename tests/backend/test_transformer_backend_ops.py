@@ -2,7 +2,7 @@
 axis permutation; checked against plain numpy on every available backend."""
 import numpy as np
 import pytest
-from harness import compare_with_cpu, make_backend
+from support.harness import compare_with_cpu, make_backend
 
 
 def reference_masked_softmax(x, scale, causal, key_mask):

@@ -8,7 +8,8 @@ padding, dilation, pixel counts that leave partial register blocks.
 import numpy as np
 import pytest
 
-from neonlite.backends import cpu_kernels, numpy_conv
+from neonlite.backends.cpu import build as cpu_kernels
+from neonlite.backends.reference import conv as numpy_conv
 from neonlite.backends.plans import ConvPlan
 from neonlite.kernels.toolchain import CompilerNotFound, find_c_compiler
 

@@ -4,10 +4,10 @@ against batch norm followed by a separate ReLU, and float64 gradient checks of t
 """
 import numpy as np
 import pytest
-from harness import build, gradient_check
+from support.harness import build, gradient_check
 
 import neonlite
-from neonlite.backends import numpy_norm
+from neonlite.backends.reference import norm as numpy_norm
 from neonlite.initializers import Gaussian
 from neonlite.layers import Activation, Affine, BatchNorm, Conv, Convolution, Sequential
 from neonlite.transforms import Rectlin, Tanh

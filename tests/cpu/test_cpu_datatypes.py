@@ -11,7 +11,7 @@ import pytest
 import neonlite
 from neonlite.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

@@ -8,12 +8,13 @@ reason) only where none does.
 import numpy as np
 import pytest
 
-from neonlite.backends import cpu_kernels, numpy_conv, numpy_norm
-from neonlite.backends.cpu import CPUBackend
-from neonlite.backends.cpu_blas import GemmThreads
-from neonlite.backends.mkl_blas import load_mkl
-from neonlite.backends.cpu_optree import OpTreeMachine
-from neonlite.backends.numpy_ops import evaluate
+from neonlite.backends.cpu import build as cpu_kernels
+from neonlite.backends.reference import conv as numpy_conv, norm as numpy_norm
+from neonlite.backends.cpu.backend import CPUBackend
+from neonlite.backends.cpu.blas import GemmThreads
+from neonlite.backends.cpu.mkl_blas import load_mkl
+from neonlite.backends.cpu.optree import OpTreeMachine
+from neonlite.backends.reference.optree import evaluate
 from neonlite.backends.plans import ConvPlan, PoolPlan
 from neonlite.kernels.toolchain import CompilerNotFound, find_c_compiler
 
@@ -373,7 +374,7 @@ def test_optree_cases_left_to_numpy(tbe):
     ((6, 4), None, False),                # every axis: numpy
 ])
 def test_optree_leading_axis_sums_use_the_column_sum(tbe, monkeypatch, shape, axis, fast):
-    from neonlite.backends import cpu_optree
+    from neonlite.backends.cpu import optree as cpu_optree
     rng = np.random.default_rng(13)
     x = _tensor(tbe, rng, shape)
     noncontig = tbe.array(rng.standard_normal(shape[:-1] + (2 * shape[-1],)))[..., ::2]
@@ -481,7 +482,7 @@ def test_training_step_allocates_no_buffers_after_the_first(kernels):
 def test_gemm_ways_agree_and_a_choice_is_made(shape):
     """Every way of running a GEMM (one thread, all, split by rows or by the inner dimension)
     gives the product; after the trials the tuner settles on one way per shape."""
-    from neonlite.backends import cpu_blas
+    from neonlite.backends.cpu import blas as cpu_blas
     m, k, n = shape
     gemm = cpu_blas.GemmThreads(cores=2)
     assert cpu_blas._split_axis(m, k, n, 2) == {3000: "m", 20: "n" if n == 3000 else "k"}[m]
@@ -515,7 +516,7 @@ def test_gemm_ways_agree_and_a_choice_is_made(shape):
 def test_gemm_threads_follow_a_new_core_count():
     """After use_cores (a data-parallel rank pinned to fewer cores), the tuner measures again
     and no longer splits a GEMM into more pieces than cores."""
-    from neonlite.backends import cpu_blas
+    from neonlite.backends.cpu import blas as cpu_blas
     gemm = cpu_blas.GemmThreads(cores=2)
     rng = np.random.default_rng(14)
     a, b = rng.standard_normal((3000, 40)), rng.standard_normal((40, 30))

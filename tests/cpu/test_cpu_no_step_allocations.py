@@ -14,11 +14,11 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from harness import make_backend
+from support.harness import make_backend
 
 from neonlite import Model
-from neonlite.backends.cpu_optree import OpTreeMachine
-from neonlite.backends.numpy_ops import evaluate
+from neonlite.backends.cpu.optree import OpTreeMachine
+from neonlite.backends.reference.optree import evaluate
 from neonlite.data import ArrayIterator
 from neonlite.layers import Affine, BatchNorm, GeneralizedCost, TransformerBlock
 from neonlite.optimizers import Adam
@@ -189,7 +189,7 @@ def test_embedding_rows_after_the_first_allocate_nothing():
 def test_op_tree_register_blocks_are_kept_and_grow_with_the_threads():
     """The op-tree machine's register blocks (one set per OpenMP thread) are kept from call to
     call, and made bigger only when a call may start more threads."""
-    from neonlite.backends.cpu_threads import _libgomp, set_cpu_threads
+    from neonlite.backends.cpu.threads import _libgomp, set_cpu_threads
     be = make_backend("cpu", batch_size=4, seed=0)
     _kernels_or_skip(be)
     if _libgomp() is None:

@@ -2,7 +2,7 @@
 between strided views."""
 import numpy as np
 import pytest
-from harness import make_backend
+from support.harness import make_backend
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

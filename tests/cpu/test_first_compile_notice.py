@@ -15,7 +15,7 @@ from neonlite.kernels import build
 from neonlite.kernels.specs import cpu_variant
 from neonlite.kernels.toolchain import CompilerNotFound, find_c_compiler
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from harness import compare_with_cpu, make_backend
+from support.harness import compare_with_cpu, make_backend
 
-from neonlite.backends import numpy_norm
+from neonlite.backends.reference import norm as numpy_norm
 from neonlite.backends.backend import Backend
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])

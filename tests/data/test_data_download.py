@@ -19,7 +19,7 @@ from neonlite.data.datadir import dataset_dir, resolve_data_dir
 from neonlite.data.download import download, md5_file
 from neonlite.data.idx import write_idx
 
-from harness import data_dir
+from support.harness import data_dir
 
 SHARED = data_dir()
 T10K = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")

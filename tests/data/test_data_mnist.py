@@ -11,7 +11,7 @@ from neonlite import gen_backend
 from neonlite.data import MNIST, ChecksumWarning, DataError
 from neonlite.data.idx import read_idx, write_idx
 
-from harness import data_dir
+from support.harness import data_dir
 
 SHARED = data_dir()
 T10K = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")

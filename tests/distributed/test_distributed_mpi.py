@@ -20,7 +20,7 @@ import pytest
 
 from neonlite.serialize import read_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HELPERS = ROOT / "tests" / "distributed"
 LENET = HELPERS / "lenet.yaml"
 

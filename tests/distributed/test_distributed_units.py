@@ -86,7 +86,7 @@ def test_ranks_bound_apart_or_outnumbering_the_cores_are_left_alone():
 
 def test_set_cpu_threads_changes_the_openmp_thread_count():
     import ctypes
-    from neonlite.backends.cpu_threads import set_cpu_threads
+    from neonlite.backends.cpu.threads import set_cpu_threads
     gomp = ctypes.CDLL("libgomp.so.1")
     before = gomp.omp_get_max_threads()
     try:

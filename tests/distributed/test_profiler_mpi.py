@@ -15,7 +15,7 @@ from neonlite.profiler.instrument import labelled_layers
 
 from test_profiler_cli import assert_nested
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAPES = ROOT / "examples" / "shapes_cnn.yaml"
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import data_dir
+from support.harness import data_dir
 
 from neonlite import gen_backend
 from neonlite.cli import main
@@ -20,7 +20,7 @@ from neonlite.model import Model
 from neonlite.serialize import read_checkpoint
 from neonlite.training_log import read_log
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 #: the validation loss (nats/char) that tests/test_transformer_shakespeare.py requires of the
 #: dense example after the same 500 steps
 DENSE_BAR = 2.30

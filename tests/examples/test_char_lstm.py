@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import data_dir
+from support.harness import data_dir
 
 import neonlite
 from neonlite.cli import main
@@ -18,7 +18,7 @@ from neonlite.config.run import RunConfig
 from neonlite.config.yaml_io import dump_yaml
 from neonlite.model import Model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEXT = data_dir() / "text" / "tinyshakespeare.txt"
 
 

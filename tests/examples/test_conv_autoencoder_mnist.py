@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import data_dir
+from support.harness import data_dir
 
 import neonlite
 from neonlite import Model
@@ -21,7 +21,7 @@ IMAGES = data_dir() / "mnist" / "t10k-images-idx3-ubyte.gz"
 
 
 def _network():
-    path = Path(__file__).resolve().parents[1] / "examples" / "conv_autoencoder.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "conv_autoencoder.py"
     spec = importlib.util.spec_from_file_location("example_conv_autoencoder", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -2,7 +2,7 @@
 test images (``../shared/data/mnist``) and measured on the other 2,000, misclassifies <= 3%."""
 import numpy as np
 import pytest
-from harness import data_dir, lenet
+from support.harness import data_dir, lenet
 
 import neonlite
 from neonlite.callbacks import Callbacks

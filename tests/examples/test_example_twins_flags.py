@@ -15,7 +15,7 @@ from neonlite.cli.example import example_main
 from neonlite.training_log import read_log
 from test_examples import cifar_dir, mnist_dir  # noqa: F401  (the data fixtures)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 TWINS = sorted(p.stem for p in EXAMPLES.glob("*.py") if (EXAMPLES / f"{p.stem}.yaml").is_file())
 

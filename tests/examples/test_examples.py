@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import data_dir, unavailable_reason
+from support.harness import data_dir, unavailable_reason
 
 from neonlite.cli import main
 from neonlite.cli.example import example_config, example_main
@@ -18,7 +18,7 @@ from neonlite.data.idx import read_idx, write_idx
 from neonlite.model import Model
 from neonlite.training_log import read_log
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 TWINS = ["shapes_cnn", "mnist_mlp", "mnist_cnn", "cifar10_allcnn", "cifar10_resnet",
          "conv_autoencoder", "inception_shapes"]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import data_dir
+from support.harness import data_dir
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "char_transformer.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "char_transformer.py"
 
 
 def load_example():

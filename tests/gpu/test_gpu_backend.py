@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from harness import compare_with_cpu, lenet, make_backend, require_backend
+from support.harness import compare_with_cpu, lenet, make_backend, require_backend
 
 import neonlite
 from neonlite.backends import BackendUnavailable, philox

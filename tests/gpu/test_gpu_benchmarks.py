@@ -3,7 +3,7 @@ they time builds on the CPU backend, and (on a GPU only) the smoke run of every 
 import json
 
 import numpy as np
-from harness import require_backend
+from support.harness import require_backend
 
 import neonlite
 from benchmarks.run import main

@@ -4,7 +4,7 @@ trained on 8,000 real MNIST images reaches the float32 model's accuracy on the o
 the reason otherwise."""
 import numpy as np
 import pytest
-from harness import data_dir, lenet, require_backend
+from support.harness import data_dir, lenet, require_backend
 
 import neonlite
 from neonlite.data import ArrayIterator

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cuda_host_emulator import HostModule
-from cuda_host_emulator import available as emulator_missing
+from support.cuda_host_emulator import HostModule
+from support.cuda_host_emulator import available as emulator_missing
 from test_blocksparse_gpu_kernels import STORAGE, check
 
-from neonlite.backends import numpy_attention
-from neonlite.backends.cpu_attention import visit_tables
-from neonlite.backends.numpy_attention import AttentionBlocks
+from neonlite.backends.reference import attention as numpy_attention
+from neonlite.backends.cpu.attention import visit_tables
+from neonlite.backends.reference.attention import AttentionBlocks
 from neonlite.kernels import cuda_specs
 
 pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cuda_host_emulator import HostModule
-from cuda_host_emulator import available as emulator_missing
+from support.cuda_host_emulator import HostModule
+from support.cuda_host_emulator import available as emulator_missing
 
 from neonlite.blocksparse import compile_layout, layouts
-from neonlite.blocksparse import reference as ref
+from neonlite.backends.reference import blocksparse as ref
 from neonlite.kernels import cuda_specs
 
 pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))

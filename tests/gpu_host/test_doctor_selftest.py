@@ -9,8 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-from cuda_host_emulator import available as emulator_missing
-from gpu_host_backend import host_gpu_backend
+from support.cuda_host_emulator import available as emulator_missing
+from support.gpu_host_backend import host_gpu_backend
 
 import neonlite
 from neonlite.doctor.selftest import largest_error, run_families
@@ -52,7 +52,7 @@ def test_every_family_passes_on_the_emulated_gpu_backend(factories, family):
 
 @needs_emulator
 def test_a_wrong_kernel_result_fails_its_family(factories, monkeypatch):
-    from neonlite.backends.gpu import GPUBackend
+    from neonlite.backends.gpu.backend import GPUBackend
     right = GPUBackend.fprop_pool
 
     def off_by_a_little(self, plan, x, out, *args, **kwargs):

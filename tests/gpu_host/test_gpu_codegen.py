@@ -7,13 +7,13 @@ import subprocess
 
 import numpy as np
 import pytest
-from cuda_host_emulator import available as emulator_missing
-from gpu_host_tensors import EmulatedOpTrees, HostTensor
+from support.cuda_host_emulator import available as emulator_missing
+from support.gpu_host_tensors import EmulatedOpTrees, HostTensor
 
 import neonlite
-from neonlite.backends import cuda_codegen as codegen
-from neonlite.backends.cpu import CPUTensor
-from neonlite.backends.numpy_ops import bf16_to_f32, evaluate, f32_to_bf16
+from neonlite.backends.gpu import codegen
+from neonlite.backends.cpu.backend import CPUTensor
+from neonlite.backends.reference.optree import bf16_to_f32, evaluate, f32_to_bf16
 from neonlite.backends.optree import OpNode
 
 

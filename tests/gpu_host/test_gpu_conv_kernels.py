@@ -16,12 +16,12 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from cuda_host_emulator import HostModule
-from cuda_host_emulator import available as emulator_missing
+from support.cuda_host_emulator import HostModule
+from support.cuda_host_emulator import available as emulator_missing
 
-from neonlite.backends import numpy_conv
-from neonlite.backends.gpu_conv import conv_launch, function_for, gemm_dims, shape_args
-from neonlite.backends.numpy_ops import bf16_to_f32, f32_to_bf16
+from neonlite.backends.reference import conv as numpy_conv
+from neonlite.backends.gpu.conv_launch import conv_launch, function_for, gemm_dims, shape_args
+from neonlite.backends.reference.optree import bf16_to_f32, f32_to_bf16
 from neonlite.backends.plans import ConvPlan
 from neonlite.kernels import cuda_specs
 

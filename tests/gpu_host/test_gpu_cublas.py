@@ -5,7 +5,7 @@ transpose flag and for transposed (``.T``) and padded (row stride > columns) ope
 import numpy as np
 import pytest
 
-from neonlite.backends import cublas
+from neonlite.backends.gpu import blas as cublas
 
 
 def test_cdef_parses_and_declares_the_functions():

@@ -6,8 +6,8 @@ import shutil
 
 import numpy as np
 import pytest
-from cuda_host_emulator import HostModule
-from cuda_host_emulator import available as emulator_missing
+from support.cuda_host_emulator import HostModule
+from support.cuda_host_emulator import available as emulator_missing
 
 from neonlite.backends import philox
 from neonlite.kernels import cuda_specs

@@ -6,10 +6,10 @@ float32) checks that the log-sum-exp stays finite, and the gradient scale of a m
 summed loss."""
 import numpy as np
 import pytest
-from cuda_host_emulator import HostModule
-from cuda_host_emulator import available as emulator_missing
+from support.cuda_host_emulator import HostModule
+from support.cuda_host_emulator import available as emulator_missing
 
-from neonlite.backends import gpu_norm
+from neonlite.backends.gpu import norm as gpu_norm
 from neonlite.kernels import cuda_specs
 
 pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))

@@ -5,10 +5,10 @@ ordering is checked with a recording stand-in for the GPU backend's two calls (`
 ``compute_event``), so it runs anywhere; the real copies run in the GPU test at the end."""
 import numpy as np
 import pytest
-from harness import make_backend
+from support.harness import make_backend
 
 import neonlite
-from neonlite.backends.gpu_prefetch import Prefetched, prefetched
+from neonlite.backends.gpu.prefetch import Prefetched, prefetched
 from neonlite.data import ArrayIterator
 
 

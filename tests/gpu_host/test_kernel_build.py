@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from neonlite.kernels import cache as kcache
-from neonlite.kernels import cli, specs
+from neonlite.cli import kernels as cli
+from neonlite.kernels import specs
 from neonlite.kernels.build import Builder
 from neonlite.kernels.toolchain import (CompileError, CompilerNotFound, find_c_compiler,
                                         find_nvcc, parse_ptxas)
@@ -207,8 +208,8 @@ def test_missing_compiler_is_reported(monkeypatch):
 
 FALLBACK_SCRIPT = textwrap.dedent("""\
     import numpy as np
-    from neonlite.backends.cpu import CPUBackend
-    from neonlite.backends import numpy_conv
+    from neonlite.backends.cpu.backend import CPUBackend
+    from neonlite.backends.reference import conv as numpy_conv
     be = CPUBackend(batch_size=2, rng_seed=0)
     rng = np.random.default_rng(0)
     x = be.array(rng.standard_normal((2, 5, 6, 3)))

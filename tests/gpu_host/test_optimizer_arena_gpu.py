@@ -5,8 +5,8 @@ generated kernel per run of parameters, equals the per-parameter updates; the pa
 states are views of the arena's buffers; class-index targets reach the index kernel."""
 import numpy as np
 import pytest
-from cuda_host_emulator import available as emulator_missing
-from gpu_host_backend import host_gpu_backend
+from support.cuda_host_emulator import available as emulator_missing
+from support.gpu_host_backend import host_gpu_backend
 
 import neonlite
 from neonlite import Model

@@ -4,8 +4,8 @@
 run on a GPU: this checks the event plumbing and the structure, not device times."""
 import numpy as np
 import pytest
-from cuda_host_emulator import available as emulator_missing
-from gpu_host_backend import host_gpu_backend
+from support.cuda_host_emulator import available as emulator_missing
+from support.gpu_host_backend import host_gpu_backend
 
 import neonlite
 

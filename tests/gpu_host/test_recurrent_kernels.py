@@ -5,11 +5,11 @@ and the CUDA kernels (``kernels/cuda/recurrent.cu``), compiled and emulated on t
 run on a GPU), against the CPU."""
 import numpy as np
 import pytest
-from cuda_host_emulator import available as emulator_missing
-from harness import compare_with_cpu
+from support.cuda_host_emulator import available as emulator_missing
+from support.harness import compare_with_cpu
 
 import neonlite
-from neonlite.backends import numpy_recurrent as ref
+from neonlite.backends.reference import recurrent as ref
 
 N, H = 5, 7
 
@@ -108,7 +108,7 @@ def test_every_backend_matches_the_cpu():
 @pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
 @pytest.mark.parametrize("masked", [False, True])
 def test_cuda_gate_kernels_on_the_host_emulator_match_the_cpu(monkeypatch, masked):
-    from gpu_host_backend import host_gpu_backend
+    from support.gpu_host_backend import host_gpu_backend
     previous = neonlite.backends._current
     try:
         gpu = host_gpu_backend(monkeypatch, batch_size=N, dtype=np.float32)

@@ -5,9 +5,9 @@ defaults, cross-attention with a padding mask and key/value widths that differ â
 backward against the CPU backend.  This checks the GPU glue and generated kernels, not speed."""
 import numpy as np
 import pytest
-from cuda_host_emulator import available as emulator_missing
-from gpu_host_backend import host_gpu_backend
-from harness import build
+from support.cuda_host_emulator import available as emulator_missing
+from support.gpu_host_backend import host_gpu_backend
+from support.harness import build
 
 import neonlite
 from neonlite.initializers import Gaussian

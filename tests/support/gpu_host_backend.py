@@ -1,7 +1,7 @@
 """The real GPU backend (``backends/gpu*.py``) on a host stand-in for the device, so its Python
 glue (kernel choice, argument formats, grids, work tensors, views) runs where no GPU is.
 
-:class:`HostDevice` replaces :class:`~neonlite.backends.gpu_device.Device`: memory is numpy
+:class:`HostDevice` replaces :class:`~neonlite.backends.gpu.device.Device`: memory is numpy
 buffers addressed by their real host addresses, a kernel is compiled by
 ``cuda_host_emulator`` (hand-written variants from their ``.cu`` source, op-trees from the
 generated source) and launched with its parameters packed exactly as pycuda packs them
@@ -16,11 +16,11 @@ import struct
 import time
 
 import numpy as np
-from cuda_host_emulator import HostModule
+from .cuda_host_emulator import HostModule
 
-from neonlite.backends import cuda_codegen as codegen
-from neonlite.backends import gpu as gpu_module
-from neonlite.backends.numpy_ops import bf16_to_f32, f32_to_bf16
+from neonlite.backends.gpu import codegen
+from neonlite.backends.gpu import backend as gpu_module
+from neonlite.backends.reference.optree import bf16_to_f32, f32_to_bf16
 from neonlite.kernels import cuda_specs
 
 _HEADER = (cuda_specs.find("pool").root / "cuda" / "neonlite_common.cuh").read_text()

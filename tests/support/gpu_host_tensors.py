@@ -2,15 +2,15 @@
 tested on the CPU (see ``cuda_host_emulator``).
 
 :class:`HostTensor` wraps a numpy array (any view: its element strides are the descriptor's);
-:class:`EmulatedOpTrees` runs :class:`~neonlite.backends.gpu_optree.OpTreeExecutor` with
+:class:`EmulatedOpTrees` runs :class:`~neonlite.backends.gpu.optree.OpTreeExecutor` with
 deferred launches: ``run(fn)`` records every kernel ``fn`` launches, compiles all their sources
 into one host module, then replays the launches in order.
 """
 import numpy as np
-from cuda_host_emulator import HostModule
+from .cuda_host_emulator import HostModule
 
-from neonlite.backends import cuda_codegen as codegen
-from neonlite.backends.gpu_optree import OpTreeExecutor
+from neonlite.backends.gpu import codegen
+from neonlite.backends.gpu.optree import OpTreeExecutor
 from neonlite.backends.optree import OpTreeOps
 
 

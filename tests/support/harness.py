@@ -62,7 +62,7 @@ def make_backend(name="cpu", batch_size=4, seed=0, dtype=np.float32):
 def data_dir():
     """The shared real-data folder: ``$NEONLITE_TEST_DATA`` or ``<repo>/../shared/data``."""
     env = os.environ.get("NEONLITE_TEST_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def lenet(keep=0.5):

@@ -1,13 +1,13 @@
 """Import every module of the installed ``neonlite`` distribution and say where each came from.
 
-    python tests/import_every_module.py [--outside DIR]
+    python tests/support/import_every_module.py [--outside DIR]
 
 The module list comes from the installed distribution's own file list (its wheel ``RECORD``,
 through ``importlib.metadata``), so a module that the wheel lacks cannot be missed, and one that
 imports a module the wheel lacks fails here.  ``__main__`` modules are located, not run.  With
 ``--outside DIR`` every module must come from outside ``DIR`` (the checkout): that is how CI
 proves it tested the installed package.  Exit status 0, or 1 with one line per failure.  Used by
-``.ci/run`` and ``tests/test_packaging.py``.
+``.ci/run`` and ``tests/api/test_packaging.py``.
 """
 import argparse
 import importlib
