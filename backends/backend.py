@@ -325,7 +325,7 @@ class Backend(SequenceOps, ABC):
     def onehot(self, indices, out):
         """out (M, K) = the one-hot rows of integer class indices ``indices`` (M,); an index
         outside [0, K) raises IndexError naming its position."""
-        from .reference.norm import check_class_indices
+        from .reference.softmax import check_class_indices
         idx = np.asarray(indices.get()).reshape(-1)
         check_class_indices(idx, out.shape[-1])
         host = np.zeros(out.shape, dtype=np.float32)

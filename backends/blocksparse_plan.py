@@ -1,19 +1,21 @@
 """The plan of a block-sparse op: layout, block size and lookup tables, made once at configure
-time by ``Backend.blocksparse_layer``; a backend hangs its own state on it (the CPU backend's
-pack buffers, a GPU backend's device tables)."""
+time by ``Backend.blocksparse_layer``; a backend subclasses it with what it keeps (the CPU
+backend's table pointers and pack buffers, the GPU backend's device tables)."""
 from ..blocksparse.layouts import as_layout
 from ..blocksparse.tables import compile_layout
+from .plans import Plan
 
 #: the block sizes the CPU and CUDA kernels are built for
 SUPPORTED_BLOCK_SIZES = (8, 16, 32, 64)
 
 
-class BlockSparsePlan:
+class BlockSparsePlan(Plan):
     """Attributes: ``layout`` (H, R, C) uint8, ``bs`` (the block size), ``tables``
     (:class:`~neonlite.blocksparse.tables.Tables`, shared between identical layouts),
     ``heads``, ``rows``, ``cols``, ``nnz``."""
 
     def __init__(self, layout, block_size):
+        super().__init__()
         if block_size not in SUPPORTED_BLOCK_SIZES:
             raise ValueError(f"block-sparse block size must be one of {SUPPORTED_BLOCK_SIZES} "
                              f"(the sizes the kernels are built for), got {block_size!r}")

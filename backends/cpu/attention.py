@@ -42,7 +42,8 @@ def visit_tables(layout, Tq, Tk, bq, bk, causal):
 
 class CPUAttentionMixin:
     """``Backend.attention`` / ``attention_bprop`` for the CPU backend (mixed into
-    ``CPUBackend``; uses its ``kernels``)."""
+    ``CPUBackend``; uses its ``kernels`` and ``_attention_plain``, the visit tables of
+    unblocked attention by (Tq, Tk, causal))."""
 
     def _attention_tables(self, Tq, Tk, causal, blocks):
         """(bq, bk, table_heads, tables) for the kernels."""
@@ -54,7 +55,7 @@ class CPUAttentionMixin:
                     blocks.bq, blocks.bk, blocks.layout.shape[0],
                     visit_tables(blocks.layout, Tq, Tk, blocks.bq, blocks.bk, causal))
             return found
-        store = self.__dict__.setdefault("_attention_plain", {})
+        store = self._attention_plain
         key = (Tq, Tk, bool(causal))
         found = store.get(key)
         if found is None:

@@ -1,108 +1,38 @@
-"""The CPU backend: tensors are numpy arrays and GEMMs go to numpy's BLAS.
+"""The CPU backend (``cpu``): tensors are numpy arrays (``tensor.py``); GEMMs go to MKL's CBLAS
+where the ``mkl`` wheel is installed, else to numpy's BLAS (``blas.py``, ``mkl_blas.py``).
 
-Convolution patch gathering, pooling, normalization, softmax-cross-entropy and elementwise
-op-trees run as compiled C kernels (``cpu_kernels``, ``cpu_optree``: C + OpenMP through cffi,
-built on first use) for float32 and float64; the vectorized numpy implementations
-(``numpy_conv``, ``numpy_norm``, ``numpy_ops``) are the reference, and run every case the
-kernels do not take (float16, non-contiguous views, a machine without a C compiler).
+Convolution, pooling, normalization, softmax and cross-entropy, GELU, attention, rows,
+block-sparse products, LRN, recurrent gate steps and elementwise op-trees run as compiled C
+kernels (C + OpenMP through cffi, built on first use: ``build.py``) for float32 and float64,
+one module per section of the backend contract; the numpy definitions of
+``backends/reference/`` run every case the kernels do not take (float16, non-contiguous views,
+a machine without a C compiler).
 """
 import numpy as np
 
-from ..reference import conv as numpy_conv, norm as numpy_norm, rows as numpy_rows
-from ..backend import Backend, Tensor
-from .attention import CPUAttentionMixin
-from .blocksparse import CPUBlockSparseMixin
-from .build import CPUKernels
-from .lrn import CPULRNMixin
-from .optree import OpTreeMachine
-from .recurrent import CPURecurrentMixin
-from .threads import set_cpu_threads
-from ..reference.optree import evaluate
+from ..backend import Backend
 from ..optree import OpNode
+from ..reference.optree import evaluate
+from .attention import CPUAttentionMixin
+from .blas import CPUBlasOps
+from .blocksparse import CPUBlockSparseMixin
+from .conv import CPUConvOps
+from .gelu import CPUGeluOps
+from .kernels import CPUKernels
+from .lrn import CPULRNMixin
+from .norm import CPUNormOps
+from .optree import OpTreeMachine
+from .pool import CPUPoolOps
+from .recurrent import CPURecurrentMixin
+from .rows import CPURowOps
+from .softmax import CPUSoftmaxOps
+from .tensor import CPUTensor, aligned_empty
+from .threads import set_cpu_threads
 
 
-class CPUTensor(Tensor):
-    """A tensor backed by a numpy array (``_ary``); slices and reshapes are numpy views."""
-
-    __slots__ = ("_ary", "backend", "name")
-
-    def __init__(self, backend, ary, name=None):
-        self.backend = backend
-        self._ary = ary
-        self.name = name
-
-    @property
-    def shape(self):
-        return self._ary.shape
-
-    @property
-    def dtype(self):
-        return self._ary.dtype
-
-    @property
-    def size(self):
-        return self._ary.size
-
-    def get(self):
-        return self._ary.copy()
-
-    def set(self, ary):
-        ary = np.asarray(ary)
-        if ary.shape != self.shape and ary.size != self.size:
-            raise ValueError(f"cannot set a tensor of shape {self.shape} from an array of shape "
-                             f"{ary.shape}")
-        np.copyto(self._ary, ary.reshape(self.shape), casting="unsafe")
-        return self
-
-    def reshape(self, *shape):
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
-        view = self._ary.reshape(shape)
-        if not np.shares_memory(view, self._ary):
-            raise ValueError(f"reshape of a non-contiguous {self.shape} view to {shape} would copy")
-        return CPUTensor(self.backend, view)
-
-    @property
-    def T(self):
-        return CPUTensor(self.backend, self._ary.T)
-
-    def __getitem__(self, index):
-        return CPUTensor(self.backend, self._ary[_index(index)])
-
-    def __setitem__(self, index, value):
-        self.backend._evaluate(self._ary[_index(index)], value)
-
-    def __array__(self, dtype=None, copy=None):
-        return self._ary if dtype is None else self._ary.astype(dtype)
-
-
-def _index(index):
-    if isinstance(index, CPUTensor):
-        return index._ary
-    return index
-
-
-def _ary(t):
-    return t._ary
-
-
-ALIGN_BYTES = 64
-
-
-def aligned_empty(shape, dtype):
-    """An uninitialised C-contiguous array of ``shape`` whose data starts on a 64-byte boundary
-    (a cache line, one AVX-512 vector).  numpy aligns only to 16 bytes; the C kernels' vector
-    loads and stores of rows of output channels then straddle cache lines, which was measured
-    to cost 3-12% of a 5x5 convolution pass here."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + ALIGN_BYTES, dtype=np.uint8)
-    start = -raw.ctypes.data % ALIGN_BYTES
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
-
-
-class CPUBackend(CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin, CPUBlockSparseMixin,
-                 Backend):
+class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, CPURowOps,
+                 CPUBlasOps, CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin,
+                 CPUBlockSparseMixin, Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float16, float32 or
     float64 (float64 is the one gradient checks use)."""
 
@@ -118,6 +48,7 @@ class CPUBackend(CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin, CPUBlockSpar
         self._machine = OpTreeMachine(self.kernels)
         self._gemm_scratch = {}
         self._row_scratch = {}
+        self._attention_plain = {}
 
     def prepare_kernels(self):
         """Compile the C kernels of this backend's data type that are not cached yet (one
@@ -150,167 +81,12 @@ class CPUBackend(CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin, CPUBlockSpar
         self._evaluate(out._ary, optree)
         return out
 
-    def compound_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
-        a = A._ary.T if transA else A._ary
-        b = B._ary.T if transB else B._ary
-        _gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
-        return C
-
-    def batched_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
-        a = np.swapaxes(A._ary, -1, -2) if transA else A._ary
-        b = np.swapaxes(B._ary, -1, -2) if transB else B._ary
-        _gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
-        return C
-
-    def fprop_conv(self, plan, I, F, O, bias=None, relu=False):
-        b = None if bias is None else bias._ary
-        if not self.kernels.fprop_conv(plan, I._ary, F._ary, O._ary, b, relu):
-            numpy_conv.fprop_conv(plan, I._ary, F._ary, O._ary, b, relu)
-
-    def bprop_conv(self, plan, F, E, grad_I, beta=0.0):
-        if not self.kernels.bprop_conv(plan, F._ary, E._ary, grad_I._ary, beta):
-            numpy_conv.bprop_conv(plan, F._ary, E._ary, grad_I._ary, beta)
-
-    def update_conv(self, plan, I, E, grad_F, beta=0.0):
-        if not self.kernels.update_conv(plan, I._ary, E._ary, grad_F._ary, beta):
-            numpy_conv.update_conv(plan, I._ary, E._ary, grad_F._ary, beta)
-
-    def fprop_pool(self, plan, I, O):
-        if not self.kernels.fprop_pool(plan, I._ary, O._ary):
-            numpy_conv.fprop_pool(plan, I._ary, O._ary)
-
-    def bprop_pool(self, plan, E, grad_I, beta=0.0):
-        if not self.kernels.bprop_pool(plan, E._ary, grad_I._ary, beta):
-            numpy_conv.bprop_pool(plan, E._ary, grad_I._ary, beta)
-
-    def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
-                        eps=1e-5, momentum=0.9, inference=False, relu=False):
-        arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, mean, invstd, running_mean,
-                                  running_var)))
-        if not self.kernels.batchnorm_fprop(*arrays, eps, momentum, inference, relu):
-            numpy_norm.batchnorm_fprop(*arrays, eps, momentum, inference)
-            if relu:
-                np.maximum(arrays[3], 0, out=arrays[3])
-
     def set_threads(self, n):
         """OpenMP (the C kernels, MKL), OpenBLAS and the split GEMMs on ``n`` threads."""
         set_cpu_threads(n)
         use_cores = getattr(self.kernels.gemm, "use_cores", None)
         if use_cores is not None:
             use_cores(n)
-
-    def batchnorm_moments(self, x):
-        C = x.shape[-1]
-        mean, m2 = np.empty(C), np.empty(C)
-        if self.kernels.batchnorm_moments(x._ary, mean, m2):
-            return mean, m2
-        return numpy_norm.batchnorm_moments(x._ary)
-
-    def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
-        arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, mean, invstd)))
-        if not self.kernels.batchnorm_apply(*arrays, relu):
-            numpy_norm.batchnorm_apply(*arrays)
-            if relu:
-                np.maximum(arrays[3], 0, out=arrays[3])
-
-    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
-        arrays = tuple(map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
-        mask = None if y is None else y._ary
-        if not self.kernels.batchnorm_bprop(*arrays, beta_acc, mask):
-            if mask is not None:
-                arrays = (arrays[0] * (mask > 0),) + arrays[1:]
-            numpy_norm.batchnorm_bprop(*arrays, beta_acc)
-
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):
-        arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, invstd)))
-        if not self.kernels.layernorm_fprop(*arrays, eps):
-            numpy_norm.layernorm_fprop(*arrays, eps)
-
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
-        arrays = tuple(map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
-        if not self.kernels.layernorm_bprop(*arrays):
-            numpy_norm.layernorm_bprop(*arrays)
-
-    def softmax(self, x, out, axis=-1):
-        if not self.kernels.softmax(x._ary, out._ary, axis):
-            numpy_norm.softmax(x._ary, out._ary, axis)
-
-    index_targets = True
-
-    def onehot(self, indices, out):
-        idx, rows = indices._ary.reshape(-1), out._ary
-        if idx.size and (idx.min() < 0 or idx.max() >= rows.shape[-1]):
-            numpy_norm.check_class_indices(idx, rows.shape[-1])
-        rows.fill(0)
-        np.put_along_axis(rows, idx[:, None].astype(np.intp, copy=False), 1, axis=-1)
-        return out
-
-    def softmax_cross_entropy(self, logits, targets, probs, grad, scale=1.0):
-        arrays = tuple(map(_ary, (logits, targets, probs, grad)))
-        loss = self.kernels.softmax_cross_entropy(*arrays, scale)
-        if loss is None:
-            loss = numpy_norm.softmax_cross_entropy(*arrays, scale)
-        return loss
-
-    def masked_softmax(self, x, out, scale=1.0, causal=False, key_mask=None):
-        mask = None if key_mask is None else key_mask._ary
-        if not self.kernels.masked_softmax(x._ary, out._ary, scale, causal, mask):
-            numpy_norm.masked_softmax(x._ary, out._ary, scale, causal, mask)
-
-    def masked_softmax_bprop(self, y, dy, dx, scale=1.0):
-        if not self.kernels.masked_softmax_bprop(y._ary, dy._ary, dx._ary, scale):
-            numpy_norm.masked_softmax_bprop(y._ary, dy._ary, dx._ary, scale)
-
-    def gelu(self, x, out, bias=None, pre=None, approximate="none"):
-        if self.kernels.gelu(x._ary, out._ary, None if bias is None else bias._ary,
-                             None if pre is None else pre._ary, approximate):
-            return out
-        return super().gelu(x, out, bias, pre, approximate)
-
-    def gelu_bprop(self, x, dy, dx, dbias=None, approximate="none", y=None):
-        if self.kernels.gelu_bprop(x._ary, dy._ary, dx._ary,
-                                   None if dbias is None else dbias._ary, approximate,
-                                   None if y is None else y._ary):
-            return dx
-        return super().gelu_bprop(x, dy, dx, dbias, approximate)
-
-    def take_rows(self, table, ids, out):
-        idx = self._row_indices(ids._ary, table.shape[0])
-        if not self.kernels.take_rows(table._ary, idx, out._ary):
-            numpy_rows.take_rows(table._ary, ids._ary, out._ary)
-
-    def scatter_add_rows(self, grad_table, ids, rows):
-        idx = self._row_indices(ids._ary, grad_table.shape[0])
-        if not self.kernels.scatter_add_rows(grad_table._ary, idx, rows._ary):
-            numpy_rows.scatter_add_rows(grad_table._ary, ids._ary, rows._ary)
-
-    def _row_indices(self, ids, nrows):
-        """``ids`` (ndarray of any shape S: integers, or floats holding whole numbers) as the
-        int64 row numbers (n,) = ids.reshape(-1) that ``numpy_rows.row_indices`` gives, checked
-        to lie in [0, nrows), but written into buffers kept per (S, dtype), so an embedding's
-        look-up and gradient allocate nothing from the second step on.  The result is valid
-        until the next call.  A bad id raises ``row_indices``'s IndexError, which names it."""
-        key = (ids.shape, ids.dtype)
-        found = self._row_scratch.get(key)
-        if found is None:
-            whole = ids.dtype.kind == "f"  # floats must be whole numbers: trunc(ids) == ids
-            found = self._row_scratch[key] = (
-                np.empty(ids.shape, np.int64),
-                np.empty(ids.shape, ids.dtype) if whole else None,
-                np.empty(ids.shape, np.bool_) if whole else None)
-        idx, truncated, same = found
-        np.copyto(idx, ids, casting="unsafe")  # the cast of ids.astype(np.intp)
-        ok = idx.size == 0 or (idx.min() >= 0 and idx.max() < nrows)
-        if ok and truncated is not None:
-            np.trunc(ids, out=truncated)
-            ok = np.equal(truncated, ids, out=same).all()
-        if not ok:
-            return numpy_rows.row_indices(ids, nrows).reshape(-1)  # raises, naming the id
-        return idx.reshape(-1)
-
-    def permute_axes(self, x, out, axes):
-        if not self.kernels.permute_axes(x._ary, out._ary, axes):
-            np.copyto(out._ary, np.transpose(x._ary, axes))
 
     def uniform(self, out, low=0.0, high=1.0):
         ary = out._ary
@@ -330,24 +106,3 @@ class CPUBackend(CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin, CPUBlockSpar
 
     def set_device_rng_state(self, state):
         self._device_rng.bit_generator.state = state
-
-
-def _gemm_into(c, a, b, alpha, beta, scratch, matmul):
-    """c = alpha * a @ b + beta * c, the product by ``matmul(a, b, out)``; with beta != 0 the
-    product goes through a buffer kept in ``scratch`` (keyed by shape and dtype), so repeated
-    calls allocate nothing."""
-    if beta == 0.0:
-        matmul(a, b, c)
-        if alpha != 1.0:
-            c *= alpha
-        return
-    key = (c.shape, c.dtype)
-    product = scratch.get(key)
-    if product is None:
-        product = scratch[key] = np.empty(c.shape, dtype=c.dtype)
-    matmul(a, b, product)
-    if alpha != 1.0:
-        product *= alpha
-    if beta != 1.0:
-        c *= beta
-    c += product

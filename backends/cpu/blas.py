@@ -26,14 +26,13 @@ numpy's BLAS is not an OpenBLAS with that call (MKL, Accelerate, an older OpenBL
 runs as numpy chooses.
 """
 import contextlib
-import functools
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .threads import usable_cores
+from .threads import openblas, usable_cores
 
 TINY_MACS = 1_000_000
 FIRST = 2
@@ -42,33 +41,11 @@ REVISIT = 32
 WAYS = ("one", "all", "split")
 
 
-@functools.lru_cache(maxsize=None)
-def _openblas():
-    """numpy's OpenBLAS (a cffi library with ``openblas_set_num_threads_local``), or None."""
-    try:
-        import cffi
-        with open("/proc/self/maps") as maps:
-            paths = sorted({line.split()[-1] for line in maps
-                            if "openblas" in line.lower() and ".so" in line})
-    except (ImportError, OSError):
-        return None
-    ffi = cffi.FFI()
-    ffi.cdef("int openblas_set_num_threads_local(int);")
-    for path in paths:
-        try:
-            lib = ffi.dlopen(path)
-            lib.openblas_set_num_threads_local  # noqa: B018 (the symbol must exist)
-        except (OSError, AttributeError):
-            continue
-        return lib
-    return None
-
-
 @contextlib.contextmanager
 def blas_threads(n):
     """Run the BLAS calls of this block (on this Python thread) on ``n`` BLAS threads
     (``None``: leave BLAS's own setting)."""
-    lib = _openblas() if n is not None else None
+    lib = openblas() if n is not None else None
     if lib is None:
         yield
         return
@@ -152,7 +129,7 @@ class GemmThreads:
         return out
 
     def _ways(self, a, b, out):
-        splittable = (self.cores > 1 and _openblas() is not None and a.ndim == b.ndim == 2
+        splittable = (self.cores > 1 and openblas() is not None and a.ndim == b.ndim == 2
                       and out.flags.c_contiguous
                       and _split_axis(*a.shape, b.shape[1], self.cores) is not None)
         return WAYS if splittable else WAYS[:2]
@@ -208,3 +185,42 @@ def _split_axis(m, k, n, parts):
 def _one_thread_matmul(a, b, out):
     with blas_threads(1):
         np.matmul(a, b, out=out)
+
+
+class CPUBlasOps:
+    """``Backend.compound_dot`` and ``batched_dot`` of the CPU backend: the products by its
+    kernels' GEMM (MKL's CBLAS or :class:`GemmThreads`), with beta != 0 through a product
+    buffer kept per shape (``_gemm_scratch``)."""
+
+    def compound_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
+        a = A._ary.T if transA else A._ary
+        b = B._ary.T if transB else B._ary
+        gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
+        return C
+
+    def batched_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
+        a = np.swapaxes(A._ary, -1, -2) if transA else A._ary
+        b = np.swapaxes(B._ary, -1, -2) if transB else B._ary
+        gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
+        return C
+
+
+def gemm_into(c, a, b, alpha, beta, scratch, matmul):
+    """c = alpha * a @ b + beta * c, the product by ``matmul(a, b, out)``; with beta != 0 the
+    product goes through a buffer kept in ``scratch`` (keyed by shape and dtype), so repeated
+    calls allocate nothing."""
+    if beta == 0.0:
+        matmul(a, b, c)
+        if alpha != 1.0:
+            c *= alpha
+        return
+    key = (c.shape, c.dtype)
+    product = scratch.get(key)
+    if product is None:
+        product = scratch[key] = np.empty(c.shape, dtype=c.dtype)
+    matmul(a, b, product)
+    if alpha != 1.0:
+        product *= alpha
+    if beta != 1.0:
+        c *= beta
+    c += product

@@ -1,10 +1,47 @@
 """The CPU backend's block-sparse ops: C kernels (``kernels/cpu/blocksparse.c``, OpenMP over
 output blocks, register-tiled products per block) for contiguous float32/float64 arrays, and
-the numpy reference (``neonlite.backends.reference.blocksparse``, walking the same tables) for every
-other case.  The tables and the kernels' pack buffers live on the plan, made on first use."""
+the numpy reference (``neonlite.backends.reference.blocksparse``, walking the same tables) for
+every other case.  The tables and the kernels' pack buffers live on the plan
+(:class:`CPUBlockSparsePlan`), made on first use."""
 import numpy as np
 
+from ..blocksparse_plan import BlockSparsePlan
 from ..reference import blocksparse as reference
+
+TABLES = ("head", "row", "col", "row_ptr", "row_k", "row_other", "col_ptr", "col_k",
+          "col_other")
+
+
+class CPUBlockSparsePlan(BlockSparsePlan):
+    """A :class:`BlockSparsePlan` with the tables as int32 arrays (``int32_tables``, made at
+    configure time) and, per kernel module, their cffi pointers; pack buffers by name."""
+
+    def __init__(self, layout, block_size):
+        super().__init__(layout, block_size)
+        self.int32_tables = {name: np.ascontiguousarray(getattr(self.tables, name),
+                                                        dtype=np.int32) for name in TABLES}
+        self._pointers = {}
+        self._work = {}
+
+    def table_pointers(self, module):
+        """The tables as ``int32_t *`` of ``module``'s ffi (kept while the plan lives)."""
+        found = self._pointers.get(id(module))
+        if found is None or found[0] is not module:
+            ffi = module.ffi
+            found = self._pointers[id(module)] = (module, {
+                name: ffi.cast("int32_t *", ffi.from_buffer(a))
+                for name, a in self.int32_tables.items()})
+        return found[1]
+
+    def work(self, name, size, dtype):
+        """A work buffer of at least ``size`` elements of ``dtype`` kept under ``name``."""
+        buf = self._work.get((name, dtype))
+        if buf is None or buf.size < size:
+            buf = self._work[(name, dtype)] = np.empty(max(size, 1), dtype=dtype)
+        return buf
+
+    def buffers(self):
+        return super().buffers() + list(self._work.values())
 
 
 def _ary(t):
@@ -19,27 +56,19 @@ class CPUBlockSparseMixin:
     def _bs_module(self, *arrays):
         return self.kernels._usable("blocksparse", *arrays)
 
+    def blocksparse_layer(self, layout, block_size):
+        return CPUBlockSparsePlan(layout, block_size)
+
     @staticmethod
     def _bs_tables(plan, module):
-        """The tables as int32 cffi pointers (kept alive on the plan)."""
-        found = getattr(plan, "_cpu_tables", None)
-        if found is None or found[0] is not module:
-            t, ffi = plan.tables, module.ffi
-            arrays = {name: np.ascontiguousarray(getattr(t, name), dtype=np.int32)
-                      for name in ("head", "row", "col", "row_ptr", "row_k", "row_other",
-                                   "col_ptr", "col_k", "col_other")}
-            ptrs = {name: ffi.cast("int32_t *", ffi.from_buffer(a)) for name, a in arrays.items()}
-            found = plan._cpu_tables = (module, arrays, ptrs)
-        return found[2]
+        if not isinstance(plan, CPUBlockSparsePlan):
+            raise TypeError(f"a CPU block-sparse op needs the plan of this backend's "
+                            f"blocksparse_layer, got {type(plan).__name__}")
+        return plan.table_pointers(module)
 
     @staticmethod
     def _bs_scratch(plan, name, size, dtype):
-        """A work buffer of ``size`` elements kept on the plan under ``name``."""
-        work = plan.__dict__.setdefault("_cpu_work", {})
-        buf = work.get((name, dtype))
-        if buf is None or buf.size < size:
-            buf = work[(name, dtype)] = np.empty(max(size, 1), dtype=dtype)
-        return buf
+        return plan.work(name, size, dtype)
 
     @staticmethod
     def _real(module, a):

@@ -19,7 +19,7 @@ import functools
 
 import numpy as np
 
-from .build import _address
+from .build import address as _address
 from ..reference.optree import _eval
 from ..optree import BINARY_OPS, REDUCTION_OPS, UNARY_OPS, OpNode, is_scalar
 

@@ -4,7 +4,7 @@ which runs on the same GNU OpenMP runtime) and numpy's OpenBLAS (its per-thread 
 Each reads its thread count once, when it loads; :func:`set_cpu_threads` changes it later,
 for a process that learns its share of the cores after start-up (a rank of a data-parallel
 job, :mod:`neonlite.distributed.cores`, through ``CPUBackend.set_threads``, which also resizes
-the GEMMs the backend splits over its own threads, :mod:`.cpu_blas`).
+the GEMMs the backend splits over its own threads, :mod:`.blas`).
 """
 import ctypes
 import functools
@@ -27,6 +27,28 @@ def _libgomp():
         return None
 
 
+@functools.lru_cache(maxsize=None)
+def openblas():
+    """numpy's OpenBLAS (a cffi library with ``openblas_set_num_threads_local``), or None."""
+    try:
+        import cffi
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps
+                            if "openblas" in line.lower() and ".so" in line})
+    except (ImportError, OSError):
+        return None
+    ffi = cffi.FFI()
+    ffi.cdef("int openblas_set_num_threads_local(int);")
+    for path in paths:
+        try:
+            lib = ffi.dlopen(path)
+            lib.openblas_set_num_threads_local  # noqa: B018 (the symbol must exist)
+        except (OSError, AttributeError):
+            continue
+        return lib
+    return None
+
+
 def set_cpu_threads(n):
     """Make OpenMP parallel regions and OpenBLAS GEMMs started from the calling thread use
     ``n`` threads (n >= 1).  Returns the libraries set (names)."""
@@ -37,9 +59,8 @@ def set_cpu_threads(n):
     if gomp is not None:
         gomp.omp_set_num_threads(ctypes.c_int(int(n)))
         done.append("openmp")
-    from .blas import _openblas
-    openblas = _openblas()
-    if openblas is not None:
-        openblas.openblas_set_num_threads_local(int(n))
+    lib = openblas()
+    if lib is not None:
+        lib.openblas_set_num_threads_local(int(n))
         done.append("openblas")
     return done

@@ -1,11 +1,12 @@
 """The GPU backend: pycuda + generated op-tree kernels + CUDA kernels + cuBLAS.
 
-A composition (DESIGN.md, tinygrad's shape): :mod:`gpu_device` (context, streams, pool),
-:mod:`gpu_tensor` (strided device views), :mod:`gpu_optree` + :mod:`cuda_codegen` (every
-``out[:] = tree`` is one generated kernel, memoized by the tree's structure), :mod:`gpu_build`
-(kernels built by the kernel build system for the device's own arch), :mod:`cublas` (GEMM) and
-:mod:`gpu_nn` (convolution, pooling, rows) and :mod:`gpu_norm` (batch and layer norm,
-softmax, softmax-cross-entropy).
+A composition (DESIGN.md, tinygrad's shape), one module per section of the backend contract:
+:mod:`.device` (context, streams, pool), :mod:`.tensor` (strided device views), :mod:`.optree`
++ :mod:`.codegen` (every ``out[:] = tree`` is one generated kernel, memoized by the tree's
+structure), :mod:`.build` (kernels built by the kernel build system for the device's own
+arch), :mod:`.blas` (cuBLAS GEMMs), :mod:`.conv`, :mod:`.pool`, :mod:`.norm`, :mod:`.softmax`,
+:mod:`.rows`, :mod:`.attention`, :mod:`.blocksparse`, :mod:`.lrn`, :mod:`.recurrent`, and
+:mod:`.prefetch` (batches copied ahead of use).
 
 Storage: float32 (default), float16, bfloat16 (``datatype="bf16"``); arithmetic in float32.
 Dropout masks come from a Philox4x32-10 counter-based generator keyed by the seed (bit-exact
@@ -15,23 +16,26 @@ so after the first training step nothing is allocated (:attr:`GPUBackend.allocat
 """
 import numpy as np
 
-from . import blas as cublas, build as gpu_build
 from .. import philox
 from ..backend import Backend
+from ..optree import OpNode
+from . import blas as cublas, build as gpu_build
 from .attention import GPUAttentionMixin
 from .blocksparse import GPUBlockSparseMixin
+from .conv import GPUConvOps
 from .device import get_device
 from .lrn import GPULRNMixin
-from .conv import GPUNNMixin
 from .norm import GPUNormMixin
-from .recurrent import GPURecurrentMixin
 from .optree import OpTreeExecutor
+from .pool import GPUPoolOps
+from .recurrent import GPURecurrentMixin
+from .rows import GPURowOps
+from .softmax import GPUSoftmaxOps
 from .tensor import GPUTensor, as_dtype, contiguous_strides
-from ..optree import OpNode
 
 
 class GPUBackend(GPUAttentionMixin, GPULRNMixin, GPURecurrentMixin, GPUBlockSparseMixin,
-                 GPUNNMixin, GPUNormMixin, Backend):
+                 GPUConvOps, GPUPoolOps, GPUSoftmaxOps, GPURowOps, GPUNormMixin, Backend):
     """CUDA backend on device ``device_id`` (see the module docstring).
 
     ``allow_tf32=True`` lets float32 GEMMs use TF32 tensor cores (off by default)."""

@@ -4,6 +4,8 @@ bfloat16 storage and on the CUDA cores for float32; the row softmax and its grad
 thread per query row.  The layout's lookup tables are copied to the device once per plan."""
 import numpy as np
 
+from ..blocksparse_plan import BlockSparsePlan
+
 _TABLES = ("head", "row", "col", "row_ptr", "row_k", "row_other", "col_ptr", "col_k",
            "col_other")
 _THREADS = 128
@@ -18,16 +20,28 @@ def _check(what, *tensors):
     return storage
 
 
+class GPUBlockSparsePlan(BlockSparsePlan):
+    """A :class:`BlockSparsePlan` with its lookup tables copied to the device at configure
+    time (``device_tables``: name -> int32 tensor of backend ``be``)."""
+
+    def __init__(self, layout, block_size, be):
+        super().__init__(layout, block_size)
+        self.device_tables = {name: be.array(np.asarray(getattr(self.tables, name)),
+                                             dtype=np.int32) for name in _TABLES}
+
+
 class GPUBlockSparseMixin:
     """``Backend.blocksparse_*`` for :class:`~neonlite.backends.gpu.backend.GPUBackend`."""
 
-    def _bs_tables(self, plan):
-        found = getattr(plan, "_gpu_tables", None)
-        if found is None or found[0] is not self:
-            tensors = {name: self.array(np.asarray(getattr(plan.tables, name)), dtype=np.int32)
-                       for name in _TABLES}
-            found = plan._gpu_tables = (self, tensors)
-        return found[1]
+    def blocksparse_layer(self, layout, block_size):
+        return GPUBlockSparsePlan(layout, block_size, self)
+
+    @staticmethod
+    def _bs_tables(plan):
+        if not isinstance(plan, GPUBlockSparsePlan):
+            raise TypeError(f"a GPU block-sparse op needs the plan of this backend's "
+                            f"blocksparse_layer, got {type(plan).__name__}")
+        return plan.device_tables
 
     def _bs_launch(self, name, storage, arg_format, grid, threads, args):
         func = self.kernel("blocksparse", f"nl_bs_{name}_{storage}", arg_format)

@@ -1,14 +1,13 @@
-"""The GPU backend's batch norm, layer norm, softmax and softmax-cross-entropy kernels
-(``kernels/cuda/norm.cu``, ``softmax.cu``).
+"""Batch norm and layer norm on the GPU (``Backend.batchnorm_*``, ``layernorm_*``): the kernels
+of ``kernels/cuda/norm.cu``.
 
 Batch norm (x (M, C), NHWC images as (N*H*W, C)): a column-sum kernel over row slices writes
 float32 partials, a finalize kernel sums them in slice order into the statistics (and the
 running averages), an elementwise kernel normalizes and applies the following ReLU when asked
 (``relu=True``: the activation fused).  bprop runs the column sums of (dy, dy * xhat) (masked by
 y > 0 when the ReLU was fused) and one elementwise kernel for dx.  Layer norm (x (M, D)) runs
-one block per row in both directions; its dgamma/dbeta are the same column sums.  Softmax and
-softmax-cross-entropy run one block per row with an online log-sum-exp in float32 (safe for
-float16 logits and vocabularies of any size).  Every reduction has a fixed order:
+one block per row in both directions; its dgamma/dbeta are the same column sums.  Every
+reduction has a fixed order:
 deterministic.  Inputs that are not contiguous are copied to contiguous work tensors first.
 """
 from dataclasses import dataclass
@@ -40,7 +39,8 @@ def row_grid(M, max_blocks):
 
 
 class GPUNormMixin:
-    """Methods of :class:`~neonlite.backends.gpu.backend.GPUBackend` for normalization and softmax."""
+    """Methods of :class:`~neonlite.backends.gpu.backend.GPUBackend` for normalization (and
+    the row checks, ``_rows_of`` and ``_written``, its softmax ops share)."""
 
     def _rows_of(self, what, *tensors):
         """Check ``tensors`` share one storage; returns contiguous versions of them."""
@@ -154,56 +154,3 @@ class GPUNormMixin:
                            [partial.ptr, sums.ptr, dbeta.ptr, dgamma.ptr, D, plan.splits])
 
     # ---- softmax ---------------------------------------------------------------------------
-    def _softmax_rows(self, logits, targets, probs, grad, rows_loss, scale):
-        K = logits.shape[-1]
-        M = logits.size // max(1, K)
-        func = self.kernel("softmax", f"nl_softmax_xent_{logits.storage}", "PPPPPiif")
-        self.device.launch(func, row_grid(M, self.device.sm_count * 32), (256, 1, 1),
-                           [logits.ptr, 0 if targets is None else targets.ptr,
-                            0 if probs is None else probs.ptr, 0 if grad is None else grad.ptr,
-                            0 if rows_loss is None else rows_loss.ptr, M, K, np.float32(scale)])
-
-    def _softmax_cross_entropy_index(self, logits, index, probs, grad, scale):
-        if np.dtype(index.dtype) != np.int32 or not index.is_contiguous:
-            raise TypeError(f"softmax_cross_entropy: class-index targets must be contiguous "
-                            f"int32, got {index.dtype}")
-        (logits,) = self._rows_of("softmax_cross_entropy", logits)
-        K = logits.shape[-1]
-        M = logits.size // max(1, K)
-        rows = self.scratch(("sce_rows", M), (M, 1))
-        total = self.scratch(("sce_loss",), (1, 1))
-        func = self.kernel("softmax", f"nl_softmax_xent_index_{logits.storage}", "PPPPPiif")
-        self.device.launch(func, row_grid(M, self.device.sm_count * 32), (256, 1, 1),
-                           [logits.ptr, index.ptr, 0 if probs is None else probs.ptr, grad.ptr,
-                            rows.ptr, M, K, np.float32(scale)])
-        total[:] = self.sum(rows)
-        loss = float(total.get().ravel()[0])
-        if loss != loss:
-            from ..reference.norm import check_class_indices
-            check_class_indices(index.get().reshape(-1), K)
-        return loss
-
-    def softmax(self, x, out, axis=-1):
-        if axis % x.ndim != x.ndim - 1 or not out.is_contiguous or x.storage != out.storage:
-            out[:] = self.exp(x - self.max(x, axis=axis))
-            out[:] = out / self.sum(out, axis=axis)
-            return
-        (x,) = self._rows_of("softmax", x)
-        self._softmax_rows(x, None, out, None, None, 1.0)
-
-    index_targets = True
-
-    def softmax_cross_entropy(self, logits, targets, probs, grad, scale=1.0):
-        """As the contract (``scale`` 1 / rows for a mean loss, 1 for a sum); ``targets`` may
-        be (M,) int32 class indices (``nl_softmax_xent_index``: a NaN loss with a bad index
-        among them raises the IndexError naming it)."""
-        self._written("softmax_cross_entropy", probs=probs, grad=grad)
-        if np.dtype(targets.dtype).kind in "iu":
-            return self._softmax_cross_entropy_index(logits, targets, probs, grad, scale)
-        logits, targets = self._rows_of("softmax_cross_entropy", logits, targets)
-        M = logits.size // max(1, logits.shape[-1])
-        rows = self.scratch(("sce_rows", M), (M, 1))
-        total = self.scratch(("sce_loss",), (1, 1))
-        self._softmax_rows(logits, targets, probs, grad, rows, scale)
-        total[:] = self.sum(rows)
-        return float(total.get().ravel()[0])

@@ -11,7 +11,7 @@ import pytest
 from support.harness import compare_with_cpu, gradient_check
 
 import neonlite
-from neonlite.backends.cpu import build as cpu_kernels
+from neonlite.backends.cpu import conv as cpu_conv, kernels as cpu_kernels
 from neonlite.backends.reference import conv as numpy_conv
 from neonlite.backends.cpu.blas import GemmThreads
 from neonlite.backends.cpu.mkl_blas import load_mkl
@@ -49,6 +49,12 @@ def _operands(case, dtype, seed=0):
     return ConvPlan(N, C, H, W, K, R, S, pad, stride), x, f, b
 
 
+def _plan_args(plan):
+    """ConvPlan's arguments for ``plan`` (to make the CPU kernels' plan of the same shape)."""
+    return (plan.N, plan.C, plan.H, plan.W, plan.K, plan.R, plan.S, (plan.pad_h, plan.pad_w),
+            (plan.str_h, plan.str_w), (plan.dil_h, plan.dil_w))
+
+
 def _kernels(path):
     if path == "tiled":
         if _NO_MKL:
@@ -71,7 +77,8 @@ def test_fprop_conv_epilogue_on_every_cpu_path(monkeypatch, path, case, relu, dt
         if not kernels.active(np.dtype(dtype)):
             pytest.fail(f"C kernels failed to build: {kernels.unavailable_reason()}")
         if path == "per-image":
-            monkeypatch.setattr(cpu_kernels, "_PATCH_BYTES", 1)
+            monkeypatch.setattr(cpu_conv, "PATCH_BYTES", 1)
+        plan = kernels.conv_plan(*_plan_args(plan), dtype=dtype)
         assert kernels.fprop_conv(plan, x, f, out, b, relu)
     want = _reference(plan, x, f, b, relu)
     tol = 1e-4 if dtype == np.float32 else 1e-12
@@ -85,9 +92,9 @@ def test_direct_kernel_takes_the_direct_cases():
     kernels = cpu_kernels.CPUKernels(gemm=GemmThreads())
     for case in ("direct_3x3", "direct_5x5_batch1"):
         plan, *_ = _operands(case, np.float32)
-        assert kernels._direct(plan, np.dtype(np.float32)) is not None, case
+        assert kernels.conv_plan(*_plan_args(plan)).algorithm == "direct", case
     plan, *_ = _operands("patches_strided", np.float32)
-    assert kernels._direct(plan, np.dtype(np.float32)) is None
+    assert kernels.conv_plan(*_plan_args(plan)).direct is None
 
 
 @pytest.mark.parametrize("case", sorted(SHAPES))
@@ -97,7 +104,7 @@ def test_epilogue_relu_keeps_nan(case):
     plan, x, f, b = _operands(case, np.float32)
     x[0, 0, 0, 0] = np.nan
     out = np.empty(plan.out_shape, np.float32)
-    assert kernels.fprop_conv(plan, x, f, out, b, True)
+    assert kernels.fprop_conv(kernels.conv_plan(*_plan_args(plan)), x, f, out, b, True)
     ref = np.empty(plan.out_shape, np.float32)
     numpy_conv.fprop_conv(plan, x, f, ref, b, True)
     assert np.isnan(ref).any()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from support.harness import make_backend
 
-from neonlite.backends.reference import norm as numpy_norm
+from neonlite.backends.reference import softmax as numpy_softmax
 from neonlite.data import ArrayIterator
 from neonlite.layers import Activation, GeneralizedCost
 from neonlite.transforms import (Accuracy, CrossEntropyMulti, LogLoss, Misclassification,
@@ -34,7 +34,7 @@ def test_backend_op_index_equals_one_hot_bit_for_bit(kernel, dtype):
     for t in (idx, onehot.astype(dtype)):
         probs, grad = np.empty_like(logits), np.empty_like(logits)
         if kernel == "numpy":
-            loss = numpy_norm.softmax_cross_entropy(logits, t, probs, grad, 0.125)
+            loss = numpy_softmax.softmax_cross_entropy(logits, t, probs, grad, 0.125)
         else:
             if not be.kernels.active(dtype):
                 pytest.skip(f"no C kernels: {be.kernels.unavailable_reason()}")
@@ -86,7 +86,7 @@ def test_an_index_out_of_range_is_one_clear_error(kernel):
     probs = np.empty_like(logits.reshape(6, K))
     if kernel == "numpy":
         with pytest.raises(IndexError, match=r"class index 7 at position 5 .* < 7"):
-            numpy_norm.softmax_cross_entropy(logits.reshape(6, K), idx.reshape(6), probs,
+            numpy_softmax.softmax_cross_entropy(logits.reshape(6, K), idx.reshape(6), probs,
                                              probs.copy(), 1.0)
         return
     softmax = Activation(Softmax())

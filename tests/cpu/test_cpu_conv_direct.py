@@ -8,7 +8,7 @@ padding, dilation, pixel counts that leave partial register blocks.
 import numpy as np
 import pytest
 
-from neonlite.backends.cpu import build as cpu_kernels
+from neonlite.backends.cpu import kernels as cpu_kernels
 from neonlite.backends.reference import conv as numpy_conv
 from neonlite.backends.plans import ConvPlan
 from neonlite.kernels.toolchain import CompilerNotFound, find_c_compiler
@@ -60,11 +60,11 @@ def close(actual, expected, dtype):
 def test_direct_conv_matches_numpy(kernels, case, dtype):
     N, H, W, C, K, R, S, pad, stride, dil, direct_bprop = case
     dtype = np.dtype(dtype)
-    plan = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil)
+    plan = kernels.conv_plan(N, C, H, W, K, R, S, pad, stride, dil, dtype=dtype)
     ref = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil)
-    assert kernels._direct(plan, dtype) is not None
+    assert plan.algorithm == "direct"
     if dtype == np.float32:  # float64 blocks are twice the bytes: some go to the GEMM path
-        assert (kernels._direct(plan, dtype, transposed=True) is not None) == direct_bprop
+        assert (plan.bprop_algorithm == "direct") == direct_bprop
     rng = np.random.default_rng(3)
     x = rng.standard_normal((N, H, W, C)).astype(dtype)
     f = rng.standard_normal((R, S, C, K)).astype(dtype)
@@ -95,17 +95,18 @@ def test_direct_conv_matches_numpy(kernels, case, dtype):
 
 def test_direct_conv_declines_partial_registers_and_big_filters(kernels):
     f32 = np.dtype(np.float32)
-    assert kernels._direct(ConvPlan(2, 3, 8, 8, 20, 3, 3, (1, 1)), f32) is None  # K=20
-    assert kernels._direct(ConvPlan(2, 16, 8, 8, 16, 1, 1), f32) is None  # 1x1: a GEMM
-    assert kernels._direct(ConvPlan(2, 512, 8, 8, 64, 3, 3, (1, 1)), f32) is None  # 1.2 MB
-    strided = ConvPlan(2, 16, 8, 8, 16, 3, 3, (1, 1), (2, 2))
-    assert kernels._direct(strided, f32) is not None
-    assert kernels._direct(strided, f32, transposed=True) is None
+    assert kernels.conv_plan(2, 3, 8, 8, 20, 3, 3, (1, 1), dtype=f32).direct is None  # K=20
+    assert kernels.conv_plan(2, 16, 8, 8, 16, 1, 1, dtype=f32).direct is None  # 1x1: a GEMM
+    assert kernels.conv_plan(2, 512, 8, 8, 64, 3, 3, (1, 1), dtype=f32).direct is None  # 1.2 MB
+    strided = kernels.conv_plan(2, 16, 8, 8, 16, 3, 3, (1, 1), (2, 2), dtype=f32)
+    assert strided.direct is not None
+    assert strided.direct_transposed is None
 
 
 def test_direct_conv_batch_smaller_than_plan(kernels):
     """A last batch shorter than the plan's N runs on its own images only."""
-    plan, ref = (ConvPlan(4, 3, 6, 6, 16, 3, 3, (1, 1)) for _ in range(2))
+    plan = kernels.conv_plan(4, 3, 6, 6, 16, 3, 3, (1, 1), dtype=np.float32)
+    ref = ConvPlan(4, 3, 6, 6, 16, 3, 3, (1, 1))
     rng = np.random.default_rng(4)
     x = rng.standard_normal((2, 6, 6, 3)).astype(np.float32)
     f = rng.standard_normal((3, 3, 3, 16)).astype(np.float32)

@@ -8,8 +8,9 @@ reason) only where none does.
 import numpy as np
 import pytest
 
-from neonlite.backends.cpu import build as cpu_kernels
+from neonlite.backends.cpu import conv as cpu_conv, kernels as cpu_kernels
 from neonlite.backends.reference import conv as numpy_conv, norm as numpy_norm
+from neonlite.backends.reference import pool as numpy_pool, softmax as numpy_softmax
 from neonlite.backends.cpu.backend import CPUBackend
 from neonlite.backends.cpu.blas import GemmThreads
 from neonlite.backends.cpu.mkl_blas import load_mkl
@@ -76,12 +77,12 @@ def numpy_blas_kernels():
 
 CONV_MODES = {
     # MKL: tiled passes, patch rows gathered per thread into about _TILE_BYTES
-    "tiled": ("kernels", "_TILE_BYTES", None),
-    "tiled-one-row": ("kernels", "_TILE_BYTES", 1),
-    "tiled-three-rows": ("kernels", "_TILE_BYTES", 3),  # ragged last tile
+    "tiled": ("kernels", "TILE_BYTES", None),
+    "tiled-one-row": ("kernels", "TILE_BYTES", 1),
+    "tiled-three-rows": ("kernels", "TILE_BYTES", 3),  # ragged last tile
     # numpy's BLAS: the patch matrix of the whole batch, or of one image at a time
-    "whole-batch": ("numpy_blas_kernels", "_PATCH_BYTES", None),
-    "per-image": ("numpy_blas_kernels", "_PATCH_BYTES", 1),
+    "whole-batch": ("numpy_blas_kernels", "PATCH_BYTES", None),
+    "per-image": ("numpy_blas_kernels", "PATCH_BYTES", 1),
 }
 
 
@@ -93,14 +94,15 @@ def test_conv_matches_numpy(request, monkeypatch, case, dtype, mode):
     if fixture == "kernels" and _NO_MKL:
         pytest.skip(f"the tiled convolution passes call MKL: {_NO_MKL}")
     kernels = request.getfixturevalue(fixture)
-    assert (kernels._tiles(ConvPlan(1, 3, 5, 5, 4, 3, 3), kernels.module("conv", np.dtype(dtype)),
-                           np.dtype(dtype)) is not None) == (fixture == "kernels")
+    assert (kernels.conv_plan(1, 3, 5, 5, 4, 3, 3, dtype=dtype).tiles is not None) == \
+        (fixture == "kernels")
     N, H, W, C, K, R, S, pad, stride, dil = case
     rng = np.random.default_rng(1)
-    plan_c = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil)
     if value is not None:
-        rows = value * plan_c.Q * R * S * C * np.dtype(dtype).itemsize if value > 1 else 1
-        monkeypatch.setattr(cpu_kernels, limit, rows)
+        Q = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil).Q
+        rows = value * Q * R * S * C * np.dtype(dtype).itemsize if value > 1 else 1
+        monkeypatch.setattr(cpu_conv, limit, rows)
+    plan_c = kernels.conv_plan(N, C, H, W, K, R, S, pad, stride, dil, dtype=dtype)
     plan_np = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil)
     x, f = rand(rng, (N, H, W, C), dtype), rand(rng, (R, S, C, K), dtype)
     e = rand(rng, plan_c.out_shape, dtype)
@@ -133,7 +135,7 @@ def test_conv_matches_numpy(request, monkeypatch, case, dtype, mode):
 
 def test_conv_bprop_zero_beta_overwrites_nan(kernels):
     """beta = 0 must overwrite, not scale, what the gradient buffer held (NaN included)."""
-    plan = ConvPlan(2, 3, 5, 5, 4, 3, 3, (1, 1))
+    plan = kernels.conv_plan(2, 3, 5, 5, 4, 3, 3, (1, 1), dtype=np.float32)
     rng = np.random.default_rng(2)
     f, e = rand(rng, (3, 3, 3, 4), np.float32), rand(rng, plan.out_shape, np.float32)
     grad = np.full(plan.in_shape, np.nan, np.float32)
@@ -158,24 +160,24 @@ POOL_CASES = [
 def test_pool_matches_numpy(kernels, case, dtype, op):
     N, H, W, C, R, S, pad, stride = case
     rng = np.random.default_rng(3)
-    plan_c = PoolPlan(op, N, C, H, W, R, S, pad, stride)
+    plan_c = kernels.pool_plan(op, N, C, H, W, R, S, pad, stride, dtype=dtype)
     plan_np = PoolPlan(op, N, C, H, W, R, S, pad, stride)
     x = rand(rng, (N, H, W, C), dtype)
     out_c, out_np = np.empty(plan_c.out_shape, dtype), np.empty(plan_c.out_shape, dtype)
     assert kernels.fprop_pool(plan_c, x, out_c)
-    numpy_conv.fprop_pool(plan_np, x, out_np)
+    numpy_pool.fprop_pool(plan_np, x, out_np)
     close(out_c, out_np, dtype)
     e = rand(rng, plan_c.out_shape, dtype)
     for beta in (0.0, 0.5):
         gx_c = rand(rng, x.shape, dtype)
         gx_np = gx_c.copy()
         assert kernels.bprop_pool(plan_c, e, gx_c, beta)
-        numpy_conv.bprop_pool(plan_np, e, gx_np, beta)
+        numpy_pool.bprop_pool(plan_np, e, gx_np, beta)
         close(gx_c, gx_np, dtype)
 
 
 def test_maxpool_ties_go_to_the_first_tap(kernels):
-    plan = PoolPlan("max", 1, 1, 2, 2, 2, 2)
+    plan = kernels.pool_plan("max", 1, 1, 2, 2, 2, 2, dtype=np.float32)
     x = np.ones((1, 2, 2, 1), np.float32)
     out = np.empty(plan.out_shape, np.float32)
     assert kernels.fprop_pool(plan, x, out)
@@ -264,8 +266,8 @@ def test_softmax_cross_entropy_matches_numpy(kernels, dtype, M, K, soft):
     for impl in (kernels, None):
         probs, grad, sm = (np.empty((M, K), dtype) for _ in range(3))
         if impl is None:
-            loss = numpy_norm.softmax_cross_entropy(logits, targets, probs, grad, 1.0 / M)
-            numpy_norm.softmax(logits, sm)
+            loss = numpy_softmax.softmax_cross_entropy(logits, targets, probs, grad, 1.0 / M)
+            numpy_softmax.softmax(logits, sm)
         else:
             loss = impl.softmax_cross_entropy(logits, targets, probs, grad, 1.0 / M)
             assert loss is not None
@@ -505,7 +507,7 @@ def test_gemm_ways_agree_and_a_choice_is_made(shape):
     np.testing.assert_allclose(small, want[:3] - a[:3, 50:].astype(np.float64) @ b[50:],
                                rtol=1e-4, atol=1e-3)
     assert len(gemm.choices) == 1
-    lib = cpu_blas._openblas()
+    lib = cpu_blas.openblas()
     if lib is not None:
         before = lib.openblas_set_num_threads_local(2)
         with cpu_blas.blas_threads(1):

@@ -58,7 +58,7 @@ def test_convolution_passes_and_fused_epilogue(backends, shape, dtype, tol):
         be.update_conv(plan, tx, e, gf, beta=1.0)
         outs[name] = [t.get() for t in (o, gi, gf)]
         if name == "gpu":
-            assert set(plan.igemm) == {(p, gpu.empty((1,)).storage)
+            assert set(plan.launches) == {(p, gpu.empty((1,)).storage)
                                        for p in ("fprop", "bprop", "update")}
             fused = be.zeros(plan.out_shape)
             be.fprop_conv(plan, tx, tf, fused, bias=be.array(b), relu=True)
