@@ -18,6 +18,7 @@ from . import philox
 from .optree import OpNode, OpTreeOps
 from .backend_sequence import SequenceOps
 from .plans import ConvPlan, PoolPlan
+from .reference import gelu
 
 
 class Tensor(OpTreeOps):
@@ -397,21 +398,19 @@ class Backend(SequenceOps, ABC):
         (x's shape; may be ``x``) receives x + bias, the input ``gelu_bprop`` needs.
         ``approximate``: ``"none"`` (erf form) or ``"tanh"``.  This default runs op-trees;
         a backend may fuse it into one pass."""
-        from ..transforms.activation import Gelu
         if bias is not None:
             if pre is None:
                 raise ValueError("gelu: with a bias, pre (the buffer for x + bias) is needed")
             pre[:] = x + bias
             x = pre
-        Gelu(approximate).fprop(self, x, out)
+        gelu.fprop(self, x, out, approximate)
         return out
 
     def gelu_bprop(self, x, dy, dx, dbias=None, approximate="none", y=None):
         """dx = dy * gelu'(x) (x the pre-activation; ``dx`` may be ``dy``); ``dbias`` (D,),
         when given, accumulates the sum of dx over every axis but the last.  ``y``, the
         forward output gelu(x) when at hand, lets a backend skip recomputing Phi(x) = y / x."""
-        from ..transforms.activation import Gelu
-        Gelu(approximate).bprop(self, x, None, dy, dx)
+        gelu.bprop(self, x, dy, dx, approximate)
         if dbias is not None:
             D = dbias.shape[-1]
             rows = dx.reshape(dx.size // D, D)
@@ -463,6 +462,13 @@ class Backend(SequenceOps, ABC):
 
     def synchronize(self):
         """Wait for queued work (no-op where work is synchronous)."""
+
+    def prefetched(self, iterator, limit=None):
+        """``iterator`` (a data iterator, or None) as the training loop should consume it: a
+        backend that can copy the next batch while the current one is computed wraps it (the
+        GPU backend); this default returns it unchanged.  ``limit``: the batches that will be
+        used per epoch (None: all)."""
+        return iterator
 
 
 def _reduced_count(x, axis):

@@ -343,7 +343,7 @@ class Model:
     def _backend_settings(self):
         """``backend``, ``batchsize`` and ``datatype`` of the backend the model runs on (what
         :meth:`load` makes again when there is no backend yet)."""
-        from .config.run import DATATYPES
+        from .config.settings import DATATYPES
         names = {np.dtype(v).name: k for k, v in DATATYPES.items() if k != "bf16"}
         settings = {"backend": self.be.name, "batchsize": int(self.be.bsz)}
         dtype = getattr(self.be, "dtype", None)
@@ -352,15 +352,36 @@ class Model:
         return settings
 
     @classmethod
+    def from_checkpoint(cls, ckpt):
+        """A model rebuilt from a read checkpoint's description (``serialize.Checkpoint``),
+        initialized for its input shape on the current backend, with the checkpoint's
+        parameters loaded (a warning where they hold NaN or inf)."""
+        from .config.errors import ConfigError
+        from .serialize import CheckpointError, NonFiniteWarning, ShapeStub, load_params
+        try:
+            model = cls.from_description(ckpt.config)
+            model.initialize(ShapeStub(ckpt.in_shape))
+        except ConfigError as err:
+            raise CheckpointError(f"{ckpt.path}: its network description does not build: "
+                                  f"{err}") from None
+        load_params(model, ckpt)
+        bad = ckpt.first_nonfinite()
+        if bad is not None:
+            warnings.warn(f"{ckpt.path}: {bad} holds NaN or inf values, so what this model "
+                          f"computes is meaningless (the training that wrote it diverged)",
+                          NonFiniteWarning, stacklevel=2)
+        return model
+
+    @classmethod
     def load(cls, path):
         """The model stored in checkpoint ``path``, rebuilt on the current backend with its
         parameters loaded (``epoch_index``/``step_index`` as saved; ``metric`` as the run
         configured it).  Before any ``gen_backend`` it makes the backend the checkpoint names
         (backend, batch size, data type), or says what to call when that one cannot run."""
-        from .serialize import build_model, read_checkpoint
+        from .serialize import read_checkpoint
         ckpt = read_checkpoint(path)
         _backend_for(ckpt)
-        model = build_model(ckpt)
+        model = cls.from_checkpoint(ckpt)
         model.epoch_index, model.step_index = ckpt.epoch_index, ckpt.step_index
         if ckpt.config.get("metric") is not None:
             from .config.build import build
@@ -397,7 +418,7 @@ def _backend_for(ckpt):
         return
     except RuntimeError:
         pass
-    from .config.run import DATATYPES
+    from .config.settings import DATATYPES
     name = ckpt.config.get("backend", "cpu")
     batch = ckpt.config.get("batchsize", 128)
     datatype = ckpt.config.get("datatype", "f32")

@@ -6,7 +6,6 @@ import numpy as np
 
 from ..reference import rows as reference
 from .build import FLOATS, address
-from .tensor import array_of as _ary
 
 
 class RowKernels:

@@ -28,6 +28,7 @@ from .lrn import GPULRNMixin
 from .norm import GPUNormMixin
 from .optree import OpTreeExecutor
 from .pool import GPUPoolOps
+from .prefetch import prefetched
 from .recurrent import GPURecurrentMixin
 from .rows import GPURowOps
 from .softmax import GPUSoftmaxOps
@@ -276,6 +277,11 @@ class GPUBackend(GPUAttentionMixin, GPULRNMixin, GPURecurrentMixin, GPUBlockSpar
             raise ValueError(f"the gpu backend's device RNG is philox4x32_10; the state given is "
                              f"for {state.get('generator')!r}")
         self._rng_key, self._rng_counter = state["seed"], int(state["counter"])
+
+    def prefetched(self, iterator, limit=None):
+        """``iterator`` wrapped in :class:`~.prefetch.Prefetched` (the next batch's copy queued
+        before the current one is handed out) when it follows the iterator protocol."""
+        return prefetched(iterator, self, limit)
 
     def synchronize(self):
         self.device.synchronize()

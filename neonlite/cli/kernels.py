@@ -4,9 +4,8 @@
     neonlite kernels list  [--target cpu|cuda] [--arch sm_80,sm_90]
     neonlite kernels clean
 
-``neonlite.cli`` adds the subcommand with :func:`register`; ``python -m neonlite.cli.kernels``
-runs it on its own.  Commands return the exit status: 0, or 1 when a build failed or no
-compiler was found (the compiler's log goes to stderr).
+``neonlite.cli`` adds the subcommand with :func:`register`.  Commands return the exit status:
+0, or 1 when a build failed or no compiler was found (the compiler's log goes to stderr).
 """
 import argparse
 import os
@@ -15,7 +14,7 @@ import sys
 
 from ..kernels import specs
 from ..kernels.build import default_builder
-from ..kernels.toolchain import CompileError, CompilerNotFound
+from ..kernels.toolchain import CompileError
 
 
 def _archs(text):
@@ -128,20 +127,3 @@ def _list(builder, target, archs, out):
         for text in extra:
             print(text, file=out)
     return 0
-
-
-def main(argv=None):
-    """``python -m neonlite.cli.kernels ...``: the ``kernels`` subcommand on its own."""
-    parser = argparse.ArgumentParser(prog="python -m neonlite.cli.kernels")
-    commands = parser.add_subparsers(dest="command", required=True)
-    register(commands)
-    args = parser.parse_args(["kernels", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return args.func(args)
-    except (CompilerNotFound, KeyError, ValueError) as error:
-        print(f"neonlite kernels: error: {error}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -42,7 +42,7 @@ def test_eval_defaults_to_the_runs_metric(checkpoints, capsys):
 
 def test_eval_offers_every_registered_metric(checkpoints, capsys):
     lm, _ = checkpoints
-    parser = build_parser("eval")
+    parser = build_parser()
     action = next(a for sub in parser._subparsers._group_actions
                   for name, p in sub.choices.items() if name == "eval"
                   for a in p._actions if a.dest == "metric")

@@ -14,17 +14,17 @@ from test_blocksparse_gpu_kernels import STORAGE, check
 from neonlite.backends.reference import attention as numpy_attention
 from neonlite.backends.cpu.attention import visit_tables
 from neonlite.backends.reference.attention import AttentionBlocks
-from neonlite.kernels import cuda_specs
+from neonlite.kernels import specs
 
 pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
-CUDA = Path(cuda_specs.find("flash_attention").root) / "cuda"
+CUDA = Path(specs.find("flash_attention").root) / "cuda"
 NARGS = {"nl_fa_fprop": 20, "nl_fa_bprop_kv": 19, "nl_fa_bprop_q": 18}
 TILE = 32
 
 
 @pytest.fixture(scope="module")
 def module():
-    spec = cuda_specs.find("flash_attention")
+    spec = specs.find("flash_attention")
     kernels = {name: NARGS[name.rsplit("_", 1)[0]] for name in spec.functions}
     return HostModule([spec.source_path.read_text()], kernels,
                       prelude=(CUDA / "neonlite_common.cuh").read_text())

@@ -11,17 +11,17 @@ from support.cuda_host_emulator import available as emulator_missing
 
 from neonlite.blocksparse import compile_layout, layouts
 from neonlite.backends.reference import blocksparse as ref
-from neonlite.kernels import cuda_specs
+from neonlite.kernels import specs
 
 pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
-CUDA = Path(cuda_specs.find("blocksparse").root) / "cuda"
+CUDA = Path(specs.find("blocksparse").root) / "cuda"
 NARGS = {"nl_bs_product": 12, "nl_bs_update": 10, "nl_bs_sdd": 13, "nl_bs_dsd": 14,
          "nl_bs_softmax": 10, "nl_bs_softmax_bprop": 7}
 
 
 @pytest.fixture(scope="module")
 def module():
-    spec = cuda_specs.find("blocksparse")
+    spec = specs.find("blocksparse")
     kernels = {name: NARGS[name.rsplit("_", 1)[0]] for name in spec.functions}
     return HostModule([spec.source_path.read_text()], kernels,
                       prelude=(CUDA / "neonlite_common.cuh").read_text())

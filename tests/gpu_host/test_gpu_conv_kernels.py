@@ -23,11 +23,11 @@ from neonlite.backends.reference import conv as numpy_conv
 from neonlite.backends.gpu.conv_launch import conv_launch, function_for, gemm_dims, shape_args
 from neonlite.backends.reference.optree import bf16_to_f32, f32_to_bf16
 from neonlite.backends.plans import ConvPlan
-from neonlite.kernels import cuda_specs
+from neonlite.kernels import cuda_specs, specs
 
 pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
 
-CUDA = cuda_specs.find("pool").root / "cuda"
+CUDA = specs.find("pool").root / "cuda"
 SHAPES = {  # N, H, W, C, K, (R, S), pad, stride, dilation
     "lenet": (2, 12, 12, 1, 8, (5, 5), 2, 1, 1),
     "c3_7x7_s2_n1": (1, 9, 7, 3, 4, (7, 7), 3, 2, 1),
@@ -42,7 +42,7 @@ TOL = {"f32": 1e-4, "f16": 2e-3, "bf16": 1e-2}
 
 def _module(source):
     header = (CUDA / "neonlite_common.cuh").read_text() + (CUDA / "conv_igemm.cuh").read_text()
-    spec = cuda_specs.find(source)
+    spec = specs.find(source)
     kernels = {name: 8 if "splitk" in name else 9 for name in spec.functions}
     return HostModule([spec.source_path.read_text()], kernels, prelude=header)
 

@@ -10,7 +10,7 @@ from support.cuda_host_emulator import HostModule
 from support.cuda_host_emulator import available as emulator_missing
 
 from neonlite.backends import philox
-from neonlite.kernels import cuda_specs
+from neonlite.kernels import cuda_specs, specs
 from neonlite.kernels.build import Builder
 
 # Random123 tests/kat_vectors, the three "philox4x32 10" lines: counter, key, expected.
@@ -29,14 +29,14 @@ def test_every_cuda_variant_compiles_for_sm80_and_sm90():
     failed = [f"{r.spec.name} {r.arch}: {r.error}" for r in results if r.status == "failed"]
     assert not failed, "\n".join(failed)
     assert len(results) == 2 * len(cuda_specs.CUDA_VARIANTS)
-    binary = Builder().cuda_binary(cuda_specs.find("pool"), "sm_80")
-    for name in cuda_specs.find("pool").functions:
+    binary = Builder().cuda_binary(specs.find("pool"), "sm_80")
+    for name in specs.find("pool").functions:
         assert name.encode() in binary.cubin, f"{name} missing from the pool cubin"
 
 
 def test_every_cuda_source_is_in_the_table():
     listed = {spec.source for spec in cuda_specs.CUDA_VARIANTS}
-    on_disk = {f"cuda/{p.name}" for p in cuda_specs.find("pool").root.joinpath("cuda").glob("*.cu")}
+    on_disk = {f"cuda/{p.name}" for p in specs.find("pool").root.joinpath("cuda").glob("*.cu")}
     assert listed == on_disk
 
 
@@ -48,8 +48,8 @@ def test_numpy_philox_known_answers():
 
 @pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
 def test_philox_kernel_matches_known_answers_and_numpy_stream():
-    source = cuda_specs.find("philox").source_path.read_text()
-    header = (cuda_specs.find("philox").source_path.parent / "neonlite_common.cuh").read_text()
+    source = specs.find("philox").source_path.read_text()
+    header = (specs.find("philox").source_path.parent / "neonlite_common.cuh").read_text()
     module = HostModule([source], {"nl_philox_words": 4, "nl_uniform_f32": 8}, prelude=header)
     ctr = np.array([c for c, _, _ in KAT], np.uint32).reshape(-1)
     key = np.array([k for _, k, _ in KAT], np.uint32).reshape(-1)
@@ -70,7 +70,7 @@ def test_philox_kernel_matches_known_answers_and_numpy_stream():
 def test_example_mask_kernel_is_the_numpy_per_example_stream():
     """nl_example_mask_f32 gives philox.example_masks bit for bit: rows of a width that is not
     a multiple of 4, a 64-bit first example, any launch size."""
-    spec = cuda_specs.find("philox")
+    spec = specs.find("philox")
     header = (spec.source_path.parent / "neonlite_common.cuh").read_text()
     module = HostModule([spec.source_path.read_text()], {"nl_example_mask_f32": 11},
                         prelude=header)
@@ -89,7 +89,7 @@ def test_example_mask_kernel_is_the_numpy_per_example_stream():
 def test_scatter_add_rows_is_the_in_order_sum_and_reports_bad_ids():
     """Repeated ids summed in position order (bit-exact with a sequential float32 loop) with the
     work split over columns and id classes, for any launch size; a bad id is reported."""
-    spec = cuda_specs.find("rows")
+    spec = specs.find("rows")
     header = (spec.source_path.parent / "neonlite_common.cuh").read_text()
     module = HostModule([spec.source_path.read_text()], {"nl_scatter_add_rows_f32_i32": 7},
                         prelude=header)

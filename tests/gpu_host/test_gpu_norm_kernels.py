@@ -10,18 +10,18 @@ from support.cuda_host_emulator import HostModule
 from support.cuda_host_emulator import available as emulator_missing
 
 from neonlite.backends.gpu import norm as gpu_norm
-from neonlite.kernels import cuda_specs
+from neonlite.kernels import specs
 
 pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
 
-CUDA = cuda_specs.find("pool").root / "cuda"
+CUDA = specs.find("pool").root / "cuda"
 F32 = dict(rtol=1e-5, atol=1e-5)
 
 
 @pytest.fixture(scope="module")
 def norm():
     header = (CUDA / "neonlite_common.cuh").read_text()
-    spec = cuda_specs.find("norm")
+    spec = specs.find("norm")
     nargs = {"nl_colsum2": 8, "nl_bn_stats": 11, "nl_bn_apply": 10, "nl_colsum_finish": 6,
              "nl_bn_bprop": 10, "nl_ln_fprop": 9, "nl_ln_bprop": 7}
     kernels = {f: nargs[f.rsplit("_", 1)[0]] for f in spec.functions}
@@ -31,7 +31,7 @@ def norm():
 @pytest.fixture(scope="module")
 def softmax():
     header = (CUDA / "neonlite_common.cuh").read_text()
-    spec = cuda_specs.find("softmax")
+    spec = specs.find("softmax")
     kernels = {f: 8 for f in spec.functions if f.startswith("nl_softmax_xent")}
     return HostModule([spec.source_path.read_text()], kernels, prelude=header)
 

@@ -21,9 +21,9 @@ from .cuda_host_emulator import HostModule
 from neonlite.backends.gpu import codegen
 from neonlite.backends.gpu import backend as gpu_module
 from neonlite.backends.reference.optree import bf16_to_f32, f32_to_bf16
-from neonlite.kernels import cuda_specs
+from neonlite.kernels import specs
 
-_HEADER = (cuda_specs.find("pool").root / "cuda" / "neonlite_common.cuh").read_text()
+_HEADER = (specs.find("pool").root / "cuda" / "neonlite_common.cuh").read_text()
 
 
 class _Event:
@@ -127,7 +127,7 @@ class HostDevice:
             raise NotImplementedError("op-tree kernels come through HostGPUBackend._compile")
         module = self.modules.get(module_key)
         if module is None:
-            spec = cuda_specs.find(key)
+            spec = specs.find(key)
             module = self.modules[module_key] = HostModule(
                 _variant_sources(spec), {f: None for f in spec.functions}, prelude=_HEADER)
         func = _Function(module, name)
