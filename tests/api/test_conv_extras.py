@@ -5,8 +5,8 @@ on the host, not run on a GPU) against the numpy reference, and one clear error 
 shapes."""
 import numpy as np
 import pytest
-from support.cuda_host_emulator import available as emulator_missing
 from support.harness import build, compare_with_cpu, cost_gradient_check, gradient_check
+from support.requires import requires
 
 import neonlite
 from neonlite.backends.reference import lrn as numpy_lrn
@@ -146,7 +146,7 @@ def test_lrn_kernels_match_the_numpy_reference(dtype, tol):
     compare_with_cpu(_lrn_both, rng.normal(size=(6, 11)), rng.normal(size=(6, 11)))
 
 
-@pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+@requires("emulator")
 def test_lrn_cuda_kernels_on_the_host_emulator_match_the_cpu(monkeypatch):
     from support.gpu_host_backend import host_gpu_backend
     rng = np.random.default_rng(4)

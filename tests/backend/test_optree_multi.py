@@ -6,13 +6,12 @@ old value), on the CPU's C machine (one call, every tensor read and written once
 generated CUDA kernel (run on the host emulator, compiled with nvcc where it is installed).
 Every optimizer step is one such call per parameter.
 """
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
-from support.cuda_host_emulator import available as emulator_missing
 from support.gpu_host_tensors import EmulatedOpTrees, HostTensor
+from support.requires import requires
 
 import neonlite
 from neonlite.backends.gpu import codegen
@@ -144,7 +143,7 @@ def _host_steps(be):
     return arrays, tensors, _steps(be, tensors)
 
 
-@pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+@requires("emulator")
 def test_generated_multi_output_kernels_match_cpu_on_host_emulator():
     be = neonlite.gen_backend("cpu", batch_size=1)
     for name in STEPS:
@@ -159,7 +158,7 @@ def test_generated_multi_output_kernels_match_cpu_on_host_emulator():
                                        err_msg=f"{name}: {key}")
 
 
-@pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+@requires("emulator")
 def test_generated_multi_output_kernel_reads_stored_bf16_and_views():
     """A later tree reads an earlier output as stored: bfloat16 state rounded, then used; a
     strided output view leaves the elements between its own untouched."""
@@ -178,7 +177,7 @@ def test_generated_multi_output_kernel_reads_stored_bf16_and_views():
     np.testing.assert_array_equal(full[:, 1::2], w0[:, 1::2])
 
 
-@pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+@requires("emulator")
 def test_executor_reuses_the_multi_output_kernel_for_new_tensors_and_rates():
     rng = np.random.default_rng(6)
     params = [{k: rng.standard_normal((5, 8)).astype(np.float32) for k in "wvg"}
@@ -217,7 +216,7 @@ def test_multi_output_plans_reuse_kernels_and_refuse_what_they_cannot_fuse():
         codegen.plan_multi([(v, v * 2.0), (w, w - be.sum(v, axis=0))])
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA compiler) is not on PATH")
+@requires("nvcc")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_multi_output_sources_compile_with_nvcc(arch, tmp_path):
     be = neonlite.gen_backend("cpu", batch_size=1)

@@ -8,23 +8,14 @@ padding, dilation, pixel counts that leave partial register blocks.
 import numpy as np
 import pytest
 
+from support.requires import requires
+
 from neonlite.backends.cpu import kernels as cpu_kernels
 from neonlite.backends.reference import conv as numpy_conv
 from neonlite.backends.plans import ConvPlan
-from neonlite.kernels.toolchain import CompilerNotFound, find_c_compiler
 
 
-def _no_compiler():
-    try:
-        find_c_compiler()
-    except CompilerNotFound as err:
-        return str(err)
-    return None
-
-
-_NO_COMPILER = _no_compiler()
-pytestmark = pytest.mark.skipif(_NO_COMPILER is not None,
-                                reason=f"no C compiler here: {_NO_COMPILER}")
+pytestmark = requires("compiler")
 DTYPES = (np.float32, np.float64)
 TOL = {np.dtype(np.float32): 3e-5, np.dtype(np.float64): 1e-12}
 

@@ -8,6 +8,8 @@ reason) only where none does.
 import numpy as np
 import pytest
 
+from support.requires import requires
+
 from neonlite.backends.cpu import conv as cpu_conv, kernels as cpu_kernels
 from neonlite.backends.reference import conv as numpy_conv, norm as numpy_norm
 from neonlite.backends.reference import pool as numpy_pool, softmax as numpy_softmax
@@ -17,23 +19,12 @@ from neonlite.backends.cpu.mkl_blas import load_mkl
 from neonlite.backends.cpu.optree import OpTreeMachine
 from neonlite.backends.reference.optree import evaluate
 from neonlite.backends.plans import ConvPlan, PoolPlan
-from neonlite.kernels.toolchain import CompilerNotFound, find_c_compiler
 
 DTYPES = (np.float32, np.float64)
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
 
 
-def _have_compiler():
-    try:
-        find_c_compiler()
-    except CompilerNotFound as err:
-        return str(err)
-    return None
-
-
-_NO_COMPILER = _have_compiler()
-pytestmark = pytest.mark.skipif(_NO_COMPILER is not None,
-                                reason=f"no C compiler here: {_NO_COMPILER}")
+pytestmark = requires("compiler")
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,11 @@ CPU backend hands them: transposed views, strided rows, broadcast batches."""
 import numpy as np
 import pytest
 
+from support.requires import requires
+
 from neonlite.backends.cpu.mkl_blas import MKLGemm, _matrix_layout, load_mkl
 
-needs_mkl = pytest.mark.skipif(load_mkl() is None, reason="MKL (pip install mkl) is not installed")
+needs_mkl = requires("mkl")
 
 
 def _views(x):

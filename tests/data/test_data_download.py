@@ -20,6 +20,7 @@ from neonlite.data.download import download, md5_file
 from neonlite.data.idx import write_idx
 
 from support.harness import data_dir
+from support.requires import requires
 
 SHARED = data_dir()
 T10K = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
@@ -157,8 +158,7 @@ def _own_train_files(root):
     return folder
 
 
-@pytest.mark.skipif(not all((SHARED / "mnist" / f).is_file() for f in T10K),
-                    reason=f"the shared MNIST test files are not in {SHARED}/mnist")
+@requires("mnist")
 def test_mnist_downloads_missing_files_with_the_published_checksums(tmp_path, server):
     url, served = server
     for name in T10K:

@@ -12,11 +12,11 @@ from neonlite.data import MNIST, ChecksumWarning, DataError
 from neonlite.data.idx import read_idx, write_idx
 
 from support.harness import data_dir
+from support.requires import requires
 
 SHARED = data_dir()
 T10K = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
-needs_shared = pytest.mark.skipif(not all((SHARED / "mnist" / f).is_file() for f in T10K),
-                                  reason=f"the shared MNIST test files are not in {SHARED}/mnist")
+needs_shared = requires("mnist")
 
 
 @pytest.fixture(scope="module")

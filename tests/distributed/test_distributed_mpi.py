@@ -7,7 +7,6 @@ only where mpirun or mpi4py is missing (``.ci/run`` installs both).
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +17,8 @@ import h5py
 import numpy as np
 import pytest
 
+from support.requires import requires
+
 from neonlite.serialize import read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,17 +26,8 @@ HELPERS = ROOT / "tests" / "distributed"
 LENET = HELPERS / "lenet.yaml"
 
 
-def _mpi_missing():
-    if shutil.which("mpirun") is None:
-        return "mpirun is not installed (pip install 'neonlite[mpi]' or apt-get install openmpi-bin)"
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        return "mpi4py is not installed (pip install 'neonlite[mpi]')"
-    return None
 
-
-pytestmark = pytest.mark.skipif(_mpi_missing() is not None, reason=str(_mpi_missing()))
+pytestmark = requires("mpi")
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1")

@@ -3,12 +3,12 @@ writes t.rank0.json, t.rank1.json and the merged t.json: valid trace-event JSON,
 in every file, slices properly nested, one process row per rank on a common clock."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+
+from support.requires import requires
 
 from neonlite.config.run import RunConfig
 from neonlite.profiler.instrument import labelled_layers
@@ -19,17 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SHAPES = ROOT / "examples" / "shapes_cnn.yaml"
 
 
-def _mpi_missing():
-    if shutil.which("mpirun") is None:
-        return "mpirun is not installed (pip install 'neonlite[mpi]')"
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        return "mpi4py is not installed (pip install 'neonlite[mpi]')"
-    return None
 
-
-pytestmark = pytest.mark.skipif(_mpi_missing() is not None, reason=str(_mpi_missing()))
+pytestmark = requires("mpi")
 
 ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
        "OMPI_MCA_rmaps_base_oversubscribe": "1", "PYTHONUNBUFFERED": "1"}

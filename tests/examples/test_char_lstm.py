@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.harness import data_dir
+from support.requires import requires
 
 import neonlite
 from neonlite.cli import main
@@ -114,7 +115,7 @@ def _torch_run(torch, net, batches, valid, lr):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not TEXT.is_file(), reason=f"{TEXT} not found (set NEONLITE_TEST_DATA)")
+@requires("shakespeare")
 def test_learns_tiny_shakespeare_like_pytorch():
     torch = pytest.importorskip("torch", reason="the comparison runs the recipe in PyTorch")
     torch.manual_seed(0)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.harness import data_dir
+from support.requires import requires
 
 import neonlite
 from neonlite import Model
@@ -59,7 +60,7 @@ def _torch_twin(torch, model):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not IMAGES.is_file(), reason=f"{IMAGES} not found (set NEONLITE_TEST_DATA)")
+@requires("mnist")
 def test_autoencoder_reconstructs_mnist_as_well_as_pytorch():
     torch = pytest.importorskip("torch", reason="the bound is measured in PyTorch")
     X = read_idx(str(IMAGES)).reshape(-1, 28, 28, 1)

@@ -3,6 +3,7 @@ test images (``../shared/data/mnist``) and measured on the other 2,000, misclass
 import numpy as np
 import pytest
 from support.harness import data_dir, lenet
+from support.requires import requires
 
 import neonlite
 from neonlite.callbacks import Callbacks
@@ -17,8 +18,7 @@ IMAGES, LABELS = MNIST / "t10k-images-idx3-ubyte.gz", MNIST / "t10k-labels-idx1-
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (IMAGES.is_file() and LABELS.is_file()),
-                    reason=f"MNIST test set not found in {MNIST} (set NEONLITE_TEST_DATA)")
+@requires("mnist")
 def test_lenet_learns_mnist():
     X = read_idx(IMAGES)[..., None]
     y = read_idx(LABELS)

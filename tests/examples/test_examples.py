@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.harness import data_dir, unavailable_reason
+from support.requires import need, requires
 
 from neonlite.cli import main
 from neonlite.cli.example import example_config, example_main
@@ -24,9 +25,7 @@ TWINS = ["shapes_cnn", "mnist_mlp", "mnist_cnn", "cifar10_allcnn", "cifar10_resn
          "conv_autoencoder", "inception_shapes"]
 MNIST = data_dir() / "mnist"
 MNIST_FILES = (MNIST / "t10k-images-idx3-ubyte.gz", MNIST / "t10k-labels-idx1-ubyte.gz")
-needs_mnist = pytest.mark.skipif(not all(p.is_file() for p in MNIST_FILES),
-                                 reason=f"MNIST test set not found in {MNIST} "
-                                        f"(set NEONLITE_TEST_DATA)")
+needs_mnist = requires("mnist")
 
 
 def twin(name):
@@ -66,8 +65,7 @@ def test_resnet20_has_its_published_size(capsys):
 def mnist_dir(tmp_path_factory):
     """A data root whose mnist/ holds IDX files made from the real 10,000 test images:
     8,000 as the training files, 2,000 as the test files."""
-    if not all(p.is_file() for p in MNIST_FILES):
-        pytest.skip(f"MNIST test set not found in {MNIST} (set NEONLITE_TEST_DATA)")
+    need("mnist")
     X, y = read_idx(str(MNIST_FILES[0])), read_idx(str(MNIST_FILES[1]))
     root = tmp_path_factory.mktemp("data")
     folder = root / "mnist"

@@ -9,7 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-from support.harness import compare_with_cpu, lenet, make_backend, require_backend
+from support.harness import compare_with_cpu, lenet, make_backend
+from support.requires import need
 
 import neonlite
 from neonlite.backends import BackendUnavailable, philox
@@ -20,7 +21,7 @@ GEMM = dict(rtol=1e-4, atol=1e-4)
 
 @pytest.fixture(autouse=True)
 def gpu():
-    require_backend("gpu")
+    need("gpu")
 
 
 def rand(*shape, seed=0):

@@ -3,7 +3,7 @@ they time builds on the CPU backend, and (on a GPU only) the smoke run of every 
 import json
 
 import numpy as np
-from support.harness import require_backend
+from support.requires import need
 
 import neonlite
 from benchmarks.run import main
@@ -39,7 +39,7 @@ def test_resnet20_model_shapes_on_the_cpu_backend():
 
 
 def test_gpu_rows_smoke(tmp_path):
-    require_backend("gpu")
+    need("gpu")
     out = tmp_path / "gpu.json"
     assert main(["--backend", "gpu", "--smoke", "--only", ",".join(ISSUE6), "--json",
                  str(out)]) == 0

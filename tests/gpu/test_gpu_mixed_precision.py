@@ -4,7 +4,8 @@ trained on 8,000 real MNIST images reaches the float32 model's accuracy on the o
 the reason otherwise."""
 import numpy as np
 import pytest
-from support.harness import data_dir, lenet, require_backend
+from support.harness import data_dir, lenet
+from support.requires import need, requires
 
 import neonlite
 from neonlite.data import ArrayIterator
@@ -34,10 +35,9 @@ def _error(datatype):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (IMAGES.is_file() and LABELS.is_file()),
-                    reason=f"MNIST test set not found in {MNIST} (set NEONLITE_TEST_DATA)")
+@requires("mnist")
 def test_lenet_bf16_and_f16_match_f32_on_mnist():
-    require_backend("gpu")
+    need("gpu")
     reference, _ = _error("f32")
     bf16, _ = _error("bf16")
     f16, f16_opt = _error("f16")

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.cuda_host_emulator import HostModule
-from support.cuda_host_emulator import available as emulator_missing
+from support.requires import requires
 from test_blocksparse_gpu_kernels import STORAGE, check
 
 from neonlite.backends.reference import attention as numpy_attention
@@ -16,7 +16,7 @@ from neonlite.backends.cpu.attention import visit_tables
 from neonlite.backends.reference.attention import AttentionBlocks
 from neonlite.kernels import specs
 
-pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+pytestmark = requires("emulator")
 CUDA = Path(specs.find("flash_attention").root) / "cuda"
 NARGS = {"nl_fa_fprop": 20, "nl_fa_bprop_kv": 19, "nl_fa_bprop_q": 18}
 TILE = 32

@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.cuda_host_emulator import HostModule
-from support.cuda_host_emulator import available as emulator_missing
+from support.requires import requires
 
 from neonlite.blocksparse import compile_layout, layouts
 from neonlite.backends.reference import blocksparse as ref
 from neonlite.kernels import specs
 
-pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+pytestmark = requires("emulator")
 CUDA = Path(specs.find("blocksparse").root) / "cuda"
 NARGS = {"nl_bs_product": 12, "nl_bs_update": 10, "nl_bs_sdd": 13, "nl_bs_dsd": 14,
          "nl_bs_softmax": 10, "nl_bs_softmax_bprop": 7}

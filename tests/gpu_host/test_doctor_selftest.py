@@ -9,14 +9,14 @@ import sys
 
 import numpy as np
 import pytest
-from support.cuda_host_emulator import available as emulator_missing
 from support.gpu_host_backend import host_gpu_backend
+from support.requires import requires
 
 import neonlite
 from neonlite.doctor.selftest import largest_error, run_families
 from neonlite.doctor.selftest_families import FAMILIES
 
-needs_emulator = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+needs_emulator = requires("emulator")
 
 
 @pytest.fixture

@@ -2,13 +2,12 @@
 and sm_90, and the same sources, run on the host emulator (``cuda_host_emulator``), give the
 CPU backend's results for broadcasting, reductions on every axis, odd sizes, strided views,
 float16/bfloat16 storage and trees that need several kernels."""
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
-from support.cuda_host_emulator import available as emulator_missing
 from support.gpu_host_tensors import EmulatedOpTrees, HostTensor
+from support.requires import requires
 
 import neonlite
 from neonlite.backends.gpu import codegen
@@ -50,7 +49,7 @@ def representative_trees(be):
     return trees
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA compiler) is not on PATH")
+@requires("nvcc")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_generated_sources_compile_with_nvcc(arch, tmp_path):
     be = _be()
@@ -139,7 +138,7 @@ def _cases(be, rng):
     return cases, views
 
 
-@pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+@requires("emulator")
 def test_generated_kernels_match_cpu_on_host_emulator():
     be = _be()
     rng = np.random.default_rng(0)
@@ -174,7 +173,7 @@ def test_generated_kernels_match_cpu_on_host_emulator():
                                    err_msg=f"generated kernel for {name!r}")
 
 
-@pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+@requires("emulator")
 def test_16_bit_storage_on_host_emulator():
     """float16 and bfloat16 tensors load as float32 and store rounded (bfloat16 to nearest even,
     as f32_to_bf16); raw uint16 state round-trips through the explicit conversions (Adam)."""

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from support.cuda_host_emulator import HostModule
-from support.cuda_host_emulator import available as emulator_missing
+from support.requires import requires
 
 from neonlite.backends.reference import conv as numpy_conv
 from neonlite.backends.gpu.conv_launch import conv_launch, function_for, gemm_dims, shape_args
@@ -25,7 +25,7 @@ from neonlite.backends.reference.optree import bf16_to_f32, f32_to_bf16
 from neonlite.backends.plans import ConvPlan
 from neonlite.kernels import cuda_specs, specs
 
-pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+pytestmark = requires("emulator")
 
 CUDA = specs.find("pool").root / "cuda"
 SHAPES = {  # N, H, W, C, K, (R, S), pad, stride, dilation

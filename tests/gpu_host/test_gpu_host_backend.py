@@ -6,13 +6,13 @@ magnitude), bfloat16 3e-2 of it.  This checks the glue and the kernels' logic, n
 is no substitute for the GPU tests in ``test_gpu_backend.py``."""
 import numpy as np
 import pytest
-from support.cuda_host_emulator import available as emulator_missing
 from support.gpu_host_backend import host_gpu_backend
+from support.requires import requires
 
 import neonlite
 from neonlite.backends.gpu.prefetch import prefetched
 
-pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+pytestmark = requires("emulator")
 
 
 @pytest.fixture

@@ -2,12 +2,11 @@
 compiles with nvcc for sm_80 and sm_90 through the kernel build system, and the Philox
 generator (the source of dropout masks) gives Random123's known answers and the numpy
 reference's stream on the host emulator."""
-import shutil
 
 import numpy as np
 import pytest
 from support.cuda_host_emulator import HostModule
-from support.cuda_host_emulator import available as emulator_missing
+from support.requires import requires
 
 from neonlite.backends import philox
 from neonlite.kernels import cuda_specs, specs
@@ -21,7 +20,7 @@ KAT = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA compiler) is not on PATH")
+@requires("nvcc")
 def test_every_cuda_variant_compiles_for_sm80_and_sm90():
     """Minutes on a cold cache (the tensor-core convolution kernels dominate), seconds after."""
     results = Builder().build_all(target="cuda", archs=("sm_80", "sm_90"), jobs=2,
@@ -46,7 +45,7 @@ def test_numpy_philox_known_answers():
         assert tuple(int(v) for v in got) == expected
 
 
-@pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+@requires("emulator")
 def test_philox_kernel_matches_known_answers_and_numpy_stream():
     source = specs.find("philox").source_path.read_text()
     header = (specs.find("philox").source_path.parent / "neonlite_common.cuh").read_text()
@@ -66,7 +65,7 @@ def test_philox_kernel_matches_known_answers_and_numpy_stream():
     assert 0.0 <= out.min() and out.max() < 1.0 and abs(out.mean() - 0.5) < 0.05
 
 
-@pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+@requires("emulator")
 def test_example_mask_kernel_is_the_numpy_per_example_stream():
     """nl_example_mask_f32 gives philox.example_masks bit for bit: rows of a width that is not
     a multiple of 4, a 64-bit first example, any launch size."""
@@ -85,7 +84,7 @@ def test_example_mask_kernel_is_the_numpy_per_example_stream():
         np.testing.assert_array_equal(out, want)
 
 
-@pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+@requires("emulator")
 def test_scatter_add_rows_is_the_in_order_sum_and_reports_bad_ids():
     """Repeated ids summed in position order (bit-exact with a sequential float32 loop) with the
     work split over columns and id classes, for any launch size; a bad id is reported."""

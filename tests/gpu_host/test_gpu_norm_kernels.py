@@ -7,12 +7,12 @@ summed loss."""
 import numpy as np
 import pytest
 from support.cuda_host_emulator import HostModule
-from support.cuda_host_emulator import available as emulator_missing
+from support.requires import requires
 
 from neonlite.backends.gpu import norm as gpu_norm
 from neonlite.kernels import specs
 
-pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+pytestmark = requires("emulator")
 
 CUDA = specs.find("pool").root / "cuda"
 F32 = dict(rtol=1e-5, atol=1e-5)

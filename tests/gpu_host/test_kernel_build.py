@@ -22,6 +22,7 @@ from neonlite.kernels import specs
 from neonlite.kernels.build import Builder
 from neonlite.kernels.toolchain import (CompileError, CompilerNotFound, find_c_compiler,
                                         find_nvcc, parse_ptxas)
+from support.requires import requires
 
 
 def _missing(find):
@@ -34,8 +35,8 @@ def _missing(find):
 
 NO_CC = _missing(find_c_compiler)
 NO_NVCC = _missing(find_nvcc)
-needs_cc = pytest.mark.skipif(NO_CC is not None, reason=f"no C compiler: {NO_CC}")
-needs_nvcc = pytest.mark.skipif(NO_NVCC is not None, reason=f"no nvcc: {NO_NVCC}")
+needs_cc = requires("compiler")
+needs_nvcc = requires("nvcc")
 
 HEADER = "void axpb(const real *x, real *y, int64_t n, double a, double b);\n"
 SOURCE = textwrap.dedent("""\

@@ -4,9 +4,8 @@ with decay groups, clipping by global norm and bfloat16 states over the arena, a
 generated kernel per run of parameters, equals the per-parameter updates; the parameters and
 states are views of the arena's buffers; class-index targets reach the index kernel."""
 import numpy as np
-import pytest
-from support.cuda_host_emulator import available as emulator_missing
 from support.gpu_host_backend import host_gpu_backend
+from support.requires import requires
 
 import neonlite
 from neonlite import Model
@@ -14,7 +13,7 @@ from neonlite.layers import Affine, GeneralizedCost, LayerNorm
 from neonlite.optimizers import AdamW
 from neonlite.transforms import CrossEntropyMulti, Softmax
 
-pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+pytestmark = requires("emulator")
 
 
 class _Data:

@@ -3,13 +3,12 @@
 (``CudaEventClock``), ops carry cuBLAS / generated-kernel names.  Compiled and emulated, not
 run on a GPU: this checks the event plumbing and the structure, not device times."""
 import numpy as np
-import pytest
-from support.cuda_host_emulator import available as emulator_missing
 from support.gpu_host_backend import host_gpu_backend
+from support.requires import requires
 
 import neonlite
 
-pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+pytestmark = requires("emulator")
 
 
 def test_profile_on_the_emulated_gpu_uses_cuda_events(monkeypatch, tmp_path):

@@ -5,8 +5,8 @@ and the CUDA kernels (``kernels/cuda/recurrent.cu``), compiled and emulated on t
 run on a GPU), against the CPU."""
 import numpy as np
 import pytest
-from support.cuda_host_emulator import available as emulator_missing
 from support.harness import compare_with_cpu
+from support.requires import requires
 
 import neonlite
 from neonlite.backends.reference import recurrent as ref
@@ -105,7 +105,7 @@ def test_every_backend_matches_the_cpu():
                      *[a[k] for k in keys], rtol=1e-5, atol=1e-5, batch_size=N)
 
 
-@pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+@requires("emulator")
 @pytest.mark.parametrize("masked", [False, True])
 def test_cuda_gate_kernels_on_the_host_emulator_match_the_cpu(monkeypatch, masked):
     from support.gpu_host_backend import host_gpu_backend

@@ -5,15 +5,15 @@ defaults, cross-attention with a padding mask and key/value widths that differ â
 backward against the CPU backend.  This checks the GPU glue and generated kernels, not speed."""
 import numpy as np
 import pytest
-from support.cuda_host_emulator import available as emulator_missing
 from support.gpu_host_backend import host_gpu_backend
 from support.harness import build
+from support.requires import requires
 
 import neonlite
 from neonlite.initializers import Gaussian
 from neonlite.layers import MultiHeadAttention, TransformerBlock
 
-pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
+pytestmark = requires("emulator")
 
 
 @pytest.fixture

@@ -60,7 +60,9 @@ def make_backend(name="cpu", batch_size=4, seed=0, dtype=np.float32):
 
 
 def data_dir():
-    """The shared real-data folder: ``$NEONLITE_TEST_DATA`` or ``<repo>/../shared/data``."""
+    """The shared real-data folder: ``$NEONLITE_TEST_DATA`` or ``<repo>/../shared/data`` (MNIST's
+    test set in ``mnist/``, Tiny Shakespeare in ``text/``; ``support.requires`` checks that the
+    files a test needs are there)."""
     env = os.environ.get("NEONLITE_TEST_DATA")
     return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
