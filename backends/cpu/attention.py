@@ -1,6 +1,6 @@
 """The CPU backend's fused attention: the C kernels of ``kernels/cpu/flash_attention.c``
 (OpenMP over (slice, query block) forward and over slices backward) for float32/float64, the
-numpy reference (``numpy_attention``) for every other case.
+numpy reference (``backends/reference/attention.py``) for every other case.
 
 The kernels walk tables of the (query block, key block) tiles to visit: for plain attention
 every key block up to the causal diagonal, for an :class:`AttentionBlocks` layout its nonzero
@@ -8,7 +8,7 @@ blocks.  The tables are made once per shape (kept on the backend, or on the layo
 import numpy as np
 
 from ..reference import attention as numpy_attention
-from ..reference.attention import AttentionBlocks
+from ..reference.attention import AttentionBlocks, visit_tables
 
 #: query rows and keys per tile of plain (unblocked) attention; the kernels' FA_MAX_BLOCK
 TILE = 64
@@ -19,25 +19,6 @@ MAX_HEAD_WIDTH = 256
 #: into its own partial dq, (B, Tq, dk)
 BACKWARD_ITEMS = 16
 MAX_GROUPS = 8
-
-
-def visit_tables(layout, Tq, Tk, bq, bk, causal):
-    """int32 tables of the tiles to visit for a 0/1 ``layout`` (Hl, nqb, nkb): ``row_ptr``
-    (Hl*nqb + 1) / ``cols`` (the key blocks of each query block, in order) and ``col_ptr``
-    (Hl*nkb + 1) / ``rows`` (the query blocks of each key block, in order).  With ``causal``,
-    blocks wholly above the diagonal (key > query + Tk - Tq for every pair) are left out."""
-    layout = np.array(layout, dtype=bool)
-    Hl, nqb, nkb = layout.shape
-    if causal:
-        last_query = np.minimum((np.arange(nqb) + 1) * bq, Tq) - 1
-        layout &= (np.arange(nkb) * bk)[None, None, :] <= (last_query + Tk - Tq)[None, :, None]
-    h, r, c = np.nonzero(layout)
-    row_ptr = np.concatenate([[0], np.cumsum(layout.reshape(Hl * nqb, nkb).sum(axis=1))])
-    order = np.lexsort((r, c, h))  # by head, key block, query block
-    col_ptr = np.concatenate([[0], np.cumsum(layout.transpose(0, 2, 1)
-                                             .reshape(Hl * nkb, nqb).sum(axis=1))])
-    as32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
-    return as32(row_ptr), as32(c), as32(col_ptr), as32(r[order])
 
 
 class CPUAttentionMixin:

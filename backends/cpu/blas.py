@@ -1,4 +1,6 @@
-"""GEMMs for the CPU backend: numpy's BLAS, with the way to use the cores tuned per shape.
+"""GEMMs for the CPU backend where MKL is not installed (with MKL they go to MKL's CBLAS,
+``mkl_blas.py``): numpy's BLAS, with the way to use the cores tuned per shape; and the
+backend's ``compound_dot`` and ``batched_dot`` (:class:`CPUBlasOps`), whichever GEMM runs them.
 
 A multithreaded BLAS synchronizes its threads many times inside one GEMM.  For a thin product
 (a 5x5 filter on one channel: 25 x 100352 @ 100352 x 32; a weight gradient: 576 x 65536 @

@@ -1,12 +1,12 @@
 """The GPU backend's fused attention (``kernels/cuda/flash_attention.cu``): tiles of 32 queries x
 32 keys, head widths up to 64, float32, float16 and bfloat16 storage (the 16-bit forward's
-products on tensor cores, the rest float32 math on the CUDA cores), lse in float32.  The visit tables (``cpu_attention.visit_tables``) are copied to the
+products on tensor cores, the rest float32 math on the CUDA cores), lse in float32.  The visit tables (``reference.attention.visit_tables``) are copied to the
 device once per shape or layout.  Cases the kernels do not take (dropout, wider heads, block
 layouts finer than 32, non-contiguous operands, a 16-bit lse) run the contract's default, the
 numpy reference on host copies.  Compiled and emulated, not yet run on a GPU."""
 import numpy as np
 
-from ..cpu.attention import visit_tables
+from ..reference.attention import visit_tables
 
 TILE = 32
 MAX_WIDTH = 64

@@ -131,3 +131,22 @@ def attention_bprop(q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False, ke
         ds = p * (dp - d_row) * scale
         dq[b] = ds @ k[b]
         dk[b] = ds.T @ q[b]
+
+
+def visit_tables(layout, Tq, Tk, bq, bk, causal):
+    """int32 tables of the tiles to visit for a 0/1 ``layout`` (Hl, nqb, nkb): ``row_ptr``
+    (Hl*nqb + 1) / ``cols`` (the key blocks of each query block, in order) and ``col_ptr``
+    (Hl*nkb + 1) / ``rows`` (the query blocks of each key block, in order).  With ``causal``,
+    blocks wholly above the diagonal (key > query + Tk - Tq for every pair) are left out."""
+    layout = np.array(layout, dtype=bool)
+    Hl, nqb, nkb = layout.shape
+    if causal:
+        last_query = np.minimum((np.arange(nqb) + 1) * bq, Tq) - 1
+        layout &= (np.arange(nkb) * bk)[None, None, :] <= (last_query + Tk - Tq)[None, :, None]
+    h, r, c = np.nonzero(layout)
+    row_ptr = np.concatenate([[0], np.cumsum(layout.reshape(Hl * nqb, nkb).sum(axis=1))])
+    order = np.lexsort((r, c, h))  # by head, key block, query block
+    col_ptr = np.concatenate([[0], np.cumsum(layout.transpose(0, 2, 1)
+                                             .reshape(Hl * nkb, nqb).sum(axis=1))])
+    as32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
+    return as32(row_ptr), as32(c), as32(col_ptr), as32(r[order])

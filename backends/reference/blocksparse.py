@@ -29,13 +29,6 @@ def blocks_to_dense(t, w, bs):
     return out[0] if t.heads == 1 else out
 
 
-def dense_to_blocks(t, dense, bs):
-    """The stored blocks (nnz, bs, bs) of a dense (R*bs, C*bs) or (H, R*bs, C*bs) matrix."""
-    dense = dense.reshape((t.heads, t.rows * bs, t.cols * bs))
-    return np.stack([dense[t.head[k], _blk(t.row[k], bs), _blk(t.col[k], bs)]
-                     for k in range(t.nnz)])
-
-
 # ---- block-sparse weights: y = x @ W -----------------------------------------------------------
 def linear_fprop(t, x, w, bs):
     """y (M, C*bs) = x (M, R*bs) @ W, walking the columns: y[:, c] = sum over the blocks k of

@@ -33,8 +33,8 @@ from ..training_log import TrainingLog
 
 #: the data types ``neonlite train -b cpu`` runs (the C kernels' types)
 CPU_DATATYPES = ("f32", "f64")
-#: float16 on the CPU (numpy's emulation) against f32, samples/s of the quick start (measured:
-#: docs/architecture.md, "CPU data types")
+#: how many times slower float16 (numpy's emulation) runs the quick start on the CPU than f32,
+#: as the warning says (benchmarks/ measures it)
 CPU_F16_SLOWDOWN = 150
 
 

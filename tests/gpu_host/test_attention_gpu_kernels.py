@@ -12,7 +12,7 @@ from support.requires import requires
 from test_blocksparse_gpu_kernels import STORAGE, check
 
 from neonlite.backends.reference import attention as numpy_attention
-from neonlite.backends.cpu.attention import visit_tables
+from neonlite.backends.reference.attention import visit_tables
 from neonlite.backends.reference.attention import AttentionBlocks
 from neonlite.kernels import specs
 
