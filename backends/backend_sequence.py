@@ -79,7 +79,7 @@ class SequenceOps(ABC):
     def lrn_fprop(self, x, y, scale, depth, alpha, beta, k):
         """Across the channels of rows x (M, C) (NHWC images as (N*H*W, C)): scale (M, C) =
         k + alpha / depth * sum of x^2 over channels c - depth//2 .. c + (depth-1)//2,
-        y = x * scale^-beta (``backends/numpy_lrn.py`` is the reference)."""
+        y = x * scale^-beta (``backends/reference/lrn.py`` is the reference)."""
 
     @abstractmethod
     def lrn_bprop(self, x, scale, dy, dx, depth, alpha, beta):
@@ -92,7 +92,7 @@ class SequenceOps(ABC):
     # error arriving at h_t from the layer's output; ``dh`` (N, H) holds, on entry, the error
     # arriving from step t+1 and, on exit, the part of dL/dh_{t-1} that does not go through U
     # (the caller adds dgates @ U^T).  Activations: "tanh", "logistic", "relu", "identity".
-    # ``backends/numpy_recurrent.py`` is the reference of every one.
+    # ``backends/reference/recurrent.py`` is the reference of every one.
     @abstractmethod
     def rnn_fprop_step(self, xg, hg, h_prev, h, mask=None, activation="tanh"):
         """h (N, H) = act(xg + hg); xg the input projection with its bias."""

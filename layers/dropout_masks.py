@@ -1,10 +1,12 @@
-"""Dropout masks keyed by the global example, shared by every layer that drops."""
+"""Dropout masks keyed by (seed, step, layer, the global index of each sample in the batch),
+shared by every layer that drops: the same sample gets the same mask however its batch is split
+over processes, and on every backend."""
 import zlib
 
 import numpy as np
 
 
-class ExampleDropoutMixin:
+class KeyedDropoutMixin:
     """Draws inverted-dropout masks from the backend's counter-based Philox stream
     (``be.example_dropout_mask``), keyed by the backend seed, the training step, the layer's
     name and the *global* index of each example (``example_offset`` + row: data-parallel

@@ -6,7 +6,8 @@ import numpy as np
 
 from .backends import get_backend
 from .layers.containers import CompoundLayer, MergeSum, Sequential
-from .layers.layer import Layer, ParameterLayer, ShapeError
+from .layer_names import check_layer_names, check_tensor_names
+from .layers.layer import ShapeError
 from .memory_check import check_outputs_fit
 from .optimizers.arena import ParameterArena, build_arena
 
@@ -64,7 +65,7 @@ class Model:
         self.out_shape = out_shape
         self.layers.set_needs_deltas(False)
         self.layers.allocate()
-        _check_tensor_names(self.layers.leaves())
+        check_tensor_names(self.layers.leaves())
 
         self.arena = build_arena(be, self.parameters())
         for p in self.parameters():
@@ -429,47 +430,6 @@ def _backend_for(ckpt):
                            f"checkpoint's ({name}, batch {batch}, {datatype}) cannot run here "
                            f"({err}); call neonlite.gen_backend('cpu', batch_size={batch}) "
                            f"first") from None
-
-def check_layer_names(leaves):
-    """A ConfigError (at the layer's key path) for a layer name that cannot name parameters in
-    a checkpoint: not printable UTF-8 text, or shared by two layers with parameters or buffers
-    of the same kind (their ``"<name>.<param>"`` would clash)."""
-    from .config.errors import ConfigError, short_repr
-    seen = {}
-    for leaf in leaves:
-        where = getattr(leaf, "_config_path", None)
-        where = f"{where}.config.name" if where else f"layer {short_repr(leaf.name)}"
-        if not isinstance(leaf.name, str) or not leaf.name.isprintable() or not leaf.name:
-            raise ConfigError(f"{where}: a layer name must be printable text, got "
-                              f"{short_repr(leaf.name)}")
-        try:
-            leaf.name.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ConfigError(f"{where}: a layer name must be valid UTF-8 text, got "
-                              f"{short_repr(leaf.name)}") from None
-        key = (leaf.name, type(leaf).__name__)
-        if isinstance(leaf, ParameterLayer) or type(leaf).buffers is not Layer.buffers:
-            if key in seen:
-                raise ConfigError(f"{where}: two {key[1]} layers are both named {key[0]!r} "
-                                  f"(the other: {seen[key]}), so their parameters would clash; "
-                                  f"give the layers distinct names")
-            seen[key] = getattr(leaf, "_config_path", None) or key[0]
-
-
-def _check_tensor_names(leaves):
-    """A ConfigError when two allocated layers give a parameter or buffer the same
-    ``"<layer name>.<key>"`` (e.g. an Affine named like a Conv's compound, ``Conv_0``)."""
-    from .config.errors import ConfigError
-    owner = {}
-    for leaf in leaves:
-        keys = [p.name for p in leaf.parameters()] + [f"{leaf.name}.{k}" for k in leaf.buffers()]
-        for key in keys:
-            other = owner.setdefault(key, leaf)
-            if other is not leaf:
-                where = getattr(leaf, "_config_path", None) or f"layer {leaf.name!r}"
-                raise ConfigError(f"{where}: the name {leaf.name!r} is also the name of the "
-                                  f"{type(other).__name__} layer {other.name!r}, so both would "
-                                  f"store a parameter '{key}'; give the layers distinct names")
 
 
 def _describe_rows(layers, depth, rows):

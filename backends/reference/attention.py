@@ -20,7 +20,7 @@ class AttentionDropout:
     ``(key, step, stream)`` for the global examples ``first ..``: probability (b, i, j) of slice
     b = n*H + h keeps (scaled by 1/keep) when the uniform of element h*Tq*Tk + i*Tk + j of
     example first + n is below float32(keep).  So the masks are those the unfused layer drew
-    with ``ExampleDropoutMixin.draw_dropout_mask``, bit for bit."""
+    with ``KeyedDropoutMixin.draw_dropout_mask``, bit for bit."""
 
     keep: float
     key: int

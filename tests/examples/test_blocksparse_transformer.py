@@ -21,7 +21,7 @@ from neonlite.serialize import read_checkpoint
 from neonlite.training_log import read_log
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-#: the validation loss (nats/char) that tests/test_transformer_shakespeare.py requires of the
+#: the validation loss (nats/char) that tests/examples/test_transformer_shakespeare.py requires of the
 #: dense example after the same 500 steps
 DENSE_BAR = 2.30
 

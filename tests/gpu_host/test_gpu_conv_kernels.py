@@ -1,6 +1,6 @@
 """The implicit-GEMM convolution kernels (``kernels/cuda/conv_simt.cu`` float32,
 ``conv_tc.cu`` float16/bfloat16 on mma.sync m16n8k16) on the host emulator, against the numpy
-reference (``backends/numpy_conv.py``) in float64.
+reference (``backends/reference/conv.py``) in float64.
 
 Each pass is launched exactly as the GPU backend launches it (``backends/gpu_conv.py`` picks the
 entry point, tile, grid and K split), on LeNet-like, odd (C=3, 7x7 stride 2, 1x1 stride 2,

@@ -1,5 +1,5 @@
 """The recurrent gate steps (``Backend.*_step``): the CPU backend's C kernels against the numpy
-reference (``backends/numpy_recurrent.py``) in float64 and float32, with and without a padding
+reference (``backends/reference/recurrent.py``) in float64 and float32, with and without a padding
 mask and for every activation; every available backend against the CPU through the harness;
 and the CUDA kernels (``kernels/cuda/recurrent.cu``), compiled and emulated on the host (not
 run on a GPU), against the CPU."""

@@ -1,6 +1,6 @@
 """The unfused attention the layers ran before the fused op, kept as a test reference: score
 GEMMs into a (B, Tq, Tk) array, the backend's masked softmax, a dropout mask drawn whole by
-``Backend.example_dropout_mask`` (the stream ``ExampleDropoutMixin`` used), then the value
+``Backend.example_dropout_mask`` (the stream ``KeyedDropoutMixin`` used), then the value
 GEMM; and its backward through ``masked_softmax_bprop``.  Same signature as
 ``Backend.attention`` / ``attention_bprop``; the probabilities of the last call are kept in
 ``STATE`` for the backward (``lse`` is not written: the unfused path has none)."""
