@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from . import philox
-from .optree import OpNode, OpTreeOps
+from .optree import OpNode, OpTreeOps, broadcast_shape
 from .backend_sequence import SequenceOps
 from .plans import ConvPlan, PoolPlan
 from .reference import gelu
@@ -472,23 +472,8 @@ class Backend(SequenceOps, ABC):
 
 
 def _reduced_count(x, axis):
-    shape = x.shape if hasattr(x, "shape") and not isinstance(x, OpNode) else _optree_shape(x)
+    shape = x.shape if hasattr(x, "shape") and not isinstance(x, OpNode) else broadcast_shape(x)
     if axis is None:
         return int(np.prod(shape))
     axes = (axis,) if isinstance(axis, int) else axis
     return int(np.prod([shape[a] for a in axes]))
-
-
-def _optree_shape(node):
-    """The broadcast shape of an op-tree (reductions keep their axes with length 1)."""
-    if not isinstance(node, OpNode):
-        return tuple(getattr(node, "shape", ()))
-    shapes = [_optree_shape(a) for a in node.args]
-    shape = np.broadcast_shapes(*shapes)
-    if node.op in ("sum", "max", "min", "argmax", "argmin"):
-        if node.axis is None:
-            return tuple(1 for _ in shape)
-        axes = (node.axis,) if isinstance(node.axis, int) else node.axis
-        axes = [a % len(shape) for a in axes]
-        return tuple(1 if i in axes else s for i, s in enumerate(shape))
-    return shape

@@ -20,7 +20,7 @@ import functools
 import numpy as np
 
 from .build import address as _address
-from ..reference.optree import _eval
+from ..reference.optree import evaluate_node
 from ..optree import BINARY_OPS, REDUCTION_OPS, UNARY_OPS, OpNode, is_scalar
 
 _VM_OPS = tuple(op for op in UNARY_OPS + BINARY_OPS if op not in ("bf16_to_f32", "f32_to_bf16"))
@@ -221,7 +221,7 @@ class OpTreeMachine:
                                        functools.partial(self._sum_buffers, module, dtype,
                                                          number))
             if leaves[slot] is None:
-                leaves[slot] = np.asarray(_eval(node, dtype))
+                leaves[slot] = np.asarray(evaluate_node(node, dtype))
             if leaves[slot].dtype != dtype:
                 return False
         try:

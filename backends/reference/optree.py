@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..optree import OpNode, is_scalar
+from ..optree import OpNode, broadcast_shape, is_scalar
 
 _SQRT_PI_INV = 1.0 / math.sqrt(math.pi)
 _erf_exact = np.frompyfunc(math.erf, 1, 1)
@@ -62,13 +62,15 @@ _REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
 
 def _value(arg, dtype):
     if isinstance(arg, OpNode):
-        return _eval(arg, dtype)
+        return evaluate_node(arg, dtype)
     if is_scalar(arg):
         return arg
     return arg._ary
 
 
-def _eval(node, dtype, out=None):
+def evaluate_node(node, dtype, out=None):
+    """The value of op-tree node ``node`` as a numpy array (comparisons cast to ``dtype``); a
+    root elementwise ufunc writes into ``out`` when given (the caller checks that it fits)."""
     op = node.op
     if op in _BINARY:
         a, b = (_value(x, dtype) for x in node.args)
@@ -103,20 +105,19 @@ def evaluate(out, tree):
         tree.op in _UNARY and isinstance(_UNARY[tree.op], np.ufunc))
     if direct and out.flags.writeable and _root_fits(tree, out):
         try:
-            _eval(tree, out.dtype, out=out)
+            evaluate_node(tree, out.dtype, out=out)
             return out
         except (TypeError, ValueError):
             pass
-    result = _eval(tree, out.dtype)
+    result = evaluate_node(tree, out.dtype)
     np.copyto(out, np.broadcast_to(result, out.shape), casting="unsafe")
     return out
 
 
 def _root_fits(tree, out):
     """True when the root's result has exactly ``out``'s shape and dtype (so out= is safe)."""
-    from ..backend import _optree_shape
     try:
-        shape = _optree_shape(tree)
+        shape = broadcast_shape(tree)
     except ValueError:
         return False
     if tuple(shape) != tuple(out.shape):
