@@ -5,6 +5,7 @@ import pytest
 
 from neonlite.cli import main
 from neonlite.serialize import read_checkpoint
+from support.checks import assert_same_state
 
 # Adam (per-parameter state and a step count), dropout (the device RNG), batch norm (running
 # statistics, buffers), shuffling (the host RNG), a partial last batch (70 = 4 x 16 + 6).
@@ -43,19 +44,6 @@ def config(tmp_path):
 
 def train(*args):
     assert main(["train", *map(str, args), "-q"]) == 0
-
-
-def assert_same_state(a, b):
-    assert list(a.params) == list(b.params)
-    for name in a.params:
-        assert np.array_equal(a.params[name], b.params[name]), name
-    assert a.states.keys() == b.states.keys()
-    for name in a.states:
-        for key in a.states[name]:
-            assert np.array_equal(a.states[name][key], b.states[name][key]), (name, key)
-    assert a.optimizer_state == b.optimizer_state
-    assert (a.epoch_index, a.step_index) == (b.epoch_index, b.step_index)
-    assert a.rng == b.rng
 
 
 def test_resume_is_bit_identical(config, tmp_path):

@@ -16,6 +16,7 @@ from neonlite.cli import main
 from neonlite.config.run import RunConfig
 from neonlite.profiler.trace import rank_path
 
+from support.checks import assert_nested
 from support.harness import make_backend
 
 RUN = """\
@@ -49,19 +50,6 @@ def config(tmp_path):
 def _events(path):
     doc = json.loads(Path(path).read_text())
     return [e for e in doc["traceEvents"] if e["ph"] == "X"]
-
-
-def assert_nested(events):
-    """On each process row, any two slices are disjoint or one contains the other."""
-    for pid in {e["pid"] for e in events}:
-        row = sorted((e for e in events if e["pid"] == pid), key=lambda e: (e["ts"], -e["dur"]))
-        open_ends = []
-        for e in row:
-            end = e["ts"] + e["dur"]
-            while open_ends and open_ends[-1] <= e["ts"] + 1e-3:
-                open_ends.pop()
-            assert not open_ends or end <= open_ends[-1] + 1e-3, f"{e['name']} straddles"
-            open_ends.append(end)
 
 
 def test_train_profile_writes_a_nested_trace(config, tmp_path, capsys):

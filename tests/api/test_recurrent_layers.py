@@ -204,7 +204,7 @@ def test_training_steps_after_the_first_allocate_nothing_of_size():
     """Every T-step buffer is made in allocate(): LSTM, GRU and a masked bidirectional layer
     under a per-token softmax head train, and the later steps' traced peak stays at the size
     of Python objects."""
-    from test_cpu_no_step_allocations import PEAK_LIMIT, _peaks
+    from support.checks import PEAK_LIMIT, allocation_peaks as _peaks
 
     from neonlite import Model
     from neonlite.layers import Affine, GeneralizedCost

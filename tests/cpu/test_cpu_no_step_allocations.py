@@ -10,10 +10,10 @@ work arrays are numpy arrays the backend keeps, so a new one would count).  What
 allocates is not seen there; the kernels that once called malloc now take work arrays from
 ``CPUKernels.workspaces``, whose entries must be the same objects after the later steps.
 """
-import tracemalloc
 
 import numpy as np
 import pytest
+from support.checks import PEAK_LIMIT, allocation_peaks as _peaks
 from support.harness import make_backend
 
 from neonlite import Model
@@ -28,29 +28,10 @@ T, D_MODEL, CLASSES = 8, 32, 8192
 # The head's bias gradient (CLASSES float32, 32 KiB) is the largest per-step buffer these
 # kernels once allocated; what a step allocates besides (Python objects: op-trees, argument
 # lists) peaks near 10 KiB.
-PEAK_LIMIT = 20 << 10
-
-
 def _kernels_or_skip(be):
     if not be.kernels.active(be.dtype):
         pytest.skip(f"the C kernels are unavailable: {be.kernels.unavailable_reason()}")
     return be.kernels
-
-
-def _peaks(step, times=3):
-    """The most bytes ``step()`` (which must return a true value) held at once beyond what was
-    held before it, for each of ``times`` calls, as tracemalloc counts them."""
-    peaks = []
-    tracemalloc.start()
-    try:
-        for _ in range(times):
-            start = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-            assert step()
-            peaks.append(tracemalloc.get_traced_memory()[1] - start)
-    finally:
-        tracemalloc.stop()
-    return peaks
 
 
 def _transformer_with_head(be):

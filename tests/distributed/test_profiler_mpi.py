@@ -13,7 +13,7 @@ from support.requires import requires
 from neonlite.config.run import RunConfig
 from neonlite.profiler.instrument import labelled_layers
 
-from test_profiler_cli import assert_nested
+from support.checks import assert_nested
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = ROOT / "examples" / "shapes_cnn.yaml"

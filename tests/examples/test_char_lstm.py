@@ -172,7 +172,7 @@ optimizer: {type: Adam, config: {learning_rate: 0.01, gradient_clip_norm: 5.0}}
 
 
 def test_resume_of_a_stateful_lstm_is_bit_identical(tmp_path):
-    from test_checkpoint_resume import assert_same_state
+    from support.checks import assert_same_state
 
     from neonlite.serialize import read_checkpoint
     config = tmp_path / "run.yaml"
