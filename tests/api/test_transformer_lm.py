@@ -144,16 +144,12 @@ def test_generate_with_cache_matches_full_recompute(text_file):
 
 
 def test_generate_from_a_checkpoint_with_the_command(text_file, tmp_path, capsys):
-    import argparse
-
-    from neonlite.generation import add_generate_arguments, generate_command
+    from neonlite.cli import main
     model, corpus = trained_tiny_lm(text_file, dtype=np.float32, steps=5)
     want = model.generate("the q", 25, temperature=0.9, top_k=5, seed=3)
     model.save(str(tmp_path / "lm.h5"))
-    parser = add_generate_arguments(argparse.ArgumentParser())
-    args = parser.parse_args([str(tmp_path / "lm.h5"), "--prompt", "the q", "-n", "25",
-                              "-t", "0.9", "-k", "5", "-r", "3"])
-    assert generate_command(args) == 0
+    assert main(["generate", str(tmp_path / "lm.h5"), "--prompt", "the q", "-n", "25",
+                 "-t", "0.9", "-k", "5", "-r", "3"]) == 0
     assert capsys.readouterr().out == "the q" + want + "\n"
 
 

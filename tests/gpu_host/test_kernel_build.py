@@ -246,22 +246,28 @@ def test_cpu_backend_falls_back_to_numpy_without_a_compiler(tmp_path):
 
 
 # ---- the CLI ---------------------------------------------------------------------------------
+def kernels_command(argv):
+    """``neonlite kernels ARGV...``: its exit status."""
+    from neonlite.cli import main
+    return main(["kernels", *argv])
+
+
 @needs_cc
 def test_cli_build_list_clean(kernel, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("NEONLITE_CACHE_DIR", str(tmp_path / "cli-cache"))
     monkeypatch.setattr(specs, "variants", lambda target=None: (kernel,))
-    assert cli.main(["list"]) == 0
+    assert kernels_command(["list"]) == 0
     assert "not cached" in capsys.readouterr().out
-    assert cli.main(["build", "--target", "cpu", "-j", "2"]) == 0
+    assert kernels_command(["build", "--target", "cpu", "-j", "2"]) == 0
     assert "built  axpb_f64" in capsys.readouterr().out
-    assert cli.main(["build"]) == 0
+    assert kernels_command(["build"]) == 0
     assert "cached  axpb_f64" in capsys.readouterr().out
-    assert cli.main(["list"]) == 0
+    assert kernels_command(["list"]) == 0
     listing = capsys.readouterr().out
     assert "axpb_f64" in listing and "not cached" not in listing
-    assert cli.main(["clean"]) == 0
+    assert kernels_command(["clean"]) == 0
     assert "removed 1" in capsys.readouterr().out
-    assert cli.main(["list"]) == 0
+    assert kernels_command(["list"]) == 0
     assert "not cached" in capsys.readouterr().out
 
 
@@ -270,7 +276,7 @@ def test_cli_build_reports_a_compile_error(tmp_path, monkeypatch, capsys):
     spec = write_kernel(tmp_path / "bad", source=SOURCE.replace("for", "fro"))
     monkeypatch.setenv("NEONLITE_CACHE_DIR", str(tmp_path / "cli-cache"))
     monkeypatch.setattr(specs, "variants", lambda target=None: (spec,))
-    assert cli.main(["build"]) == 1
+    assert kernels_command(["build"]) == 1
     captured = capsys.readouterr()
     assert "FAILED  axpb_f64" in captured.out
     assert "--- compiler log ---" in captured.err and "--- source ---" in captured.err
@@ -279,7 +285,7 @@ def test_cli_build_reports_a_compile_error(tmp_path, monkeypatch, capsys):
 def test_cli_rejects_bad_flags(capsys):
     for argv in (["build", "--arch", "80"], ["build", "-j", "0"], ["frobnicate"]):
         with pytest.raises(SystemExit) as info:
-            cli.main(argv)
+            kernels_command(argv)
         assert info.value.code == 2
     assert "expected CUDA archs like 'sm_80,sm_90'" in capsys.readouterr().err
 
