@@ -3,7 +3,6 @@
 run the contract's op-tree definition where the kernels do not take the case."""
 
 
-
 class GeluKernels:
     """The GELU calls of :class:`~neonlite.backends.cpu.kernels.CPUKernels` (True when done)."""
 
