@@ -6,7 +6,7 @@ from support.import_graph import ROOT, import_graph, source_modules
 
 DOC = ROOT / "docs" / "architecture.md"
 #: a backticked name that is a path: it has a file suffix or ends with "/"
-PATH = re.compile(r"`([A-Za-z0-9_.*/-]+(?:\.(?:py|c|h|cu|cuh|md|yaml|yml|toml|ini|json|txt)|/))`")
+PATH = re.compile(r"`([A-Za-z0-9_.*/-]+(?:\.(?:py|c|h|cu|cuh|md|yaml|yml|toml|ini|txt)|/))`")
 #: folder of the map -> the import name of the modules in it
 FOLDER_MODULES = {"backends/": "neonlite.backends", "kernels/": "neonlite.kernels",
                   "layers/": "neonlite.layers", "neonlite/": "neonlite"}
