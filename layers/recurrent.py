@@ -137,10 +137,15 @@ class RecurrentBase(ParameterLayer):
 
     def buffers(self):
         """Nothing: the carried state is per batch row, so it is not saved with the weights (a
-        checkpoint then loads into any batch size, e.g. for ``neonlite generate``).  Training
-        resumes bit for bit at an epoch boundary when the state restarts there (the
-        :class:`~neonlite.callbacks.ResetState` callback)."""
+        checkpoint then loads into any batch size, e.g. for ``neonlite generate``); it is
+        saved apart, see :meth:`carried_states`."""
         return {}
+
+    def carried_states(self):
+        """``{state name: tensor (N, H)}``: what a stateful layer carries to its next
+        minibatch (empty when not stateful).  Checkpoints keep it under ``/layer_states`` and
+        ``--resume`` restores it, so resuming is bit-exact inside an epoch too."""
+        return dict(self.carry) if self.stateful and self.outputs is not None else {}
 
     # ---- incremental decoding (``layers/decode.py``) ----------------------------------------------
     def init_decode(self, batch, max_len):
