@@ -160,5 +160,13 @@ typedef void (*nl_gemm)(int layout, int trans_a, int trans_b, int m, int n, int 
                         const real *a, int lda, const real *b, int ldb, real beta, real *c,
                         int ldc);
 enum { NL_ROW_MAJOR = 101, NL_NO_TRANS = 111, NL_TRANS = 112 };
+/* MKL's packed GEMMs: cblas_?gemm_pack (B packed once) and cblas_?gemm_compute (its transb
+ * NL_PACKED), for a product by the same matrix many times. */
+typedef void (*nl_gemm_pack)(int layout, int identifier, int trans, int m, int n, int k,
+                             real alpha, const real *src, int ld, real *dest);
+typedef void (*nl_gemm_compute)(int layout, int trans_a, int trans_b, int m, int n, int k,
+                                const real *a, int lda, const real *b, int ldb, real beta,
+                                real *c, int ldc);
+enum { NL_PACKED = 151, NL_B_MATRIX = 162 };
 
 #endif

@@ -239,12 +239,24 @@ void gru_bprop_step(const real *gates, const real *hn, const real *h_prev, const
  * runs their gate pass, so a step needs one barrier (fprop: h_t complete before the next
  * step's GEMM; bprop: dgates_t complete before the GEMM into dh), and the state gradients of
  * a chunk never leave its thread.  The GEMM calls are the same whatever the thread count, so
- * the results are too. */
+ * the results are too.  Each thread first packs its chunks' pieces of U (MKL's ?gemm_pack),
+ * which every step's GEMM (?gemm_compute) then reads without packing them again: with only N
+ * rows per step, packing U each time would cost about as much as the product. */
 #define SEQ_CHUNK 256
+
+int64_t lstm_sequence_chunk(void)
+{
+    return SEQ_CHUNK;
+}
 
 static inline int64_t seq_chunks(int64_t H)
 {
     return (H + SEQ_CHUNK - 1) / SEQ_CHUNK;
+}
+
+static inline int64_t chunk_len(int64_t H, int64_t k)
+{
+    return H - k * SEQ_CHUNK < SEQ_CHUNK ? H - k * SEQ_CHUNK : SEQ_CHUNK;
 }
 
 static int seq_threads(int threads, int64_t H)
@@ -254,16 +266,22 @@ static int seq_threads(int threads, int64_t H)
     return (int)(most < chunks ? (most < 1 ? 1 : most) : chunks);
 }
 
-void lstm_fprop_sequence(real *gates, real *hg, const real *U, real *c, real *h,
-                         const real *mask, int64_t T, int64_t N, int64_t H, int reverse,
-                         int act, int gate_act, int64_t gemm, int threads)
+void lstm_fprop_sequence(real *gates, real *hg, const real *U, real *packed, int64_t stride,
+                         real *c, real *h, const real *mask, int64_t T, int64_t N, int64_t H,
+                         int reverse, int act, int gate_act, int64_t pack, int64_t compute,
+                         int threads)
 {
-    const nl_gemm mm = (nl_gemm)(intptr_t)gemm;
+    const nl_gemm_pack pk = (nl_gemm_pack)(intptr_t)pack;
+    const nl_gemm_compute mm = (nl_gemm_compute)(intptr_t)compute;
     const int64_t G = 4 * H, chunks = seq_chunks(H);
     const int common = act == ACT_TANH && gate_act == ACT_LOGISTIC;
 #pragma omp parallel num_threads(seq_threads(threads, H))
     {
         const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        for (int64_t k = tid; k < chunks; k += nth)
+            for (int64_t b = 0; b < 4; b++)
+                pk(NL_ROW_MAJOR, NL_B_MATRIX, NL_NO_TRANS, (int)N, (int)chunk_len(H, k), (int)H,
+                   1, U + b * H + k * SEQ_CHUNK, (int)G, packed + (4 * k + b) * stride);
         for (int64_t s = 0; s < T; s++) {
             const int64_t t = reverse ? T - 1 - s : s;
             const int64_t p = reverse ? t + 1 : t, q = reverse ? t : t + 1;
@@ -271,11 +289,11 @@ void lstm_fprop_sequence(real *gates, real *hg, const real *U, real *c, real *h,
             const real *hp = h + p * N * H, *cp = c + p * N * H;
             real *hq = h + q * N * H, *cq = c + q * N * H;
             for (int64_t k = tid; k < chunks; k += nth) {
-                const int64_t j0 = k * SEQ_CHUNK;
-                const int64_t len = H - j0 < SEQ_CHUNK ? H - j0 : SEQ_CHUNK;
+                const int64_t j0 = k * SEQ_CHUNK, len = chunk_len(H, k);
                 for (int64_t b = 0; b < 4; b++)
-                    mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_NO_TRANS, (int)N, (int)len, (int)H, 1, hp,
-                       (int)H, U + b * H + j0, (int)G, 0, hg + b * H + j0, (int)G);
+                    mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_PACKED, (int)N, (int)len, (int)H, hp,
+                       (int)H, packed + (4 * k + b) * stride, (int)G, 0, hg + b * H + j0,
+                       (int)G);
                 for (int64_t n = 0; n < N; n++) {
                     const int64_t o = n * H + j0, g = n * G + j0;
                     const int keep = real_row(mask ? mask + t * N : NULL, n);
@@ -292,32 +310,22 @@ void lstm_fprop_sequence(real *gates, real *hg, const real *U, real *c, real *h,
     }
 }
 
-/* UT[:, j0:j0+len] = U[j0:j0+len, :]^T, U (H, G), UT (G, H), in 16 x 16 tiles. */
-static void transpose_units(const real *U, real *UT, int64_t H, int64_t G, int64_t j0,
-                            int64_t len)
+void lstm_bprop_sequence(const real *gates, const real *U, real *packed, int64_t stride,
+                         const real *c, const real *dy, real *dh, real *dc, real *dgates,
+                         const real *mask, int64_t T, int64_t N, int64_t H, int reverse,
+                         int act, int gate_act, int64_t pack, int64_t compute, int threads)
 {
-    for (int64_t i0 = j0; i0 < j0 + len; i0 += 16)
-        for (int64_t r0 = 0; r0 < G; r0 += 16)
-            for (int64_t i = i0; i < i0 + 16 && i < j0 + len; i++)
-                for (int64_t r = r0; r < r0 + 16 && r < G; r++)
-                    UT[r * H + i] = U[i * G + r];
-}
-
-void lstm_bprop_sequence(const real *gates, const real *U, real *UT, const real *c,
-                         const real *dy, real *dh, real *dc, real *dgates, const real *mask,
-                         int64_t T, int64_t N, int64_t H, int reverse, int act, int gate_act,
-                         int64_t gemm, int threads)
-{
-    const nl_gemm mm = (nl_gemm)(intptr_t)gemm;
+    const nl_gemm_pack pk = (nl_gemm_pack)(intptr_t)pack;
+    const nl_gemm_compute mm = (nl_gemm_compute)(intptr_t)compute;
     const int64_t G = 4 * H, chunks = seq_chunks(H);
     const int common = act == ACT_TANH && gate_act == ACT_LOGISTIC;
 #pragma omp parallel num_threads(seq_threads(threads, H))
     {
         const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        for (int64_t k = tid; k < chunks; k += nth) {
-            const int64_t j0 = k * SEQ_CHUNK;
-            transpose_units(U, UT, H, G, j0, H - j0 < SEQ_CHUNK ? H - j0 : SEQ_CHUNK);
-        }
+        /* chunk k's piece of U^T, (4H, len): the transpose of U's rows j0 .. j0 + len */
+        for (int64_t k = tid; k < chunks; k += nth)
+            pk(NL_ROW_MAJOR, NL_B_MATRIX, NL_TRANS, (int)N, (int)chunk_len(H, k), (int)G, 1,
+               U + k * SEQ_CHUNK * G, (int)G, packed + k * stride);
         for (int64_t s = 0; s < T; s++) {
             const int64_t t = reverse ? s : T - 1 - s;
             const int64_t p = reverse ? t + 1 : t, q = reverse ? t : t + 1;
@@ -325,8 +333,7 @@ void lstm_bprop_sequence(const real *gates, const real *U, real *UT, const real 
             const real *dyt = dy ? dy + t * N * H : NULL;
             real *dgt = dgates + t * N * G;
             for (int64_t k = tid; k < chunks; k += nth) {
-                const int64_t j0 = k * SEQ_CHUNK;
-                const int64_t len = H - j0 < SEQ_CHUNK ? H - j0 : SEQ_CHUNK;
+                const int64_t j0 = k * SEQ_CHUNK, len = chunk_len(H, k);
                 for (int64_t n = 0; n < N; n++) {
                     const int64_t o = n * H + j0, g = n * G + j0;
                     const real *dyr = dyt ? dyt + o : NULL;
@@ -343,12 +350,10 @@ void lstm_bprop_sequence(const real *gates, const real *U, real *UT, const real 
 #pragma omp barrier
             if (s == T - 1)
                 break;
-            for (int64_t k = tid; k < chunks; k += nth) {
-                const int64_t j0 = k * SEQ_CHUNK;
-                const int64_t len = H - j0 < SEQ_CHUNK ? H - j0 : SEQ_CHUNK;
-                mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_NO_TRANS, (int)N, (int)len, (int)G, 1, dgt,
-                   (int)G, UT + j0, (int)H, mask ? 1 : 0, dh + j0, (int)H);
-            }
+            for (int64_t k = tid; k < chunks; k += nth)
+                mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_PACKED, (int)N, (int)chunk_len(H, k), (int)G,
+                   dgt, (int)G, packed + k * stride, (int)H, mask ? 1 : 0, dh + k * SEQ_CHUNK,
+                   (int)H);
         }
     }
 }
