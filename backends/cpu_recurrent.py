@@ -44,12 +44,11 @@ class CPURecurrentMixin:
         the whole-sequence kernels for these arrays (None entries allowed), whose GEMMs
         multiply (N, k) rows by ``per_chunk`` pieces of a (k, .) matrix per chunk of the H
         units; None where the C kernels or MKL's packed GEMMs cannot run."""
-        gemm = self.kernels.gemm
+        gemm, dtype = self.kernels.gemm, arrays[0].dtype
         packed_gemm = getattr(gemm, "packed_gemm", None)
-        found = None if packed_gemm is None else packed_gemm(arrays[0].dtype)
+        found = None if packed_gemm is None else packed_gemm(dtype)
         module = None if found is None else \
             self.kernels._usable("recurrent", *[a for a in arrays if a is not None])
-        dtype = arrays[0].dtype
         if module is None:
             return None
         pack, compute, size = found
