@@ -122,3 +122,34 @@ class SequenceOps(ABC):
     @abstractmethod
     def gru_bprop_step(self, gates, hn, h_prev, dy, dh, dgx, dgh, mask=None):
         """dgx, dgh (N, 3H): dL/d(input projection) and dL/d(h_prev @ U + bias_h)."""
+
+    # ---- whole recurrent sequences -------------------------------------------------------------
+    # The T steps of an LSTM in one call, so a backend can run the loop over time in its own
+    # code.  gates (T, N, 4H): in the input projections with bias, out the activated gates;
+    # U (H, 4H); c, h (T+1, N, H): entry 0 (entry T with ``reverse``) the initial state, entry
+    # t+1 (t) the state after step t; mask (T, N) or None.  These defaults run the steps above.
+    def lstm_fprop_sequence(self, gates, hg, U, c, h, mask=None, reverse=False,
+                            activation="tanh", gate_activation="logistic"):
+        """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, 4H) = h_prev @ U, then
+        ``lstm_fprop_step``."""
+        T = gates.shape[0]
+        for t in (range(T - 1, -1, -1) if reverse else range(T)):
+            p, q = (t + 1, t) if reverse else (t, t + 1)
+            self.compound_dot(h[p], U, hg)
+            self.lstm_fprop_step(gates[t], hg, c[p], c[q], h[p], h[q],
+                                 None if mask is None else mask[t], activation, gate_activation)
+
+    def lstm_bprop_sequence(self, gates, U, c, dy, dh, dc, dgates, mask=None, reverse=False,
+                            activation="tanh", gate_activation="logistic"):
+        """The steps of ``lstm_fprop_sequence`` backwards: ``lstm_bprop_step`` each, then (but
+        after the last) dh += dgates_t @ U^T.  dy (T, N, H) or None; dh, dc (N, H) in the
+        errors reaching the final state; dgates (T, N, 4H) out."""
+        T = gates.shape[0]
+        for k, t in enumerate(range(T) if reverse else range(T - 1, -1, -1)):
+            p, q = (t + 1, t) if reverse else (t, t + 1)
+            m = None if mask is None else mask[t]
+            self.lstm_bprop_step(gates[t], c[p], c[q], None if dy is None else dy[t], dh, dc,
+                                 dgates[t], m, activation, gate_activation)
+            if k < T - 1:
+                self.compound_dot(dgates[t], U, dh, beta=1.0 if mask is not None else 0.0,
+                                  transB=True)

@@ -31,6 +31,7 @@ import numpy as np
 from .cpu_blas import TINY_MACS, WayTuner
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_B_MATRIX = 162
 _CDEF = """
 int MKL_Set_Num_Threads_Local(int);
 void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *, int,
@@ -40,6 +41,14 @@ void cblas_dgemm(int, int, int, int, int, int, double, const double *, int, cons
 void cblas_sgemm_batch_strided(int, int, int, int, int, int, float, const float *, int,
                                long long, const float *, int, long long, float, float *, int,
                                long long, int);
+size_t cblas_sgemm_pack_get_size(int, int, int, int);
+size_t cblas_dgemm_pack_get_size(int, int, int, int);
+void cblas_sgemm_pack(int, int, int, int, int, int, float, const float *, int, float *);
+void cblas_dgemm_pack(int, int, int, int, int, int, double, const double *, int, double *);
+void cblas_sgemm_compute(int, int, int, int, int, int, const float *, int, const float *, int,
+                         float, float *, int);
+void cblas_dgemm_compute(int, int, int, int, int, int, const double *, int, const double *,
+                         int, double, double *, int);
 void cblas_dgemm_batch_strided(int, int, int, int, int, int, double, const double *, int,
                                long long, const double *, int, long long, double, double *,
                                int, long long, int);
@@ -176,6 +185,27 @@ class MKLGemm:
         name = {np.dtype(np.float32): "cblas_sgemm", np.dtype(np.float64): "cblas_dgemm"}.get(
             np.dtype(dtype))
         return None if name is None else int(self.ffi.cast("intptr_t", getattr(self.lib, name)))
+
+    def packed_gemm(self, dtype):
+        """For C kernels that multiply by the same matrix many times: ``(pack address, compute
+        address, size)`` of MKL's ``cblas_?gemm_pack`` and ``cblas_?gemm_compute`` for float32
+        or float64, where ``size(m, n, k)`` is the elements of the packed B matrix of an
+        (m, k) @ (k, n) product; None for other dtypes or an MKL without them."""
+        prefix = {np.dtype(np.float32): "cblas_s", np.dtype(np.float64): "cblas_d"}.get(
+            np.dtype(dtype))
+        if prefix is None:
+            return None
+        try:
+            pack, compute, size = (getattr(self.lib, f"{prefix}gemm_{name}")
+                                   for name in ("pack", "compute", "pack_get_size"))
+        except AttributeError:
+            return None
+        itemsize = np.dtype(dtype).itemsize
+
+        def elements(m, n, k):
+            return -(-int(size(_B_MATRIX, m, n, k)) // itemsize)
+        return (int(self.ffi.cast("intptr_t", pack)), int(self.ffi.cast("intptr_t", compute)),
+                elements)
 
     def _pointer(self, dtype):
         ctype = "float *" if dtype == np.float32 else "double *"

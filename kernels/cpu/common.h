@@ -154,4 +154,19 @@ static inline float nl_erf32(float x)
 }
 #define NL_ERF_REAL(x) _Generic((x), float: nl_erf32, default: erf)(x)
 
+/* A row-major CBLAS ?gemm (MKL's cblas_sgemm / cblas_dgemm, whose address the backend passes
+ * as an int64_t), for kernels that call GEMMs from their own OpenMP threads. */
+typedef void (*nl_gemm)(int layout, int trans_a, int trans_b, int m, int n, int k, real alpha,
+                        const real *a, int lda, const real *b, int ldb, real beta, real *c,
+                        int ldc);
+enum { NL_ROW_MAJOR = 101, NL_NO_TRANS = 111, NL_TRANS = 112 };
+/* MKL's packed GEMMs: cblas_?gemm_pack (B packed once) and cblas_?gemm_compute (its transb
+ * NL_PACKED), for a product by the same matrix many times. */
+typedef void (*nl_gemm_pack)(int layout, int identifier, int trans, int m, int n, int k,
+                             real alpha, const real *src, int ld, real *dest);
+typedef void (*nl_gemm_compute)(int layout, int trans_a, int trans_b, int m, int n, int k,
+                                const real *a, int lda, const real *b, int ldb, real beta,
+                                real *c, int ldc);
+enum { NL_PACKED = 151, NL_B_MATRIX = 162 };
+
 #endif
