@@ -95,7 +95,9 @@ class TransformerBlock(Layer):
             layer.set_needs_deltas(layer is not self.sublayers[0] or self.needs_deltas)
             layer.allocate()
         shape = (be.bsz,) + self.in_shape
-        self.outputs = be.zeros(shape)
+        # post-norm: the block's output is ln2's; ``outputs`` is that buffer, ``sum2`` ln2's input
+        self.outputs = be.zeros(shape) if self.norm == "pre" else self.ln2.outputs
+        self.sum2 = be.zeros(shape) if self.norm == "post" else None
         self.resid, self.dresid = be.zeros(shape), be.zeros(shape)
         self.deltas = be.zeros(shape) if self.needs_deltas else None
 
@@ -122,7 +124,7 @@ class TransformerBlock(Layer):
 
     def _fprop_post(self, x, inference):
         """r = ln1(x + drop(attn(x))), y = ln2(r + drop(fc2(gelu(fc1(r))))); ``resid`` holds
-        x + drop(attn(x)), ``outputs`` r + drop(mlp) before ln2 writes its own output."""
+        x + drop(attn(x)), ``sum2`` r + drop(mlp), ``outputs`` (ln2's buffer) y."""
         a = self.attn.fprop(x, inference)
         if self.drop1 is not None:
             a = self.drop1.fprop(a, inference)
@@ -131,8 +133,8 @@ class TransformerBlock(Layer):
         m = self.fc2.fprop(self._fc1_gelu(r, inference), inference)
         if self.drop2 is not None:
             m = self.drop2.fprop(m, inference)
-        self.outputs[:] = r + m
-        return self.ln2.fprop(self.outputs, inference)
+        self.sum2[:] = r + m
+        return self.ln2.fprop(self.sum2, inference)
 
     def bprop(self, error):
         if self.norm == "post":
