@@ -12,7 +12,8 @@ from .embedding import Embedding
 
 def tie_layers(leaves):
     """Link every leaf with a ``tied_to`` name to the Embedding of that name that comes
-    before it; a ``ValueError`` naming both when there is none."""
+    before it; a :class:`~neonlite.config.ConfigError` naming both when there is none."""
+    from ..config.errors import ConfigError
     embeddings = {}
     for leaf in leaves:
         if isinstance(leaf, Embedding):
@@ -22,7 +23,7 @@ def tie_layers(leaves):
             continue
         if tied_to not in embeddings:
             known = ", ".join(repr(name) for name in embeddings) or "none"
-            raise ValueError(f"layer '{leaf.name}' ({type(leaf).__name__}): tied_to="
+            raise ConfigError(f"layer '{leaf.name}' ({type(leaf).__name__}): tied_to="
                              f"'{tied_to}' names no Embedding before it (Embeddings before "
                              f"it: {known})")
         leaf.embedding = embeddings[tied_to]
