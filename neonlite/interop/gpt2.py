@@ -133,4 +133,5 @@ def config_for(model, where):
             "layer_norm_epsilon": ln_f.eps, "resid_pdrop": first.attn.dropout,
             "embd_pdrop": first.attn.dropout, "attn_pdrop": first.attn.dropout,
             "initializer_range": 0.02, "tie_word_embeddings": True,
-            "scale_attn_weights": True}
+            "scale_attn_weights": True, "bos_token_id": wte.vocab - 1,
+            "eos_token_id": wte.vocab - 1}
