@@ -9,7 +9,7 @@ import neonlite
 from neonlite import Model
 from neonlite.config.errors import ConfigError
 from neonlite.initializers import Gaussian
-from neonlite.layers import (Affine, Embedding, L2Normalize, LayerNorm, MeanPool,
+from neonlite.layers import (Activation, Affine, Embedding, L2Normalize, LayerNorm, MeanPool,
                              MultiHeadAttention, PositionalEmbedding, SegmentEmbedding,
                              TiedLinear, TransformerBlock)
 from neonlite.serialize import ShapeStub
@@ -175,3 +175,44 @@ def test_option_errors():
     with pytest.raises(ConfigError):
         Model.from_description([{"type": "TransformerBlock",
                                  "config": {"d_model": 4, "heads": 2, "norm": "side"}}])
+
+
+def test_training_steps_with_the_new_layers_allocate_nothing_of_size():
+    """After the first step, a step of a padded, segmented post-norm encoder with mean
+    pooling and a tied decoder's step allocate no buffer of an activation's size (the
+    (N, T, d) tensors here are 128 KiB, the limit 20 KiB)."""
+    import tracemalloc
+    from neonlite.layers import GeneralizedCost
+    from neonlite.optimizers import AdamW
+    from neonlite.transforms import CrossEntropyMulti, Softmax
+    be = neonlite.gen_backend("cpu", batch_size=8, rng_seed=0)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 50, size=(8, 64)).astype(np.float32)
+    ids[:, 40:] = 0
+    encoder = Model([Embedding(50, 64, pad_id=0, name="tok"), PositionalEmbedding(64, 64),
+                     SegmentEmbedding(2, 64), LayerNorm(1e-12),
+                     TransformerBlock(64, 4, causal=False, norm="post", bias=False),
+                     MeanPool(), L2Normalize(), Affine(4, activation=Softmax())])
+    decoder = Model([Embedding(50, 64, name="wte"), PositionalEmbedding(64, 64),
+                     TransformerBlock(64, 4, gelu="tanh"), LayerNorm(), TiedLinear("wte"),
+                     Activation(Softmax())])
+    cases = [(encoder, (64,), (4,), rng.integers(0, 4, size=8)),
+             (decoder, (64,), (64, 50), rng.integers(0, 50, size=(8, 64)))]
+    for model, in_shape, out_shape, labels in cases:
+        model.initialize(ShapeStub(in_shape, "ids"), GeneralizedCost(CrossEntropyMulti()))
+        x = be.array(ids)
+        onehot = np.zeros(labels.shape + (out_shape[-1],), np.float32)
+        np.put_along_axis(onehot, labels[..., None], 1.0, axis=-1)
+        t = be.array(onehot)
+        opt = AdamW(1e-3, decay_exclude=["1d", "embeddings"])
+        model.train_step(x, t, opt, 0)
+        tracemalloc.start()
+        try:
+            start = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            for _ in range(2):
+                model.train_step(x, t, opt, 0)
+            peak = tracemalloc.get_traced_memory()[1] - start
+        finally:
+            tracemalloc.stop()
+        assert peak < 20 << 10, f"{model.layers.layers[-1]}: a step allocated {peak} bytes"
