@@ -60,7 +60,12 @@ def test_unsupported_option_names_it(bert_dir):
 
 
 def test_unsupported_head(bert_dir):
-    with pytest.raises(InteropError, match="head 'lm' is not supported for model_type 'bert'"):
+    with pytest.raises(InteropError, match="head 'classifier' is not supported for model_type "
+                                           "'bert'; supported: 'none', 'sentence-embedding', "
+                                           "'lm'"):
+        import_hf(bert_dir[0], head="classifier")
+    with pytest.raises(InteropError, match="tensor 'cls.predictions.transform.dense.weight' "
+                                           "is missing"):
         import_hf(bert_dir[0], head="lm")
 
 
@@ -156,3 +161,29 @@ def test_library_imports_without_the_hf_extra(monkeypatch):
     from neonlite.interop.errors import require
     with pytest.raises(InteropError, match=r"pip install neonlite\[hf\]"):
         require("safetensors")
+
+
+def test_bert_masked_lm_round_trip_equals_transformers(tmp_path):
+    """A random BERT with its masked-LM head (tied decoder): export, BertForMaskedLM gives the
+    same logits, import gives identical parameters."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    neonlite.gen_backend("cpu", batch_size=2, rng_seed=0, datatype=np.float32)
+    model = build_hf_model(BERT, head="lm", seq_len=8)
+    rng = np.random.default_rng(1)
+    model.set_params({k: v + rng.normal(0, 0.05, v.shape).astype(v.dtype)
+                      if v.dtype.kind == "f" else v for k, v in model.get_params().items()})
+    export_hf(model, tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == \
+        ["BertForMaskedLM"]
+    again = import_hf(tmp_path, head="lm", seq_len=8)
+    for key, value in model.get_params().items():
+        np.testing.assert_array_equal(again.get_params()[key], value, err_msg=key)
+    ref = transformers.BertForMaskedLM.from_pretrained(tmp_path).eval()
+    ids = np.array([[2, 5, 9, 11, 3, 0, 0, 0], [4, 4, 8, 1, 7, 6, 9, 3]])
+    with torch.no_grad():
+        expected = ref(input_ids=torch.tensor(ids),
+                       attention_mask=torch.tensor((ids != 0).astype(np.int64))).logits.numpy()
+    got = model.fprop(neonlite.get_backend().array(ids.astype(np.float32)), inference=True).get()
+    assert np.abs(got[0, :5] - expected[0, :5]).max() <= 1e-5
+    assert np.abs(got[1] - expected[1]).max() <= 1e-5

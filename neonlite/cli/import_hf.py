@@ -13,8 +13,9 @@ def register(subparsers):
     parser.add_argument("-o", "--output", required=True, metavar="MODEL.h5",
                         help="the neonlite checkpoint to write")
     parser.add_argument("--head", default="none", choices=["none", "lm", "sentence-embedding"],
-                        help="none: the last hidden state (N, T, d); lm: next-token logits "
-                             "(GPT-2); sentence-embedding: mean pooling + L2 normalisation "
+                        help="none: the last hidden state (N, T, d); lm: token logits (GPT-2: next "
+                             "token; BERT: masked token); sentence-embedding: mean pooling + "
+                             "L2 normalisation "
                              "(BERT) (default none)")
     parser.add_argument("--seq-len", type=positive_int, default=None, metavar="T",
                         help="the sequence length the checkpoint runs at (default: the "

@@ -9,17 +9,24 @@ The encoder, as layers (names in brackets)::
     TransformerBlock [layer<i>] (post-norm, bidirectional, exact or tanh GELU)
 
 then, for ``head="sentence-embedding"``, MeanPool [pool] -> L2Normalize [normalize]
-(sentence-transformers' mean pooling + Normalize); ``head="none"`` ends at the last hidden
-state (N, T, hidden_size).
+(sentence-transformers' mean pooling + Normalize); for ``head="lm"``, BERT's masked-LM head:
+Affine + GELU [mlm_transform] -> LayerNorm [mlm_norm] -> TiedLinear [mlm_decoder] (through
+``word_embeddings``' table) -> Bias [mlm_bias], logits (N, T, vocab); ``head="none"`` ends at
+the last hidden state (N, T, hidden_size).
 """
+import numpy as np
+
 from ..initializers import Constant, Gaussian
-from ..layers import (Affine, Embedding, L2Normalize, LayerNorm, MeanPool, PositionalEmbedding,
-                      SegmentEmbedding, TransformerBlock)
+from ..layers import (Affine, Bias, Embedding, L2Normalize, LayerNorm, MeanPool,
+                      PositionalEmbedding, SegmentEmbedding, TiedLinear, TransformerBlock)
+from ..transforms.activation import Gelu
 from .errors import InteropError
 from .hf_config import ConfigReader, gelu_name
 from .mapping import Link
 
-HEADS = ("none", "sentence-embedding")
+HEADS = ("none", "sentence-embedding", "lm")
+#: the masked-LM head's layers after the blocks
+LM_HEAD = [Affine, LayerNorm, TiedLinear, Bias]
 PREFIXES = ("bert.",)
 
 
@@ -60,7 +67,25 @@ def build_layers(config, head, where, dropout=0.0):
                                     name=f"layer{i}"))
     if head == "sentence-embedding":
         out += [MeanPool(name="pool"), L2Normalize(name="normalize")]
+    elif head == "lm":
+        out += [Affine(d, init=init, activation=Gelu(gelu), name="mlm_transform"),
+                LayerNorm(eps, name="mlm_norm"),
+                TiedLinear("word_embeddings", name="mlm_decoder"), Bias(name="mlm_bias")]
     return out
+
+
+def tied_tensors(tensors, where):
+    """Drop the masked-LM decoder's copies of tied tensors (``cls.predictions.decoder.weight``
+    = the word embeddings, ``.decoder.bias`` = ``cls.predictions.bias``), checking that they
+    are copies: neonlite builds the decoder tied."""
+    for copy, original in (("cls.predictions.decoder.weight", "embeddings.word_embeddings.weight"),
+                           ("cls.predictions.decoder.bias", "cls.predictions.bias")):
+        if copy in tensors:
+            value = tensors.pop(copy)
+            if original in tensors and not np.array_equal(value, tensors[original]):
+                raise InteropError(f"{where}: tensor '{copy}' differs from '{original}'; "
+                                   f"neonlite supports the masked-LM decoder tied to them only")
+    return tensors
 
 
 def links(model):
@@ -86,6 +111,14 @@ def links(model):
                          ("output.LayerNorm", block.ln2)):
             out += [Link(f"{hf}.{part}.weight", ln.gamma.name),
                     Link(f"{hf}.{part}.bias", ln.beta.name)]
+    if [type(layer) for layer in top[-4:]] == LM_HEAD:
+        transform, norm, _, bias = top[-4:]
+        w, b = transform.layers[0].W, transform.layers[1].b
+        out += [Link("cls.predictions.transform.dense.weight", w.name, transpose=True),
+                Link("cls.predictions.transform.dense.bias", b.name),
+                Link("cls.predictions.transform.LayerNorm.weight", norm.gamma.name),
+                Link("cls.predictions.transform.LayerNorm.bias", norm.beta.name),
+                Link("cls.predictions.bias", bias.b.name)]
     return out
 
 
@@ -97,9 +130,12 @@ def _affine(compound):
 def matches(top):
     """True when the model's top-level layers have the BERT encoder's form."""
     kinds = [type(layer) for layer in top]
+    if kinds[-2:] == [MeanPool, L2Normalize]:
+        kinds = kinds[:-2]
+    elif kinds[-4:] == LM_HEAD:
+        kinds = kinds[:-4]
     return kinds[:4] == [Embedding, PositionalEmbedding, SegmentEmbedding, LayerNorm] and \
-        len(kinds) > 4 and all(k is TransformerBlock for k in kinds[4:]
-                                if k not in (MeanPool, L2Normalize))
+        len(kinds) > 4 and all(k is TransformerBlock for k in kinds[4:])
 
 
 def config_for(model, where):
@@ -113,7 +149,12 @@ def config_for(model, where):
     if pos.sinusoidal:
         raise InteropError(f"{where}: BERT has learned positions; layer '{pos.name}' is "
                            f"sinusoidal")
-    return {"architectures": ["BertModel"], "model_type": "bert", "vocab_size": emb.vocab,
+    lm = [type(layer) for layer in top[-4:]] == LM_HEAD
+    if lm and (top[-2].tied_to != emb.name or top[-4].layers[-1].transform.approximate
+               != first.gelu.transform.approximate or top[-3].eps != norm.eps):
+        raise InteropError(f"{where}: the masked-LM head must be tied to '{emb.name}' and use "
+                           f"the encoder's GELU and layer-norm eps")
+    return {"architectures": ["BertForMaskedLM" if lm else "BertModel"], "model_type": "bert", "vocab_size": emb.vocab,
             "hidden_size": emb.d, "num_hidden_layers": len(blocks),
             "num_attention_heads": first.attn.heads,
             "intermediate_size": int(first.fc1.layers[0].W.value.shape[1]),

@@ -70,6 +70,8 @@ def import_hf(path, head="none", seq_len=None, dropout=0.0):
     family = FAMILIES[config["model_type"]]
     tensors = read_tensors(path, np.dtype(model.be.dtype))
     tensors = strip_prefix(tensors, family.PREFIXES)
+    if family is bert:
+        tensors = bert.tied_tensors(tensors, str(path))
     if family is gpt2 and "lm_head.weight" in tensors:
         head_w = tensors.pop("lm_head.weight")
         if "wte.weight" in tensors and not np.array_equal(head_w, tensors["wte.weight"]):
@@ -105,8 +107,9 @@ def export_hf(model, out_dir):
     config = family.config_for(model, str(out_dir))
     tensors = {k: v.astype(np.float32) for k, v in export_links(model, family.links(model))
                .items()}
-    if model_type == "gpt2" and config["architectures"] == ["GPT2LMHeadModel"]:
-        tensors = {f"transformer.{k}": v for k, v in tensors.items()}
+    if config["architectures"] in (["GPT2LMHeadModel"], ["BertForMaskedLM"]):
+        prefix = "transformer." if model_type == "gpt2" else "bert."
+        tensors = {k if k.startswith("cls.") else prefix + k: v for k, v in tensors.items()}
     out_dir.mkdir(parents=True, exist_ok=True)
     write_tensors(out_dir / WEIGHTS, tensors, metadata={"format": "pt"})
     with atomic_write(out_dir / CONFIG) as f:
