@@ -1,7 +1,7 @@
 """Segment (token-type) embeddings added to a sequence (BERT's sentence A / sentence B)."""
 from ..initializers import Gaussian
 from .decode import DecodeState
-from .layer import ParameterLayer, is_count
+from .layer import ParameterLayer, flat_rows, is_count
 
 
 class SegmentEmbedding(ParameterLayer):
@@ -32,13 +32,12 @@ class SegmentEmbedding(ParameterLayer):
         self.outputs = self.be.zeros((self.be.bsz,) + self.out_shape)
         T, d = self.in_shape
         self.W = self.add_param("W", (self.segments, d), self.init, self.segments, d)
-        self.zeros = self.be.zeros((self.be.bsz, T))
         self.rows = self.be.zeros((self.be.bsz, T, d))
 
     def _ids(self, batch):
         ids = self.segment_ids
         if ids is None:
-            return self.zeros
+            return None
         if tuple(ids.shape) != (batch, self.in_shape[0]):
             raise ValueError(f"layer '{self.name}' (SegmentEmbedding): segment_ids must have "
                              f"shape {(batch, self.in_shape[0])} (N, T), got "
@@ -47,6 +46,9 @@ class SegmentEmbedding(ParameterLayer):
 
     def fprop(self, x, inference=False):
         self.ids = self._ids(x.shape[0])
+        if self.ids is None:  # every token in segment 0: one broadcast add, no gather
+            self.outputs[:] = x + self.W.value[0:1]
+            return self.outputs
         try:
             self.be.take_rows(self.W.value, self.ids, self.rows)
         except IndexError as err:
@@ -56,7 +58,11 @@ class SegmentEmbedding(ParameterLayer):
         return self.outputs
 
     def bprop(self, error):
-        self.be.scatter_add_rows(self.W.grad, self.ids, error)
+        if self.ids is None:
+            first = self.W.grad[0:1]
+            first[:] = first + self.be.sum(flat_rows(error, self.in_shape[1]), axis=0)
+        else:
+            self.be.scatter_add_rows(self.W.grad, self.ids, error)
         return error
 
     # ---- incremental decoding ------------------------------------------------------------------

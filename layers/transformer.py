@@ -130,10 +130,15 @@ class TransformerBlock(Layer):
             a = self.drop1.fprop(a, inference)
         self.resid[:] = x + a
         r = self.ln1.fprop(self.resid, inference)
-        m = self.fc2.fprop(self._fc1_gelu(r, inference), inference)
-        if self.drop2 is not None:
-            m = self.drop2.fprop(m, inference)
-        self.sum2[:] = r + m
+        g = self._fc1_gelu(r, inference)
+        linear, bias = _core_and_bias(self.fc2)
+        if self.drop2 is None and bias is not None:  # fc2's bias and the residual in one pass
+            self.sum2[:] = r + linear.fprop(g, inference) + bias.b.value
+        else:
+            m = self.fc2.fprop(g, inference)
+            if self.drop2 is not None:
+                m = self.drop2.fprop(m, inference)
+            self.sum2[:] = r + m
         return self.ln2.fprop(self.sum2, inference)
 
     def bprop(self, error):

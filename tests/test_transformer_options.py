@@ -65,6 +65,7 @@ def test_segment_embedding_gradients():
         layer.segment_ids = neonlite.get_backend().array(segs)
         return layer
 
+    gradient_check(lambda: SegmentEmbedding(2, 3), (4, 3), batch=2)  # segment 0 throughout
     net = gradient_check(make, (4, 3), batch=2)
     layer = net.layers[0]
     x = np.zeros((2, 4, 3))
