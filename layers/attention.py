@@ -8,7 +8,7 @@ from ..backends.numpy_attention import AttentionDropout
 from ..initializers import Constant, GlorotUniform
 from .decode import DecodeState
 from .example_dropout import ExampleDropoutMixin
-from .layer import ParameterLayer, flat_rows, is_count
+from .layer import FixedTensor, ParameterLayer, flat_rows, is_count
 
 _TO_HEADS = (0, 2, 1, 3)  # (N, T, H, dh) <-> (N, H, T, dh); the permutation is its own inverse
 #: the widest head (dk/H or dv/H) the fused attention kernels take
@@ -24,7 +24,8 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         O_h = softmax(Q_h K_h^T / sqrt(dk/H) + mask) V_h,   y = concat_h(O_h) Wo + bo
 
     Parameters ``Wq`` (d_model, dk), ``Wk`` (dc, dk), ``Wv`` (dc, dv), ``Wo`` (dv, d_model) and
-    ``bq, bk, bv, bo``; by default dk = dv = dc = d_model, so each W is (d_model, d_model).
+    ``bq, bk, bv, bo`` (none with ``bias=False``); by default dk = dv = dc = d_model, so each
+    W is (d_model, d_model).
 
     Arguments:
         d_model (int): feature size of the input and the output.
@@ -34,6 +35,7 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         context_shape ((Tk, dc) or None): given, the layer is cross-attention and every
             fprop needs a context of shape (N, Tk, dc).
         dk, dv (int or None): total widths of the query/key and of the value projections.
+        bias (bool): the projections have biases (default) or not.
 
     Second inputs in this graph-free API: ``fprop(x, inference=False, context=None,
     key_mask=None)``.  ``context`` is the cross-attention input; ``key_mask`` (N, Tk) hides
@@ -50,8 +52,11 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
     """
 
     def __init__(self, d_model, heads, causal=False, dropout=0.0, context_shape=None, dk=None,
-                 dv=None, init=None, name=None):
+                 dv=None, init=None, bias=True, name=None):
         super().__init__(name)
+        if not isinstance(bias, bool):
+            raise ValueError(f"MultiHeadAttention: bias must be true or false, got {bias!r}")
+        self.bias = bias
         self.d_model, self.heads = _positive("d_model", d_model), _positive("heads", heads)
         self.dk = _positive("dk", dk) if dk is not None else self.d_model
         self.dv = _positive("dv", dv) if dv is not None else self.d_model
@@ -96,13 +101,15 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
         return in_shape
 
     def _allocate_projections(self):
-        """Wq (d, dk), Wk (dc, dk), Wv (dc, dv), Wo (dv, d) and their biases."""
+        """Wq (d, dk), Wk (dc, dk), Wv (dc, dv), Wo (dv, d) and their biases (constant zeros,
+        not parameters, with ``bias=False``)."""
         d, dc, dk, dv = self.d_model, self.dc, self.dk, self.dv
         for attr, nin, nout in (("q", d, dk), ("k", dc, dk), ("v", dc, dv), ("o", dv, d)):
             setattr(self, f"W{attr}", self.add_param(f"W{attr}", (nin, nout), self.init, nin,
                                                      nout))
-            setattr(self, f"b{attr}", self.add_param(f"b{attr}", (nout,), Constant(0.0), nout,
-                                                     nout))
+            bias = self.add_param(f"b{attr}", (nout,), Constant(0.0), nout, nout) if self.bias \
+                else FixedTensor(self.be, (nout,))
+            setattr(self, f"b{attr}", bias)
 
     def _allocate_heads(self):
         """Head-major Q, K, V, the attention output and their gradients, (N*H, T, dh) each;

@@ -1,19 +1,23 @@
 """Layer normalization over the last axis (features of each token / example)."""
 from ..initializers import Constant
 from .decode import DecodeState
-from .layer import ParameterLayer, flat_rows
+from .layer import FixedTensor, ParameterLayer, flat_rows
 
 
 class LayerNorm(ParameterLayer):
     """y = gamma * (x - mean) / sqrt(var + eps) + beta, with mean and (biased) var taken over
     the last axis of each row: a sequence (N, T, D) is normalized per token.  Parameters
-    ``gamma``, ``beta`` (D,); no running statistics (training and inference agree)."""
+    ``gamma``, ``beta`` (D,); with ``bias=False`` no ``beta`` (y = gamma * xhat, as in
+    GPT-2-style recipes without biases).  No running statistics (training and inference
+    agree).  ``eps``: BERT uses 1e-12."""
 
-    def __init__(self, eps=1e-5, name=None):
+    def __init__(self, eps=1e-5, bias=True, name=None):
         super().__init__(name)
-        if not eps > 0:
-            raise ValueError(f"LayerNorm: eps must be > 0, got {eps!r}")
-        self.eps = float(eps)
+        if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
+            raise ValueError(f"LayerNorm: eps must be a number > 0, got {eps!r}")
+        if not isinstance(bias, bool):
+            raise ValueError(f"LayerNorm: bias must be true or false, got {bias!r}")
+        self.eps, self.bias = float(eps), bias
 
     def _configure(self, in_shape):
         if len(in_shape) == 0:
@@ -28,7 +32,10 @@ class LayerNorm(ParameterLayer):
         self.xhat = be.zeros((be.bsz,) + self.in_shape)
         self.invstd = be.zeros((self.xhat.size // self.D, 1))
         self.gamma = self.add_param("gamma", (self.D,), Constant(1.0), self.D, self.D)
-        self.beta = self.add_param("beta", (self.D,), Constant(0.0), self.D, self.D)
+        if self.bias:
+            self.beta = self.add_param("beta", (self.D,), Constant(0.0), self.D, self.D)
+        else:  # a constant zero shift and a scratch gradient, neither learned nor saved
+            self.beta = FixedTensor(be, (self.D,))
 
     def _row(self, t):
         return t.reshape(1, self.D)

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from .. import __version__
-from . import describe, evaluate, extras, plot, profile, train
+from . import describe, evaluate, export_hf, extras, import_hf, plot, profile, train
 from .errors import run_guarded
 
 
@@ -15,7 +15,7 @@ def build_parser(wanted=None):
         "and plot them.  'neonlite COMMAND -h' shows a command's flags.")
     parser.add_argument("--version", action="version", version=f"neonlite {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (train, evaluate, describe, plot, profile):
+    for module in (train, evaluate, describe, plot, profile, import_hf, export_hf):
         module.register(subparsers)
     extras.add(subparsers, wanted)
     return parser
