@@ -85,6 +85,49 @@ def test_matches_the_reference_on_every_backend(case, dtype):
         _close(_run(be, arrays, mask, kw), want, 1e-12 if dtype == np.float64 else 2e-5)
 
 
+def _token_major(be, head_major, heads, fill):
+    """A (N, T, heads, d) view (slice b = n*heads + h at [n, :, h]) of a wider (N, T,
+    (heads + 1) * d) buffer, as a layer's projection columns are; its first d columns hold
+    ``fill``.  Returns (view, buffer)."""
+    B, T, d = head_major.shape
+    N = B // heads
+    full = np.full((N, T, heads + 1, d), fill)
+    full[:, :, 1:] = head_major.reshape(N, heads, T, d).transpose(0, 2, 1, 3)
+    buf = be.array(full.reshape(N, T, (heads + 1) * d))
+    return buf.reshape(N, T, heads + 1, d)[:, :, 1:], buf
+
+
+def _head_major(view):
+    N, T, H, d = view.shape
+    return view.get().transpose(0, 2, 1, 3).reshape(N * H, T, d)
+
+
+@pytest.mark.parametrize("case", ["self", "causal+padding", "cross causal", "dk!=dv", "dropout",
+                                  "blocks+all", "decode"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_token_major_operands_match_head_major(case, dtype):
+    """Operands given as (N, T, H, d) views of wider buffers (no head permutes) give the
+    head-major results on every backend, and nothing outside the views is written."""
+    arrays, mask, kw = _inputs(case)
+    H = kw["heads"]
+    want = _reference(arrays, mask, kw)
+    for name in available_backends():
+        be = make_backend(name, batch_size=arrays[0].shape[0] // H, dtype=dtype)
+        q, k, v, dout = (_token_major(be, a, H, 7.0)[0] for a in arrays)
+        out, out_buf = _token_major(be, np.zeros(arrays[3].shape), H, -3.0)
+        grads = [_token_major(be, np.zeros(a.shape), H, -3.0) for a in arrays[:3]]
+        lse = be.zeros(arrays[0].shape[:2])
+        m = None if mask is None else be.array(mask)
+        be.attention(q, k, v, out, lse, 0.3, key_mask=m, **kw)
+        be.attention_bprop(q, k, v, out, lse, dout, *(g for g, _ in grads), 0.3, key_mask=m,
+                           **kw)
+        got = [_head_major(out), lse.get()] + [_head_major(g) for g, _ in grads]
+        _close(got, want, 1e-12 if dtype == np.float64 else 2e-5)
+        for buf in [out_buf] + [b for _, b in grads]:
+            N, T, width = buf.shape
+            assert (buf.get().reshape(N, T, H + 1, -1)[:, :, 0] == -3.0).all(), name
+
+
 @pytest.mark.parametrize("case", ["causal+padding", "dropout", "blocks+all", "cross causal"])
 def test_matches_the_unfused_computation(case, monkeypatch):
     """Float64: the fused op against the score-array path the layers ran before (its

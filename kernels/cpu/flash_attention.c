@@ -211,9 +211,12 @@ int64_t fa_work_size(int64_t dk, int64_t dv)
 }
 
 /* ---- forward ---------------------------------------------------------------------------------- */
+/* The first element of slice b's rows of a tensor with strides st (example, head, row). */
+#define FA_SLICE(p, st, b) ((p) + ((b) / H) * (st)[0] + ((b) % H) * (st)[1])
+
 void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
-              int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, int64_t sq, int64_t sk,
-              int64_t sv, int64_t so, double scale, int causal, const real *key_mask,
+              int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv,
+              const int64_t *strides, double scale, int causal, const real *key_mask,
               int64_t bq, int64_t bk, const int32_t *row_ptr, const int32_t *cols,
               int64_t table_heads, double keep, uint64_t seed, uint32_t step, uint32_t stream,
               uint64_t first, real *work)
@@ -237,13 +240,15 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
             const int64_t nr = Tq - i0 < bq ? Tq - i0 : bq;
             const int64_t t = table_heads == 1 ? 0 : b % H;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            fa_transpose(q + b * sq + i0 * dk, dk, nr, dk, sc2, qt);
+            const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
+            const real *kb = FA_SLICE(k, sk, b), *vb = FA_SLICE(v, sv, b);
+            fa_transpose(FA_SLICE(q, sq, b) + i0 * sq[2], sq[2], nr, dk, sc2, qt);
             for (int64_t i = 0; i < nr; i++)
                 m[i] = -INFINITY, l[i] = 0;
             memset(acc, 0, sizeof(real) * (size_t)(nr * dv));
             for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
                 const int64_t j0 = (int64_t)cols[e] * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
-                fa_gemm(nc, nr, dk, k + b * sk + j0 * dk, dk, 1, qt, FA_LD, st, FA_LD, 0);
+                fa_gemm(nc, nr, dk, kb + j0 * sk[2], sk[2], 1, qt, FA_LD, st, FA_LD, 0);
                 fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
                 for (int64_t i = 0; i < nr; i++)
                     top[i] = m[i];
@@ -286,10 +291,10 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                         for (int64_t i = 0; i < nr; i++)
                             st[c * FA_LD + i] *= z[c * FA_LD + i];
                 }
-                fa_gemm(nr, dv, nc, st, 1, FA_LD, v + b * sv + j0 * dv, dv, acc, dv, 1);
+                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * sv[2], sv[2], acc, dv, 1);
             }
             for (int64_t i = 0; i < nr; i++) {
-                real *o = out + b * so + (i0 + i) * dv;
+                real *o = FA_SLICE(out, so, b) + (i0 + i) * so[2];
                 const real inv = l[i] > 0 ? 1 / l[i] : 0;
                 for (int64_t d = 0; d < dv; d++)
                     o[d] = acc[i * dv + d] * inv;
@@ -305,15 +310,20 @@ typedef struct {
     real *kt, *vt, *p, *dp, *z, *t, *drow;
 } fa_bwork;
 
+/* Row strides (elements) of the backward pass's operands. */
+typedef struct {
+    int64_t q, k, o, dout, dq, dk, dv;
+} fa_rows;
+
 /* The contribution of query block (i0, nr) and key block (j0, nc) of slice b. */
-static void fa_bprop_tile(const fa_bwork *w, const real *qb, const real *kb, const real *ob,
-                          const real *dob, const real *lb, real *dqb, real *dkb, real *dvb,
-                          int64_t dk, int64_t dv, int64_t nr, int64_t nc, int64_t i0,
+static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, const real *kb,
+                          const real *ob, const real *dob, const real *lb, real *dqb, real *dkb,
+                          real *dvb, int64_t dk, int64_t dv, int64_t nr, int64_t nc, int64_t i0,
                           int64_t j0, int64_t off, int causal, const real *km, real sc,
                           const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk)
 {
     real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
-    fa_gemm(nr, nc, dk, qb, dk, 1, w->kt, FA_LD, p, FA_LD, 0);
+    fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0);
     fa_mask(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km);
     for (int64_t i = 0; i < nr; i++) {
         real *row = p + i * FA_LD;
@@ -331,12 +341,12 @@ static void fa_bprop_tile(const fa_bwork *w, const real *qb, const real *kb, con
                 pz[i * FA_LD + c] = p[i * FA_LD + c] * z[i * FA_LD + c];
     }
     /* dV_c += (P Z)^T dO_r */
-    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, dv, dvb, dv, 1);
+    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, ld->dout, dvb, ld->dv, 1);
     /* dP = dO_r v_c^T, then dS = scale P (dP Z - D) in place */
-    fa_gemm(nr, nc, dv, dob, dv, 1, w->vt, FA_LD, dp, FA_LD, 0);
+    fa_gemm(nr, nc, dv, dob, ld->dout, 1, w->vt, FA_LD, dp, FA_LD, 0);
     for (int64_t i = 0; i < nr; i++) {
         double dsum = 0;
-        const real *orow = ob + i * dv, *dorow = dob + i * dv;
+        const real *orow = ob + i * ld->o, *dorow = dob + i * ld->dout;
 #pragma omp simd reduction(+ : dsum)
         for (int64_t d = 0; d < dv; d++)
             dsum += (double)orow[d] * (double)dorow[d];
@@ -353,23 +363,35 @@ static void fa_bprop_tile(const fa_bwork *w, const real *qb, const real *kb, con
                 dprow[c] = sc * prow[c] * (dprow[c] - D);
         }
     }
-    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, dk, dqb, dk, 1);
-    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, dk, dkb, dk, 1);
+    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, ld->k, dqb, ld->dq, 1);
+    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, ld->q, dkb, ld->dk, 1);
+}
+
+/* Rows r0 .. r0 + n of width w at row stride ld set to 0. */
+static void fa_zero_rows(real *x, int64_t n, int64_t w, int64_t ld)
+{
+    for (int64_t r = 0; r < n; r++)
+        memset(x + r * ld, 0, sizeof(real) * (size_t)w);
 }
 
 void fa_bprop(const real *q, const real *k, const real *v, const real *out, const real *lse,
               const real *dout, real *dq, real *dkey, real *dval, int64_t B, int64_t H,
-              int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, double scale, int causal,
-              const real *key_mask, int64_t bq, int64_t bk, const int32_t *col_ptr,
-              const int32_t *rows, int64_t table_heads, double keep, uint64_t seed,
-              uint32_t step, uint32_t stream, uint64_t first, int64_t groups, real *dq_parts,
-              real *work)
+              int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, const int64_t *strides,
+              double scale, int causal, const real *key_mask, int64_t bq, int64_t bk,
+              const int32_t *col_ptr, const int32_t *rows, int64_t table_heads, double keep,
+              uint64_t seed, uint32_t step, uint32_t stream, uint64_t first, int64_t groups,
+              real *dq_parts, real *work)
 {
     const int64_t nkb = (Tk + bk - 1) / bk, off = Tk - Tq;
     const int drop = keep < 1.0;
     const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
     const real sc = (real)scale, sc2 = (real)(scale * FA_LOG2E);
-    const int64_t items = B * groups, qsize = Tq * dk;
+    const int64_t items = B * groups;
+    /* strides: (example, head, row) of q, k, v, out, dout, dq, dk, dv in that order */
+    const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
+    const int64_t *sdo = strides + 12, *sdq = strides + 15, *sdk = strides + 18;
+    const int64_t *sdv = strides + 21;
+    const fa_rows ld0 = {sq[2], sk[2], so[2], sdo[2], sdq[2], sdk[2], sdv[2]};
 #pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
     {
         const size_t tile = FA_MAX_BLOCK * FA_LD;
@@ -381,40 +403,46 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
             const int64_t b = item / groups, g = item % groups;
             const int64_t t = table_heads == 1 ? 0 : b % H;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            /* group 0 sums into dq, group g > 0 into its own partial dq */
-            real *dqs = g == 0 ? dq + b * qsize : dq_parts + ((g - 1) * B + b) * qsize;
-            memset(dqs, 0, sizeof(real) * (size_t)qsize);
+            const real *qs = FA_SLICE(q, sq, b), *os = FA_SLICE(out, so, b);
+            const real *dos = FA_SLICE(dout, sdo, b), *ks = FA_SLICE(k, sk, b);
+            const real *vs = FA_SLICE(v, sv, b);
+            real *dks = FA_SLICE(dkey, sdk, b), *dvs = FA_SLICE(dval, sdv, b);
+            /* group 0 sums into dq, group g > 0 into its own contiguous partial dq */
+            fa_rows ld = ld0;
+            real *dqs = FA_SLICE(dq, sdq, b);
+            if (g > 0)
+                dqs = dq_parts + ((g - 1) * B + b) * Tq * dk, ld.dq = dk;
+            fa_zero_rows(dqs, Tq, dk, ld.dq);
             for (int64_t c = g; c < nkb; c += groups) {
                 const int64_t j0 = c * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
-                real *dkb = dkey + (b * Tk + j0) * dk, *dvb = dval + (b * Tk + j0) * dv;
-                memset(dkb, 0, sizeof(real) * (size_t)(nc * dk));
-                memset(dvb, 0, sizeof(real) * (size_t)(nc * dv));
+                real *dkb = dks + j0 * ld.dk, *dvb = dvs + j0 * ld.dv;
+                fa_zero_rows(dkb, nc, dk, ld.dk);
+                fa_zero_rows(dvb, nc, dv, ld.dv);
                 const int32_t lo = col_ptr[t * nkb + c], hi = col_ptr[t * nkb + c + 1];
                 if (lo == hi)
                     continue;
-                const real *kb = k + (b * Tk + j0) * dk, *vb = v + (b * Tk + j0) * dv;
-                fa_transpose(kb, dk, nc, dk, sc2, w.kt); /* scores come scaled */
-                fa_transpose(vb, dv, nc, dv, 1, w.vt);
+                const real *kb = ks + j0 * ld.k;
+                fa_transpose(kb, ld.k, nc, dk, sc2, w.kt); /* scores come scaled */
+                fa_transpose(vs + j0 * sv[2], sv[2], nc, dv, 1, w.vt);
                 for (int32_t e = lo; e < hi; e++) {
                     const int64_t i0 = (int64_t)rows[e] * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
-                    const int64_t qo = b * Tq + i0;
-                    fa_bprop_tile(&w, q + qo * dk, kb, out + qo * dv, dout + qo * dv,
-                                  lse + qo, dqs + i0 * dk, dkb, dvb, dk, dv, nr, nc, i0, j0, off,
-                                  causal, km, sc, drop ? &dr : NULL, b, H, Tq, Tk);
+                    fa_bprop_tile(&w, &ld, qs + i0 * ld.q, kb, os + i0 * ld.o, dos + i0 * ld.dout,
+                                  lse + b * Tq + i0, dqs + i0 * ld.dq, dkb, dvb, dk, dv, nr, nc,
+                                  i0, j0, off, causal, km, sc, drop ? &dr : NULL, b, H, Tq, Tk);
                 }
             }
         }
         /* dq += the partials, in group order (a fixed order whatever the threads) */
         if (groups > 1) {
-            const int64_t chunk = 4096, nchunks = (B * qsize + chunk - 1) / chunk;
 #pragma omp for schedule(static)
-            for (int64_t ch = 0; ch < nchunks; ch++) {
-                const int64_t lo = ch * chunk, hi = lo + chunk < B * qsize ? lo + chunk : B * qsize;
+            for (int64_t x = 0; x < B * Tq; x++) {
+                const int64_t b = x / Tq, i = x % Tq;
+                real *row = FA_SLICE(dq, sdq, b) + i * sdq[2];
                 for (int64_t g = 1; g < groups; g++) {
-                    const real *part = dq_parts + (g - 1) * B * qsize;
+                    const real *part = dq_parts + ((g - 1) * B * Tq + x) * dk;
 #pragma omp simd
-                    for (int64_t x = lo; x < hi; x++)
-                        dq[x] += part[x];
+                    for (int64_t d = 0; d < dk; d++)
+                        row[d] += part[d];
                 }
             }
         }
