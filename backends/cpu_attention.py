@@ -155,6 +155,7 @@ class CPUAttentionMixin:
                             ffi.from_buffer("int32_t[]", col_ptr),
                             ffi.from_buffer("int32_t[]", rows), table_heads,
                             *self._dropout_args(dropout), groups, parts,
+                            ptr(self._attention_buffer("fa_drows", q._ary.dtype, B * Tq)),
                             self._attention_work(module, q, dkw, dvw))
         return dq
 

@@ -108,6 +108,23 @@ static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64
             dst[d * FA_LD + c] = scale * src[c * lds + d];
 }
 
+/* dst (n x w, contiguous) = src (n rows x w, ld lds): a block of strided rows (token-major
+ * operands are rows of a wider projection) packed for the tile products. */
+static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
+                    real *restrict dst)
+{
+    for (int64_t c = 0; c < n; c++)
+        memcpy(dst + c * w, src + c * lds, sizeof(real) * (size_t)w);
+}
+
+/* dst (n rows x w, ld ldd) = src (n x w, contiguous). */
+static void fa_unpack(const real *restrict src, int64_t n, int64_t w, real *restrict dst,
+                      int64_t ldd)
+{
+    for (int64_t c = 0; c < n; c++)
+        memcpy(dst + c * ldd, src + c * w, sizeof(real) * (size_t)w);
+}
+
 /* ---- dropout: Philox4x32-10, as backends/philox.py ------------------------------------------ */
 static inline uint32_t fa_philox_word(uint64_t g, uint32_t step, uint32_t stream, uint64_t seed,
                                       int word)
@@ -207,7 +224,7 @@ int64_t fa_threads(void) { return omp_get_max_threads(); }
 
 int64_t fa_work_size(int64_t dk, int64_t dv)
 {
-    return (dk + dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD;
+    return (3 * dk + 2 * dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD;
 }
 
 /* ---- forward ---------------------------------------------------------------------------------- */
@@ -307,17 +324,17 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
 
 /* ---- backward --------------------------------------------------------------------------------- */
 typedef struct {
-    real *kt, *vt, *p, *dp, *z, *t, *drow;
+    real *kt, *vt, *p, *dp, *z, *t, *kp, *dka, *dva;
 } fa_bwork;
 
 /* Row strides (elements) of the backward pass's operands. */
 typedef struct {
-    int64_t q, k, o, dout, dq, dk, dv;
+    int64_t q, k, dout, dq, dk, dv;
 } fa_rows;
 
 /* The contribution of query block (i0, nr) and key block (j0, nc) of slice b. */
 static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, const real *kb,
-                          const real *ob, const real *dob, const real *lb, real *dqb, real *dkb,
+                          const real *Db, const real *dob, const real *lb, real *dqb, real *dkb,
                           real *dvb, int64_t dk, int64_t dv, int64_t nr, int64_t nc, int64_t i0,
                           int64_t j0, int64_t off, int causal, const real *km, real sc,
                           const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk)
@@ -345,12 +362,7 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
     /* dP = dO_r v_c^T, then dS = scale P (dP Z - D) in place */
     fa_gemm(nr, nc, dv, dob, ld->dout, 1, w->vt, FA_LD, dp, FA_LD, 0);
     for (int64_t i = 0; i < nr; i++) {
-        double dsum = 0;
-        const real *orow = ob + i * ld->o, *dorow = dob + i * ld->dout;
-#pragma omp simd reduction(+ : dsum)
-        for (int64_t d = 0; d < dv; d++)
-            dsum += (double)orow[d] * (double)dorow[d];
-        const real D = (real)dsum;
+        const real D = Db[i];
         real *dprow = dp + i * FA_LD;
         const real *prow = p + i * FA_LD, *zr = z ? z + i * FA_LD : NULL;
         if (zr) {
@@ -380,7 +392,7 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
               double scale, int causal, const real *key_mask, int64_t bq, int64_t bk,
               const int32_t *col_ptr, const int32_t *rows, int64_t table_heads, double keep,
               uint64_t seed, uint32_t step, uint32_t stream, uint64_t first, int64_t groups,
-              real *dq_parts, real *work)
+              real *dq_parts, real *drows, real *work)
 {
     const int64_t nkb = (Tk + bk - 1) / bk, off = Tk - Tq;
     const int drop = keep < 1.0;
@@ -391,19 +403,34 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
     const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
     const int64_t *sdo = strides + 12, *sdq = strides + 15, *sdk = strides + 18;
     const int64_t *sdv = strides + 21;
-    const fa_rows ld0 = {sq[2], sk[2], so[2], sdo[2], sdq[2], sdk[2], sdv[2]};
+    const fa_rows ld0 = {sq[2], sk[2], sdo[2], sdq[2], sdk[2], sdv[2]};
 #pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
     {
         const size_t tile = FA_MAX_BLOCK * FA_LD;
         real *buf = work + omp_get_thread_num() * fa_work_size(dk, dv);
-        fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL, NULL};
+        fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL,
+                      NULL, NULL, NULL};
+        /* kp: the key block packed; dka, dva: its dK and dV, packed */
         w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
+        w.kp = w.t + tile, w.dka = w.kp + dk * FA_LD, w.dva = w.dka + dk * FA_LD;
+        /* D = rowsum(dO * O) of every query row, once (in double) */
+#pragma omp for schedule(static)
+        for (int64_t x = 0; x < B * Tq; x++) {
+            const int64_t b = x / Tq, i = x % Tq;
+            const real *orow = FA_SLICE(out, so, b) + i * so[2];
+            const real *dorow = FA_SLICE(dout, sdo, b) + i * sdo[2];
+            double dsum = 0;
+#pragma omp simd reduction(+ : dsum)
+            for (int64_t d = 0; d < dv; d++)
+                dsum += (double)orow[d] * (double)dorow[d];
+            drows[x] = (real)dsum;
+        }
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {
             const int64_t b = item / groups, g = item % groups;
             const int64_t t = table_heads == 1 ? 0 : b % H;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            const real *qs = FA_SLICE(q, sq, b), *os = FA_SLICE(out, so, b);
+            const real *qs = FA_SLICE(q, sq, b);
             const real *dos = FA_SLICE(dout, sdo, b), *ks = FA_SLICE(k, sk, b);
             const real *vs = FA_SLICE(v, sv, b);
             real *dks = FA_SLICE(dkey, sdk, b), *dvs = FA_SLICE(dval, sdv, b);
@@ -415,21 +442,35 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
             fa_zero_rows(dqs, Tq, dk, ld.dq);
             for (int64_t c = g; c < nkb; c += groups) {
                 const int64_t j0 = c * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
+                /* strided rows (token-major operands): the key block is read through a
+                 * packed copy, dK and dV summed in packed blocks and copied out */
+                fa_rows tl = ld;
                 real *dkb = dks + j0 * ld.dk, *dvb = dvs + j0 * ld.dv;
-                fa_zero_rows(dkb, nc, dk, ld.dk);
-                fa_zero_rows(dvb, nc, dv, ld.dv);
+                if (ld.dk != dk)
+                    dkb = w.dka, tl.dk = dk;
+                if (ld.dv != dv)
+                    dvb = w.dva, tl.dv = dv;
+                fa_zero_rows(dkb, nc, dk, tl.dk);
+                fa_zero_rows(dvb, nc, dv, tl.dv);
                 const int32_t lo = col_ptr[t * nkb + c], hi = col_ptr[t * nkb + c + 1];
-                if (lo == hi)
-                    continue;
                 const real *kb = ks + j0 * ld.k;
-                fa_transpose(kb, ld.k, nc, dk, sc2, w.kt); /* scores come scaled */
-                fa_transpose(vs + j0 * sv[2], sv[2], nc, dv, 1, w.vt);
+                if (lo < hi) {
+                    fa_transpose(kb, ld.k, nc, dk, sc2, w.kt); /* scores come scaled */
+                    fa_transpose(vs + j0 * sv[2], sv[2], nc, dv, 1, w.vt);
+                    if (ld.k != dk)
+                        fa_pack(kb, ld.k, nc, dk, w.kp), kb = w.kp, tl.k = dk;
+                }
                 for (int32_t e = lo; e < hi; e++) {
                     const int64_t i0 = (int64_t)rows[e] * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
-                    fa_bprop_tile(&w, &ld, qs + i0 * ld.q, kb, os + i0 * ld.o, dos + i0 * ld.dout,
-                                  lse + b * Tq + i0, dqs + i0 * ld.dq, dkb, dvb, dk, dv, nr, nc,
-                                  i0, j0, off, causal, km, sc, drop ? &dr : NULL, b, H, Tq, Tk);
+                    fa_bprop_tile(&w, &tl, qs + i0 * ld.q, kb, drows + b * Tq + i0,
+                                  dos + i0 * ld.dout, lse + b * Tq + i0, dqs + i0 * ld.dq, dkb,
+                                  dvb, dk, dv, nr, nc, i0, j0, off, causal, km, sc,
+                                  drop ? &dr : NULL, b, H, Tq, Tk);
                 }
+                if (dkb == w.dka)
+                    fa_unpack(w.dka, nc, dk, dks + j0 * ld.dk, ld.dk);
+                if (dvb == w.dva)
+                    fa_unpack(w.dva, nc, dv, dvs + j0 * ld.dv, ld.dv);
             }
         }
         /* dq += the partials, in group order (a fixed order whatever the threads) */
