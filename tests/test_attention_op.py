@@ -260,3 +260,26 @@ def test_bad_shapes_are_one_clear_error():
     with pytest.raises(ValueError, match=r"block layout has shape \(1, 1, 1\)"):
         be.attention(q, k, v, out, lse, 1.0, blocks=AttentionBlocks(np.ones((1, 1)), 4, 4),
                      heads=2)
+
+
+def test_key_groups_deal_every_block_once_and_balance_a_strided_layout():
+    """The backward's key-block groups: each block of each table head in exactly one group,
+    in increasing order; on a local + strided layout (every 4th column visited by all later
+    rows) the heaviest group carries less than round-robin's (column c to group c % 4)."""
+    from neonlite.backends.cpu_attention import key_groups, visit_tables
+    nb = 32
+    r, c = np.arange(nb)[:, None], np.arange(nb)[None, :]
+    layout = np.stack([((r - c < 4) | (c % 4 == 3)) & (c <= r), np.tril(np.ones((nb, nb)))])
+    _, _, col_ptr, _ = visit_tables(layout, nb * 16, nb * 16, 16, 16, True)
+    counts = np.diff(col_ptr).reshape(2, nb)
+    ptr, cols = key_groups(col_ptr, 2, nb, 4)
+    assert ptr.dtype == cols.dtype == np.int32 and len(ptr) == 2 * 4 + 1
+    for t in range(2):
+        members = [cols[ptr[t * 4 + g]:ptr[t * 4 + g + 1]] for g in range(4)]
+        assert sorted(np.concatenate(members).tolist()) == list(range(nb))
+        assert all((np.diff(m) > 0).all() for m in members)
+        heaviest = max(counts[t, m].sum() for m in members)
+        round_robin = max(counts[t, g::4].sum() for g in range(4))
+        assert heaviest <= round_robin
+        if t == 0:
+            assert heaviest < 0.8 * round_robin

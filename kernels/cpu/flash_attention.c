@@ -392,7 +392,8 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
               double scale, int causal, const real *key_mask, int64_t bq, int64_t bk,
               const int32_t *col_ptr, const int32_t *rows, int64_t table_heads, double keep,
               uint64_t seed, uint32_t step, uint32_t stream, uint64_t first, int64_t groups,
-              real *dq_parts, real *drows, real *work)
+              const int32_t *group_ptr, const int32_t *group_cols, real *dq_parts, real *drows,
+              real *work)
 {
     const int64_t nkb = (Tk + bk - 1) / bk, off = Tk - Tq;
     const int drop = keep < 1.0;
@@ -440,7 +441,9 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
             if (g > 0)
                 dqs = dq_parts + ((g - 1) * B + b) * Tq * dk, ld.dq = dk;
             fa_zero_rows(dqs, Tq, dk, ld.dq);
-            for (int64_t c = g; c < nkb; c += groups) {
+            for (int32_t gc = group_ptr[t * groups + g]; gc < group_ptr[t * groups + g + 1];
+                 gc++) {
+                const int64_t c = group_cols[gc];
                 const int64_t j0 = c * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
                 /* strided rows (token-major operands): the key block is read through a
                  * packed copy, dK and dV summed in packed blocks and copied out */

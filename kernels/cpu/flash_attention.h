@@ -35,16 +35,19 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
               uint64_t first, real *work);
 
 /* dq, dk, dv (overwritten) for the output gradient dout (B, Tq, dv), given q, k, v, out and
- * lse of fa_fprop with the same arguments; strides: 24 (q, k, v, out, dout, dq, dk, dv).  The key blocks of a slice are dealt to
- * `groups` groups (block c to group c % groups); one work item per (slice, group) sums dK and
- * dV of its key blocks and a partial dQ (group 0 into dq, group g > 0 into dq_parts, (groups-1)
- * x B x Tq x dk reals), each over its blocks in increasing order; then dq += the partials in
- * group order.  So the result does not depend on the thread count.  drows: B x Tq reals of
- * work (each query row's rowsum(dout * out)). */
+ * lse of fa_fprop with the same arguments; strides: 24 (q, k, v, out, dout, dq, dk, dv).
+ * The key blocks of a slice are dealt to `groups` groups: group g of table head t has the
+ * blocks group_cols[group_ptr[t*groups + g] .. group_ptr[t*groups + g + 1]) (each block in
+ * one group).  One work item per (slice, group) sums dK and dV of its key blocks and a
+ * partial dQ (group 0 into dq, group g > 0 into dq_parts, (groups-1) x B x Tq x dk reals),
+ * each over its blocks in the listed order; then dq += the partials in group order.  So the
+ * result does not depend on the thread count.  drows: B x Tq reals of work (each query row's
+ * rowsum(dout * out)). */
 void fa_bprop(const real *q, const real *k, const real *v, const real *out, const real *lse,
               const real *dout, real *dq, real *dkey, real *dval, int64_t B, int64_t H,
               int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, const int64_t *strides,
               double scale, int causal, const real *key_mask, int64_t bq, int64_t bk,
               const int32_t *col_ptr, const int32_t *rows, int64_t table_heads, double keep,
               uint64_t seed, uint32_t step, uint32_t stream, uint64_t first, int64_t groups,
-              real *dq_parts, real *drows, real *work);
+              const int32_t *group_ptr, const int32_t *group_cols, real *dq_parts, real *drows,
+              real *work);
