@@ -24,7 +24,10 @@ class SequenceOps(ABC):
         (:class:`~neonlite.backends.numpy_attention.AttentionDropout` or None) drops
         probabilities after the softmax with the per-example Philox stream; it is regenerated
         by ``attention_bprop``, never stored.  k and v may be windows of longer buffers (e.g.
-        ``cache[:, :L]``).  This default runs the numpy reference on host copies."""
+        ``cache[:, :L]``).  Each of q, k, v, out (and of dout, dq, dk, dv in
+        ``attention_bprop``) may instead be token-major, (N, T, heads, d) (slice b = n*heads + h
+        is [n, :, h]; e.g. the (N, T, H, dh) view of a projection's columns), so a layer needs
+        no head permutes.  This default runs the numpy reference on host copies."""
         from . import numpy_attention
         self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
         o, m = out.get(), lse.get()
@@ -55,14 +58,20 @@ class SequenceOps(ABC):
     @staticmethod
     def _check_attention(q, k, v, out, lse, key_mask, heads, blocks):
         """ValueError naming the mismatch when the shapes of an attention call disagree."""
-        B, Tq, dk = q.shape
+        if heads < 1:
+            raise ValueError(f"attention: heads={heads} must be at least 1")
+        B, Tq, dk = _slice_shape("q", q, heads)
         Tk, dv = k.shape[1], v.shape[-1]
-        want = {"k": (B, Tk, dk), "v": (B, Tk, dv), "out": (B, Tq, dv), "lse": (B, Tq)}
-        for name, t in (("k", k), ("v", v), ("out", out), ("lse", lse)):
-            if tuple(t.shape) != want[name]:
+        want = {"k": (B, Tk, dk), "v": (B, Tk, dv), "out": (B, Tq, dv)}
+        for name, t in (("k", k), ("v", v), ("out", out)):
+            if _slice_shape(name, t, heads) != want[name]:
                 raise ValueError(f"attention: {name} has shape {tuple(t.shape)}, expected "
-                                 f"{want[name]} for q {tuple(q.shape)}")
-        if heads < 1 or B % heads:
+                                 f"{want[name]} (or token-major {want[name][1:2]} x "
+                                 f"(N, heads) around it) for q {tuple(q.shape)}")
+        if tuple(lse.shape) != (B, Tq):
+            raise ValueError(f"attention: lse has shape {tuple(lse.shape)}, expected "
+                             f"{(B, Tq)} for q {tuple(q.shape)}")
+        if B % heads:
             raise ValueError(f"attention: {B} slices are not a multiple of heads={heads}")
         if key_mask is not None and tuple(key_mask.shape) != (B // heads, Tk):
             raise ValueError(f"attention: key_mask has shape {tuple(key_mask.shape)}, expected "
@@ -153,3 +162,15 @@ class SequenceOps(ABC):
             if k < T - 1:
                 self.compound_dot(dgates[t], U, dh, beta=1.0 if mask is not None else 0.0,
                                   transB=True)
+
+
+def _slice_shape(name, t, heads):
+    """(B, T, d) of an attention operand: head-major (B, T, d) as it is, token-major
+    (N, T, heads, d) as (N*heads, T, d)."""
+    shape = tuple(t.shape)
+    if len(shape) == 3:
+        return shape
+    if len(shape) == 4 and shape[2] == heads:
+        return shape[0] * heads, shape[1], shape[3]
+    raise ValueError(f"attention: {name} has shape {shape}, expected head-major (B, T, d) or "
+                     f"token-major (N, T, heads={heads}, d)")
