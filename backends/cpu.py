@@ -17,6 +17,7 @@ from .cpu_lrn import CPULRNMixin
 from .cpu_optree import OpTreeMachine
 from .cpu_recurrent import CPURecurrentMixin
 from .cpu_threads import set_cpu_threads
+from .cpu_ufunc import run_ufuncs
 from .numpy_ops import evaluate
 from .optree import OpNode
 
@@ -126,7 +127,9 @@ class CPUBackend(CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin, CPUBlockSpar
 
     def _evaluate(self, out, value):
         """out (ndarray)[...] = value (op-tree, tensor, array or scalar)."""
-        if not (isinstance(value, OpNode) and self._machine.run(out, value)):
+        if not (isinstance(value, OpNode) and (
+                run_ufuncs(out, value, lambda node: self._machine.leading_sum(node, out.dtype))
+                or self._machine.run(out, value))):
             evaluate(out, value)
         return out
 
