@@ -59,7 +59,7 @@ class CPUTensor(Tensor):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         view = self._ary.reshape(shape)
-        if not np.shares_memory(view, self._ary):
+        if not np.may_share_memory(view, self._ary):  # a copy is new memory
             raise ValueError(f"reshape of a non-contiguous {self.shape} view to {shape} would copy")
         return CPUTensor(self.backend, view)
 
@@ -129,9 +129,20 @@ class CPUBackend(CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin, CPUBlockSpar
         """out (ndarray)[...] = value (op-tree, tensor, array or scalar)."""
         if not (isinstance(value, OpNode) and (
                 run_ufuncs(out, value, lambda node: self._machine.leading_sum(node, out.dtype))
-                or self._machine.run(out, value))):
+                or self._leading_sum_into(out, value) or self._machine.run(out, value))):
             evaluate(out, value)
         return out
+
+    def _leading_sum_into(self, out, tree):
+        """out[...] = sum(t, axis=leading axes) (a bias gradient at the root of a tree) by the
+        machine's column sum; False when it does not take the tree."""
+        if tree.op != "sum" or out.dtype not in (np.float32, np.float64):
+            return False
+        total = self._machine.leading_sum(tree, out.dtype)
+        if total is None or total.size != out.size:
+            return False
+        np.copyto(out, total.reshape(out.shape))
+        return True
 
     def execute_multi(self, assignments):
         pairs = [(out._ary, tree) for out, tree in assignments]

@@ -76,3 +76,19 @@ def test_backend_assignment_uses_it_and_stays_exact():
     expected = (y.get() + z.get()) + b.get()
     x[:] = y + z + b
     np.testing.assert_array_equal(x.get(), expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_root_leading_sum_uses_the_column_sum(dtype):
+    """out[:] = sum(t, axis=0) (a joined bias gradient) equals the machine's column sum of t
+    and numpy's sum; a sum over other axes still gives numpy's result."""
+    be, t = _setup(dtype)
+    flat = t["x"].reshape(30, 8)
+    out = be.zeros((1, 8))
+    out[:] = be.sum(flat, axis=0)
+    expected = be._machine.leading_sum(be.sum(flat, axis=0), np.dtype(dtype)).copy()
+    np.testing.assert_array_equal(out.get(), expected)
+    np.testing.assert_allclose(out.get(), flat.get().sum(axis=0, keepdims=True), rtol=1e-5)
+    rows = be.zeros((30, 1))
+    rows[:] = be.sum(flat, axis=1)
+    np.testing.assert_allclose(rows.get(), flat.get().sum(axis=1, keepdims=True), rtol=1e-5)
