@@ -9,6 +9,10 @@ operation of the output's type in both, and a chain of two is evaluated as the m
 left to right, ``(a op b) op c`` (a product is never the operand of a second operation here,
 so no fused multiply-add can make the machine round differently).
 
+Only outputs of up to ``MAX_ELEMENTS`` elements are taken: numpy's ufuncs run on one thread,
+and past that size the machine's pass over all cores (and its single pass for a chain, where the
+ufuncs make two) wins back its per-call cost.
+
 Taken: ``op(a, b)`` and ``op2(op1(a, b), c)`` or ``op2(c, op1(a, b))`` with ``op`` in add,
 sub, mul (``op2`` add or sub), operands tensors of the output's float type that broadcast onto
 the output, or a sum over the leading axes of one (a bias gradient), computed by the machine's
@@ -23,6 +27,7 @@ from .optree import OpNode
 _UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
 _CHAINED = ("add", "sub")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+MAX_ELEMENTS = 131072
 
 
 def run_ufuncs(out, tree, column_sum):
@@ -31,7 +36,7 @@ def run_ufuncs(out, tree, column_sum):
     gives the array of an inner ``sum`` node over leading axes, or None."""
     ufunc = _UFUNCS.get(tree.op)
     dtype = out.dtype
-    if ufunc is None or dtype not in _FLOATS or len(tree.args) != 2:
+    if ufunc is None or dtype not in _FLOATS or len(tree.args) != 2 or out.size > MAX_ELEMENTS:
         return False
     if _sums(tree) > 1:
         return False

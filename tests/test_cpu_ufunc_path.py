@@ -6,7 +6,7 @@ output in a chain) are refused without writing anything."""
 import numpy as np
 import pytest
 
-from neonlite.backends.cpu_ufunc import run_ufuncs
+from neonlite.backends.cpu_ufunc import MAX_ELEMENTS, run_ufuncs
 from neonlite.backends.numpy_ops import evaluate
 
 from harness import make_backend
@@ -68,6 +68,8 @@ def test_refused_trees_write_nothing(dtype):
         np.testing.assert_array_equal(x.get(), before)
     wide = be.array(np.ones((6, 5, 9)))
     assert not run_ufuncs(x._ary, y + wide, _column_sum(be, dtype))
+    big = be.zeros((MAX_ELEMENTS + 1,))
+    assert not run_ufuncs(big._ary, big + big, _column_sum(be, dtype))
 
 
 def test_backend_assignment_uses_it_and_stays_exact():
