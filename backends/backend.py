@@ -301,8 +301,10 @@ class Backend(SequenceOps, ABC):
         """Layer norm over the last axis: x, y, xhat (M, D); gamma, beta (1, D); invstd (M, 1)."""
 
     @abstractmethod
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
-        """dx (M, D) and parameter gradients dgamma, dbeta (1, D) (accumulated into)."""
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
+        """dx (M, D) and parameter gradients dgamma, dbeta (1, D) (accumulated into).  With
+        ``residual`` (M, D), sharing no memory with the others, dx = residual + the input
+        gradient (a residual branch's gradient joined in, in one pass where the backend can)."""
 
     @abstractmethod
     def softmax(self, x, out, axis=-1):

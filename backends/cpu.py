@@ -240,10 +240,11 @@ class CPUBackend(CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin, CPUBlockSpar
         if not self.kernels.layernorm_fprop(*arrays, eps):
             numpy_norm.layernorm_fprop(*arrays, eps)
 
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
         arrays = tuple(map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
-        if not self.kernels.layernorm_bprop(*arrays):
-            numpy_norm.layernorm_bprop(*arrays)
+        res = None if residual is None else _ary(residual)
+        if not self.kernels.layernorm_bprop(*arrays, res):
+            numpy_norm.layernorm_bprop(*arrays, res)
 
     def softmax(self, x, out, axis=-1):
         if not self.kernels.softmax(x._ary, out._ary, axis):

@@ -536,14 +536,21 @@ class CPUKernels:
         module.lib.layernorm_fprop(*ptrs, x.shape[0], x.shape[1], eps)
         return True
 
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
-        """dx (M, D), and dgamma, dbeta (1, D) accumulated into."""
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
+        """dx (M, D) (plus ``residual`` (M, D) when given), and dgamma, dbeta (1, D)
+        accumulated into."""
         arrays = (dy, xhat, invstd, gamma, dx, dgamma, dbeta)
-        module = self._usable("norm", *arrays)
-        if module is None:
+        extra = () if residual is None else (residual,)
+        module = self._usable("norm", *arrays, *extra)
+        if module is None or (residual is not None and (
+                residual.shape != dx.shape or residual.dtype != dx.dtype
+                or any(np.may_share_memory(residual, a) for a in (dy, xhat)))):
             return False
-        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
-        module.lib.layernorm_bprop(*ptrs, self._norm_work(module, dy.dtype, *dy.shape),
+        ffi = module.ffi
+        ptrs = [ffi.from_buffer("real[]", a) for a in arrays]
+        res = ffi.NULL if residual is None else ffi.from_buffer("real[]", residual)
+        module.lib.layernorm_bprop(*ptrs[:4], res, *ptrs[4:],
+                                   self._norm_work(module, dy.dtype, *dy.shape),
                                    dy.shape[0], dy.shape[1])
         return True
 

@@ -140,7 +140,7 @@ class GPUNormMixin:
                            [x.ptr, gamma.ptr, beta.ptr, y.ptr, xhat.ptr, invstd.ptr, M, D,
                             np.float32(eps)])
 
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
         self._written("layernorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
         dy, xhat, invstd, gamma = self._rows_of("layernorm_bprop", dy, xhat, invstd, gamma)
         M, D = dy.shape
@@ -152,6 +152,8 @@ class GPUNormMixin:
         func = self.kernel("norm", f"nl_colsum_finish_{dy.storage}", "PPPPii")
         self.device.launch(func, *self._elementwise_grid(D),
                            [partial.ptr, sums.ptr, dbeta.ptr, dgamma.ptr, D, plan.splits])
+        if residual is not None:
+            dx[:] = dx + residual
 
     # ---- softmax ---------------------------------------------------------------------------
     def _softmax_rows(self, logits, targets, probs, grad, rows_loss, scale):

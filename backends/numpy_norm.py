@@ -62,12 +62,14 @@ def layernorm_fprop(x, gamma, beta, y, xhat, invstd, eps):
     y += beta
 
 
-def layernorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta):
+def layernorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
     dgamma += np.sum(dy * xhat, axis=0, keepdims=True)
     dbeta += dy.sum(axis=0, keepdims=True)
     g = dy * gamma
     np.copyto(dx, invstd * (g - g.mean(axis=-1, keepdims=True)
                             - xhat * np.mean(g * xhat, axis=-1, keepdims=True)))
+    if residual is not None:
+        np.add(residual, dx, out=dx)
 
 
 def softmax(x, out, axis=-1):

@@ -43,11 +43,18 @@ class LayerNorm(ParameterLayer):
         return self._forward(x, self.outputs, self.xhat, self.invstd)
 
     def bprop(self, error):
-        self.be.layernorm_bprop(flat_rows(error, self.D), flat_rows(self.xhat, self.D),
-                                self.invstd, self._row(self.gamma.value),
-                                flat_rows(self.deltas, self.D), self._row(self.gamma.grad),
-                                self._row(self.beta.grad))
-        return self.deltas
+        return self.bprop_into(error, self.deltas)
+
+    def bprop_into(self, error, out, residual=None):
+        """out (the input's shape) = the input gradient, plus ``residual`` (that shape, sharing
+        no memory with ``error`` or ``out``) when given: a pre-norm block joins its residual
+        branch's gradient in the same pass.  Returns ``out``."""
+        D = self.D
+        self.be.layernorm_bprop(flat_rows(error, D), flat_rows(self.xhat, D), self.invstd,
+                                self._row(self.gamma.value), flat_rows(out, D),
+                                self._row(self.gamma.grad), self._row(self.beta.grad),
+                                None if residual is None else flat_rows(residual, D))
+        return out
 
     # ---- incremental decoding ------------------------------------------------------------------
     def init_decode(self, batch, max_len):

@@ -104,15 +104,13 @@ class TransformerBlock(Layer):
 
     def bprop(self, error):
         e = self.drop2.bprop(error) if self.drop2 is not None else error
-        e = self.ln2.bprop(self._fc1_gelu_bprop(self.fc2.bprop(e)))
-        self.dresid[:] = error + e
+        self.ln2.bprop_into(self._fc1_gelu_bprop(self.fc2.bprop(e)), self.dresid, error)
         e = self.drop1.bprop(self.dresid) if self.drop1 is not None else self.dresid
         e = self.attn.bprop(e)
         if not self.needs_deltas:
             self.ln1.bprop(e)
             return None
-        self.deltas[:] = self.dresid + self.ln1.bprop(e)
-        return self.deltas
+        return self.ln1.bprop_into(e, self.deltas, self.dresid)
 
     def _fc1_gelu(self, h, inference):
         """gelu(fc1(h)) with fc1's bias added inside the GELU pass: the GEMM's output

@@ -248,6 +248,33 @@ def test_layernorm_matches_numpy(kernels, dtype, M, D):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,D", [(1, 7), (300, 128)])
+def test_layernorm_bprop_with_residual_matches_numpy(kernels, dtype, M, D):
+    """dx = residual + the input gradient, in the kernel's one pass and in numpy's two."""
+    rng = np.random.default_rng(7)
+    x, dy, residual = (rand(rng, (M, D), dtype) for _ in range(3))
+    gamma = rand(rng, (1, D), dtype, 1.0)
+    xhat, invstd = np.empty((M, D), dtype), np.empty((M, 1), dtype)
+    numpy_norm.layernorm_fprop(x, gamma, gamma, np.empty((M, D), dtype), xhat, invstd, 1e-5)
+    results = []
+    for impl in (kernels, None):
+        dx, dgamma, dbeta = np.empty((M, D), dtype), np.ones((1, D), dtype), np.ones((1, D), dtype)
+        args = (dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual)
+        if impl is None:
+            numpy_norm.layernorm_bprop(*args)
+        else:
+            assert impl.layernorm_bprop(*args)
+        results.append([dx, dgamma, dbeta])
+    plain = np.empty((M, D), dtype)
+    numpy_norm.layernorm_bprop(dy, xhat, invstd, gamma, plain, np.ones((1, D), dtype),
+                               np.ones((1, D), dtype))
+    tol = {np.float32: 1e-4, np.float64: 1e-10}[dtype]
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+    np.testing.assert_allclose(results[1][0], plain + residual, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,K", [(1, 1), (1, 10), (7, 3), (129, 65)])
 @pytest.mark.parametrize("soft", [False, True], ids=["one-hot", "soft"])
 def test_softmax_cross_entropy_matches_numpy(kernels, dtype, M, K, soft):

@@ -251,7 +251,8 @@ void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y
 }
 
 void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
-                     real *dx, real *dgamma, real *dbeta, double *work, int64_t M, int64_t D)
+                     const real *residual, real *dx, real *dgamma, real *dbeta, double *work,
+                     int64_t M, int64_t D)
 {
     double *dg = work, *db = work + D;
     column_sums(SUM_AND_DOT, dy, xhat, NULL, M, D, db, dg, work_blocks(work, D));
@@ -272,7 +273,13 @@ void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const
         }
         const real mg = (real)(sg / (double)D), mgx = (real)(sgx / (double)D);
         const real inv = invstd[m];
-        for (int64_t d = 0; d < D; d++)
-            dxr[d] = inv * (dyr[d] * gamma[d] - mg - hr[d] * mgx);
+        if (residual) {
+            const real *rr = residual + m * D;
+            for (int64_t d = 0; d < D; d++)
+                dxr[d] = rr[d] + inv * (dyr[d] * gamma[d] - mg - hr[d] * mgx);
+        } else {
+            for (int64_t d = 0; d < D; d++)
+                dxr[d] = inv * (dyr[d] * gamma[d] - mg - hr[d] * mgx);
+        }
     }
 }

@@ -49,6 +49,9 @@ void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y
                      real *invstd, int64_t M, int64_t D, double eps);
 
 /* dx = invstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma (means per row);
- * dgamma += sum over rows of dy * xhat, dbeta += sum over rows of dy. */
+ * dgamma += sum over rows of dy * xhat, dbeta += sum over rows of dy.  With `residual` (M, D)
+ * (or NULL), dx = residual + that: a residual branch's gradient joined in the same pass
+ * (residual shares no memory with dy, xhat or dx). */
 void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
-                     real *dx, real *dgamma, real *dbeta, double *work, int64_t M, int64_t D);
+                     const real *residual, real *dx, real *dgamma, real *dbeta, double *work,
+                     int64_t M, int64_t D);
