@@ -6,7 +6,7 @@ from .containers import Affine
 from .decode import DecodeState, decode, init_decode
 from .layer import Layer
 from .layernorm import LayerNorm
-from .linear import Bias
+from .linear import Bias, Linear
 
 
 class TransformerBlock(Layer):
@@ -94,8 +94,11 @@ class TransformerBlock(Layer):
             a = self.drop1.fprop(a, inference)
         self.resid[:] = x + a
         g = self._fc1_gelu(self.ln2.fprop(self.resid, inference), inference)
-        if self.drop2 is None:  # fc2's bias and the residual add in one pass
+        if self.drop2 is None:
             linear, bias = self.fc2.layers
+            if isinstance(linear, Linear):  # the residual plus fc2's bias, the GEMM onto them
+                self.outputs[:] = self.resid + bias.b.value
+                return linear.fprop_into(g, self.outputs, beta=1.0)
             self.outputs[:] = self.resid + linear.fprop(g, inference) + bias.b.value
             return self.outputs
         m = self.drop2.fprop(self.fc2.fprop(g, inference), inference)
