@@ -419,6 +419,27 @@ def test_optree_leading_axis_sums_use_the_column_sum(tbe, monkeypatch, shape, ax
     assert [u is not None for u in used] == [fast, False]
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,C", [(1, 5), (12, 8192), (32, 1000), (7, 513), (33, 40)])
+def test_column_sum_is_the_row_order_double_sum(kernels, dtype, M, C):
+    """Up to 32 rows (a row per block) and past them (blocks of rows): the column sums are
+    those of the fixed blocking, which for one row per block is the double sum in row order."""
+    module = kernels.module("optree", np.dtype(dtype))
+    ffi, rng = module.ffi, np.random.default_rng(14)
+    a = (rng.standard_normal((M, C)) * np.exp(rng.standard_normal((M, C)) * 4)).astype(dtype)
+    out = np.empty(C, dtype)
+    work = np.zeros(int(module.lib.optree_column_sum_work_size(M, C)))
+    module.lib.optree_column_sum(ffi.from_buffer("real[]", a), ffi.from_buffer("real[]", out),
+                                 ffi.from_buffer("double[]", work), M, C)
+    expected = np.zeros(C)
+    for row in a.astype(np.float64):
+        expected = expected + row
+    if M <= 32:
+        np.testing.assert_array_equal(out, expected.astype(dtype))
+    else:
+        np.testing.assert_allclose(out, expected, rtol=TOL[dtype], atol=TOL[dtype] * np.abs(a).max())
+
+
 class SmallCNN:
     """conv 3x3 (padding, C=3) + batch norm + ReLU, max pool, conv 3x3 + bias + ReLU, affine +
     softmax with cross-entropy, SGD with momentum: a training step by hand on backend ``be``
