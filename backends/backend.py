@@ -297,8 +297,11 @@ class Backend(SequenceOps, ABC):
         the output of a fprop with ``relu``, masks dy by y > 0 (the ReLU's backward fused)."""
 
     @abstractmethod
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):
-        """Layer norm over the last axis: x, y, xhat (M, D); gamma, beta (1, D); invstd (M, 1)."""
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
+                        total=None):
+        """Layer norm over the last axis: x, y, xhat (M, D); gamma, beta (1, D); invstd (M, 1).
+        With ``residual`` and ``total`` (M, D), total (sharing no memory with the others)
+        = x + residual is written and normalized in x's place (a residual add joined in)."""
 
     @abstractmethod
     def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):

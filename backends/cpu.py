@@ -235,10 +235,12 @@ class CPUBackend(CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin, CPUBlockSpar
                 arrays = (arrays[0] * (mask > 0),) + arrays[1:]
             numpy_norm.batchnorm_bprop(*arrays, beta_acc)
 
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
+                        total=None):
         arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, invstd)))
-        if not self.kernels.layernorm_fprop(*arrays, eps):
-            numpy_norm.layernorm_fprop(*arrays, eps)
+        joined = (None, None) if residual is None else (_ary(residual), _ary(total))
+        if not self.kernels.layernorm_fprop(*arrays, eps, *joined):
+            numpy_norm.layernorm_fprop(*arrays, eps, *joined)
 
     def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
         arrays = tuple(map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))

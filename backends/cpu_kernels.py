@@ -526,13 +526,21 @@ class CPUKernels:
                                    dy.shape[0], dy.shape[1], beta_acc, mask)
         return True
 
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps):
-        """Layer norm of x (M, D) over its last axis; invstd (M, 1)."""
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps, residual=None, total=None):
+        """Layer norm of x (M, D) over its last axis; invstd (M, 1).  With ``residual`` and
+        ``total`` (M, D): total = x + residual, normalized in x's place."""
         arrays = (x, gamma, beta, y, xhat, invstd)
-        module = self._usable("norm", *arrays)
-        if module is None:
+        joined = () if residual is None else (residual, total)
+        module = self._usable("norm", *arrays, *joined)
+        if module is None or (joined and (
+                residual.shape != x.shape or total.shape != x.shape
+                or residual.dtype != x.dtype or total.dtype != x.dtype
+                or any(np.may_share_memory(total, a) for a in arrays + (residual,)))):
             return False
-        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
+        ffi = module.ffi
+        ptrs = [ffi.from_buffer("real[]", a) for a in arrays + joined]
+        if not joined:
+            ptrs += [ffi.NULL, ffi.NULL]
         module.lib.layernorm_fprop(*ptrs, x.shape[0], x.shape[1], eps)
         return True
 

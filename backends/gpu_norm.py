@@ -131,8 +131,12 @@ class GPUNormMixin:
                             sums.ptr, dx.ptr, M, C, np.float32(beta_acc)])
 
     # ---- layer norm ------------------------------------------------------------------------
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
+                        total=None):
         self._written("layernorm_fprop", y=y, xhat=xhat, invstd=invstd)
+        if residual is not None:
+            total[:] = x + residual
+            x = total
         x, gamma, beta = self._rows_of("layernorm_fprop", x, gamma, beta)
         M, D = x.shape
         func = self.kernel("norm", f"nl_ln_fprop_{x.storage}", "PPPPPPiif")

@@ -52,7 +52,9 @@ def batchnorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
         np.copyto(dx, grad)
 
 
-def layernorm_fprop(x, gamma, beta, y, xhat, invstd, eps):
+def layernorm_fprop(x, gamma, beta, y, xhat, invstd, eps, residual=None, total=None):
+    if residual is not None:
+        x = np.add(x, residual, out=total)
     mean = x.mean(axis=-1, keepdims=True)
     np.subtract(x, mean, out=xhat)
     var = np.mean(np.square(xhat), axis=-1, keepdims=True)

@@ -92,8 +92,7 @@ class TransformerBlock(Layer):
         a = self.attn.fprop(self.ln1.fprop(x, inference), inference)
         if self.drop1 is not None:
             a = self.drop1.fprop(a, inference)
-        self.resid[:] = x + a
-        g = self._fc1_gelu(self.ln2.fprop(self.resid, inference), inference)
+        g = self._fc1_gelu(self.ln2.fprop_joined(x, a, self.resid), inference)
         if self.drop2 is None:
             linear, bias = self.fc2.layers
             if isinstance(linear, Linear):  # the residual plus fc2's bias, the GEMM onto them

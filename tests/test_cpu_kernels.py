@@ -249,6 +249,28 @@ def test_layernorm_matches_numpy(kernels, dtype, M, D):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,D", [(1, 7), (300, 128)])
+def test_layernorm_fprop_of_a_residual_sum_is_that_of_the_sum(kernels, dtype, M, D):
+    """total = x + residual, then the layer norm of total: bit for bit the two steps."""
+    rng = np.random.default_rng(8)
+    x, residual = rand(rng, (M, D), dtype), rand(rng, (M, D), dtype)
+    gamma, beta = rand(rng, (1, D), dtype, 1.0), rand(rng, (1, D), dtype)
+    outs = [[np.full((M, D), np.nan, dtype) for _ in range(3)] + [np.empty((M, 1), dtype)]
+            for _ in range(3)]
+    for impl, (total, y, xhat, invstd) in zip((kernels, numpy_norm), outs):
+        args = (x, gamma, beta, y, xhat, invstd, 1e-5, residual, total)
+        assert impl.layernorm_fprop(*args) is not False
+    total, y, xhat, invstd = outs[2]
+    np.add(x, residual, out=total)
+    assert kernels.layernorm_fprop(total, gamma, beta, y, xhat, invstd, 1e-5)
+    for got, want in zip(outs[0], outs[2]):
+        np.testing.assert_array_equal(got, want)
+    tol = {np.float32: 1e-4, np.float64: 1e-10}[dtype]
+    for got, want in zip(outs[1], outs[2]):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,D", [(1, 7), (300, 128)])
 def test_layernorm_bprop_with_residual_matches_numpy(kernels, dtype, M, D):
     """dx = residual + the input gradient, in the kernel's one pass and in numpy's two."""
     rng = np.random.default_rng(7)

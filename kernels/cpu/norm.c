@@ -222,12 +222,20 @@ void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const
 }
 
 void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y, real *xhat,
-                     real *invstd, int64_t M, int64_t D, double eps)
+                     real *invstd, const real *residual, real *total, int64_t M, int64_t D,
+                     double eps)
 {
 #pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) {
         const real *xr = x + m * D;
         real *yr = y + m * D, *hr = xhat + m * D;
+        if (residual) {
+            const real *rr = residual + m * D;
+            real *tr = total + m * D;
+            for (int64_t d = 0; d < D; d++)
+                tr[d] = xr[d] + rr[d];
+            xr = tr;
+        }
         double sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int64_t d = 0; d < D; d++)
