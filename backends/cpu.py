@@ -17,6 +17,7 @@ from .cpu_lrn import CPULRNMixin
 from .cpu_optree import OpTreeMachine
 from .cpu_recurrent import CPURecurrentMixin
 from .cpu_threads import set_cpu_threads
+from .cpu_ufunc import run_ufuncs
 from .numpy_ops import evaluate
 from .optree import OpNode
 
@@ -58,7 +59,7 @@ class CPUTensor(Tensor):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         view = self._ary.reshape(shape)
-        if not np.shares_memory(view, self._ary):
+        if not np.may_share_memory(view, self._ary):  # a copy is new memory
             raise ValueError(f"reshape of a non-contiguous {self.shape} view to {shape} would copy")
         return CPUTensor(self.backend, view)
 
@@ -126,9 +127,22 @@ class CPUBackend(CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin, CPUBlockSpar
 
     def _evaluate(self, out, value):
         """out (ndarray)[...] = value (op-tree, tensor, array or scalar)."""
-        if not (isinstance(value, OpNode) and self._machine.run(out, value)):
+        if not (isinstance(value, OpNode) and (
+                run_ufuncs(out, value, lambda node: self._machine.leading_sum(node, out.dtype))
+                or self._leading_sum_into(out, value) or self._machine.run(out, value))):
             evaluate(out, value)
         return out
+
+    def _leading_sum_into(self, out, tree):
+        """out[...] = sum(t, axis=leading axes) (a bias gradient at the root of a tree) by the
+        machine's column sum; False when it does not take the tree."""
+        if tree.op != "sum" or out.dtype not in (np.float32, np.float64):
+            return False
+        total = self._machine.leading_sum(tree, out.dtype)
+        if total is None or total.size != out.size:
+            return False
+        np.copyto(out, total.reshape(out.shape))
+        return True
 
     def execute_multi(self, assignments):
         pairs = [(out._ary, tree) for out, tree in assignments]
@@ -221,15 +235,18 @@ class CPUBackend(CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin, CPUBlockSpar
                 arrays = (arrays[0] * (mask > 0),) + arrays[1:]
             numpy_norm.batchnorm_bprop(*arrays, beta_acc)
 
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
+                        total=None):
         arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, invstd)))
-        if not self.kernels.layernorm_fprop(*arrays, eps):
-            numpy_norm.layernorm_fprop(*arrays, eps)
+        joined = (None, None) if residual is None else (_ary(residual), _ary(total))
+        if not self.kernels.layernorm_fprop(*arrays, eps, *joined):
+            numpy_norm.layernorm_fprop(*arrays, eps, *joined)
 
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
         arrays = tuple(map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
-        if not self.kernels.layernorm_bprop(*arrays):
-            numpy_norm.layernorm_bprop(*arrays)
+        res = None if residual is None else _ary(residual)
+        if not self.kernels.layernorm_bprop(*arrays, res):
+            numpy_norm.layernorm_bprop(*arrays, res)
 
     def softmax(self, x, out, axis=-1):
         if not self.kernels.softmax(x._ary, out._ary, axis):
@@ -333,9 +350,15 @@ class CPUBackend(CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin, CPUBlockSpar
 
 
 def _gemm_into(c, a, b, alpha, beta, scratch, matmul):
-    """c = alpha * a @ b + beta * c, the product by ``matmul(a, b, out)``; with beta != 0 the
-    product goes through a buffer kept in ``scratch`` (keyed by shape and dtype), so repeated
-    calls allocate nothing."""
+    """c = alpha * a @ b + beta * c, the product by ``matmul(a, b, out)``: in one call where the
+    GEMM takes the scales (``matmul_scaled`` of MKL, c not overlapping a or b); else, with
+    beta != 0, the product goes through a buffer kept in ``scratch`` (keyed by shape and dtype),
+    so repeated calls allocate nothing."""
+    scaled = getattr(getattr(matmul, "__self__", None), "matmul_scaled", None)
+    if scaled is not None and (beta == 0.0 or not (
+            np.may_share_memory(c, a) or np.may_share_memory(c, b))):
+        if scaled(a, b, c, alpha, beta):
+            return
     if beta == 0.0:
         matmul(a, b, c)
         if alpha != 1.0:

@@ -40,21 +40,37 @@ class LayerNorm(ParameterLayer):
     def _row(self, t):
         return t.reshape(1, self.D)
 
-    def _forward(self, x, y, xhat, invstd):
-        self.be.layernorm_fprop(flat_rows(x, self.D), self._row(self.gamma.value),
-                                self._row(self.beta.value), flat_rows(y, self.D),
-                                flat_rows(xhat, self.D), invstd, self.eps)
+    def _forward(self, x, y, xhat, invstd, residual=None, total=None):
+        D = self.D
+        joined = {} if residual is None else \
+            {"residual": flat_rows(residual, D), "total": flat_rows(total, D)}
+        self.be.layernorm_fprop(flat_rows(x, D), self._row(self.gamma.value),
+                                self._row(self.beta.value), flat_rows(y, D),
+                                flat_rows(xhat, D), invstd, self.eps, **joined)
         return y
 
     def fprop(self, x, inference=False):
         return self._forward(x, self.outputs, self.xhat, self.invstd)
 
+    def fprop_joined(self, x, residual, total):
+        """Normalizes x + residual, writing that sum into ``total`` (all of the input's shape;
+        total shares no memory with the others) in the same pass: a pre-norm block's residual
+        add.  Returns the output."""
+        return self._forward(x, self.outputs, self.xhat, self.invstd, residual, total)
+
     def bprop(self, error):
-        self.be.layernorm_bprop(flat_rows(error, self.D), flat_rows(self.xhat, self.D),
-                                self.invstd, self._row(self.gamma.value),
-                                flat_rows(self.deltas, self.D), self._row(self.gamma.grad),
-                                self._row(self.beta.grad))
-        return self.deltas
+        return self.bprop_into(error, self.deltas)
+
+    def bprop_into(self, error, out, residual=None):
+        """out (the input's shape) = the input gradient, plus ``residual`` (that shape, sharing
+        no memory with ``error`` or ``out``) when given: a pre-norm block joins its residual
+        branch's gradient in the same pass.  Returns ``out``."""
+        D = self.D
+        self.be.layernorm_bprop(flat_rows(error, D), flat_rows(self.xhat, D), self.invstd,
+                                self._row(self.gamma.value), flat_rows(out, D),
+                                self._row(self.gamma.grad), self._row(self.beta.grad),
+                                None if residual is None else flat_rows(residual, D))
+        return out
 
     # ---- incremental decoding ------------------------------------------------------------------
     def init_decode(self, batch, max_len):

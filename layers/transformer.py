@@ -7,7 +7,7 @@ from .containers import Affine
 from .decode import DecodeState, decode, init_decode
 from .layer import Layer
 from .layernorm import LayerNorm
-from .linear import Bias
+from .linear import Bias, Linear
 
 
 class TransformerBlock(Layer):
@@ -110,10 +110,12 @@ class TransformerBlock(Layer):
         a = self.attn.fprop(self.ln1.fprop(x, inference), inference)
         if self.drop1 is not None:
             a = self.drop1.fprop(a, inference)
-        self.resid[:] = x + a
-        g = self._fc1_gelu(self.ln2.fprop(self.resid, inference), inference)
+        g = self._fc1_gelu(self.ln2.fprop_joined(x, a, self.resid), inference)
         linear, bias = _core_and_bias(self.fc2)
-        if self.drop2 is None and bias is not None:  # fc2's bias and the residual in one pass
+        if self.drop2 is None and bias is not None:  # the residual plus fc2's bias in one pass
+            if isinstance(linear, Linear):  # and fc2's GEMM onto them
+                self.outputs[:] = self.resid + bias.b.value
+                return linear.fprop_into(g, self.outputs, beta=1.0)
             self.outputs[:] = self.resid + linear.fprop(g, inference) + bias.b.value
             return self.outputs
         m = self.fc2.fprop(g, inference)
@@ -145,15 +147,13 @@ class TransformerBlock(Layer):
         if self.norm == "post":
             return self._bprop_post(error)
         e = self.drop2.bprop(error) if self.drop2 is not None else error
-        e = self.ln2.bprop(self._fc1_gelu_bprop(self.fc2.bprop(e)))
-        self.dresid[:] = error + e
+        self.ln2.bprop_into(self._fc1_gelu_bprop(self.fc2.bprop(e)), self.dresid, error)
         e = self.drop1.bprop(self.dresid) if self.drop1 is not None else self.dresid
         e = self.attn.bprop(e)
         if not self.needs_deltas:
             self.ln1.bprop(e)
             return None
-        self.deltas[:] = self.dresid + self.ln1.bprop(e)
-        return self.deltas
+        return self.ln1.bprop_into(e, self.deltas, self.dresid)
 
     def _bprop_post(self, error):
         e_sum2 = self.ln2.bprop(error)
