@@ -14,9 +14,13 @@ and past that size the machine's pass over all cores (and its single pass for a 
 ufuncs make two) wins back its per-call cost.
 
 Taken: ``op(a, b)`` and ``op2(op1(a, b), c)`` or ``op2(c, op1(a, b))`` with ``op`` in add,
-sub, mul (``op2`` add or sub), operands tensors of the output's float type that broadcast onto
-the output, or a sum over the leading axes of one (a bias gradient), computed by the machine's
-column sum as before.  Scalars are left to the machine, so updates that take a learning rate
+sub, mul (``op2`` add or sub), operands tensors of the output's float type and shape (leading
+axes of length 1 aside), or a sum over the leading axes of one (a bias gradient), computed by the
+machine's column sum as before.  An operand that would broadcast along an axis (a bias row) is
+left to the machine: numpy's iterator allocates a buffer for every such call, and a training
+step allocates nothing after the first.  So is an operand laid out with other strides than the
+output (a view into a joined buffer), for which the iterator allocates too, and one whose memory
+range overlaps the output's without being the output itself: numpy copies it.  Scalars are left to the machine, so updates that take a learning rate
 keep its exact arithmetic.  In ``op2(op1(a, b), c)`` the inner result is written into the
 output first, so ``c`` may not share the output's memory.
 """
@@ -87,7 +91,8 @@ def _sums(node):
 
 def _operand(arg, out, column_sum):
     """The ndarray of a tensor operand (or of an inner leading-axes sum) when it has the
-    output's dtype and broadcasts onto it, else None."""
+    output's dtype and shape (leading axes of length 1 aside) and numpy will not copy it, else
+    None."""
     if isinstance(arg, OpNode):
         ary = column_sum(arg)
     else:
@@ -95,7 +100,18 @@ def _operand(arg, out, column_sum):
     if ary is None or ary.dtype != out.dtype:
         return None
     if ary.shape != out.shape:
-        if ary.ndim > out.ndim or any(s != 1 and s != o for s, o in
-                                      zip(ary.shape[::-1], out.shape[::-1])):
+        if ary.size != out.size or ary.ndim > out.ndim or any(
+                s != o for s, o in zip(ary.shape[::-1], out.shape[::-1])):
             return None
+    if _layout(ary) != _layout(out):
+        return None  # numpy's iterator would allocate a buffer to walk the two layouts
+    if np.may_share_memory(ary, out) and (
+            ary.__array_interface__["data"][0] != out.__array_interface__["data"][0]):
+        return None  # numpy would copy the operand first (its own overlap rule)
     return ary
+
+
+def _layout(a):
+    """The strides of a's axes longer than 1: two arrays of one shape (leading axes of length
+    1 aside) with equal layouts are walked together without a buffer."""
+    return tuple(st for n, st in zip(a.shape, a.strides) if n > 1)

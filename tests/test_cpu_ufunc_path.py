@@ -1,8 +1,11 @@
 """The CPU backend's ufunc path for one or two adds/subs/muls of tensors (backends/cpu_ufunc.py):
 the trees it takes equal the op-tree machine's results bit for bit and numpy's reference, with
-the output aliasing an operand exactly, broadcast biases and an inner leading-axes sum; the
-trees it must leave to the machine (scalars, products under a sum, an operand overlapping the
-output in a chain) are refused without writing anything."""
+the output aliasing an operand exactly, operands of the output's shape (leading axes of length 1
+aside) and an inner leading-axes sum, without allocating; the trees it must leave to the machine
+(scalars, products under a sum, an operand overlapping the output in a chain, an operand that
+broadcasts along an axis) are refused without writing anything."""
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -20,6 +23,7 @@ def _setup(dtype):
     t = {k: be.array(rng.standard_normal((6, 5, 8))) for k in ("x", "y", "z")}
     t["b"] = be.array(rng.standard_normal(8))
     t["g"] = be.array(rng.standard_normal((1, 8)))
+    t["w"] = be.array(rng.standard_normal((5, 8)))
     return be, t
 
 
@@ -28,8 +32,8 @@ def _cases(be, t):
     flat = x.reshape(30, 8)
     return [
         (x, y + z), (x, y - z), (x, y * z), (x, x + y), (x, y - x),
-        (x, y + z + b), (x, y - z - b), (x, b + (y - z)), (x, x + y + b), (x, b - (x + y)),
-        (g, g + be.sum(flat, axis=0)), (g, g - be.sum(flat, axis=0)),
+        (x, y + z + z), (x, y - z - y), (x, z + (y - z)), (x, x + y + z), (x, z - (x + y)),
+        (g, g + be.sum(flat, axis=0)), (g, g - be.sum(flat, axis=0)), (g, g + b), (g, b - g),
     ]
 
 
@@ -60,16 +64,45 @@ def test_taken_trees_match_the_machine_and_numpy(dtype):
 def test_refused_trees_write_nothing(dtype):
     be, t = _setup(dtype)
     x, y, z, b = t["x"], t["y"], t["z"], t["b"]
+    w = t["w"]
     refused = [y * 0.5, y + 1.0, y * z + b, be.sqrt(y), -y, (x + y) + x, x - (y + x),
-               (y + z) * b, (y + z) + (z + y), y + be.max(z, axis=0)]
+               (y + z) * b, (y + z) + (z + y), y + be.max(z, axis=0), y + b, y + z + b,
+               b - (y + z), y * w]
+    joined = be.array(np.arange(6 * 5 * 16, dtype=dtype).reshape(6, 5, 16))
+    right = joined[:, :, 8:]
+    refused.insert(0, y + right)  # another layout than the output's: numpy would buffer it
     before = x.get()
     for tree in refused:
         assert not run_ufuncs(x._ary, tree, _column_sum(be, dtype)), repr(tree)
         np.testing.assert_array_equal(x.get(), before)
+    line = be.array(np.arange(31, dtype=dtype))
+    head, tail = line[:30], line[1:]
+    before = line.get()  # same layout, overlapping ranges: numpy would copy the operand
+    assert not run_ufuncs(tail._ary, head + tail, _column_sum(be, dtype))
+    np.testing.assert_array_equal(line.get(), before)
     wide = be.array(np.ones((6, 5, 9)))
     assert not run_ufuncs(x._ary, y + wide, _column_sum(be, dtype))
     big = be.zeros((MAX_ELEMENTS + 1,))
     assert not run_ufuncs(big._ary, big + big, _column_sum(be, dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_taken_trees_allocate_nothing(dtype):
+    """A broadcasting numpy ufunc allocates an iteration buffer per call; the trees taken here
+    must not, so a training step after the first stays allocation-free."""
+    be, t = _setup(dtype)
+    column_sum = _column_sum(be, dtype)
+    for out, tree in _cases(be, t):
+        assert run_ufuncs(out._ary, tree, column_sum), repr(tree)
+        tracemalloc.start()
+        try:
+            start = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            assert run_ufuncs(out._ary, tree, column_sum), repr(tree)
+            peak = tracemalloc.get_traced_memory()[1] - start
+        finally:
+            tracemalloc.stop()
+        assert peak < 4096, f"{tree!r}: the ufunc path allocated {peak} bytes (a buffer?)"
 
 
 def test_backend_assignment_uses_it_and_stays_exact():
