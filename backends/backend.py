@@ -298,12 +298,17 @@ class Backend(SequenceOps, ABC):
         the output of a fprop with ``relu``, masks dy by y > 0 (the ReLU's backward fused)."""
 
     @abstractmethod
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):
-        """Layer norm over the last axis: x, y, xhat (M, D); gamma, beta (1, D); invstd (M, 1)."""
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
+                        total=None):
+        """Layer norm over the last axis: x, y, xhat (M, D); gamma, beta (1, D); invstd (M, 1).
+        With ``residual`` and ``total`` (M, D), total (sharing no memory with the others)
+        = x + residual is written and normalized in x's place (a residual add joined in)."""
 
     @abstractmethod
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
-        """dx (M, D) and parameter gradients dgamma, dbeta (1, D) (accumulated into)."""
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
+        """dx (M, D) and parameter gradients dgamma, dbeta (1, D) (accumulated into).  With
+        ``residual`` (M, D), sharing no memory with the others, dx = residual + the input
+        gradient (a residual branch's gradient joined in, in one pass where the backend can)."""
 
     @abstractmethod
     def softmax(self, x, out, axis=-1):

@@ -24,7 +24,10 @@ class SequenceOps(ABC):
         (:class:`~neonlite.backends.reference.attention.AttentionDropout` or None) drops
         probabilities after the softmax with the per-example Philox stream; it is regenerated
         by ``attention_bprop``, never stored.  k and v may be windows of longer buffers (e.g.
-        ``cache[:, :L]``).  This default runs the numpy reference on host copies."""
+        ``cache[:, :L]``).  Each of q, k, v, out (and of dout, dq, dk, dv in
+        ``attention_bprop``) may instead be token-major, (N, T, heads, d) (slice b = n*heads + h
+        is [n, :, h]; e.g. the (N, T, H, dh) view of a projection's columns), so a layer needs
+        no head permutes.  This default runs the numpy reference on host copies."""
         from .reference import attention as numpy_attention
         self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
         o, m = out.get(), lse.get()
@@ -55,14 +58,20 @@ class SequenceOps(ABC):
     @staticmethod
     def _check_attention(q, k, v, out, lse, key_mask, heads, blocks):
         """ValueError naming the mismatch when the shapes of an attention call disagree."""
-        B, Tq, dk = q.shape
+        if heads < 1:
+            raise ValueError(f"attention: heads={heads} must be at least 1")
+        B, Tq, dk = _slice_shape("q", q, heads)
         Tk, dv = k.shape[1], v.shape[-1]
-        want = {"k": (B, Tk, dk), "v": (B, Tk, dv), "out": (B, Tq, dv), "lse": (B, Tq)}
-        for name, t in (("k", k), ("v", v), ("out", out), ("lse", lse)):
-            if tuple(t.shape) != want[name]:
+        want = {"k": (B, Tk, dk), "v": (B, Tk, dv), "out": (B, Tq, dv)}
+        for name, t in (("k", k), ("v", v), ("out", out)):
+            if _slice_shape(name, t, heads) != want[name]:
                 raise ValueError(f"attention: {name} has shape {tuple(t.shape)}, expected "
-                                 f"{want[name]} for q {tuple(q.shape)}")
-        if heads < 1 or B % heads:
+                                 f"{want[name]} (or token-major {want[name][1:2]} x "
+                                 f"(N, heads) around it) for q {tuple(q.shape)}")
+        if tuple(lse.shape) != (B, Tq):
+            raise ValueError(f"attention: lse has shape {tuple(lse.shape)}, expected "
+                             f"{(B, Tq)} for q {tuple(q.shape)}")
+        if B % heads:
             raise ValueError(f"attention: {B} slices are not a multiple of heads={heads}")
         if key_mask is not None and tuple(key_mask.shape) != (B // heads, Tk):
             raise ValueError(f"attention: key_mask has shape {tuple(key_mask.shape)}, expected "
@@ -122,3 +131,46 @@ class SequenceOps(ABC):
     @abstractmethod
     def gru_bprop_step(self, gates, hn, h_prev, dy, dh, dgx, dgh, mask=None):
         """dgx, dgh (N, 3H): dL/d(input projection) and dL/d(h_prev @ U + bias_h)."""
+
+    # ---- whole recurrent sequences -------------------------------------------------------------
+    # The T steps of an LSTM in one call, so a backend can run the loop over time in its own
+    # code.  gates (T, N, 4H): in the input projections with bias, out the activated gates;
+    # U (H, 4H); c, h (T+1, N, H): entry 0 (entry T with ``reverse``) the initial state, entry
+    # t+1 (t) the state after step t; mask (T, N) or None.  These defaults run the steps above.
+    def lstm_fprop_sequence(self, gates, hg, U, c, h, mask=None, reverse=False,
+                            activation="tanh", gate_activation="logistic"):
+        """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, 4H) = h_prev @ U, then
+        ``lstm_fprop_step``."""
+        T = gates.shape[0]
+        for t in (range(T - 1, -1, -1) if reverse else range(T)):
+            p, q = (t + 1, t) if reverse else (t, t + 1)
+            self.compound_dot(h[p], U, hg)
+            self.lstm_fprop_step(gates[t], hg, c[p], c[q], h[p], h[q],
+                                 None if mask is None else mask[t], activation, gate_activation)
+
+    def lstm_bprop_sequence(self, gates, U, c, dy, dh, dc, dgates, mask=None, reverse=False,
+                            activation="tanh", gate_activation="logistic"):
+        """The steps of ``lstm_fprop_sequence`` backwards: ``lstm_bprop_step`` each, then (but
+        after the last) dh += dgates_t @ U^T.  dy (T, N, H) or None; dh, dc (N, H) in the
+        errors reaching the final state; dgates (T, N, 4H) out."""
+        T = gates.shape[0]
+        for k, t in enumerate(range(T) if reverse else range(T - 1, -1, -1)):
+            p, q = (t + 1, t) if reverse else (t, t + 1)
+            m = None if mask is None else mask[t]
+            self.lstm_bprop_step(gates[t], c[p], c[q], None if dy is None else dy[t], dh, dc,
+                                 dgates[t], m, activation, gate_activation)
+            if k < T - 1:
+                self.compound_dot(dgates[t], U, dh, beta=1.0 if mask is not None else 0.0,
+                                  transB=True)
+
+
+def _slice_shape(name, t, heads):
+    """(B, T, d) of an attention operand: head-major (B, T, d) as it is, token-major
+    (N, T, heads, d) as (N*heads, T, d)."""
+    shape = tuple(t.shape)
+    if len(shape) == 3:
+        return shape
+    if len(shape) == 4 and shape[2] == heads:
+        return shape[0] * heads, shape[1], shape[3]
+    raise ValueError(f"attention: {name} has shape {shape}, expected head-major (B, T, d) or "
+                     f"token-major (N, T, heads={heads}, d)")

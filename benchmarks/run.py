@@ -50,8 +50,13 @@ def _sync_for(backend, device):
 
 
 def run_workload(module, backend, device, smoke, repeats):
-    """Time one workload; returns a result row (dict)."""
+    """Time one workload; returns a result row (dict).  A workload whose ``unavailable(smoke)``
+    gives a reason (a model package not installed) is a row with that note and no figures."""
     row = {"workload": module.NAME, "figure": module.FIGURE}
+    reason = getattr(module, "unavailable", lambda smoke: None)(smoke)
+    if reason:
+        row["note"] = reason
+        return row
     step, work = module.neonlite(_make_backend_factory(backend), smoke)
     contenders = {"neonlite": step}
     if hasattr(module, "extra_contenders"):
@@ -81,6 +86,10 @@ def format_table(rows, note):
     lines = [f"{'workload':<16}{'figure':<10}{'neonlite':>12}{'torch':>12}{'ratio':>8}  note",
              "-" * 72]
     for r in rows:
+        if "neonlite" not in r:
+            lines.append(f"{r['workload']:<16}{r['figure']:<10}{'-':>12}{'-':>12}{'-':>8}  "
+                         f"{r['note']}")
+            continue
         torch = f"{r['torch']:>12.1f}" if "torch" in r else f"{'-':>12}"
         ratio = f"{r['ratio']:>8.2f}" if "ratio" in r else f"{'-':>8}"
         extra = f"{r['neonlite_pct_peak']:.0f}% of CPU peak" if "neonlite_pct_peak" in r else ""

@@ -16,6 +16,9 @@ from .merge import MergeBroadcast
 from .batchnorm import BatchNorm
 from .pooling import Pooling
 from .recurrent import GRU, LSTM, Recurrent
+from .segment_embedding import SegmentEmbedding
+from .sentence import L2Normalize, MeanPool
+from .tied_linear import TiedLinear
 from .recurrent_stack import (BiGRU, BiLSTM, BiRNN, DeepBiLSTM, DeepBiRNN, RecurrentLast,
                               RecurrentMean, RecurrentSum)
 from .shape import Flatten, Reshape
@@ -28,4 +31,5 @@ __all__ = ["Layer", "ParameterLayer", "Parameter", "ShapeError", "Linear", "Bias
            "TransformerBlock", "BlockSparseLinear", "BlockSparseAffine", "BlockSparseAttention",
            "Recurrent", "LSTM", "GRU", "RecurrentLast", "RecurrentSum", "RecurrentMean", "BiRNN",
            "BiLSTM", "BiGRU", "DeepBiRNN", "DeepBiLSTM", "Deconvolution", "Deconv",
-           "MergeBroadcast", "LRN"]
+           "MergeBroadcast", "LRN", "SegmentEmbedding", "TiedLinear", "MeanPool",
+           "L2Normalize"]

@@ -8,7 +8,7 @@ from ..backends.reference.attention import AttentionDropout
 from ..initializers import Constant, GlorotUniform
 from .decode import DecodeState
 from .dropout_masks import KeyedDropoutMixin
-from .layer import ParameterLayer, flat_rows, is_count
+from .layer import FixedTensor, ParameterLayer, flat_rows, is_count
 
 _TO_HEADS = (0, 2, 1, 3)  # (N, T, H, dh) <-> (N, H, T, dh); the permutation is its own inverse
 #: the widest head (dk/H or dv/H) the fused attention kernels take
@@ -24,7 +24,8 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
         O_h = softmax(Q_h K_h^T / sqrt(dk/H) + mask) V_h,   y = concat_h(O_h) Wo + bo
 
     Parameters ``Wq`` (d_model, dk), ``Wk`` (dc, dk), ``Wv`` (dc, dv), ``Wo`` (dv, d_model) and
-    ``bq, bk, bv, bo``; by default dk = dv = dc = d_model, so each W is (d_model, d_model).
+    ``bq, bk, bv, bo`` (none with ``bias=False``); by default dk = dv = dc = d_model, so each
+    W is (d_model, d_model).
 
     Arguments:
         d_model (int): feature size of the input and the output.
@@ -34,6 +35,7 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
         context_shape ((Tk, dc) or None): given, the layer is cross-attention and every
             fprop needs a context of shape (N, Tk, dc).
         dk, dv (int or None): total widths of the query/key and of the value projections.
+        bias (bool): the projections have biases (default) or not.
 
     Second inputs in this graph-free API: ``fprop(x, inference=False, context=None,
     key_mask=None)``.  ``context`` is the cross-attention input; ``key_mask`` (N, Tk) hides
@@ -50,8 +52,11 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
     """
 
     def __init__(self, d_model, heads, causal=False, dropout=0.0, context_shape=None, dk=None,
-                 dv=None, init=None, name=None):
+                 dv=None, init=None, bias=True, name=None):
         super().__init__(name)
+        if not isinstance(bias, bool):
+            raise ValueError(f"MultiHeadAttention: bias must be true or false, got {bias!r}")
+        self.bias = bias
         self.d_model, self.heads = _positive("d_model", d_model), _positive("heads", heads)
         self.dk = _positive("dk", dk) if dk is not None else self.d_model
         self.dv = _positive("dv", dv) if dv is not None else self.d_model
@@ -96,24 +101,25 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
         return in_shape
 
     def _allocate_projections(self):
-        """Wq (d, dk), Wk (dc, dk), Wv (dc, dv), Wo (dv, d) and their biases."""
+        """Wq (d, dk), Wk (dc, dk), Wv (dc, dv), Wo (dv, d) and their biases (constant zeros,
+        not parameters, with ``bias=False``)."""
         d, dc, dk, dv = self.d_model, self.dc, self.dk, self.dv
         for attr, nin, nout in (("q", d, dk), ("k", dc, dk), ("v", dc, dv), ("o", dv, d)):
             setattr(self, f"W{attr}", self.add_param(f"W{attr}", (nin, nout), self.init, nin,
                                                      nout))
-            setattr(self, f"b{attr}", self.add_param(f"b{attr}", (nout,), Constant(0.0), nout,
-                                                     nout))
+            bias = self.add_param(f"b{attr}", (nout,), Constant(0.0), nout, nout) if self.bias \
+                else FixedTensor(self.be, (nout,))
+            setattr(self, f"b{attr}", bias)
 
     def _allocate_heads(self):
-        """Head-major Q, K, V, the attention output and their gradients, (N*H, T, dh) each;
-        the merged output ``of`` and its gradient ``dof`` (N, Tq, dv); ``context_deltas``
-        (N, Tk, dc) for cross-attention."""
-        be, N, H, Tq, Tk = self.be, self.be.bsz, self.heads, self.Tq, self.Tk
-        self.qh, self.kh = be.zeros((N * H, Tq, self.dhk)), be.zeros((N * H, Tk, self.dhk))
-        self.vh, self.oh = be.zeros((N * H, Tk, self.dhv)), be.zeros((N * H, Tq, self.dhv))
-        self.dqh, self.dkh = be.zeros(self.qh.shape), be.zeros(self.kh.shape)
-        self.dvh, self.doh = be.zeros(self.vh.shape), be.zeros(self.oh.shape)
+        """The merged attention output ``of`` and its gradient ``dof`` (N, Tq, dv), with their
+        token-major (N, Tq, H, dhv) views ``oh`` / ``doh`` (the attention op's out and dout);
+        ``context_deltas`` (N, Tk, dc) for cross-attention.  Q, K, V and their gradients
+        (``qh``, ``kh``, ``vh``, ``dqh``, ``dkh``, ``dvh``) are (N, T, H, dh) views of the
+        joined projections (``_Joined``), so no head permutes run."""
+        be, N, Tq, Tk = self.be, self.be.bsz, self.Tq, self.Tk
         self.of, self.dof = be.zeros((N, Tq, self.dv)), be.zeros((N, Tq, self.dv))
+        self.oh, self.doh = self._heads_view(self.of), self._heads_view(self.dof)
         if self.cross:
             self.context_deltas = be.zeros((N, Tk, self.dc))
 
@@ -128,20 +134,24 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
         be, N, Tq, Tk = self.be, self.be.bsz, self.Tq, self.Tk
         # Projections of one input with one head width share a GEMM: [Wq | Wk | Wv] on x for
         # self-attention (when dk/H == dv/H), [Wk | Wv] on the context for cross-attention.
-        heads = [(self.Wq, self.bq, self.qh, self.dqh, False), (self.Wk, self.bk, self.kh,
-                                                                 self.dkh, self.cross),
-                 (self.Wv, self.bv, self.vh, self.dvh, self.cross)]
+        heads = [(self.Wq, self.bq, "q", self.dhk, False), (self.Wk, self.bk, "k", self.dhk,
+                                                              self.cross),
+                 (self.Wv, self.bv, "v", self.dhv, self.cross)]
         self._groups = []
-        for member in heads:
-            group = next((g for g in self._groups if g.on_context == member[4]
-                          and g.dh == member[2].shape[-1]), None)
+        for W, b, name, dh, on_context in heads:
+            group = next((g for g in self._groups if g.on_context == on_context
+                          and g.dh == dh), None)
             if group is None:
-                group = _Joined(member[4], member[2].shape[-1])
+                group = _Joined(on_context, dh)
                 self._groups.append(group)
-            group.members.append(member[:4])
+            group.members.append((W, b, name))
         for group in self._groups:
             group.allocate(be, self.dc if group.on_context else self.d_model, N,
                            Tk if group.on_context else Tq)
+            for (_, _, name), view, dview in zip(group.members, group.proj_views,
+                                                 group.dproj_views):
+                setattr(self, f"{name}h", view)
+                setattr(self, f"d{name}h", dview)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _project(self, x, W, b, out):
@@ -201,16 +211,6 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
         return key_mask
 
     # ---- training path -------------------------------------------------------------------------
-    def _to_heads(self, tokens, heads):
-        """(N, T, H, dh) view -> head-major (N*H, T, dh)."""
-        N, T, H, dh = tokens.shape
-        self.be.permute_axes(tokens, heads.reshape(N, H, T, dh), _TO_HEADS)
-
-    def _to_tokens(self, heads, tokens):
-        """Head-major (N*H, T, dh) -> an (N, T, H, dh) view."""
-        N, T, H, dh = tokens.shape
-        self.be.permute_axes(heads.reshape(N, H, T, dh), tokens, _TO_HEADS)
-
     def fprop(self, x, inference=False, context=None, key_mask=None):
         be = self.be
         c = self._context(x, context)
@@ -221,17 +221,15 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
             group.join()
             be.compound_dot(flat_rows(src, group.w.shape[0]), group.w, group.proj2)
             group.proj2[:] = group.proj2 + group.b
-            for (W, b, heads, _), view in zip(group.members, group.proj_views):
-                self._to_heads(view, heads)
         self._mask = mask
         self._drop = self._dropout(inference)
         self._attend()
-        self._to_tokens(self.oh, self._heads_view(self.of))
         self._project(self.of, self.Wo, self.bo, self.outputs)
         return self.outputs
 
     def _attend(self):
-        """oh = attention of the head-major qh, kh, vh (the fused op), lse kept for bprop."""
+        """oh = attention of qh, kh, vh (the fused op on the token-major views), lse kept
+        for bprop."""
         self.be.attention(self.qh, self.kh, self.vh, self.oh, self.lse, self.scale, self.causal,
                           self._mask, self._drop, self.attention_blocks(), self.heads)
 
@@ -265,12 +263,9 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
         be = self.be
         self._add_grads(self.of, error, self.Wo, self.bo)
         self._back_input(error, self.Wo, self.dof, 0.0)
-        self._to_heads(self._heads_view(self.dof), self.doh)
         self._attend_bprop()
         done = {"x": False, "c": False}
         for group in self._groups:
-            for (W, b, _, dheads), view in zip(group.members, group.dproj_views):
-                self._to_tokens(dheads, view)
             src = self.c if group.on_context else self.x
             nin = group.w.shape[0]
             dproj = group.dproj2
@@ -333,7 +328,7 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
 
 class _Joined:
     """Projections of one input (x, or the context) with one head width, run as one GEMM:
-    ``members`` are (W, b, head-major buffer, its gradient); ``w`` (nin, width) and ``b``
+    ``members`` are (W, b, name: q, k or v); ``w`` (nin, width) and ``b``
     (width,) hold their weights side by side, ``proj`` (N, T, width) the GEMM's output and
     ``dproj`` its gradient, ``dw``/``db`` the joined parameter gradients."""
 
@@ -351,7 +346,7 @@ class _Joined:
 
     def _columns(self):
         col = 0
-        for W, b, *_ in self.members:
+        for W, b, _ in self.members:
             width = W.value.shape[1]
             yield W, b, col, width
             col += width

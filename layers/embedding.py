@@ -23,14 +23,26 @@ class Embedding(ParameterLayer):
     The buffer ``chars`` (vocab,) int32 holds the Unicode code point of each token when the
     vocabulary is text (see :meth:`set_vocabulary`; -1 where unset).  It is saved with the
     parameters, so a checkpoint carries what text generation needs to encode and decode.
+
+    ``pad_id`` (an id in [0, vocab) or None): the padding token.  Each fprop then writes
+    ``key_mask`` (N, T), 1 at real tokens and 0 at pads, which the model hands to every
+    self-attention layer and mean pooling after this embedding
+    (:func:`neonlite.layers.shared.share_padding_masks`): a pad never influences a real
+    token.  Sequences are padded at the end (positions of real tokens are then those of the
+    unpadded sequence).
     """
 
-    def __init__(self, vocab, d, init=None, name=None):
+    def __init__(self, vocab, d, init=None, pad_id=None, name=None):
         super().__init__(name)
         for what, value in (("vocab", vocab), ("d", d)):
             if not is_count(value):
                 raise ValueError(f"Embedding: {what} must be a positive int, got {value!r}")
+        if pad_id is not None and not (is_count(pad_id, 0) and pad_id < vocab):
+            raise ValueError(f"Embedding: pad_id must be an int in [0, {vocab}) or null, got "
+                             f"{pad_id!r}")
         self.vocab, self.d = int(vocab), int(d)
+        self.pad_id = None if pad_id is None else int(pad_id)
+        self.key_mask = None
         self.init = init or Gaussian(scale=0.02)
         self.needs_deltas = False
 
@@ -47,6 +59,8 @@ class Embedding(ParameterLayer):
         self.W = self.add_param("W", (self.vocab, self.d), self.init, self.vocab, self.d)
         self.chars = self.be.empty((self.vocab,), dtype=np.int32)
         self.chars[:] = -1
+        if self.pad_id is not None:
+            self.key_mask = self.be.zeros((self.be.bsz, self.in_shape[0]))
 
     def buffers(self):
         return {"chars": self.chars}
@@ -75,6 +89,9 @@ class Embedding(ParameterLayer):
     def fprop(self, x, inference=False):
         self.x = x
         self._lookup(x, self.outputs)
+        if self.key_mask is not None:  # ids are whole numbers: 1 unless id == pad_id
+            pad = float(self.pad_id)
+            self.key_mask[:] = (x < pad - 0.5) + (x > pad + 0.5)
         return self.outputs
 
     def bprop(self, error):

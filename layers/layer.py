@@ -38,6 +38,15 @@ class Parameter:
         return f"Parameter({self.name}, shape={self.value.shape})"
 
 
+class FixedTensor:
+    """Stands in for a parameter a layer was built without (``bias=False``): ``value`` zeros
+    of ``shape``, ``grad`` a scratch buffer the gradient is written to and never read.
+    Neither is learned nor saved."""
+
+    def __init__(self, be, shape):
+        self.value, self.grad = be.zeros(shape), be.zeros(shape)
+
+
 class Layer:
     """Base of every layer.  Subclasses override ``_configure``, ``allocate``, ``fprop``,
     ``bprop`` and, when they learn, ``_make_params``.

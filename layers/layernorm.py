@@ -1,19 +1,23 @@
 """Layer normalization over the last axis (features of each token / example)."""
 from ..initializers import Constant
 from .decode import DecodeState
-from .layer import ParameterLayer, flat_rows
+from .layer import FixedTensor, ParameterLayer, flat_rows
 
 
 class LayerNorm(ParameterLayer):
     """y = gamma * (x - mean) / sqrt(var + eps) + beta, with mean and (biased) var taken over
     the last axis of each row: a sequence (N, T, D) is normalized per token.  Parameters
-    ``gamma``, ``beta`` (D,); no running statistics (training and inference agree)."""
+    ``gamma``, ``beta`` (D,); with ``bias=False`` no ``beta`` (y = gamma * xhat, as in
+    GPT-2-style recipes without biases).  No running statistics (training and inference
+    agree).  ``eps``: BERT uses 1e-12."""
 
-    def __init__(self, eps=1e-5, name=None):
+    def __init__(self, eps=1e-5, bias=True, name=None):
         super().__init__(name)
-        if not eps > 0:
-            raise ValueError(f"LayerNorm: eps must be > 0, got {eps!r}")
-        self.eps = float(eps)
+        if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
+            raise ValueError(f"LayerNorm: eps must be a number > 0, got {eps!r}")
+        if not isinstance(bias, bool):
+            raise ValueError(f"LayerNorm: bias must be true or false, got {bias!r}")
+        self.eps, self.bias = float(eps), bias
 
     def _configure(self, in_shape):
         if len(in_shape) == 0:
@@ -28,26 +32,45 @@ class LayerNorm(ParameterLayer):
         self.xhat = be.zeros((be.bsz,) + self.in_shape)
         self.invstd = be.zeros((self.xhat.size // self.D, 1))
         self.gamma = self.add_param("gamma", (self.D,), Constant(1.0), self.D, self.D)
-        self.beta = self.add_param("beta", (self.D,), Constant(0.0), self.D, self.D)
+        if self.bias:
+            self.beta = self.add_param("beta", (self.D,), Constant(0.0), self.D, self.D)
+        else:  # a constant zero shift and a scratch gradient, neither learned nor saved
+            self.beta = FixedTensor(be, (self.D,))
 
     def _row(self, t):
         return t.reshape(1, self.D)
 
-    def _forward(self, x, y, xhat, invstd):
-        self.be.layernorm_fprop(flat_rows(x, self.D), self._row(self.gamma.value),
-                                self._row(self.beta.value), flat_rows(y, self.D),
-                                flat_rows(xhat, self.D), invstd, self.eps)
+    def _forward(self, x, y, xhat, invstd, residual=None, total=None):
+        D = self.D
+        joined = {} if residual is None else \
+            {"residual": flat_rows(residual, D), "total": flat_rows(total, D)}
+        self.be.layernorm_fprop(flat_rows(x, D), self._row(self.gamma.value),
+                                self._row(self.beta.value), flat_rows(y, D),
+                                flat_rows(xhat, D), invstd, self.eps, **joined)
         return y
 
     def fprop(self, x, inference=False):
         return self._forward(x, self.outputs, self.xhat, self.invstd)
 
+    def fprop_joined(self, x, residual, total):
+        """Normalizes x + residual, writing that sum into ``total`` (all of the input's shape;
+        total shares no memory with the others) in the same pass: a pre-norm block's residual
+        add.  Returns the output."""
+        return self._forward(x, self.outputs, self.xhat, self.invstd, residual, total)
+
     def bprop(self, error):
-        self.be.layernorm_bprop(flat_rows(error, self.D), flat_rows(self.xhat, self.D),
-                                self.invstd, self._row(self.gamma.value),
-                                flat_rows(self.deltas, self.D), self._row(self.gamma.grad),
-                                self._row(self.beta.grad))
-        return self.deltas
+        return self.bprop_into(error, self.deltas)
+
+    def bprop_into(self, error, out, residual=None):
+        """out (the input's shape) = the input gradient, plus ``residual`` (that shape, sharing
+        no memory with ``error`` or ``out``) when given: a pre-norm block joins its residual
+        branch's gradient in the same pass.  Returns ``out``."""
+        D = self.D
+        self.be.layernorm_bprop(flat_rows(error, D), flat_rows(self.xhat, D), self.invstd,
+                                self._row(self.gamma.value), flat_rows(out, D),
+                                self._row(self.gamma.grad), self._row(self.beta.grad),
+                                None if residual is None else flat_rows(residual, D))
+        return out
 
     # ---- incremental decoding ------------------------------------------------------------------
     def init_decode(self, batch, max_len):

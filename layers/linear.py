@@ -29,10 +29,16 @@ class Linear(ParameterLayer):
         self.W = self.add_param("W", (self.nin, self.nout), self.init, self.nin, self.nout)
 
     def fprop(self, x, inference=False):
+        return self.fprop_into(x, self.outputs)
+
+    def fprop_into(self, x, out, beta=0.0):
+        """out = x @ W + beta * out, out of this layer's output shape (N, ..., nout): a caller
+        that adds something to the product (a residual) writes it into ``out`` first and
+        passes beta=1, so the GEMM accumulates onto it.  Returns ``out``."""
         self.x = x
-        self.be.compound_dot(flat_rows(x, self.nin), self.W.value,
-                             flat_rows(self.outputs, self.nout))
-        return self.outputs
+        self.be.compound_dot(flat_rows(x, self.nin), self.W.value, flat_rows(out, self.nout),
+                             beta=beta)
+        return out
 
     def bprop(self, error):
         x2, e2 = flat_rows(self.x, self.nin), flat_rows(error, self.nout)

@@ -50,7 +50,8 @@ def kernel_activation(transform, what, layer):
 
 class RecurrentBase(ParameterLayer):
     """The shared T-step schedule (module docstring).  A cell sets ``gates`` (G, the gate
-    blocks per unit) and implements ``_step_fprop`` / ``_step_bprop``.
+    blocks per unit) and implements ``_step_fprop`` / ``_step_bprop``, or runs all the steps
+    in ``_fprop_steps`` / ``_bprop_steps`` (the LSTM, through ``Backend.lstm_*_sequence``).
 
     Parameters: W (D, G*H), U (H, G*H), b (G*H,).  Output (N, T, H) with
     ``return_sequences``, else the final state (N, H).
@@ -137,10 +138,15 @@ class RecurrentBase(ParameterLayer):
 
     def buffers(self):
         """Nothing: the carried state is per batch row, so it is not saved with the weights (a
-        checkpoint then loads into any batch size, e.g. for ``neonlite generate``).  Training
-        resumes bit for bit at an epoch boundary when the state restarts there (the
-        :class:`~neonlite.callbacks.ResetState` callback)."""
+        checkpoint then loads into any batch size, e.g. for ``neonlite generate``); it is
+        saved apart, see :meth:`carried_states`."""
         return {}
+
+    def carried_states(self):
+        """``{state name: tensor (N, H)}``: what a stateful layer carries to its next
+        minibatch (empty when not stateful).  Checkpoints keep it under ``/layer_states`` and
+        ``--resume`` restores it, so resuming is bit-exact inside an epoch too."""
+        return dict(self.carry) if self.stateful and self.outputs is not None else {}
 
     # ---- incremental decoding (``layers/decode.py``) ----------------------------------------------
     def init_decode(self, batch, max_len):
@@ -228,14 +234,18 @@ class RecurrentBase(ParameterLayer):
         first = T if self.reverse else 0
         for s in self.states:
             self.seq[s][first] = self.carry[s] if self.stateful else self.initial[s]
-        for t in self._order(T):
-            be.compound_dot(self.seq["h"][self._prev(t)], self.U.value, self.hg)
-            self._step_fprop(t, self.mask_t[t] if self.masked else None)
+        self._fprop_steps(T)
         last = 0 if self.reverse else T
         if self.stateful:
             for s in self.states:
                 self.carry[s][:] = self.seq[s][last]
         return self._write_outputs(T)
+
+    def _fprop_steps(self, T):
+        """The T steps, each the recurrent GEMM and the cell's gate kernel."""
+        for t in self._order(T):
+            self.be.compound_dot(self.seq["h"][self._prev(t)], self.U.value, self.hg)
+            self._step_fprop(t, self.mask_t[t] if self.masked else None)
 
     def _write_outputs(self, T):
         be, h = self.be, self.seq["h"]
@@ -268,13 +278,7 @@ class RecurrentBase(ParameterLayer):
                 dy[:] = dy * self.mask_t[:T].reshape(T, N, 1)
         else:
             self.delta_state["h"][:] = error
-        order = list(self._order(T))[::-1]
-        for k, t in enumerate(order):
-            step_dy = dy[t] if self.return_sequences else None
-            dgrad, beta = self._step_bprop(t, step_dy, self.mask_t[t] if self.masked else None)
-            if k < T - 1:
-                be.compound_dot(dgrad, self.U.value, self.delta_state["h"], beta=beta,
-                                transB=True)
+        self._bprop_steps(T, dy if self.return_sequences else None)
         self._weight_grads(T, N)
         if self.needs_deltas:
             dx_t = self.dx_t[:T]
@@ -284,6 +288,17 @@ class RecurrentBase(ParameterLayer):
             be.permute_axes(dx_t, out, (1, 0, 2))
             return out
         return self.deltas
+
+    def _bprop_steps(self, T, dy):
+        """The steps backwards, each the cell's gate-derivative kernel and (but the last) the
+        GEMM of its gradient with U^T into the state error; dy (T, N, H) or None."""
+        order = list(self._order(T))[::-1]
+        for k, t in enumerate(order):
+            step_dy = None if dy is None else dy[t]
+            dgrad, beta = self._step_bprop(t, step_dy, self.mask_t[t] if self.masked else None)
+            if k < T - 1:
+                self.be.compound_dot(dgrad, self.U.value, self.delta_state["h"], beta=beta,
+                                     transB=True)
 
     def _weight_grads(self, T, N):
         """dW = X^T dG, dU = H_prev^T dG_h, db = sum dG (one GEMM or sum each, all steps)."""
@@ -374,22 +389,23 @@ class LSTM(RecurrentBase):
             b[self.nout:2 * self.nout] = self.forget_bias
             self.b.value.set(b)
 
-    def _step_fprop(self, t, mask):
-        h, c = self.seq["h"], self.seq["c"]
-        p, n = self._prev(t), self._next(t)
-        self.be.lstm_fprop_step(self.g_t[t], self.hg, c[p], c[n], h[p], h[n], mask, self.act,
-                                self.gate_act)
+    def _fprop_steps(self, T):
+        """All T steps in one ``Backend.lstm_fprop_sequence`` (the loop over time in the
+        backend's own code where it has one)."""
+        mask = self.mask_t[:T] if self.masked else None
+        self.be.lstm_fprop_sequence(self.g_t[:T], self.hg, self.U.value, self.seq["c"][:T + 1],
+                                    self.seq["h"][:T + 1], mask, self.reverse, self.act,
+                                    self.gate_act)
+
+    def _bprop_steps(self, T, dy):
+        mask = self.mask_t[:T] if self.masked else None
+        self.be.lstm_bprop_sequence(self.g_t[:T], self.U.value, self.seq["c"][:T + 1], dy,
+                                    self.delta_state["h"], self.delta_state["c"], self.dg_t[:T],
+                                    mask, self.reverse, self.act, self.gate_act)
 
     def _decode_step(self, state):
         h, c = state.h["h"], state.h["c"]
         self.be.lstm_fprop_step(state.gates, state.hg, c, c, h, h, None, self.act, self.gate_act)
-
-    def _step_bprop(self, t, dy, mask):
-        c = self.seq["c"]
-        self.be.lstm_bprop_step(self.g_t[t], c[self._prev(t)], c[self._next(t)], dy,
-                                self.delta_state["h"], self.delta_state["c"], self.dg_t[t], mask,
-                                self.act, self.gate_act)
-        return self.dg_t[t], 1.0 if mask is not None else 0.0
 
 
 class GRU(RecurrentBase):

@@ -134,16 +134,32 @@ class BiRNN(_Bidirectional):
     """Bidirectional :class:`Recurrent` (``activation``, ``init_inner`` as there)."""
     cell = Recurrent
 
+    def __init__(self, nout, init=None, merge="concat", return_sequences=True,
+                 activation=None, init_inner=None, name=None):
+        super().__init__(nout, init, merge, return_sequences, name, activation=activation,
+                         init_inner=init_inner)
+
 
 class BiLSTM(_Bidirectional):
     """Bidirectional :class:`LSTM` (``activation``, ``gate_activation``, ``forget_bias``,
     ``init_inner`` as there)."""
     cell = LSTM
 
+    def __init__(self, nout, init=None, merge="concat", return_sequences=True,
+                 activation=None, gate_activation=None, init_inner=None, forget_bias=0.0,
+                 name=None):
+        super().__init__(nout, init, merge, return_sequences, name, activation=activation,
+                         gate_activation=gate_activation, init_inner=init_inner,
+                         forget_bias=forget_bias)
+
 
 class BiGRU(_Bidirectional):
-    """Bidirectional :class:`GRU`."""
+    """Bidirectional :class:`GRU` (``init_inner`` as there)."""
     cell = GRU
+
+    def __init__(self, nout, init=None, merge="concat", return_sequences=True,
+                 init_inner=None, name=None):
+        super().__init__(nout, init, merge, return_sequences, name, init_inner=init_inner)
 
 
 class _DeepBidirectional(Sequential):
@@ -166,7 +182,19 @@ class DeepBiRNN(_DeepBidirectional):
     """A stack of :class:`BiRNN` layers."""
     bidirectional = BiRNN
 
+    def __init__(self, nout, init=None, depth=2, merge="concat", return_sequences=True,
+                 activation=None, init_inner=None, name=None):
+        super().__init__(nout, init, depth, merge, return_sequences, name,
+                         activation=activation, init_inner=init_inner)
+
 
 class DeepBiLSTM(_DeepBidirectional):
     """A stack of :class:`BiLSTM` layers."""
     bidirectional = BiLSTM
+
+    def __init__(self, nout, init=None, depth=2, merge="concat", return_sequences=True,
+                 activation=None, gate_activation=None, init_inner=None, forget_bias=0.0,
+                 name=None):
+        super().__init__(nout, init, depth, merge, return_sequences, name,
+                         activation=activation, gate_activation=gate_activation,
+                         init_inner=init_inner, forget_bias=forget_bias)

@@ -1,4 +1,5 @@
-"""The pre-norm transformer block on sequences (N, T, d)."""
+"""The transformer block (pre-norm or post-norm) on sequences (N, T, d)."""
+from ..initializers import Constant
 from ..transforms.activation import Gelu
 from .activation import Activation, Dropout
 from .attention import MultiHeadAttention
@@ -6,56 +7,69 @@ from .containers import Affine
 from .decode import DecodeState, decode, init_decode
 from .layer import Layer
 from .layernorm import LayerNorm
-from .linear import Bias
+from .linear import Bias, Linear
 
 
 class TransformerBlock(Layer):
-    """A pre-norm transformer block (GPT-2 style) on x (N, T, d_model):
+    """A transformer block on x (N, T, d_model), pre-norm (GPT-2 style, the default) or, with
+    ``norm="post"``, post-norm (BERT style):
 
-        r = x + drop(attn(ln1(x)))
-        y = r + drop(fc2(gelu(fc1(ln2(r)))))
+        pre:  r = x + drop(attn(ln1(x)))        y = r + drop(fc2(gelu(fc1(ln2(r)))))
+        post: r = ln1(x + drop(attn(x)))        y = ln2(r + drop(fc2(gelu(fc1(r)))))
 
     Sub-layers, named ``<block name>.<sub-layer>``: ``ln1``, ``attn`` (MultiHeadAttention,
     ``heads`` heads, causal by default), ``ln2``, ``fc1`` (Affine: W (d, mlp_ratio*d), b),
     ``gelu``, ``fc2`` (Affine: W (mlp_ratio*d, d), b); so parameters are e.g.
     ``block0.fc1.W``.  GELU is the exact erf form, or ``gelu="tanh"`` for the tanh
     approximation.  ``dropout`` applies to the attention weights and to both residual
-    branches while training.
+    branches while training.  ``eps`` is the layer norms' epsilon (BERT: 1e-12);
+    ``bias=False`` builds every projection and layer norm without a bias (nanoGPT's
+    ``bias=False``).
 
     Pluggable sub-layers: ``attention`` replaces the default attention (e.g. a
     ``BlockSparseAttention``; YAML ``attention: {type: BlockSparseAttention, config: ...}``),
-    ``fc1`` / ``fc2`` the default Affines (each a compound of a core layer and a Bias, e.g.
-    ``BlockSparseAffine``; fc1 gives mlp_ratio*d_model features, fc2 d_model).
+    ``fc1`` / ``fc2`` the default Affines (each a core layer, optionally followed by a Bias,
+    e.g. ``BlockSparseAffine``; fc1 gives the hidden features, fc2 d_model).
     """
 
     def __init__(self, d_model, heads, mlp_ratio=4, causal=True, dropout=0.0, gelu="none",
-                 init=None, attention=None, fc1=None, fc2=None, name=None):
+                 init=None, attention=None, fc1=None, fc2=None, norm="pre", eps=1e-5,
+                 bias=True, name=None):
         super().__init__(name)
         if not isinstance(mlp_ratio, int) or mlp_ratio < 1:
             raise ValueError(f"TransformerBlock: mlp_ratio must be a positive int, got "
                              f"{mlp_ratio!r}")
-        self.d_model = d_model
-        self.ln1 = LayerNorm()
+        if norm not in ("pre", "post"):
+            raise ValueError(f"TransformerBlock: norm must be 'pre' or 'post', got {norm!r}")
+        if not isinstance(bias, bool):
+            raise ValueError(f"TransformerBlock: bias must be true or false, got {bias!r}")
+        self.d_model, self.norm = d_model, norm
+        fc_bias = Constant(0.0) if bias else None
+        self.ln1 = LayerNorm(eps, bias=bias)
         self.attn = attention if attention is not None else \
-            MultiHeadAttention(d_model, heads, causal=causal, dropout=dropout, init=init)
-        self.ln2 = LayerNorm()
-        self.fc1 = fc1 if fc1 is not None else Affine(mlp_ratio * d_model, init=init)
+            MultiHeadAttention(d_model, heads, causal=causal, dropout=dropout, init=init,
+                               bias=bias)
+        self.ln2 = LayerNorm(eps, bias=bias)
+        self.fc1 = fc1 if fc1 is not None else Affine(mlp_ratio * d_model, init=init,
+                                                      bias=fc_bias)
         self.gelu = Activation(Gelu(gelu))
-        self.fc2 = fc2 if fc2 is not None else Affine(d_model, init=init)
+        self.fc2 = fc2 if fc2 is not None else Affine(d_model, init=init, bias=fc_bias)
         for what, layer in (("attention", self.attn), ("fc1", self.fc1), ("fc2", self.fc2)):
             if not isinstance(layer, Layer):
                 raise TypeError(f"TransformerBlock: {what} must be a neonlite layer, got "
                                 f"{type(layer).__name__}")
         for what, layer in (("fc1", self.fc1), ("fc2", self.fc2)):
-            if len(getattr(layer, "layers", ())) != 2 or not isinstance(layer.layers[1], Bias):
-                raise TypeError(f"TransformerBlock: {what} must be a core layer + Bias compound "
-                                f"(an Affine or BlockSparseAffine without activation), got "
-                                f"{layer!r}")
+            parts = getattr(layer, "layers", ())
+            if not 1 <= len(parts) <= 2 or (len(parts) == 2 and not isinstance(parts[1], Bias)):
+                raise TypeError(f"TransformerBlock: {what} must be a core layer + optional Bias "
+                                f"compound (an Affine or BlockSparseAffine without activation), "
+                                f"got {layer!r}")
         self.drop1 = Dropout(1.0 - dropout) if dropout else None
         self.drop2 = Dropout(1.0 - dropout) if dropout else None
-        self.sublayers = [layer for layer in (self.ln1, self.attn, self.drop1, self.ln2,
-                                              self.fc1, self.gelu, self.fc2, self.drop2)
-                          if layer is not None]
+        order = (self.ln1, self.attn, self.drop1, self.ln2, self.fc1, self.gelu, self.fc2,
+                 self.drop2) if norm == "pre" else \
+            (self.attn, self.drop1, self.ln1, self.fc1, self.gelu, self.fc2, self.drop2, self.ln2)
+        self.sublayers = [layer for layer in order if layer is not None]
 
     def name_children(self):
         for attr in ("ln1", "attn", "drop1", "ln2", "fc1", "gelu", "fc2", "drop2"):
@@ -69,7 +83,7 @@ class TransformerBlock(Layer):
             raise self.shape_error(f"a sequence (T, {self.d_model})")
         shape, prev = in_shape, self.prev_name
         for layer in self.sublayers:
-            if layer is self.ln2:
+            if layer is self.ln2 and self.norm == "pre":
                 shape, prev = in_shape, f"{self.name} (first residual)"
             shape = layer.configure(shape, prev)
             prev = layer.name
@@ -78,10 +92,12 @@ class TransformerBlock(Layer):
     def allocate(self):
         be = self.be
         for layer in self.sublayers:
-            layer.set_needs_deltas(layer is not self.ln1 or self.needs_deltas)
+            layer.set_needs_deltas(layer is not self.sublayers[0] or self.needs_deltas)
             layer.allocate()
         shape = (be.bsz,) + self.in_shape
-        self.outputs = be.zeros(shape)
+        # post-norm: the block's output is ln2's; ``outputs`` is that buffer, ``sum2`` ln2's input
+        self.outputs = be.zeros(shape) if self.norm == "pre" else self.ln2.outputs
+        self.sum2 = be.zeros(shape) if self.norm == "post" else None
         self.resid, self.dresid = be.zeros(shape), be.zeros(shape)
         self.deltas = be.zeros(shape) if self.needs_deltas else None
 
@@ -89,44 +105,83 @@ class TransformerBlock(Layer):
         self.needs_deltas = needed
 
     def fprop(self, x, inference=False):
+        if self.norm == "post":
+            return self._fprop_post(x, inference)
         a = self.attn.fprop(self.ln1.fprop(x, inference), inference)
         if self.drop1 is not None:
             a = self.drop1.fprop(a, inference)
-        self.resid[:] = x + a
-        g = self._fc1_gelu(self.ln2.fprop(self.resid, inference), inference)
-        if self.drop2 is None:  # fc2's bias and the residual add in one pass
-            linear, bias = self.fc2.layers
+        g = self._fc1_gelu(self.ln2.fprop_joined(x, a, self.resid), inference)
+        linear, bias = _core_and_bias(self.fc2)
+        if self.drop2 is None and bias is not None:  # the residual plus fc2's bias in one pass
+            if isinstance(linear, Linear):  # and fc2's GEMM onto them
+                self.outputs[:] = self.resid + bias.b.value
+                return linear.fprop_into(g, self.outputs, beta=1.0)
             self.outputs[:] = self.resid + linear.fprop(g, inference) + bias.b.value
             return self.outputs
-        m = self.drop2.fprop(self.fc2.fprop(g, inference), inference)
+        m = self.fc2.fprop(g, inference)
+        if self.drop2 is not None:
+            m = self.drop2.fprop(m, inference)
         self.outputs[:] = self.resid + m
         return self.outputs
 
+    def _fprop_post(self, x, inference):
+        """r = ln1(x + drop(attn(x))), y = ln2(r + drop(fc2(gelu(fc1(r))))); ``resid`` holds
+        x + drop(attn(x)), ``sum2`` r + drop(mlp), ``outputs`` (ln2's buffer) y."""
+        a = self.attn.fprop(x, inference)
+        if self.drop1 is not None:
+            a = self.drop1.fprop(a, inference)
+        self.resid[:] = x + a
+        r = self.ln1.fprop(self.resid, inference)
+        g = self._fc1_gelu(r, inference)
+        linear, bias = _core_and_bias(self.fc2)
+        if self.drop2 is None and bias is not None:  # fc2's bias and the residual in one pass
+            self.sum2[:] = r + linear.fprop(g, inference) + bias.b.value
+        else:
+            m = self.fc2.fprop(g, inference)
+            if self.drop2 is not None:
+                m = self.drop2.fprop(m, inference)
+            self.sum2[:] = r + m
+        return self.ln2.fprop(self.sum2, inference)
+
     def bprop(self, error):
+        if self.norm == "post":
+            return self._bprop_post(error)
         e = self.drop2.bprop(error) if self.drop2 is not None else error
-        e = self.ln2.bprop(self._fc1_gelu_bprop(self.fc2.bprop(e)))
-        self.dresid[:] = error + e
+        self.ln2.bprop_into(self._fc1_gelu_bprop(self.fc2.bprop(e)), self.dresid, error)
         e = self.drop1.bprop(self.dresid) if self.drop1 is not None else self.dresid
         e = self.attn.bprop(e)
         if not self.needs_deltas:
             self.ln1.bprop(e)
             return None
-        self.deltas[:] = self.dresid + self.ln1.bprop(e)
+        return self.ln1.bprop_into(e, self.deltas, self.dresid)
+
+    def _bprop_post(self, error):
+        e_sum2 = self.ln2.bprop(error)
+        e = self.drop2.bprop(e_sum2) if self.drop2 is not None else e_sum2
+        self.dresid[:] = e_sum2 + self._fc1_gelu_bprop(self.fc2.bprop(e))
+        e_sum1 = self.ln1.bprop(self.dresid)
+        e = self.drop1.bprop(e_sum1) if self.drop1 is not None else e_sum1
+        e = self.attn.bprop(e)
+        if not self.needs_deltas:
+            return None
+        self.deltas[:] = e_sum1 + e
         return self.deltas
 
     def _fc1_gelu(self, h, inference):
         """gelu(fc1(h)) with fc1's bias added inside the GELU pass: the GEMM's output
-        (N, T, mlp_ratio*d) becomes the pre-activation in place, kept for bprop."""
-        linear, bias = self.fc1.layers
+        (N, T, hidden) becomes the pre-activation in place, kept for bprop."""
+        linear, bias = _core_and_bias(self.fc1)
         z = linear.fprop(h, inference)
-        self.be.gelu(z, self.gelu.outputs, bias.b.value, z, self.gelu.transform.approximate)
+        self.be.gelu(z, self.gelu.outputs, None if bias is None else bias.b.value,
+                     None if bias is None else z, self.gelu.transform.approximate)
         self.gelu.x = z
         return self.gelu.outputs
 
     def _fc1_gelu_bprop(self, e):
         """The error for fc1's input; the GELU's gradient and fc1's bias gradient in one pass."""
-        linear, bias = self.fc1.layers
-        self.be.gelu_bprop(self.gelu.x, e, self.gelu.deltas, bias.b.grad,
+        linear, bias = _core_and_bias(self.fc1)
+        self.be.gelu_bprop(self.gelu.x, e, self.gelu.deltas,
+                           None if bias is None else bias.b.grad,
                            self.gelu.transform.approximate, self.gelu.outputs)
         return linear.bprop(self.gelu.deltas)
 
@@ -148,9 +203,21 @@ class TransformerBlock(Layer):
     def decode(self, x, state):
         """x (B, 1, d_model) -> (B, 1, d_model), extending the attention's key/value cache."""
         ln1, attn, ln2, fc1, gelu, fc2 = state.children
+        if self.norm == "post":
+            state.resid[:] = x + decode(self.attn, x, attn)
+            r = decode(self.ln1, state.resid, ln1)
+            m = decode(self.fc2, decode(self.gelu, decode(self.fc1, r, fc1), gelu), fc2)
+            state.out[:] = r + m
+            return decode(self.ln2, state.out, ln2)
         a = decode(self.attn, decode(self.ln1, x, ln1), attn)
         state.resid[:] = x + a
         h = decode(self.ln2, state.resid, ln2)
         m = decode(self.fc2, decode(self.gelu, decode(self.fc1, h, fc1), gelu), fc2)
         state.out[:] = state.resid + m
         return state.out
+
+
+def _core_and_bias(compound):
+    """(core layer, its Bias or None) of an fc1/fc2 compound."""
+    parts = compound.layers
+    return parts[0], (parts[1] if len(parts) == 2 else None)

@@ -275,9 +275,20 @@ class EarlyStopping(Callback):
 class ResetState(Callback):
     """Returns every stateful recurrent layer to its initial state at the start of each epoch
     (truncated backpropagation through time carries the state between the minibatches of an
-    epoch, not from one epoch's end into the next one's start)."""
+    epoch, not from one epoch's end into the next one's start).  An epoch resumed from a
+    checkpoint written inside it (``model.batch_index`` > 0 when training begins) keeps the
+    state the checkpoint restored."""
+
+    resumed_epoch = None
+
+    def on_train_begin(self, dataset, num_epochs):
+        self.resumed_epoch = self.model.epoch_index if getattr(self.model, "batch_index", 0) \
+            else None
 
     def on_epoch_begin(self, epoch):
+        if epoch == self.resumed_epoch:
+            self.resumed_epoch = None
+            return
         for leaf in self.model.layers.leaves():
             if getattr(leaf, "stateful", False):
                 leaf.reset_state()

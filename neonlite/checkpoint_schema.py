@@ -22,7 +22,11 @@ Schema (format version 2; version 1 is the same without the ``crc32`` attributes
 * ``/progress``: ``epoch_index`` and ``step_index`` integers >= 0; ``in_shape`` 1 to 4
   positive integers whose product is at most :data:`MAX_EXAMPLE_VALUES`;
 * ``/rng``: ``host`` a numpy bit generator state that the named generator accepts;
-  ``device`` absent, such a state, or ``{generator: philox4x32_10, seed, counter}``.
+  ``device`` absent, such a state, or ``{generator: philox4x32_10, seed, counter}``;
+* ``/layer_states`` (optional; absent in files written before it existed): one dataset
+  ``<layer name>.<state>`` per state a stateful recurrent layer carries to its next minibatch
+  (``lstm0.h``, ``lstm0.c``), (batch, units), real floating-point, with ``crc32``; when
+  resuming, the names and shapes must be the model's.
 """
 import math
 import zlib
@@ -144,6 +148,18 @@ def check_states(states, crcs, params, version):
                                   f"{params[name].shape}")
 
 
+def check_layer_states(states, crcs, version):
+    """The carried states of stateful layers: ``{"<layer>.<state>": (batch, units)}``."""
+    for name, value in states.items():
+        what = f"/layer_states/{name}"
+        if "." not in name:
+            raise SchemaError(f"{what}: expected a name '<layer>.<state>'")
+        check_array(value, what, crcs[name], version)
+        if value.ndim != 2 or 0 in value.shape:
+            raise SchemaError(f"{what}: expected a (batch, units) array, got shape "
+                              f"{value.shape}")
+
+
 def check_progress(epoch_index, step_index, in_shape):
     epoch = _integer(epoch_index, "/progress epoch_index", 0)
     step = _integer(step_index, "/progress step_index", 0)
@@ -186,6 +202,7 @@ def validate(raw, version):
     check_params(raw["names"], raw["params"], raw["crcs"], version)
     check_optimizer_state(raw["optimizer_state"])
     check_states(raw["states"], raw["state_crcs"], raw["params"], version)
+    check_layer_states(raw["layer_states"], raw["layer_state_crcs"], version)
     epoch, step, in_shape = check_progress(raw["epoch_index"], raw["step_index"],
                                            raw["in_shape"])
     batch = _integer(raw["batch_index"], "/progress batch_index", 0)
@@ -197,6 +214,7 @@ def validate(raw, version):
         raise SchemaError("/rng epoch_start: missing, but /progress batch_index is "
                           f"{batch} (a checkpoint written inside an epoch needs it)")
     return dict(config=raw["config"], params=raw["params"], states=raw["states"],
-                optimizer_state=raw["optimizer_state"], epoch_index=epoch, step_index=step,
+                optimizer_state=raw["optimizer_state"], layer_states=raw["layer_states"],
+                epoch_index=epoch, step_index=step,
                 batch_index=batch, epoch_rng=raw["epoch_rng"], in_shape=in_shape,
                 rng={"host": raw["rng_host"], "device": raw["rng_device"]})

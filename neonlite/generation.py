@@ -34,8 +34,10 @@ def generate(model, vocab=None, prompt="\n", n=100, temperature=1.0, top_k=None,
     Arguments:
         model: an initialized :class:`~neonlite.Model` (ids (T,) -> probabilities (T, vocab)).
         vocab: a :class:`~neonlite.data.Vocabulary`, something with a ``.vocab`` (a
-            TextCorpus), a string of the characters, or None for the vocabulary recorded in
-            the model's Embedding (``Embedding.set_vocabulary``, saved in checkpoints).
+            TextCorpus), a string of the characters, a subword
+            :class:`~neonlite.text.Tokenizer` (a BPE GPT-2 model's; ``n`` then counts
+            tokens), or None for the vocabulary recorded in the model's Embedding
+            (``Embedding.set_vocabulary``, saved in checkpoints).
         prompt (str): at least one character, every one in the vocabulary.
         temperature (float >= 0): logits are divided by it before the softmax; 0 takes the
             most probable character every time (greedy decoding, the same for every seed).
@@ -91,12 +93,38 @@ def _vocabulary(model, vocab):
         vocab = Vocabulary(chars)
     elif isinstance(vocab, str):
         vocab = Vocabulary(vocab)
+    elif hasattr(vocab, "encode_batch"):
+        return _SubwordVocabulary(vocab, embedding)
     elif not isinstance(vocab, Vocabulary):
         vocab = vocab.vocab
     if len(vocab) != embedding.vocab:
         raise GenerationError(f"generate: the vocabulary has {len(vocab)} characters but layer "
                          f"'{embedding.name}' embeds {embedding.vocab} tokens")
     return vocab
+
+
+class _SubwordVocabulary:
+    """A :class:`~neonlite.text.Tokenizer` with the ``encode(text, what)`` / ``decode`` /
+    ``len`` that :func:`generate` uses; its ids must fit the model's embedding (a model may
+    embed more ids than the tokenizer makes, never fewer)."""
+
+    def __init__(self, tokenizer, embedding):
+        if tokenizer.vocab_size > embedding.vocab:
+            raise GenerationError(f"generate: the tokenizer makes {tokenizer.vocab_size} ids "
+                                  f"but layer '{embedding.name}' embeds {embedding.vocab}")
+        self.tokenizer, self.size = tokenizer, embedding.vocab
+
+    def __len__(self):
+        return self.size
+
+    def encode(self, text, what):
+        ids = self.tokenizer.encode(text)
+        if not ids:
+            raise DataError(f"{what} gives no tokens")
+        return ids
+
+    def decode(self, ids):
+        return self.tokenizer.decode(ids)
 
 
 def _sample(logits, temperature, top_k, rng):

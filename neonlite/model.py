@@ -8,6 +8,7 @@ from .backends import get_backend
 from .layers.containers import CompoundLayer, MergeSum, Sequential
 from .layer_names import check_layer_names, check_tensor_names
 from .layers.layer import ShapeError
+from .layers.shared import share_padding_masks, tie_layers
 from .memory_check import check_outputs_fit
 from .optimizers.arena import ParameterArena, build_arena
 
@@ -25,6 +26,7 @@ class Model:
             layers if isinstance(layers, (list, tuple)) else [layers])
         self.layers.name_children()
         check_layer_names(self.layers.leaves())
+        tie_layers(self.layers.leaves())
         self.name = name
         self.in_shape = None
         self.cost = None
@@ -65,6 +67,7 @@ class Model:
         self.out_shape = out_shape
         self.layers.set_needs_deltas(False)
         self.layers.allocate()
+        share_padding_masks(self.layers.leaves())
         check_tensor_names(self.layers.leaves())
 
         self.arena = build_arena(be, self.parameters())

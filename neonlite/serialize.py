@@ -15,6 +15,9 @@ Layout (format version :data:`FORMAT_VERSION`)::
     /progress         attrs epoch_index, step_index, in_shape, and batch_index (the batches of
                       epoch ``epoch_index`` already trained: > 0 for a checkpoint written when
                       a run was interrupted inside an epoch; absent means 0)
+    /layer_states/<layer>.<state>   the state each stateful recurrent layer carries to its
+                      next minibatch (``lstm0.h``, ``lstm0.c``: (batch, units)), attr
+                      ``crc32``; absent in older files and for models without stateful layers
     /rng              attrs ``host`` (the backend's host RNG, JSON) and ``device`` (the
                       backend's device RNG where it has one, JSON); with batch_index > 0
                       also ``epoch_start`` (the host RNG when the epoch began: resuming
@@ -44,7 +47,8 @@ class CheckpointError(ValueError):
 class Checkpoint:
     """What :func:`read_checkpoint` found: ``config`` (dict), ``params`` (OrderedDict
     name -> ndarray), ``states`` ({param name: {key: ndarray}}), ``optimizer_state`` (dict or
-    None), ``epoch_index``, ``step_index``, ``batch_index``, ``in_shape``
+    None), ``layer_states`` ({"<layer>.<state>": ndarray}, empty when the file has none),
+    ``epoch_index``, ``step_index``, ``batch_index``, ``in_shape``
     (tuple), ``rng`` ({"host": state, "device": state or None}), ``epoch_rng`` (host RNG
     state at the start of a partly trained epoch, or None)."""
 
@@ -58,7 +62,9 @@ class Checkpoint:
         from .finite import first_nonfinite
         states = ((f"{name}/{key}", value) for name, keys in self.states.items()
                   for key, value in keys.items())
-        return first_nonfinite(self.params.items()) or first_nonfinite(states)
+        carried = ((f"/layer_states/{name}", value) for name, value in self.layer_states.items())
+        return first_nonfinite(self.params.items()) or first_nonfinite(states) or \
+            first_nonfinite(carried)
 
 
 class NonFiniteWarning(UserWarning):
@@ -92,6 +98,7 @@ def save_checkpoint(path, model, optimizer=None, config=None):
         f.create_dataset("config", data=text, dtype=h5py.string_dtype())
         _write_params(f, params)
         _write_optimizer(f, model, optimizer)
+        _write_layer_states(f, model)
         progress = f.create_group("progress")
         progress.attrs["epoch_index"] = int(model.epoch_index)
         progress.attrs["step_index"] = int(model.step_index)
@@ -140,6 +147,20 @@ def _write_optimizer(f, model, optimizer):
             sub = states.create_group(param.name)
             for key, tensor in param.states.items():
                 _write_array(sub, key, tensor.get())
+
+
+def carried_states(model):
+    """``{"<layer>.<state>": tensor}`` of every stateful layer of ``model`` (in model order)."""
+    return OrderedDict((f"{leaf.name}.{key}", tensor) for leaf in model.layers.leaves()
+                       for key, tensor in getattr(leaf, "carried_states", dict)().items())
+
+
+def _write_layer_states(f, model):
+    states = carried_states(model)
+    if states:
+        group = f.create_group("layer_states")
+        for name, tensor in states.items():
+            _write_array(group, name, tensor.get())
 
 
 def _optimizers(optimizer):
@@ -221,10 +242,14 @@ def _read_raw(f):
     states, state_crcs = {}, {}
     if "states" in opt:
         opt["states"].visititems(lambda name, obj: _collect_state(states, state_crcs, name, obj))
+    carried = f["layer_states"] if "layer_states" in f else {}
+    layer_states = OrderedDict((n, carried[n][()]) for n in carried)
+    layer_state_crcs = {n: carried[n].attrs.get("crc32") for n in carried}
     progress = f["progress"].attrs
     rng = f["rng"].attrs
     return dict(config=text, names=names, params=params, crcs=crcs,
                 optimizer_state=optimizer_state, states=states, state_crcs=state_crcs,
+                layer_states=layer_states, layer_state_crcs=layer_state_crcs,
                 epoch_index=progress["epoch_index"], step_index=progress["step_index"],
                 batch_index=progress.get("batch_index", 0), in_shape=progress["in_shape"],
                 rng_host=json.loads(rng["host"]),
@@ -344,8 +369,33 @@ def restore_training_state(model, optimizer, ckpt):
                                   f"{sorted(entries)}")
         for key, opt in entries.items():
             opt.load_state_dict(ckpt.optimizer_state[key])
+    _restore_layer_states(model, ckpt)
     model.epoch_index, model.step_index = ckpt.epoch_index, ckpt.step_index
     model.batch_index = ckpt.batch_index if ckpt.epoch_rng is not None else 0
     be.rng.bit_generator.state = ckpt.epoch_rng if model.batch_index else ckpt.rng["host"]
     if ckpt.rng["device"] is not None and hasattr(be, "set_device_rng_state"):
         be.set_device_rng_state(ckpt.rng["device"])
+
+
+def _restore_layer_states(model, ckpt):
+    """The stateful layers' carried states from ``ckpt`` (a file without them, written before
+    they were saved, leaves the initial states); CheckpointError when they do not fit."""
+    if not ckpt.layer_states:
+        return
+    wanted = carried_states(model)
+    for name, value in ckpt.layer_states.items():
+        if name not in wanted:
+            raise CheckpointError(f"{ckpt.path}: /layer_states/{name}: this network has no "
+                                  f"stateful layer state of that name (it has "
+                                  f"{sorted(wanted) or 'none'})")
+        if value.shape != wanted[name].shape:
+            raise CheckpointError(f"{ckpt.path}: /layer_states/{name}: the carried state has "
+                                  f"shape {value.shape} (batch, units) but this run's is "
+                                  f"{wanted[name].shape}; resume with the batch size the "
+                                  f"checkpoint was trained with ({value.shape[0]})")
+    missing = [name for name in wanted if name not in ckpt.layer_states]
+    if missing:
+        raise CheckpointError(f"{ckpt.path}: /layer_states: no carried state '{missing[0]}' "
+                              f"for this network's stateful layer")
+    for name, value in ckpt.layer_states.items():
+        wanted[name].set(value.astype(wanted[name].dtype, copy=False))

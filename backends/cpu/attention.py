@@ -21,6 +21,28 @@ BACKWARD_ITEMS = 16
 MAX_GROUPS = 8
 
 
+def key_groups(col_ptr, table_heads, nkb, groups):
+    """int32 (group_ptr (table_heads*groups + 1), group_cols): the key blocks of each table
+    head dealt to ``groups`` groups of about equal work, by the number of query blocks that
+    visit each (``col_ptr``), the most visited first, each to the least loaded group (ties:
+    the lowest group); each group lists its blocks in increasing order.  A layout whose visits
+    crowd into some columns (a strided layout) so spreads them over the groups, which a
+    round-robin deal (block c to group c % groups) does not."""
+    counts = np.diff(col_ptr).reshape(table_heads, nkb)
+    ptr, cols = [0], []
+    for t in range(table_heads):
+        load, members = np.zeros(groups), [[] for _ in range(groups)]
+        # +1: a block nobody visits still costs its zeroing
+        for c in sorted(range(nkb), key=lambda c: (-counts[t, c], c)):
+            g = int(np.argmin(load))
+            members[g].append(c)
+            load[g] += counts[t, c] + 1
+        for m in members:
+            cols += sorted(m)
+            ptr.append(len(cols))
+    return np.array(ptr, dtype=np.int32), np.array(cols, dtype=np.int32)
+
+
 class CPUAttentionMixin:
     """``Backend.attention`` / ``attention_bprop`` for the CPU backend (mixed into
     ``CPUBackend``; uses its ``kernels`` and ``_attention_plain``, the visit tables of
@@ -43,6 +65,16 @@ class CPUAttentionMixin:
             nqb, nkb = -(-Tq // TILE), -(-Tk // TILE)
             found = store[key] = (TILE, TILE, 1, visit_tables(np.ones((1, nqb, nkb)), Tq, Tk,
                                                               TILE, TILE, causal))
+        return found
+
+    def _key_groups(self, col_ptr, table_heads, nkb, groups, blocks, shape):
+        """:func:`key_groups` of a table, made once (kept beside the tables)."""
+        store = blocks.cache if blocks is not None else \
+            self._attention_plain
+        key = ("cpu groups", groups) + shape
+        found = store.get(key)
+        if found is None:
+            found = store[key] = key_groups(col_ptr, table_heads, nkb, groups)
         return found
 
     def _attention_module(self, blocks, *arrays):
@@ -94,18 +126,18 @@ class CPUAttentionMixin:
         arrays = [q._ary, k._ary, v._ary, out._ary, lse._ary]
         mask = self._mask_array(key_mask, q.dtype)
         module = self._attention_module(blocks, *arrays)
-        if module is None or not all(_rows_contiguous(a) for a in arrays[:4]) \
-                or not lse._ary.flags.c_contiguous:
+        strides = _slice_strides(arrays[:4], heads)
+        if module is None or strides is None or not lse._ary.flags.c_contiguous:
             numpy_attention.attention(*arrays, scale, causal, mask, dropout, blocks, heads)
             return out
-        B, Tq, dk = q.shape
-        Tk, dv = k.shape[1], v.shape[2]
+        B, Tq = lse.shape
+        Tk, dk, dv = k.shape[1], q.shape[-1], v.shape[-1]
         bq, bk, table_heads, (row_ptr, cols, _, _) = self._attention_tables(Tq, Tk, causal,
                                                                             blocks)
-        ffi, it = module.ffi, q._ary.itemsize
+        ffi = module.ffi
         ptr = lambda a: ffi.cast("real *", a.ctypes.data)  # noqa: E731
         module.lib.fa_fprop(*(ptr(a) for a in arrays), B, heads, Tq, Tk, dk, dv,
-                            *(a.strides[0] // it for a in arrays[:4]), float(scale),
+                            ffi.from_buffer("int64_t[]", strides), float(scale),
                             bool(causal), ffi.NULL if mask is None else ptr(mask), bq, bk,
                             ffi.from_buffer("int32_t[]", row_ptr),
                             ffi.from_buffer("int32_t[]", cols), table_heads,
@@ -118,33 +150,53 @@ class CPUAttentionMixin:
         arrays = [t._ary for t in (q, k, v, out, lse, dout, dq, dk, dv)]
         mask = self._mask_array(key_mask, q.dtype)
         module = self._attention_module(blocks, *arrays)
-        if module is None or not all(a.flags.c_contiguous for a in arrays):
+        strides = _slice_strides(arrays[:4] + arrays[5:], heads)
+        if module is None or strides is None or not arrays[4].flags.c_contiguous:
             numpy_attention.attention_bprop(*arrays, scale, causal, mask, dropout, blocks, heads)
             return dq
-        B, Tq, dkw = q.shape
-        Tk, dvw = k.shape[1], v.shape[2]
+        B, Tq = lse.shape
+        Tk, dkw, dvw = k.shape[1], q.shape[-1], v.shape[-1]
         bq, bk, table_heads, (_, _, col_ptr, rows) = self._attention_tables(Tq, Tk, causal,
                                                                             blocks)
+        groups = min(-(-Tk // bk), MAX_GROUPS, max(1, -(-BACKWARD_ITEMS // B)))
+        group_ptr, group_cols = self._key_groups(col_ptr, table_heads, -(-Tk // bk), groups,
+                                                 blocks, (Tq, Tk, bool(causal)))
         ffi = module.ffi
         ptr = lambda a: ffi.cast("real *", a.ctypes.data)  # noqa: E731
-        groups = min(-(-Tk // bk), MAX_GROUPS, max(1, -(-BACKWARD_ITEMS // B)))
         parts = ffi.NULL if groups == 1 else \
             ptr(self._attention_buffer("fa_dq_parts", q._ary.dtype, (groups - 1) * q.size))
-        module.lib.fa_bprop(*(ptr(a) for a in arrays), B, heads, Tq, Tk, dkw, dvw, float(scale),
+        module.lib.fa_bprop(*(ptr(a) for a in arrays), B, heads, Tq, Tk, dkw, dvw,
+                            ffi.from_buffer("int64_t[]", strides), float(scale),
                             bool(causal), ffi.NULL if mask is None else ptr(mask), bq, bk,
                             ffi.from_buffer("int32_t[]", col_ptr),
                             ffi.from_buffer("int32_t[]", rows), table_heads,
-                            *self._dropout_args(dropout), groups, parts,
+                            *self._dropout_args(dropout), groups,
+                            ffi.from_buffer("int32_t[]", group_ptr),
+                            ffi.from_buffer("int32_t[]", group_cols), parts,
+                            ptr(self._attention_buffer("fa_drows", q._ary.dtype, B * Tq)),
                             self._attention_work(module, q, dkw, dvw))
         return dq
 
 
-def _rows_contiguous(a):
-    """(B, T, d) with contiguous rows of a contiguous (T, d) per slice (the slice stride free:
-    a window of a longer key/value cache)."""
-    it = a.itemsize
-    return a.ndim == 3 and a.strides[2] == it and a.strides[1] == a.shape[2] * it \
-        and a.strides[0] % it == 0 and a.strides[0] >= 0
+def _slice_strides(arrays, heads):
+    """The kernels' (example, head, row) strides in elements of each array, int64 (3 per
+    array), or None when one has rows the kernels cannot walk.  Head-major (B, T, d): the
+    slice stride s0 gives example H*s0 and head s0 (s0 free: a window of a longer key/value
+    cache); token-major (N, T, heads, d): example, row and head strides as they are.  Rows
+    must be contiguous and the strides non-negative."""
+    out = []
+    for a in arrays:
+        it = a.itemsize
+        if a.strides[-1] != it or any(s < 0 or s % it for s in a.strides):
+            return None
+        s = [x // it for x in a.strides]
+        if a.ndim == 3:
+            out += [heads * s[0], s[0], s[1]]
+        elif a.ndim == 4:
+            out += [s[0], s[2], s[1]]
+        else:
+            return None
+    return np.array(out, dtype=np.int64)
 
 
 __all__ = ["AttentionBlocks", "CPUAttentionMixin", "visit_tables"]

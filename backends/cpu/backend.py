@@ -28,6 +28,7 @@ from .rows import CPURowOps
 from .softmax import CPUSoftmaxOps
 from .tensor import CPUTensor, aligned_empty
 from .threads import set_cpu_threads
+from .ufunc import run_ufuncs
 
 
 class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, CPURowOps,
@@ -57,9 +58,22 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
 
     def _evaluate(self, out, value):
         """out (ndarray)[...] = value (op-tree, tensor, array or scalar)."""
-        if not (isinstance(value, OpNode) and self._machine.run(out, value)):
+        if not (isinstance(value, OpNode) and (
+                run_ufuncs(out, value, lambda node: self._machine.leading_sum(node, out.dtype))
+                or self._leading_sum_into(out, value) or self._machine.run(out, value))):
             evaluate(out, value)
         return out
+
+    def _leading_sum_into(self, out, tree):
+        """out[...] = sum(t, axis=leading axes) (a bias gradient at the root of a tree) by the
+        machine's column sum; False when it does not take the tree."""
+        if tree.op != "sum" or out.dtype not in (np.float32, np.float64):
+            return False
+        total = self._machine.leading_sum(tree, out.dtype)
+        if total is None or total.size != out.size:
+            return False
+        np.copyto(out, total.reshape(out.shape))
+        return True
 
     def execute_multi(self, assignments):
         pairs = [(out._ary, tree) for out, tree in assignments]

@@ -208,9 +208,15 @@ class CPUBlasOps:
 
 
 def gemm_into(c, a, b, alpha, beta, scratch, matmul):
-    """c = alpha * a @ b + beta * c, the product by ``matmul(a, b, out)``; with beta != 0 the
-    product goes through a buffer kept in ``scratch`` (keyed by shape and dtype), so repeated
-    calls allocate nothing."""
+    """c = alpha * a @ b + beta * c, the product by ``matmul(a, b, out)``: in one call where the
+    GEMM takes the scales (``matmul_scaled`` of MKL, c not overlapping a or b); else, with
+    beta != 0, the product goes through a buffer kept in ``scratch`` (keyed by shape and dtype),
+    so repeated calls allocate nothing."""
+    scaled = getattr(getattr(matmul, "__self__", None), "matmul_scaled", None)
+    if scaled is not None and (beta == 0.0 or not (
+            np.may_share_memory(c, a) or np.may_share_memory(c, b))):
+        if scaled(a, b, c, alpha, beta):
+            return
     if beta == 0.0:
         matmul(a, b, c)
         if alpha != 1.0:

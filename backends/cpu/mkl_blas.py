@@ -31,6 +31,7 @@ import numpy as np
 from .blas import TINY_MACS, WayTuner
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_B_MATRIX = 162
 _CDEF = """
 int MKL_Set_Num_Threads_Local(int);
 void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *, int,
@@ -40,6 +41,14 @@ void cblas_dgemm(int, int, int, int, int, int, double, const double *, int, cons
 void cblas_sgemm_batch_strided(int, int, int, int, int, int, float, const float *, int,
                                long long, const float *, int, long long, float, float *, int,
                                long long, int);
+size_t cblas_sgemm_pack_get_size(int, int, int, int);
+size_t cblas_dgemm_pack_get_size(int, int, int, int);
+void cblas_sgemm_pack(int, int, int, int, int, int, float, const float *, int, float *);
+void cblas_dgemm_pack(int, int, int, int, int, int, double, const double *, int, double *);
+void cblas_sgemm_compute(int, int, int, int, int, int, const float *, int, const float *, int,
+                         float, float *, int);
+void cblas_dgemm_compute(int, int, int, int, int, int, const double *, int, const double *,
+                         int, double, double *, int);
 void cblas_dgemm_batch_strided(int, int, int, int, int, int, double, const double *, int,
                                long long, const double *, int, long long, double, double *,
                                int, long long, int);
@@ -91,32 +100,71 @@ def _matrix_layout(shape, strides, itemsize):
 
 
 class MKLGemm:
-    """``matmul(a, b, out)`` through MKL (see the module docstring)."""
+    """``matmul(a, b, out)`` through MKL (see the module docstring).
+
+    What a call needs besides the data addresses (the CBLAS function, transpose flags, sizes,
+    leading dimensions and batch strides, or that numpy must do it) depends only on the
+    operands' shapes, strides and dtype; it is worked out the first time a layout is met and
+    kept (``_plans``), so a training loop's GEMMs cost one dictionary look-up each in Python."""
 
     def __init__(self):
         self.ffi, self.lib = load_mkl()
         self.tuner = WayTuner()
+        self._plans = {}
+        self._pointer_types = {np.dtype(np.float32): self.ffi.typeof("float *"),
+                               np.dtype(np.float64): self.ffi.typeof("double *")}
 
     def matmul(self, a, b, out):
+        if not self.matmul_scaled(a, b, out, 1.0, 0.0):
+            np.matmul(a, b, out=out)
+        return out
+
+    def matmul_scaled(self, a, b, out, alpha, beta):
+        """out = alpha * a @ b + beta * out in one MKL call; False, having done nothing, when
+        CBLAS cannot take the operands in place (then ``matmul`` falls back to numpy)."""
+        key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, out.dtype.char,
+               a.dtype.char, b.dtype.char)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(a, b, out)
+        if plan is False:
+            return False
+        if plan == "empty":
+            if beta == 0.0:
+                out[...] = 0
+            elif beta != 1.0:
+                out *= beta
+            return True
         macs = out.size * a.shape[-1]
         if macs < TINY_MACS:
             way = "one"
         else:
-            key = (a.shape, a.strides, b.shape, b.strides, out.dtype.char)
             way = self.tuner.pick(key, lambda: ("one", "all"))
             start = time.perf_counter()
         previous = self.lib.MKL_Set_Num_Threads_Local(1) if way == "one" else None
         try:
-            if not self._call(a, b, out):
-                np.matmul(a, b, out=out)
+            function, args, batched = plan
+            ptr, cast = self._pointer_types[out.dtype], self.ffi.cast
+            pa = cast(ptr, a.__array_interface__["data"][0])
+            pb = cast(ptr, b.__array_interface__["data"][0])
+            pc = cast(ptr, out.__array_interface__["data"][0])
+            if batched:
+                (ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, count) = args
+                function(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, pc,
+                         ldc, sc, count)
+            else:
+                (ta, tb, m, n, k, lda, ldb, ldc) = args
+                function(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc)
         finally:
             if previous is not None:
                 self.lib.MKL_Set_Num_Threads_Local(previous)
         if macs >= TINY_MACS:
             self.tuner.record(key, way, time.perf_counter() - start)
-        return out
+        return True
 
-    def _call(self, a, b, out):
+    def _plan(self, a, b, out):
+        """(CBLAS function, its arguments but the addresses and scales, batched?), "empty" for a
+        product with a zero size, or False when CBLAS cannot take the operands."""
         dtype = out.dtype
         if dtype not in (np.float32, np.float64) or a.dtype != dtype or b.dtype != dtype:
             return False
@@ -134,13 +182,9 @@ class MKLGemm:
             return False
         (m, k), n = a.shape, b.shape[1]
         if 0 in (m, n, k):
-            out[...] = 0
-            return True
+            return "empty"
         gemm = self.lib.cblas_sgemm if out.dtype == np.float32 else self.lib.cblas_dgemm
-        ptr = self._pointer(out.dtype)
-        gemm(_ROW_MAJOR, la[0], lb[0], m, n, k, 1.0, ptr(a), la[1], ptr(b), lb[1], 0.0,
-             ptr(out), lc[1])
-        return True
+        return gemm, (la[0], lb[0], m, n, k, la[1], lb[1], lc[1]), False
 
     def _batched(self, a, b, out):
         it, batch = out.itemsize, out.shape[0]
@@ -161,14 +205,11 @@ class MKLGemm:
             return False
         (m, k), n = sa, sb[1]
         if 0 in (m, n, k, batch):
-            out[...] = 0
-            return True
+            return "empty"
         gemm = (self.lib.cblas_sgemm_batch_strided if out.dtype == np.float32
                 else self.lib.cblas_dgemm_batch_strided)
-        ptr = self._pointer(out.dtype)
-        gemm(_ROW_MAJOR, la[0], lb[0], m, n, k, 1.0, ptr(a), la[1], ba // it, ptr(b), lb[1],
-             bb // it, 0.0, ptr(out), lc[1], out.strides[0] // it, batch)
-        return True
+        return gemm, (la[0], lb[0], m, n, k, la[1], ba // it, lb[1], bb // it, lc[1],
+                      out.strides[0] // it, batch), True
 
     def gemm_address(self, dtype):
         """The address of MKL's row-major ``cblas_sgemm`` (float32) or ``cblas_dgemm``
@@ -177,6 +218,24 @@ class MKLGemm:
             np.dtype(dtype))
         return None if name is None else int(self.ffi.cast("intptr_t", getattr(self.lib, name)))
 
-    def _pointer(self, dtype):
-        ctype = "float *" if dtype == np.float32 else "double *"
-        return lambda x: self.ffi.cast(ctype, x.__array_interface__["data"][0])
+    def packed_gemm(self, dtype):
+        """For C kernels that multiply by the same matrix many times: ``(pack address, compute
+        address, size)`` of MKL's ``cblas_?gemm_pack`` and ``cblas_?gemm_compute`` for float32
+        or float64, where ``size(m, n, k)`` is the elements of the packed B matrix of an
+        (m, k) @ (k, n) product; None for other dtypes or an MKL without them."""
+        prefix = {np.dtype(np.float32): "cblas_s", np.dtype(np.float64): "cblas_d"}.get(
+            np.dtype(dtype))
+        if prefix is None:
+            return None
+        try:
+            pack, compute, size = (getattr(self.lib, f"{prefix}gemm_{name}")
+                                   for name in ("pack", "compute", "pack_get_size"))
+        except AttributeError:
+            return None
+        itemsize = np.dtype(dtype).itemsize
+
+        def elements(m, n, k):
+            return -(-int(size(_B_MATRIX, m, n, k)) // itemsize)
+        return (int(self.ffi.cast("intptr_t", pack)), int(self.ffi.cast("intptr_t", compute)),
+                elements)
+

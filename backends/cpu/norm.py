@@ -70,24 +70,39 @@ class NormKernels:
                                    dy.shape[0], dy.shape[1], beta_acc, mask)
         return True
 
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps):
-        """Layer norm of x (M, D) over its last axis; invstd (M, 1)."""
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps, residual=None, total=None):
+        """Layer norm of x (M, D) over its last axis; invstd (M, 1).  With ``residual`` and
+        ``total`` (M, D): total = x + residual, normalized in x's place."""
         arrays = (x, gamma, beta, y, xhat, invstd)
-        module = self._usable("norm", *arrays)
-        if module is None:
+        joined = () if residual is None else (residual, total)
+        module = self._usable("norm", *arrays, *joined)
+        if module is None or (joined and (
+                residual.shape != x.shape or total.shape != x.shape
+                or residual.dtype != x.dtype or total.dtype != x.dtype
+                or any(np.may_share_memory(total, a) for a in arrays + (residual,)))):
             return False
-        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
+        ffi = module.ffi
+        ptrs = [ffi.from_buffer("real[]", a) for a in arrays + joined]
+        if not joined:
+            ptrs += [ffi.NULL, ffi.NULL]
         module.lib.layernorm_fprop(*ptrs, x.shape[0], x.shape[1], eps)
         return True
 
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
-        """dx (M, D), and dgamma, dbeta (1, D) accumulated into."""
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
+        """dx (M, D) (plus ``residual`` (M, D) when given), and dgamma, dbeta (1, D)
+        accumulated into."""
         arrays = (dy, xhat, invstd, gamma, dx, dgamma, dbeta)
-        module = self._usable("norm", *arrays)
-        if module is None:
+        extra = () if residual is None else (residual,)
+        module = self._usable("norm", *arrays, *extra)
+        if module is None or (residual is not None and (
+                residual.shape != dx.shape or residual.dtype != dx.dtype
+                or any(np.may_share_memory(residual, a) for a in (dy, xhat)))):
             return False
-        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
-        module.lib.layernorm_bprop(*ptrs, self._norm_work(module, dy.dtype, *dy.shape),
+        ffi = module.ffi
+        ptrs = [ffi.from_buffer("real[]", a) for a in arrays]
+        res = ffi.NULL if residual is None else ffi.from_buffer("real[]", residual)
+        module.lib.layernorm_bprop(*ptrs[:4], res, *ptrs[4:],
+                                   self._norm_work(module, dy.dtype, *dy.shape),
                                    dy.shape[0], dy.shape[1])
         return True
 
@@ -126,12 +141,15 @@ class CPUNormOps:
                 arrays = (arrays[0] * (mask > 0),) + arrays[1:]
             reference.batchnorm_bprop(*arrays, beta_acc)
 
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
+                        total=None):
         arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, invstd)))
-        if not self.kernels.layernorm_fprop(*arrays, eps):
-            reference.layernorm_fprop(*arrays, eps)
+        joined = (None, None) if residual is None else (_ary(residual), _ary(total))
+        if not self.kernels.layernorm_fprop(*arrays, eps, *joined):
+            reference.layernorm_fprop(*arrays, eps, *joined)
 
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
         arrays = tuple(map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
-        if not self.kernels.layernorm_bprop(*arrays):
-            reference.layernorm_bprop(*arrays)
+        res = None if residual is None else _ary(residual)
+        if not self.kernels.layernorm_bprop(*arrays, res):
+            reference.layernorm_bprop(*arrays, res)

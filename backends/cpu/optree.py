@@ -247,6 +247,16 @@ class OpTreeMachine:
                                              len(outs), rows, cols, scratch)
         return status == 0
 
+    def leading_sum(self, node, dtype):
+        """The array of ``sum`` node ``node`` over the leading axes of a contiguous tensor of
+        ``dtype``, by the machine's column sum into its kept result (as the first inner
+        reduction of a tree); None when the column sum does not take it."""
+        module = self._kernels.module("optree", dtype)
+        if module is None or node.op != "sum":
+            return None
+        return _column_sum(module, node, dtype,
+                           functools.partial(self._sum_buffers, module, dtype, 0))
+
     def _vm_scratch(self, module, dtype, nregs):
         """The machine's register blocks for a program of ``nregs`` registers: a 1-D array of
         ``optree_scratch_size(nregs)`` elements of ``dtype`` (per OpenMP thread, 256 elements a

@@ -19,7 +19,41 @@ def _rows_contiguous(t):
 
 
 class GPUAttentionMixin:
-    """``Backend.attention`` / ``attention_bprop`` for the GPU backend."""
+    """``Backend.attention`` / ``attention_bprop`` for the GPU backend.  Token-major
+    (N, T, H, d) operands are permuted into head-major staging buffers (made once per shape)
+    around the kernels, which take head-major slices."""
+
+    def _fa_staging(self, tensors, heads):
+        """Head-major stand-ins for the token-major tensors among ``tensors`` (the others as
+        they are), and the (slot, token-major, stand-in) triples."""
+        store = self.__dict__.setdefault("_fa_staged", {})
+        staged, pairs = [], []
+        for slot, t in enumerate(tensors):
+            if len(t.shape) != 4:
+                staged.append(t)
+                continue
+            N, T, H, d = t.shape
+            key = (slot, tuple(t.shape), t.dtype)
+            buf = store.get(key)
+            if buf is None:
+                buf = store[key] = self.zeros((N * H, T, d), dtype=t.dtype)
+            staged.append(buf)
+            pairs.append((slot, t, buf))
+        return staged, pairs
+
+    def _fa_to_heads(self, pairs, written):
+        """The staged inputs (slots not in ``written``) copied into their stand-ins."""
+        for slot, t, buf in pairs:
+            if slot not in written:
+                N, T, H, d = t.shape
+                self.permute_axes(t, buf.reshape(N, H, T, d), (0, 2, 1, 3))
+
+    def _fa_to_tokens(self, pairs, written):
+        """The staged outputs (slots in ``written``) copied back from their stand-ins."""
+        for slot, t, buf in pairs:
+            if slot in written:
+                N, T, H, d = t.shape
+                self.permute_axes(buf.reshape(N, H, T, d), t, (0, 2, 1, 3))
 
     def _fa_tables(self, Tq, Tk, causal, blocks):
         """(table_heads, device row_ptr, cols, col_ptr, rows) at 32-token tiles, or None when
@@ -56,6 +90,12 @@ class GPUAttentionMixin:
     def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
                   blocks=None, heads=1):
         self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
+        (q, k, v, out), pairs = self._fa_staging((q, k, v, out), heads)
+        if pairs:
+            self._fa_to_heads(pairs, (3,))
+            self.attention(q, k, v, out, lse, scale, causal, key_mask, dropout, blocks, heads)
+            self._fa_to_tokens(pairs, (3,))
+            return out
         if not self._fa_usable((q, k, v, out), lse, causal, key_mask, dropout, blocks):
             return super().attention(q, k, v, out, lse, scale, causal, key_mask, dropout, blocks,
                                      heads)
@@ -74,7 +114,14 @@ class GPUAttentionMixin:
     def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
                         key_mask=None, dropout=None, blocks=None, heads=1):
         self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
-        tensors = (q, k, v, out, dout, dq, dk, dv)
+        tensors, pairs = self._fa_staging((q, k, v, out, dout, dq, dk, dv), heads)
+        if pairs:
+            self._fa_to_heads(pairs, (5, 6, 7))
+            self.attention_bprop(*tensors[:4], lse, *tensors[4:], scale, causal, key_mask,
+                                 dropout, blocks, heads)
+            self._fa_to_tokens(pairs, (5, 6, 7))
+            return dq
+        q, k, v, out, dout, dq, dk, dv = tensors
         if not (self._fa_usable(tensors, lse, causal, key_mask, dropout, blocks)
                 and all(t.is_contiguous for t in tensors)):
             return super().attention_bprop(q, k, v, out, lse, dout, dq, dk, dv, scale, causal,

@@ -131,8 +131,12 @@ class GPUNormMixin:
                             sums.ptr, dx.ptr, M, C, np.float32(beta_acc)])
 
     # ---- layer norm ------------------------------------------------------------------------
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5):
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
+                        total=None):
         self._written("layernorm_fprop", y=y, xhat=xhat, invstd=invstd)
+        if residual is not None:
+            total[:] = x + residual
+            x = total
         x, gamma, beta = self._rows_of("layernorm_fprop", x, gamma, beta)
         M, D = x.shape
         func = self.kernel("norm", f"nl_ln_fprop_{x.storage}", "PPPPPPiif")
@@ -140,7 +144,7 @@ class GPUNormMixin:
                            [x.ptr, gamma.ptr, beta.ptr, y.ptr, xhat.ptr, invstd.ptr, M, D,
                             np.float32(eps)])
 
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta):
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
         self._written("layernorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
         dy, xhat, invstd, gamma = self._rows_of("layernorm_bprop", dy, xhat, invstd, gamma)
         M, D = dy.shape
@@ -152,5 +156,7 @@ class GPUNormMixin:
         func = self.kernel("norm", f"nl_colsum_finish_{dy.storage}", "PPPPii")
         self.device.launch(func, *self._elementwise_grid(D),
                            [partial.ptr, sums.ptr, dbeta.ptr, dgamma.ptr, D, plan.splits])
+        if residual is not None:
+            dx[:] = dx + residual
 
     # ---- softmax ---------------------------------------------------------------------------

@@ -55,6 +55,26 @@ class AttentionBlocks:
         return np.broadcast_to(grid, (heads, Tq, Tk)) if grid.shape[0] == 1 else grid
 
 
+class _TokenMajor:
+    """Slice b = n*heads + h of a token-major (N, T, heads, d) array as [b]: the (T, d) view
+    x[n, :, h] (read and assigned through)."""
+
+    def __init__(self, x, heads):
+        self.x, self.heads = x, heads
+
+    def __getitem__(self, b):
+        return self.x[b // self.heads, :, b % self.heads]
+
+    def __setitem__(self, b, value):
+        self.x[b // self.heads, :, b % self.heads] = value
+
+
+def head_slices(x, heads):
+    """x as slices [b] (T, d): head-major (B, T, d) as it is, token-major (N, T, heads, d)
+    (e.g. the (N, T, H, dh) view of a projection's columns) through :class:`_TokenMajor`."""
+    return x if np.ndim(x) == 3 else _TokenMajor(x, heads)
+
+
 def hidden_keys(B, heads, Tq, Tk, causal, key_mask, blocks, b):
     """The (Tq, Tk) boolean mask of keys hidden from the queries of slice b (or None)."""
     hidden = None
@@ -103,9 +123,11 @@ def attention(q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=Non
     """out (B, Tq, dv) = dropout(softmax(scale q k^T + masks)) v, lse (B, Tq) the log of each
     row's softmax denominator (including the scale; -inf where every key is hidden).
     q (B, Tq, dk), k (B, Tk, dk), v (B, Tk, dv): B = N*heads slices, slice b of example
-    b // heads.  See ``Backend.attention`` for the masks."""
-    B, Tq, _ = q.shape
+    b // heads; each of q, k, v, out may instead be token-major (N, T, heads, d).  See
+    ``Backend.attention`` for the masks."""
+    B, Tq = lse.shape
     Tk = k.shape[1]
+    q, k, v, out = (head_slices(x, heads) for x in (q, k, v, out))
     for b in range(B):
         hidden = hidden_keys(B, heads, Tq, Tk, causal, key_mask, blocks, b)
         p, row_lse = _probabilities(q[b], k[b], scale, hidden)
@@ -119,8 +141,10 @@ def attention_bprop(q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False, ke
                     dropout=None, blocks=None, heads=1):
     """dq, dk, dv of ``attention`` for the output gradient dout (B, Tq, dv), recomputing the
     probabilities from ``lse`` and using D = rowsum(dout * out)."""
-    B, Tq, _ = q.shape
+    B, Tq = lse.shape
     Tk = k.shape[1]
+    q, k, v, out, dout, dq, dk, dv = (head_slices(x, heads)
+                                      for x in (q, k, v, out, dout, dq, dk, dv))
     for b in range(B):
         hidden = hidden_keys(B, heads, Tq, Tk, causal, key_mask, blocks, b)
         p, _ = _probabilities(q[b], k[b], scale, hidden, lse[b])

@@ -53,7 +53,9 @@ def batchnorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
         np.copyto(dx, grad)
 
 
-def layernorm_fprop(x, gamma, beta, y, xhat, invstd, eps):
+def layernorm_fprop(x, gamma, beta, y, xhat, invstd, eps, residual=None, total=None):
+    if residual is not None:
+        x = np.add(x, residual, out=total)
     mean = x.mean(axis=-1, keepdims=True)
     np.subtract(x, mean, out=xhat)
     var = np.mean(np.square(xhat), axis=-1, keepdims=True)
@@ -63,9 +65,11 @@ def layernorm_fprop(x, gamma, beta, y, xhat, invstd, eps):
     y += beta
 
 
-def layernorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta):
+def layernorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
     dgamma += np.sum(dy * xhat, axis=0, keepdims=True)
     dbeta += dy.sum(axis=0, keepdims=True)
     g = dy * gamma
     np.copyto(dx, invstd * (g - g.mean(axis=-1, keepdims=True)
                             - xhat * np.mean(g * xhat, axis=-1, keepdims=True)))
+    if residual is not None:
+        np.add(residual, dx, out=dx)

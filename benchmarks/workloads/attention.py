@@ -68,7 +68,7 @@ class AttentionWorkload:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         peak += layer.lse.size * layer.lse.dtype.itemsize
-        B, Tq, Tk = layer.qh.shape[0], layer.Tq, layer.Tk
+        B, Tq, Tk = layer.lse.shape[0], layer.Tq, layer.Tk
         dense = 2 * B * Tq * Tk * np.dtype(layer.qh.dtype).itemsize
         return (f"attention op peak {peak / 2**20:.2f} MiB measured (unfused scores + "
                 f"gradients {dense / 2**20:.0f} MiB)")

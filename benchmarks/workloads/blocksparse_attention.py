@@ -48,6 +48,12 @@ def _score_bytes(layer):
     return 2 * layer.probs.size * np.dtype(layer.probs.dtype).itemsize
 
 
+def _head_major_shape(tokens):
+    """(N, H, T, dh) of a token-major (N, T, H, dh) view."""
+    N, T, H, dh = tokens.shape
+    return N, H, T, dh
+
+
 def _unfused_layer(*args, **kw):
     """A BlockSparseAttention running the unfused block-sparse ops (the layer before the fused
     op): it holds the sampled scores and their gradient, (N, nnz, bs, bs) each."""
@@ -58,23 +64,39 @@ def _unfused_layer(*args, **kw):
             super().allocate()
             sparse = (self.be.bsz, self.plan.nnz, self.bs, self.bs)
             self.probs, self.dprobs = self.be.zeros(sparse), self.be.zeros(sparse)
+            # the head-major (N, H, T, dh) copies the unfused ops read and write, and the
+            # permutes into and out of them, as the layer ran them
+            self.head_major = {name: self.be.zeros(_head_major_shape(getattr(self, name)))
+                               for name in ("qh", "kh", "vh", "oh", "dqh", "dkh", "dvh", "doh")}
 
-        def _h4(self, t):
-            return t.reshape(t.shape[0] // self.heads, self.heads, t.shape[1], t.shape[2])
+        def _heads(self, *names):
+            for name in names:
+                self.be.permute_axes(getattr(self, name), self.head_major[name], (0, 2, 1, 3))
+            return [self.head_major[name] for name in names]
+
+        def _tokens(self, *names):
+            for name in names:
+                self.be.permute_axes(self.head_major[name], getattr(self, name), (0, 2, 1, 3))
 
         def _attend(self):
-            be, h4, plan = self.be, self._h4, self.plan
-            be.blocksparse_sdd(plan, h4(self.qh), h4(self.kh), self.probs, alpha=self.scale)
+            be, plan = self.be, self.plan
+            q, k, v = self._heads("qh", "kh", "vh")
+            o = self.head_major["oh"]
+            be.blocksparse_sdd(plan, q, k, self.probs, alpha=self.scale)
             be.blocksparse_softmax(plan, self.probs, self.probs, 1.0, self.causal)
-            be.blocksparse_dsd(plan, self.probs, h4(self.vh), h4(self.oh))
+            be.blocksparse_dsd(plan, self.probs, v, o)
+            self._tokens("oh")
 
         def _attend_bprop(self):
-            be, h4, plan = self.be, self._h4, self.plan
-            be.blocksparse_dsd(plan, self.probs, h4(self.doh), h4(self.dvh), transposed=True)
-            be.blocksparse_sdd(plan, h4(self.doh), h4(self.vh), self.dprobs)
+            be, plan, hm = self.be, self.plan, self.head_major
+            (do,) = self._heads("doh")
+            q, k, v = hm["qh"], hm["kh"], hm["vh"]
+            be.blocksparse_dsd(plan, self.probs, do, hm["dvh"], transposed=True)
+            be.blocksparse_sdd(plan, do, v, self.dprobs)
             be.blocksparse_softmax_bprop(plan, self.probs, self.dprobs, self.dprobs, self.scale)
-            be.blocksparse_dsd(plan, self.dprobs, h4(self.kh), h4(self.dqh))
-            be.blocksparse_dsd(plan, self.dprobs, h4(self.qh), h4(self.dkh), transposed=True)
+            be.blocksparse_dsd(plan, self.dprobs, k, hm["dqh"])
+            be.blocksparse_dsd(plan, self.dprobs, q, hm["dkh"], transposed=True)
+            self._tokens("dqh", "dkh", "dvh")
 
     return UnfusedBlockSparseAttention(*args, **kw)
 

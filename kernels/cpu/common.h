@@ -127,6 +127,25 @@ static inline float nl_expf(float x)
 }
 #define NL_EXP(x) _Generic((x), float: nl_expf, default: exp)(x)
 
+/* nl_expf for an x whose exp is a normal float (about -87 < x < 88), where the caller knows
+ * it is: no clamps or special values and 2^n as one factor, so the same values in fewer
+ * instructions. */
+static inline float nl_expf_normal(float x)
+{
+    const float n = rintf(x * 1.44269504088896341f);
+    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float y = p * r * r + r + 1.0f;
+    union { float f; int32_t i; } scale;
+    scale.i = ((int32_t)n + 127) << 23;
+    return y * scale.f;
+}
+
 /* erf for float in straight-line code the compiler vectorizes: |x| < 0.875 by an odd
  * polynomial x P(x^2), else 1 - exp(Q(|x|)) with Q fitted to log(erfc) on [0.875, 4] (erf is 1
  * in float past 4); both are computed and one selected, so there is no branch.  Absolute error
@@ -149,9 +168,25 @@ static inline float nl_erf32(float x)
     q = q * c - 6.319953203e-01f;
     q = q * c - 1.130131483e+00f;
     q = q * c + 2.942720894e-04f;
-    const float r = a < 0.875f ? a * p : 1.0f - nl_expf(q);
+    /* q lies in [-18, 0.0003] for c in [0, 4]: nl_expf_normal's domain. */
+    const float r = a < 0.875f ? a * p : 1.0f - nl_expf_normal(q);
     return x != x ? x : copysignf(r, x);
 }
 #define NL_ERF_REAL(x) _Generic((x), float: nl_erf32, default: erf)(x)
+
+/* A row-major CBLAS ?gemm (MKL's cblas_sgemm / cblas_dgemm, whose address the backend passes
+ * as an int64_t), for kernels that call GEMMs from their own OpenMP threads. */
+typedef void (*nl_gemm)(int layout, int trans_a, int trans_b, int m, int n, int k, real alpha,
+                        const real *a, int lda, const real *b, int ldb, real beta, real *c,
+                        int ldc);
+enum { NL_ROW_MAJOR = 101, NL_NO_TRANS = 111, NL_TRANS = 112 };
+/* MKL's packed GEMMs: cblas_?gemm_pack (B packed once) and cblas_?gemm_compute (its transb
+ * NL_PACKED), for a product by the same matrix many times. */
+typedef void (*nl_gemm_pack)(int layout, int identifier, int trans, int m, int n, int k,
+                             real alpha, const real *src, int ld, real *dest);
+typedef void (*nl_gemm_compute)(int layout, int trans_a, int trans_b, int m, int n, int k,
+                                const real *a, int lda, const real *b, int ldb, real beta,
+                                real *c, int ldc);
+enum { NL_PACKED = 151, NL_B_MATRIX = 162 };
 
 #endif

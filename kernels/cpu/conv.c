@@ -6,12 +6,6 @@
 #include "common.h"
 #include "conv.h"
 
-/* The CBLAS GEMM the tiled passes call (row-major; MKL's cblas_sgemm / cblas_dgemm). */
-typedef void (*nl_gemm)(int layout, int trans_a, int trans_b, int m, int n, int k, real alpha,
-                        const real *a, int lda, const real *b, int ldb, real beta, real *c,
-                        int ldc);
-enum { NL_ROW_MAJOR = 101, NL_NO_TRANS = 111, NL_TRANS = 112 };
-
 /* The taps s in [*lo, *hi) of a filter row starting at input column w0 that land inside
  * [0, W) when taps are `dil` apart. */
 static inline void valid_taps(int64_t w0, int64_t S, int64_t dil, int64_t W,

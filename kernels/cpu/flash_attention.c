@@ -108,6 +108,23 @@ static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64
             dst[d * FA_LD + c] = scale * src[c * lds + d];
 }
 
+/* dst (n x w, contiguous) = src (n rows x w, ld lds): a block of strided rows (token-major
+ * operands are rows of a wider projection) packed for the tile products. */
+static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
+                    real *restrict dst)
+{
+    for (int64_t c = 0; c < n; c++)
+        memcpy(dst + c * w, src + c * lds, sizeof(real) * (size_t)w);
+}
+
+/* dst (n rows x w, ld ldd) = src (n x w, contiguous). */
+static void fa_unpack(const real *restrict src, int64_t n, int64_t w, real *restrict dst,
+                      int64_t ldd)
+{
+    for (int64_t c = 0; c < n; c++)
+        memcpy(dst + c * ldd, src + c * w, sizeof(real) * (size_t)w);
+}
+
 /* ---- dropout: Philox4x32-10, as backends/philox.py ------------------------------------------ */
 static inline uint32_t fa_philox_word(uint64_t g, uint32_t step, uint32_t stream, uint64_t seed,
                                       int word)
@@ -207,13 +224,16 @@ int64_t fa_threads(void) { return omp_get_max_threads(); }
 
 int64_t fa_work_size(int64_t dk, int64_t dv)
 {
-    return (dk + dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD;
+    return (3 * dk + 2 * dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD;
 }
 
 /* ---- forward ---------------------------------------------------------------------------------- */
+/* The first element of slice b's rows of a tensor with strides st (example, head, row). */
+#define FA_SLICE(p, st, b) ((p) + ((b) / H) * (st)[0] + ((b) % H) * (st)[1])
+
 void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
-              int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, int64_t sq, int64_t sk,
-              int64_t sv, int64_t so, double scale, int causal, const real *key_mask,
+              int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv,
+              const int64_t *strides, double scale, int causal, const real *key_mask,
               int64_t bq, int64_t bk, const int32_t *row_ptr, const int32_t *cols,
               int64_t table_heads, double keep, uint64_t seed, uint32_t step, uint32_t stream,
               uint64_t first, real *work)
@@ -237,13 +257,15 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
             const int64_t nr = Tq - i0 < bq ? Tq - i0 : bq;
             const int64_t t = table_heads == 1 ? 0 : b % H;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            fa_transpose(q + b * sq + i0 * dk, dk, nr, dk, sc2, qt);
+            const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
+            const real *kb = FA_SLICE(k, sk, b), *vb = FA_SLICE(v, sv, b);
+            fa_transpose(FA_SLICE(q, sq, b) + i0 * sq[2], sq[2], nr, dk, sc2, qt);
             for (int64_t i = 0; i < nr; i++)
                 m[i] = -INFINITY, l[i] = 0;
             memset(acc, 0, sizeof(real) * (size_t)(nr * dv));
             for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
                 const int64_t j0 = (int64_t)cols[e] * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
-                fa_gemm(nc, nr, dk, k + b * sk + j0 * dk, dk, 1, qt, FA_LD, st, FA_LD, 0);
+                fa_gemm(nc, nr, dk, kb + j0 * sk[2], sk[2], 1, qt, FA_LD, st, FA_LD, 0);
                 fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
                 for (int64_t i = 0; i < nr; i++)
                     top[i] = m[i];
@@ -286,10 +308,10 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                         for (int64_t i = 0; i < nr; i++)
                             st[c * FA_LD + i] *= z[c * FA_LD + i];
                 }
-                fa_gemm(nr, dv, nc, st, 1, FA_LD, v + b * sv + j0 * dv, dv, acc, dv, 1);
+                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * sv[2], sv[2], acc, dv, 1);
             }
             for (int64_t i = 0; i < nr; i++) {
-                real *o = out + b * so + (i0 + i) * dv;
+                real *o = FA_SLICE(out, so, b) + (i0 + i) * so[2];
                 const real inv = l[i] > 0 ? 1 / l[i] : 0;
                 for (int64_t d = 0; d < dv; d++)
                     o[d] = acc[i * dv + d] * inv;
@@ -302,18 +324,23 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
 
 /* ---- backward --------------------------------------------------------------------------------- */
 typedef struct {
-    real *kt, *vt, *p, *dp, *z, *t, *drow;
+    real *kt, *vt, *p, *dp, *z, *t, *kp, *dka, *dva;
 } fa_bwork;
 
+/* Row strides (elements) of the backward pass's operands. */
+typedef struct {
+    int64_t q, k, dout, dq, dk, dv;
+} fa_rows;
+
 /* The contribution of query block (i0, nr) and key block (j0, nc) of slice b. */
-static void fa_bprop_tile(const fa_bwork *w, const real *qb, const real *kb, const real *ob,
-                          const real *dob, const real *lb, real *dqb, real *dkb, real *dvb,
-                          int64_t dk, int64_t dv, int64_t nr, int64_t nc, int64_t i0,
+static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, const real *kb,
+                          const real *Db, const real *dob, const real *lb, real *dqb, real *dkb,
+                          real *dvb, int64_t dk, int64_t dv, int64_t nr, int64_t nc, int64_t i0,
                           int64_t j0, int64_t off, int causal, const real *km, real sc,
                           const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk)
 {
     real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
-    fa_gemm(nr, nc, dk, qb, dk, 1, w->kt, FA_LD, p, FA_LD, 0);
+    fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0);
     fa_mask(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km);
     for (int64_t i = 0; i < nr; i++) {
         real *row = p + i * FA_LD;
@@ -331,16 +358,11 @@ static void fa_bprop_tile(const fa_bwork *w, const real *qb, const real *kb, con
                 pz[i * FA_LD + c] = p[i * FA_LD + c] * z[i * FA_LD + c];
     }
     /* dV_c += (P Z)^T dO_r */
-    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, dv, dvb, dv, 1);
+    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, ld->dout, dvb, ld->dv, 1);
     /* dP = dO_r v_c^T, then dS = scale P (dP Z - D) in place */
-    fa_gemm(nr, nc, dv, dob, dv, 1, w->vt, FA_LD, dp, FA_LD, 0);
+    fa_gemm(nr, nc, dv, dob, ld->dout, 1, w->vt, FA_LD, dp, FA_LD, 0);
     for (int64_t i = 0; i < nr; i++) {
-        double dsum = 0;
-        const real *orow = ob + i * dv, *dorow = dob + i * dv;
-#pragma omp simd reduction(+ : dsum)
-        for (int64_t d = 0; d < dv; d++)
-            dsum += (double)orow[d] * (double)dorow[d];
-        const real D = (real)dsum;
+        const real D = Db[i];
         real *dprow = dp + i * FA_LD;
         const real *prow = p + i * FA_LD, *zr = z ? z + i * FA_LD : NULL;
         if (zr) {
@@ -353,68 +375,118 @@ static void fa_bprop_tile(const fa_bwork *w, const real *qb, const real *kb, con
                 dprow[c] = sc * prow[c] * (dprow[c] - D);
         }
     }
-    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, dk, dqb, dk, 1);
-    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, dk, dkb, dk, 1);
+    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, ld->k, dqb, ld->dq, 1);
+    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, ld->q, dkb, ld->dk, 1);
+}
+
+/* Rows r0 .. r0 + n of width w at row stride ld set to 0. */
+static void fa_zero_rows(real *x, int64_t n, int64_t w, int64_t ld)
+{
+    for (int64_t r = 0; r < n; r++)
+        memset(x + r * ld, 0, sizeof(real) * (size_t)w);
 }
 
 void fa_bprop(const real *q, const real *k, const real *v, const real *out, const real *lse,
               const real *dout, real *dq, real *dkey, real *dval, int64_t B, int64_t H,
-              int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, double scale, int causal,
-              const real *key_mask, int64_t bq, int64_t bk, const int32_t *col_ptr,
-              const int32_t *rows, int64_t table_heads, double keep, uint64_t seed,
-              uint32_t step, uint32_t stream, uint64_t first, int64_t groups, real *dq_parts,
+              int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, const int64_t *strides,
+              double scale, int causal, const real *key_mask, int64_t bq, int64_t bk,
+              const int32_t *col_ptr, const int32_t *rows, int64_t table_heads, double keep,
+              uint64_t seed, uint32_t step, uint32_t stream, uint64_t first, int64_t groups,
+              const int32_t *group_ptr, const int32_t *group_cols, real *dq_parts, real *drows,
               real *work)
 {
     const int64_t nkb = (Tk + bk - 1) / bk, off = Tk - Tq;
     const int drop = keep < 1.0;
     const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
     const real sc = (real)scale, sc2 = (real)(scale * FA_LOG2E);
-    const int64_t items = B * groups, qsize = Tq * dk;
+    const int64_t items = B * groups;
+    /* strides: (example, head, row) of q, k, v, out, dout, dq, dk, dv in that order */
+    const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
+    const int64_t *sdo = strides + 12, *sdq = strides + 15, *sdk = strides + 18;
+    const int64_t *sdv = strides + 21;
+    const fa_rows ld0 = {sq[2], sk[2], sdo[2], sdq[2], sdk[2], sdv[2]};
 #pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
     {
         const size_t tile = FA_MAX_BLOCK * FA_LD;
         real *buf = work + omp_get_thread_num() * fa_work_size(dk, dv);
-        fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL, NULL};
+        fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL,
+                      NULL, NULL, NULL};
+        /* kp: the key block packed; dka, dva: its dK and dV, packed */
         w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
+        w.kp = w.t + tile, w.dka = w.kp + dk * FA_LD, w.dva = w.dka + dk * FA_LD;
+        /* D = rowsum(dO * O) of every query row, once (in double) */
+#pragma omp for schedule(static)
+        for (int64_t x = 0; x < B * Tq; x++) {
+            const int64_t b = x / Tq, i = x % Tq;
+            const real *orow = FA_SLICE(out, so, b) + i * so[2];
+            const real *dorow = FA_SLICE(dout, sdo, b) + i * sdo[2];
+            double dsum = 0;
+#pragma omp simd reduction(+ : dsum)
+            for (int64_t d = 0; d < dv; d++)
+                dsum += (double)orow[d] * (double)dorow[d];
+            drows[x] = (real)dsum;
+        }
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {
             const int64_t b = item / groups, g = item % groups;
             const int64_t t = table_heads == 1 ? 0 : b % H;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            /* group 0 sums into dq, group g > 0 into its own partial dq */
-            real *dqs = g == 0 ? dq + b * qsize : dq_parts + ((g - 1) * B + b) * qsize;
-            memset(dqs, 0, sizeof(real) * (size_t)qsize);
-            for (int64_t c = g; c < nkb; c += groups) {
+            const real *qs = FA_SLICE(q, sq, b);
+            const real *dos = FA_SLICE(dout, sdo, b), *ks = FA_SLICE(k, sk, b);
+            const real *vs = FA_SLICE(v, sv, b);
+            real *dks = FA_SLICE(dkey, sdk, b), *dvs = FA_SLICE(dval, sdv, b);
+            /* group 0 sums into dq, group g > 0 into its own contiguous partial dq */
+            fa_rows ld = ld0;
+            real *dqs = FA_SLICE(dq, sdq, b);
+            if (g > 0)
+                dqs = dq_parts + ((g - 1) * B + b) * Tq * dk, ld.dq = dk;
+            fa_zero_rows(dqs, Tq, dk, ld.dq);
+            for (int32_t gc = group_ptr[t * groups + g]; gc < group_ptr[t * groups + g + 1];
+                 gc++) {
+                const int64_t c = group_cols[gc];
                 const int64_t j0 = c * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
-                real *dkb = dkey + (b * Tk + j0) * dk, *dvb = dval + (b * Tk + j0) * dv;
-                memset(dkb, 0, sizeof(real) * (size_t)(nc * dk));
-                memset(dvb, 0, sizeof(real) * (size_t)(nc * dv));
+                /* strided rows (token-major operands): the key block is read through a
+                 * packed copy, dK and dV summed in packed blocks and copied out */
+                fa_rows tl = ld;
+                real *dkb = dks + j0 * ld.dk, *dvb = dvs + j0 * ld.dv;
+                if (ld.dk != dk)
+                    dkb = w.dka, tl.dk = dk;
+                if (ld.dv != dv)
+                    dvb = w.dva, tl.dv = dv;
+                fa_zero_rows(dkb, nc, dk, tl.dk);
+                fa_zero_rows(dvb, nc, dv, tl.dv);
                 const int32_t lo = col_ptr[t * nkb + c], hi = col_ptr[t * nkb + c + 1];
-                if (lo == hi)
-                    continue;
-                const real *kb = k + (b * Tk + j0) * dk, *vb = v + (b * Tk + j0) * dv;
-                fa_transpose(kb, dk, nc, dk, sc2, w.kt); /* scores come scaled */
-                fa_transpose(vb, dv, nc, dv, 1, w.vt);
+                const real *kb = ks + j0 * ld.k;
+                if (lo < hi) {
+                    fa_transpose(kb, ld.k, nc, dk, sc2, w.kt); /* scores come scaled */
+                    fa_transpose(vs + j0 * sv[2], sv[2], nc, dv, 1, w.vt);
+                    if (ld.k != dk)
+                        fa_pack(kb, ld.k, nc, dk, w.kp), kb = w.kp, tl.k = dk;
+                }
                 for (int32_t e = lo; e < hi; e++) {
                     const int64_t i0 = (int64_t)rows[e] * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
-                    const int64_t qo = b * Tq + i0;
-                    fa_bprop_tile(&w, q + qo * dk, kb, out + qo * dv, dout + qo * dv,
-                                  lse + qo, dqs + i0 * dk, dkb, dvb, dk, dv, nr, nc, i0, j0, off,
-                                  causal, km, sc, drop ? &dr : NULL, b, H, Tq, Tk);
+                    fa_bprop_tile(&w, &tl, qs + i0 * ld.q, kb, drows + b * Tq + i0,
+                                  dos + i0 * ld.dout, lse + b * Tq + i0, dqs + i0 * ld.dq, dkb,
+                                  dvb, dk, dv, nr, nc, i0, j0, off, causal, km, sc,
+                                  drop ? &dr : NULL, b, H, Tq, Tk);
                 }
+                if (dkb == w.dka)
+                    fa_unpack(w.dka, nc, dk, dks + j0 * ld.dk, ld.dk);
+                if (dvb == w.dva)
+                    fa_unpack(w.dva, nc, dv, dvs + j0 * ld.dv, ld.dv);
             }
         }
         /* dq += the partials, in group order (a fixed order whatever the threads) */
         if (groups > 1) {
-            const int64_t chunk = 4096, nchunks = (B * qsize + chunk - 1) / chunk;
 #pragma omp for schedule(static)
-            for (int64_t ch = 0; ch < nchunks; ch++) {
-                const int64_t lo = ch * chunk, hi = lo + chunk < B * qsize ? lo + chunk : B * qsize;
+            for (int64_t x = 0; x < B * Tq; x++) {
+                const int64_t b = x / Tq, i = x % Tq;
+                real *row = FA_SLICE(dq, sdq, b) + i * sdq[2];
                 for (int64_t g = 1; g < groups; g++) {
-                    const real *part = dq_parts + (g - 1) * B * qsize;
+                    const real *part = dq_parts + ((g - 1) * B * Tq + x) * dk;
 #pragma omp simd
-                    for (int64_t x = lo; x < hi; x++)
-                        dq[x] += part[x];
+                    for (int64_t d = 0; d < dk; d++)
+                        row[d] += part[d];
                 }
             }
         }

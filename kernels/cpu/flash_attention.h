@@ -1,5 +1,9 @@
-/* Fused (flash-style) attention on head-major slices: q (B, Tq, dk), k (B, Tk, dk),
- * v (B, Tk, dv), out (B, Tq, dv), lse (B, Tq); B = N * H slices, slice b of example b / H.
+/* Fused (flash-style) attention on slices: q (B, Tq, dk), k (B, Tk, dk), v (B, Tk, dv),
+ * out (B, Tq, dv), lse (B, Tq, contiguous); B = N * H slices, slice b = (example b / H, head
+ * b % H).  Each of q, k, v, out (and dout, dq, dk, dv) comes with three strides in elements,
+ * (example, head, row): element (b, i, d) is at x[(b / H) * s0 + (b % H) * s1 + i * s2 + d].
+ * Head-major (B, T, d) arrays have s0 = H * s1; token-major (N, T, H, d) views (the columns
+ * of a projection) have s1 = d, s2 = the row width.
  *
  * Query block r (rows r*bq ..) of slice b visits the key blocks (keys c*bk ..) listed in
  * cols[row_ptr[t*nqb + r] .. row_ptr[t*nqb + r + 1]) in increasing order, t = (b % H) when the
@@ -22,24 +26,28 @@ int64_t fa_threads(void);
 int64_t fa_work_size(int64_t dk, int64_t dv);
 
 /* out and lse (log of each row's softmax sum, -inf where every key is hidden: out is 0 there).
- * q, k, v, out are read/written at slice strides sq, sk, sv, so (elements; rows contiguous). */
+ * strides: 12 (q, k, v, out). */
 void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
-              int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, int64_t sq, int64_t sk,
-              int64_t sv, int64_t so, double scale, int causal, const real *key_mask,
+              int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv,
+              const int64_t *strides, double scale, int causal, const real *key_mask,
               int64_t bq, int64_t bk, const int32_t *row_ptr, const int32_t *cols,
               int64_t table_heads, double keep, uint64_t seed, uint32_t step, uint32_t stream,
               uint64_t first, real *work);
 
-/* dq, dk, dv (contiguous, overwritten) for the output gradient dout (B, Tq, dv), given q, k, v,
- * out and lse of fa_fprop with the same arguments.  The key blocks of a slice are dealt to
- * `groups` groups (block c to group c % groups); one work item per (slice, group) sums dK and
- * dV of its key blocks and a partial dQ (group 0 into dq, group g > 0 into dq_parts, (groups-1)
- * x B x Tq x dk reals), each over its blocks in increasing order; then dq += the partials in
- * group order.  So the result does not depend on the thread count. */
+/* dq, dk, dv (overwritten) for the output gradient dout (B, Tq, dv), given q, k, v, out and
+ * lse of fa_fprop with the same arguments; strides: 24 (q, k, v, out, dout, dq, dk, dv).
+ * The key blocks of a slice are dealt to `groups` groups: group g of table head t has the
+ * blocks group_cols[group_ptr[t*groups + g] .. group_ptr[t*groups + g + 1]) (each block in
+ * one group).  One work item per (slice, group) sums dK and dV of its key blocks and a
+ * partial dQ (group 0 into dq, group g > 0 into dq_parts, (groups-1) x B x Tq x dk reals),
+ * each over its blocks in the listed order; then dq += the partials in group order.  So the
+ * result does not depend on the thread count.  drows: B x Tq reals of work (each query row's
+ * rowsum(dout * out)). */
 void fa_bprop(const real *q, const real *k, const real *v, const real *out, const real *lse,
               const real *dout, real *dq, real *dkey, real *dval, int64_t B, int64_t H,
-              int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, double scale, int causal,
-              const real *key_mask, int64_t bq, int64_t bk, const int32_t *col_ptr,
-              const int32_t *rows, int64_t table_heads, double keep, uint64_t seed,
-              uint32_t step, uint32_t stream, uint64_t first, int64_t groups, real *dq_parts,
+              int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, const int64_t *strides,
+              double scale, int causal, const real *key_mask, int64_t bq, int64_t bk,
+              const int32_t *col_ptr, const int32_t *rows, int64_t table_heads, double keep,
+              uint64_t seed, uint32_t step, uint32_t stream, uint64_t first, int64_t groups,
+              const int32_t *group_ptr, const int32_t *group_cols, real *dq_parts, real *drows,
               real *work);

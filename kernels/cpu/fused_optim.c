@@ -149,16 +149,32 @@ int fused_update(const nl_fused_rule *rule, const nl_segment *segs, int64_t nseg
     return 0;
 }
 
+/* Sums of squares keep this many double accumulators (element i goes to lane i mod LANES, the
+   lanes are added pairwise at the end): independent chains the compiler turns into vector
+   FMAs, where one running sum would wait on each add's latency.  The order is fixed by the
+   segment alone, so the result does not depend on the thread count. */
+#define SUMSQ_LANES 16
+
+static double sum_squares(const real *x, int64_t n)
+{
+    double acc[SUMSQ_LANES] = {0};
+    int64_t i = 0;
+    for (; i + SUMSQ_LANES <= n; i += SUMSQ_LANES)
+        for (int l = 0; l < SUMSQ_LANES; l++)
+            acc[l] += (double)x[i + l] * (double)x[i + l];
+    for (int l = 0; i < n; i++, l++)
+        acc[l] += (double)x[i] * (double)x[i];
+    for (int width = SUMSQ_LANES / 2; width > 0; width /= 2)
+        for (int l = 0; l < width; l++)
+            acc[l] += acc[l + width];
+    return acc[0];
+}
+
 void segment_sum_squares(const real *g, const nl_segment *segs, int64_t nseg, double *out)
 {
 #pragma omp parallel for schedule(dynamic, 1) if (nseg > 1)
-    for (int64_t k = 0; k < nseg; k++) {
-        const real *x = g + segs[k].offset;
-        double sum = 0;
-        for (int64_t i = 0; i < segs[k].size; i++)
-            sum += (double)x[i] * (double)x[i];
-        out[k] = sum;
-    }
+    for (int64_t k = 0; k < nseg; k++)
+        out[k] = sum_squares(g + segs[k].offset, segs[k].size);
 }
 
 /* A memory-bound pass that runs every training step: threads only pay for their wake-up

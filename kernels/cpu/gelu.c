@@ -50,6 +50,20 @@ static void fprop_row(const real *x, const real *bias, real *pre, real *y, int64
     }
 }
 
+/* exp(-h^2 / 2), the Gaussian term of the erf-form slope: in float through nl_expf_normal
+ * where the result is a normal float (the same values as nl_expf, which is 0 below). */
+static inline float gauss_f32(float h)
+{
+    const float x = -0.5f * h * h;
+    return x > -87.33654f ? nl_expf_normal(x) : 0.0f;
+}
+
+static inline double gauss_f64(double h)
+{
+    return exp(-0.5 * h * h);
+}
+#define NL_GAUSS(h) _Generic((h), float: gauss_f32, default: gauss_f64)(h)
+
 /* The erf-form slope Phi(h) + h phi(h); with the forward output y = h Phi(h) at hand, Phi is
  * y / h (0.5 where h is 0 or below 1e-20 in magnitude) and no erf is evaluated. */
 static void bprop_row(const real *pre, const real *y, const real *dy, real *dx, int64_t D,
@@ -66,13 +80,13 @@ static void bprop_row(const real *pre, const real *y, const real *dy, real *dx, 
         for (int64_t d = 0; d < D; d++) {
             const real h = pre[d], a = h < 0 ? -h : h;
             const real cdf = a > (real)1e-20 ? y[d] / (a > (real)1e-20 ? h : 1) : (real)0.5;
-            dx[d] = dy[d] * (cdf + h * NL_EXP((real)-0.5 * h * h) * INV_SQRT_2PI);
+            dx[d] = dy[d] * (cdf + h * NL_GAUSS(h) * INV_SQRT_2PI);
         }
     } else {
         for (int64_t d = 0; d < D; d++) {
             const real h = pre[d];
             dx[d] = dy[d] * ((real)0.5 * (1 + NL_ERF_REAL(h * SQRT_HALF))
-                             + h * NL_EXP((real)-0.5 * h * h) * INV_SQRT_2PI);
+                             + h * NL_GAUSS(h) * INV_SQRT_2PI);
         }
     }
 }

@@ -222,12 +222,20 @@ void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const
 }
 
 void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y, real *xhat,
-                     real *invstd, int64_t M, int64_t D, double eps)
+                     real *invstd, const real *residual, real *total, int64_t M, int64_t D,
+                     double eps)
 {
 #pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) {
         const real *xr = x + m * D;
         real *yr = y + m * D, *hr = xhat + m * D;
+        if (residual) {
+            const real *rr = residual + m * D;
+            real *tr = total + m * D;
+            for (int64_t d = 0; d < D; d++)
+                tr[d] = xr[d] + rr[d];
+            xr = tr;
+        }
         double sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int64_t d = 0; d < D; d++)
@@ -251,7 +259,8 @@ void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y
 }
 
 void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
-                     real *dx, real *dgamma, real *dbeta, double *work, int64_t M, int64_t D)
+                     const real *residual, real *dx, real *dgamma, real *dbeta, double *work,
+                     int64_t M, int64_t D)
 {
     double *dg = work, *db = work + D;
     column_sums(SUM_AND_DOT, dy, xhat, NULL, M, D, db, dg, work_blocks(work, D));
@@ -272,7 +281,13 @@ void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const
         }
         const real mg = (real)(sg / (double)D), mgx = (real)(sgx / (double)D);
         const real inv = invstd[m];
-        for (int64_t d = 0; d < D; d++)
-            dxr[d] = inv * (dyr[d] * gamma[d] - mg - hr[d] * mgx);
+        if (residual) {
+            const real *rr = residual + m * D;
+            for (int64_t d = 0; d < D; d++)
+                dxr[d] = rr[d] + inv * (dyr[d] * gamma[d] - mg - hr[d] * mgx);
+        } else {
+            for (int64_t d = 0; d < D; d++)
+                dxr[d] = inv * (dyr[d] * gamma[d] - mg - hr[d] * mgx);
+        }
     }
 }

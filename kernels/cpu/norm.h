@@ -44,11 +44,18 @@ void batchnorm_bprop(const real *dy, const real *xhat, const real *invstd, const
                      real *dx, real *dgamma, real *dbeta, double *work, int64_t M, int64_t C,
                      double beta_acc, const real *relu_y);
 
-/* Per row: xhat = (x - mean) * invstd, y = gamma * xhat + beta; invstd is (M,). */
+/* Per row: xhat = (x - mean) * invstd, y = gamma * xhat + beta; invstd is (M,).  With
+ * `residual` and `total` (M, D) (or both NULL): total = x + residual is written and normalized
+ * in its place (a residual add joined in the same pass; total shares no memory with the
+ * others). */
 void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y, real *xhat,
-                     real *invstd, int64_t M, int64_t D, double eps);
+                     real *invstd, const real *residual, real *total, int64_t M, int64_t D,
+                     double eps);
 
 /* dx = invstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma (means per row);
- * dgamma += sum over rows of dy * xhat, dbeta += sum over rows of dy. */
+ * dgamma += sum over rows of dy * xhat, dbeta += sum over rows of dy.  With `residual` (M, D)
+ * (or NULL), dx = residual + that: a residual branch's gradient joined in the same pass
+ * (residual shares no memory with dy, xhat or dx). */
 void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
-                     real *dx, real *dgamma, real *dbeta, double *work, int64_t M, int64_t D);
+                     const real *residual, real *dx, real *dgamma, real *dbeta, double *work,
+                     int64_t M, int64_t D);

@@ -183,8 +183,31 @@ int64_t optree_column_sum_work_size(int64_t M, int64_t C)
     return nl_block_sums_size(M, C);
 }
 
+/* Columns a thread sums at a time when every row is its own block. */
+#define COLUMN_CHUNK 512
+
 void optree_column_sum(const real *a, real *out, double *work, int64_t M, int64_t C)
 {
+    if (M >= 1 && M <= NL_BLOCKS) {
+        /* One row per block: a block's sums are its row, so column c's total is the double
+         * sum of its M values in row order, taken here directly in one pass (the same bits,
+         * without the work array's three passes over C). */
+#pragma omp parallel for schedule(static) if (M * C >= NL_PARALLEL_MIN)
+        for (int64_t c0 = 0; c0 < C; c0 += COLUMN_CHUNK) {
+            const int64_t width = C - c0 < COLUMN_CHUNK ? C - c0 : COLUMN_CHUNK;
+            double acc[COLUMN_CHUNK];
+            for (int64_t c = 0; c < width; c++)
+                acc[c] = 0;
+            for (int64_t m = 0; m < M; m++) {
+                const real *row = a + m * C + c0;
+                for (int64_t c = 0; c < width; c++)
+                    acc[c] += (double)row[c];
+            }
+            for (int64_t c = 0; c < width; c++)
+                out[c0 + c] = (real)acc[c];
+        }
+        return;
+    }
     const int64_t nb = nl_blocks(M);
     double *part = work;
     real *run = nl_block_sums_runs(work, M, C);

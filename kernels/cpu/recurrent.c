@@ -1,6 +1,9 @@
 /* The recurrent gate kernels (see recurrent.h): one pass over the rows of a step, every gate
  * nonlinearity, the cell update and the output (or their derivatives) per element, threads
- * over rows once a step is big enough. */
+ * over rows once a step is big enough; and the LSTM's whole-sequence passes, which loop over
+ * the time steps here, each step's recurrent GEMM and gate pass on the threads' own units. */
+#include <omp.h>
+
 #include "common.h"
 #include "recurrent.h"
 
@@ -80,17 +83,18 @@ void rnn_bprop_step(const real *h, const real *dy, real *dh, real *dpre, const r
     }
 }
 
-/* One row of lstm_fprop_step; inlined with constant activation codes for the common pair
- * (tanh, logistic), so the compiler drops the switches, and marked `omp simd` (the gate blocks
- * of a row do not overlap), so it vectorizes the loop. */
+/* Units [0, len) of one row of lstm_fprop_step, whose gate blocks are H apart; inlined with
+ * constant activation codes for the common pair (tanh, logistic), so the compiler drops the
+ * switches, and marked `omp simd` (the gate blocks of a row do not overlap), so it vectorizes
+ * the loop. */
 static inline __attribute__((always_inline)) void lstm_fprop_row(
     real *gi, const real *hi, const real *c_prev, real *c, const real *h_prev, real *h,
-    int64_t H, int keep, int act, int gate_act)
+    int64_t len, int64_t H, int keep, int act, int gate_act)
 {
     real *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
     const real *hf = hi + H, *hgg = hi + 2 * H, *ho = hi + 3 * H;
 #pragma omp simd
-    for (int64_t j = 0; j < H; j++) {
+    for (int64_t j = 0; j < len; j++) {
         const real i = activate(gate_act, gi[j] + hi[j]);
         const real f = activate(gate_act, gf[j] + hf[j]);
         const real g = activate(act, gg[j] + hgg[j]);
@@ -117,23 +121,23 @@ void lstm_fprop_step(real *gates, const real *hg, const real *c_prev, real *c,
         const real *hi = hg + n * 4 * H;
         const int keep = real_row(mask, n);
         if (common)
-            lstm_fprop_row(gi, hi, c_prev + o, c + o, h_prev + o, h + o, H, keep, ACT_TANH,
+            lstm_fprop_row(gi, hi, c_prev + o, c + o, h_prev + o, h + o, H, H, keep, ACT_TANH,
                            ACT_LOGISTIC);
         else
-            lstm_fprop_row(gi, hi, c_prev + o, c + o, h_prev + o, h + o, H, keep, act,
+            lstm_fprop_row(gi, hi, c_prev + o, c + o, h_prev + o, h + o, H, H, keep, act,
                            gate_act);
     }
 }
 
-/* One real (unmasked) row of lstm_bprop_step (see lstm_fprop_row). */
+/* Units [0, len) of one real (unmasked) row of lstm_bprop_step (see lstm_fprop_row). */
 static inline __attribute__((always_inline)) void lstm_bprop_row(
     const real *gi, const real *c_prev, const real *c, const real *dy, real *dh, real *dc,
-    real *di, int64_t H, int act, int gate_act)
+    real *di, int64_t len, int64_t H, int act, int gate_act)
 {
     const real *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
     real *df = di + H, *dg = di + 2 * H, *dout = di + 3 * H;
 #pragma omp simd
-    for (int64_t j = 0; j < H; j++) {
+    for (int64_t j = 0; j < len; j++) {
         const real total = dh[j] + (dy ? dy[j] : 0);
         const real act_c = activate(act, c[j]);
         const real dcell = dc[j] + total * go[j] * slope(act, act_c);
@@ -144,6 +148,17 @@ static inline __attribute__((always_inline)) void lstm_bprop_row(
         dc[j] = dcell * gf[j];
         dh[j] = 0;
     }
+}
+
+/* Units [0, len) of a padded row: no gate gradient, dh takes dy (dc stays). */
+static inline void lstm_bprop_padded_row(const real *dy, real *dh, real *di, int64_t len,
+                                         int64_t H)
+{
+    if (dy)
+        for (int64_t j = 0; j < len; j++)
+            dh[j] += dy[j];
+    for (int b = 0; b < 4; b++)
+        memset(di + b * H, 0, (size_t)len * sizeof(real));
 }
 
 void lstm_bprop_step(const real *gates, const real *c_prev, const real *c, const real *dy,
@@ -157,16 +172,14 @@ void lstm_bprop_step(const real *gates, const real *c_prev, const real *c, const
         const real *gi = gates + n * 4 * H;
         real *di = dgates + n * 4 * H;
         const real *dyr = dy ? dy + o : NULL;
-        if (!real_row(mask, n)) {
-            for (int64_t j = 0; j < H; j++)
-                dh[o + j] += dyr ? dyr[j] : 0;
-            memset(di, 0, (size_t)(4 * H) * sizeof(real));
-        } else if (common) {
-            lstm_bprop_row(gi, c_prev + o, c + o, dyr, dh + o, dc + o, di, H, ACT_TANH,
+        if (!real_row(mask, n))
+            lstm_bprop_padded_row(dyr, dh + o, di, H, H);
+        else if (common)
+            lstm_bprop_row(gi, c_prev + o, c + o, dyr, dh + o, dc + o, di, H, H, ACT_TANH,
                            ACT_LOGISTIC);
-        } else {
-            lstm_bprop_row(gi, c_prev + o, c + o, dyr, dh + o, dc + o, di, H, act, gate_act);
-        }
+        else
+            lstm_bprop_row(gi, c_prev + o, c + o, dyr, dh + o, dc + o, di, H, H, act,
+                           gate_act);
     }
 }
 
@@ -216,6 +229,131 @@ void gru_bprop_step(const real *gates, const real *hn, const real *h_prev, const
             xn[j] = dn;
             hh[j] = dn * r;
             dh[o + j] = keep ? total * z : total;
+        }
+    }
+}
+
+/* ---- the LSTM's whole-sequence passes ------------------------------------------------------
+ * The units are cut into chunks of SEQ_CHUNK (the last one shorter); chunk k always belongs to
+ * thread k mod nthreads.  A thread multiplies only its chunks' columns of each gate block and
+ * runs their gate pass, so a step needs one barrier (fprop: h_t complete before the next
+ * step's GEMM; bprop: dgates_t complete before the GEMM into dh), and the state gradients of
+ * a chunk never leave its thread.  The GEMM calls are the same whatever the thread count, so
+ * the results are too.  Each thread first packs its chunks' pieces of U (MKL's ?gemm_pack),
+ * which every step's GEMM (?gemm_compute) then reads without packing them again: with only N
+ * rows per step, packing U each time would cost about as much as the product. */
+#define SEQ_CHUNK 256
+
+int64_t lstm_sequence_chunk(void)
+{
+    return SEQ_CHUNK;
+}
+
+static inline int64_t seq_chunks(int64_t H)
+{
+    return (H + SEQ_CHUNK - 1) / SEQ_CHUNK;
+}
+
+static inline int64_t chunk_len(int64_t H, int64_t k)
+{
+    return H - k * SEQ_CHUNK < SEQ_CHUNK ? H - k * SEQ_CHUNK : SEQ_CHUNK;
+}
+
+static int seq_threads(int threads, int64_t H)
+{
+    const int64_t most = threads > 0 ? threads : omp_get_max_threads();
+    const int64_t chunks = seq_chunks(H);
+    return (int)(most < chunks ? (most < 1 ? 1 : most) : chunks);
+}
+
+void lstm_fprop_sequence(real *gates, real *hg, const real *U, real *packed, int64_t stride,
+                         real *c, real *h, const real *mask, int64_t T, int64_t N, int64_t H,
+                         int reverse, int act, int gate_act, int64_t pack, int64_t compute,
+                         int threads)
+{
+    const nl_gemm_pack pk = (nl_gemm_pack)(intptr_t)pack;
+    const nl_gemm_compute mm = (nl_gemm_compute)(intptr_t)compute;
+    const int64_t G = 4 * H, chunks = seq_chunks(H);
+    const int common = act == ACT_TANH && gate_act == ACT_LOGISTIC;
+#pragma omp parallel num_threads(seq_threads(threads, H))
+    {
+        const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        for (int64_t k = tid; k < chunks; k += nth)
+            for (int64_t b = 0; b < 4; b++)
+                pk(NL_ROW_MAJOR, NL_B_MATRIX, NL_NO_TRANS, (int)N, (int)chunk_len(H, k), (int)H,
+                   1, U + b * H + k * SEQ_CHUNK, (int)G, packed + (4 * k + b) * stride);
+        for (int64_t s = 0; s < T; s++) {
+            const int64_t t = reverse ? T - 1 - s : s;
+            const int64_t p = reverse ? t + 1 : t, q = reverse ? t : t + 1;
+            real *gt = gates + t * N * G;
+            const real *hp = h + p * N * H, *cp = c + p * N * H;
+            real *hq = h + q * N * H, *cq = c + q * N * H;
+            for (int64_t k = tid; k < chunks; k += nth) {
+                const int64_t j0 = k * SEQ_CHUNK, len = chunk_len(H, k);
+                for (int64_t b = 0; b < 4; b++)
+                    mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_PACKED, (int)N, (int)len, (int)H, hp,
+                       (int)H, packed + (4 * k + b) * stride, (int)G, 0, hg + b * H + j0,
+                       (int)G);
+                for (int64_t n = 0; n < N; n++) {
+                    const int64_t o = n * H + j0, g = n * G + j0;
+                    const int keep = real_row(mask ? mask + t * N : NULL, n);
+                    if (common)
+                        lstm_fprop_row(gt + g, hg + g, cp + o, cq + o, hp + o, hq + o, len, H,
+                                       keep, ACT_TANH, ACT_LOGISTIC);
+                    else
+                        lstm_fprop_row(gt + g, hg + g, cp + o, cq + o, hp + o, hq + o, len, H,
+                                       keep, act, gate_act);
+                }
+            }
+#pragma omp barrier
+        }
+    }
+}
+
+void lstm_bprop_sequence(const real *gates, const real *U, real *packed, int64_t stride,
+                         const real *c, const real *dy, real *dh, real *dc, real *dgates,
+                         const real *mask, int64_t T, int64_t N, int64_t H, int reverse,
+                         int act, int gate_act, int64_t pack, int64_t compute, int threads)
+{
+    const nl_gemm_pack pk = (nl_gemm_pack)(intptr_t)pack;
+    const nl_gemm_compute mm = (nl_gemm_compute)(intptr_t)compute;
+    const int64_t G = 4 * H, chunks = seq_chunks(H);
+    const int common = act == ACT_TANH && gate_act == ACT_LOGISTIC;
+#pragma omp parallel num_threads(seq_threads(threads, H))
+    {
+        const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        /* chunk k's piece of U^T, (4H, len): the transpose of U's rows j0 .. j0 + len */
+        for (int64_t k = tid; k < chunks; k += nth)
+            pk(NL_ROW_MAJOR, NL_B_MATRIX, NL_TRANS, (int)N, (int)chunk_len(H, k), (int)G, 1,
+               U + k * SEQ_CHUNK * G, (int)G, packed + k * stride);
+        for (int64_t s = 0; s < T; s++) {
+            const int64_t t = reverse ? s : T - 1 - s;
+            const int64_t p = reverse ? t + 1 : t, q = reverse ? t : t + 1;
+            const real *gt = gates + t * N * G, *cp = c + p * N * H, *cq = c + q * N * H;
+            const real *dyt = dy ? dy + t * N * H : NULL;
+            real *dgt = dgates + t * N * G;
+            for (int64_t k = tid; k < chunks; k += nth) {
+                const int64_t j0 = k * SEQ_CHUNK, len = chunk_len(H, k);
+                for (int64_t n = 0; n < N; n++) {
+                    const int64_t o = n * H + j0, g = n * G + j0;
+                    const real *dyr = dyt ? dyt + o : NULL;
+                    if (!real_row(mask ? mask + t * N : NULL, n))
+                        lstm_bprop_padded_row(dyr, dh + o, dgt + g, len, H);
+                    else if (common)
+                        lstm_bprop_row(gt + g, cp + o, cq + o, dyr, dh + o, dc + o, dgt + g, len,
+                                       H, ACT_TANH, ACT_LOGISTIC);
+                    else
+                        lstm_bprop_row(gt + g, cp + o, cq + o, dyr, dh + o, dc + o, dgt + g, len,
+                                       H, act, gate_act);
+                }
+            }
+#pragma omp barrier
+            if (s == T - 1)
+                break;
+            for (int64_t k = tid; k < chunks; k += nth)
+                mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_PACKED, (int)N, (int)chunk_len(H, k), (int)G,
+                   dgt, (int)G, packed + k * stride, (int)H, mask ? 1 : 0, dh + k * SEQ_CHUNK,
+                   (int)H);
         }
     }
 }

@@ -2,6 +2,7 @@
 from ..backends import available_backends, gen_backend
 from ..generation import GenerationError, generate
 from ..model import Model
+from ..text import Tokenizer
 
 HELP = "sample text from a trained language model checkpoint"
 
@@ -24,6 +25,9 @@ def register(subparsers):
     parser.add_argument("-r", "--seed", type=int, default=None, help="sampling seed")
     parser.add_argument("--no-cache", action="store_true",
                         help="rerun the whole context for each character (slow; for checking)")
+    parser.add_argument("--tokenizer", metavar="TOKENIZER.json", default=None,
+                        help="a subword tokenizer (Hugging Face tokenizer.json, e.g. GPT-2's "
+                             "BPE) for a model of subword tokens; -n then counts tokens")
     parser.set_defaults(func=command)
     return parser
 
@@ -33,8 +37,9 @@ def command(args):
     followed by the sampled characters.  Returns the exit status (0)."""
     gen_backend(args.backend, batch_size=1, rng_seed=args.seed)
     model = Model.load(args.checkpoint)
+    vocab = None if args.tokenizer is None else Tokenizer.from_file(args.tokenizer)
     try:
-        text = generate(model, None, args.prompt, args.chars, args.temperature, args.top_k,
+        text = generate(model, vocab, args.prompt, args.chars, args.temperature, args.top_k,
                         args.seed, use_cache=not args.no_cache)
     except GenerationError as err:
         raise GenerationError(f"{args.checkpoint}: {err}") from None

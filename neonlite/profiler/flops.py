@@ -111,19 +111,22 @@ def visible_pairs(Tq, Tk, causal=False, blocks=None, heads=1):
     return total * heads if layout.shape[0] == 1 else total
 
 
-def _attention_pairs(q, k, causal, blocks, heads):
-    return (q.shape[0] // heads) * visible_pairs(q.shape[1], k.shape[1], causal, blocks, heads)
+def _attention_pairs(lse, k, causal, blocks, heads):
+    """Pairs of every example: lse is (N*heads, Tq) whether q is head-major (N*heads, Tq, dk)
+    or token-major (N, Tq, heads, dk)."""
+    return (lse.shape[0] // heads) * visible_pairs(lse.shape[1], k.shape[1], causal, blocks,
+                                                   heads)
 
 
 def attention(q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None, blocks=None,
               heads=1):
-    pairs = _attention_pairs(q, k, causal, blocks, heads)
+    pairs = _attention_pairs(lse, k, causal, blocks, heads)
     return float(pairs * (2 * q.shape[-1] + 2 * v.shape[-1])), _bytes(q, k, v, out, lse)
 
 
 def attention_bprop(q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False, key_mask=None,
                     dropout=None, blocks=None, heads=1):
-    pairs = _attention_pairs(q, k, causal, blocks, heads)
+    pairs = _attention_pairs(lse, k, causal, blocks, heads)
     return (float(pairs * (6 * q.shape[-1] + 4 * v.shape[-1])),
             _bytes(q, k, v, out, lse, dout, dq, dk, dv))
 

@@ -85,6 +85,49 @@ def test_matches_the_reference_on_every_backend(case, dtype):
         _close(_run(be, arrays, mask, kw), want, 1e-12 if dtype == np.float64 else 2e-5)
 
 
+def _token_major(be, head_major, heads, fill):
+    """A (N, T, heads, d) view (slice b = n*heads + h at [n, :, h]) of a wider (N, T,
+    (heads + 1) * d) buffer, as a layer's projection columns are; its first d columns hold
+    ``fill``.  Returns (view, buffer)."""
+    B, T, d = head_major.shape
+    N = B // heads
+    full = np.full((N, T, heads + 1, d), fill)
+    full[:, :, 1:] = head_major.reshape(N, heads, T, d).transpose(0, 2, 1, 3)
+    buf = be.array(full.reshape(N, T, (heads + 1) * d))
+    return buf.reshape(N, T, heads + 1, d)[:, :, 1:], buf
+
+
+def _head_major(view):
+    N, T, H, d = view.shape
+    return view.get().transpose(0, 2, 1, 3).reshape(N * H, T, d)
+
+
+@pytest.mark.parametrize("case", ["self", "causal+padding", "cross causal", "dk!=dv", "dropout",
+                                  "blocks+all", "decode"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_token_major_operands_match_head_major(case, dtype):
+    """Operands given as (N, T, H, d) views of wider buffers (no head permutes) give the
+    head-major results on every backend, and nothing outside the views is written."""
+    arrays, mask, kw = _inputs(case)
+    H = kw["heads"]
+    want = _reference(arrays, mask, kw)
+    for name in available_backends():
+        be = make_backend(name, batch_size=arrays[0].shape[0] // H, dtype=dtype)
+        q, k, v, dout = (_token_major(be, a, H, 7.0)[0] for a in arrays)
+        out, out_buf = _token_major(be, np.zeros(arrays[3].shape), H, -3.0)
+        grads = [_token_major(be, np.zeros(a.shape), H, -3.0) for a in arrays[:3]]
+        lse = be.zeros(arrays[0].shape[:2])
+        m = None if mask is None else be.array(mask)
+        be.attention(q, k, v, out, lse, 0.3, key_mask=m, **kw)
+        be.attention_bprop(q, k, v, out, lse, dout, *(g for g, _ in grads), 0.3, key_mask=m,
+                           **kw)
+        got = [_head_major(out), lse.get()] + [_head_major(g) for g, _ in grads]
+        _close(got, want, 1e-12 if dtype == np.float64 else 2e-5)
+        for buf in [out_buf] + [b for _, b in grads]:
+            N, T, width = buf.shape
+            assert (buf.get().reshape(N, T, H + 1, -1)[:, :, 0] == -3.0).all(), name
+
+
 @pytest.mark.parametrize("case", ["causal+padding", "dropout", "blocks+all", "cross causal"])
 def test_matches_the_unfused_computation(case, monkeypatch):
     """Float64: the fused op against the score-array path the layers ran before (its
@@ -217,3 +260,26 @@ def test_bad_shapes_are_one_clear_error():
     with pytest.raises(ValueError, match=r"block layout has shape \(1, 1, 1\)"):
         be.attention(q, k, v, out, lse, 1.0, blocks=AttentionBlocks(np.ones((1, 1)), 4, 4),
                      heads=2)
+
+
+def test_key_groups_deal_every_block_once_and_balance_a_strided_layout():
+    """The backward's key-block groups: each block of each table head in exactly one group,
+    in increasing order; on a local + strided layout (every 4th column visited by all later
+    rows) the heaviest group carries less than round-robin's (column c to group c % 4)."""
+    from neonlite.backends.cpu.attention import key_groups, visit_tables
+    nb = 32
+    r, c = np.arange(nb)[:, None], np.arange(nb)[None, :]
+    layout = np.stack([((r - c < 4) | (c % 4 == 3)) & (c <= r), np.tril(np.ones((nb, nb)))])
+    _, _, col_ptr, _ = visit_tables(layout, nb * 16, nb * 16, 16, 16, True)
+    counts = np.diff(col_ptr).reshape(2, nb)
+    ptr, cols = key_groups(col_ptr, 2, nb, 4)
+    assert ptr.dtype == cols.dtype == np.int32 and len(ptr) == 2 * 4 + 1
+    for t in range(2):
+        members = [cols[ptr[t * 4 + g]:ptr[t * 4 + g + 1]] for g in range(4)]
+        assert sorted(np.concatenate(members).tolist()) == list(range(nb))
+        assert all((np.diff(m) > 0).all() for m in members)
+        heaviest = max(counts[t, m].sum() for m in members)
+        round_robin = max(counts[t, g::4].sum() for g in range(4))
+        assert heaviest <= round_robin
+        if t == 0:
+            assert heaviest < 0.8 * round_robin

@@ -451,6 +451,20 @@ def test_layernorm_fprop_bprop(be):
     close(dx.get(), _numeric_vjp(lambda v: gamma * ln(v), x, dy), rtol=1e-3, atol=1e-4)
     close(dgamma.get(), (dy * ln(x)).sum(0, keepdims=True), rtol=1e-4)
     close(dbeta.get(), dy.sum(0, keepdims=True), rtol=1e-4)
+    residual = rand(M, D, seed=34)
+    joined, dgamma2, dbeta2 = be.empty((M, D)), be.zeros((1, D)), be.zeros((1, D))
+    be.layernorm_bprop(be.array(dy), xhat, invstd, tgamma, joined, dgamma2, dbeta2,
+                       residual=be.array(residual))
+    close(joined.get(), dx.get() + residual, rtol=1e-4, atol=1e-5)
+    close(dgamma2.get(), dgamma.get(), rtol=1e-4)
+    close(dbeta2.get(), dbeta.get(), rtol=1e-4)
+    part = rand(M, D, seed=33)
+    total, y2, xhat2, invstd2 = be.empty((M, D)), be.empty((M, D)), be.empty((M, D)), \
+        be.empty((M, 1))
+    be.layernorm_fprop(be.array(x - part), tgamma, be.array(beta), y2, xhat2, invstd2,
+                       eps=eps, residual=be.array(part), total=total)
+    close(total.get(), x, rtol=1e-5, atol=1e-5)
+    close(y2.get(), gamma * ln(x) + beta, rtol=1e-4, atol=1e-5)
 
 
 def test_softmax_is_stable_for_large_logits(be):

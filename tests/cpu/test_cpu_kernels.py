@@ -242,6 +242,55 @@ def test_layernorm_matches_numpy(kernels, dtype, M, D):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,D", [(1, 7), (300, 128)])
+def test_layernorm_fprop_of_a_residual_sum_is_that_of_the_sum(kernels, dtype, M, D):
+    """total = x + residual, then the layer norm of total: bit for bit the two steps."""
+    rng = np.random.default_rng(8)
+    x, residual = rand(rng, (M, D), dtype), rand(rng, (M, D), dtype)
+    gamma, beta = rand(rng, (1, D), dtype, 1.0), rand(rng, (1, D), dtype)
+    outs = [[np.full((M, D), np.nan, dtype) for _ in range(3)] + [np.empty((M, 1), dtype)]
+            for _ in range(3)]
+    for impl, (total, y, xhat, invstd) in zip((kernels, numpy_norm), outs):
+        args = (x, gamma, beta, y, xhat, invstd, 1e-5, residual, total)
+        assert impl.layernorm_fprop(*args) is not False
+    total, y, xhat, invstd = outs[2]
+    np.add(x, residual, out=total)
+    assert kernels.layernorm_fprop(total, gamma, beta, y, xhat, invstd, 1e-5)
+    for got, want in zip(outs[0], outs[2]):
+        np.testing.assert_array_equal(got, want)
+    tol = {np.float32: 1e-4, np.float64: 1e-10}[dtype]
+    for got, want in zip(outs[1], outs[2]):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,D", [(1, 7), (300, 128)])
+def test_layernorm_bprop_with_residual_matches_numpy(kernels, dtype, M, D):
+    """dx = residual + the input gradient, in the kernel's one pass and in numpy's two."""
+    rng = np.random.default_rng(7)
+    x, dy, residual = (rand(rng, (M, D), dtype) for _ in range(3))
+    gamma = rand(rng, (1, D), dtype, 1.0)
+    xhat, invstd = np.empty((M, D), dtype), np.empty((M, 1), dtype)
+    numpy_norm.layernorm_fprop(x, gamma, gamma, np.empty((M, D), dtype), xhat, invstd, 1e-5)
+    results = []
+    for impl in (kernels, None):
+        dx, dgamma, dbeta = np.empty((M, D), dtype), np.ones((1, D), dtype), np.ones((1, D), dtype)
+        args = (dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual)
+        if impl is None:
+            numpy_norm.layernorm_bprop(*args)
+        else:
+            assert impl.layernorm_bprop(*args)
+        results.append([dx, dgamma, dbeta])
+    plain = np.empty((M, D), dtype)
+    numpy_norm.layernorm_bprop(dy, xhat, invstd, gamma, plain, np.ones((1, D), dtype),
+                               np.ones((1, D), dtype))
+    tol = {np.float32: 1e-4, np.float64: 1e-10}[dtype]
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+    np.testing.assert_allclose(results[1][0], plain + residual, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,K", [(1, 1), (1, 10), (7, 3), (129, 65)])
 @pytest.mark.parametrize("soft", [False, True], ids=["one-hot", "soft"])
 def test_softmax_cross_entropy_matches_numpy(kernels, dtype, M, K, soft):
@@ -384,6 +433,27 @@ def test_optree_leading_axis_sums_use_the_column_sum(tbe, monkeypatch, shape, ax
         assert OpTreeMachine(tbe.kernels).run(out, tree)
         close(out, evaluate(np.empty(kept, tbe.dtype), tree), tbe.dtype.type)
     assert [u is not None for u in used] == [fast, False]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,C", [(1, 5), (12, 8192), (32, 1000), (7, 513), (33, 40)])
+def test_column_sum_is_the_row_order_double_sum(kernels, dtype, M, C):
+    """Up to 32 rows (a row per block) and past them (blocks of rows): the column sums are
+    those of the fixed blocking, which for one row per block is the double sum in row order."""
+    module = kernels.module("optree", np.dtype(dtype))
+    ffi, rng = module.ffi, np.random.default_rng(14)
+    a = (rng.standard_normal((M, C)) * np.exp(rng.standard_normal((M, C)) * 4)).astype(dtype)
+    out = np.empty(C, dtype)
+    work = np.zeros(int(module.lib.optree_column_sum_work_size(M, C)))
+    module.lib.optree_column_sum(ffi.from_buffer("real[]", a), ffi.from_buffer("real[]", out),
+                                 ffi.from_buffer("double[]", work), M, C)
+    expected = np.zeros(C)
+    for row in a.astype(np.float64):
+        expected = expected + row
+    if M <= 32:
+        np.testing.assert_array_equal(out, expected.astype(dtype))
+    else:
+        np.testing.assert_allclose(out, expected, rtol=TOL[dtype], atol=TOL[dtype] * np.abs(a).max())
 
 
 class SmallCNN:

@@ -75,3 +75,42 @@ def test_blas_choice_can_be_turned_off(monkeypatch):
         assert load_mkl() is None
     finally:
         load_mkl.cache_clear()
+
+
+@needs_mkl
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_scaled_gemm_accumulates_in_one_call(dtype):
+    """matmul_scaled: out = alpha a @ b + beta out, 2-D and batched, any layout _views makes;
+    a layout met again reuses its plan with the new operands' data."""
+    rng = np.random.default_rng(4)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    gemm = MKLGemm()
+    for shape_a, shape_b in (((9, 7), (7, 5)), ((3, 9, 7), (3, 7, 5))):
+        for repeat in range(2):
+            a = rng.standard_normal(shape_a).astype(dtype)
+            b = rng.standard_normal(shape_b).astype(dtype)
+            for av in _views(a):
+                for bv in _views(b):
+                    start = rng.standard_normal(np.matmul(a, b).shape).astype(dtype)
+                    out = start.copy()
+                    assert gemm.matmul_scaled(av, bv, out, 0.5, 2.0)
+                    np.testing.assert_allclose(out, 0.5 * np.matmul(a, b) + 2.0 * start,
+                                               rtol=tol, atol=tol * 10)
+    assert not gemm.matmul_scaled(np.ones((4, 8), dtype)[:, ::2], np.ones((4, 3), dtype),
+                                  np.zeros((4, 3), dtype), 1.0, 1.0)
+
+
+def test_backend_gemm_with_beta_matches_numpy():
+    """compound_dot with beta (a weight gradient accumulated) and the output overlapping an
+    operand (left to the scratch path) both give alpha a b + beta c."""
+    from support.harness import make_backend
+    be = make_backend("cpu", dtype=np.float64)
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.standard_normal(s) for s in ((12, 6), (12, 4), (6, 4)))
+    A, B, C = be.array(a), be.array(b), be.array(c)
+    be.compound_dot(A, B, C, alpha=2.0, beta=1.0, transA=True)
+    np.testing.assert_allclose(C.get(), 2.0 * a.T @ b + c, rtol=1e-12)
+    sq = rng.standard_normal((5, 5))
+    S = be.array(sq)
+    be.compound_dot(S, S, S, beta=1.0)
+    np.testing.assert_allclose(S.get(), sq @ sq + sq, rtol=1e-12)

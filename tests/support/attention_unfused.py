@@ -4,6 +4,8 @@ GEMMs into a (B, Tq, Tk) array, the backend's masked softmax, a dropout mask dra
 GEMM; and its backward through ``masked_softmax_bprop``.  Same signature as
 ``Backend.attention`` / ``attention_bprop``; the probabilities of the last call are kept in
 ``STATE`` for the backward (``lse`` is not written: the unfused path has none)."""
+import inspect
+
 import numpy as np
 
 STATE = {}
@@ -58,7 +60,38 @@ def attention_bprop(be, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False
     return dq
 
 
+def _head_major(be, fn, operands, written):
+    """``fn`` as the fused op is called, with token-major (N, T, H, d) operands (named in
+    ``operands``) copied into head-major (N*H, T, d) ones and those in ``written`` copied back
+    after the call."""
+    signature = inspect.signature(fn)
+
+    def call(*args, **kw):
+        bound = signature.bind(be, *args, **kw)
+        bound.apply_defaults()
+        staged = {}
+        for name in operands:
+            t = bound.arguments[name]
+            if len(t.shape) == 4:
+                N, T, H, d = t.shape
+                staged[name] = (t, be.zeros((N * H, T, d)))
+                be.permute_axes(t, staged[name][1].reshape(N, H, T, d), (0, 2, 1, 3))
+                bound.arguments[name] = staged[name][1]
+        result = fn(*bound.args, **bound.kwargs)
+        for name in written:
+            if name in staged:
+                t, heads = staged[name]
+                N, T, H, d = t.shape
+                be.permute_axes(heads.reshape(N, H, T, d), t, (0, 2, 1, 3))
+        return result
+    return call
+
+
 def patch(monkeypatch, be):
-    """Make backend ``be`` run the unfused attention."""
-    monkeypatch.setattr(be, "attention", lambda *a, **kw: attention(be, *a, **kw))
-    monkeypatch.setattr(be, "attention_bprop", lambda *a, **kw: attention_bprop(be, *a, **kw))
+    """Make backend ``be`` run the unfused attention (token-major operands through head-major
+    copies)."""
+    monkeypatch.setattr(be, "attention", _head_major(be, attention, ("q", "k", "v", "out"),
+                                                     ("out",)))
+    monkeypatch.setattr(be, "attention_bprop", _head_major(
+        be, attention_bprop, ("q", "k", "v", "out", "dout", "dq", "dk", "dv"),
+        ("dq", "dk", "dv")))
