@@ -180,6 +180,11 @@ def read_text(path):
         raise ConfigError(f"{path}: cannot read the file ({err})") from None
 
 
+def load_yaml(path):
+    """Parse the YAML file at ``path`` (see :func:`parse_yaml`)."""
+    return parse_yaml(read_text(path), str(path))
+
+
 def dump_yaml(data):
     """YAML text of plain ``data`` (a description), keys in their given order."""
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
