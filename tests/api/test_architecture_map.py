@@ -1,10 +1,12 @@
-"""``docs/architecture.md`` stays true: every file or folder it names exists, and its map's
-"what it may import" column holds for the import graph derived from the source."""
+"""The design documents stay true: every file or folder ``docs/architecture.md``,
+``docs/layers.md`` and ``docs/backends.md`` name exists, and the map's "what it may import" column holds for the
+import graph derived from the source."""
 import re
 
 from support.import_graph import ROOT, import_graph, source_modules
 
 DOC = ROOT / "docs" / "architecture.md"
+DOCS = (DOC, ROOT / "docs" / "layers.md", ROOT / "docs" / "backends.md")
 #: a backticked name that is a path: it has a file suffix or ends with "/"
 PATH = re.compile(r"`([A-Za-z0-9_.*/-]+(?:\.(?:py|c|h|cu|cuh|md|yaml|yml|toml|ini|txt)|/))`")
 #: folder of the map -> the import name of the modules in it
@@ -28,11 +30,12 @@ def test_every_path_the_document_names_exists():
     within one name."""
     paths = _checkout_paths()
     missing = []
-    for name in sorted(set(PATH.findall(DOC.read_text()))):
+    named = {name for doc in DOCS for name in PATH.findall(doc.read_text())}
+    for name in sorted(named):
         pattern = re.compile(r"(^|.*/)" + re.escape(name).replace(r"\*", "[^/]*") + "$")
         if not any(pattern.match(p) for p in paths):
             missing.append(name)
-    assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"
+    assert not missing, f"the design documents name paths that do not exist: {missing}"
 
 
 def map_rows():
