@@ -199,5 +199,5 @@ def test_transformer_block_takes_block_sparse_sublayers_and_checks_them():
                              fc2=BlockSparseAffine(16, layout, 8), name="b")
     net = configure(block, (32, 16))
     assert {p.name for p in net.parameters()} >= {"b.attn.Wq", "b.fc1.W", "b.fc1.b", "b.fc2.W"}
-    with pytest.raises(TypeError, match="fc2 must be a core layer \\+ Bias compound"):
+    with pytest.raises(TypeError, match="fc2 must be a core layer \\+ optional Bias compound"):
         TransformerBlock(16, 2, fc2=BlockSparseLinear(16, layout, 8))
