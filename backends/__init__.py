@@ -56,8 +56,8 @@ def get_backend():
     return _current
 
 
-register_backend("cpu", ".cpu", "CPUBackend")
-register_backend("gpu", ".gpu", "GPUBackend")
+register_backend("cpu", ".cpu.backend", "CPUBackend")
+register_backend("gpu", ".gpu.backend", "GPUBackend")
 
 __all__ = ["Backend", "Tensor", "OpNode", "BackendUnavailable", "gen_backend", "get_backend",
            "register_backend", "available_backends"]

@@ -15,9 +15,10 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from . import philox
-from .optree import OpNode, OpTreeOps
+from .optree import OpNode, OpTreeOps, broadcast_shape
 from .backend_sequence import SequenceOps
 from .plans import ConvPlan, PoolPlan
+from .reference import gelu
 
 
 class Tensor(OpTreeOps):
@@ -330,7 +331,7 @@ class Backend(SequenceOps, ABC):
     def onehot(self, indices, out):
         """out (M, K) = the one-hot rows of integer class indices ``indices`` (M,); an index
         outside [0, K) raises IndexError naming its position."""
-        from .numpy_norm import check_class_indices
+        from .reference.softmax import check_class_indices
         idx = np.asarray(indices.get()).reshape(-1)
         check_class_indices(idx, out.shape[-1])
         host = np.zeros(out.shape, dtype=np.float32)
@@ -356,10 +357,10 @@ class Backend(SequenceOps, ABC):
 
     # ---- block-sparse products and attention ---------------------------------------------------
     def blocksparse_layer(self, layout, block_size):
-        """A :class:`~neonlite.blocksparse.BlockSparsePlan` of ``layout`` ((R, C) or (H, R, C)
+        """A :class:`~neonlite.backends.blocksparse_plan.BlockSparsePlan` of ``layout`` ((R, C) or (H, R, C)
         blocks of ``block_size``, one of 8/16/32/64) and its lookup tables.  Stored block k is
         the k-th nonzero of the layout in row-major order; a weight holds it as W[k] (bs, bs)."""
-        from ..blocksparse import BlockSparsePlan
+        from .blocksparse_plan import BlockSparsePlan
         return BlockSparsePlan(layout, block_size)
 
     @abstractmethod
@@ -402,21 +403,19 @@ class Backend(SequenceOps, ABC):
         (x's shape; may be ``x``) receives x + bias, the input ``gelu_bprop`` needs.
         ``approximate``: ``"none"`` (erf form) or ``"tanh"``.  This default runs op-trees;
         a backend may fuse it into one pass."""
-        from ..transforms.activation import Gelu
         if bias is not None:
             if pre is None:
                 raise ValueError("gelu: with a bias, pre (the buffer for x + bias) is needed")
             pre[:] = x + bias
             x = pre
-        Gelu(approximate).fprop(self, x, out)
+        gelu.fprop(self, x, out, approximate)
         return out
 
     def gelu_bprop(self, x, dy, dx, dbias=None, approximate="none", y=None):
         """dx = dy * gelu'(x) (x the pre-activation; ``dx`` may be ``dy``); ``dbias`` (D,),
         when given, accumulates the sum of dx over every axis but the last.  ``y``, the
         forward output gelu(x) when at hand, lets a backend skip recomputing Phi(x) = y / x."""
-        from ..transforms.activation import Gelu
-        Gelu(approximate).bprop(self, x, None, dy, dx)
+        gelu.bprop(self, x, dy, dx, approximate)
         if dbias is not None:
             D = dbias.shape[-1]
             rows = dx.reshape(dx.size // D, D)
@@ -469,25 +468,17 @@ class Backend(SequenceOps, ABC):
     def synchronize(self):
         """Wait for queued work (no-op where work is synchronous)."""
 
+    def prefetched(self, iterator, limit=None):
+        """``iterator`` (a data iterator, or None) as the training loop should consume it: a
+        backend that can copy the next batch while the current one is computed wraps it (the
+        GPU backend); this default returns it unchanged.  ``limit``: the batches that will be
+        used per epoch (None: all)."""
+        return iterator
+
 
 def _reduced_count(x, axis):
-    shape = x.shape if hasattr(x, "shape") and not isinstance(x, OpNode) else _optree_shape(x)
+    shape = x.shape if hasattr(x, "shape") and not isinstance(x, OpNode) else broadcast_shape(x)
     if axis is None:
         return int(np.prod(shape))
     axes = (axis,) if isinstance(axis, int) else axis
     return int(np.prod([shape[a] for a in axes]))
-
-
-def _optree_shape(node):
-    """The broadcast shape of an op-tree (reductions keep their axes with length 1)."""
-    if not isinstance(node, OpNode):
-        return tuple(getattr(node, "shape", ()))
-    shapes = [_optree_shape(a) for a in node.args]
-    shape = np.broadcast_shapes(*shapes)
-    if node.op in ("sum", "max", "min", "argmax", "argmin"):
-        if node.axis is None:
-            return tuple(1 for _ in shape)
-        axes = (node.axis,) if isinstance(node.axis, int) else node.axis
-        axes = [a % len(shape) for a in axes]
-        return tuple(1 if i in axes else s for i, s in enumerate(shape))
-    return shape

@@ -19,16 +19,16 @@ class SequenceOps(ABC):
         ``heads`` slices, slice b belongs to example b // heads.  Hidden keys: with ``causal``
         key j > i + (Tk - Tq) (the queries are the last Tq of the Tk positions, as when decoding
         against a key/value cache); where ``key_mask`` (N, Tk) is 0; outside the visited tiles
-        of ``blocks`` (an :class:`~neonlite.backends.numpy_attention.AttentionBlocks` layout).
+        of ``blocks`` (an :class:`~neonlite.backends.reference.attention.AttentionBlocks` layout).
         A row with every key hidden gets out 0 and lse -inf.  ``dropout``
-        (:class:`~neonlite.backends.numpy_attention.AttentionDropout` or None) drops
+        (:class:`~neonlite.backends.reference.attention.AttentionDropout` or None) drops
         probabilities after the softmax with the per-example Philox stream; it is regenerated
         by ``attention_bprop``, never stored.  k and v may be windows of longer buffers (e.g.
         ``cache[:, :L]``).  Each of q, k, v, out (and of dout, dq, dk, dv in
         ``attention_bprop``) may instead be token-major, (N, T, heads, d) (slice b = n*heads + h
         is [n, :, h]; e.g. the (N, T, H, dh) view of a projection's columns), so a layer needs
         no head permutes.  This default runs the numpy reference on host copies."""
-        from . import numpy_attention
+        from .reference import attention as numpy_attention
         self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
         o, m = out.get(), lse.get()
         numpy_attention.attention(q.get(), k.get(), v.get(), o, m, scale, causal,
@@ -44,7 +44,7 @@ class SequenceOps(ABC):
         with the same arguments, for the output gradient dout (B, Tq, dv); the probabilities
         are recomputed from ``lse`` tile by tile.  This default runs the numpy reference on
         host copies."""
-        from . import numpy_attention
+        from .reference import attention as numpy_attention
         self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
         grads = [dq.get(), dk.get(), dv.get()]
         numpy_attention.attention_bprop(q.get(), k.get(), v.get(), out.get(), lse.get(),
@@ -88,7 +88,7 @@ class SequenceOps(ABC):
     def lrn_fprop(self, x, y, scale, depth, alpha, beta, k):
         """Across the channels of rows x (M, C) (NHWC images as (N*H*W, C)): scale (M, C) =
         k + alpha / depth * sum of x^2 over channels c - depth//2 .. c + (depth-1)//2,
-        y = x * scale^-beta (``backends/numpy_lrn.py`` is the reference)."""
+        y = x * scale^-beta (``backends/reference/lrn.py`` is the reference)."""
 
     @abstractmethod
     def lrn_bprop(self, x, scale, dy, dx, depth, alpha, beta):
@@ -101,7 +101,7 @@ class SequenceOps(ABC):
     # error arriving at h_t from the layer's output; ``dh`` (N, H) holds, on entry, the error
     # arriving from step t+1 and, on exit, the part of dL/dh_{t-1} that does not go through U
     # (the caller adds dgates @ U^T).  Activations: "tanh", "logistic", "relu", "identity".
-    # ``backends/numpy_recurrent.py`` is the reference of every one.
+    # ``backends/reference/recurrent.py`` is the reference of every one.
     @abstractmethod
     def rnn_fprop_step(self, xg, hg, h_prev, h, mask=None, activation="tanh"):
         """h (N, H) = act(xg + hg); xg the input projection with its bias."""

@@ -10,6 +10,8 @@ Op names and arities are listed in :data:`UNARY_OPS`, :data:`BINARY_OPS` and
 :data:`REDUCTION_OPS`; a backend implements exactly these.  Reductions keep their reduced axes
 (numpy's ``keepdims=True``) so that ``x - be.max(x, axis=1)`` broadcasts like neon's.
 """
+import numpy as np
+
 
 UNARY_OPS = ("neg", "abs", "sqr", "sqrt", "rsqrt", "exp", "log", "tanh", "sig", "sign", "erf",
              "bf16_to_f32", "f32_to_bf16")
@@ -144,3 +146,18 @@ def _broadcast_signature(shape):
 def is_scalar(value):
     """True for Python numbers and 0-d numpy values (which an op-tree takes as constants)."""
     return _is_scalar(value)
+
+
+def broadcast_shape(node):
+    """The broadcast shape of an op-tree (reductions keep their axes with length 1)."""
+    if not isinstance(node, OpNode):
+        return tuple(getattr(node, "shape", ()))
+    shapes = [broadcast_shape(a) for a in node.args]
+    shape = np.broadcast_shapes(*shapes)
+    if node.op in ("sum", "max", "min", "argmax", "argmin"):
+        if node.axis is None:
+            return tuple(1 for _ in shape)
+        axes = (node.axis,) if isinstance(node.axis, int) else node.axis
+        axes = [a % len(shape) for a in axes]
+        return tuple(1 if i in axes else s for i, s in enumerate(shape))
+    return shape

@@ -1,8 +1,11 @@
 """Plans: the shape arithmetic of convolution and pooling, computed once at configure time.
 
-A backend subclasses or decorates a plan with whatever it precomputes (patch buffers, lookup
-tables, kernel choices); layers treat a plan as opaque and only hand it back to the backend.
+A backend subclasses the plans it uses (``CPUConvPlan(ConvPlan)``, ``GPUConvPlan(ConvPlan)``,
+...) with explicit fields for what it chooses at configure time (the algorithm, tiles, launch
+shapes); layers treat a plan as opaque and only hand it back to the backend.  Work arrays live
+in the plan's :meth:`Plan.buffer` table, which only the plan's own methods write.
 """
+import numpy as np
 
 
 def _pair(value, what):
@@ -19,7 +22,33 @@ def output_size(size, filt, pad, stride, dilation=1):
     return (size + 2 * pad - dilation * (filt - 1) - 1) // stride + 1
 
 
-class ConvPlan:
+class Plan:
+    """The work-array table every plan has: :meth:`buffer` returns the array kept under a name,
+    made (or remade, when the shape or dtype differs) on request; :meth:`buffers` lists them
+    (the profiler counts them as a layer's work memory)."""
+
+    def __init__(self):
+        self._buffers = {}
+
+    def buffer(self, name, shape, dtype, fill=None, make=None):
+        """The array of ``shape`` and ``dtype`` kept under ``name``.  When it is made it is
+        filled with ``fill``, or written by ``make(array)``; its contents are the caller's
+        otherwise."""
+        shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
+        found = self._buffers.get(name)
+        if found is None or found.shape != shape or found.dtype != dtype:
+            found = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
+            if make is not None:
+                make(found)
+            self._buffers[name] = found
+        return found
+
+    def buffers(self):
+        """The work arrays this plan holds."""
+        return list(self._buffers.values())
+
+
+class ConvPlan(Plan):
     """Dimensions of a 2-D convolution on NHWC input with (R, S, C, K) filters.
 
     Input I (N, H, W, C), filters F (R, S, C, K), output O (N, P, Q, K), where
@@ -27,6 +56,7 @@ class ConvPlan:
     """
 
     def __init__(self, N, C, H, W, K, R, S, pad=(0, 0), stride=(1, 1), dilation=(1, 1)):
+        super().__init__()
         self.N, self.C, self.H, self.W, self.K, self.R, self.S = N, C, H, W, K, R, S
         self.pad_h, self.pad_w = _pair(pad, "padding")
         self.str_h, self.str_w = _pair(stride, "strides")
@@ -53,12 +83,18 @@ class ConvPlan:
     def filter_shape(self):
         return (self.R, self.S, self.C, self.K)
 
+    @property
+    def pointwise(self):
+        """A 1x1 filter with stride 1 and no padding: the convolution is one GEMM."""
+        return (self.R == self.S == 1 and self.str_h == self.str_w == 1
+                and self.pad_h == self.pad_w == 0)
+
     def flops(self):
         """Multiply-adds x 2 of one fprop (bprop and update cost the same each)."""
         return 2.0 * self.N * self.P * self.Q * self.K * self.R * self.S * self.C
 
 
-class PoolPlan:
+class PoolPlan(Plan):
     """Dimensions of 2-D max/avg pooling on NHWC input (N, H, W, C) -> (N, P, Q, C).
 
     Windows may overlap (stride < window); padded positions never win a max and are not
@@ -66,6 +102,7 @@ class PoolPlan:
     """
 
     def __init__(self, op, N, C, H, W, R, S, pad=(0, 0), stride=(1, 1)):
+        super().__init__()
         if op not in ("max", "avg"):
             raise ValueError(f"pooling op must be 'max' or 'avg', got {op!r}")
         self.op = op

@@ -1,5 +1,5 @@
 """A convolutional autoencoder in Python: the network of ``conv_autoencoder.yaml`` (the two
-describe the same run; ``tests/test_examples.py`` checks it).  Conv + pool down to 8x8, two
+describe the same run; ``tests/examples/test_examples.py`` checks it).  Conv + pool down to 8x8, two
 stride-2 Deconvs back up, a logistic output and a mean-squared reconstruction cost.
 
     python examples/conv_autoencoder.py       # same flags as neonlite train: -e 2 -b gpu ...

@@ -1,5 +1,5 @@
 """Inception blocks on Shapes in Python: the network of ``inception_shapes.yaml`` (the two
-describe the same run; ``tests/test_examples.py`` checks it).  Each block runs 1x1, 3x3 and
+describe the same run; ``tests/examples/test_examples.py`` checks it).  Each block runs 1x1, 3x3 and
 5x5 convolution branches and a 3x3 max-pool + 1x1 branch on the same input and concatenates
 their channels (``MergeBroadcast``).
 

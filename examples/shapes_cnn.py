@@ -1,5 +1,5 @@
 """The offline quick start in Python: the network of ``shapes_cnn.yaml``, built with the
-Python API (the two describe the same run; ``tests/test_examples.py`` checks it).
+Python API (the two describe the same run; ``tests/examples/test_examples.py`` checks it).
 
     python examples/shapes_cnn.py            # same flags as neonlite train: -b gpu -e 2 ...
 """

@@ -1,10 +1,11 @@
-"""The GPU backend's rows of the kernel-variant table (see ``specs.py``): one variant per
+"""The GPU backend's rows of the kernel-variant table (``specs.py`` holds the table and its
+``find``): one variant per
 ``kernels/cuda/*.cu`` source; each holds the float32, float16 and bfloat16 entry points named
-in ``functions``.  The op-tree kernels are generated (``backends/cuda_codegen.py``) and built by
-``backends/gpu_build.py`` through the same cache, so they are not listed here."""
+in ``functions``.  The op-tree kernels are generated (``backends/gpu/codegen.py``) and built by
+``backends/gpu/build.py`` through the same cache, so they are not listed here."""
 from dataclasses import dataclass
 
-from .specs import KernelSpec
+from .kernel_spec import KernelSpec
 
 _THREE = ("f32", "f16", "bf16")
 
@@ -81,11 +82,3 @@ CONV_TILES = (
 # Split a pass's K range over the grid's z axis until it has about this many blocks.
 CONV_SPLIT_TARGET_BLOCKS = 264
 
-
-def find(name):
-    """The CUDA variant called ``name``; ``KeyError`` lists the known ones."""
-    for spec in CUDA_VARIANTS:
-        if spec.name == name:
-            return spec
-    raise KeyError(f"no CUDA kernel variant {name!r}; known: "
-                   f"{', '.join(s.name for s in CUDA_VARIANTS)}")

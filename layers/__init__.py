@@ -13,7 +13,7 @@ from .layernorm import LayerNorm
 from .linear import Bias, Linear
 from .lrn import LRN
 from .merge import MergeBroadcast
-from .norm import BatchNorm
+from .batchnorm import BatchNorm
 from .pooling import Pooling
 from .recurrent import GRU, LSTM, Recurrent
 from .segment_embedding import SegmentEmbedding

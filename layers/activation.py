@@ -1,6 +1,6 @@
 """Activation and Dropout layers (elementwise, shape-preserving)."""
 from ..transforms.activation import Gelu
-from .example_dropout import ExampleDropoutMixin
+from .dropout_masks import KeyedDropoutMixin
 from .layer import Layer
 
 
@@ -38,12 +38,12 @@ class Activation(Layer):
         return self.deltas
 
 
-class Dropout(ExampleDropoutMixin, Layer):
+class Dropout(KeyedDropoutMixin, Layer):
     """Inverted dropout: training keeps each element with probability ``keep`` and scales it by
     1/keep; inference is the identity.  Setting ``fixed_mask = True`` reuses the current mask on
     later fprops (for gradient checks).
 
-    Masks are per global example (:class:`ExampleDropoutMixin`): the same for an example
+    Masks are per global example (:class:`KeyedDropoutMixin`): the same for an example
     whatever the number of processes the global batch is split over, and on every backend.
     """
 

@@ -4,10 +4,10 @@ import math
 
 import numpy as np
 
-from ..backends.numpy_attention import AttentionDropout
+from ..backends.reference.attention import AttentionDropout
 from ..initializers import Constant, GlorotUniform
 from .decode import DecodeState
-from .example_dropout import ExampleDropoutMixin
+from .dropout_masks import KeyedDropoutMixin
 from .layer import FixedTensor, ParameterLayer, flat_rows, is_count
 
 _TO_HEADS = (0, 2, 1, 3)  # (N, T, H, dh) <-> (N, H, T, dh); the permutation is its own inverse
@@ -15,7 +15,7 @@ _TO_HEADS = (0, 2, 1, 3)  # (N, T, H, dh) <-> (N, H, T, dh); the permutation is 
 MAX_HEAD_WIDTH = 256
 
 
-class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
+class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
     """Multi-head attention: queries from the input x (N, Tq, d_model), keys and values from x
     itself (self-attention) or from a second input, the *context* (N, Tk, dc) (cross-attention).
 
@@ -46,7 +46,7 @@ class MultiHeadAttention(ExampleDropoutMixin, ParameterLayer):
 
     The attention runs as the backend's fused op: only the log-sum-exp of each query row
     (N*H, Tq) is kept for bprop, never the (Tq, Tk) probabilities.  Dropout masks on the
-    attention weights are per global example (:class:`ExampleDropoutMixin`), drawn inside the
+    attention weights are per global example (:class:`KeyedDropoutMixin`), drawn inside the
     op from the Philox stream and drawn again by its backward pass.  Setting
     ``fixed_mask = True`` reuses the current dropout mask on later fprops (for gradient checks).
     """

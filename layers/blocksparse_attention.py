@@ -1,8 +1,8 @@
 """Block-sparse multi-head attention: scores only at the blocks of a layout."""
 import numpy as np
 
-from ..backends.numpy_attention import AttentionBlocks
-from ..blocksparse import SUPPORTED_BLOCK_SIZES
+from ..backends.reference.attention import AttentionBlocks
+from ..backends.blocksparse_plan import SUPPORTED_BLOCK_SIZES
 from ..blocksparse.layouts import from_spec
 from .attention import MultiHeadAttention
 

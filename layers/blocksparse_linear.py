@@ -1,7 +1,7 @@
 """Block-sparse linear layers: y = x @ W with W stored as only the blocks of a layout."""
 import numpy as np
 
-from ..blocksparse import SUPPORTED_BLOCK_SIZES
+from ..backends.blocksparse_plan import SUPPORTED_BLOCK_SIZES
 from ..blocksparse.layouts import from_spec
 from ..initializers import Constant, GlorotUniform
 from .containers import CompoundLayer
@@ -85,7 +85,7 @@ class BlockSparseLinear(ParameterLayer):
 
     def dense_weight(self):
         """W as a dense host array (nin, nout), zeros outside the layout."""
-        from ..blocksparse.reference import blocks_to_dense
+        from ..backends.reference.blocksparse import blocks_to_dense
         return blocks_to_dense(self.plan.tables, self.W.value.get(), self.bs)
 
     # ---- incremental decoding: position-wise ---------------------------------------------------

@@ -6,7 +6,7 @@ from .activation import Activation
 from .conv import Convolution
 from .layer import Layer
 from .linear import Bias, Linear
-from .norm import BatchNorm
+from .batchnorm import BatchNorm
 
 
 def _as_layers(layers):

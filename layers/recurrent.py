@@ -26,7 +26,7 @@ a bidirectional layer); outputs stay in time order.
 """
 import numpy as np
 
-from ..backends.numpy_recurrent import ACTIVATIONS
+from ..backends.reference.recurrent import ACTIVATIONS
 from ..initializers import Constant, GlorotUniform
 from ..transforms.activation import Identity, Logistic, Rectlin, Tanh
 from .layer import ParameterLayer

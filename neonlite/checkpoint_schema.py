@@ -93,7 +93,7 @@ def check_array(ary, what, crc, version, kinds=("f",), extra=()):
 def check_config(config):
     """SchemaError unless the stored run description can be built from."""
     from .config.errors import ConfigError
-    from .config.run import check_setting
+    from .config.settings import check_setting
     if not isinstance(config, dict):
         raise SchemaError(f"/config: expected a mapping (layers, cost, ...), got "
                           f"{_short(config)}")

@@ -6,7 +6,8 @@ import numpy as np
 
 from .backends import get_backend
 from .layers.containers import CompoundLayer, MergeSum, Sequential
-from .layers.layer import Layer, ParameterLayer, ShapeError
+from .layer_names import check_layer_names, check_tensor_names
+from .layers.layer import ShapeError
 from .layers.shared import share_padding_masks, tie_layers
 from .memory_check import check_outputs_fit
 from .optimizers.arena import ParameterArena, build_arena
@@ -67,7 +68,7 @@ class Model:
         self.layers.set_needs_deltas(False)
         self.layers.allocate()
         share_padding_masks(self.layers.leaves())
-        _check_tensor_names(self.layers.leaves())
+        check_tensor_names(self.layers.leaves())
 
         self.arena = build_arena(be, self.parameters())
         for p in self.parameters():
@@ -346,7 +347,7 @@ class Model:
     def _backend_settings(self):
         """``backend``, ``batchsize`` and ``datatype`` of the backend the model runs on (what
         :meth:`load` makes again when there is no backend yet)."""
-        from .config.run import DATATYPES
+        from .config.settings import DATATYPES
         names = {np.dtype(v).name: k for k, v in DATATYPES.items() if k != "bf16"}
         settings = {"backend": self.be.name, "batchsize": int(self.be.bsz)}
         dtype = getattr(self.be, "dtype", None)
@@ -355,15 +356,36 @@ class Model:
         return settings
 
     @classmethod
+    def from_checkpoint(cls, ckpt):
+        """A model rebuilt from a read checkpoint's description (``serialize.Checkpoint``),
+        initialized for its input shape on the current backend, with the checkpoint's
+        parameters loaded (a warning where they hold NaN or inf)."""
+        from .config.errors import ConfigError
+        from .serialize import CheckpointError, NonFiniteWarning, ShapeStub, load_params
+        try:
+            model = cls.from_description(ckpt.config)
+            model.initialize(ShapeStub(ckpt.in_shape))
+        except ConfigError as err:
+            raise CheckpointError(f"{ckpt.path}: its network description does not build: "
+                                  f"{err}") from None
+        load_params(model, ckpt)
+        bad = ckpt.first_nonfinite()
+        if bad is not None:
+            warnings.warn(f"{ckpt.path}: {bad} holds NaN or inf values, so what this model "
+                          f"computes is meaningless (the training that wrote it diverged)",
+                          NonFiniteWarning, stacklevel=2)
+        return model
+
+    @classmethod
     def load(cls, path):
         """The model stored in checkpoint ``path``, rebuilt on the current backend with its
         parameters loaded (``epoch_index``/``step_index`` as saved; ``metric`` as the run
         configured it).  Before any ``gen_backend`` it makes the backend the checkpoint names
         (backend, batch size, data type), or says what to call when that one cannot run."""
-        from .serialize import build_model, read_checkpoint
+        from .serialize import read_checkpoint
         ckpt = read_checkpoint(path)
         _backend_for(ckpt)
-        model = build_model(ckpt)
+        model = cls.from_checkpoint(ckpt)
         model.epoch_index, model.step_index = ckpt.epoch_index, ckpt.step_index
         if ckpt.config.get("metric") is not None:
             from .config.build import build
@@ -400,7 +422,7 @@ def _backend_for(ckpt):
         return
     except RuntimeError:
         pass
-    from .config.run import DATATYPES
+    from .config.settings import DATATYPES
     name = ckpt.config.get("backend", "cpu")
     batch = ckpt.config.get("batchsize", 128)
     datatype = ckpt.config.get("datatype", "f32")
@@ -411,47 +433,6 @@ def _backend_for(ckpt):
                            f"checkpoint's ({name}, batch {batch}, {datatype}) cannot run here "
                            f"({err}); call neonlite.gen_backend('cpu', batch_size={batch}) "
                            f"first") from None
-
-def check_layer_names(leaves):
-    """A ConfigError (at the layer's key path) for a layer name that cannot name parameters in
-    a checkpoint: not printable UTF-8 text, or shared by two layers with parameters or buffers
-    of the same kind (their ``"<name>.<param>"`` would clash)."""
-    from .config.errors import ConfigError, short_repr
-    seen = {}
-    for leaf in leaves:
-        where = getattr(leaf, "_config_path", None)
-        where = f"{where}.config.name" if where else f"layer {short_repr(leaf.name)}"
-        if not isinstance(leaf.name, str) or not leaf.name.isprintable() or not leaf.name:
-            raise ConfigError(f"{where}: a layer name must be printable text, got "
-                              f"{short_repr(leaf.name)}")
-        try:
-            leaf.name.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ConfigError(f"{where}: a layer name must be valid UTF-8 text, got "
-                              f"{short_repr(leaf.name)}") from None
-        key = (leaf.name, type(leaf).__name__)
-        if isinstance(leaf, ParameterLayer) or type(leaf).buffers is not Layer.buffers:
-            if key in seen:
-                raise ConfigError(f"{where}: two {key[1]} layers are both named {key[0]!r} "
-                                  f"(the other: {seen[key]}), so their parameters would clash; "
-                                  f"give the layers distinct names")
-            seen[key] = getattr(leaf, "_config_path", None) or key[0]
-
-
-def _check_tensor_names(leaves):
-    """A ConfigError when two allocated layers give a parameter or buffer the same
-    ``"<layer name>.<key>"`` (e.g. an Affine named like a Conv's compound, ``Conv_0``)."""
-    from .config.errors import ConfigError
-    owner = {}
-    for leaf in leaves:
-        keys = [p.name for p in leaf.parameters()] + [f"{leaf.name}.{k}" for k in leaf.buffers()]
-        for key in keys:
-            other = owner.setdefault(key, leaf)
-            if other is not leaf:
-                where = getattr(leaf, "_config_path", None) or f"layer {leaf.name!r}"
-                raise ConfigError(f"{where}: the name {leaf.name!r} is also the name of the "
-                                  f"{type(other).__name__} layer {other.name!r}, so both would "
-                                  f"store a parameter '{key}'; give the layers distinct names")
 
 
 def _describe_rows(layers, depth, rows):

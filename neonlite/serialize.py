@@ -29,7 +29,6 @@ rename), so an interrupted save leaves the previous file (or none), never a brok
 holding NaN or inf values is never written.
 """
 import json
-import warnings
 from collections import OrderedDict
 from pathlib import Path
 
@@ -81,7 +80,7 @@ def save_checkpoint(path, model, optimizer=None, config=None):
     """
     import h5py
 
-    from . import __version__
+    from .version import __version__
     from .config.yaml_io import dump_yaml
 
     model._require_initialized("save")
@@ -300,27 +299,6 @@ class ShapeStub:
 
     def __init__(self, shape, name="checkpoint"):
         self.shape, self.name, self.target_shape = tuple(shape), name, None
-
-
-def build_model(ckpt):
-    """A :class:`Model` rebuilt from a checkpoint's description, initialized for its input
-    shape on the current backend, with the checkpoint's parameters loaded."""
-    from .config.errors import ConfigError
-    from .model import Model
-
-    try:
-        model = Model.from_description(ckpt.config)
-        model.initialize(ShapeStub(ckpt.in_shape))
-    except ConfigError as err:
-        raise CheckpointError(f"{ckpt.path}: its network description does not build: "
-                              f"{err}") from None
-    load_params(model, ckpt)
-    bad = ckpt.first_nonfinite()
-    if bad is not None:
-        warnings.warn(f"{ckpt.path}: {bad} holds NaN or inf values, so what this model "
-                      f"computes is meaningless (the training that wrote it diverged)",
-                      NonFiniteWarning, stacklevel=2)
-    return model
 
 
 def load_params(model, ckpt):

@@ -1,10 +1,18 @@
-"""Shared pytest set-up: the ``slow`` marker, the per-backend fixture (see ``harness.py``), and
-the import paths.
+"""Shared pytest set-up: the ``slow`` marker, the per-backend fixture (see
+``support/harness.py``), and the import paths.
+
+The tests sit in folders by what they need: ``support/`` (the package every test imports its
+helpers from: ``support.harness``, ``support.requires``, the CUDA host emulator and the GPU
+backend on it), ``backend/`` (backend ops against the numpy reference on every backend),
+``cpu/`` (the C kernels), ``gpu_host/`` (the CUDA kernels compiled with nvcc and run on the host
+emulator), ``gpu/`` (a real device), ``api/`` (layers, models, optimizers, CLI, checkpoints,
+packaging), ``data/``, ``distributed/`` (MPI) and ``examples/``.  A skip says why through
+``support.requires``.
 
 The tests test the *installed* ``neonlite`` (a wheel, or ``pip install -e``): the checkout's root
 is never on ``sys.path``, because its ``neonlite/`` folder is not the whole package (the
 installed one maps ``backends/``, ``layers/`` and ``kernels/`` into it).  ``tests/`` is on the
-path for the support modules (``harness``, the host emulator, ...), and ``benchmarks`` is
+path for the ``support`` package, and ``benchmarks`` is
 imported from the checkout by its own folder.  ``PYTHONSAFEPATH=1`` keeps the Python
 subprocesses that tests start (``python -m neonlite.cli``, ``python -c``) from putting their
 working directory first on their path.  With ``NEONLITE_TEST_INSTALLED=1`` (CI) the run stops
@@ -37,7 +45,7 @@ if "benchmarks" not in sys.modules and (ROOT / "benchmarks" / "__init__.py").is_
     _import_benchmarks()
 
 import neonlite  # noqa: E402
-from harness import BACKENDS, make_backend, require_backend  # noqa: E402
+from support.harness import BACKENDS, make_backend, require_backend  # noqa: E402
 
 NEONLITE_FROM = Path(neonlite.__file__).resolve().parent
 

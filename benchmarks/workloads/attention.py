@@ -58,7 +58,7 @@ class AttentionWorkload:
         layer.fprop(x)  # head buffers filled; then forget the op's workspaces and tables
         for key in [k for k in be.kernels.workspaces if str(k[0]).startswith("fa_")]:
             del be.kernels.workspaces[key]
-        be.__dict__.pop("_attention_plain", None)
+        be._attention_plain.clear()
         tracemalloc.start()
         be.attention(layer.qh, layer.kh, layer.vh, layer.oh, layer.lse, layer.scale,
                      layer.causal, None, None, None, layer.heads)

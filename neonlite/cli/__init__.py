@@ -1,33 +1,35 @@
-"""The ``neonlite`` command: ``train``, ``eval``, ``describe``, ``plot``, plus ``kernels`` and
-``generate`` from their own modules.  ``main(argv)`` returns the exit status: 0 on success, 1
-for a user error (one line on stderr; the traceback too with ``-v``), 2 for bad flags."""
+"""The ``neonlite`` command.  Every subcommand is one module of this package with a
+``register(subparsers)``: ``train``, ``eval`` (``evaluate``), ``describe``, ``plot``,
+``profile``, ``import`` (``import_hf``), ``export`` (``export_hf``), ``generate``, ``kernels``,
+``doctor``.  ``main(argv)`` returns the exit status: 0 on success, 1 for a user error (one line
+on stderr; the traceback too with ``-v``), 2 for bad flags."""
 import argparse
 import sys
 
 from .. import __version__
-from . import describe, evaluate, export_hf, extras, import_hf, plot, profile, train
+from . import (describe, doctor, evaluate, export_hf, generate, import_hf, kernels, plot,
+               profile, train)
 from .errors import run_guarded
 
 
-def build_parser(wanted=None):
+SUBCOMMANDS = (train, evaluate, describe, plot, profile, import_hf, export_hf, kernels, generate,
+               doctor)
+
+
+def build_parser():
     parser = argparse.ArgumentParser(
         prog="neonlite", description="Define networks in YAML and train, evaluate, describe "
         "and plot them.  'neonlite COMMAND -h' shows a command's flags.")
     parser.add_argument("--version", action="version", version=f"neonlite {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (train, evaluate, describe, plot, profile, import_hf, export_hf):
+    for module in SUBCOMMANDS:
         module.register(subparsers)
-    extras.add(subparsers, wanted)
     return parser
-
-
-def _command_word(argv):
-    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_command_word(argv))
+    parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)

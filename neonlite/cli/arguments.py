@@ -2,7 +2,7 @@
 import argparse
 
 from ..backends import available_backends
-from ..config.run import DATATYPES
+from ..config.settings import DATATYPES
 
 
 def positive_int(text):

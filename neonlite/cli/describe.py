@@ -3,7 +3,8 @@ parameters) without training."""
 from ..backends import gen_backend
 from ..config.datasets import make_dataset
 from ..config.run import RunConfig
-from ..serialize import ShapeStub, build_model, read_checkpoint
+from ..model import Model
+from ..serialize import ShapeStub, read_checkpoint
 from .arguments import add_verbosity, positive_int
 from .session import initialize
 
@@ -28,7 +29,7 @@ def command(args):
     gen_backend("cpu", batch_size=1)
     if args.file.endswith((".h5", ".hdf5")):
         ckpt = read_checkpoint(args.file)
-        model = build_model(ckpt)
+        model = Model.from_checkpoint(ckpt)
         source = f"checkpoint {args.file} (epoch {ckpt.epoch_index}), input {ckpt.in_shape}"
     else:
         run = RunConfig.from_file(args.file)

@@ -2,7 +2,8 @@
 from ..backends import available_backends
 from ..config.datasets import DATASETS, check_dataset
 from ..config.errors import ConfigError
-from ..serialize import build_model, read_checkpoint
+from ..model import Model
+from ..serialize import read_checkpoint
 from .arguments import positive_int
 from .session import load_data, make_backend
 
@@ -59,7 +60,7 @@ def command(args):
                 "dataset": check_dataset(dataset)}
     make_backend(settings)
     _, _, valid = load_data(settings, args.data_dir, args.max_batches, train=False)
-    model = build_model(ckpt)
+    model = Model.from_checkpoint(ckpt)
     if args.metric is None:
         desc = config.get("metric", "Misclassification")
         path = f"{args.checkpoint}:/config metric"

@@ -17,8 +17,9 @@ def register(subparsers):
 def command(args):
     from ..backends import gen_backend
     from ..interop import export_hf
-    from ..serialize import build_model, read_checkpoint
+    from ..model import Model
+    from ..serialize import read_checkpoint
     gen_backend("cpu", batch_size=1)
-    model = build_model(read_checkpoint(args.checkpoint))
+    model = Model.from_checkpoint(read_checkpoint(args.checkpoint))
     out = export_hf(model, args.output)
     print(f"{out}: config.json and model.safetensors from {args.checkpoint}")

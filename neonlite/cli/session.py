@@ -18,7 +18,6 @@ import warnings
 import numpy as np
 
 from ..backends import gen_backend, get_backend
-from ..backends.gpu_prefetch import prefetched
 from ..callbacks import Callbacks, ModelCheckpoint
 from ..config.datasets import make_dataset
 from ..config.errors import ConfigError
@@ -34,8 +33,8 @@ from ..training_log import TrainingLog
 
 #: the data types ``neonlite train -b cpu`` runs (the C kernels' types)
 CPU_DATATYPES = ("f32", "f64")
-#: float16 on the CPU (numpy's emulation) against f32, samples/s of the quick start (measured:
-#: docs/architecture.md, "CPU data types")
+#: how many times slower float16 (numpy's emulation) runs the quick start on the CPU than f32,
+#: as the warning says (benchmarks/ measures it)
 CPU_F16_SLOWDOWN = 150
 
 
@@ -69,7 +68,7 @@ class FirstBatches:
 def make_backend(settings, world=None):
     """``gen_backend`` from the run's settings (with ``world``: this rank's part of the
     batch, on the device of its local rank); a bad data type is a one-line error."""
-    from ..config.run import DATATYPES
+    from ..config.settings import DATATYPES
     if settings["backend"] == "cpu" and settings["datatype"] not in CPU_DATATYPES:
         raise ConfigError(f"datatype: the cpu backend runs f32 and f64 ({settings['datatype']!r} "
                           f"asked for): its C kernels are compiled for those two, and numpy "
@@ -93,7 +92,7 @@ def load_data(settings, data_dir, max_batches=None, train=True, valid=True):
     the ones not asked for)."""
     data = make_dataset(settings["dataset"], data_dir)
     sets = [data.train_iter if train else None, data.valid_iter if valid else None]
-    sets = [prefetched(s, get_backend(), max_batches) for s in sets]
+    sets = [get_backend().prefetched(s, max_batches) for s in sets]
     if max_batches:
         sets = [s if s is None else FirstBatches(s, max_batches) for s in sets]
     return (data, *sets)

@@ -7,39 +7,14 @@ the global batch).  Any other top-level key must define a YAML anchor for use
 below (``wt_init: &wt_init {type: Gaussian, ...}``, ``nclass: &nclass 10``); another unknown
 key, or one that looks like a misspelling of a known one, is an error.
 """
-import numpy as np
-
 from .build import build, type_word
 from .datasets import check_dataset
-from .errors import ConfigError, closest, did_you_mean, short_repr
+from .errors import ConfigError, closest, did_you_mean
+from .settings import DATATYPES, KEYS, REQUIRED, check_setting
 from .yaml_io import anchored_keys, parse_yaml, read_text
 
-DATATYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "bf16": "bfloat16"}
 METRICS = {"misclassification": ("Misclassification", {}), "accuracy": ("Accuracy", {}),
            "topk": ("TopKMisclassification", {"k": 5}), "logloss": ("LogLoss", {})}
-
-# key -> (expected python types, default; REQUIRED for none)
-REQUIRED = object()
-KEYS = {
-    "backend": ((str,), "cpu"),
-    "epochs": ((int,), 10),
-    "batchsize": ((int,), 128),
-    "rng_seed": ((int, type(None)), None),
-    "datatype": ((str,), "f32"),
-    "eval_freq": ((int,), 1),
-    "metric": ((str, dict), "misclassification"),
-    "dataset": ((str, dict), REQUIRED),
-    "layers": ((list,), REQUIRED),
-    "cost": ((str, dict), REQUIRED),
-    "optimizer": ((str, dict), REQUIRED),
-    "callbacks": ((list,), []),
-    "save_path": ((str, type(None)), None),
-    "serialize": ((int,), 0),
-    "sync_bn": ((bool,), False),
-}
-_POSITIVE = ("epochs", "batchsize")
-_NON_NEGATIVE = ("eval_freq", "serialize", "rng_seed")
-
 
 class RunConfig:
     """A checked training-run configuration.
@@ -64,7 +39,7 @@ class RunConfig:
         self.settings = {}
         for key, (types, default) in KEYS.items():
             value = data.get(key, default)
-            self.settings[key] = _check_setting(key, value, types)
+            self.settings[key] = check_setting(key, value, types)
         self.settings["dataset"] = check_dataset(self.settings["dataset"])
         self.settings["metric"] = _metric_desc(self.settings["metric"])
         if not self.settings["layers"]:
@@ -96,7 +71,7 @@ class RunConfig:
             if key not in self.settings:
                 raise ConfigError(f"{key}: not a top-level setting that can be overridden"
                                   f"{did_you_mean(key, self.settings)}")
-            value = _check_setting(key, value, KEYS[key][0])
+            value = check_setting(key, value, KEYS[key][0])
             if key == "dataset":
                 value = check_dataset(value)
             self.settings[key] = _metric_desc(value) if key == "metric" else value
@@ -143,31 +118,6 @@ def _check_extra_key(key, anchored):
     if not anchored:
         raise ConfigError(f"{key}: unknown top-level key; expected one of {', '.join(KEYS)} "
                           f"(any other key must define a YAML anchor: '{key}: &name value')")
-
-
-def check_setting(key, value, types=None):
-    """``value`` if it can stand for top-level key ``key``; a ConfigError naming the key
-    otherwise."""
-    return _check_setting(key, value, types or KEYS[key][0])
-
-
-def _check_setting(key, value, types):
-    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
-        names = " or ".join(type_word(t()) if t is not type(None) else "null" for t in types)
-        raise ConfigError(f"{key}: expected {names}, got {type_word(value)} ({short_repr(value)})")
-    if key in _POSITIVE and value < 1:
-        raise ConfigError(f"{key}: expected a positive integer, got {value}")
-    if key in _NON_NEGATIVE and value is not None and value < 0:
-        raise ConfigError(f"{key}: expected an integer >= 0, got {value}")
-    if key == "datatype" and value not in DATATYPES:
-        raise ConfigError(f"datatype: unknown data type {short_repr(value)}"
-                          f"{did_you_mean(value, DATATYPES)}")
-    if key == "backend":
-        from ..backends import available_backends
-        if value not in available_backends():
-            raise ConfigError(f"backend: unknown backend {short_repr(value)}"
-                              f"{did_you_mean(value, available_backends())}")
-    return value
 
 
 def _metric_desc(value):

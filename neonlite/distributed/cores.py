@@ -14,7 +14,7 @@ user chose).
 """
 import os
 
-from ..backends.cpu_threads import usable_cores
+from ..backends.cpu.threads import usable_cores
 
 __all__ = ["plan_core_share", "share_cores", "usable_cores"]
 

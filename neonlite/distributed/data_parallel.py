@@ -45,8 +45,7 @@ class DataParallel:
             buckets are in flight (:mod:`.progress`; where MPI allows threads), so host-staged
             allreduces advance during long layer bprops; False tests them only between layers.
             None (default): a thread where this rank has at least two cores, so the poller does
-            not take turns with the compute on one core (measured on LeNet, two ranks of one
-            core each: the thread cost 5-10 % of the step and hid nothing more).
+            not take turns with the compute on one core.
         share_cores (bool): where the launcher left this machine's ranks on the same cores,
             pin each to its own share and size its thread pools to it (:mod:`.cores`;
             ``cores`` and ``threads`` say what was set, None: unchanged).  Collective: the

@@ -1,6 +1,6 @@
 """The hook synchronised batch norm uses: statistics over every rank.
 
-:class:`~neonlite.layers.norm.BatchNorm` has a ``stat_sync`` attribute (None: statistics of
+:class:`~neonlite.layers.batchnorm.BatchNorm` has a ``stat_sync`` attribute (None: statistics of
 this rank's examples only, the default).  Set to a :class:`StatisticsSync`, its training
 fprop combines the per-channel (count, mean, sum of squared deviations) of every rank, and its
 bprop sums the per-channel ``sum(dy)`` and ``sum(dy * xhat)``, so every rank normalizes with

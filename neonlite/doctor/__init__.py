@@ -1,45 +1,16 @@
-"""``neonlite doctor``: what this machine can run, and what to do about what it cannot.
+"""What this machine can run, and what to do about what it cannot: the checks behind
+``neonlite doctor`` (the command itself is ``neonlite/cli/doctor.py``).
 
-    neonlite doctor [-b cpu|gpu] [--gpu] [--selftest] [--probe-timeout S]
-
-It prints one table (:mod:`.report`): Python and numpy, the BLAS, the C compiler with a test
-kernel and OpenMP, the CPU and its instruction sets, the kernel cache, nvcc, pycuda, the CUDA
-driver and devices, MPI; then one line saying whether the backend asked about (``-b``, default
-cpu; ``--gpu`` is ``-b gpu``) can run here.  Exit status 0 when it can, 1 when it cannot (the
-reason goes to stderr as ``neonlite: error: ...``).
-
-``--selftest`` (GPU only) then compares every CUDA kernel family with the CPU backend on the
-device (:mod:`.selftest`), one line per family, exit status 1 on any failure; where the GPU
-backend cannot run it stops at once with the reason.
+:func:`collect` makes the rows of one table (:mod:`.report`): Python and numpy, the BLAS, the C
+compiler with a test kernel and OpenMP, the CPU and its instruction sets, the kernel cache,
+nvcc, pycuda, the CUDA driver and devices, MPI; and the reason the asked-for backend cannot run
+here (None when it can).  :func:`verdict` is the closing line for one that can.  The GPU
+self-test, which compares every CUDA kernel family with the CPU backend on the device, is
+:mod:`.selftest`.
 """
 import os
-import sys
 
-from ..cli.errors import CommandUnavailable
-from .report import FAIL, format_table
-
-HELP = "check what this machine can run (backends, compilers, BLAS, cache, GPU, MPI)"
-
-
-def register(subparsers):
-    """Add the ``doctor`` subcommand to ``subparsers``."""
-    from ..backends import available_backends
-    from .gpu_rows import PROBE_TIMEOUT_S
-    parser = subparsers.add_parser("doctor", help=HELP, description=__doc__.split("\n\n")[0])
-    parser.add_argument("-b", "--backend", choices=available_backends(), default="cpu",
-                        help="the backend to check (exit status 1 when it cannot run here; "
-                             "default cpu)")
-    parser.add_argument("--gpu", action="store_const", const="gpu", dest="backend",
-                        help="the same as -b gpu")
-    parser.add_argument("--selftest", action="store_true",
-                        help="with --gpu: compare every CUDA kernel family with the CPU backend "
-                             "on the device")
-    parser.add_argument("--probe-timeout", type=float, default=PROBE_TIMEOUT_S, metavar="S",
-                        help="seconds the pycuda/driver probe may take (default %(default)s)")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show a traceback with errors")
-    parser.set_defaults(func=run)
-    return parser
+from .report import FAIL
 
 
 def collect(backend="cpu", probe_timeout=None):
@@ -85,25 +56,3 @@ def verdict(rows, backend, reason):
         return (f"the cpu backend can run here, but without its compiled kernels (numpy only, "
                 f"slower): {broken[0].name}: {broken[0].found}")
     return "the cpu backend can run here, with its compiled kernels"
-
-
-def run(args, out=None):
-    """Run the parsed ``doctor`` command; returns the exit status."""
-    from .. import __version__
-    out = out or sys.stdout
-    if args.selftest:
-        if args.backend != "gpu":
-            raise CommandUnavailable("--selftest checks the GPU backend: use "
-                                     "neonlite doctor --gpu --selftest")
-        from .selftest import run_on_device
-        return run_on_device(out, args.probe_timeout)
-    rows, reason = collect(args.backend, args.probe_timeout)
-    print(f"neonlite {__version__} doctor (checking the {args.backend} backend)", file=out)
-    print(format_table(rows), file=out)
-    if reason is not None:
-        out.flush()
-        print(f"neonlite: error: the {args.backend} backend cannot run here: {reason}",
-              file=sys.stderr)
-        return 1
-    print(verdict(rows, args.backend, reason), file=out)
-    return 0

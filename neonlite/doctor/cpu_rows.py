@@ -40,7 +40,7 @@ def python_rows():
 
 def _mkl_details():
     """(version text, max threads) of the MKL the CPU backend loads."""
-    from ..backends.mkl_blas import _candidates
+    from ..backends.cpu.mkl_blas import _candidates
     for path in _candidates():
         try:
             lib = ctypes.CDLL(path)
@@ -78,7 +78,7 @@ def _openblas_details():
 
 def blas_row():
     import numpy  # noqa: F401 (numpy's BLAS must be loaded to be found)
-    from ..backends.mkl_blas import load_mkl
+    from ..backends.cpu.mkl_blas import load_mkl
     try:
         if load_mkl() is not None:
             version, threads = _mkl_details()
@@ -125,7 +125,7 @@ def compiler_rows(work_dir=None):
             return rows
     rows.append(Row("test kernel", OK, f"compiles with {' '.join(C_FLAGS)} (-march=native: "
                     f"{compiler.target.rsplit('-', 1)[0]})"))
-    from ..backends.cpu_threads import usable_cores
+    from ..backends.cpu.threads import usable_cores
     rows.append(Row("OpenMP", OK, f"{threads} threads ({usable_cores()} cores usable; "
                     f"OMP_NUM_THREADS sets it)"))
     return rows

@@ -25,14 +25,15 @@ copied back into the arena the next time the arena updates that parameter
 """
 import numpy as np
 
-ALIGN_ELEMENTS = 16
+from .arena_layout import layout_slots
 
 
 def build_arena(be, params):
     """A :class:`ParameterArena` for ``params`` on the CPU backend, a
     :class:`~.device_arena.DeviceArena` on a device backend whose tensors address memory by
     ``ptr``/``base`` (the GPU's), or None where neither applies."""
-    from ..backends.cpu import CPUBackend, CPUTensor
+    from ..backends.cpu.backend import CPUBackend
+    from ..backends.cpu.tensor import CPUTensor
     if not params:
         return None
     if not isinstance(be, CPUBackend):
@@ -47,34 +48,11 @@ def build_arena(be, params):
     return ParameterArena(be, params)
 
 
-class _Slot:
-    """Where one parameter lives: its dtype's buffers and ``[offset, offset + size)``;
-    ``padded`` is the size rounded up to ``ALIGN_ELEMENTS`` (the next slot's offset)."""
-
-    __slots__ = ("dtype", "offset", "size", "shape", "padded")
-
-    def __init__(self, dtype, offset, size, shape):
-        self.dtype, self.offset, self.size, self.shape = dtype, offset, size, shape
-        self.padded = -(-size // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
-
-
-def layout_slots(params):
-    """``({id(param): _Slot}, {dtype: buffer length})``: each parameter's place in its dtype's
-    buffer, in order, every offset a multiple of ``ALIGN_ELEMENTS``."""
-    slots, sizes = {}, {}
-    for p in params:
-        dtype = np.dtype(p.value.dtype)
-        offset = sizes.get(dtype, 0)
-        slot = slots[id(p)] = _Slot(dtype, offset, int(p.value.size), tuple(p.value.shape))
-        sizes[dtype] = offset + slot.padded
-    return slots, sizes
-
-
 class ParameterArena:
     """The buffers of ``params`` (see the module docstring); made by :func:`build_arena`."""
 
     def __init__(self, be, params):
-        from ..backends.cpu import aligned_empty
+        from ..backends.cpu.tensor import aligned_empty
         self.be = be
         self.params = list(params)
         self.slots, sizes = layout_slots(self.params)
@@ -146,7 +124,7 @@ class ParameterArena:
         storage = np.dtype(storage or dtype)
         found = self.states.get((key, np.dtype(dtype), storage))
         if found is None:
-            from ..backends.cpu import aligned_empty
+            from ..backends.cpu.tensor import aligned_empty
             found = aligned_empty(self.values[np.dtype(dtype)].shape, storage)
             found.fill(0)
             self.states[(key, np.dtype(dtype), storage)] = found
@@ -156,7 +134,7 @@ class ParameterArena:
         """``param.states[key]`` as a view of the arena's state buffer: made zero on first
         use; a tensor put there from outside (loading a checkpoint assigns new tensors to
         ``param.states``) is copied into the arena and replaced by the view."""
-        from ..backends.cpu import CPUTensor
+        from ..backends.cpu.tensor import CPUTensor
         current = param.states.get(key)
         known = self._state_tensors.get((id(param), key))
         if known is not None and current is known:

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .arena import layout_slots
+from .arena_layout import layout_slots
 
 
 def _rebind(tensor, view):

@@ -65,18 +65,10 @@ def _tensors_in(value, depth=0):
 
 
 def _plan_work(value):
-    """numpy work buffers the CPU kernels keep on a plan (``_ckernel_*`` attributes)."""
-    for key, item in vars(value).items() if hasattr(value, "__dict__") else ():
-        if key.startswith("_ckernel"):
-            stack = [item]
-            while stack:
-                thing = stack.pop()
-                if isinstance(thing, np.ndarray):
-                    yield thing
-                elif isinstance(thing, (list, tuple)):
-                    stack.extend(thing)
-                elif isinstance(thing, dict):
-                    stack.extend(thing.values())
+    """The work arrays a plan keeps (``Plan.buffers()``; none for anything else)."""
+    buffers = getattr(value, "buffers", None)
+    if callable(buffers) and hasattr(value, "out_shape"):
+        yield from (a for a in buffers() if isinstance(a, np.ndarray))
 
 
 class MemoryLedger:

@@ -1,6 +1,6 @@
 """Activation functions as op-trees: ``fprop(be, x, out)`` writes f(x); ``bprop(be, x, y, dy,
 dx)`` writes dx = dy * f'(x) (y = f(x) is given so a derivative can reuse it)."""
-import math
+from ..backends.reference import gelu
 
 
 class Transform:
@@ -89,9 +89,6 @@ class Softmax(Transform):
         dx[:] = y * (dy - be.sum(dy * y, axis=-1))
 
 
-_SQRT_HALF = math.sqrt(0.5)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-_TANH_K = math.sqrt(2.0 / math.pi)
 
 
 class Gelu(Transform):
@@ -99,24 +96,14 @@ class Gelu(Transform):
     0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with ``approximate="tanh"``."""
 
     def __init__(self, approximate="none"):
-        if approximate not in ("none", "tanh"):
-            raise ValueError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        gelu.check_approximate(approximate, "Gelu")
         self.approximate = approximate
 
     def fprop(self, be, x, out):
-        if self.approximate == "tanh":
-            out[:] = 0.5 * x * (1.0 + be.tanh(_TANH_K * (x + 0.044715 * x * x * x)))
-        else:
-            out[:] = 0.5 * x * (1.0 + be.erf(x * _SQRT_HALF))
+        gelu.fprop(be, x, out, self.approximate)
 
     def bprop(self, be, x, y, dy, dx):
-        if self.approximate == "tanh":
-            t = be.tanh(_TANH_K * (x + 0.044715 * x * x * x))
-            dx[:] = dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _TANH_K
-                          * (1.0 + 3 * 0.044715 * x * x))
-        else:
-            dx[:] = dy * (0.5 * (1.0 + be.erf(x * _SQRT_HALF))
-                          + x * be.exp(-0.5 * x * x) * _INV_SQRT_2PI)
+        gelu.bprop(be, x, dy, dx, self.approximate)
 
     def _config(self):
         return {} if self.approximate == "none" else {"approximate": self.approximate}

@@ -1,0 +1,202 @@
+"""The CPU backend's fused attention: the C kernels of ``kernels/cpu/flash_attention.c``
+(OpenMP over (slice, query block) forward and over slices backward) for float32/float64, the
+numpy reference (``backends/reference/attention.py``) for every other case.
+
+The kernels walk tables of the (query block, key block) tiles to visit: for plain attention
+every key block up to the causal diagonal, for an :class:`AttentionBlocks` layout its nonzero
+blocks.  The tables are made once per shape (kept on the backend, or on the layout object)."""
+import numpy as np
+
+from ..reference import attention as numpy_attention
+from ..reference.attention import AttentionBlocks, visit_tables
+
+#: query rows and keys per tile of plain (unblocked) attention; the kernels' FA_MAX_BLOCK
+TILE = 64
+#: the widest head (dk or dv) the kernels take; the kernels' FA_MAX_WIDTH
+MAX_HEAD_WIDTH = 256
+#: the backward pass splits each slice's key blocks into groups (at most MAX_GROUPS) until
+#: there are about BACKWARD_ITEMS work items (slices x groups); a group past the first sums
+#: into its own partial dq, (B, Tq, dk)
+BACKWARD_ITEMS = 16
+MAX_GROUPS = 8
+
+
+def key_groups(col_ptr, table_heads, nkb, groups):
+    """int32 (group_ptr (table_heads*groups + 1), group_cols): the key blocks of each table
+    head dealt to ``groups`` groups of about equal work, by the number of query blocks that
+    visit each (``col_ptr``), the most visited first, each to the least loaded group (ties:
+    the lowest group); each group lists its blocks in increasing order.  A layout whose visits
+    crowd into some columns (a strided layout) so spreads them over the groups, which a
+    round-robin deal (block c to group c % groups) does not."""
+    counts = np.diff(col_ptr).reshape(table_heads, nkb)
+    ptr, cols = [0], []
+    for t in range(table_heads):
+        load, members = np.zeros(groups), [[] for _ in range(groups)]
+        # +1: a block nobody visits still costs its zeroing
+        for c in sorted(range(nkb), key=lambda c: (-counts[t, c], c)):
+            g = int(np.argmin(load))
+            members[g].append(c)
+            load[g] += counts[t, c] + 1
+        for m in members:
+            cols += sorted(m)
+            ptr.append(len(cols))
+    return np.array(ptr, dtype=np.int32), np.array(cols, dtype=np.int32)
+
+
+class CPUAttentionMixin:
+    """``Backend.attention`` / ``attention_bprop`` for the CPU backend (mixed into
+    ``CPUBackend``; uses its ``kernels`` and ``_attention_plain``, the visit tables of
+    unblocked attention by (Tq, Tk, causal))."""
+
+    def _attention_tables(self, Tq, Tk, causal, blocks):
+        """(bq, bk, table_heads, tables) for the kernels."""
+        if blocks is not None:
+            key = ("cpu", Tq, Tk, bool(causal))
+            found = blocks.cache.get(key)
+            if found is None:
+                found = blocks.cache[key] = (
+                    blocks.bq, blocks.bk, blocks.layout.shape[0],
+                    visit_tables(blocks.layout, Tq, Tk, blocks.bq, blocks.bk, causal))
+            return found
+        store = self._attention_plain
+        key = (Tq, Tk, bool(causal))
+        found = store.get(key)
+        if found is None:
+            nqb, nkb = -(-Tq // TILE), -(-Tk // TILE)
+            found = store[key] = (TILE, TILE, 1, visit_tables(np.ones((1, nqb, nkb)), Tq, Tk,
+                                                              TILE, TILE, causal))
+        return found
+
+    def _key_groups(self, col_ptr, table_heads, nkb, groups, blocks, shape):
+        """:func:`key_groups` of a table, made once (kept beside the tables)."""
+        store = blocks.cache if blocks is not None else \
+            self._attention_plain
+        key = ("cpu groups", groups) + shape
+        found = store.get(key)
+        if found is None:
+            found = store[key] = key_groups(col_ptr, table_heads, nkb, groups)
+        return found
+
+    def _attention_module(self, blocks, *arrays):
+        dtype = arrays[0].dtype
+        if dtype not in (np.float32, np.float64) or any(a.dtype != dtype for a in arrays):
+            return None
+        if blocks is not None and max(blocks.bq, blocks.bk) > TILE:
+            return None
+        widths = (arrays[0].shape[-1], arrays[2].shape[-1])
+        if max(widths) > MAX_HEAD_WIDTH:
+            return None
+        return self.kernels.module("flash_attention", dtype)
+
+    def _attention_work(self, module, q, dk, dv):
+        """The kernels' per-thread tiles (``fa_work_size`` reals per thread), kept in the
+        kernels' workspaces: made once per (dtype, size)."""
+        lib = module.lib
+        size = int(lib.fa_threads()) * int(lib.fa_work_size(dk, dv))
+        return module.ffi.cast("real *", self._attention_buffer("fa_work", q.dtype,
+                                                                size).ctypes.data)
+
+    def _attention_buffer(self, name, dtype, size):
+        """A 1-D work array of ``size`` elements kept in the kernels' workspaces."""
+        key = (name, np.dtype(dtype), int(size))
+        work = self.kernels.workspaces.get(key)
+        if work is None:
+            work = self.kernels.workspaces[key] = np.empty(size, dtype=dtype)
+        return work
+
+    @staticmethod
+    def _mask_array(key_mask, dtype):
+        if key_mask is None:
+            return None
+        mask = key_mask._ary if hasattr(key_mask, "_ary") else np.asarray(key_mask)
+        return mask if mask.dtype == dtype and mask.flags.c_contiguous else \
+            np.ascontiguousarray(mask, dtype=dtype)
+
+    @staticmethod
+    def _dropout_args(dropout):
+        if dropout is None:
+            return 1.0, 0, 0, 0, 0
+        seed = int(dropout.key or 0) & 0xFFFFFFFFFFFFFFFF
+        return (float(dropout.keep), seed, int(dropout.step) & 0xFFFFFFFF,
+                int(dropout.stream) & 0xFFFFFFFF, int(dropout.first))
+
+    def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
+                  blocks=None, heads=1):
+        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
+        arrays = [q._ary, k._ary, v._ary, out._ary, lse._ary]
+        mask = self._mask_array(key_mask, q.dtype)
+        module = self._attention_module(blocks, *arrays)
+        strides = _slice_strides(arrays[:4], heads)
+        if module is None or strides is None or not lse._ary.flags.c_contiguous:
+            numpy_attention.attention(*arrays, scale, causal, mask, dropout, blocks, heads)
+            return out
+        B, Tq = lse.shape
+        Tk, dk, dv = k.shape[1], q.shape[-1], v.shape[-1]
+        bq, bk, table_heads, (row_ptr, cols, _, _) = self._attention_tables(Tq, Tk, causal,
+                                                                            blocks)
+        ffi = module.ffi
+        ptr = lambda a: ffi.cast("real *", a.ctypes.data)  # noqa: E731
+        module.lib.fa_fprop(*(ptr(a) for a in arrays), B, heads, Tq, Tk, dk, dv,
+                            ffi.from_buffer("int64_t[]", strides), float(scale),
+                            bool(causal), ffi.NULL if mask is None else ptr(mask), bq, bk,
+                            ffi.from_buffer("int32_t[]", row_ptr),
+                            ffi.from_buffer("int32_t[]", cols), table_heads,
+                            *self._dropout_args(dropout), self._attention_work(module, q, dk, dv))
+        return out
+
+    def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
+                        key_mask=None, dropout=None, blocks=None, heads=1):
+        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
+        arrays = [t._ary for t in (q, k, v, out, lse, dout, dq, dk, dv)]
+        mask = self._mask_array(key_mask, q.dtype)
+        module = self._attention_module(blocks, *arrays)
+        strides = _slice_strides(arrays[:4] + arrays[5:], heads)
+        if module is None or strides is None or not arrays[4].flags.c_contiguous:
+            numpy_attention.attention_bprop(*arrays, scale, causal, mask, dropout, blocks, heads)
+            return dq
+        B, Tq = lse.shape
+        Tk, dkw, dvw = k.shape[1], q.shape[-1], v.shape[-1]
+        bq, bk, table_heads, (_, _, col_ptr, rows) = self._attention_tables(Tq, Tk, causal,
+                                                                            blocks)
+        groups = min(-(-Tk // bk), MAX_GROUPS, max(1, -(-BACKWARD_ITEMS // B)))
+        group_ptr, group_cols = self._key_groups(col_ptr, table_heads, -(-Tk // bk), groups,
+                                                 blocks, (Tq, Tk, bool(causal)))
+        ffi = module.ffi
+        ptr = lambda a: ffi.cast("real *", a.ctypes.data)  # noqa: E731
+        parts = ffi.NULL if groups == 1 else \
+            ptr(self._attention_buffer("fa_dq_parts", q._ary.dtype, (groups - 1) * q.size))
+        module.lib.fa_bprop(*(ptr(a) for a in arrays), B, heads, Tq, Tk, dkw, dvw,
+                            ffi.from_buffer("int64_t[]", strides), float(scale),
+                            bool(causal), ffi.NULL if mask is None else ptr(mask), bq, bk,
+                            ffi.from_buffer("int32_t[]", col_ptr),
+                            ffi.from_buffer("int32_t[]", rows), table_heads,
+                            *self._dropout_args(dropout), groups,
+                            ffi.from_buffer("int32_t[]", group_ptr),
+                            ffi.from_buffer("int32_t[]", group_cols), parts,
+                            ptr(self._attention_buffer("fa_drows", q._ary.dtype, B * Tq)),
+                            self._attention_work(module, q, dkw, dvw))
+        return dq
+
+
+def _slice_strides(arrays, heads):
+    """The kernels' (example, head, row) strides in elements of each array, int64 (3 per
+    array), or None when one has rows the kernels cannot walk.  Head-major (B, T, d): the
+    slice stride s0 gives example H*s0 and head s0 (s0 free: a window of a longer key/value
+    cache); token-major (N, T, heads, d): example, row and head strides as they are.  Rows
+    must be contiguous and the strides non-negative."""
+    out = []
+    for a in arrays:
+        it = a.itemsize
+        if a.strides[-1] != it or any(s < 0 or s % it for s in a.strides):
+            return None
+        s = [x // it for x in a.strides]
+        if a.ndim == 3:
+            out += [heads * s[0], s[0], s[1]]
+        elif a.ndim == 4:
+            out += [s[0], s[2], s[1]]
+        else:
+            return None
+    return np.array(out, dtype=np.int64)
+
+
+__all__ = ["AttentionBlocks", "CPUAttentionMixin", "visit_tables"]

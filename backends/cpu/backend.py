@@ -1,0 +1,122 @@
+"""The CPU backend (``cpu``): tensors are numpy arrays (``tensor.py``); GEMMs go to MKL's CBLAS
+where the ``mkl`` wheel is installed, else to numpy's BLAS (``blas.py``, ``mkl_blas.py``).
+
+Convolution, pooling, normalization, softmax and cross-entropy, GELU, attention, rows,
+block-sparse products, LRN, recurrent gate steps and elementwise op-trees run as compiled C
+kernels (C + OpenMP through cffi, built on first use: ``build.py``) for float32 and float64,
+one module per section of the backend contract; the numpy definitions of
+``backends/reference/`` run every case the kernels do not take (float16, non-contiguous views,
+a machine without a C compiler).
+"""
+import numpy as np
+
+from ..backend import Backend
+from ..optree import OpNode
+from ..reference.optree import evaluate
+from .attention import CPUAttentionMixin
+from .blas import CPUBlasOps
+from .blocksparse import CPUBlockSparseMixin
+from .conv import CPUConvOps
+from .gelu import CPUGeluOps
+from .kernels import CPUKernels
+from .lrn import CPULRNMixin
+from .norm import CPUNormOps
+from .optree import OpTreeMachine
+from .pool import CPUPoolOps
+from .recurrent import CPURecurrentMixin
+from .rows import CPURowOps
+from .softmax import CPUSoftmaxOps
+from .tensor import CPUTensor, aligned_empty
+from .threads import set_cpu_threads
+from .ufunc import run_ufuncs
+
+
+class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, CPURowOps,
+                 CPUBlasOps, CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin,
+                 CPUBlockSparseMixin, Backend):
+    """numpy-based backend (see the module docstring).  ``datatype`` may be float16, float32 or
+    float64 (float64 is the one gradient checks use)."""
+
+    name = "cpu"
+
+    def __init__(self, batch_size=128, rng_seed=None, datatype=np.float32, device_id=0):
+        super().__init__(batch_size, rng_seed, datatype, device_id)
+        if self.dtype not in (np.float16, np.float32, np.float64):
+            raise ValueError(f"the cpu backend stores float16, float32 or float64, not "
+                             f"{self.dtype.name}")
+        self._device_rng = np.random.default_rng(None if rng_seed is None else rng_seed + 1)
+        self.kernels = CPUKernels()
+        self._machine = OpTreeMachine(self.kernels)
+        self._gemm_scratch = {}
+        self._row_scratch = {}
+        self._attention_plain = {}
+
+    def prepare_kernels(self):
+        """Compile the C kernels of this backend's data type that are not cached yet (one
+        notice on stderr); ``Model.fit`` calls it before the first epoch."""
+        self.kernels.prepare(self.dtype)
+
+    def _evaluate(self, out, value):
+        """out (ndarray)[...] = value (op-tree, tensor, array or scalar)."""
+        if not (isinstance(value, OpNode) and (
+                run_ufuncs(out, value, lambda node: self._machine.leading_sum(node, out.dtype))
+                or self._leading_sum_into(out, value) or self._machine.run(out, value))):
+            evaluate(out, value)
+        return out
+
+    def _leading_sum_into(self, out, tree):
+        """out[...] = sum(t, axis=leading axes) (a bias gradient at the root of a tree) by the
+        machine's column sum; False when it does not take the tree."""
+        if tree.op != "sum" or out.dtype not in (np.float32, np.float64):
+            return False
+        total = self._machine.leading_sum(tree, out.dtype)
+        if total is None or total.size != out.size:
+            return False
+        np.copyto(out, total.reshape(out.shape))
+        return True
+
+    def execute_multi(self, assignments):
+        pairs = [(out._ary, tree) for out, tree in assignments]
+        if not self._machine.run_multi(pairs):
+            for out, tree in pairs:
+                self._evaluate(out, tree)
+
+    def empty(self, shape, dtype=None, name=None):
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        return CPUTensor(self, aligned_empty(shape, dtype or self.dtype), name)
+
+    def array(self, ary, dtype=None, name=None):
+        ary = np.asarray(ary)
+        out = aligned_empty(ary.shape, dtype or self.dtype)
+        out[...] = ary
+        return CPUTensor(self, out, name)
+
+    def execute(self, out, optree):
+        self._evaluate(out._ary, optree)
+        return out
+
+    def set_threads(self, n):
+        """OpenMP (the C kernels, MKL), OpenBLAS and the split GEMMs on ``n`` threads."""
+        set_cpu_threads(n)
+        use_cores = getattr(self.kernels.gemm, "use_cores", None)
+        if use_cores is not None:
+            use_cores(n)
+
+    def uniform(self, out, low=0.0, high=1.0):
+        ary = out._ary
+        if ary.dtype in (np.float32, np.float64) and ary.flags.c_contiguous:
+            self._device_rng.random(out=ary, dtype=ary.dtype)
+        else:
+            ary[...] = self._device_rng.random(out.shape, dtype=np.float64
+                                               if out.dtype == np.float64 else np.float32)
+        if (low, high) != (0.0, 1.0):
+            out._ary *= high - low
+            out._ary += low
+        return out
+
+    def device_rng_state(self):
+        """The device RNG's state as a JSON-able dict (for checkpoints)."""
+        return self._device_rng.bit_generator.state
+
+    def set_device_rng_state(self, state):
+        self._device_rng.bit_generator.state = state

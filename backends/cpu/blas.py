@@ -1,0 +1,234 @@
+"""GEMMs for the CPU backend where MKL is not installed (with MKL they go to MKL's CBLAS,
+``mkl_blas.py``): numpy's BLAS, with the way to use the cores tuned per shape; and the
+backend's ``compound_dot`` and ``batched_dot`` (:class:`CPUBlasOps`), whichever GEMM runs them.
+
+A multithreaded BLAS synchronizes its threads many times inside one GEMM.  For a thin product
+(a 5x5 filter on one channel: 25 x 100352 @ 100352 x 32; a weight gradient: 576 x 65536 @
+65536 x 64) or a small one those waits cost more than the extra threads gain, and on a busy
+machine, where a waiting thread may be descheduled, they can turn milliseconds into seconds;
+a big square GEMM on an idle machine, on the other hand, runs nearly twice as fast on two
+threads.  :class:`GemmThreads` therefore knows three ways to run a 2-D GEMM:
+
+* ``"one"``: one BLAS thread;
+* ``"all"``: BLAS's own threads (numpy's default);
+* ``"split"``: the product cut into one piece per core, each an independent single-threaded
+  GEMM on its own thread, so no thread waits on another inside a GEMM.  The cut is along the
+  axis that costs the least extra memory traffic: output rows (every piece reads all of b),
+  output columns (every piece reads all of a) or the inner dimension (the partial products,
+  the size of the output, are then added).
+
+The first times it meets a GEMM shape it runs each way ``FIRST`` times, in turn; from then on it
+uses the way with the shortest of its last ``SAMPLES`` timings (noise only ever adds time; as
+``cudnn.benchmark`` picks convolution algorithms), and every ``REVISIT``-th call of the shape
+it runs another way again, so the choice follows the machine's load.  GEMMs below ``TINY_MACS`` multiply-adds always run on one
+thread.
+
+Threads are set with OpenBLAS's per-calling-thread ``openblas_set_num_threads_local``; where
+numpy's BLAS is not an OpenBLAS with that call (MKL, Accelerate, an older OpenBLAS), every GEMM
+runs as numpy chooses.
+"""
+import contextlib
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .threads import openblas, usable_cores
+
+TINY_MACS = 1_000_000
+FIRST = 2
+SAMPLES = 5
+REVISIT = 32
+WAYS = ("one", "all", "split")
+
+
+@contextlib.contextmanager
+def blas_threads(n):
+    """Run the BLAS calls of this block (on this Python thread) on ``n`` BLAS threads
+    (``None``: leave BLAS's own setting)."""
+    lib = openblas() if n is not None else None
+    if lib is None:
+        yield
+        return
+    previous = lib.openblas_set_num_threads_local(n)
+    try:
+        yield
+    finally:
+        lib.openblas_set_num_threads_local(previous)
+
+
+class WayTuner:
+    """Picks, per shape key, the fastest of a few ways to run a call, by timing them (see the
+    module docstring: each way ``FIRST`` times, then the one with the shortest of its last
+    ``SAMPLES`` timings, another way again every ``REVISIT``-th call).  ``choices`` maps a key
+    to the way now chosen."""
+
+    def __init__(self):
+        self.choices = {}
+        self._timings = {}
+        self._calls = {}
+
+    def pick(self, key, ways):
+        """The way to run this call of ``key``; ``ways()`` lists them (asked once per key)."""
+        timings = self._timings.get(key)
+        if timings is None:
+            timings = self._timings[key] = {w: deque(maxlen=SAMPLES) for w in ways()}
+        calls = self._calls[key] = self._calls.get(key, 0) + 1
+        way = self.choices.get(key)
+        if way is None:
+            return min(timings, key=lambda w: len(timings[w]))
+        if calls % REVISIT == 0:
+            others = [w for w in timings if w != way]
+            return others[(calls // REVISIT) % len(others)]
+        return way
+
+    def record(self, key, way, seconds):
+        """That a call of ``key`` run ``way`` took ``seconds``."""
+        timings = self._timings[key]
+        timings[way].append(seconds)
+        if all(len(t) >= FIRST for t in timings.values()):
+            self.choices[key] = min(timings, key=lambda w: min(timings[w]))
+
+
+class GemmThreads:
+    """``matmul(a, b, out)``: out = a @ b (numpy matmul semantics) run the way measured fastest
+    for its shape (see the module docstring).
+
+    ``choices`` maps a shape key to the way now chosen; ``cores`` is how many pieces
+    ``"split"`` makes (default: the CPUs this process may run on).
+    """
+
+    def __init__(self, cores=None):
+        self.cores = cores or usable_cores()
+        self.tuner = WayTuner()
+        self._partials = {}
+        self._pool = None
+
+    @property
+    def choices(self):
+        return self.tuner.choices
+
+    def use_cores(self, cores):
+        """Split GEMMs into ``cores`` pieces from now on; every shape is measured again."""
+        if cores == self.cores:
+            return
+        self.cores = int(cores)
+        self.tuner, self._partials = WayTuner(), {}
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def matmul(self, a, b, out):
+        if out.size * a.shape[-1] < TINY_MACS:
+            with blas_threads(1):
+                return np.matmul(a, b, out=out)
+        key = (a.shape, a.strides, b.shape, b.strides, out.dtype.char)
+        way = self.tuner.pick(key, lambda: self._ways(a, b, out))
+        start = time.perf_counter()
+        self._run(way, a, b, out, key)
+        self.tuner.record(key, way, time.perf_counter() - start)
+        return out
+
+    def _ways(self, a, b, out):
+        splittable = (self.cores > 1 and openblas() is not None and a.ndim == b.ndim == 2
+                      and out.flags.c_contiguous
+                      and _split_axis(*a.shape, b.shape[1], self.cores) is not None)
+        return WAYS if splittable else WAYS[:2]
+
+    def _run(self, way, a, b, out, key):
+        if way == "split":
+            return self._split(a, b, out, key)
+        with blas_threads(1 if way == "one" else None):
+            return np.matmul(a, b, out=out)
+
+    def _split(self, a, b, out, key):
+        (m, k), n, parts = a.shape, b.shape[1], self.cores
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=parts - 1,
+                                            thread_name_prefix="neonlite-gemm")
+        axis = _split_axis(m, k, n, parts)
+        size = {"m": m, "n": n, "k": k}[axis]
+        cuts = [size * i // parts for i in range(parts + 1)]
+        pieces = [slice(i0, i1) for i0, i1 in zip(cuts[:-1], cuts[1:])]
+        if axis == "m":
+            jobs = [(a[p], b, out[p]) for p in pieces]
+        elif axis == "n":
+            jobs = [(a, b[:, p], out[:, p]) for p in pieces]
+        else:
+            partials = self._partials.get(key)
+            if partials is None:
+                partials = self._partials[key] = [np.empty_like(out) for _ in range(parts - 1)]
+            jobs = [(a[:, p], b[p], dst) for p, dst in zip(pieces, [out, *partials])]
+        futures = [self._pool.submit(_one_thread_matmul, *job) for job in jobs[1:]]
+        _one_thread_matmul(*jobs[0])
+        for future in futures:
+            future.result()
+        if axis == "k":
+            for partial in self._partials[key]:
+                np.add(out, partial, out=out)
+        return out
+
+
+def _split_axis(m, k, n, parts):
+    """The axis ("m", "n" or "k") to cut an (m, k) @ (k, n) product along into ``parts``
+    pieces: the one that adds the least memory traffic, among those long enough to cut; None
+    when none is."""
+    extra = {}
+    if m >= 8 * parts:
+        extra["m"] = (parts - 1) * k * n
+    if n >= 8 * parts:
+        extra["n"] = (parts - 1) * m * k
+    if k >= 64 * parts:
+        extra["k"] = 2 * (parts - 1) * m * n
+    return min(extra, key=extra.get) if extra else None
+
+
+def _one_thread_matmul(a, b, out):
+    with blas_threads(1):
+        np.matmul(a, b, out=out)
+
+
+class CPUBlasOps:
+    """``Backend.compound_dot`` and ``batched_dot`` of the CPU backend: the products by its
+    kernels' GEMM (MKL's CBLAS or :class:`GemmThreads`), with beta != 0 through a product
+    buffer kept per shape (``_gemm_scratch``)."""
+
+    def compound_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
+        a = A._ary.T if transA else A._ary
+        b = B._ary.T if transB else B._ary
+        gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
+        return C
+
+    def batched_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
+        a = np.swapaxes(A._ary, -1, -2) if transA else A._ary
+        b = np.swapaxes(B._ary, -1, -2) if transB else B._ary
+        gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
+        return C
+
+
+def gemm_into(c, a, b, alpha, beta, scratch, matmul):
+    """c = alpha * a @ b + beta * c, the product by ``matmul(a, b, out)``: in one call where the
+    GEMM takes the scales (``matmul_scaled`` of MKL, c not overlapping a or b); else, with
+    beta != 0, the product goes through a buffer kept in ``scratch`` (keyed by shape and dtype),
+    so repeated calls allocate nothing."""
+    scaled = getattr(getattr(matmul, "__self__", None), "matmul_scaled", None)
+    if scaled is not None and (beta == 0.0 or not (
+            np.may_share_memory(c, a) or np.may_share_memory(c, b))):
+        if scaled(a, b, c, alpha, beta):
+            return
+    if beta == 0.0:
+        matmul(a, b, c)
+        if alpha != 1.0:
+            c *= alpha
+        return
+    key = (c.shape, c.dtype)
+    product = scratch.get(key)
+    if product is None:
+        product = scratch[key] = np.empty(c.shape, dtype=c.dtype)
+    matmul(a, b, product)
+    if alpha != 1.0:
+        product *= alpha
+    if beta != 1.0:
+        c *= beta
+    c += product

@@ -1,0 +1,169 @@
+"""Building and loading the CPU backend's C kernels (``kernels/cpu/*.c``, C with OpenMP,
+called through cffi): :class:`KernelModules` holds the cffi module of each source and data
+type, and the work arrays the kernels share.
+
+The kernels of a source are built (or loaded from the kernel cache) the first time one of them
+is needed.  Where they cannot be built (no C compiler, or ``NEONLITE_CPU_KERNELS=0``) the
+backend runs on numpy alone and says so once per process, in one line, on the ``neonlite``
+logger.
+"""
+import contextlib
+import logging
+import os
+
+import numpy as np
+
+from .blas import GemmThreads
+from .mkl_blas import MKLGemm, load_mkl
+
+#: the data types the C kernels are built for
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_logger = logging.getLogger("neonlite")
+#: how many times slower numpy alone runs the quick start than the C kernels, as the warning
+#: says (benchmarks/ measures it)
+NUMPY_SLOWDOWN = 5
+
+
+@contextlib.contextmanager
+def _passive_openmp():
+    """Load kernels with ``OMP_WAIT_POLICY=PASSIVE`` unless the user chose a policy.
+
+    OpenMP reads the policy once, when its runtime loads with the first kernel module.  Idle
+    OpenMP threads that spin would take the cores from numpy's BLAS threads, which run between
+    the kernels; sleeping ones cost a few microseconds to wake per parallel loop.  The variable
+    is set only while the module loads, so other libraries' OpenMP runtimes keep their defaults.
+    """
+    if "OMP_WAIT_POLICY" in os.environ:
+        yield
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    try:
+        yield
+    finally:
+        os.environ.pop("OMP_WAIT_POLICY", None)
+
+
+def address(a):
+    """The address of ndarray ``a``'s first element."""
+    return a.ctypes.data
+
+
+def contiguous(*arrays):
+    """All of ``arrays`` C-contiguous and of one data type the kernels are built for."""
+    dtype = arrays[0].dtype
+    return dtype in FLOATS and all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
+
+
+class KernelModules:
+    """Lazily built C kernels for one CPU backend (see the module docstring): the base of
+    :class:`~neonlite.backends.cpu.kernels.CPUKernels`, whose other bases (one per contract
+    section, in ``conv.py``, ``pool.py``, ``norm.py``, ...) call the kernels.
+
+    ``builder`` is a :class:`~neonlite.kernels.build.Builder` (default: the process's);
+    ``gemm`` runs the GEMMs: MKL's CBLAS when the ``mkl`` wheel is installed
+    (:class:`~neonlite.backends.cpu.mkl_blas.MKLGemm`), else numpy's BLAS with per-shape thread
+    tuning (:class:`~neonlite.backends.cpu.blas.GemmThreads`).
+    """
+
+    def __init__(self, builder=None, gemm=None):
+        self._builder = builder
+        self._modules = {}
+        self._prepared = set()
+        self._bad_index = np.zeros(1, dtype=np.int64)
+        self.workspaces = {}
+        if gemm is None:
+            gemm = MKLGemm() if load_mkl() is not None else GemmThreads()
+        self.gemm = gemm
+
+    @property
+    def builder(self):
+        if self._builder is None:
+            from ...kernels.build import default_builder
+            self._builder = default_builder()
+        return self._builder
+
+    def unavailable_reason(self):
+        """Why the kernels cannot be built here (None while nothing has failed)."""
+        if os.environ.get("NEONLITE_CPU_KERNELS", "").strip() == "0":
+            return "NEONLITE_CPU_KERNELS=0"
+        return self.builder.unavailable.get("cpu")
+
+    def active(self, dtype=np.float32):
+        """True when the kernels for ``dtype`` are built and in use (builds them if needed)."""
+        return self.module("optree", np.dtype(dtype)) is not None
+
+    def module(self, stem, dtype):
+        """The cffi module of C source ``stem`` for ``dtype``, or None (numpy must run)."""
+        found = self._modules.get((stem, dtype))
+        if found is not None or dtype not in FLOATS:
+            return found
+        if self.unavailable_reason() is not None:
+            self._say_unavailable()
+            return None
+        from ...kernels.specs import cpu_variant
+        from ...kernels.toolchain import CompileError, CompilerNotFound
+        self.prepare(dtype)
+        if self.unavailable_reason() is not None:
+            return None
+        try:
+            with _passive_openmp():
+                found = self.builder.load_cpu(cpu_variant(stem, dtype))
+        except CompilerNotFound as err:
+            self._mark_unavailable(str(err))
+            return None
+        except (CompileError, ImportError, OSError) as err:
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            self._mark_unavailable(f"{first} (`neonlite kernels build` shows the compiler "
+                                   f"log)")
+            return None
+        self._modules[(stem, dtype)] = found
+        return found
+
+    def prepare(self, dtype):
+        """Build, at once and after one notice on stderr, every C kernel for ``dtype`` that the
+        cache does not hold yet (:func:`~neonlite.kernels.first_use.compile_missing`), so the
+        first training steps do not stop to compile one source after another."""
+        dtype = np.dtype(dtype)
+        if dtype not in FLOATS or dtype in self._prepared or self.unavailable_reason():
+            return
+        self._prepared.add(dtype)
+        from ...kernels.first_use import compile_missing
+        from ...kernels.specs import CPU_SOURCES, cpu_variant
+        from ...kernels.toolchain import CompilerNotFound
+        try:
+            compile_missing(self.builder, [cpu_variant(stem, dtype) for stem in CPU_SOURCES])
+        except CompilerNotFound as err:
+            self._mark_unavailable(str(err))
+
+    def _mark_unavailable(self, reason):
+        self.builder.unavailable["cpu"] = reason
+        self._say_unavailable()
+
+    def _say_unavailable(self):
+        if "cpu" not in self.builder.announced:
+            self.builder.announced.add("cpu")
+            _logger.warning("neonlite: the cpu backend runs without its compiled kernels "
+                            "(numpy only, about %d times slower): %s", NUMPY_SLOWDOWN,
+                            self.unavailable_reason())
+
+    def _usable(self, stem, *arrays):
+        if not contiguous(*arrays):
+            return None
+        return self.module(stem, arrays[0].dtype)
+
+    def block_sums_work(self, module, function, dtype, rows, cols):
+        """The float64 work array (1-D) that C function ``function`` of ``module`` (the kernels
+        for ``dtype``) takes for its sums of ``cols`` columns over ``rows`` rows in row blocks
+        (``nl_block_sums_size`` in ``kernels/cpu/common.h``, plus what the function needs
+        besides): as long as ``<function>_work_size(rows, cols)`` says.
+
+        Kept in ``workspaces``, so a training loop allocates it once: the key is (function,
+        dtype, cols, length), and the length depends on ``rows`` only through the number of
+        row blocks (``nl_blocks(rows)``, at most 32), so it names what determines the size.
+        The kernels only use it during a call and need no particular contents."""
+        size = int(getattr(module.lib, f"{function}_work_size")(rows, cols))
+        key = (function, np.dtype(dtype), int(cols), size)
+        work = self.workspaces.get(key)
+        if work is None:
+            work = self.workspaces[key] = np.empty(size, dtype=np.float64)
+        return work

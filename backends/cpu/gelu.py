@@ -1,0 +1,67 @@
+"""GELU fused with a bias on the CPU (``Backend.gelu``, ``gelu_bprop``): the calls of
+``kernels/cpu/gelu.c`` (:class:`GeluKernels`) and the backend's ops (:class:`CPUGeluOps`), which
+run the contract's op-tree definition where the kernels do not take the case."""
+
+
+class GeluKernels:
+    """The GELU calls of :class:`~neonlite.backends.cpu.kernels.CPUKernels` (True when done)."""
+
+    def gelu(self, x, out, bias, pre, approximate):
+        """pre = x + bias (bias (D,) or None; pre may be x), out = gelu(pre) over rows (M, D)."""
+        arrays = (x, out) + tuple(a for a in (bias, pre) if a is not None)
+        if x.ndim == 0 or x.shape != out.shape or (bias is not None and (
+                pre is None or pre.shape != x.shape or bias.size != x.shape[-1])):
+            return False
+        module = self._usable("gelu", *arrays)
+        if module is None:
+            return False
+        ffi = module.ffi
+        pre = x if pre is None else pre
+        D = x.shape[-1]
+        module.lib.gelu_fprop(ffi.from_buffer("real[]", x),
+                              ffi.NULL if bias is None else ffi.from_buffer("real[]", bias),
+                              ffi.from_buffer("real[]", pre), ffi.from_buffer("real[]", out),
+                              x.size // max(D, 1), D, approximate == "tanh")
+        return True
+
+    def gelu_bprop(self, x, dy, dx, dbias, approximate, y=None):
+        """dx = dy * gelu'(x) over rows (M, D); dbias (D,) += its column sums unless None;
+        y = gelu(x) or None (see ``gelu_bprop`` in gelu.h).  The sums' work array is kept in
+        ``workspaces`` (:meth:`block_sums_work`), so repeated calls allocate nothing."""
+        arrays = (x, dy, dx) + tuple(a for a in (dbias, y) if a is not None)
+        if x.ndim == 0 or not x.shape == dy.shape == dx.shape or (
+                dbias is not None and dbias.size != x.shape[-1]) or (
+                y is not None and y.shape != x.shape):
+            return False
+        module = self._usable("gelu", *arrays)
+        if module is None:
+            return False
+        ffi = module.ffi
+        D = x.shape[-1]
+        M = x.size // max(D, 1)
+        work = ffi.NULL if dbias is None else ffi.from_buffer(
+            "double[]", self.block_sums_work(module, "gelu_bprop", x.dtype, M, D))
+        module.lib.gelu_bprop(ffi.from_buffer("real[]", x),
+                              ffi.NULL if y is None else ffi.from_buffer("real[]", y),
+                              ffi.from_buffer("real[]", dy),
+                              ffi.from_buffer("real[]", dx),
+                              ffi.NULL if dbias is None else ffi.from_buffer("real[]", dbias),
+                              work, M, D, approximate == "tanh")
+        return True
+
+
+class CPUGeluOps:
+    """The GELU ops of the CPU backend."""
+
+    def gelu(self, x, out, bias=None, pre=None, approximate="none"):
+        if self.kernels.gelu(x._ary, out._ary, None if bias is None else bias._ary,
+                             None if pre is None else pre._ary, approximate):
+            return out
+        return super().gelu(x, out, bias, pre, approximate)
+
+    def gelu_bprop(self, x, dy, dx, dbias=None, approximate="none", y=None):
+        if self.kernels.gelu_bprop(x._ary, dy._ary, dx._ary,
+                                   None if dbias is None else dbias._ary, approximate,
+                                   None if y is None else y._ary):
+            return dx
+        return super().gelu_bprop(x, dy, dx, dbias, approximate)

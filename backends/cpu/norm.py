@@ -1,0 +1,155 @@
+"""Batch norm and layer norm on the CPU (``Backend.batchnorm_*``, ``layernorm_*``): the calls of
+``kernels/cpu/norm.c`` (:class:`NormKernels`) and the backend's ops (:class:`CPUNormOps`), which
+run the numpy reference where the kernels do not take the case.  Shapes: batch norm normalizes
+(M, C) over its rows; layer norm (M, D) over its last axis."""
+import numpy as np
+
+from ..reference import norm as reference
+from .tensor import array_of as _ary
+
+
+class NormKernels:
+    """The norm calls of :class:`~neonlite.backends.cpu.kernels.CPUKernels` (True when done)."""
+
+    def _norm_work(self, module, dtype, rows, cols):
+        """The ``work`` pointer of the norm kernels for (rows, cols) (see ``kernels/cpu/norm.h``),
+        kept in ``workspaces``."""
+        return module.ffi.from_buffer("double[]",
+                                      self.block_sums_work(module, "norm", dtype, rows, cols))
+
+    def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
+                        eps, momentum, inference, relu=False):
+        """Batch norm of x (M, C) over its rows (see ``Backend.batchnorm_fprop``), then
+        y = max(y, 0) when ``relu``."""
+        arrays = (x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var)
+        module = self._usable("norm", *arrays)
+        if module is None:
+            return False
+        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
+        M, C = x.shape
+        if inference:
+            module.lib.batchnorm_fprop_infer(*ptrs, M, C, eps, bool(relu))
+        else:
+            module.lib.batchnorm_fprop_train(*ptrs, self._norm_work(module, x.dtype, M, C), M, C,
+                                             eps, momentum, bool(relu))
+        return True
+
+    def batchnorm_moments(self, x, mean, m2):
+        """mean, m2 (C,) float64 = per-channel mean and sum of squared deviations of the rows
+        of x (M, C)."""
+        module = self._usable("norm", x)
+        if module is None or mean.dtype != np.float64 or m2.dtype != np.float64:
+            return False
+        ffi = module.ffi
+        module.lib.batchnorm_moments(ffi.from_buffer("real[]", x), x.shape[0], x.shape[1],
+                                     ffi.from_buffer("double[]", mean),
+                                     ffi.from_buffer("double[]", m2),
+                                     self._norm_work(module, x.dtype, *x.shape))
+        return True
+
+    def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
+        """xhat = (x - mean) * invstd, y = gamma * xhat + beta (then max(y, 0) with relu)."""
+        arrays = (x, gamma, beta, y, xhat, mean, invstd)
+        module = self._usable("norm", *arrays)
+        if module is None:
+            return False
+        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
+        module.lib.batchnorm_apply(*ptrs, x.shape[0], x.shape[1], bool(relu))
+        return True
+
+    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
+        """dx (M, C), and dgamma, dbeta (1, C) accumulated into; ``y`` (M, C), the output of a
+        fprop with ``relu``, masks dy by y > 0."""
+        arrays = (dy, xhat, invstd, gamma, dx, dgamma, dbeta) + (() if y is None else (y,))
+        module = self._usable("norm", *arrays)
+        if module is None:
+            return False
+        ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays[:7]]
+        mask = module.ffi.NULL if y is None else module.ffi.from_buffer("real[]", y)
+        module.lib.batchnorm_bprop(*ptrs, self._norm_work(module, dy.dtype, *dy.shape),
+                                   dy.shape[0], dy.shape[1], beta_acc, mask)
+        return True
+
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps, residual=None, total=None):
+        """Layer norm of x (M, D) over its last axis; invstd (M, 1).  With ``residual`` and
+        ``total`` (M, D): total = x + residual, normalized in x's place."""
+        arrays = (x, gamma, beta, y, xhat, invstd)
+        joined = () if residual is None else (residual, total)
+        module = self._usable("norm", *arrays, *joined)
+        if module is None or (joined and (
+                residual.shape != x.shape or total.shape != x.shape
+                or residual.dtype != x.dtype or total.dtype != x.dtype
+                or any(np.may_share_memory(total, a) for a in arrays + (residual,)))):
+            return False
+        ffi = module.ffi
+        ptrs = [ffi.from_buffer("real[]", a) for a in arrays + joined]
+        if not joined:
+            ptrs += [ffi.NULL, ffi.NULL]
+        module.lib.layernorm_fprop(*ptrs, x.shape[0], x.shape[1], eps)
+        return True
+
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
+        """dx (M, D) (plus ``residual`` (M, D) when given), and dgamma, dbeta (1, D)
+        accumulated into."""
+        arrays = (dy, xhat, invstd, gamma, dx, dgamma, dbeta)
+        extra = () if residual is None else (residual,)
+        module = self._usable("norm", *arrays, *extra)
+        if module is None or (residual is not None and (
+                residual.shape != dx.shape or residual.dtype != dx.dtype
+                or any(np.may_share_memory(residual, a) for a in (dy, xhat)))):
+            return False
+        ffi = module.ffi
+        ptrs = [ffi.from_buffer("real[]", a) for a in arrays]
+        res = ffi.NULL if residual is None else ffi.from_buffer("real[]", residual)
+        module.lib.layernorm_bprop(*ptrs[:4], res, *ptrs[4:],
+                                   self._norm_work(module, dy.dtype, *dy.shape),
+                                   dy.shape[0], dy.shape[1])
+        return True
+
+
+class CPUNormOps:
+    """The norm ops of the CPU backend: the C kernels, else the numpy reference."""
+
+    def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
+                        eps=1e-5, momentum=0.9, inference=False, relu=False):
+        arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, mean, invstd, running_mean,
+                                  running_var)))
+        if not self.kernels.batchnorm_fprop(*arrays, eps, momentum, inference, relu):
+            reference.batchnorm_fprop(*arrays, eps, momentum, inference)
+            if relu:
+                np.maximum(arrays[3], 0, out=arrays[3])
+
+    def batchnorm_moments(self, x):
+        C = x.shape[-1]
+        mean, m2 = np.empty(C), np.empty(C)
+        if self.kernels.batchnorm_moments(x._ary, mean, m2):
+            return mean, m2
+        return reference.batchnorm_moments(x._ary)
+
+    def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
+        arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, mean, invstd)))
+        if not self.kernels.batchnorm_apply(*arrays, relu):
+            reference.batchnorm_apply(*arrays)
+            if relu:
+                np.maximum(arrays[3], 0, out=arrays[3])
+
+    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
+        arrays = tuple(map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
+        mask = None if y is None else y._ary
+        if not self.kernels.batchnorm_bprop(*arrays, beta_acc, mask):
+            if mask is not None:
+                arrays = (arrays[0] * (mask > 0),) + arrays[1:]
+            reference.batchnorm_bprop(*arrays, beta_acc)
+
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
+                        total=None):
+        arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, invstd)))
+        joined = (None, None) if residual is None else (_ary(residual), _ary(total))
+        if not self.kernels.layernorm_fprop(*arrays, eps, *joined):
+            reference.layernorm_fprop(*arrays, eps, *joined)
+
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
+        arrays = tuple(map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
+        res = None if residual is None else _ary(residual)
+        if not self.kernels.layernorm_bprop(*arrays, res):
+            reference.layernorm_bprop(*arrays, res)

@@ -1,0 +1,108 @@
+"""Pooling on the CPU (``Backend.fprop_pool``, ``bprop_pool``): the plan :class:`CPUPoolPlan`
+(the ``pool.c`` module and its ``pool_geom`` struct, chosen at configure time) and the kernel
+calls of :class:`PoolKernels`.  Max pooling records each output's argmax (int32, (N, P, Q, C))
+in the plan for the bprop that follows."""
+import numpy as np
+
+from ..plans import PoolPlan
+from ..reference import pool as reference
+from .build import FLOATS, contiguous
+
+
+class CPUPoolPlan(PoolPlan):
+    """A :class:`PoolPlan` with ``dtype``, ``pool`` (the cffi module of ``pool.c`` for it, or
+    None: the numpy reference runs) and ``geom`` (its ``pool_geom`` struct), chosen once in
+    :meth:`PoolKernels.pool_plan`; the argmax of the last C fprop is in the buffer table."""
+
+    def __init__(self, op, N, C, H, W, R, S, pad=(0, 0), stride=(1, 1), kernels=None,
+                 dtype=np.float32):
+        super().__init__(op, N, C, H, W, R, S, pad, stride)
+        self.dtype = np.dtype(dtype)
+        self.pool = self.geom = None
+        self._argmax_fresh = False
+        if kernels is not None and self.dtype in FLOATS:
+            self.pool = kernels.module("pool", self.dtype)
+        if self.pool is not None:
+            self.geom = self.pool.ffi.new("pool_geom *", {
+                "N": N, "H": self.H, "W": self.W, "C": self.C, "P": self.P, "Q": self.Q,
+                "R": self.R, "S": self.S, "pad_h": self.pad_h, "pad_w": self.pad_w,
+                "str_h": self.str_h, "str_w": self.str_w})
+
+    def geom_for(self, n):
+        """(``pool_geom`` for a batch of ``n``, its argmax buffer (n, P, Q, C) int32)."""
+        self.geom.N = n
+        return self.geom, self.buffer("argmax c", (n, self.P, self.Q, self.C), np.int32,
+                                      fill=0)
+
+    def mark_argmax(self, fresh):
+        """Whether the argmax buffer holds the last fprop's (a numpy fprop leaves it stale)."""
+        self._argmax_fresh = fresh
+
+    @property
+    def argmax_fresh(self):
+        return self._argmax_fresh
+
+
+class PoolKernels:
+    """The pooling calls of :class:`~neonlite.backends.cpu.kernels.CPUKernels` (True when
+    done, False where the numpy reference must run)."""
+
+    def pool_plan(self, op, N, C, H, W, R, S, pad=(0, 0), stride=(1, 1), dtype=np.float32):
+        """A :class:`CPUPoolPlan` for these kernels and ``dtype``."""
+        return CPUPoolPlan(op, N, C, H, W, R, S, pad, stride, kernels=self, dtype=dtype)
+
+    def fprop_pool(self, plan, x, o):
+        """o (N, P, Q, C) = max or average pooling of x (N, H, W, C); max records argmax."""
+        usable = (isinstance(plan, CPUPoolPlan) and plan.pool is not None
+                  and x.dtype == plan.dtype and contiguous(x, o))
+        if isinstance(plan, CPUPoolPlan):
+            plan.mark_argmax(False)
+        if not usable:
+            return False
+        geom, argmax = plan.geom_for(x.shape[0])
+        ffi, lib = plan.pool.ffi, plan.pool.lib
+        if plan.op == "max":
+            lib.maxpool_fprop(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", o),
+                              ffi.from_buffer("int32_t[]", argmax), geom)
+            plan.mark_argmax(True)
+        else:
+            lib.avgpool_fprop(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", o), geom)
+        return True
+
+    def bprop_pool(self, plan, e, grad_x, beta=0.0):
+        """grad_x (N, H, W, C) = beta * grad_x + e (N, P, Q, C) routed back through the
+        windows (max: to the argmax of the last C fprop_pool)."""
+        if not isinstance(plan, CPUPoolPlan) or plan.pool is None:
+            return False
+        if (plan.op == "max" and not plan.argmax_fresh) or e.dtype != plan.dtype \
+                or grad_x.dtype != e.dtype:
+            return False
+        e = np.ascontiguousarray(e)
+        target = grad_x if grad_x.flags.c_contiguous else np.ascontiguousarray(grad_x)
+        geom, argmax = plan.geom_for(e.shape[0])
+        ffi, lib = plan.pool.ffi, plan.pool.lib
+        if plan.op == "max":
+            lib.maxpool_bprop(ffi.from_buffer("real[]", e), ffi.from_buffer("int32_t[]", argmax),
+                              ffi.from_buffer("real[]", target), geom, beta)
+        else:
+            lib.avgpool_bprop(ffi.from_buffer("real[]", e), ffi.from_buffer("real[]", target),
+                              geom, beta)
+        if target is not grad_x:
+            np.copyto(grad_x, target)
+        return True
+
+
+class CPUPoolOps:
+    """``Backend.pool_layer`` and the pooling passes of the CPU backend: the C kernels where
+    the plan has them, else the numpy reference."""
+
+    def pool_layer(self, op, N, C, H, W, R, S, pad=(0, 0), stride=None):
+        return self.kernels.pool_plan(op, N, C, H, W, R, S, pad, stride or (R, S), self.dtype)
+
+    def fprop_pool(self, plan, I, O):
+        if not self.kernels.fprop_pool(plan, I._ary, O._ary):
+            reference.fprop_pool(plan, I._ary, O._ary)
+
+    def bprop_pool(self, plan, E, grad_I, beta=0.0):
+        if not self.kernels.bprop_pool(plan, E._ary, grad_I._ary, beta):
+            reference.bprop_pool(plan, E._ary, grad_I._ary, beta)

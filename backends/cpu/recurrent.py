@@ -1,0 +1,151 @@
+"""The CPU backend's recurrent gate steps: the C kernels of ``kernels/cpu/recurrent.c`` for
+contiguous float32/float64 rows, and the numpy reference (``reference.recurrent``) for every other
+case.  Each ``*_step`` method is one step of one cell; see ``Backend.rnn_fprop_step`` and the
+rest for the shapes.
+
+The LSTM's whole-sequence passes (``Backend.lstm_fprop_sequence``) run their loop over time
+in C when MKL gives the C code its packed GEMMs (U packed once per pass, the recurrent product
+of each step then called from the C kernel's own threads, each on its units; the packed
+pieces live in ``CPUKernels.workspaces``); on one thread or on all of them,
+whichever was measured faster for the shape (``blas.WayTuner``: the small per-step GEMMs
+gain little from a second thread on a busy machine).  Otherwise the steps run one by one.
+"""
+import time
+
+import numpy as np
+
+from ..reference import recurrent as reference
+from .blas import WayTuner
+
+ACTIVATION_CODES = reference.ACTIVATION_CODES
+
+
+def _ary(t):
+    return None if t is None else t._ary
+
+
+class CPURecurrentMixin:
+    """``Backend.*_step`` gate kernels for the CPU backend (mixed into ``CPUBackend``)."""
+
+    def _gate_kernel(self, name, tensors, N, H, *codes):
+        """Run C function ``name`` on ``tensors`` (None passes NULL) then N, H and ``codes``;
+        False when the C kernels cannot take these arrays."""
+        arrays = [a for a in tensors if a is not None]
+        module = self.kernels._usable("recurrent", *arrays)
+        if module is None:
+            return False
+        ffi = module.ffi
+        args = [ffi.NULL if a is None else ffi.from_buffer("real[]", a) for a in tensors]
+        getattr(module.lib, name)(*args, N, H, *codes)
+        return True
+
+    def _sequence_kernel(self, arrays, N, H, k, per_chunk):
+        """(module, (pack, compute) addresses, MKL library, packed work array, its stride) of
+        the whole-sequence kernels for these arrays (None entries allowed), whose GEMMs
+        multiply (N, k) rows by ``per_chunk`` pieces of a (k, .) matrix per chunk of the H
+        units; None where the C kernels or MKL's packed GEMMs cannot run."""
+        gemm, dtype = self.kernels.gemm, arrays[0].dtype
+        packed_gemm = getattr(gemm, "packed_gemm", None)
+        found = None if packed_gemm is None else packed_gemm(dtype)
+        module = None if found is None else \
+            self.kernels._usable("recurrent", *[a for a in arrays if a is not None])
+        if module is None:
+            return None
+        pack, compute, size = found
+        chunk = int(module.lib.lstm_sequence_chunk())
+        pieces = -(-H // chunk) * per_chunk
+        key = ("lstm_packed", dtype, N, H, k)
+        work = self.kernels.workspaces.get(key)
+        if work is None:
+            stride = -(-size(N, min(chunk, H), k) // 16) * 16
+            work = self.kernels.workspaces[key] = np.empty(pieces * stride, dtype)
+        return module, (pack, compute), gemm.lib, work, work.size // pieces
+
+    def _run_sequence(self, name, key, found, args):
+        """C function ``name`` of ``found`` on ``args`` (arrays, None for NULL, numbers), the
+        pack and compute addresses and a thread count, the way ``key`` was measured fastest;
+        MKL runs single-threaded on the calling thread meanwhile (its other calls come from
+        the kernel's OpenMP threads)."""
+        module, addresses, mkl = found[:3]
+        tuner = getattr(self, "_sequence_tuner", None)
+        if tuner is None:
+            tuner = self._sequence_tuner = WayTuner()
+        way = tuner.pick(key, lambda: ("one", "all"))
+        ffi = module.ffi
+        args = [ffi.NULL if a is None else ffi.from_buffer("real[]", a)
+                if isinstance(a, np.ndarray) else a for a in args]
+        previous = mkl.MKL_Set_Num_Threads_Local(1)
+        start = time.perf_counter()
+        try:
+            getattr(module.lib, name)(*args, *addresses, 1 if way == "one" else 0)
+        finally:
+            mkl.MKL_Set_Num_Threads_Local(previous)
+        tuner.record(key, way, time.perf_counter() - start)
+
+    def lstm_fprop_sequence(self, gates, hg, U, c, h, mask=None, reverse=False,
+                            activation="tanh", gate_activation="logistic"):
+        T, N, G = gates.shape
+        arrays = [_ary(t) for t in (gates, hg, U, c, h, mask)]
+        found = self._sequence_kernel(arrays, N, G // 4, G // 4, 4)
+        if found is None:
+            return super().lstm_fprop_sequence(gates, hg, U, c, h, mask, reverse, activation,
+                                               gate_activation)
+        codes = (ACTIVATION_CODES[activation], ACTIVATION_CODES[gate_activation])
+        work, stride = found[3:]
+        self._run_sequence("lstm_fprop_sequence", ("lstm_fprop", T, N, G, mask is None), found,
+                           [*arrays[:3], work, stride, *arrays[3:], T, N, G // 4, int(reverse),
+                            *codes])
+
+    def lstm_bprop_sequence(self, gates, U, c, dy, dh, dc, dgates, mask=None, reverse=False,
+                            activation="tanh", gate_activation="logistic"):
+        T, N, G = gates.shape
+        arrays = [_ary(t) for t in (gates, U, c, dy, dh, dc, dgates, mask)]
+        found = self._sequence_kernel(arrays, N, G // 4, G, 1)
+        if found is None:
+            return super().lstm_bprop_sequence(gates, U, c, dy, dh, dc, dgates, mask, reverse,
+                                               activation, gate_activation)
+        codes = (ACTIVATION_CODES[activation], ACTIVATION_CODES[gate_activation])
+        work, stride = found[3:]
+        self._run_sequence("lstm_bprop_sequence", ("lstm_bprop", T, N, G, mask is None), found,
+                           [*arrays[:2], work, stride, *arrays[2:], T, N, G // 4, int(reverse),
+                            *codes])
+
+    def rnn_fprop_step(self, xg, hg, h_prev, h, mask=None, activation="tanh"):
+        arrays = [_ary(t) for t in (xg, hg, h_prev, h, mask)]
+        N, H = h.shape
+        if not self._gate_kernel("rnn_fprop_step", arrays, N, H, ACTIVATION_CODES[activation]):
+            reference.rnn_fprop_step(*arrays, activation)
+
+    def rnn_bprop_step(self, h, dy, dh, dpre, mask=None, activation="tanh"):
+        arrays = [_ary(t) for t in (h, dy, dh, dpre, mask)]
+        N, H = h.shape
+        if not self._gate_kernel("rnn_bprop_step", arrays, N, H, ACTIVATION_CODES[activation]):
+            reference.rnn_bprop_step(*arrays, activation)
+
+    def lstm_fprop_step(self, gates, hg, c_prev, c, h_prev, h, mask=None, activation="tanh",
+                        gate_activation="logistic"):
+        arrays = [_ary(t) for t in (gates, hg, c_prev, c, h_prev, h, mask)]
+        N, H = h.shape
+        codes = (ACTIVATION_CODES[activation], ACTIVATION_CODES[gate_activation])
+        if not self._gate_kernel("lstm_fprop_step", arrays, N, H, *codes):
+            reference.lstm_fprop_step(*arrays, activation, gate_activation)
+
+    def lstm_bprop_step(self, gates, c_prev, c, dy, dh, dc, dgates, mask=None,
+                        activation="tanh", gate_activation="logistic"):
+        arrays = [_ary(t) for t in (gates, c_prev, c, dy, dh, dc, dgates, mask)]
+        N, H = c.shape
+        codes = (ACTIVATION_CODES[activation], ACTIVATION_CODES[gate_activation])
+        if not self._gate_kernel("lstm_bprop_step", arrays, N, H, *codes):
+            reference.lstm_bprop_step(*arrays, activation, gate_activation)
+
+    def gru_fprop_step(self, gates, hg, bias_h, hn, h_prev, h, mask=None):
+        arrays = [_ary(t) for t in (gates, hg, bias_h, hn, h_prev, h, mask)]
+        N, H = h.shape
+        if not self._gate_kernel("gru_fprop_step", arrays, N, H):
+            reference.gru_fprop_step(*arrays)
+
+    def gru_bprop_step(self, gates, hn, h_prev, dy, dh, dgx, dgh, mask=None):
+        arrays = [_ary(t) for t in (gates, hn, h_prev, dy, dh, dgx, dgh, mask)]
+        N, H = h_prev.shape
+        if not self._gate_kernel("gru_bprop_step", arrays, N, H):
+            reference.gru_bprop_step(*arrays)

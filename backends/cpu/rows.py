@@ -1,0 +1,97 @@
+"""Rows of a table and axis permutations on the CPU (``Backend.take_rows``,
+``scatter_add_rows``, ``permute_axes``): the calls of ``kernels/cpu/rows.c``
+(:class:`RowKernels`) and the backend's ops (:class:`CPURowOps`), which run the numpy reference
+where the kernels do not take the case."""
+import numpy as np
+
+from ..reference import rows as reference
+from .build import FLOATS, address
+
+
+class RowKernels:
+    """The row calls of :class:`~neonlite.backends.cpu.kernels.CPUKernels` (True when done)."""
+
+    def take_rows(self, table, idx, out):
+        """out (..., D) = table (V, D)[idx] for checked int64 row numbers idx (n,)."""
+        module = self._usable("rows", table, out)
+        if module is None or idx.dtype != np.int64 or out.size != idx.size * table.shape[1]:
+            return False
+        ffi = module.ffi
+        module.lib.take_rows(ffi.from_buffer("real[]", table), ffi.from_buffer("int64_t[]", idx),
+                             ffi.from_buffer("real[]", out), idx.size, table.shape[1])
+        return True
+
+    def scatter_add_rows(self, grad_table, idx, rows):
+        """grad_table (V, D)[idx[i]] += rows (..., D)[i] in order, for checked int64 idx (n,)."""
+        module = self._usable("rows", grad_table, rows)
+        if module is None or idx.dtype != np.int64 or rows.size != idx.size * grad_table.shape[1]:
+            return False
+        ffi = module.ffi
+        module.lib.scatter_add_rows(ffi.from_buffer("real[]", grad_table),
+                                    ffi.from_buffer("int64_t[]", idx),
+                                    ffi.from_buffer("real[]", rows), idx.size,
+                                    grad_table.shape[1])
+        return True
+
+    def permute_axes(self, x, out, axes):
+        """out = numpy.transpose(x, axes) for 4-D arrays whose last axis stays last and is
+        contiguous in both (either may be a strided view): the row copies of ``copy_rows``."""
+        axes = tuple(int(a) for a in axes)
+        if (x.ndim != 4 or out.ndim != 4 or axes[3:] != (3,) or x.dtype != out.dtype
+                or x.dtype not in FLOATS or x.strides[3] != x.itemsize
+                or out.strides[3] != out.itemsize or not out.flags.writeable
+                or any(x.shape[a] != out.shape[i] for i, a in enumerate(axes))
+                or any(s < 0 or s % x.itemsize for s in x.strides + out.strides)
+                or np.may_share_memory(x, out)):
+            return False
+        module = self.module("rows", x.dtype)
+        if module is None:
+            return False
+        ffi, it = module.ffi, x.itemsize
+        src = [x.strides[a] // it for a in axes[:3]]
+        dst = [s // it for s in out.strides[:3]]
+        module.lib.copy_rows(ffi.cast("real *", address(x)), *src,
+                             ffi.cast("real *", address(out)), *dst, *out.shape)
+        return True
+
+
+class CPURowOps:
+    """The row and layout ops of the CPU backend."""
+
+    def take_rows(self, table, ids, out):
+        idx = self._row_indices(ids._ary, table.shape[0])
+        if not self.kernels.take_rows(table._ary, idx, out._ary):
+            reference.take_rows(table._ary, ids._ary, out._ary)
+
+    def scatter_add_rows(self, grad_table, ids, rows):
+        idx = self._row_indices(ids._ary, grad_table.shape[0])
+        if not self.kernels.scatter_add_rows(grad_table._ary, idx, rows._ary):
+            reference.scatter_add_rows(grad_table._ary, ids._ary, rows._ary)
+
+    def _row_indices(self, ids, nrows):
+        """``ids`` (ndarray of any shape S: integers, or floats holding whole numbers) as the
+        int64 row numbers (n,) = ids.reshape(-1) that ``reference.row_indices`` gives, checked
+        to lie in [0, nrows), but written into buffers kept per (S, dtype), so an embedding's
+        look-up and gradient allocate nothing from the second step on.  The result is valid
+        until the next call.  A bad id raises ``row_indices``'s IndexError, which names it."""
+        key = (ids.shape, ids.dtype)
+        found = self._row_scratch.get(key)
+        if found is None:
+            whole = ids.dtype.kind == "f"  # floats must be whole numbers: trunc(ids) == ids
+            found = self._row_scratch[key] = (
+                np.empty(ids.shape, np.int64),
+                np.empty(ids.shape, ids.dtype) if whole else None,
+                np.empty(ids.shape, np.bool_) if whole else None)
+        idx, truncated, same = found
+        np.copyto(idx, ids, casting="unsafe")  # the cast of ids.astype(np.intp)
+        ok = idx.size == 0 or (idx.min() >= 0 and idx.max() < nrows)
+        if ok and truncated is not None:
+            np.trunc(ids, out=truncated)
+            ok = np.equal(truncated, ids, out=same).all()
+        if not ok:
+            return reference.row_indices(ids, nrows).reshape(-1)  # raises, naming the id
+        return idx.reshape(-1)
+
+    def permute_axes(self, x, out, axes):
+        if not self.kernels.permute_axes(x._ary, out._ary, axes):
+            np.copyto(out._ary, np.transpose(x._ary, axes))

@@ -1,0 +1,85 @@
+"""The CPU backend's tensors: :class:`CPUTensor`, a numpy array (``_ary``) whose slices and
+reshapes are views, in memory aligned to 64 bytes (:func:`aligned_empty`)."""
+import numpy as np
+
+from ..backend import Tensor
+
+
+class CPUTensor(Tensor):
+    """A tensor backed by a numpy array (``_ary``); slices and reshapes are numpy views."""
+
+    __slots__ = ("_ary", "backend", "name")
+
+    def __init__(self, backend, ary, name=None):
+        self.backend = backend
+        self._ary = ary
+        self.name = name
+
+    @property
+    def shape(self):
+        return self._ary.shape
+
+    @property
+    def dtype(self):
+        return self._ary.dtype
+
+    @property
+    def size(self):
+        return self._ary.size
+
+    def get(self):
+        return self._ary.copy()
+
+    def set(self, ary):
+        ary = np.asarray(ary)
+        if ary.shape != self.shape and ary.size != self.size:
+            raise ValueError(f"cannot set a tensor of shape {self.shape} from an array of shape "
+                             f"{ary.shape}")
+        np.copyto(self._ary, ary.reshape(self.shape), casting="unsafe")
+        return self
+
+    def reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        view = self._ary.reshape(shape)
+        if not np.may_share_memory(view, self._ary):  # a copy is new memory
+            raise ValueError(f"reshape of a non-contiguous {self.shape} view to {shape} would copy")
+        return CPUTensor(self.backend, view)
+
+    @property
+    def T(self):
+        return CPUTensor(self.backend, self._ary.T)
+
+    def __getitem__(self, index):
+        return CPUTensor(self.backend, self._ary[_index(index)])
+
+    def __setitem__(self, index, value):
+        self.backend._evaluate(self._ary[_index(index)], value)
+
+    def __array__(self, dtype=None, copy=None):
+        return self._ary if dtype is None else self._ary.astype(dtype)
+
+
+def _index(index):
+    if isinstance(index, CPUTensor):
+        return index._ary
+    return index
+
+
+def array_of(t):
+    """The numpy array of CPU tensor ``t``."""
+    return t._ary
+
+
+ALIGN_BYTES = 64
+
+
+def aligned_empty(shape, dtype):
+    """An uninitialised C-contiguous array of ``shape`` whose data starts on a 64-byte boundary
+    (a cache line, one AVX-512 vector).  numpy aligns only to 16 bytes; the C kernels' vector
+    loads and stores of rows of output channels would then straddle cache lines."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGN_BYTES, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGN_BYTES
+    return raw[start:start + nbytes].view(dtype).reshape(shape)

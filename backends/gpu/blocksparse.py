@@ -1,0 +1,116 @@
+"""The GPU backend's block-sparse ops (``kernels/cuda/blocksparse.cu``): one tile GEMM per
+thread block, on tensor cores (mma.sync m16n8k16, float32 accumulation) for float16 and
+bfloat16 storage and on the CUDA cores for float32; the row softmax and its gradient take one
+thread per query row.  The layout's lookup tables are copied to the device once per plan."""
+import numpy as np
+
+from ..blocksparse_plan import BlockSparsePlan
+
+_TABLES = ("head", "row", "col", "row_ptr", "row_k", "row_other", "col_ptr", "col_k",
+           "col_other")
+_THREADS = 128
+
+
+def _check(what, *tensors):
+    storage = tensors[0].storage
+    for t in tensors:
+        if not t.is_contiguous or t.storage != storage:
+            raise ValueError(f"{what}: every operand must be a contiguous tensor of one storage "
+                             f"type, got {[(x.storage, x.is_contiguous) for x in tensors]}")
+    return storage
+
+
+class GPUBlockSparsePlan(BlockSparsePlan):
+    """A :class:`BlockSparsePlan` with its lookup tables copied to the device at configure
+    time (``device_tables``: name -> int32 tensor of backend ``be``)."""
+
+    def __init__(self, layout, block_size, be):
+        super().__init__(layout, block_size)
+        self.device_tables = {name: be.array(np.asarray(getattr(self.tables, name)),
+                                             dtype=np.int32) for name in _TABLES}
+
+
+class GPUBlockSparseMixin:
+    """``Backend.blocksparse_*`` for :class:`~neonlite.backends.gpu.backend.GPUBackend`."""
+
+    def blocksparse_layer(self, layout, block_size):
+        return GPUBlockSparsePlan(layout, block_size, self)
+
+    @staticmethod
+    def _bs_tables(plan):
+        if not isinstance(plan, GPUBlockSparsePlan):
+            raise TypeError(f"a GPU block-sparse op needs the plan of this backend's "
+                            f"blocksparse_layer, got {type(plan).__name__}")
+        return plan.device_tables
+
+    def _bs_launch(self, name, storage, arg_format, grid, threads, args):
+        func = self.kernel("blocksparse", f"nl_bs_{name}_{storage}", arg_format)
+        self.device.launch(func, grid, (threads, 1, 1), args)
+
+    # ---- block-sparse weights -----------------------------------------------------------------
+    def _bs_product(self, plan, x, w, y, walk, transw, beta):
+        storage = _check("blocksparse product", x, w, y)
+        tb = self._bs_tables(plan)
+        M = x.shape[0]
+        nb_in, nb_out = x.shape[1] // plan.bs, y.shape[1] // plan.bs
+        ptr, kidx, other = (tb[f"{walk}_{n}"] for n in ("ptr", "k", "other"))
+        self._bs_launch("product", storage, "PPPiiiiPPPif", ((M + 63) // 64, nb_out),
+                        _THREADS, [x.ptr, w.ptr, y.ptr, M, nb_in, nb_out, plan.bs, ptr.ptr,
+                                   kidx.ptr, other.ptr, int(transw), np.float32(beta)])
+        return y
+
+    def blocksparse_fprop(self, plan, x, w, y):
+        return self._bs_product(plan, x, w, y, "col", False, 0.0)
+
+    def blocksparse_bprop(self, plan, e, w, dx, beta=0.0):
+        return self._bs_product(plan, e, w, dx, "row", True, beta)
+
+    def blocksparse_update(self, plan, x, e, dw, beta=0.0):
+        storage = _check("blocksparse_update", x, e, dw)
+        tb = self._bs_tables(plan)
+        M, nin = x.shape
+        self._bs_launch("update", storage, "PPPiiiiPPf", (plan.nnz, 1), _THREADS,
+                        [x.ptr, e.ptr, dw.ptr, M, nin, e.shape[1], plan.bs, tb["row"].ptr,
+                         tb["col"].ptr, np.float32(beta)])
+        return dw
+
+    # ---- block-sparse attention ---------------------------------------------------------------
+    def blocksparse_sdd(self, plan, a, b, s, alpha=1.0):
+        storage = _check("blocksparse_sdd", a, b, s)
+        tb = self._bs_tables(plan)
+        N, H, Tq, d = a.shape
+        self._bs_launch("sdd", storage, "PPPiiiiiiPPPf", (plan.nnz, N), _THREADS,
+                        [a.ptr, b.ptr, s.ptr, H, Tq, b.shape[2], d, plan.bs, plan.nnz,
+                         tb["head"].ptr, tb["row"].ptr, tb["col"].ptr, np.float32(alpha)])
+        return s
+
+    def blocksparse_dsd(self, plan, p, b, o, transposed=False, beta=0.0):
+        storage = _check("blocksparse_dsd", p, b, o)
+        tb = self._bs_tables(plan)
+        walk = "col" if transposed else "row"
+        N, H, Tin, d = b.shape
+        Tout = o.shape[2]
+        grid = (H * (Tout // plan.bs), N, (d + 63) // 64)
+        self._bs_launch("dsd", storage, "PPPiiiiiiPPPif", grid, _THREADS,
+                        [p.ptr, b.ptr, o.ptr, H, Tin, Tout, d, plan.bs, plan.nnz,
+                         tb[f"{walk}_ptr"].ptr, tb[f"{walk}_k"].ptr, tb[f"{walk}_other"].ptr,
+                         int(bool(transposed)), np.float32(beta)])
+        return o
+
+    def blocksparse_softmax(self, plan, s, p, scale=1.0, causal=False):
+        storage = _check("blocksparse_softmax", s, p)
+        tb = self._bs_tables(plan)
+        off = (plan.cols - plan.rows) * plan.bs
+        self._bs_launch("softmax", storage, "PPiiiPPPfi", (plan.heads * plan.rows, s.shape[0]),
+                        64, [s.ptr, p.ptr, plan.bs, plan.nnz, off, tb["row_ptr"].ptr,
+                             tb["row"].ptr, tb["col"].ptr, np.float32(scale), int(bool(causal))])
+        return p
+
+    def blocksparse_softmax_bprop(self, plan, p, dp, ds, scale=1.0):
+        storage = _check("blocksparse_softmax_bprop", p, dp, ds)
+        tb = self._bs_tables(plan)
+        self._bs_launch("softmax_bprop", storage, "PPPiiPf", (plan.heads * plan.rows,
+                                                              p.shape[0]),
+                        64, [p.ptr, dp.ptr, ds.ptr, plan.bs, plan.nnz, tb["row_ptr"].ptr,
+                             np.float32(scale)])
+        return ds

@@ -1,0 +1,26 @@
+"""The GPU backend's local response normalization (``kernels/cuda/lrn.cu``): one grid-stride
+kernel per pass over rows (M, C); every tensor contiguous, one storage."""
+import numpy as np
+
+
+class GPULRNMixin:
+    """``Backend.lrn_fprop`` / ``lrn_bprop`` for :class:`~neonlite.backends.gpu.backend.GPUBackend`."""
+
+    def _lrn_launch(self, function, tensors, depth, floats):
+        storage = tensors[0].storage
+        for t in tensors:
+            if t.storage != storage or not t.is_contiguous:
+                raise TypeError(f"{function}: every tensor must be contiguous with the "
+                                f"{storage} storage, got {t.storage} {t.shape}")
+        M, C = tensors[0].shape
+        func = self.kernel("lrn", f"{function}_{storage}",
+                           "P" * len(tensors) + "iii" + "f" * len(floats))
+        self.device.launch(func, (self.device.blocks(M * C), 1), (256, 1, 1),
+                           [t.ptr for t in tensors] + [int(M), int(C), int(depth)]
+                           + [np.float32(f) for f in floats])
+
+    def lrn_fprop(self, x, y, scale, depth, alpha, beta, k):
+        self._lrn_launch("nl_lrn_fprop", (x, y, scale), depth, (alpha, beta, k))
+
+    def lrn_bprop(self, x, scale, dy, dx, depth, alpha, beta):
+        self._lrn_launch("nl_lrn_bprop", (x, scale, dy, dx), depth, (alpha, beta))

@@ -1,0 +1,86 @@
+"""Softmax, fused softmax-cross-entropy and the masked attention softmax on the GPU
+(``Backend.softmax``, ``softmax_cross_entropy``, ``masked_softmax``, ``masked_softmax_bprop``):
+the kernels of ``kernels/cuda/softmax.cu``, one block per row.  Nothing is copied to the host
+except the scalar loss that ``softmax_cross_entropy`` returns."""
+import numpy as np
+
+from ..reference.softmax import check_class_indices
+from .norm import row_grid
+
+
+class GPUSoftmaxOps:
+    """The softmax ops of :class:`~neonlite.backends.gpu.backend.GPUBackend`."""
+
+    def masked_softmax(self, x, out, scale=1.0, causal=False, key_mask=None):
+        B, Tq, Tk = x.shape
+        N = key_mask.shape[0] if key_mask is not None else 1
+        if key_mask is not None and (B % N or key_mask.shape[1] != Tk):
+            raise ValueError(f"masked_softmax: key_mask {key_mask.shape} must be (N, {Tk}) with "
+                             f"{B} a multiple of N")
+        for t, what in ((x, "x"), (out, "out")):
+            if not t.is_contiguous:
+                raise ValueError(f"masked_softmax: {what} must be contiguous")
+        mask = key_mask
+        if key_mask is not None and (key_mask.storage != x.storage or not key_mask.is_contiguous):
+            mask = self.scratch(("mask", key_mask.shape), key_mask.shape, x.dtype)
+            mask[:] = key_mask
+        func = self.kernel("softmax", f"nl_masked_softmax_{x.storage}", "PPPiiiifi")
+        self.device.launch(func, (max(1, min(B * Tq, self.device.sm_count * 32)), 1),
+                           (256, 1, 1), [out.ptr, x.ptr, 0 if mask is None else mask.ptr, B, Tq,
+                                         Tk, N, np.float32(scale), int(causal)])
+
+    def masked_softmax_bprop(self, y, dy, dx, scale=1.0):
+        dx[:] = scale * y * (dy - self.sum(dy * y, axis=-1))
+
+    def _softmax_rows(self, logits, targets, probs, grad, rows_loss, scale):
+        K = logits.shape[-1]
+        M = logits.size // max(1, K)
+        func = self.kernel("softmax", f"nl_softmax_xent_{logits.storage}", "PPPPPiif")
+        self.device.launch(func, row_grid(M, self.device.sm_count * 32), (256, 1, 1),
+                           [logits.ptr, 0 if targets is None else targets.ptr,
+                            0 if probs is None else probs.ptr, 0 if grad is None else grad.ptr,
+                            0 if rows_loss is None else rows_loss.ptr, M, K, np.float32(scale)])
+
+    def _softmax_cross_entropy_index(self, logits, index, probs, grad, scale):
+        if np.dtype(index.dtype) != np.int32 or not index.is_contiguous:
+            raise TypeError(f"softmax_cross_entropy: class-index targets must be contiguous "
+                            f"int32, got {index.dtype}")
+        (logits,) = self._rows_of("softmax_cross_entropy", logits)
+        K = logits.shape[-1]
+        M = logits.size // max(1, K)
+        rows = self.scratch(("sce_rows", M), (M, 1))
+        total = self.scratch(("sce_loss",), (1, 1))
+        func = self.kernel("softmax", f"nl_softmax_xent_index_{logits.storage}", "PPPPPiif")
+        self.device.launch(func, row_grid(M, self.device.sm_count * 32), (256, 1, 1),
+                           [logits.ptr, index.ptr, 0 if probs is None else probs.ptr, grad.ptr,
+                            rows.ptr, M, K, np.float32(scale)])
+        total[:] = self.sum(rows)
+        loss = float(total.get().ravel()[0])
+        if loss != loss:
+            check_class_indices(index.get().reshape(-1), K)
+        return loss
+
+    def softmax(self, x, out, axis=-1):
+        if axis % x.ndim != x.ndim - 1 or not out.is_contiguous or x.storage != out.storage:
+            out[:] = self.exp(x - self.max(x, axis=axis))
+            out[:] = out / self.sum(out, axis=axis)
+            return
+        (x,) = self._rows_of("softmax", x)
+        self._softmax_rows(x, None, out, None, None, 1.0)
+
+    index_targets = True
+
+    def softmax_cross_entropy(self, logits, targets, probs, grad, scale=1.0):
+        """As the contract (``scale`` 1 / rows for a mean loss, 1 for a sum); ``targets`` may
+        be (M,) int32 class indices (``nl_softmax_xent_index``: a NaN loss with a bad index
+        among them raises the IndexError naming it)."""
+        self._written("softmax_cross_entropy", probs=probs, grad=grad)
+        if np.dtype(targets.dtype).kind in "iu":
+            return self._softmax_cross_entropy_index(logits, targets, probs, grad, scale)
+        logits, targets = self._rows_of("softmax_cross_entropy", logits, targets)
+        M = logits.size // max(1, logits.shape[-1])
+        rows = self.scratch(("sce_rows", M), (M, 1))
+        total = self.scratch(("sce_loss",), (1, 1))
+        self._softmax_rows(logits, targets, probs, grad, rows, scale)
+        total[:] = self.sum(rows)
+        return float(total.get().ravel()[0])

@@ -1,0 +1,75 @@
+"""Vectorized numpy batch norm and layer norm (the reference of ``Backend.batchnorm_*`` and
+``layernorm_*``).
+
+Shapes: batch norm normalizes (M, C) over axis 0 (an NHWC image batch is viewed as
+(N*H*W, C)); layer norm works over the last axis of (M, D).
+"""
+import numpy as np
+
+
+def batchnorm_fprop(x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
+                    eps, momentum, inference):
+    if inference:
+        np.copyto(mean, running_mean)
+        np.copyto(invstd, 1.0 / np.sqrt(running_var + eps))
+    else:
+        m = x.shape[0]
+        np.mean(x, axis=0, keepdims=True, out=mean)
+        var = np.mean(np.square(x - mean), axis=0, keepdims=True)
+        np.copyto(invstd, 1.0 / np.sqrt(var + eps))
+        running_mean *= momentum
+        running_mean += (1.0 - momentum) * mean
+        running_var *= momentum
+        running_var += (1.0 - momentum) * var * (m / max(m - 1, 1))
+    batchnorm_apply(x, gamma, beta, y, xhat, mean, invstd)
+
+
+def batchnorm_moments(x):
+    """(mean, m2): per-channel mean of x (M, C) and sum of squared deviations, float64 (C,)."""
+    x = x.astype(np.float64)
+    mean = x.mean(axis=0)
+    return mean, np.square(x - mean).sum(axis=0)
+
+
+def batchnorm_apply(x, gamma, beta, y, xhat, mean, invstd):
+    """xhat = (x - mean) * invstd, y = gamma * xhat + beta."""
+    np.subtract(x, mean, out=xhat)
+    xhat *= invstd
+    np.multiply(xhat, gamma, out=y)
+    y += beta
+
+
+def batchnorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
+    m = dy.shape[0]
+    db = dy.sum(axis=0, keepdims=True)
+    dg = np.sum(dy * xhat, axis=0, keepdims=True)
+    dgamma += dg
+    dbeta += db
+    grad = (gamma * invstd / m) * (m * dy - db - xhat * dg)
+    if beta_acc:
+        dx *= beta_acc
+        dx += grad
+    else:
+        np.copyto(dx, grad)
+
+
+def layernorm_fprop(x, gamma, beta, y, xhat, invstd, eps, residual=None, total=None):
+    if residual is not None:
+        x = np.add(x, residual, out=total)
+    mean = x.mean(axis=-1, keepdims=True)
+    np.subtract(x, mean, out=xhat)
+    var = np.mean(np.square(xhat), axis=-1, keepdims=True)
+    np.copyto(invstd, 1.0 / np.sqrt(var + eps))
+    xhat *= invstd
+    np.multiply(xhat, gamma, out=y)
+    y += beta
+
+
+def layernorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
+    dgamma += np.sum(dy * xhat, axis=0, keepdims=True)
+    dbeta += dy.sum(axis=0, keepdims=True)
+    g = dy * gamma
+    np.copyto(dx, invstd * (g - g.mean(axis=-1, keepdims=True)
+                            - xhat * np.mean(g * xhat, axis=-1, keepdims=True)))
+    if residual is not None:
+        np.add(residual, dx, out=dx)

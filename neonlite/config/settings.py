@@ -1,0 +1,58 @@
+"""The plain settings of a training run's top level (``backend``, ``epochs``, ``batchsize``,
+``rng_seed``, ``datatype``, ...): their types and defaults (:data:`KEYS`), the data type names
+(:data:`DATATYPES`), and :func:`check_setting`.  The run's description as a whole is
+``run.py``'s :class:`~neonlite.config.run.RunConfig`; checkpoints check their stored settings
+here too."""
+import numpy as np
+
+from .build import type_word
+from .errors import ConfigError, did_you_mean, short_repr
+
+DATATYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "bf16": "bfloat16"}
+
+# key -> (expected python types, default; REQUIRED for none)
+REQUIRED = object()
+KEYS = {
+    "backend": ((str,), "cpu"),
+    "epochs": ((int,), 10),
+    "batchsize": ((int,), 128),
+    "rng_seed": ((int, type(None)), None),
+    "datatype": ((str,), "f32"),
+    "eval_freq": ((int,), 1),
+    "metric": ((str, dict), "misclassification"),
+    "dataset": ((str, dict), REQUIRED),
+    "layers": ((list,), REQUIRED),
+    "cost": ((str, dict), REQUIRED),
+    "optimizer": ((str, dict), REQUIRED),
+    "callbacks": ((list,), []),
+    "save_path": ((str, type(None)), None),
+    "serialize": ((int,), 0),
+    "sync_bn": ((bool,), False),
+}
+_POSITIVE = ("epochs", "batchsize")
+_NON_NEGATIVE = ("eval_freq", "serialize", "rng_seed")
+
+
+def check_setting(key, value, types=None):
+    """``value`` if it can stand for top-level key ``key``; a ConfigError naming the key
+    otherwise."""
+    return _check(key, value, types or KEYS[key][0])
+
+
+def _check(key, value, types):
+    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        names = " or ".join(type_word(t()) if t is not type(None) else "null" for t in types)
+        raise ConfigError(f"{key}: expected {names}, got {type_word(value)} ({short_repr(value)})")
+    if key in _POSITIVE and value < 1:
+        raise ConfigError(f"{key}: expected a positive integer, got {value}")
+    if key in _NON_NEGATIVE and value is not None and value < 0:
+        raise ConfigError(f"{key}: expected an integer >= 0, got {value}")
+    if key == "datatype" and value not in DATATYPES:
+        raise ConfigError(f"datatype: unknown data type {short_repr(value)}"
+                          f"{did_you_mean(value, DATATYPES)}")
+    if key == "backend":
+        from ..backends import available_backends
+        if value not in available_backends():
+            raise ConfigError(f"backend: unknown backend {short_repr(value)}"
+                              f"{did_you_mean(value, available_backends())}")
+    return value

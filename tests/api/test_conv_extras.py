@@ -1,0 +1,198 @@
+"""Deconv (transposed convolution), MergeBroadcast, LRN, Adadelta and SmoothL1Loss: float64
+finite-difference gradient checks, float64 parity with PyTorch (ConvTranspose2d,
+LocalResponseNorm, Adadelta, SmoothL1Loss), the LRN kernels (C, and CUDA compiled and emulated
+on the host, not run on a GPU) against the numpy reference, and one clear error for bad
+shapes."""
+import numpy as np
+import pytest
+from support.harness import build, compare_with_cpu, cost_gradient_check, gradient_check
+from support.requires import requires
+
+import neonlite
+from neonlite.backends.reference import lrn as numpy_lrn
+from neonlite.layers import (LRN, Conv, Deconv, Deconvolution, MergeBroadcast, Pooling,
+                             ShapeError, SkipNode)
+from neonlite.transforms import Logistic, Rectlin, SmoothL1Loss, Tanh
+
+DECONV_CASES = [((4, 5, 3), (3, 3, 2), 2, 1, 1), ((3, 3, 2), (2, 2, 4), 1, 0, 0),
+                ((5, 4, 3), (3, 2, 3), 3, 1, 2), ((3, 4, 2), (4, 4, 2), (2, 1), (1, 0), (1, 0))]
+
+
+@pytest.mark.parametrize("in_shape,fshape,stride,pad,extra", DECONV_CASES)
+def test_deconv_gradients(in_shape, fshape, stride, pad, extra):
+    gradient_check(lambda: Deconv(fshape, strides=stride, padding=pad, output_padding=extra,
+                                  activation=Rectlin(0.1)), in_shape, batch=2, atol=1e-8)
+
+
+@pytest.mark.parametrize("activation", [Logistic(), Tanh(), None])
+def test_deconv_fused_bias_and_activation(activation):
+    net = gradient_check(lambda: Deconv((3, 3, 2), strides=2, padding=1, output_padding=1,
+                                        activation=activation), (3, 3, 2), batch=2, atol=1e-8)
+    core = net.layers[0]
+    assert len(net.layers) == 1 and core.b is not None
+    be = neonlite.get_backend()
+    x = be.array(np.random.default_rng(9).normal(size=(2, 3, 3, 2)))
+    unfused = build(Deconvolution((3, 3, 2), strides=2, padding=1, output_padding=1),
+                    (3, 3, 2))
+    unfused.layers[0].W.value[:] = core.W.value
+    b = core.b.value.get().reshape(1, 1, 1, -1)
+    pre = unfused.fprop(x).get() + b
+    want = {None: pre, "Logistic": 1 / (1 + np.exp(-pre)), "Tanh": np.tanh(pre)}
+    np.testing.assert_allclose(net.fprop(x).get(),
+                               want[type(activation).__name__ if activation else None],
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("in_shape,fshape,stride,pad,extra", DECONV_CASES)
+def test_deconv_matches_pytorch_conv_transpose(in_shape, fshape, stride, pad, extra):
+    torch = pytest.importorskip("torch", reason="PyTorch is needed for the parity test")
+    neonlite.gen_backend("cpu", batch_size=2, rng_seed=0, datatype=np.float64)
+    be = neonlite.get_backend()
+    net = build(Deconvolution(fshape, strides=stride, padding=pad, output_padding=extra),
+                in_shape)
+    layer = net.layers[0]
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2,) + in_shape)
+    y = net.fprop(be.array(x)).get()
+    w = rng.normal(size=y.shape)
+    layer.W.grad[:] = 0.0
+    dx = net.bprop(be.array(w)).get()
+    module = torch.nn.ConvTranspose2d(in_shape[2], fshape[2], fshape[:2], stride=stride,
+                                      padding=pad, output_padding=extra, bias=False).double()
+    with torch.no_grad():
+        module.weight.copy_(torch.tensor(layer.W.value.get().transpose(3, 2, 0, 1)))
+    xt = torch.tensor(x.transpose(0, 3, 1, 2), requires_grad=True)
+    yt = module(xt)
+    (yt * torch.tensor(w.transpose(0, 3, 1, 2))).sum().backward()
+    np.testing.assert_allclose(y, yt.detach().numpy().transpose(0, 2, 3, 1), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(dx, xt.grad.numpy().transpose(0, 2, 3, 1), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(layer.W.grad.get(), module.weight.grad.numpy().transpose(2, 3, 1, 0),
+                               rtol=0, atol=1e-10)
+
+
+def test_deconv_output_padding_must_be_below_the_stride():
+    neonlite.gen_backend("cpu", batch_size=2)
+    with pytest.raises(ValueError, match=r"layer 'Deconvolution_0' \(Deconvolution\): "
+                                         r"output_padding must be in \[0, stride\) on each axis, "
+                                         r"got 2 with stride 2"):
+        build(Deconvolution((3, 3, 4), strides=2, output_padding=2), (4, 4, 3))
+
+
+def test_merge_broadcast_gradients_concat_and_sum():
+    def inception():
+        return MergeBroadcast([[Conv((1, 1, 2), activation=Rectlin())],
+                               [Conv((3, 3, 3), padding=1)],
+                               [Pooling(3, strides=1, padding=1, op="max"),
+                                Conv((1, 1, 1))]], merge="concat")
+    net = gradient_check(inception, (4, 4, 3), batch=2, atol=1e-8)
+    assert net.layers[0].out_shape == (4, 4, 6)
+    gradient_check(lambda: MergeBroadcast([[Conv((3, 3, 3), padding=1)], [SkipNode()]],
+                                          merge="sum"), (3, 3, 3), batch=2, atol=1e-8)
+
+
+def test_merge_broadcast_names_both_branches_and_shapes():
+    neonlite.gen_backend("cpu", batch_size=2)
+    merge = MergeBroadcast([[Conv((3, 3, 4))], [Conv((1, 1, 2))]], name="incep")
+    with pytest.raises(ShapeError, match=r"layer 'incep' \(MergeBroadcast\): cannot concatenate "
+                                         r"along the last axis: branch 'incep.branch0' gives "
+                                         r"\(4, 4, 4\) and branch 'incep.branch1' gives "
+                                         r"\(6, 6, 2\)"):
+        build(merge, (6, 6, 3))
+
+
+@pytest.mark.parametrize("depth", [1, 2, 5])
+def test_lrn_gradients(depth):
+    gradient_check(lambda: LRN(depth, alpha=0.5, beta=0.75, k=2.0), (3, 2, 7), batch=2,
+                   atol=1e-9)
+
+
+def test_lrn_matches_pytorch():
+    torch = pytest.importorskip("torch", reason="PyTorch is needed for the parity test")
+    neonlite.gen_backend("cpu", batch_size=2, rng_seed=0, datatype=np.float64)
+    be = neonlite.get_backend()
+    net = build(LRN(5, alpha=0.3, beta=0.75, k=1.5), (3, 4, 9))
+    rng = np.random.default_rng(1)
+    x, w = rng.normal(size=(2, 3, 4, 9)), rng.normal(size=(2, 3, 4, 9))
+    y = net.fprop(be.array(x)).get()
+    dx = net.bprop(be.array(w)).get()
+    xt = torch.tensor(x.transpose(0, 3, 1, 2), requires_grad=True)
+    yt = torch.nn.LocalResponseNorm(5, alpha=0.3, beta=0.75, k=1.5)(xt)
+    (yt * torch.tensor(w.transpose(0, 3, 1, 2))).sum().backward()
+    np.testing.assert_allclose(y, yt.detach().numpy().transpose(0, 2, 3, 1), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(dx, xt.grad.numpy().transpose(0, 2, 3, 1), rtol=0, atol=1e-10)
+
+
+def _lrn_both(be, x, dy):
+    y, s, dx = be.zeros(x.shape), be.zeros(x.shape), be.zeros(x.shape)
+    be.lrn_fprop(x, y, s, 5, 0.2, 0.75, 1.0)
+    be.lrn_bprop(x, s, dy, dx, 5, 0.2, 0.75)
+    return y, s, dx
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-13), (np.float32, 2e-6)])
+def test_lrn_kernels_match_the_numpy_reference(dtype, tol):
+    be = neonlite.gen_backend("cpu", batch_size=2, datatype=dtype)
+    if not be.kernels.module("lrn", np.dtype(dtype)):
+        pytest.skip(f"the C kernels are not built here: {be.kernels.unavailable_reason()}")
+    rng = np.random.default_rng(2)
+    x, dy = rng.normal(size=(6, 11)).astype(dtype), rng.normal(size=(6, 11)).astype(dtype)
+    got = [t.get() for t in _lrn_both(be, be.array(x), be.array(dy))]
+    y, s, dx = (np.zeros((6, 11), dtype) for _ in range(3))
+    numpy_lrn.lrn_fprop(x, y, s, 5, 0.2, 0.75, 1.0)
+    numpy_lrn.lrn_bprop(x, s, dy, dx, 5, 0.2, 0.75)
+    for g, w in zip(got, (y, s, dx)):
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    rng = np.random.default_rng(3)
+    compare_with_cpu(_lrn_both, rng.normal(size=(6, 11)), rng.normal(size=(6, 11)))
+
+
+@requires("emulator")
+def test_lrn_cuda_kernels_on_the_host_emulator_match_the_cpu(monkeypatch):
+    from support.gpu_host_backend import host_gpu_backend
+    rng = np.random.default_rng(4)
+    x, dy = rng.normal(size=(6, 11)), rng.normal(size=(6, 11))
+    previous = neonlite.backends._current
+    try:
+        gpu = host_gpu_backend(monkeypatch, batch_size=2)
+        got = [t.get() for t in _lrn_both(gpu, gpu.array(x), gpu.array(dy))]
+        assert {"nl_lrn_fprop_f32", "nl_lrn_bprop_f32"} <= set(gpu.device.launches)
+    finally:
+        neonlite.backends._current = previous
+    y, s, dx = (np.zeros((6, 11)) for _ in range(3))
+    numpy_lrn.lrn_fprop(x, y, s, 5, 0.2, 0.75, 1.0)
+    numpy_lrn.lrn_bprop(x, s, dy, dx, 5, 0.2, 0.75)
+    for g, w in zip(got, (y, s, dx)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.3])
+def test_smooth_l1_gradient_and_pytorch_value(beta):
+    cost = cost_gradient_check(SmoothL1Loss(beta), (5,), lambda rng, s: rng.normal(size=s),
+                               make_input=lambda rng, s: 2 * rng.normal(size=s))
+    torch = pytest.importorskip("torch", reason="PyTorch is needed for the parity check")
+    be = neonlite.get_backend()
+    rng = np.random.default_rng(5)
+    y, t = rng.normal(size=(4, 5)) * 2, rng.normal(size=(4, 5))
+    got = cost.costfunc.cost(be, be.array(y), be.array(t), be.zeros((1, 1)))
+    want = torch.nn.SmoothL1Loss(beta=beta)(torch.tensor(y), torch.tensor(t)).item()
+    assert abs(got - want) < 1e-12
+
+
+def test_adadelta_matches_pytorch():
+    torch = pytest.importorskip("torch", reason="PyTorch is needed for the parity test")
+    from neonlite.layers import Parameter
+    from neonlite.optimizers import Adadelta
+    be = neonlite.gen_backend("cpu", batch_size=1, datatype=np.float64)
+    rng = np.random.default_rng(6)
+    w0 = rng.normal(size=(3, 4))
+    param = Parameter(type("L", (), {"name": "p"})(), "W", be.array(w0), be.zeros((3, 4)))
+    opt = Adadelta(decay=0.9, epsilon=1e-6, learning_rate=0.5)
+    wt = torch.tensor(w0, requires_grad=True)
+    topt = torch.optim.Adadelta([wt], lr=0.5, rho=0.9, eps=1e-6)
+    for step in range(5):
+        g = rng.normal(size=(3, 4))
+        param.grad.set(g)
+        opt.optimize([param], 0)
+        wt.grad = torch.tensor(g)
+        topt.step()
+        np.testing.assert_allclose(param.value.get(), wt.detach().numpy(), rtol=0, atol=1e-12)

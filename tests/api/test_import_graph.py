@@ -1,0 +1,60 @@
+"""The package has no import cycles, and every module imports first, alone.
+
+The graph comes from the source: every ``import`` and ``from ... import`` statement of every
+module under the source folders (``setup.py``'s mapping: ``neonlite/``, ``backends/``,
+``layers/``, ``kernels/``), at any depth (function-level imports included), resolved to the
+``neonlite.*`` module it names.  A ``from package import name`` names the submodule
+``package.name`` when that is a module, else ``package`` itself.  A package's ``__init__`` that
+Python runs on the way to a submodule is not an edge: only the module a statement names is.  So
+the test cannot go stale: a new module or import is in the graph as soon as it is written.
+``importlib.import_module("literal", __package__)`` calls count as imports too.
+"""
+import os
+import subprocess
+import sys
+
+from support.import_graph import ROOT, cycles, describe, import_graph, source_modules
+
+
+def test_the_graph_sees_the_source():
+    graph = import_graph()
+    assert "neonlite.backends.backend" in graph
+    assert "neonlite.backends" in graph["neonlite"] or any(
+        m.startswith("neonlite.backends") for m in graph["neonlite"])
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    found = cycles(graph)
+    assert not found, "import cycles (module -> the members it imports):\n" + "\n".join(
+        describe(c, graph) for c in found)
+
+
+IMPORT_EACH_FIRST = """
+import importlib, sys, traceback
+failures = []
+for name in sys.argv[1:]:
+    for loaded in [m for m in sys.modules if m == "neonlite" or m.startswith("neonlite.")]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except Exception as err:
+        failures.append(name + ": " + traceback.format_exception_only(type(err), err)[-1].strip())
+print("\\n".join(failures))
+sys.exit(1 if failures else 0)
+"""
+
+
+def test_every_module_imports_first_in_a_fresh_interpreter():
+    """Each module imported first, with no ``neonlite`` module loaded before it, in a new
+    interpreter (so an import that works only after another module has been loaded fails)."""
+    names = [n for n in sorted(source_modules()) if n.rsplit(".", 1)[-1] != "__main__"]
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    done = subprocess.run([sys.executable, "-c", IMPORT_EACH_FIRST, *names], capture_output=True,
+                          text=True, timeout=600, cwd=str(ROOT.parent), env=env)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

@@ -1,0 +1,57 @@
+"""The CPU backend trains in f32 or f64: ``-d f16`` (or bf16) on the CPU is refused in one
+line saying which data types it runs and why; the numpy-only fallback says it is slower."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import neonlite
+from neonlite.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def keep_backend():
+    previous = neonlite.backends._current
+    yield
+    neonlite.backends._current = previous
+
+
+@pytest.mark.parametrize("datatype", ["f16", "bf16"])
+def test_cli_refuses_half_precision_on_the_cpu_in_one_line(datatype, capsys, tmp_path):
+    ckpt = tmp_path / "c.h5"
+    status = main(["train", str(ROOT / "examples" / "shapes_cnn.yaml"), "-d", datatype,
+                   "--max-batches", "1", "-e", "1", "--save-path", str(ckpt)])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert status == 1 and len(lines) == 1, captured.err
+    assert lines[0].startswith("neonlite: error: datatype: the cpu backend runs f32 and f64")
+    assert "-b gpu" in lines[0]
+    assert not ckpt.exists()
+
+
+def test_f32_and_f64_still_train_on_the_cpu(capsys):
+    for datatype in ("f32", "f64"):
+        assert main(["train", str(ROOT / "examples" / "shapes_cnn.yaml"), "-d", datatype,
+                     "--max-batches", "1", "-e", "1", "-q", "--eval-freq", "0"]) == 0
+
+
+def test_numpy_fallback_notice_says_it_is_slower(tmp_path):
+    script = ("import neonlite, numpy as np\n"
+              "be = neonlite.gen_backend('cpu', batch_size=2)\n"
+              "assert not be.kernels.active(np.float32)\n")
+    env = dict(os.environ, NEONLITE_CPU_KERNELS="0")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "times slower" in lines[0], done.stderr
+
+
+def test_python_api_keeps_float16_as_the_mixed_precision_reference():
+    be = neonlite.gen_backend("cpu", batch_size=2, datatype=np.float16)
+    assert be.dtype == np.float16

@@ -1,0 +1,195 @@
+"""The project rule "no allocation inside the training loop after the first step", on the CPU
+backend with its C kernels: a transformer block (its MLP runs ``gelu_bprop`` with the fc1 bias
+gradient, the C block sums; its layer norms sum over rows too), a batch norm and an Affine head
+with a bias (its gradient is the op-tree machine's column sum) train a first step, which makes
+every buffer; the next steps allocate nothing of size.
+
+numpy reports its array allocations to ``tracemalloc``, so the traced peak over the later steps
+bounds what they allocate, even what they free again before the step ends (the C kernels'
+work arrays are numpy arrays the backend keeps, so a new one would count).  What C code
+allocates is not seen there; the kernels that once called malloc now take work arrays from
+``CPUKernels.workspaces``, whose entries must be the same objects after the later steps.
+"""
+
+import numpy as np
+import pytest
+from support.checks import PEAK_LIMIT, allocation_peaks as _peaks
+from support.harness import make_backend
+
+from neonlite import Model
+from neonlite.backends.cpu.optree import OpTreeMachine
+from neonlite.backends.reference.optree import evaluate
+from neonlite.data import ArrayIterator
+from neonlite.layers import Affine, BatchNorm, GeneralizedCost, TransformerBlock
+from neonlite.optimizers import Adam
+from neonlite.transforms import CrossEntropyMulti, Softmax
+
+T, D_MODEL, CLASSES = 8, 32, 8192
+# The head's bias gradient (CLASSES float32, 32 KiB) is the largest per-step buffer these
+# kernels once allocated; what a step allocates besides (Python objects: op-trees, argument
+# lists) peaks near 10 KiB.
+def _kernels_or_skip(be):
+    if not be.kernels.active(be.dtype):
+        pytest.skip(f"the C kernels are unavailable: {be.kernels.unavailable_reason()}")
+    return be.kernels
+
+
+def _transformer_with_head(be):
+    """(model, x, t, optimizer): x (4, T, D_MODEL) -> TransformerBlock -> BatchNorm ->
+    Affine(CLASSES) + softmax, cross-entropy against one-hot targets (4, T, CLASSES), Adam;
+    initialized."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(be.bsz, T, D_MODEL)).astype(np.float32)
+    Y = np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, size=(be.bsz, T))]
+    data = ArrayIterator(X, Y, shuffle=False)
+    model = Model([TransformerBlock(D_MODEL, 2, mlp_ratio=4, name="block"),
+                   BatchNorm(name="bn"), Affine(CLASSES, activation=Softmax(), name="head")])
+    model.initialize(data, GeneralizedCost(CrossEntropyMulti()))
+    x, t = next(iter(data))
+    return model, x, t, Adam(learning_rate=1e-3)
+
+
+def test_training_steps_after_the_first_allocate_nothing():
+    be = make_backend("cpu", batch_size=4, seed=0)
+    kernels = _kernels_or_skip(be)
+    model, x, t, optimizer = _transformer_with_head(be)
+    model.train_step(x, t, optimizer, 0)  # the first step makes the buffers
+    work = dict(kernels.workspaces)
+    assert any(key[0] == "gelu_bprop" for key in work), \
+        "gelu_bprop's bias-gradient sums take their work array from kernels.workspaces"
+    assert any(key[0] == "optree_column_sum" for key in work), \
+        "the column sum of a bias gradient takes its work array from kernels.workspaces"
+    assert {key[2] for key in work if key[0] == "norm"} == {D_MODEL}, \
+        "the layer and batch norms' sums take their work array from kernels.workspaces"
+
+    peaks = _peaks(lambda: np.isfinite(model.train_step(x, t, optimizer, 0)))
+    assert max(peaks) < PEAK_LIMIT, (
+        f"steps after the first allocated up to {peaks} bytes at once (limit {PEAK_LIMIT})")
+    assert kernels.workspaces.keys() == work.keys()
+    assert all(kernels.workspaces[key] is buf for key, buf in work.items()), \
+        "the C kernels' work arrays are made once"
+
+
+def test_steps_over_the_parameter_arena_allocate_nothing():
+    """The same model trained on int32 class-index targets by the fused optimizer step over its
+    parameter arena (AdamW with decay groups, a schedule and global-norm clipping): the
+    parameters, gradients and states are views of the arena's buffers, which later steps
+    neither replace nor add to, and those steps allocate nothing of size."""
+    from neonlite.optimizers import AdamW, CosineSchedule
+    be = make_backend("cpu", batch_size=4, seed=0)
+    _kernels_or_skip(be)
+    model, x, onehot, _ = _transformer_with_head(be)
+    t = be.array(onehot.get().argmax(-1), dtype=np.int32)
+    optimizer = AdamW(1e-3, weight_decay=0.1, decay_exclude=["1d"], gradient_clip_norm=1.0,
+                      schedule=CosineSchedule(100, 10))
+    arena = model.arena
+    assert arena is not None
+    model.train_step(x, t, optimizer, 0)  # the first step makes the states
+    f32 = np.dtype(np.float32)
+    owners = {"value": arena.values[f32], "grad": arena.grads[f32],
+              "m": arena.states[("m", f32, f32)], "v": arena.states[("v", f32, f32)]}
+    assert len(arena.states) == 2
+    for p in model.parameters():
+        for what, tensor in (("value", p.value), ("grad", p.grad), ("m", p.states["m"]),
+                             ("v", p.states["v"])):
+            assert np.shares_memory(tensor._ary, owners[what]), (p.name, what)
+    peaks = _peaks(lambda: np.isfinite(model.train_step(x, t, optimizer, 0)))
+    assert max(peaks) < PEAK_LIMIT, (
+        f"steps after the first allocated up to {peaks} bytes at once (limit {PEAK_LIMIT})")
+    assert arena.values[f32] is owners["value"] and arena.grads[f32] is owners["grad"]
+    assert len(arena.states) == 2 and arena.states[("m", f32, f32)] is owners["m"]
+    assert all(p.states["m"]._ary.base is not None for p in model.parameters())
+
+
+def test_column_sums_of_one_shape_in_one_tree_keep_their_own_results():
+    """The machine keeps each inner sum's result from call to call: two sums of the same shape
+    in one tree must still not share one, and a later call must not see an earlier value."""
+    be = make_backend("cpu", batch_size=4, seed=0)
+    _kernels_or_skip(be)
+    machine = OpTreeMachine(be.kernels)
+    rng = np.random.default_rng(5)
+    a, b, c = (be.array(rng.standard_normal((40, 6))) for _ in range(3))
+    bias = be.array(rng.standard_normal((1, 6)))
+    for x, y in ((a, b), (b, c), (c, a)):
+        tree = bias + be.sum(x, axis=0) * 2.0 - be.sum(y, axis=0)
+        out = np.empty((1, 6), np.float32)
+        assert machine.run(out, tree)
+        np.testing.assert_allclose(out, evaluate(np.empty((1, 6), np.float32), tree),
+                                   rtol=1e-6, atol=1e-6)
+    assert len(machine._sums) == 2, "one result per reduction of the tree, reused"
+
+
+def test_gelu_bias_gradient_reuses_its_work_array_across_row_counts():
+    """The work array depends on the rows only through their blocks (at most 32): calls with
+    40 and 64 rows of the same width share one, and both give the summed gradient."""
+    be = make_backend("cpu", batch_size=4, seed=0)
+    kernels = _kernels_or_skip(be)
+    rng = np.random.default_rng(6)
+    for rows in (40, 64, 40):
+        x, dy = (rng.standard_normal((rows, 24)).astype(np.float32) for _ in range(2))
+        dx, db = np.empty_like(x), np.zeros(24, np.float32)
+        assert kernels.gelu_bprop(x, dy, dx, db, "none")
+        np.testing.assert_allclose(db, dx.sum(0), rtol=1e-5, atol=1e-5)
+    assert len([key for key in kernels.workspaces if key[0] == "gelu_bprop"]) == 1
+
+
+def test_embedding_rows_after_the_first_allocate_nothing():
+    """The look-up and the gradient of an embedding check and convert the ids (floats holding
+    whole numbers, as the data iterators give them) into buffers kept by the backend."""
+    be = make_backend("cpu", batch_size=4, seed=0)
+    _kernels_or_skip(be)
+    rng = np.random.default_rng(7)
+    ids = rng.integers(0, 50, size=(64, 64))
+    table = be.array(rng.standard_normal((50, 16)))
+    ids_t, out, grad = be.array(ids), be.empty((64, 64, 16)), be.zeros((50, 16))
+
+    def step():
+        be.take_rows(table, ids_t, out)
+        be.scatter_add_rows(grad, ids_t, out)
+        return True
+
+    step()
+    peaks = _peaks(step)
+    # 4096 ids: int64 row numbers alone would be 32 KiB
+    assert max(peaks) < 8 << 10, f"the look-ups allocated up to {peaks} bytes at once"
+    np.testing.assert_array_equal(out.get(), table.get()[ids])
+    want = np.zeros((50, 16))
+    np.add.at(want, ids.reshape(-1), table.get()[ids].reshape(-1, 16))
+    np.testing.assert_allclose(grad.get(), 4 * want, rtol=1e-5, atol=1e-4)
+    bad = ids.astype(np.float32)
+    bad[0, 1] = 50.0
+    ids_t.set(bad)
+    with pytest.raises(IndexError, match=r"id 50 at position \(0, 1\)"):
+        be.take_rows(table, ids_t, out)
+    bad[0, 1] = 2.5
+    ids_t.set(bad)
+    with pytest.raises(IndexError, match="whole number"):
+        be.scatter_add_rows(grad, ids_t, out)
+
+
+def test_op_tree_register_blocks_are_kept_and_grow_with_the_threads():
+    """The op-tree machine's register blocks (one set per OpenMP thread) are kept from call to
+    call, and made bigger only when a call may start more threads."""
+    from neonlite.backends.cpu.threads import _libgomp, set_cpu_threads
+    be = make_backend("cpu", batch_size=4, seed=0)
+    _kernels_or_skip(be)
+    if _libgomp() is None:
+        pytest.skip("no libgomp to set the OpenMP thread count with")
+    before = _libgomp().omp_get_max_threads()
+    machine = OpTreeMachine(be.kernels)
+    rng = np.random.default_rng(8)
+    a, b = (be.array(rng.standard_normal((300, 400))) for _ in range(2))  # threads start
+    tree = a * b - be.sqrt(be.square(a)) * 0.5
+    want = evaluate(np.empty((300, 400), np.float32), tree)
+    sizes = []
+    try:
+        for threads in (1, 4, 2, 4):
+            set_cpu_threads(threads)
+            out = np.empty((300, 400), np.float32)
+            assert machine.run(out, tree)
+            np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+            sizes.append(machine._scratch[np.dtype(np.float32)])
+    finally:
+        set_cpu_threads(before)
+    assert sizes[0].size * 4 == sizes[1].size
+    assert sizes[1] is sizes[2] is sizes[3]

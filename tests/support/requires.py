@@ -1,0 +1,103 @@
+"""What a test needs, said one way: ``@requires("nvcc", "emulator")`` (or
+``pytestmark = requires(...)``) skips the test, with the reason, when any of them is missing
+here; ``need(...)`` does the same from inside a test.
+
+The needs (:data:`NEEDS`): ``compiler`` (a C compiler for the CPU kernels), ``nvcc`` (the CUDA
+compiler), ``emulator`` (g++ for the CUDA host emulator), ``gpu`` (pycuda and a device: the GPU
+backend can be made), ``mkl`` (MKL's CBLAS), ``mnist`` (the MNIST test set under
+:func:`~support.harness.data_dir`), ``shakespeare`` (Tiny Shakespeare there), ``torch``
+(PyTorch, the reference of the parity tests), ``mpi`` (mpirun and mpi4py).  Each check runs once
+per session, when a test first asks for it.
+"""
+import functools
+import importlib.util
+import shutil
+
+import pytest
+
+from . import harness
+
+MNIST_TEST_FILES = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+
+
+def _compiler():
+    from neonlite.kernels.toolchain import CompilerNotFound, find_c_compiler
+    try:
+        find_c_compiler()
+    except CompilerNotFound as err:
+        return f"no C compiler here: {err}"
+    return None
+
+
+def _nvcc():
+    return None if shutil.which("nvcc") else "nvcc (the CUDA compiler) is not on PATH"
+
+
+def _emulator():
+    from .cuda_host_emulator import available
+    reason = available()
+    return None if reason is None else f"the CUDA host emulator cannot run: {reason}"
+
+
+def _gpu():
+    reason = harness.unavailable_reason("gpu")
+    return None if reason is None else f"backend 'gpu' unavailable: {reason}"
+
+
+def _mkl():
+    from neonlite.backends.cpu.mkl_blas import load_mkl
+    return None if load_mkl() is not None else "MKL (pip install mkl) is not installed"
+
+
+def _data(*files):
+    def check():
+        missing = [f for f in files if not (harness.data_dir() / f).is_file()]
+        return None if not missing else (f"{', '.join(missing)} not found in "
+                                          f"{harness.data_dir()} (set NEONLITE_TEST_DATA)")
+    return check
+
+
+def _torch():
+    return None if importlib.util.find_spec("torch") else "PyTorch is not installed"
+
+
+def _mpi():
+    if shutil.which("mpirun") is None:
+        return ("mpirun is not installed (pip install 'neonlite[mpi]' or apt-get install "
+                "openmpi-bin)")
+    if importlib.util.find_spec("mpi4py") is None:
+        return "mpi4py is not installed (pip install 'neonlite[mpi]')"
+    return None
+
+
+NEEDS = {"compiler": _compiler, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
+         "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
+         "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi}
+
+
+@functools.lru_cache(maxsize=None)
+def missing(need):
+    """Why ``need`` is not met here, or None."""
+    if need not in NEEDS:
+        raise KeyError(f"unknown test need {need!r}; known: {', '.join(NEEDS)}")
+    return NEEDS[need]()
+
+
+def _reasons(needs):
+    return [r for r in (missing(n) for n in needs) if r is not None]
+
+
+def requires(*needs):
+    """A mark that skips the test (saying why) unless every one of ``needs`` is met."""
+    for need in needs:
+        if need not in NEEDS:
+            raise KeyError(f"unknown test need {need!r}; known: {', '.join(NEEDS)}")
+    reasons = _reasons(needs)
+    return pytest.mark.skipif(bool(reasons), reason="; ".join(reasons) or "all needs met")
+
+
+def need(*needs):
+    """Skip the calling test (saying why) unless every one of ``needs`` is met."""
+    reasons = _reasons(needs)
+    if reasons:
+        pytest.skip("; ".join(reasons))
