@@ -1,21 +1,23 @@
 """The GPU backend's fused attention (``kernels/cuda/flash_attention.cu``): float32, float16 and
 bfloat16 storage (the 16-bit forward's products on tensor cores, the rest float32 math on the
 CUDA cores), lse in float32.  Two kernel shapes (:data:`SHAPES`): tiles of 32 queries x 32 keys
-for head widths up to 64, tiles of 16 x 16 for widths up to 128 and for block layouts whose
-blocks are a multiple of 16 but not of 32.  Dropout draws the per-example Philox stream of
-:class:`~.numpy_attention.AttentionDropout` in the kernels (regenerated in the backward pass,
-never stored).  The visit tables (``cpu_attention.visit_tables``) are copied to the device once
-per shape or layout; a key mask of another storage type or layout is cast into a device buffer
-made once per shape.  Every call runs on the device: a case the kernels do not take (heads wider
-than 128, blocks not a multiple of 16 tokens, operands of mixed storage, rows not contiguous, a
-16-bit lse) raises a ValueError naming it, never a copy to the host.  Compiled and emulated, not
-run on a GPU."""
+for head widths up to 64, tiles of 16 x 16 for widths up to 128.  Dropout draws the per-example
+Philox stream of :class:`~.numpy_attention.AttentionDropout` in the kernels (regenerated in the
+backward pass, never stored).  A block layout of any block sizes: the kernels visit the tiles
+holding a visible block (:func:`tile_layout`) and, where the blocks do not fill whole tiles
+(e.g. 8-token blocks), mask inside a tile from the layout's bytes.  The visit tables
+(``cpu_attention.visit_tables``) and such a layout are copied to the device once per shape or
+layout; a key mask of another storage type or layout is cast into a device buffer made once
+per shape.  Every call runs on the device: a case the kernels do not take (heads wider than
+128, operands of mixed storage, rows not contiguous, a 16-bit lse; for the backward pass,
+non-contiguous operands) raises a ValueError naming the op, never a copy to the host.
+Compiled and emulated, not run on a GPU."""
 import numpy as np
 
 from .cpu_attention import visit_tables
 
 #: (tile, widest head) of the kernels' entry points ``nl_fa_*_t{tile}d{width}_*``, in the order
-#: they are tried; a block layout takes the first whose tile divides its block sizes
+#: they are tried (a block layout prefers one whose tile divides its block sizes)
 SHAPES = ((32, 64), (16, 128))
 MAX_WIDTH = max(width for _, width in SHAPES)
 _THREADS = 128
@@ -27,13 +29,22 @@ def _rows_contiguous(t):
 
 
 def kernel_shape(width, blocks):
-    """(tile, widest head) of the entry points for heads up to ``width`` wide and ``blocks``
-    (an ``AttentionBlocks`` or None), or None when no entry point takes them."""
-    for tile, most in SHAPES:
-        if width <= most and (blocks is None or (blocks.bq % tile == 0
-                                                 and blocks.bk % tile == 0)):
-            return tile, most
-    return None
+    """(tile, widest head) of the entry points for heads up to ``width`` wide, preferring one
+    whose tile divides the block sizes of ``blocks`` (an ``AttentionBlocks`` or None), or None
+    when the heads are wider than every entry point takes."""
+    fits = [(tile, most) for tile, most in SHAPES if width <= most]
+    aligned = [(tile, most) for tile, most in fits
+               if blocks is None or (blocks.bq % tile == 0 and blocks.bk % tile == 0)]
+    return (aligned or fits or [None])[0]
+
+
+def tile_layout(blocks, Tq, Tk, tile):
+    """The (Hl, ceil(Tq/tile), ceil(Tk/tile)) 0/1 layout of the tiles that hold at least one
+    visible block of ``blocks`` (its layout at token granularity, or-reduced over each tile)."""
+    tokens = blocks.layout[:, np.arange(Tq) // blocks.bq]
+    rows = np.logical_or.reduceat(tokens, np.arange(0, Tq, tile), axis=1)
+    return np.logical_or.reduceat(rows[:, :, np.arange(Tk) // blocks.bk],
+                                  np.arange(0, Tk, tile), axis=2)
 
 
 def _dropout_args(dropout):
@@ -45,6 +56,12 @@ def _dropout_args(dropout):
     return [np.float32(dropout.keep), seed & 0xFFFFFFFF, seed >> 32,
             int(dropout.step) & 0xFFFFFFFF, int(dropout.stream) & 0xFFFFFFFF,
             int(dropout.first)]
+
+
+def _layout_args(fine):
+    """The kernels' trailing layout arguments (device bytes or 0, bq, bk)."""
+    layout, bq, bk = fine
+    return [0 if isinstance(layout, int) else layout.ptr, bq, bk]
 
 
 class GPUAttentionMixin:
@@ -85,22 +102,25 @@ class GPUAttentionMixin:
                 self.permute_axes(buf.reshape(N, H, T, d), t, (0, 2, 1, 3))
 
     def _fa_tables(self, Tq, Tk, causal, blocks, tile):
-        """(table_heads, device row_ptr, cols, col_ptr, rows) at ``tile``-token tiles (a block
-        layout's blocks split into tiles)."""
+        """(table_heads, device row_ptr, cols, col_ptr, rows, layout arguments) at
+        ``tile``-token tiles; the layout arguments (device 0/1 bytes or 0, bq, bk) name a
+        layout whose blocks do not fill whole tiles, for the kernels to mask inside a tile."""
         if blocks is None:
             store, key = self.__dict__.setdefault("_fa_plain", {}), (Tq, Tk, bool(causal), tile)
-            layout = lambda: np.ones((1, -(-Tq // tile), -(-Tk // tile)))  # noqa: E731
         else:
             store, key = blocks.cache, ("gpu", id(self), Tq, Tk, bool(causal), tile)
-            grow = (1, blocks.bq // tile, blocks.bk // tile)
-            layout = lambda: np.kron(blocks.layout, np.ones(grow))[  # noqa: E731
-                :, :-(-Tq // tile), :-(-Tk // tile)]
         found = store.get(key)
         if found is None:
-            full = layout()
+            fine = [0, 0, 0]
+            if blocks is None:
+                full = np.ones((1, -(-Tq // tile), -(-Tk // tile)))
+            else:
+                full = tile_layout(blocks, Tq, Tk, tile)
+                if blocks.bq % tile or blocks.bk % tile:
+                    fine = [self.array(blocks.layout, dtype=np.uint8), blocks.bq, blocks.bk]
             tables = visit_tables(full, Tq, Tk, tile, tile, causal)
-            found = store[key] = (full.shape[0],) + tuple(self.array(t, dtype=np.int32)
-                                                          for t in tables)
+            found = store[key] = ((full.shape[0],) + tuple(self.array(t, dtype=np.int32)
+                                                           for t in tables) + (fine,))
         return found
 
     def _fa_shape(self, op, tensors, lse, blocks):
@@ -110,11 +130,8 @@ class GPUAttentionMixin:
         width = max(tensors[0].shape[2], tensors[2].shape[2])
         shape = kernel_shape(width, blocks)
         problem = None
-        if shape is None and width > MAX_WIDTH:
+        if shape is None:
             problem = f"head width {width} (dk or dv) is wider than {MAX_WIDTH}"
-        elif shape is None:
-            problem = (f"block layout of {blocks.bq} x {blocks.bk} tokens is not a multiple of "
-                       f"{SHAPES[-1][0]} (the smallest tile)")
         elif any(t.storage != storage for t in tensors):
             problem = ("operands of mixed storage types "
                        f"{sorted({t.storage for t in tensors})}")
@@ -124,9 +141,8 @@ class GPUAttentionMixin:
             problem = "every operand's (T, d) slices must be contiguous"
         if problem is not None:
             raise ValueError(f"{op} (GPU backend): {problem}; the fused kernels take head "
-                             f"widths up to {MAX_WIDTH}, block layouts of multiples of "
-                             f"{SHAPES[-1][0]} tokens, operands of one storage type (f32, f16, "
-                             "bf16) with contiguous rows, and a contiguous float32 lse")
+                             f"widths up to {MAX_WIDTH}, operands of one storage type (f32, "
+                             "f16, bf16) with contiguous rows, and a contiguous float32 lse")
         return shape
 
     def _fa_mask(self, key_mask, like):
@@ -157,14 +173,14 @@ class GPUAttentionMixin:
         tile, width = self._fa_shape("attention", (q, k, v, out), lse, blocks)
         B, Tq, dk = q.shape
         Tk, dv = k.shape[1], v.shape[2]
-        th, row_ptr, cols, _, _ = self._fa_tables(Tq, Tk, causal, blocks, tile)
+        th, row_ptr, cols, _, _, fine = self._fa_tables(Tq, Tk, causal, blocks, tile)
         func = self.kernel("flash_attention", f"nl_fa_fprop_t{tile}d{width}_{q.storage}",
-                           "PPPPPiiiiiqqqqfiPPPifIIIIq")
+                           "PPPPPiiiiiqqqqfiPPPifIIIIqPii")
         self.device.launch(func, (-(-Tq // tile), B), (_THREADS, 1, 1),
                            [q.ptr, k.ptr, v.ptr, out.ptr, lse.ptr, heads, Tq, Tk, dk, dv,
                             *(t.strides[0] for t in (q, k, v, out)), np.float32(scale),
                             int(bool(causal)), self._fa_mask(key_mask, q), row_ptr.ptr,
-                            cols.ptr, th, *_dropout_args(dropout)])
+                            cols.ptr, th, *_dropout_args(dropout), *_layout_args(fine)])
         return out
 
     def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
@@ -185,17 +201,19 @@ class GPUAttentionMixin:
                              "cache is for the forward pass only)")
         B, Tq, dkw = q.shape
         Tk, dvw = k.shape[1], v.shape[2]
-        th, row_ptr, cols, col_ptr, rows = self._fa_tables(Tq, Tk, causal, blocks, tile)
+        th, row_ptr, cols, col_ptr, rows, fine = self._fa_tables(Tq, Tk, causal, blocks, tile)
         common = [heads, Tq, Tk, dkw, dvw, np.float32(scale), int(bool(causal)),
                   self._fa_mask(key_mask, q)]
-        drop = _dropout_args(dropout)
+        tail = _dropout_args(dropout) + _layout_args(fine)
         name = f"t{tile}d{width}_{q.storage}"
-        kv = self.kernel("flash_attention", f"nl_fa_bprop_kv_{name}", "PPPPPPPPiiiiifiPPPifIIIIq")
+        kv = self.kernel("flash_attention", f"nl_fa_bprop_kv_{name}",
+                         "PPPPPPPPiiiiifiPPPifIIIIqPii")
         self.device.launch(kv, (-(-Tk // tile), B), (_THREADS, 1, 1),
                            [q.ptr, k.ptr, v.ptr, out.ptr, lse.ptr, dout.ptr, dk.ptr, dv.ptr,
-                            *common, col_ptr.ptr, rows.ptr, th, *drop])
-        qf = self.kernel("flash_attention", f"nl_fa_bprop_q_{name}", "PPPPPPPiiiiifiPPPifIIIIq")
+                            *common, col_ptr.ptr, rows.ptr, th, *tail])
+        qf = self.kernel("flash_attention", f"nl_fa_bprop_q_{name}",
+                         "PPPPPPPiiiiifiPPPifIIIIqPii")
         self.device.launch(qf, (-(-Tq // tile), B), (_THREADS, 1, 1),
                            [q.ptr, k.ptr, v.ptr, out.ptr, lse.ptr, dout.ptr, dq.ptr, *common,
-                            row_ptr.ptr, cols.ptr, th, *drop])
+                            row_ptr.ptr, cols.ptr, th, *tail])
         return dq

@@ -15,14 +15,15 @@ from test_blocksparse_gpu_kernels import STORAGE, check
 
 from neonlite.backends import numpy_attention
 from neonlite.backends.cpu_attention import visit_tables
-from neonlite.backends.gpu_attention import kernel_shape
+from neonlite.backends.gpu_attention import kernel_shape, tile_layout
 from neonlite.backends.numpy_attention import AttentionBlocks, AttentionDropout
 from neonlite.kernels import cuda_specs
 
 pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
 CUDA = Path(cuda_specs.find("flash_attention").root) / "cuda"
-NARGS = {"nl_fa_fprop": 26, "nl_fa_bprop_kv": 25, "nl_fa_bprop_q": 24}
+NARGS = {"nl_fa_fprop": 29, "nl_fa_bprop_kv": 28, "nl_fa_bprop_q": 27}
 NO_DROPOUT = [1.0, 0, 0, 0, 0, 0]
+WHOLE_TILES = [0, 0, 0]
 DROPOUT = AttentionDropout(keep=0.7, key=2**33 + 5, step=3, stream=11, first=2)
 
 
@@ -40,7 +41,7 @@ def dropout_args(dropout):
             dropout.first]
 
 
-CASES = {  # N, H, Tq, Tk, dk, dv, causal, padded, block size (0: none), dropout
+CASES = {  # N, H, Tq, Tk, dk, dv, causal, padded, block size (bq, bk) or 0, dropout
     "cross causal padded": (1, 2, 40, 70, 16, 16, True, True, 0, False),
     "dk!=dv": (2, 1, 33, 33, 8, 24, False, False, 0, False),
     "blocks": (1, 2, 64, 96, 16, 16, True, False, 32, False),
@@ -50,6 +51,9 @@ CASES = {  # N, H, Tq, Tk, dk, dv, causal, padded, block size (0: none), dropout
     "wide 128 dropout": (1, 1, 18, 18, 128, 72, False, False, 0, True),
     "blocks of 16": (1, 2, 40, 48, 16, 24, True, True, 16, False),
     "blocks of 16 dropout": (2, 1, 32, 40, 8, 8, False, False, 16, True),
+    "blocks of 8 causal padded": (1, 2, 40, 40, 16, 8, True, True, 8, False),
+    "blocks of 8 wide dropout": (1, 1, 20, 28, 72, 16, False, False, 8, True),
+    "blocks 8x24 dropout": (2, 1, 33, 50, 8, 16, True, False, (8, 24), True),
 }
 
 
@@ -64,17 +68,18 @@ def test_forward_and_backward_match_the_reference(module, case, storage):
     mask = None
     if padded:
         mask = to_host(to_dev((rng.random((N, Tk)) > 0.3).astype(np.float64)))
-    blocks = None
+    blocks, fine = None, WHOLE_TILES
     if block:
-        blocks = AttentionBlocks(rng.random((H, -(-Tq // block), -(-Tk // block))) > 0.4,
-                                 block, block)
+        bq, bk = block if isinstance(block, tuple) else (block, block)
+        blocks = AttentionBlocks(rng.random((H, -(-Tq // bq), -(-Tk // bk))) > 0.4, bq, bk)
     tile, width = kernel_shape(max(dk, dv), blocks)
     assert (tile, width) == ((32, 64) if max(dk, dv) <= 64 and block != 16 else (16, 128))
     nqb, nkb = -(-Tq // tile), -(-Tk // tile)
     layout = np.ones((1, nqb, nkb))
     if blocks is not None:
-        grow = block // tile
-        layout = np.kron(blocks.layout, np.ones((1, grow, grow)))[:, :nqb, :nkb]
+        layout = tile_layout(blocks, Tq, Tk, tile)
+        if blocks.bq % tile or blocks.bk % tile:
+            fine = [blocks.layout.astype(np.uint8), blocks.bq, blocks.bk]
     row_ptr, cols, col_ptr, rows = visit_tables(layout, Tq, Tk, tile, tile, causal)
     dropout = DROPOUT if dropped else None
     drop = dropout_args(DROPOUT) if dropped else NO_DROPOUT
@@ -89,7 +94,7 @@ def test_forward_and_backward_match_the_reference(module, case, storage):
     qd, kd, vd = to_dev(q), to_dev(k), to_dev(v)
     module.launch(f"nl_fa_fprop_{name}", (nqb, B), (128,),
                   [qd, kd, vd, out, lse, H, Tq, Tk, dk, dv, Tq * dk, Tk * dk, Tk * dv, Tq * dv,
-                   0.3, int(causal), km, row_ptr, cols, layout.shape[0], *drop])
+                   0.3, int(causal), km, row_ptr, cols, layout.shape[0], *drop, *fine])
     check(to_host(out), want_o, tol, "out")
     finite = np.isfinite(want_l)
     assert (np.isfinite(lse) == finite).all()
@@ -98,10 +103,10 @@ def test_forward_and_backward_match_the_reference(module, case, storage):
     od, dod = to_dev(want_o), to_dev(dout)
     module.launch(f"nl_fa_bprop_kv_{name}", (nkb, B), (128,),
                   [qd, kd, vd, od, lse, dod, dk_, dv_, H, Tq, Tk, dk, dv, 0.3, int(causal), km,
-                   col_ptr, rows, layout.shape[0], *drop])
+                   col_ptr, rows, layout.shape[0], *drop, *fine])
     module.launch(f"nl_fa_bprop_q_{name}", (nqb, B), (128,),
                   [qd, kd, vd, od, lse, dod, dq, H, Tq, Tk, dk, dv, 0.3, int(causal), km,
-                   row_ptr, cols, layout.shape[0], *drop])
+                   row_ptr, cols, layout.shape[0], *drop, *fine])
     for name, got, want in zip(("dq", "dk", "dv"), (dq, dk_, dv_), grads):
         check(to_host(got), want, 3 * tol, name)
 
@@ -121,6 +126,6 @@ def test_decoding_reads_a_window_of_the_cache(module):
     out, lse = np.zeros((B, 1, d), np.float32), np.zeros((B, 1), np.float32)
     module.launch("nl_fa_fprop_t32d64_f32", (1, B), (128,),
                   [q, kc, vc, out, lse, 1, 1, L, d, d, d, max_len * d, max_len * d, d, 0.25, 1,
-                   0, row_ptr, cols, 1, *NO_DROPOUT])
+                   0, row_ptr, cols, 1, *NO_DROPOUT, *WHOLE_TILES])
     check(out, want_o, 1e-5, "out")
     check(lse, want_l, 1e-5, "lse")

@@ -87,11 +87,31 @@ __device__ __forceinline__ void fa_load_tile(float (*tile)[BD + 1], const fa_t<K
     }
 }
 
+// A block layout finer than the tiles (lay NULL: the visit tables say it all): the slice's
+// head plane of the 0/1 bytes (Hl, ceil(Tq / bq), ceil(Tk / bk)); key j of query i is visible
+// only where its block is 1.
+struct FaLayout {
+    const unsigned char* lay;
+    int bq, bk, nkb;
+};
+
+__device__ __forceinline__ FaLayout fa_layout(const unsigned char* layout, int bq, int bk,
+                                              int Tq, int Tk, int plane) {
+    FaLayout L;
+    L.bq = bq > 0 ? bq : 1;
+    L.bk = bk > 0 ? bk : 1;
+    L.nkb = (Tk + L.bk - 1) / L.bk;
+    L.lay = layout ? layout + (long long)plane * ((Tq + L.bq - 1) / L.bq) * L.nkb : nullptr;
+    return L;
+}
+
 template <int KIND>
 __device__ __forceinline__ bool fa_visible(int i, int j, int nr, int nc, int i0, int j0, int off,
-                                           int causal, const fa_t<KIND>* km) {
+                                           int causal, const fa_t<KIND>* km,
+                                           const FaLayout& L) {
     return i < nr && j < nc && (!causal || j0 + j <= i0 + i + off) &&
-           (km == nullptr || nl_elem<KIND>::load(km, j0 + j) != 0.0f);
+           (km == nullptr || nl_elem<KIND>::load(km, j0 + j) != 0.0f) &&
+           (L.lay == nullptr || L.lay[(long long)((i0 + i) / L.bq) * L.nkb + (j0 + j) / L.bk]);
 }
 
 // Row threadIdx.x (< BT) of the score tile ss (base-2 logits, -inf where hidden) folded into
@@ -133,7 +153,7 @@ __device__ __forceinline__ void fa_store_lse(float* lse, const float* ms, const 
         const int *cols, int table_heads
 
 template <int KIND, int BT, int BD>
-__device__ void fa_fprop_simt(FA_FPROP_DECL(KIND), FaDropout drop) {
+__device__ void fa_fprop_simt(FA_FPROP_DECL(KIND), FaDropout drop, FaLayout lay) {
     constexpr int TPR = FA_THREADS / BT, COLS = BD / TPR;  // threads per row, columns each
     __shared__ float qs[BT][BD + 1], kv[BT][BD + 1], ss[BT][BT + 1];
     __shared__ float ms[BT], ls[BT], as[BT];
@@ -155,7 +175,7 @@ __device__ void fa_fprop_simt(FA_FPROP_DECL(KIND), FaDropout drop) {
             int i = x / BT, c = x % BT;
             float s = 0.0f;
             for (int d = 0; d < dk; ++d) s += qs[i][d] * kv[c][d];
-            ss[i][c] = fa_visible<KIND>(i, c, nr, nc, i0, j0, off, causal, km) ? s * sc2
+            ss[i][c] = fa_visible<KIND>(i, c, nr, nc, i0, j0, off, causal, km, lay) ? s * sc2
                                                                                 : -INFINITY;
         }
         __syncthreads();
@@ -204,7 +224,7 @@ __device__ __forceinline__ void fa_a_fragment(unsigned* a, float (*m)[W], int r0
 // SPW score tiles (a warp past the last tile recomputes it and discards it, so every thread
 // reaches every mma.sync) and OPW output tiles per warp, accumulators in the fragment layout.
 template <int KIND, int BT, int BD>
-__device__ void fa_fprop_tc(FA_FPROP_DECL(KIND), FaDropout drop) {
+__device__ void fa_fprop_tc(FA_FPROP_DECL(KIND), FaDropout drop, FaLayout lay) {
     constexpr int SN = BT / 8, ON = BD / 8, NS = BT / 16 * SN, NO = BT / 16 * ON;
     constexpr int SPW = (NS + 3) / 4, OPW = NO / 4;
     static_assert(NO % 4 == 0 && ON % OPW == 0, "output tiles must split evenly over warps");
@@ -248,7 +268,7 @@ __device__ void fa_fprop_tc(FA_FPROP_DECL(KIND), FaDropout drop) {
             for (int x = 0; x < 4; ++x) {
                 const int i = 16 * (tile / SN) + g + (x >= 2 ? 8 : 0);
                 const int c = 8 * (tile % SN) + 2 * tq + (x & 1);
-                ss[i][c] = fa_visible<KIND>(i, c, nr, nc, i0, j0, off, causal, km)
+                ss[i][c] = fa_visible<KIND>(i, c, nr, nc, i0, j0, off, causal, km, lay)
                                ? s[n][x] * sc2 : -INFINITY;
             }
         }
@@ -312,14 +332,14 @@ __device__ __forceinline__ void fa_tile_grads(
     float (*ps)[BT + 1], float (*dss)[BT + 1], float (*qs)[BD + 1], float (*dos)[BD + 1],
     float (*ks)[BD + 1], float (*vs)[BD + 1], const float* Ds, const float* Ls, int nr,
     int nc, int i0, int j0, int off, int causal, const fa_t<KIND>* km, int dk, int dv,
-    float scale, FaDropout& drop) {
+    float scale, FaDropout& drop, const FaLayout& lay) {
     constexpr int TPR = FA_THREADS / BT, SPAN = BT / TPR;
     const float sc2 = scale * FA_LOG2E;
     const int i = threadIdx.x / TPR;
     for (int cc = 0; cc < SPAN; ++cc) {
         const int c = threadIdx.x % TPR * SPAN + cc;
         float p = 0.0f, dp = 0.0f, z = 1.0f;
-        if (fa_visible<KIND>(i, c, nr, nc, i0, j0, off, causal, km)) {
+        if (fa_visible<KIND>(i, c, nr, nc, i0, j0, off, causal, km, lay)) {
             float s = 0.0f;
             for (int d = 0; d < dk; ++d) s += qs[i][d] * ks[c][d];
             p = exp2f(s * sc2 - Ls[i]);
@@ -339,7 +359,7 @@ __device__ __forceinline__ void fa_tile_grads(
         const int *col_ptr, const int *rows, int table_heads
 
 template <int KIND, int BT, int BD>
-__device__ void fa_bprop_kv(FA_KV_DECL(KIND), FaDropout drop) {
+__device__ void fa_bprop_kv(FA_KV_DECL(KIND), FaDropout drop, FaLayout lay) {
     constexpr int TPR = FA_THREADS / BT, COLS = BD / TPR;
     __shared__ float ks[BT][BD + 1], vs[BT][BD + 1], qs[BT][BD + 1];
     __shared__ float dos[BT][BD + 1], ps[BT][BT + 1], dss[BT][BT + 1];
@@ -357,7 +377,7 @@ __device__ void fa_bprop_kv(FA_KV_DECL(KIND), FaDropout drop) {
         fa_load_queries<KIND, BT, BD>(qs, dos, Ds, Ls, q, out, dout, lse, b, Tq, i0, nr, dk,
                                       dv);
         fa_tile_grads<KIND, BT, BD>(ps, dss, qs, dos, ks, vs, Ds, Ls, nr, nc, i0, j0, off,
-                                    causal, km, dk, dv, scale, drop);
+                                    causal, km, dk, dv, scale, drop, lay);
         for (int j = 0; j < COLS; ++j) {
             const int col = tid % TPR + TPR * j;
             float a = gv[j], g = gk[j];
@@ -387,7 +407,7 @@ __device__ void fa_bprop_kv(FA_KV_DECL(KIND), FaDropout drop) {
         const int *row_ptr, const int *cols, int table_heads
 
 template <int KIND, int BT, int BD>
-__device__ void fa_bprop_q(FA_Q_DECL(KIND), FaDropout drop) {
+__device__ void fa_bprop_q(FA_Q_DECL(KIND), FaDropout drop, FaLayout lay) {
     constexpr int TPR = FA_THREADS / BT, COLS = BD / TPR;
     __shared__ float ks[BT][BD + 1], vs[BT][BD + 1], qs[BT][BD + 1];
     __shared__ float dos[BT][BD + 1], ps[BT][BT + 1], dss[BT][BT + 1];
@@ -405,7 +425,7 @@ __device__ void fa_bprop_q(FA_Q_DECL(KIND), FaDropout drop) {
         fa_load_tile<KIND, BT, BD>(vs, v + (long long)b * Tk * dv, j0, nc, dv);
         __syncthreads();
         fa_tile_grads<KIND, BT, BD>(ps, dss, qs, dos, ks, vs, Ds, Ls, nr, nc, i0, j0, off,
-                                    causal, km, dk, dv, scale, drop);
+                                    causal, km, dk, dv, scale, drop, lay);
         for (int j = 0; j < COLS; ++j) {
             const int col = tid % TPR + TPR * j;
             float a = g[j];
@@ -424,48 +444,48 @@ __device__ void fa_bprop_q(FA_Q_DECL(KIND), FaDropout drop) {
 }
 
 // Entry points nl_fa_{fprop,bprop_kv,bprop_q}_t{BT}d{BD}_{f32,f16,bf16}; each ends with the
-// dropout arguments (keep; keep >= 1: none) of numpy_attention.AttentionDropout.
-#define FA_DROP_PARAMS                                                                            \
+// dropout arguments (keep; keep >= 1: none) of numpy_attention.AttentionDropout and the block
+// layout of FaLayout (layout NULL when its blocks are whole tiles).
+#define FA_TAIL_PARAMS                                                                            \
     float keep, unsigned seed_lo, unsigned seed_hi, unsigned step, unsigned stream,               \
-        long long first
-#define FA_DROP(B, H, TQ, TK) fa_dropout(keep, seed_lo, seed_hi, step, stream, first, B, H, TQ, TK)
-#define FA_ENTRY(NAME, DECL, KIND, T, BT, BD, ARGS)                                               \
-    extern "C" __global__ void NAME##_t##BT##d##BD##_##T(DECL(KIND), FA_DROP_PARAMS)              \
-    ARGS(KIND, BT, BD)
-#define FA_FPROP_FWD(KIND, BT, BD)                                                                \
+        long long first, const unsigned char *layout, int bq, int bk
+#define FA_TAIL                                                                                   \
+    fa_dropout(keep, seed_lo, seed_hi, step, stream, first, blockIdx.y, H, Tq, Tk),               \
+        fa_layout(layout, bq, bk, Tq, Tk, table_heads == 1 ? 0 : blockIdx.y % H)
+#define FA_ENTRY(NAME, DECL, KIND, T, BT, BD, BODY)                                               \
+    extern "C" __global__ void NAME##_t##BT##d##BD##_##T(DECL(KIND), FA_TAIL_PARAMS)              \
+        BODY(KIND, BT, BD)
+#define FA_FPROP_BODY(KIND, BT, BD)                                                               \
     {                                                                                             \
-        FaDropout drop = FA_DROP(blockIdx.y, H, Tq, Tk);                                          \
         if constexpr (KIND == 0)                                                                  \
-            fa_fprop_simt<KIND, BT, BD>(q, k, v, out, lse, H, Tq, Tk, dk, dv, sq, sk,             \
-                                              sv, so, scale, causal, key_mask, row_ptr,           \
-                                              cols, table_heads, drop);                           \
+            fa_fprop_simt<KIND, BT, BD>(q, k, v, out, lse, H, Tq, Tk, dk, dv, sq, sk, sv, so,     \
+                                        scale, causal, key_mask, row_ptr, cols, table_heads,      \
+                                        FA_TAIL);                                                 \
         else                                                                                      \
-            fa_fprop_tc<KIND, BT, BD>(q, k, v, out, lse, H, Tq, Tk, dk, dv, sq, sk, sv,           \
-                                            so, scale, causal, key_mask, row_ptr, cols,           \
-                                            table_heads, drop);                                   \
+            fa_fprop_tc<KIND, BT, BD>(q, k, v, out, lse, H, Tq, Tk, dk, dv, sq, sk, sv, so,       \
+                                      scale, causal, key_mask, row_ptr, cols, table_heads,        \
+                                      FA_TAIL);                                                   \
     }
-#define FA_KV_FWD(KIND, BT, BD)                                                                   \
+#define FA_KV_BODY(KIND, BT, BD)                                                                  \
     {                                                                                             \
-        fa_bprop_kv<KIND, BT, BD>(q, k, v, out, lse, dout, dkey, dval, H, Tq, Tk, dk,             \
-                                        dv, scale, causal, key_mask, col_ptr, rows,               \
-                                        table_heads, FA_DROP(blockIdx.y, H, Tq, Tk));             \
+        fa_bprop_kv<KIND, BT, BD>(q, k, v, out, lse, dout, dkey, dval, H, Tq, Tk, dk, dv, scale,  \
+                                  causal, key_mask, col_ptr, rows, table_heads, FA_TAIL);         \
     }
-#define FA_Q_FWD(KIND, BT, BD)                                                                    \
+#define FA_Q_BODY(KIND, BT, BD)                                                                   \
     {                                                                                             \
-        fa_bprop_q<KIND, BT, BD>(q, k, v, out, lse, dout, dq, H, Tq, Tk, dk, dv, scale,           \
-                                       causal, key_mask, row_ptr, cols, table_heads,              \
-                                       FA_DROP(blockIdx.y, H, Tq, Tk));                           \
+        fa_bprop_q<KIND, BT, BD>(q, k, v, out, lse, dout, dq, H, Tq, Tk, dk, dv, scale, causal,   \
+                                 key_mask, row_ptr, cols, table_heads, FA_TAIL);                  \
     }
 #define FA_SHAPE(BT, BD)                                                                          \
-    FA_ENTRY(nl_fa_fprop, FA_FPROP_DECL, 0, f32, BT, BD, FA_FPROP_FWD)                            \
-    FA_ENTRY(nl_fa_fprop, FA_FPROP_DECL, 1, f16, BT, BD, FA_FPROP_FWD)                            \
-    FA_ENTRY(nl_fa_fprop, FA_FPROP_DECL, 2, bf16, BT, BD, FA_FPROP_FWD)                           \
-    FA_ENTRY(nl_fa_bprop_kv, FA_KV_DECL, 0, f32, BT, BD, FA_KV_FWD)                               \
-    FA_ENTRY(nl_fa_bprop_kv, FA_KV_DECL, 1, f16, BT, BD, FA_KV_FWD)                               \
-    FA_ENTRY(nl_fa_bprop_kv, FA_KV_DECL, 2, bf16, BT, BD, FA_KV_FWD)                              \
-    FA_ENTRY(nl_fa_bprop_q, FA_Q_DECL, 0, f32, BT, BD, FA_Q_FWD)                                  \
-    FA_ENTRY(nl_fa_bprop_q, FA_Q_DECL, 1, f16, BT, BD, FA_Q_FWD)                                  \
-    FA_ENTRY(nl_fa_bprop_q, FA_Q_DECL, 2, bf16, BT, BD, FA_Q_FWD)
+    FA_ENTRY(nl_fa_fprop, FA_FPROP_DECL, 0, f32, BT, BD, FA_FPROP_BODY)                            \
+    FA_ENTRY(nl_fa_fprop, FA_FPROP_DECL, 1, f16, BT, BD, FA_FPROP_BODY)                            \
+    FA_ENTRY(nl_fa_fprop, FA_FPROP_DECL, 2, bf16, BT, BD, FA_FPROP_BODY)                           \
+    FA_ENTRY(nl_fa_bprop_kv, FA_KV_DECL, 0, f32, BT, BD, FA_KV_BODY)                               \
+    FA_ENTRY(nl_fa_bprop_kv, FA_KV_DECL, 1, f16, BT, BD, FA_KV_BODY)                               \
+    FA_ENTRY(nl_fa_bprop_kv, FA_KV_DECL, 2, bf16, BT, BD, FA_KV_BODY)                              \
+    FA_ENTRY(nl_fa_bprop_q, FA_Q_DECL, 0, f32, BT, BD, FA_Q_BODY)                                  \
+    FA_ENTRY(nl_fa_bprop_q, FA_Q_DECL, 1, f16, BT, BD, FA_Q_BODY)                                  \
+    FA_ENTRY(nl_fa_bprop_q, FA_Q_DECL, 2, bf16, BT, BD, FA_Q_BODY)
 
 FA_SHAPE(32, 64)
 FA_SHAPE(16, 128)
