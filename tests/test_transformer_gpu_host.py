@@ -11,7 +11,7 @@ from harness import build
 
 import neonlite
 from neonlite.initializers import Gaussian
-from neonlite.layers import MultiHeadAttention, TransformerBlock
+from neonlite.layers import BlockSparseAttention, MultiHeadAttention, TransformerBlock
 
 pytestmark = pytest.mark.skipif(emulator_missing() is not None, reason=str(emulator_missing()))
 
@@ -77,3 +77,48 @@ def test_cross_attention_with_padding_and_unequal_heads_matches_the_cpu(monkeypa
                                                            dv=6), (3, 8), x, err,
                             context=context, key_mask=mask))
     _compare(results[0], results[1])
+
+
+def _fused_kernels(be):
+    return {name.rsplit("_", 1)[0] for name in be.device.launches if name.startswith("nl_fa_")}
+
+
+@pytest.mark.parametrize("widths, shape", [((160, 144), "t16d128"), ((16, 24), "t32d64")])
+def test_attention_dropout_runs_on_the_device_and_matches_the_cpu(monkeypatch, restore_backend,
+                                                                  widths, shape):
+    """Dropout on the probabilities (the per-example Philox stream, regenerated in the
+    backward pass) at heads of 80 / 72 (the 16-token tile kernels) and of 8 / 12: the GPU
+    kernels draw the CPU's keep decisions; no host fallback exists any more."""
+    rng = np.random.default_rng(4)
+    x, err = rng.normal(size=(2, 9, 8)), rng.normal(size=(2, 9, 8))
+    dk, dv = widths
+    results, gpu = [], host_gpu_backend(monkeypatch, batch_size=2)
+    for be in (gpu, neonlite.gen_backend("cpu", batch_size=2, rng_seed=0)):
+        results.append(_run(be, lambda: MultiHeadAttention(8, 2, causal=True, dropout=0.4, dk=dk,
+                                                           dv=dv, name="attn"), (9, 8), x, err))
+    _compare(results[0], results[1])
+    assert _fused_kernels(gpu) == {f"nl_fa_{op}_{shape}" for op in ("fprop", "bprop_kv",
+                                                                      "bprop_q")}
+
+
+def test_block_sparse_attention_of_8_token_blocks_runs_on_the_device(monkeypatch,
+                                                                     restore_backend):
+    """8-token blocks (finer than the kernels' tiles) are masked inside each tile."""
+    rng = np.random.default_rng(5)
+    x, err = rng.normal(size=(2, 32, 8)), rng.normal(size=(2, 32, 8))
+    layout = np.tril(rng.random((4, 4)) > 0.3) | np.eye(4, dtype=bool)
+    results, gpu = [], host_gpu_backend(monkeypatch, batch_size=2)
+    for be in (gpu, neonlite.gen_backend("cpu", batch_size=2, rng_seed=0)):
+        results.append(_run(be, lambda: BlockSparseAttention(2, layout, 8, causal=True,
+                                                             d_model=8), (32, 8), x, err))
+    _compare(results[0], results[1])
+    assert _fused_kernels(gpu) == {f"nl_fa_{op}_t32d64" for op in ("fprop", "bprop_kv",
+                                                                     "bprop_q")}
+
+
+def test_attention_wider_than_the_kernels_names_the_op(monkeypatch, restore_backend):
+    be = host_gpu_backend(monkeypatch, batch_size=1)
+    q = be.zeros((1, 4, 136))
+    with pytest.raises(ValueError, match=r"attention \(GPU backend\): head width 136 .* "
+                                         r"wider than 128"):
+        be.attention(q, q, q, be.zeros((1, 4, 136)), be.zeros((1, 4)), 0.1)
