@@ -69,6 +69,9 @@ class GPUAttentionMixin:
     (N, T, H, d) operands are permuted into head-major staging buffers (made once per shape)
     around the kernels, which take head-major slices."""
 
+    #: the widest head (dk or dv per head) the kernels take; layers check it when configured
+    attention_max_head_width = MAX_WIDTH
+
     def _fa_staging(self, tensors, heads):
         """Head-major stand-ins for the token-major tensors among ``tensors`` (the others as
         they are), and the (slot, token-major, stand-in) triples."""

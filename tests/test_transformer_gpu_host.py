@@ -122,3 +122,10 @@ def test_attention_wider_than_the_kernels_names_the_op(monkeypatch, restore_back
     with pytest.raises(ValueError, match=r"attention \(GPU backend\): head width 136 .* "
                                          r"wider than 128"):
         be.attention(q, q, q, be.zeros((1, 4, 136)), be.zeros((1, 4)), 0.1)
+
+
+def test_a_head_wider_than_the_gpu_kernels_is_a_configure_error(monkeypatch, restore_backend):
+    host_gpu_backend(monkeypatch, batch_size=1)
+    with pytest.raises(ValueError, match=r"layer 'wide' \(MultiHeadAttention\): head width 136 "
+                                         r".* wider than 128"):
+        build(MultiHeadAttention(8, 1, dk=136, name="wide"), (4, 8))
