@@ -129,3 +129,24 @@ def test_a_head_wider_than_the_gpu_kernels_is_a_configure_error(monkeypatch, res
     with pytest.raises(ValueError, match=r"layer 'wide' \(MultiHeadAttention\): head width 136 "
                                          r".* wider than 128"):
         build(MultiHeadAttention(8, 1, dk=136, name="wide"), (4, 8))
+
+
+def test_a_key_mask_of_another_storage_is_cast_on_the_device(monkeypatch, restore_backend):
+    """float16 operands with a float32, non-contiguous key mask: the mask is cast into a
+    device buffer (no host copy) and the result is the reference's."""
+    from neonlite.backends import numpy_attention
+    be = host_gpu_backend(monkeypatch, batch_size=2, dtype=np.float16)
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.normal(size=s).astype(np.float16) for s in ((2, 5, 8), (2, 7, 8), (2, 7, 8)))
+    mask = np.ones((2, 14), np.float32)
+    mask[:, 2:14:2] = rng.random((2, 6)) > 0.4
+    want_o, want_l = np.zeros((2, 5, 8)), np.zeros((2, 5))
+    numpy_attention.attention(*(a.astype(np.float64) for a in (q, k, v)), want_o, want_l, 0.4,
+                              False, mask[:, ::2], None, None, 1)
+    out, lse = be.zeros((2, 5, 8)), be.zeros((2, 5), dtype=np.float32)
+    device_mask = be.array(mask, dtype=np.float32)[:, ::2]
+    assert device_mask.storage == "f32" and not device_mask.is_contiguous
+    be.attention(be.array(q), be.array(k), be.array(v), out, lse, 0.4, key_mask=device_mask)
+    np.testing.assert_allclose(out.get().astype(np.float64), want_o, atol=2e-2)
+    np.testing.assert_allclose(lse.get(), want_l, atol=2e-2)
+    assert "nl_fa_fprop_t32d64_f16" in be.device.launches
