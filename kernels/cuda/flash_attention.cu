@@ -1,19 +1,20 @@
 // Fused attention (the contract's Backend.attention / attention_bprop) on head-major slices:
 // q (B, Tq, dk), k (B, Tk, dk), v (B, Tk, dv), out (B, Tq, dv), lse (B, Tq) float32; B = N * H.
 // Tiles of BT queries x BT keys, head widths dk, dv <= BD, one entry point per (BT, BD) shape:
-//   t32d64:  BT 32, BD 64  (head widths up to 64; block layouts of multiples of 32)
-//   t16d128: BT 16, BD 128 (head widths up to 128; block layouts of multiples of 16)
+//   t32d64:  BT 32, BD 64  (head widths up to 64)
+//   t16d128: BT 16, BD 128 (head widths up to 128)
 // Static shared memory per block (float32 tiles, rows padded by one float; ptxas -v): forward
 // 2 * BT * (BD + 1) + BT * (BT + 1) + 3 * BT floats = 21.2 KB (t32d64) / 17.8 KB (t16d128),
 // backward at most 4 * BT * (BD + 1) + 2 * BT * (BT + 1) + 2 * BT floats = 42.0 KB / 35.3 KB:
 // under the 48 KB static limit of sm_80 and sm_90, so no dynamic shared memory opt-in.  Heads of
-// 128 at 32-token tiles would need 74.5 KB in the backward pass, hence the 16-token tiles there.
+// 128 at 32-token tiles would need 18688 floats (74.8 KB) backward, hence the 16-token tiles.
 // The tiles a query block visits come from the tables of backends/cpu_attention.py:visit_tables
 // at BT-token tiles (row_ptr / cols per query block, col_ptr / rows per key block; table_heads
 // 1 or H).  Masks as the CPU kernels: causal (key j <= i + Tk - Tq), key_mask (N, Tk; NULL:
-// none), unvisited tiles.  Dropout (keep < 1) on the probabilities from the per-example Philox
-// stream of numpy_attention.AttentionDropout, bit for bit: the backward pass regenerates each
-// keep decision, nothing is stored.  The forward pass of float16 / bfloat16 runs its two
+// none), unvisited tiles, and a block layout finer than the tiles (FaLayout) inside a tile.
+// Dropout (keep < 1) on the probabilities from the per-example Philox stream of
+// numpy_attention.AttentionDropout, bit for bit: the backward pass regenerates each keep
+// decision, nothing is stored.  The forward pass of float16 / bfloat16 runs its two
 // products on tensor cores (mma.sync m16n8k16, float32 accumulation); everything else is
 // float32 on the CUDA cores.  Online softmax in base 2.  Compiled and emulated, not run on a GPU.
 //
