@@ -40,7 +40,9 @@ CUDA_VARIANTS = (
     KernelSpec("lrn", "cuda", "cuda/lrn.cu", threads=256,
                functions=_typed("nl_lrn_fprop", "nl_lrn_bprop")),
     KernelSpec("flash_attention", "cuda", "cuda/flash_attention.cu", threads=128,
-               functions=_typed("nl_fa_fprop", "nl_fa_bprop_kv", "nl_fa_bprop_q")),
+               functions=tuple(f"{f}_{shape}_{t}" for shape in ("t32d64", "t16d128")
+                               for f in ("nl_fa_fprop", "nl_fa_bprop_kv", "nl_fa_bprop_q")
+                               for t in _THREE)),
     KernelSpec("transpose", "cuda", "cuda/transpose.cu", threads=256,
                functions=("nl_transpose_b32", "nl_transpose_b16")),
     KernelSpec("conv_simt", "cuda", "cuda/conv_simt.cu", threads=256,

@@ -88,11 +88,12 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
         self.dhk, self.dhv = self.dk // self.heads, self.dv // self.heads
         self.scale = 1.0 / math.sqrt(self.dhk)
         widest = max(self.dhk, self.dhv)
-        if widest > MAX_HEAD_WIDTH:
+        limit = min(MAX_HEAD_WIDTH, getattr(self.be, "attention_max_head_width", MAX_HEAD_WIDTH))
+        if widest > limit:
             raise ValueError(f"layer '{self.name}' ({type(self).__name__}): head width "
                              f"{widest} (dk/heads={self.dhk}, dv/heads={self.dhv}) is wider than "
-                             f"{MAX_HEAD_WIDTH}, the widest the fused attention takes; use more "
-                             f"heads")
+                             f"{limit}, the widest the fused attention takes on this backend; "
+                             f"use more heads")
         if self.causal and self.Tq > self.Tk:
             raise ValueError(f"layer '{self.name}' ({type(self).__name__}): causal attention "
                              f"with more queries (Tq={self.Tq}) than keys (Tk={self.Tk}) is "

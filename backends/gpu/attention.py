@@ -1,15 +1,25 @@
-"""The GPU backend's fused attention (``kernels/cuda/flash_attention.cu``): tiles of 32 queries x
-32 keys, head widths up to 64, float32, float16 and bfloat16 storage (the 16-bit forward's
-products on tensor cores, the rest float32 math on the CUDA cores), lse in float32.  The visit tables (``reference.attention.visit_tables``) are copied to the
-device once per shape or layout.  Cases the kernels do not take (dropout, wider heads, block
-layouts finer than 32, non-contiguous operands, a 16-bit lse) run the contract's default, the
-numpy reference on host copies.  Compiled and emulated, not yet run on a GPU."""
+"""The GPU backend's fused attention (``kernels/cuda/flash_attention.cu``): float32, float16 and
+bfloat16 storage (the 16-bit forward's products on tensor cores, the rest float32 math on the
+CUDA cores), lse in float32.  Two kernel shapes (:data:`SHAPES`): tiles of 32 queries x 32 keys
+for head widths up to 64, tiles of 16 x 16 for widths up to 128.  Dropout draws the per-example
+Philox stream of :class:`~..reference.attention.AttentionDropout` in the kernels (regenerated in the
+backward pass, never stored).  A block layout of any block sizes: the kernels visit the tiles
+holding a visible block (:func:`tile_layout`) and, where the blocks do not fill whole tiles
+(e.g. 8-token blocks), mask inside a tile from the layout's bytes.  The visit tables
+(``reference.attention.visit_tables``) and such a layout are copied to the device once per shape or
+layout; a key mask of another storage type or layout is cast into a device buffer made once
+per shape.  Every call runs on the device: a case the kernels do not take (heads wider than
+128, operands of mixed storage, rows not contiguous, a 16-bit lse; for the backward pass,
+non-contiguous operands) raises a ValueError naming the op, never a copy to the host.
+Compiled and emulated, not run on a GPU."""
 import numpy as np
 
 from ..reference.attention import visit_tables
 
-TILE = 32
-MAX_WIDTH = 64
+#: (tile, widest head) of the kernels' entry points ``nl_fa_*_t{tile}d{width}_*``, in the order
+#: they are tried (a block layout prefers one whose tile divides its block sizes)
+SHAPES = ((32, 64), (16, 128))
+MAX_WIDTH = max(width for _, width in SHAPES)
 _THREADS = 128
 
 
@@ -18,10 +28,49 @@ def _rows_contiguous(t):
     return t.ndim == 3 and t.strides[2] == 1 and t.strides[1] == t.shape[2]
 
 
+def kernel_shape(width, blocks):
+    """(tile, widest head) of the entry points for heads up to ``width`` wide, preferring one
+    whose tile divides the block sizes of ``blocks`` (an ``AttentionBlocks`` or None), or None
+    when the heads are wider than every entry point takes."""
+    fits = [(tile, most) for tile, most in SHAPES if width <= most]
+    aligned = [(tile, most) for tile, most in fits
+               if blocks is None or (blocks.bq % tile == 0 and blocks.bk % tile == 0)]
+    return (aligned or fits or [None])[0]
+
+
+def tile_layout(blocks, Tq, Tk, tile):
+    """The (Hl, ceil(Tq/tile), ceil(Tk/tile)) 0/1 layout of the tiles that hold at least one
+    visible block of ``blocks`` (its layout at token granularity, or-reduced over each tile)."""
+    tokens = blocks.layout[:, np.arange(Tq) // blocks.bq]
+    rows = np.logical_or.reduceat(tokens, np.arange(0, Tq, tile), axis=1)
+    return np.logical_or.reduceat(rows[:, :, np.arange(Tk) // blocks.bk],
+                                  np.arange(0, Tk, tile), axis=2)
+
+
+def _dropout_args(dropout):
+    """The kernels' trailing dropout arguments (keep, seed lo, seed hi, step, stream, first);
+    keep 1: none."""
+    if dropout is None:
+        return [np.float32(1.0), 0, 0, 0, 0, 0]
+    seed = int(dropout.key or 0) & 0xFFFFFFFFFFFFFFFF
+    return [np.float32(dropout.keep), seed & 0xFFFFFFFF, seed >> 32,
+            int(dropout.step) & 0xFFFFFFFF, int(dropout.stream) & 0xFFFFFFFF,
+            int(dropout.first)]
+
+
+def _layout_args(fine):
+    """The kernels' trailing layout arguments (device bytes or 0, bq, bk)."""
+    layout, bq, bk = fine
+    return [0 if isinstance(layout, int) else layout.ptr, bq, bk]
+
+
 class GPUAttentionMixin:
     """``Backend.attention`` / ``attention_bprop`` for the GPU backend.  Token-major
     (N, T, H, d) operands are permuted into head-major staging buffers (made once per shape)
     around the kernels, which take head-major slices."""
+
+    #: the widest head (dk or dv per head) the kernels take; layers check it when configured
+    attention_max_head_width = MAX_WIDTH
 
     def _fa_staging(self, tensors, heads):
         """Head-major stand-ins for the token-major tensors among ``tensors`` (the others as
@@ -55,37 +104,65 @@ class GPUAttentionMixin:
                 N, T, H, d = t.shape
                 self.permute_axes(buf.reshape(N, H, T, d), t, (0, 2, 1, 3))
 
-    def _fa_tables(self, Tq, Tk, causal, blocks):
-        """(table_heads, device row_ptr, cols, col_ptr, rows) at 32-token tiles, or None when
-        the layout's blocks are finer than a tile."""
+    def _fa_tables(self, Tq, Tk, causal, blocks, tile):
+        """(table_heads, device row_ptr, cols, col_ptr, rows, layout arguments) at
+        ``tile``-token tiles; the layout arguments (device 0/1 bytes or 0, bq, bk) name a
+        layout whose blocks do not fill whole tiles, for the kernels to mask inside a tile."""
         if blocks is None:
-            store, key = self.__dict__.setdefault("_fa_plain", {}), (Tq, Tk, bool(causal))
-            layout = lambda: np.ones((1, -(-Tq // TILE), -(-Tk // TILE)))  # noqa: E731
+            store, key = self.__dict__.setdefault("_fa_plain", {}), (Tq, Tk, bool(causal), tile)
         else:
-            if blocks.bq != blocks.bk or blocks.bq % TILE:
-                return None
-            store, key = blocks.cache, ("gpu", id(self), Tq, Tk, bool(causal))
-            grow = blocks.bq // TILE
-            layout = lambda: np.kron(blocks.layout, np.ones((1, grow, grow)))[  # noqa: E731
-                :, :-(-Tq // TILE), :-(-Tk // TILE)]
+            store, key = blocks.cache, ("gpu", id(self), Tq, Tk, bool(causal), tile)
         found = store.get(key)
         if found is None:
-            full = layout()
-            tables = visit_tables(full, Tq, Tk, TILE, TILE, causal)
-            found = store[key] = (full.shape[0],) + tuple(self.array(t, dtype=np.int32)
-                                                          for t in tables)
+            fine = [0, 0, 0]
+            if blocks is None:
+                full = np.ones((1, -(-Tq // tile), -(-Tk // tile)))
+            else:
+                full = tile_layout(blocks, Tq, Tk, tile)
+                if blocks.bq % tile or blocks.bk % tile:
+                    fine = [self.array(blocks.layout, dtype=np.uint8), blocks.bq, blocks.bk]
+            tables = visit_tables(full, Tq, Tk, tile, tile, causal)
+            found = store[key] = ((full.shape[0],) + tuple(self.array(t, dtype=np.int32)
+                                                           for t in tables) + (fine,))
         return found
 
-    def _fa_usable(self, tensors, lse, causal, key_mask, dropout, blocks):
+    def _fa_shape(self, op, tensors, lse, blocks):
+        """(tile, width) of the kernels for this call; ValueError naming what they do not
+        take."""
         storage = tensors[0].storage
-        q, k, v = tensors[:3]
-        return (dropout is None and max(q.shape[2], v.shape[2]) <= MAX_WIDTH
-                and all(t.storage == storage for t in tensors)
-                and (key_mask is None or (key_mask.storage == storage
-                                          and key_mask.is_contiguous))
-                and lse.storage == "f32" and lse.is_contiguous
-                and all(_rows_contiguous(t) for t in tensors)
-                and self._fa_tables(q.shape[1], k.shape[1], causal, blocks) is not None)
+        width = max(tensors[0].shape[2], tensors[2].shape[2])
+        shape = kernel_shape(width, blocks)
+        problem = None
+        if shape is None:
+            problem = f"head width {width} (dk or dv) is wider than {MAX_WIDTH}"
+        elif any(t.storage != storage for t in tensors):
+            problem = ("operands of mixed storage types "
+                       f"{sorted({t.storage for t in tensors})}")
+        elif lse.storage != "f32" or not lse.is_contiguous:
+            problem = f"lse must be contiguous float32, got storage {lse.storage!r}"
+        elif not all(_rows_contiguous(t) for t in tensors):
+            problem = "every operand's (T, d) slices must be contiguous"
+        if problem is not None:
+            raise ValueError(f"{op} (GPU backend): {problem}; the fused kernels take head "
+                             f"widths up to {MAX_WIDTH}, operands of one storage type (f32, "
+                             "f16, bf16) with contiguous rows, and a contiguous float32 lse")
+        return shape
+
+    def _fa_mask(self, key_mask, like):
+        """The key mask as the kernels read it (contiguous, in the storage of ``like``):
+        itself, or a device buffer (made once per shape) it is cast into on the device; 0 for
+        none."""
+        if key_mask is None:
+            return 0
+        if key_mask.storage == like.storage and key_mask.is_contiguous:
+            return key_mask.ptr
+        store = self.__dict__.setdefault("_fa_masks", {})
+        key = (tuple(key_mask.shape), like.storage)
+        buf = store.get(key)
+        if buf is None:
+            buf = store[key] = self.zeros(key_mask.shape, dtype=like.dtype)
+        self.assign(buf, key_mask)
+        return buf.ptr
 
     def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
                   blocks=None, heads=1):
@@ -96,19 +173,17 @@ class GPUAttentionMixin:
             self.attention(q, k, v, out, lse, scale, causal, key_mask, dropout, blocks, heads)
             self._fa_to_tokens(pairs, (3,))
             return out
-        if not self._fa_usable((q, k, v, out), lse, causal, key_mask, dropout, blocks):
-            return super().attention(q, k, v, out, lse, scale, causal, key_mask, dropout, blocks,
-                                     heads)
+        tile, width = self._fa_shape("attention", (q, k, v, out), lse, blocks)
         B, Tq, dk = q.shape
         Tk, dv = k.shape[1], v.shape[2]
-        th, row_ptr, cols, _, _ = self._fa_tables(Tq, Tk, causal, blocks)
-        func = self.kernel("flash_attention", f"nl_fa_fprop_{q.storage}",
-                           "PPPPPiiiiiqqqqfiPPPi")
-        self.device.launch(func, (-(-Tq // TILE), B), (_THREADS, 1, 1),
+        th, row_ptr, cols, _, _, fine = self._fa_tables(Tq, Tk, causal, blocks, tile)
+        func = self.kernel("flash_attention", f"nl_fa_fprop_t{tile}d{width}_{q.storage}",
+                           "PPPPPiiiiiqqqqfiPPPifIIIIqPii")
+        self.device.launch(func, (-(-Tq // tile), B), (_THREADS, 1, 1),
                            [q.ptr, k.ptr, v.ptr, out.ptr, lse.ptr, heads, Tq, Tk, dk, dv,
                             *(t.strides[0] for t in (q, k, v, out)), np.float32(scale),
-                            int(bool(causal)), 0 if key_mask is None else key_mask.ptr,
-                            row_ptr.ptr, cols.ptr, th])
+                            int(bool(causal)), self._fa_mask(key_mask, q), row_ptr.ptr,
+                            cols.ptr, th, *_dropout_args(dropout), *_layout_args(fine)])
         return out
 
     def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
@@ -122,22 +197,26 @@ class GPUAttentionMixin:
             self._fa_to_tokens(pairs, (5, 6, 7))
             return dq
         q, k, v, out, dout, dq, dk, dv = tensors
-        if not (self._fa_usable(tensors, lse, causal, key_mask, dropout, blocks)
-                and all(t.is_contiguous for t in tensors)):
-            return super().attention_bprop(q, k, v, out, lse, dout, dq, dk, dv, scale, causal,
-                                           key_mask, dropout, blocks, heads)
+        tile, width = self._fa_shape("attention_bprop", tensors, lse, blocks)
+        if not all(t.is_contiguous for t in tensors):
+            raise ValueError("attention_bprop (GPU backend): the backward kernels take "
+                             "contiguous (B, T, d) operands (a window of a longer key/value "
+                             "cache is for the forward pass only)")
         B, Tq, dkw = q.shape
         Tk, dvw = k.shape[1], v.shape[2]
-        th, row_ptr, cols, col_ptr, rows = self._fa_tables(Tq, Tk, causal, blocks)
-        mask = 0 if key_mask is None else key_mask.ptr
-        common = [heads, Tq, Tk, dkw, dvw, np.float32(scale), int(bool(causal)), mask]
-        kv = self.kernel("flash_attention", f"nl_fa_bprop_kv_{q.storage}",
-                         "PPPPPPPPiiiiifiPPPi")
-        self.device.launch(kv, (-(-Tk // TILE), B), (_THREADS, 1, 1),
+        th, row_ptr, cols, col_ptr, rows, fine = self._fa_tables(Tq, Tk, causal, blocks, tile)
+        common = [heads, Tq, Tk, dkw, dvw, np.float32(scale), int(bool(causal)),
+                  self._fa_mask(key_mask, q)]
+        tail = _dropout_args(dropout) + _layout_args(fine)
+        name = f"t{tile}d{width}_{q.storage}"
+        kv = self.kernel("flash_attention", f"nl_fa_bprop_kv_{name}",
+                         "PPPPPPPPiiiiifiPPPifIIIIqPii")
+        self.device.launch(kv, (-(-Tk // tile), B), (_THREADS, 1, 1),
                            [q.ptr, k.ptr, v.ptr, out.ptr, lse.ptr, dout.ptr, dk.ptr, dv.ptr,
-                            *common, col_ptr.ptr, rows.ptr, th])
-        qf = self.kernel("flash_attention", f"nl_fa_bprop_q_{q.storage}", "PPPPPPPiiiiifiPPPi")
-        self.device.launch(qf, (-(-Tq // TILE), B), (_THREADS, 1, 1),
+                            *common, col_ptr.ptr, rows.ptr, th, *tail])
+        qf = self.kernel("flash_attention", f"nl_fa_bprop_q_{name}",
+                         "PPPPPPPiiiiifiPPPifIIIIqPii")
+        self.device.launch(qf, (-(-Tq // tile), B), (_THREADS, 1, 1),
                            [q.ptr, k.ptr, v.ptr, out.ptr, lse.ptr, dout.ptr, dq.ptr, *common,
-                            row_ptr.ptr, cols.ptr, th])
+                            row_ptr.ptr, cols.ptr, th, *tail])
         return dq

@@ -49,7 +49,9 @@ def test_numpy_philox_known_answers():
 def test_philox_kernel_matches_known_answers_and_numpy_stream():
     source = specs.find("philox").source_path.read_text()
     header = (specs.find("philox").source_path.parent / "neonlite_common.cuh").read_text()
-    module = HostModule([source], {"nl_philox_words": 4, "nl_uniform_f32": 8}, prelude=header)
+    generator = (specs.find("philox").source_path.parent / "philox.cuh").read_text()
+    module = HostModule([generator, source], {"nl_philox_words": 4, "nl_uniform_f32": 8},
+                        prelude=header)
     ctr = np.array([c for c, _, _ in KAT], np.uint32).reshape(-1)
     key = np.array([k for _, k, _ in KAT], np.uint32).reshape(-1)
     words = np.zeros(12, np.uint32)
@@ -71,7 +73,8 @@ def test_example_mask_kernel_is_the_numpy_per_example_stream():
     a multiple of 4, a 64-bit first example, any launch size."""
     spec = specs.find("philox")
     header = (spec.source_path.parent / "neonlite_common.cuh").read_text()
-    module = HostModule([spec.source_path.read_text()], {"nl_example_mask_f32": 11},
+    module = HostModule([(spec.source_path.parent / "philox.cuh").read_text(),
+                         spec.source_path.read_text()], {"nl_example_mask_f32": 11},
                         prelude=header)
     rows, per, first, key, keep = 5, 23, 2**32 + 9, 2**35 + 17, 0.7
     want = philox.example_masks((rows, per), keep, key, 6, 99, first).astype(np.float32)
