@@ -130,12 +130,15 @@ class TransformerBlock(Layer):
         a = self.attn.fprop(x, inference)
         if self.drop1 is not None:
             a = self.drop1.fprop(a, inference)
-        self.resid[:] = x + a
-        r = self.ln1.fprop(self.resid, inference)
+        r = self.ln1.fprop_joined(x, a, self.resid)
         g = self._fc1_gelu(r, inference)
         linear, bias = _core_and_bias(self.fc2)
-        if self.drop2 is None and bias is not None:  # fc2's bias and the residual in one pass
-            self.sum2[:] = r + linear.fprop(g, inference) + bias.b.value
+        if self.drop2 is None and bias is not None:  # the residual plus fc2's bias in one pass
+            if isinstance(linear, Linear):  # and fc2's GEMM onto them
+                self.sum2[:] = r + bias.b.value
+                linear.fprop_into(g, self.sum2, beta=1.0)
+            else:
+                self.sum2[:] = r + linear.fprop(g, inference) + bias.b.value
         else:
             m = self.fc2.fprop(g, inference)
             if self.drop2 is not None:
