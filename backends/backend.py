@@ -400,12 +400,11 @@ class Backend(SequenceOps, ABC):
     # ---- GELU fused with a bias -----------------------------------------------------------------
     def gelu(self, x, out, bias=None, pre=None, approximate="none"):
         """out = gelu(x + bias) over x (..., D) with bias (D,) or None; with a bias, ``pre``
-        (x's shape; may be ``x``) receives x + bias, the input ``gelu_bprop`` needs.
-        ``approximate``: ``"none"`` (erf form) or ``"tanh"``.  This default runs op-trees;
-        a backend may fuse it into one pass."""
+        (x's shape; may be ``x``) receives x + bias, the input ``gelu_bprop`` needs, or is None
+        (inference: the sum is not kept).  ``approximate``: ``"none"`` (erf form) or
+        ``"tanh"``.  This default runs op-trees; a backend may fuse it into one pass."""
         if bias is not None:
-            if pre is None:
-                raise ValueError("gelu: with a bias, pre (the buffer for x + bias) is needed")
+            pre = out if pre is None else pre
             pre[:] = x + bias
             x = pre
         gelu.fprop(self, x, out, approximate)

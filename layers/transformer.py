@@ -172,12 +172,13 @@ class TransformerBlock(Layer):
 
     def _fc1_gelu(self, h, inference):
         """gelu(fc1(h)) with fc1's bias added inside the GELU pass: the GEMM's output
-        (N, T, hidden) becomes the pre-activation in place, kept for bprop."""
+        (N, T, hidden) becomes the pre-activation in place, kept for bprop (in inference the
+        sum is not written back)."""
         linear, bias = _core_and_bias(self.fc1)
         z = linear.fprop(h, inference)
         self.be.gelu(z, self.gelu.outputs, None if bias is None else bias.b.value,
-                     None if bias is None else z, self.gelu.transform.approximate)
-        self.gelu.x = z
+                     None if bias is None or inference else z, self.gelu.transform.approximate)
+        self.gelu.x = None if inference and bias is not None else z
         return self.gelu.outputs
 
     def _fc1_gelu_bprop(self, e):
