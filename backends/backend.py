@@ -302,7 +302,8 @@ class Backend(SequenceOps, ABC):
                         total=None):
         """Layer norm over the last axis: x, y, xhat (M, D); gamma, beta (1, D); invstd (M, 1).
         With ``residual`` and ``total`` (M, D), total (sharing no memory with the others)
-        = x + residual is written and normalized in x's place (a residual add joined in)."""
+        = x + residual is written and normalized in x's place (a residual add joined in).
+        ``xhat`` (what ``layernorm_bprop`` needs) may be None in inference: not kept."""
 
     @abstractmethod
     def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):

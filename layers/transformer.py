@@ -110,7 +110,7 @@ class TransformerBlock(Layer):
         a = self.attn.fprop(self.ln1.fprop(x, inference), inference)
         if self.drop1 is not None:
             a = self.drop1.fprop(a, inference)
-        g = self._fc1_gelu(self.ln2.fprop_joined(x, a, self.resid), inference)
+        g = self._fc1_gelu(self.ln2.fprop_joined(x, a, self.resid, inference), inference)
         linear, bias = _core_and_bias(self.fc2)
         if self.drop2 is None and bias is not None:  # the residual plus fc2's bias in one pass
             if isinstance(linear, Linear):  # and fc2's GEMM onto them
@@ -130,7 +130,7 @@ class TransformerBlock(Layer):
         a = self.attn.fprop(x, inference)
         if self.drop1 is not None:
             a = self.drop1.fprop(a, inference)
-        r = self.ln1.fprop_joined(x, a, self.resid)
+        r = self.ln1.fprop_joined(x, a, self.resid, inference)
         g = self._fc1_gelu(r, inference)
         linear, bias = _core_and_bias(self.fc2)
         if self.drop2 is None and bias is not None:  # the residual plus fc2's bias in one pass
