@@ -302,7 +302,8 @@ class Backend(SequenceOps, ABC):
                         total=None):
         """Layer norm over the last axis: x, y, xhat (M, D); gamma, beta (1, D); invstd (M, 1).
         With ``residual`` and ``total`` (M, D), total (sharing no memory with the others)
-        = x + residual is written and normalized in x's place (a residual add joined in)."""
+        = x + residual is written and normalized in x's place (a residual add joined in).
+        ``xhat`` (what ``layernorm_bprop`` needs) may be None in inference: not kept."""
 
     @abstractmethod
     def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
@@ -400,12 +401,11 @@ class Backend(SequenceOps, ABC):
     # ---- GELU fused with a bias -----------------------------------------------------------------
     def gelu(self, x, out, bias=None, pre=None, approximate="none"):
         """out = gelu(x + bias) over x (..., D) with bias (D,) or None; with a bias, ``pre``
-        (x's shape; may be ``x``) receives x + bias, the input ``gelu_bprop`` needs.
-        ``approximate``: ``"none"`` (erf form) or ``"tanh"``.  This default runs op-trees;
-        a backend may fuse it into one pass."""
+        (x's shape; may be ``x``) receives x + bias, the input ``gelu_bprop`` needs, or is None
+        (inference: the sum is not kept).  ``approximate``: ``"none"`` (erf form) or
+        ``"tanh"``.  This default runs op-trees; a backend may fuse it into one pass."""
         if bias is not None:
-            if pre is None:
-                raise ValueError("gelu: with a bias, pre (the buffer for x + bias) is needed")
+            pre = out if pre is None else pre
             pre[:] = x + bias
             x = pre
         gelu.fprop(self, x, out, approximate)

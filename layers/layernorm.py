@@ -41,22 +41,25 @@ class LayerNorm(ParameterLayer):
         return t.reshape(1, self.D)
 
     def _forward(self, x, y, xhat, invstd, residual=None, total=None):
+        """y = the norm of x (or of x + residual, written into total); xhat None: not kept."""
         D = self.D
         joined = {} if residual is None else \
             {"residual": flat_rows(residual, D), "total": flat_rows(total, D)}
         self.be.layernorm_fprop(flat_rows(x, D), self._row(self.gamma.value),
                                 self._row(self.beta.value), flat_rows(y, D),
-                                flat_rows(xhat, D), invstd, self.eps, **joined)
+                                None if xhat is None else flat_rows(xhat, D), invstd, self.eps,
+                                **joined)
         return y
 
     def fprop(self, x, inference=False):
-        return self._forward(x, self.outputs, self.xhat, self.invstd)
+        return self._forward(x, self.outputs, None if inference else self.xhat, self.invstd)
 
-    def fprop_joined(self, x, residual, total):
+    def fprop_joined(self, x, residual, total, inference=False):
         """Normalizes x + residual, writing that sum into ``total`` (all of the input's shape;
         total shares no memory with the others) in the same pass: a pre-norm block's residual
-        add.  Returns the output."""
-        return self._forward(x, self.outputs, self.xhat, self.invstd, residual, total)
+        add.  Returns the output.  In inference xhat (bprop's input) is not written."""
+        return self._forward(x, self.outputs, None if inference else self.xhat, self.invstd,
+                             residual, total)
 
     def bprop(self, error):
         return self.bprop_into(error, self.deltas)

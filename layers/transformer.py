@@ -110,7 +110,7 @@ class TransformerBlock(Layer):
         a = self.attn.fprop(self.ln1.fprop(x, inference), inference)
         if self.drop1 is not None:
             a = self.drop1.fprop(a, inference)
-        g = self._fc1_gelu(self.ln2.fprop_joined(x, a, self.resid), inference)
+        g = self._fc1_gelu(self.ln2.fprop_joined(x, a, self.resid, inference), inference)
         linear, bias = _core_and_bias(self.fc2)
         if self.drop2 is None and bias is not None:  # the residual plus fc2's bias in one pass
             if isinstance(linear, Linear):  # and fc2's GEMM onto them
@@ -130,12 +130,15 @@ class TransformerBlock(Layer):
         a = self.attn.fprop(x, inference)
         if self.drop1 is not None:
             a = self.drop1.fprop(a, inference)
-        self.resid[:] = x + a
-        r = self.ln1.fprop(self.resid, inference)
+        r = self.ln1.fprop_joined(x, a, self.resid, inference)
         g = self._fc1_gelu(r, inference)
         linear, bias = _core_and_bias(self.fc2)
-        if self.drop2 is None and bias is not None:  # fc2's bias and the residual in one pass
-            self.sum2[:] = r + linear.fprop(g, inference) + bias.b.value
+        if self.drop2 is None and bias is not None:  # the residual plus fc2's bias in one pass
+            if isinstance(linear, Linear):  # and fc2's GEMM onto them
+                self.sum2[:] = r + bias.b.value
+                linear.fprop_into(g, self.sum2, beta=1.0)
+            else:
+                self.sum2[:] = r + linear.fprop(g, inference) + bias.b.value
         else:
             m = self.fc2.fprop(g, inference)
             if self.drop2 is not None:
@@ -169,12 +172,13 @@ class TransformerBlock(Layer):
 
     def _fc1_gelu(self, h, inference):
         """gelu(fc1(h)) with fc1's bias added inside the GELU pass: the GEMM's output
-        (N, T, hidden) becomes the pre-activation in place, kept for bprop."""
+        (N, T, hidden) becomes the pre-activation in place, kept for bprop (in inference the
+        sum is not written back)."""
         linear, bias = _core_and_bias(self.fc1)
         z = linear.fprop(h, inference)
         self.be.gelu(z, self.gelu.outputs, None if bias is None else bias.b.value,
-                     None if bias is None else z, self.gelu.transform.approximate)
-        self.gelu.x = z
+                     None if bias is None or inference else z, self.gelu.transform.approximate)
+        self.gelu.x = None if inference and bias is not None else z
         return self.gelu.outputs
 
     def _fc1_gelu_bprop(self, e):

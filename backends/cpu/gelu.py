@@ -7,20 +7,22 @@ class GeluKernels:
     """The GELU calls of :class:`~neonlite.backends.cpu.kernels.CPUKernels` (True when done)."""
 
     def gelu(self, x, out, bias, pre, approximate):
-        """pre = x + bias (bias (D,) or None; pre may be x), out = gelu(pre) over rows (M, D)."""
+        """pre = x + bias (bias (D,) or None; pre may be x, or None with a bias: the sum is not
+        kept), out = gelu(pre) over rows (M, D)."""
         arrays = (x, out) + tuple(a for a in (bias, pre) if a is not None)
         if x.ndim == 0 or x.shape != out.shape or (bias is not None and (
-                pre is None or pre.shape != x.shape or bias.size != x.shape[-1])):
+                (pre is not None and pre.shape != x.shape) or bias.size != x.shape[-1])):
             return False
         module = self._usable("gelu", *arrays)
         if module is None:
             return False
         ffi = module.ffi
-        pre = x if pre is None else pre
+        pre = x if pre is None and bias is None else pre
         D = x.shape[-1]
         module.lib.gelu_fprop(ffi.from_buffer("real[]", x),
                               ffi.NULL if bias is None else ffi.from_buffer("real[]", bias),
-                              ffi.from_buffer("real[]", pre), ffi.from_buffer("real[]", out),
+                              ffi.NULL if pre is None else ffi.from_buffer("real[]", pre),
+                              ffi.from_buffer("real[]", out),
                               x.size // max(D, 1), D, approximate == "tanh")
         return True
 

@@ -74,15 +74,16 @@ class NormKernels:
         """Layer norm of x (M, D) over its last axis; invstd (M, 1).  With ``residual`` and
         ``total`` (M, D): total = x + residual, normalized in x's place."""
         arrays = (x, gamma, beta, y, xhat, invstd)
+        given = tuple(a for a in arrays if a is not None)
         joined = () if residual is None else (residual, total)
-        module = self._usable("norm", *arrays, *joined)
+        module = self._usable("norm", *given, *joined)
         if module is None or (joined and (
                 residual.shape != x.shape or total.shape != x.shape
                 or residual.dtype != x.dtype or total.dtype != x.dtype
-                or any(np.may_share_memory(total, a) for a in arrays + (residual,)))):
+                or any(np.may_share_memory(total, a) for a in given + (residual,)))):
             return False
         ffi = module.ffi
-        ptrs = [ffi.from_buffer("real[]", a) for a in arrays + joined]
+        ptrs = [ffi.NULL if a is None else ffi.from_buffer("real[]", a) for a in arrays + joined]
         if not joined:
             ptrs += [ffi.NULL, ffi.NULL]
         module.lib.layernorm_fprop(*ptrs, x.shape[0], x.shape[1], eps)
@@ -143,7 +144,7 @@ class CPUNormOps:
 
     def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
                         total=None):
-        arrays = tuple(map(_ary, (x, gamma, beta, y, xhat, invstd)))
+        arrays = tuple(None if t is None else _ary(t) for t in (x, gamma, beta, y, xhat, invstd))
         joined = (None, None) if residual is None else (_ary(residual), _ary(total))
         if not self.kernels.layernorm_fprop(*arrays, eps, *joined):
             reference.layernorm_fprop(*arrays, eps, *joined)

@@ -139,6 +139,8 @@ class GPUNormMixin:
             x = total
         x, gamma, beta = self._rows_of("layernorm_fprop", x, gamma, beta)
         M, D = x.shape
+        if xhat is None:  # not kept (inference): the kernel writes it to a work tensor
+            xhat = self.scratch(("ln_xhat", M, D), (M, D), x.dtype)
         func = self.kernel("norm", f"nl_ln_fprop_{x.storage}", "PPPPPPiif")
         self.device.launch(func, row_grid(M, self.device.sm_count * 32), (256, 1, 1),
                            [x.ptr, gamma.ptr, beta.ptr, y.ptr, xhat.ptr, invstd.ptr, M, D,

@@ -57,7 +57,7 @@ def layernorm_fprop(x, gamma, beta, y, xhat, invstd, eps, residual=None, total=N
     if residual is not None:
         x = np.add(x, residual, out=total)
     mean = x.mean(axis=-1, keepdims=True)
-    np.subtract(x, mean, out=xhat)
+    xhat = np.subtract(x, mean, out=xhat)
     var = np.mean(np.square(xhat), axis=-1, keepdims=True)
     np.copyto(invstd, 1.0 / np.sqrt(var + eps))
     xhat *= invstd

@@ -259,12 +259,20 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
             const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
             const real *kb = FA_SLICE(k, sk, b), *vb = FA_SLICE(v, sv, b);
+            /* keys from kend on are all hidden by the key mask (trailing padding): their
+             * probabilities are exactly 0, so the tiles stop there */
+            int64_t kend = Tk;
+            while (km && kend > 0 && km[kend - 1] == 0)
+                kend--;
             fa_transpose(FA_SLICE(q, sq, b) + i0 * sq[2], sq[2], nr, dk, sc2, qt);
             for (int64_t i = 0; i < nr; i++)
                 m[i] = -INFINITY, l[i] = 0;
             memset(acc, 0, sizeof(real) * (size_t)(nr * dv));
             for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
-                const int64_t j0 = (int64_t)cols[e] * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
+                const int64_t j0 = (int64_t)cols[e] * bk;
+                if (j0 >= kend)
+                    continue;
+                const int64_t nc = kend - j0 < bk ? kend - j0 : bk;
                 fa_gemm(nc, nr, dk, kb + j0 * sk[2], sk[2], 1, qt, FA_LD, st, FA_LD, 0);
                 fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
                 for (int64_t i = 0; i < nr; i++)

@@ -30,6 +30,22 @@ static inline void tanh_parts(real h, real *es, real *s)
 static void fprop_row(const real *x, const real *bias, real *pre, real *y, int64_t D,
                       int approximate)
 {
+    if (bias && !pre) { /* inference: x + bias is not kept */
+        if (approximate) {
+            for (int64_t d = 0; d < D; d++) {
+                real es, s;
+                const real h = x[d] + bias[d];
+                tanh_parts(h, &es, &s);
+                y[d] = h * es;
+            }
+        } else {
+            for (int64_t d = 0; d < D; d++) {
+                const real h = x[d] + bias[d];
+                y[d] = (real)0.5 * h * (1 + NL_ERF_REAL(h * SQRT_HALF));
+            }
+        }
+        return;
+    }
     if (bias) {
         for (int64_t d = 0; d < D; d++)
             pre[d] = x[d] + bias[d];
@@ -96,7 +112,7 @@ void gelu_fprop(const real *x, const real *bias, real *pre, real *y, int64_t M, 
 {
 #pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++)
-        fprop_row(x + m * D, bias, pre + m * D, y + m * D, D, approximate);
+        fprop_row(x + m * D, bias, pre ? pre + m * D : NULL, y + m * D, D, approximate);
 }
 
 int64_t gelu_bprop_work_size(int64_t M, int64_t D)

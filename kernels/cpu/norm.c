@@ -228,7 +228,7 @@ void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y
 #pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) {
         const real *xr = x + m * D;
-        real *yr = y + m * D, *hr = xhat + m * D;
+        real *yr = y + m * D, *hr = xhat ? xhat + m * D : NULL;
         if (residual) {
             const real *rr = residual + m * D;
             real *tr = total + m * D;
@@ -250,6 +250,11 @@ void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y
         const real inv = (real)(1.0 / sqrt(sq / (double)D + eps));
         const real mean = (real)mu;
         invstd[m] = inv;
+        if (!hr) {
+            for (int64_t d = 0; d < D; d++)
+                yr[d] = (xr[d] - mean) * inv * gamma[d] + beta[d];
+            continue;
+        }
         for (int64_t d = 0; d < D; d++) {
             const real h = (xr[d] - mean) * inv;
             hr[d] = h;

@@ -465,6 +465,14 @@ def test_layernorm_fprop_bprop(be):
                        eps=eps, residual=be.array(part), total=total)
     close(total.get(), x, rtol=1e-5, atol=1e-5)
     close(y2.get(), gamma * ln(x) + beta, rtol=1e-4, atol=1e-5)
+    # inference: no xhat kept, plain and joined
+    for residual in (None, part):
+        y3, invstd3, total3 = be.empty((M, D)), be.empty((M, 1)), be.empty((M, D))
+        joined = {} if residual is None else {"residual": be.array(residual), "total": total3}
+        be.layernorm_fprop(be.array(x if residual is None else x - part), tgamma,
+                           be.array(beta), y3, None, invstd3, eps=eps, **joined)
+        close(y3.get(), gamma * ln(x) + beta, rtol=1e-4, atol=1e-5)
+        close(invstd3.get(), invstd.get(), rtol=1e-4)
 
 
 def test_softmax_is_stable_for_large_logits(be):

@@ -265,6 +265,26 @@ def test_layernorm_fprop_of_a_residual_sum_is_that_of_the_sum(kernels, dtype, M,
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,D", [(1, 7), (300, 128)])
+def test_layernorm_fprop_without_xhat_gives_the_same_output(kernels, dtype, M, D):
+    """Inference (xhat None, plain and joined with a residual): y and invstd as with xhat."""
+    rng = np.random.default_rng(9)
+    x, residual = rand(rng, (M, D), dtype), rand(rng, (M, D), dtype)
+    gamma, beta = rand(rng, (1, D), dtype, 1.0), rand(rng, (1, D), dtype)
+    for impl in (kernels, numpy_norm):
+        for joined in ((), (residual, np.empty((M, D), dtype))):
+            y, xhat, invstd = np.empty((M, D), dtype), np.empty((M, D), dtype), \
+                np.empty((M, 1), dtype)
+            assert impl.layernorm_fprop(x, gamma, beta, y, xhat, invstd, 1e-5, *joined) \
+                is not False
+            y2, invstd2 = np.full((M, D), np.nan, dtype), np.full((M, 1), np.nan, dtype)
+            assert impl.layernorm_fprop(x, gamma, beta, y2, None, invstd2, 1e-5, *joined) \
+                is not False
+            np.testing.assert_array_equal(invstd2, invstd)
+            np.testing.assert_array_equal(y2, y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,D", [(1, 7), (300, 128)])
 def test_layernorm_bprop_with_residual_matches_numpy(kernels, dtype, M, D):
     """dx = residual + the input gradient, in the kernel's one pass and in numpy's two."""
     rng = np.random.default_rng(7)

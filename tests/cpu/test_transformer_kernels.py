@@ -115,11 +115,25 @@ def test_gelu_bias_gradient_is_deterministic_across_thread_counts():
     assert all(np.array_equal(sums[0], s) for s in sums[1:])
 
 
-def test_gelu_with_bias_needs_pre():
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_with_bias_without_pre_on_every_backend(approximate):
+    """Inference: pre=None, x + bias is not kept and x is left as it was."""
+    rng = np.random.default_rng(5)
+    x, b = rng.normal(scale=2, size=(3, 70, 33)), rng.normal(size=33)
+    y_want, _ = gelu_reference(x + b, approximate)
+
+    def op(be, xt, bt):
+        out = be.empty(xt.shape)
+        be.gelu(xt, out, bt, None, approximate)
+        return out, xt
+
+    got_y, got_x = compare_with_cpu(op, x, b)
+    np.testing.assert_allclose(got_y, y_want, rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(got_x, x, rtol=1e-6)
     be = make_backend("cpu")
-    x = be.zeros((2, 3))
-    with pytest.raises(ValueError, match="pre"):
-        be.gelu(x, be.zeros((2, 3)), bias=be.zeros((3,)))
+    xt, bt, out = be.array(x), be.array(b), be.zeros(x.shape)  # the contract's op-trees
+    Backend.gelu(be, xt, out, bt, None, approximate)
+    np.testing.assert_allclose(out.get(), y_want, rtol=1e-5, atol=2e-6)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -125,13 +125,16 @@ def test_batchnorm_layernorm_and_cross_entropy(backends, relu):
         rtot, ry, rxhat, rinv = be.zeros((70, 9)), be.zeros((70, 9)), be.zeros((70, 9)), \
             be.zeros((70, 1))
         be.layernorm_fprop(tx, tg, tb, ry, rxhat, rinv, residual=tdy, total=rtot)
+        nty, ntinv = be.zeros((70, 9)), be.zeros((70, 1))  # inference: no xhat
+        be.layernorm_fprop(tx, tg, tb, nty, None, ntinv)
         probs, grad = be.zeros((70, 9)), be.zeros((70, 9))
         loss = be.softmax_cross_entropy(tx, be.array(t), probs, grad, 1.0 / 70)
         iy, ixhat = be.zeros((70, 9)), be.zeros((70, 9))
         be.batchnorm_fprop(tx, tg, tb, iy, ixhat, mean, inv, rm, rv, inference=True, relu=relu)
         outs[name] = [a.get() for a in (y, xhat, mean, inv, rm, rv, dx, dg, db, ly, linv, ldx,
                                         ldg, ldb, probs, grad, iy, ixhat, rdx, rdg, rdb,
-                                        rtot, ry, rxhat, rinv)] + [np.float32(loss)]
+                                        rtot, ry, rxhat, rinv, nty, ntinv)] + \
+            [np.float32(loss)]
     for i, (got, want) in enumerate(zip(outs["gpu"], outs["cpu"])):
         close(got, want, 1e-4, f"output {i}")
     assert {"nl_colsum2_f32", "nl_bn_stats_f32", "nl_bn_apply_f32", "nl_bn_bprop_f32",
