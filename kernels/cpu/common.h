@@ -105,9 +105,9 @@ static inline void nl_bias_relu(real *o, int64_t n, int64_t K, const real *bias,
 /* exp for float in straight-line code the compiler vectorizes (libm's expf is a call per
  * element): Cody-Waite reduction x = n ln2 + r and a degree-6 polynomial (Cephes), relative
  * error below 2e-7; underflow gives 0, overflow inf, NaN stays NaN.  Double uses libm. */
-static inline float nl_expf(float x)
+static inline float nl_expf_mantissa(float c, float *n_out)
 {
-    const float c = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
+    /* exp(c) = y * 2^n for c in range: returns y, stores n (a whole number) in *n_out. */
     const float n = rintf(c * 1.44269504088896341f);
     const float r = (c - n * 0.693359375f) - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -116,7 +116,15 @@ static inline float nl_expf(float x)
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    const float y = p * r * r + r + 1.0f;
+    *n_out = n;
+    return p * r * r + r + 1.0f;
+}
+
+static inline float nl_expf(float x)
+{
+    const float c = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
+    float n;
+    const float y = nl_expf_mantissa(c, &n);
     /* 2^n as two factors 2^h * 2^(n-h), each a normal float for every n in [-126, 128]. */
     const int32_t k = (int32_t)n, h = k / 2;
     union { float f; int32_t i; } s1, s2;
@@ -132,15 +140,8 @@ static inline float nl_expf(float x)
  * instructions. */
 static inline float nl_expf_normal(float x)
 {
-    const float n = rintf(x * 1.44269504088896341f);
-    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const float y = p * r * r + r + 1.0f;
+    float n;
+    const float y = nl_expf_mantissa(x, &n);
     union { float f; int32_t i; } scale;
     scale.i = ((int32_t)n + 127) << 23;
     return y * scale.f;
