@@ -398,7 +398,8 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
                           const real *Db, const real *dob, const real *lb, real *dqb, real *dkb,
                           real *dvb, int64_t dk, int64_t dv, int64_t nr, int64_t nc, int64_t i0,
                           int64_t j0, int64_t off, int causal, const real *km, real sc,
-                          const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk)
+                          const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk,
+                          int first)
 {
     real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
     fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0);
@@ -418,8 +419,8 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
             for (int64_t c = 0; c < nc; c++)
                 pz[i * FA_LD + c] = p[i * FA_LD + c] * z[i * FA_LD + c];
     }
-    /* dV_c += (P Z)^T dO_r */
-    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, ld->dout, dvb, ld->dv, 1);
+    /* dV_c (+)= (P Z)^T dO_r: the key block's first visited query block sets dV_c and dK_c */
+    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, ld->dout, dvb, ld->dv, !first);
     /* dP = dO_r v_c^T, then dS = scale P (dP Z - D) in place */
     fa_gemm(nr, nc, dv, dob, ld->dout, 1, w->vt, FA_LD, dp, FA_LD, 0);
     for (int64_t i = 0; i < nr; i++) {
@@ -437,7 +438,7 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
         }
     }
     fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, ld->k, dqb, ld->dq, 1);
-    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, ld->q, dkb, ld->dk, 1);
+    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, ld->q, dkb, ld->dk, !first);
 }
 
 /* Rows r0 .. r0 + n of width w at row stride ld set to 0. */
@@ -514,9 +515,11 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
                     dkb = w.dka, tl.dk = dk;
                 if (ld.dv != dv)
                     dvb = w.dva, tl.dv = dv;
-                fa_zero_rows(dkb, nc, dk, tl.dk);
-                fa_zero_rows(dvb, nc, dv, tl.dv);
                 const int32_t lo = col_ptr[t * nkb + c], hi = col_ptr[t * nkb + c + 1];
+                if (lo == hi) { /* no query block sees this key block */
+                    fa_zero_rows(dkb, nc, dk, tl.dk);
+                    fa_zero_rows(dvb, nc, dv, tl.dv);
+                }
                 const real *kb = ks + j0 * ld.k;
                 if (lo < hi) {
                     fa_transpose(kb, ld.k, nc, dk, sc2, w.kt); /* scores come scaled */
@@ -529,7 +532,7 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
                     fa_bprop_tile(&w, &tl, qs + i0 * ld.q, kb, drows + b * Tq + i0,
                                   dos + i0 * ld.dout, lse + b * Tq + i0, dqs + i0 * ld.dq, dkb,
                                   dvb, dk, dv, nr, nc, i0, j0, off, causal, km, sc,
-                                  drop ? &dr : NULL, b, H, Tq, Tk);
+                                  drop ? &dr : NULL, b, H, Tq, Tk, e == lo);
                 }
                 if (dkb == w.dka)
                     fa_unpack(w.dka, nc, dk, dks + j0 * ld.dk, ld.dk);
