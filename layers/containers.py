@@ -52,11 +52,18 @@ class Sequential(Layer):
             self.layers[0].set_needs_deltas(needed)
 
     def fprop(self, x, inference=False):
+        """x: a batch (bsz,) + in_shape (checked: each layer's output has the shape the next
+        one was configured for, so the first layer's input is the one that can be wrong)."""
+        if self.in_shape is not None:
+            self.check_batch(x, self.in_shape, "input")
         for layer in self.layers:
             x = layer.fprop(x, inference)
         return x
 
     def bprop(self, error):
+        """error: the gradient of the output, (bsz,) + out_shape (checked)."""
+        if self.out_shape is not None:
+            self.check_batch(error, self.out_shape, "output gradient")
         for layer in reversed(self.layers):
             error = layer.bprop(error)
         return error

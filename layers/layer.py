@@ -89,6 +89,18 @@ class Layer:
         return ShapeError(f"layer '{self.name}' ({type(self).__name__}) expects {expected}, but "
                           f"{before} has shape {self.in_shape}")
 
+    def check_batch(self, t, shape, what):
+        """Raise :class:`ShapeError` unless tensor ``t`` is a batch of the backend's size of
+        examples of ``shape``: the buffers made at ``allocate`` (and the kernels writing them)
+        take nothing else."""
+        expected = (self.be.bsz,) + tuple(shape)
+        got = tuple(t.shape)
+        if got != expected:
+            where = f"layer '{self.name}' ({type(self).__name__})" if self.name else "the model"
+            raise ShapeError(f"{where}: the {what} has shape {got}; expected {expected} (a "
+                             f"batch of {self.be.bsz} examples of shape {tuple(shape)}, as "
+                             f"configured)")
+
     def allocate(self):
         """Make output and delta buffers (batch-first)."""
         n = self.be.bsz

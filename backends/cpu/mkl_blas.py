@@ -55,6 +55,23 @@ void cblas_dgemm_batch_strided(int, int, int, int, int, int, double, const doubl
 """
 
 
+def _check_product_shapes(a, b, out):
+    """Raise ValueError unless ``out`` (.., m, n) is the shape of ``a`` (.., m, k) @ ``b``
+    (.., k, n), batch axes broadcasting as in numpy.matmul: CBLAS takes the sizes on trust,
+    so a mismatch would read and write outside the arrays."""
+    fits = len(a) >= 2 and len(b) >= 2 and len(out) >= 2 and a[-1] == b[-2]
+    if fits:
+        try:
+            batch = np.broadcast_shapes(a[:-2], b[:-2])
+        except ValueError:
+            fits = False
+        else:
+            fits = tuple(out) == tuple(batch) + (a[-2], b[-1])
+    if not fits:
+        raise ValueError(f"matrix product: {tuple(a)} @ {tuple(b)} into an output of shape "
+                         f"{tuple(out)}; expected (.., m, k) @ (.., k, n) into (.., m, n)")
+
+
 def _candidates():
     found = ctypes.util.find_library("mkl_rt")
     paths = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")), reverse=True)
@@ -168,6 +185,7 @@ class MKLGemm:
         dtype = out.dtype
         if dtype not in (np.float32, np.float64) or a.dtype != dtype or b.dtype != dtype:
             return False
+        _check_product_shapes(a.shape, b.shape, out.shape)
         if a.ndim == b.ndim == out.ndim == 2:
             return self._gemm(a, b, out)
         if out.ndim == 3 and a.ndim in (2, 3) and b.ndim in (2, 3):

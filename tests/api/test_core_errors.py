@@ -105,6 +105,40 @@ def test_trained_model_rejects_different_targets_with_the_same_cost(cpu):
 
 
 # ---- data ---------------------------------------------------------------------------------------
+def test_misshaped_batch_into_a_built_model_is_a_shape_error(cpu):
+    """Model.fprop / train_step / bprop on a batch other than the one the buffers were made
+    for: one ShapeError naming the shapes, nothing written (the kernels would have read and
+    written outside the buffers)."""
+    X, y = images()
+    model = cnn()
+    model.initialize(ArrayIterator(X, y, nclass=3), GeneralizedCost(CrossEntropyMulti()))
+    params = model.get_params()
+    targets = cpu.array(np.eye(3)[y[:4]])
+    for shape in [(4, 6, 6, 2), (4, 5, 6, 1), (8, 6, 6, 1), (4, 36)]:
+        x = cpu.array(np.ones(shape))
+        with pytest.raises(ShapeError, match=rf"model: the input has shape "
+                                             rf"\({', '.join(map(str, shape))}\); "
+                                             rf"expected \(4, 6, 6, 1\)"):
+            model.fprop(x)
+        with pytest.raises(ShapeError):
+            model.train_step(x, targets, GradientDescentMomentum(0.1), 0)
+    model.fprop(cpu.array(X[:4]))
+    with pytest.raises(ShapeError, match=r"output gradient has shape \(4, 5\); expected "
+                                         r"\(4, 3\)"):
+        model.bprop(cpu.array(np.ones((4, 5))))
+    assert_unchanged(model, params)
+
+
+def test_mismatched_matrix_product_is_an_error(cpu):
+    a, out = cpu.array(np.ones((4, 30))), cpu.array(np.zeros((4, 10)))
+    # MKL's products say "(4, 30) @ (20, 10)", numpy's matmul "size 20 is different from 30"
+    with pytest.raises(ValueError, match=r"30.*20|20.*30"):
+        cpu.compound_dot(a, cpu.array(np.ones((20, 10))), out)
+    with pytest.raises(ValueError):
+        cpu.compound_dot(a, cpu.array(np.ones((30, 10))), cpu.array(np.zeros((5, 10))))
+    assert np.array_equal(out.get(), np.zeros((4, 10)))
+
+
 def test_labels_out_of_range(cpu):
     X, _ = images()
     y = np.array([0, 1, 2, 0, 3, 1, 0, 2])
