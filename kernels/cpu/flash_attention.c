@@ -222,9 +222,20 @@ static void fa_mask(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_
 
 int64_t fa_threads(void) { return omp_get_max_threads(); }
 
+/* A thread's tiles start on a 64-byte boundary (FA_ALIGN reals of slack): the tile rows are
+ * then aligned vectors, which a work array from a plain allocator does not guarantee. */
+#define FA_ALIGN ((int64_t)(64 / sizeof(real)))
+
 int64_t fa_work_size(int64_t dk, int64_t dv)
 {
-    return (3 * dk + 2 * dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD;
+    return (3 * dk + 2 * dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD + FA_ALIGN;
+}
+
+/* The calling thread's tiles in the work array, aligned. */
+static real *fa_thread_work(real *work, int64_t dk, int64_t dv)
+{
+    const uintptr_t at = (uintptr_t)(work + omp_get_thread_num() * fa_work_size(dk, dv));
+    return (real *)((at + 63) & ~(uintptr_t)63);
 }
 
 /* ---- forward ---------------------------------------------------------------------------------- */
@@ -246,7 +257,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
     {
         /* qt: the query block transposed (dk x nr); st: scores / probabilities transposed
          * (nc x nr), so the per-query steps run along vectors of queries */
-        real *qt = work + omp_get_thread_num() * fa_work_size(dk, dv);
+        real *qt = fa_thread_work(work, dk, dv);
         real *st = qt + dk * FA_LD, *z = st + FA_MAX_BLOCK * FA_LD;
         real *acc = z + FA_MAX_BLOCK * FA_LD;
         real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], top[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
@@ -416,7 +427,7 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
 #pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
     {
         const size_t tile = FA_MAX_BLOCK * FA_LD;
-        real *buf = work + omp_get_thread_num() * fa_work_size(dk, dv);
+        real *buf = fa_thread_work(work, dk, dv);
         fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL,
                       NULL, NULL, NULL};
         /* kp: the key block packed; dka, dva: its dK and dV, packed */
