@@ -99,6 +99,9 @@ static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, in
     }
 }
 
+/* The first element of slice b's rows of a tensor with strides st (example, head, row). */
+#define FA_SLICE(p, st, b) ((p) + ((b) / H) * (st)[0] + ((b) % H) * (st)[1])
+
 /* dst (w x n, ld FA_LD) = scale * src (n rows x w, ld lds) transposed. */
 static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64_t w,
                          real scale, real *restrict dst)
@@ -115,6 +118,26 @@ static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
 {
     for (int64_t c = 0; c < n; c++)
         memcpy(dst + c * w, src + c * lds, sizeof(real) * (size_t)w);
+}
+
+/* A tensor's slices copied into `packed` (B x T x w, contiguous) when its rows are strided
+ * (token-major views, rows of a wider projection), rows dealt to the team's threads; st then
+ * becomes the packed copy's strides and the return value its first element.  Rows a tile
+ * walks at a wide stride land in few cache sets and crowd each other out of L1 and L2; the
+ * packed rows are read once per tile from L2 instead.  Rows already contiguous: x as it is.
+ * Called by every thread of a team (ends with the loop's barrier). */
+static const real *fa_pack_slices(const real *x, int64_t *st, int64_t H, int64_t B, int64_t T,
+                                  int64_t w, real *packed)
+{
+    if (!packed || st[2] == w)
+        return x;
+#pragma omp for schedule(static)
+    for (int64_t y = 0; y < B * T; y++) {
+        const int64_t b = y / T, i = y % T;
+        memcpy(packed + y * w, FA_SLICE(x, st, b) + i * st[2], sizeof(real) * (size_t)w);
+    }
+    st[0] = H * T * w, st[1] = T * w, st[2] = w;
+    return packed;
 }
 
 /* dst (n rows x w, ld ldd) = src (n x w, contiguous). */
@@ -231,23 +254,31 @@ int64_t fa_work_size(int64_t dk, int64_t dv)
     return (3 * dk + 2 * dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD + FA_ALIGN;
 }
 
+int64_t fa_pack_size(int64_t B, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv)
+{
+    return B * (Tq > Tk ? Tq : Tk) * (dk + dv) + FA_ALIGN;
+}
+
+/* The first 64-byte boundary in x. */
+static real *fa_aligned(real *x)
+{
+    return (real *)(((uintptr_t)x + 63) & ~(uintptr_t)63);
+}
+
 /* The calling thread's tiles in the work array, aligned. */
 static real *fa_thread_work(real *work, int64_t dk, int64_t dv)
 {
-    const uintptr_t at = (uintptr_t)(work + omp_get_thread_num() * fa_work_size(dk, dv));
-    return (real *)((at + 63) & ~(uintptr_t)63);
+    return fa_aligned(work + omp_get_thread_num() * fa_work_size(dk, dv));
 }
 
 /* ---- forward ---------------------------------------------------------------------------------- */
-/* The first element of slice b's rows of a tensor with strides st (example, head, row). */
-#define FA_SLICE(p, st, b) ((p) + ((b) / H) * (st)[0] + ((b) % H) * (st)[1])
 
 void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
               int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv,
               const int64_t *strides, double scale, int causal, const real *key_mask,
               int64_t bq, int64_t bk, const int32_t *row_ptr, const int32_t *cols,
               int64_t table_heads, double keep, uint64_t seed, uint32_t step, uint32_t stream,
-              uint64_t first, real *work)
+              uint64_t first, real *work, real *packed)
 {
     const int64_t nqb = (Tq + bq - 1) / bq, off = Tk - Tq, items = B * nqb;
     const int drop = keep < 1.0;
@@ -261,6 +292,13 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
         real *st = qt + dk * FA_LD, *z = st + FA_MAX_BLOCK * FA_LD;
         real *acc = z + FA_MAX_BLOCK * FA_LD;
         real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], top[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
+        /* k and v packed when more than one query block reads them */
+        int64_t sw[12];
+        memcpy(sw, strides, sizeof sw);
+        real *kpack = packed && nqb > 1 ? fa_aligned(packed) : NULL;
+        real *vpack = kpack ? kpack + B * Tk * dk : NULL;
+        const real *kx = fa_pack_slices(k, sw + 3, H, B, Tk, dk, kpack);
+        const real *vx = fa_pack_slices(v, sw + 6, H, B, Tk, dv, vpack);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {
             /* the last query blocks first: under a causal mask they visit the most tiles */
@@ -268,8 +306,8 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
             const int64_t nr = Tq - i0 < bq ? Tq - i0 : bq;
             const int64_t t = table_heads == 1 ? 0 : b % H;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
-            const real *kb = FA_SLICE(k, sk, b), *vb = FA_SLICE(v, sv, b);
+            const int64_t *sq = sw, *sk = sw + 3, *sv = sw + 6, *so = sw + 9;
+            const real *kb = FA_SLICE(kx, sk, b), *vb = FA_SLICE(vx, sv, b);
             /* keys from kend on are all hidden by the key mask (trailing padding): their
              * probabilities are exactly 0, so the tiles stop there */
             int64_t kend = Tk;
@@ -412,20 +450,26 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
               const int32_t *col_ptr, const int32_t *rows, int64_t table_heads, double keep,
               uint64_t seed, uint32_t step, uint32_t stream, uint64_t first, int64_t groups,
               const int32_t *group_ptr, const int32_t *group_cols, real *dq_parts, real *drows,
-              real *work)
+              real *work, real *packed)
 {
     const int64_t nkb = (Tk + bk - 1) / bk, off = Tk - Tq;
     const int drop = keep < 1.0;
     const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
     const real sc = (real)scale, sc2 = (real)(scale * FA_LOG2E);
     const int64_t items = B * groups;
-    /* strides: (example, head, row) of q, k, v, out, dout, dq, dk, dv in that order */
-    const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
-    const int64_t *sdo = strides + 12, *sdq = strides + 15, *sdk = strides + 18;
-    const int64_t *sdv = strides + 21;
-    const fa_rows ld0 = {sq[2], sk[2], sdo[2], sdq[2], sdk[2], sdv[2]};
 #pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
     {
+        /* q and dout packed when more than one key block reads them */
+        int64_t sw[24];
+        memcpy(sw, strides, sizeof sw);
+        real *qpack = packed && nkb > 1 ? fa_aligned(packed) : NULL;
+        real *dopack = qpack ? qpack + B * Tq * dk : NULL;
+        const real *qx = fa_pack_slices(q, sw, H, B, Tq, dk, qpack);
+        const real *dox = fa_pack_slices(dout, sw + 12, H, B, Tq, dv, dopack);
+        /* strides: (example, head, row) of q, k, v, out, dout, dq, dk, dv in that order */
+        const int64_t *sq = sw, *sk = sw + 3, *sv = sw + 6, *so = sw + 9;
+        const int64_t *sdo = sw + 12, *sdq = sw + 15, *sdk = sw + 18, *sdv = sw + 21;
+        const fa_rows ld0 = {sq[2], sk[2], sdo[2], sdq[2], sdk[2], sdv[2]};
         const size_t tile = FA_MAX_BLOCK * FA_LD;
         real *buf = fa_thread_work(work, dk, dv);
         fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL,
@@ -438,7 +482,7 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
         for (int64_t x = 0; x < B * Tq; x++) {
             const int64_t b = x / Tq, i = x % Tq;
             const real *orow = FA_SLICE(out, so, b) + i * so[2];
-            const real *dorow = FA_SLICE(dout, sdo, b) + i * sdo[2];
+            const real *dorow = FA_SLICE(dox, sdo, b) + i * sdo[2];
             double dsum = 0;
 #pragma omp simd reduction(+ : dsum)
             for (int64_t d = 0; d < dv; d++)
@@ -450,8 +494,8 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
             const int64_t b = item / groups, g = item % groups;
             const int64_t t = table_heads == 1 ? 0 : b % H;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            const real *qs = FA_SLICE(q, sq, b);
-            const real *dos = FA_SLICE(dout, sdo, b), *ks = FA_SLICE(k, sk, b);
+            const real *qs = FA_SLICE(qx, sq, b);
+            const real *dos = FA_SLICE(dox, sdo, b), *ks = FA_SLICE(k, sk, b);
             const real *vs = FA_SLICE(v, sv, b);
             real *dks = FA_SLICE(dkey, sdk, b), *dvs = FA_SLICE(dval, sdv, b);
             /* group 0 sums into dq, group g > 0 into its own contiguous partial dq */
