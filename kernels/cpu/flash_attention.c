@@ -199,23 +199,25 @@ static fa_dropout fa_make_dropout(double keep, uint64_t seed, uint32_t step, uin
     return dr;
 }
 
-/* 2^x for the exponents of the online softmax (x <= 0 up to rounding, or -inf): for float a
- * straight-line form the compiler vectorizes, 2^n times a degree-6 polynomial of the fraction
- * (relative error below 2e-7), 0 below -126; double uses libm.  The kernels work in base 2:
+/* 2^x for the exponents of the online softmax (x <= 0 up to rounding, or -inf; any x <= 127):
+ * for float a straight-line form the compiler vectorizes, 0 below -126, else 2^n times a
+ * degree-5 minimax polynomial of the fraction f = x - n in [-1/2, 1/2] (relative error 8e-8,
+ * 2.2e-7 evaluated in float).  n comes from adding and taking off 1.5 * 2^23, which rounds x
+ * to the nearest integer and leaves n in the low bits of the sum: shifted into the exponent
+ * field they make 2^n without a conversion.  Double uses libm.  The kernels work in base 2:
  * scores are scaled by scale * log2(e), and lse converted back to base e. */
 static inline float fa_exp2f(float x)
 {
-    const float t = x < -126.0f ? -126.0f : (x > 127.0f ? 127.0f : x);
-    const float n = rintf(t), f = t - n;
-    float p = 1.5403530393381606e-4f;
-    p = p * f + 1.3333558146428443e-3f;
-    p = p * f + 9.6181291076284772e-3f;
-    p = p * f + 5.5504108664821580e-2f;
-    p = p * f + 2.4022650695910071e-1f;
-    p = p * f + 6.9314718055994531e-1f;
-    p = p * f + 1.0f;
-    union { float f; int32_t i; } s;
-    s.i = ((int32_t)n + 127) << 23;
+    const float magic = 12582912.0f;
+    const float y = x + magic, n = y - magic, f = x - n;
+    float p = 1.3276452664285898e-3f;
+    p = p * f + 9.6755325794219971e-3f;
+    p = p * f + 5.5507130920886993e-2f;
+    p = p * f + 2.4022120237350464e-1f;
+    p = p * f + 6.9314694404602051e-1f;
+    p = p * f + 1.0000001192092896f;
+    union { float f; uint32_t u; } s = {y};
+    s.u = (s.u << 23) + (127u << 23);
     return x < -126.0f ? 0.0f : p * s.f;
 }
 #define FA_EXP2(x) _Generic((x), float: fa_exp2f, default: exp2)(x)
@@ -240,6 +242,49 @@ static void fa_mask(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_
             const int hide = padded || r < first;
             s[r * sr + c * sc] = hide ? -INFINITY : s[r * sr + c * sc];
         }
+    }
+}
+
+/* One key block's step of the online softmax.  s (nc keys x nr queries, ld FA_LD) holds the
+ * scaled scores (base 2), -inf where hidden; m, l the running maximum and sum of each query.
+ * Afterwards s holds 2^(s - m_new), l = l alpha + rowsum, m = m_new and alpha =
+ * 2^(m_old - m_new), the factor the output rows take.  The queries go FA_W at a time (one
+ * vector; lanes past nr are computed and not used), their keys a sequential loop, so the
+ * maximum and the sum stay in registers.  m, l, alpha: room for nr rounded up to FA_W. */
+static void fa_online_softmax(real *restrict s, int64_t nr, int64_t nc, real *restrict m,
+                              real *restrict l, real *restrict alpha)
+{
+    for (int64_t v = 0; v < nr; v += FA_W) {
+        real top[FA_W], safe[FA_W], sum[FA_W];
+#pragma omp simd
+        for (int64_t x = 0; x < FA_W; x++)
+            top[x] = m[v + x];
+        for (int64_t c = 0; c < nc; c++) {
+            const real *row = s + c * FA_LD + v;
+#pragma omp simd
+            for (int64_t x = 0; x < FA_W; x++)
+                top[x] = row[x] > top[x] ? row[x] : top[x];
+        }
+#pragma omp simd
+        for (int64_t x = 0; x < FA_W; x++) {
+            /* queries with nothing visible yet keep m = -inf and take exp(-inf) = 0 */
+            safe[x] = top[x] == -INFINITY ? 0 : top[x];
+            alpha[v + x] = FA_EXP2(m[v + x] - safe[x]);
+            sum[x] = l[v + x] * alpha[v + x];
+            m[v + x] = top[x];
+        }
+        for (int64_t c = 0; c < nc; c++) {
+            real *row = s + c * FA_LD + v;
+#pragma omp simd
+            for (int64_t x = 0; x < FA_W; x++) {
+                const real p = FA_EXP2(row[x] - safe[x]);
+                row[x] = p;
+                sum[x] += p;
+            }
+        }
+#pragma omp simd
+        for (int64_t x = 0; x < FA_W; x++)
+            l[v + x] = sum[x];
     }
 }
 
@@ -291,7 +336,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
         real *qt = fa_thread_work(work, dk, dv);
         real *st = qt + dk * FA_LD, *z = st + FA_MAX_BLOCK * FA_LD;
         real *acc = z + FA_MAX_BLOCK * FA_LD;
-        real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], top[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
+        real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
         /* k and v packed when more than one query block reads them */
         int64_t sw[12];
         memcpy(sw, strides, sizeof sw);
@@ -324,32 +369,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                 const int64_t nc = kend - j0 < bk ? kend - j0 : bk;
                 fa_gemm(nc, nr, dk, kb + j0 * sk[2], sk[2], 1, qt, FA_LD, st, FA_LD, 0);
                 fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
-                for (int64_t i = 0; i < nr; i++)
-                    top[i] = m[i];
-                for (int64_t c = 0; c < nc; c++) {
-                    const real *row = st + c * FA_LD;
-#pragma omp simd
-                    for (int64_t i = 0; i < nr; i++)
-                        top[i] = row[i] > top[i] ? row[i] : top[i];
-                }
-#pragma omp simd
-                for (int64_t i = 0; i < nr; i++) {
-                    /* rows with nothing visible yet keep m = -inf, contribute exp(-inf) = 0 */
-                    const real safe = top[i] == -INFINITY ? 0 : top[i];
-                    alpha[i] = FA_EXP2(m[i] - safe);
-                    m[i] = top[i];
-                    top[i] = safe;
-                    l[i] *= alpha[i];
-                }
-                for (int64_t c = 0; c < nc; c++) {
-                    real *row = st + c * FA_LD;
-#pragma omp simd
-                    for (int64_t i = 0; i < nr; i++) {
-                        const real p = FA_EXP2(row[i] - top[i]);
-                        row[i] = p;
-                        l[i] += p;
-                    }
-                }
+                fa_online_softmax(st, nr, nc, m, l, alpha);
                 for (int64_t i = 0; i < nr; i++) {
                     real *o = acc + i * dv;
                     const real a = alpha[i];
