@@ -102,13 +102,18 @@ static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, in
 /* The first element of slice b's rows of a tensor with strides st (example, head, row). */
 #define FA_SLICE(p, st, b) ((p) + ((b) / H) * (st)[0] + ((b) % H) * (st)[1])
 
-/* dst (w x n, ld FA_LD) = scale * src (n rows x w, ld lds) transposed. */
+/* dst (w x n, ld FA_LD) = scale * src (n rows x w, ld lds) transposed: FA_W rows of src at a
+ * time, so each row of dst is written a vector at a time while those rows stay in L1. */
 static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64_t w,
                          real scale, real *restrict dst)
 {
-    for (int64_t c = 0; c < n; c++)
+    for (int64_t c0 = 0; c0 < n; c0 += FA_W) {
+        const int64_t cn = n - c0 < FA_W ? n - c0 : FA_W;
         for (int64_t d = 0; d < w; d++)
-            dst[d * FA_LD + c] = scale * src[c * lds + d];
+#pragma omp simd
+            for (int64_t c = 0; c < cn; c++)
+                dst[d * FA_LD + c0 + c] = scale * src[(c0 + c) * lds + d];
+    }
 }
 
 /* dst (n x w, contiguous) = src (n rows x w, ld lds): a block of strided rows (token-major
@@ -359,7 +364,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
             while (km && kend > 0 && km[kend - 1] == 0)
                 kend--;
             fa_transpose(FA_SLICE(q, sq, b) + i0 * sq[2], sq[2], nr, dk, sc2, qt);
-            for (int64_t i = 0; i < nr; i++)
+            for (int64_t i = 0; i < FA_MAX_BLOCK; i++)
                 m[i] = -INFINITY, l[i] = 0;
             memset(acc, 0, sizeof(real) * (size_t)(nr * dv));
             for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
