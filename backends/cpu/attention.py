@@ -113,7 +113,7 @@ class CPUAttentionMixin:
         how many blocks read them."""
         if blocks < 2 or all(strides[i] == w for i, w in packs):
             return module.ffi.NULL
-        size = int(module.lib.fa_pack_size(B, Tq, Tk, dk, dv))
+        size = int(module.lib.fa_threads()) * int(module.lib.fa_pack_size(Tq, Tk, dk, dv))
         return module.ffi.cast("real *", self._attention_buffer("fa_pack", q.dtype,
                                                                 size).ctypes.data)
 

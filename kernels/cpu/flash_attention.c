@@ -121,28 +121,15 @@ static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64
 static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
                     real *restrict dst)
 {
-    for (int64_t c = 0; c < n; c++)
-        memcpy(dst + c * w, src + c * lds, sizeof(real) * (size_t)w);
-}
-
-/* A tensor's slices copied into `packed` (B x T x w, contiguous) when its rows are strided
- * (token-major views, rows of a wider projection), rows dealt to the team's threads; st then
- * becomes the packed copy's strides and the return value its first element.  Rows a tile
- * walks at a wide stride land in few cache sets and crowd each other out of L1 and L2; the
- * packed rows are read once per tile from L2 instead.  Rows already contiguous: x as it is.
- * Called by every thread of a team (ends with the loop's barrier). */
-static const real *fa_pack_slices(const real *x, int64_t *st, int64_t H, int64_t B, int64_t T,
-                                  int64_t w, real *packed)
-{
-    if (!packed || st[2] == w)
-        return x;
-#pragma omp for schedule(static)
-    for (int64_t y = 0; y < B * T; y++) {
-        const int64_t b = y / T, i = y % T;
-        memcpy(packed + y * w, FA_SLICE(x, st, b) + i * st[2], sizeof(real) * (size_t)w);
+    for (int64_t c = 0; c < n; c++) {
+        const real *from = src + c * lds;
+        real *to = dst + c * w;
+        int64_t d = 0;
+        for (; d + FA_W <= w; d += FA_W)
+            fa_store(to + d, fa_load(from + d));
+        for (; d < w; d++)
+            to[d] = from[d];
     }
-    st[0] = H * T * w, st[1] = T * w, st[2] = w;
-    return packed;
 }
 
 /* dst (n rows x w, ld ldd) = src (n x w, contiguous). */
@@ -304,15 +291,22 @@ int64_t fa_work_size(int64_t dk, int64_t dv)
     return (3 * dk + 2 * dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD + FA_ALIGN;
 }
 
-int64_t fa_pack_size(int64_t B, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv)
-{
-    return B * (Tq > Tk ? Tq : Tk) * (dk + dv) + FA_ALIGN;
-}
-
 /* The first 64-byte boundary in x. */
 static real *fa_aligned(real *x)
 {
     return (real *)(((uintptr_t)x + 63) & ~(uintptr_t)63);
+}
+
+int64_t fa_pack_size(int64_t Tq, int64_t Tk, int64_t dk, int64_t dv)
+{
+    return (Tq > Tk ? Tq : Tk) * (dk + dv) + FA_ALIGN;
+}
+
+/* The calling thread's part of the packed array (NULL: none), aligned. */
+static real *fa_thread_pack(real *packed, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv)
+{
+    return packed ? fa_aligned(packed + omp_get_thread_num() * fa_pack_size(Tq, Tk, dk, dv))
+                  : NULL;
 }
 
 /* The calling thread's tiles in the work array, aligned. */
@@ -342,13 +336,13 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
         real *st = qt + dk * FA_LD, *z = st + FA_MAX_BLOCK * FA_LD;
         real *acc = z + FA_MAX_BLOCK * FA_LD;
         real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
-        /* k and v packed when more than one query block reads them */
-        int64_t sw[12];
-        memcpy(sw, strides, sizeof sw);
-        real *kpack = packed && nqb > 1 ? fa_aligned(packed) : NULL;
-        real *vpack = kpack ? kpack + B * Tk * dk : NULL;
-        const real *kx = fa_pack_slices(k, sw + 3, H, B, Tk, dk, kpack);
-        const real *vx = fa_pack_slices(v, sw + 6, H, B, Tk, dv, vpack);
+        /* strided k and v rows: the slice's copied to kpack, vpack (contiguous) when more
+         * than one query block reads them; slice pb's are there now */
+        const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
+        const int pack = nqb > 1 && (sk[2] != dk || sv[2] != dv);
+        real *kpack = pack ? fa_thread_pack(packed, Tq, Tk, dk, dv) : NULL;
+        real *vpack = kpack ? kpack + Tk * dk : NULL;
+        int64_t pb = -1;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {
             /* the last query blocks first: under a causal mask they visit the most tiles */
@@ -356,13 +350,18 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
             const int64_t nr = Tq - i0 < bq ? Tq - i0 : bq;
             const int64_t t = table_heads == 1 ? 0 : b % H;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            const int64_t *sq = sw, *sk = sw + 3, *sv = sw + 6, *so = sw + 9;
-            const real *kb = FA_SLICE(kx, sk, b), *vb = FA_SLICE(vx, sv, b);
+            const real *kb = FA_SLICE(k, sk, b), *vb = FA_SLICE(v, sv, b);
+            int64_t ldk = sk[2], ldv = sv[2];
             /* keys from kend on are all hidden by the key mask (trailing padding): their
              * probabilities are exactly 0, so the tiles stop there */
             int64_t kend = Tk;
             while (km && kend > 0 && km[kend - 1] == 0)
                 kend--;
+            if (kpack) {
+                if (pb != b)
+                    fa_pack(kb, ldk, kend, dk, kpack), fa_pack(vb, ldv, kend, dv, vpack), pb = b;
+                kb = kpack, vb = vpack, ldk = dk, ldv = dv;
+            }
             fa_transpose(FA_SLICE(q, sq, b) + i0 * sq[2], sq[2], nr, dk, sc2, qt);
             for (int64_t i = 0; i < FA_MAX_BLOCK; i++)
                 m[i] = -INFINITY, l[i] = 0;
@@ -372,7 +371,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                 if (j0 >= kend)
                     continue;
                 const int64_t nc = kend - j0 < bk ? kend - j0 : bk;
-                fa_gemm(nc, nr, dk, kb + j0 * sk[2], sk[2], 1, qt, FA_LD, st, FA_LD, 0);
+                fa_gemm(nc, nr, dk, kb + j0 * ldk, ldk, 1, qt, FA_LD, st, FA_LD, 0);
                 fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
                 fa_online_softmax(st, nr, nc, m, l, alpha);
                 for (int64_t i = 0; i < nr; i++) {
@@ -390,7 +389,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                         for (int64_t i = 0; i < nr; i++)
                             st[c * FA_LD + i] *= z[c * FA_LD + i];
                 }
-                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * sv[2], sv[2], acc, dv, 1);
+                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * ldv, ldv, acc, dv, 1);
             }
             for (int64_t i = 0; i < nr; i++) {
                 real *o = FA_SLICE(out, so, b) + (i0 + i) * so[2];
@@ -484,17 +483,17 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
     const int64_t items = B * groups;
 #pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
     {
-        /* q and dout packed when more than one key block reads them */
-        int64_t sw[24];
-        memcpy(sw, strides, sizeof sw);
-        real *qpack = packed && nkb > 1 ? fa_aligned(packed) : NULL;
-        real *dopack = qpack ? qpack + B * Tq * dk : NULL;
-        const real *qx = fa_pack_slices(q, sw, H, B, Tq, dk, qpack);
-        const real *dox = fa_pack_slices(dout, sw + 12, H, B, Tq, dv, dopack);
         /* strides: (example, head, row) of q, k, v, out, dout, dq, dk, dv in that order */
-        const int64_t *sq = sw, *sk = sw + 3, *sv = sw + 6, *so = sw + 9;
-        const int64_t *sdo = sw + 12, *sdq = sw + 15, *sdk = sw + 18, *sdv = sw + 21;
+        const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
+        const int64_t *sdo = strides + 12, *sdq = strides + 15, *sdk = strides + 18;
+        const int64_t *sdv = strides + 21;
         const fa_rows ld0 = {sq[2], sk[2], sdo[2], sdq[2], sdk[2], sdv[2]};
+        /* strided q and dout rows: the slice's copied to qpack, dopack (contiguous) when more
+         * than one key block reads them; slice pb's are there now */
+        const int pack = nkb > 1 && (sq[2] != dk || sdo[2] != dv);
+        real *qpack = pack ? fa_thread_pack(packed, Tq, Tk, dk, dv) : NULL;
+        real *dopack = qpack ? qpack + Tq * dk : NULL;
+        int64_t pb = -1;
         const size_t tile = FA_MAX_BLOCK * FA_LD;
         real *buf = fa_thread_work(work, dk, dv);
         fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL,
@@ -507,7 +506,7 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
         for (int64_t x = 0; x < B * Tq; x++) {
             const int64_t b = x / Tq, i = x % Tq;
             const real *orow = FA_SLICE(out, so, b) + i * so[2];
-            const real *dorow = FA_SLICE(dox, sdo, b) + i * sdo[2];
+            const real *dorow = FA_SLICE(dout, sdo, b) + i * sdo[2];
             double dsum = 0;
 #pragma omp simd reduction(+ : dsum)
             for (int64_t d = 0; d < dv; d++)
@@ -519,12 +518,17 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
             const int64_t b = item / groups, g = item % groups;
             const int64_t t = table_heads == 1 ? 0 : b % H;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            const real *qs = FA_SLICE(qx, sq, b);
-            const real *dos = FA_SLICE(dox, sdo, b), *ks = FA_SLICE(k, sk, b);
+            const real *qs = FA_SLICE(q, sq, b);
+            const real *dos = FA_SLICE(dout, sdo, b), *ks = FA_SLICE(k, sk, b);
             const real *vs = FA_SLICE(v, sv, b);
             real *dks = FA_SLICE(dkey, sdk, b), *dvs = FA_SLICE(dval, sdv, b);
-            /* group 0 sums into dq, group g > 0 into its own contiguous partial dq */
             fa_rows ld = ld0;
+            if (qpack) {
+                if (pb != b)
+                    fa_pack(qs, ld.q, Tq, dk, qpack), fa_pack(dos, ld.dout, Tq, dv, dopack), pb = b;
+                qs = qpack, dos = dopack, ld.q = dk, ld.dout = dv;
+            }
+            /* group 0 sums into dq, group g > 0 into its own contiguous partial dq */
             real *dqs = FA_SLICE(dq, sdq, b);
             if (g > 0)
                 dqs = dq_parts + ((g - 1) * B + b) * Tq * dk, ld.dq = dk;
