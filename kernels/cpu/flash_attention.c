@@ -423,12 +423,14 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
     real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
     fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0);
     fa_mask(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km);
+    /* the elementwise steps run over whole rows of FA_LD (a count the compiler knows): columns
+     * from nc on are computed and never read */
     for (int64_t i = 0; i < nr; i++) {
         real *row = p + i * FA_LD;
         /* lse in base 2; no visible key: P = 0 */
         const real top = lb[i] == -INFINITY ? INFINITY : (real)(lb[i] * FA_LOG2E);
 #pragma omp simd
-        for (int64_t c = 0; c < nc; c++)
+        for (int64_t c = 0; c < FA_LD; c++)
             row[c] = FA_EXP2(row[c] - top);
     }
     if (z) {
@@ -452,7 +454,7 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
                 dprow[c] = sc * prow[c] * (dprow[c] * zr[c] - D);
         } else {
 #pragma omp simd
-            for (int64_t c = 0; c < nc; c++)
+            for (int64_t c = 0; c < FA_LD; c++)
                 dprow[c] = sc * prow[c] * (dprow[c] - D);
         }
     }
