@@ -247,15 +247,33 @@ static void fa_online_softmax(real *restrict s, int64_t nr, int64_t nc, real *re
                               real *restrict l, real *restrict alpha)
 {
     for (int64_t v = 0; v < nr; v += FA_W) {
-        real top[FA_W], safe[FA_W], sum[FA_W];
+        /* four running maxima (keys c mod 4), so the maximum is not one chain of nc steps */
+        real top[FA_W], t1[FA_W], t2[FA_W], t3[FA_W], safe[FA_W], sum[FA_W];
 #pragma omp simd
         for (int64_t x = 0; x < FA_W; x++)
-            top[x] = m[v + x];
-        for (int64_t c = 0; c < nc; c++) {
+            top[x] = t1[x] = t2[x] = t3[x] = m[v + x];
+        int64_t c = 0;
+        for (; c + 4 <= nc; c += 4) {
+            const real *row = s + c * FA_LD + v;
+#pragma omp simd
+            for (int64_t x = 0; x < FA_W; x++) {
+                top[x] = row[x] > top[x] ? row[x] : top[x];
+                t1[x] = row[FA_LD + x] > t1[x] ? row[FA_LD + x] : t1[x];
+                t2[x] = row[2 * FA_LD + x] > t2[x] ? row[2 * FA_LD + x] : t2[x];
+                t3[x] = row[3 * FA_LD + x] > t3[x] ? row[3 * FA_LD + x] : t3[x];
+            }
+        }
+        for (; c < nc; c++) {
             const real *row = s + c * FA_LD + v;
 #pragma omp simd
             for (int64_t x = 0; x < FA_W; x++)
                 top[x] = row[x] > top[x] ? row[x] : top[x];
+        }
+#pragma omp simd
+        for (int64_t x = 0; x < FA_W; x++) {
+            t1[x] = t2[x] > t1[x] ? t2[x] : t1[x];
+            t3[x] = top[x] > t3[x] ? top[x] : t3[x];
+            top[x] = t3[x] > t1[x] ? t3[x] : t1[x];
         }
 #pragma omp simd
         for (int64_t x = 0; x < FA_W; x++) {
@@ -265,7 +283,7 @@ static void fa_online_softmax(real *restrict s, int64_t nr, int64_t nc, real *re
             sum[x] = l[v + x] * alpha[v + x];
             m[v + x] = top[x];
         }
-        for (int64_t c = 0; c < nc; c++) {
+        for (c = 0; c < nc; c++) {
             real *row = s + c * FA_LD + v;
 #pragma omp simd
             for (int64_t x = 0; x < FA_W; x++) {
