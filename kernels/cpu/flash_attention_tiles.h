@@ -1,0 +1,198 @@
+/* The tile steps of the fused attention kernels (flash_attention.c includes this file; it is
+ * not a cffi header): vectors of one register (fa_vec, FA_W reals), the small tile GEMM
+ * fa_gemm, tile transposes and row copies, and 2^x of a real (FA_EXP2) and of a vector
+ * (fa_vexp2).  Needs common.h and flash_attention.h (FA_MAX_BLOCK) first. */
+#ifndef NEONLITE_FLASH_ATTENTION_TILES_H
+#define NEONLITE_FLASH_ATTENTION_TILES_H
+
+/* FA_FLOAT: 1 when the build's real is float (DTYPE pasted onto FA_IS_: only FA_IS_float is
+ * defined), for the float-only AVX-512 forms below. */
+#define FA_IS_float 1
+#define FA_PASTE2(a, b) a##b
+#define FA_PASTE(a, b) FA_PASTE2(a, b)
+#if FA_PASTE(FA_IS_, DTYPE)
+#define FA_FLOAT 1
+#else
+#define FA_FLOAT 0
+#endif
+#if FA_FLOAT && defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#ifdef __AVX512F__
+#define FA_VEC_BYTES 64
+#else
+#define FA_VEC_BYTES 32
+#endif
+typedef real fa_vec __attribute__((vector_size(FA_VEC_BYTES)));
+typedef real fa_uvec __attribute__((vector_size(FA_VEC_BYTES), aligned(sizeof(real)), may_alias));
+#define FA_W ((int64_t)(FA_VEC_BYTES / sizeof(real)))
+#define FA_LD FA_MAX_BLOCK /* leading dimension of the bq x bk tiles */
+
+static inline fa_vec fa_load(const real *p) { return *(const fa_uvec *)p; }
+static inline void fa_store(real *p, fa_vec x) { *(fa_uvec *)p = x; }
+
+/* C (m x n, ld ldc) = [C +] A (m x k) B (k x n, ld ldb), small m, n; A's element (i, p) is
+ * A[i * ai + p * ap] (so A may be a transposed tile).  Each element of C is one sequential sum
+ * over p (starting from C when `add`), whichever path computes it. */
+#define FA_ROWS 8
+static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
+                    int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
+                    int64_t ldc, int add)
+{
+    int64_t j = 0;
+    for (; j + 2 * FA_W <= n; j += 2 * FA_W) {
+        int64_t i = 0;
+        for (; i + FA_ROWS <= m; i += FA_ROWS) {
+            fa_vec x[FA_ROWS][2];
+            const real *a = A + i * ai;
+#pragma GCC unroll 8
+            for (int r = 0; r < FA_ROWS; r++) {
+                x[r][0] = add ? fa_load(C + (i + r) * ldc + j) : (fa_vec){0};
+                x[r][1] = add ? fa_load(C + (i + r) * ldc + j + FA_W) : (fa_vec){0};
+            }
+            for (int64_t p = 0; p < kk; p++) {
+                const fa_vec b0 = fa_load(B + p * ldb + j), b1 = fa_load(B + p * ldb + j + FA_W);
+                const real *ar = a + p * ap;
+#pragma GCC unroll 8
+                for (int r = 0; r < FA_ROWS; r++) {
+                    const real av = ar[r * ai];
+                    x[r][0] += av * b0, x[r][1] += av * b1;
+                }
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < FA_ROWS; r++) {
+                fa_store(C + (i + r) * ldc + j, x[r][0]);
+                fa_store(C + (i + r) * ldc + j + FA_W, x[r][1]);
+            }
+        }
+        for (; i < m; i++) {
+            real *c0 = C + i * ldc + j;
+            fa_vec x0 = {0}, x1 = {0};
+            if (add)
+                x0 = fa_load(c0), x1 = fa_load(c0 + FA_W);
+            for (int64_t p = 0; p < kk; p++) {
+                const real a0 = A[i * ai + p * ap];
+                x0 += a0 * fa_load(B + p * ldb + j), x1 += a0 * fa_load(B + p * ldb + j + FA_W);
+            }
+            fa_store(c0, x0), fa_store(c0 + FA_W, x1);
+        }
+    }
+    for (; j + FA_W <= n; j += FA_W) {
+        for (int64_t i = 0; i < m; i++) {
+            real *c0 = C + i * ldc + j;
+            fa_vec x0 = {0};
+            if (add)
+                x0 = fa_load(c0);
+            for (int64_t p = 0; p < kk; p++)
+                x0 += A[i * ai + p * ap] * fa_load(B + p * ldb + j);
+            fa_store(c0, x0);
+        }
+    }
+    for (; j < n; j++) {
+        for (int64_t i = 0; i < m; i++) {
+            real x = add ? C[i * ldc + j] : 0;
+            for (int64_t p = 0; p < kk; p++)
+                x += A[i * ai + p * ap] * B[p * ldb + j];
+            C[i * ldc + j] = x;
+        }
+    }
+}
+
+/* dst (w x n, ld FA_LD) = scale * src (n rows x w, ld lds) transposed: FA_W rows of src at a
+ * time, so each row of dst is written a vector at a time while those rows stay in L1. */
+static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64_t w,
+                         real scale, real *restrict dst)
+{
+    for (int64_t c0 = 0; c0 < n; c0 += FA_W) {
+        const int64_t cn = n - c0 < FA_W ? n - c0 : FA_W;
+        for (int64_t d = 0; d < w; d++)
+#pragma omp simd
+            for (int64_t c = 0; c < cn; c++)
+                dst[d * FA_LD + c0 + c] = scale * src[(c0 + c) * lds + d];
+    }
+}
+
+/* dst (n x w, contiguous) = src (n rows x w, ld lds): a block of strided rows (token-major
+ * operands are rows of a wider projection) packed for the tile products. */
+static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
+                    real *restrict dst)
+{
+    for (int64_t c = 0; c < n; c++) {
+        const real *from = src + c * lds;
+        real *to = dst + c * w;
+        int64_t d = 0;
+        for (; d + FA_W <= w; d += FA_W)
+            fa_store(to + d, fa_load(from + d));
+        for (; d < w; d++)
+            to[d] = from[d];
+    }
+}
+
+/* dst (n rows x w, ld ldd) = src (n x w, contiguous). */
+static void fa_unpack(const real *restrict src, int64_t n, int64_t w, real *restrict dst,
+                      int64_t ldd)
+{
+    for (int64_t c = 0; c < n; c++)
+        memcpy(dst + c * ldd, src + c * w, sizeof(real) * (size_t)w);
+}
+
+/* 2^x for the exponents of the online softmax (x <= 0 up to rounding, or -inf; any x <= 127):
+ * for float a straight-line form the compiler vectorizes, 0 below -126, else 2^n times a
+ * degree-5 minimax polynomial of the fraction f = x - n in [-1/2, 1/2] (relative error 8e-8,
+ * 2.2e-7 evaluated in float).  n comes from adding and taking off 1.5 * 2^23, which rounds x
+ * to the nearest integer and leaves n in the low bits of the sum: shifted into the exponent
+ * field they make 2^n without a conversion.  Double uses libm.  The kernels work in base 2:
+ * scores are scaled by scale * log2(e), and lse converted back to base e. */
+static inline float fa_exp2f(float x)
+{
+    const float magic = 12582912.0f;
+    const float y = x + magic, n = y - magic, f = x - n;
+    float p = 1.3276452664285898e-3f;
+    p = p * f + 9.6755325794219971e-3f;
+    p = p * f + 5.5507130920886993e-2f;
+    p = p * f + 2.4022120237350464e-1f;
+    p = p * f + 6.9314694404602051e-1f;
+    p = p * f + 1.0000001192092896f;
+    union { float f; uint32_t u; } s = {y};
+    s.u = (s.u << 23) + (127u << 23);
+    return x < -126.0f ? 0.0f : p * s.f;
+}
+#define FA_EXP2(x) _Generic((x), float: fa_exp2f, default: exp2)(x)
+
+/* FA_EXP2 of each lane.  With AVX-512 and float the same steps as fa_exp2f in fewer
+ * instructions (same results): the rounding by vrndscaleps, the scaling by 2^n by vscalefps,
+ * masked to 0 below -126; otherwise FA_EXP2 lane by lane. */
+static inline fa_vec fa_vexp2(fa_vec x)
+{
+#if FA_FLOAT && defined(__AVX512F__)
+    const __m512 v = (__m512)x;
+    const __m512 n = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(v, n);
+    __m512 p = _mm512_set1_ps(1.3276452664285898e-3f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6755325794219971e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5507130920886993e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022120237350464e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314694404602051e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001192092896f));
+    /* lanes at or above -126, and NaN lanes, keep their value */
+    const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
+    return (fa_vec)_mm512_maskz_scalef_ps(keep, p, n);
+#else
+    fa_vec y;
+    for (int64_t l = 0; l < FA_W; l++)
+        y[l] = FA_EXP2(x[l]);
+    return y;
+#endif
+}
+#define FA_LOG2E 1.4426950408889634
+#define FA_LN2 0.6931471805599453
+
+/* Rows r0 .. r0 + n of width w at row stride ld set to 0. */
+static void fa_zero_rows(real *x, int64_t n, int64_t w, int64_t ld)
+{
+    for (int64_t r = 0; r < n; r++)
+        memset(x + r * ld, 0, sizeof(real) * (size_t)w);
+}
+
+#endif
