@@ -85,6 +85,19 @@ static void fa_mask(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_
 {
     if (!km && (!causal || j0 + nc - 1 <= i0 + off))
         return;
+    if (sc == 1) { /* a row per query: along the keys */
+        for (int64_t r = 0; r < nr; r++) {
+            real *row = s + r * sr;
+            /* keys past this column are after the query (causal) */
+            const int64_t last = causal ? i0 + r + off - j0 : nc;
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) {
+                const int hide = (km && km[j0 + c] == 0) || c > last;
+                row[c] = hide ? -INFINITY : row[c];
+            }
+        }
+        return;
+    }
     for (int64_t c = 0; c < nc; c++) {
         const int64_t j = j0 + c;
         const int padded = km && km[j] == 0;

@@ -193,7 +193,9 @@ static inline fa_vec fa_vexp2(fa_vec x)
 static void fa_zero_rows(real *x, int64_t n, int64_t w, int64_t ld)
 {
     for (int64_t r = 0; r < n; r++)
-        memset(x + r * ld, 0, sizeof(real) * (size_t)w);
+#pragma omp simd
+        for (int64_t d = 0; d < w; d++)
+            x[r * ld + d] = 0;
 }
 
 #endif
