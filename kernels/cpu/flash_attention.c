@@ -253,7 +253,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
             fa_transpose(FA_SLICE(q, sq, b) + i0 * sq[2], sq[2], nr, dk, sc2, qt);
             for (int64_t i = 0; i < FA_MAX_BLOCK; i++)
                 m[i] = -INFINITY, l[i] = 0;
-            memset(acc, 0, sizeof(real) * (size_t)(nr * dv));
+            fa_zero_rows(acc, nr, dv, dv);
             for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
                 const int64_t j0 = (int64_t)cols[e] * bk;
                 if (j0 >= kend)

@@ -113,14 +113,16 @@ static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64
     }
 }
 
-/* dst (n x w, contiguous) = src (n rows x w, ld lds): a block of strided rows (token-major
- * operands are rows of a wider projection) packed for the tile products. */
-static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
-                    real *restrict dst)
+/* dst (n rows x w, ld ldd) = src (n rows x w, ld lds), a vector at a time (a loop of memcpy
+ * calls costs more than the copy for rows this short): a block of strided rows (token-major
+ * operands are rows of a wider projection) packed for the tile products, or packed sums
+ * copied out. */
+static void fa_copy_rows(const real *restrict src, int64_t lds, int64_t n, int64_t w,
+                         real *restrict dst, int64_t ldd)
 {
     for (int64_t c = 0; c < n; c++) {
         const real *from = src + c * lds;
-        real *to = dst + c * w;
+        real *to = dst + c * ldd;
         int64_t d = 0;
         for (; d + FA_W <= w; d += FA_W)
             fa_store(to + d, fa_load(from + d));
@@ -129,12 +131,18 @@ static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
     }
 }
 
+/* dst (n x w, contiguous) = src (n rows x w, ld lds). */
+static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
+                    real *restrict dst)
+{
+    fa_copy_rows(src, lds, n, w, dst, w);
+}
+
 /* dst (n rows x w, ld ldd) = src (n x w, contiguous). */
 static void fa_unpack(const real *restrict src, int64_t n, int64_t w, real *restrict dst,
                       int64_t ldd)
 {
-    for (int64_t c = 0; c < n; c++)
-        memcpy(dst + c * ldd, src + c * w, sizeof(real) * (size_t)w);
+    fa_copy_rows(src, w, n, w, dst, ldd);
 }
 
 /* 2^x for the exponents of the online softmax (x <= 0 up to rounding, or -inf; any x <= 127):
@@ -189,13 +197,16 @@ static inline fa_vec fa_vexp2(fa_vec x)
 #define FA_LOG2E 1.4426950408889634
 #define FA_LN2 0.6931471805599453
 
-/* Rows r0 .. r0 + n of width w at row stride ld set to 0. */
+/* Rows r0 .. r0 + n of width w at row stride ld set to 0, a vector at a time. */
 static void fa_zero_rows(real *x, int64_t n, int64_t w, int64_t ld)
 {
-    for (int64_t r = 0; r < n; r++)
-#pragma omp simd
-        for (int64_t d = 0; d < w; d++)
+    for (int64_t r = 0; r < n; r++) {
+        int64_t d = 0;
+        for (; d + FA_W <= w; d += FA_W)
+            fa_store(x + r * ld + d, (fa_vec){0});
+        for (; d < w; d++)
             x[r * ld + d] = 0;
+    }
 }
 
 #endif
