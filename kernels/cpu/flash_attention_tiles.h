@@ -148,11 +148,12 @@ static void fa_unpack(const real *restrict src, int64_t n, int64_t w, real *rest
 /* 2^x for the exponents of the online softmax (x <= 0 up to rounding, or -inf; any x <= 127):
  * for float a straight-line form the compiler vectorizes, 0 below -126, else 2^n times a
  * degree-5 minimax polynomial of the fraction f = x - n in [-1/2, 1/2] with constant term 1
- * (relative error 9e-8, 1.7e-7 evaluated in float; 2^0 is exactly 1, so a running maximum that
- * does not move gives alpha = 1 and the output rows are not rescaled).  n comes from adding and taking off 1.5 * 2^23, which rounds x
- * to the nearest integer and leaves n in the low bits of the sum: shifted into the exponent
- * field they make 2^n without a conversion.  Double uses libm.  The kernels work in base 2:
- * scores are scaled by scale * log2(e), and lse converted back to base e. */
+ * (relative error 9e-8, 1.7e-7 evaluated in float; 2^0 is exactly 1, so a running maximum
+ * that does not move gives alpha = 1 and the output rows are not rescaled).  n comes from
+ * adding and taking off 1.5 * 2^23, which rounds x to the nearest integer and leaves n in the
+ * low bits of the sum: shifted into the exponent field they make 2^n without a conversion.
+ * Double uses libm.  The kernels work in base 2: scores are scaled by scale * log2(e), and lse
+ * converted back to base e. */
 static inline float fa_exp2f(float x)
 {
     const float magic = 12582912.0f;
