@@ -99,12 +99,64 @@ static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, in
     }
 }
 
-/* dst (w x n, ld FA_LD) = scale * src (n rows x w, ld lds) transposed: FA_W rows of src at a
- * time, so each row of dst is written a vector at a time while those rows stay in L1. */
+#if FA_FLOAT && defined(__AVX512F__)
+/* r[k] = column k of the 16 x 16 block whose rows are r[0..16) (in-register shuffles). */
+static inline void fa_transpose16(__m512 r[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+}
+#endif
+
+/* dst (w x n, ld FA_LD) = scale * src (n rows x w, ld lds) transposed.  With AVX-512 and
+ * float, whole 16 x 16 blocks go through registers (16 row loads, fa_transpose16, 16 row
+ * stores); the rest FA_W rows of src at a time, so each row of dst is written a vector at a
+ * time while those rows stay in L1. */
 static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64_t w,
                          real scale, real *restrict dst)
 {
-    for (int64_t c0 = 0; c0 < n; c0 += FA_W) {
+    int64_t c0 = 0, wb = 0;
+#if FA_FLOAT && defined(__AVX512F__)
+    wb = w - w % 16;
+    for (; c0 + 16 <= n; c0 += 16)
+        for (int64_t d0 = 0; d0 < wb; d0 += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = _mm512_mul_ps(_mm512_loadu_ps(src + (c0 + i) * lds + d0),
+                                     _mm512_set1_ps(scale));
+            fa_transpose16(r);
+            for (int i = 0; i < 16; i++)
+                _mm512_storeu_ps(dst + (d0 + i) * FA_LD + c0, r[i]);
+        }
+#endif
+    /* columns past the whole blocks of the rows done above, then the rows left */
+    for (int64_t c1 = 0; c1 < c0; c1 += FA_W)
+        for (int64_t d = wb; d < w; d++)
+#pragma omp simd
+            for (int64_t c = 0; c < FA_W; c++)
+                dst[d * FA_LD + c1 + c] = scale * src[(c1 + c) * lds + d];
+    for (; c0 < n; c0 += FA_W) {
         const int64_t cn = n - c0 < FA_W ? n - c0 : FA_W;
         for (int64_t d = 0; d < w; d++)
 #pragma omp simd
