@@ -104,6 +104,19 @@ class CPUAttentionMixin:
             work = self.kernels.workspaces[key] = np.empty(size, dtype=dtype)
         return work
 
+    def _attention_pack(self, module, q, strides, packs, blocks, B, Tq, Tk, dk, dv):
+        """The kernels' copy of the operands they read once per tile (forward: k and v, read
+        by each query block; backward: q and dout, read by each key block) when those have
+        strided rows (token-major views) and more than one block reads them, kept in the
+        kernels' workspaces; NULL where the kernels read them in place.  ``packs``: the
+        indices of those operands' row strides in ``strides`` and their widths; ``blocks``:
+        how many blocks read them."""
+        if blocks < 2 or all(strides[i] == w for i, w in packs):
+            return module.ffi.NULL
+        size = int(module.lib.fa_threads()) * int(module.lib.fa_pack_size(Tq, Tk, dk, dv))
+        return module.ffi.cast("real *", self._attention_buffer("fa_pack", q.dtype,
+                                                                size).ctypes.data)
+
     @staticmethod
     def _mask_array(key_mask, dtype):
         if key_mask is None:
@@ -141,7 +154,9 @@ class CPUAttentionMixin:
                             bool(causal), ffi.NULL if mask is None else ptr(mask), bq, bk,
                             ffi.from_buffer("int32_t[]", row_ptr),
                             ffi.from_buffer("int32_t[]", cols), table_heads,
-                            *self._dropout_args(dropout), self._attention_work(module, q, dk, dv))
+                            *self._dropout_args(dropout), self._attention_work(module, q, dk, dv),
+                            self._attention_pack(module, q, strides, ((5, dk), (8, dv)),
+                                                 -(-Tq // bq), B, Tq, Tk, dk, dv))
         return out
 
     def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
@@ -174,7 +189,9 @@ class CPUAttentionMixin:
                             ffi.from_buffer("int32_t[]", group_ptr),
                             ffi.from_buffer("int32_t[]", group_cols), parts,
                             ptr(self._attention_buffer("fa_drows", q._ary.dtype, B * Tq)),
-                            self._attention_work(module, q, dkw, dvw))
+                            self._attention_work(module, q, dkw, dvw),
+                            self._attention_pack(module, q, strides, ((2, dkw), (14, dvw)),
+                                                 -(-Tk // bk), B, Tq, Tk, dkw, dvw))
         return dq
 
 

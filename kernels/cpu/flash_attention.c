@@ -11,172 +11,19 @@
  * Philox, dV_c += (P Z)^T dO_r, dP = (dO_r v_c^T) Z, dS = scale P (dP - D_r) with
  * D_r = rowsum(dO_r * O_r), dQ_r += dS k_c, dK_c += dS^T q_r.  Each sum has one fixed order.
  *
- * The products are small tile GEMMs (fa_gemm) on explicit vectors of 64 bytes (one AVX-512
- * register) where the compiler targets AVX-512, 32 bytes otherwise; the GCC/Clang vector
- * extension keeps them in registers without naming an instruction set. */
+ * The products are small tile GEMMs (fa_gemm, flash_attention_tiles.h) on explicit vectors of
+ * 64 bytes (one AVX-512 register) where the compiler targets AVX-512, 32 bytes otherwise; the
+ * GCC/Clang vector extension keeps them in registers without naming an instruction set.
+ * Token-major operands that every tile rereads are read through a per-thread contiguous copy
+ * of the slice (fa_pack_size). */
 #include <omp.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 #include "common.h"
 #include "flash_attention.h"
+#include "flash_attention_tiles.h"
 
-#ifdef __AVX512F__
-#define FA_VEC_BYTES 64
-#else
-#define FA_VEC_BYTES 32
-#endif
-typedef real fa_vec __attribute__((vector_size(FA_VEC_BYTES)));
-typedef real fa_uvec __attribute__((vector_size(FA_VEC_BYTES), aligned(sizeof(real)), may_alias));
-#define FA_W ((int64_t)(FA_VEC_BYTES / sizeof(real)))
-#define FA_LD FA_MAX_BLOCK /* leading dimension of the bq x bk tiles */
-
-static inline fa_vec fa_load(const real *p) { return *(const fa_uvec *)p; }
-static inline void fa_store(real *p, fa_vec x) { *(fa_uvec *)p = x; }
-
-/* C (m x n, ld ldc) = [C +] A (m x k) B (k x n, ld ldb), small m, n; A's element (i, p) is
- * A[i * ai + p * ap] (so A may be a transposed tile).  Each element of C is one sequential sum
- * over p (starting from C when `add`), whichever path computes it. */
-#define FA_ROWS 8
-static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
-                    int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
-                    int64_t ldc, int add)
-{
-    int64_t j = 0;
-    for (; j + 2 * FA_W <= n; j += 2 * FA_W) {
-        int64_t i = 0;
-        for (; i + FA_ROWS <= m; i += FA_ROWS) {
-            fa_vec x[FA_ROWS][2];
-            const real *a = A + i * ai;
-#pragma GCC unroll 8
-            for (int r = 0; r < FA_ROWS; r++) {
-                x[r][0] = add ? fa_load(C + (i + r) * ldc + j) : (fa_vec){0};
-                x[r][1] = add ? fa_load(C + (i + r) * ldc + j + FA_W) : (fa_vec){0};
-            }
-            for (int64_t p = 0; p < kk; p++) {
-                const fa_vec b0 = fa_load(B + p * ldb + j), b1 = fa_load(B + p * ldb + j + FA_W);
-                const real *ar = a + p * ap;
-#pragma GCC unroll 8
-                for (int r = 0; r < FA_ROWS; r++) {
-                    const real av = ar[r * ai];
-                    x[r][0] += av * b0, x[r][1] += av * b1;
-                }
-            }
-#pragma GCC unroll 8
-            for (int r = 0; r < FA_ROWS; r++) {
-                fa_store(C + (i + r) * ldc + j, x[r][0]);
-                fa_store(C + (i + r) * ldc + j + FA_W, x[r][1]);
-            }
-        }
-        for (; i < m; i++) {
-            real *c0 = C + i * ldc + j;
-            fa_vec x0 = {0}, x1 = {0};
-            if (add)
-                x0 = fa_load(c0), x1 = fa_load(c0 + FA_W);
-            for (int64_t p = 0; p < kk; p++) {
-                const real a0 = A[i * ai + p * ap];
-                x0 += a0 * fa_load(B + p * ldb + j), x1 += a0 * fa_load(B + p * ldb + j + FA_W);
-            }
-            fa_store(c0, x0), fa_store(c0 + FA_W, x1);
-        }
-    }
-    for (; j + FA_W <= n; j += FA_W) {
-        for (int64_t i = 0; i < m; i++) {
-            real *c0 = C + i * ldc + j;
-            fa_vec x0 = {0};
-            if (add)
-                x0 = fa_load(c0);
-            for (int64_t p = 0; p < kk; p++)
-                x0 += A[i * ai + p * ap] * fa_load(B + p * ldb + j);
-            fa_store(c0, x0);
-        }
-    }
-    for (; j < n; j++) {
-        for (int64_t i = 0; i < m; i++) {
-            real x = add ? C[i * ldc + j] : 0;
-            for (int64_t p = 0; p < kk; p++)
-                x += A[i * ai + p * ap] * B[p * ldb + j];
-            C[i * ldc + j] = x;
-        }
-    }
-}
-
-#if defined(__AVX512F__)
-/* dst (16 x 16, ld FA_LD) = scale * src (16 x 16, ld lds) transposed, float, in registers:
- * pairs of rows interleaved (unpack), then pairs of pairs (unpack as doubles), then 128-bit
- * lanes exchanged twice (shuffle_f32x4), the usual four stages of a 16 x 16 transpose. */
-static inline void fa_transpose16f(const float *src, int64_t lds, float scale, float *dst)
-{
-    const __m512 s = _mm512_set1_ps(scale);
-    __m512 r[16], t[16];
-    for (int i = 0; i < 16; i++)
-        r[i] = _mm512_mul_ps(_mm512_loadu_ps(src + i * lds), s);
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4)
-        for (int j = 0; j < 2; j++) {
-            const __m512d a = _mm512_castps_pd(t[i + j]), b = _mm512_castps_pd(t[i + j + 2]);
-            r[i + 2 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-            r[i + 2 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        }
-    for (int i = 0; i < 16; i += 8)
-        for (int j = 0; j < 4; j++) {
-            t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
-            t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
-        }
-    for (int j = 0; j < 8; j++) {
-        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
-        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
-    }
-    for (int i = 0; i < 16; i++)
-        _mm512_storeu_ps(dst + i * FA_LD, r[i]);
-}
-#define FA_TILE16 (sizeof(real) == sizeof(float))
-#else
-#define FA_TILE16 0
-#define fa_transpose16f(src, lds, scale, dst) ((void)0)
-#endif
-
-/* dst (w x n, ld FA_LD) = scale * src (n rows x w, ld lds) transposed: 16 x 16 register
- * tiles for float where the compiler targets AVX-512, element by element elsewhere. */
-static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64_t w,
-                         real scale, real *restrict dst)
-{
-    int64_t c0 = 0;
-    if (FA_TILE16)
-        for (; c0 + 16 <= n; c0 += 16) {
-            int64_t d0 = 0;
-            for (; d0 + 16 <= w; d0 += 16)
-                fa_transpose16f((const float *)(src + c0 * lds + d0), lds, (float)scale,
-                                (float *)(dst + d0 * FA_LD + c0));
-            for (int64_t c = c0; c < c0 + 16; c++)
-                for (int64_t d = d0; d < w; d++)
-                    dst[d * FA_LD + c] = scale * src[c * lds + d];
-        }
-    for (int64_t c = c0; c < n; c++)
-        for (int64_t d = 0; d < w; d++)
-            dst[d * FA_LD + c] = scale * src[c * lds + d];
-}
-
-/* dst (n x w, contiguous) = src (n rows x w, ld lds): a block of strided rows (token-major
- * operands are rows of a wider projection) packed for the tile products. */
-static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
-                    real *restrict dst)
-{
-    for (int64_t c = 0; c < n; c++)
-        memcpy(dst + c * w, src + c * lds, sizeof(real) * (size_t)w);
-}
-
-/* dst (n rows x w, ld ldd) = src (n x w, contiguous). */
-static void fa_unpack(const real *restrict src, int64_t n, int64_t w, real *restrict dst,
-                      int64_t ldd)
-{
-    for (int64_t c = 0; c < n; c++)
-        memcpy(dst + c * ldd, src + c * w, sizeof(real) * (size_t)w);
-}
+/* The first element of slice b's rows of a tensor with strides st (example, head, row). */
+#define FA_SLICE(p, st, b) ((p) + ((b) / H) * (st)[0] + ((b) % H) * (st)[1])
 
 /* ---- dropout: Philox4x32-10, as backends/philox.py ------------------------------------------ */
 static inline uint32_t fa_philox_word(uint64_t g, uint32_t step, uint32_t stream, uint64_t seed,
@@ -229,29 +76,6 @@ static fa_dropout fa_make_dropout(double keep, uint64_t seed, uint32_t step, uin
     return dr;
 }
 
-/* 2^x for the exponents of the online softmax (x <= 0 up to rounding, or -inf): for float a
- * straight-line form the compiler vectorizes, 2^n times a degree-6 polynomial of the fraction
- * (relative error below 2e-7), 0 below -126; double uses libm.  The kernels work in base 2:
- * scores are scaled by scale * log2(e), and lse converted back to base e. */
-static inline float fa_exp2f(float x)
-{
-    const float t = x < -126.0f ? -126.0f : (x > 127.0f ? 127.0f : x);
-    const float n = rintf(t), f = t - n;
-    float p = 1.5403530393381606e-4f;
-    p = p * f + 1.3333558146428443e-3f;
-    p = p * f + 9.6181291076284772e-3f;
-    p = p * f + 5.5504108664821580e-2f;
-    p = p * f + 2.4022650695910071e-1f;
-    p = p * f + 6.9314718055994531e-1f;
-    p = p * f + 1.0f;
-    union { float f; int32_t i; } s;
-    s.i = ((int32_t)n + 127) << 23;
-    return x < -126.0f ? 0.0f : p * s.f;
-}
-#define FA_EXP2(x) _Generic((x), float: fa_exp2f, default: exp2)(x)
-#define FA_LOG2E 1.4426950408889634
-#define FA_LN2 0.6931471805599453
-
 /* ---- masks ------------------------------------------------------------------------------------ */
 /* s[r * sr + c * sc] (r < nr queries from i0, c < nc keys from j0) = -inf where the key is
  * hidden (causal, key mask); the scores come scaled (one operand was).  A tile with nothing
@@ -261,6 +85,19 @@ static void fa_mask(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_
 {
     if (!km && (!causal || j0 + nc - 1 <= i0 + off))
         return;
+    if (sc == 1) { /* a row per query: along the keys */
+        for (int64_t r = 0; r < nr; r++) {
+            real *row = s + r * sr;
+            /* keys past this column are after the query (causal) */
+            const int64_t last = causal ? i0 + r + off - j0 : nc;
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) {
+                const int hide = (km && km[j0 + c] == 0) || c > last;
+                row[c] = hide ? -INFINITY : row[c];
+            }
+        }
+        return;
+    }
     for (int64_t c = 0; c < nc; c++) {
         const int64_t j = j0 + c;
         const int padded = km && km[j] == 0;
@@ -273,23 +110,107 @@ static void fa_mask(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_
     }
 }
 
+/* One key block's step of the online softmax.  s (nc keys x nr queries, ld FA_LD) holds the
+ * scaled scores (base 2), -inf where hidden; m, l the running maximum and sum of each query.
+ * Afterwards s holds 2^(s - m_new), l = l alpha + rowsum, m = m_new and alpha =
+ * 2^(m_old - m_new), the factor the output rows take.  The queries go FA_W at a time (one
+ * vector; lanes past nr are computed and not used), their keys a sequential loop, so the
+ * maximum and the sum stay in registers.  m, l, alpha: room for nr rounded up to FA_W. */
+static void fa_online_softmax(real *restrict s, int64_t nr, int64_t nc, real *restrict m,
+                              real *restrict l, real *restrict alpha)
+{
+    for (int64_t v = 0; v < nr; v += FA_W) {
+        /* four running maxima (keys c mod 4), so the maximum is not one chain of nc steps */
+        real top[FA_W], t1[FA_W], t2[FA_W], t3[FA_W], safe[FA_W], sum[FA_W];
+#pragma omp simd
+        for (int64_t x = 0; x < FA_W; x++)
+            top[x] = t1[x] = t2[x] = t3[x] = m[v + x];
+        int64_t c = 0;
+        for (; c + 4 <= nc; c += 4) {
+            const real *row = s + c * FA_LD + v;
+#pragma omp simd
+            for (int64_t x = 0; x < FA_W; x++) {
+                top[x] = row[x] > top[x] ? row[x] : top[x];
+                t1[x] = row[FA_LD + x] > t1[x] ? row[FA_LD + x] : t1[x];
+                t2[x] = row[2 * FA_LD + x] > t2[x] ? row[2 * FA_LD + x] : t2[x];
+                t3[x] = row[3 * FA_LD + x] > t3[x] ? row[3 * FA_LD + x] : t3[x];
+            }
+        }
+        for (; c < nc; c++) {
+            const real *row = s + c * FA_LD + v;
+#pragma omp simd
+            for (int64_t x = 0; x < FA_W; x++)
+                top[x] = row[x] > top[x] ? row[x] : top[x];
+        }
+#pragma omp simd
+        for (int64_t x = 0; x < FA_W; x++) {
+            t1[x] = t2[x] > t1[x] ? t2[x] : t1[x];
+            t3[x] = top[x] > t3[x] ? top[x] : t3[x];
+            top[x] = t3[x] > t1[x] ? t3[x] : t1[x];
+        }
+#pragma omp simd
+        for (int64_t x = 0; x < FA_W; x++) {
+            /* queries with nothing visible yet keep m = -inf and take exp(-inf) = 0 */
+            safe[x] = top[x] == -INFINITY ? 0 : top[x];
+            alpha[v + x] = FA_EXP2(m[v + x] - safe[x]);
+            sum[x] = l[v + x] * alpha[v + x];
+            m[v + x] = top[x];
+        }
+        const fa_vec base = fa_load(safe);
+        fa_vec total = fa_load(sum);
+        for (c = 0; c < nc; c++) {
+            real *row = s + c * FA_LD + v;
+            const fa_vec p = fa_vexp2(fa_load(row) - base);
+            fa_store(row, p);
+            total += p;
+        }
+        fa_store(l + v, total);
+    }
+}
+
 int64_t fa_threads(void) { return omp_get_max_threads(); }
+
+/* A thread's tiles start on a 64-byte boundary (FA_ALIGN reals of slack): the tile rows are
+ * then aligned vectors, which a work array from a plain allocator does not guarantee. */
+#define FA_ALIGN ((int64_t)(64 / sizeof(real)))
 
 int64_t fa_work_size(int64_t dk, int64_t dv)
 {
-    return (3 * dk + 2 * dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD;
+    return (3 * dk + 2 * dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD + FA_ALIGN;
+}
+
+/* The first 64-byte boundary in x. */
+static real *fa_aligned(real *x)
+{
+    return (real *)(((uintptr_t)x + 63) & ~(uintptr_t)63);
+}
+
+int64_t fa_pack_size(int64_t Tq, int64_t Tk, int64_t dk, int64_t dv)
+{
+    return (Tq > Tk ? Tq : Tk) * (dk + dv) + FA_ALIGN;
+}
+
+/* The calling thread's part of the packed array (NULL: none), aligned. */
+static real *fa_thread_pack(real *packed, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv)
+{
+    return packed ? fa_aligned(packed + omp_get_thread_num() * fa_pack_size(Tq, Tk, dk, dv))
+                  : NULL;
+}
+
+/* The calling thread's tiles in the work array, aligned. */
+static real *fa_thread_work(real *work, int64_t dk, int64_t dv)
+{
+    return fa_aligned(work + omp_get_thread_num() * fa_work_size(dk, dv));
 }
 
 /* ---- forward ---------------------------------------------------------------------------------- */
-/* The first element of slice b's rows of a tensor with strides st (example, head, row). */
-#define FA_SLICE(p, st, b) ((p) + ((b) / H) * (st)[0] + ((b) % H) * (st)[1])
 
 void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
               int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv,
               const int64_t *strides, double scale, int causal, const real *key_mask,
               int64_t bq, int64_t bk, const int32_t *row_ptr, const int32_t *cols,
               int64_t table_heads, double keep, uint64_t seed, uint32_t step, uint32_t stream,
-              uint64_t first, real *work)
+              uint64_t first, real *work, real *packed)
 {
     const int64_t nqb = (Tq + bq - 1) / bq, off = Tk - Tq, items = B * nqb;
     const int drop = keep < 1.0;
@@ -299,10 +220,17 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
     {
         /* qt: the query block transposed (dk x nr); st: scores / probabilities transposed
          * (nc x nr), so the per-query steps run along vectors of queries */
-        real *qt = work + omp_get_thread_num() * fa_work_size(dk, dv);
+        real *qt = fa_thread_work(work, dk, dv);
         real *st = qt + dk * FA_LD, *z = st + FA_MAX_BLOCK * FA_LD;
         real *acc = z + FA_MAX_BLOCK * FA_LD;
-        real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], top[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
+        real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
+        /* strided k and v rows: the slice's copied to kpack, vpack (contiguous) when more
+         * than one query block reads them; slice pb's are there now */
+        const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
+        const int pack = nqb > 1 && (sk[2] != dk || sv[2] != dv);
+        real *kpack = pack ? fa_thread_pack(packed, Tq, Tk, dk, dv) : NULL;
+        real *vpack = kpack ? kpack + Tk * dk : NULL;
+        int64_t pb = -1;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {
             /* the last query blocks first: under a causal mask they visit the most tiles */
@@ -310,50 +238,30 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
             const int64_t nr = Tq - i0 < bq ? Tq - i0 : bq;
             const int64_t t = table_heads == 1 ? 0 : b % H;
             const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
             const real *kb = FA_SLICE(k, sk, b), *vb = FA_SLICE(v, sv, b);
+            int64_t ldk = sk[2], ldv = sv[2];
             /* keys from kend on are all hidden by the key mask (trailing padding): their
              * probabilities are exactly 0, so the tiles stop there */
             int64_t kend = Tk;
             while (km && kend > 0 && km[kend - 1] == 0)
                 kend--;
+            if (kpack) {
+                if (pb != b)
+                    fa_pack(kb, ldk, kend, dk, kpack), fa_pack(vb, ldv, kend, dv, vpack), pb = b;
+                kb = kpack, vb = vpack, ldk = dk, ldv = dv;
+            }
             fa_transpose(FA_SLICE(q, sq, b) + i0 * sq[2], sq[2], nr, dk, sc2, qt);
-            for (int64_t i = 0; i < nr; i++)
+            for (int64_t i = 0; i < FA_MAX_BLOCK; i++)
                 m[i] = -INFINITY, l[i] = 0;
-            memset(acc, 0, sizeof(real) * (size_t)(nr * dv));
+            fa_zero_rows(acc, nr, dv, dv);
             for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
                 const int64_t j0 = (int64_t)cols[e] * bk;
                 if (j0 >= kend)
                     continue;
                 const int64_t nc = kend - j0 < bk ? kend - j0 : bk;
-                fa_gemm(nc, nr, dk, kb + j0 * sk[2], sk[2], 1, qt, FA_LD, st, FA_LD, 0);
+                fa_gemm(nc, nr, dk, kb + j0 * ldk, ldk, 1, qt, FA_LD, st, FA_LD, 0);
                 fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
-                for (int64_t i = 0; i < nr; i++)
-                    top[i] = m[i];
-                for (int64_t c = 0; c < nc; c++) {
-                    const real *row = st + c * FA_LD;
-#pragma omp simd
-                    for (int64_t i = 0; i < nr; i++)
-                        top[i] = row[i] > top[i] ? row[i] : top[i];
-                }
-#pragma omp simd
-                for (int64_t i = 0; i < nr; i++) {
-                    /* rows with nothing visible yet keep m = -inf, contribute exp(-inf) = 0 */
-                    const real safe = top[i] == -INFINITY ? 0 : top[i];
-                    alpha[i] = FA_EXP2(m[i] - safe);
-                    m[i] = top[i];
-                    top[i] = safe;
-                    l[i] *= alpha[i];
-                }
-                for (int64_t c = 0; c < nc; c++) {
-                    real *row = st + c * FA_LD;
-#pragma omp simd
-                    for (int64_t i = 0; i < nr; i++) {
-                        const real p = FA_EXP2(row[i] - top[i]);
-                        row[i] = p;
-                        l[i] += p;
-                    }
-                }
+                fa_online_softmax(st, nr, nc, m, l, alpha);
                 for (int64_t i = 0; i < nr; i++) {
                     real *o = acc + i * dv;
                     const real a = alpha[i];
@@ -369,7 +277,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                         for (int64_t i = 0; i < nr; i++)
                             st[c * FA_LD + i] *= z[c * FA_LD + i];
                 }
-                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * sv[2], sv[2], acc, dv, 1);
+                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * ldv, ldv, acc, dv, 1);
             }
             for (int64_t i = 0; i < nr; i++) {
                 real *o = FA_SLICE(out, so, b) + (i0 + i) * so[2];
@@ -404,13 +312,14 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
     real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
     fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0);
     fa_mask(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km);
+    /* the elementwise steps run over whole rows of FA_LD (a count the compiler knows): columns
+     * from nc on are computed and never read */
     for (int64_t i = 0; i < nr; i++) {
         real *row = p + i * FA_LD;
         /* lse in base 2; no visible key: P = 0 */
         const real top = lb[i] == -INFINITY ? INFINITY : (real)(lb[i] * FA_LOG2E);
-#pragma omp simd
-        for (int64_t c = 0; c < nc; c++)
-            row[c] = FA_EXP2(row[c] - top);
+        for (int64_t c = 0; c < FA_LD; c += FA_W)
+            fa_store(row + c, fa_vexp2(fa_load(row + c) - top));
     }
     if (z) {
         fa_dropout_tile(dr, b, H, Tq, Tk, i0, nr, j0, nc, z, FA_LD, 1);
@@ -433,7 +342,7 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
                 dprow[c] = sc * prow[c] * (dprow[c] * zr[c] - D);
         } else {
 #pragma omp simd
-            for (int64_t c = 0; c < nc; c++)
+            for (int64_t c = 0; c < FA_LD; c++)
                 dprow[c] = sc * prow[c] * (dprow[c] - D);
         }
     }
@@ -441,12 +350,6 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
     fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, ld->q, dkb, ld->dk, !first);
 }
 
-/* Rows r0 .. r0 + n of width w at row stride ld set to 0. */
-static void fa_zero_rows(real *x, int64_t n, int64_t w, int64_t ld)
-{
-    for (int64_t r = 0; r < n; r++)
-        memset(x + r * ld, 0, sizeof(real) * (size_t)w);
-}
 
 void fa_bprop(const real *q, const real *k, const real *v, const real *out, const real *lse,
               const real *dout, real *dq, real *dkey, real *dval, int64_t B, int64_t H,
@@ -455,22 +358,28 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
               const int32_t *col_ptr, const int32_t *rows, int64_t table_heads, double keep,
               uint64_t seed, uint32_t step, uint32_t stream, uint64_t first, int64_t groups,
               const int32_t *group_ptr, const int32_t *group_cols, real *dq_parts, real *drows,
-              real *work)
+              real *work, real *packed)
 {
     const int64_t nkb = (Tk + bk - 1) / bk, off = Tk - Tq;
     const int drop = keep < 1.0;
     const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
     const real sc = (real)scale, sc2 = (real)(scale * FA_LOG2E);
     const int64_t items = B * groups;
-    /* strides: (example, head, row) of q, k, v, out, dout, dq, dk, dv in that order */
-    const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
-    const int64_t *sdo = strides + 12, *sdq = strides + 15, *sdk = strides + 18;
-    const int64_t *sdv = strides + 21;
-    const fa_rows ld0 = {sq[2], sk[2], sdo[2], sdq[2], sdk[2], sdv[2]};
 #pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
     {
+        /* strides: (example, head, row) of q, k, v, out, dout, dq, dk, dv in that order */
+        const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
+        const int64_t *sdo = strides + 12, *sdq = strides + 15, *sdk = strides + 18;
+        const int64_t *sdv = strides + 21;
+        const fa_rows ld0 = {sq[2], sk[2], sdo[2], sdq[2], sdk[2], sdv[2]};
+        /* strided q and dout rows: the slice's copied to qpack, dopack (contiguous) when more
+         * than one key block reads them; slice pb's are there now */
+        const int pack = nkb > 1 && (sq[2] != dk || sdo[2] != dv);
+        real *qpack = pack ? fa_thread_pack(packed, Tq, Tk, dk, dv) : NULL;
+        real *dopack = qpack ? qpack + Tq * dk : NULL;
+        int64_t pb = -1;
         const size_t tile = FA_MAX_BLOCK * FA_LD;
-        real *buf = work + omp_get_thread_num() * fa_work_size(dk, dv);
+        real *buf = fa_thread_work(work, dk, dv);
         fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL,
                       NULL, NULL, NULL};
         /* kp: the key block packed; dka, dva: its dK and dV, packed */
@@ -497,8 +406,13 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
             const real *dos = FA_SLICE(dout, sdo, b), *ks = FA_SLICE(k, sk, b);
             const real *vs = FA_SLICE(v, sv, b);
             real *dks = FA_SLICE(dkey, sdk, b), *dvs = FA_SLICE(dval, sdv, b);
-            /* group 0 sums into dq, group g > 0 into its own contiguous partial dq */
             fa_rows ld = ld0;
+            if (qpack) {
+                if (pb != b)
+                    fa_pack(qs, ld.q, Tq, dk, qpack), fa_pack(dos, ld.dout, Tq, dv, dopack), pb = b;
+                qs = qpack, dos = dopack, ld.q = dk, ld.dout = dv;
+            }
+            /* group 0 sums into dq, group g > 0 into its own contiguous partial dq */
             real *dqs = FA_SLICE(dq, sdq, b);
             if (g > 0)
                 dqs = dq_parts + ((g - 1) * B + b) * Tq * dk, ld.dq = dk;

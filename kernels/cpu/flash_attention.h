@@ -25,14 +25,20 @@
 int64_t fa_threads(void);
 int64_t fa_work_size(int64_t dk, int64_t dv);
 
+/* The `packed` array of either call: fa_pack_size(Tq, Tk, dk, dv) reals for each of
+ * fa_threads() threads, or NULL. */
+int64_t fa_pack_size(int64_t Tq, int64_t Tk, int64_t dk, int64_t dv);
+
 /* out and lse (log of each row's softmax sum, -inf where every key is hidden: out is 0 there).
- * strides: 12 (q, k, v, out). */
+ * strides: 12 (q, k, v, out).  packed (or NULL: k and v read in place): when k or v has
+ * strided rows and Tq > bq, a thread copies a slice's k and v rows there, contiguous, when it
+ * starts on that slice, and reads the copy. */
 void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
               int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv,
               const int64_t *strides, double scale, int causal, const real *key_mask,
               int64_t bq, int64_t bk, const int32_t *row_ptr, const int32_t *cols,
               int64_t table_heads, double keep, uint64_t seed, uint32_t step, uint32_t stream,
-              uint64_t first, real *work);
+              uint64_t first, real *work, real *packed);
 
 /* dq, dk, dv (overwritten) for the output gradient dout (B, Tq, dv), given q, k, v, out and
  * lse of fa_fprop with the same arguments; strides: 24 (q, k, v, out, dout, dq, dk, dv).
@@ -42,7 +48,9 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
  * partial dQ (group 0 into dq, group g > 0 into dq_parts, (groups-1) x B x Tq x dk reals),
  * each over its blocks in the listed order; then dq += the partials in group order.  So the
  * result does not depend on the thread count.  drows: B x Tq reals of work (each query row's
- * rowsum(dout * out)). */
+ * rowsum(dout * out)).  packed (or NULL: q and dout read in place): when q or dout has strided
+ * rows and Tk > bk, a thread copies a slice's q and dout rows there, contiguous, when it starts
+ * on that slice, and reads the copy. */
 void fa_bprop(const real *q, const real *k, const real *v, const real *out, const real *lse,
               const real *dout, real *dq, real *dkey, real *dval, int64_t B, int64_t H,
               int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, const int64_t *strides,
@@ -50,4 +58,4 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
               const int32_t *col_ptr, const int32_t *rows, int64_t table_heads, double keep,
               uint64_t seed, uint32_t step, uint32_t stream, uint64_t first, int64_t groups,
               const int32_t *group_ptr, const int32_t *group_cols, real *dq_parts, real *drows,
-              real *work);
+              real *work, real *packed);

@@ -1,0 +1,265 @@
+/* The tile steps of the fused attention kernels (flash_attention.c includes this file; it is
+ * not a cffi header): vectors of one register (fa_vec, FA_W reals), the small tile GEMM
+ * fa_gemm, tile transposes and row copies, and 2^x of a real (FA_EXP2) and of a vector
+ * (fa_vexp2).  Needs common.h and flash_attention.h (FA_MAX_BLOCK) first. */
+#ifndef NEONLITE_FLASH_ATTENTION_TILES_H
+#define NEONLITE_FLASH_ATTENTION_TILES_H
+
+/* FA_FLOAT: 1 when the build's real is float (DTYPE pasted onto FA_IS_: only FA_IS_float is
+ * defined), for the float-only AVX-512 forms below. */
+#define FA_IS_float 1
+#define FA_PASTE2(a, b) a##b
+#define FA_PASTE(a, b) FA_PASTE2(a, b)
+#if FA_PASTE(FA_IS_, DTYPE)
+#define FA_FLOAT 1
+#else
+#define FA_FLOAT 0
+#endif
+#if FA_FLOAT && defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#ifdef __AVX512F__
+#define FA_VEC_BYTES 64
+#else
+#define FA_VEC_BYTES 32
+#endif
+typedef real fa_vec __attribute__((vector_size(FA_VEC_BYTES)));
+typedef real fa_uvec __attribute__((vector_size(FA_VEC_BYTES), aligned(sizeof(real)), may_alias));
+#define FA_W ((int64_t)(FA_VEC_BYTES / sizeof(real)))
+#define FA_LD FA_MAX_BLOCK /* leading dimension of the bq x bk tiles */
+
+static inline fa_vec fa_load(const real *p) { return *(const fa_uvec *)p; }
+static inline void fa_store(real *p, fa_vec x) { *(fa_uvec *)p = x; }
+
+/* C (m x n, ld ldc) = [C +] A (m x k) B (k x n, ld ldb), small m, n; A's element (i, p) is
+ * A[i * ai + p * ap] (so A may be a transposed tile).  Each element of C is one sequential sum
+ * over p (starting from C when `add`), whichever path computes it. */
+#define FA_ROWS 8
+static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
+                    int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
+                    int64_t ldc, int add)
+{
+    int64_t j = 0;
+    for (; j + 2 * FA_W <= n; j += 2 * FA_W) {
+        int64_t i = 0;
+        for (; i + FA_ROWS <= m; i += FA_ROWS) {
+            fa_vec x[FA_ROWS][2];
+            const real *a = A + i * ai;
+#pragma GCC unroll 8
+            for (int r = 0; r < FA_ROWS; r++) {
+                x[r][0] = add ? fa_load(C + (i + r) * ldc + j) : (fa_vec){0};
+                x[r][1] = add ? fa_load(C + (i + r) * ldc + j + FA_W) : (fa_vec){0};
+            }
+            for (int64_t p = 0; p < kk; p++) {
+                const fa_vec b0 = fa_load(B + p * ldb + j), b1 = fa_load(B + p * ldb + j + FA_W);
+                const real *ar = a + p * ap;
+#pragma GCC unroll 8
+                for (int r = 0; r < FA_ROWS; r++) {
+                    const real av = ar[r * ai];
+                    x[r][0] += av * b0, x[r][1] += av * b1;
+                }
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < FA_ROWS; r++) {
+                fa_store(C + (i + r) * ldc + j, x[r][0]);
+                fa_store(C + (i + r) * ldc + j + FA_W, x[r][1]);
+            }
+        }
+        for (; i < m; i++) {
+            real *c0 = C + i * ldc + j;
+            fa_vec x0 = {0}, x1 = {0};
+            if (add)
+                x0 = fa_load(c0), x1 = fa_load(c0 + FA_W);
+            for (int64_t p = 0; p < kk; p++) {
+                const real a0 = A[i * ai + p * ap];
+                x0 += a0 * fa_load(B + p * ldb + j), x1 += a0 * fa_load(B + p * ldb + j + FA_W);
+            }
+            fa_store(c0, x0), fa_store(c0 + FA_W, x1);
+        }
+    }
+    for (; j + FA_W <= n; j += FA_W) {
+        for (int64_t i = 0; i < m; i++) {
+            real *c0 = C + i * ldc + j;
+            fa_vec x0 = {0};
+            if (add)
+                x0 = fa_load(c0);
+            for (int64_t p = 0; p < kk; p++)
+                x0 += A[i * ai + p * ap] * fa_load(B + p * ldb + j);
+            fa_store(c0, x0);
+        }
+    }
+    for (; j < n; j++) {
+        for (int64_t i = 0; i < m; i++) {
+            real x = add ? C[i * ldc + j] : 0;
+            for (int64_t p = 0; p < kk; p++)
+                x += A[i * ai + p * ap] * B[p * ldb + j];
+            C[i * ldc + j] = x;
+        }
+    }
+}
+
+#if FA_FLOAT && defined(__AVX512F__)
+/* r[k] = column k of the 16 x 16 block whose rows are r[0..16) (in-register shuffles). */
+static inline void fa_transpose16(__m512 r[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+}
+#endif
+
+/* dst (w x n, ld FA_LD) = scale * src (n rows x w, ld lds) transposed.  With AVX-512 and
+ * float, whole 16 x 16 blocks go through registers (16 row loads, fa_transpose16, 16 row
+ * stores); the rest FA_W rows of src at a time, so each row of dst is written a vector at a
+ * time while those rows stay in L1. */
+static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64_t w,
+                         real scale, real *restrict dst)
+{
+    int64_t c0 = 0, wb = 0;
+#if FA_FLOAT && defined(__AVX512F__)
+    wb = w - w % 16;
+    for (; c0 + 16 <= n; c0 += 16)
+        for (int64_t d0 = 0; d0 < wb; d0 += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = _mm512_mul_ps(_mm512_loadu_ps(src + (c0 + i) * lds + d0),
+                                     _mm512_set1_ps(scale));
+            fa_transpose16(r);
+            for (int i = 0; i < 16; i++)
+                _mm512_storeu_ps(dst + (d0 + i) * FA_LD + c0, r[i]);
+        }
+#endif
+    /* columns past the whole blocks of the rows done above, then the rows left */
+    for (int64_t c1 = 0; c1 < c0; c1 += FA_W)
+        for (int64_t d = wb; d < w; d++)
+#pragma omp simd
+            for (int64_t c = 0; c < FA_W; c++)
+                dst[d * FA_LD + c1 + c] = scale * src[(c1 + c) * lds + d];
+    for (; c0 < n; c0 += FA_W) {
+        const int64_t cn = n - c0 < FA_W ? n - c0 : FA_W;
+        for (int64_t d = 0; d < w; d++)
+#pragma omp simd
+            for (int64_t c = 0; c < cn; c++)
+                dst[d * FA_LD + c0 + c] = scale * src[(c0 + c) * lds + d];
+    }
+}
+
+/* dst (n rows x w, ld ldd) = src (n rows x w, ld lds), a vector at a time (a loop of memcpy
+ * calls costs more than the copy for rows this short): a block of strided rows (token-major
+ * operands are rows of a wider projection) packed for the tile products, or packed sums
+ * copied out. */
+static void fa_copy_rows(const real *restrict src, int64_t lds, int64_t n, int64_t w,
+                         real *restrict dst, int64_t ldd)
+{
+    for (int64_t c = 0; c < n; c++) {
+        const real *from = src + c * lds;
+        real *to = dst + c * ldd;
+        int64_t d = 0;
+        for (; d + FA_W <= w; d += FA_W)
+            fa_store(to + d, fa_load(from + d));
+        for (; d < w; d++)
+            to[d] = from[d];
+    }
+}
+
+/* dst (n x w, contiguous) = src (n rows x w, ld lds). */
+static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
+                    real *restrict dst)
+{
+    fa_copy_rows(src, lds, n, w, dst, w);
+}
+
+/* dst (n rows x w, ld ldd) = src (n x w, contiguous). */
+static void fa_unpack(const real *restrict src, int64_t n, int64_t w, real *restrict dst,
+                      int64_t ldd)
+{
+    fa_copy_rows(src, w, n, w, dst, ldd);
+}
+
+/* 2^x for the exponents of the online softmax (x <= 0 up to rounding, or -inf; any x <= 127):
+ * for float a straight-line form the compiler vectorizes, 0 below -126, else 2^n times a
+ * degree-5 minimax polynomial of the fraction f = x - n in [-1/2, 1/2] with constant term 1
+ * (relative error 9e-8, 1.7e-7 evaluated in float; 2^0 is exactly 1, so a running maximum
+ * that does not move gives alpha = 1 and the output rows are not rescaled).  n comes from
+ * adding and taking off 1.5 * 2^23, which rounds x to the nearest integer and leaves n in the
+ * low bits of the sum: shifted into the exponent field they make 2^n without a conversion.
+ * Double uses libm.  The kernels work in base 2: scores are scaled by scale * log2(e), and lse
+ * converted back to base e. */
+static inline float fa_exp2f(float x)
+{
+    const float magic = 12582912.0f;
+    const float y = x + magic, n = y - magic, f = x - n;
+    float p = 1.3264713343232870e-3f;
+    p = p * f + 9.6715074032545090e-3f;
+    p = p * f + 5.5507335811853409e-2f;
+    p = p * f + 2.4022242426872253e-1f;
+    p = p * f + 6.9314700365066528e-1f;
+    p = p * f + 1.0f;
+    union { float f; uint32_t u; } s = {y};
+    s.u = (s.u << 23) + (127u << 23);
+    return x < -126.0f ? 0.0f : p * s.f;
+}
+#define FA_EXP2(x) _Generic((x), float: fa_exp2f, default: exp2)(x)
+
+/* FA_EXP2 of each lane.  With AVX-512 and float the same steps as fa_exp2f in fewer
+ * instructions (same results): the rounding by vrndscaleps, the scaling by 2^n by vscalefps,
+ * masked to 0 below -126; otherwise FA_EXP2 lane by lane. */
+static inline fa_vec fa_vexp2(fa_vec x)
+{
+#if FA_FLOAT && defined(__AVX512F__)
+    const __m512 v = (__m512)x;
+    const __m512 n = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(v, n);
+    __m512 p = _mm512_set1_ps(1.3264713343232870e-3f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6715074032545090e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5507335811853409e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022242426872253e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314700365066528e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    /* lanes at or above -126, and NaN lanes, keep their value */
+    const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
+    return (fa_vec)_mm512_maskz_scalef_ps(keep, p, n);
+#else
+    fa_vec y;
+    for (int64_t l = 0; l < FA_W; l++)
+        y[l] = FA_EXP2(x[l]);
+    return y;
+#endif
+}
+#define FA_LOG2E 1.4426950408889634
+#define FA_LN2 0.6931471805599453
+
+/* Rows r0 .. r0 + n of width w at row stride ld set to 0, a vector at a time. */
+static void fa_zero_rows(real *x, int64_t n, int64_t w, int64_t ld)
+{
+    for (int64_t r = 0; r < n; r++) {
+        int64_t d = 0;
+        for (; d + FA_W <= w; d += FA_W)
+            fa_store(x + r * ld + d, (fa_vec){0});
+        for (; d < w; d++)
+            x[r * ld + d] = 0;
+    }
+}
+
+#endif
