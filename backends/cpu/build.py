@@ -25,15 +25,20 @@ NUMPY_SLOWDOWN = 5
 
 
 @contextlib.contextmanager
-def _passive_openmp():
-    """Load kernels with ``OMP_WAIT_POLICY=PASSIVE`` unless the user chose a policy.
+def _passive_openmp(gemm):
+    """Load kernels with ``OMP_WAIT_POLICY=PASSIVE`` unless the user chose a policy or the
+    GEMMs run in MKL (``gemm`` an :class:`MKLGemm`).
 
     OpenMP reads the policy once, when its runtime loads with the first kernel module.  Idle
     OpenMP threads that spin would take the cores from numpy's BLAS threads, which run between
-    the kernels; sleeping ones cost a few microseconds to wake per parallel loop.  The variable
-    is set only while the module loads, so other libraries' OpenMP runtimes keep their defaults.
+    the kernels; sleeping ones cost a few microseconds to wake per parallel loop.  MKL runs on
+    the kernels' own OpenMP runtime (its GNU threading layer), so there no other pool needs
+    the cores, and OpenMP's default (spin a short while, then sleep; sleep at once when the
+    process has more OpenMP threads than cores) saves a wake-up on every kernel and GEMM of a
+    training step of small tensors.  The variable is set only while the module loads, so other
+    libraries' OpenMP runtimes keep their defaults.
     """
-    if "OMP_WAIT_POLICY" in os.environ:
+    if "OMP_WAIT_POLICY" in os.environ or isinstance(gemm, MKLGemm):
         yield
         return
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
@@ -106,7 +111,7 @@ class KernelModules:
         if self.unavailable_reason() is not None:
             return None
         try:
-            with _passive_openmp():
+            with _passive_openmp(self.gemm):
                 found = self.builder.load_cpu(cpu_variant(stem, dtype))
         except CompilerNotFound as err:
             self._mark_unavailable(str(err))
