@@ -168,12 +168,12 @@ def test_embedding_rows_after_the_first_allocate_nothing():
 def test_op_tree_register_blocks_are_kept_and_grow_with_the_threads():
     """The op-tree machine's register blocks (one set per OpenMP thread) are kept from call to
     call, and made bigger only when a call may start more threads."""
-    from neonlite.backends.cpu.threads import _libgomp, set_cpu_threads
+    from neonlite.backends.cpu.threads import libgomp, set_cpu_threads
     be = make_backend("cpu", batch_size=4, seed=0)
     _kernels_or_skip(be)
-    if _libgomp() is None:
+    if libgomp() is None:
         pytest.skip("no libgomp to set the OpenMP thread count with")
-    before = _libgomp().omp_get_max_threads()
+    before = libgomp().omp_get_max_threads()
     machine = OpTreeMachine(be.kernels)
     rng = np.random.default_rng(8)
     a, b = (be.array(rng.standard_normal((300, 400))) for _ in range(2))  # threads start
