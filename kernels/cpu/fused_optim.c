@@ -29,6 +29,9 @@ static inline uint16_t f32_to_bf16(float f)
     return (uint16_t)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16);
 }
 
+/* 1 when x is neither NaN nor +/-inf (x - x is 0 exactly then, NaN otherwise). */
+#define NL_FINITE(x) ((x) - (x) == (x) - (x))
+
 /* The gradient element i after scaling, clipping and coupled decay; *d: the decayed weight. */
 #define NL_GRAD_AND_DECAY()                                                                     \
     real gi = g[i];                                                                             \
@@ -43,10 +46,13 @@ static inline uint16_t f32_to_bf16(float f)
     if (coupled)                                                                                \
         gi = gi + wdecay * d
 
-static void update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i, int64_t hi_i,
-                           real *w, const real *g, real *s0, real *s1, uint16_t *h0,
-                           uint16_t *h1)
+/* Updates elements [lo_i, hi_i); returns 1 when every value written (weights and states) is
+ * finite, else 0. */
+static int update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i, int64_t hi_i,
+                          real *w, const real *g, real *s0, real *s1, uint16_t *h0,
+                          uint16_t *h1)
 {
+    int ok = 1;
     const int scaled = (rule->flags & NL_FUSED_SCALED) != 0;
     const int clipped = (rule->flags & NL_FUSED_CLIPPED) != 0;
     const int decay = (flags & NL_SEG_DECAY) != 0, coupled = (flags & NL_SEG_WDECAY) != 0;
@@ -59,7 +65,9 @@ static void update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_
     case NL_RULE_SGD:
         for (int64_t i = lo_i; i < hi_i; i++) {
             NL_GRAD_AND_DECAY();
-            w[i] = d - c0 * gi;
+            const real wn = d - c0 * gi;
+            w[i] = wn;
+            ok &= NL_FINITE(wn);
         }
         break;
     case NL_RULE_MOMENTUM:
@@ -67,7 +75,9 @@ static void update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_
             NL_GRAD_AND_DECAY();
             const real v = c1 * s0[i] - c0 * gi;
             s0[i] = v;
-            w[i] = d + v;
+            const real wn = d + v;
+            w[i] = wn;
+            ok &= NL_FINITE(wn) & NL_FINITE(v);
         }
         break;
     case NL_RULE_NESTEROV:
@@ -75,7 +85,9 @@ static void update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_
             NL_GRAD_AND_DECAY();
             const real v = c1 * s0[i] - c0 * gi;
             s0[i] = v;
-            w[i] = (d + c1 * v) - c0 * gi;
+            const real wn = (d + c1 * v) - c0 * gi;
+            w[i] = wn;
+            ok &= NL_FINITE(wn) & NL_FINITE(v);
         }
         break;
     case NL_RULE_ADAM:
@@ -85,7 +97,9 @@ static void update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_
             const real v = c2 * s1[i] + c3 * (gi * gi);
             s0[i] = m;
             s1[i] = v;
-            w[i] = d - (c4 * m) / (sqrt(v) * c5 + c6);
+            const real wn = d - (c4 * m) / (sqrt(v) * c5 + c6);
+            w[i] = wn;
+            ok &= NL_FINITE(wn) & NL_FINITE(m) & NL_FINITE(v);
         }
         break;
     case NL_RULE_ADAM_BF16:
@@ -97,7 +111,9 @@ static void update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_
             h0[i] = mb;
             h1[i] = vb;
             const real m = (real)bf16_to_f32(mb), v = (real)bf16_to_f32(vb);
-            w[i] = d - (c4 * m) / (sqrt(v) * c5 + c6);
+            const real wn = d - (c4 * m) / (sqrt(v) * c5 + c6);
+            w[i] = wn;
+            ok &= NL_FINITE(wn) & NL_FINITE(m) & NL_FINITE(v);
         }
         break;
     case NL_RULE_RMSPROP:
@@ -105,7 +121,9 @@ static void update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_
             NL_GRAD_AND_DECAY();
             const real s = c1 * s0[i] + c2 * (gi * gi);
             s0[i] = s;
-            w[i] = d - (c0 * gi) / (sqrt(s) + c3);
+            const real wn = d - (c0 * gi) / (sqrt(s) + c3);
+            w[i] = wn;
+            ok &= NL_FINITE(wn) & NL_FINITE(s);
         }
         break;
     case NL_RULE_ADAGRAD:
@@ -113,12 +131,15 @@ static void update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_
             NL_GRAD_AND_DECAY();
             const real s = s0[i] + gi * gi;
             s0[i] = s;
-            w[i] = d - (c0 * gi) / (sqrt(s) + c1);
+            const real wn = d - (c0 * gi) / (sqrt(s) + c1);
+            w[i] = wn;
+            ok &= NL_FINITE(wn) & NL_FINITE(s);
         }
         break;
     default:
         break;
     }
+    return ok;
 }
 
 int fused_update(const nl_fused_rule *rule, const nl_segment *segs, int64_t nseg, real *w,
@@ -127,9 +148,10 @@ int fused_update(const nl_fused_rule *rule, const nl_segment *segs, int64_t nseg
     if (rule->rule < NL_RULE_SGD || rule->rule > NL_RULE_ADAGRAD)
         return -1;
     int64_t total = 0;
+    int ok = 1;
     for (int64_t k = 0; k < nseg; k++)
         total += segs[k].size;
-#pragma omp parallel if (total >= NL_PARALLEL_MIN)
+#pragma omp parallel reduction(& : ok) if (total >= NL_PARALLEL_MIN)
     {
         const int64_t nthreads = omp_get_num_threads(), me = omp_get_thread_num();
         int64_t lo, hi;
@@ -141,12 +163,13 @@ int fused_update(const nl_fused_rule *rule, const nl_segment *segs, int64_t nseg
             const int64_t a = lo > start ? lo : start, b = hi < end ? hi : end;
             if (a < b) {
                 const int64_t base = segs[k].offset - start;
-                update_segment(rule, segs[k].flags, base + a, base + b, w, g, s0, s1, h0, h1);
+                ok &= update_segment(rule, segs[k].flags, base + a, base + b, w, g, s0, s1,
+                                     h0, h1);
             }
             start = end;
         }
     }
-    return 0;
+    return ok ? 0 : 1;
 }
 
 /* Sums of squares keep this many double accumulators (element i goes to lane i mod LANES, the
