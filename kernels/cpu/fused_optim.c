@@ -29,9 +29,6 @@ static inline uint16_t f32_to_bf16(float f)
     return (uint16_t)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16);
 }
 
-/* 1 when x is neither NaN nor +/-inf (x - x is 0 exactly then, NaN otherwise). */
-#define NL_FINITE(x) ((x) - (x) == (x) - (x))
-
 /* The gradient element i after scaling, clipping and coupled decay; *d: the decayed weight. */
 #define NL_GRAD_AND_DECAY()                                                                     \
     real gi = g[i];                                                                             \
@@ -46,13 +43,9 @@ static inline uint16_t f32_to_bf16(float f)
     if (coupled)                                                                                \
         gi = gi + wdecay * d
 
-/* Updates elements [lo_i, hi_i); returns 1 when every value written (weights and states) is
- * finite, else 0. */
-static int update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i, int64_t hi_i,
-                          real *w, const real *g, real *s0, real *s1, uint16_t *h0,
-                          uint16_t *h1)
+static void update_run(const nl_fused_rule *rule, int64_t flags, int64_t lo_i, int64_t hi_i,
+                       real *w, const real *g, real *s0, real *s1, uint16_t *h0, uint16_t *h1)
 {
-    int ok = 1;
     const int scaled = (rule->flags & NL_FUSED_SCALED) != 0;
     const int clipped = (rule->flags & NL_FUSED_CLIPPED) != 0;
     const int decay = (flags & NL_SEG_DECAY) != 0, coupled = (flags & NL_SEG_WDECAY) != 0;
@@ -65,9 +58,7 @@ static int update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i
     case NL_RULE_SGD:
         for (int64_t i = lo_i; i < hi_i; i++) {
             NL_GRAD_AND_DECAY();
-            const real wn = d - c0 * gi;
-            w[i] = wn;
-            ok &= NL_FINITE(wn);
+            w[i] = d - c0 * gi;
         }
         break;
     case NL_RULE_MOMENTUM:
@@ -75,9 +66,7 @@ static int update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i
             NL_GRAD_AND_DECAY();
             const real v = c1 * s0[i] - c0 * gi;
             s0[i] = v;
-            const real wn = d + v;
-            w[i] = wn;
-            ok &= NL_FINITE(wn) & NL_FINITE(v);
+            w[i] = d + v;
         }
         break;
     case NL_RULE_NESTEROV:
@@ -85,9 +74,7 @@ static int update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i
             NL_GRAD_AND_DECAY();
             const real v = c1 * s0[i] - c0 * gi;
             s0[i] = v;
-            const real wn = (d + c1 * v) - c0 * gi;
-            w[i] = wn;
-            ok &= NL_FINITE(wn) & NL_FINITE(v);
+            w[i] = (d + c1 * v) - c0 * gi;
         }
         break;
     case NL_RULE_ADAM:
@@ -97,9 +84,7 @@ static int update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i
             const real v = c2 * s1[i] + c3 * (gi * gi);
             s0[i] = m;
             s1[i] = v;
-            const real wn = d - (c4 * m) / (sqrt(v) * c5 + c6);
-            w[i] = wn;
-            ok &= NL_FINITE(wn) & NL_FINITE(m) & NL_FINITE(v);
+            w[i] = d - (c4 * m) / (sqrt(v) * c5 + c6);
         }
         break;
     case NL_RULE_ADAM_BF16:
@@ -111,9 +96,7 @@ static int update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i
             h0[i] = mb;
             h1[i] = vb;
             const real m = (real)bf16_to_f32(mb), v = (real)bf16_to_f32(vb);
-            const real wn = d - (c4 * m) / (sqrt(v) * c5 + c6);
-            w[i] = wn;
-            ok &= NL_FINITE(wn) & NL_FINITE(m) & NL_FINITE(v);
+            w[i] = d - (c4 * m) / (sqrt(v) * c5 + c6);
         }
         break;
     case NL_RULE_RMSPROP:
@@ -121,9 +104,7 @@ static int update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i
             NL_GRAD_AND_DECAY();
             const real s = c1 * s0[i] + c2 * (gi * gi);
             s0[i] = s;
-            const real wn = d - (c0 * gi) / (sqrt(s) + c3);
-            w[i] = wn;
-            ok &= NL_FINITE(wn) & NL_FINITE(s);
+            w[i] = d - (c0 * gi) / (sqrt(s) + c3);
         }
         break;
     case NL_RULE_ADAGRAD:
@@ -131,13 +112,66 @@ static int update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i
             NL_GRAD_AND_DECAY();
             const real s = s0[i] + gi * gi;
             s0[i] = s;
-            const real wn = d - (c0 * gi) / (sqrt(s) + c1);
-            w[i] = wn;
-            ok &= NL_FINITE(wn) & NL_FINITE(s);
+            w[i] = d - (c0 * gi) / (sqrt(s) + c1);
         }
         break;
     default:
         break;
+    }
+}
+
+/* Integer views of `real` elements (may_alias: they read what the update stored as floats). */
+typedef uint32_t __attribute__((may_alias)) bits32;
+typedef uint64_t __attribute__((may_alias)) bits64;
+
+/* 1 when none of x[0 .. n) is NaN or +/-inf: no element's exponent bits are all ones (an
+ * integer test the compiler vectorizes). */
+static int finite_run(const real *x, int64_t n)
+{
+    int bad = 0;
+    if (sizeof(real) == 4) {
+        const bits32 *u = (const bits32 *)x;
+        for (int64_t i = 0; i < n; i++)
+            bad |= (u[i] & 0x7F800000u) == 0x7F800000u;
+    } else {
+        const bits64 *u = (const bits64 *)x;
+        for (int64_t i = 0; i < n; i++)
+            bad |= (u[i] & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
+    }
+    return !bad;
+}
+
+static int finite_bf16_run(const uint16_t *h, int64_t n)
+{
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad |= (h[i] & 0x7F80u) == 0x7F80u;
+    return !bad;
+}
+
+/* Elements checked at a time: the values a block of the update wrote are read again while
+ * they are in L1. */
+#define CHECK_BLOCK 2048
+
+/* Updates elements [lo_i, hi_i) block by block; returns 1 when every value written (weights
+ * and the rule's states) is finite, else 0. */
+static int update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i, int64_t hi_i,
+                          real *w, const real *g, real *s0, real *s1, uint16_t *h0,
+                          uint16_t *h1)
+{
+    int ok = 1;
+    for (int64_t a = lo_i; a < hi_i; a += CHECK_BLOCK) {
+        const int64_t b = a + CHECK_BLOCK < hi_i ? a + CHECK_BLOCK : hi_i, n = b - a;
+        update_run(rule, flags, a, b, w, g, s0, s1, h0, h1);
+        ok &= finite_run(w + a, n);
+        if (rule->rule == NL_RULE_ADAM_BF16) {
+            ok &= finite_bf16_run(h0 + a, n) & finite_bf16_run(h1 + a, n);
+        } else {
+            if (rule->rule != NL_RULE_SGD)
+                ok &= finite_run(s0 + a, n);
+            if (rule->rule == NL_RULE_ADAM)
+                ok &= finite_run(s1 + a, n);
+        }
     }
     return ok;
 }
