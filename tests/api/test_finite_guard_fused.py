@@ -45,7 +45,7 @@ def test_a_step_that_makes_a_weight_infinite_stops_at_that_step(name):
     assert model.first_nonfinite() is not None
 
 
-def test_steps_after_the_first_take_the_fused_passs_word(monkeypatch):
+def test_steps_after_the_first_take_the_fused_pass_at_its_word(monkeypatch):
     """Only the run's first step reads the arena for the check; the later ones use what the
     fused update saw, and the weights they leave are finite."""
     model, data = _model()
