@@ -8,7 +8,7 @@ from ..backends.reference.attention import AttentionDropout
 from ..initializers import Constant, GlorotUniform
 from .decode import DecodeState
 from .dropout_masks import KeyedDropoutMixin
-from .layer import FixedTensor, ParameterLayer, flat_rows, is_count
+from .layer import FixedTensor, ParameterLayer, add_row_sums, flat_rows, is_count
 
 _TO_HEADS = (0, 2, 1, 3)  # (N, T, H, dh) <-> (N, H, T, dh); the permutation is its own inverse
 #: the widest head (dk/H or dv/H) the fused attention kernels take
@@ -146,6 +146,7 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
                 group = _Joined(on_context, dh)
                 self._groups.append(group)
             group.members.append((W, b, name))
+        self._ones = be.ones((1, N * max(Tq, Tk))) if self.bias else None
         for group in self._groups:
             group.allocate(be, self.dc if group.on_context else self.d_model, N,
                            Tk if group.on_context else Tq)
@@ -175,13 +176,12 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
         self.be.permute_axes(heads.reshape(N, H, T, width // H),
                              tokens.reshape(N, T, H, width // H), _TO_HEADS)
 
-    def _add_grads(self, inp, err, W, b):
-        """W.grad += inp^T err, b.grad += sum of err's rows (both over every token)."""
-        nin, nout = W.value.shape
-        e2 = flat_rows(err, nout)
-        self.be.compound_dot(flat_rows(inp, nin), e2, W.grad, beta=1.0, transA=True)
-        b2 = b.grad.reshape(1, nout)
-        b2[:] = b2 + self.be.sum(e2, axis=0)
+    def _add_grads(self, inp2, e2, W, b):
+        """W.grad += inp2^T e2, b.grad += the sum of e2's rows (inp2 (tokens, nin), e2
+        (tokens, nout): every token); no bias gradient without biases."""
+        self.be.compound_dot(inp2, e2, W.grad, beta=1.0, transA=True)
+        if self.bias:
+            add_row_sums(self.be, self._ones, e2, b.grad)
 
     def _back_input(self, err, W, out, beta):
         """out (N, T, nin) = err W^T + beta * out."""
@@ -262,7 +262,8 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
 
     def bprop(self, error):
         be = self.be
-        self._add_grads(self.of, error, self.Wo, self.bo)
+        self._add_grads(flat_rows(self.of, self.dv), flat_rows(error, self.d_model), self.Wo,
+                        self.bo)
         self._back_input(error, self.Wo, self.dof, 0.0)
         self._attend_bprop()
         done = {"x": False, "c": False}
@@ -270,9 +271,9 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
             src = self.c if group.on_context else self.x
             nin = group.w.shape[0]
             dproj = group.dproj2
-            be.compound_dot(flat_rows(src, nin), dproj, group.dw, transA=True)
-            group.db[:] = be.sum(dproj, axis=0)
-            group.split_grads()
+            src2 = flat_rows(src, nin)
+            for (W, b, _), dcols in zip(group.members, group.dproj_columns):
+                self._add_grads(src2, dcols, W, b)
             target = "c" if group.on_context else "x"
             out = self.context_deltas if target == "c" else self.deltas
             if out is None:
@@ -328,22 +329,23 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
 
 
 class _Joined:
-    """Projections of one input (x, or the context) with one head width, run as one GEMM:
-    ``members`` are (W, b, name: q, k or v); ``w`` (nin, width) and ``b``
-    (width,) hold their weights side by side, ``proj`` (N, T, width) the GEMM's output and
-    ``dproj`` its gradient, ``dw``/``db`` the joined parameter gradients."""
+    """Projections of one input (x, or the context) with one head width, run forward as one
+    GEMM: ``members`` are (W, b, name: q, k or v); ``w`` (nin, width) and ``b`` (width,) hold
+    their weights side by side, ``proj`` (N, T, width) the GEMM's output and ``dproj`` its
+    gradient, whose column blocks ``dproj_columns`` (tokens, member width) give each member's
+    gradients straight into its W.grad and b.grad (a GEMM each, no joined gradient to split)."""
 
     def __init__(self, on_context, dh):
         self.on_context, self.dh, self.members = on_context, dh, []
 
     def allocate(self, be, nin, N, T):
         width = sum(W.value.shape[1] for W, *_ in self.members)
-        self.w, self.dw = be.zeros((nin, width)), be.zeros((nin, width))
-        self.b, self.db = be.zeros((width,)), be.zeros((1, width))
+        self.w, self.b = be.zeros((nin, width)), be.zeros((width,))
         self.proj, self.dproj = be.zeros((N, T, width)), be.zeros((N, T, width))
-        # made once: 2-D views for the GEMMs, each member's (N, T, H, dh) views
+        # made once: 2-D views for the GEMMs, each member's (N, T, H, dh) views and columns
         self.proj2, self.dproj2 = flat_rows(self.proj, width), flat_rows(self.dproj, width)
         self.proj_views, self.dproj_views = self.views(self.proj), self.views(self.dproj)
+        self.dproj_columns = [self.dproj2[:, col:col + w] for _, _, col, w in self._columns()]
 
     def _columns(self):
         col = 0
@@ -364,13 +366,6 @@ class _Joined:
         for W, b, col, width in self._columns():
             self.w[:, col:col + width] = W.value
             self.b[col:col + width] = b.value
-
-    def split_grads(self):
-        """Add the joined gradients dw, db into the members' parameters."""
-        for W, b, col, width in self._columns():
-            W.grad[:] = W.grad + self.dw[:, col:col + width]
-            b2 = b.grad.reshape(1, width)
-            b2[:] = b2 + self.db[:, col:col + width]
 
 
 def _lse_dtype(be):

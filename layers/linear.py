@@ -1,6 +1,6 @@
 """Linear (y = x @ W) and Bias (y = x + b) layers."""
 from ..initializers import Constant, GlorotUniform
-from .layer import ParameterLayer, flat_rows, is_count, prod
+from .layer import ParameterLayer, add_row_sums, flat_rows, is_count, prod
 
 
 class Linear(ParameterLayer):
@@ -61,13 +61,12 @@ class Bias(ParameterLayer):
         self.outputs = self.be.zeros((self.be.bsz,) + self.out_shape)
         self.channels = self.in_shape[-1]
         self.b = self.add_param("b", (self.channels,), self.init, self.channels, self.channels)
+        self.ones = self.be.ones((1, self.be.bsz * prod(self.in_shape[:-1])))
 
     def fprop(self, x, inference=False):
         self.outputs[:] = x + self.b.value
         return self.outputs
 
     def bprop(self, error):
-        e2 = flat_rows(error, self.channels)
-        b2 = self.b.grad.reshape(1, self.channels)
-        b2[:] = b2 + self.be.sum(e2, axis=0)
+        add_row_sums(self.be, self.ones, flat_rows(error, self.channels), self.b.grad)
         return error

@@ -10,6 +10,7 @@ from .layer_names import check_layer_names, check_tensor_names
 from .layers.layer import ShapeError
 from .layers.shared import share_padding_masks, tie_layers
 from .memory_check import check_outputs_fit
+from .finite import first_nonfinite as first_nonfinite_of
 from .optimizers.arena import ParameterArena, build_arena
 
 
@@ -40,6 +41,7 @@ class Model:
         self.grad_sync = None
         self._stepped = []
         self._finite_work = {}
+        self._full_finite_check = True
 
         self.arena = None
 
@@ -141,6 +143,7 @@ class Model:
         getattr(self.be, "prepare_kernels", lambda: None)()
         callbacks.on_train_begin(dataset, num_epochs)
         stop = getattr(callbacks, "stop_signal", None)
+        self._full_finite_check = True
         for epoch in range(self.epoch_index, num_epochs):
             skip, self.batch_index = self.batch_index, 0
             self.epoch_rng_state = self.be.rng.bit_generator.state
@@ -177,11 +180,28 @@ class Model:
         if not np.isfinite(cost):
             raise FloatingPointError(f"the cost became {cost} {where}: lower the learning rate "
                                      f"or check the data; nothing was saved from this step")
+        if self._update_found_finite():
+            return
+        self._full_finite_check = False
         bad = self.first_nonfinite()
         if bad is not None:
             raise FloatingPointError(f"{bad} became NaN or inf in the update {where}: lower the "
                                      f"learning rate (or clip gradients); nothing was saved "
                                      f"from this step")
+
+    def _update_found_finite(self):
+        """True when this step's update needs no finiteness pass of its own: the optimizer's
+        fused pass over the arena wrote every parameter and saw every value it wrote (weights
+        and states) finite (``updated_finite``), and the model's other optimizer states are
+        finite.  Never on a run's first step (``fit`` checks everything once, so arena states
+        the update does not write, e.g. loaded ones, are covered too)."""
+        verify = getattr(self.optimizer, "updated_finite", None)
+        if self._full_finite_check or verify is None or \
+                not isinstance(self.arena, ParameterArena):
+            return False
+        params = self.parameters()
+        return verify(params) and first_nonfinite_of(self.arena.states_outside(params),
+                                                     self._finite_work) is None
 
     def first_nonfinite(self):
         """The name of the first parameter (``"<layer>.<param>"``) or optimizer state

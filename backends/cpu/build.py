@@ -15,6 +15,7 @@ import numpy as np
 
 from .blas import GemmThreads
 from .mkl_blas import MKLGemm, load_mkl
+from .threads import libgomp
 
 #: the data types the C kernels are built for
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -24,23 +25,45 @@ _logger = logging.getLogger("neonlite")
 NUMPY_SLOWDOWN = 5
 
 
-@contextlib.contextmanager
-def _passive_openmp():
-    """Load kernels with ``OMP_WAIT_POLICY=PASSIVE`` unless the user chose a policy.
+#: GOMP_SPINCOUNT with MKL: idle OpenMP threads spin about this many pause instructions
+#: (around a millisecond on a recent x86 core: the gaps between a step's kernels and GEMMs)
+#: before they sleep
+SPIN_COUNT = 10000
 
-    OpenMP reads the policy once, when its runtime loads with the first kernel module.  Idle
-    OpenMP threads that spin would take the cores from numpy's BLAS threads, which run between
-    the kernels; sleeping ones cost a few microseconds to wake per parallel loop.  The variable
-    is set only while the module loads, so other libraries' OpenMP runtimes keep their defaults.
+
+@contextlib.contextmanager
+def _openmp_wait_policy(gemm):
+    """Load OpenMP (with the first kernel module, or :func:`load_openmp`) with a wait policy
+    of neonlite's choosing unless the user chose one (``OMP_WAIT_POLICY`` or
+    ``GOMP_SPINCOUNT`` set).
+
+    OpenMP reads the policy once, when its runtime loads.  Without MKL, numpy's BLAS threads
+    run between the kernels and spinning OpenMP threads would take their cores:
+    ``OMP_WAIT_POLICY=PASSIVE`` (sleep at once; a wake-up costs tens of microseconds per
+    parallel loop).  With MKL (``gemm`` an :class:`MKLGemm`), GEMMs and kernels share one
+    OpenMP runtime and a short spin (``GOMP_SPINCOUNT=SPIN_COUNT``) spares a wake-up on
+    nearly every kernel and GEMM of a step of small tensors; OpenMP's own default spins about
+    thirty times longer, which on a machine shared with other busy processes lets a spinning
+    thread hold the core its partner needs for milliseconds at each wait.  The variable is
+    set only while OpenMP loads, so other libraries' OpenMP runtimes keep their defaults.
     """
-    if "OMP_WAIT_POLICY" in os.environ:
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         yield
         return
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    name, value = ("GOMP_SPINCOUNT", str(SPIN_COUNT)) if isinstance(gemm, MKLGemm) else \
+        ("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ[name] = value
     try:
         yield
     finally:
-        os.environ.pop("OMP_WAIT_POLICY", None)
+        os.environ.pop(name, None)
+
+
+def load_openmp(gemm):
+    """Load the OpenMP runtime now (if it is not loaded yet) under :func:`_openmp_wait_policy`,
+    so the first library that needs it, a kernel module or MKL's first GEMM, finds it set."""
+    with _openmp_wait_policy(gemm):
+        libgomp()
 
 
 def address(a):
@@ -74,6 +97,7 @@ class KernelModules:
         if gemm is None:
             gemm = MKLGemm() if load_mkl() is not None else GemmThreads()
         self.gemm = gemm
+        load_openmp(gemm)
 
     @property
     def builder(self):
@@ -106,7 +130,7 @@ class KernelModules:
         if self.unavailable_reason() is not None:
             return None
         try:
-            with _passive_openmp():
+            with _openmp_wait_policy(self.gemm):
                 found = self.builder.load_cpu(cpu_variant(stem, dtype))
         except CompilerNotFound as err:
             self._mark_unavailable(str(err))

@@ -20,7 +20,8 @@ def usable_cores():
 
 
 @functools.lru_cache(maxsize=None)
-def _libgomp():
+def libgomp():
+    """GNU OpenMP's runtime (ctypes), loaded on first call; None where it is absent."""
     try:
         return ctypes.CDLL("libgomp.so.1")
     except OSError:
@@ -55,7 +56,7 @@ def set_cpu_threads(n):
     if int(n) < 1:
         raise ValueError(f"a thread count must be at least 1, got {n!r}")
     done = []
-    gomp = _libgomp()
+    gomp = libgomp()
     if gomp is not None:
         gomp.omp_set_num_threads(ctypes.c_int(int(n)))
         done.append("openmp")

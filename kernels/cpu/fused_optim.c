@@ -43,9 +43,8 @@ static inline uint16_t f32_to_bf16(float f)
     if (coupled)                                                                                \
         gi = gi + wdecay * d
 
-static void update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i, int64_t hi_i,
-                           real *w, const real *g, real *s0, real *s1, uint16_t *h0,
-                           uint16_t *h1)
+static void update_run(const nl_fused_rule *rule, int64_t flags, int64_t lo_i, int64_t hi_i,
+                       real *w, const real *g, real *s0, real *s1, uint16_t *h0, uint16_t *h1)
 {
     const int scaled = (rule->flags & NL_FUSED_SCALED) != 0;
     const int clipped = (rule->flags & NL_FUSED_CLIPPED) != 0;
@@ -121,15 +120,72 @@ static void update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_
     }
 }
 
+/* Integer views of `real` elements (may_alias: they read what the update stored as floats). */
+typedef uint32_t __attribute__((may_alias)) bits32;
+typedef uint64_t __attribute__((may_alias)) bits64;
+
+/* 1 when none of x[0 .. n) is NaN or +/-inf: no element's exponent bits are all ones (an
+ * integer test the compiler vectorizes). */
+static int finite_run(const real *x, int64_t n)
+{
+    int bad = 0;
+    if (sizeof(real) == 4) {
+        const bits32 *u = (const bits32 *)x;
+        for (int64_t i = 0; i < n; i++)
+            bad |= (u[i] & 0x7F800000u) == 0x7F800000u;
+    } else {
+        const bits64 *u = (const bits64 *)x;
+        for (int64_t i = 0; i < n; i++)
+            bad |= (u[i] & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
+    }
+    return !bad;
+}
+
+static int finite_bf16_run(const uint16_t *h, int64_t n)
+{
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad |= (h[i] & 0x7F80u) == 0x7F80u;
+    return !bad;
+}
+
+/* Elements checked at a time: the values a block of the update wrote are read again while
+ * they are in L1. */
+#define CHECK_BLOCK 2048
+
+/* Updates elements [lo_i, hi_i) block by block; returns 1 when every value written (weights
+ * and the rule's states) is finite, else 0. */
+static int update_segment(const nl_fused_rule *rule, int64_t flags, int64_t lo_i, int64_t hi_i,
+                          real *w, const real *g, real *s0, real *s1, uint16_t *h0,
+                          uint16_t *h1)
+{
+    int ok = 1;
+    for (int64_t a = lo_i; a < hi_i; a += CHECK_BLOCK) {
+        const int64_t b = a + CHECK_BLOCK < hi_i ? a + CHECK_BLOCK : hi_i, n = b - a;
+        update_run(rule, flags, a, b, w, g, s0, s1, h0, h1);
+        ok &= finite_run(w + a, n);
+        if (rule->rule == NL_RULE_ADAM_BF16) {
+            ok &= finite_bf16_run(h0 + a, n) & finite_bf16_run(h1 + a, n);
+        } else {
+            if (rule->rule != NL_RULE_SGD)
+                ok &= finite_run(s0 + a, n);
+            if (rule->rule == NL_RULE_ADAM)
+                ok &= finite_run(s1 + a, n);
+        }
+    }
+    return ok;
+}
+
 int fused_update(const nl_fused_rule *rule, const nl_segment *segs, int64_t nseg, real *w,
                  const real *g, real *s0, real *s1, uint16_t *h0, uint16_t *h1)
 {
     if (rule->rule < NL_RULE_SGD || rule->rule > NL_RULE_ADAGRAD)
         return -1;
     int64_t total = 0;
+    int ok = 1;
     for (int64_t k = 0; k < nseg; k++)
         total += segs[k].size;
-#pragma omp parallel if (total >= NL_PARALLEL_MIN)
+#pragma omp parallel reduction(& : ok) if (total >= NL_PARALLEL_MIN)
     {
         const int64_t nthreads = omp_get_num_threads(), me = omp_get_thread_num();
         int64_t lo, hi;
@@ -141,12 +197,13 @@ int fused_update(const nl_fused_rule *rule, const nl_segment *segs, int64_t nseg
             const int64_t a = lo > start ? lo : start, b = hi < end ? hi : end;
             if (a < b) {
                 const int64_t base = segs[k].offset - start;
-                update_segment(rule, segs[k].flags, base + a, base + b, w, g, s0, s1, h0, h1);
+                ok &= update_segment(rule, segs[k].flags, base + a, base + b, w, g, s0, s1,
+                                     h0, h1);
             }
             start = end;
         }
     }
-    return 0;
+    return ok ? 0 : 1;
 }
 
 /* Sums of squares keep this many double accumulators (element i goes to lane i mod LANES, the

@@ -53,7 +53,9 @@ typedef struct {
 
 /* Applies `rule` to every segment.  w, g: the arena's values and gradients; s0, s1: its first
  * and second state buffers (`real`, NULL when the rule has fewer); h0, h1: the bfloat16 state
- * buffers of NL_RULE_ADAM_BF16.  Returns 0, or -1 for an unknown rule. */
+ * buffers of NL_RULE_ADAM_BF16.  Returns 0 when every value it wrote (weights and states) is
+ * finite, 1 when one is NaN or inf (the training loop's guard then needs no pass of its own),
+ * or -1 for an unknown rule. */
 int fused_update(const nl_fused_rule *rule, const nl_segment *segs, int64_t nseg, real *w,
                  const real *g, real *s0, real *s1, uint16_t *h0, uint16_t *h1);
 

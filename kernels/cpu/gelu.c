@@ -1,6 +1,6 @@
 /* GELU forward and backward, fused with a bias (see gelu.h).  The float erf and exp are the
- * vectorizable nl_erf32 and nl_expf of common.h; each row is two short passes (bias, then the
- * activation) over data that stays in L1. */
+ * vectorizable nl_erf32 and nl_expf of common.h; a row with a bias is one pass (the erf form)
+ * or two short passes (bias, then the activation) over data that stays in L1. */
 /* These loops are arithmetic-bound (erf and exp per element): full 512-bit vectors, where the
  * target has them, do about 1.5x the work per cycle of the default 256-bit ones.  (Before the
  * includes, so the inline math of common.h is compiled the same way.) */
@@ -43,6 +43,14 @@ static void fprop_row(const real *x, const real *bias, real *pre, real *y, int64
                 const real h = x[d] + bias[d];
                 y[d] = (real)0.5 * h * (1 + NL_ERF_REAL(h * SQRT_HALF));
             }
+        }
+        return;
+    }
+    if (bias && !approximate) { /* the sum kept for bprop, in the same pass */
+        for (int64_t d = 0; d < D; d++) {
+            const real h = x[d] + bias[d];
+            pre[d] = h;
+            y[d] = (real)0.5 * h * (1 + NL_ERF_REAL(h * SQRT_HALF));
         }
         return;
     }

@@ -74,6 +74,8 @@ class FusedPlan:
     def __init__(self, optimizer, arena, params):
         self.arena, self.params = arena, list(params)
         self.ok = arena is not None and arena.holds(params)
+        #: whether the last :meth:`run` wrote only finite values (weights and states)
+        self.finite = False
         self.dtypes = {}
         self.state_refs = None
         if not self.ok:
@@ -115,7 +117,8 @@ class FusedPlan:
 
     def run(self, optimizer, form, scale, clip_value, lr):
         """Apply ``form`` with gradient scale ``scale`` (1.0: none) and clipping by value
-        ``clip_value`` (None: none).  False when the kernel cannot take it (nothing done)."""
+        ``clip_value`` (None: none).  False when the kernel cannot take it (nothing done).
+        Sets ``finite``: every weight and state value the kernel wrote is finite."""
         if form.storage is not None and any(dt != np.float32 for dt in self.dtypes):
             return False
         refs = self.state_refs
@@ -124,6 +127,7 @@ class FusedPlan:
             self._bind_states(form)
         rule_id = RULES[form.rule]
         flags = (_SCALED if scale != 1.0 else 0) | (_CLIPPED if clip_value is not None else 0)
+        self.finite = True
         for plan in self.dtypes.values():
             rule = plan.rule
             rule.rule, rule.flags, rule.scale = rule_id, flags, scale
@@ -135,8 +139,9 @@ class FusedPlan:
             segs, nseg = plan.tables[form.decay_mul is not None or form.wdecay != 0.0]
             status = plan.module.lib.fused_update(rule, segs, nseg, plan.w, plan.g,
                                                   *plan.states)
-            if status != 0:
+            if status < 0:
                 raise RuntimeError(f"fused optimizer kernel: unknown rule {form.rule!r}")
+            self.finite = self.finite and status == 0
         return True
 
 

@@ -21,13 +21,20 @@ class MultiOptimizer:
         return self.mapping.get(layer.name) or self.mapping.get(type(layer).__name__) or \
             self.mapping["default"]
 
-    def optimize(self, params, epoch):
+    def _groups(self, params):
         groups = {}
         for param in params:
             groups.setdefault(id(self.optimizer_for(param)), (self.optimizer_for(param), []))[1] \
                 .append(param)
-        for optimizer, group in groups.values():
+        return groups.values()
+
+    def optimize(self, params, epoch):
+        for optimizer, group in self._groups(params):
             optimizer.optimize(group, epoch)
+
+    def updated_finite(self, params):
+        """True when every group's optimizer says so of its group (``Optimizer.updated_finite``)."""
+        return all(optimizer.updated_finite(group) for optimizer, group in self._groups(params))
 
     @property
     def step(self):

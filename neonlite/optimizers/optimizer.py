@@ -51,6 +51,7 @@ class Optimizer:
                              f", got {unknown[0]!r}")
         self.decay_exclude = tuple(decay_exclude)
         self._fused_plans = {}
+        self._last_update = None
 
     def decays(self, param):
         """True when the weight decay applies to ``param`` (see ``decay_exclude``)."""
@@ -83,6 +84,7 @@ class Optimizer:
             return
         be = params[0].value.backend
         lr = self.schedule.rate(self.learning_rate, epoch, self.step)
+        self._last_update = None
         if self._optimize_fused(params, lr):
             self.step += 1
             return
@@ -111,7 +113,18 @@ class Optimizer:
             return False
         scale = 1.0 if self.gradient_clip_norm is None else \
             clip_scale(self.gradient_clip_norm, plan.sum_squares())
-        return plan.run(self, form, scale, self.gradient_clip_value, lr)
+        done = plan.run(self, form, scale, self.gradient_clip_value, lr)
+        if done:
+            self._last_update = (key, getattr(plan, "finite", False))
+        return done
+
+    def updated_finite(self, params):
+        """True when the last :meth:`optimize` updated exactly ``params`` in one fused pass
+        over their arena and every weight and state value it wrote is finite (so the training
+        loop's NaN/inf guard needs no pass over them); False otherwise, also when that is
+        unknown (a per-parameter update, a backend whose fused pass does not say)."""
+        last = self._last_update
+        return last is not None and last[1] and last[0] == tuple(map(id, params))
 
     def _clip_scale(self, be, params):
         """min(1, clip_norm / global L2 norm of all gradients)."""
