@@ -2,7 +2,7 @@
 from ..initializers import Kaiming
 from ..transforms.activation import is_plain_relu
 from ..config.errors import short_repr
-from .layer import ParameterLayer, flat_rows, is_count
+from .layer import ParameterLayer, add_row_sums, flat_rows, is_count, prod
 
 
 def _pair(value, what, layer, minimum=1):
@@ -74,6 +74,9 @@ class Convolution(ParameterLayer):
         self.b = None if self.bias_init is None else self.add_param("b", (K,), self.bias_init,
                                                                      K, K)
         self.relu_error = self.be.zeros(self.outputs.shape) if self.activation else None
+        # the bias gradient's ones row, as a Bias layer after an unfused conv has it
+        self.ones = None if self.b is None else \
+            self.be.ones((1, self.be.bsz * prod(self.out_shape[:-1])))
 
     def fprop(self, x, inference=False):
         self.x = x
@@ -87,9 +90,7 @@ class Convolution(ParameterLayer):
             self.relu_error[:] = error * (self.outputs > 0.0)
             error = self.relu_error
         if self.b is not None:
-            K = self.fshape[2]
-            b2 = self.b.grad.reshape(1, K)
-            b2[:] = b2 + self.be.sum(flat_rows(error, K), axis=0)
+            add_row_sums(self.be, self.ones, flat_rows(error, self.fshape[2]), self.b.grad)
         self.be.update_conv(self.plan, self.x, error, self.W.grad, beta=1.0)
         if self.needs_deltas:
             self.be.bprop_conv(self.plan, self.W.value, error, self.deltas)
