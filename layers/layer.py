@@ -189,13 +189,10 @@ def add_row_sums(be, ones, rows, grad):
     """grad (n,) += the sums of the rows of ``rows`` (R, n), a bias gradient, as one GEMM:
     ones (1, >= R, every element 1) @ rows accumulated into grad (beta=1), with no temporary
     and no pass of its own.  ``ones`` is made once by the layer (``be.ones((1, R))``) with as
-    many columns as its largest ``rows`` (more rows than that are summed by ``be.sum``)."""
+    many columns as its largest ``rows``."""
     count, n = rows.shape
-    grad2 = grad.reshape(1, n)
-    if count > ones.shape[1]:
-        grad2[:] = grad2 + be.sum(rows, axis=0)
-        return
-    be.compound_dot(ones if ones.shape[1] == count else ones[:, :count], rows, grad2, beta=1.0)
+    be.compound_dot(ones if ones.shape[1] == count else ones[:, :count], rows,
+                    grad.reshape(1, n), beta=1.0)
 
 
 def prod(shape):

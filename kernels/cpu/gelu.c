@@ -27,22 +27,29 @@ static inline void tanh_parts(real h, real *es, real *s)
     *s = inv;
 }
 
+/* GELU of one pre-activation h: the erf form, and the tanh form through tanh_parts. */
+static inline real gelu_erf(real h)
+{
+    return (real)0.5 * h * (1 + NL_ERF_REAL(h * SQRT_HALF));
+}
+
+static inline real gelu_tanh(real h)
+{
+    real es, s;
+    tanh_parts(h, &es, &s);
+    return h * es;
+}
+
 static void fprop_row(const real *x, const real *bias, real *pre, real *y, int64_t D,
                       int approximate)
 {
     if (bias && !pre) { /* inference: x + bias is not kept */
         if (approximate) {
-            for (int64_t d = 0; d < D; d++) {
-                real es, s;
-                const real h = x[d] + bias[d];
-                tanh_parts(h, &es, &s);
-                y[d] = h * es;
-            }
+            for (int64_t d = 0; d < D; d++)
+                y[d] = gelu_tanh(x[d] + bias[d]);
         } else {
-            for (int64_t d = 0; d < D; d++) {
-                const real h = x[d] + bias[d];
-                y[d] = (real)0.5 * h * (1 + NL_ERF_REAL(h * SQRT_HALF));
-            }
+            for (int64_t d = 0; d < D; d++)
+                y[d] = gelu_erf(x[d] + bias[d]);
         }
         return;
     }
@@ -50,7 +57,7 @@ static void fprop_row(const real *x, const real *bias, real *pre, real *y, int64
         for (int64_t d = 0; d < D; d++) {
             const real h = x[d] + bias[d];
             pre[d] = h;
-            y[d] = (real)0.5 * h * (1 + NL_ERF_REAL(h * SQRT_HALF));
+            y[d] = gelu_erf(h);
         }
         return;
     }
@@ -61,16 +68,11 @@ static void fprop_row(const real *x, const real *bias, real *pre, real *y, int64
         memcpy(pre, x, (size_t)D * sizeof(real));
     }
     if (approximate) {
-        for (int64_t d = 0; d < D; d++) {
-            real es, s;
-            tanh_parts(pre[d], &es, &s);
-            y[d] = pre[d] * es;
-        }
+        for (int64_t d = 0; d < D; d++)
+            y[d] = gelu_tanh(pre[d]);
     } else {
-        for (int64_t d = 0; d < D; d++) {
-            const real h = pre[d];
-            y[d] = (real)0.5 * h * (1 + NL_ERF_REAL(h * SQRT_HALF));
-        }
+        for (int64_t d = 0; d < D; d++)
+            y[d] = gelu_erf(pre[d]);
     }
 }
 
