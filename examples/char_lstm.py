@@ -21,15 +21,15 @@ import sys
 
 import numpy as np
 
-from neonlite import Model, gen_backend
-from neonlite.callbacks import Callbacks, LossLog, ResetState
+from neonlite import Model
+from neonlite.callbacks import ResetState
 from neonlite.cli.arguments import positive_int
 from neonlite.cli.example import example_main
-from neonlite.cli.text_examples import configure_text_lm, text_lm_arguments, write_sample
-from neonlite.data import TextCorpus
+from neonlite.cli.text_examples import (configure_text_lm, text_lm_arguments, train_text_lm,
+                                        write_sample)
 from neonlite.layers import LSTM, Affine, Embedding, GeneralizedCost
 from neonlite.optimizers import Adam
-from neonlite.transforms import CrossEntropyMulti, NatsPerToken, Softmax
+from neonlite.transforms import CrossEntropyMulti, Softmax
 
 
 def build_model(vocab_size, hidden=512, layers=2, d=64):
@@ -46,22 +46,10 @@ def train(data=None, steps=500, backend="cpu", batch_size=32, seed=0, seq_len=64
           layers=2, lr=2e-3, log_every=50, stream=sys.stdout, datatype=np.float32):
     """Train the recipe; returns (model, corpus, per-step training losses, validation loss in
     nats per character)."""
-    gen_backend(backend, batch_size=batch_size, rng_seed=seed, datatype=datatype)
-    corpus = TextCorpus(data, seq_len=seq_len, split=0.9, nbatches=steps, streams=True)
-    model = build_model(len(corpus.vocab), hidden, layers)
-    log = LossLog(log_every, stream)
-    callbacks = Callbacks(model, progress=False)
-    callbacks.add(log)
-    callbacks.add(ResetState())
-    model.initialize(corpus, GeneralizedCost(CrossEntropyMulti()))
-    model.layers.layers[0].set_vocabulary(corpus.vocab.chars)
-    model.fit(corpus, Adam(lr, gradient_clip_norm=5.0), num_epochs=1, cost=model.cost,
-              callbacks=callbacks)
-    for leaf in model.layers.leaves():
-        if getattr(leaf, "stateful", False):
-            leaf.reset_state()
-    valid = model.eval(corpus.valid_iter, NatsPerToken())
-    return model, corpus, log.losses, valid
+    return train_text_lm(lambda vocab: build_model(vocab, hidden, layers),
+                         Adam(lr, gradient_clip_norm=5.0), data, steps, backend, batch_size,
+                         seed, seq_len, log_every, stream, datatype=datatype, streams=True,
+                         callbacks=[ResetState()])
 
 
 SETTINGS = {"backend": "cpu", "epochs": 1, "batchsize": 32, "rng_seed": 0, "eval_freq": 1,

@@ -16,15 +16,13 @@ the same recipe as a Python function.
 """
 import sys
 
-from neonlite import Model, gen_backend
-from neonlite.callbacks import Callbacks, LossLog
+from neonlite import Model
 from neonlite.cli.example import example_main
-from neonlite.cli.text_examples import configure_text_lm, text_lm_arguments, write_sample
-from neonlite.data import TextCorpus
+from neonlite.cli.text_examples import (configure_text_lm, text_lm_arguments, train_text_lm,
+                                        transformer_optimizer, write_sample)
 from neonlite.layers import (Affine, Embedding, GeneralizedCost, LayerNorm, PositionalEmbedding,
                              TransformerBlock)
-from neonlite.optimizers import AdamW, CosineSchedule
-from neonlite.transforms import CrossEntropyMulti, NatsPerToken, Softmax
+from neonlite.transforms import CrossEntropyMulti, Softmax
 
 
 def build_model(vocab_size, seq_len=128, d=128, heads=4, blocks=4, dropout=0.0):
@@ -41,20 +39,9 @@ def train(data=None, steps=500, backend="cpu", batch_size=32, seed=0, seq_len=12
           heads=4, blocks=4, dropout=0.0, lr=1e-3, log_every=50, stream=sys.stdout):
     """Train the recipe; returns (model, corpus, per-step training losses, validation loss in
     nats per character)."""
-    gen_backend(backend, batch_size=batch_size, rng_seed=seed)
-    corpus = TextCorpus(data, seq_len=seq_len, split=0.9, nbatches=steps)
-    model = build_model(len(corpus.vocab), seq_len, d, heads, blocks, dropout)
-    optimizer = AdamW(lr, weight_decay=0.1,
-                      schedule=CosineSchedule(steps, warmup_steps=min(50, steps - 1),
-                                              min_ratio=0.1))
-    log = LossLog(log_every, stream)
-    callbacks = Callbacks(model, progress=False)
-    callbacks.add(log)
-    model.initialize(corpus, GeneralizedCost(CrossEntropyMulti()))
-    model.layers.layers[0].set_vocabulary(corpus.vocab.chars)
-    model.fit(corpus, optimizer, num_epochs=1, cost=model.cost, callbacks=callbacks)
-    valid = model.eval(corpus.valid_iter, NatsPerToken())
-    return model, corpus, log.losses, valid
+    return train_text_lm(lambda vocab: build_model(vocab, seq_len, d, heads, blocks, dropout),
+                         transformer_optimizer(steps, lr), data, steps, backend, batch_size,
+                         seed, seq_len, log_every, stream)
 
 
 SETTINGS = {"backend": "cpu", "epochs": 1, "batchsize": 32, "rng_seed": 0, "eval_freq": 1,
@@ -67,10 +54,7 @@ def network(vocab_size=103, seq_len=128, dropout=0.0, steps=500):
     """(layers, cost, optimizer) of the recipe, as examples/char_transformer.yaml has them
     (vocabulary 103: Python's documentation text)."""
     model = build_model(vocab_size, seq_len, dropout=dropout)
-    optimizer = AdamW(1e-3, weight_decay=0.1,
-                      schedule=CosineSchedule(steps, warmup_steps=min(50, steps - 1),
-                                              min_ratio=0.1))
-    return model.layers.layers, GeneralizedCost(CrossEntropyMulti()), optimizer
+    return model.layers.layers, GeneralizedCost(CrossEntropyMulti()), transformer_optimizer(steps)
 
 
 def main(argv=None):

@@ -1,6 +1,7 @@
 """The options the character language-model twins in ``examples/`` add to ``neonlite
 train``'s flags (``--data``, ``--steps``, ``--seq-len``, ``--dropout``, ``--prompt``,
-``-n``), turning them into the run's settings, and the sample they write after training.
+``-n``), turning them into the run's settings, the sample they write after training, and
+the ``train()`` loop and optimizer recipe the twins share.
 
 Used through :func:`~neonlite.cli.example.example_main`'s ``add_arguments``, ``configure``
 and ``finish`` hooks; ``--data FILE`` sets the data directory to the file's folder and the
@@ -10,8 +11,15 @@ and that ``filename`` would be.
 import copy
 import math
 import os
+import sys
 
+from ..backends import gen_backend
+from ..callbacks import Callbacks, LossLog
+from ..data import TextCorpus
+from ..layers import GeneralizedCost
+from ..optimizers import AdamW, CosineSchedule
 from ..data.text import builtin_text, read_text
+from ..transforms import CrossEntropyMulti, NatsPerToken
 from .arguments import positive_int
 
 
@@ -71,3 +79,38 @@ def write_sample(model, args):
     if args.chars > 0:
         print(args.prompt + model.generate(args.prompt, args.chars, temperature=0.8,
                                            seed=args.rng_seed), flush=True)
+
+
+def transformer_optimizer(steps, lr=1e-3):
+    """The character transformers' AdamW: weight decay 0.1, ``min(50, steps - 1)`` warm-up
+    steps, then cosine decay over ``steps`` to 10% of ``lr``."""
+    return AdamW(lr, weight_decay=0.1,
+                 schedule=CosineSchedule(steps, warmup_steps=min(50, steps - 1), min_ratio=0.1))
+
+
+def train_text_lm(build, optimizer, data=None, steps=500, backend="cpu", batch_size=32, seed=0,
+                  seq_len=128, log_every=50, stream=sys.stdout, datatype=None, streams=False,
+                  callbacks=()):
+    """Train a character language model for one epoch of ``steps`` batches of (batch_size,
+    seq_len) characters of the text file ``data`` (None: Python's documentation text), the
+    first 90% training and the last 10% validating; ``build(vocab_size)`` makes the
+    :class:`~neonlite.Model`, ``streams`` reads the text in order per batch row (stateful
+    models), ``callbacks`` are added after the loss log.  Returns (model, corpus, per-step
+    training losses, validation loss in nats per character), stateful layers reset before the
+    validation."""
+    options = {} if datatype is None else {"datatype": datatype}
+    gen_backend(backend, batch_size=batch_size, rng_seed=seed, **options)
+    corpus = TextCorpus(data, seq_len=seq_len, split=0.9, nbatches=steps, streams=streams)
+    model = build(len(corpus.vocab))
+    log = LossLog(log_every, stream)
+    run_callbacks = Callbacks(model, progress=False)
+    for callback in (log, *callbacks):
+        run_callbacks.add(callback)
+    model.initialize(corpus, GeneralizedCost(CrossEntropyMulti()))
+    model.layers.layers[0].set_vocabulary(corpus.vocab.chars)
+    model.fit(corpus, optimizer, num_epochs=1, cost=model.cost, callbacks=run_callbacks)
+    for leaf in model.layers.leaves():
+        if getattr(leaf, "stateful", False):
+            leaf.reset_state()
+    valid = model.eval(corpus.valid_iter, NatsPerToken())
+    return model, corpus, log.losses, valid
