@@ -259,7 +259,8 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                 if (j0 >= kend)
                     continue;
                 const int64_t nc = kend - j0 < bk ? kend - j0 : bk;
-                fa_gemm(nc, nr, dk, kb + j0 * ldk, ldk, 1, qt, FA_LD, st, FA_LD, 0);
+                fa_gemm(nc, nr, dk, kb + j0 * ldk, ldk, 1, qt, FA_LD, st, FA_LD, 0,
+                        fa_causal_band(FA_ROWS_UPTO_COL, causal, i0, j0, nc, off));
                 fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
                 fa_online_softmax(st, nr, nc, m, l, alpha);
                 for (int64_t i = 0; i < nr; i++) {
@@ -277,7 +278,8 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                         for (int64_t i = 0; i < nr; i++)
                             st[c * FA_LD + i] *= z[c * FA_LD + i];
                 }
-                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * ldv, ldv, acc, dv, 1);
+                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * ldv, ldv, acc, dv, 1,
+                        fa_causal_band(FA_P_UPTO_ROW, causal, i0, j0, nc, off));
             }
             for (int64_t i = 0; i < nr; i++) {
                 real *o = FA_SLICE(out, so, b) + (i0 + i) * so[2];
@@ -310,7 +312,8 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
                           int first)
 {
     real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
-    fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0);
+    const fa_band rows = fa_causal_band(FA_ROWS_FROM_COL, causal, i0, j0, nc, off);
+    fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0, rows);
     fa_mask(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km);
     /* the elementwise steps run over whole rows of FA_LD (a count the compiler knows): columns
      * from nc on are computed and never read */
@@ -329,14 +332,22 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
                 pz[i * FA_LD + c] = p[i * FA_LD + c] * z[i * FA_LD + c];
     }
     /* dV_c (+)= (P Z)^T dO_r: the key block's first visited query block sets dV_c and dK_c */
-    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, ld->dout, dvb, ld->dv, !first);
+    const fa_band queries = fa_causal_band(FA_P_FROM_ROW, causal, i0, j0, nc, off);
+    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, ld->dout, dvb, ld->dv, !first, queries);
     /* dP = dO_r v_c^T, then dS = scale P (dP Z - D) in place */
-    fa_gemm(nr, nc, dv, dob, ld->dout, 1, w->vt, FA_LD, dp, FA_LD, 0);
+    fa_gemm(nr, nc, dv, dob, ld->dout, 1, w->vt, FA_LD, dp, FA_LD, 0, rows);
     for (int64_t i = 0; i < nr; i++) {
         const real D = Db[i];
         real *dprow = dp + i * FA_LD;
         const real *prow = p + i * FA_LD, *zr = z ? z + i * FA_LD : NULL;
-        if (zr) {
+        if (rows.kind != FA_FULL) {
+            /* a tile the diagonal crosses: dP was not made for blocks hidden entirely, and
+             * dS is 0 at every hidden key */
+            const int64_t last = i + rows.e;
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++)
+                dprow[c] = c > last ? 0 : sc * prow[c] * ((zr ? dprow[c] * zr[c] : dprow[c]) - D);
+        } else if (zr) {
 #pragma omp simd
             for (int64_t c = 0; c < nc; c++)
                 dprow[c] = sc * prow[c] * (dprow[c] * zr[c] - D);
@@ -346,8 +357,9 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
                 dprow[c] = sc * prow[c] * (dprow[c] - D);
         }
     }
-    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, ld->k, dqb, ld->dq, 1);
-    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, ld->q, dkb, ld->dk, !first);
+    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, ld->k, dqb, ld->dq, 1,
+            fa_causal_band(FA_P_UPTO_ROW, causal, i0, j0, nc, off));
+    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, ld->q, dkb, ld->dk, !first, queries);
 }
 
 

@@ -32,18 +32,71 @@ typedef real fa_uvec __attribute__((vector_size(FA_VEC_BYTES), aligned(sizeof(re
 static inline fa_vec fa_load(const real *p) { return *(const fa_uvec *)p; }
 static inline void fa_store(real *p, fa_vec x) { *(fa_uvec *)p = x; }
 
+/* The causal band of a tile that the diagonal crosses: query ii (of the tile) sees key c when
+ * c - ii <= e.  Which of a product's indices are queries and keys (`kind`):
+ *   FA_FULL           no band: every element computed, every term summed;
+ *   FA_ROWS_UPTO_COL  rows keys, columns queries (the forward's S^T): blocks of C that are
+ *                     hidden entirely are not written;
+ *   FA_ROWS_FROM_COL  rows queries, columns keys (the backward's P and dP): the same;
+ *   FA_P_UPTO_ROW     rows queries, p keys (P V, dS K): a row block sums over the keys some
+ *                     row of it sees;
+ *   FA_P_FROM_ROW     rows keys, p queries (P^T dO, dS^T Q): the same over the queries.
+ * The terms left out are those of hidden probabilities (exactly 0), so each sum is the same. */
+enum { FA_FULL, FA_ROWS_UPTO_COL, FA_ROWS_FROM_COL, FA_P_UPTO_ROW, FA_P_FROM_ROW };
+typedef struct {
+    int kind;
+    int64_t e;
+} fa_band;
+
+/* The band of query block i0 against key block j0 (nc keys) with the causal offset off. */
+static inline fa_band fa_causal_band(int kind, int causal, int64_t i0, int64_t j0, int64_t nc,
+                                     int64_t off)
+{
+    const int64_t e = i0 + off - j0;
+    fa_band bd = {causal && nc - 1 > e ? kind : FA_FULL, e};
+    return bd;
+}
+
+/* 1 when rows [i, i + nr) x columns [j, j + nc) of C are all hidden. */
+static inline int fa_band_hides(fa_band bd, int64_t i, int64_t nr, int64_t j, int64_t nc)
+{
+    if (bd.kind == FA_ROWS_UPTO_COL)
+        return i > j + nc - 1 + bd.e;
+    if (bd.kind == FA_ROWS_FROM_COL)
+        return i + nr - 1 < j - bd.e;
+    return 0;
+}
+
+/* The terms [*p0, *p1) of rows [i, i + nr) that some row of them sees (of kk). */
+static inline void fa_band_terms(fa_band bd, int64_t i, int64_t nr, int64_t kk, int64_t *p0,
+                                 int64_t *p1)
+{
+    int64_t lo = 0, hi = kk;
+    if (bd.kind == FA_P_UPTO_ROW)
+        hi = i + nr + bd.e;
+    else if (bd.kind == FA_P_FROM_ROW)
+        lo = i - bd.e;
+    *p0 = lo < 0 ? 0 : (lo > kk ? kk : lo);
+    *p1 = hi < *p0 ? *p0 : (hi > kk ? kk : hi);
+}
+
 /* C (m x n, ld ldc) = [C +] A (m x k) B (k x n, ld ldb), small m, n; A's element (i, p) is
  * A[i * ai + p * ap] (so A may be a transposed tile).  Each element of C is one sequential sum
- * over p (starting from C when `add`), whichever path computes it. */
+ * over p (starting from C when `add`), whichever path computes it; under a band (bd) blocks
+ * of C hidden entirely are skipped and the sums leave out terms of hidden probabilities. */
 #define FA_ROWS 8
-static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
-                    int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
-                    int64_t ldc, int add)
+static inline __attribute__((always_inline)) void
+fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai, int64_t ap,
+             const real *restrict B, int64_t ldb, real *restrict C, int64_t ldc, int add,
+             fa_band bd)
 {
-    int64_t j = 0;
+    int64_t j = 0, p0, p1;
     for (; j + 2 * FA_W <= n; j += 2 * FA_W) {
         int64_t i = 0;
         for (; i + FA_ROWS <= m; i += FA_ROWS) {
+            if (fa_band_hides(bd, i, FA_ROWS, j, 2 * FA_W))
+                continue;
+            fa_band_terms(bd, i, FA_ROWS, kk, &p0, &p1);
             fa_vec x[FA_ROWS][2];
             const real *a = A + i * ai;
 #pragma GCC unroll 8
@@ -51,7 +104,7 @@ static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, in
                 x[r][0] = add ? fa_load(C + (i + r) * ldc + j) : (fa_vec){0};
                 x[r][1] = add ? fa_load(C + (i + r) * ldc + j + FA_W) : (fa_vec){0};
             }
-            for (int64_t p = 0; p < kk; p++) {
+            for (int64_t p = p0; p < p1; p++) {
                 const fa_vec b0 = fa_load(B + p * ldb + j), b1 = fa_load(B + p * ldb + j + FA_W);
                 const real *ar = a + p * ap;
 #pragma GCC unroll 8
@@ -67,11 +120,14 @@ static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, in
             }
         }
         for (; i < m; i++) {
+            if (fa_band_hides(bd, i, 1, j, 2 * FA_W))
+                continue;
+            fa_band_terms(bd, i, 1, kk, &p0, &p1);
             real *c0 = C + i * ldc + j;
             fa_vec x0 = {0}, x1 = {0};
             if (add)
                 x0 = fa_load(c0), x1 = fa_load(c0 + FA_W);
-            for (int64_t p = 0; p < kk; p++) {
+            for (int64_t p = p0; p < p1; p++) {
                 const real a0 = A[i * ai + p * ap];
                 x0 += a0 * fa_load(B + p * ldb + j), x1 += a0 * fa_load(B + p * ldb + j + FA_W);
             }
@@ -80,23 +136,55 @@ static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, in
     }
     for (; j + FA_W <= n; j += FA_W) {
         for (int64_t i = 0; i < m; i++) {
+            if (fa_band_hides(bd, i, 1, j, FA_W))
+                continue;
+            fa_band_terms(bd, i, 1, kk, &p0, &p1);
             real *c0 = C + i * ldc + j;
             fa_vec x0 = {0};
             if (add)
                 x0 = fa_load(c0);
-            for (int64_t p = 0; p < kk; p++)
+            for (int64_t p = p0; p < p1; p++)
                 x0 += A[i * ai + p * ap] * fa_load(B + p * ldb + j);
             fa_store(c0, x0);
         }
     }
     for (; j < n; j++) {
         for (int64_t i = 0; i < m; i++) {
+            if (fa_band_hides(bd, i, 1, j, 1))
+                continue;
+            fa_band_terms(bd, i, 1, kk, &p0, &p1);
             real x = add ? C[i * ldc + j] : 0;
-            for (int64_t p = 0; p < kk; p++)
+            for (int64_t p = p0; p < p1; p++)
                 x += A[i * ai + p * ap] * B[p * ldb + j];
             C[i * ldc + j] = x;
         }
     }
+}
+
+/* fa_gemm_body without a band (compiled without the band's tests) and with one. */
+static void fa_gemm_full(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
+                         int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
+                         int64_t ldc, int add)
+{
+    const fa_band none = {FA_FULL, 0};
+    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, none);
+}
+
+static void fa_gemm_banded(int64_t m, int64_t n, int64_t kk, const real *restrict A,
+                           int64_t ai, int64_t ap, const real *restrict B, int64_t ldb,
+                           real *restrict C, int64_t ldc, int add, fa_band bd)
+{
+    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, bd);
+}
+
+static inline void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
+                           int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
+                           int64_t ldc, int add, fa_band bd)
+{
+    if (bd.kind == FA_FULL)
+        fa_gemm_full(m, n, kk, A, ai, ap, B, ldb, C, ldc, add);
+    else
+        fa_gemm_banded(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, bd);
 }
 
 #if FA_FLOAT && defined(__AVX512F__)
