@@ -176,7 +176,7 @@ int64_t fa_threads(void) { return omp_get_max_threads(); }
 
 int64_t fa_work_size(int64_t dk, int64_t dv)
 {
-    return (3 * dk + 2 * dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD + FA_ALIGN;
+    return (dk + dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD + FA_ALIGN;
 }
 
 /* The first 64-byte boundary in x. */
@@ -295,7 +295,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
 
 /* ---- backward --------------------------------------------------------------------------------- */
 typedef struct {
-    real *kt, *vt, *p, *dp, *z, *t, *kp, *dka, *dva;
+    real *kt, *vt, *p, *dp, *z, *t;
 } fa_bwork;
 
 /* Row strides (elements) of the backward pass's operands. */
@@ -303,13 +303,15 @@ typedef struct {
     int64_t q, k, dout, dq, dk, dv;
 } fa_rows;
 
-/* The contribution of query block (i0, nr) and key block (j0, nc) of slice b. */
+/* The contribution of query block (i0, nr) and key block (j0, nc) of slice b: `first` (the key
+ * block's first visiting query block) sets dK_c and dV_c, `first_q` (the query block's first
+ * tile in its group) sets dQ_r; otherwise they are summed into. */
 static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, const real *kb,
                           const real *Db, const real *dob, const real *lb, real *dqb, real *dkb,
                           real *dvb, int64_t dk, int64_t dv, int64_t nr, int64_t nc, int64_t i0,
                           int64_t j0, int64_t off, int causal, const real *km, real sc,
                           const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk,
-                          int first)
+                          int first, int first_q)
 {
     real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
     const fa_band rows = fa_causal_band(FA_ROWS_FROM_COL, causal, i0, j0, nc, off);
@@ -357,7 +359,7 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
                 dprow[c] = sc * prow[c] * (dprow[c] - D);
         }
     }
-    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, ld->k, dqb, ld->dq, 1,
+    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, ld->k, dqb, ld->dq, !first_q,
             fa_causal_band(FA_P_UPTO_ROW, causal, i0, j0, nc, off));
     fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, ld->q, dkb, ld->dk, !first, queries);
 }
@@ -372,7 +374,7 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
               const int32_t *group_ptr, const int32_t *group_cols, real *dq_parts, real *drows,
               real *work, real *packed)
 {
-    const int64_t nkb = (Tk + bk - 1) / bk, off = Tk - Tq;
+    const int64_t nkb = (Tk + bk - 1) / bk, nqb = (Tq + bq - 1) / bq, off = Tk - Tq;
     const int drop = keep < 1.0;
     const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
     const real sc = (real)scale, sc2 = (real)(scale * FA_LOG2E);
@@ -391,12 +393,10 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
         real *dopack = qpack ? qpack + Tq * dk : NULL;
         int64_t pb = -1;
         const size_t tile = FA_MAX_BLOCK * FA_LD;
+        uint64_t seen[(nqb + 63) / 64];
         real *buf = fa_thread_work(work, dk, dv);
-        fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL,
-                      NULL, NULL, NULL};
-        /* kp: the key block packed; dka, dva: its dK and dV, packed */
+        fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL};
         w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
-        w.kp = w.t + tile, w.dka = w.kp + dk * FA_LD, w.dva = w.dka + dk * FA_LD;
         /* D = rowsum(dO * O) of every query row, once (in double) */
 #pragma omp for schedule(static)
         for (int64_t x = 0; x < B * Tq; x++) {
@@ -424,47 +424,41 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
                     fa_pack(qs, ld.q, Tq, dk, qpack), fa_pack(dos, ld.dout, Tq, dv, dopack), pb = b;
                 qs = qpack, dos = dopack, ld.q = dk, ld.dout = dv;
             }
-            /* group 0 sums into dq, group g > 0 into its own contiguous partial dq */
+            /* group 0 sums into dq, group g > 0 into its own contiguous partial dq: a query
+             * block's first tile in the group sets its rows (seen: the blocks set so far),
+             * and blocks that no tile of the group visits are zeroed at the end */
             real *dqs = FA_SLICE(dq, sdq, b);
             if (g > 0)
                 dqs = dq_parts + ((g - 1) * B + b) * Tq * dk, ld.dq = dk;
-            fa_zero_rows(dqs, Tq, dk, ld.dq);
+            memset(seen, 0, sizeof(seen));
             for (int32_t gc = group_ptr[t * groups + g]; gc < group_ptr[t * groups + g + 1];
                  gc++) {
                 const int64_t c = group_cols[gc];
                 const int64_t j0 = c * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
-                /* strided rows (token-major operands): the key block is read through a
-                 * packed copy, dK and dV summed in packed blocks and copied out */
-                fa_rows tl = ld;
                 real *dkb = dks + j0 * ld.dk, *dvb = dvs + j0 * ld.dv;
-                if (ld.dk != dk)
-                    dkb = w.dka, tl.dk = dk;
-                if (ld.dv != dv)
-                    dvb = w.dva, tl.dv = dv;
                 const int32_t lo = col_ptr[t * nkb + c], hi = col_ptr[t * nkb + c + 1];
                 if (lo == hi) { /* no query block sees this key block */
-                    fa_zero_rows(dkb, nc, dk, tl.dk);
-                    fa_zero_rows(dvb, nc, dv, tl.dv);
+                    fa_zero_rows(dkb, nc, dk, ld.dk);
+                    fa_zero_rows(dvb, nc, dv, ld.dv);
+                    continue;
                 }
                 const real *kb = ks + j0 * ld.k;
-                if (lo < hi) {
-                    fa_transpose(kb, ld.k, nc, dk, sc2, w.kt); /* scores come scaled */
-                    fa_transpose(vs + j0 * sv[2], sv[2], nc, dv, 1, w.vt);
-                    if (ld.k != dk)
-                        fa_pack(kb, ld.k, nc, dk, w.kp), kb = w.kp, tl.k = dk;
-                }
+                fa_transpose(kb, ld.k, nc, dk, sc2, w.kt); /* scores come scaled */
+                fa_transpose(vs + j0 * sv[2], sv[2], nc, dv, 1, w.vt);
                 for (int32_t e = lo; e < hi; e++) {
-                    const int64_t i0 = (int64_t)rows[e] * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
-                    fa_bprop_tile(&w, &tl, qs + i0 * ld.q, kb, drows + b * Tq + i0,
+                    const int64_t r = rows[e], i0 = r * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
+                    const int set = !(seen[r / 64] >> (r % 64) & 1);
+                    fa_bprop_tile(&w, &ld, qs + i0 * ld.q, kb, drows + b * Tq + i0,
                                   dos + i0 * ld.dout, lse + b * Tq + i0, dqs + i0 * ld.dq, dkb,
                                   dvb, dk, dv, nr, nc, i0, j0, off, causal, km, sc,
-                                  drop ? &dr : NULL, b, H, Tq, Tk, e == lo);
+                                  drop ? &dr : NULL, b, H, Tq, Tk, e == lo, set);
+                    seen[r / 64] |= (uint64_t)1 << (r % 64);
                 }
-                if (dkb == w.dka)
-                    fa_unpack(w.dka, nc, dk, dks + j0 * ld.dk, ld.dk);
-                if (dvb == w.dva)
-                    fa_unpack(w.dva, nc, dv, dvs + j0 * ld.dv, ld.dv);
             }
+            for (int64_t r = 0; r < nqb; r++)
+                if (!(seen[r / 64] >> (r % 64) & 1))
+                    fa_zero_rows(dqs + r * bq * ld.dq, Tq - r * bq < bq ? Tq - r * bq : bq, dk,
+                                 ld.dq);
         }
         /* dq += the partials, in group order (a fixed order whatever the threads) */
         if (groups > 1) {

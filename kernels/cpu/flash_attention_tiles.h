@@ -1,6 +1,6 @@
 /* The tile steps of the fused attention kernels (flash_attention.c includes this file; it is
  * not a cffi header): vectors of one register (fa_vec, FA_W reals), the small tile GEMM
- * fa_gemm, tile transposes and row copies, and 2^x of a real (FA_EXP2) and of a vector
+ * fa_gemm, tile transposes and a row copy, and 2^x of a real (FA_EXP2) and of a vector
  * (fa_vexp2).  Needs common.h and flash_attention.h (FA_MAX_BLOCK) first. */
 #ifndef NEONLITE_FLASH_ATTENTION_TILES_H
 #define NEONLITE_FLASH_ATTENTION_TILES_H
@@ -253,36 +253,21 @@ static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64
     }
 }
 
-/* dst (n rows x w, ld ldd) = src (n rows x w, ld lds), a vector at a time (a loop of memcpy
- * calls costs more than the copy for rows this short): a block of strided rows (token-major
- * operands are rows of a wider projection) packed for the tile products, or packed sums
- * copied out. */
-static void fa_copy_rows(const real *restrict src, int64_t lds, int64_t n, int64_t w,
-                         real *restrict dst, int64_t ldd)
+/* dst (n x w, contiguous) = src (n rows x w, ld lds), a vector at a time (a loop of memcpy
+ * calls costs more than the copy for rows this short): a slice of strided rows (token-major
+ * operands are rows of a wider projection) packed for the tile products. */
+static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
+                    real *restrict dst)
 {
     for (int64_t c = 0; c < n; c++) {
         const real *from = src + c * lds;
-        real *to = dst + c * ldd;
+        real *to = dst + c * w;
         int64_t d = 0;
         for (; d + FA_W <= w; d += FA_W)
             fa_store(to + d, fa_load(from + d));
         for (; d < w; d++)
             to[d] = from[d];
     }
-}
-
-/* dst (n x w, contiguous) = src (n rows x w, ld lds). */
-static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
-                    real *restrict dst)
-{
-    fa_copy_rows(src, lds, n, w, dst, w);
-}
-
-/* dst (n rows x w, ld ldd) = src (n x w, contiguous). */
-static void fa_unpack(const real *restrict src, int64_t n, int64_t w, real *restrict dst,
-                      int64_t ldd)
-{
-    fa_copy_rows(src, w, n, w, dst, ldd);
 }
 
 /* 2^x for the exponents of the online softmax (x <= 0 up to rounding, or -inf; any x <= 127):
