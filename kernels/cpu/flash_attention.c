@@ -190,6 +190,10 @@ int64_t fa_pack_size(int64_t Tq, int64_t Tk, int64_t dk, int64_t dv)
     return (Tq > Tk ? Tq : Tk) * (dk + dv) + FA_ALIGN;
 }
 
+/* Strided slices of at most FA_PACK_ROWS rows are read in place: their rows stay in cache and
+ * in the TLB across the blocks that reread them, so a copy costs more than it saves. */
+#define FA_PACK_ROWS 256
+
 /* The calling thread's part of the packed array (NULL: none), aligned. */
 static real *fa_thread_pack(real *packed, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv)
 {
@@ -225,9 +229,9 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
         real *acc = z + FA_MAX_BLOCK * FA_LD;
         real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
         /* strided k and v rows: the slice's copied to kpack, vpack (contiguous) when more
-         * than one query block reads them; slice pb's are there now */
+         * than one query block reads them and the slice is long; slice pb's are there now */
         const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
-        const int pack = nqb > 1 && (sk[2] != dk || sv[2] != dv);
+        const int pack = nqb > 1 && Tk > FA_PACK_ROWS && (sk[2] != dk || sv[2] != dv);
         real *kpack = pack ? fa_thread_pack(packed, Tq, Tk, dk, dv) : NULL;
         real *vpack = kpack ? kpack + Tk * dk : NULL;
         int64_t pb = -1;
@@ -387,8 +391,8 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
         const int64_t *sdv = strides + 21;
         const fa_rows ld0 = {sq[2], sk[2], sdo[2], sdq[2], sdk[2], sdv[2]};
         /* strided q and dout rows: the slice's copied to qpack, dopack (contiguous) when more
-         * than one key block reads them; slice pb's are there now */
-        const int pack = nkb > 1 && (sq[2] != dk || sdo[2] != dv);
+         * than one key block reads them and the slice is long; slice pb's are there now */
+        const int pack = nkb > 1 && Tq > FA_PACK_ROWS && (sq[2] != dk || sdo[2] != dv);
         real *qpack = pack ? fa_thread_pack(packed, Tq, Tk, dk, dv) : NULL;
         real *dopack = qpack ? qpack + Tq * dk : NULL;
         int64_t pb = -1;
