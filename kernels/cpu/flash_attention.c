@@ -403,15 +403,10 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
         w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
         /* D = rowsum(dO * O) of every query row, once (in double) */
 #pragma omp for schedule(static)
-        for (int64_t x = 0; x < B * Tq; x++) {
-            const int64_t b = x / Tq, i = x % Tq;
-            const real *orow = FA_SLICE(out, so, b) + i * so[2];
-            const real *dorow = FA_SLICE(dout, sdo, b) + i * sdo[2];
-            double dsum = 0;
-#pragma omp simd reduction(+ : dsum)
-            for (int64_t d = 0; d < dv; d++)
-                dsum += (double)orow[d] * (double)dorow[d];
-            drows[x] = (real)dsum;
+        for (int64_t b = 0; b < B; b++) {
+            const real *os = FA_SLICE(out, so, b), *dos = FA_SLICE(dout, sdo, b);
+            for (int64_t i = 0; i < Tq; i++)
+                drows[b * Tq + i] = (real)fa_dot(os + i * so[2], dos + i * sdo[2], dv);
         }
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {

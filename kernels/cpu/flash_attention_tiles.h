@@ -323,6 +323,24 @@ static inline fa_vec fa_vexp2(fa_vec x)
 #define FA_LOG2E 1.4426950408889634
 #define FA_LN2 0.6931471805599453
 
+/* The sum of a[d] b[d] over d < n in double: eight partial sums (over d mod 8) added in a
+ * fixed tree, then the terms past the last 8. */
+typedef double fa_dvec8 __attribute__((vector_size(64)));
+typedef real fa_rvec8 __attribute__((vector_size(8 * sizeof(real)), aligned(sizeof(real)),
+                                     may_alias));
+static inline double fa_dot(const real *a, const real *b, int64_t n)
+{
+    fa_dvec8 acc = {0};
+    int64_t d = 0;
+    for (; d + 8 <= n; d += 8)
+        acc += __builtin_convertvector(*(const fa_rvec8 *)(a + d), fa_dvec8) *
+               __builtin_convertvector(*(const fa_rvec8 *)(b + d), fa_dvec8);
+    double s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    for (; d < n; d++)
+        s += (double)a[d] * (double)b[d];
+    return s;
+}
+
 /* Rows r0 .. r0 + n of width w at row stride ld set to 0, a vector at a time. */
 static void fa_zero_rows(real *x, int64_t n, int64_t w, int64_t ld)
 {
