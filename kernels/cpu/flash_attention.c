@@ -298,6 +298,14 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
 }
 
 /* ---- backward --------------------------------------------------------------------------------- */
+/* D (Tq) = rowsum(dO * O) of a slice's rows (in double), o and dout at row strides lo, ldo. */
+static void fa_rowsums(const real *o, int64_t lo, const real *dout, int64_t ldo, int64_t Tq,
+                       int64_t dv, real *D)
+{
+    for (int64_t i = 0; i < Tq; i++)
+        D[i] = (real)fa_dot(o + i * lo, dout + i * ldo, dv);
+}
+
 typedef struct {
     real *kt, *vt, *p, *dp, *z, *t;
 } fa_bwork;
@@ -401,12 +409,13 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
         real *buf = fa_thread_work(work, dk, dv);
         fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL};
         w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
-        /* D = rowsum(dO * O) of every query row, once (in double) */
+        /* D = rowsum(dO * O) of every query row, once: here when a slice has several work
+         * items, else by the slice's item */
+        if (groups > 1) {
 #pragma omp for schedule(static)
-        for (int64_t b = 0; b < B; b++) {
-            const real *os = FA_SLICE(out, so, b), *dos = FA_SLICE(dout, sdo, b);
-            for (int64_t i = 0; i < Tq; i++)
-                drows[b * Tq + i] = (real)fa_dot(os + i * so[2], dos + i * sdo[2], dv);
+            for (int64_t b = 0; b < B; b++)
+                fa_rowsums(FA_SLICE(out, so, b), so[2], FA_SLICE(dout, sdo, b), sdo[2], Tq, dv,
+                           drows + b * Tq);
         }
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {
@@ -418,6 +427,8 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
             const real *vs = FA_SLICE(v, sv, b);
             real *dks = FA_SLICE(dkey, sdk, b), *dvs = FA_SLICE(dval, sdv, b);
             fa_rows ld = ld0;
+            if (groups == 1)
+                fa_rowsums(FA_SLICE(out, so, b), so[2], dos, ld.dout, Tq, dv, drows + b * Tq);
             if (qpack) {
                 if (pb != b)
                     fa_pack(qs, ld.q, Tq, dk, qpack), fa_pack(dos, ld.dout, Tq, dv, dopack), pb = b;
