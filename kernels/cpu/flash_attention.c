@@ -90,23 +90,28 @@ static void fa_mask(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_
             real *row = s + r * sr;
             /* keys past this column are after the query (causal) */
             const int64_t last = causal ? i0 + r + off - j0 : nc;
+            if (km) {
 #pragma omp simd
-            for (int64_t c = 0; c < nc; c++) {
-                const int hide = (km && km[j0 + c] == 0) || c > last;
-                row[c] = hide ? -INFINITY : row[c];
+                for (int64_t c = 0; c < nc; c++) {
+                    const int hide = km[j0 + c] == 0 || c > last;
+                    row[c] = hide ? -INFINITY : row[c];
+                }
+            } else {
+#pragma omp simd
+                for (int64_t c = last < 0 ? 0 : last + 1; c < nc; c++)
+                    row[c] = -INFINITY;
             }
         }
         return;
     }
     for (int64_t c = 0; c < nc; c++) {
         const int64_t j = j0 + c;
-        const int padded = km && km[j] == 0;
-        const int64_t first = causal ? j - off - i0 : 0; /* first query row that sees key j */
+        /* the query rows before `first` do not see key j: all when it is padded */
+        int64_t first = km && km[j] == 0 ? nr : (causal ? j - off - i0 : 0);
+        first = first > nr ? nr : first;
 #pragma omp simd
-        for (int64_t r = 0; r < nr; r++) {
-            const int hide = padded || r < first;
-            s[r * sr + c * sc] = hide ? -INFINITY : s[r * sr + c * sc];
-        }
+        for (int64_t r = 0; r < first; r++)
+            s[r * sr + c * sc] = -INFINITY;
     }
 }
 
@@ -115,18 +120,27 @@ static void fa_mask(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_
  * Afterwards s holds 2^(s - m_new), l = l alpha + rowsum, m = m_new and alpha =
  * 2^(m_old - m_new), the factor the output rows take.  The queries go FA_W at a time (one
  * vector; lanes past nr are computed and not used), their keys a sequential loop, so the
- * maximum and the sum stay in registers.  m, l, alpha: room for nr rounded up to FA_W. */
+ * maximum and the sum stay in registers.  m, l, alpha: room for nr rounded up to FA_W.
+ * Under the causal band of the tile (bd, FA_ROWS_UPTO_COL) a vector of queries stops at the
+ * last key one of them sees: the keys after it are hidden from all (their 2^(s - m) = 0 add
+ * nothing), and s is left as it was there (the product with v, banded, does not read it). */
 static void fa_online_softmax(real *restrict s, int64_t nr, int64_t nc, real *restrict m,
-                              real *restrict l, real *restrict alpha)
+                              real *restrict l, real *restrict alpha, fa_band bd)
 {
     for (int64_t v = 0; v < nr; v += FA_W) {
-        /* four running maxima (keys c mod 4), so the maximum is not one chain of nc steps */
+        /* the keys that some query of the vector sees are among the first kc */
+        int64_t kc = nc;
+        if (bd.kind != FA_FULL) {
+            kc = v + FA_W + bd.e;
+            kc = kc < 0 ? 0 : (kc > nc ? nc : kc);
+        }
+        /* four running maxima (keys c mod 4), so the maximum is not one chain of kc steps */
         real top[FA_W], t1[FA_W], t2[FA_W], t3[FA_W], safe[FA_W], sum[FA_W];
 #pragma omp simd
         for (int64_t x = 0; x < FA_W; x++)
             top[x] = t1[x] = t2[x] = t3[x] = m[v + x];
         int64_t c = 0;
-        for (; c + 4 <= nc; c += 4) {
+        for (; c + 4 <= kc; c += 4) {
             const real *row = s + c * FA_LD + v;
 #pragma omp simd
             for (int64_t x = 0; x < FA_W; x++) {
@@ -136,7 +150,7 @@ static void fa_online_softmax(real *restrict s, int64_t nr, int64_t nc, real *re
                 t3[x] = row[3 * FA_LD + x] > t3[x] ? row[3 * FA_LD + x] : t3[x];
             }
         }
-        for (; c < nc; c++) {
+        for (; c < kc; c++) {
             const real *row = s + c * FA_LD + v;
 #pragma omp simd
             for (int64_t x = 0; x < FA_W; x++)
@@ -158,7 +172,7 @@ static void fa_online_softmax(real *restrict s, int64_t nr, int64_t nc, real *re
         }
         const fa_vec base = fa_load(safe);
         fa_vec total = fa_load(sum);
-        for (c = 0; c < nc; c++) {
+        for (c = 0; c < kc; c++) {
             real *row = s + c * FA_LD + v;
             const fa_vec p = fa_vexp2(fa_load(row) - base);
             fa_store(row, p);
@@ -263,10 +277,10 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                 if (j0 >= kend)
                     continue;
                 const int64_t nc = kend - j0 < bk ? kend - j0 : bk;
-                fa_gemm(nc, nr, dk, kb + j0 * ldk, ldk, 1, qt, FA_LD, st, FA_LD, 0,
-                        fa_causal_band(FA_ROWS_UPTO_COL, causal, i0, j0, nc, off));
+                const fa_band keys = fa_causal_band(FA_ROWS_UPTO_COL, causal, i0, j0, nc, off);
+                fa_gemm(nc, nr, dk, kb + j0 * ldk, ldk, 1, qt, FA_LD, st, FA_LD, 0, keys);
                 fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
-                fa_online_softmax(st, nr, nc, m, l, alpha);
+                fa_online_softmax(st, nr, nc, m, l, alpha, keys);
                 for (int64_t i = 0; i < nr; i++) {
                     real *o = acc + i * dv;
                     const real a = alpha[i];
