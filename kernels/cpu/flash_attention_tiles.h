@@ -80,11 +80,38 @@ static inline void fa_band_terms(fa_band bd, int64_t i, int64_t nr, int64_t kk, 
     *p1 = hi < *p0 ? *p0 : (hi > kk ? kk : hi);
 }
 
+#define FA_ROWS 8 /* rows of C a block of fa_gemm_body's products sums at a time */
+
+/* a b + c rounded once, as the vector paths' contracted sums (a compiler that vectorizes a
+ * scalar loop may otherwise split it into a product and a sum) */
+#define FA_FMA(a, b, c) _Generic((a), float: fmaf, default: fma)(a, b, c)
+
+/* One vector of each of FA_ROWS rows of fa_gemm_body's C: C (FA_ROWS x FA_W, ld ldc) = [C +]
+ * the terms [p0, p1) of A (ai, ap as there) B (ld ldb). */
+static inline void fa_gemm_rows(const real *restrict a, int64_t ai, int64_t ap,
+                                const real *restrict B, int64_t ldb, real *restrict C,
+                                int64_t ldc, int64_t p0, int64_t p1, int add)
+{
+    fa_vec x[FA_ROWS];
+#pragma GCC unroll 8
+    for (int r = 0; r < FA_ROWS; r++)
+        x[r] = add ? fa_load(C + r * ldc) : (fa_vec){0};
+    for (int64_t p = p0; p < p1; p++) {
+        const fa_vec b0 = fa_load(B + p * ldb);
+        const real *ar = a + p * ap;
+#pragma GCC unroll 8
+        for (int r = 0; r < FA_ROWS; r++)
+            x[r] += ar[r * ai] * b0;
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < FA_ROWS; r++)
+        fa_store(C + r * ldc, x[r]);
+}
+
 /* C (m x n, ld ldc) = [C +] A (m x k) B (k x n, ld ldb), small m, n; A's element (i, p) is
  * A[i * ai + p * ap] (so A may be a transposed tile).  Each element of C is one sequential sum
  * over p (starting from C when `add`), whichever path computes it; under a band (bd) blocks
  * of C hidden entirely are skipped and the sums leave out terms of hidden probabilities. */
-#define FA_ROWS 8
 static inline __attribute__((always_inline)) void
 fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai, int64_t ap,
              const real *restrict B, int64_t ldb, real *restrict C, int64_t ldc, int add,
@@ -97,6 +124,14 @@ fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t a
             if (fa_band_hides(bd, i, FA_ROWS, j, 2 * FA_W))
                 continue;
             fa_band_terms(bd, i, FA_ROWS, kk, &p0, &p1);
+            /* under a band one half of the block may be hidden entirely: the other alone */
+            const int64_t half = fa_band_hides(bd, i, FA_ROWS, j, FA_W) ? j + FA_W
+                                 : fa_band_hides(bd, i, FA_ROWS, j + FA_W, FA_W) ? j : -1;
+            if (half >= 0) {
+                fa_gemm_rows(A + i * ai, ai, ap, B + half, ldb, C + i * ldc + half, ldc, p0, p1,
+                             add);
+                continue;
+            }
             fa_vec x[FA_ROWS][2];
             const real *a = A + i * ai;
 #pragma GCC unroll 8
@@ -155,7 +190,7 @@ fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t a
             fa_band_terms(bd, i, 1, kk, &p0, &p1);
             real x = add ? C[i * ldc + j] : 0;
             for (int64_t p = p0; p < p1; p++)
-                x += A[i * ai + p * ap] * B[p * ldb + j];
+                x = FA_FMA(A[i * ai + p * ap], B[p * ldb + j], x);
             C[i * ldc + j] = x;
         }
     }
