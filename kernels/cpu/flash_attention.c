@@ -6,7 +6,8 @@
  * row maximum m and sum l; the output rows are rescaled by exp(m_old - m_new) and accumulate
  * P v_c, all in a per-thread buffer of bq x dv.  Nothing of size Tq x Tk exists.
  *
- * Backward: one work item per slice.  For each key block c (in order) and each query block r
+ * Backward: one work item per (slice, group of key blocks).  For each key block c of the group
+ * (in order) and each query block r
  * visiting it (in order): P = exp(scale q_r k_c^T - lse), dropout factors Z regenerated from
  * Philox, dV_c += (P Z)^T dO_r, dP = (dO_r v_c^T) Z, dS = scale P (dP - D_r) with
  * D_r = rowsum(dO_r * O_r), dQ_r += dS k_c, dK_c += dS^T q_r.  Each sum has one fixed order.
@@ -15,66 +16,17 @@
  * 64 bytes (one AVX-512 register) where the compiler targets AVX-512, 32 bytes otherwise; the
  * GCC/Clang vector extension keeps them in registers without naming an instruction set.
  * Token-major operands that every tile rereads are read through a per-thread contiguous copy
- * of the slice (fa_pack_size). */
+ * of the slice (fa_pack_size) when the slice is long (FA_PACK_ROWS).  On a tile the causal
+ * diagonal crosses, the products skip the blocks and terms that are hidden (fa_band). */
 #include <omp.h>
 
 #include "common.h"
 #include "flash_attention.h"
 #include "flash_attention_tiles.h"
+#include "flash_attention_dropout.h"
 
 /* The first element of slice b's rows of a tensor with strides st (example, head, row). */
 #define FA_SLICE(p, st, b) ((p) + ((b) / H) * (st)[0] + ((b) % H) * (st)[1])
-
-/* ---- dropout: Philox4x32-10, as backends/philox.py ------------------------------------------ */
-static inline uint32_t fa_philox_word(uint64_t g, uint32_t step, uint32_t stream, uint64_t seed,
-                                      int word)
-{
-    uint32_t c0 = (uint32_t)g, c1 = (uint32_t)(g >> 32), c2 = step, c3 = stream;
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int r = 0; r < 10; r++) {
-        if (r)
-            k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
-        const uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c0 = n0, c1 = (uint32_t)p1, c2 = n2, c3 = (uint32_t)p0;
-    }
-    return word == 0 ? c0 : (word == 1 ? c1 : (word == 2 ? c2 : c3));
-}
-
-typedef struct {
-    float keep;
-    real scale;
-    uint64_t seed, first, groups;
-    uint32_t step, stream;
-} fa_dropout;
-
-/* z[r * zr + c * zc] = the dropout factor of row i0 + r, key j0 + c of slice b (r < nr,
- * c < nc). */
-static void fa_dropout_tile(const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk,
-                            int64_t i0, int64_t nr, int64_t j0, int64_t nc, real *restrict z,
-                            int64_t zr, int64_t zc)
-{
-    const uint64_t example = dr->first + (uint64_t)(b / H);
-    const uint64_t base = (uint64_t)(b % H) * (uint64_t)(Tq * Tk);
-    for (int64_t r = 0; r < nr; r++) {
-        const uint64_t row = base + (uint64_t)((i0 + r) * Tk + j0);
-        for (int64_t c = 0; c < nc; c++) {
-            const uint64_t e = row + (uint64_t)c;
-            const uint32_t w = fa_philox_word(example * dr->groups + e / 4, dr->step, dr->stream,
-                                              dr->seed, (int)(e % 4));
-            const float u = (float)(w >> 8) * (1.0f / 16777216.0f);
-            z[r * zr + c * zc] = u < dr->keep ? dr->scale : 0;
-        }
-    }
-}
-
-static fa_dropout fa_make_dropout(double keep, uint64_t seed, uint32_t step, uint32_t stream,
-                                  uint64_t first, int64_t H, int64_t Tq, int64_t Tk)
-{
-    fa_dropout dr = {(float)keep, (real)(1.0 / keep), seed, first,
-                     (uint64_t)((H * Tq * Tk + 3) / 4), step, stream};
-    return dr;
-}
 
 /* ---- masks ------------------------------------------------------------------------------------ */
 /* s[r * sr + c * sc] (r < nr queries from i0, c < nc keys from j0) = -inf where the key is
