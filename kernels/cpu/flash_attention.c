@@ -223,7 +223,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
             fa_transpose(FA_SLICE(q, sq, b) + i0 * sq[2], sq[2], nr, dk, sc2, qt);
             for (int64_t i = 0; i < FA_MAX_BLOCK; i++)
                 m[i] = -INFINITY, l[i] = 0;
-            fa_zero_rows(acc, nr, dv, dv);
+            int set = 1; /* the first tile's P v_c sets acc */
             for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
                 const int64_t j0 = (int64_t)cols[e] * bk;
                 if (j0 >= kend)
@@ -233,7 +233,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                 fa_gemm(nc, nr, dk, kb + j0 * ldk, ldk, 1, qt, FA_LD, st, FA_LD, 0, keys);
                 fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
                 fa_online_softmax(st, nr, nc, m, l, alpha, keys);
-                for (int64_t i = 0; i < nr; i++) {
+                for (int64_t i = 0; i < nr && !set; i++) {
                     real *o = acc + i * dv;
                     const real a = alpha[i];
                     if (a != 1)
@@ -248,9 +248,12 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                         for (int64_t i = 0; i < nr; i++)
                             st[c * FA_LD + i] *= z[c * FA_LD + i];
                 }
-                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * ldv, ldv, acc, dv, 1,
+                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * ldv, ldv, acc, dv, !set,
                         fa_causal_band(FA_P_UPTO_ROW, causal, i0, j0, nc, off));
+                set = 0;
             }
+            if (set) /* no key seen */
+                fa_zero_rows(acc, nr, dv, dv);
             for (int64_t i = 0; i < nr; i++) {
                 real *o = FA_SLICE(out, so, b) + (i0 + i) * so[2];
                 const real inv = l[i] > 0 ? 1 / l[i] : 0;
