@@ -1,7 +1,8 @@
 /* The tile steps of the fused attention kernels (flash_attention.c includes this file; it is
  * not a cffi header): vectors of one register (fa_vec, FA_W reals), the small tile GEMM
- * fa_gemm, tile transposes and a row copy, and 2^x of a real (FA_EXP2) and of a vector
- * (fa_vexp2).  Needs common.h and flash_attention.h (FA_MAX_BLOCK) first. */
+ * fa_gemm, tile transposes and a row copy, 2^x of a real (FA_EXP2) and of a vector
+ * (fa_vexp2), and the row sums D = rowsum(dO * O) (fa_dot, fa_rowsums).  Needs common.h and
+ * flash_attention.h (FA_MAX_BLOCK) first. */
 #ifndef NEONLITE_FLASH_ATTENTION_TILES_H
 #define NEONLITE_FLASH_ATTENTION_TILES_H
 
@@ -374,6 +375,55 @@ static inline double fa_dot(const real *a, const real *b, int64_t n)
     for (; d < n; d++)
         s += (double)a[d] * (double)b[d];
     return s;
+}
+
+#if FA_FLOAT && defined(__AVX512F__)
+/* The eight partial sums acc[r] of rows r = 0 .. 7 added in fa_dot's tree, eight rows at once:
+ * lanes (l, l + 4), then (l, l + 2), then (l, l + 1); the row sums in order. */
+static inline __m512d fa_tree8(const __m512d acc[8])
+{
+    __m512d s[4], u[2];
+    for (int k = 0; k < 4; k++) /* rows 2k | 2k + 1: a_l + a_(l+4), l < 4 */
+        s[k] = _mm512_add_pd(_mm512_shuffle_f64x2(acc[2 * k], acc[2 * k + 1], 0x44),
+                             _mm512_shuffle_f64x2(acc[2 * k], acc[2 * k + 1], 0xEE));
+    for (int k = 0; k < 2; k++) /* rows 4k .. 4k + 3: b_0 + b_2, b_1 + b_3 */
+        u[k] = _mm512_add_pd(_mm512_shuffle_f64x2(s[2 * k], s[2 * k + 1], 0x88),
+                             _mm512_shuffle_f64x2(s[2 * k], s[2 * k + 1], 0xDD));
+    /* c_0 + c_1 of rows 0 4 1 5 2 6 3 7, then in order */
+    const __m512d t = _mm512_add_pd(_mm512_unpacklo_pd(u[0], u[1]), _mm512_unpackhi_pd(u[0], u[1]));
+    return _mm512_permutexvar_pd(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), t);
+}
+#endif
+
+/* D (Tq) = rowsum(dO * O) of a slice's rows (in double, fa_dot's sums), o and dout at row
+ * strides lo, ldo; with AVX-512 and float eight rows at a time. */
+static void fa_rowsums(const real *o, int64_t lo, const real *dout, int64_t ldo, int64_t Tq,
+                       int64_t dv, real *D)
+{
+    int64_t i = 0;
+#if FA_FLOAT && defined(__AVX512F__)
+    const int64_t dw = dv - dv % 8;
+    for (; i + 8 <= Tq; i += 8) {
+        __m512d acc[8];
+        for (int r = 0; r < 8; r++) {
+            const real *a = o + (i + r) * lo, *b = dout + (i + r) * ldo;
+            acc[r] = _mm512_setzero_pd();
+            for (int64_t d = 0; d < dw; d += 8)
+                acc[r] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + d)),
+                                         _mm512_cvtps_pd(_mm256_loadu_ps(b + d)), acc[r]);
+        }
+        double sums[8];
+        _mm512_storeu_pd(sums, fa_tree8(acc));
+        for (int r = 0; r < 8; r++) {
+            const real *a = o + (i + r) * lo, *b = dout + (i + r) * ldo;
+            for (int64_t d = dw; d < dv; d++)
+                sums[r] += (double)a[d] * (double)b[d];
+            D[i + r] = (real)sums[r];
+        }
+    }
+#endif
+    for (; i < Tq; i++)
+        D[i] = (real)fa_dot(o + i * lo, dout + i * ldo, dv);
 }
 
 /* Rows r0 .. r0 + n of width w at row stride ld set to 0, a vector at a time. */
