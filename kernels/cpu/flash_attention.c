@@ -230,17 +230,9 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                     continue;
                 const int64_t nc = kend - j0 < bk ? kend - j0 : bk;
                 const fa_band keys = fa_causal_band(FA_ROWS_UPTO_COL, causal, i0, j0, nc, off);
-                fa_gemm(nc, nr, dk, kb + j0 * ldk, ldk, 1, qt, FA_LD, st, FA_LD, 0, keys);
+                fa_gemm(nc, nr, dk, kb + j0 * ldk, ldk, 1, qt, FA_LD, st, FA_LD, 0, NULL, keys);
                 fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
                 fa_online_softmax(st, nr, nc, m, l, alpha, keys);
-                for (int64_t i = 0; i < nr && !set; i++) {
-                    real *o = acc + i * dv;
-                    const real a = alpha[i];
-                    if (a != 1)
-#pragma omp simd
-                        for (int64_t d = 0; d < dv; d++)
-                            o[d] *= a;
-                }
                 if (drop) {
                     fa_dropout_tile(&dr, b, H, Tq, Tk, i0, nr, j0, nc, z, 1, FA_LD);
                     for (int64_t c = 0; c < nc; c++)
@@ -248,7 +240,8 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                         for (int64_t i = 0; i < nr; i++)
                             st[c * FA_LD + i] *= z[c * FA_LD + i];
                 }
-                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * ldv, ldv, acc, dv, !set,
+                /* acc = acc alpha + P v_c (each row of acc rescaled as it is loaded) */
+                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * ldv, ldv, acc, dv, !set, alpha,
                         fa_causal_band(FA_P_UPTO_ROW, causal, i0, j0, nc, off));
                 set = 0;
             }
@@ -288,7 +281,7 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
 {
     real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
     const fa_band rows = fa_causal_band(FA_ROWS_FROM_COL, causal, i0, j0, nc, off);
-    fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0, rows);
+    fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0, NULL, rows);
     fa_mask(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km);
     /* the elementwise steps run over whole rows of FA_LD (a count the compiler knows): columns
      * from nc on are computed and never read */
@@ -308,9 +301,9 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
     }
     /* dV_c (+)= (P Z)^T dO_r: the key block's first visited query block sets dV_c and dK_c */
     const fa_band queries = fa_causal_band(FA_P_FROM_ROW, causal, i0, j0, nc, off);
-    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, ld->dout, dvb, ld->dv, !first, queries);
+    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, ld->dout, dvb, ld->dv, !first, NULL, queries);
     /* dP = dO_r v_c^T, then dS = scale P (dP Z - D) in place */
-    fa_gemm(nr, nc, dv, dob, ld->dout, 1, w->vt, FA_LD, dp, FA_LD, 0, rows);
+    fa_gemm(nr, nc, dv, dob, ld->dout, 1, w->vt, FA_LD, dp, FA_LD, 0, NULL, rows);
     for (int64_t i = 0; i < nr; i++) {
         const real D = Db[i];
         real *dprow = dp + i * FA_LD;
@@ -332,9 +325,9 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
                 dprow[c] = sc * prow[c] * (dprow[c] - D);
         }
     }
-    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, ld->k, dqb, ld->dq, !first_q,
+    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, ld->k, dqb, ld->dq, !first_q, NULL,
             fa_causal_band(FA_P_UPTO_ROW, causal, i0, j0, nc, off));
-    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, ld->q, dkb, ld->dk, !first, queries);
+    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, ld->q, dkb, ld->dk, !first, NULL, queries);
 }
 
 

@@ -91,12 +91,13 @@ static inline void fa_band_terms(fa_band bd, int64_t i, int64_t nr, int64_t kk, 
  * the terms [p0, p1) of A (ai, ap as there) B (ld ldb). */
 static inline void fa_gemm_rows(const real *restrict a, int64_t ai, int64_t ap,
                                 const real *restrict B, int64_t ldb, real *restrict C,
-                                int64_t ldc, int64_t p0, int64_t p1, int add)
+                                int64_t ldc, int64_t p0, int64_t p1, int add,
+                                const real *restrict cs)
 {
     fa_vec x[FA_ROWS];
 #pragma GCC unroll 8
     for (int r = 0; r < FA_ROWS; r++)
-        x[r] = add ? fa_load(C + r * ldc) : (fa_vec){0};
+        x[r] = add ? (cs ? fa_load(C + r * ldc) * cs[r] : fa_load(C + r * ldc)) : (fa_vec){0};
     for (int64_t p = p0; p < p1; p++) {
         const fa_vec b0 = fa_load(B + p * ldb);
         const real *ar = a + p * ap;
@@ -116,7 +117,7 @@ static inline void fa_gemm_rows(const real *restrict a, int64_t ai, int64_t ap,
 static inline __attribute__((always_inline)) void
 fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai, int64_t ap,
              const real *restrict B, int64_t ldb, real *restrict C, int64_t ldc, int add,
-             fa_band bd)
+             const real *restrict cs, fa_band bd)
 {
     int64_t j = 0, p0, p1;
     for (; j + 2 * FA_W <= n; j += 2 * FA_W) {
@@ -130,7 +131,7 @@ fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t a
                                  : fa_band_hides(bd, i, FA_ROWS, j + FA_W, FA_W) ? j : -1;
             if (half >= 0) {
                 fa_gemm_rows(A + i * ai, ai, ap, B + half, ldb, C + i * ldc + half, ldc, p0, p1,
-                             add);
+                             add, cs ? cs + i : NULL);
                 continue;
             }
             fa_vec x[FA_ROWS][2];
@@ -139,6 +140,8 @@ fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t a
             for (int r = 0; r < FA_ROWS; r++) {
                 x[r][0] = add ? fa_load(C + (i + r) * ldc + j) : (fa_vec){0};
                 x[r][1] = add ? fa_load(C + (i + r) * ldc + j + FA_W) : (fa_vec){0};
+                if (cs)
+                    x[r][0] *= cs[i + r], x[r][1] *= cs[i + r];
             }
             for (int64_t p = p0; p < p1; p++) {
                 const fa_vec b0 = fa_load(B + p * ldb + j), b1 = fa_load(B + p * ldb + j + FA_W);
@@ -163,6 +166,8 @@ fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t a
             fa_vec x0 = {0}, x1 = {0};
             if (add)
                 x0 = fa_load(c0), x1 = fa_load(c0 + FA_W);
+            if (cs)
+                x0 *= cs[i], x1 *= cs[i];
             for (int64_t p = p0; p < p1; p++) {
                 const real a0 = A[i * ai + p * ap];
                 x0 += a0 * fa_load(B + p * ldb + j), x1 += a0 * fa_load(B + p * ldb + j + FA_W);
@@ -179,6 +184,8 @@ fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t a
             fa_vec x0 = {0};
             if (add)
                 x0 = fa_load(c0);
+            if (cs)
+                x0 *= cs[i];
             for (int64_t p = p0; p < p1; p++)
                 x0 += A[i * ai + p * ap] * fa_load(B + p * ldb + j);
             fa_store(c0, x0);
@@ -190,6 +197,8 @@ fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t a
                 continue;
             fa_band_terms(bd, i, 1, kk, &p0, &p1);
             real x = add ? C[i * ldc + j] : 0;
+            if (cs)
+                x *= cs[i];
             for (int64_t p = p0; p < p1; p++)
                 x = FA_FMA(A[i * ai + p * ap], B[p * ldb + j], x);
             C[i * ldc + j] = x;
@@ -200,27 +209,28 @@ fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t a
 /* fa_gemm_body without a band (compiled without the band's tests) and with one. */
 static void fa_gemm_full(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
                          int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
-                         int64_t ldc, int add)
+                         int64_t ldc, int add, const real *restrict cs)
 {
     const fa_band none = {FA_FULL, 0};
-    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, none);
+    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, cs, none);
 }
 
 static void fa_gemm_banded(int64_t m, int64_t n, int64_t kk, const real *restrict A,
                            int64_t ai, int64_t ap, const real *restrict B, int64_t ldb,
-                           real *restrict C, int64_t ldc, int add, fa_band bd)
+                           real *restrict C, int64_t ldc, int add, const real *restrict cs,
+                           fa_band bd)
 {
-    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, bd);
+    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, cs, bd);
 }
 
 static inline void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
                            int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
-                           int64_t ldc, int add, fa_band bd)
+                           int64_t ldc, int add, const real *restrict cs, fa_band bd)
 {
     if (bd.kind == FA_FULL)
-        fa_gemm_full(m, n, kk, A, ai, ap, B, ldb, C, ldc, add);
+        fa_gemm_full(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, cs);
     else
-        fa_gemm_banded(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, bd);
+        fa_gemm_banded(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, cs, bd);
 }
 
 #if FA_FLOAT && defined(__AVX512F__)
