@@ -87,7 +87,7 @@ static inline void fa_band_terms(fa_band bd, int64_t i, int64_t nr, int64_t kk, 
  * scalar loop may otherwise split it into a product and a sum) */
 #define FA_FMA(a, b, c) _Generic((a), float: fmaf, default: fma)(a, b, c)
 
-/* One vector of each of FA_ROWS rows of fa_gemm_body's C: C (FA_ROWS x FA_W, ld ldc) = [C +]
+/* One vector of each of FA_ROWS rows of fa_gemm_body's C: C (FA_ROWS x FA_W, ld ldc) = [C cs +]
  * the terms [p0, p1) of A (ai, ap as there) B (ld ldb). */
 static inline void fa_gemm_rows(const real *restrict a, int64_t ai, int64_t ap,
                                 const real *restrict B, int64_t ldb, real *restrict C,
@@ -110,10 +110,11 @@ static inline void fa_gemm_rows(const real *restrict a, int64_t ai, int64_t ap,
         fa_store(C + r * ldc, x[r]);
 }
 
-/* C (m x n, ld ldc) = [C +] A (m x k) B (k x n, ld ldb), small m, n; A's element (i, p) is
+/* C (m x n, ld ldc) = [C cs +] A (m x k) B (k x n, ld ldb), small m, n; A's element (i, p) is
  * A[i * ai + p * ap] (so A may be a transposed tile).  Each element of C is one sequential sum
- * over p (starting from C when `add`), whichever path computes it; under a band (bd) blocks
- * of C hidden entirely are skipped and the sums leave out terms of hidden probabilities. */
+ * over p (starting from C when `add`, row i of C times cs[i] when cs is not NULL), whichever
+ * path computes it; under a band (bd) blocks of C hidden entirely are skipped and the sums
+ * leave out terms of hidden probabilities. */
 static inline __attribute__((always_inline)) void
 fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai, int64_t ap,
              const real *restrict B, int64_t ldb, real *restrict C, int64_t ldc, int add,
