@@ -284,12 +284,18 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
     fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0, NULL, rows);
     fa_mask(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km);
     /* the elementwise steps run over whole rows of FA_LD (a count the compiler knows): columns
-     * from nc on are computed and never read */
+     * from nc on are computed and never read; on a tile the diagonal crosses, row i only up to
+     * the vector holding key i + e + FA_ROWS - 1, the last that the banded products read */
     for (int64_t i = 0; i < nr; i++) {
         real *row = p + i * FA_LD;
         /* lse in base 2; no visible key: P = 0 */
         const real top = lb[i] == -INFINITY ? INFINITY : (real)(lb[i] * FA_LOG2E);
-        for (int64_t c = 0; c < FA_LD; c += FA_W)
+        int64_t cend = FA_LD;
+        if (rows.kind != FA_FULL) {
+            cend = i + rows.e + FA_ROWS;
+            cend = cend <= 0 ? 0 : (cend >= FA_LD ? FA_LD : (cend + FA_W - 1) / FA_W * FA_W);
+        }
+        for (int64_t c = 0; c < cend; c += FA_W)
             fa_store(row + c, fa_vexp2(fa_load(row + c) - top));
     }
     if (z) {
@@ -309,12 +315,17 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
         real *dprow = dp + i * FA_LD;
         const real *prow = p + i * FA_LD, *zr = z ? z + i * FA_LD : NULL;
         if (rows.kind != FA_FULL) {
-            /* a tile the diagonal crosses: dP was not made for blocks hidden entirely, and
-             * dS is 0 at every hidden key */
+            /* a tile the diagonal crosses: dS of the keys row i sees (up to `last`), 0 at the
+             * hidden keys the banded products read (up to last + FA_ROWS - 1); dP was not made
+             * for blocks hidden entirely */
             const int64_t last = i + rows.e;
+            const int64_t cv = last < 0 ? 0 : (last + 1 > nc ? nc : last + 1);
+            const int64_t cz = last + FA_ROWS > nc ? nc : last + FA_ROWS;
 #pragma omp simd
-            for (int64_t c = 0; c < nc; c++)
-                dprow[c] = c > last ? 0 : sc * prow[c] * ((zr ? dprow[c] * zr[c] : dprow[c]) - D);
+            for (int64_t c = 0; c < cv; c++)
+                dprow[c] = sc * prow[c] * ((zr ? dprow[c] * zr[c] : dprow[c]) - D);
+            for (int64_t c = cv; c < cz; c++)
+                dprow[c] = 0;
         } else if (zr) {
 #pragma omp simd
             for (int64_t c = 0; c < nc; c++)
