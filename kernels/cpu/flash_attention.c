@@ -370,7 +370,7 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
         real *dopack = qpack ? qpack + Tq * dk : NULL;
         int64_t pb = -1;
         const size_t tile = FA_MAX_BLOCK * FA_LD;
-        uint64_t seen[(nqb + 63) / 64];
+        uint64_t seen[nqb / 64 + 1]; /* a bit per query block */
         real *buf = fa_thread_work(work, dk, dv);
         fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL};
         w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
