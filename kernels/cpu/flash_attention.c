@@ -7,10 +7,10 @@
  * P v_c, all in a per-thread buffer of bq x dv.  Nothing of size Tq x Tk exists.
  *
  * Backward: one work item per (slice, group of key blocks).  For each key block c of the group
- * (in order) and each query block r
- * visiting it (in order): P = exp(scale q_r k_c^T - lse), dropout factors Z regenerated from
- * Philox, dV_c += (P Z)^T dO_r, dP = (dO_r v_c^T) Z, dS = scale P (dP - D_r) with
- * D_r = rowsum(dO_r * O_r), dQ_r += dS k_c, dK_c += dS^T q_r.  Each sum has one fixed order.
+ * (in order) and each query block r visiting it (in order): P = exp(scale q_r k_c^T - lse),
+ * dropout factors Z regenerated from Philox, dV_c += (P Z)^T dO_r, dP = (dO_r v_c^T) Z,
+ * dS = scale P (dP - D_r) with D_r = rowsum(dO_r * O_r), dQ_r += dS k_c, dK_c += dS^T q_r.
+ * Each sum has one fixed order.
  *
  * The products are small tile GEMMs (fa_gemm, flash_attention_tiles.h) on explicit vectors of
  * 64 bytes (one AVX-512 register) where the compiler targets AVX-512, 32 bytes otherwise; the
