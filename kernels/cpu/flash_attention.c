@@ -6,75 +6,27 @@
  * row maximum m and sum l; the output rows are rescaled by exp(m_old - m_new) and accumulate
  * P v_c, all in a per-thread buffer of bq x dv.  Nothing of size Tq x Tk exists.
  *
- * Backward: one work item per slice.  For each key block c (in order) and each query block r
- * visiting it (in order): P = exp(scale q_r k_c^T - lse), dropout factors Z regenerated from
- * Philox, dV_c += (P Z)^T dO_r, dP = (dO_r v_c^T) Z, dS = scale P (dP - D_r) with
- * D_r = rowsum(dO_r * O_r), dQ_r += dS k_c, dK_c += dS^T q_r.  Each sum has one fixed order.
+ * Backward: one work item per (slice, group of key blocks).  For each key block c of the group
+ * (in order) and each query block r visiting it (in order): P = exp(scale q_r k_c^T - lse),
+ * dropout factors Z regenerated from Philox, dV_c += (P Z)^T dO_r, dP = (dO_r v_c^T) Z,
+ * dS = scale P (dP - D_r) with D_r = rowsum(dO_r * O_r), dQ_r += dS k_c, dK_c += dS^T q_r.
+ * Each sum has one fixed order.
  *
  * The products are small tile GEMMs (fa_gemm, flash_attention_tiles.h) on explicit vectors of
  * 64 bytes (one AVX-512 register) where the compiler targets AVX-512, 32 bytes otherwise; the
  * GCC/Clang vector extension keeps them in registers without naming an instruction set.
  * Token-major operands that every tile rereads are read through a per-thread contiguous copy
- * of the slice (fa_pack_size). */
+ * of the slice (fa_pack_size) when the slice is long (FA_PACK_ROWS).  On a tile the causal
+ * diagonal crosses, the products skip the blocks and terms that are hidden (fa_band). */
 #include <omp.h>
 
 #include "common.h"
 #include "flash_attention.h"
 #include "flash_attention_tiles.h"
+#include "flash_attention_dropout.h"
 
 /* The first element of slice b's rows of a tensor with strides st (example, head, row). */
 #define FA_SLICE(p, st, b) ((p) + ((b) / H) * (st)[0] + ((b) % H) * (st)[1])
-
-/* ---- dropout: Philox4x32-10, as backends/philox.py ------------------------------------------ */
-static inline uint32_t fa_philox_word(uint64_t g, uint32_t step, uint32_t stream, uint64_t seed,
-                                      int word)
-{
-    uint32_t c0 = (uint32_t)g, c1 = (uint32_t)(g >> 32), c2 = step, c3 = stream;
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int r = 0; r < 10; r++) {
-        if (r)
-            k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
-        const uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c0 = n0, c1 = (uint32_t)p1, c2 = n2, c3 = (uint32_t)p0;
-    }
-    return word == 0 ? c0 : (word == 1 ? c1 : (word == 2 ? c2 : c3));
-}
-
-typedef struct {
-    float keep;
-    real scale;
-    uint64_t seed, first, groups;
-    uint32_t step, stream;
-} fa_dropout;
-
-/* z[r * zr + c * zc] = the dropout factor of row i0 + r, key j0 + c of slice b (r < nr,
- * c < nc). */
-static void fa_dropout_tile(const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk,
-                            int64_t i0, int64_t nr, int64_t j0, int64_t nc, real *restrict z,
-                            int64_t zr, int64_t zc)
-{
-    const uint64_t example = dr->first + (uint64_t)(b / H);
-    const uint64_t base = (uint64_t)(b % H) * (uint64_t)(Tq * Tk);
-    for (int64_t r = 0; r < nr; r++) {
-        const uint64_t row = base + (uint64_t)((i0 + r) * Tk + j0);
-        for (int64_t c = 0; c < nc; c++) {
-            const uint64_t e = row + (uint64_t)c;
-            const uint32_t w = fa_philox_word(example * dr->groups + e / 4, dr->step, dr->stream,
-                                              dr->seed, (int)(e % 4));
-            const float u = (float)(w >> 8) * (1.0f / 16777216.0f);
-            z[r * zr + c * zc] = u < dr->keep ? dr->scale : 0;
-        }
-    }
-}
-
-static fa_dropout fa_make_dropout(double keep, uint64_t seed, uint32_t step, uint32_t stream,
-                                  uint64_t first, int64_t H, int64_t Tq, int64_t Tk)
-{
-    fa_dropout dr = {(float)keep, (real)(1.0 / keep), seed, first,
-                     (uint64_t)((H * Tq * Tk + 3) / 4), step, stream};
-    return dr;
-}
 
 /* ---- masks ------------------------------------------------------------------------------------ */
 /* s[r * sr + c * sc] (r < nr queries from i0, c < nc keys from j0) = -inf where the key is
@@ -90,23 +42,28 @@ static void fa_mask(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_
             real *row = s + r * sr;
             /* keys past this column are after the query (causal) */
             const int64_t last = causal ? i0 + r + off - j0 : nc;
+            if (km) {
 #pragma omp simd
-            for (int64_t c = 0; c < nc; c++) {
-                const int hide = (km && km[j0 + c] == 0) || c > last;
-                row[c] = hide ? -INFINITY : row[c];
+                for (int64_t c = 0; c < nc; c++) {
+                    const int hide = km[j0 + c] == 0 || c > last;
+                    row[c] = hide ? -INFINITY : row[c];
+                }
+            } else {
+#pragma omp simd
+                for (int64_t c = last < 0 ? 0 : last + 1; c < nc; c++)
+                    row[c] = -INFINITY;
             }
         }
         return;
     }
     for (int64_t c = 0; c < nc; c++) {
         const int64_t j = j0 + c;
-        const int padded = km && km[j] == 0;
-        const int64_t first = causal ? j - off - i0 : 0; /* first query row that sees key j */
+        /* the query rows before `first` do not see key j: all when it is padded */
+        int64_t first = km && km[j] == 0 ? nr : (causal ? j - off - i0 : 0);
+        first = first > nr ? nr : first;
 #pragma omp simd
-        for (int64_t r = 0; r < nr; r++) {
-            const int hide = padded || r < first;
-            s[r * sr + c * sc] = hide ? -INFINITY : s[r * sr + c * sc];
-        }
+        for (int64_t r = 0; r < first; r++)
+            s[r * sr + c * sc] = -INFINITY;
     }
 }
 
@@ -115,18 +72,27 @@ static void fa_mask(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_
  * Afterwards s holds 2^(s - m_new), l = l alpha + rowsum, m = m_new and alpha =
  * 2^(m_old - m_new), the factor the output rows take.  The queries go FA_W at a time (one
  * vector; lanes past nr are computed and not used), their keys a sequential loop, so the
- * maximum and the sum stay in registers.  m, l, alpha: room for nr rounded up to FA_W. */
+ * maximum and the sum stay in registers.  m, l, alpha: room for nr rounded up to FA_W.
+ * Under the causal band of the tile (bd, FA_ROWS_UPTO_COL) a vector of queries stops at the
+ * last key one of them sees: the keys after it are hidden from all (their 2^(s - m) = 0 add
+ * nothing), and s is left as it was there (the product with v, banded, does not read it). */
 static void fa_online_softmax(real *restrict s, int64_t nr, int64_t nc, real *restrict m,
-                              real *restrict l, real *restrict alpha)
+                              real *restrict l, real *restrict alpha, fa_band bd)
 {
     for (int64_t v = 0; v < nr; v += FA_W) {
-        /* four running maxima (keys c mod 4), so the maximum is not one chain of nc steps */
+        /* the keys that some query of the vector sees are among the first kc */
+        int64_t kc = nc;
+        if (bd.kind != FA_FULL) {
+            kc = v + FA_W + bd.e;
+            kc = kc < 0 ? 0 : (kc > nc ? nc : kc);
+        }
+        /* four running maxima (keys c mod 4), so the maximum is not one chain of kc steps */
         real top[FA_W], t1[FA_W], t2[FA_W], t3[FA_W], safe[FA_W], sum[FA_W];
 #pragma omp simd
         for (int64_t x = 0; x < FA_W; x++)
             top[x] = t1[x] = t2[x] = t3[x] = m[v + x];
         int64_t c = 0;
-        for (; c + 4 <= nc; c += 4) {
+        for (; c + 4 <= kc; c += 4) {
             const real *row = s + c * FA_LD + v;
 #pragma omp simd
             for (int64_t x = 0; x < FA_W; x++) {
@@ -136,7 +102,7 @@ static void fa_online_softmax(real *restrict s, int64_t nr, int64_t nc, real *re
                 t3[x] = row[3 * FA_LD + x] > t3[x] ? row[3 * FA_LD + x] : t3[x];
             }
         }
-        for (; c < nc; c++) {
+        for (; c < kc; c++) {
             const real *row = s + c * FA_LD + v;
 #pragma omp simd
             for (int64_t x = 0; x < FA_W; x++)
@@ -158,7 +124,7 @@ static void fa_online_softmax(real *restrict s, int64_t nr, int64_t nc, real *re
         }
         const fa_vec base = fa_load(safe);
         fa_vec total = fa_load(sum);
-        for (c = 0; c < nc; c++) {
+        for (c = 0; c < kc; c++) {
             real *row = s + c * FA_LD + v;
             const fa_vec p = fa_vexp2(fa_load(row) - base);
             fa_store(row, p);
@@ -176,7 +142,7 @@ int64_t fa_threads(void) { return omp_get_max_threads(); }
 
 int64_t fa_work_size(int64_t dk, int64_t dv)
 {
-    return (3 * dk + 2 * dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD + FA_ALIGN;
+    return (dk + dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD + FA_ALIGN;
 }
 
 /* The first 64-byte boundary in x. */
@@ -189,6 +155,10 @@ int64_t fa_pack_size(int64_t Tq, int64_t Tk, int64_t dk, int64_t dv)
 {
     return (Tq > Tk ? Tq : Tk) * (dk + dv) + FA_ALIGN;
 }
+
+/* Strided slices of at most FA_PACK_ROWS rows are read in place: their rows stay in cache and
+ * in the TLB across the blocks that reread them, so a copy costs more than it saves. */
+#define FA_PACK_ROWS 256
 
 /* The calling thread's part of the packed array (NULL: none), aligned. */
 static real *fa_thread_pack(real *packed, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv)
@@ -225,9 +195,9 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
         real *acc = z + FA_MAX_BLOCK * FA_LD;
         real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
         /* strided k and v rows: the slice's copied to kpack, vpack (contiguous) when more
-         * than one query block reads them; slice pb's are there now */
+         * than one query block reads them and the slice is long; slice pb's are there now */
         const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
-        const int pack = nqb > 1 && (sk[2] != dk || sv[2] != dv);
+        const int pack = nqb > 1 && Tk > FA_PACK_ROWS && (sk[2] != dk || sv[2] != dv);
         real *kpack = pack ? fa_thread_pack(packed, Tq, Tk, dk, dv) : NULL;
         real *vpack = kpack ? kpack + Tk * dk : NULL;
         int64_t pb = -1;
@@ -253,23 +223,16 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
             fa_transpose(FA_SLICE(q, sq, b) + i0 * sq[2], sq[2], nr, dk, sc2, qt);
             for (int64_t i = 0; i < FA_MAX_BLOCK; i++)
                 m[i] = -INFINITY, l[i] = 0;
-            fa_zero_rows(acc, nr, dv, dv);
+            int set = 1; /* the first tile's P v_c sets acc */
             for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
                 const int64_t j0 = (int64_t)cols[e] * bk;
                 if (j0 >= kend)
                     continue;
                 const int64_t nc = kend - j0 < bk ? kend - j0 : bk;
-                fa_gemm(nc, nr, dk, kb + j0 * ldk, ldk, 1, qt, FA_LD, st, FA_LD, 0);
+                const fa_band keys = fa_causal_band(FA_ROWS_UPTO_COL, causal, i0, j0, nc, off);
+                fa_gemm(nc, nr, dk, kb + j0 * ldk, ldk, 1, qt, FA_LD, st, FA_LD, 0, NULL, keys);
                 fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
-                fa_online_softmax(st, nr, nc, m, l, alpha);
-                for (int64_t i = 0; i < nr; i++) {
-                    real *o = acc + i * dv;
-                    const real a = alpha[i];
-                    if (a != 1)
-#pragma omp simd
-                        for (int64_t d = 0; d < dv; d++)
-                            o[d] *= a;
-                }
+                fa_online_softmax(st, nr, nc, m, l, alpha, keys);
                 if (drop) {
                     fa_dropout_tile(&dr, b, H, Tq, Tk, i0, nr, j0, nc, z, 1, FA_LD);
                     for (int64_t c = 0; c < nc; c++)
@@ -277,8 +240,13 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                         for (int64_t i = 0; i < nr; i++)
                             st[c * FA_LD + i] *= z[c * FA_LD + i];
                 }
-                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * ldv, ldv, acc, dv, 1);
+                /* acc = acc alpha + P v_c (each row of acc rescaled as it is loaded) */
+                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * ldv, ldv, acc, dv, !set, alpha,
+                        fa_causal_band(FA_P_UPTO_ROW, causal, i0, j0, nc, off));
+                set = 0;
             }
+            if (set) /* no key seen */
+                fa_zero_rows(acc, nr, dv, dv);
             for (int64_t i = 0; i < nr; i++) {
                 real *o = FA_SLICE(out, so, b) + (i0 + i) * so[2];
                 const real inv = l[i] > 0 ? 1 / l[i] : 0;
@@ -293,7 +261,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
 
 /* ---- backward --------------------------------------------------------------------------------- */
 typedef struct {
-    real *kt, *vt, *p, *dp, *z, *t, *kp, *dka, *dva;
+    real *kt, *vt, *p, *dp, *z, *t;
 } fa_bwork;
 
 /* Row strides (elements) of the backward pass's operands. */
@@ -301,24 +269,33 @@ typedef struct {
     int64_t q, k, dout, dq, dk, dv;
 } fa_rows;
 
-/* The contribution of query block (i0, nr) and key block (j0, nc) of slice b. */
+/* The contribution of query block (i0, nr) and key block (j0, nc) of slice b: `first` (the key
+ * block's first visiting query block) sets dK_c and dV_c, `first_q` (the query block's first
+ * tile in its group) sets dQ_r; otherwise they are summed into. */
 static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, const real *kb,
                           const real *Db, const real *dob, const real *lb, real *dqb, real *dkb,
                           real *dvb, int64_t dk, int64_t dv, int64_t nr, int64_t nc, int64_t i0,
                           int64_t j0, int64_t off, int causal, const real *km, real sc,
                           const fa_dropout *dr, int64_t b, int64_t H, int64_t Tq, int64_t Tk,
-                          int first)
+                          int first, int first_q)
 {
     real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
-    fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0);
+    const fa_band rows = fa_causal_band(FA_ROWS_FROM_COL, causal, i0, j0, nc, off);
+    fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0, NULL, rows);
     fa_mask(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km);
     /* the elementwise steps run over whole rows of FA_LD (a count the compiler knows): columns
-     * from nc on are computed and never read */
+     * from nc on are computed and never read; on a tile the diagonal crosses, row i only up to
+     * the vector holding key i + e + FA_ROWS - 1, the last that the banded products read */
     for (int64_t i = 0; i < nr; i++) {
         real *row = p + i * FA_LD;
         /* lse in base 2; no visible key: P = 0 */
         const real top = lb[i] == -INFINITY ? INFINITY : (real)(lb[i] * FA_LOG2E);
-        for (int64_t c = 0; c < FA_LD; c += FA_W)
+        int64_t cend = FA_LD;
+        if (rows.kind != FA_FULL) {
+            cend = i + rows.e + FA_ROWS;
+            cend = cend <= 0 ? 0 : (cend >= FA_LD ? FA_LD : (cend + FA_W - 1) / FA_W * FA_W);
+        }
+        for (int64_t c = 0; c < cend; c += FA_W)
             fa_store(row + c, fa_vexp2(fa_load(row + c) - top));
     }
     if (z) {
@@ -329,14 +306,27 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
                 pz[i * FA_LD + c] = p[i * FA_LD + c] * z[i * FA_LD + c];
     }
     /* dV_c (+)= (P Z)^T dO_r: the key block's first visited query block sets dV_c and dK_c */
-    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, ld->dout, dvb, ld->dv, !first);
+    const fa_band queries = fa_causal_band(FA_P_FROM_ROW, causal, i0, j0, nc, off);
+    fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, ld->dout, dvb, ld->dv, !first, NULL, queries);
     /* dP = dO_r v_c^T, then dS = scale P (dP Z - D) in place */
-    fa_gemm(nr, nc, dv, dob, ld->dout, 1, w->vt, FA_LD, dp, FA_LD, 0);
+    fa_gemm(nr, nc, dv, dob, ld->dout, 1, w->vt, FA_LD, dp, FA_LD, 0, NULL, rows);
     for (int64_t i = 0; i < nr; i++) {
         const real D = Db[i];
         real *dprow = dp + i * FA_LD;
         const real *prow = p + i * FA_LD, *zr = z ? z + i * FA_LD : NULL;
-        if (zr) {
+        if (rows.kind != FA_FULL) {
+            /* a tile the diagonal crosses: dS of the keys row i sees (up to `last`), 0 at the
+             * hidden keys the banded products read (up to last + FA_ROWS - 1); dP was not made
+             * for blocks hidden entirely */
+            const int64_t last = i + rows.e;
+            const int64_t cv = last < 0 ? 0 : (last + 1 > nc ? nc : last + 1);
+            const int64_t cz = last + FA_ROWS > nc ? nc : last + FA_ROWS;
+#pragma omp simd
+            for (int64_t c = 0; c < cv; c++)
+                dprow[c] = sc * prow[c] * ((zr ? dprow[c] * zr[c] : dprow[c]) - D);
+            for (int64_t c = cv; c < cz; c++)
+                dprow[c] = 0;
+        } else if (zr) {
 #pragma omp simd
             for (int64_t c = 0; c < nc; c++)
                 dprow[c] = sc * prow[c] * (dprow[c] * zr[c] - D);
@@ -346,8 +336,9 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
                 dprow[c] = sc * prow[c] * (dprow[c] - D);
         }
     }
-    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, ld->k, dqb, ld->dq, 1);
-    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, ld->q, dkb, ld->dk, !first);
+    fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, ld->k, dqb, ld->dq, !first_q, NULL,
+            fa_causal_band(FA_P_UPTO_ROW, causal, i0, j0, nc, off));
+    fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, ld->q, dkb, ld->dk, !first, NULL, queries);
 }
 
 
@@ -360,7 +351,7 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
               const int32_t *group_ptr, const int32_t *group_cols, real *dq_parts, real *drows,
               real *work, real *packed)
 {
-    const int64_t nkb = (Tk + bk - 1) / bk, off = Tk - Tq;
+    const int64_t nkb = (Tk + bk - 1) / bk, nqb = (Tq + bq - 1) / bq, off = Tk - Tq;
     const int drop = keep < 1.0;
     const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
     const real sc = (real)scale, sc2 = (real)(scale * FA_LOG2E);
@@ -373,29 +364,23 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
         const int64_t *sdv = strides + 21;
         const fa_rows ld0 = {sq[2], sk[2], sdo[2], sdq[2], sdk[2], sdv[2]};
         /* strided q and dout rows: the slice's copied to qpack, dopack (contiguous) when more
-         * than one key block reads them; slice pb's are there now */
-        const int pack = nkb > 1 && (sq[2] != dk || sdo[2] != dv);
+         * than one key block reads them and the slice is long; slice pb's are there now */
+        const int pack = nkb > 1 && Tq > FA_PACK_ROWS && (sq[2] != dk || sdo[2] != dv);
         real *qpack = pack ? fa_thread_pack(packed, Tq, Tk, dk, dv) : NULL;
         real *dopack = qpack ? qpack + Tq * dk : NULL;
         int64_t pb = -1;
         const size_t tile = FA_MAX_BLOCK * FA_LD;
+        uint64_t seen[nqb / 64 + 1]; /* a bit per query block */
         real *buf = fa_thread_work(work, dk, dv);
-        fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL,
-                      NULL, NULL, NULL};
-        /* kp: the key block packed; dka, dva: its dK and dV, packed */
+        fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL};
         w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
-        w.kp = w.t + tile, w.dka = w.kp + dk * FA_LD, w.dva = w.dka + dk * FA_LD;
-        /* D = rowsum(dO * O) of every query row, once (in double) */
+        /* D = rowsum(dO * O) of every query row, once: here when a slice has several work
+         * items, else by the slice's item */
+        if (groups > 1) {
 #pragma omp for schedule(static)
-        for (int64_t x = 0; x < B * Tq; x++) {
-            const int64_t b = x / Tq, i = x % Tq;
-            const real *orow = FA_SLICE(out, so, b) + i * so[2];
-            const real *dorow = FA_SLICE(dout, sdo, b) + i * sdo[2];
-            double dsum = 0;
-#pragma omp simd reduction(+ : dsum)
-            for (int64_t d = 0; d < dv; d++)
-                dsum += (double)orow[d] * (double)dorow[d];
-            drows[x] = (real)dsum;
+            for (int64_t b = 0; b < B; b++)
+                fa_rowsums(FA_SLICE(out, so, b), so[2], FA_SLICE(dout, sdo, b), sdo[2], Tq, dv,
+                           drows + b * Tq);
         }
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {
@@ -407,52 +392,48 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
             const real *vs = FA_SLICE(v, sv, b);
             real *dks = FA_SLICE(dkey, sdk, b), *dvs = FA_SLICE(dval, sdv, b);
             fa_rows ld = ld0;
+            if (groups == 1)
+                fa_rowsums(FA_SLICE(out, so, b), so[2], dos, ld.dout, Tq, dv, drows + b * Tq);
             if (qpack) {
                 if (pb != b)
                     fa_pack(qs, ld.q, Tq, dk, qpack), fa_pack(dos, ld.dout, Tq, dv, dopack), pb = b;
                 qs = qpack, dos = dopack, ld.q = dk, ld.dout = dv;
             }
-            /* group 0 sums into dq, group g > 0 into its own contiguous partial dq */
+            /* group 0 sums into dq, group g > 0 into its own contiguous partial dq: a query
+             * block's first tile in the group sets its rows (seen: the blocks set so far),
+             * and blocks that no tile of the group visits are zeroed at the end */
             real *dqs = FA_SLICE(dq, sdq, b);
             if (g > 0)
                 dqs = dq_parts + ((g - 1) * B + b) * Tq * dk, ld.dq = dk;
-            fa_zero_rows(dqs, Tq, dk, ld.dq);
+            memset(seen, 0, sizeof(seen));
             for (int32_t gc = group_ptr[t * groups + g]; gc < group_ptr[t * groups + g + 1];
                  gc++) {
                 const int64_t c = group_cols[gc];
                 const int64_t j0 = c * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
-                /* strided rows (token-major operands): the key block is read through a
-                 * packed copy, dK and dV summed in packed blocks and copied out */
-                fa_rows tl = ld;
                 real *dkb = dks + j0 * ld.dk, *dvb = dvs + j0 * ld.dv;
-                if (ld.dk != dk)
-                    dkb = w.dka, tl.dk = dk;
-                if (ld.dv != dv)
-                    dvb = w.dva, tl.dv = dv;
                 const int32_t lo = col_ptr[t * nkb + c], hi = col_ptr[t * nkb + c + 1];
                 if (lo == hi) { /* no query block sees this key block */
-                    fa_zero_rows(dkb, nc, dk, tl.dk);
-                    fa_zero_rows(dvb, nc, dv, tl.dv);
+                    fa_zero_rows(dkb, nc, dk, ld.dk);
+                    fa_zero_rows(dvb, nc, dv, ld.dv);
+                    continue;
                 }
                 const real *kb = ks + j0 * ld.k;
-                if (lo < hi) {
-                    fa_transpose(kb, ld.k, nc, dk, sc2, w.kt); /* scores come scaled */
-                    fa_transpose(vs + j0 * sv[2], sv[2], nc, dv, 1, w.vt);
-                    if (ld.k != dk)
-                        fa_pack(kb, ld.k, nc, dk, w.kp), kb = w.kp, tl.k = dk;
-                }
+                fa_transpose(kb, ld.k, nc, dk, sc2, w.kt); /* scores come scaled */
+                fa_transpose(vs + j0 * sv[2], sv[2], nc, dv, 1, w.vt);
                 for (int32_t e = lo; e < hi; e++) {
-                    const int64_t i0 = (int64_t)rows[e] * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
-                    fa_bprop_tile(&w, &tl, qs + i0 * ld.q, kb, drows + b * Tq + i0,
+                    const int64_t r = rows[e], i0 = r * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
+                    const int set = !(seen[r / 64] >> (r % 64) & 1);
+                    fa_bprop_tile(&w, &ld, qs + i0 * ld.q, kb, drows + b * Tq + i0,
                                   dos + i0 * ld.dout, lse + b * Tq + i0, dqs + i0 * ld.dq, dkb,
                                   dvb, dk, dv, nr, nc, i0, j0, off, causal, km, sc,
-                                  drop ? &dr : NULL, b, H, Tq, Tk, e == lo);
+                                  drop ? &dr : NULL, b, H, Tq, Tk, e == lo, set);
+                    seen[r / 64] |= (uint64_t)1 << (r % 64);
                 }
-                if (dkb == w.dka)
-                    fa_unpack(w.dka, nc, dk, dks + j0 * ld.dk, ld.dk);
-                if (dvb == w.dva)
-                    fa_unpack(w.dva, nc, dv, dvs + j0 * ld.dv, ld.dv);
             }
+            for (int64_t r = 0; r < nqb; r++)
+                if (!(seen[r / 64] >> (r % 64) & 1))
+                    fa_zero_rows(dqs + r * bq * ld.dq, Tq - r * bq < bq ? Tq - r * bq : bq, dk,
+                                 ld.dq);
         }
         /* dq += the partials, in group order (a fixed order whatever the threads) */
         if (groups > 1) {

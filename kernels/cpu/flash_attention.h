@@ -31,8 +31,8 @@ int64_t fa_pack_size(int64_t Tq, int64_t Tk, int64_t dk, int64_t dv);
 
 /* out and lse (log of each row's softmax sum, -inf where every key is hidden: out is 0 there).
  * strides: 12 (q, k, v, out).  packed (or NULL: k and v read in place): when k or v has
- * strided rows and Tq > bq, a thread copies a slice's k and v rows there, contiguous, when it
- * starts on that slice, and reads the copy. */
+ * strided rows, Tq > bq and Tk > 256, a thread copies a slice's k and v rows there,
+ * contiguous, when it starts on that slice, and reads the copy. */
 void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
               int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv,
               const int64_t *strides, double scale, int causal, const real *key_mask,
@@ -49,8 +49,8 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
  * each over its blocks in the listed order; then dq += the partials in group order.  So the
  * result does not depend on the thread count.  drows: B x Tq reals of work (each query row's
  * rowsum(dout * out)).  packed (or NULL: q and dout read in place): when q or dout has strided
- * rows and Tk > bk, a thread copies a slice's q and dout rows there, contiguous, when it starts
- * on that slice, and reads the copy. */
+ * rows, Tk > bk and Tq > 256, a thread copies a slice's q and dout rows there, contiguous, when
+ * it starts on that slice, and reads the copy. */
 void fa_bprop(const real *q, const real *k, const real *v, const real *out, const real *lse,
               const real *dout, real *dq, real *dkey, real *dval, int64_t B, int64_t H,
               int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, const int64_t *strides,

@@ -1,7 +1,8 @@
 /* The tile steps of the fused attention kernels (flash_attention.c includes this file; it is
  * not a cffi header): vectors of one register (fa_vec, FA_W reals), the small tile GEMM
- * fa_gemm, tile transposes and row copies, and 2^x of a real (FA_EXP2) and of a vector
- * (fa_vexp2).  Needs common.h and flash_attention.h (FA_MAX_BLOCK) first. */
+ * fa_gemm, tile transposes and a row copy, 2^x of a real (FA_EXP2) and of a vector
+ * (fa_vexp2), and the row sums D = rowsum(dO * O) (fa_dot, fa_rowsums).  Needs common.h and
+ * flash_attention.h (FA_MAX_BLOCK) first. */
 #ifndef NEONLITE_FLASH_ATTENTION_TILES_H
 #define NEONLITE_FLASH_ATTENTION_TILES_H
 
@@ -32,26 +33,118 @@ typedef real fa_uvec __attribute__((vector_size(FA_VEC_BYTES), aligned(sizeof(re
 static inline fa_vec fa_load(const real *p) { return *(const fa_uvec *)p; }
 static inline void fa_store(real *p, fa_vec x) { *(fa_uvec *)p = x; }
 
-/* C (m x n, ld ldc) = [C +] A (m x k) B (k x n, ld ldb), small m, n; A's element (i, p) is
- * A[i * ai + p * ap] (so A may be a transposed tile).  Each element of C is one sequential sum
- * over p (starting from C when `add`), whichever path computes it. */
-#define FA_ROWS 8
-static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
-                    int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
-                    int64_t ldc, int add)
+/* The causal band of a tile that the diagonal crosses: query ii (of the tile) sees key c when
+ * c - ii <= e.  Which of a product's indices are queries and keys (`kind`):
+ *   FA_FULL           no band: every element computed, every term summed;
+ *   FA_ROWS_UPTO_COL  rows keys, columns queries (the forward's S^T): blocks of C that are
+ *                     hidden entirely are not written;
+ *   FA_ROWS_FROM_COL  rows queries, columns keys (the backward's P and dP): the same;
+ *   FA_P_UPTO_ROW     rows queries, p keys (P V, dS K): a row block sums over the keys some
+ *                     row of it sees;
+ *   FA_P_FROM_ROW     rows keys, p queries (P^T dO, dS^T Q): the same over the queries.
+ * The terms left out are those of hidden probabilities (exactly 0), so each sum is the same. */
+enum { FA_FULL, FA_ROWS_UPTO_COL, FA_ROWS_FROM_COL, FA_P_UPTO_ROW, FA_P_FROM_ROW };
+typedef struct {
+    int kind;
+    int64_t e;
+} fa_band;
+
+/* The band of query block i0 against key block j0 (nc keys) with the causal offset off. */
+static inline fa_band fa_causal_band(int kind, int causal, int64_t i0, int64_t j0, int64_t nc,
+                                     int64_t off)
 {
-    int64_t j = 0;
+    const int64_t e = i0 + off - j0;
+    fa_band bd = {causal && nc - 1 > e ? kind : FA_FULL, e};
+    return bd;
+}
+
+/* 1 when rows [i, i + nr) x columns [j, j + nc) of C are all hidden. */
+static inline int fa_band_hides(fa_band bd, int64_t i, int64_t nr, int64_t j, int64_t nc)
+{
+    if (bd.kind == FA_ROWS_UPTO_COL)
+        return i > j + nc - 1 + bd.e;
+    if (bd.kind == FA_ROWS_FROM_COL)
+        return i + nr - 1 < j - bd.e;
+    return 0;
+}
+
+/* The terms [*p0, *p1) of rows [i, i + nr) that some row of them sees (of kk). */
+static inline void fa_band_terms(fa_band bd, int64_t i, int64_t nr, int64_t kk, int64_t *p0,
+                                 int64_t *p1)
+{
+    int64_t lo = 0, hi = kk;
+    if (bd.kind == FA_P_UPTO_ROW)
+        hi = i + nr + bd.e;
+    else if (bd.kind == FA_P_FROM_ROW)
+        lo = i - bd.e;
+    *p0 = lo < 0 ? 0 : (lo > kk ? kk : lo);
+    *p1 = hi < *p0 ? *p0 : (hi > kk ? kk : hi);
+}
+
+#define FA_ROWS 8 /* rows of C a block of fa_gemm_body's products sums at a time */
+
+/* a b + c rounded once, as the vector paths' contracted sums (a compiler that vectorizes a
+ * scalar loop may otherwise split it into a product and a sum) */
+#define FA_FMA(a, b, c) _Generic((a), float: fmaf, default: fma)(a, b, c)
+
+/* One vector of each of FA_ROWS rows of fa_gemm_body's C: C (FA_ROWS x FA_W, ld ldc) = [C cs +]
+ * the terms [p0, p1) of A (ai, ap as there) B (ld ldb). */
+static inline void fa_gemm_rows(const real *restrict a, int64_t ai, int64_t ap,
+                                const real *restrict B, int64_t ldb, real *restrict C,
+                                int64_t ldc, int64_t p0, int64_t p1, int add,
+                                const real *restrict cs)
+{
+    fa_vec x[FA_ROWS];
+#pragma GCC unroll 8
+    for (int r = 0; r < FA_ROWS; r++)
+        x[r] = add ? (cs ? fa_load(C + r * ldc) * cs[r] : fa_load(C + r * ldc)) : (fa_vec){0};
+    for (int64_t p = p0; p < p1; p++) {
+        const fa_vec b0 = fa_load(B + p * ldb);
+        const real *ar = a + p * ap;
+#pragma GCC unroll 8
+        for (int r = 0; r < FA_ROWS; r++)
+            x[r] += ar[r * ai] * b0;
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < FA_ROWS; r++)
+        fa_store(C + r * ldc, x[r]);
+}
+
+/* C (m x n, ld ldc) = [C cs +] A (m x k) B (k x n, ld ldb), small m, n; A's element (i, p) is
+ * A[i * ai + p * ap] (so A may be a transposed tile).  Each element of C is one sequential sum
+ * over p (starting from C when `add`, row i of C times cs[i] when cs is not NULL), whichever
+ * path computes it; under a band (bd) blocks of C hidden entirely are skipped and the sums
+ * leave out terms of hidden probabilities. */
+static inline __attribute__((always_inline)) void
+fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai, int64_t ap,
+             const real *restrict B, int64_t ldb, real *restrict C, int64_t ldc, int add,
+             const real *restrict cs, fa_band bd)
+{
+    int64_t j = 0, p0, p1;
     for (; j + 2 * FA_W <= n; j += 2 * FA_W) {
         int64_t i = 0;
         for (; i + FA_ROWS <= m; i += FA_ROWS) {
+            if (fa_band_hides(bd, i, FA_ROWS, j, 2 * FA_W))
+                continue;
+            fa_band_terms(bd, i, FA_ROWS, kk, &p0, &p1);
+            /* under a band one half of the block may be hidden entirely: the other alone */
+            const int64_t half = fa_band_hides(bd, i, FA_ROWS, j, FA_W) ? j + FA_W
+                                 : fa_band_hides(bd, i, FA_ROWS, j + FA_W, FA_W) ? j : -1;
+            if (half >= 0) {
+                fa_gemm_rows(A + i * ai, ai, ap, B + half, ldb, C + i * ldc + half, ldc, p0, p1,
+                             add, cs ? cs + i : NULL);
+                continue;
+            }
             fa_vec x[FA_ROWS][2];
             const real *a = A + i * ai;
 #pragma GCC unroll 8
             for (int r = 0; r < FA_ROWS; r++) {
                 x[r][0] = add ? fa_load(C + (i + r) * ldc + j) : (fa_vec){0};
                 x[r][1] = add ? fa_load(C + (i + r) * ldc + j + FA_W) : (fa_vec){0};
+                if (cs)
+                    x[r][0] *= cs[i + r], x[r][1] *= cs[i + r];
             }
-            for (int64_t p = 0; p < kk; p++) {
+            for (int64_t p = p0; p < p1; p++) {
                 const fa_vec b0 = fa_load(B + p * ldb + j), b1 = fa_load(B + p * ldb + j + FA_W);
                 const real *ar = a + p * ap;
 #pragma GCC unroll 8
@@ -67,11 +160,16 @@ static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, in
             }
         }
         for (; i < m; i++) {
+            if (fa_band_hides(bd, i, 1, j, 2 * FA_W))
+                continue;
+            fa_band_terms(bd, i, 1, kk, &p0, &p1);
             real *c0 = C + i * ldc + j;
             fa_vec x0 = {0}, x1 = {0};
             if (add)
                 x0 = fa_load(c0), x1 = fa_load(c0 + FA_W);
-            for (int64_t p = 0; p < kk; p++) {
+            if (cs)
+                x0 *= cs[i], x1 *= cs[i];
+            for (int64_t p = p0; p < p1; p++) {
                 const real a0 = A[i * ai + p * ap];
                 x0 += a0 * fa_load(B + p * ldb + j), x1 += a0 * fa_load(B + p * ldb + j + FA_W);
             }
@@ -80,23 +178,60 @@ static void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, in
     }
     for (; j + FA_W <= n; j += FA_W) {
         for (int64_t i = 0; i < m; i++) {
+            if (fa_band_hides(bd, i, 1, j, FA_W))
+                continue;
+            fa_band_terms(bd, i, 1, kk, &p0, &p1);
             real *c0 = C + i * ldc + j;
             fa_vec x0 = {0};
             if (add)
                 x0 = fa_load(c0);
-            for (int64_t p = 0; p < kk; p++)
+            if (cs)
+                x0 *= cs[i];
+            for (int64_t p = p0; p < p1; p++)
                 x0 += A[i * ai + p * ap] * fa_load(B + p * ldb + j);
             fa_store(c0, x0);
         }
     }
     for (; j < n; j++) {
         for (int64_t i = 0; i < m; i++) {
+            if (fa_band_hides(bd, i, 1, j, 1))
+                continue;
+            fa_band_terms(bd, i, 1, kk, &p0, &p1);
             real x = add ? C[i * ldc + j] : 0;
-            for (int64_t p = 0; p < kk; p++)
-                x += A[i * ai + p * ap] * B[p * ldb + j];
+            if (cs)
+                x *= cs[i];
+            for (int64_t p = p0; p < p1; p++)
+                x = FA_FMA(A[i * ai + p * ap], B[p * ldb + j], x);
             C[i * ldc + j] = x;
         }
     }
+}
+
+/* fa_gemm_body without a band (compiled without the band's tests) and with one. */
+static void fa_gemm_full(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
+                         int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
+                         int64_t ldc, int add, const real *restrict cs)
+{
+    const fa_band none = {FA_FULL, 0};
+    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, cs, none);
+}
+
+static void fa_gemm_banded(int64_t m, int64_t n, int64_t kk, const real *restrict A,
+                           int64_t ai, int64_t ap, const real *restrict B, int64_t ldb,
+                           real *restrict C, int64_t ldc, int add, const real *restrict cs,
+                           fa_band bd)
+{
+    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, cs, bd);
+}
+
+static inline void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
+                           int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
+                           int64_t ldc, int add, const real *restrict cs, fa_band bd)
+{
+    if (bd.kind == FA_FULL)
+        fa_gemm_full(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, cs);
+    else
+        fa_gemm_banded(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, cs, bd);
 }
 
 #if FA_FLOAT && defined(__AVX512F__)
@@ -165,36 +300,21 @@ static void fa_transpose(const real *restrict src, int64_t lds, int64_t n, int64
     }
 }
 
-/* dst (n rows x w, ld ldd) = src (n rows x w, ld lds), a vector at a time (a loop of memcpy
- * calls costs more than the copy for rows this short): a block of strided rows (token-major
- * operands are rows of a wider projection) packed for the tile products, or packed sums
- * copied out. */
-static void fa_copy_rows(const real *restrict src, int64_t lds, int64_t n, int64_t w,
-                         real *restrict dst, int64_t ldd)
+/* dst (n x w, contiguous) = src (n rows x w, ld lds), a vector at a time (a loop of memcpy
+ * calls costs more than the copy for rows this short): a slice of strided rows (token-major
+ * operands are rows of a wider projection) packed for the tile products. */
+static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
+                    real *restrict dst)
 {
     for (int64_t c = 0; c < n; c++) {
         const real *from = src + c * lds;
-        real *to = dst + c * ldd;
+        real *to = dst + c * w;
         int64_t d = 0;
         for (; d + FA_W <= w; d += FA_W)
             fa_store(to + d, fa_load(from + d));
         for (; d < w; d++)
             to[d] = from[d];
     }
-}
-
-/* dst (n x w, contiguous) = src (n rows x w, ld lds). */
-static void fa_pack(const real *restrict src, int64_t lds, int64_t n, int64_t w,
-                    real *restrict dst)
-{
-    fa_copy_rows(src, lds, n, w, dst, w);
-}
-
-/* dst (n rows x w, ld ldd) = src (n x w, contiguous). */
-static void fa_unpack(const real *restrict src, int64_t n, int64_t w, real *restrict dst,
-                      int64_t ldd)
-{
-    fa_copy_rows(src, w, n, w, dst, ldd);
 }
 
 /* 2^x for the exponents of the online softmax (x <= 0 up to rounding, or -inf; any x <= 127):
@@ -249,6 +369,73 @@ static inline fa_vec fa_vexp2(fa_vec x)
 }
 #define FA_LOG2E 1.4426950408889634
 #define FA_LN2 0.6931471805599453
+
+/* The sum of a[d] b[d] over d < n in double: eight partial sums (over d mod 8) added in a
+ * fixed tree, then the terms past the last 8. */
+typedef double fa_dvec8 __attribute__((vector_size(64)));
+typedef real fa_rvec8 __attribute__((vector_size(8 * sizeof(real)), aligned(sizeof(real)),
+                                     may_alias));
+static inline double fa_dot(const real *a, const real *b, int64_t n)
+{
+    fa_dvec8 acc = {0};
+    int64_t d = 0;
+    for (; d + 8 <= n; d += 8)
+        acc += __builtin_convertvector(*(const fa_rvec8 *)(a + d), fa_dvec8) *
+               __builtin_convertvector(*(const fa_rvec8 *)(b + d), fa_dvec8);
+    double s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    for (; d < n; d++)
+        s += (double)a[d] * (double)b[d];
+    return s;
+}
+
+#if FA_FLOAT && defined(__AVX512F__)
+/* The eight partial sums acc[r] of rows r = 0 .. 7 added in fa_dot's tree, eight rows at once:
+ * lanes (l, l + 4), then (l, l + 2), then (l, l + 1); the row sums in order. */
+static inline __m512d fa_tree8(const __m512d acc[8])
+{
+    __m512d s[4], u[2];
+    for (int k = 0; k < 4; k++) /* rows 2k | 2k + 1: a_l + a_(l+4), l < 4 */
+        s[k] = _mm512_add_pd(_mm512_shuffle_f64x2(acc[2 * k], acc[2 * k + 1], 0x44),
+                             _mm512_shuffle_f64x2(acc[2 * k], acc[2 * k + 1], 0xEE));
+    for (int k = 0; k < 2; k++) /* rows 4k .. 4k + 3: b_0 + b_2, b_1 + b_3 */
+        u[k] = _mm512_add_pd(_mm512_shuffle_f64x2(s[2 * k], s[2 * k + 1], 0x88),
+                             _mm512_shuffle_f64x2(s[2 * k], s[2 * k + 1], 0xDD));
+    /* c_0 + c_1 of rows 0 4 1 5 2 6 3 7, then in order */
+    const __m512d t = _mm512_add_pd(_mm512_unpacklo_pd(u[0], u[1]), _mm512_unpackhi_pd(u[0], u[1]));
+    return _mm512_permutexvar_pd(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), t);
+}
+#endif
+
+/* D (Tq) = rowsum(dO * O) of a slice's rows (in double, fa_dot's sums), o and dout at row
+ * strides lo, ldo; with AVX-512 and float eight rows at a time. */
+static void fa_rowsums(const real *o, int64_t lo, const real *dout, int64_t ldo, int64_t Tq,
+                       int64_t dv, real *D)
+{
+    int64_t i = 0;
+#if FA_FLOAT && defined(__AVX512F__)
+    const int64_t dw = dv - dv % 8;
+    for (; i + 8 <= Tq; i += 8) {
+        __m512d acc[8];
+        for (int r = 0; r < 8; r++) {
+            const real *a = o + (i + r) * lo, *b = dout + (i + r) * ldo;
+            acc[r] = _mm512_setzero_pd();
+            for (int64_t d = 0; d < dw; d += 8)
+                acc[r] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + d)),
+                                         _mm512_cvtps_pd(_mm256_loadu_ps(b + d)), acc[r]);
+        }
+        double sums[8];
+        _mm512_storeu_pd(sums, fa_tree8(acc));
+        for (int r = 0; r < 8; r++) {
+            const real *a = o + (i + r) * lo, *b = dout + (i + r) * ldo;
+            for (int64_t d = dw; d < dv; d++)
+                sums[r] += (double)a[d] * (double)b[d];
+            D[i + r] = (real)sums[r];
+        }
+    }
+#endif
+    for (; i < Tq; i++)
+        D[i] = (real)fa_dot(o + i * lo, dout + i * ldo, dv);
+}
 
 /* Rows r0 .. r0 + n of width w at row stride ld set to 0, a vector at a time. */
 static void fa_zero_rows(real *x, int64_t n, int64_t w, int64_t ld)
