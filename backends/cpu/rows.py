@@ -1,5 +1,5 @@
-"""Rows of a table and axis permutations on the CPU (``Backend.take_rows``,
-``scatter_add_rows``, ``permute_axes``): the calls of ``kernels/cpu/rows.c``
+"""Rows of a table, column sums and axis permutations on the CPU (``Backend.take_rows``,
+``scatter_add_rows``, ``add_row_sums``, ``permute_axes``): the calls of ``kernels/cpu/rows.c``
 (:class:`RowKernels`) and the backend's ops (:class:`CPURowOps`), which run the numpy reference
 where the kernels do not take the case."""
 import numpy as np
@@ -31,6 +31,27 @@ class RowKernels:
                                     ffi.from_buffer("int64_t[]", idx),
                                     ffi.from_buffer("real[]", rows), idx.size,
                                     grad_table.shape[1])
+        return True
+
+    def add_column_sums(self, rows, grad):
+        """grad (n,) += the column sums of rows (R, n), whose rows may lie apart (a column
+        block of a wider array), in the fixed order of ``add_column_sums`` in rows.h.  The sums'
+        work array is kept in ``workspaces``, so repeated calls allocate nothing."""
+        count, n = rows.shape
+        it = rows.itemsize
+        if (grad.size != n or grad.dtype != rows.dtype or rows.dtype not in FLOATS
+                or not grad.flags.c_contiguous or not grad.flags.writeable
+                or (n > 1 and rows.strides[1] != it) or rows.strides[0] % it
+                or rows.strides[0] < 0 or np.may_share_memory(rows, grad)):
+            return False
+        module = self.module("rows", rows.dtype)
+        if module is None:
+            return False
+        ffi = module.ffi
+        work = self.block_sums_work(module, "add_column_sums", rows.dtype, count, n)
+        module.lib.add_column_sums(ffi.cast("real *", address(rows)), rows.strides[0] // it,
+                                   ffi.from_buffer("real[]", grad),
+                                   ffi.from_buffer("double[]", work), count, n)
         return True
 
     def permute_axes(self, x, out, axes):
@@ -91,6 +112,10 @@ class CPURowOps:
         if not ok:
             return reference.row_indices(ids, nrows).reshape(-1)  # raises, naming the id
         return idx.reshape(-1)
+
+    def add_row_sums(self, rows, grad, ones):
+        if not self.kernels.add_column_sums(rows._ary, grad._ary):
+            super().add_row_sums(rows, grad, ones)
 
     def permute_axes(self, x, out, axes):
         if not self.kernels.permute_axes(x._ary, out._ary, axes):

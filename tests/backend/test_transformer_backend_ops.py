@@ -112,3 +112,48 @@ def test_permute_axes():
         return out
 
     np.testing.assert_array_equal(compare_with_cpu(op, x), x.transpose(0, 2, 1, 3))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows, cols, offset", [(768, 128, 0), (50, 70, 3), (1, 5, 0)],
+                         ids=["bias-gradient", "tails", "one-row"])
+def test_add_row_sums(dtype, rows, cols, offset):
+    """grad += the column sums of rows (R, n), also for rows that are a column block of a wider
+    array (the joined q/k/v gradient), against numpy in double."""
+    rng = np.random.default_rng(5)
+    wide = rng.normal(size=(rows, cols + 2 * offset + 1))
+    grad0 = rng.normal(size=cols)
+    ones = np.ones((1, rows + 3))
+
+    def op(be, wt, gt, ot):
+        be.add_row_sums(wt[:, offset:offset + cols], gt, ot)
+        return gt
+
+    got = compare_with_cpu(op, wide, grad0, ones, dtype=dtype)
+    want = grad0 + wide[:, offset:offset + cols].sum(axis=0)
+    np.testing.assert_allclose(got, want, rtol=1e-12 if dtype == np.float64 else 2e-5,
+                               atol=1e-12 if dtype == np.float64 else 1e-4)
+
+
+def test_add_row_sums_does_not_depend_on_the_thread_count():
+    """The column sums add fixed blocks of rows in a fixed order, on one thread or many (this
+    size runs on the threads)."""
+    import os
+    from neonlite.backends.cpu.threads import set_cpu_threads
+    be = make_backend("cpu", dtype=np.float32)
+    rng = np.random.default_rng(6)
+    rows = be.array(rng.normal(size=(4100, 260)) * 1e3)
+    grad0 = rng.normal(size=260)
+    results = []
+    try:
+        for threads in (1, 2, 3):
+            set_cpu_threads(threads)
+            grad = be.array(grad0)
+            be.add_row_sums(rows, grad, be.ones((1, 4100)))
+            results.append(grad.get())
+    finally:
+        set_cpu_threads(len(os.sched_getaffinity(0)))
+    np.testing.assert_allclose(results[0], grad0 + rows.get().astype(np.float64).sum(axis=0),
+                               rtol=1e-5, atol=0.1)
+    for got in results[1:]:
+        np.testing.assert_array_equal(got, results[0])
