@@ -19,9 +19,13 @@ threads.  :class:`GemmThreads` therefore knows three ways to run a 2-D GEMM:
 
 The first times it meets a GEMM shape it runs each way ``FIRST`` times, in turn; from then on it
 uses the way with the shortest of its last ``SAMPLES`` timings (noise only ever adds time; as
-``cudnn.benchmark`` picks convolution algorithms), and every ``REVISIT``-th call of the shape
-it runs another way again, so the choice follows the machine's load.  GEMMs below ``TINY_MACS`` multiply-adds always run on one
-thread.
+``cudnn.benchmark`` picks convolution algorithms), and now and then it runs another way again,
+so the choice follows the machine's load: ``REVISIT`` calls of the shape after the choice was
+made, then after twice as many calls each time a revisit leaves the choice as it was (up to
+``MAX_REVISIT``), and after ``REVISIT`` again once one changes it.  A losing way is so tried
+often while the machine's load moves the choice and rarely while it does not (a two-thread
+GEMM run on one thread costs up to twice its time).  GEMMs below ``TINY_MACS`` multiply-adds
+always run on one thread.
 
 Threads are set with OpenBLAS's per-calling-thread ``openblas_set_num_threads_local``; where
 numpy's BLAS is not an OpenBLAS with that call (MKL, Accelerate, an older OpenBLAS), every GEMM
@@ -40,6 +44,7 @@ TINY_MACS = 1_000_000
 FIRST = 2
 SAMPLES = 5
 REVISIT = 32
+MAX_REVISIT = 1024
 WAYS = ("one", "all", "split")
 
 
@@ -61,34 +66,48 @@ def blas_threads(n):
 class WayTuner:
     """Picks, per shape key, the fastest of a few ways to run a call, by timing them (see the
     module docstring: each way ``FIRST`` times, then the one with the shortest of its last
-    ``SAMPLES`` timings, another way again every ``REVISIT``-th call).  ``choices`` maps a key
-    to the way now chosen."""
+    ``SAMPLES`` timings, another way again after ``REVISIT`` calls, then after ever more while
+    the revisits confirm the choice).  ``choices`` maps a key to the way now chosen."""
 
     def __init__(self):
         self.choices = {}
         self._timings = {}
-        self._calls = {}
+        # key -> [calls until the next revisit, revisit interval, revisits so far]
+        self._revisits = {}
 
     def pick(self, key, ways):
         """The way to run this call of ``key``; ``ways()`` lists them (asked once per key)."""
         timings = self._timings.get(key)
         if timings is None:
             timings = self._timings[key] = {w: deque(maxlen=SAMPLES) for w in ways()}
-        calls = self._calls[key] = self._calls.get(key, 0) + 1
         way = self.choices.get(key)
         if way is None:
             return min(timings, key=lambda w: len(timings[w]))
-        if calls % REVISIT == 0:
-            others = [w for w in timings if w != way]
-            return others[(calls // REVISIT) % len(others)]
-        return way
+        revisit = self._revisits[key]
+        revisit[0] -= 1
+        if revisit[0] > 0:
+            return way
+        revisit[2] += 1
+        others = [w for w in timings if w != way]
+        return others[revisit[2] % len(others)]
 
     def record(self, key, way, seconds):
         """That a call of ``key`` run ``way`` took ``seconds``."""
         timings = self._timings[key]
         timings[way].append(seconds)
-        if all(len(t) >= FIRST for t in timings.values()):
-            self.choices[key] = min(timings, key=lambda w: min(timings[w]))
+        if not all(len(t) >= FIRST for t in timings.values()):
+            return
+        before = self.choices.get(key)
+        after = self.choices[key] = min(timings, key=lambda w: min(timings[w]))
+        revisit = self._revisits.get(key)
+        if revisit is None:
+            self._revisits[key] = [REVISIT, REVISIT, 0]
+        elif after != before:
+            revisit[1] = REVISIT
+            revisit[0] = min(revisit[0], REVISIT) if revisit[0] > 0 else REVISIT
+        elif revisit[0] <= 0:  # this call was a revisit, and the choice stands
+            revisit[1] = min(2 * revisit[1], MAX_REVISIT)
+            revisit[0] = revisit[1]
 
 
 class GemmThreads:
