@@ -50,6 +50,7 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         self._gemm_scratch = {}
         self._row_scratch = {}
         self._attention_plain = {}
+        self._attention_calls = {}
 
     def prepare_kernels(self):
         """Compile the C kernels of this backend's data type that are not cached yet (one
