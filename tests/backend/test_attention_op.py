@@ -283,3 +283,40 @@ def test_key_groups_deal_every_block_once_and_balance_a_strided_layout():
         assert heaviest <= round_robin
         if t == 0:
             assert heaviest < 0.8 * round_robin
+
+
+def test_a_kept_call_follows_new_inputs_dropout_steps_masks_and_thread_counts():
+    """The CPU backend keeps the prepared kernel call of a set of operands: calls on the same
+    tensors with new values, another dropout step, another key mask or another OpenMP thread
+    count (which sizes the work arrays) give what fresh tensors give."""
+    arrays, mask, kw = _inputs("causal+padding")
+    be = make_backend("cpu", batch_size=arrays[0].shape[0] // kw["heads"], dtype=np.float64)
+    if be.kernels.module("flash_attention", np.dtype(np.float64)) is None:
+        pytest.skip(f"no compiled CPU kernels: {be.kernels.unavailable_reason()}")
+    q, k, v, dout = (be.array(a) for a in arrays)
+    out, lse = be.zeros(dout.shape), be.zeros(dout.shape[:2])
+    grads = [be.zeros(t.shape) for t in (q, k, v)]
+
+    def run(masked, dropout, scale=0.3):
+        m = be.array(masked) if masked is not None else None
+        be.attention(q, k, v, out, lse, scale, kw["causal"], m, dropout, None, kw["heads"])
+        be.attention_bprop(q, k, v, out, lse, dout, *grads, scale, kw["causal"], m, dropout,
+                           None, kw["heads"])
+        return [out.get(), lse.get()] + [g.get() for g in grads]
+
+    try:
+        for threads in (1, 3, 2):
+            set_cpu_threads(threads)
+            for case in range(3):
+                values = [a * (1 + case) for a in arrays]
+                for t, a in zip((q, k, v, dout), values):
+                    t.set(a)
+                masked = None if case == 0 else mask
+                dropout = AttentionDropout(0.7, 1234, case, 99, 3) if case == 2 else None
+                fresh = dict(kw, dropout=dropout)
+                got = run(masked, dropout)
+                want = _run(be, values, masked, fresh)
+                for name, g, w in zip(("out", "lse", "dq", "dk", "dv"), got, want):
+                    np.testing.assert_array_equal(g, w, err_msg=f"{name}, {threads} threads")
+    finally:
+        set_cpu_threads(len(os.sched_getaffinity(0)))
