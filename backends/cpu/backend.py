@@ -60,7 +60,8 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
     def _evaluate(self, out, value):
         """out (ndarray)[...] = value (op-tree, tensor, array or scalar)."""
         if not (isinstance(value, OpNode) and (
-                run_ufuncs(out, value, lambda node: self._machine.leading_sum(node, out.dtype))
+                self._add_row_into(out, value)
+                or run_ufuncs(out, value, lambda node: self._machine.leading_sum(node, out.dtype))
                 or self._leading_sum_into(out, value) or self._machine.run(out, value))):
             evaluate(out, value)
         return out

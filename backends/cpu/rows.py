@@ -54,6 +54,27 @@ class RowKernels:
                                    ffi.from_buffer("double[]", work), count, n)
         return True
 
+    def add_row(self, x, row, out):
+        """out (..., C) = x + row for C-contiguous arrays of one float type, row of out's
+        trailing shape (a bias (C,), a positional block (T, D)) broadcast over the leading axes;
+        x of out's shape, out itself or apart from it; row apart from out."""
+        if (x.shape != out.shape or row.ndim == 0 or row.ndim > out.ndim
+                or out.shape[out.ndim - row.ndim:] != row.shape or x.dtype != out.dtype
+                or row.dtype != out.dtype or out.dtype not in FLOATS
+                or not (out.flags.c_contiguous and x.flags.c_contiguous
+                        and row.flags.c_contiguous and out.flags.writeable)
+                or np.may_share_memory(row, out)
+                or (np.may_share_memory(x, out) and address(x) != address(out))):
+            return False
+        module = self.module("rows", out.dtype)
+        if module is None:
+            return False
+        ffi = module.ffi
+        module.lib.add_row(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", row),
+                           ffi.from_buffer("real[]", out), out.size // max(row.size, 1),
+                           row.size)
+        return True
+
     def permute_axes(self, x, out, axes):
         """out = numpy.transpose(x, axes) for 4-D arrays whose last axis stays last and is
         contiguous in both (either may be a strided view): the row copies of ``copy_rows``."""
@@ -112,6 +133,20 @@ class CPURowOps:
         if not ok:
             return reference.row_indices(ids, nrows).reshape(-1)  # raises, naming the id
         return idx.reshape(-1)
+
+    def _add_row_into(self, out, tree):
+        """out (ndarray)[...] = the op-tree ``a + row`` (either order) of tensors, row a bias
+        broadcast over a's leading axes, by ``add_row`` (the sums are those of the op-tree
+        machine, one addition each); False when the tree is not of that shape or the kernel
+        does not take its arrays."""
+        if tree.op != "add" or len(tree.args) != 2:
+            return False
+        x, row = (getattr(arg, "_ary", None) for arg in tree.args)
+        if x is None or row is None:
+            return False
+        if x.size < row.size:
+            x, row = row, x
+        return row.size < out.size and self.kernels.add_row(x, row, out)
 
     def add_row_sums(self, rows, grad, ones):
         if not self.kernels.add_column_sums(rows._ary, grad._ary):

@@ -126,3 +126,14 @@ void add_column_sums(const real *a, int64_t lda, real *grad, double *work, int64
     for (int64_t c = 0; c < C; c++)
         grad[c] += (real)part[c];
 }
+
+void add_row(const real *x, const real *row, real *out, int64_t M, int64_t C)
+{
+#pragma omp parallel for schedule(dynamic, nl_grain(C)) if (M * C >= NL_PARALLEL_MIN)
+    for (int64_t m = 0; m < M; m++) {
+        const real *xr = x + m * C;
+        real *o = out + m * C;
+        for (int64_t c = 0; c < C; c++)
+            o[c] = xr[c] + row[c];
+    }
+}

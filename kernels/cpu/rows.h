@@ -24,3 +24,7 @@ void add_column_sums(const real *a, int64_t lda, real *grad, double *work, int64
 
 /* The length of add_column_sums' `work` for (M, C), in doubles. */
 int64_t add_column_sums_work_size(int64_t M, int64_t C);
+
+/* out[m * C + c] = x[m * C + c] + row[c] for m < M, c < C: a bias (or any row of C elements,
+ * e.g. a positional-embedding block) added to every row; out may be x. */
+void add_row(const real *x, const real *row, real *out, int64_t M, int64_t C);
