@@ -48,6 +48,7 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         self.kernels = CPUKernels()
         self._machine = OpTreeMachine(self.kernels)
         self._gemm_scratch = {}
+        self._gemm_calls = {}
         self._row_scratch = {}
         self._attention_plain = {}
         self._attention_calls = {}

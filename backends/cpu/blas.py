@@ -45,6 +45,8 @@ FIRST = 2
 SAMPLES = 5
 REVISIT = 32
 MAX_REVISIT = 1024
+#: the prepared GEMM calls a CPU backend keeps (:class:`CPUBlasOps`)
+MAX_GEMM_CALLS = 256
 WAYS = ("one", "all", "split")
 
 
@@ -211,12 +213,39 @@ def _one_thread_matmul(a, b, out):
 class CPUBlasOps:
     """``Backend.compound_dot`` and ``batched_dot`` of the CPU backend: the products by its
     kernels' GEMM (MKL's CBLAS or :class:`GemmThreads`), with beta != 0 through a product
-    buffer kept per shape (``_gemm_scratch``)."""
+    buffer kept per shape (``_gemm_scratch``).
+
+    With MKL, ``compound_dot`` keeps the prepared call of each operand triple
+    (``_gemm_calls``, at most ``MAX_GEMM_CALLS``): keyed by the tensors' identities and the
+    transposes, holding the tensors and their arrays, and used again only while each tensor
+    still has that array (an optimizer arena rebinds parameters').  A layer's GEMMs on its
+    own buffers and their kept reshapes (:meth:`CPUTensor.reshape`) so cost one look-up and
+    the MKL call each step; slices (``kept`` False: made anew per call) are not kept."""
 
     def compound_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
+        key = (id(A), id(B), id(C), transA, transB)
+        kept = self._gemm_calls.get(key)
+        if kept is not None and kept[0] is A._ary and kept[1] is B._ary and \
+                kept[2] is C._ary and (beta == 0.0 or not kept[4]):
+            kept[3](alpha, beta)
+            return C
         a = A._ary.T if transA else A._ary
         b = B._ary.T if transB else B._ary
-        gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
+        c = C._ary
+        prepare = getattr(self.kernels.gemm, "prepare", None)
+        run = None if prepare is None or not (A.kept and B.kept and C.kept) else \
+            prepare(a, b, c)
+        if run is None:
+            gemm_into(c, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
+            return C
+        overlaps = np.may_share_memory(c, a) or np.may_share_memory(c, b)
+        if len(self._gemm_calls) >= MAX_GEMM_CALLS:
+            self._gemm_calls.clear()
+        self._gemm_calls[key] = (A._ary, B._ary, c, run, overlaps, A, B, C)
+        if beta != 0.0 and overlaps:
+            gemm_into(c, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
+        else:
+            run(alpha, beta)
         return C
 
     def batched_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
