@@ -44,7 +44,7 @@ TINY_MACS = 1_000_000
 FIRST = 2
 SAMPLES = 5
 REVISIT = 32
-MAX_REVISIT = 1024
+MAX_REVISIT = 256
 #: the prepared GEMM calls a CPU backend keeps (:class:`CPUBlasOps`)
 MAX_GEMM_CALLS = 256
 WAYS = ("one", "all", "split")
@@ -74,6 +74,7 @@ class WayTuner:
     def __init__(self):
         self.choices = {}
         self._timings = {}
+        self._best = {}  # key -> {way: its shortest kept timing}
         # key -> [calls until the next revisit, revisit interval, revisits so far]
         self._revisits = {}
 
@@ -82,6 +83,7 @@ class WayTuner:
         timings = self._timings.get(key)
         if timings is None:
             timings = self._timings[key] = {w: deque(maxlen=SAMPLES) for w in ways()}
+            self._best[key] = dict.fromkeys(timings, float("inf"))
         way = self.choices.get(key)
         if way is None:
             return min(timings, key=lambda w: len(timings[w]))
@@ -95,13 +97,15 @@ class WayTuner:
 
     def record(self, key, way, seconds):
         """That a call of ``key`` run ``way`` took ``seconds``."""
-        timings = self._timings[key]
-        timings[way].append(seconds)
-        if not all(len(t) >= FIRST for t in timings.values()):
+        timings, best = self._timings[key], self._best[key]
+        samples = timings[way]
+        samples.append(seconds)
+        best[way] = min(samples)
+        revisit = self._revisits.get(key)
+        if revisit is None and not all(len(t) >= FIRST for t in timings.values()):
             return
         before = self.choices.get(key)
-        after = self.choices[key] = min(timings, key=lambda w: min(timings[w]))
-        revisit = self._revisits.get(key)
+        after = self.choices[key] = min(best, key=best.get)
         if revisit is None:
             self._revisits[key] = [REVISIT, REVISIT, 0]
         elif after != before:
