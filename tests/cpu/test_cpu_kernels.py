@@ -620,7 +620,7 @@ def test_way_tuner_revisits_less_often_while_the_choice_stands():
     assert run(R + 2 * R + 4 * R) == [R, 3 * R, 7 * R]
     assert len(run(20 * cpu_blas.MAX_REVISIT)) <= 20 + 6
     cost["one"] = 0.5
-    calls = run(cpu_blas.MAX_REVISIT)
+    calls = run(4 * cpu_blas.MAX_REVISIT)
     assert tuner.choices["k"] == "one"
     switch = calls[0]  # the revisit of "one" that changed the choice
     assert calls[1:4] == [switch + R, switch + 3 * R, switch + 7 * R]
