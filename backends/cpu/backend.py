@@ -58,10 +58,11 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         notice on stderr); ``Model.fit`` calls it before the first epoch."""
         self.kernels.prepare(self.dtype)
 
-    def _evaluate(self, out, value):
-        """out (ndarray)[...] = value (op-tree, tensor, array or scalar)."""
+    def _evaluate(self, out, value, keep=False):
+        """out (ndarray)[...] = value (op-tree, tensor, array or scalar); ``keep``: out is a
+        kept tensor's own array (see ``KernelModules.run_call``)."""
         if not (isinstance(value, OpNode) and (
-                self._add_row_into(out, value)
+                self._add_row_into(out, value, keep)
                 or run_ufuncs(out, value, lambda node: self._machine.leading_sum(node, out.dtype))
                 or self._leading_sum_into(out, value) or self._machine.run(out, value))):
             evaluate(out, value)

@@ -25,6 +25,9 @@ _logger = logging.getLogger("neonlite")
 NUMPY_SLOWDOWN = 5
 
 
+#: the kernel calls a backend keeps by their arrays' identities (:meth:`KernelModules.run_call`)
+MAX_KEPT_CALLS = 256
+
 #: GOMP_SPINCOUNT with MKL: idle OpenMP threads spin about this many pause instructions
 #: (around a millisecond on a recent x86 core: the gaps between a step's kernels and GEMMs)
 #: before they sleep
@@ -94,6 +97,7 @@ class KernelModules:
         self._prepared = set()
         self._bad_index = np.zeros(1, dtype=np.int64)
         self.workspaces = {}
+        self._kept_calls = {}
         if gemm is None:
             gemm = MKLGemm() if load_mkl() is not None else GemmThreads()
         self.gemm = gemm
@@ -169,6 +173,32 @@ class KernelModules:
             _logger.warning("neonlite: the cpu backend runs without its compiled kernels "
                             "(numpy only, about %d times slower): %s", NUMPY_SLOWDOWN,
                             self.unavailable_reason())
+
+    def run_call(self, name, arrays, scalars, keep, prepare):
+        """Run a kernel call: ``prepare()`` gives it as (C function, arguments) on ``arrays``,
+        or None when the kernels do not take the case (then nothing runs and the result is
+        False).  With ``keep`` (every array is a tensor's lasting storage, not a per-call
+        view), the call is kept (``_kept_calls``, at most ``MAX_KEPT_CALLS``) under ``name``,
+        the ``scalars`` and the arrays' identities, holding the arrays, so the next call on the
+        same arrays skips its checks and pointer making.  ``scalars`` must be every argument
+        besides the arrays (a work array made from their shapes is held by its cffi buffer)."""
+        key = None
+        if keep:
+            key = (name, scalars) + tuple(map(id, arrays))
+            found = self._kept_calls.get(key)
+            if found is not None:
+                function, args = found[0]
+                function(*args)
+                return True
+        call = prepare()
+        if call is None:
+            return False
+        if key is not None:
+            if len(self._kept_calls) >= MAX_KEPT_CALLS:
+                self._kept_calls.clear()
+            self._kept_calls[key] = (call, arrays)
+        call[0](*call[1])
+        return True
 
     def _usable(self, stem, *arrays):
         if not contiguous(*arrays):

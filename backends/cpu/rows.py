@@ -33,31 +33,41 @@ class RowKernels:
                                     grad_table.shape[1])
         return True
 
-    def add_column_sums(self, rows, grad):
+    def add_column_sums(self, rows, grad, keep=False):
         """grad (n,) += the column sums of rows (R, n), whose rows may lie apart (a column
         block of a wider array), in the fixed order of ``add_column_sums`` in rows.h.  The sums'
-        work array is kept in ``workspaces``, so repeated calls allocate nothing."""
+        work array is kept in ``workspaces``, so repeated calls allocate nothing.  ``keep``:
+        see ``run_call``."""
+        return self.run_call("add_column_sums", (rows, grad), None, keep,
+                             lambda: self._add_column_sums_call(rows, grad))
+
+    def _add_column_sums_call(self, rows, grad):
         count, n = rows.shape
         it = rows.itemsize
         if (grad.size != n or grad.dtype != rows.dtype or rows.dtype not in FLOATS
                 or not grad.flags.c_contiguous or not grad.flags.writeable
                 or (n > 1 and rows.strides[1] != it) or rows.strides[0] % it
                 or rows.strides[0] < 0 or np.may_share_memory(rows, grad)):
-            return False
+            return None
         module = self.module("rows", rows.dtype)
         if module is None:
-            return False
+            return None
         ffi = module.ffi
         work = self.block_sums_work(module, "add_column_sums", rows.dtype, count, n)
-        module.lib.add_column_sums(ffi.cast("real *", address(rows)), rows.strides[0] // it,
-                                   ffi.from_buffer("real[]", grad),
-                                   ffi.from_buffer("double[]", work), count, n)
-        return True
+        return module.lib.add_column_sums, (ffi.cast("real *", address(rows)),
+                                            rows.strides[0] // it,
+                                            ffi.from_buffer("real[]", grad),
+                                            ffi.from_buffer("double[]", work), count, n)
 
-    def add_row(self, x, row, out):
+    def add_row(self, x, row, out, keep=False):
         """out (..., C) = x + row for C-contiguous arrays of one float type, row of out's
         trailing shape (a bias (C,), a positional block (T, D)) broadcast over the leading axes;
-        x of out's shape, out itself or apart from it; row apart from out."""
+        x of out's shape, out itself or apart from it; row apart from out.  ``keep``: see
+        ``run_call``."""
+        return self.run_call("add_row", (x, row, out), None, keep,
+                             lambda: self._add_row_call(x, row, out))
+
+    def _add_row_call(self, x, row, out):
         if (x.shape != out.shape or row.ndim == 0 or row.ndim > out.ndim
                 or out.shape[out.ndim - row.ndim:] != row.shape or x.dtype != out.dtype
                 or row.dtype != out.dtype or out.dtype not in FLOATS
@@ -65,15 +75,14 @@ class RowKernels:
                         and row.flags.c_contiguous and out.flags.writeable)
                 or np.may_share_memory(row, out)
                 or (np.may_share_memory(x, out) and address(x) != address(out))):
-            return False
+            return None
         module = self.module("rows", out.dtype)
         if module is None:
-            return False
+            return None
         ffi = module.ffi
-        module.lib.add_row(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", row),
-                           ffi.from_buffer("real[]", out), out.size // max(row.size, 1),
-                           row.size)
-        return True
+        return module.lib.add_row, (ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", row),
+                                    ffi.from_buffer("real[]", out),
+                                    out.size // max(row.size, 1), row.size)
 
     def permute_axes(self, x, out, axes):
         """out = numpy.transpose(x, axes) for 4-D arrays whose last axis stays last and is
@@ -134,22 +143,24 @@ class CPURowOps:
             return reference.row_indices(ids, nrows).reshape(-1)  # raises, naming the id
         return idx.reshape(-1)
 
-    def _add_row_into(self, out, tree):
+    def _add_row_into(self, out, tree, keep=False):
         """out (ndarray)[...] = the op-tree ``a + row`` (either order) of tensors, row a bias
         broadcast over a's leading axes, by ``add_row`` (the sums are those of the op-tree
         machine, one addition each); False when the tree is not of that shape or the kernel
-        does not take its arrays."""
+        does not take its arrays.  ``keep``: out is a kept tensor's own array."""
         if tree.op != "add" or len(tree.args) != 2:
             return False
-        x, row = (getattr(arg, "_ary", None) for arg in tree.args)
+        a, b = tree.args
+        x, row = getattr(a, "_ary", None), getattr(b, "_ary", None)
         if x is None or row is None:
             return False
         if x.size < row.size:
             x, row = row, x
-        return row.size < out.size and self.kernels.add_row(x, row, out)
+        return row.size < out.size and self.kernels.add_row(
+            x, row, out, keep=keep and a.kept and b.kept)
 
     def add_row_sums(self, rows, grad, ones):
-        if not self.kernels.add_column_sums(rows._ary, grad._ary):
+        if not self.kernels.add_column_sums(rows._ary, grad._ary, keep=rows.kept and grad.kept):
             super().add_row_sums(rows, grad, ones)
 
     def permute_axes(self, x, out, axes):

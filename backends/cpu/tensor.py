@@ -80,16 +80,28 @@ class CPUTensor(Tensor):
         return CPUTensor(self.backend, self._ary[_index(index)], kept=False)
 
     def __setitem__(self, index, value):
-        self.backend._evaluate(self._ary[_index(index)], value)
+        if index.__class__ is slice and index == _WHOLE:  # t[:] = ...: the array itself
+            self.backend._evaluate(self._ary, value, self.kept)
+        else:
+            self.backend._evaluate(self._ary[_index(index)], value)
 
     def __array__(self, dtype=None, copy=None):
         return self._ary if dtype is None else self._ary.astype(dtype)
+
+
+_WHOLE = slice(None)
 
 
 def _index(index):
     if isinstance(index, CPUTensor):
         return index._ary
     return index
+
+
+def all_kept(tensors):
+    """True when every tensor of ``tensors`` (None entries aside) is ``kept``: a call on them
+    may be kept by their arrays' identities."""
+    return all(t.kept for t in tensors if t is not None)
 
 
 def array_of(t):

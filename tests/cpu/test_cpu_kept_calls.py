@@ -1,7 +1,8 @@
 """Calls the CPU backend keeps by their operands' identities: a tensor's reshapes are made once
 per shape (and again once its storage is rebound, as an optimizer arena does); the GEMMs of
 kept operands are prepared once, and follow new values, scales, rebound storage and beta with
-an overlapping output; slices are not kept, so per-call slices fill no table."""
+an overlapping output; so do the kernel calls kept on kept tensors (layer norm, GELU, bias rows
+and gradients); slices are not kept, so per-call slices fill no table."""
 import numpy as np
 import pytest
 
@@ -63,3 +64,37 @@ def test_slices_fill_no_table():
         be.compound_dot(h[:, t], W, out)
     assert len(be._gemm_calls) == before
     np.testing.assert_array_equal(out.get(), np.full((8, 32), 32.0))
+
+
+def test_kept_kernel_calls_follow_values_and_rebound_storage():
+    """Layer norm, GELU, bias rows and bias gradients on kept tensors are kept calls; new
+    values and a rebound parameter array give what the numpy reference gives, and slices keep
+    no call."""
+    from neonlite.backends.reference import norm as reference
+    be = make_backend("cpu", dtype=np.float64)
+    if be.kernels.module("norm", np.dtype(np.float64)) is None:
+        pytest.skip(f"no compiled CPU kernels: {be.kernels.unavailable_reason()}")
+    rng = np.random.default_rng(9)
+    M, D = 40, 24
+    x, y, xhat, invstd = be.zeros((M, D)), be.zeros((M, D)), be.zeros((M, D)), be.zeros((M, 1))
+    gamma, beta, b, grad = be.zeros((1, D)), be.zeros((1, D)), be.zeros(D), be.zeros(D)
+    pre, out = be.zeros((M, D)), be.zeros((M, D))
+    before = len(be.kernels._kept_calls)
+    for step in range(3):
+        if step == 2:
+            gamma._ary = np.asarray(rng.standard_normal((1, D)))  # as an arena rebinds it
+        for t in (x, gamma, beta, b, grad):
+            t.set(rng.standard_normal(t.shape))
+        be.layernorm_fprop(x, gamma, beta, y, xhat, invstd)
+        want = [np.zeros((M, D)), np.zeros((M, D)), np.zeros((M, 1))]
+        reference.layernorm_fprop(x.get(), gamma.get(), beta.get(), *want, 1e-5)
+        np.testing.assert_allclose(y.get(), want[0], rtol=1e-10, atol=1e-12)
+        pre[:] = x + b
+        np.testing.assert_array_equal(pre.get(), x.get() + b.get())
+        be.gelu(pre, out)
+        g0 = grad.get()
+        be.add_row_sums(out, grad, None)
+        np.testing.assert_allclose(grad.get(), g0 + out.get().sum(axis=0), rtol=1e-12)
+    assert len(be.kernels._kept_calls) == before + 5  # four calls, and layer norm on a new gamma
+    be.add_row_sums(out[:20], grad, None)
+    assert len(be.kernels._kept_calls) == before + 5
