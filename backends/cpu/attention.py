@@ -168,14 +168,15 @@ class CPUAttentionMixin:
         """(kernel function of ``kind`` ("fprop" or "bprop"), its arguments before the
         dropout's, those after) for these operands, or None when the numpy reference must run.
 
-        Without a key mask the call is kept (``_attention_calls``) by the arrays' identities,
-        the scalars, the layout and the OpenMP thread count (which sizes the work arrays), with
-        strong references to the arrays (the work arrays are held by their cffi buffers), so a
-        later call with the same operands (a layer's fixed buffers, every step) skips the
+        Without a key mask, on kept tensors (a layer's buffers and the views it made once,
+        not a decoder's per-step windows), the call is kept (``_attention_calls``) by the
+        arrays' identities, the scalars, the layout and the OpenMP thread count (which sizes
+        the work arrays), with strong references to the arrays (the work arrays are held by
+        their cffi buffers), so a later call with the same operands (every step) skips the
         checks, strides and casts; a key mask, which a caller may change between calls, makes
         it anew each time.  At most ``MAX_PREPARED`` calls are kept."""
         key = None
-        if key_mask is None:
+        if key_mask is None and all(t.kept for t in tensors):
             key = (kind, float(scale), bool(causal), id(blocks), heads) + tuple(
                 map(id, arrays))
             found = self._attention_calls.get(key)

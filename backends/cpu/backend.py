@@ -95,6 +95,12 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         out[...] = ary
         return CPUTensor(self, out, name)
 
+    def keep(self, view):
+        """Marks a slice made once (at allocate) ``kept``: calls on it are kept by identity
+        like those on a tensor's own array and its reshapes (see ``CPUTensor``)."""
+        view.kept = True
+        return view
+
     def execute(self, out, optree):
         self._evaluate(out._ary, optree)
         return out

@@ -320,3 +320,25 @@ def test_a_kept_call_follows_new_inputs_dropout_steps_masks_and_thread_counts():
                     np.testing.assert_array_equal(g, w, err_msg=f"{name}, {threads} threads")
     finally:
         set_cpu_threads(len(os.sched_getaffinity(0)))
+
+
+def test_per_call_windows_are_not_kept_and_kept_views_are():
+    """A decoder's growing key/value windows (slices made per call) leave no kept call behind;
+    views a layer marks with ``be.keep`` at allocate get one, and the same results."""
+    be = make_backend("cpu", batch_size=2, dtype=np.float64)
+    if be.kernels.module("flash_attention", np.dtype(np.float64)) is None:
+        pytest.skip(f"no compiled CPU kernels: {be.kernels.unavailable_reason()}")
+    rng = np.random.default_rng(11)
+    B, T, d = 4, 12, 8
+    q, out, lse = be.array(rng.normal(size=(B, 1, d))), be.zeros((B, 1, d)), be.zeros((B, 1))
+    kc, vc = be.array(rng.normal(size=(B, T, d))), be.array(rng.normal(size=(B, T, d)))
+    before = len(be._attention_calls)
+    for L in range(1, T + 1):
+        be.attention(q, kc[:, :L], vc[:, :L], out, lse, 0.5, True, None, None, None, 2)
+    assert len(be._attention_calls) == before
+    window = out.get()
+    k_all, v_all = be.keep(kc[:, :T]), be.keep(vc[:, :T])
+    for _ in range(2):
+        be.attention(q, k_all, v_all, out, lse, 0.5, True, None, None, None, 2)
+    assert len(be._attention_calls) == before + 1
+    np.testing.assert_array_equal(out.get(), window)
