@@ -9,6 +9,7 @@ import numpy as np
 
 from ..reference import attention as numpy_attention
 from ..reference.attention import AttentionBlocks, visit_tables
+from .tensor import make_room, still_refer, weak_refs
 
 #: query rows and keys per tile of plain (unblocked) attention; the kernels' FA_MAX_BLOCK
 TILE = 64
@@ -20,7 +21,7 @@ MAX_HEAD_WIDTH = 256
 BACKWARD_ITEMS = 16
 MAX_GROUPS = 8
 #: the prepared kernel calls a backend keeps (``CPUAttentionMixin._prepared_call``)
-MAX_PREPARED = 64
+MAX_PREPARED = 1024
 
 
 def key_groups(col_ptr, table_heads, nkb, groups):
@@ -171,18 +172,18 @@ class CPUAttentionMixin:
         Without a key mask, on kept tensors (a layer's buffers and the views it made once,
         not a decoder's per-step windows), the call is kept (``_attention_calls``) by the
         arrays' identities, the scalars, the layout and the OpenMP thread count (which sizes
-        the work arrays), with strong references to the arrays (the work arrays are held by
-        their cffi buffers), so a later call with the same operands (every step) skips the
-        checks, strides and casts; a key mask, which a caller may change between calls, makes
-        it anew each time.  At most ``MAX_PREPARED`` calls are kept."""
+        the work arrays), with weak references to the arrays (the backend's work arrays and
+        tables are held by their cffi buffers), so a later call with the same living operands
+        (every step) skips the checks, strides and casts; a key mask, which a caller may change
+        between calls, makes it anew each time.  At most ``MAX_PREPARED`` calls are kept."""
         key = None
         if key_mask is None and all(t.kept for t in tensors):
             key = (kind, float(scale), bool(causal), id(blocks), heads) + tuple(
                 map(id, arrays))
             found = self._attention_calls.get(key)
             if found is not None:
-                lib, threads, call = found[:3]
-                if lib.fa_threads() == threads:
+                refs, lib, threads, call = found[:4]
+                if lib.fa_threads() == threads and still_refer(refs, arrays):
                     return call
         self._check_attention(*tensors[:5], key_mask, heads, blocks)
         mask = self._mask_array(key_mask, arrays[0].dtype)
@@ -192,10 +193,9 @@ class CPUAttentionMixin:
         prepare = self._prepare_fprop if kind == "fprop" else self._prepare_bprop
         call = prepare(module, arrays, float(scale), bool(causal), mask, blocks, heads)
         if call is not None and key is not None:
-            if len(self._attention_calls) >= MAX_PREPARED:
-                self._attention_calls.clear()
-            self._attention_calls[key] = (module.lib, module.lib.fa_threads(), call, arrays,
-                                          blocks)
+            make_room(self._attention_calls, MAX_PREPARED)
+            self._attention_calls[key] = (weak_refs(arrays), module.lib,
+                                          module.lib.fa_threads(), call, blocks)
         return call
 
     def _prepare_fprop(self, module, arrays, scale, causal, mask, blocks, heads):

@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .tensor import make_room, weak_refs
 from .threads import openblas, usable_cores
 
 TINY_MACS = 1_000_000
@@ -46,7 +47,7 @@ SAMPLES = 5
 REVISIT = 32
 MAX_REVISIT = 256
 #: the prepared GEMM calls a CPU backend keeps (:class:`CPUBlasOps`)
-MAX_GEMM_CALLS = 256
+MAX_GEMM_CALLS = 4096
 WAYS = ("one", "all", "split")
 
 
@@ -221,18 +222,20 @@ class CPUBlasOps:
 
     With MKL, ``compound_dot`` keeps the prepared call of each operand triple
     (``_gemm_calls``, at most ``MAX_GEMM_CALLS``): keyed by the tensors' identities and the
-    transposes, holding the tensors and their arrays, and used again only while each tensor
-    still has that array (an optimizer arena rebinds parameters').  A layer's GEMMs on its
+    transposes, with weak references to their arrays, and used again only while each tensor
+    still has that array (an optimizer arena rebinds parameters'), which is then alive.  A layer's GEMMs on its
     own buffers and their kept reshapes (:meth:`CPUTensor.reshape`) so cost one look-up and
     the MKL call each step; slices (``kept`` False: made anew per call) are not kept."""
 
     def compound_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
         key = (id(A), id(B), id(C), transA, transB)
         kept = self._gemm_calls.get(key)
-        if kept is not None and kept[0] is A._ary and kept[1] is B._ary and \
-                kept[2] is C._ary and (beta == 0.0 or not kept[4]):
-            kept[3](alpha, beta)
-            return C
+        if kept is not None:
+            (ra, rb, rc), run, overlaps = kept
+            if ra() is A._ary and rb() is B._ary and rc() is C._ary and (
+                    beta == 0.0 or not overlaps):
+                run(alpha, beta)
+                return C
         a = A._ary.T if transA else A._ary
         b = B._ary.T if transB else B._ary
         c = C._ary
@@ -243,9 +246,8 @@ class CPUBlasOps:
             gemm_into(c, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
             return C
         overlaps = np.may_share_memory(c, a) or np.may_share_memory(c, b)
-        if len(self._gemm_calls) >= MAX_GEMM_CALLS:
-            self._gemm_calls.clear()
-        self._gemm_calls[key] = (A._ary, B._ary, c, run, overlaps, A, B, C)
+        make_room(self._gemm_calls, MAX_GEMM_CALLS)
+        self._gemm_calls[key] = (weak_refs((A._ary, B._ary, c)), run, overlaps)
         if beta != 0.0 and overlaps:
             gemm_into(c, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
         else:

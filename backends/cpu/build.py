@@ -15,6 +15,7 @@ import numpy as np
 
 from .blas import GemmThreads
 from .mkl_blas import MKLGemm, load_mkl
+from .tensor import make_room, still_refer, weak_refs
 from .threads import libgomp
 
 #: the data types the C kernels are built for
@@ -26,7 +27,7 @@ NUMPY_SLOWDOWN = 5
 
 
 #: the kernel calls a backend keeps by their arrays' identities (:meth:`KernelModules.run_call`)
-MAX_KEPT_CALLS = 256
+MAX_KEPT_CALLS = 4096
 
 #: GOMP_SPINCOUNT with MKL: idle OpenMP threads spin about this many pause instructions
 #: (around a millisecond on a recent x86 core: the gaps between a step's kernels and GEMMs)
@@ -72,6 +73,12 @@ def load_openmp(gemm):
 def address(a):
     """The address of ndarray ``a``'s first element."""
     return a.ctypes.data
+
+
+def pointer(ffi, a):
+    """A ``real *`` to ndarray ``a``'s first element (NULL for None) that, unlike
+    ``ffi.from_buffer``, does not keep ``a`` alive: for calls kept by weak references."""
+    return ffi.NULL if a is None else ffi.cast("real *", a.ctypes.data)
 
 
 def contiguous(*arrays):
@@ -179,24 +186,25 @@ class KernelModules:
         or None when the kernels do not take the case (then nothing runs and the result is
         False).  With ``keep`` (every array is a tensor's lasting storage, not a per-call
         view), the call is kept (``_kept_calls``, at most ``MAX_KEPT_CALLS``) under ``name``,
-        the ``scalars`` and the arrays' identities, holding the arrays, so the next call on the
-        same arrays skips its checks and pointer making.  ``scalars`` must be every argument
-        besides the arrays (a work array made from their shapes is held by its cffi buffer)."""
+        the ``scalars`` and the arrays' identities, with weak references to the arrays, so the
+        next call on the same (living) arrays skips its checks and pointer making.  ``scalars``
+        must be every argument besides the arrays; the call must point at the arrays
+        (:func:`pointer`) without holding them (a work array of the backend's may be held by
+        its cffi buffer)."""
         key = None
         if keep:
             key = (name, scalars) + tuple(map(id, arrays))
             found = self._kept_calls.get(key)
-            if found is not None:
-                function, args = found[0]
+            if found is not None and still_refer(found[0], arrays):
+                function, args = found[1]
                 function(*args)
                 return True
         call = prepare()
         if call is None:
             return False
         if key is not None:
-            if len(self._kept_calls) >= MAX_KEPT_CALLS:
-                self._kept_calls.clear()
-            self._kept_calls[key] = (call, arrays)
+            make_room(self._kept_calls, MAX_KEPT_CALLS)
+            self._kept_calls[key] = (weak_refs(arrays), call)
         call[0](*call[1])
         return True
 

@@ -1,6 +1,7 @@
 """GELU fused with a bias on the CPU (``Backend.gelu``, ``gelu_bprop``): the calls of
 ``kernels/cpu/gelu.c`` (:class:`GeluKernels`) and the backend's ops (:class:`CPUGeluOps`), which
 run the contract's op-tree definition where the kernels do not take the case."""
+from .build import pointer
 from .tensor import all_kept
 
 
@@ -26,10 +27,8 @@ class GeluKernels:
         pre = x if pre is None and bias is None else pre
         D = x.shape[-1]
         return module.lib.gelu_fprop, (
-            ffi.from_buffer("real[]", x),
-            ffi.NULL if bias is None else ffi.from_buffer("real[]", bias),
-            ffi.NULL if pre is None else ffi.from_buffer("real[]", pre),
-            ffi.from_buffer("real[]", out), x.size // max(D, 1), D, approximate == "tanh")
+            pointer(ffi, x), pointer(ffi, bias), pointer(ffi, pre), pointer(ffi, out),
+            x.size // max(D, 1), D, approximate == "tanh")
 
     def gelu_bprop(self, x, dy, dx, dbias, approximate, y=None, keep=False):
         """dx = dy * gelu'(x) over rows (M, D); dbias (D,) += its column sums unless None;
@@ -55,10 +54,8 @@ class GeluKernels:
         work = ffi.NULL if dbias is None else ffi.from_buffer(
             "double[]", self.block_sums_work(module, "gelu_bprop", x.dtype, M, D))
         return module.lib.gelu_bprop, (
-            ffi.from_buffer("real[]", x), ffi.NULL if y is None else ffi.from_buffer("real[]", y),
-            ffi.from_buffer("real[]", dy), ffi.from_buffer("real[]", dx),
-            ffi.NULL if dbias is None else ffi.from_buffer("real[]", dbias),
-            work, M, D, approximate == "tanh")
+            pointer(ffi, x), pointer(ffi, y), pointer(ffi, dy), pointer(ffi, dx),
+            pointer(ffi, dbias), work, M, D, approximate == "tanh")
 
 
 class CPUGeluOps:

@@ -5,6 +5,7 @@ run the numpy reference where the kernels do not take the case.  Shapes: batch n
 import numpy as np
 
 from ..reference import norm as reference
+from .build import pointer
 from .tensor import all_kept, array_of as _ary
 
 
@@ -90,7 +91,7 @@ class NormKernels:
                 or any(np.may_share_memory(total, a) for a in given + (residual,)))):
             return None
         ffi = module.ffi
-        ptrs = [ffi.NULL if a is None else ffi.from_buffer("real[]", a) for a in arrays + joined]
+        ptrs = [pointer(ffi, a) for a in arrays + joined]
         if not joined:
             ptrs += [ffi.NULL, ffi.NULL]
         return module.lib.layernorm_fprop, (*ptrs, x.shape[0], x.shape[1], eps)
@@ -112,8 +113,8 @@ class NormKernels:
                 or any(np.may_share_memory(residual, a) for a in (dy, xhat)))):
             return None
         ffi = module.ffi
-        ptrs = [ffi.from_buffer("real[]", a) for a in arrays]
-        res = ffi.NULL if residual is None else ffi.from_buffer("real[]", residual)
+        ptrs = [pointer(ffi, a) for a in arrays]
+        res = pointer(ffi, residual)
         return module.lib.layernorm_bprop, (*ptrs[:4], res, *ptrs[4:],
                                             self._norm_work(module, dy.dtype, *dy.shape),
                                             dy.shape[0], dy.shape[1])

@@ -5,7 +5,7 @@ where the kernels do not take the case."""
 import numpy as np
 
 from ..reference import rows as reference
-from .build import FLOATS, address
+from .build import FLOATS, address, pointer
 
 
 class RowKernels:
@@ -54,9 +54,8 @@ class RowKernels:
             return None
         ffi = module.ffi
         work = self.block_sums_work(module, "add_column_sums", rows.dtype, count, n)
-        return module.lib.add_column_sums, (ffi.cast("real *", address(rows)),
-                                            rows.strides[0] // it,
-                                            ffi.from_buffer("real[]", grad),
+        return module.lib.add_column_sums, (pointer(ffi, rows), rows.strides[0] // it,
+                                            pointer(ffi, grad),
                                             ffi.from_buffer("double[]", work), count, n)
 
     def add_row(self, x, row, out, keep=False):
@@ -80,8 +79,7 @@ class RowKernels:
         if module is None:
             return None
         ffi = module.ffi
-        return module.lib.add_row, (ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", row),
-                                    ffi.from_buffer("real[]", out),
+        return module.lib.add_row, (pointer(ffi, x), pointer(ffi, row), pointer(ffi, out),
                                     out.size // max(row.size, 1), row.size)
 
     def permute_axes(self, x, out, axes):

@@ -98,3 +98,23 @@ def test_kept_kernel_calls_follow_values_and_rebound_storage():
     assert len(be.kernels._kept_calls) == before + 5  # four calls, and layer norm on a new gamma
     be.add_row_sums(out[:20], grad, None)
     assert len(be.kernels._kept_calls) == before + 5
+
+
+def test_kept_calls_keep_no_array_alive():
+    """A kept call holds weak references: the arrays of a dropped model's buffers are freed."""
+    import gc
+    import weakref
+    be = make_backend("cpu", dtype=np.float32)
+    rng = np.random.default_rng(10)
+    A, B, C = (be.array(rng.standard_normal(s)) for s in ((30, 40), (40, 20), (30, 20)))
+    x, y, xhat, invstd = be.array(rng.standard_normal((30, 20))), be.zeros((30, 20)), \
+        be.zeros((30, 20)), be.zeros((30, 1))
+    gamma, beta = be.ones((1, 20)), be.zeros((1, 20))
+    for _ in range(2):
+        be.compound_dot(A, B, C)
+        be.layernorm_fprop(C, gamma, beta, y, xhat, invstd)
+        be.gelu(y, x)
+    refs = [weakref.ref(t._ary) for t in (A, B, C, y, xhat, x)]
+    del A, B, C, x, y, xhat
+    gc.collect()
+    assert all(r() is None for r in refs)
