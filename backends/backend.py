@@ -236,14 +236,6 @@ class Backend(SequenceOps, ABC):
     def batched_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
         """C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for 3-D tensors (batch first)."""
 
-    def add_row_sums(self, rows, grad, ones):
-        """grad (n,) += the sums of the rows of ``rows`` (R, n), a bias gradient: here one GEMM,
-        ``ones`` (1, >= R, every element 1) @ rows accumulated into grad; a backend with a
-        column-sum kernel (the CPU's) does not read ``ones``."""
-        count, n = rows.shape
-        self.compound_dot(ones if ones.shape[1] == count else ones[:, :count], rows,
-                          grad.reshape(1, n), beta=1.0)
-
     # ---- convolution and pooling -------------------------------------------------------------
     def conv_layer(self, N, C, H, W, K, R, S, pad=(0, 0), stride=(1, 1), dilation=(1, 1)):
         """A :class:`ConvPlan` for NHWC input (N, H, W, C) and filters (R, S, C, K)."""

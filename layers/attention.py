@@ -8,7 +8,7 @@ from ..backends.reference.attention import AttentionDropout
 from ..initializers import Constant, GlorotUniform
 from .decode import DecodeState
 from .dropout_masks import KeyedDropoutMixin
-from .layer import FixedTensor, ParameterLayer, flat_rows, is_count
+from .layer import FixedTensor, ParameterLayer, add_row_sums, flat_rows, is_count
 
 _TO_HEADS = (0, 2, 1, 3)  # (N, T, H, dh) <-> (N, H, T, dh); the permutation is its own inverse
 #: the widest head (dk/H or dv/H) the fused attention kernels take
@@ -181,7 +181,7 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
         (tokens, nout): every token); no bias gradient without biases."""
         self.be.compound_dot(inp2, e2, W.grad, beta=1.0, transA=True)
         if self.bias:
-            self.be.add_row_sums(e2, b.grad, self._ones)
+            add_row_sums(self.be, self._ones, e2, b.grad)
 
     def _back_input(self, err, W, out, beta):
         """out (N, T, nin) = err W^T + beta * out."""

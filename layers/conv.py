@@ -2,7 +2,7 @@
 from ..initializers import Kaiming
 from ..transforms.activation import is_plain_relu
 from ..config.errors import short_repr
-from .layer import ParameterLayer, flat_rows, is_count, prod
+from .layer import ParameterLayer, add_row_sums, flat_rows, is_count, prod
 
 
 def _pair(value, what, layer, minimum=1):
@@ -90,7 +90,7 @@ class Convolution(ParameterLayer):
             self.relu_error[:] = error * (self.outputs > 0.0)
             error = self.relu_error
         if self.b is not None:
-            self.be.add_row_sums(flat_rows(error, self.fshape[2]), self.b.grad, self.ones)
+            add_row_sums(self.be, self.ones, flat_rows(error, self.fshape[2]), self.b.grad)
         self.be.update_conv(self.plan, self.x, error, self.W.grad, beta=1.0)
         if self.needs_deltas:
             self.be.bprop_conv(self.plan, self.W.value, error, self.deltas)

@@ -185,5 +185,15 @@ def flat_rows(t, last):
     return t.reshape(t.size // last, last)
 
 
+def add_row_sums(be, ones, rows, grad):
+    """grad (n,) += the sums of the rows of ``rows`` (R, n), a bias gradient, as one GEMM:
+    ones (1, >= R, every element 1) @ rows accumulated into grad (beta=1), with no temporary
+    and no pass of its own.  ``ones`` is made once by the layer (``be.ones((1, R))``) with as
+    many columns as its largest ``rows``."""
+    count, n = rows.shape
+    be.compound_dot(ones if ones.shape[1] == count else ones[:, :count], rows,
+                    grad.reshape(1, n), beta=1.0)
+
+
 def prod(shape):
     return int(np.prod(shape)) if len(shape) else 1

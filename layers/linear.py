@@ -1,6 +1,6 @@
 """Linear (y = x @ W) and Bias (y = x + b) layers."""
 from ..initializers import Constant, GlorotUniform
-from .layer import ParameterLayer, flat_rows, is_count, prod
+from .layer import ParameterLayer, add_row_sums, flat_rows, is_count, prod
 
 
 class Linear(ParameterLayer):
@@ -68,5 +68,5 @@ class Bias(ParameterLayer):
         return self.outputs
 
     def bprop(self, error):
-        self.be.add_row_sums(flat_rows(error, self.channels), self.b.grad, self.ones)
+        add_row_sums(self.be, self.ones, flat_rows(error, self.channels), self.b.grad)
         return error

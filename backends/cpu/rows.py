@@ -1,6 +1,6 @@
-"""Rows of a table, column sums and axis permutations on the CPU (``Backend.take_rows``,
-``scatter_add_rows``, ``add_row_sums``, ``permute_axes``): the calls of ``kernels/cpu/rows.c``
-(:class:`RowKernels`) and the backend's ops (:class:`CPURowOps`), which run the numpy reference
+"""Rows of a table, bias rows and axis permutations on the CPU (``Backend.take_rows``,
+``scatter_add_rows``, ``permute_axes``; op-trees adding a bias row): the calls of
+``kernels/cpu/rows.c`` (:class:`RowKernels`) and the backend's ops (:class:`CPURowOps`), which run the numpy reference
 where the kernels do not take the case."""
 import numpy as np
 
@@ -32,31 +32,6 @@ class RowKernels:
                                     ffi.from_buffer("real[]", rows), idx.size,
                                     grad_table.shape[1])
         return True
-
-    def add_column_sums(self, rows, grad, keep=False):
-        """grad (n,) += the column sums of rows (R, n), whose rows may lie apart (a column
-        block of a wider array), in the fixed order of ``add_column_sums`` in rows.h.  The sums'
-        work array is kept in ``workspaces``, so repeated calls allocate nothing.  ``keep``:
-        see ``run_call``."""
-        return self.run_call("add_column_sums", (rows, grad), None, keep,
-                             lambda: self._add_column_sums_call(rows, grad))
-
-    def _add_column_sums_call(self, rows, grad):
-        count, n = rows.shape
-        it = rows.itemsize
-        if (grad.size != n or grad.dtype != rows.dtype or rows.dtype not in FLOATS
-                or not grad.flags.c_contiguous or not grad.flags.writeable
-                or (n > 1 and rows.strides[1] != it) or rows.strides[0] % it
-                or rows.strides[0] < 0 or np.may_share_memory(rows, grad)):
-            return None
-        module = self.module("rows", rows.dtype)
-        if module is None:
-            return None
-        ffi = module.ffi
-        work = self.block_sums_work(module, "add_column_sums", rows.dtype, count, n)
-        return module.lib.add_column_sums, (pointer(ffi, rows), rows.strides[0] // it,
-                                            pointer(ffi, grad),
-                                            ffi.from_buffer("double[]", work), count, n)
 
     def add_row(self, x, row, out, keep=False):
         """out (..., C) = x + row for C-contiguous arrays of one float type, row of out's
@@ -156,10 +131,6 @@ class CPURowOps:
             x, row = row, x
         return row.size < out.size and self.kernels.add_row(
             x, row, out, keep=keep and a.kept and b.kept)
-
-    def add_row_sums(self, rows, grad, ones):
-        if not self.kernels.add_column_sums(rows._ary, grad._ary, keep=rows.kept and grad.kept):
-            super().add_row_sums(rows, grad, ones)
 
     def permute_axes(self, x, out, axes):
         if not self.kernels.permute_axes(x._ary, out._ary, axes):

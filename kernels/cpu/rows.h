@@ -14,17 +14,6 @@ void scatter_add_rows(real *grad, const int64_t *ids, const real *rows, int64_t 
 void copy_rows(const real *src, int64_t sa, int64_t sb, int64_t sc, real *dst, int64_t da,
                int64_t db, int64_t dc, int64_t A, int64_t B, int64_t C, int64_t D);
 
-/* grad[c] += the sum over m < M of a[m * lda + c], for c < C: the column sums of an (M, C) view
- * whose rows start lda elements apart (a bias gradient).  The rows are summed in fixed blocks
- * (nl_blocks), each in runs of 32 rows in `real` added into its double partial sums, and the
- * blocks' sums are added in block order (as gelu_bprop sums its bias gradient), so the result
- * does not depend on the number of threads.  work: add_column_sums_work_size(M, C) doubles
- * (nl_block_sums_size in common.h); its contents on entry do not matter. */
-void add_column_sums(const real *a, int64_t lda, real *grad, double *work, int64_t M, int64_t C);
-
-/* The length of add_column_sums' `work` for (M, C), in doubles. */
-int64_t add_column_sums_work_size(int64_t M, int64_t C);
-
 /* out[m * C + c] = x[m * C + c] + row[c] for m < M, c < C: a bias (or any row of C elements,
  * e.g. a positional-embedding block) added to every row; out may be x. */
 void add_row(const real *x, const real *row, real *out, int64_t M, int64_t C);
