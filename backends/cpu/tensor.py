@@ -110,7 +110,10 @@ def weak_refs(arrays):
 def still_refer(refs, arrays):
     """True when each of ``refs`` (from :func:`weak_refs`) still gives the same array as
     ``arrays``: the kept call's pointers are theirs."""
-    return all(r is None or r() is a for r, a in zip(refs, arrays))
+    for r, a in zip(refs, arrays):
+        if r is not None and r() is not a:
+            return False
+    return True
 
 
 def make_room(table, limit):
