@@ -117,6 +117,11 @@ class Backend(SequenceOps, ABC):
     def zeros_like(self, t, dtype=None):
         return self.zeros(t.shape, dtype or t.dtype)
 
+    def keep(self, view):
+        """``view`` (a slice made once, at allocate, and used for the layer's life), marked so
+        that a backend may keep calls on it by identity; returns it.  Here nothing to mark."""
+        return view
+
     # ---- op-trees ----------------------------------------------------------------------------
     @abstractmethod
     def execute(self, out, optree):

@@ -344,8 +344,9 @@ class _Joined:
         self.proj, self.dproj = be.zeros((N, T, width)), be.zeros((N, T, width))
         # made once: 2-D views for the GEMMs, each member's (N, T, H, dh) views and columns
         self.proj2, self.dproj2 = flat_rows(self.proj, width), flat_rows(self.dproj, width)
-        self.proj_views, self.dproj_views = self.views(self.proj), self.views(self.dproj)
-        self.dproj_columns = [self.dproj2[:, col:col + w] for _, _, col, w in self._columns()]
+        self.proj_views, self.dproj_views = self.views(be, self.proj), self.views(be, self.dproj)
+        self.dproj_columns = [be.keep(self.dproj2[:, col:col + w])
+                              for _, _, col, w in self._columns()]
 
     def _columns(self):
         col = 0
@@ -354,11 +355,11 @@ class _Joined:
             yield W, b, col, width
             col += width
 
-    def views(self, tokens):
-        """Each member's (N, T, H, dh) view of ``proj`` or ``dproj``."""
+    def views(self, be, tokens):
+        """Each member's (N, T, H, dh) view of ``proj`` or ``dproj`` (made once: kept)."""
         N, T, width = tokens.shape
         blocks = tokens.reshape(N, T, width // self.dh, self.dh)
-        return [blocks[:, :, col // self.dh:(col + w) // self.dh] for _, _, col, w in
+        return [be.keep(blocks[:, :, col // self.dh:(col + w) // self.dh]) for _, _, col, w in
                 self._columns()]
 
     def join(self):

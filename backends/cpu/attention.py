@@ -9,6 +9,7 @@ import numpy as np
 
 from ..reference import attention as numpy_attention
 from ..reference.attention import AttentionBlocks, visit_tables
+from .tensor import make_room, still_refer, weak_refs
 
 #: query rows and keys per tile of plain (unblocked) attention; the kernels' FA_MAX_BLOCK
 TILE = 64
@@ -19,6 +20,8 @@ MAX_HEAD_WIDTH = 256
 #: into its own partial dq, (B, Tq, dk)
 BACKWARD_ITEMS = 16
 MAX_GROUPS = 8
+#: the prepared kernel calls a backend keeps (``CPUAttentionMixin._prepared_call``)
+MAX_PREPARED = 1024
 
 
 def key_groups(col_ptr, table_heads, nkb, groups):
@@ -45,8 +48,9 @@ def key_groups(col_ptr, table_heads, nkb, groups):
 
 class CPUAttentionMixin:
     """``Backend.attention`` / ``attention_bprop`` for the CPU backend (mixed into
-    ``CPUBackend``; uses its ``kernels`` and ``_attention_plain``, the visit tables of
-    unblocked attention by (Tq, Tk, causal))."""
+    ``CPUBackend``; uses its ``kernels``, ``_attention_plain``, the visit tables of
+    unblocked attention by (Tq, Tk, causal), and ``_attention_calls``, the prepared kernel
+    calls)."""
 
     def _attention_tables(self, Tq, Tk, causal, blocks):
         """(bq, bk, table_heads, tables) for the kernels."""
@@ -93,8 +97,8 @@ class CPUAttentionMixin:
         kernels' workspaces: made once per (dtype, size)."""
         lib = module.lib
         size = int(lib.fa_threads()) * int(lib.fa_work_size(dk, dv))
-        return module.ffi.cast("real *", self._attention_buffer("fa_work", q.dtype,
-                                                                size).ctypes.data)
+        return module.ffi.from_buffer("real[]", self._attention_buffer("fa_work", q.dtype,
+                                                                      size))
 
     def _attention_buffer(self, name, dtype, size):
         """A 1-D work array of ``size`` elements kept in the kernels' workspaces."""
@@ -114,8 +118,8 @@ class CPUAttentionMixin:
         if blocks < 2 or all(strides[i] == w for i, w in packs):
             return module.ffi.NULL
         size = int(module.lib.fa_threads()) * int(module.lib.fa_pack_size(Tq, Tk, dk, dv))
-        return module.ffi.cast("real *", self._attention_buffer("fa_pack", q.dtype,
-                                                                size).ctypes.data)
+        return module.ffi.from_buffer("real[]", self._attention_buffer("fa_pack", q.dtype,
+                                                                      size))
 
     @staticmethod
     def _mask_array(key_mask, dtype):
@@ -135,64 +139,116 @@ class CPUAttentionMixin:
 
     def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
                   blocks=None, heads=1):
-        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
-        arrays = [q._ary, k._ary, v._ary, out._ary, lse._ary]
-        mask = self._mask_array(key_mask, q.dtype)
+        arrays = (q._ary, k._ary, v._ary, out._ary, lse._ary)
+        call = self._prepared_call("fprop", arrays, scale, causal, key_mask, blocks,
+                                   heads, (q, k, v, out, lse))
+        if call is None:
+            numpy_attention.attention(*arrays, scale, causal,
+                                      self._mask_array(key_mask, q.dtype), dropout, blocks, heads)
+        else:
+            function, head, tail = call
+            function(*head, *self._dropout_args(dropout), *tail)
+        return out
+
+    def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
+                        key_mask=None, dropout=None, blocks=None, heads=1):
+        tensors = (q, k, v, out, lse, dout, dq, dk, dv)
+        arrays = tuple(t._ary for t in tensors)
+        call = self._prepared_call("bprop", arrays, scale, causal, key_mask, blocks,
+                                   heads, tensors)
+        if call is None:
+            numpy_attention.attention_bprop(*arrays, scale, causal,
+                                            self._mask_array(key_mask, q.dtype), dropout, blocks,
+                                            heads)
+        else:
+            function, head, tail = call
+            function(*head, *self._dropout_args(dropout), *tail)
+        return dq
+
+    def _prepared_call(self, kind, arrays, scale, causal, key_mask, blocks, heads, tensors):
+        """(kernel function of ``kind`` ("fprop" or "bprop"), its arguments before the
+        dropout's, those after) for these operands, or None when the numpy reference must run.
+
+        Without a key mask, on kept tensors (a layer's buffers and the views it made once,
+        not a decoder's per-step windows), the call is kept (``_attention_calls``) by the
+        arrays' identities, the scalars, the layout and the OpenMP thread count (which sizes
+        the work arrays), with weak references to the arrays (the backend's work arrays and
+        tables are held by their cffi buffers), so a later call with the same living operands
+        (every step) skips the checks, strides and casts; a key mask, which a caller may change
+        between calls, makes it anew each time.  At most ``MAX_PREPARED`` calls are kept."""
+        key = None
+        if key_mask is None and all(t.kept for t in tensors):
+            key = (kind, float(scale), bool(causal), id(blocks), heads) + tuple(
+                map(id, arrays))
+            found = self._attention_calls.get(key)
+            if found is not None:
+                refs, lib, threads, call = found[:4]
+                if lib.fa_threads() == threads and still_refer(refs, arrays):
+                    return call
+        self._check_attention(*tensors[:5], key_mask, heads, blocks)
+        mask = self._mask_array(key_mask, arrays[0].dtype)
         module = self._attention_module(blocks, *arrays)
+        if module is None or not arrays[4].flags.c_contiguous:
+            return None
+        prepare = self._prepare_fprop if kind == "fprop" else self._prepare_bprop
+        call = prepare(module, arrays, float(scale), bool(causal), mask, blocks, heads)
+        if call is not None and key is not None:
+            make_room(self._attention_calls, MAX_PREPARED)
+            self._attention_calls[key] = (weak_refs(arrays), module.lib,
+                                          module.lib.fa_threads(), call, blocks)
+        return call
+
+    def _prepare_fprop(self, module, arrays, scale, causal, mask, blocks, heads):
+        """``fa_fprop``'s call (see :meth:`_prepared_call`), or None."""
         strides = _slice_strides(arrays[:4], heads)
-        if module is None or strides is None or not lse._ary.flags.c_contiguous:
-            numpy_attention.attention(*arrays, scale, causal, mask, dropout, blocks, heads)
-            return out
-        B, Tq = lse.shape
+        if strides is None:
+            return None
+        q, k, v = arrays[:3]
+        B, Tq = arrays[4].shape
         Tk, dk, dv = k.shape[1], q.shape[-1], v.shape[-1]
         bq, bk, table_heads, (row_ptr, cols, _, _) = self._attention_tables(Tq, Tk, causal,
                                                                             blocks)
         ffi = module.ffi
         ptr = lambda a: ffi.cast("real *", a.ctypes.data)  # noqa: E731
-        module.lib.fa_fprop(*(ptr(a) for a in arrays), B, heads, Tq, Tk, dk, dv,
-                            ffi.from_buffer("int64_t[]", strides), float(scale),
-                            bool(causal), ffi.NULL if mask is None else ptr(mask), bq, bk,
-                            ffi.from_buffer("int32_t[]", row_ptr),
-                            ffi.from_buffer("int32_t[]", cols), table_heads,
-                            *self._dropout_args(dropout), self._attention_work(module, q, dk, dv),
-                            self._attention_pack(module, q, strides, ((5, dk), (8, dv)),
-                                                 -(-Tq // bq), B, Tq, Tk, dk, dv))
-        return out
+        head = (*(ptr(a) for a in arrays), B, heads, Tq, Tk, dk, dv,
+                ffi.from_buffer("int64_t[]", strides), scale, causal,
+                ffi.NULL if mask is None else ptr(mask), bq, bk,
+                ffi.from_buffer("int32_t[]", row_ptr), ffi.from_buffer("int32_t[]", cols),
+                table_heads)
+        tail = (self._attention_work(module, q, dk, dv),
+                self._attention_pack(module, q, strides, ((5, dk), (8, dv)), -(-Tq // bq), B,
+                                     Tq, Tk, dk, dv))
+        return module.lib.fa_fprop, head, tail
 
-    def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
-                        key_mask=None, dropout=None, blocks=None, heads=1):
-        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
-        arrays = [t._ary for t in (q, k, v, out, lse, dout, dq, dk, dv)]
-        mask = self._mask_array(key_mask, q.dtype)
-        module = self._attention_module(blocks, *arrays)
+    def _prepare_bprop(self, module, arrays, scale, causal, mask, blocks, heads):
+        """``fa_bprop``'s call (see :meth:`_prepared_call`), or None."""
         strides = _slice_strides(arrays[:4] + arrays[5:], heads)
-        if module is None or strides is None or not arrays[4].flags.c_contiguous:
-            numpy_attention.attention_bprop(*arrays, scale, causal, mask, dropout, blocks, heads)
-            return dq
-        B, Tq = lse.shape
+        if strides is None:
+            return None
+        q, k, v = arrays[:3]
+        B, Tq = arrays[4].shape
         Tk, dkw, dvw = k.shape[1], q.shape[-1], v.shape[-1]
         bq, bk, table_heads, (_, _, col_ptr, rows) = self._attention_tables(Tq, Tk, causal,
                                                                             blocks)
         groups = min(-(-Tk // bk), MAX_GROUPS, max(1, -(-BACKWARD_ITEMS // B)))
         group_ptr, group_cols = self._key_groups(col_ptr, table_heads, -(-Tk // bk), groups,
-                                                 blocks, (Tq, Tk, bool(causal)))
+                                                 blocks, (Tq, Tk, causal))
         ffi = module.ffi
         ptr = lambda a: ffi.cast("real *", a.ctypes.data)  # noqa: E731
-        parts = ffi.NULL if groups == 1 else \
-            ptr(self._attention_buffer("fa_dq_parts", q._ary.dtype, (groups - 1) * q.size))
-        module.lib.fa_bprop(*(ptr(a) for a in arrays), B, heads, Tq, Tk, dkw, dvw,
-                            ffi.from_buffer("int64_t[]", strides), float(scale),
-                            bool(causal), ffi.NULL if mask is None else ptr(mask), bq, bk,
-                            ffi.from_buffer("int32_t[]", col_ptr),
-                            ffi.from_buffer("int32_t[]", rows), table_heads,
-                            *self._dropout_args(dropout), groups,
-                            ffi.from_buffer("int32_t[]", group_ptr),
-                            ffi.from_buffer("int32_t[]", group_cols), parts,
-                            ptr(self._attention_buffer("fa_drows", q._ary.dtype, B * Tq)),
-                            self._attention_work(module, q, dkw, dvw),
-                            self._attention_pack(module, q, strides, ((2, dkw), (14, dvw)),
-                                                 -(-Tk // bk), B, Tq, Tk, dkw, dvw))
-        return dq
+        parts = ffi.NULL if groups == 1 else ffi.from_buffer(
+            "real[]", self._attention_buffer("fa_dq_parts", q.dtype, (groups - 1) * q.size))
+        head = (*(ptr(a) for a in arrays), B, heads, Tq, Tk, dkw, dvw,
+                ffi.from_buffer("int64_t[]", strides), scale, causal,
+                ffi.NULL if mask is None else ptr(mask), bq, bk,
+                ffi.from_buffer("int32_t[]", col_ptr), ffi.from_buffer("int32_t[]", rows),
+                table_heads)
+        tail = (groups, ffi.from_buffer("int32_t[]", group_ptr),
+                ffi.from_buffer("int32_t[]", group_cols), parts,
+                ffi.from_buffer("real[]", self._attention_buffer("fa_drows", q.dtype, B * Tq)),
+                self._attention_work(module, q, dkw, dvw),
+                self._attention_pack(module, q, strides, ((2, dkw), (14, dvw)), -(-Tk // bk),
+                                     B, Tq, Tk, dkw, dvw))
+        return module.lib.fa_bprop, head, tail
 
 
 def _slice_strides(arrays, heads):

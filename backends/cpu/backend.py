@@ -48,18 +48,22 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         self.kernels = CPUKernels()
         self._machine = OpTreeMachine(self.kernels)
         self._gemm_scratch = {}
+        self._gemm_calls = {}
         self._row_scratch = {}
         self._attention_plain = {}
+        self._attention_calls = {}
 
     def prepare_kernels(self):
         """Compile the C kernels of this backend's data type that are not cached yet (one
         notice on stderr); ``Model.fit`` calls it before the first epoch."""
         self.kernels.prepare(self.dtype)
 
-    def _evaluate(self, out, value):
-        """out (ndarray)[...] = value (op-tree, tensor, array or scalar)."""
+    def _evaluate(self, out, value, keep=False):
+        """out (ndarray)[...] = value (op-tree, tensor, array or scalar); ``keep``: out is a
+        kept tensor's own array (see ``KernelModules.run_call``)."""
         if not (isinstance(value, OpNode) and (
-                run_ufuncs(out, value, lambda node: self._machine.leading_sum(node, out.dtype))
+                self._add_row_into(out, value, keep)
+                or run_ufuncs(out, value, lambda node: self._machine.leading_sum(node, out.dtype))
                 or self._leading_sum_into(out, value) or self._machine.run(out, value))):
             evaluate(out, value)
         return out
@@ -90,6 +94,12 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         out = aligned_empty(ary.shape, dtype or self.dtype)
         out[...] = ary
         return CPUTensor(self, out, name)
+
+    def keep(self, view):
+        """Marks a slice made once (at allocate) ``kept``: calls on it are kept by identity
+        like those on a tensor's own array and its reshapes (see ``CPUTensor``)."""
+        view.kept = True
+        return view
 
     def execute(self, out, optree):
         self._evaluate(out._ary, optree)

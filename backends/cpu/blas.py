@@ -19,9 +19,13 @@ threads.  :class:`GemmThreads` therefore knows three ways to run a 2-D GEMM:
 
 The first times it meets a GEMM shape it runs each way ``FIRST`` times, in turn; from then on it
 uses the way with the shortest of its last ``SAMPLES`` timings (noise only ever adds time; as
-``cudnn.benchmark`` picks convolution algorithms), and every ``REVISIT``-th call of the shape
-it runs another way again, so the choice follows the machine's load.  GEMMs below ``TINY_MACS`` multiply-adds always run on one
-thread.
+``cudnn.benchmark`` picks convolution algorithms), and now and then it runs another way again,
+so the choice follows the machine's load: ``REVISIT`` calls of the shape after the choice was
+made, then after twice as many calls each time a revisit leaves the choice as it was (up to
+``MAX_REVISIT``), and after ``REVISIT`` again once one changes it.  A losing way is so tried
+often while the machine's load moves the choice and rarely while it does not (a two-thread
+GEMM run on one thread costs up to twice its time).  GEMMs below ``TINY_MACS`` multiply-adds
+always run on one thread.
 
 Threads are set with OpenBLAS's per-calling-thread ``openblas_set_num_threads_local``; where
 numpy's BLAS is not an OpenBLAS with that call (MKL, Accelerate, an older OpenBLAS), every GEMM
@@ -34,12 +38,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .tensor import make_room, weak_refs
 from .threads import openblas, usable_cores
 
 TINY_MACS = 1_000_000
 FIRST = 2
 SAMPLES = 5
 REVISIT = 32
+MAX_REVISIT = 256
+#: the prepared GEMM calls a CPU backend keeps (:class:`CPUBlasOps`)
+MAX_GEMM_CALLS = 4096
 WAYS = ("one", "all", "split")
 
 
@@ -61,34 +69,52 @@ def blas_threads(n):
 class WayTuner:
     """Picks, per shape key, the fastest of a few ways to run a call, by timing them (see the
     module docstring: each way ``FIRST`` times, then the one with the shortest of its last
-    ``SAMPLES`` timings, another way again every ``REVISIT``-th call).  ``choices`` maps a key
-    to the way now chosen."""
+    ``SAMPLES`` timings, another way again after ``REVISIT`` calls, then after ever more while
+    the revisits confirm the choice).  ``choices`` maps a key to the way now chosen."""
 
     def __init__(self):
         self.choices = {}
         self._timings = {}
-        self._calls = {}
+        self._best = {}  # key -> {way: its shortest kept timing}
+        # key -> [calls until the next revisit, revisit interval, revisits so far]
+        self._revisits = {}
 
     def pick(self, key, ways):
         """The way to run this call of ``key``; ``ways()`` lists them (asked once per key)."""
         timings = self._timings.get(key)
         if timings is None:
             timings = self._timings[key] = {w: deque(maxlen=SAMPLES) for w in ways()}
-        calls = self._calls[key] = self._calls.get(key, 0) + 1
+            self._best[key] = dict.fromkeys(timings, float("inf"))
         way = self.choices.get(key)
         if way is None:
             return min(timings, key=lambda w: len(timings[w]))
-        if calls % REVISIT == 0:
-            others = [w for w in timings if w != way]
-            return others[(calls // REVISIT) % len(others)]
-        return way
+        revisit = self._revisits[key]
+        revisit[0] -= 1
+        if revisit[0] > 0:
+            return way
+        revisit[2] += 1
+        others = [w for w in timings if w != way]
+        return others[revisit[2] % len(others)]
 
     def record(self, key, way, seconds):
         """That a call of ``key`` run ``way`` took ``seconds``."""
-        timings = self._timings[key]
-        timings[way].append(seconds)
-        if all(len(t) >= FIRST for t in timings.values()):
-            self.choices[key] = min(timings, key=lambda w: min(timings[w]))
+        timings, best = self._timings[key], self._best[key]
+        samples = timings[way]
+        samples.append(seconds)
+        best[way] = min(samples)
+        revisit = self._revisits.get(key)
+        if revisit is None and not all(len(t) >= FIRST for t in timings.values()):
+            return
+        before = self.choices.get(key)
+        after = self.choices[key] = min(best, key=best.get)
+        if revisit is None:
+            self._revisits[key] = [REVISIT, REVISIT, 0]
+        elif after != before:
+            revisit[1] = REVISIT
+            revisit[0] = min(revisit[0], REVISIT) if revisit[0] > 0 else REVISIT
+        elif revisit[0] <= 0:  # this call was a revisit, and the choice stands
+            revisit[1] = min(2 * revisit[1], MAX_REVISIT)
+            revisit[0] = revisit[1]
 
 
 class GemmThreads:
@@ -192,12 +218,40 @@ def _one_thread_matmul(a, b, out):
 class CPUBlasOps:
     """``Backend.compound_dot`` and ``batched_dot`` of the CPU backend: the products by its
     kernels' GEMM (MKL's CBLAS or :class:`GemmThreads`), with beta != 0 through a product
-    buffer kept per shape (``_gemm_scratch``)."""
+    buffer kept per shape (``_gemm_scratch``).
+
+    With MKL, ``compound_dot`` keeps the prepared call of each operand triple
+    (``_gemm_calls``, at most ``MAX_GEMM_CALLS``): keyed by the tensors' identities and the
+    transposes, with weak references to their arrays, and used again only while each tensor
+    still has that array (an optimizer arena rebinds parameters'), which is then alive.  A layer's GEMMs on its
+    own buffers and their kept reshapes (:meth:`CPUTensor.reshape`) so cost one look-up and
+    the MKL call each step; slices (``kept`` False: made anew per call) are not kept."""
 
     def compound_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
+        key = (id(A), id(B), id(C), transA, transB)
+        kept = self._gemm_calls.get(key)
+        if kept is not None:
+            (ra, rb, rc), run, overlaps = kept
+            if ra() is A._ary and rb() is B._ary and rc() is C._ary and (
+                    beta == 0.0 or not overlaps):
+                run(alpha, beta)
+                return C
         a = A._ary.T if transA else A._ary
         b = B._ary.T if transB else B._ary
-        gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
+        c = C._ary
+        prepare = getattr(self.kernels.gemm, "prepare", None)
+        run = None if prepare is None or not (A.kept and B.kept and C.kept) else \
+            prepare(a, b, c)
+        if run is None:
+            gemm_into(c, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
+            return C
+        overlaps = np.may_share_memory(c, a) or np.may_share_memory(c, b)
+        make_room(self._gemm_calls, MAX_GEMM_CALLS)
+        self._gemm_calls[key] = (weak_refs((A._ary, B._ary, c)), run, overlaps)
+        if beta != 0.0 and overlaps:
+            gemm_into(c, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
+        else:
+            run(alpha, beta)
         return C
 
     def batched_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):

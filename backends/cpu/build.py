@@ -15,6 +15,7 @@ import numpy as np
 
 from .blas import GemmThreads
 from .mkl_blas import MKLGemm, load_mkl
+from .tensor import make_room, still_refer, weak_refs
 from .threads import libgomp
 
 #: the data types the C kernels are built for
@@ -24,6 +25,9 @@ _logger = logging.getLogger("neonlite")
 #: says (benchmarks/ measures it)
 NUMPY_SLOWDOWN = 5
 
+
+#: the kernel calls a backend keeps by their arrays' identities (:meth:`KernelModules.run_call`)
+MAX_KEPT_CALLS = 4096
 
 #: GOMP_SPINCOUNT with MKL: idle OpenMP threads spin about this many pause instructions
 #: (around a millisecond on a recent x86 core: the gaps between a step's kernels and GEMMs)
@@ -71,6 +75,12 @@ def address(a):
     return a.ctypes.data
 
 
+def pointer(ffi, a):
+    """A ``real *`` to ndarray ``a``'s first element (NULL for None) that, unlike
+    ``ffi.from_buffer``, does not keep ``a`` alive: for calls kept by weak references."""
+    return ffi.NULL if a is None else ffi.cast("real *", a.ctypes.data)
+
+
 def contiguous(*arrays):
     """All of ``arrays`` C-contiguous and of one data type the kernels are built for."""
     dtype = arrays[0].dtype
@@ -94,6 +104,7 @@ class KernelModules:
         self._prepared = set()
         self._bad_index = np.zeros(1, dtype=np.int64)
         self.workspaces = {}
+        self._kept_calls = {}
         if gemm is None:
             gemm = MKLGemm() if load_mkl() is not None else GemmThreads()
         self.gemm = gemm
@@ -169,6 +180,33 @@ class KernelModules:
             _logger.warning("neonlite: the cpu backend runs without its compiled kernels "
                             "(numpy only, about %d times slower): %s", NUMPY_SLOWDOWN,
                             self.unavailable_reason())
+
+    def run_call(self, name, arrays, scalars, keep, prepare):
+        """Run a kernel call: ``prepare()`` gives it as (C function, arguments) on ``arrays``,
+        or None when the kernels do not take the case (then nothing runs and the result is
+        False).  With ``keep`` (every array is a tensor's lasting storage, not a per-call
+        view), the call is kept (``_kept_calls``, at most ``MAX_KEPT_CALLS``) under ``name``,
+        the ``scalars`` and the arrays' identities, with weak references to the arrays, so the
+        next call on the same (living) arrays skips its checks and pointer making.  ``scalars``
+        must be every argument besides the arrays; the call must point at the arrays
+        (:func:`pointer`) without holding them (a work array of the backend's may be held by
+        its cffi buffer)."""
+        key = None
+        if keep:
+            key = (name, scalars) + tuple(map(id, arrays))
+            found = self._kept_calls.get(key)
+            if found is not None and still_refer(found[0], arrays):
+                function, args = found[1]
+                function(*args)
+                return True
+        call = prepare()
+        if call is None:
+            return False
+        if key is not None:
+            make_room(self._kept_calls, MAX_KEPT_CALLS)
+            self._kept_calls[key] = (weak_refs(arrays), call)
+        call[0](*call[1])
+        return True
 
     def _usable(self, stem, *arrays):
         if not contiguous(*arrays):

@@ -139,11 +139,7 @@ class MKLGemm:
     def matmul_scaled(self, a, b, out, alpha, beta):
         """out = alpha * a @ b + beta * out in one MKL call; False, having done nothing, when
         CBLAS cannot take the operands in place (then ``matmul`` falls back to numpy)."""
-        key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, out.dtype.char,
-               a.dtype.char, b.dtype.char)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._plan(a, b, out)
+        key, plan = self._keyed_plan(a, b, out)
         if plan is False:
             return False
         if plan == "empty":
@@ -152,7 +148,36 @@ class MKLGemm:
             elif beta != 1.0:
                 out *= beta
             return True
-        macs = out.size * a.shape[-1]
+        self._run(plan, key, out.size * a.shape[-1], self._pointers(a, b, out), alpha, beta)
+        return True
+
+    def prepare(self, a, b, out):
+        """``run(alpha, beta)``: out = alpha * a @ b + beta * out on these arrays, with the
+        plan, the data pointers and the tuner's key worked out now (the caller keeps the arrays
+        alive while it keeps ``run``); None where :meth:`matmul_scaled` would not make one
+        MKL call of them (numpy's case, an empty product)."""
+        key, plan = self._keyed_plan(a, b, out)
+        if plan is False or plan == "empty":
+            return None
+        return functools.partial(self._run, plan, key, out.size * a.shape[-1],
+                                 self._pointers(a, b, out))
+
+    def _keyed_plan(self, a, b, out):
+        """(the layout's key, its plan: see :meth:`_plan`), the plan made once per key."""
+        key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, out.dtype.char,
+               a.dtype.char, b.dtype.char)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(a, b, out)
+        return key, plan
+
+    def _pointers(self, a, b, out):
+        ptr, cast = self._pointer_types[out.dtype], self.ffi.cast
+        return tuple(cast(ptr, x.__array_interface__["data"][0]) for x in (a, b, out))
+
+    def _run(self, plan, key, macs, pointers, alpha, beta):
+        """One MKL call of ``plan`` on ``pointers`` (a, b, out), on one thread or all, as the
+        tuner picks for ``key`` (one below TINY_MACS multiply-adds)."""
         if macs < TINY_MACS:
             way = "one"
         else:
@@ -161,10 +186,7 @@ class MKLGemm:
         previous = self.lib.MKL_Set_Num_Threads_Local(1) if way == "one" else None
         try:
             function, args, batched = plan
-            ptr, cast = self._pointer_types[out.dtype], self.ffi.cast
-            pa = cast(ptr, a.__array_interface__["data"][0])
-            pb = cast(ptr, b.__array_interface__["data"][0])
-            pc = cast(ptr, out.__array_interface__["data"][0])
+            pa, pb, pc = pointers
             if batched:
                 (ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, count) = args
                 function(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, pc,
@@ -177,7 +199,6 @@ class MKLGemm:
                 self.lib.MKL_Set_Num_Threads_Local(previous)
         if macs >= TINY_MACS:
             self.tuner.record(key, way, time.perf_counter() - start)
-        return True
 
     def _plan(self, a, b, out):
         """(CBLAS function, its arguments but the addresses and scales, batched?), "empty" for a

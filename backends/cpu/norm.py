@@ -5,7 +5,8 @@ run the numpy reference where the kernels do not take the case.  Shapes: batch n
 import numpy as np
 
 from ..reference import norm as reference
-from .tensor import array_of as _ary
+from .build import pointer
+from .tensor import all_kept, array_of as _ary
 
 
 class NormKernels:
@@ -70,9 +71,16 @@ class NormKernels:
                                    dy.shape[0], dy.shape[1], beta_acc, mask)
         return True
 
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps, residual=None, total=None):
+    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps, residual=None, total=None,
+                        keep=False):
         """Layer norm of x (M, D) over its last axis; invstd (M, 1).  With ``residual`` and
-        ``total`` (M, D): total = x + residual, normalized in x's place."""
+        ``total`` (M, D): total = x + residual, normalized in x's place.  ``keep``: see
+        ``run_call``."""
+        arrays = (x, gamma, beta, y, xhat, invstd, residual, total)
+        return self.run_call("layernorm_fprop", arrays, eps, keep,
+                             lambda: self._layernorm_fprop_call(*arrays, eps))
+
+    def _layernorm_fprop_call(self, x, gamma, beta, y, xhat, invstd, residual, total, eps):
         arrays = (x, gamma, beta, y, xhat, invstd)
         given = tuple(a for a in arrays if a is not None)
         joined = () if residual is None else (residual, total)
@@ -81,31 +89,35 @@ class NormKernels:
                 residual.shape != x.shape or total.shape != x.shape
                 or residual.dtype != x.dtype or total.dtype != x.dtype
                 or any(np.may_share_memory(total, a) for a in given + (residual,)))):
-            return False
+            return None
         ffi = module.ffi
-        ptrs = [ffi.NULL if a is None else ffi.from_buffer("real[]", a) for a in arrays + joined]
+        ptrs = [pointer(ffi, a) for a in arrays + joined]
         if not joined:
             ptrs += [ffi.NULL, ffi.NULL]
-        module.lib.layernorm_fprop(*ptrs, x.shape[0], x.shape[1], eps)
-        return True
+        return module.lib.layernorm_fprop, (*ptrs, x.shape[0], x.shape[1], eps)
 
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
+    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None,
+                        keep=False):
         """dx (M, D) (plus ``residual`` (M, D) when given), and dgamma, dbeta (1, D)
-        accumulated into."""
+        accumulated into.  ``keep``: see ``run_call``."""
+        arrays = (dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual)
+        return self.run_call("layernorm_bprop", arrays, None, keep,
+                             lambda: self._layernorm_bprop_call(*arrays))
+
+    def _layernorm_bprop_call(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual):
         arrays = (dy, xhat, invstd, gamma, dx, dgamma, dbeta)
         extra = () if residual is None else (residual,)
         module = self._usable("norm", *arrays, *extra)
         if module is None or (residual is not None and (
                 residual.shape != dx.shape or residual.dtype != dx.dtype
                 or any(np.may_share_memory(residual, a) for a in (dy, xhat)))):
-            return False
+            return None
         ffi = module.ffi
-        ptrs = [ffi.from_buffer("real[]", a) for a in arrays]
-        res = ffi.NULL if residual is None else ffi.from_buffer("real[]", residual)
-        module.lib.layernorm_bprop(*ptrs[:4], res, *ptrs[4:],
-                                   self._norm_work(module, dy.dtype, *dy.shape),
-                                   dy.shape[0], dy.shape[1])
-        return True
+        ptrs = [pointer(ffi, a) for a in arrays]
+        res = pointer(ffi, residual)
+        return module.lib.layernorm_bprop, (*ptrs[:4], res, *ptrs[4:],
+                                            self._norm_work(module, dy.dtype, *dy.shape),
+                                            dy.shape[0], dy.shape[1])
 
 
 class CPUNormOps:
@@ -144,13 +156,14 @@ class CPUNormOps:
 
     def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
                         total=None):
-        arrays = tuple(None if t is None else _ary(t) for t in (x, gamma, beta, y, xhat, invstd))
-        joined = (None, None) if residual is None else (_ary(residual), _ary(total))
-        if not self.kernels.layernorm_fprop(*arrays, eps, *joined):
-            reference.layernorm_fprop(*arrays, eps, *joined)
+        tensors = (x, gamma, beta, y, xhat, invstd, residual, total)
+        arrays = tuple(None if t is None else _ary(t) for t in tensors)
+        if not self.kernels.layernorm_fprop(*arrays[:6], eps, *arrays[6:],
+                                            keep=all_kept(tensors)):
+            reference.layernorm_fprop(*arrays[:6], eps, *arrays[6:])
 
     def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
-        arrays = tuple(map(_ary, (dy, xhat, invstd, gamma, dx, dgamma, dbeta)))
-        res = None if residual is None else _ary(residual)
-        if not self.kernels.layernorm_bprop(*arrays, res):
-            reference.layernorm_bprop(*arrays, res)
+        tensors = (dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual)
+        arrays = tuple(None if t is None else _ary(t) for t in tensors)
+        if not self.kernels.layernorm_bprop(*arrays, keep=all_kept(tensors)):
+            reference.layernorm_bprop(*arrays)

@@ -1,11 +1,11 @@
-"""Rows of a table and axis permutations on the CPU (``Backend.take_rows``,
-``scatter_add_rows``, ``permute_axes``): the calls of ``kernels/cpu/rows.c``
-(:class:`RowKernels`) and the backend's ops (:class:`CPURowOps`), which run the numpy reference
+"""Rows of a table, bias rows and axis permutations on the CPU (``Backend.take_rows``,
+``scatter_add_rows``, ``permute_axes``; op-trees adding a bias row): the calls of
+``kernels/cpu/rows.c`` (:class:`RowKernels`) and the backend's ops (:class:`CPURowOps`), which run the numpy reference
 where the kernels do not take the case."""
 import numpy as np
 
 from ..reference import rows as reference
-from .build import FLOATS, address
+from .build import FLOATS, address, pointer
 
 
 class RowKernels:
@@ -32,6 +32,30 @@ class RowKernels:
                                     ffi.from_buffer("real[]", rows), idx.size,
                                     grad_table.shape[1])
         return True
+
+    def add_row(self, x, row, out, keep=False):
+        """out (..., C) = x + row for C-contiguous arrays of one float type, row of out's
+        trailing shape (a bias (C,), a positional block (T, D)) broadcast over the leading axes;
+        x of out's shape, out itself or apart from it; row apart from out.  ``keep``: see
+        ``run_call``."""
+        return self.run_call("add_row", (x, row, out), None, keep,
+                             lambda: self._add_row_call(x, row, out))
+
+    def _add_row_call(self, x, row, out):
+        if (x.shape != out.shape or row.ndim == 0 or row.ndim > out.ndim
+                or out.shape[out.ndim - row.ndim:] != row.shape or x.dtype != out.dtype
+                or row.dtype != out.dtype or out.dtype not in FLOATS
+                or not (out.flags.c_contiguous and x.flags.c_contiguous
+                        and row.flags.c_contiguous and out.flags.writeable)
+                or np.may_share_memory(row, out)
+                or (np.may_share_memory(x, out) and address(x) != address(out))):
+            return None
+        module = self.module("rows", out.dtype)
+        if module is None:
+            return None
+        ffi = module.ffi
+        return module.lib.add_row, (pointer(ffi, x), pointer(ffi, row), pointer(ffi, out),
+                                    out.size // max(row.size, 1), row.size)
 
     def permute_axes(self, x, out, axes):
         """out = numpy.transpose(x, axes) for 4-D arrays whose last axis stays last and is
@@ -91,6 +115,22 @@ class CPURowOps:
         if not ok:
             return reference.row_indices(ids, nrows).reshape(-1)  # raises, naming the id
         return idx.reshape(-1)
+
+    def _add_row_into(self, out, tree, keep=False):
+        """out (ndarray)[...] = the op-tree ``a + row`` (either order) of tensors, row a bias
+        broadcast over a's leading axes, by ``add_row`` (the sums are those of the op-tree
+        machine, one addition each); False when the tree is not of that shape or the kernel
+        does not take its arrays.  ``keep``: out is a kept tensor's own array."""
+        if tree.op != "add" or len(tree.args) != 2:
+            return False
+        a, b = tree.args
+        x, row = getattr(a, "_ary", None), getattr(b, "_ary", None)
+        if x is None or row is None:
+            return False
+        if x.size < row.size:
+            x, row = row, x
+        return row.size < out.size and self.kernels.add_row(
+            x, row, out, keep=keep and a.kept and b.kept)
 
     def permute_axes(self, x, out, axes):
         if not self.kernels.permute_axes(x._ary, out._ary, axes):

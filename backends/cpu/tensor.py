@@ -1,19 +1,38 @@
 """The CPU backend's tensors: :class:`CPUTensor`, a numpy array (``_ary``) whose slices and
-reshapes are views, in memory aligned to 64 bytes (:func:`aligned_empty`)."""
+reshapes are views, in memory aligned to 64 bytes (:func:`aligned_empty`); and the helpers of
+the calls the CPU backend keeps by their arrays' identities."""
+import weakref
+
 import numpy as np
 
 from ..backend import Tensor
 
 
+#: the reshaped views a tensor keeps (:meth:`CPUTensor.reshape`)
+MAX_VIEWS = 8
+
+
 class CPUTensor(Tensor):
-    """A tensor backed by a numpy array (``_ary``); slices and reshapes are numpy views."""
+    """A tensor backed by a numpy array (``_ary``); slices and reshapes are numpy views.
 
-    __slots__ = ("_ary", "backend", "name")
+    A reshape is made once per shape and kept (at most ``MAX_VIEWS`` per tensor): the same
+    tensor reshaped the same way again, as a layer does to its buffers every step, gives the
+    same view object, so calls keyed by their operands' identities (the GEMMs' prepared calls)
+    find theirs.  A kept view is given again only while this tensor still has the storage it
+    was made from (an optimizer arena rebinds parameters' ``_ary``) and the view its own.
 
-    def __init__(self, backend, ary, name=None):
+    ``kept`` is False for a slice or a transpose (made anew by each ``t[...]`` / ``t.T``, as a
+    recurrent layer's time step slices are) and for the reshapes of one: calls keyed by
+    identities leave such tensors out rather than fill their tables with them."""
+
+    __slots__ = ("_ary", "backend", "name", "_views", "kept")
+
+    def __init__(self, backend, ary, name=None, kept=True):
         self.backend = backend
         self._ary = ary
         self.name = name
+        self._views = None
+        self.kept = kept
 
     @property
     def shape(self):
@@ -41,29 +60,78 @@ class CPUTensor(Tensor):
     def reshape(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        view = self._ary.reshape(shape)
-        if not np.may_share_memory(view, self._ary):  # a copy is new memory
+        views = self._views
+        if views is not None:
+            kept = views.get(shape)
+            if kept is not None and kept[0] is self._ary and kept[1]._ary is kept[2]:
+                return kept[1]
+        ary = self._ary
+        view = ary.reshape(shape)
+        if not np.may_share_memory(view, ary):  # a copy is new memory
             raise ValueError(f"reshape of a non-contiguous {self.shape} view to {shape} would copy")
-        return CPUTensor(self.backend, view)
+        tensor = CPUTensor(self.backend, view, kept=self.kept)
+        if views is None or len(views) >= MAX_VIEWS:
+            views = self._views = {}
+        views[shape] = (ary, tensor, view)
+        return tensor
 
     @property
     def T(self):
-        return CPUTensor(self.backend, self._ary.T)
+        return CPUTensor(self.backend, self._ary.T, kept=False)
 
     def __getitem__(self, index):
-        return CPUTensor(self.backend, self._ary[_index(index)])
+        return CPUTensor(self.backend, self._ary[_index(index)], kept=False)
 
     def __setitem__(self, index, value):
-        self.backend._evaluate(self._ary[_index(index)], value)
+        if index.__class__ is slice and index == _WHOLE:  # t[:] = ...: the array itself
+            self.backend._evaluate(self._ary, value, self.kept)
+        else:
+            self.backend._evaluate(self._ary[_index(index)], value)
 
     def __array__(self, dtype=None, copy=None):
         return self._ary if dtype is None else self._ary.astype(dtype)
+
+
+_WHOLE = slice(None)
 
 
 def _index(index):
     if isinstance(index, CPUTensor):
         return index._ary
     return index
+
+
+def weak_refs(arrays):
+    """Weak references to ``arrays`` (None stays None): what a kept call holds of the arrays
+    it was prepared for, so it keeps no memory alive."""
+    return tuple(None if a is None else weakref.ref(a) for a in arrays)
+
+
+def still_refer(refs, arrays):
+    """True when each of ``refs`` (from :func:`weak_refs`) still gives the same array as
+    ``arrays``: the kept call's pointers are theirs."""
+    for r, a in zip(refs, arrays):
+        if r is not None and r() is not a:
+            return False
+    return True
+
+
+def make_room(table, limit):
+    """Before a call is kept in ``table`` (values whose first item is :func:`weak_refs` of the
+    call's arrays): at ``limit`` entries, drop those whose arrays are gone, and every entry if
+    none is."""
+    if len(table) >= limit:
+        for key in [k for k, v in table.items() if any(r is not None and r() is None
+                                                          for r in v[0])]:
+            del table[key]
+        if len(table) >= limit:
+            table.clear()
+
+
+def all_kept(tensors):
+    """True when every tensor of ``tensors`` (None entries aside) is ``kept``: a call on them
+    may be kept by their arrays' identities."""
+    return all(t.kept for t in tensors if t is not None)
 
 
 def array_of(t):

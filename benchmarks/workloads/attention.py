@@ -59,6 +59,7 @@ class AttentionWorkload:
         for key in [k for k in be.kernels.workspaces if str(k[0]).startswith("fa_")]:
             del be.kernels.workspaces[key]
         be._attention_plain.clear()
+        be._attention_calls.clear()
         tracemalloc.start()
         be.attention(layer.qh, layer.kh, layer.vh, layer.oh, layer.lse, layer.scale,
                      layer.causal, None, None, None, layer.heads)

@@ -1,4 +1,4 @@
-/* Row gather, deterministic scatter-add and strided row copies (see rows.h). */
+/* Row gather, deterministic scatter-add, strided row copies and bias rows (see rows.h). */
 #include "common.h"
 #include "rows.h"
 
@@ -52,4 +52,15 @@ void copy_rows(const real *src, int64_t sa, int64_t sb, int64_t sc, real *dst, i
             else
                 COPY_ROWS(bytes);
         }
+}
+
+void add_row(const real *x, const real *row, real *out, int64_t M, int64_t C)
+{
+#pragma omp parallel for schedule(dynamic, nl_grain(C)) if (M * C >= NL_PARALLEL_MIN)
+    for (int64_t m = 0; m < M; m++) {
+        const real *xr = x + m * C;
+        real *o = out + m * C;
+        for (int64_t c = 0; c < C; c++)
+            o[c] = xr[c] + row[c];
+    }
 }

@@ -13,3 +13,7 @@ void scatter_add_rows(real *grad, const int64_t *ids, const real *rows, int64_t 
  * dst[a*da + b*db + c*dc + :D] = src[a*sa + b*sb + c*sc + :D] (strides in elements). */
 void copy_rows(const real *src, int64_t sa, int64_t sb, int64_t sc, real *dst, int64_t da,
                int64_t db, int64_t dc, int64_t A, int64_t B, int64_t C, int64_t D);
+
+/* out[m * C + c] = x[m * C + c] + row[c] for m < M, c < C: a bias (or any row of C elements,
+ * e.g. a positional-embedding block) added to every row; out may be x. */
+void add_row(const real *x, const real *row, real *out, int64_t M, int64_t C);

@@ -178,8 +178,9 @@ def blocksparse_softmax_bprop(plan, p, dp, ds, scale=1.0):
     return 4.0 * _size(p), _bytes(p, dp, ds)
 
 
-def optree_cost(out, tree):
-    """(FLOPs, bytes) of evaluating ``tree`` into ``out`` (see the module docstring)."""
+def optree_cost(out, tree, keep=False):
+    """(FLOPs, bytes) of evaluating ``tree`` into ``out`` (see the module docstring; ``keep``
+    is the CPU backend's ``_evaluate`` flag, of no cost)."""
     if not isinstance(tree, OpNode):
         return 0.0, _bytes(out) + (0.0 if is_scalar(tree) else _bytes(tree))
     flops = _node_flops(tree, _size(out))

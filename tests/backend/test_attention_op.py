@@ -283,3 +283,62 @@ def test_key_groups_deal_every_block_once_and_balance_a_strided_layout():
         assert heaviest <= round_robin
         if t == 0:
             assert heaviest < 0.8 * round_robin
+
+
+def test_a_kept_call_follows_new_inputs_dropout_steps_masks_and_thread_counts():
+    """The CPU backend keeps the prepared kernel call of a set of operands: calls on the same
+    tensors with new values, another dropout step, another key mask or another OpenMP thread
+    count (which sizes the work arrays) give what fresh tensors give."""
+    arrays, mask, kw = _inputs("causal+padding")
+    be = make_backend("cpu", batch_size=arrays[0].shape[0] // kw["heads"], dtype=np.float64)
+    if be.kernels.module("flash_attention", np.dtype(np.float64)) is None:
+        pytest.skip(f"no compiled CPU kernels: {be.kernels.unavailable_reason()}")
+    q, k, v, dout = (be.array(a) for a in arrays)
+    out, lse = be.zeros(dout.shape), be.zeros(dout.shape[:2])
+    grads = [be.zeros(t.shape) for t in (q, k, v)]
+
+    def run(masked, dropout, scale=0.3):
+        m = be.array(masked) if masked is not None else None
+        be.attention(q, k, v, out, lse, scale, kw["causal"], m, dropout, None, kw["heads"])
+        be.attention_bprop(q, k, v, out, lse, dout, *grads, scale, kw["causal"], m, dropout,
+                           None, kw["heads"])
+        return [out.get(), lse.get()] + [g.get() for g in grads]
+
+    try:
+        for threads in (1, 3, 2):
+            set_cpu_threads(threads)
+            for case in range(3):
+                values = [a * (1 + case) for a in arrays]
+                for t, a in zip((q, k, v, dout), values):
+                    t.set(a)
+                masked = None if case == 0 else mask
+                dropout = AttentionDropout(0.7, 1234, case, 99, 3) if case == 2 else None
+                fresh = dict(kw, dropout=dropout)
+                got = run(masked, dropout)
+                want = _run(be, values, masked, fresh)
+                for name, g, w in zip(("out", "lse", "dq", "dk", "dv"), got, want):
+                    np.testing.assert_array_equal(g, w, err_msg=f"{name}, {threads} threads")
+    finally:
+        set_cpu_threads(len(os.sched_getaffinity(0)))
+
+
+def test_per_call_windows_are_not_kept_and_kept_views_are():
+    """A decoder's growing key/value windows (slices made per call) leave no kept call behind;
+    views a layer marks with ``be.keep`` at allocate get one, and the same results."""
+    be = make_backend("cpu", batch_size=2, dtype=np.float64)
+    if be.kernels.module("flash_attention", np.dtype(np.float64)) is None:
+        pytest.skip(f"no compiled CPU kernels: {be.kernels.unavailable_reason()}")
+    rng = np.random.default_rng(11)
+    B, T, d = 4, 12, 8
+    q, out, lse = be.array(rng.normal(size=(B, 1, d))), be.zeros((B, 1, d)), be.zeros((B, 1))
+    kc, vc = be.array(rng.normal(size=(B, T, d))), be.array(rng.normal(size=(B, T, d)))
+    before = len(be._attention_calls)
+    for L in range(1, T + 1):
+        be.attention(q, kc[:, :L], vc[:, :L], out, lse, 0.5, True, None, None, None, 2)
+    assert len(be._attention_calls) == before
+    window = out.get()
+    k_all, v_all = be.keep(kc[:, :T]), be.keep(vc[:, :T])
+    for _ in range(2):
+        be.attention(q, k_all, v_all, out, lse, 0.5, True, None, None, None, 2)
+    assert len(be._attention_calls) == before + 1
+    np.testing.assert_array_equal(out.get(), window)

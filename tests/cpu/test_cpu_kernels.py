@@ -596,6 +596,36 @@ def test_gemm_ways_agree_and_a_choice_is_made(shape):
         assert lib.openblas_set_num_threads_local(before) == 2
 
 
+def test_way_tuner_revisits_less_often_while_the_choice_stands():
+    """After the trials a losing way is run again REVISIT calls later, then after twice as
+    many calls each time it loses again (up to MAX_REVISIT); once it wins, the choice changes
+    and the intervals start again from REVISIT."""
+    from neonlite.backends.cpu import blas as cpu_blas
+    tuner = cpu_blas.WayTuner()
+    cost = {"one": 2.0, "all": 1.0}
+
+    def run(calls):
+        """The call numbers (from 1) at which the tuner ran a way other than its choice."""
+        others = []
+        for number in range(1, calls + 1):
+            chosen = tuner.choices.get("k")
+            way = tuner.pick("k", lambda: ("one", "all"))
+            if chosen is not None and way != chosen:
+                others.append(number)
+            tuner.record("k", way, cost[way])
+        return others
+
+    assert run(2 * cpu_blas.FIRST) == [] and tuner.choices["k"] == "all"
+    R = cpu_blas.REVISIT
+    assert run(R + 2 * R + 4 * R) == [R, 3 * R, 7 * R]
+    assert len(run(20 * cpu_blas.MAX_REVISIT)) <= 20 + 6
+    cost["one"] = 0.5
+    calls = run(4 * cpu_blas.MAX_REVISIT)
+    assert tuner.choices["k"] == "one"
+    switch = calls[0]  # the revisit of "one" that changed the choice
+    assert calls[1:4] == [switch + R, switch + 3 * R, switch + 7 * R]
+
+
 def test_gemm_threads_follow_a_new_core_count():
     """After use_cores (a data-parallel rank pinned to fewer cores), the tuner measures again
     and no longer splits a GEMM into more pieces than cores."""
