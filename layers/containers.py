@@ -24,6 +24,8 @@ def _as_layers(layers):
 class Sequential(Layer):
     """Layers applied one after another; nested lists are flattened."""
 
+    unnamed_description = "the model"
+
     def __init__(self, layers, name=None):
         super().__init__(name)
         self.layers = _as_layers(layers)
@@ -52,18 +54,14 @@ class Sequential(Layer):
             self.layers[0].set_needs_deltas(needed)
 
     def fprop(self, x, inference=False):
-        """x: a batch (bsz,) + in_shape (checked: each layer's output has the shape the next
-        one was configured for, so the first layer's input is the one that can be wrong)."""
-        if self.in_shape is not None:
-            self.check_batch(x, self.in_shape, "input")
+        """x: a batch (bsz,) + in_shape (checked, as every layer's)."""
         for layer in self.layers:
             x = layer.fprop(x, inference)
         return x
 
     def bprop(self, error):
-        """error: the gradient of the output, (bsz,) + out_shape (checked)."""
-        if self.out_shape is not None:
-            self.check_batch(error, self.out_shape, "output gradient")
+        """error: the gradient of the output, (bsz,) + out_shape (checked, as every
+        layer's)."""
         for layer in reversed(self.layers):
             error = layer.bprop(error)
         return error
@@ -161,6 +159,8 @@ class CompoundLayer(Sequential):
     parameters are ``<name>.W``, ``<name>.b`` or ``<name>.gamma``/``<name>.beta``.  Batch norm
     applies an activation it fuses (a plain ReLU) in its own passes; a core that fuses its own
     bias and activation (``Conv``) is given ``bias=None`` and no activation here."""
+
+    unnamed_description = None
 
     def __init__(self, core, bias, batch_norm, activation, name=None):
         layers = [core]

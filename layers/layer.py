@@ -5,7 +5,13 @@
 ``bprop(error) -> error for the layer below``, which *accumulates* parameter gradients into
 ``Parameter.grad`` (the model zeroes them at the start of each step).  Activations are
 batch-first; images NHWC, sequences (N, T, D).
+
+Every layer's ``fprop`` and ``bprop`` check the batch they are given against the configured
+shapes before they run (:meth:`Layer.__init_subclass__`), called directly or from a container:
+the buffers made at ``allocate`` and the kernels writing them take nothing else.
 """
+import functools
+
 import numpy as np
 
 from ..backends import get_backend
@@ -56,10 +62,30 @@ class Layer:
     ``{type, config}`` schema.
     """
 
+    #: how errors name a layer without a name (None: "the <class> layer")
+    unnamed_description = None
+    #: fprop / bprop take sequences (N, T', ...) of 1 to T steps, T the configured length
+    variable_steps = False
+    #: fprop / bprop check their batches themselves (not wrapped by ``__init_subclass__``)
+    checks_own_batch = False
+
     def __new__(cls, *args, **kwargs):
         layer = super().__new__(cls)
         layer._given_args = given_arguments(cls, args, kwargs)
         return layer
+
+    def __init_subclass__(cls, **kwargs):
+        """Wrap the ``fprop`` / ``bprop`` a subclass defines so that, once the layer is
+        configured, a batch that is not (bsz,) + ``in_shape`` (fprop's input) or (bsz,) +
+        ``out_shape`` (bprop's error) raises :class:`ShapeError` naming the layer before
+        anything runs."""
+        super().__init_subclass__(**kwargs)
+        for method, what, shape in (("fprop", "input", "in_shape"),
+                                    ("bprop", "output gradient", "out_shape")):
+            function = cls.__dict__.get(method)
+            if function is not None and not hasattr(function, "checked_batch") and \
+                    not cls.checks_own_batch:
+                setattr(cls, method, _batch_checked(function, what, shape))
 
     def __init__(self, name=None):
         self.name = name
@@ -91,15 +117,23 @@ class Layer:
 
     def check_batch(self, t, shape, what):
         """Raise :class:`ShapeError` unless tensor ``t`` is a batch of the backend's size of
-        examples of ``shape``: the buffers made at ``allocate`` (and the kernels writing them)
-        take nothing else."""
+        examples of ``shape`` (with ``variable_steps``, sequences (T, ...) may be shorter: 1
+        to T steps): the buffers made at ``allocate`` (and the kernels writing them) take
+        nothing else."""
         expected = (self.be.bsz,) + tuple(shape)
         got = tuple(t.shape)
-        if got != expected:
-            where = f"layer '{self.name}' ({type(self).__name__})" if self.name else "the model"
-            raise ShapeError(f"{where}: the {what} has shape {got}; expected {expected} (a "
-                             f"batch of {self.be.bsz} examples of shape {tuple(shape)}, as "
-                             f"configured)")
+        if got == expected:
+            return
+        steps = self.variable_steps and len(expected) >= 3
+        if steps and len(got) == len(expected) and got[0] == expected[0] and \
+                got[2:] == expected[2:] and 1 <= got[1] <= expected[1]:
+            return
+        where = f"layer '{self.name}' ({type(self).__name__})" if self.name else \
+            self.unnamed_description or f"the {type(self).__name__} layer"
+        examples = f"sequences of 1 to {shape[0]} steps of shape {tuple(shape[1:])}" if steps \
+            else f"examples of shape {tuple(shape)}"
+        raise ShapeError(f"{where}: the {what} has shape {got}; expected {expected} (a batch "
+                         f"of {self.be.bsz} {examples}, as configured)")
 
     def allocate(self):
         """Make output and delta buffers (batch-first)."""
@@ -171,6 +205,22 @@ class ParameterLayer(Layer):
 
     def parameters(self):
         return list(self._params)
+
+
+def _batch_checked(function, what, shape_attr):
+    """``function`` (a layer's fprop or bprop, whose first argument is the batch) preceded by
+    :meth:`Layer.check_batch` of that batch against the attribute ``shape_attr`` when it is
+    set (the layer is configured)."""
+    @functools.wraps(function)
+    def checked(self, batch, *args, **kwargs):
+        shape = getattr(self, shape_attr)
+        if shape is not None:
+            got = batch.shape
+            if got[1:] != shape or got[0] != self.be.bsz:
+                self.check_batch(batch, shape, what)
+        return function(self, batch, *args, **kwargs)
+    checked.checked_batch = True
+    return checked
 
 
 def is_count(value, minimum=1):

@@ -29,7 +29,7 @@ import numpy as np
 from ..backends.reference.recurrent import ACTIVATIONS
 from ..initializers import Constant, GlorotUniform
 from ..transforms.activation import Identity, Logistic, Rectlin, Tanh
-from .layer import ParameterLayer
+from .layer import ParameterLayer, ShapeError
 
 
 def kernel_activation(transform, what, layer):
@@ -56,6 +56,8 @@ class RecurrentBase(ParameterLayer):
     Parameters: W (D, G*H), U (H, G*H), b (G*H,).  Output (N, T, H) with
     ``return_sequences``, else the final state (N, H).
     """
+
+    checks_own_batch = True  # x may be shorter than T (``_steps``); bprop: ``_check_error``
 
     gates = 1
     states = ("h",)
@@ -185,6 +187,16 @@ class RecurrentBase(ParameterLayer):
         return state.out
 
     # ---- the schedule ---------------------------------------------------------------------------
+    def _check_error(self, error):
+        """The output gradient must match the last fprop's output: (N, T', H) for its T'
+        steps with ``return_sequences``, else (N, H)."""
+        N, H = self.be.bsz, self.nout
+        expected = (N, self.T_run, H) if self.return_sequences else (N, H)
+        if tuple(error.shape) != expected:
+            raise ShapeError(f"layer '{self.name}' ({type(self).__name__}): the output gradient "
+                             f"has shape {tuple(error.shape)}; expected {expected} (the output "
+                             f"of the last fprop)")
+
     def _steps(self, x, mask):
         """Check x (N, T', D) and mask; returns T'."""
         N, T = x.shape[0], x.shape[1] if len(x.shape) == 3 else -1
@@ -268,6 +280,7 @@ class RecurrentBase(ParameterLayer):
 
     def bprop(self, error):
         be, T, H = self.be, self.T_run, self.nout
+        self._check_error(error)
         N = error.shape[0]
         dy = self.dy_t[:T]
         for s in self.states:

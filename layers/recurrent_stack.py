@@ -12,6 +12,8 @@ MERGES = ("concat", "sum")
 class _SequenceReduction(Layer):
     """(N, T, H) -> (N, H) over the time axis."""
 
+    variable_steps = True
+
     def _configure(self, in_shape):
         if len(in_shape) != 2:
             raise self.shape_error("a sequence (T, H) per example")
@@ -167,6 +169,7 @@ class _DeepBidirectional(Sequential):
     sequence feeds the next); the last may return only its final states."""
 
     bidirectional = None
+    unnamed_description = None
 
     def __init__(self, nout, init=None, depth=2, merge="concat", return_sequences=True,
                  name=None, **cell_args):
