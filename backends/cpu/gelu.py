@@ -1,6 +1,7 @@
 """GELU fused with a bias on the CPU (``Backend.gelu``, ``gelu_bprop``): the calls of
 ``kernels/cpu/gelu.c`` (:class:`GeluKernels`) and the backend's ops (:class:`CPUGeluOps`), which
 run the contract's op-tree definition where the kernels do not take the case."""
+from ..operand_sizes import check_operand_sizes
 from .build import pointer
 from .tensor import all_kept
 
@@ -16,6 +17,8 @@ class GeluKernels:
                              lambda: self._gelu_call(*arrays, approximate))
 
     def _gelu_call(self, x, out, bias, pre, approximate):
+        check_operand_sizes("gelu", x, x.shape[-1] if x.ndim else 1,
+                            whole=(("out", out), ("pre", pre)), columns=(("bias", bias),))
         arrays = (x, out) + tuple(a for a in (bias, pre) if a is not None)
         if x.ndim == 0 or x.shape != out.shape or (bias is not None and (
                 (pre is not None and pre.shape != x.shape) or bias.size != x.shape[-1])):
@@ -40,6 +43,8 @@ class GeluKernels:
                              lambda: self._gelu_bprop_call(*arrays, approximate))
 
     def _gelu_bprop_call(self, x, dy, dx, dbias, y, approximate):
+        check_operand_sizes("gelu_bprop", x, x.shape[-1] if x.ndim else 1,
+                            whole=(("dy", dy), ("dx", dx), ("y", y)), columns=(("dbias", dbias),))
         arrays = (x, dy, dx) + tuple(a for a in (dbias, y) if a is not None)
         if x.ndim == 0 or not x.shape == dy.shape == dx.shape or (
                 dbias is not None and dbias.size != x.shape[-1]) or (

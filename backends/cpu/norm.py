@@ -4,6 +4,7 @@ run the numpy reference where the kernels do not take the case.  Shapes: batch n
 (M, C) over its rows; layer norm (M, D) over its last axis."""
 import numpy as np
 
+from ..operand_sizes import check_operand_sizes
 from ..reference import norm as reference
 from .build import pointer
 from .tensor import all_kept, array_of as _ary
@@ -23,6 +24,10 @@ class NormKernels:
         """Batch norm of x (M, C) over its rows (see ``Backend.batchnorm_fprop``), then
         y = max(y, 0) when ``relu``."""
         arrays = (x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var)
+        check_operand_sizes("batchnorm_fprop", x, x.shape[-1], whole=(("y", y), ("xhat", xhat)),
+                            columns=(("gamma", gamma), ("beta", beta), ("mean", mean),
+                                     ("invstd", invstd), ("running_mean", running_mean),
+                                     ("running_var", running_var)))
         module = self._usable("norm", *arrays)
         if module is None:
             return False
@@ -51,6 +56,9 @@ class NormKernels:
     def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
         """xhat = (x - mean) * invstd, y = gamma * xhat + beta (then max(y, 0) with relu)."""
         arrays = (x, gamma, beta, y, xhat, mean, invstd)
+        check_operand_sizes("batchnorm_apply", x, x.shape[-1], whole=(("y", y), ("xhat", xhat)),
+                            columns=(("gamma", gamma), ("beta", beta), ("mean", mean),
+                                     ("invstd", invstd)))
         module = self._usable("norm", *arrays)
         if module is None:
             return False
@@ -62,6 +70,10 @@ class NormKernels:
         """dx (M, C), and dgamma, dbeta (1, C) accumulated into; ``y`` (M, C), the output of a
         fprop with ``relu``, masks dy by y > 0."""
         arrays = (dy, xhat, invstd, gamma, dx, dgamma, dbeta) + (() if y is None else (y,))
+        check_operand_sizes("batchnorm_bprop", dy, dy.shape[-1],
+                            whole=(("xhat", xhat), ("dx", dx), ("y", y)),
+                            columns=(("invstd", invstd), ("gamma", gamma), ("dgamma", dgamma),
+                                     ("dbeta", dbeta)))
         module = self._usable("norm", *arrays)
         if module is None:
             return False
@@ -81,6 +93,11 @@ class NormKernels:
                              lambda: self._layernorm_fprop_call(*arrays, eps))
 
     def _layernorm_fprop_call(self, x, gamma, beta, y, xhat, invstd, residual, total, eps):
+        check_operand_sizes("layernorm_fprop", x, x.shape[-1] if x.ndim else 1,
+                            whole=(("y", y), ("xhat", xhat), ("residual", residual),
+                                   ("total", total)),
+                            rows=(("invstd", invstd),), columns=(("gamma", gamma),
+                                                                 ("beta", beta)))
         arrays = (x, gamma, beta, y, xhat, invstd)
         given = tuple(a for a in arrays if a is not None)
         joined = () if residual is None else (residual, total)
@@ -105,6 +122,10 @@ class NormKernels:
                              lambda: self._layernorm_bprop_call(*arrays))
 
     def _layernorm_bprop_call(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual):
+        check_operand_sizes("layernorm_bprop", dy, dy.shape[-1] if dy.ndim else 1,
+                            whole=(("xhat", xhat), ("dx", dx), ("residual", residual)),
+                            rows=(("invstd", invstd),),
+                            columns=(("gamma", gamma), ("dgamma", dgamma), ("dbeta", dbeta)))
         arrays = (dy, xhat, invstd, gamma, dx, dgamma, dbeta)
         extra = () if residual is None else (residual,)
         module = self._usable("norm", *arrays, *extra)

@@ -4,6 +4,7 @@ backend's ops (:class:`CPUSoftmaxOps`), which run the numpy reference where the 
 take the case.  Each works over the last axis."""
 import numpy as np
 
+from ..operand_sizes import check_operand_sizes
 from ..reference import softmax as reference
 from .tensor import array_of as _ary
 
@@ -28,7 +29,12 @@ class SoftmaxKernels:
         """Fused softmax + cross-entropy of (M, K) arrays, targets (M, K) one-hot or soft, or
         (M,) int32 class indices; returns the summed loss or False.  A class index outside
         [0, K) raises reference.softmax.check_class_indices's IndexError, which names it."""
-        if targets.dtype.kind in "iu":
+        indices = targets.dtype.kind in "iu"
+        check_operand_sizes("softmax_cross_entropy", logits, logits.shape[-1] if logits.ndim else 1,
+                            whole=(("probs", probs), ("grad", grad)) + (
+                                () if indices else (("targets", targets),)),
+                            rows=(("targets", targets),) if indices else ())
+        if indices:
             module = self._usable("softmax", logits, probs, grad)
             if module is None or targets.dtype != np.int32 or not targets.flags.c_contiguous:
                 return False

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..operand_sizes import check_operand_sizes
+
 
 @dataclass(frozen=True)
 class ColumnPlan:
@@ -75,6 +77,10 @@ class GPUNormMixin:
         """As the contract; ``relu=True`` also applies the following ReLU to y (fused)."""
         self._written("batchnorm_fprop", y=y, xhat=xhat, mean=mean, invstd=invstd,
                       running_mean=running_mean, running_var=running_var)
+        check_operand_sizes("batchnorm_fprop", x, x.shape[-1], whole=(("y", y), ("xhat", xhat)),
+                            columns=(("gamma", gamma), ("beta", beta), ("mean", mean),
+                                     ("invstd", invstd), ("running_mean", running_mean),
+                                     ("running_var", running_var)))
         x, gamma, beta = self._rows_of("batchnorm_fprop", x, gamma, beta)
         M, C = x.shape
         storage = x.storage
@@ -107,6 +113,9 @@ class GPUNormMixin:
     def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
         """As the contract (the ``nl_bn_apply`` kernel of ``batchnorm_fprop``)."""
         self._written("batchnorm_apply", y=y, xhat=xhat)
+        check_operand_sizes("batchnorm_apply", x, x.shape[-1], whole=(("y", y), ("xhat", xhat)),
+                            columns=(("gamma", gamma), ("beta", beta), ("mean", mean),
+                                     ("invstd", invstd)))
         x, gamma, beta, mean, invstd = self._rows_of("batchnorm_apply", x, gamma, beta, mean,
                                                      invstd)
         M, C = x.shape
@@ -118,6 +127,10 @@ class GPUNormMixin:
     def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
         """As the contract; ``y`` (the fused fprop's ReLU output) masks dy by y > 0."""
         self._written("batchnorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
+        check_operand_sizes("batchnorm_bprop", dy, dy.shape[-1],
+                            whole=(("xhat", xhat), ("dx", dx), ("y", y)),
+                            columns=(("invstd", invstd), ("gamma", gamma), ("dgamma", dgamma),
+                                     ("dbeta", dbeta)))
         dy, xhat, invstd, gamma, y = self._rows_of("batchnorm_bprop", dy, xhat, invstd, gamma, y)
         M, C = dy.shape
         plan, partial = self._column_sums(dy, xhat, y, 1, "bn_bprop")
@@ -134,6 +147,11 @@ class GPUNormMixin:
     def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
                         total=None):
         self._written("layernorm_fprop", y=y, xhat=xhat, invstd=invstd)
+        check_operand_sizes("layernorm_fprop", x, x.shape[-1],
+                            whole=(("y", y), ("xhat", xhat), ("residual", residual),
+                                   ("total", total)),
+                            rows=(("invstd", invstd),), columns=(("gamma", gamma),
+                                                                 ("beta", beta)))
         if residual is not None:
             total[:] = x + residual
             x = total
@@ -148,6 +166,10 @@ class GPUNormMixin:
 
     def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
         self._written("layernorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
+        check_operand_sizes("layernorm_bprop", dy, dy.shape[-1],
+                            whole=(("xhat", xhat), ("dx", dx), ("residual", residual)),
+                            rows=(("invstd", invstd),),
+                            columns=(("gamma", gamma), ("dgamma", dgamma), ("dbeta", dbeta)))
         dy, xhat, invstd, gamma = self._rows_of("layernorm_bprop", dy, xhat, invstd, gamma)
         M, D = dy.shape
         func = self.kernel("norm", f"nl_ln_bprop_{dy.storage}", "PPPPPii")

@@ -4,6 +4,7 @@ the kernels of ``kernels/cuda/softmax.cu``, one block per row.  Nothing is copie
 except the scalar loss that ``softmax_cross_entropy`` returns."""
 import numpy as np
 
+from ..operand_sizes import check_operand_sizes
 from ..reference.softmax import check_class_indices
 from .norm import row_grid
 
@@ -75,7 +76,12 @@ class GPUSoftmaxOps:
         be (M,) int32 class indices (``nl_softmax_xent_index``: a NaN loss with a bad index
         among them raises the IndexError naming it)."""
         self._written("softmax_cross_entropy", probs=probs, grad=grad)
-        if np.dtype(targets.dtype).kind in "iu":
+        indices = np.dtype(targets.dtype).kind in "iu"
+        check_operand_sizes("softmax_cross_entropy", logits, logits.shape[-1],
+                            whole=(("probs", probs), ("grad", grad)) + (
+                                () if indices else (("targets", targets),)),
+                            rows=(("targets", targets),) if indices else ())
+        if indices:
             return self._softmax_cross_entropy_index(logits, targets, probs, grad, scale)
         logits, targets = self._rows_of("softmax_cross_entropy", logits, targets)
         M = logits.size // max(1, logits.shape[-1])
