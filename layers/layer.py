@@ -115,11 +115,11 @@ class Layer:
         return ShapeError(f"layer '{self.name}' ({type(self).__name__}) expects {expected}, but "
                           f"{before} has shape {self.in_shape}")
 
-    def check_batch(self, t, shape, what):
+    def check_batch(self, t, shape, what, source="as configured"):
         """Raise :class:`ShapeError` unless tensor ``t`` is a batch of the backend's size of
         examples of ``shape`` (with ``variable_steps``, sequences (T, ...) may be shorter: 1
         to T steps): the buffers made at ``allocate`` (and the kernels writing them) take
-        nothing else."""
+        nothing else.  ``source``: where ``shape`` comes from, for the message."""
         expected = (self.be.bsz,) + tuple(shape)
         got = tuple(t.shape)
         if got == expected:
@@ -133,7 +133,7 @@ class Layer:
         examples = f"sequences of 1 to {shape[0]} steps of shape {tuple(shape[1:])}" if steps \
             else f"examples of shape {tuple(shape)}"
         raise ShapeError(f"{where}: the {what} has shape {got}; expected {expected} (a batch "
-                         f"of {self.be.bsz} {examples}, as configured)")
+                         f"of {self.be.bsz} {examples}, {source})")
 
     def allocate(self):
         """Make output and delta buffers (batch-first)."""

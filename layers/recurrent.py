@@ -29,7 +29,7 @@ import numpy as np
 from ..backends.reference.recurrent import ACTIVATIONS
 from ..initializers import Constant, GlorotUniform
 from ..transforms.activation import Identity, Logistic, Rectlin, Tanh
-from .layer import ParameterLayer, ShapeError
+from .layer import ParameterLayer
 
 
 def kernel_activation(transform, what, layer):
@@ -190,12 +190,8 @@ class RecurrentBase(ParameterLayer):
     def _check_error(self, error):
         """The output gradient must match the last fprop's output: (N, T', H) for its T'
         steps with ``return_sequences``, else (N, H)."""
-        N, H = self.be.bsz, self.nout
-        expected = (N, self.T_run, H) if self.return_sequences else (N, H)
-        if tuple(error.shape) != expected:
-            raise ShapeError(f"layer '{self.name}' ({type(self).__name__}): the output gradient "
-                             f"has shape {tuple(error.shape)}; expected {expected} (the output "
-                             f"of the last fprop)")
+        shape = (self.T_run, self.nout) if self.return_sequences else (self.nout,)
+        self.check_batch(error, shape, "output gradient", "as the last fprop gave")
 
     def _steps(self, x, mask):
         """Check x (N, T', D) and mask; returns T'."""

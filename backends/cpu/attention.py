@@ -9,7 +9,6 @@ import numpy as np
 
 from ..reference import attention as numpy_attention
 from ..reference.attention import AttentionBlocks, visit_tables
-from .tensor import make_room, still_refer, weak_refs
 
 #: query rows and keys per tile of plain (unblocked) attention; the kernels' FA_MAX_BLOCK
 TILE = 64
@@ -180,10 +179,10 @@ class CPUAttentionMixin:
         if key_mask is None and all(t.kept for t in tensors):
             key = (kind, float(scale), bool(causal), id(blocks), heads) + tuple(
                 map(id, arrays))
-            found = self._attention_calls.get(key)
+            found = self._attention_calls.find(key, arrays)
             if found is not None:
-                refs, lib, threads, call = found[:4]
-                if lib.fa_threads() == threads and still_refer(refs, arrays):
+                lib, threads, call = found[:3]
+                if lib.fa_threads() == threads:
                     return call
         self._check_attention(*tensors[:5], key_mask, heads, blocks)
         mask = self._mask_array(key_mask, arrays[0].dtype)
@@ -193,9 +192,8 @@ class CPUAttentionMixin:
         prepare = self._prepare_fprop if kind == "fprop" else self._prepare_bprop
         call = prepare(module, arrays, float(scale), bool(causal), mask, blocks, heads)
         if call is not None and key is not None:
-            make_room(self._attention_calls, MAX_PREPARED)
-            self._attention_calls[key] = (weak_refs(arrays), module.lib,
-                                          module.lib.fa_threads(), call, blocks)
+            self._attention_calls.keep(key, arrays, (module.lib, module.lib.fa_threads(), call,
+                                                     blocks))
         return call
 
     def _prepare_fprop(self, module, arrays, scale, causal, mask, blocks, heads):

@@ -13,11 +13,12 @@ import numpy as np
 from ..backend import Backend
 from ..optree import OpNode
 from ..reference.optree import evaluate
-from .attention import CPUAttentionMixin
-from .blas import CPUBlasOps
+from .attention import MAX_PREPARED, CPUAttentionMixin
+from .blas import MAX_GEMM_CALLS, CPUBlasOps
 from .blocksparse import CPUBlockSparseMixin
 from .conv import CPUConvOps
 from .gelu import CPUGeluOps
+from .kept_calls import KeptCalls
 from .kernels import CPUKernels
 from .lrn import CPULRNMixin
 from .norm import CPUNormOps
@@ -48,10 +49,10 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         self.kernels = CPUKernels()
         self._machine = OpTreeMachine(self.kernels)
         self._gemm_scratch = {}
-        self._gemm_calls = {}
+        self._gemm_calls = KeptCalls(MAX_GEMM_CALLS)
         self._row_scratch = {}
         self._attention_plain = {}
-        self._attention_calls = {}
+        self._attention_calls = KeptCalls(MAX_PREPARED)
 
     def prepare_kernels(self):
         """Compile the C kernels of this backend's data type that are not cached yet (one

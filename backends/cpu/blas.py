@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .tensor import make_room, weak_refs
+from .kept_calls import KeptCalls
 from .threads import openblas, usable_cores
 
 TINY_MACS = 1_000_000
@@ -221,19 +221,19 @@ class CPUBlasOps:
     buffer kept per shape (``_gemm_scratch``).
 
     With MKL, ``compound_dot`` keeps the prepared call of each operand triple
-    (``_gemm_calls``, at most ``MAX_GEMM_CALLS``): keyed by the tensors' identities and the
-    transposes, with weak references to their arrays, and used again only while each tensor
-    still has that array (an optimizer arena rebinds parameters'), which is then alive.  A layer's GEMMs on its
-    own buffers and their kept reshapes (:meth:`CPUTensor.reshape`) so cost one look-up and
-    the MKL call each step; slices (``kept`` False: made anew per call) are not kept."""
+    (``_gemm_calls``, a :class:`KeptCalls` of at most ``MAX_GEMM_CALLS``): keyed by the
+    arrays' identities and the transposes, so used again only while the tensors still have
+    those arrays (an optimizer arena rebinds parameters').  A layer's GEMMs on its own buffers
+    and their kept reshapes (:meth:`CPUTensor.reshape`) so cost one look-up and the MKL call
+    each step; slices (``kept`` False: made anew per call) are not kept."""
 
     def compound_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
-        key = (id(A), id(B), id(C), transA, transB)
-        kept = self._gemm_calls.get(key)
+        arrays = (A._ary, B._ary, C._ary)
+        key = (id(arrays[0]), id(arrays[1]), id(arrays[2]), transA, transB)
+        kept = self._gemm_calls.find(key, arrays)
         if kept is not None:
-            (ra, rb, rc), run, overlaps = kept
-            if ra() is A._ary and rb() is B._ary and rc() is C._ary and (
-                    beta == 0.0 or not overlaps):
+            run, overlaps = kept
+            if beta == 0.0 or not overlaps:
                 run(alpha, beta)
                 return C
         a = A._ary.T if transA else A._ary
@@ -246,8 +246,7 @@ class CPUBlasOps:
             gemm_into(c, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
             return C
         overlaps = np.may_share_memory(c, a) or np.may_share_memory(c, b)
-        make_room(self._gemm_calls, MAX_GEMM_CALLS)
-        self._gemm_calls[key] = (weak_refs((A._ary, B._ary, c)), run, overlaps)
+        self._gemm_calls.keep(key, arrays, (run, overlaps))
         if beta != 0.0 and overlaps:
             gemm_into(c, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)
         else:

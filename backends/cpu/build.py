@@ -15,7 +15,7 @@ import numpy as np
 
 from .blas import GemmThreads
 from .mkl_blas import MKLGemm, load_mkl
-from .tensor import make_room, still_refer, weak_refs
+from .kept_calls import KeptCalls
 from .threads import libgomp
 
 #: the data types the C kernels are built for
@@ -104,7 +104,7 @@ class KernelModules:
         self._prepared = set()
         self._bad_index = np.zeros(1, dtype=np.int64)
         self.workspaces = {}
-        self._kept_calls = {}
+        self._kept_calls = KeptCalls(MAX_KEPT_CALLS)
         if gemm is None:
             gemm = MKLGemm() if load_mkl() is not None else GemmThreads()
         self.gemm = gemm
@@ -194,17 +194,16 @@ class KernelModules:
         key = None
         if keep:
             key = (name, scalars) + tuple(map(id, arrays))
-            found = self._kept_calls.get(key)
-            if found is not None and still_refer(found[0], arrays):
-                function, args = found[1]
+            found = self._kept_calls.find(key, arrays)
+            if found is not None:
+                function, args = found
                 function(*args)
                 return True
         call = prepare()
         if call is None:
             return False
         if key is not None:
-            make_room(self._kept_calls, MAX_KEPT_CALLS)
-            self._kept_calls[key] = (weak_refs(arrays), call)
+            self._kept_calls.keep(key, arrays, call)
         call[0](*call[1])
         return True
 

@@ -20,8 +20,8 @@ class GeluKernels:
         check_operand_sizes("gelu", x, x.shape[-1] if x.ndim else 1,
                             whole=(("out", out), ("pre", pre)), columns=(("bias", bias),))
         arrays = (x, out) + tuple(a for a in (bias, pre) if a is not None)
-        if x.ndim == 0 or x.shape != out.shape or (bias is not None and (
-                (pre is not None and pre.shape != x.shape) or bias.size != x.shape[-1])):
+        if x.ndim == 0 or x.shape != out.shape or (
+                bias is not None and pre is not None and pre.shape != x.shape):
             return None
         module = self._usable("gelu", *arrays)
         if module is None:
@@ -47,7 +47,6 @@ class GeluKernels:
                             whole=(("dy", dy), ("dx", dx), ("y", y)), columns=(("dbias", dbias),))
         arrays = (x, dy, dx) + tuple(a for a in (dbias, y) if a is not None)
         if x.ndim == 0 or not x.shape == dy.shape == dx.shape or (
-                dbias is not None and dbias.size != x.shape[-1]) or (
                 y is not None and y.shape != x.shape):
             return None
         module = self._usable("gelu", *arrays)

@@ -1,7 +1,7 @@
 """Rows of a table, bias rows and axis permutations on the CPU (``Backend.take_rows``,
 ``scatter_add_rows``, ``permute_axes``; op-trees adding a bias row): the calls of
-``kernels/cpu/rows.c`` (:class:`RowKernels`) and the backend's ops (:class:`CPURowOps`), which run the numpy reference
-where the kernels do not take the case."""
+``kernels/cpu/rows.c`` (:class:`RowKernels`) and the backend's ops (:class:`CPURowOps`), which
+run the numpy reference where the kernels do not take the case."""
 import numpy as np
 
 from ..reference import rows as reference

@@ -1,8 +1,5 @@
 """The CPU backend's tensors: :class:`CPUTensor`, a numpy array (``_ary``) whose slices and
-reshapes are views, in memory aligned to 64 bytes (:func:`aligned_empty`); and the helpers of
-the calls the CPU backend keeps by their arrays' identities."""
-import weakref
-
+reshapes are views, in memory aligned to 64 bytes (:func:`aligned_empty`)."""
 import numpy as np
 
 from ..backend import Tensor
@@ -99,33 +96,6 @@ def _index(index):
     if isinstance(index, CPUTensor):
         return index._ary
     return index
-
-
-def weak_refs(arrays):
-    """Weak references to ``arrays`` (None stays None): what a kept call holds of the arrays
-    it was prepared for, so it keeps no memory alive."""
-    return tuple(None if a is None else weakref.ref(a) for a in arrays)
-
-
-def still_refer(refs, arrays):
-    """True when each of ``refs`` (from :func:`weak_refs`) still gives the same array as
-    ``arrays``: the kept call's pointers are theirs."""
-    for r, a in zip(refs, arrays):
-        if r is not None and r() is not a:
-            return False
-    return True
-
-
-def make_room(table, limit):
-    """Before a call is kept in ``table`` (values whose first item is :func:`weak_refs` of the
-    call's arrays): at ``limit`` entries, drop those whose arrays are gone, and every entry if
-    none is."""
-    if len(table) >= limit:
-        for key in [k for k, v in table.items() if any(r is not None and r() is None
-                                                          for r in v[0])]:
-            del table[key]
-        if len(table) >= limit:
-            table.clear()
 
 
 def all_kept(tensors):
