@@ -17,6 +17,10 @@ class KeptCalls:
     def __len__(self):
         return len(self._table)
 
+    def clear(self):
+        """Forget every kept call (they are prepared again on their next use)."""
+        self._table.clear()
+
     def find(self, key, arrays):
         """The value kept under ``key`` for these same living ``arrays`` (None entries
         aside), or None."""
