@@ -17,7 +17,9 @@
  * GCC/Clang vector extension keeps them in registers without naming an instruction set.
  * Token-major operands that every tile rereads are read through a per-thread contiguous copy
  * of the slice (fa_pack_size) when the slice is long (FA_PACK_ROWS).  On a tile the causal
- * diagonal crosses, the products skip the blocks and terms that are hidden (fa_band). */
+ * diagonal crosses, the products skip the blocks and terms that are hidden (fa_band); on a
+ * tile with nothing hidden, the backward's P and dS are made in the products' epilogues
+ * (fa_epi, flash_attention_tiles.h). */
 #include <omp.h>
 
 #include "common.h"
@@ -281,22 +283,30 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
 {
     real *p = w->p, *dp = w->dp, *pz = w->t, *z = dr ? w->z : NULL;
     const fa_band rows = fa_causal_band(FA_ROWS_FROM_COL, causal, i0, j0, nc, off);
-    fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0, NULL, rows);
-    fa_mask(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km);
-    /* the elementwise steps run over whole rows of FA_LD (a count the compiler knows): columns
-     * from nc on are computed and never read; on a tile the diagonal crosses, row i only up to
-     * the vector holding key i + e + FA_ROWS - 1, the last that the banded products read */
-    for (int64_t i = 0; i < nr; i++) {
+    /* P = 2^(S - lse) with lse in base 2 (no visible key: P = 0); on a tile with nothing
+     * hidden in one product (fa_gemm_exp2), else the product, the mask and then the powers,
+     * over whole rows of FA_LD (a count the compiler knows): columns from nc on are computed
+     * and never read; on a tile the diagonal crosses, row i only up to the vector holding key
+     * i + e + FA_ROWS - 1, the last that the banded products read */
+    real top[FA_MAX_BLOCK];
+    for (int64_t i = 0; i < nr; i++)
+        top[i] = lb[i] == -INFINITY ? INFINITY : (real)(lb[i] * FA_LOG2E);
+    const int plain = rows.kind == FA_FULL && !km;
+    if (plain)
+        fa_gemm_exp2(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, top);
+    else {
+        fa_gemm(nr, nc, dk, qb, ld->q, 1, w->kt, FA_LD, p, FA_LD, 0, NULL, rows);
+        fa_mask(p, FA_LD, 1, nr, nc, i0, j0, off, causal, km);
+    }
+    for (int64_t i = 0; i < nr && !plain; i++) {
         real *row = p + i * FA_LD;
-        /* lse in base 2; no visible key: P = 0 */
-        const real top = lb[i] == -INFINITY ? INFINITY : (real)(lb[i] * FA_LOG2E);
         int64_t cend = FA_LD;
         if (rows.kind != FA_FULL) {
             cend = i + rows.e + FA_ROWS;
             cend = cend <= 0 ? 0 : (cend >= FA_LD ? FA_LD : (cend + FA_W - 1) / FA_W * FA_W);
         }
         for (int64_t c = 0; c < cend; c += FA_W)
-            fa_store(row + c, fa_vexp2(fa_load(row + c) - top));
+            fa_store(row + c, fa_vexp2(fa_load(row + c) - top[i]));
     }
     if (z) {
         fa_dropout_tile(dr, b, H, Tq, Tk, i0, nr, j0, nc, z, FA_LD, 1);
@@ -308,9 +318,14 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
     /* dV_c (+)= (P Z)^T dO_r: the key block's first visited query block sets dV_c and dK_c */
     const fa_band queries = fa_causal_band(FA_P_FROM_ROW, causal, i0, j0, nc, off);
     fa_gemm(nc, dv, nr, z ? pz : p, 1, FA_LD, dob, ld->dout, dvb, ld->dv, !first, NULL, queries);
-    /* dP = dO_r v_c^T, then dS = scale P (dP Z - D) in place */
-    fa_gemm(nr, nc, dv, dob, ld->dout, 1, w->vt, FA_LD, dp, FA_LD, 0, NULL, rows);
-    for (int64_t i = 0; i < nr; i++) {
+    /* dP = dO_r v_c^T, then dS = scale P (dP Z - D) in place: in the product's epilogue
+     * (fa_gemm_ds) on a tile with nothing hidden and no dropout */
+    const int fused = rows.kind == FA_FULL && !z;
+    if (fused)
+        fa_gemm_ds(nr, nc, dv, dob, ld->dout, 1, w->vt, FA_LD, dp, FA_LD, Db, p, sc);
+    else
+        fa_gemm(nr, nc, dv, dob, ld->dout, 1, w->vt, FA_LD, dp, FA_LD, 0, NULL, rows);
+    for (int64_t i = 0; i < nr && !fused; i++) {
         const real D = Db[i];
         real *dprow = dp + i * FA_LD;
         const real *prow = p + i * FA_LD, *zr = z ? z + i * FA_LD : NULL;
@@ -326,14 +341,10 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
                 dprow[c] = sc * prow[c] * ((zr ? dprow[c] * zr[c] : dprow[c]) - D);
             for (int64_t c = cv; c < cz; c++)
                 dprow[c] = 0;
-        } else if (zr) {
+        } else {
 #pragma omp simd
             for (int64_t c = 0; c < nc; c++)
                 dprow[c] = sc * prow[c] * (dprow[c] * zr[c] - D);
-        } else {
-#pragma omp simd
-            for (int64_t c = 0; c < FA_LD; c++)
-                dprow[c] = sc * prow[c] * (dprow[c] - D);
         }
     }
     fa_gemm(nr, dk, nc, dp, FA_LD, 1, kb, ld->k, dqb, ld->dq, !first_q, NULL,

@@ -112,15 +112,48 @@ static inline void fa_gemm_rows(const real *restrict a, int64_t ai, int64_t ap,
         fa_store(C + r * ldc, x[r]);
 }
 
+/* What a product does with each element C[i][j] of its result before storing it (fa_epi):
+ *   FA_EPI_NONE  nothing;
+ *   FA_EPI_EXP2  C = 2^(C - row[i])             (the backward's P: scaled scores less lse);
+ *   FA_EPI_DS    C = scale P[i][j] (C - row[i])  (dS from dP and D; P at ld FA_LD).
+ * Each is the expression, in the order, of the separate pass over the tile it replaces, so
+ * the results are the same bits. */
+enum { FA_EPI_NONE, FA_EPI_EXP2, FA_EPI_DS };
+typedef struct {
+    int kind;
+    const real *row, *p;
+    real scale;
+} fa_epi;
+
+/* The epilogue of the vector of C at row i from column j (fa_epi_one: of one element). */
+static inline fa_vec fa_epi_vec(fa_epi ep, fa_vec x, int64_t i, int64_t j)
+{
+    if (ep.kind == FA_EPI_EXP2)
+        return fa_vexp2(x - ep.row[i]);
+    if (ep.kind == FA_EPI_DS)
+        return ep.scale * fa_load(ep.p + i * FA_LD + j) * (x - ep.row[i]);
+    return x;
+}
+
+static inline real fa_epi_one(fa_epi ep, real x, int64_t i, int64_t j)
+{
+    if (ep.kind == FA_EPI_EXP2)
+        return FA_EXP2(x - ep.row[i]);
+    if (ep.kind == FA_EPI_DS)
+        return ep.scale * ep.p[i * FA_LD + j] * (x - ep.row[i]);
+    return x;
+}
+
 /* C (m x n, ld ldc) = [C cs +] A (m x k) B (k x n, ld ldb), small m, n; A's element (i, p) is
  * A[i * ai + p * ap] (so A may be a transposed tile).  Each element of C is one sequential sum
  * over p (starting from C when `add`, row i of C times cs[i] when cs is not NULL), whichever
  * path computes it; under a band (bd) blocks of C hidden entirely are skipped and the sums
- * leave out terms of hidden probabilities. */
+ * leave out terms of hidden probabilities.  The epilogue ep (fa_epi) applies to each element
+ * stored; it is used without a band only (the half blocks of a band store without it). */
 static inline __attribute__((always_inline)) void
 fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai, int64_t ap,
              const real *restrict B, int64_t ldb, real *restrict C, int64_t ldc, int add,
-             const real *restrict cs, fa_band bd)
+             const real *restrict cs, fa_band bd, fa_epi ep)
 {
     int64_t j = 0, p0, p1;
     for (; j + 2 * FA_W <= n; j += 2 * FA_W) {
@@ -157,8 +190,8 @@ fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t a
             }
 #pragma GCC unroll 8
             for (int r = 0; r < FA_ROWS; r++) {
-                fa_store(C + (i + r) * ldc + j, x[r][0]);
-                fa_store(C + (i + r) * ldc + j + FA_W, x[r][1]);
+                fa_store(C + (i + r) * ldc + j, fa_epi_vec(ep, x[r][0], i + r, j));
+                fa_store(C + (i + r) * ldc + j + FA_W, fa_epi_vec(ep, x[r][1], i + r, j + FA_W));
             }
         }
         for (; i < m; i++) {
@@ -175,7 +208,8 @@ fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t a
                 const real a0 = A[i * ai + p * ap];
                 x0 += a0 * fa_load(B + p * ldb + j), x1 += a0 * fa_load(B + p * ldb + j + FA_W);
             }
-            fa_store(c0, x0), fa_store(c0 + FA_W, x1);
+            fa_store(c0, fa_epi_vec(ep, x0, i, j));
+            fa_store(c0 + FA_W, fa_epi_vec(ep, x1, i, j + FA_W));
         }
     }
     for (; j + FA_W <= n; j += FA_W) {
@@ -191,7 +225,7 @@ fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t a
                 x0 *= cs[i];
             for (int64_t p = p0; p < p1; p++)
                 x0 += A[i * ai + p * ap] * fa_load(B + p * ldb + j);
-            fa_store(c0, x0);
+            fa_store(c0, fa_epi_vec(ep, x0, i, j));
         }
     }
     for (; j < n; j++) {
@@ -204,18 +238,20 @@ fa_gemm_body(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t a
                 x *= cs[i];
             for (int64_t p = p0; p < p1; p++)
                 x = FA_FMA(A[i * ai + p * ap], B[p * ldb + j], x);
-            C[i * ldc + j] = x;
+            C[i * ldc + j] = fa_epi_one(ep, x, i, j);
         }
     }
 }
 
 /* fa_gemm_body without a band (compiled without the band's tests) and with one. */
+static const fa_band fa_no_band = {FA_FULL, 0};
+static const fa_epi fa_no_epi = {FA_EPI_NONE, NULL, NULL, 0};
+
 static void fa_gemm_full(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
                          int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
                          int64_t ldc, int add, const real *restrict cs)
 {
-    const fa_band none = {FA_FULL, 0};
-    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, cs, none);
+    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, cs, fa_no_band, fa_no_epi);
 }
 
 static void fa_gemm_banded(int64_t m, int64_t n, int64_t kk, const real *restrict A,
@@ -223,7 +259,25 @@ static void fa_gemm_banded(int64_t m, int64_t n, int64_t kk, const real *restric
                            real *restrict C, int64_t ldc, int add, const real *restrict cs,
                            fa_band bd)
 {
-    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, cs, bd);
+    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, add, cs, bd, fa_no_epi);
+}
+
+/* C (m x n, ld ldc) = 2^(A B - row[i]) and C = scale P (A B - row[i]): fa_gemm_full with the
+ * epilogues FA_EPI_EXP2 and FA_EPI_DS (P: m x n, ld FA_LD). */
+static void fa_gemm_exp2(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
+                         int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
+                         int64_t ldc, const real *row)
+{
+    const fa_epi ep = {FA_EPI_EXP2, row, NULL, 0};
+    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, 0, NULL, fa_no_band, ep);
+}
+
+static void fa_gemm_ds(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,
+                       int64_t ap, const real *restrict B, int64_t ldb, real *restrict C,
+                       int64_t ldc, const real *row, const real *P, real scale)
+{
+    const fa_epi ep = {FA_EPI_DS, row, P, scale};
+    fa_gemm_body(m, n, kk, A, ai, ap, B, ldb, C, ldc, 0, NULL, fa_no_band, ep);
 }
 
 static inline void fa_gemm(int64_t m, int64_t n, int64_t kk, const real *restrict A, int64_t ai,

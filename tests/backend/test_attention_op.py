@@ -28,6 +28,10 @@ CASES = {
     "dropout": (2, 2, 30, 40, 8, 12, True, True, True, False),
     "blocks": (2, 2, 64, 96, 8, 8, True, False, False, True),
     "blocks+all": (2, 2, 48, 48, 8, 8, True, True, True, True),
+    # longer than the kernels' 256-row in-place limit: strided operands go through their
+    # per-thread contiguous copies, the backward's dK, dV and dQ through contiguous sums
+    "long": (1, 2, 300, 300, 16, 16, False, False, False, False),
+    "long causal+padding+dropout": (1, 2, 290, 300, 16, 8, True, True, True, False),
 }
 
 
@@ -103,7 +107,8 @@ def _head_major(view):
 
 
 @pytest.mark.parametrize("case", ["self", "causal+padding", "cross causal", "dk!=dv", "dropout",
-                                  "blocks+all", "decode"])
+                                  "blocks+all", "decode", "long",
+                                  "long causal+padding+dropout"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_token_major_operands_match_head_major(case, dtype):
     """Operands given as (N, T, H, d) views of wider buffers (no head permutes) give the
