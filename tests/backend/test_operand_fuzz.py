@@ -1,0 +1,88 @@
+"""Every backend op that hands raw pointers to compiled code (C through cffi on the CPU, CUDA
+kernels on the GPU), called once with a correct set of operands and then with each operand in
+turn spoiled (``support.operand_cases``): one element fewer or more, float64, float16 or int32
+data into a float32 backend, a non-contiguous view.  A misshaped or mistyped operand is one
+ValueError / TypeError naming the op, the operand and its shape or dtype, raised before
+anything is written (the CPU kernels used to write past the buffers, and glibc aborted
+Python); a strided view either gives the correct call's results or one such error.  On the CPU
+backend and on the GPU backend's own code over the host emulator (compiled and emulated, not
+run on a GPU)."""
+import numpy as np
+import pytest
+from support.gpu_host_backend import host_gpu_backend
+from support.operand_cases import cases, spoiled
+from support.requires import requires
+
+import neonlite
+
+CASES = cases()
+IDS = [c.op + "".join(f"[{t}]" for t in c.tags) for c in CASES]
+
+
+def _values(ops):
+    return {n: t.get().copy() for n, t in ops.items() if t is not None}
+
+
+def _fresh(be, case):
+    return case.build(be, np.random.default_rng(0))
+
+
+def _expect_clear(case, name, kind, bad, error):
+    """The error names the op and the spoiled operand with its shape or dtype."""
+    message = str(error)
+    if case.optree:
+        assert isinstance(error, ValueError), message
+        return
+    if kind == "fewer" and name in case.index_checked and isinstance(error, IndexError):
+        assert "out of range" in message, message
+        return
+    assert isinstance(error, (ValueError, TypeError)), f"{type(error).__name__}: {message}"
+    assert message.startswith(case.op + ":") or message.startswith(case.op + " ("), message
+    if kind in ("fewer", "more"):
+        assert isinstance(error, ValueError), message
+        assert str(tuple(bad.shape)) in message, message
+    elif kind in ("float64", "float16", "int32"):
+        assert isinstance(error, TypeError), message
+        assert kind in message, message
+    first = next(iter(_fresh_names(case)))
+    assert name in message or name == first, message
+
+
+def _fresh_names(case):
+    return case.build(neonlite.get_backend(), np.random.default_rng(0)).keys()
+
+
+def _check_case(be, case):
+    ops = _fresh(be, case)
+    case.call(be, ops)
+    want = _values(ops)
+    for name, t in _fresh(be, case).items():
+        for kind, bad in spoiled(be, name, t, case):
+            ops = _fresh(be, case)
+            ops[name] = bad
+            before = _values(ops)
+            try:
+                case.call(be, ops)
+            except Exception as error:  # noqa: BLE001 - what it is, is the check
+                _expect_clear(case, name, kind, bad, error)
+                after = _values(ops)
+                for n, value in before.items():
+                    assert np.array_equal(after[n], value, equal_nan=True), \
+                        f"{case.op} wrote into {n} before refusing the {kind} {name}"
+                continue
+            assert kind == "strided", f"{case.op} took a {kind} {name} of shape " \
+                                      f"{tuple(bad.shape)}, dtype {bad.dtype}"
+            for n, value in _values(ops).items():
+                np.testing.assert_allclose(value, want[n], rtol=1e-5, atol=1e-5,
+                                           err_msg=f"{case.op} with a strided {name}: {n}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_cpu_refuses_spoiled_operands(case):
+    _check_case(neonlite.gen_backend("cpu", batch_size=4, rng_seed=0), case)
+
+
+@requires("emulator")
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_gpu_backend_refuses_spoiled_operands(monkeypatch, case):
+    _check_case(host_gpu_backend(monkeypatch), case)
