@@ -3,6 +3,8 @@ fused attention on head-major slices, local response normalization across channe
 the per-step gate kernels of recurrent cells.  :class:`~.backend.Backend` inherits them."""
 from abc import ABC, abstractmethod
 
+from .operand_shapes import check_lstm_sequence
+
 
 class SequenceOps(ABC):
     """Attention, LRN and recurrent gate steps of the backend contract."""
@@ -143,6 +145,7 @@ class SequenceOps(ABC):
                             activation="tanh", gate_activation="logistic"):
         """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, 4H) = h_prev @ U, then
         ``lstm_fprop_step``."""
+        check_lstm_sequence("lstm_fprop_sequence", gates, hg=hg, U=U, c=c, h=h, mask=mask)
         T = gates.shape[0]
         for t in (range(T - 1, -1, -1) if reverse else range(T)):
             p, q = (t + 1, t) if reverse else (t, t + 1)
@@ -155,6 +158,8 @@ class SequenceOps(ABC):
         """The steps of ``lstm_fprop_sequence`` backwards: ``lstm_bprop_step`` each, then (but
         after the last) dh += dgates_t @ U^T.  dy (T, N, H) or None; dh, dc (N, H) in the
         errors reaching the final state; dgates (T, N, 4H) out."""
+        check_lstm_sequence("lstm_bprop_sequence", gates, U=U, c=c, dy=dy, dh=dh, dc=dc,
+                            dgates=dgates, mask=mask)
         T = gates.shape[0]
         for k, t in enumerate(range(T) if reverse else range(T - 1, -1, -1)):
             p, q = (t + 1, t) if reverse else (t, t + 1)

@@ -40,6 +40,16 @@ def _type_name(t):
     return "bfloat16" if getattr(t, "storage", None) == "bf16" else np.dtype(t.dtype).name
 
 
+def check_contiguous(op, **operands):
+    """ValueError naming ``op`` and the first operand (None: absent) that is a strided view:
+    the GPU kernels read and write every operand as flat rows."""
+    for name, t in operands.items():
+        if t is not None and not t.is_contiguous:
+            raise ValueError(f"{op}: {name} is a non-contiguous view (shape {tuple(t.shape)}, "
+                             f"element strides {tuple(t.strides)}); the GPU kernels take "
+                             f"contiguous operands")
+
+
 def check_rank(op, name, t, rank):
     """ValueError unless tensor ``t`` (operand ``name`` of ``op``) has ``rank`` axes (an int,
     or a tuple of the ranks taken)."""
@@ -70,7 +80,7 @@ def check_operands(op, expected, like=None, exact=False, free=(), note="", sizes
         return
     like_name, like_t = like
     kind = element_type(like_t)
-    if np.dtype(like_t.dtype).kind != "f":
+    if not (kind in ("f16", "bf16", "f32") if isinstance(kind, str) else kind.kind == "f"):
         raise TypeError(f"{op}: {like_name} has dtype {_type_name(like_t)}; expected a "
                         f"floating type")
     for name, t, _ in expected:
