@@ -5,11 +5,14 @@ take their sizes from a plan or one operand and trust every other pointer, so ea
 wrapper calls its check here before anything runs (:func:`.operand_sizes.check_operands`:
 one ValueError naming the op, the operand, its shape and the shape expected, or a TypeError
 for an operand of another element type).  Shared by the CPU and GPU backends."""
+import math
+
 import numpy as np
 
 from .operand_sizes import check_operands, check_rank
 
 GATES = {"lstm": 4, "gru": 3, "rnn": 1}
+_GATE_ROWS = frozenset(("gates", "dgates", "dgx", "dgh"))
 
 
 def check_product(op, A, B, C, transA=False, transB=False):
@@ -28,7 +31,7 @@ def check_product(op, A, B, C, transA=False, transB=False):
     n = b[-2] if transB else b[-1]
     check_operands(op, [("B", B, b[:-2] + ((n, k) if transB else (k, n))),
                         ("C", C, tuple(C.shape[:-2]) + (m, n))], like=("A", A), exact=True,
-                   note=f" for A of shape {a}" + (" (transposed)" if transA else "")
+                   note=lambda: f" for A of shape {a}" + (" (transposed)" if transA else "")
                    + f" and B of shape {b}" + (" (transposed)" if transB else ""))
 
 
@@ -51,7 +54,7 @@ def check_conv(op, plan, **operands):
     shapes = _conv_shapes(plan)
     named = list(operands.items())
     check_operands(op, [(n, t, shapes[n]) for n, t in named], like=named[0],
-                   exact=("I", "grad_I", "O", "E"), note=_plan_note(plan))
+                   exact=("I", "grad_I", "O", "E"), note=lambda: _plan_note(plan))
 
 
 def check_pool(op, plan, **operands):
@@ -61,7 +64,7 @@ def check_pool(op, plan, **operands):
     shapes = {"I": image, "grad_I": image, "O": out, "E": out}
     named = list(operands.items())
     check_operands(op, [(n, t, shapes[n]) for n, t in named], like=named[0], exact=True,
-                   note=f" (the plan pools {image} into {out})")
+                   note=lambda: f" (the plan pools {image} into {out})")
 
 
 def check_rows_alike(op, rank, **operands):
@@ -72,7 +75,7 @@ def check_rows_alike(op, rank, **operands):
     if rank is not None:
         check_rank(op, first_name, first, rank)
     check_operands(op, [(n, t, tuple(first.shape)) for n, t in named[1:]], like=named[0],
-                   exact=True, note=f" (as {first_name}, of shape {tuple(first.shape)})")
+                   exact=True, note=lambda: f" (as {first_name}, of shape {tuple(first.shape)})")
 
 
 def check_masked_softmax(x, out, key_mask):
@@ -96,7 +99,7 @@ def check_table_rows(op, table, ids, rows):
     check_rank(op, *table, 2)
     D = table[1].shape[1]
     check_operands(op, [(rows[0], rows[1], tuple(ids.shape) + (D,))], like=table,
-                   note=f" (ids of shape {tuple(ids.shape)}; {table[0]} of shape "
+                   note=lambda: f" (ids of shape {tuple(ids.shape)}; {table[0]} of shape "
                         f"{tuple(table[1].shape)})")
 
 
@@ -107,22 +110,33 @@ def check_permute(x, out, axes):
         raise ValueError(f"permute_axes: axes {axes} are not a permutation of x's "
                          f"{len(x.shape)} axes (x has shape {tuple(x.shape)})")
     check_operands("permute_axes", [("out", out, tuple(x.shape[a] for a in axes))],
-                   exact=True, note=f" (x of shape {tuple(x.shape)} permuted by {axes})")
+                   exact=True, note=lambda: f" (x of shape {tuple(x.shape)} permuted by {axes})")
+
+
+def _gate_shape(name, N, H, G):
+    if name in _GATE_ROWS or (name == "hg" and G > 1):
+        return (N, G * H)
+    return (G * H,) if name == "bias_h" else (N,) if name == "mask" else (N, H)
 
 
 def check_gate_step(op, cell, state, **operands):
     """One recurrent gate step of ``cell`` (``rnn``, ``lstm``, ``gru``): N, H from the
     operand named ``state`` (N, H); the gate rows (``gates``, ``dgates``, ``dgx``, ``dgh``,
     and ``hg`` of the LSTM and GRU) (N, G*H), ``bias_h`` (G*H,), ``mask`` (N,), every other
-    operand (N, H); by element count (the kernels read them flat)."""
-    check_rank(op, state, operands[state], 2)
-    N, H = operands[state].shape
-    G = GATES[cell]
-    wide = {"gates", "dgates", "dgx", "dgh"} | ({"hg"} if G > 1 else set())
-    shapes = {name: (N, G * H) if name in wide else (G * H,) if name == "bias_h" else
-              (N,) if name == "mask" else (N, H) for name in operands}
-    check_operands(op, [(n, t, shapes[n]) for n, t in operands.items()], like=(state, operands[state]),
-                   free=("mask",), note=f" (N={N}, H={H} from {state} of shape {(N, H)})")
+    operand (N, H), of the state's element type (the mask's is free); by element count (the
+    kernels read them flat).  Runs every step of a recurrent layer, so it only compares
+    numbers until something differs."""
+    first = operands[state]
+    if len(first.shape) != 2:
+        check_rank(op, state, first, 2)
+    N, H = first.shape
+    G, kind = GATES[cell], first.dtype
+    for name, t in operands.items():
+        if t is not None and (t.size != math.prod(_gate_shape(name, N, H, G))
+                              or (t.dtype != kind and name != "mask")):
+            check_operands(op, [(n, u, _gate_shape(n, N, H, G)) for n, u in operands.items()],
+                           like=(state, first), free=("mask",),
+                           note=f" (N={N}, H={H} from {state} of shape {(N, H)})")
 
 
 def check_lstm_sequence(op, gates, **operands):
@@ -137,7 +151,7 @@ def check_lstm_sequence(op, gates, **operands):
               "mask": (T, N), "dy": (T, N, H), "dh": (N, H), "dc": (N, H), "dgates": (T, N, G)}
     check_operands(op, [(n, t, shapes[n]) for n, t in operands.items()], like=("gates", gates),
                    free=("mask",), exact=("c", "h", "dy", "dgates"),
-                   note=f" (T={T}, N={N}, H={H} from gates of shape {(T, N, G)})")
+                   note=lambda: f" (T={T}, N={N}, H={H} from gates of shape {(T, N, G)})")
 
 
 def check_blocksparse(op, plan, transposed=False, **operands):
@@ -148,13 +162,13 @@ def check_blocksparse(op, plan, transposed=False, **operands):
     bs, R, C, nnz, heads = plan.bs, plan.rows, plan.cols, plan.nnz, plan.heads
     named = list(operands.items())
     first_name, first = named[0]
-    layout = f"layout {heads}x{R}x{C} blocks of {bs}, {nnz} stored"
     if op in ("blocksparse_fprop", "blocksparse_bprop", "blocksparse_update"):
         check_rank(op, first_name, first, 2)
         M = first.shape[0]
         shapes = {"x": (M, R * bs), "dx": (M, R * bs), "e": (M, C * bs), "y": (M, C * bs),
                   "w": (nnz, bs, bs), "dw": (nnz, bs, bs)}
-        note = f" (M={M} rows from {first_name} of shape {tuple(first.shape)}; {layout})"
+        note = lambda: f" (M={M} rows from {first_name} of shape {tuple(first.shape)}; " \
+                       f"layout {heads}x{R}x{C} blocks of {bs}, {nnz} stored)"
     else:
         check_rank(op, first_name, first, 4)
         N = first.shape[0]
@@ -168,9 +182,9 @@ def check_blocksparse(op, plan, transposed=False, **operands):
             d = operands["b"].shape[-1]
             rows_in, rows_out = (R, C) if transposed else (C, R)
             shapes.update(b=(N, heads, rows_in * bs, d), o=(N, heads, rows_out * bs, d))
-        note = f" (N={N} from {first_name} of shape {tuple(first.shape)}" + (
+        note = lambda: f" (N={N} from {first_name} of shape {tuple(first.shape)}" + (
             f", d={d} from b of shape {tuple(operands['b'].shape)}"
-            if op == "blocksparse_dsd" else "") + f"; {layout})"
+            if op == "blocksparse_dsd" else "") + f"; layout {heads}x{R}x{C} blocks of {bs}, {nnz} stored)"
     check_operands(op, [(n, t, shapes[n]) for n, t in named], like=named[0], exact=True,
                    note=note)
 

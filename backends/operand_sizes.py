@@ -6,6 +6,8 @@ check of the row-wise kernels (batch norm, layer norm, the fused softmax + cross
 :func:`check_operands` and :func:`check_rank` the shape, count and element-type checks the
 other ops' expected shapes (``operand_shapes.py``) go through.  Shared by the CPU and GPU
 backends."""
+import math
+
 import numpy as np
 
 
@@ -59,23 +61,25 @@ def check_rank(op, name, t, rank):
                          f"{' or '.join(map(str, ranks))} axes")
 
 
-def check_operands(op, expected, like=None, exact=False, free=(), note="", sizes=True):
+def check_operands(op, expected, like=None, exact=(), free=(), note="", sizes=True):
     """Raise ValueError naming ``op``, the operand, its shape and the expected shape unless
-    each (name, tensor, shape) of ``expected`` has that shape (``exact``: True, or the names
-    held to it) or else that many elements; a None tensor is absent and passes.  ``like``
-    (name, tensor): every other operand (but the names in ``free``) must have its element
-    type, a floating one (TypeError otherwise).  ``note`` ends the messages (where the
-    expected shapes come from); ``sizes`` False checks the element types only."""
+    each (name, tensor, shape tuple) of ``expected`` has that shape (``exact``: True, or the
+    names held to it) or else that many elements; a None tensor is absent and passes.
+    ``like`` (name, tensor): every other operand (but the names in ``free``) must have its
+    element type, a floating one (TypeError otherwise).  ``note`` (a string, or a function
+    giving one, called only for a message) ends the messages: where the expected shapes come
+    from.  ``sizes`` False checks the element types only.  Cheap when everything matches: a
+    comparison per operand."""
     for name, t, shape in expected if sizes else ():
         if t is None:
             continue
-        shape, got = tuple(int(n) for n in shape), tuple(t.shape)
-        if exact is True or name in (exact or ()):
-            if got != shape:
-                raise ValueError(f"{op}: {name} has shape {got}; expected {shape}{note}")
-        elif t.size != int(np.prod(shape)):
-            raise ValueError(f"{op}: {name} has shape {got} ({t.size} elements); expected "
-                             f"{shape} ({int(np.prod(shape))} elements){note}")
+        if exact is True or name in exact:
+            if tuple(t.shape) != shape:
+                raise ValueError(f"{op}: {name} has shape {tuple(t.shape)}; expected "
+                                 f"{shape}{_text(note)}")
+        elif t.size != math.prod(shape):
+            raise ValueError(f"{op}: {name} has shape {tuple(t.shape)} ({t.size} elements); "
+                             f"expected {shape} ({math.prod(shape)} elements){_text(note)}")
     if like is None:
         return
     like_name, like_t = like
@@ -84,6 +88,10 @@ def check_operands(op, expected, like=None, exact=False, free=(), note="", sizes
         raise TypeError(f"{op}: {like_name} has dtype {_type_name(like_t)}; expected a "
                         f"floating type")
     for name, t, _ in expected:
-        if t is not None and name not in free and element_type(t) != kind:
+        if t is not None and t is not like_t and element_type(t) != kind and name not in free:
             raise TypeError(f"{op}: {name} has dtype {_type_name(t)}; expected "
                             f"{_type_name(like_t)}, the dtype of {like_name}")
+
+
+def _text(note):
+    return note() if callable(note) else note

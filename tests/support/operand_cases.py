@@ -266,6 +266,11 @@ def _row_kernel_cases():
             mean=be.zeros((1, D)), invstd=be.zeros((1, D)), running_mean=be.zeros((1, D)),
             running_var=be.ones((1, D))),
             lambda be, o: be.batchnorm_fprop(*o.values())),
+        Case("batchnorm_apply", lambda be, rng: _ops(
+            x=_normal(be, rng, M, D), gamma=_normal(be, rng, 1, D),
+            beta=_normal(be, rng, 1, D), y=be.zeros((M, D)), xhat=be.zeros((M, D)),
+            mean=_normal(be, rng, 1, D), invstd=_positive(be, rng, 1, D)),
+            lambda be, o: be.batchnorm_apply(*o.values())),
         Case("batchnorm_bprop", lambda be, rng: _ops(
             dy=_normal(be, rng, M, D), xhat=_normal(be, rng, M, D),
             invstd=_positive(be, rng, 1, D), gamma=_normal(be, rng, 1, D),
