@@ -5,8 +5,6 @@ take their sizes from a plan or one operand and trust every other pointer, so ea
 wrapper calls its check here before anything runs (:func:`.operand_sizes.check_operands`:
 one ValueError naming the op, the operand, its shape and the shape expected, or a TypeError
 for an operand of another element type).  Shared by the CPU and GPU backends."""
-import math
-
 import numpy as np
 
 from .operand_sizes import check_operands, check_rank
@@ -70,6 +68,11 @@ def check_pool(op, plan, **operands):
 def check_rows_alike(op, rank, **operands):
     """Every operand of the first one's shape, which has ``rank`` axes (None: any; softmax's
     x and out) (LRN's (M, C) rows x, y, scale, dy, dx: rank 2)."""
+    first = next(iter(operands.values()))
+    shape, kind = first.shape, first.dtype
+    if (rank is None or len(shape) == rank) and kind.kind == "f" and all(
+            t.shape == shape and t.dtype == kind for t in operands.values()):
+        return
     named = list(operands.items())
     first_name, first = named[0]
     if rank is not None:
@@ -96,6 +99,10 @@ def check_table_rows(op, table, ids, rows):
     """``take_rows`` / ``scatter_add_rows``: the table (V, D) and the rows ids.shape + (D,)
     (by element count), of the table's element type; ids of any shape and number type.
     ``table`` and ``rows`` are (name, tensor) pairs."""
+    t, r = table[1], rows[1]
+    if len(t.shape) == 2 and r.size == ids.size * t.shape[1] and r.dtype == t.dtype and \
+            t.dtype.kind == "f":
+        return
     check_rank(op, *table, 2)
     D = table[1].shape[1]
     check_operands(op, [(rows[0], rows[1], tuple(ids.shape) + (D,))], like=table,
@@ -131,9 +138,13 @@ def check_gate_step(op, cell, state, **operands):
         check_rank(op, state, first, 2)
     N, H = first.shape
     G, kind = GATES[cell], first.dtype
+    rows, wide, bias = N * H, N * G * H, G * H
     for name, t in operands.items():
-        if t is not None and (t.size != math.prod(_gate_shape(name, N, H, G))
-                              or (t.dtype != kind and name != "mask")):
+        if t is None:
+            continue
+        size = wide if name in _GATE_ROWS or (name == "hg" and G > 1) else \
+            bias if name == "bias_h" else N if name == "mask" else rows
+        if t.size != size or (t.dtype != kind and name != "mask"):
             check_operands(op, [(n, u, _gate_shape(n, N, H, G)) for n, u in operands.items()],
                            like=(state, first), free=("mask",),
                            note=f" (N={N}, H={H} from {state} of shape {(N, H)})")
