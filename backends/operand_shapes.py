@@ -195,7 +195,8 @@ def check_blocksparse(op, plan, transposed=False, **operands):
             shapes.update(b=(N, heads, rows_in * bs, d), o=(N, heads, rows_out * bs, d))
         note = lambda: f" (N={N} from {first_name} of shape {tuple(first.shape)}" + (
             f", d={d} from b of shape {tuple(operands['b'].shape)}"
-            if op == "blocksparse_dsd" else "") + f"; layout {heads}x{R}x{C} blocks of {bs}, {nnz} stored)"
+            if op == "blocksparse_dsd" else "") + \
+            f"; layout {heads}x{R}x{C} blocks of {bs}, {nnz} stored)"
     check_operands(op, [(n, t, shapes[n]) for n, t in named], like=named[0], exact=True,
                    note=note)
 
