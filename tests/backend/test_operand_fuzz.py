@@ -30,8 +30,9 @@ def _fresh(be, case):
 def _expect_clear(case, name, kind, bad, error):
     """The error names the op and the spoiled operand with its shape or dtype."""
     message = str(error)
-    if case.optree:
+    if case.optree:  # an assignment: the op-tree's shapes, as the GPU code generator says them
         assert isinstance(error, ValueError), message
+        assert message.startswith("op-tree ") and str(tuple(bad.shape)) in message, message
         return
     if kind == "fewer" and name in case.index_checked and isinstance(error, IndexError):
         assert message.startswith("id ") and "expected a whole number in [0, " in message, \

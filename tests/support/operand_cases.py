@@ -22,7 +22,8 @@ class Case:
     """One op's correct call (see the module docstring).  ``dtype_free``: operands of any
     element type (ids, masks); ``index_checked``: operands whose ``fewer`` variant makes a
     valid id out of range (the op's IndexError names the id); ``optree``: an op-tree
-    assignment, not a backend op (numpy's broadcast error, any element type); ``tags``: a
+    assignment, not a backend op (an error naming the tree's shapes; any element type, as
+    op-trees cast); ``tags``: a
     variant's label (the algorithm a plan chooses)."""
     op: str
     build: object
