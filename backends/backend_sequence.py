@@ -3,11 +3,14 @@ fused attention on head-major slices, local response normalization across channe
 the per-step gate kernels of recurrent cells.  :class:`~.backend.Backend` inherits them."""
 from abc import ABC, abstractmethod
 
-from .operand_shapes import check_lstm_sequence
+from .operand_shapes import check_lstm_sequence, example_rows
 
 
 class SequenceOps(ABC):
     """Attention, LRN and recurrent gate steps of the backend contract."""
+
+    #: the rows ``example_dropout_mask`` reads its mask as (checked)
+    example_rows = staticmethod(example_rows)
 
     # ---- fused attention -------------------------------------------------------------------------
     def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,

@@ -218,3 +218,13 @@ def check_attention_operands(kind, q, k, v, out, lse, dout=None, dq=None, dk=Non
     if lse.dtype not in (q.dtype, np.float32):
         raise TypeError(f"{op}: lse has dtype {lse.dtype}; expected {q.dtype} (q's) or "
                         f"float32")
+
+
+def example_rows(mask, examples):
+    """The rows ``example_dropout_mask`` reads ``mask`` as: ``examples`` (by default its first
+    axis), which must divide its element count (ValueError naming the op otherwise)."""
+    rows = mask.shape[0] if examples is None else int(examples)
+    if rows < 1 or mask.size % rows:
+        raise ValueError(f"example_dropout_mask: mask has shape {tuple(mask.shape)} "
+                         f"({mask.size} elements); expected whole rows for {rows} examples")
+    return rows

@@ -236,7 +236,7 @@ class GPUBackend(GPUAttentionMixin, GPULRNMixin, GPURecurrentMixin, GPUBlockSpar
         ``nl_example_mask_*``: no host work or copy per step."""
         if not (mask.is_contiguous and mask.storage in ("f32", "f16", "bf16")):
             return super().example_dropout_mask(mask, keep, key, step, stream, first, examples)
-        rows = mask.shape[0] if examples is None else int(examples)
+        rows = self.example_rows(mask, examples)
         per = mask.size // rows
         seed_lo, seed_hi = philox.seed_key(key)
         first = int(first)

@@ -90,3 +90,25 @@ def test_cpu_refuses_spoiled_operands(case):
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_gpu_backend_refuses_spoiled_operands(monkeypatch, case):
     _check_case(host_gpu_backend(monkeypatch), case)
+
+
+def _check_example_rows(be):
+    """``example_dropout_mask`` reads its mask as ``examples`` rows: a count that does not
+    divide the mask is one ValueError naming the op (the CPU said numpy's reshape error; the
+    GPU kernel filled part of the mask)."""
+    mask = be.zeros((4, 5))
+    with pytest.raises(ValueError, match=r"^example_dropout_mask: mask has shape \(4, 5\) "
+                                         r"\(20 elements\); expected whole rows for 3 examples"):
+        be.example_dropout_mask(mask, 0.5, 1, 0, 0, 0, examples=3)
+    assert not np.any(mask.get())
+    be.example_dropout_mask(mask, 0.5, 1, 0, 0, 0, examples=2)
+    assert set(np.unique(mask.get())) <= {0.0, 2.0} and mask.get().any()
+
+
+def test_cpu_example_dropout_mask_needs_whole_rows():
+    _check_example_rows(neonlite.gen_backend("cpu", batch_size=4, rng_seed=0))
+
+
+@requires("emulator")
+def test_gpu_example_dropout_mask_needs_whole_rows(monkeypatch):
+    _check_example_rows(host_gpu_backend(monkeypatch))
