@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from support.gpu_host_backend import host_gpu_backend
 from support.operand_cases import cases, spoiled
-from support.requires import requires
+from support.requires import need, requires
 
 import neonlite
 
@@ -112,3 +112,20 @@ def test_cpu_example_dropout_mask_needs_whole_rows():
 @requires("emulator")
 def test_gpu_example_dropout_mask_needs_whole_rows(monkeypatch):
     _check_example_rows(host_gpu_backend(monkeypatch))
+
+
+@pytest.mark.parametrize("name", ["cpu", "gpu"])
+def test_batchnorm_moments_takes_rows(monkeypatch, name):
+    """x (M, C) only: the CPU kernel read a 3-D x's first two axes as M and C (it failed on
+    an unrelated TypeError before the call)."""
+    if name == "gpu":
+        need("emulator")
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0) if name == "cpu" else \
+        host_gpu_backend(monkeypatch)
+    x = be.array(np.ones((2, 16, 3), np.float32))
+    with pytest.raises(ValueError, match=r"^batchnorm_moments: x has shape \(2, 16, 3\); "
+                                         r"expected 2 axes"):
+        be.batchnorm_moments(x)
+    mean, m2 = be.batchnorm_moments(x.reshape(32, 3))
+    np.testing.assert_allclose(mean, np.ones(3))
+    np.testing.assert_allclose(m2, np.zeros(3), atol=1e-6)
