@@ -5,16 +5,12 @@ fuzz test (``tests/backend/test_operand_fuzz.py``).
 :func:`cases` lists :class:`Case`\\ s: ``build(be, rng)`` makes the operands of one call
 (an ordered dict of name -> tensor; the names are the contract's) and ``call(be, ops)`` runs
 the op on them (earlier calls it needs, an fprop before its bprop, run there on fresh
-operands of their own).  ``fixed`` names operands that are not checked against the others
-(integer ids and targets, whose dtype is free).  :func:`spoiled` gives the spoiled variants
-of one operand.
+operands of their own).  :func:`spoiled` gives the spoiled variants of one operand.
 """
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from neonlite.blocksparse import layouts
 
 
 @dataclass
