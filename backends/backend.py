@@ -461,7 +461,7 @@ class Backend(SequenceOps, ABC):
         ``mask.shape[0]``) with the inverted-dropout masks of the global examples ``first ..``
         drawn by counter-based Philox from (key, step, stream): the stream of
         :func:`philox.example_masks`, bit for bit on every backend, whatever the batch split."""
-        rows = mask.shape[0] if examples is None else int(examples)
+        rows = self.example_rows(mask, examples)
         bits = philox.example_masks((rows, mask.size // rows), keep, key, step, stream, first)
         mask.set(bits.reshape(mask.shape))
         return mask

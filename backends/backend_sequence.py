@@ -3,9 +3,14 @@ fused attention on head-major slices, local response normalization across channe
 the per-step gate kernels of recurrent cells.  :class:`~.backend.Backend` inherits them."""
 from abc import ABC, abstractmethod
 
+from .operand_shapes import check_lstm_sequence, example_rows
+
 
 class SequenceOps(ABC):
     """Attention, LRN and recurrent gate steps of the backend contract."""
+
+    #: the rows ``example_dropout_mask`` reads its mask as (checked)
+    example_rows = staticmethod(example_rows)
 
     # ---- fused attention -------------------------------------------------------------------------
     def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
@@ -45,7 +50,7 @@ class SequenceOps(ABC):
         are recomputed from ``lse`` tile by tile.  This default runs the numpy reference on
         host copies."""
         from .reference import attention as numpy_attention
-        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
+        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks, "attention_bprop")
         grads = [dq.get(), dk.get(), dv.get()]
         numpy_attention.attention_bprop(q.get(), k.get(), v.get(), out.get(), lse.get(),
                                         dout.get(), *grads, scale, causal,
@@ -56,31 +61,33 @@ class SequenceOps(ABC):
         return dq
 
     @staticmethod
-    def _check_attention(q, k, v, out, lse, key_mask, heads, blocks):
-        """ValueError naming the mismatch when the shapes of an attention call disagree."""
+    def _check_attention(q, k, v, out, lse, key_mask, heads, blocks, op="attention"):
+        """ValueError naming the mismatch when the shapes of an attention call disagree
+        (``op``: the name the message starts with)."""
         if heads < 1:
-            raise ValueError(f"attention: heads={heads} must be at least 1")
+            raise ValueError(f"{op}: heads={heads} must be at least 1")
         B, Tq, dk = _slice_shape("q", q, heads)
         Tk, dv = k.shape[1], v.shape[-1]
+        given = f"for q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         want = {"k": (B, Tk, dk), "v": (B, Tk, dv), "out": (B, Tq, dv)}
         for name, t in (("k", k), ("v", v), ("out", out)):
             if _slice_shape(name, t, heads) != want[name]:
-                raise ValueError(f"attention: {name} has shape {tuple(t.shape)}, expected "
+                raise ValueError(f"{op}: {name} has shape {tuple(t.shape)}, expected "
                                  f"{want[name]} (or token-major {want[name][1:2]} x "
-                                 f"(N, heads) around it) for q {tuple(q.shape)}")
+                                 f"(N, heads) around it) {given}")
         if tuple(lse.shape) != (B, Tq):
-            raise ValueError(f"attention: lse has shape {tuple(lse.shape)}, expected "
+            raise ValueError(f"{op}: lse has shape {tuple(lse.shape)}, expected "
                              f"{(B, Tq)} for q {tuple(q.shape)}")
         if B % heads:
-            raise ValueError(f"attention: {B} slices are not a multiple of heads={heads}")
+            raise ValueError(f"{op}: {B} slices are not a multiple of heads={heads}")
         if key_mask is not None and tuple(key_mask.shape) != (B // heads, Tk):
-            raise ValueError(f"attention: key_mask has shape {tuple(key_mask.shape)}, expected "
-                             f"(N, Tk) = {(B // heads, Tk)}")
+            raise ValueError(f"{op}: key_mask has shape {tuple(key_mask.shape)}, expected "
+                             f"(N, Tk) = {(B // heads, Tk)} {given}")
         if blocks is not None:
             Hl, nqb, nkb = blocks.layout.shape
             want = (-(-Tq // blocks.bq), -(-Tk // blocks.bk))
             if (nqb, nkb) != want or Hl not in (1, heads):
-                raise ValueError(f"attention: the block layout has shape {blocks.layout.shape},"
+                raise ValueError(f"{op}: the block layout has shape {blocks.layout.shape},"
                                  f" expected (1 or {heads}, {want[0]}, {want[1]})")
 
     # ---- local response normalization ---------------------------------------------------------
@@ -141,6 +148,7 @@ class SequenceOps(ABC):
                             activation="tanh", gate_activation="logistic"):
         """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, 4H) = h_prev @ U, then
         ``lstm_fprop_step``."""
+        check_lstm_sequence("lstm_fprop_sequence", gates, hg=hg, U=U, c=c, h=h, mask=mask)
         T = gates.shape[0]
         for t in (range(T - 1, -1, -1) if reverse else range(T)):
             p, q = (t + 1, t) if reverse else (t, t + 1)
@@ -153,6 +161,8 @@ class SequenceOps(ABC):
         """The steps of ``lstm_fprop_sequence`` backwards: ``lstm_bprop_step`` each, then (but
         after the last) dh += dgates_t @ U^T.  dy (T, N, H) or None; dh, dc (N, H) in the
         errors reaching the final state; dgates (T, N, 4H) out."""
+        check_lstm_sequence("lstm_bprop_sequence", gates, U=U, c=c, dy=dy, dh=dh, dc=dc,
+                            dgates=dgates, mask=mask)
         T = gates.shape[0]
         for k, t in enumerate(range(T) if reverse else range(T - 1, -1, -1)):
             p, q = (t + 1, t) if reverse else (t, t + 1)

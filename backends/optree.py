@@ -161,3 +161,21 @@ def broadcast_shape(node):
         axes = [a % len(shape) for a in axes]
         return tuple(1 if i in axes else s for i, s in enumerate(shape))
     return shape
+
+
+def assignment_error(tree, out_shape):
+    """The ValueError saying why op-tree ``tree`` cannot be evaluated into an output of shape
+    ``out_shape``: its operands do not broadcast together, or their result does not broadcast
+    to the output (the GPU code generator's words); None when neither is the reason."""
+    try:
+        shape = broadcast_shape(tree)
+    except ValueError:
+        shapes = [tuple(a.shape) for a in tree.leaves()]
+        return ValueError(f"op-tree {tree!r}: operand shapes {shapes} do not broadcast together")
+    try:
+        if np.broadcast_shapes(shape, tuple(out_shape)) == tuple(out_shape):
+            return None
+    except ValueError:
+        pass
+    return ValueError(f"op-tree {tree!r} of shape {shape} cannot be assigned to an output of "
+                      f"shape {tuple(out_shape)}")

@@ -10,55 +10,64 @@ MERGES = ("concat", "sum")
 
 
 class _SequenceReduction(Layer):
-    """(N, T, H) -> (N, H) over the time axis."""
+    """(N, T', H) -> (N, H) over the time axis, for sequences of 1 to T steps (T configured);
+    bprop's input gradient is (N, T', H) for the T' steps of the last fprop (``steps``)."""
 
     variable_steps = True
 
     def _configure(self, in_shape):
         if len(in_shape) != 2:
             raise self.shape_error("a sequence (T, H) per example")
-        self.T = in_shape[0]
+        self.T = self.steps = in_shape[0]
         return (in_shape[1],)
+
+    def _deltas(self):
+        """The part of the input-gradient buffer for the last fprop's steps."""
+        return self.deltas if self.steps == self.T else self.deltas[:, :self.steps]
 
 
 class RecurrentLast(_SequenceReduction):
-    """The output of the last time step, y = x[:, T-1] (with a padding mask use the cell's
+    """The output of the last time step, y = x[:, T'-1] (with a padding mask use the cell's
     ``return_sequences=False``, which gives each sequence's last real state)."""
 
     def fprop(self, x, inference=False):
-        self.outputs[:] = x[:, x.shape[1] - 1]
+        self.steps = x.shape[1]
+        self.outputs[:] = x[:, self.steps - 1]
         return self.outputs
 
     def bprop(self, error):
-        self.deltas[:] = 0.0
-        self.deltas[:, self.T - 1] = error
-        return self.deltas
+        deltas = self._deltas()
+        deltas[:] = 0.0
+        deltas[:, self.steps - 1] = error
+        return deltas
 
 
 class RecurrentSum(_SequenceReduction):
     """y = sum over t of x[:, t]."""
 
-    scale = None
+    mean = False
+
+    def _scale(self):
+        return 1.0 / self.steps if self.mean else None
 
     def fprop(self, x, inference=False):
+        self.steps = x.shape[1]
         out = self.outputs.reshape(x.shape[0], 1, self.out_shape[0])
-        total = self.be.sum(x, axis=1)
-        out[:] = total if self.scale is None else total * self.scale
+        total, scale = self.be.sum(x, axis=1), self._scale()
+        out[:] = total if scale is None else total * scale
         return self.outputs
 
     def bprop(self, error):
         e = error.reshape(error.shape[0], 1, self.out_shape[0])
-        self.deltas[:] = e if self.scale is None else e * self.scale
-        return self.deltas
+        deltas, scale = self._deltas(), self._scale()
+        deltas[:] = e if scale is None else e * scale
+        return deltas
 
 
 class RecurrentMean(RecurrentSum):
-    """y = mean over t of x[:, t]."""
+    """y = mean over t of x[:, t] (the T' steps of the sequence given)."""
 
-    def _configure(self, in_shape):
-        out = super()._configure(in_shape)
-        self.scale = 1.0 / self.T
-        return out
+    mean = True
 
 
 class _Bidirectional(Layer):

@@ -7,6 +7,7 @@ every key block up to the causal diagonal, for an :class:`AttentionBlocks` layou
 blocks.  The tables are made once per shape (kept on the backend, or on the layout object)."""
 import numpy as np
 
+from ..operand_shapes import check_attention_operands
 from ..reference import attention as numpy_attention
 from ..reference.attention import AttentionBlocks, visit_tables
 
@@ -184,7 +185,9 @@ class CPUAttentionMixin:
                 lib, threads, call = found[:3]
                 if lib.fa_threads() == threads:
                     return call
-        self._check_attention(*tensors[:5], key_mask, heads, blocks)
+        self._check_attention(*tensors[:5], key_mask, heads, blocks,
+                              "attention" if kind == "fprop" else "attention_bprop")
+        check_attention_operands(kind, *tensors)
         mask = self._mask_array(key_mask, arrays[0].dtype)
         module = self._attention_module(blocks, *arrays)
         if module is None or not arrays[4].flags.c_contiguous:

@@ -11,7 +11,7 @@ a machine without a C compiler).
 import numpy as np
 
 from ..backend import Backend
-from ..optree import OpNode
+from ..optree import OpNode, assignment_error
 from ..reference.optree import evaluate
 from .attention import MAX_PREPARED, CPUAttentionMixin
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
@@ -61,12 +61,21 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
 
     def _evaluate(self, out, value, keep=False):
         """out (ndarray)[...] = value (op-tree, tensor, array or scalar); ``keep``: out is a
-        kept tensor's own array (see ``KernelModules.run_call``)."""
-        if not (isinstance(value, OpNode) and (
-                self._add_row_into(out, value, keep)
-                or run_ufuncs(out, value, lambda node: self._machine.leading_sum(node, out.dtype))
-                or self._leading_sum_into(out, value) or self._machine.run(out, value))):
-            evaluate(out, value)
+        kept tensor's own array (see ``KernelModules.run_call``).  Operands that do not
+        broadcast are one ValueError naming the tree's shapes (``assignment_error``), not
+        numpy's."""
+        try:
+            if not (isinstance(value, OpNode) and (
+                    self._add_row_into(out, value, keep)
+                    or run_ufuncs(out, value,
+                                  lambda node: self._machine.leading_sum(node, out.dtype))
+                    or self._leading_sum_into(out, value) or self._machine.run(out, value))):
+                evaluate(out, value)
+        except ValueError as error:
+            clear = assignment_error(value, out.shape) if isinstance(value, OpNode) else None
+            if clear is None:
+                raise
+            raise clear from error
         return out
 
     def _leading_sum_into(self, out, tree):

@@ -6,6 +6,7 @@ every other case.  The tables and the kernels' pack buffers live on the plan
 import numpy as np
 
 from ..blocksparse_plan import BlockSparsePlan
+from ..operand_shapes import check_blocksparse
 from ..reference import blocksparse as reference
 
 TABLES = ("head", "row", "col", "row_ptr", "row_k", "row_other", "col_ptr", "col_k",
@@ -76,6 +77,7 @@ class CPUBlockSparseMixin:
 
     # ---- block-sparse weights -----------------------------------------------------------------
     def blocksparse_fprop(self, plan, x, w, y):
+        check_blocksparse("blocksparse_fprop", plan, x=x, w=w, y=y)
         x, w, y = _ary(x), _ary(w), _ary(y)
         module = self._bs_module(x, w, y)
         if module is None:
@@ -91,6 +93,7 @@ class CPUBlockSparseMixin:
         return y
 
     def blocksparse_bprop(self, plan, e, w, dx, beta=0.0):
+        check_blocksparse("blocksparse_bprop", plan, e=e, w=w, dx=dx)
         e, w, dx = _ary(e), _ary(w), _ary(dx)
         module = self._bs_module(e, w, dx)
         if module is None:
@@ -109,6 +112,7 @@ class CPUBlockSparseMixin:
         return dx
 
     def blocksparse_update(self, plan, x, e, dw, beta=0.0):
+        check_blocksparse("blocksparse_update", plan, x=x, e=e, dw=dw)
         x, e, dw = _ary(x), _ary(e), _ary(dw)
         module = self._bs_module(x, e, dw)
         if module is None:
@@ -129,6 +133,7 @@ class CPUBlockSparseMixin:
 
     # ---- block-sparse attention ---------------------------------------------------------------
     def blocksparse_sdd(self, plan, a, b, s, alpha=1.0):
+        check_blocksparse("blocksparse_sdd", plan, a=a, b=b, s=s)
         a, b, s = _ary(a), _ary(b), _ary(s)
         module = self._bs_module(a, b, s)
         if module is None:
@@ -143,6 +148,7 @@ class CPUBlockSparseMixin:
         return s
 
     def blocksparse_dsd(self, plan, p, b, o, transposed=False, beta=0.0):
+        check_blocksparse("blocksparse_dsd", plan, transposed, p=p, b=b, o=o)
         p, b, o = _ary(p), _ary(b), _ary(o)
         module = self._bs_module(p, b, o)
         if module is None:
@@ -161,6 +167,7 @@ class CPUBlockSparseMixin:
         return o
 
     def blocksparse_softmax(self, plan, s, p, scale=1.0, causal=False):
+        check_blocksparse("blocksparse_softmax", plan, s=s, p=p)
         s, p = _ary(s), _ary(p)
         module = self._bs_module(s, p)
         if module is None:
@@ -173,6 +180,7 @@ class CPUBlockSparseMixin:
         return p
 
     def blocksparse_softmax_bprop(self, plan, p, dp, ds, scale=1.0):
+        check_blocksparse("blocksparse_softmax_bprop", plan, p=p, dp=dp, ds=ds)
         p, dp, ds = _ary(p), _ary(dp), _ary(ds)
         module = self._bs_module(p, dp, ds)
         if module is None:

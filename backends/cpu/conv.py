@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..operand_shapes import check_conv
 from ..plans import ConvPlan
 from ..reference import conv as reference
 from .build import FLOATS, address, contiguous
@@ -332,14 +333,17 @@ class CPUConvOps:
         return self.kernels.conv_plan(N, C, H, W, K, R, S, pad, stride, dilation, self.dtype)
 
     def fprop_conv(self, plan, I, F, O, bias=None, relu=False):
+        check_conv("fprop_conv", plan, I=I, F=F, O=O, bias=bias)
         b = None if bias is None else bias._ary
         if not self.kernels.fprop_conv(plan, I._ary, F._ary, O._ary, b, relu):
             reference.fprop_conv(plan, I._ary, F._ary, O._ary, b, relu)
 
     def bprop_conv(self, plan, F, E, grad_I, beta=0.0):
+        check_conv("bprop_conv", plan, F=F, E=E, grad_I=grad_I)
         if not self.kernels.bprop_conv(plan, F._ary, E._ary, grad_I._ary, beta):
             reference.bprop_conv(plan, F._ary, E._ary, grad_I._ary, beta)
 
     def update_conv(self, plan, I, E, grad_F, beta=0.0):
+        check_conv("update_conv", plan, I=I, E=E, grad_F=grad_F)
         if not self.kernels.update_conv(plan, I._ary, E._ary, grad_F._ary, beta):
             reference.update_conv(plan, I._ary, E._ary, grad_F._ary, beta)

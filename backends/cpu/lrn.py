@@ -1,5 +1,6 @@
 """The CPU backend's local response normalization: the C kernels of ``kernels/cpu/lrn.c`` for
 contiguous float32/float64 rows, the numpy reference (``numpy_lrn``) otherwise."""
+from ..operand_shapes import check_rows_alike
 from ..reference import lrn as numpy_lrn
 
 
@@ -18,7 +19,9 @@ class CPULRNMixin:
                                   int(args[0]), *[float(a) for a in args[1:]])
 
     def lrn_fprop(self, x, y, scale, depth, alpha, beta, k):
+        check_rows_alike("lrn_fprop", 2, x=x, y=y, scale=scale)
         self._lrn_kernel("lrn_fprop", (x, y, scale), depth, alpha, beta, k)
 
     def lrn_bprop(self, x, scale, dy, dx, depth, alpha, beta):
+        check_rows_alike("lrn_bprop", 2, x=x, scale=scale, dy=dy, dx=dx)
         self._lrn_kernel("lrn_bprop", (x, scale, dy, dx), depth, alpha, beta)

@@ -4,7 +4,7 @@ run the numpy reference where the kernels do not take the case.  Shapes: batch n
 (M, C) over its rows; layer norm (M, D) over its last axis."""
 import numpy as np
 
-from ..operand_sizes import check_operand_sizes
+from ..operand_sizes import check_operand_sizes, check_rank
 from ..reference import norm as reference
 from .build import pointer
 from .tensor import all_kept, array_of as _ary
@@ -154,6 +154,7 @@ class CPUNormOps:
                 np.maximum(arrays[3], 0, out=arrays[3])
 
     def batchnorm_moments(self, x):
+        check_rank("batchnorm_moments", "x", x, 2)
         C = x.shape[-1]
         mean, m2 = np.empty(C), np.empty(C)
         if self.kernels.batchnorm_moments(x._ary, mean, m2):

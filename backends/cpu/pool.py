@@ -4,6 +4,7 @@ calls of :class:`PoolKernels`.  Max pooling records each output's argmax (int32,
 in the plan for the bprop that follows."""
 import numpy as np
 
+from ..operand_shapes import check_pool
 from ..plans import PoolPlan
 from ..reference import pool as reference
 from .build import FLOATS, contiguous
@@ -100,9 +101,11 @@ class CPUPoolOps:
         return self.kernels.pool_plan(op, N, C, H, W, R, S, pad, stride or (R, S), self.dtype)
 
     def fprop_pool(self, plan, I, O):
+        check_pool("fprop_pool", plan, I=I, O=O)
         if not self.kernels.fprop_pool(plan, I._ary, O._ary):
             reference.fprop_pool(plan, I._ary, O._ary)
 
     def bprop_pool(self, plan, E, grad_I, beta=0.0):
+        check_pool("bprop_pool", plan, E=E, grad_I=grad_I)
         if not self.kernels.bprop_pool(plan, E._ary, grad_I._ary, beta):
             reference.bprop_pool(plan, E._ary, grad_I._ary, beta)

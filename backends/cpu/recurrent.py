@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from ..operand_shapes import check_gate_step, check_lstm_sequence
 from ..reference import recurrent as reference
 from .blas import WayTuner
 
@@ -84,6 +85,7 @@ class CPURecurrentMixin:
 
     def lstm_fprop_sequence(self, gates, hg, U, c, h, mask=None, reverse=False,
                             activation="tanh", gate_activation="logistic"):
+        check_lstm_sequence("lstm_fprop_sequence", gates, hg=hg, U=U, c=c, h=h, mask=mask)
         T, N, G = gates.shape
         arrays = [_ary(t) for t in (gates, hg, U, c, h, mask)]
         found = self._sequence_kernel(arrays, N, G // 4, G // 4, 4)
@@ -98,6 +100,8 @@ class CPURecurrentMixin:
 
     def lstm_bprop_sequence(self, gates, U, c, dy, dh, dc, dgates, mask=None, reverse=False,
                             activation="tanh", gate_activation="logistic"):
+        check_lstm_sequence("lstm_bprop_sequence", gates, U=U, c=c, dy=dy, dh=dh, dc=dc,
+                            dgates=dgates, mask=mask)
         T, N, G = gates.shape
         arrays = [_ary(t) for t in (gates, U, c, dy, dh, dc, dgates, mask)]
         found = self._sequence_kernel(arrays, N, G // 4, G, 1)
@@ -111,12 +115,15 @@ class CPURecurrentMixin:
                             *codes])
 
     def rnn_fprop_step(self, xg, hg, h_prev, h, mask=None, activation="tanh"):
+        check_gate_step("rnn_fprop_step", "rnn", "h", xg=xg, hg=hg, h_prev=h_prev, h=h,
+                        mask=mask)
         arrays = [_ary(t) for t in (xg, hg, h_prev, h, mask)]
         N, H = h.shape
         if not self._gate_kernel("rnn_fprop_step", arrays, N, H, ACTIVATION_CODES[activation]):
             reference.rnn_fprop_step(*arrays, activation)
 
     def rnn_bprop_step(self, h, dy, dh, dpre, mask=None, activation="tanh"):
+        check_gate_step("rnn_bprop_step", "rnn", "h", h=h, dy=dy, dh=dh, dpre=dpre, mask=mask)
         arrays = [_ary(t) for t in (h, dy, dh, dpre, mask)]
         N, H = h.shape
         if not self._gate_kernel("rnn_bprop_step", arrays, N, H, ACTIVATION_CODES[activation]):
@@ -124,6 +131,8 @@ class CPURecurrentMixin:
 
     def lstm_fprop_step(self, gates, hg, c_prev, c, h_prev, h, mask=None, activation="tanh",
                         gate_activation="logistic"):
+        check_gate_step("lstm_fprop_step", "lstm", "h", gates=gates, hg=hg, c_prev=c_prev, c=c,
+                        h_prev=h_prev, h=h, mask=mask)
         arrays = [_ary(t) for t in (gates, hg, c_prev, c, h_prev, h, mask)]
         N, H = h.shape
         codes = (ACTIVATION_CODES[activation], ACTIVATION_CODES[gate_activation])
@@ -132,6 +141,8 @@ class CPURecurrentMixin:
 
     def lstm_bprop_step(self, gates, c_prev, c, dy, dh, dc, dgates, mask=None,
                         activation="tanh", gate_activation="logistic"):
+        check_gate_step("lstm_bprop_step", "lstm", "c", gates=gates, c_prev=c_prev, c=c, dy=dy,
+                        dh=dh, dc=dc, dgates=dgates, mask=mask)
         arrays = [_ary(t) for t in (gates, c_prev, c, dy, dh, dc, dgates, mask)]
         N, H = c.shape
         codes = (ACTIVATION_CODES[activation], ACTIVATION_CODES[gate_activation])
@@ -139,12 +150,16 @@ class CPURecurrentMixin:
             reference.lstm_bprop_step(*arrays, activation, gate_activation)
 
     def gru_fprop_step(self, gates, hg, bias_h, hn, h_prev, h, mask=None):
+        check_gate_step("gru_fprop_step", "gru", "h", gates=gates, hg=hg, bias_h=bias_h, hn=hn,
+                        h_prev=h_prev, h=h, mask=mask)
         arrays = [_ary(t) for t in (gates, hg, bias_h, hn, h_prev, h, mask)]
         N, H = h.shape
         if not self._gate_kernel("gru_fprop_step", arrays, N, H):
             reference.gru_fprop_step(*arrays)
 
     def gru_bprop_step(self, gates, hn, h_prev, dy, dh, dgx, dgh, mask=None):
+        check_gate_step("gru_bprop_step", "gru", "h_prev", gates=gates, hn=hn, h_prev=h_prev,
+                        dy=dy, dh=dh, dgx=dgx, dgh=dgh, mask=mask)
         arrays = [_ary(t) for t in (gates, hn, h_prev, dy, dh, dgx, dgh, mask)]
         N, H = h_prev.shape
         if not self._gate_kernel("gru_bprop_step", arrays, N, H):

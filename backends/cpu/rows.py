@@ -4,6 +4,7 @@
 run the numpy reference where the kernels do not take the case."""
 import numpy as np
 
+from ..operand_shapes import check_permute, check_table_rows
 from ..reference import rows as reference
 from .build import FLOATS, address, pointer
 
@@ -83,11 +84,13 @@ class CPURowOps:
     """The row and layout ops of the CPU backend."""
 
     def take_rows(self, table, ids, out):
+        check_table_rows("take_rows", ("table", table), ids, ("out", out))
         idx = self._row_indices(ids._ary, table.shape[0])
         if not self.kernels.take_rows(table._ary, idx, out._ary):
             reference.take_rows(table._ary, ids._ary, out._ary)
 
     def scatter_add_rows(self, grad_table, ids, rows):
+        check_table_rows("scatter_add_rows", ("grad_table", grad_table), ids, ("rows", rows))
         idx = self._row_indices(ids._ary, grad_table.shape[0])
         if not self.kernels.scatter_add_rows(grad_table._ary, idx, rows._ary):
             reference.scatter_add_rows(grad_table._ary, ids._ary, rows._ary)
@@ -133,5 +136,6 @@ class CPURowOps:
             x, row, out, keep=keep and a.kept and b.kept)
 
     def permute_axes(self, x, out, axes):
+        check_permute(x, out, axes)
         if not self.kernels.permute_axes(x._ary, out._ary, axes):
             np.copyto(out._ary, np.transpose(x._ary, axes))

@@ -4,6 +4,7 @@ backend's ops (:class:`CPUSoftmaxOps`), which run the numpy reference where the 
 take the case.  Each works over the last axis."""
 import numpy as np
 
+from ..operand_shapes import check_masked_softmax, check_rows_alike
 from ..operand_sizes import check_operand_sizes
 from ..reference import softmax as reference
 from .tensor import array_of as _ary
@@ -33,7 +34,8 @@ class SoftmaxKernels:
         check_operand_sizes("softmax_cross_entropy", logits, logits.shape[-1] if logits.ndim else 1,
                             whole=(("probs", probs), ("grad", grad)) + (
                                 () if indices else (("targets", targets),)),
-                            rows=(("targets", targets),) if indices else ())
+                            rows=(("targets", targets),) if indices else (),
+                            free=("targets",) if indices else ())
         if indices:
             module = self._usable("softmax", logits, probs, grad)
             if module is None or targets.dtype != np.int32 or not targets.flags.c_contiguous:
@@ -98,6 +100,7 @@ class CPUSoftmaxOps:
     index_targets = True
 
     def softmax(self, x, out, axis=-1):
+        check_rows_alike("softmax", None, x=x, out=out)
         if not self.kernels.softmax(x._ary, out._ary, axis):
             reference.softmax(x._ary, out._ary, axis)
 
@@ -117,10 +120,12 @@ class CPUSoftmaxOps:
         return loss
 
     def masked_softmax(self, x, out, scale=1.0, causal=False, key_mask=None):
+        check_masked_softmax(x, out, key_mask)
         mask = None if key_mask is None else key_mask._ary
         if not self.kernels.masked_softmax(x._ary, out._ary, scale, causal, mask):
             reference.masked_softmax(x._ary, out._ary, scale, causal, mask)
 
     def masked_softmax_bprop(self, y, dy, dx, scale=1.0):
+        check_rows_alike("masked_softmax_bprop", None, y=y, dy=dy, dx=dx)
         if not self.kernels.masked_softmax_bprop(y._ary, dy._ary, dx._ary, scale):
             reference.masked_softmax_bprop(y._ary, dy._ary, dx._ary, scale)

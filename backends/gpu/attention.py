@@ -14,6 +14,7 @@ non-contiguous operands) raises a ValueError naming the op, never a copy to the 
 Compiled and emulated, not run on a GPU."""
 import numpy as np
 
+from ..operand_shapes import check_attention_operands
 from ..reference.attention import visit_tables
 
 #: (tile, widest head) of the kernels' entry points ``nl_fa_*_t{tile}d{width}_*``, in the order
@@ -141,7 +142,10 @@ class GPUAttentionMixin:
         elif lse.storage != "f32" or not lse.is_contiguous:
             problem = f"lse must be contiguous float32, got storage {lse.storage!r}"
         elif not all(_rows_contiguous(t) for t in tensors):
-            problem = "every operand's (T, d) slices must be contiguous"
+            name, t = next((n, t) for n, t in zip(("q", "k", "v", "out", "dout", "dq", "dk",
+                                                   "dv"), tensors) if not _rows_contiguous(t))
+            problem = (f"{name} (shape {tuple(t.shape)}, element strides {tuple(t.strides)}) "
+                       f"has non-contiguous (T, d) slices")
         if problem is not None:
             raise ValueError(f"{op} (GPU backend): {problem}; the fused kernels take head "
                              f"widths up to {MAX_WIDTH}, operands of one storage type (f32, "
@@ -167,6 +171,7 @@ class GPUAttentionMixin:
     def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
                   blocks=None, heads=1):
         self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
+        check_attention_operands("fprop", q, k, v, out, lse)
         (q, k, v, out), pairs = self._fa_staging((q, k, v, out), heads)
         if pairs:
             self._fa_to_heads(pairs, (3,))
@@ -188,7 +193,8 @@ class GPUAttentionMixin:
 
     def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
                         key_mask=None, dropout=None, blocks=None, heads=1):
-        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
+        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks, "attention_bprop")
+        check_attention_operands("bprop", q, k, v, out, lse, dout, dq, dk, dv)
         tensors, pairs = self._fa_staging((q, k, v, out, dout, dq, dk, dv), heads)
         if pairs:
             self._fa_to_heads(pairs, (5, 6, 7))
@@ -199,9 +205,11 @@ class GPUAttentionMixin:
         q, k, v, out, dout, dq, dk, dv = tensors
         tile, width = self._fa_shape("attention_bprop", tensors, lse, blocks)
         if not all(t.is_contiguous for t in tensors):
-            raise ValueError("attention_bprop (GPU backend): the backward kernels take "
-                             "contiguous (B, T, d) operands (a window of a longer key/value "
-                             "cache is for the forward pass only)")
+            name = next(n for n, t in zip(("q", "k", "v", "out", "dout", "dq", "dk", "dv"),
+                                          tensors) if not t.is_contiguous)
+            raise ValueError(f"attention_bprop (GPU backend): {name} is not contiguous; the "
+                             "backward kernels take contiguous (B, T, d) operands (a window of "
+                             "a longer key/value cache is for the forward pass only)")
         B, Tq, dkw = q.shape
         Tk, dvw = k.shape[1], v.shape[2]
         th, row_ptr, cols, col_ptr, rows, fine = self._fa_tables(Tq, Tk, causal, blocks, tile)

@@ -18,12 +18,14 @@ import numpy as np
 
 from .. import philox
 from ..backend import Backend
+from ..operand_shapes import check_product
 from ..optree import OpNode
 from . import blas as cublas, build as gpu_build
 from .attention import GPUAttentionMixin
 from .blocksparse import GPUBlockSparseMixin
 from .conv import GPUConvOps
 from .device import get_device
+from .gelu import GPUGeluOps
 from .lrn import GPULRNMixin
 from .norm import GPUNormMixin
 from .optree import OpTreeExecutor
@@ -36,7 +38,8 @@ from .tensor import GPUTensor, as_dtype, contiguous_strides
 
 
 class GPUBackend(GPUAttentionMixin, GPULRNMixin, GPURecurrentMixin, GPUBlockSparseMixin,
-                 GPUConvOps, GPUPoolOps, GPUSoftmaxOps, GPURowOps, GPUNormMixin, Backend):
+                 GPUConvOps, GPUPoolOps, GPUSoftmaxOps, GPURowOps, GPUNormMixin, GPUGeluOps,
+                 Backend):
     """CUDA backend on device ``device_id`` (see the module docstring).
 
     ``allow_tf32=True`` lets float32 GEMMs use TF32 tensor cores (off by default)."""
@@ -192,14 +195,10 @@ class GPUBackend(GPUAttentionMixin, GPULRNMixin, GPURecurrentMixin, GPUBlockSpar
         return copy
 
     def _check_gemm(self, A, B, C, transA, transB, what):
-        for t in (A, B, C):
-            if t.storage not in cublas.DATA_TYPES or t.storage != C.storage:
-                raise TypeError(f"{what}: A, B and C must share a float32, float16 or bfloat16 "
-                                f"storage, got {A.storage}, {B.storage}, {C.storage}")
-        a = A.shape[-2:][::-1] if transA else A.shape[-2:]
-        b = B.shape[-2:][::-1] if transB else B.shape[-2:]
-        if a[1] != b[0] or C.shape[-2:] != (a[0], b[1]):
-            raise ValueError(f"{what}: op(A) {a} @ op(B) {b} does not give C {C.shape[-2:]}")
+        check_product(what, A, B, C, transA, transB)
+        if A.storage not in cublas.DATA_TYPES:
+            raise TypeError(f"{what}: A, B and C must share a float32, float16 or bfloat16 "
+                            f"storage, got {A.storage}, {B.storage}, {C.storage}")
 
     def compound_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
         self._check_gemm(A, B, C, transA, transB, "compound_dot")
@@ -209,9 +208,6 @@ class GPUBackend(GPUAttentionMixin, GPULRNMixin, GPURecurrentMixin, GPUBlockSpar
     def batched_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
         self._check_gemm(A, B, C, transA, transB, "batched_dot")
         batch = C.shape[0]
-        for t, what in ((A, "A"), (B, "B")):
-            if t.ndim == 3 and t.shape[0] not in (1, batch):
-                raise ValueError(f"batched_dot: {what} has batch {t.shape[0]}, C has {batch}")
         self._gemm(A, B, C, alpha, beta, transA, transB, batch)
         return C
 
@@ -240,7 +236,7 @@ class GPUBackend(GPUAttentionMixin, GPULRNMixin, GPURecurrentMixin, GPUBlockSpar
         ``nl_example_mask_*``: no host work or copy per step."""
         if not (mask.is_contiguous and mask.storage in ("f32", "f16", "bf16")):
             return super().example_dropout_mask(mask, keep, key, step, stream, first, examples)
-        rows = mask.shape[0] if examples is None else int(examples)
+        rows = self.example_rows(mask, examples)
         per = mask.size // rows
         seed_lo, seed_hi = philox.seed_key(key)
         first = int(first)

@@ -5,19 +5,19 @@ thread per query row.  The layout's lookup tables are copied to the device once 
 import numpy as np
 
 from ..blocksparse_plan import BlockSparsePlan
+from ..operand_shapes import check_blocksparse
+from ..operand_sizes import check_contiguous
 
 _TABLES = ("head", "row", "col", "row_ptr", "row_k", "row_other", "col_ptr", "col_k",
            "col_other")
 _THREADS = 128
 
 
-def _check(what, *tensors):
-    storage = tensors[0].storage
-    for t in tensors:
-        if not t.is_contiguous or t.storage != storage:
-            raise ValueError(f"{what}: every operand must be a contiguous tensor of one storage "
-                             f"type, got {[(x.storage, x.is_contiguous) for x in tensors]}")
-    return storage
+def _check(what, **operands):
+    """The storage of ``operands``, each contiguous (ValueError naming the first that is not;
+    their element types are checked by ``check_blocksparse``)."""
+    check_contiguous(what, **operands)
+    return next(iter(operands.values())).storage
 
 
 class GPUBlockSparsePlan(BlockSparsePlan):
@@ -48,8 +48,9 @@ class GPUBlockSparseMixin:
         self.device.launch(func, grid, (threads, 1, 1), args)
 
     # ---- block-sparse weights -----------------------------------------------------------------
-    def _bs_product(self, plan, x, w, y, walk, transw, beta):
-        storage = _check("blocksparse product", x, w, y)
+    def _bs_product(self, op, plan, x, w, y, walk, transw, beta):
+        storage = _check(op, **{"x" if walk == "col" else "e": x, "w": w,
+                                "y" if walk == "col" else "dx": y})
         tb = self._bs_tables(plan)
         M = x.shape[0]
         nb_in, nb_out = x.shape[1] // plan.bs, y.shape[1] // plan.bs
@@ -60,13 +61,16 @@ class GPUBlockSparseMixin:
         return y
 
     def blocksparse_fprop(self, plan, x, w, y):
-        return self._bs_product(plan, x, w, y, "col", False, 0.0)
+        check_blocksparse("blocksparse_fprop", plan, x=x, w=w, y=y)
+        return self._bs_product("blocksparse_fprop", plan, x, w, y, "col", False, 0.0)
 
     def blocksparse_bprop(self, plan, e, w, dx, beta=0.0):
-        return self._bs_product(plan, e, w, dx, "row", True, beta)
+        check_blocksparse("blocksparse_bprop", plan, e=e, w=w, dx=dx)
+        return self._bs_product("blocksparse_bprop", plan, e, w, dx, "row", True, beta)
 
     def blocksparse_update(self, plan, x, e, dw, beta=0.0):
-        storage = _check("blocksparse_update", x, e, dw)
+        check_blocksparse("blocksparse_update", plan, x=x, e=e, dw=dw)
+        storage = _check("blocksparse_update", x=x, e=e, dw=dw)
         tb = self._bs_tables(plan)
         M, nin = x.shape
         self._bs_launch("update", storage, "PPPiiiiPPf", (plan.nnz, 1), _THREADS,
@@ -76,7 +80,8 @@ class GPUBlockSparseMixin:
 
     # ---- block-sparse attention ---------------------------------------------------------------
     def blocksparse_sdd(self, plan, a, b, s, alpha=1.0):
-        storage = _check("blocksparse_sdd", a, b, s)
+        check_blocksparse("blocksparse_sdd", plan, a=a, b=b, s=s)
+        storage = _check("blocksparse_sdd", a=a, b=b, s=s)
         tb = self._bs_tables(plan)
         N, H, Tq, d = a.shape
         self._bs_launch("sdd", storage, "PPPiiiiiiPPPf", (plan.nnz, N), _THREADS,
@@ -85,7 +90,8 @@ class GPUBlockSparseMixin:
         return s
 
     def blocksparse_dsd(self, plan, p, b, o, transposed=False, beta=0.0):
-        storage = _check("blocksparse_dsd", p, b, o)
+        check_blocksparse("blocksparse_dsd", plan, transposed, p=p, b=b, o=o)
+        storage = _check("blocksparse_dsd", p=p, b=b, o=o)
         tb = self._bs_tables(plan)
         walk = "col" if transposed else "row"
         N, H, Tin, d = b.shape
@@ -98,7 +104,8 @@ class GPUBlockSparseMixin:
         return o
 
     def blocksparse_softmax(self, plan, s, p, scale=1.0, causal=False):
-        storage = _check("blocksparse_softmax", s, p)
+        check_blocksparse("blocksparse_softmax", plan, s=s, p=p)
+        storage = _check("blocksparse_softmax", s=s, p=p)
         tb = self._bs_tables(plan)
         off = (plan.cols - plan.rows) * plan.bs
         self._bs_launch("softmax", storage, "PPiiiPPPfi", (plan.heads * plan.rows, s.shape[0]),
@@ -107,7 +114,8 @@ class GPUBlockSparseMixin:
         return p
 
     def blocksparse_softmax_bprop(self, plan, p, dp, ds, scale=1.0):
-        storage = _check("blocksparse_softmax_bprop", p, dp, ds)
+        check_blocksparse("blocksparse_softmax_bprop", plan, p=p, dp=dp, ds=ds)
+        storage = _check("blocksparse_softmax_bprop", p=p, dp=dp, ds=ds)
         tb = self._bs_tables(plan)
         self._bs_launch("softmax_bprop", storage, "PPPiiPf", (plan.heads * plan.rows,
                                                               p.shape[0]),

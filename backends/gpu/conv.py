@@ -12,6 +12,7 @@ indexing (:func:`.conv_launch.covered`).
 """
 import numpy as np
 
+from ..operand_shapes import check_conv
 from ..plans import ConvPlan
 from . import codegen, conv_launch
 from .tensor import is_bf16
@@ -81,6 +82,15 @@ class GPUConvOps:
         copy[:] = t
         return copy
 
+    def _on_dense(self, op, run, out, *inputs):
+        """``run(*inputs, out)`` on contiguous operands: strided views are copied into (and an
+        output back from) scratch tensors, as the kernels read and write flat rows."""
+        target = self._dense(out, (op, "out"))
+        run(*[None if t is None else self._dense(t, (op, i)) for i, t in enumerate(inputs)],
+            target)
+        if target is not out:
+            out[:] = target
+
     def _igemm(self, plan, pass_name, out, a, b, bias=None, beta=0.0, relu=False):
         """One pass as an implicit GEMM into contiguous ``out`` (see :mod:`gpu_conv`)."""
         for t, what in ((a, "input"), (b, "filter/error"), (bias, "bias")):
@@ -115,6 +125,11 @@ class GPUConvOps:
     def fprop_conv(self, plan, I, F, O, bias=None, relu=False):
         """O = conv(I, F) (+ ``bias`` (K,), then ReLU when ``relu``), the bias and ReLU fused
         in the kernel's epilogue."""
+        check_conv("fprop_conv", plan, I=I, F=F, O=O, bias=bias)
+        self._on_dense("fprop_conv", lambda I, F, bias, O: self._fprop_conv(plan, I, F, O, bias,
+                                                                             relu), O, I, F, bias)
+
+    def _fprop_conv(self, plan, I, F, O, bias, relu):
         K = plan.K
         if plan.pointwise and bias is None and not relu:
             self.compound_dot(I.reshape(-1, plan.C), F.reshape(plan.C, K), O.reshape(-1, K))
@@ -129,6 +144,11 @@ class GPUConvOps:
             O[:] = self.maximum(O, 0.0)
 
     def bprop_conv(self, plan, F, E, grad_I, beta=0.0):
+        check_conv("bprop_conv", plan, F=F, E=E, grad_I=grad_I)
+        self._on_dense("bprop_conv", lambda F, E, grad_I: self._bprop_conv(plan, F, E, grad_I,
+                                                                            beta), grad_I, F, E)
+
+    def _bprop_conv(self, plan, F, E, grad_I, beta):
         K = plan.K
         if plan.pointwise:
             self.compound_dot(E.reshape(-1, K), F.reshape(plan.C, K), grad_I.reshape(-1, plan.C),
@@ -146,6 +166,11 @@ class GPUConvOps:
                            + [np.float32(beta)])
 
     def update_conv(self, plan, I, E, grad_F, beta=0.0):
+        check_conv("update_conv", plan, I=I, E=E, grad_F=grad_F)
+        self._on_dense("update_conv", lambda I, E, grad_F: self._update_conv(plan, I, E, grad_F,
+                                                                              beta), grad_F, I, E)
+
+    def _update_conv(self, plan, I, E, grad_F, beta):
         K = plan.K
         if not plan.pointwise and plan.covered:
             self._igemm(plan, "update", grad_F, I, E, beta=beta)

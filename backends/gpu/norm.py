@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..operand_sizes import check_operand_sizes
+from ..operand_sizes import check_operand_sizes, check_rank
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,7 @@ class GPUNormMixin:
     def batchnorm_moments(self, x):
         """As the contract: the float32 partial column sums (shifted by row 0) of
         ``nl_colsum2`` are copied back (splits x C x 2 numbers) and added in float64."""
+        check_rank("batchnorm_moments", "x", x, 2)
         (x,) = self._rows_of("batchnorm_moments", x)
         M, C = x.shape
         plan, partial = self._column_sums(x, None, None, 0, "bn_moments")

@@ -3,6 +3,8 @@ of ``kernels/cuda/pool.cu``; max pooling keeps its argmax (int32, the output's s
 scratch tensor of the backend, per plan."""
 import numpy as np
 
+from ..operand_shapes import check_pool
+
 
 def _dims(plan):
     return [int(getattr(plan, n)) for n in ("N", "H", "W", "C", "P", "Q", "R", "S", "pad_h",
@@ -10,16 +12,26 @@ def _dims(plan):
 
 
 class GPUPoolOps:
-    """The pooling passes of :class:`~neonlite.backends.gpu.backend.GPUBackend`."""
+    """The pooling passes of :class:`~neonlite.backends.gpu.backend.GPUBackend` (strided views
+    go through contiguous copies: ``GPUConvOps._on_dense``)."""
 
     def fprop_pool(self, plan, I, O):
+        check_pool("fprop_pool", plan, I=I, O=O)
+        self._on_dense("fprop_pool", lambda I, O: self._fprop_pool(plan, I, O), O, I)
+
+    def bprop_pool(self, plan, E, grad_I, beta=0.0):
+        check_pool("bprop_pool", plan, E=E, grad_I=grad_I)
+        self._on_dense("bprop_pool", lambda E, grad_I: self._bprop_pool(plan, E, grad_I, beta),
+                       grad_I, E)
+
+    def _fprop_pool(self, plan, I, O):
         argmax = self.scratch(("argmax", id(plan)), O.shape, np.int32)
         func = self.kernel("pool", f"nl_pool_fprop_{I.storage}", "PPP" + "i" * 13)
         self.device.launch(func, (self.device.blocks(O.size), 1), (256, 1, 1),
                            [O.ptr, I.ptr, argmax.ptr] + _dims(plan)
                            + [int(plan.op == "max")])
 
-    def bprop_pool(self, plan, E, grad_I, beta=0.0):
+    def _bprop_pool(self, plan, E, grad_I, beta):
         argmax = self.scratch(("argmax", id(plan)), E.shape, np.int32)
         func = self.kernel("pool", f"nl_pool_bprop_{E.storage}", "PPP" + "i" * 13 + "f")
         self.device.launch(func, (self.device.blocks(grad_I.size), 1), (256, 1, 1),

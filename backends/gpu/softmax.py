@@ -4,6 +4,7 @@ the kernels of ``kernels/cuda/softmax.cu``, one block per row.  Nothing is copie
 except the scalar loss that ``softmax_cross_entropy`` returns."""
 import numpy as np
 
+from ..operand_shapes import check_masked_softmax, check_rows_alike
 from ..operand_sizes import check_operand_sizes
 from ..reference.softmax import check_class_indices
 from .norm import row_grid
@@ -13,11 +14,9 @@ class GPUSoftmaxOps:
     """The softmax ops of :class:`~neonlite.backends.gpu.backend.GPUBackend`."""
 
     def masked_softmax(self, x, out, scale=1.0, causal=False, key_mask=None):
+        check_masked_softmax(x, out, key_mask)
         B, Tq, Tk = x.shape
         N = key_mask.shape[0] if key_mask is not None else 1
-        if key_mask is not None and (B % N or key_mask.shape[1] != Tk):
-            raise ValueError(f"masked_softmax: key_mask {key_mask.shape} must be (N, {Tk}) with "
-                             f"{B} a multiple of N")
         for t, what in ((x, "x"), (out, "out")):
             if not t.is_contiguous:
                 raise ValueError(f"masked_softmax: {what} must be contiguous")
@@ -31,6 +30,7 @@ class GPUSoftmaxOps:
                                          Tk, N, np.float32(scale), int(causal)])
 
     def masked_softmax_bprop(self, y, dy, dx, scale=1.0):
+        check_rows_alike("masked_softmax_bprop", None, y=y, dy=dy, dx=dx)
         dx[:] = scale * y * (dy - self.sum(dy * y, axis=-1))
 
     def _softmax_rows(self, logits, targets, probs, grad, rows_loss, scale):
@@ -62,6 +62,7 @@ class GPUSoftmaxOps:
         return loss
 
     def softmax(self, x, out, axis=-1):
+        check_rows_alike("softmax", None, x=x, out=out)
         if axis % x.ndim != x.ndim - 1 or not out.is_contiguous or x.storage != out.storage:
             out[:] = self.exp(x - self.max(x, axis=axis))
             out[:] = out / self.sum(out, axis=axis)
@@ -80,7 +81,8 @@ class GPUSoftmaxOps:
         check_operand_sizes("softmax_cross_entropy", logits, logits.shape[-1],
                             whole=(("probs", probs), ("grad", grad)) + (
                                 () if indices else (("targets", targets),)),
-                            rows=(("targets", targets),) if indices else ())
+                            rows=(("targets", targets),) if indices else (),
+                            free=("targets",) if indices else ())
         if indices:
             return self._softmax_cross_entropy_index(logits, targets, probs, grad, scale)
         logits, targets = self._rows_of("softmax_cross_entropy", logits, targets)
