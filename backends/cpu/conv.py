@@ -63,7 +63,8 @@ class CPUConvPlan(ConvPlan):
     every pass); ``geom``, its ``conv_geom`` struct; ``algorithm`` of fprop and update and
     ``bprop_algorithm`` (``pointwise``, ``direct``, ``tiled``, ``im2col`` or ``numpy``);
     ``direct`` and ``direct_transposed`` (:class:`DirectWork` or None); ``tiles``
-    (:class:`TileWork` or None); ``per_chunk``, the images per im2col chunk.
+    (:class:`TileWork` or None); ``per_chunk``, the images per im2col chunk; ``update_blocks``,
+    the partial sums of the weight gradient (``conv_update_blocks``).
     """
 
     def __init__(self, N, C, H, W, K, R, S, pad=(0, 0), stride=(1, 1), dilation=(1, 1),
@@ -71,6 +72,7 @@ class CPUConvPlan(ConvPlan):
         super().__init__(N, C, H, W, K, R, S, pad, stride, dilation)
         self.dtype = np.dtype(dtype)
         self.conv = self.geom = self.direct = self.direct_transposed = self.tiles = None
+        self.update_blocks = 1
         self.algorithm = self.bprop_algorithm = "numpy"
         self.per_chunk = 1
         self._patches_of = None
@@ -87,6 +89,9 @@ class CPUConvPlan(ConvPlan):
             "R": self.R, "S": self.S, "pad_h": self.pad_h, "pad_w": self.pad_w,
             "str_h": self.str_h, "str_w": self.str_w, "dil_h": self.dil_h,
             "dil_w": self.dil_w, "K": self.K})
+        # the (R*S*C, K) partial sums of the weight gradient of the whole batch (the shape
+        # alone sets how many, whatever the thread count; a chunk of fewer images makes no more)
+        self.update_blocks = int(conv.lib.conv_update_blocks(self.geom))
         row = self.R * self.S * self.C
         image_bytes = self.P * self.Q * row * self.dtype.itemsize
         self.per_chunk = int(max(1, min(self.N, PATCH_BYTES // max(image_bytes, 1))))
@@ -151,7 +156,8 @@ class CPUConvPlan(ConvPlan):
             padded = (self.H + 2 * self.pad_h) * (self.W + 2 * self.pad_w) * self.C
         buf = self.buffer(f"direct work {transposed}", (work.nwork * padded,), self.dtype)
         partials = None if transposed else self.buffer(
-            "direct partials", (2 * work.nwork * self.R * self.S * self.C * self.K,), self.dtype)
+            "direct partials", (self.update_blocks * self.R * self.S * self.C * self.K,),
+            self.dtype)
         flipped = self.buffer("flipped filter", (self.R, self.S, self.K, self.C),
                               self.dtype) if transposed else None
         return work.geom, buf, partials, flipped
@@ -161,7 +167,8 @@ class CPUConvPlan(ConvPlan):
         row = self.R * self.S * self.C
         nwork, tile = self.tiles.nwork, self.tiles.tile
         return (self.buffer("tile work", (nwork * tile * self.Q * row,), self.dtype),
-                self.buffer("tile partials", (nwork * row * self.K,), self.dtype))
+                self.buffer("tile partials", (self.update_blocks * row * self.K,),
+                            self.dtype))
 
     def patch_buffers(self):
         """(patch matrix (per_chunk*P*Q, R*S*C), weight gradient (R*S*C, K)) of im2col."""

@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "conv.h"
+#include "conv_update_blocks.h"
 
 /* The taps s in [*lo, *hi) of a filter row starting at input column w0 that land inside
  * [0, W) when taps are `dil` apart. */
@@ -166,36 +167,35 @@ void conv_fprop_tiled(const real *x, const real *f, real *o, const conv_geom *g,
     }
 }
 
+int64_t conv_update_blocks(const conv_geom *g) { return conv_update_block_count(g); }
+
 void conv_update_tiled(const real *x, const real *e, real *df, const conv_geom *g, int64_t gemm,
                        real *work, real *partials, int64_t nwork, int64_t tile, real beta)
 {
     const nl_gemm mm = (nl_gemm)(intptr_t)gemm;
     const int64_t Q = g->Q, K = g->K, row_len = g->R * g->S * g->C, rows = g->N * g->P;
-    const int64_t ntiles = (rows + tile - 1) / tile, size = row_len * K;
+    const int64_t size = row_len * K, nblk = conv_update_block_count(g);
 #pragma omp parallel num_threads(nwork)
     {
         const int64_t me = omp_get_thread_num(), nth = omp_get_num_threads();
-        real *buf = work + me * tile * Q * row_len, *part = partials + me * size;
-        int64_t t0, t1;
-        nl_split(ntiles, me, nth, &t0, &t1);
-        if (t0 == t1)
-            memset(part, 0, (size_t)size * sizeof(real));
-        for (int64_t t = t0; t < t1; t++) {
-            const int64_t r0 = t * tile, r1 = r0 + tile < rows ? r0 + tile : rows;
-            for (int64_t np = r0; np < r1; np++)
-                gather_row(x, buf + (np - r0) * Q * row_len, g, np / g->P, np % g->P);
-            mm(NL_ROW_MAJOR, NL_TRANS, NL_NO_TRANS, (int)row_len, (int)K, (int)((r1 - r0) * Q),
-               1, buf, (int)row_len, e + r0 * Q * K, (int)K, t == t0 ? 0 : 1, part, (int)K);
+        real *buf = work + me * tile * Q * row_len;
+        /* block b: its output rows [r0, r1), `tile` rows per GEMM, summed into partials[b] */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t b = 0; b < nblk; b++) {
+            int64_t r0, r1;
+            nl_split(rows, b, nblk, &r0, &r1);
+            for (int64_t t0 = r0; t0 < r1; t0 += tile) {
+                const int64_t t1 = t0 + tile < r1 ? t0 + tile : r1;
+                for (int64_t np = t0; np < t1; np++)
+                    gather_row(x, buf + (np - t0) * Q * row_len, g, np / g->P, np % g->P);
+                mm(NL_ROW_MAJOR, NL_TRANS, NL_NO_TRANS, (int)row_len, (int)K, (int)((t1 - t0) * Q),
+                   1, buf, (int)row_len, e + t0 * Q * K, (int)K, t0 == r0 ? 0 : 1,
+                   partials + b * size, (int)K);
+            }
         }
-#pragma omp barrier
         int64_t i0, i1;
         nl_split(size, me, nth, &i0, &i1);
-        for (int64_t i = i0; i < i1; i++) {
-            real sum = 0;
-            for (int64_t k = 0; k < nth; k++)
-                sum += partials[k * size + i];
-            df[i] = beta == 0 ? sum : beta * df[i] + sum;
-        }
+        conv_update_sum(df, partials, nblk, size, i0, i1, beta);
     }
 }
 

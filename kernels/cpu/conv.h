@@ -38,9 +38,15 @@ void conv_fprop_tiled(const real *x, const real *f, real *o, const conv_geom *g,
  * GEMM paths (1x1 filters, whole patch matrices), on OpenMP threads. */
 void conv_bias_relu(real *o, int64_t rows, int64_t K, const real *bias, int relu);
 
-/* df (R*S*C, K) = beta * df + patches(x)^T @ e (N*P*Q, K).  Thread i sums a fixed, contiguous
- * share of the tiles into partials[i] ((R*S*C, K) each, nwork of them); the partials are then
- * added in thread order, so the result depends on the number of threads only. */
+/* The blocks of output rows a weight gradient (conv_update_tiled, conv_direct_update) sums
+ * apart, from the shape alone (conv_update_blocks.h): its partials array holds that many
+ * (R*S*C, K) arrays. */
+int64_t conv_update_blocks(const conv_geom *g);
+
+/* df (R*S*C, K) = beta * df + patches(x)^T @ e (N*P*Q, K).  Block b of the output rows
+ * (conv_update_blocks) is summed into partials[b], `tile` rows per GEMM, the blocks handed out
+ * dynamically; the partials are then added in block order, in double, so the result does not
+ * depend on the number of threads. */
 void conv_update_tiled(const real *x, const real *e, real *df, const conv_geom *g, int64_t gemm,
                        real *work, real *partials, int64_t nwork, int64_t tile, real beta);
 

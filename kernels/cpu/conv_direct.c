@@ -3,6 +3,7 @@
 
 #include "common.h"
 #include "conv_direct.h"
+#include "conv_update_blocks.h"
 
 /* A vector of real numbers as wide as one vector register of the target (AVX-512: 64 bytes,
  * 32 registers; otherwise 32 bytes and 16 registers, as AVX2 has); `uvec` may sit at any
@@ -247,7 +248,7 @@ void conv_direct_update(const real *x, const real *e, real *df, const conv_geom 
     const int64_t Hp = g->H + 2 * g->pad_h, Wp = g->W + 2 * g->pad_w;
     const int64_t image = g->H * g->W * g->C, out_image = g->P * g->Q * g->K;
     const int64_t size = g->R * g->S * g->C * g->K;
-    const int64_t rows = g->N * g->P, nblk = 2 * nwork < rows ? 2 * nwork : rows;
+    const int64_t rows = g->N * g->P, nblk = conv_update_block_count(g);
 #pragma omp parallel num_threads(nwork)
     {
         const int64_t me = omp_get_thread_num(), nth = omp_get_num_threads();
@@ -274,11 +275,6 @@ void conv_direct_update(const real *x, const real *e, real *df, const conv_geom 
         }
         int64_t i0, i1;
         nl_split(size, me, nth, &i0, &i1);
-        for (int64_t i = i0; i < i1; i++) {
-            real sum = 0;
-            for (int64_t b = 0; b < nblk; b++)
-                sum += partials[b * size + i];
-            df[i] = beta == 0 ? sum : beta * df[i] + sum;
-        }
+        conv_update_sum(df, partials, nblk, size, i0, i1, beta);
     }
 }

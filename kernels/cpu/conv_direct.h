@@ -21,9 +21,10 @@ void conv_direct(const real *x, const real *f, real *o, const conv_geom *g, real
                  int64_t nwork, real beta, const real *bias, int relu);
 
 /* df (R, S, C, K) = beta * df + the weight gradient of x (N, H, W, C) and the output gradient
- * e (N, P, Q, K).  The N*P output rows are cut into 2 * nwork fixed blocks (fewer when there
- * are fewer rows), which threads take dynamically (a descheduled thread holds up one block,
- * not half the work); block b sums into partials[b] ((R*S*C, K) each, 2 * nwork of them) and
- * the partials are added in block order, so the result depends on nwork only. */
+ * e (N, P, Q, K).  The N*P output rows are cut into the fixed blocks of
+ * conv_update_blocks (conv.h: from the shape alone), which threads take dynamically (a
+ * descheduled thread holds up one block, not half the work); block b sums into partials[b]
+ * ((R*S*C, K) each) and the partials are added in block order, in double, so the result does
+ * not depend on nwork. */
 void conv_direct_update(const real *x, const real *e, real *df, const conv_geom *g,
                         real *work, real *partials, int64_t nwork, real beta);
