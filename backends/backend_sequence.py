@@ -133,35 +133,81 @@ class SequenceOps(ABC):
         """dgx, dgh (N, 3H): dL/d(input projection) and dL/d(h_prev @ U + bias_h)."""
 
     # ---- whole recurrent sequences -------------------------------------------------------------
-    # The T steps of an LSTM in one call, so a backend can run the loop over time in its own
-    # code.  gates (T, N, 4H): in the input projections with bias, out the activated gates;
-    # U (H, 4H); c, h (T+1, N, H): entry 0 (entry T with ``reverse``) the initial state, entry
-    # t+1 (t) the state after step t; mask (T, N) or None.  These defaults run the steps above.
+    # The T steps of a cell in one call, so a backend can run the loop over time in its own
+    # code.  gates (T, N, G) (G = H, 3H, 4H for the rnn, GRU, LSTM; the rnn's ``xg``): in the
+    # input projections with bias, out (GRU, LSTM) the activated gates; U (H, G); hg (N, G)
+    # work; h (and c) (T+1, N, H): entry 0 (entry T with ``reverse``) the initial state, entry
+    # t+1 (t) the state after step t; mask (T, N) or None.  The bprops walk the steps
+    # backwards, each the cell's bprop step, then (but after the last) dh += d_t @ U^T; dy
+    # (T, N, H) or None; dh (and dc) (N, H) in the errors reaching the final state.  These
+    # defaults run the steps above.
+    def rnn_fprop_sequence(self, xg, hg, U, h, mask=None, reverse=False, activation="tanh"):
+        """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, H) = h_prev @ U, then
+        ``rnn_fprop_step``."""
+        for t, p, q in _time_steps(xg.shape[0], reverse):
+            self.compound_dot(h[p], U, hg)
+            self.rnn_fprop_step(xg[t], hg, h[p], h[q], _at(mask, t), activation)
+
+    def rnn_bprop_sequence(self, h, U, dy, dh, dpre, mask=None, reverse=False,
+                           activation="tanh"):
+        """The steps of ``rnn_fprop_sequence`` backwards: ``rnn_bprop_step`` each (from the
+        state h_t after the step), then dh (+)= dpre_t @ U^T; dpre (T, N, H) out."""
+        T = dpre.shape[0]
+        for k, (t, p, q) in enumerate(_time_steps(T, reverse, backwards=True)):
+            self.rnn_bprop_step(h[q], _at(dy, t), dh, dpre[t], _at(mask, t), activation)
+            if k < T - 1:
+                self.compound_dot(dpre[t], U, dh, beta=1.0 if mask is not None else 0.0,
+                                  transB=True)
+
     def lstm_fprop_sequence(self, gates, hg, U, c, h, mask=None, reverse=False,
                             activation="tanh", gate_activation="logistic"):
         """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, 4H) = h_prev @ U, then
         ``lstm_fprop_step``."""
-        T = gates.shape[0]
-        for t in (range(T - 1, -1, -1) if reverse else range(T)):
-            p, q = (t + 1, t) if reverse else (t, t + 1)
+        for t, p, q in _time_steps(gates.shape[0], reverse):
             self.compound_dot(h[p], U, hg)
-            self.lstm_fprop_step(gates[t], hg, c[p], c[q], h[p], h[q],
-                                 None if mask is None else mask[t], activation, gate_activation)
+            self.lstm_fprop_step(gates[t], hg, c[p], c[q], h[p], h[q], _at(mask, t),
+                                 activation, gate_activation)
 
     def lstm_bprop_sequence(self, gates, U, c, dy, dh, dc, dgates, mask=None, reverse=False,
                             activation="tanh", gate_activation="logistic"):
         """The steps of ``lstm_fprop_sequence`` backwards: ``lstm_bprop_step`` each, then (but
-        after the last) dh += dgates_t @ U^T.  dy (T, N, H) or None; dh, dc (N, H) in the
-        errors reaching the final state; dgates (T, N, 4H) out."""
+        after the last) dh (+)= dgates_t @ U^T; dgates (T, N, 4H) out."""
         T = gates.shape[0]
-        for k, t in enumerate(range(T) if reverse else range(T - 1, -1, -1)):
-            p, q = (t + 1, t) if reverse else (t, t + 1)
-            m = None if mask is None else mask[t]
-            self.lstm_bprop_step(gates[t], c[p], c[q], None if dy is None else dy[t], dh, dc,
-                                 dgates[t], m, activation, gate_activation)
+        for k, (t, p, q) in enumerate(_time_steps(T, reverse, backwards=True)):
+            self.lstm_bprop_step(gates[t], c[p], c[q], _at(dy, t), dh, dc, dgates[t],
+                                 _at(mask, t), activation, gate_activation)
             if k < T - 1:
                 self.compound_dot(dgates[t], U, dh, beta=1.0 if mask is not None else 0.0,
                                   transB=True)
+
+    def gru_fprop_sequence(self, gates, hg, U, bias_h, hn, h, mask=None, reverse=False):
+        """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, 3H) = h_prev @ U, then
+        ``gru_fprop_step`` with hn[t] (hn (T, N, H))."""
+        for t, p, q in _time_steps(gates.shape[0], reverse):
+            self.compound_dot(h[p], U, hg)
+            self.gru_fprop_step(gates[t], hg, bias_h, hn[t], h[p], h[q], _at(mask, t))
+
+    def gru_bprop_sequence(self, gates, U, hn, h, dy, dh, dgx, dgh, mask=None, reverse=False):
+        """The steps of ``gru_fprop_sequence`` backwards: ``gru_bprop_step`` each, then (but
+        after the last) dh += dgh_t @ U^T; dgx, dgh (T, N, 3H) out."""
+        T = gates.shape[0]
+        for k, (t, p, q) in enumerate(_time_steps(T, reverse, backwards=True)):
+            self.gru_bprop_step(gates[t], hn[t], h[p], _at(dy, t), dh, dgx[t], dgh[t],
+                                _at(mask, t))
+            if k < T - 1:
+                self.compound_dot(dgh[t], U, dh, beta=1.0, transB=True)
+
+
+def _time_steps(T, reverse, backwards=False):
+    """(t, p, q) of a whole-sequence pass in its order: step t, the state entries p before and
+    q after it; forwards t = 0..T-1 (T-1..0 with ``reverse``), ``backwards`` the opposite."""
+    order = range(T - 1, -1, -1) if reverse != backwards else range(T)
+    return [(t, t + 1, t) if reverse else (t, t, t + 1) for t in order]
+
+
+def _at(steps, t):
+    """Step t of a per-step array (mask, dy), or None."""
+    return None if steps is None else steps[t]
 
 
 def _slice_shape(name, t, heads):

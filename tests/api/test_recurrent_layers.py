@@ -201,9 +201,10 @@ def test_descriptions_round_trip_and_parameters_reload(tmp_path):
 
 
 def test_training_steps_after_the_first_allocate_nothing_of_size():
-    """Every T-step buffer is made in allocate(): LSTM, GRU and a masked bidirectional layer
-    under a per-token softmax head train, and the later steps' traced peak stays at the size
-    of Python objects."""
+    """Every T-step buffer is made in allocate(): LSTM, GRU, Recurrent and a masked
+    bidirectional layer under a per-token softmax head train, and the later steps' traced peak
+    stays at the size of Python objects; the whole-sequence kernels' packed work arrays are
+    made once."""
     from support.checks import PEAK_LIMIT, allocation_peaks as _peaks
 
     from neonlite import Model
@@ -214,7 +215,7 @@ def test_training_steps_after_the_first_allocate_nothing_of_size():
     be = neonlite.gen_backend("cpu", batch_size=8, rng_seed=0)
     bi = BiLSTM(16)
     bi.mask = be.array(np.ones((8, 32)))
-    model = Model([LSTM(64), GRU(32), bi, Affine(8, activation=Softmax())])
+    model = Model([LSTM(64), GRU(32), Recurrent(48), bi, Affine(8, activation=Softmax())])
     model.initialize(ShapeStub((32, 24)), GeneralizedCost(CrossEntropyMulti()))
     rng = np.random.default_rng(0)
     x = be.array(rng.normal(size=(8, 32, 24)))
@@ -225,4 +226,7 @@ def test_training_steps_after_the_first_allocate_nothing_of_size():
         model.train_step(x, t, opt, 0)
         return True
     step()
+    work = dict(be.kernels.workspaces)
     assert max(_peaks(step)) < PEAK_LIMIT
+    assert all(be.kernels.workspaces.get(key) is buf for key, buf in work.items())
+    assert be.kernels.workspaces.keys() == work.keys()

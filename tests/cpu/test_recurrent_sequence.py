@@ -29,7 +29,7 @@ class FixedWay:
 def _sequence_backend(dtype):
     be = make_backend("cpu", batch_size=N, dtype=dtype)
     if getattr(be.kernels.gemm, "gemm_address", None) is None or \
-            be.kernels.module("recurrent", np.dtype(dtype)) is None:
+            be.kernels.module("recurrent_sequences", np.dtype(dtype)) is None:
         pytest.skip("the C sequence loop needs the C kernels and MKL's GEMM "
                     "(pip install neonlite[mkl])")
     return be
