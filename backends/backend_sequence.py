@@ -1,11 +1,14 @@
 """The sequence sections of the backend contract (see :mod:`.backend` for its conventions):
 fused attention on head-major slices, local response normalization across channels, and
-the per-step gate kernels of recurrent cells.  :class:`~.backend.Backend` inherits them."""
+the per-step gate kernels of recurrent cells and their whole-sequence passes.
+:class:`~.backend.Backend` inherits them."""
 from abc import ABC, abstractmethod
+
+from .reference.recurrent import step_of, time_steps
 
 
 class SequenceOps(ABC):
-    """Attention, LRN and recurrent gate steps of the backend contract."""
+    """Attention, LRN, recurrent gate steps and sequences of the backend contract."""
 
     # ---- fused attention -------------------------------------------------------------------------
     def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
@@ -144,17 +147,17 @@ class SequenceOps(ABC):
     def rnn_fprop_sequence(self, xg, hg, U, h, mask=None, reverse=False, activation="tanh"):
         """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, H) = h_prev @ U, then
         ``rnn_fprop_step``."""
-        for t, p, q in _time_steps(xg.shape[0], reverse):
+        for t, p, q in time_steps(xg.shape[0], reverse):
             self.compound_dot(h[p], U, hg)
-            self.rnn_fprop_step(xg[t], hg, h[p], h[q], _at(mask, t), activation)
+            self.rnn_fprop_step(xg[t], hg, h[p], h[q], step_of(mask, t), activation)
 
     def rnn_bprop_sequence(self, h, U, dy, dh, dpre, mask=None, reverse=False,
                            activation="tanh"):
         """The steps of ``rnn_fprop_sequence`` backwards: ``rnn_bprop_step`` each (from the
         state h_t after the step), then dh (+)= dpre_t @ U^T; dpre (T, N, H) out."""
         T = dpre.shape[0]
-        for k, (t, p, q) in enumerate(_time_steps(T, reverse, backwards=True)):
-            self.rnn_bprop_step(h[q], _at(dy, t), dh, dpre[t], _at(mask, t), activation)
+        for k, (t, p, q) in enumerate(time_steps(T, reverse, backwards=True)):
+            self.rnn_bprop_step(h[q], step_of(dy, t), dh, dpre[t], step_of(mask, t), activation)
             if k < T - 1:
                 self.compound_dot(dpre[t], U, dh, beta=1.0 if mask is not None else 0.0,
                                   transB=True)
@@ -163,9 +166,9 @@ class SequenceOps(ABC):
                             activation="tanh", gate_activation="logistic"):
         """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, 4H) = h_prev @ U, then
         ``lstm_fprop_step``."""
-        for t, p, q in _time_steps(gates.shape[0], reverse):
+        for t, p, q in time_steps(gates.shape[0], reverse):
             self.compound_dot(h[p], U, hg)
-            self.lstm_fprop_step(gates[t], hg, c[p], c[q], h[p], h[q], _at(mask, t),
+            self.lstm_fprop_step(gates[t], hg, c[p], c[q], h[p], h[q], step_of(mask, t),
                                  activation, gate_activation)
 
     def lstm_bprop_sequence(self, gates, U, c, dy, dh, dc, dgates, mask=None, reverse=False,
@@ -173,9 +176,9 @@ class SequenceOps(ABC):
         """The steps of ``lstm_fprop_sequence`` backwards: ``lstm_bprop_step`` each, then (but
         after the last) dh (+)= dgates_t @ U^T; dgates (T, N, 4H) out."""
         T = gates.shape[0]
-        for k, (t, p, q) in enumerate(_time_steps(T, reverse, backwards=True)):
-            self.lstm_bprop_step(gates[t], c[p], c[q], _at(dy, t), dh, dc, dgates[t],
-                                 _at(mask, t), activation, gate_activation)
+        for k, (t, p, q) in enumerate(time_steps(T, reverse, backwards=True)):
+            self.lstm_bprop_step(gates[t], c[p], c[q], step_of(dy, t), dh, dc, dgates[t],
+                                 step_of(mask, t), activation, gate_activation)
             if k < T - 1:
                 self.compound_dot(dgates[t], U, dh, beta=1.0 if mask is not None else 0.0,
                                   transB=True)
@@ -183,31 +186,19 @@ class SequenceOps(ABC):
     def gru_fprop_sequence(self, gates, hg, U, bias_h, hn, h, mask=None, reverse=False):
         """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, 3H) = h_prev @ U, then
         ``gru_fprop_step`` with hn[t] (hn (T, N, H))."""
-        for t, p, q in _time_steps(gates.shape[0], reverse):
+        for t, p, q in time_steps(gates.shape[0], reverse):
             self.compound_dot(h[p], U, hg)
-            self.gru_fprop_step(gates[t], hg, bias_h, hn[t], h[p], h[q], _at(mask, t))
+            self.gru_fprop_step(gates[t], hg, bias_h, hn[t], h[p], h[q], step_of(mask, t))
 
     def gru_bprop_sequence(self, gates, U, hn, h, dy, dh, dgx, dgh, mask=None, reverse=False):
         """The steps of ``gru_fprop_sequence`` backwards: ``gru_bprop_step`` each, then (but
         after the last) dh += dgh_t @ U^T; dgx, dgh (T, N, 3H) out."""
         T = gates.shape[0]
-        for k, (t, p, q) in enumerate(_time_steps(T, reverse, backwards=True)):
-            self.gru_bprop_step(gates[t], hn[t], h[p], _at(dy, t), dh, dgx[t], dgh[t],
-                                _at(mask, t))
+        for k, (t, p, q) in enumerate(time_steps(T, reverse, backwards=True)):
+            self.gru_bprop_step(gates[t], hn[t], h[p], step_of(dy, t), dh, dgx[t], dgh[t],
+                                step_of(mask, t))
             if k < T - 1:
                 self.compound_dot(dgh[t], U, dh, beta=1.0, transB=True)
-
-
-def _time_steps(T, reverse, backwards=False):
-    """(t, p, q) of a whole-sequence pass in its order: step t, the state entries p before and
-    q after it; forwards t = 0..T-1 (T-1..0 with ``reverse``), ``backwards`` the opposite."""
-    order = range(T - 1, -1, -1) if reverse != backwards else range(T)
-    return [(t, t + 1, t) if reverse else (t, t, t + 1) for t in order]
-
-
-def _at(steps, t):
-    """Step t of a per-step array (mask, dy), or None."""
-    return None if steps is None else steps[t]
 
 
 def _slice_shape(name, t, heads):
