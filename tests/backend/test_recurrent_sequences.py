@@ -3,12 +3,15 @@ and their bprops): the CPU backend's C loop over time (``kernels/cpu/recurrent_s
 its GEMMs called from C) against the contract's default, which runs the per-step ops one by
 one, and against the numpy reference (``backends/reference/recurrent.py``), in float64 and
 float32, forwards and reversed, with and without a padding mask, over a unit count that leaves
-a short last chunk; the same bits on one thread and on all of them; and every available
-backend against the CPU through the harness."""
+a short last chunk; the same bits on one thread and on all of them; every available backend
+against the CPU through the harness; and the GPU backend's default passes, compiled and
+emulated on the host (not run on a GPU), against the reference."""
 import numpy as np
 import pytest
 from support.harness import compare_with_cpu, make_backend
+from support.requires import requires
 
+import neonlite
 from neonlite.backends.backend_sequence import SequenceOps
 from neonlite.backends.reference import recurrent as ref
 
@@ -169,3 +172,23 @@ def test_every_backend_matches_the_cpu(cell):
     cpu = compare_with_cpu(passes, *[a[k] for k in keys], rtol=1e-5, atol=1e-5, batch_size=N)
     _assert_all_close(cpu, _reference(a, cell, True, act, gate_act), 2e-4,
                       "the CPU backend (float32) against the numpy reference")
+
+
+@requires("emulator")
+@pytest.mark.parametrize("cell", CELLS)
+def test_gpu_backend_on_the_host_emulator_matches_the_reference(monkeypatch, cell):
+    """The GPU backend keeps the contract's default passes: its step kernels and cuBLAS GEMMs,
+    compiled and emulated on the host (not run on a GPU)."""
+    from support.gpu_host_backend import host_gpu_backend
+    a = _inputs(cell, True, seed=3, units=7)
+    act, gate_act = ("tanh", "logistic") if cell == "lstm" else ("tanh", None)
+    previous = neonlite.backends._current
+    try:
+        gpu = host_gpu_backend(monkeypatch, batch_size=N, dtype=np.float32)
+        got = _run(gpu, {k: None if v is None else v.astype(np.float32) for k, v in a.items()},
+                   cell, True, act, gate_act, _Backend())
+        assert {f"nl_{cell}_fprop_f32", f"nl_{cell}_bprop_f32"} <= set(gpu.device.launches)
+    finally:
+        neonlite.backends._current = previous
+    _assert_all_close(got, _reference(a, cell, True, act, gate_act), 2e-4,
+                      "the GPU backend (emulated) against the numpy reference")
