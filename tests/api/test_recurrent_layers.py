@@ -230,3 +230,24 @@ def test_training_steps_after_the_first_allocate_nothing_of_size():
     assert max(_peaks(step)) < PEAK_LIMIT
     assert all(be.kernels.workspaces.get(key) is buf for key, buf in work.items())
     assert be.kernels.workspaces.keys() == work.keys()
+
+
+@pytest.mark.parametrize("make", CELLS, ids=CELL_IDS)
+def test_decoding_one_step_at_a_time_gives_the_sequence_outputs(make):
+    """Decoding runs the cells' step ops, fprop their whole-sequence passes: the same states
+    from the same initial state (float64, to rounding)."""
+    from neonlite.layers.decode import decode, init_decode
+    neonlite.gen_backend("cpu", batch_size=3, rng_seed=0, datatype=np.float64)
+    be = neonlite.get_backend()
+    rng = np.random.default_rng(11)
+    net = build(make(), (T, D))
+    layer = net.layers[0]
+    for p in net.parameters():
+        p.value.set(p.value.get() + rng.normal(0, 0.3, p.value.shape))
+    start = rng.normal(size=(3, H))
+    layer.set_initial_state(h=start, **({"c": -start} if "c" in layer.states else {}))
+    x = rng.normal(size=(3, T, D))
+    whole = net.fprop(be.array(x)).get()
+    state = init_decode(layer, 3, T)
+    steps = [decode(layer, be.array(x[:, t:t + 1]), state).get() for t in range(T)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), whole, rtol=1e-12, atol=1e-12)
