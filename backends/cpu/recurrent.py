@@ -27,7 +27,8 @@ def _ary(t):
 
 
 class CPURecurrentMixin:
-    """``Backend.*_step`` gate kernels for the CPU backend (mixed into ``CPUBackend``)."""
+    """``Backend.*_step`` gate kernels and ``*_sequence`` passes for the CPU backend (mixed
+    into ``CPUBackend``)."""
 
     def _gate_kernel(self, name, tensors, N, H, *codes):
         """Run C function ``name`` on ``tensors`` (None passes NULL) then N, H and ``codes``;
