@@ -1,13 +1,15 @@
 """The sequence sections of the backend contract (see :mod:`.backend` for its conventions):
 fused attention on head-major slices, local response normalization across channels, and
-the per-step gate kernels of recurrent cells.  :class:`~.backend.Backend` inherits them."""
+the per-step gate kernels of recurrent cells and their whole-sequence passes.
+:class:`~.backend.Backend` inherits them."""
 from abc import ABC, abstractmethod
 
-from .operand_shapes import check_lstm_sequence, example_rows
+from .operand_shapes import check_sequence, example_rows
+from .reference.recurrent import step_of, time_steps
 
 
 class SequenceOps(ABC):
-    """Attention, LRN and recurrent gate steps of the backend contract."""
+    """Attention, LRN, recurrent gate steps and sequences of the backend contract."""
 
     #: the rows ``example_dropout_mask`` reads its mask as (checked)
     example_rows = staticmethod(example_rows)
@@ -140,38 +142,80 @@ class SequenceOps(ABC):
         """dgx, dgh (N, 3H): dL/d(input projection) and dL/d(h_prev @ U + bias_h)."""
 
     # ---- whole recurrent sequences -------------------------------------------------------------
-    # The T steps of an LSTM in one call, so a backend can run the loop over time in its own
-    # code.  gates (T, N, 4H): in the input projections with bias, out the activated gates;
-    # U (H, 4H); c, h (T+1, N, H): entry 0 (entry T with ``reverse``) the initial state, entry
-    # t+1 (t) the state after step t; mask (T, N) or None.  These defaults run the steps above.
+    # The T steps of a cell in one call, so a backend can run the loop over time in its own
+    # code.  gates (T, N, G) (G = H, 3H, 4H for the rnn, GRU, LSTM; the rnn's ``xg``): in the
+    # input projections with bias, out (GRU, LSTM) the activated gates; U (H, G); hg (N, G)
+    # work; h (and c) (T+1, N, H): entry 0 (entry T with ``reverse``) the initial state, entry
+    # t+1 (t) the state after step t; mask (T, N) or None.  The bprops walk the steps
+    # backwards, each the cell's bprop step, then (but after the last) dh += d_t @ U^T; dy
+    # (T, N, H) or None; dh (and dc) (N, H) in the errors reaching the final state.  These
+    # defaults run the steps above.
+    def rnn_fprop_sequence(self, xg, hg, U, h, mask=None, reverse=False, activation="tanh"):
+        """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, H) = h_prev @ U, then
+        ``rnn_fprop_step``."""
+        check_sequence("rnn_fprop_sequence", "rnn", "xg", xg=xg, hg=hg, U=U, h=h, mask=mask)
+        for t, p, q in time_steps(xg.shape[0], reverse):
+            self.compound_dot(h[p], U, hg)
+            self.rnn_fprop_step(xg[t], hg, h[p], h[q], step_of(mask, t), activation)
+
+    def rnn_bprop_sequence(self, h, U, dy, dh, dpre, mask=None, reverse=False,
+                           activation="tanh"):
+        """The steps of ``rnn_fprop_sequence`` backwards: ``rnn_bprop_step`` each (from the
+        state h_t after the step), then dh (+)= dpre_t @ U^T; dpre (T, N, H) out."""
+        check_sequence("rnn_bprop_sequence", "rnn", "dpre", dpre=dpre, h=h, U=U, dy=dy, dh=dh,
+                       mask=mask)
+        T = dpre.shape[0]
+        for k, (t, p, q) in enumerate(time_steps(T, reverse, backwards=True)):
+            self.rnn_bprop_step(h[q], step_of(dy, t), dh, dpre[t], step_of(mask, t), activation)
+            if k < T - 1:
+                self.compound_dot(dpre[t], U, dh, beta=1.0 if mask is not None else 0.0,
+                                  transB=True)
+
     def lstm_fprop_sequence(self, gates, hg, U, c, h, mask=None, reverse=False,
                             activation="tanh", gate_activation="logistic"):
         """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, 4H) = h_prev @ U, then
         ``lstm_fprop_step``."""
-        check_lstm_sequence("lstm_fprop_sequence", gates, hg=hg, U=U, c=c, h=h, mask=mask)
-        T = gates.shape[0]
-        for t in (range(T - 1, -1, -1) if reverse else range(T)):
-            p, q = (t + 1, t) if reverse else (t, t + 1)
+        check_sequence("lstm_fprop_sequence", "lstm", "gates", gates=gates, hg=hg, U=U, c=c, h=h, mask=mask)
+        for t, p, q in time_steps(gates.shape[0], reverse):
             self.compound_dot(h[p], U, hg)
-            self.lstm_fprop_step(gates[t], hg, c[p], c[q], h[p], h[q],
-                                 None if mask is None else mask[t], activation, gate_activation)
+            self.lstm_fprop_step(gates[t], hg, c[p], c[q], h[p], h[q], step_of(mask, t),
+                                 activation, gate_activation)
 
     def lstm_bprop_sequence(self, gates, U, c, dy, dh, dc, dgates, mask=None, reverse=False,
                             activation="tanh", gate_activation="logistic"):
         """The steps of ``lstm_fprop_sequence`` backwards: ``lstm_bprop_step`` each, then (but
-        after the last) dh += dgates_t @ U^T.  dy (T, N, H) or None; dh, dc (N, H) in the
+        after the last) dh (+)= dgates_t @ U^T.  dy (T, N, H) or None; dh, dc (N, H) in the
         errors reaching the final state; dgates (T, N, 4H) out."""
-        check_lstm_sequence("lstm_bprop_sequence", gates, U=U, c=c, dy=dy, dh=dh, dc=dc,
+        check_sequence("lstm_bprop_sequence", "lstm", "gates", gates=gates, U=U, c=c, dy=dy, dh=dh, dc=dc,
                             dgates=dgates, mask=mask)
         T = gates.shape[0]
-        for k, t in enumerate(range(T) if reverse else range(T - 1, -1, -1)):
-            p, q = (t + 1, t) if reverse else (t, t + 1)
-            m = None if mask is None else mask[t]
-            self.lstm_bprop_step(gates[t], c[p], c[q], None if dy is None else dy[t], dh, dc,
-                                 dgates[t], m, activation, gate_activation)
+        for k, (t, p, q) in enumerate(time_steps(T, reverse, backwards=True)):
+            self.lstm_bprop_step(gates[t], c[p], c[q], step_of(dy, t), dh, dc, dgates[t],
+                                 step_of(mask, t), activation, gate_activation)
             if k < T - 1:
                 self.compound_dot(dgates[t], U, dh, beta=1.0 if mask is not None else 0.0,
                                   transB=True)
+
+    def gru_fprop_sequence(self, gates, hg, U, bias_h, hn, h, mask=None, reverse=False):
+        """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, 3H) = h_prev @ U, then
+        ``gru_fprop_step`` with hn[t] (hn (T, N, H))."""
+        check_sequence("gru_fprop_sequence", "gru", "gates", gates=gates, hg=hg, U=U,
+                       bias_h=bias_h, hn=hn, h=h, mask=mask)
+        for t, p, q in time_steps(gates.shape[0], reverse):
+            self.compound_dot(h[p], U, hg)
+            self.gru_fprop_step(gates[t], hg, bias_h, hn[t], h[p], h[q], step_of(mask, t))
+
+    def gru_bprop_sequence(self, gates, U, hn, h, dy, dh, dgx, dgh, mask=None, reverse=False):
+        """The steps of ``gru_fprop_sequence`` backwards: ``gru_bprop_step`` each, then (but
+        after the last) dh += dgh_t @ U^T; dgx, dgh (T, N, 3H) out."""
+        check_sequence("gru_bprop_sequence", "gru", "gates", gates=gates, U=U, hn=hn, h=h, dy=dy,
+                       dh=dh, dgx=dgx, dgh=dgh, mask=mask)
+        T = gates.shape[0]
+        for k, (t, p, q) in enumerate(time_steps(T, reverse, backwards=True)):
+            self.gru_bprop_step(gates[t], hn[t], h[p], step_of(dy, t), dh, dgx[t], dgh[t],
+                                step_of(mask, t))
+            if k < T - 1:
+                self.compound_dot(dgh[t], U, dh, beta=1.0, transB=True)
 
 
 def _slice_shape(name, t, heads):

@@ -150,19 +150,27 @@ def check_gate_step(op, cell, state, **operands):
                            note=f" (N={N}, H={H} from {state} of shape {(N, H)})")
 
 
-def check_lstm_sequence(op, gates, **operands):
-    """``lstm_fprop_sequence`` / ``lstm_bprop_sequence``: T, N, 4H from gates (T, N, 4H)."""
-    check_rank(op, "gates", gates, 3)
-    T, N, G = gates.shape
-    if G % 4:
-        raise ValueError(f"{op}: gates has shape {tuple(gates.shape)}; expected (T, N, 4H), "
-                         f"a last axis divisible by 4")
-    H = G // 4
-    shapes = {"hg": (N, G), "U": (H, G), "c": (T + 1, N, H), "h": (T + 1, N, H),
-              "mask": (T, N), "dy": (T, N, H), "dh": (N, H), "dc": (N, H), "dgates": (T, N, G)}
-    check_operands(op, [(n, t, shapes[n]) for n, t in operands.items()], like=("gates", gates),
-                   free=("mask",), exact=("c", "h", "dy", "dgates"),
-                   note=lambda: f" (T={T}, N={N}, H={H} from gates of shape {(T, N, G)})")
+def check_sequence(op, cell, first, **operands):
+    """The whole-sequence passes of ``cell`` (``rnn``, ``lstm``, ``gru``): T, N and G*H from
+    the operand named ``first`` (T, N, G*H): gate rows (``gates``, ``xg``, ``dpre``,
+    ``dgates``, ``dgx``, ``dgh``) (T, N, G*H), ``hg`` (N, G*H), ``U`` (H, G*H), ``bias_h``
+    (G*H,), the states ``c``, ``h`` (T+1, N, H), ``hn`` and ``dy`` (T, N, H), ``dh``, ``dc``
+    (N, H) and ``mask`` (T, N)."""
+    named = operands[first]
+    check_rank(op, first, named, 3)
+    T, N, GH = named.shape
+    G = GATES[cell]
+    if GH % G:
+        raise ValueError(f"{op}: {first} has shape {tuple(named.shape)}; expected (T, N, {G}H),"
+                         f" a last axis divisible by {G}")
+    H = GH // G
+    shapes = {"hg": (N, GH), "U": (H, GH), "bias_h": (GH,), "c": (T + 1, N, H),
+              "h": (T + 1, N, H), "hn": (T, N, H), "mask": (T, N), "dy": (T, N, H),
+              "dh": (N, H), "dc": (N, H)}
+    check_operands(op, [(n, t, shapes.get(n, (T, N, GH))) for n, t in operands.items()],
+                   like=(first, named), free=("mask",),
+                   exact=("c", "h", "hn", "dy", "gates", "xg", "dpre", "dgates", "dgx", "dgh"),
+                   note=lambda: f" (T={T}, N={N}, H={H} from {first} of shape {(T, N, GH)})")
 
 
 def check_blocksparse(op, plan, transposed=False, **operands):

@@ -26,7 +26,8 @@ def _cpu_variants(stem):
 
 
 CPU_SOURCES = ("conv", "conv_direct", "pool", "norm", "softmax", "optree", "gelu", "attention_softmax",
-               "rows", "blocksparse", "recurrent", "lrn", "fused_optim", "flash_attention")
+               "rows", "blocksparse", "recurrent",
+               "recurrent_sequences", "lrn", "fused_optim", "flash_attention")
 CPU_VARIANTS = tuple(spec for stem in CPU_SOURCES for spec in _cpu_variants(stem))
 
 

@@ -4,10 +4,14 @@ Every cell runs the same schedule (``RecurrentBase``):
 
 * the input is permuted once to time-major (T, N, D), so each step's rows are contiguous;
 * the input projection of all T steps is one GEMM, (T*N, D) @ W (D, G*H), plus the bias;
-* each step is one recurrent GEMM h_{t-1} @ U (N, H) @ (H, G*H) and one fused gate kernel of
-  the backend (``Backend.*_fprop_step``), which writes the activated gates kept for bprop;
-* bprop walks the steps backwards, each one gate-derivative kernel and one GEMM
-  dgates_t @ U^T; then the weight gradients are one GEMM each over all the stored steps:
+* the T steps are one call of the backend's whole-sequence pass of the cell
+  (``Backend.rnn_fprop_sequence``, ``lstm_fprop_sequence``, ``gru_fprop_sequence``; the loop
+  over time in the backend's own code where it has one): each step one recurrent GEMM
+  h_{t-1} @ U (N, H) @ (H, G*H) and the cell's fused gate kernel (``Backend.*_fprop_step``),
+  which writes the activated gates kept for bprop;
+* bprop walks the steps backwards (``Backend.*_bprop_sequence``), each one gate-derivative
+  kernel and one GEMM dgates_t @ U^T; then the weight gradients are one GEMM each over all
+  the stored steps:
   dW = X^T dG, dU = H_prev^T dG, db = column sums of dG, and the input error one GEMM dG W^T.
 
 Every T-step buffer is made in ``allocate()``.  A sequence may be shorter than the T the
@@ -50,8 +54,8 @@ def kernel_activation(transform, what, layer):
 
 class RecurrentBase(ParameterLayer):
     """The shared T-step schedule (module docstring).  A cell sets ``gates`` (G, the gate
-    blocks per unit) and implements ``_step_fprop`` / ``_step_bprop``, or runs all the steps
-    in ``_fprop_steps`` / ``_bprop_steps`` (the LSTM, through ``Backend.lstm_*_sequence``).
+    blocks per unit) and runs all the steps in ``_fprop_steps`` / ``_bprop_steps`` (through
+    the backend's whole-sequence pass of the cell) and one decoding step in ``_decode_step``.
 
     Parameters: W (D, G*H), U (H, G*H), b (G*H,).  Output (N, T, H) with
     ``return_sequences``, else the final state (N, H).
@@ -215,16 +219,6 @@ class RecurrentBase(ParameterLayer):
         buf.set(mask)
         return buf
 
-    def _order(self, T):
-        return range(T - 1, -1, -1) if self.reverse else range(T)
-
-    def _prev(self, t):
-        """Index into the state sequences of the state before time t (``_prev(t) ± 1`` after)."""
-        return t + 1 if self.reverse else t
-
-    def _next(self, t):
-        return t if self.reverse else t + 1
-
     def fprop(self, x, inference=False, mask=None):
         be, H = self.be, self.nout
         mask = mask if mask is not None else self.mask
@@ -250,10 +244,13 @@ class RecurrentBase(ParameterLayer):
         return self._write_outputs(T)
 
     def _fprop_steps(self, T):
-        """The T steps, each the recurrent GEMM and the cell's gate kernel."""
-        for t in self._order(T):
-            self.be.compound_dot(self.seq["h"][self._prev(t)], self.U.value, self.hg)
-            self._step_fprop(t, self.mask_t[t] if self.masked else None)
+        """The T steps from ``seq[s][0]`` (``[T]`` with ``reverse``) through the gates g_t[:T],
+        each the recurrent GEMM and the cell's gate kernel, into ``seq``."""
+        raise NotImplementedError
+
+    def _step_mask(self, T):
+        """The time-major mask (T, N) of the last fprop, or None."""
+        return self.mask_t[:T] if self.masked else None
 
     def _write_outputs(self, T):
         be, h = self.be, self.seq["h"]
@@ -299,15 +296,9 @@ class RecurrentBase(ParameterLayer):
         return self.deltas
 
     def _bprop_steps(self, T, dy):
-        """The steps backwards, each the cell's gate-derivative kernel and (but the last) the
-        GEMM of its gradient with U^T into the state error; dy (T, N, H) or None."""
-        order = list(self._order(T))[::-1]
-        for k, t in enumerate(order):
-            step_dy = None if dy is None else dy[t]
-            dgrad, beta = self._step_bprop(t, step_dy, self.mask_t[t] if self.masked else None)
-            if k < T - 1:
-                self.be.compound_dot(dgrad, self.U.value, self.delta_state["h"], beta=beta,
-                                     transB=True)
+        """The steps backwards, each the cell's gate-derivative kernel into dg_t and (but the
+        last) the GEMM of its gradient with U^T into ``delta_state``; dy (T, N, H) or None."""
+        raise NotImplementedError
 
     def _weight_grads(self, T, N):
         """dW = X^T dG, dU = H_prev^T dG_h, db = sum dG (one GEMM or sum each, all steps)."""
@@ -327,11 +318,8 @@ class RecurrentBase(ParameterLayer):
         cell's recurrent term differs)."""
         return self.dg_t[:T].reshape(T * N, self.gates * self.nout)
 
-    def _step_fprop(self, t, mask):
-        raise NotImplementedError
-
-    def _step_bprop(self, t, dy, mask):
-        """One backward step; returns (the gradient to multiply by U^T, GEMM beta)."""
+    def _decode_step(self, state):
+        """One step of ``decode`` after its GEMMs: the cell's gate kernel on ``state``."""
         raise NotImplementedError
 
 
@@ -349,19 +337,18 @@ class Recurrent(RecurrentBase):
         self.act = kernel_activation(self.activation, "activation", self)
         return super()._configure(in_shape)
 
-    def _step_fprop(self, t, mask):
-        h = self.seq["h"]
-        self.be.rnn_fprop_step(self.g_t[t], self.hg, h[self._prev(t)], h[self._next(t)], mask,
-                               self.act)
+    def _fprop_steps(self, T):
+        self.be.rnn_fprop_sequence(self.g_t[:T], self.hg, self.U.value, self.seq["h"][:T + 1],
+                                   self._step_mask(T), self.reverse, self.act)
+
+    def _bprop_steps(self, T, dy):
+        self.be.rnn_bprop_sequence(self.seq["h"][:T + 1], self.U.value, dy,
+                                   self.delta_state["h"], self.dg_t[:T], self._step_mask(T),
+                                   self.reverse, self.act)
 
     def _decode_step(self, state):
         h = state.h["h"]
         self.be.rnn_fprop_step(state.gates, state.hg, h, h, None, self.act)
-
-    def _step_bprop(self, t, dy, mask):
-        self.be.rnn_bprop_step(self.seq["h"][self._next(t)], dy, self.delta_state["h"],
-                               self.dg_t[t], mask, self.act)
-        return self.dg_t[t], 1.0 if mask is not None else 0.0
 
 
 class LSTM(RecurrentBase):
@@ -399,18 +386,14 @@ class LSTM(RecurrentBase):
             self.b.value.set(b)
 
     def _fprop_steps(self, T):
-        """All T steps in one ``Backend.lstm_fprop_sequence`` (the loop over time in the
-        backend's own code where it has one)."""
-        mask = self.mask_t[:T] if self.masked else None
         self.be.lstm_fprop_sequence(self.g_t[:T], self.hg, self.U.value, self.seq["c"][:T + 1],
-                                    self.seq["h"][:T + 1], mask, self.reverse, self.act,
-                                    self.gate_act)
+                                    self.seq["h"][:T + 1], self._step_mask(T), self.reverse,
+                                    self.act, self.gate_act)
 
     def _bprop_steps(self, T, dy):
-        mask = self.mask_t[:T] if self.masked else None
         self.be.lstm_bprop_sequence(self.g_t[:T], self.U.value, self.seq["c"][:T + 1], dy,
                                     self.delta_state["h"], self.delta_state["c"], self.dg_t[:T],
-                                    mask, self.reverse, self.act, self.gate_act)
+                                    self._step_mask(T), self.reverse, self.act, self.gate_act)
 
     def _decode_step(self, state):
         h, c = state.h["h"], state.h["c"]
@@ -436,19 +419,20 @@ class GRU(RecurrentBase):
         self.hn_t = be.zeros((T, N, H))
         self.dgh_t = be.zeros((T, N, 3 * H))
 
-    def _step_fprop(self, t, mask):
-        h = self.seq["h"]
-        self.be.gru_fprop_step(self.g_t[t], self.hg, self.b_h.value, self.hn_t[t],
-                               h[self._prev(t)], h[self._next(t)], mask)
+    def _fprop_steps(self, T):
+        self.be.gru_fprop_sequence(self.g_t[:T], self.hg, self.U.value, self.b_h.value,
+                                   self.hn_t[:T], self.seq["h"][:T + 1], self._step_mask(T),
+                                   self.reverse)
+
+    def _bprop_steps(self, T, dy):
+        self.be.gru_bprop_sequence(self.g_t[:T], self.U.value, self.hn_t[:T],
+                                   self.seq["h"][:T + 1], dy, self.delta_state["h"],
+                                   self.dg_t[:T], self.dgh_t[:T], self._step_mask(T),
+                                   self.reverse)
 
     def _decode_step(self, state):
         h = state.h["h"]
         self.be.gru_fprop_step(state.gates, state.hg, self.b_h.value, state.hn, h, h, None)
-
-    def _step_bprop(self, t, dy, mask):
-        self.be.gru_bprop_step(self.g_t[t], self.hn_t[t], self.seq["h"][self._prev(t)], dy,
-                               self.delta_state["h"], self.dg_t[t], self.dgh_t[t], mask)
-        return self.dgh_t[t], 1.0
 
     def _recurrent_grads(self, T, N):
         dgh = self.dgh_t[:T].reshape(T * N, 3 * self.nout)

@@ -71,3 +71,22 @@ class GPURecurrentMixin:
                          dgates=dgates, mask=mask)
         super().lstm_bprop_sequence(gates, U, c, dy, dh, dc, dgates, mask, reverse, activation,
                                     gate_activation)
+
+    def rnn_fprop_sequence(self, xg, hg, U, h, mask=None, reverse=False, activation="tanh"):
+        check_contiguous("rnn_fprop_sequence", xg=xg, hg=hg, h=h, mask=mask)
+        super().rnn_fprop_sequence(xg, hg, U, h, mask, reverse, activation)
+
+    def rnn_bprop_sequence(self, h, U, dy, dh, dpre, mask=None, reverse=False,
+                           activation="tanh"):
+        check_contiguous("rnn_bprop_sequence", h=h, dy=dy, dh=dh, dpre=dpre, mask=mask)
+        super().rnn_bprop_sequence(h, U, dy, dh, dpre, mask, reverse, activation)
+
+    def gru_fprop_sequence(self, gates, hg, U, bias_h, hn, h, mask=None, reverse=False):
+        check_contiguous("gru_fprop_sequence", gates=gates, hg=hg, bias_h=bias_h, hn=hn, h=h,
+                         mask=mask)
+        super().gru_fprop_sequence(gates, hg, U, bias_h, hn, h, mask, reverse)
+
+    def gru_bprop_sequence(self, gates, U, hn, h, dy, dh, dgx, dgh, mask=None, reverse=False):
+        check_contiguous("gru_bprop_sequence", gates=gates, hn=hn, h=h, dy=dy, dh=dh, dgx=dgx,
+                         dgh=dgh, mask=mask)
+        super().gru_bprop_sequence(gates, U, hn, h, dy, dh, dgx, dgh, mask, reverse)

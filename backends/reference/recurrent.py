@@ -128,3 +128,68 @@ def gru_bprop_step(gates, hn, h_prev, dy, dh, dgx, dgh, mask):
     dgx[...] = _keep(mask, np.concatenate([dr, dz, dn], axis=1), 0.0)
     dgh[...] = _keep(mask, np.concatenate([dr, dz, dn * r], axis=1), 0.0)
     dh[...] = _keep(mask, total * z, total)
+
+
+# ---- whole sequences: the step functions above over T steps, as ``Backend.*_sequence`` ----
+def time_steps(T, reverse, backwards=False):
+    """(t, p, q) of a whole-sequence pass in its order: step t and the entries p before and q
+    after it of the state sequence (T+1, N, H); forwards t = 0..T-1 (T-1..0 with
+    ``reverse``), ``backwards`` the opposite."""
+    order = range(T - 1, -1, -1) if reverse != backwards else range(T)
+    return [(t, t + 1, t) if reverse else (t, t, t + 1) for t in order]
+
+
+def step_of(steps, t):
+    """Step t of a per-step array (mask, dy), or None."""
+    return None if steps is None else steps[t]
+
+
+def rnn_fprop_sequence(xg, U, h, mask, reverse, activation):
+    """xg (T, N, H), U (H, H); h (T+1, N, H) from its initial entry (0, T with ``reverse``)."""
+    for t, p, q in time_steps(len(xg), reverse):
+        rnn_fprop_step(xg[t], h[p] @ U, h[p], h[q], step_of(mask, t), activation)
+
+
+def rnn_bprop_sequence(h, U, dy, dh, dpre, mask, reverse, activation):
+    """dpre (T, N, H) out; dh (N, H) in the error of the final state, out that of the initial
+    one but for its last product with U^T (as ``Backend.rnn_bprop_sequence``)."""
+    T = len(dpre)
+    for k, (t, p, q) in enumerate(time_steps(T, reverse, backwards=True)):
+        rnn_bprop_step(h[q], step_of(dy, t), dh, dpre[t], step_of(mask, t), activation)
+        if k < T - 1:
+            dh += dpre[t] @ U.T
+
+
+def lstm_fprop_sequence(gates, U, c, h, mask, reverse, activation, gate_activation):
+    """gates (T, N, 4H) in the input projections, out the activated gates; c, h (T+1, N, H)."""
+    for t, p, q in time_steps(len(gates), reverse):
+        lstm_fprop_step(gates[t], h[p] @ U, c[p], c[q], h[p], h[q], step_of(mask, t),
+                        activation, gate_activation)
+
+
+def lstm_bprop_sequence(gates, U, c, dy, dh, dc, dgates, mask, reverse, activation,
+                        gate_activation):
+    """dgates (T, N, 4H) out; dh, dc (N, H) as in ``rnn_bprop_sequence``."""
+    T = len(gates)
+    for k, (t, p, q) in enumerate(time_steps(T, reverse, backwards=True)):
+        lstm_bprop_step(gates[t], c[p], c[q], step_of(dy, t), dh, dc, dgates[t],
+                        step_of(mask, t), activation, gate_activation)
+        if k < T - 1:
+            dh += dgates[t] @ U.T
+
+
+def gru_fprop_sequence(gates, U, bias_h, hn, h, mask, reverse):
+    """gates (T, N, 3H) in the input projections, out the activated gates; hn (T, N, H) out;
+    h (T+1, N, H)."""
+    for t, p, q in time_steps(len(gates), reverse):
+        gru_fprop_step(gates[t], h[p] @ U, bias_h, hn[t], h[p], h[q], step_of(mask, t))
+
+
+def gru_bprop_sequence(gates, U, hn, h, dy, dh, dgx, dgh, mask, reverse):
+    """dgx, dgh (T, N, 3H) out; dh as in ``rnn_bprop_sequence``."""
+    T = len(gates)
+    for k, (t, p, q) in enumerate(time_steps(T, reverse, backwards=True)):
+        gru_bprop_step(gates[t], hn[t], h[p], step_of(dy, t), dh, dgx[t], dgh[t],
+                       step_of(mask, t))
+        if k < T - 1:
+            dh += dgh[t] @ U.T

@@ -201,9 +201,10 @@ def test_descriptions_round_trip_and_parameters_reload(tmp_path):
 
 
 def test_training_steps_after_the_first_allocate_nothing_of_size():
-    """Every T-step buffer is made in allocate(): LSTM, GRU and a masked bidirectional layer
-    under a per-token softmax head train, and the later steps' traced peak stays at the size
-    of Python objects."""
+    """Every T-step buffer is made in allocate(): LSTM, GRU, Recurrent and a masked
+    bidirectional layer under a per-token softmax head train, and the later steps' traced peak
+    stays at the size of Python objects; the whole-sequence kernels' packed work arrays are
+    made once."""
     from support.checks import PEAK_LIMIT, allocation_peaks as _peaks
 
     from neonlite import Model
@@ -214,7 +215,7 @@ def test_training_steps_after_the_first_allocate_nothing_of_size():
     be = neonlite.gen_backend("cpu", batch_size=8, rng_seed=0)
     bi = BiLSTM(16)
     bi.mask = be.array(np.ones((8, 32)))
-    model = Model([LSTM(64), GRU(32), bi, Affine(8, activation=Softmax())])
+    model = Model([LSTM(64), GRU(32), Recurrent(48), bi, Affine(8, activation=Softmax())])
     model.initialize(ShapeStub((32, 24)), GeneralizedCost(CrossEntropyMulti()))
     rng = np.random.default_rng(0)
     x = be.array(rng.normal(size=(8, 32, 24)))
@@ -225,4 +226,28 @@ def test_training_steps_after_the_first_allocate_nothing_of_size():
         model.train_step(x, t, opt, 0)
         return True
     step()
+    work = dict(be.kernels.workspaces)
     assert max(_peaks(step)) < PEAK_LIMIT
+    assert all(be.kernels.workspaces.get(key) is buf for key, buf in work.items())
+    assert be.kernels.workspaces.keys() == work.keys()
+
+
+@pytest.mark.parametrize("make", CELLS, ids=CELL_IDS)
+def test_decoding_one_step_at_a_time_gives_the_sequence_outputs(make):
+    """Decoding runs the cells' step ops, fprop their whole-sequence passes: the same states
+    from the same initial state (float64, to rounding)."""
+    from neonlite.layers.decode import decode, init_decode
+    neonlite.gen_backend("cpu", batch_size=3, rng_seed=0, datatype=np.float64)
+    be = neonlite.get_backend()
+    rng = np.random.default_rng(11)
+    net = build(make(), (T, D))
+    layer = net.layers[0]
+    for p in net.parameters():
+        p.value.set(p.value.get() + rng.normal(0, 0.3, p.value.shape))
+    start = rng.normal(size=(3, H))
+    layer.set_initial_state(h=start, **({"c": -start} if "c" in layer.states else {}))
+    x = rng.normal(size=(3, T, D))
+    whole = net.fprop(be.array(x)).get()
+    state = init_decode(layer, 3, T)
+    steps = [decode(layer, be.array(x[:, t:t + 1]), state).get() for t in range(T)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), whole, rtol=1e-12, atol=1e-12)

@@ -176,6 +176,26 @@ def _recurrent_cases():
                     dh=_normal(be, rng, N, H), dc=_normal(be, rng, N, H),
                     dgates=be.zeros((T, N, 4 * H)))
 
+    def rnn_seq_fprop(be, rng):
+        return _ops(xg=_normal(be, rng, T, N, H), hg=be.zeros((N, H)), U=_normal(be, rng, H, H),
+                    h=be.zeros((T + 1, N, H)))
+
+    def rnn_seq_bprop(be, rng):
+        return _ops(h=_normal(be, rng, T + 1, N, H), U=_normal(be, rng, H, H),
+                    dy=_normal(be, rng, T, N, H), dh=_normal(be, rng, N, H),
+                    dpre=be.zeros((T, N, H)))
+
+    def gru_seq_fprop(be, rng):
+        return _ops(gates=_normal(be, rng, T, N, 3 * H), hg=be.zeros((N, 3 * H)),
+                    U=_normal(be, rng, H, 3 * H), bias_h=_normal(be, rng, 3 * H),
+                    hn=be.zeros((T, N, H)), h=be.zeros((T + 1, N, H)))
+
+    def gru_seq_bprop(be, rng):
+        return _ops(gates=_positive(be, rng, T, N, 3 * H), U=_normal(be, rng, H, 3 * H),
+                    hn=_normal(be, rng, T, N, H), h=_normal(be, rng, T + 1, N, H),
+                    dy=_normal(be, rng, T, N, H), dh=_normal(be, rng, N, H),
+                    dgx=be.zeros((T, N, 3 * H)), dgh=be.zeros((T, N, 3 * H)))
+
     return [
         step_case("rnn_fprop_step", [("xg", one), ("hg", one), ("h_prev", one),
                                      ("h", lambda be, rng: be.zeros((N, H))), ("mask", mask)]),
@@ -197,6 +217,14 @@ def _recurrent_cases():
              lambda be, o: be.lstm_fprop_sequence(*o.values())),
         Case("lstm_bprop_sequence", seq_bprop,
              lambda be, o: be.lstm_bprop_sequence(*o.values())),
+        Case("rnn_fprop_sequence", rnn_seq_fprop,
+             lambda be, o: be.rnn_fprop_sequence(*o.values())),
+        Case("rnn_bprop_sequence", rnn_seq_bprop,
+             lambda be, o: be.rnn_bprop_sequence(*o.values())),
+        Case("gru_fprop_sequence", gru_seq_fprop,
+             lambda be, o: be.gru_fprop_sequence(*o.values())),
+        Case("gru_bprop_sequence", gru_seq_bprop,
+             lambda be, o: be.gru_bprop_sequence(*o.values())),
     ]
 
 
