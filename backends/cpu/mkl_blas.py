@@ -17,6 +17,11 @@ batch 12 x 64 tokens) lose to the threads' synchronization, more so on a busy ma
 MKL is loaded with its GNU OpenMP threading layer (``MKL_THREADING_LAYER=GNU`` unless the user
 chose one), so it shares one OpenMP runtime with neonlite's C kernels.  ``NEONLITE_BLAS=numpy``
 turns it off.
+
+A GEMM with a long inner dimension can give other bits on one thread than on two (MKL splits
+the sums), so which way the tuner picked shows in the last bits.  ``NEONLITE_DETERMINISTIC=1``
+puts MKL in its strict reproducible mode (``MKL_CBWR_Set(AUTO | STRICT)``, on neonlite's MKL
+only, when it loads it): the same bits on any thread count, for a few percent of GEMM speed.
 """
 import ctypes.util
 import functools
@@ -25,15 +30,20 @@ import os
 import sys
 
 import time
+import warnings
 
 import numpy as np
 
 from .blas import TINY_MACS, WayTuner
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+#: MKL_CBWR_AUTO | MKL_CBWR_STRICT, and MKL_CBWR_ALL (every CNR setting) for MKL_CBWR_Get
+_CBWR_AUTO_STRICT, _CBWR_ALL = 0x10002, -1
 _B_MATRIX = 162
 _CDEF = """
 int MKL_Set_Num_Threads_Local(int);
+int MKL_CBWR_Set(const int);
+int MKL_CBWR_Get(const int);
 void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *, int,
                  float, float *, int);
 void cblas_dgemm(int, int, int, int, int, int, double, const double *, int, const double *,
@@ -96,8 +106,30 @@ def load_mkl():
             lib.cblas_sgemm_batch_strided  # noqa: B018 (needs MKL 2020 or newer)
         except (OSError, AttributeError):
             continue
+        if deterministic_requested():
+            _strict_reproducibility(lib)
         return ffi, lib
     return None
+
+
+def deterministic_requested():
+    """True when ``NEONLITE_DETERMINISTIC`` asks for GEMMs whose bits do not depend on the
+    thread count (see the module docstring)."""
+    return os.environ.get("NEONLITE_DETERMINISTIC", "").lower() not in ("", "0", "off", "no",
+                                                                         "false")
+
+
+def _strict_reproducibility(lib):
+    """MKL's strict CNR mode on ``lib``; MKL takes it only before its first computation, so a
+    process that ran MKL GEMMs before gets a warning instead."""
+    if lib.MKL_CBWR_Get(_CBWR_ALL) == _CBWR_AUTO_STRICT:
+        return
+    status = lib.MKL_CBWR_Set(_CBWR_AUTO_STRICT)
+    if status != 0:
+        warnings.warn(f"NEONLITE_DETERMINISTIC: MKL refused its strict reproducible mode "
+                      f"(MKL_CBWR_Set returned {status}: MKL had already computed in this "
+                      f"process); GEMM results may depend on the thread count", RuntimeWarning,
+                      stacklevel=3)
 
 
 def _matrix_layout(shape, strides, itemsize):
