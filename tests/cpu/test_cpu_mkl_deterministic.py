@@ -69,3 +69,32 @@ def test_deterministic_gemms_give_the_same_bits_on_one_and_two_threads():
 def test_asking_after_mkl_has_computed_elsewhere_is_a_warning():
     messages = _run(LATE_REQUEST, NEONLITE_DETERMINISTIC="0")
     assert any("strict reproducible mode" in m for m in messages), messages
+
+
+LENET_STEPS = r"""
+import hashlib
+import numpy as np
+from neonlite.backends import gen_backend
+from neonlite.optimizers import GradientDescentMomentum
+from benchmarks.workloads.common import random_batch
+from benchmarks.workloads.lenet import lenet_model
+be = gen_backend("cpu", batch_size=128, datatype=np.float32, rng_seed=0)
+model = lenet_model()
+x, t = random_batch(be, (28, 28, 1), 10)
+opt = GradientDescentMomentum(0.01, momentum_coef=0.9, wdecay=1e-4)
+for _ in range(3):
+    model.train_step(x, t, opt, 0)
+digest = hashlib.sha256()
+for p in model.parameters():
+    digest.update(np.ascontiguousarray(p.value.get()).tobytes())
+print('"' + digest.hexdigest() + '"')
+"""
+
+
+def test_lenet_training_is_the_same_on_one_and_two_threads():
+    """Three LeNet train steps (batch 128: convolutions, pooling, batch norm, GEMMs with a
+    long inner dimension) end with the same parameters, to the bit, on one thread and two."""
+    path = os.pathsep.join(p for p in sys.path if p)  # this process's: benchmarks/ too
+    digests = [_run(LENET_STEPS, NEONLITE_DETERMINISTIC="1", OMP_NUM_THREADS=str(n),
+                    MKL_NUM_THREADS=str(n), PYTHONPATH=path) for n in (1, 2)]
+    assert digests[0] == digests[1]
