@@ -1,16 +1,18 @@
-"""2-layer Recurrent (Elman, tanh) and GRU train steps on a small model, where the per-step
-host cost of a Python loop over time would dominate: Recurrent(64) or GRU(64) x 2 over T=64
-steps of 32-wide inputs, batch 8, a per-step mean-squared error against fixed targets, fprop +
-bprop + an Adam update; smoke mode 2 x 16 units, T=8, batch 2 (``lstm_train`` is the LSTM at
-a larger size).  Figure: sequence steps (batch rows x T) per second."""
+"""2-layer recurrent train steps, a per-step mean-squared error against fixed targets, fprop +
+bprop + an Adam update, against the same torch.nn cell:
+
+* ``lstm_train``: LSTM(512) x 2 over T=64 steps of 128-wide inputs, batch 32;
+* ``rnn_train`` / ``gru_train``: Recurrent (Elman, tanh) or GRU, 64 units x 2 over T=64 steps
+  of 32-wide inputs, batch 8: a small model, where the per-step host cost of a Python loop
+  over time would dominate.
+
+Smoke mode: 2 x 16 units, T=8, batch 2.  Figure: sequence steps (batch rows x T) per second."""
 import numpy as np
 
 from .common import FixedBatch, torch_threads
 
 
-def _sizes(smoke):
-    """(batch, T, D, hidden)."""
-    return (2, 8, 8, 16) if smoke else (8, 64, 32, 64)
+SMOKE = (2, 8, 8, 16)
 
 
 def _data(n, T, D, H, seed=0):
@@ -19,12 +21,16 @@ def _data(n, T, D, H, seed=0):
 
 
 class RecurrentTrain:
-    """One cell's row (a workload module's interface, as an object)."""
+    """One cell's row (a workload module's interface, as an object); ``sizes``: (batch, T, D,
+    hidden)."""
 
     FIGURE = "steps/s"
 
-    def __init__(self, name, cell, torch_cell):
-        self.NAME, self.cell, self.torch_cell = name, cell, torch_cell
+    def __init__(self, name, cell, torch_cell, sizes):
+        self.NAME, self.cell, self.torch_cell, self.sizes = name, cell, torch_cell, sizes
+
+    def _sizes(self, smoke):
+        return SMOKE if smoke else self.sizes
 
     def neonlite(self, make_backend, smoke):
         from neonlite import Model
@@ -32,7 +38,7 @@ class RecurrentTrain:
         from neonlite.layers import GeneralizedCost
         from neonlite.optimizers import Adam
         from neonlite.transforms import MeanSquared
-        n, T, D, H = _sizes(smoke)
+        n, T, D, H = self._sizes(smoke)
         be = make_backend(n)
         cell = getattr(layers, self.cell)
         model = Model([cell(H), cell(H)])
@@ -43,7 +49,7 @@ class RecurrentTrain:
 
     def torch(self, device, smoke):
         torch = torch_threads()
-        n, T, D, H = _sizes(smoke)
+        n, T, D, H = self._sizes(smoke)
         model = getattr(torch.nn, self.torch_cell)(D, H, num_layers=2,
                                                    batch_first=True).to(device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -59,5 +65,6 @@ class RecurrentTrain:
         return step, n * T
 
 
-WORKLOADS = (RecurrentTrain("rnn_train", "Recurrent", "RNN"),
-             RecurrentTrain("gru_train", "GRU", "GRU"))
+LSTM_TRAIN = RecurrentTrain("lstm_train", "LSTM", "LSTM", (32, 64, 128, 512))
+SMALL = (RecurrentTrain("rnn_train", "Recurrent", "RNN", (8, 64, 32, 64)),
+         RecurrentTrain("gru_train", "GRU", "GRU", (8, 64, 32, 64)))

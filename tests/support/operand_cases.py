@@ -213,18 +213,13 @@ def _recurrent_cases():
         step_case("gru_bprop_step", [("gates", three), ("hn", one), ("h_prev", one),
                                      ("dy", one), ("dh", one), ("dgx", three), ("dgh", three),
                                      ("mask", mask)]),
-        Case("lstm_fprop_sequence", seq_fprop,
-             lambda be, o: be.lstm_fprop_sequence(*o.values())),
-        Case("lstm_bprop_sequence", seq_bprop,
-             lambda be, o: be.lstm_bprop_sequence(*o.values())),
-        Case("rnn_fprop_sequence", rnn_seq_fprop,
-             lambda be, o: be.rnn_fprop_sequence(*o.values())),
-        Case("rnn_bprop_sequence", rnn_seq_bprop,
-             lambda be, o: be.rnn_bprop_sequence(*o.values())),
-        Case("gru_fprop_sequence", gru_seq_fprop,
-             lambda be, o: be.gru_fprop_sequence(*o.values())),
-        Case("gru_bprop_sequence", gru_seq_bprop,
-             lambda be, o: be.gru_bprop_sequence(*o.values())),
+        *(Case(op, build, lambda be, o, op=op: getattr(be, op)(*o.values()))
+          for op, build in (("lstm_fprop_sequence", seq_fprop),
+                            ("lstm_bprop_sequence", seq_bprop),
+                            ("rnn_fprop_sequence", rnn_seq_fprop),
+                            ("rnn_bprop_sequence", rnn_seq_bprop),
+                            ("gru_fprop_sequence", gru_seq_fprop),
+                            ("gru_bprop_sequence", gru_seq_bprop))),
     ]
 
 
