@@ -1,13 +1,16 @@
 /* Fused attention: tiled online-softmax forward and a backward that recomputes each tile's
  * probabilities from the saved log-sum-exp (see flash_attention.h for the arguments).
  *
- * Forward: one OpenMP work item per (slice, query block).  For each visited key block the
- * scores S = q_r k_c^T (bq x bk) are made in a tile buffer, masked, and folded into the running
- * row maximum m and sum l; the output rows are rescaled by exp(m_old - m_new) and accumulate
- * P v_c, all in a per-thread buffer of bq x dv.  Nothing of size Tq x Tk exists.
+ * Forward: one OpenMP work item per (slice, query block), or per (slice, up to FA_GROUP query
+ * blocks) on long slices (fa_group).  For each visited key block the scores S = q_r k_c^T
+ * (bq x bk) are made in a tile buffer, masked, and folded into the running row maximum m and
+ * sum l; the output rows are rescaled by exp(m_old - m_new) and accumulate P v_c, all in a
+ * per-thread buffer of bq x dv per query block.  Nothing of size Tq x Tk exists.
  *
  * Backward: one work item per (slice, group of key blocks).  For each key block c of the group
- * (in order) and each query block r visiting it (in order): P = exp(scale q_r k_c^T - lse),
+ * (in order; on long slices up to FA_GROUP of them at a time, each query block's tiles with
+ * them one after the other) and each query block r visiting it (in order):
+ * P = exp(scale q_r k_c^T - lse),
  * dropout factors Z regenerated from Philox, dV_c += (P Z)^T dO_r, dP = (dO_r v_c^T) Z,
  * dS = scale P (dP - D_r) with D_r = rowsum(dO_r * O_r), dQ_r += dS k_c, dK_c += dS^T q_r.
  * Each sum has one fixed order.
@@ -33,13 +36,30 @@
 
 int64_t fa_threads(void) { return omp_get_max_threads(); }
 
+/* A work item takes up to FA_GROUP blocks of a slice together (forward: query blocks, which
+ * read each key and value tile once for all; backward: key blocks, reading each query, dout
+ * and dq tile once for all) when the rows the blocks of a slice share, `rows` x `width` reals,
+ * take more than FA_GROUP_BYTES: read once per block, they would come from beyond a core's L2
+ * cache for every tile.  Grouped, a group's own tiles stay in L2 and each shared tile is
+ * fetched once per group.  Groups change neither the tiles nor the order of any sum, so the
+ * results are the same bits with or without them. */
+#define FA_GROUP 4
+#define FA_GROUP_BYTES ((int64_t)1 << 20)
+
+static int64_t fa_group(int64_t rows, int64_t width, int64_t blocks)
+{
+    if (rows * width * (int64_t)sizeof(real) <= FA_GROUP_BYTES)
+        return 1;
+    return blocks < FA_GROUP ? (blocks < 1 ? 1 : blocks) : FA_GROUP;
+}
+
 /* A thread's tiles start on a 64-byte boundary (FA_ALIGN reals of slack): the tile rows are
  * then aligned vectors, which a work array from a plain allocator does not guarantee. */
 #define FA_ALIGN ((int64_t)(64 / sizeof(real)))
 
 int64_t fa_work_size(int64_t dk, int64_t dv)
 {
-    return (dk + dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD + FA_ALIGN;
+    return FA_GROUP * (dk + dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD + FA_ALIGN;
 }
 
 /* The first 64-byte boundary in x. */
@@ -72,6 +92,67 @@ static real *fa_thread_work(real *work, int64_t dk, int64_t dv)
 
 /* ---- forward ---------------------------------------------------------------------------------- */
 
+/* One query block of a forward work item: its rows [i0, i0 + nr), its entries [e, end) of cols
+ * still to visit, qt (the block transposed, dk x nr, ld FA_LD: scaled, base 2) and acc (its
+ * output rows, nr x dv, contiguous), and the online softmax's running maximum m, sum l and the
+ * last step's factor alpha of each row; `set`: acc is not written yet. */
+typedef struct {
+    real *qt, *acc;
+    real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
+    int64_t i0, nr;
+    int32_t e, end;
+    int set;
+} fa_qblock;
+
+/* The operands of a forward work item's tiles: the slice b's keys and values (rows kb, vb at
+ * strides ldk, ldv; keys from kend on hidden by the key mask km), st and z (tiles: the scores
+ * transposed, nc x nr, and the dropout factors). */
+typedef struct {
+    const real *kb, *vb, *km;
+    int64_t ldk, ldv, kend, b;
+    real *st, *z;
+} fa_keys;
+
+/* Query block qb against key block j0 (nc keys): S^T = k_c q_r^T, masked, one step of the
+ * online softmax, dropout, then acc = acc alpha + P v_c. */
+static void fa_fprop_tile(fa_qblock *qb, const fa_keys *kv, int64_t j0, int64_t nc, int64_t dk,
+                          int64_t dv, int64_t off, int causal, const fa_dropout *dr, int64_t H,
+                          int64_t Tq, int64_t Tk)
+{
+    const int64_t i0 = qb->i0, nr = qb->nr;
+    real *st = kv->st;
+    const fa_band keys = fa_causal_band(FA_ROWS_UPTO_COL, causal, i0, j0, nc, off);
+    fa_gemm(nc, nr, dk, kv->kb + j0 * kv->ldk, kv->ldk, 1, qb->qt, FA_LD, st, FA_LD, 0, NULL,
+            keys);
+    fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, kv->km);
+    fa_online_softmax(st, nr, nc, qb->m, qb->l, qb->alpha, keys);
+    if (dr) {
+        fa_dropout_tile(dr, kv->b, H, Tq, Tk, i0, nr, j0, nc, kv->z, 1, FA_LD);
+        for (int64_t c = 0; c < nc; c++)
+#pragma omp simd
+            for (int64_t i = 0; i < nr; i++)
+                st[c * FA_LD + i] *= kv->z[c * FA_LD + i];
+    }
+    /* acc = acc alpha + P v_c (each row of acc rescaled as it is loaded) */
+    fa_gemm(nr, dv, nc, st, 1, FA_LD, kv->vb + j0 * kv->ldv, kv->ldv, qb->acc, dv, !qb->set,
+            qb->alpha, fa_causal_band(FA_P_UPTO_ROW, causal, i0, j0, nc, off));
+    qb->set = 0;
+}
+
+/* The output rows of query block qb (acc / l; 0 with no key seen) at o (row stride ldo) and
+ * their log-sum-exp (base e) at lse. */
+static void fa_fprop_finish(fa_qblock *qb, real *o, int64_t ldo, real *lse, int64_t dv)
+{
+    if (qb->set) /* no key seen */
+        fa_zero_rows(qb->acc, qb->nr, dv, dv);
+    for (int64_t i = 0; i < qb->nr; i++) {
+        const real l = qb->l[i], inv = l > 0 ? 1 / l : 0;
+        for (int64_t d = 0; d < dv; d++)
+            o[i * ldo + d] = qb->acc[i * dv + d] * inv;
+        lse[i] = l > 0 ? (real)(((double)qb->m[i] + log2((double)l)) * FA_LN2) : -INFINITY;
+    }
+}
+
 void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
               int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv,
               const int64_t *strides, double scale, int causal, const real *key_mask,
@@ -79,18 +160,23 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
               int64_t table_heads, double keep, uint64_t seed, uint32_t step, uint32_t stream,
               uint64_t first, real *work, real *packed)
 {
-    const int64_t nqb = (Tq + bq - 1) / bq, off = Tk - Tq, items = B * nqb;
+    const int64_t nqb = (Tq + bq - 1) / bq, off = Tk - Tq;
+    /* a work item: a group of G query blocks (fa_group: the keys and values they share) */
+    const int64_t G = fa_group(Tk, dk + dv, nqb), ngroups = (nqb + G - 1) / G;
+    const int64_t items = B * ngroups;
     const int drop = keep < 1.0;
     const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
     const real sc2 = (real)(scale * FA_LOG2E);
 #pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
     {
-        /* qt: the query block transposed (dk x nr); st: scores / probabilities transposed
-         * (nc x nr), so the per-query steps run along vectors of queries */
-        real *qt = fa_thread_work(work, dk, dv);
-        real *st = qt + dk * FA_LD, *z = st + FA_MAX_BLOCK * FA_LD;
-        real *acc = z + FA_MAX_BLOCK * FA_LD;
-        real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
+        /* each block's qt and acc, then st and z: the scores / probabilities transposed (nc x
+         * nr), so the per-query steps run along vectors of queries */
+        real *buf = fa_thread_work(work, dk, dv);
+        fa_qblock qbs[FA_GROUP];
+        for (int64_t g = 0; g < G; g++)
+            qbs[g].qt = buf + g * (dk + dv) * FA_LD, qbs[g].acc = qbs[g].qt + dk * FA_LD;
+        fa_keys kv = {.st = buf + G * (dk + dv) * FA_LD};
+        kv.z = kv.st + FA_MAX_BLOCK * FA_LD;
         /* strided k and v rows: the slice's copied to kpack, vpack (contiguous) when more
          * than one query block reads them and the slice is long; slice pb's are there now */
         const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
@@ -101,57 +187,56 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {
             /* the last query blocks first: under a causal mask they visit the most tiles */
-            const int64_t b = item / nqb, r = nqb - 1 - item % nqb, i0 = r * bq;
-            const int64_t nr = Tq - i0 < bq ? Tq - i0 : bq;
+            const int64_t b = item / ngroups, r0 = (ngroups - 1 - item % ngroups) * G;
+            const int64_t members = nqb - r0 < G ? nqb - r0 : G;
             const int64_t t = table_heads == 1 ? 0 : b % H;
-            const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            const real *kb = FA_SLICE(k, sk, b), *vb = FA_SLICE(v, sv, b);
-            int64_t ldk = sk[2], ldv = sv[2];
+            kv.b = b, kv.km = key_mask ? key_mask + (b / H) * Tk : NULL;
+            kv.kb = FA_SLICE(k, sk, b), kv.vb = FA_SLICE(v, sv, b);
+            kv.ldk = sk[2], kv.ldv = sv[2];
             /* keys from kend on are all hidden by the key mask (trailing padding): their
              * probabilities are exactly 0, so the tiles stop there */
-            int64_t kend = Tk;
-            while (km && kend > 0 && km[kend - 1] == 0)
-                kend--;
+            kv.kend = Tk;
+            while (kv.km && kv.kend > 0 && kv.km[kv.kend - 1] == 0)
+                kv.kend--;
             if (kpack) {
-                if (pb != b)
-                    fa_pack(kb, ldk, kend, dk, kpack), fa_pack(vb, ldv, kend, dv, vpack), pb = b;
-                kb = kpack, vb = vpack, ldk = dk, ldv = dv;
-            }
-            fa_transpose(FA_SLICE(q, sq, b) + i0 * sq[2], sq[2], nr, dk, sc2, qt);
-            for (int64_t i = 0; i < FA_MAX_BLOCK; i++)
-                m[i] = -INFINITY, l[i] = 0;
-            int set = 1; /* the first tile's P v_c sets acc */
-            for (int32_t e = row_ptr[t * nqb + r]; e < row_ptr[t * nqb + r + 1]; e++) {
-                const int64_t j0 = (int64_t)cols[e] * bk;
-                if (j0 >= kend)
-                    continue;
-                const int64_t nc = kend - j0 < bk ? kend - j0 : bk;
-                const fa_band keys = fa_causal_band(FA_ROWS_UPTO_COL, causal, i0, j0, nc, off);
-                fa_gemm(nc, nr, dk, kb + j0 * ldk, ldk, 1, qt, FA_LD, st, FA_LD, 0, NULL, keys);
-                fa_mask(st, 1, FA_LD, nr, nc, i0, j0, off, causal, km);
-                fa_online_softmax(st, nr, nc, m, l, alpha, keys);
-                if (drop) {
-                    fa_dropout_tile(&dr, b, H, Tq, Tk, i0, nr, j0, nc, z, 1, FA_LD);
-                    for (int64_t c = 0; c < nc; c++)
-#pragma omp simd
-                        for (int64_t i = 0; i < nr; i++)
-                            st[c * FA_LD + i] *= z[c * FA_LD + i];
+                if (pb != b) {
+                    fa_pack(kv.kb, kv.ldk, kv.kend, dk, kpack);
+                    fa_pack(kv.vb, kv.ldv, kv.kend, dv, vpack), pb = b;
                 }
-                /* acc = acc alpha + P v_c (each row of acc rescaled as it is loaded) */
-                fa_gemm(nr, dv, nc, st, 1, FA_LD, vb + j0 * ldv, ldv, acc, dv, !set, alpha,
-                        fa_causal_band(FA_P_UPTO_ROW, causal, i0, j0, nc, off));
-                set = 0;
+                kv.kb = kpack, kv.vb = vpack, kv.ldk = dk, kv.ldv = dv;
             }
-            if (set) /* no key seen */
-                fa_zero_rows(acc, nr, dv, dv);
-            for (int64_t i = 0; i < nr; i++) {
-                real *o = FA_SLICE(out, so, b) + (i0 + i) * so[2];
-                const real inv = l[i] > 0 ? 1 / l[i] : 0;
-                for (int64_t d = 0; d < dv; d++)
-                    o[d] = acc[i * dv + d] * inv;
-                lse[b * Tq + i0 + i] = l[i] > 0 ? (real)(((double)m[i] + log2((double)l[i])) * FA_LN2)
-                                               : -INFINITY;
+            for (int64_t g = 0; g < members; g++) {
+                fa_qblock *qb = &qbs[g];
+                const int64_t r = r0 + g;
+                qb->i0 = r * bq, qb->nr = Tq - qb->i0 < bq ? Tq - qb->i0 : bq;
+                fa_transpose(FA_SLICE(q, sq, b) + qb->i0 * sq[2], sq[2], qb->nr, dk, sc2, qb->qt);
+                for (int64_t i = 0; i < FA_MAX_BLOCK; i++)
+                    qb->m[i] = -INFINITY, qb->l[i] = 0;
+                qb->set = 1, qb->e = row_ptr[t * nqb + r], qb->end = row_ptr[t * nqb + r + 1];
             }
+            /* the key blocks the group visits, in increasing order (each block's in its
+             * order), each tile of a key block right after the last: read once from memory */
+            for (;;) {
+                int64_t c = INT64_MAX;
+                for (int64_t g = 0; g < members; g++)
+                    if (qbs[g].e < qbs[g].end && cols[qbs[g].e] < c)
+                        c = cols[qbs[g].e];
+                if (c == INT64_MAX)
+                    break;
+                const int64_t j0 = c * bk, nc = kv.kend - j0 < bk ? kv.kend - j0 : bk;
+                for (int64_t g = 0; g < members; g++) {
+                    fa_qblock *qb = &qbs[g];
+                    if (qb->e == qb->end || cols[qb->e] != c)
+                        continue;
+                    qb->e++;
+                    if (j0 < kv.kend)
+                        fa_fprop_tile(qb, &kv, j0, nc, dk, dv, off, causal, drop ? &dr : NULL, H,
+                                      Tq, Tk);
+                }
+            }
+            for (int64_t g = 0; g < members; g++)
+                fa_fprop_finish(&qbs[g], FA_SLICE(out, so, b) + qbs[g].i0 * so[2], so[2],
+                                lse + b * Tq + qbs[g].i0, dv);
         }
     }
 }
@@ -160,6 +245,15 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
 typedef struct {
     real *kt, *vt, *p, *dp, *z, *t;
 } fa_bwork;
+
+/* One key block of a backward work item: keys [j0, j0 + nc), their rows k, dK and dV rows dk,
+ * dv, and its entries [lo, end) of rows (e: the next to visit). */
+typedef struct {
+    const real *k;
+    real *dk, *dv;
+    int64_t j0, nc;
+    int32_t lo, e, end;
+} fa_kblock;
 
 /* Row strides (elements) of the backward pass's operands. */
 typedef struct {
@@ -262,6 +356,7 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
     const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
     const real sc = (real)scale, sc2 = (real)(scale * FA_LOG2E);
     const int64_t items = B * groups;
+    const int64_t G = fa_group(Tq, 2 * dk + dv, nkb);
 #pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
     {
         /* strides: (example, head, row) of q, k, v, out, dout, dq, dk, dv in that order */
@@ -277,9 +372,14 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
         int64_t pb = -1;
         const size_t tile = FA_MAX_BLOCK * FA_LD;
         uint64_t seen[nqb / 64 + 1]; /* a bit per query block */
+        /* each key block's kt and vt (ws[g]), then the tiles they share */
         real *buf = fa_thread_work(work, dk, dv);
-        fa_bwork w = {buf, buf + dk * FA_LD, buf + (dk + dv) * FA_LD, NULL, NULL, NULL};
-        w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
+        fa_bwork ws[FA_GROUP];
+        for (int64_t g = 0; g < G; g++) {
+            ws[g].kt = buf + g * (dk + dv) * FA_LD, ws[g].vt = ws[g].kt + dk * FA_LD;
+            ws[g].p = buf + G * (dk + dv) * FA_LD;
+            ws[g].dp = ws[g].p + tile, ws[g].z = ws[g].dp + tile, ws[g].t = ws[g].z + tile;
+        }
         /* D = rowsum(dO * O) of every query row, once: here when a slice has several work
          * items, else by the slice's item */
         if (groups > 1) {
@@ -312,28 +412,49 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
             if (g > 0)
                 dqs = dq_parts + ((g - 1) * B + b) * Tq * dk, ld.dq = dk;
             memset(seen, 0, sizeof(seen));
-            for (int32_t gc = group_ptr[t * groups + g]; gc < group_ptr[t * groups + g + 1];
-                 gc++) {
-                const int64_t c = group_cols[gc];
-                const int64_t j0 = c * bk, nc = Tk - j0 < bk ? Tk - j0 : bk;
-                real *dkb = dks + j0 * ld.dk, *dvb = dvs + j0 * ld.dv;
-                const int32_t lo = col_ptr[t * nkb + c], hi = col_ptr[t * nkb + c + 1];
-                if (lo == hi) { /* no query block sees this key block */
-                    fa_zero_rows(dkb, nc, dk, ld.dk);
-                    fa_zero_rows(dvb, nc, dv, ld.dv);
-                    continue;
+            /* the group's key blocks G at a time (fa_group): the tiles of each query block
+             * that visits one of them, in increasing order, one after the other, so its rows
+             * are read once for the G; each key block sees its query blocks in order */
+            const int32_t gend = group_ptr[t * groups + g + 1];
+            for (int32_t g0 = group_ptr[t * groups + g]; g0 < gend; g0 += (int32_t)G) {
+                const int64_t members = gend - g0 < G ? gend - g0 : G;
+                fa_kblock kbs[FA_GROUP];
+                for (int64_t m = 0; m < members; m++) {
+                    fa_kblock *kb = &kbs[m];
+                    const int64_t c = group_cols[g0 + m];
+                    kb->j0 = c * bk, kb->nc = Tk - kb->j0 < bk ? Tk - kb->j0 : bk;
+                    kb->dk = dks + kb->j0 * ld.dk, kb->dv = dvs + kb->j0 * ld.dv;
+                    kb->k = ks + kb->j0 * ld.k;
+                    kb->lo = kb->e = col_ptr[t * nkb + c], kb->end = col_ptr[t * nkb + c + 1];
+                    if (kb->lo == kb->end) { /* no query block sees this key block */
+                        fa_zero_rows(kb->dk, kb->nc, dk, ld.dk);
+                        fa_zero_rows(kb->dv, kb->nc, dv, ld.dv);
+                        continue;
+                    }
+                    fa_transpose(kb->k, ld.k, kb->nc, dk, sc2, ws[m].kt); /* scores come scaled */
+                    fa_transpose(vs + kb->j0 * sv[2], sv[2], kb->nc, dv, 1, ws[m].vt);
                 }
-                const real *kb = ks + j0 * ld.k;
-                fa_transpose(kb, ld.k, nc, dk, sc2, w.kt); /* scores come scaled */
-                fa_transpose(vs + j0 * sv[2], sv[2], nc, dv, 1, w.vt);
-                for (int32_t e = lo; e < hi; e++) {
-                    const int64_t r = rows[e], i0 = r * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
-                    const int set = !(seen[r / 64] >> (r % 64) & 1);
-                    fa_bprop_tile(&w, &ld, qs + i0 * ld.q, kb, drows + b * Tq + i0,
-                                  dos + i0 * ld.dout, lse + b * Tq + i0, dqs + i0 * ld.dq, dkb,
-                                  dvb, dk, dv, nr, nc, i0, j0, off, causal, km, sc,
-                                  drop ? &dr : NULL, b, H, Tq, Tk, e == lo, set);
-                    seen[r / 64] |= (uint64_t)1 << (r % 64);
+                for (;;) {
+                    int64_t r = INT64_MAX;
+                    for (int64_t m = 0; m < members; m++)
+                        if (kbs[m].e < kbs[m].end && rows[kbs[m].e] < r)
+                            r = rows[kbs[m].e];
+                    if (r == INT64_MAX)
+                        break;
+                    const int64_t i0 = r * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
+                    for (int64_t m = 0; m < members; m++) {
+                        fa_kblock *kb = &kbs[m];
+                        if (kb->e == kb->end || rows[kb->e] != r)
+                            continue;
+                        const int set = !(seen[r / 64] >> (r % 64) & 1);
+                        fa_bprop_tile(&ws[m], &ld, qs + i0 * ld.q, kb->k, drows + b * Tq + i0,
+                                      dos + i0 * ld.dout, lse + b * Tq + i0, dqs + i0 * ld.dq,
+                                      kb->dk, kb->dv, dk, dv, nr, kb->nc, i0, kb->j0, off, causal,
+                                      km, sc, drop ? &dr : NULL, b, H, Tq, Tk, kb->e == kb->lo,
+                                      set);
+                        seen[r / 64] |= (uint64_t)1 << (r % 64);
+                        kb->e++;
+                    }
                 }
             }
             for (int64_t r = 0; r < nqb; r++)

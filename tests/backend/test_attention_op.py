@@ -32,6 +32,13 @@ CASES = {
     # per-thread contiguous copies, the backward's dK, dV and dQ through contiguous sums
     "long": (1, 2, 300, 300, 16, 16, False, False, False, False),
     "long causal+padding+dropout": (1, 2, 290, 300, 16, 8, True, True, True, False),
+    # slices whose shared rows pass the kernels' 1 MiB grouping limit in float32 and float64:
+    # blocks of a slice go in groups (forward: query blocks sharing k and v; backward: key
+    # blocks sharing q, dout and dq), whose visits merge in order
+    "grouped": (1, 2, 2200, 2200, 64, 64, True, True, False, False),
+    "grouped blocks": (1, 2, 2200, 2200, 64, 64, True, True, False, True),
+    "grouped queries+dropout": (1, 2, 130, 2200, 64, 64, False, True, True, False),
+    "grouped keys+dropout": (1, 2, 2200, 130, 64, 64, False, True, True, False),
 }
 
 
@@ -109,7 +116,8 @@ def _head_major(view):
 
 @pytest.mark.parametrize("case", ["self", "causal+padding", "cross causal", "dk!=dv", "dropout",
                                   "blocks+all", "decode", "long",
-                                  "long causal+padding+dropout"])
+                                  "long causal+padding+dropout", "grouped",
+                                  "grouped queries+dropout"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_token_major_operands_match_head_major(case, dtype):
     """Operands given as (N, T, H, d) views of wider buffers (no head permutes) give the
@@ -203,7 +211,9 @@ def test_finite_differences():
                 f"input {which} element {idx}: {grad.reshape(-1)[idx]} vs {numeric}"
 
 
-@pytest.mark.parametrize("case", ["causal+padding", "dropout", "blocks"])
+@pytest.mark.parametrize("case", ["causal+padding", "dropout", "blocks", "grouped",
+                                  "grouped blocks", "grouped queries+dropout",
+                                  "grouped keys+dropout"])
 def test_results_do_not_depend_on_the_thread_count(case):
     arrays, mask, kw = _inputs(case)
     be = make_backend("cpu", batch_size=arrays[0].shape[0] // kw["heads"], dtype=np.float32)
