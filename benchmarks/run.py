@@ -83,12 +83,15 @@ def run_workload(module, backend, device, smoke, repeats):
 
 
 def format_table(rows, note):
-    lines = [f"{'workload':<16}{'figure':<10}{'neonlite':>12}{'torch':>12}{'ratio':>8}  note",
-             "-" * 72]
+    """The result rows as a text table; the workload column is as wide as the longest name (a
+    name never runs into the figure column)."""
+    width = max([len("workload")] + [len(r["workload"]) for r in rows]) + 2
+    lines = [f"{'workload':<{width}}{'figure':<10}{'neonlite':>12}{'torch':>12}{'ratio':>8}  note",
+             "-" * (width + 56)]
     for r in rows:
+        name = f"{r['workload']:<{width}}{r['figure']:<10}"
         if "neonlite" not in r:
-            lines.append(f"{r['workload']:<16}{r['figure']:<10}{'-':>12}{'-':>12}{'-':>8}  "
-                         f"{r['note']}")
+            lines.append(f"{name}{'-':>12}{'-':>12}{'-':>8}  {r['note']}")
             continue
         torch = f"{r['torch']:>12.1f}" if "torch" in r else f"{'-':>12}"
         ratio = f"{r['ratio']:>8.2f}" if "ratio" in r else f"{'-':>8}"
@@ -97,8 +100,7 @@ def format_table(rows, note):
             extra = (f"neonlite dense {r['neonlite_dense']:.1f} {r['figure']}, dense/sparse "
                      f"{r['dense_ratio']:.2f}x")
         extra = "; ".join(x for x in (extra, r.get("note", "")) if x)
-        lines.append(f"{r['workload']:<16}{r['figure']:<10}{r['neonlite']:>12.1f}{torch}{ratio}"
-                     f"  {extra}")
+        lines.append(f"{name}{r['neonlite']:>12.1f}{torch}{ratio}  {extra}")
     if note:
         lines.append(note)
     return "\n".join(lines)

@@ -22,3 +22,15 @@ def test_benchmark_rejects_unknown_workload(capsys):
     with pytest.raises(SystemExit):
         main(["--smoke", "--only", "nope"])
     assert "unknown workload" in capsys.readouterr().err
+
+
+def test_table_keeps_long_workload_names_apart_from_their_figures():
+    from benchmarks.run import format_table
+    rows = [{"workload": "attention_T4096_causal", "figure": "ms", "neonlite": 134.2,
+             "torch": 178.7, "ratio": 1.33},
+            {"workload": "gemm", "figure": "GFLOP/s", "neonlite": 300.0}]
+    header, rule, long_row, short_row = format_table(rows, "").splitlines()
+    assert long_row.split()[:5] == ["attention_T4096_causal", "ms", "134.2", "178.7", "1.33"]
+    assert short_row.split()[:3] == ["gemm", "GFLOP/s", "300.0"]
+    # the columns line up under their headings
+    assert long_row.index("ms") == short_row.index("GFLOP/s") == header.index("figure")
