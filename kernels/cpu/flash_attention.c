@@ -53,6 +53,32 @@ static int64_t fa_group(int64_t rows, int64_t width, int64_t blocks)
     return blocks < FA_GROUP ? (blocks < 1 ? 1 : blocks) : FA_GROUP;
 }
 
+/* A block's place in its visit list: entries list[e .. end) are still to visit.  The blocks of
+ * a group visit the union of their lists in increasing order (fa_next_visit), each block its
+ * own entries in order (fa_take_visit). */
+typedef struct {
+    int32_t e, end;
+} fa_visits;
+
+/* The smallest next entry of the members' lists (INT64_MAX: all visited). */
+static int64_t fa_next_visit(const fa_visits *vis, int64_t members, const int32_t *list)
+{
+    int64_t x = INT64_MAX;
+    for (int64_t g = 0; g < members; g++)
+        if (vis[g].e < vis[g].end && list[vis[g].e] < x)
+            x = list[vis[g].e];
+    return x;
+}
+
+/* 1, having moved past it, when x is the next entry of v's list; else 0. */
+static int fa_take_visit(fa_visits *v, const int32_t *list, int64_t x)
+{
+    if (v->e == v->end || list[v->e] != x)
+        return 0;
+    v->e++;
+    return 1;
+}
+
 /* A thread's tiles start on a 64-byte boundary (FA_ALIGN reals of slack): the tile rows are
  * then aligned vectors, which a work array from a plain allocator does not guarantee. */
 #define FA_ALIGN ((int64_t)(64 / sizeof(real)))
@@ -92,15 +118,14 @@ static real *fa_thread_work(real *work, int64_t dk, int64_t dv)
 
 /* ---- forward ---------------------------------------------------------------------------------- */
 
-/* One query block of a forward work item: its rows [i0, i0 + nr), its entries [e, end) of cols
- * still to visit, qt (the block transposed, dk x nr, ld FA_LD: scaled, base 2) and acc (its
- * output rows, nr x dv, contiguous), and the online softmax's running maximum m, sum l and the
- * last step's factor alpha of each row; `set`: acc is not written yet. */
+/* One query block of a forward work item: its rows [i0, i0 + nr), qt (the block transposed,
+ * dk x nr, ld FA_LD: scaled, base 2) and acc (its output rows, nr x dv, contiguous), and the
+ * online softmax's running maximum m, sum l and the last step's factor alpha of each row;
+ * `set`: acc is not written yet. */
 typedef struct {
     real *qt, *acc;
     real m[FA_MAX_BLOCK], l[FA_MAX_BLOCK], alpha[FA_MAX_BLOCK];
     int64_t i0, nr;
-    int32_t e, end;
     int set;
 } fa_qblock;
 
@@ -173,6 +198,7 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
          * nr), so the per-query steps run along vectors of queries */
         real *buf = fa_thread_work(work, dk, dv);
         fa_qblock qbs[FA_GROUP];
+        fa_visits vis[FA_GROUP]; /* each block's entries of cols */
         for (int64_t g = 0; g < G; g++)
             qbs[g].qt = buf + g * (dk + dv) * FA_LD, qbs[g].acc = qbs[g].qt + dk * FA_LD;
         fa_keys kv = {.st = buf + G * (dk + dv) * FA_LD};
@@ -212,27 +238,17 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
                 fa_transpose(FA_SLICE(q, sq, b) + qb->i0 * sq[2], sq[2], qb->nr, dk, sc2, qb->qt);
                 for (int64_t i = 0; i < FA_MAX_BLOCK; i++)
                     qb->m[i] = -INFINITY, qb->l[i] = 0;
-                qb->set = 1, qb->e = row_ptr[t * nqb + r], qb->end = row_ptr[t * nqb + r + 1];
+                qb->set = 1;
+                vis[g].e = row_ptr[t * nqb + r], vis[g].end = row_ptr[t * nqb + r + 1];
             }
             /* the key blocks the group visits, in increasing order (each block's in its
              * order), each tile of a key block right after the last: read once from memory */
-            for (;;) {
-                int64_t c = INT64_MAX;
-                for (int64_t g = 0; g < members; g++)
-                    if (qbs[g].e < qbs[g].end && cols[qbs[g].e] < c)
-                        c = cols[qbs[g].e];
-                if (c == INT64_MAX)
-                    break;
+            for (int64_t c; (c = fa_next_visit(vis, members, cols)) != INT64_MAX;) {
                 const int64_t j0 = c * bk, nc = kv.kend - j0 < bk ? kv.kend - j0 : bk;
-                for (int64_t g = 0; g < members; g++) {
-                    fa_qblock *qb = &qbs[g];
-                    if (qb->e == qb->end || cols[qb->e] != c)
-                        continue;
-                    qb->e++;
-                    if (j0 < kv.kend)
-                        fa_fprop_tile(qb, &kv, j0, nc, dk, dv, off, causal, drop ? &dr : NULL, H,
-                                      Tq, Tk);
-                }
+                for (int64_t g = 0; g < members; g++)
+                    if (fa_take_visit(&vis[g], cols, c) && j0 < kv.kend)
+                        fa_fprop_tile(&qbs[g], &kv, j0, nc, dk, dv, off, causal,
+                                      drop ? &dr : NULL, H, Tq, Tk);
             }
             for (int64_t g = 0; g < members; g++)
                 fa_fprop_finish(&qbs[g], FA_SLICE(out, so, b) + qbs[g].i0 * so[2], so[2],
@@ -247,12 +263,12 @@ typedef struct {
 } fa_bwork;
 
 /* One key block of a backward work item: keys [j0, j0 + nc), their rows k, dK and dV rows dk,
- * dv, and its entries [lo, end) of rows (e: the next to visit). */
+ * dv, and the first of its entries in rows (lo). */
 typedef struct {
     const real *k;
     real *dk, *dv;
     int64_t j0, nc;
-    int32_t lo, e, end;
+    int32_t lo;
 } fa_kblock;
 
 /* Row strides (elements) of the backward pass's operands. */
@@ -419,14 +435,15 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
             for (int32_t g0 = group_ptr[t * groups + g]; g0 < gend; g0 += (int32_t)G) {
                 const int64_t members = gend - g0 < G ? gend - g0 : G;
                 fa_kblock kbs[FA_GROUP];
+                fa_visits vis[FA_GROUP]; /* each block's entries of rows */
                 for (int64_t m = 0; m < members; m++) {
                     fa_kblock *kb = &kbs[m];
                     const int64_t c = group_cols[g0 + m];
                     kb->j0 = c * bk, kb->nc = Tk - kb->j0 < bk ? Tk - kb->j0 : bk;
                     kb->dk = dks + kb->j0 * ld.dk, kb->dv = dvs + kb->j0 * ld.dv;
                     kb->k = ks + kb->j0 * ld.k;
-                    kb->lo = kb->e = col_ptr[t * nkb + c], kb->end = col_ptr[t * nkb + c + 1];
-                    if (kb->lo == kb->end) { /* no query block sees this key block */
+                    kb->lo = vis[m].e = col_ptr[t * nkb + c], vis[m].end = col_ptr[t * nkb + c + 1];
+                    if (kb->lo == vis[m].end) { /* no query block sees this key block */
                         fa_zero_rows(kb->dk, kb->nc, dk, ld.dk);
                         fa_zero_rows(kb->dv, kb->nc, dv, ld.dv);
                         continue;
@@ -434,26 +451,19 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
                     fa_transpose(kb->k, ld.k, kb->nc, dk, sc2, ws[m].kt); /* scores come scaled */
                     fa_transpose(vs + kb->j0 * sv[2], sv[2], kb->nc, dv, 1, ws[m].vt);
                 }
-                for (;;) {
-                    int64_t r = INT64_MAX;
-                    for (int64_t m = 0; m < members; m++)
-                        if (kbs[m].e < kbs[m].end && rows[kbs[m].e] < r)
-                            r = rows[kbs[m].e];
-                    if (r == INT64_MAX)
-                        break;
+                for (int64_t r; (r = fa_next_visit(vis, members, rows)) != INT64_MAX;) {
                     const int64_t i0 = r * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
                     for (int64_t m = 0; m < members; m++) {
-                        fa_kblock *kb = &kbs[m];
-                        if (kb->e == kb->end || rows[kb->e] != r)
+                        const fa_kblock *kb = &kbs[m];
+                        const int first = vis[m].e == kb->lo;
+                        if (!fa_take_visit(&vis[m], rows, r))
                             continue;
                         const int set = !(seen[r / 64] >> (r % 64) & 1);
                         fa_bprop_tile(&ws[m], &ld, qs + i0 * ld.q, kb->k, drows + b * Tq + i0,
                                       dos + i0 * ld.dout, lse + b * Tq + i0, dqs + i0 * ld.dq,
                                       kb->dk, kb->dv, dk, dv, nr, kb->nc, i0, kb->j0, off, causal,
-                                      km, sc, drop ? &dr : NULL, b, H, Tq, Tk, kb->e == kb->lo,
-                                      set);
+                                      km, sc, drop ? &dr : NULL, b, H, Tq, Tk, first, set);
                         seen[r / 64] |= (uint64_t)1 << (r % 64);
-                        kb->e++;
                     }
                 }
             }
