@@ -175,7 +175,8 @@ class SequenceOps(ABC):
                             activation="tanh", gate_activation="logistic"):
         """Steps t = 0..T-1 (T-1..0 with ``reverse``): hg (N, 4H) = h_prev @ U, then
         ``lstm_fprop_step``."""
-        check_sequence("lstm_fprop_sequence", "lstm", "gates", gates=gates, hg=hg, U=U, c=c, h=h, mask=mask)
+        check_sequence("lstm_fprop_sequence", "lstm", "gates", gates=gates, hg=hg, U=U, c=c, h=h,
+                       mask=mask)
         for t, p, q in time_steps(gates.shape[0], reverse):
             self.compound_dot(h[p], U, hg)
             self.lstm_fprop_step(gates[t], hg, c[p], c[q], h[p], h[q], step_of(mask, t),
@@ -186,8 +187,8 @@ class SequenceOps(ABC):
         """The steps of ``lstm_fprop_sequence`` backwards: ``lstm_bprop_step`` each, then (but
         after the last) dh (+)= dgates_t @ U^T.  dy (T, N, H) or None; dh, dc (N, H) in the
         errors reaching the final state; dgates (T, N, 4H) out."""
-        check_sequence("lstm_bprop_sequence", "lstm", "gates", gates=gates, U=U, c=c, dy=dy, dh=dh, dc=dc,
-                            dgates=dgates, mask=mask)
+        check_sequence("lstm_bprop_sequence", "lstm", "gates", gates=gates, U=U, c=c, dy=dy,
+                       dh=dh, dc=dc, dgates=dgates, mask=mask)
         T = gates.shape[0]
         for k, (t, p, q) in enumerate(time_steps(T, reverse, backwards=True)):
             self.lstm_bprop_step(gates[t], c[p], c[q], step_of(dy, t), dh, dc, dgates[t],

@@ -121,7 +121,8 @@ class CPURecurrentMixin:
 
     def lstm_fprop_sequence(self, gates, hg, U, c, h, mask=None, reverse=False,
                             activation="tanh", gate_activation="logistic"):
-        check_sequence("lstm_fprop_sequence", "lstm", "gates", gates=gates, hg=hg, U=U, c=c, h=h, mask=mask)
+        check_sequence("lstm_fprop_sequence", "lstm", "gates", gates=gates, hg=hg, U=U, c=c, h=h,
+                       mask=mask)
         T, N, G = gates.shape
         codes = (int(reverse), ACTIVATION_CODES[activation], ACTIVATION_CODES[gate_activation])
         if not self._sequence_pass("lstm_fprop_sequence", (gates, hg, U, c, h, mask), 3, codes,
@@ -131,8 +132,8 @@ class CPURecurrentMixin:
 
     def lstm_bprop_sequence(self, gates, U, c, dy, dh, dc, dgates, mask=None, reverse=False,
                             activation="tanh", gate_activation="logistic"):
-        check_sequence("lstm_bprop_sequence", "lstm", "gates", gates=gates, U=U, c=c, dy=dy, dh=dh, dc=dc,
-                            dgates=dgates, mask=mask)
+        check_sequence("lstm_bprop_sequence", "lstm", "gates", gates=gates, U=U, c=c, dy=dy,
+                       dh=dh, dc=dc, dgates=dgates, mask=mask)
         T, N, G = gates.shape
         codes = (int(reverse), ACTIVATION_CODES[activation], ACTIVATION_CODES[gate_activation])
         if not self._sequence_pass("lstm_bprop_sequence", (gates, U, c, dy, dh, dc, dgates, mask),

@@ -88,6 +88,14 @@ int64_t fa_work_size(int64_t dk, int64_t dv)
     return FA_GROUP * (dk + dv) * FA_LD + 4 * FA_MAX_BLOCK * FA_LD + FA_ALIGN;
 }
 
+/* A work item's per-block tiles in a thread's work array: block g of the group has
+ * (dk + dv) x FA_LD reals from here (forward: its qt and acc; backward: its kt and vt); the
+ * tiles the blocks share follow those of the G blocks (fa_member_tiles(buf, G, ...)). */
+static real *fa_member_tiles(real *buf, int64_t g, int64_t dk, int64_t dv)
+{
+    return buf + g * (dk + dv) * FA_LD;
+}
+
 /* The first 64-byte boundary in x. */
 static real *fa_aligned(real *x)
 {
@@ -200,8 +208,8 @@ void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse,
         fa_qblock qbs[FA_GROUP];
         fa_visits vis[FA_GROUP]; /* each block's entries of cols */
         for (int64_t g = 0; g < G; g++)
-            qbs[g].qt = buf + g * (dk + dv) * FA_LD, qbs[g].acc = qbs[g].qt + dk * FA_LD;
-        fa_keys kv = {.st = buf + G * (dk + dv) * FA_LD};
+            qbs[g].qt = fa_member_tiles(buf, g, dk, dv), qbs[g].acc = qbs[g].qt + dk * FA_LD;
+        fa_keys kv = {.st = fa_member_tiles(buf, G, dk, dv)};
         kv.z = kv.st + FA_MAX_BLOCK * FA_LD;
         /* strided k and v rows: the slice's copied to kpack, vpack (contiguous) when more
          * than one query block reads them and the slice is long; slice pb's are there now */
@@ -388,14 +396,11 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
         int64_t pb = -1;
         const size_t tile = FA_MAX_BLOCK * FA_LD;
         uint64_t seen[nqb / 64 + 1]; /* a bit per query block */
-        /* each key block's kt and vt (ws[g]), then the tiles they share */
+        /* each key block's kt and vt (fa_member_tiles; w's while its tiles run), then the
+         * tiles they share */
         real *buf = fa_thread_work(work, dk, dv);
-        fa_bwork ws[FA_GROUP];
-        for (int64_t g = 0; g < G; g++) {
-            ws[g].kt = buf + g * (dk + dv) * FA_LD, ws[g].vt = ws[g].kt + dk * FA_LD;
-            ws[g].p = buf + G * (dk + dv) * FA_LD;
-            ws[g].dp = ws[g].p + tile, ws[g].z = ws[g].dp + tile, ws[g].t = ws[g].z + tile;
-        }
+        fa_bwork w = {NULL, NULL, fa_member_tiles(buf, G, dk, dv), NULL, NULL, NULL};
+        w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
         /* D = rowsum(dO * O) of every query row, once: here when a slice has several work
          * items, else by the slice's item */
         if (groups > 1) {
@@ -448,8 +453,9 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
                         fa_zero_rows(kb->dv, kb->nc, dv, ld.dv);
                         continue;
                     }
-                    fa_transpose(kb->k, ld.k, kb->nc, dk, sc2, ws[m].kt); /* scores come scaled */
-                    fa_transpose(vs + kb->j0 * sv[2], sv[2], kb->nc, dv, 1, ws[m].vt);
+                    real *kt = fa_member_tiles(buf, m, dk, dv); /* then vt */
+                    fa_transpose(kb->k, ld.k, kb->nc, dk, sc2, kt); /* scores come scaled */
+                    fa_transpose(vs + kb->j0 * sv[2], sv[2], kb->nc, dv, 1, kt + dk * FA_LD);
                 }
                 for (int64_t r; (r = fa_next_visit(vis, members, rows)) != INT64_MAX;) {
                     const int64_t i0 = r * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
@@ -459,7 +465,8 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
                         if (!fa_take_visit(&vis[m], rows, r))
                             continue;
                         const int set = !(seen[r / 64] >> (r % 64) & 1);
-                        fa_bprop_tile(&ws[m], &ld, qs + i0 * ld.q, kb->k, drows + b * Tq + i0,
+                        w.kt = fa_member_tiles(buf, m, dk, dv), w.vt = w.kt + dk * FA_LD;
+                        fa_bprop_tile(&w, &ld, qs + i0 * ld.q, kb->k, drows + b * Tq + i0,
                                       dos + i0 * ld.dout, lse + b * Tq + i0, dqs + i0 * ld.dq,
                                       kb->dk, kb->dv, dk, dv, nr, kb->nc, i0, kb->j0, off, causal,
                                       km, sc, drop ? &dr : NULL, b, H, Tq, Tk, first, set);
