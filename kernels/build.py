@@ -19,8 +19,6 @@ import contextlib
 import importlib.machinery
 import importlib.util
 import re
-import sys
-import sysconfig
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +28,7 @@ from pathlib import Path
 from ..atomic import scratch_folder
 from . import specs as _specs
 from .cache import CorruptEntry, DiskCache, cache_key, entry_name, source_closure
-from .toolchain import C_FLAGS, CUDA_FLAGS, CompileError, find_c_compiler, find_nvcc
+from .toolchain import CUDA_FLAGS, CompileError, CompilerNotFound, c_key_inputs, find_nvcc
 
 
 @dataclass(frozen=True)
@@ -144,15 +142,15 @@ class Builder:
                     self.compile_seconds += time.perf_counter() - self._compile_start
 
     # ---- keys ------------------------------------------------------------------------------
-    def cpu_key(self, spec, compiler=None):
-        """The cache key of CPU variant ``spec`` with ``compiler`` (default: the one found)."""
-        import cffi
-        compiler = compiler or find_c_compiler()
+    def cpu_key(self, spec, inputs=None):
+        """The cache key of CPU variant ``spec`` from ``inputs`` (a
+        :class:`~neonlite.kernels.toolchain.CKeyInputs`, default: those of the compiler found
+        now), which hold every value the key takes from the machine."""
+        inputs = inputs or c_key_inputs()
         return cache_key({"target": "cpu", "variant": spec.name, "sources": _closure(spec),
-                          "defines": spec.defines, "flags": C_FLAGS, "arch": compiler.target,
-                          "compiler": compiler.version, "python": sysconfig.get_config_var(
-                              "EXT_SUFFIX") or sys.implementation.cache_tag,
-                          "cffi": cffi.__version__})
+                          "defines": spec.defines, "flags": inputs.flags,
+                          "arch": inputs.compiler.target, "compiler": inputs.compiler.version,
+                          "python": inputs.ext_suffix, "cffi": inputs.cffi_version})
 
     def cuda_key(self, spec, arch, nvcc=None):
         """The cache key of CUDA variant ``spec`` for ``arch`` with ``nvcc``."""
@@ -173,11 +171,12 @@ class Builder:
         return entry
 
     # ---- C -----------------------------------------------------------------------------------
-    def ensure_cpu(self, spec):
+    def ensure_cpu(self, spec, inputs=None):
         """Compile CPU variant ``spec`` unless a good entry exists; returns
-        ``(entry path, module name, compiled?)``."""
-        compiler = find_c_compiler()
-        key = self.cpu_key(spec, compiler)
+        ``(entry path, module name, compiled?)``.  ``inputs``: as :meth:`cpu_key` takes."""
+        inputs = inputs or c_key_inputs()
+        compiler = inputs.compiler
+        key = self.cpu_key(spec, inputs)
         filename = entry_name(spec.name, key, ".so")
         module_name = f"_nlk_{spec.name}_{key[:16]}"
         if self._read(filename, key) is not None:
@@ -243,8 +242,8 @@ class Builder:
         """
         return self._cuda(spec, arch)[0]
 
-    def _cuda(self, spec, arch):
-        nvcc = find_nvcc()
+    def _cuda(self, spec, arch, nvcc=None):
+        nvcc = nvcc or find_nvcc()
         key = self.cuda_key(spec, arch, nvcc)
         binary = self._memory.get(("cuda", key))
         if binary is not None:
@@ -307,14 +306,17 @@ class Builder:
         chosen = variants if variants is not None else _specs.variants(target)
         work = [(spec, arch) for spec in chosen
                 for arch in ((None,) if spec.target == "cpu" else tuple(archs))]
+        tools = _key_inputs({spec.target for spec, _ in work})
 
         def one(item):
             spec, arch = item
+            if isinstance(tools[spec.target], Exception):
+                return BuildResult(spec, arch, "failed", tools[spec.target])
             try:
                 if spec.target == "cpu":
-                    compiled = self.ensure_cpu(spec)[2]
+                    compiled = self.ensure_cpu(spec, tools["cpu"])[2]
                 else:
-                    compiled = self._cuda(spec, arch)[1]
+                    compiled = self._cuda(spec, arch, tools["cuda"])[1]
             except (CompileError, RuntimeError, OSError) as err:
                 return BuildResult(spec, arch, "failed", err)
             return BuildResult(spec, arch, "built" if compiled else "cached")
@@ -331,6 +333,20 @@ class Builder:
 
         with ThreadPoolExecutor(max_workers=max(1, int(jobs))) as pool, self.compiling():
             return list(pool.map(counted, work))
+
+
+def _key_inputs(targets):
+    """``{target: what its keys take from the machine}`` for ``targets``, made before any
+    build thread starts (C: :class:`~neonlite.kernels.toolchain.CKeyInputs`, CUDA: the
+    :class:`~neonlite.kernels.toolchain.CudaCompiler`), or the ``CompilerNotFound`` that
+    each of the target's variants then reports."""
+    found = {}
+    for target in targets:
+        try:
+            found[target] = c_key_inputs() if target == "cpu" else find_nvcc()
+        except CompilerNotFound as err:
+            found[target] = err
+    return found
 
 
 _default = None
