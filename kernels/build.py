@@ -18,6 +18,7 @@ miss) or ahead of time (:meth:`Builder.build_all`, ``neonlite kernels build``).
 import contextlib
 import importlib.machinery
 import importlib.util
+import os
 import re
 import threading
 import time
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from ..atomic import scratch_folder
 from . import specs as _specs
-from .cache import CorruptEntry, DiskCache, cache_key, entry_name, source_closure
+from .cache import CorruptEntry, DiskCache, ForeignEntry, cache_key, entry_name, source_closure
 from .toolchain import CUDA_FLAGS, CompileError, CompilerNotFound, c_key_inputs, find_nvcc
 
 
@@ -116,6 +117,7 @@ class Builder:
         self.unavailable = {}
         self.announced = set()
         self._memory = {}
+        self._kept_fds = []
         self._lock = threading.Lock()
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "corrupt": 0}
         self.compile_seconds = 0.0
@@ -220,18 +222,37 @@ class Builder:
         if module is not None:
             self._count("memory_hits")
             return module
-        path, module_name, compiled = self.ensure_cpu(spec)
+        inputs = c_key_inputs()
+        path, module_name, compiled = self.ensure_cpu(spec, inputs)
         try:
-            module = _import_extension(module_name, path)
+            module = self._import_entry(path.name, module_name)
         except ImportError:
             if compiled:
                 raise
             self._count("corrupt")
             self.cache.path(path.name).unlink(missing_ok=True)
-            path, module_name, _ = self.ensure_cpu(spec)
-            module = _import_extension(module_name, path)
+            path, module_name, _ = self.ensure_cpu(spec, inputs)
+            module = self._import_entry(path.name, module_name)
         self._memory[("cpu", spec)] = module
         return module
+
+    def _import_entry(self, filename, module_name):
+        """Import the module of entry ``filename`` from the file descriptor its owner, mode
+        and checksum were checked on (``/proc/self/fd/N`` where the system has it), so a file
+        swapped in after the check is never loaded.  The descriptor stays open for the
+        process's life: the dynamic loader knows a library by its path, and a reused
+        descriptor number must never name another one."""
+        try:
+            with self.cache.opened(filename) as entry:
+                if entry is None or entry[2].get("module") != module_name:
+                    raise ImportError(f"kernel cache entry {filename} is gone or changed")
+                fd = os.dup(entry[0])
+        except CorruptEntry as err:
+            raise ImportError(f"kernel cache entry {filename}: {err}") from None
+        self._kept_fds.append(fd)
+        by_fd = f"/proc/self/fd/{fd}"
+        return _import_extension(module_name, by_fd if os.path.exists(by_fd) else
+                                 self.cache.path(filename))
 
     # ---- CUDA --------------------------------------------------------------------------------
     def cuda_binary(self, spec, arch):
@@ -292,6 +313,9 @@ class Builder:
             return False, str(err)
         try:
             entry = self.cache.read(filename)
+        except ForeignEntry as err:
+            return False, f"another user's entry ({err}), never loaded; yours replaces it on " \
+                f"next use"
         except CorruptEntry as err:
             return False, f"corrupt entry ({err}); it is rebuilt on next use"
         if entry is None:
