@@ -10,20 +10,24 @@ the seed policy), hashes each item (SHA-256 of its canonical JSON, the first 8 b
 ``MPI_Allgather`` of these fixed-size digest vectors (:data:`SLOTS` x 8 bytes) tells every rank
 every rank's digests.  Where they differ, every rank knows it at once: the lowest rank whose
 digests differ from rank 0's and its first differing item are looked up (one more gather,
-of that item's value only), rank 0 prints one line naming the rank, the setting (down to the
+of that item's value), rank 0 prints one line naming the rank, the setting (down to the
 key path inside it) and both values::
 
     neonlite: error: rank 1's datatype (-d) is 'f64', rank 0's is 'f32'
 
 and every rank exits with status 1, before any buffer of the model exists.  The comparison is
 a start-up stage (:mod:`.startup`): a rank that never arrives ends the job after the
-collective timeout.
+collective timeout.  :class:`~neonlite.distributed.data_parallel.DataParallel` compares the
+model's layout the same way (:func:`layout_items`) before its first broadcast, for runs
+through the Python API, raising :class:`DistributedError` on every rank.
 """
 import hashlib
 import json
 import sys
 
 import numpy as np
+
+from .errors import DistributedError
 
 #: digest slots in the gathered vector (every rank sends the same size whatever its items)
 SLOTS = 64
@@ -33,7 +37,8 @@ LABELS = {"datatype": "datatype (-d)", "batchsize": "batch size (-z)",
           "max_batches": "--max-batches", "data_shape": "data set's example shape",
           "train_size": "training set size", "valid_size": "validation set size",
           "resume": "--resume checkpoint", "model_file": "--model-file checkpoint",
-          "version": "neonlite version"}
+          "version": "neonlite version",
+          "tensors": "parameters", "sync_bn": "sync_bn"}
 #: the run description's keys that only rank 0 uses (checkpoint path and period)
 RANK0_ONLY = ("save_path", "serialize")
 
@@ -106,10 +111,20 @@ def mismatch_message(rank, name, theirs, mine):
         f"{_short(b)}"
 
 
-def check_same_run(world, items):
+def layout_items(model, sync_bn):
+    """The items :class:`~neonlite.distributed.data_parallel.DataParallel` compares before
+    its first broadcast (Python API runs too): every parameter's and buffer's name, shape and
+    element type, the per-rank batch size and ``sync_bn``."""
+    tensors = {name: {"shape": list(t.shape), "dtype": str(np.dtype(t.dtype))}
+               for name, t in model.named_tensors().items()}
+    return {"tensors": tensors, "batchsize": int(model.be.bsz), "sync_bn": bool(sync_bn)}
+
+
+def check_same_run(world, items, exit=True):
     """Compare ``items`` (:func:`run_items`) over the ranks of ``world`` (collective: every
-    rank calls it once, at start-up); returns when all agree, else rank 0 prints the one line
-    of :func:`mismatch_message` and every rank exits with status 1."""
+    rank calls it once, at start-up); returns when all agree.  Else, with ``exit``, rank 0
+    prints the one line of :func:`mismatch_message` and every rank exits with status 1;
+    without, every rank raises :class:`DistributedError` with that line."""
     if world.comm is None or world.size == 1:
         return
     mine = digests(items)
@@ -125,11 +140,12 @@ def check_same_run(world, items):
     names = sorted(items)
     slot = next((i for i in range(len(names)) if gathered[rank][i] != gathered[0][i]), None)
     name = names[slot] if slot is not None else "version"
-    values = world.comm.allgather(_canonical(items.get(name)) if world.rank in (0, rank)
-                                  else None)
-    if world.rank == 0:
-        line = mismatch_message(rank, name, json.loads(values[rank]), json.loads(values[0]))
-        print(f"neonlite: error: {line}; start every rank with the same settings",
-              file=sys.stderr, flush=True)
+    values = world.comm.allgather(_canonical(items.get(name)))
+    line = mismatch_message(rank, name, json.loads(values[rank]), json.loads(values[0])) + \
+        "; start every rank with the same settings"
     world.startup_done()
+    if not exit:
+        raise DistributedError(line)
+    if world.rank == 0:
+        print(f"neonlite: error: {line}", file=sys.stderr, flush=True)
     raise SystemExit(1)

@@ -129,3 +129,46 @@ def test_a_bad_collective_timeout_is_one_line(tmp_path, value):
     lines = set(_neonlite_lines(done))
     assert lines == {f"neonlite: error: NEONLITE_COLLECTIVE_TIMEOUT={value!r}: expected a "
                      f"number of seconds in (0, 1000000]"}, text[-3000:]
+
+
+API_RANK = """\
+import sys
+import numpy as np
+import neonlite
+from neonlite import Model
+from neonlite.data import ArrayIterator
+from neonlite.distributed import DataParallel, DistributedError, detect_world
+from neonlite.initializers import Gaussian
+from neonlite.layers import Affine, GeneralizedCost
+from neonlite.optimizers import GradientDescentMomentum
+from neonlite.transforms import CrossEntropyMulti, Softmax
+nout, dtype = int(sys.argv[1]), sys.argv[2]
+world = detect_world()
+neonlite.gen_backend("cpu", batch_size=8, rng_seed=0, datatype=np.dtype(dtype))
+model = Model([Affine(nout=nout, init=Gaussian(), activation=Softmax(), name="hidden")])
+data = ArrayIterator(np.ones((16, 6), dtype), np.zeros(16, np.int32), nclass=nout)
+DataParallel(world).attach(model)
+try:
+    model.fit(data, GradientDescentMomentum(0.1), 1, GeneralizedCost(CrossEntropyMulti()),
+              progress=False)
+except DistributedError as err:
+    print(f"rank {world.rank}: {err}", file=sys.stderr)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("second,expected", [
+    (["4", "float32"], "rank 1's parameters.hidden.W.shape[1] is 4, rank 0's is 3"),
+    (["3", "float64"], "rank 1's parameters.hidden.W.dtype is 'float64', rank 0's is "
+                       "'float32'")])
+def test_python_api_ranks_with_different_models_raise_before_the_broadcast(second, expected):
+    """Through the Python API (DataParallel.start): every rank raises one DistributedError
+    naming what differs, before any buffer crosses the ranks."""
+    rank = ["-np", "1", sys.executable, "-c", API_RANK]
+    done = launch([*rank, "3", "float32"], [*rank, *second])
+    text = done.stdout + done.stderr
+    for bad in ("signal", "realloc", "munmap", "MPI_ERR", "Traceback"):
+        assert bad not in text, text[-3000:]
+    lines = sorted(line for line in done.stderr.splitlines() if line.startswith("rank "))
+    assert lines == [f"rank {r}: {expected}; start every rank with the same settings"
+                     for r in (0, 1)], text[-3000:]
