@@ -18,9 +18,8 @@ miss) or ahead of time (:meth:`Builder.build_all`, ``neonlite kernels build``).
 import contextlib
 import importlib.machinery
 import importlib.util
+import os
 import re
-import sys
-import sysconfig
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,8 +28,8 @@ from pathlib import Path
 
 from ..atomic import scratch_folder
 from . import specs as _specs
-from .cache import CorruptEntry, DiskCache, cache_key, entry_name, source_closure
-from .toolchain import C_FLAGS, CUDA_FLAGS, CompileError, find_c_compiler, find_nvcc
+from .cache import CorruptEntry, DiskCache, ForeignEntry, cache_key, entry_name, source_closure
+from .toolchain import CUDA_FLAGS, CompileError, CompilerNotFound, c_key_inputs, find_nvcc
 
 
 @dataclass(frozen=True)
@@ -118,6 +117,7 @@ class Builder:
         self.unavailable = {}
         self.announced = set()
         self._memory = {}
+        self._kept_fds = []
         self._lock = threading.Lock()
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "corrupt": 0}
         self.compile_seconds = 0.0
@@ -144,15 +144,15 @@ class Builder:
                     self.compile_seconds += time.perf_counter() - self._compile_start
 
     # ---- keys ------------------------------------------------------------------------------
-    def cpu_key(self, spec, compiler=None):
-        """The cache key of CPU variant ``spec`` with ``compiler`` (default: the one found)."""
-        import cffi
-        compiler = compiler or find_c_compiler()
+    def cpu_key(self, spec, inputs=None):
+        """The cache key of CPU variant ``spec`` from ``inputs`` (a
+        :class:`~neonlite.kernels.toolchain.CKeyInputs`, default: those of the compiler found
+        now), which hold every value the key takes from the machine."""
+        inputs = inputs or c_key_inputs()
         return cache_key({"target": "cpu", "variant": spec.name, "sources": _closure(spec),
-                          "defines": spec.defines, "flags": C_FLAGS, "arch": compiler.target,
-                          "compiler": compiler.version, "python": sysconfig.get_config_var(
-                              "EXT_SUFFIX") or sys.implementation.cache_tag,
-                          "cffi": cffi.__version__})
+                          "defines": spec.defines, "flags": inputs.flags,
+                          "arch": inputs.compiler.target, "compiler": inputs.compiler.version,
+                          "python": inputs.ext_suffix, "cffi": inputs.cffi_version})
 
     def cuda_key(self, spec, arch, nvcc=None):
         """The cache key of CUDA variant ``spec`` for ``arch`` with ``nvcc``."""
@@ -173,11 +173,12 @@ class Builder:
         return entry
 
     # ---- C -----------------------------------------------------------------------------------
-    def ensure_cpu(self, spec):
+    def ensure_cpu(self, spec, inputs=None):
         """Compile CPU variant ``spec`` unless a good entry exists; returns
-        ``(entry path, module name, compiled?)``."""
-        compiler = find_c_compiler()
-        key = self.cpu_key(spec, compiler)
+        ``(entry path, module name, compiled?)``.  ``inputs``: as :meth:`cpu_key` takes."""
+        inputs = inputs or c_key_inputs()
+        compiler = inputs.compiler
+        key = self.cpu_key(spec, inputs)
         filename = entry_name(spec.name, key, ".so")
         module_name = f"_nlk_{spec.name}_{key[:16]}"
         if self._read(filename, key) is not None:
@@ -221,18 +222,37 @@ class Builder:
         if module is not None:
             self._count("memory_hits")
             return module
-        path, module_name, compiled = self.ensure_cpu(spec)
+        inputs = c_key_inputs()
+        path, module_name, compiled = self.ensure_cpu(spec, inputs)
         try:
-            module = _import_extension(module_name, path)
+            module = self._import_entry(path.name, module_name)
         except ImportError:
             if compiled:
                 raise
             self._count("corrupt")
             self.cache.path(path.name).unlink(missing_ok=True)
-            path, module_name, _ = self.ensure_cpu(spec)
-            module = _import_extension(module_name, path)
+            path, module_name, _ = self.ensure_cpu(spec, inputs)
+            module = self._import_entry(path.name, module_name)
         self._memory[("cpu", spec)] = module
         return module
+
+    def _import_entry(self, filename, module_name):
+        """Import the module of entry ``filename`` from the file descriptor its owner, mode
+        and checksum were checked on (``/proc/self/fd/N`` where the system has it), so a file
+        swapped in after the check is never loaded.  The descriptor stays open for the
+        process's life: the dynamic loader knows a library by its path, and a reused
+        descriptor number must never name another one."""
+        try:
+            with self.cache.opened(filename) as entry:
+                if entry is None or entry[2].get("module") != module_name:
+                    raise ImportError(f"kernel cache entry {filename} is gone or changed")
+                fd = os.dup(entry[0])
+        except CorruptEntry as err:
+            raise ImportError(f"kernel cache entry {filename}: {err}") from None
+        self._kept_fds.append(fd)
+        by_fd = f"/proc/self/fd/{fd}"
+        return _import_extension(module_name, by_fd if os.path.exists(by_fd) else
+                                 self.cache.path(filename))
 
     # ---- CUDA --------------------------------------------------------------------------------
     def cuda_binary(self, spec, arch):
@@ -243,8 +263,8 @@ class Builder:
         """
         return self._cuda(spec, arch)[0]
 
-    def _cuda(self, spec, arch):
-        nvcc = find_nvcc()
+    def _cuda(self, spec, arch, nvcc=None):
+        nvcc = nvcc or find_nvcc()
         key = self.cuda_key(spec, arch, nvcc)
         binary = self._memory.get(("cuda", key))
         if binary is not None:
@@ -293,6 +313,9 @@ class Builder:
             return False, str(err)
         try:
             entry = self.cache.read(filename)
+        except ForeignEntry as err:
+            return False, f"another user's entry ({err}), never loaded; yours replaces it on " \
+                f"next use"
         except CorruptEntry as err:
             return False, f"corrupt entry ({err}); it is rebuilt on next use"
         if entry is None:
@@ -307,14 +330,17 @@ class Builder:
         chosen = variants if variants is not None else _specs.variants(target)
         work = [(spec, arch) for spec in chosen
                 for arch in ((None,) if spec.target == "cpu" else tuple(archs))]
+        tools = _key_inputs({spec.target for spec, _ in work})
 
         def one(item):
             spec, arch = item
+            if isinstance(tools[spec.target], Exception):
+                return BuildResult(spec, arch, "failed", tools[spec.target])
             try:
                 if spec.target == "cpu":
-                    compiled = self.ensure_cpu(spec)[2]
+                    compiled = self.ensure_cpu(spec, tools["cpu"])[2]
                 else:
-                    compiled = self._cuda(spec, arch)[1]
+                    compiled = self._cuda(spec, arch, tools["cuda"])[1]
             except (CompileError, RuntimeError, OSError) as err:
                 return BuildResult(spec, arch, "failed", err)
             return BuildResult(spec, arch, "built" if compiled else "cached")
@@ -331,6 +357,20 @@ class Builder:
 
         with ThreadPoolExecutor(max_workers=max(1, int(jobs))) as pool, self.compiling():
             return list(pool.map(counted, work))
+
+
+def _key_inputs(targets):
+    """``{target: what its keys take from the machine}`` for ``targets``, made before any
+    build thread starts (C: :class:`~neonlite.kernels.toolchain.CKeyInputs`, CUDA: the
+    :class:`~neonlite.kernels.toolchain.CudaCompiler`), or the ``CompilerNotFound`` that
+    each of the target's variants then reports."""
+    found = {}
+    for target in targets:
+        try:
+            found[target] = c_key_inputs() if target == "cpu" else find_nvcc()
+        except CompilerNotFound as err:
+            found[target] = err
+    return found
 
 
 _default = None

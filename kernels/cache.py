@@ -16,11 +16,30 @@ readers see the old entry or the new one, never half of one; a file whose traile
 does not match (truncated, overwritten) reads as corrupt and is rebuilt.  Two processes building
 the same entry at once both finish with a good kernel: each writes its own temporary file and
 the last rename wins.
+
+Whose files are loaded.  An entry is code that runs as the user who loads it, so the cache
+takes only what the user could have written alone:
+
+* the folder must not be writable by other users (group or others), unless it is sticky and
+  owned by the user (then others may add files but not replace the user's); otherwise every
+  read and write raises :class:`UntrustedCache`, one line saying why (``neonlite doctor``'s
+  cache row says the same);
+* an entry is opened once (``O_NOFOLLOW``), checked on the open descriptor (``fstat``: a
+  regular file owned by the user, not writable by group or others) and its checksum read from
+  that descriptor; a CPU entry is then loaded through ``/proc/self/fd/N``, the very file
+  checked, so a file swapped in after the check is never loaded.  An entry failing the owner
+  or mode check is a :class:`ForeignEntry` (a kind of :class:`CorruptEntry`): it is never
+  loaded, and the builder writes its own in its place;
+* the folder is made with mode 0700.
+
+Everything else kept in the folder goes through :class:`DiskCache` and the same rules.
 """
 import hashlib
 import json
+import contextlib
 import os
 import re
+import stat
 import struct
 from pathlib import Path
 
@@ -87,6 +106,54 @@ class CorruptEntry(Exception):
     """A cache file that is not a whole, checksummed entry (the message says what is wrong)."""
 
 
+class ForeignEntry(CorruptEntry):
+    """A cache file another user could have written (owned by someone else, writable by group
+    or others, or not a regular file): never loaded."""
+
+
+class UntrustedCache(OSError):
+    """A cache folder other users can write (see the module docstring); the message says
+    why and what to do."""
+
+
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def folder_risk(root):
+    """Why other users could plant kernels in folder ``root`` (``"writable by other users
+    (mode 777, not sticky)"``), or None (also when it does not exist yet)."""
+    try:
+        info = os.stat(root)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or not info.st_mode & _OTHERS_WRITE:
+        return None
+    if info.st_mode & stat.S_ISVTX and info.st_uid == os.geteuid():
+        return None
+    whose = "not sticky" if info.st_uid == os.geteuid() else \
+        f"owned by uid {info.st_uid}, not by you (uid {os.geteuid()})"
+    return f"writable by other users (mode {stat.S_IMODE(info.st_mode):o}, {whose})"
+
+
+def folder_problem(root):
+    """The one-line refusal of folder ``root`` (see :func:`folder_risk`), or None."""
+    risk = folder_risk(root)
+    return None if risk is None else (
+        f"the kernel cache {root} is {risk}, so a kernel planted there would run as you: use "
+        f"a folder only you can write (chmod go-w, or set NEONLITE_CACHE_DIR)")
+
+
+def entry_problem(info):
+    """Why an entry of ``os.fstat`` result ``info`` must not be loaded, or None."""
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if info.st_uid != os.geteuid():
+        return f"owned by uid {info.st_uid}, not by you (uid {os.geteuid()})"
+    if info.st_mode & _OTHERS_WRITE:
+        return f"writable by other users (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
 def pack_entry(payload, meta):
     """The bytes of an entry holding ``payload`` and metadata dict ``meta``."""
     blob = json.dumps(meta, sort_keys=True).encode()
@@ -115,7 +182,8 @@ def unpack_entry(data):
 
 
 class DiskCache:
-    """Entries in one directory (``root``, default :func:`cache_dir`)."""
+    """Entries in one directory (``root``, default :func:`cache_dir`), under the rules of the
+    module docstring."""
 
     def __init__(self, root=None):
         self._root = root
@@ -128,33 +196,74 @@ class DiskCache:
     def path(self, filename):
         return self.root / filename
 
+    def check_folder(self):
+        """Raise :class:`UntrustedCache` when other users can write the folder."""
+        problem = folder_problem(self.root)
+        if problem:
+            raise UntrustedCache(problem)
+
+    @contextlib.contextmanager
+    def opened(self, filename):
+        """``with cache.opened(name) as entry``: ``entry`` is None where there is no such
+        file, else ``(fd, payload, meta)`` of the file opened once and checked on its
+        descriptor (owner, mode, trailer, checksum); the descriptor stays open in the block
+        (load the entry through it: ``/proc/self/fd/<fd>``).  Raises :class:`UntrustedCache`,
+        :class:`ForeignEntry` or :class:`CorruptEntry`."""
+        self.check_folder()
+        try:
+            fd = os.open(self.path(filename), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
+                         getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            yield None
+            return
+        except OSError as err:
+            raise ForeignEntry(f"cannot be opened as a regular file ({err.strerror})") from None
+        try:
+            problem = entry_problem(os.fstat(fd))
+            if problem:
+                raise ForeignEntry(problem)
+            with os.fdopen(os.dup(fd), "rb") as file:
+                payload, meta = unpack_entry(file.read())
+            yield fd, payload, meta
+        finally:
+            os.close(fd)
+
     def read(self, filename):
         """``(payload, meta)`` of entry ``filename``; ``None`` if there is no such file; raises
-        :class:`CorruptEntry` for a damaged one."""
-        try:
-            data = self.path(filename).read_bytes()
-        except FileNotFoundError:
-            return None
-        return unpack_entry(data)
+        :class:`CorruptEntry` (:class:`ForeignEntry`) for a damaged (another user's) one and
+        :class:`UntrustedCache` for a folder others can write."""
+        with self.opened(filename) as entry:
+            return None if entry is None else entry[1:]
+
+    def make_folder(self):
+        """Make the folder (mode 0700; its parents as the umask says) and check it."""
+        root = self.root
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            root.mkdir(mode=0o700)
+        self.check_folder()
 
     def write(self, filename, payload, meta):
         """Store an entry atomically (temporary file + ``os.replace``); returns its path."""
+        self.make_folder()
         with atomic_write(self.path(filename), mode=0o644) as out:
             out.write(pack_entry(payload, meta))
         return self.path(filename)
 
     def entries(self):
-        """``[(path, meta or None)]`` for every entry file (``None`` for a corrupt one)."""
+        """``[(path, meta or the CorruptEntry)]`` for every entry file (a
+        :class:`ForeignEntry` for one of another user's); raises :class:`UntrustedCache`."""
         if not self.root.is_dir():
             return []
+        self.check_folder()
         found = []
         for path in sorted(self.root.iterdir()):
             if path.name.startswith((_TEMP_PREFIX, ".")) or not path.is_file():
                 continue
             try:
-                found.append((path, unpack_entry(path.read_bytes())[1]))
-            except CorruptEntry:
-                found.append((path, None))
+                found.append((path, self.read(path.name)[1]))
+            except CorruptEntry as err:
+                found.append((path, err))
         return found
 
     def clean(self):

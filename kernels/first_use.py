@@ -12,6 +12,7 @@ import os
 import sys
 import time
 
+from .cache import folder_problem
 from .toolchain import find_c_compiler
 
 
@@ -28,7 +29,10 @@ def cpu_name():
 def compile_missing(builder, variants, stream=None, jobs=None):
     """Build the variants of ``variants`` that are not cached, telling ``stream`` (default
     stderr) first; returns the :class:`~neonlite.kernels.build.BuildResult` list (empty when
-    everything was cached)."""
+    everything was cached, or nothing can be cached: a folder other users can write, which
+    the loads then refuse, one line each)."""
+    if folder_problem(builder.cache.root):
+        return []
     todo = missing(builder, variants)
     if not todo:
         return []

@@ -8,6 +8,12 @@ Where the compilers come from:
 * C: ``NEONLITE_CC`` (may hold extra words, e.g. ``"ccache gcc"``), else ``CC``, else the first
   of ``cc``, ``gcc``, ``clang`` on ``PATH``.
 * CUDA: ``NEONLITE_NVCC``, else ``nvcc`` on ``PATH``, else ``$CUDA_HOME/bin/nvcc``.
+
+What a cache key takes from the machine is found once per process (and compiler), under a
+lock, and kept as frozen values (:class:`CCompiler`, :class:`CudaCompiler`,
+:class:`CKeyInputs`): build threads only read them.  ``sysconfig`` fills its table lazily
+and not thread-safely (a thread could read ``EXT_SUFFIX`` as None while another filled it), so
+nothing here asks it from a build thread.
 """
 import functools
 import hashlib
@@ -16,12 +22,16 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 C_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 CUDA_FLAGS = ("-O3", "-Xptxas", "-v")
 COMPILE_TIMEOUT_S = 600
+#: held while a compiler is probed or the key inputs are made, so each is made once
+_PROBE_LOCK = threading.RLock()
 
 
 class CompilerNotFound(RuntimeError):
@@ -86,8 +96,7 @@ class CCompiler:
         Returns the compiler's log; raises :class:`CompileError` (showing ``source``, the text
         the user wrote, when given) if the compiler fails.
         """
-        import sysconfig
-        includes = [sysconfig.get_paths()["include"], *map(str, include_dirs)]
+        includes = [python_build()[1], *map(str, include_dirs)]
         command = [*self.command, *C_FLAGS, *(f"-I{d}" for d in includes),
                    *(f"-D{k}={v}" for k, v in defines), str(c_file), "-o", str(out_file), "-lm"]
         status, log = _run(command, cwd=Path(c_file).parent)
@@ -143,6 +152,11 @@ def _probe_c(command):
 
 def find_c_compiler():
     """The C compiler to use (see the module docstring); raises :class:`CompilerNotFound`."""
+    with _PROBE_LOCK:
+        return _find_c_compiler()
+
+
+def _find_c_compiler():
     for env in ("NEONLITE_CC", "CC"):
         value = os.environ.get(env, "").strip()
         if value:
@@ -216,6 +230,11 @@ def _probe_nvcc(command):
 
 def find_nvcc():
     """nvcc (see the module docstring); raises :class:`CompilerNotFound`."""
+    with _PROBE_LOCK:
+        return _find_nvcc()
+
+
+def _find_nvcc():
     value = os.environ.get("NEONLITE_NVCC", "").strip()
     if value:
         return _probe_nvcc(_resolve(shlex.split(value), "nvcc", "NEONLITE_NVCC"))
@@ -227,3 +246,43 @@ def find_nvcc():
     if path is None:
         raise CompilerNotFound("nvcc not found on PATH or in $CUDA_HOME/bin (set NEONLITE_NVCC)")
     return _probe_nvcc((path,))
+
+
+@functools.lru_cache(maxsize=None)
+def _python_build():
+    import sysconfig
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or sys.implementation.cache_tag
+    return suffix, sysconfig.get_paths()["include"]
+
+
+def python_build():
+    """``(EXT_SUFFIX, the folder of Python.h)``: what a C extension is built for and with,
+    read from ``sysconfig`` once per process (under the probe lock)."""
+    with _PROBE_LOCK:
+        return _python_build()
+
+
+@dataclass(frozen=True)
+class CKeyInputs:
+    """Everything a CPU variant's cache key takes besides the variant itself: the
+    ``compiler`` (its version and target), the ``flags``, the Python extension suffix
+    ``ext_suffix`` (the ABI the module is built for) and ``cffi_version``.  Made by
+    :func:`c_key_inputs` before any build thread starts; threads only read it."""
+
+    compiler: CCompiler
+    flags: tuple
+    ext_suffix: str
+    cffi_version: str
+
+
+@functools.lru_cache(maxsize=None)
+def _c_key_inputs(compiler):
+    import cffi
+    return CKeyInputs(compiler, C_FLAGS, python_build()[0], cffi.__version__)
+
+
+def c_key_inputs():
+    """The :class:`CKeyInputs` of the C compiler found now (one value per compiler and
+    process); raises :class:`CompilerNotFound`."""
+    with _PROBE_LOCK:
+        return _c_key_inputs(find_c_compiler())

@@ -1,4 +1,5 @@
 """Model: a stack of layers trained with a cost and an optimizer."""
+import threading
 import warnings
 from collections import OrderedDict
 
@@ -19,7 +20,10 @@ class Model:
 
     Unnamed layers are named ``<type>_<index>`` (index: position in the list; layers inside a
     container get the container's name as a prefix).  Parameters are named
-    ``"<layer name>.<param>"``.
+    ``"<layer name>.<param>"``.  ``inference_lock`` (reentrant) is held by ``predict``,
+    ``get_outputs``, ``eval`` and ``generate``: the layers write one set of output buffers, so
+    threads sharing a model take turns, each call returning what it returns alone.  Training
+    takes no lock; ``fprop`` returns a layer's own buffer (hold the lock until it is read).
     """
 
     def __init__(self, layers, name="model"):
@@ -42,8 +46,8 @@ class Model:
         self._stepped = []
         self._finite_work = {}
         self._full_finite_check = True
-
         self.arena = None
+        self.inference_lock = threading.RLock()
 
     # ---- set-up ------------------------------------------------------------------------------
     def initialize(self, dataset, cost=None):
@@ -231,10 +235,13 @@ class Model:
         metric with ``aggregate(mean)`` (perplexity) turns the mean into its value.  Without
         ``metric``: the model's ``metric`` (the run's, set by ``neonlite train``, the
         Evaluation callback or a checkpoint), else misclassification for a classifier (softmax
-        or logistic output).  In
-        data-parallel training (``grad_sync``) the sum and count are added over the ranks, so
-        each rank evaluates its shard and all get the same value (an unsharded set counted on
-        every rank gives the same mean too).  Collective then: every rank must call it."""
+        or logistic output).  In data-parallel training (``grad_sync``) the sum and count are
+        added over the ranks, so each rank evaluates its shard and all get the same value;
+        every rank must call it.  Threads take turns (``inference_lock``)."""
+        with self.inference_lock:
+            return self._eval(dataset, metric)
+
+    def _eval(self, dataset, metric):
         self.initialize(dataset)
         metric = metric if metric is not None else self._default_metric()
         total, count = 0.0, 0
@@ -274,12 +281,17 @@ class Model:
                  use_cache=True):
         """``n`` characters sampled after ``prompt`` by a character language model, with a
         key/value cache (see :func:`neonlite.generation.generate`; the vocabulary defaults to
-        the one recorded in the model's Embedding)."""
+        the one recorded in the model's Embedding).  Under ``inference_lock``."""
         from .generation import generate
-        return generate(self, vocab, prompt, n, temperature, top_k, seed, use_cache)
+        with self.inference_lock:
+            return generate(self, vocab, prompt, n, temperature, top_k, seed, use_cache)
 
     def get_outputs(self, dataset):
         """Outputs for every example of ``dataset`` in order, (ndata,) + output shape."""
+        with self.inference_lock:
+            return self._get_outputs(dataset)
+
+    def _get_outputs(self, dataset):
         self.initialize(dataset)
         outs = []
         for x, _ in self._batches(dataset):

@@ -15,12 +15,13 @@ def user_errors():
     from ..backends import BackendUnavailable
     from ..config.errors import ConfigError
     from ..data.iterator import DataError
+    from ..distributed import DistributedError
     from ..layers.layer import ShapeError
     from ..memory_check import NetworkTooLarge
     from ..serialize import CheckpointError
     from ..training_log import LogError
     return (ConfigError, DataError, ShapeError, BackendUnavailable, CheckpointError, LogError,
-            CommandUnavailable, FloatingPointError, NetworkTooLarge, OSError)
+            CommandUnavailable, FloatingPointError, NetworkTooLarge, OSError, DistributedError)
 
 
 def run_guarded(fn, verbose=False, prog="neonlite", quiet=False):

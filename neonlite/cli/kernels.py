@@ -14,6 +14,7 @@ import sys
 
 from ..kernels import specs
 from ..kernels.build import default_builder
+from ..kernels.cache import folder_problem
 from ..kernels.toolchain import CompileError
 
 
@@ -64,6 +65,10 @@ def run(args, out=None, err=None):
     if builder.cache.root.exists() and not builder.cache.root.is_dir():
         print(f"neonlite: error: the kernel cache {builder.cache.root} is a file, not a folder: "
               f"set NEONLITE_CACHE_DIR to a folder ('neonlite doctor' checks the cache)", file=err)
+        return 1
+    unsafe = folder_problem(builder.cache.root)
+    if unsafe and args.kernels_command != "clean":
+        print(f"neonlite: error: {unsafe}", file=err)
         return 1
     if args.kernels_command == "clean":
         removed = builder.cache.clean()

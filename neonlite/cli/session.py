@@ -23,12 +23,14 @@ from ..config.datasets import make_dataset
 from ..config.errors import ConfigError
 from ..config.yaml_io import dump_yaml
 from ..distributed import DataParallel, detect_world, shard
+from ..distributed.run_check import check_same_run, run_items
 from ..interrupts import SIGNALS, StopOnSignal
 from ..layers.layer import ShapeError
 from ..optimizers.mixed_precision import MixedPrecision, for_datatype
 from ..serialize import (CheckpointError, check_same_optimizer, load_params, read_checkpoint,
                          restore_training_state)
 from ..training_log import TrainingLog
+from ..version import __version__
 
 
 #: the data types ``neonlite train -b cpu`` runs (the C kernels' types)
@@ -135,11 +137,19 @@ def train(run, opts, stream=None):
 def _train(run, opts, stream, world):
     settings = run.settings
     begin = time.perf_counter()
-    if world.size > 1 and settings["rng_seed"] is None:
-        settings["rng_seed"] = world.bcast(int(np.random.SeedSequence().entropy % 2 ** 31))
+    seed = settings["rng_seed"]
+    if world.size > 1:
+        settings["rng_seed"] = world.bcast(seed if seed is not None else
+                                           int(np.random.SeedSequence().entropy % 2 ** 31))
     make_backend(settings, world)
     data, train_set, valid_set = load_data(settings, opts.data_dir, opts.max_batches,
                                            valid=settings["eval_freq"] > 0)
+    check_same_run(world, run_items(
+        run.description(), rng_seed=seed, data_shape=getattr(train_set, "shape", None),
+        train_size=getattr(train_set, "ndata", None),
+        valid_size=getattr(valid_set, "ndata", None),
+        max_batches=opts.max_batches, resume=opts.resume, model_file=opts.model_file,
+        version=__version__))
     train_set, valid_set = shard(train_set, world), shard(valid_set, world)
     model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
     model.metric = run.build_metric()

@@ -15,24 +15,34 @@ import time
 
 import numpy as np
 
+from .errors import DistributedError
+
 DEFAULT_TIMEOUT = 120.0
+#: the longest collective timeout taken (about 11.6 days), so deadlines stay finite
+MAX_TIMEOUT = 1_000_000
 _PING, _PONG = 7301, 7302
 
 
 def collective_timeout(timeout=None):
-    """The collective timeout in seconds: ``timeout``, else the environment's, else 120."""
+    """The collective timeout in seconds: ``timeout``, else the environment's, else 120; a
+    value that is not a number of seconds in (0, :data:`MAX_TIMEOUT`] (0, negative, NaN,
+    infinite, empty, not a number) is a one-line :class:`DistributedError` naming it."""
     if timeout is None:
         text = os.environ.get("NEONLITE_COLLECTIVE_TIMEOUT")
         if text is None:
             return DEFAULT_TIMEOUT
-        try:
-            timeout = float(text)
-        except ValueError:
-            raise ValueError(f"NEONLITE_COLLECTIVE_TIMEOUT: expected a number of seconds, got "
-                             f"{text!r}") from None
-    if not timeout > 0:
-        raise ValueError(f"the collective timeout must be > 0 seconds, got {timeout!r}")
-    return float(timeout)
+        return _seconds(text, f"NEONLITE_COLLECTIVE_TIMEOUT={text!r}")
+    return _seconds(timeout, f"the collective timeout {timeout!r}")
+
+
+def _seconds(value, what):
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = None
+    if seconds is None or not 0 < seconds <= MAX_TIMEOUT:
+        raise DistributedError(f"{what}: expected a number of seconds in (0, {MAX_TIMEOUT}]")
+    return seconds
 
 
 class Collectives:

@@ -18,7 +18,11 @@ calls :meth:`finish` after bprop (waits for every bucket, divides by the number 
 before the optimizer step.  A bucket's allreduce starts as soon as the last layer feeding it
 has run bprop; buckets start in index order on every rank, which MPI requires.
 
-Also set at :meth:`start`: batch norm layers get a statistics hook when ``sync_bn`` (sums
+Before the broadcast, :meth:`start` compares the model's layout over the ranks (every
+parameter's and buffer's name, shape and type, the batch size, ``sync_bn``:
+:func:`~neonlite.distributed.run_check.layout_items`), so ranks that built different models
+stop with one :class:`~neonlite.distributed.world.DistributedError` naming what differs
+instead of exchanging buffers of different sizes.  Also set at :meth:`start`: batch norm layers get a statistics hook when ``sync_bn`` (sums
 over every rank's examples; the default keeps per-rank statistics), and layers with an
 ``example_offset`` (Dropout) learn the global index of this rank's first example.
 """
@@ -30,6 +34,7 @@ from . import cores
 from .buckets import DEFAULT_BUCKET_BYTES, HostTransport, plan_buckets
 from .collective import Collectives
 from .progress import progress_thread_for
+from .run_check import check_same_run, layout_items
 from .sync_bn import StatisticsSync
 
 
@@ -101,6 +106,7 @@ class DataParallel:
             return
         if self.threads is not None:
             be.set_threads(self.threads)
+        check_same_run(self.world, layout_items(model, self.sync_bn), exit=False)
         self.world.startup_stage("broadcast")
         self.broadcast_state(model)
         self.world.startup_done()

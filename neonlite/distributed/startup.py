@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 STAGES = {"init": "MPI_Init", "barrier": "the first barrier",
+          "compare": "the comparison of the ranks' run descriptions",
           "broadcast": "the broadcast of the initial parameters"}
 _JOB_VARS = ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PMI_JOBID", "SLURM_JOB_ID")
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")

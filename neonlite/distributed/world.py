@@ -10,12 +10,9 @@ import sys
 import traceback
 from contextlib import contextmanager
 
+from .errors import DistributedError
+
 _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
-
-
-class DistributedError(RuntimeError):
-    """A distributed run that cannot go on (no mpi4py, a batch that does not split, a rank that
-    died or hangs); the message names the rank."""
 
 
 class World:

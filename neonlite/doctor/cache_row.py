@@ -1,5 +1,6 @@
-"""The kernel cache's row of ``neonlite doctor``: where it is, whether it can be written, how many
-entries it holds and whether each is whole (its checksum matches)."""
+"""The kernel cache's row of ``neonlite doctor``: where it is, whether it can be written (and by
+no other user: ``kernels/cache.py``'s ownership rules), how many entries it holds, whether each
+is whole (its checksum matches) and the user's own."""
 import os
 import tempfile
 from pathlib import Path
@@ -34,7 +35,7 @@ def _writable(folder):
 
 def cache_row():
     """The row; FAIL when kernels cannot be stored there, warn for damaged entries."""
-    from ..kernels.cache import DiskCache, cache_dir
+    from ..kernels.cache import DiskCache, ForeignEntry, cache_dir, folder_risk
     root = cache_dir()
     where = _where(root)
     move = "set NEONLITE_CACHE_DIR to a folder you can write"
@@ -52,16 +53,31 @@ def cache_row():
             return Row("kernel cache", FAIL, f"{where} does not exist and cannot be created "
                        f"in {base}: {why}", move)
         return Row("kernel cache", OK, f"{where}: not made yet (made on the first build)")
+    unsafe = folder_risk(root)
+    if unsafe:
+        return Row("kernel cache", FAIL, f"{where}: refused: {unsafe}, so a kernel planted "
+                   f"there would run as you",
+                   f"chmod go-w {root} (or chmod +t, if it is yours), or {move} that only you "
+                   f"can write; until then no kernel is loaded from it")
     why = _writable(root)
     if why:
         return Row("kernel cache", FAIL, f"{where} is not writable: {why}",
                    f"make it writable (chmod u+w) or {move}")
     entries = DiskCache(root).entries()
-    damaged = [path.name for path, meta in entries if meta is None]
+    foreign = _names([path for path, meta in entries if isinstance(meta, ForeignEntry)])
+    damaged = _names([path for path, meta in entries if isinstance(meta, Exception)
+                      and not isinstance(meta, ForeignEntry)])
     text = f"{where}: writable, {len(entries)} entries"
-    if damaged:
-        shown = ", ".join(damaged[:3]) + (", ..." if len(damaged) > 3 else "")
-        return Row("kernel cache", WARN, f"{text}, {len(damaged)} damaged ({shown})",
-                   f"run '{CLEAR}' to clear the cache (damaged entries are also rebuilt when "
-                   f"next needed)")
-    return Row("kernel cache", OK, f"{text}, all whole (checksums match)")
+    if foreign[0] or damaged[0]:
+        found = ", ".join(f"{len(names)} {kind} ({shown})" for kind, (names, shown) in
+                          (("not yours", foreign), ("damaged", damaged)) if names)
+        return Row("kernel cache", WARN, f"{text}, {found}",
+                   f"run '{CLEAR}' to clear the cache (entries that are damaged or not yours "
+                   f"are never loaded, and are rebuilt when next needed)")
+    return Row("kernel cache", OK, f"{text}, all yours and whole (checksums match)")
+
+
+def _names(paths):
+    """``(names, the first three joined)`` of ``paths``."""
+    names = [path.name for path in paths]
+    return names, ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")

@@ -6,11 +6,13 @@ The needs (:data:`NEEDS`): ``compiler`` (a C compiler for the CPU kernels), ``nv
 compiler), ``emulator`` (g++ for the CUDA host emulator), ``gpu`` (pycuda and a device: the GPU
 backend can be made), ``mkl`` (MKL's CBLAS), ``mnist`` (the MNIST test set under
 :func:`~support.harness.data_dir`), ``shakespeare`` (Tiny Shakespeare there), ``torch``
-(PyTorch, the reference of the parity tests), ``mpi`` (mpirun and mpi4py).  Each check runs once
-per session, when a test first asks for it.
+(PyTorch, the reference of the parity tests), ``mpi`` (mpirun and mpi4py), ``root`` (running as
+root: files of another user can be made with ``os.chown``).  Each check runs once per session,
+when a test first asks for it.
 """
 import functools
 import importlib.util
+import os
 import shutil
 
 import pytest
@@ -70,9 +72,14 @@ def _mpi():
     return None
 
 
+def _root():
+    return None if os.geteuid() == 0 else "not root: files of another user cannot be made here"
+
+
 NEEDS = {"compiler": _compiler, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
          "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
-         "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi}
+         "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi,
+         "root": _root}
 
 
 @functools.lru_cache(maxsize=None)
