@@ -184,3 +184,60 @@ def test_mixed_precision_refuses_each_option_out_of_range(option, value, words):
     message = str(err.value)
     assert message.startswith(f"MixedPrecision: {option} must be ") and words in message, message
     assert f"got {short_repr(value)}" in message
+
+
+# ---- MultiOptimizer: keys and entries ---------------------------------------------------------
+def test_python_multi_optimizer_refuses_a_nested_one_and_non_optimizers():
+    sgd = optimizers.GradientDescentMomentum(0.1)
+    inner = optimizers.MultiOptimizer({"default": sgd})
+    with pytest.raises(ConfigError, match="entry 'fc' is itself a MultiOptimizer; nesting is "
+                                          "not supported"):
+        optimizers.MultiOptimizer({"default": sgd, "fc": inner})
+    with pytest.raises(ConfigError, match="entry 'Bias' must be an optimizer .*got 0.1"):
+        optimizers.MultiOptimizer({"default": sgd, "Bias": 0.1})
+
+
+def test_python_multi_optimizer_key_naming_no_layer_is_refused_before_training():
+    import numpy as np
+    from neonlite import Model, gen_backend
+    from neonlite.data import ArrayIterator
+    from neonlite.initializers import Gaussian
+    from neonlite.layers import Affine, GeneralizedCost
+    from neonlite.transforms import CrossEntropyMulti, Softmax
+    gen_backend("cpu", batch_size=8, rng_seed=0)
+    model = Model([Affine(nout=3, init=Gaussian(), activation=Softmax(), name="fc1")])
+    data = ArrayIterator(np.ones((16, 5), np.float32), np.zeros(16, int), nclass=3)
+    multi = optimizers.MultiOptimizer({"default": optimizers.GradientDescentMomentum(0.1),
+                                       "fc9": optimizers.Adam()})
+    with pytest.raises(ConfigError, match=r"optimizer_mapping key 'fc9' names no layer with "
+                                          r"parameters.*fc1 \(Bias/Linear\)"):
+        model.fit(data, multi, 1, GeneralizedCost(CrossEntropyMulti()), progress=False)
+    assert model.step_index == 0
+    for key in ("fc1", "Linear", "Bias"):
+        fine = optimizers.MultiOptimizer({"default": optimizers.GradientDescentMomentum(0.1),
+                                          key: optimizers.Adam()})
+        model.fit(data, fine, model.epoch_index + 1, GeneralizedCost(CrossEntropyMulti()),
+                  progress=False)
+
+
+MULTI_CASES = {
+    "a key naming no layer": ({"default": {"type": "Adam"}, "fc9": {"type": "Adam"}},
+                              "optimizer.config.optimizer_mapping.fc9: ",
+                              "names no layer with parameters"),
+    "a nested MultiOptimizer": (
+        {"default": {"type": "Adam"},
+         "Bias": {"type": "MultiOptimizer", "config": {"optimizer_mapping": {
+             "default": {"type": "Adam"}}}}},
+        "optimizer.config.optimizer_mapping.Bias: ", "nesting is not supported"),
+}
+
+
+@pytest.mark.parametrize("attack", list(MULTI_CASES))
+def test_yaml_multi_optimizer_mistakes_are_one_line_before_training(tmp_path, attack):
+    mapping, path, words = MULTI_CASES[attack]
+    result = _run_yaml(tmp_path, {"type": "MultiOptimizer",
+                                  "config": {"optimizer_mapping": mapping}}, "multi")
+    AttackTable(tmp_path / "multi_optimizer.tsv").add(attack, result)
+    assert result.outcome == "one-line error", result.stderr
+    assert path in result.message and words in result.message, result.message
+    assert not (tmp_path / "multi.h5").exists()
