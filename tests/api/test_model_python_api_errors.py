@@ -52,6 +52,16 @@ def test_fprop_or_bprop_before_initializing_says_to_initialize(backend, call):
         getattr(model, call)(backend.array(X[:8]))
 
 
+def test_a_layer_or_a_training_step_before_initializing_says_to_initialize(backend):
+    model = classifier()
+    with pytest.raises(RuntimeError, match=r"^layer 'Affine_0' \(Affine\): fprop before the "
+                                           r"layer was configured"):
+        model.layers.layers[0].fprop(backend.array(X[:8]))
+    with pytest.raises(RuntimeError, match=r"^the model: fprop before the layer was configured"):
+        model.train_step(backend.array(X[:8]), backend.array(np.eye(3)[Y[:8]]),
+                         GradientDescentMomentum(0.1), 0)
+
+
 # ---- a first layer without parameters --------------------------------------------------------
 FIRST_LAYERS = {
     "Activation(Rectlin)": (lambda: Activation(Rectlin()), (5,)),
