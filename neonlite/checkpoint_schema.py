@@ -20,8 +20,9 @@ Schema (format version 2; version 1 is the same without the ``crc32`` attributes
   them at most 2**62), ``loss_scale`` a finite number > 0;
 * ``/optimizer/states/<param>/<key>``: for a parameter in ``names``, of its shape, real
   floating-point or uint16 (bfloat16 bits), with ``crc32``;
-* ``/progress``: ``epoch_index``, ``step_index`` and ``batch_index`` integers in [0, 2**63 - 1]; ``in_shape`` 1 to 4
-  positive integers whose product is at most :data:`MAX_EXAMPLE_VALUES`;
+* ``/progress``: ``epoch_index``, ``step_index`` and ``batch_index`` integers in
+  [0, 2**63 - 1]; ``in_shape`` 1 to 4 positive integers whose product is at most
+  :data:`MAX_EXAMPLE_VALUES`;
 * ``/rng``: ``host`` a numpy bit generator state that the named generator accepts;
   ``device`` absent, such a state, or ``{generator: philox4x32_10, seed, counter}``;
 * ``/layer_states`` (optional; absent in files written before it existed): one dataset
