@@ -10,7 +10,8 @@ class Activation(Layer):
 
     When the cost has fused its gradient with this activation (softmax + cross-entropy,
     logistic + binary cross-entropy) the model sets ``fused_with_cost`` and bprop passes the
-    cost's error through unchanged.  GELU runs as the backend's fused ``gelu``/``gelu_bprop``
+    cost's error through unchanged.  As a model's first layer (no error wanted for the
+    input) bprop computes nothing.  GELU runs as the backend's fused ``gelu``/``gelu_bprop``
     (one pass each).
     """
 
@@ -30,6 +31,8 @@ class Activation(Layer):
     def bprop(self, error):
         if self.fused_with_cost:
             return error
+        if not self.needs_deltas:
+            return None
         if isinstance(self.transform, Gelu):
             self.be.gelu_bprop(self.x, error, self.deltas,
                                approximate=self.transform.approximate, y=self.outputs)

@@ -115,6 +115,13 @@ class Layer:
         return ShapeError(f"layer '{self.name}' ({type(self).__name__}) expects {expected}, but "
                           f"{before} has shape {self.in_shape}")
 
+    def not_configured(self, call):
+        """The RuntimeError of ``call`` (fprop, bprop) made before :meth:`configure`."""
+        where = f"layer '{self.name}' ({type(self).__name__})" if self.name else \
+            self.unnamed_description or f"the {type(self).__name__} layer"
+        return RuntimeError(f"{where}: {call} before the layer was configured and allocated; "
+                            f"initialize the model first (model.initialize(dataset), or fit)")
+
     def check_batch(self, t, shape, what, source="as configured"):
         """Raise :class:`ShapeError` unless tensor ``t`` is a batch of the backend's size of
         examples of ``shape`` (with ``variable_steps``, sequences (T, ...) may be shorter: 1
@@ -209,15 +216,16 @@ class ParameterLayer(Layer):
 
 def _batch_checked(function, what, shape_attr):
     """``function`` (a layer's fprop or bprop, whose first argument is the batch) preceded by
-    :meth:`Layer.check_batch` of that batch against the attribute ``shape_attr`` when it is
-    set (the layer is configured)."""
+    :meth:`Layer.check_batch` of that batch against the attribute ``shape_attr``, or by
+    :meth:`Layer.not_configured` when that is not set yet."""
     @functools.wraps(function)
     def checked(self, batch, *args, **kwargs):
         shape = getattr(self, shape_attr)
-        if shape is not None:
-            got = batch.shape
-            if got[1:] != shape or got[0] != self.be.bsz:
-                self.check_batch(batch, shape, what)
+        if shape is None:
+            raise self.not_configured(function.__name__)
+        got = batch.shape
+        if got[1:] != shape or got[0] != self.be.bsz:
+            self.check_batch(batch, shape, what)
         return function(self, batch, *args, **kwargs)
     checked.checked_batch = True
     return checked

@@ -16,11 +16,13 @@ Schema (format version 2; version 1 is the same without the ``crc32`` attributes
   characters) with attr ``crc32`` = CRC-32 of its C-order bytes; when loaded, each must
   have the kind (float or integer) of the model's tensor of that name;
 * ``/optimizer`` attr ``state``: JSON ``{entry: {key: number}}``; ``step``, ``good_steps`` and
-  ``skipped_steps`` integers >= 0, ``loss_scale`` a finite number > 0;
+  ``skipped_steps`` integers in [0, 2**63 - 1] (every counter is an int64; resuming needs
+  them at most 2**62), ``loss_scale`` a finite number > 0;
 * ``/optimizer/states/<param>/<key>``: for a parameter in ``names``, of its shape, real
   floating-point or uint16 (bfloat16 bits), with ``crc32``;
-* ``/progress``: ``epoch_index`` and ``step_index`` integers >= 0; ``in_shape`` 1 to 4
-  positive integers whose product is at most :data:`MAX_EXAMPLE_VALUES`;
+* ``/progress``: ``epoch_index``, ``step_index`` and ``batch_index`` integers in
+  [0, 2**63 - 1]; ``in_shape`` 1 to 4 positive integers whose product is at most
+  :data:`MAX_EXAMPLE_VALUES`;
 * ``/rng``: ``host`` a numpy bit generator state that the named generator accepts;
   ``device`` absent, such a state, or ``{generator: philox4x32_10, seed, counter}``;
 * ``/layer_states`` (optional; absent in files written before it existed): one dataset
@@ -38,6 +40,7 @@ READABLE_VERSIONS = (1, 2)
 MAX_EXAMPLE_VALUES = 1 << 28
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937")
 _COUNTERS = ("step", "good_steps", "skipped_steps")
+MAX_STORED_COUNT = 2 ** 63 - 1
 
 
 def array_crc32(ary):
@@ -57,6 +60,17 @@ def _integer(value, what, minimum=None):
     if minimum is not None and value < minimum:
         raise SchemaError(f"{what}: expected an integer >= {minimum}, got {int(value)}")
     return int(value)
+
+
+def _count(value, what):
+    """A counter (a step, epoch or batch index): an integer in [0, 2**63 - 1], what the file
+    stores it as (an int64; a resumed run needs room to count on: see
+    :func:`neonlite.serialize.restore_training_state`)."""
+    count = _integer(value, what, 0)
+    if count > MAX_STORED_COUNT:
+        raise SchemaError(f"{what}: {count} is beyond the largest counter a checkpoint stores "
+                          f"(2**63 - 1, an int64)")
+    return count
 
 
 def _short(value, limit=60):
@@ -129,7 +143,7 @@ def check_optimizer_state(state):
         for key, value in values.items():
             what = f"/optimizer state {entry}.{key}"
             if key in _COUNTERS:
-                _integer(value, what, 0)
+                _count(value, what)
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or \
                     not math.isfinite(value) or (key == "loss_scale" and value <= 0):
                 raise SchemaError(f"{what}: expected a finite number"
@@ -161,8 +175,8 @@ def check_layer_states(states, crcs, version):
 
 
 def check_progress(epoch_index, step_index, in_shape):
-    epoch = _integer(epoch_index, "/progress epoch_index", 0)
-    step = _integer(step_index, "/progress step_index", 0)
+    epoch = _count(epoch_index, "/progress epoch_index")
+    step = _count(step_index, "/progress step_index")
     shape = np.asarray(in_shape)
     if shape.ndim != 1 or not 1 <= shape.size <= 4 or shape.dtype.kind not in "iu" \
             or (shape < 1).any():
@@ -205,7 +219,7 @@ def validate(raw, version):
     check_layer_states(raw["layer_states"], raw["layer_state_crcs"], version)
     epoch, step, in_shape = check_progress(raw["epoch_index"], raw["step_index"],
                                            raw["in_shape"])
-    batch = _integer(raw["batch_index"], "/progress batch_index", 0)
+    batch = _count(raw["batch_index"], "/progress batch_index")
     check_rng_state(raw["rng_host"], "/rng host")
     check_rng_state(raw["rng_device"], "/rng device", device=True)
     if raw["epoch_rng"] is not None:

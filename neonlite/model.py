@@ -6,11 +6,14 @@ from collections import OrderedDict
 import numpy as np
 
 from .backends import get_backend
-from .layers.containers import CompoundLayer, MergeSum, Sequential
+from .layers.containers import Sequential
 from .layer_names import check_layer_names, check_tensor_names
 from .layers.layer import ShapeError
 from .layers.shared import share_padding_masks, tie_layers
 from .memory_check import check_outputs_fit
+from .model_table import model_table
+from .model_checks import (check_backend, check_optimizer, check_targets, claim_layers,
+                           param_value)
 from .finite import first_nonfinite as first_nonfinite_of
 from .optimizers.arena import ParameterArena, build_arena
 
@@ -48,6 +51,7 @@ class Model:
         self._full_finite_check = True
         self.arena = None
         self.inference_lock = threading.RLock()
+        claim_layers(self, self.layers)
 
     # ---- set-up ------------------------------------------------------------------------------
     def initialize(self, dataset, cost=None):
@@ -55,19 +59,20 @@ class Model:
         shape; attach ``cost``.  Nothing is changed if a check fails."""
         in_shape = tuple(dataset.shape)
         if self.in_shape is not None:
+            check_backend(self)
             if in_shape != self.in_shape:
                 raise ShapeError(f"model '{self.name}' was built for inputs of shape "
                                  f"{self.in_shape} per example, but the data set "
                                  f"'{getattr(dataset, 'name', 'data')}' has shape {in_shape}")
             if cost is not None:
-                _check_targets(dataset, self.out_shape)
+                check_targets(dataset, self.out_shape)
                 if cost is not self.cost:
                     self._attach_cost(cost, dataset)
             return
         be = get_backend()
         out_shape = self.layers.configure(in_shape)
         if cost is not None:
-            _check_targets(dataset, out_shape)
+            check_targets(dataset, out_shape)
         check_outputs_fit(self.layers.leaves(), be)
         self.be = be
         self.out_shape = out_shape
@@ -96,9 +101,11 @@ class Model:
 
     # ---- training and inference ----------------------------------------------------------------
     def fprop(self, x, inference=False):
+        self._require_initialized("fprop")
         return self.layers.fprop(x, inference)
 
     def bprop(self, delta):
+        self._require_initialized("bprop")
         return self.layers.bprop(delta)
 
     def zero_grads(self):
@@ -134,6 +141,7 @@ class Model:
         shows (``progress=False``: nothing)."""
         from .callbacks import Callbacks
         self.initialize(dataset, cost)
+        check_optimizer(optimizer, self)
         if self.epoch_index >= num_epochs:
             warnings.warn(f"Model.fit: nothing to train: epoch_index is {self.epoch_index} and "
                           f"num_epochs={num_epochs} is the total number of epochs, not a count "
@@ -322,7 +330,9 @@ class Model:
 
     def set_params(self, params):
         """Load ``name -> array`` from :meth:`get_params`; every key must be present with the
-        right shape, and nothing is changed unless all are."""
+        right shape, and nothing is changed unless all are.  Float parameters take float16/32/64
+        values (converted to their dtype, which must hold them); integer buffers integers; any
+        other dtype is refused (``model_checks.param_value``), never converted silently."""
         named = self.named_tensors()
         missing = [k for k in named if k not in params]
         if missing:
@@ -338,8 +348,9 @@ class Model:
             if tuple(shape) != tuple(tensor.shape):
                 raise ValueError(f"set_params: parameter '{key}' has shape {tuple(shape)}, "
                                  f"expected {tuple(tensor.shape)}")
+        values = {key: param_value(key, params[key], tensor) for key, tensor in named.items()}
         for key, tensor in named.items():
-            tensor.set(np.asarray(params[key]))
+            tensor.set(values[key])
 
     # ---- description and files -------------------------------------------------------------------
     def get_description(self):
@@ -374,7 +385,15 @@ class Model:
         from .serialize import save_checkpoint
         if config is None:
             config = {**self.get_description(), **self._backend_settings()}
+            if hasattr(self.metric, "get_description"):
+                config["metric"] = self.metric.get_description()
         return save_checkpoint(path, self, optimizer, config)
+
+    def __reduce__(self):
+        """Pickling (and ``copy.deepcopy``) goes through the checkpoint format
+        (:mod:`neonlite.model_bytes`): a pickled model is its checkpoint's bytes."""
+        from .model_bytes import model_state
+        return _rebuild_model, model_state(self)
 
     def _backend_settings(self):
         """``backend``, ``batchsize`` and ``datatype`` of the backend the model runs on (what
@@ -432,18 +451,13 @@ class Model:
         """A table: layer, type, output shape, parameter count; and the total."""
         if self.in_shape is None:
             raise RuntimeError("describe: initialize the model with a data set first")
-        rows = []
-        _describe_rows(self.layers.layers, 0, rows)
-        width = max(len(r[0]) for r in rows) + 2
-        kinds = max(14, max(len(r[1]) for r in rows) + 2)
-        lines = [f"{'layer':<{width}}{'type':<{kinds}}{'output shape':<20}{'params':>12}"]
-        lines.append("-" * len(lines[0]))
-        for name, kind, shape, count in rows:
-            lines.append(f"{name:<{width}}{kind:<{kinds}}{str(shape):<20}{count:>12,}")
-        total = sum(p.value.size for p in self.parameters())
-        lines.append("-" * len(lines[0]))
-        lines.append(f"{'total':<{width + kinds + 20}}{total:>12,}")
-        return "\n".join(lines)
+        return model_table(self)
+
+
+def _rebuild_model(kind, data, name):
+    """The model a pickle holds (see :meth:`Model.__reduce__`)."""
+    from .model_bytes import rebuild
+    return rebuild(Model, kind, data, name)
 
 
 def _backend_for(ckpt):
@@ -465,34 +479,6 @@ def _backend_for(ckpt):
                            f"checkpoint's ({name}, batch {batch}, {datatype}) cannot run here "
                            f"({err}); call neonlite.gen_backend('cpu', batch_size={batch}) "
                            f"first") from None
-
-
-def _describe_rows(layers, depth, rows):
-    for layer in layers:
-        rows.append(("  " * depth + str(layer.name), type(layer).__name__,
-                     layer.out_shape, layer.param_count()))
-        if isinstance(layer, MergeSum):
-            for branch in layer.branches:
-                _describe_rows(branch.layers, depth + 1, rows)
-        elif isinstance(layer, Sequential) and not isinstance(layer, CompoundLayer):
-            _describe_rows(layer.layers, depth + 1, rows)
-
-
-def _check_targets(dataset, out_shape):
-    """The data set's targets fit outputs of ``out_shape``: the same shape, or class indices
-    (out_shape[:-1]) of ``dataset.nclass`` (when it says) = out_shape[-1] classes."""
-    target_shape = getattr(dataset, "target_shape", None)
-    if target_shape is None:
-        return
-    target_shape, out_shape = tuple(target_shape), tuple(out_shape)
-    nclass = getattr(dataset, "nclass", None)
-    if out_shape and target_shape == out_shape[:-1] and nclass not in (None, out_shape[-1]):
-        raise ShapeError(f"the data set's targets have shape {target_shape + (nclass,)} per "
-                         f"example (class indices of {nclass} classes) but the model's output "
-                         f"has shape {out_shape}")
-    if target_shape != out_shape and not (out_shape and target_shape == out_shape[:-1]):
-        raise ShapeError(f"the data set's targets have shape {target_shape} per example "
-                         f"but the model's output has shape {out_shape}")
 
 
 def _rows(a):

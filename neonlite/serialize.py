@@ -312,7 +312,7 @@ def load_params(model, ckpt):
                                   f"float32 or float64)")
     try:
         model.set_params(ckpt.params)
-    except (KeyError, ValueError) as err:
+    except (KeyError, ValueError, TypeError) as err:
         message = err.args[0] if err.args else str(err)
         raise CheckpointError(f"{ckpt.path}: does not fit this network: {message}") from None
 
@@ -350,7 +350,10 @@ def _types(desc):
 def restore_training_state(model, optimizer, ckpt):
     """Continue where ``ckpt`` stopped: parameters, optimizer state and step, epoch and step
     counters, and the backend's RNG states (so shuffling and dropout go on identically).
-    Call after every other set-up step that draws random numbers (model initialization)."""
+    Call after every other set-up step that draws random numbers (model initialization).
+    Counters with no room left to count on (:func:`check_resumable_counters`) are refused
+    before anything is set."""
+    check_resumable_counters(ckpt)
     load_params(model, ckpt)
     be = model.be
     by_name = {p.name: p for p in model.parameters()}
@@ -375,6 +378,24 @@ def restore_training_state(model, optimizer, ckpt):
     be.rng.bit_generator.state = ckpt.epoch_rng if model.batch_index else ckpt.rng["host"]
     if ckpt.rng["device"] is not None and hasattr(be, "set_device_rng_state"):
         be.set_device_rng_state(ckpt.rng["device"])
+
+
+def check_resumable_counters(ckpt):
+    """CheckpointError when a counter of ``ckpt`` (the optimizer's steps, the epoch, step or
+    batch index) is beyond :data:`~neonlite.optimizers.options.MAX_COUNT` (2**62): a run
+    going on from it could not save its counters back as int64."""
+    from .optimizers.options import MAX_COUNT
+    counters = [(f"/progress {key}", getattr(ckpt, key))
+                for key in ("epoch_index", "step_index", "batch_index")]
+    counters += [(f"/optimizer state {entry}.{key}", value)
+                 for entry, values in (ckpt.optimizer_state or {}).items()
+                 for key, value in values.items() if key in ("step", "good_steps",
+                                                             "skipped_steps")]
+    for what, value in counters:
+        if value > MAX_COUNT:
+            raise CheckpointError(f"{ckpt.path}: {what}: {value} leaves no room to train on (a "
+                                  f"run resumes from counters up to 2**62 = {MAX_COUNT}; the "
+                                  f"file stores them as int64)")
 
 
 def _restore_layer_states(model, ckpt):

@@ -112,6 +112,19 @@ def initialize(model, dataset, cost=None):
         raise ShapeError(f"{path}: {err}") from None
 
 
+def check_optimizer_fits(model, optimizer):
+    """The optimizer's check of the initialized model's parameters (every MultiOptimizer key
+    names a layer), its error at the key path of the YAML entry."""
+    from ..model_checks import check_optimizer
+    try:
+        check_optimizer(optimizer, model)
+    except ConfigError as err:
+        option = getattr(err, "option", None)
+        if option is None:
+            raise
+        raise ConfigError(f"optimizer.config.{option}: {err}") from None
+
+
 def _failing_path(layer):
     """Key path of the innermost described layer whose configure did not finish."""
     children = list(getattr(layer, "layers", None) or []) + \
@@ -159,6 +172,7 @@ def _train(run, opts, stream, world):
     optimizer = for_datatype(optimizer, settings["datatype"])
     cost = optimizer.wrap_cost(cost) if isinstance(optimizer, MixedPrecision) else cost
     initialize(model, train_set, cost)
+    check_optimizer_fits(model, optimizer)
     _record_vocabulary(model, data)
     if opts.model_file:
         load_params(model, read_checkpoint(opts.model_file))

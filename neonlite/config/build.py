@@ -4,7 +4,9 @@ A description is a mapping ``{type: ClassName, config: {option: value}}`` (``con
 left out) or, where an object of a known kind is expected, just the class name.  Options are
 checked against the constructor's signature before anything is made: an unknown option, a
 missing required one and a value of the wrong type each give a :class:`ConfigError` whose
-message starts with the key path (``layers[2].config.keep: expected a number, ...``).
+message starts with the key path (``layers[2].config.keep: expected a number, ...``).  A
+constructor's own range check raising an error with an ``option`` attribute (the optimizers'
+and schedules' :class:`~neonlite.optimizers.options.OptionError`) gets that option's path.
 """
 import functools
 import inspect
@@ -67,8 +69,11 @@ def build(desc, kind, path):
                           f"(its options: {', '.join(options)})")
     try:
         return cls(**kwargs)
-    except ConfigError:
-        raise
+    except ConfigError as err:
+        option = getattr(err, "option", None)
+        if option is None:
+            raise
+        raise ConfigError(f"{cpath}.{option}: {err}") from None
     except (TypeError, ValueError) as err:
         named = [key for key in config if key in str(err)]
         where = f"{cpath}.{named[0]}" if len(named) == 1 else cpath

@@ -1,6 +1,7 @@
 """Adadelta (Zeiler 2012), one pass over memory per step: both running averages, the step and
 the weights together."""
 from .optimizer import Optimizer
+from .options import POSITIVE, UNIT_OPEN, check_options
 
 
 class Adadelta(Optimizer):
@@ -16,14 +17,13 @@ class Adadelta(Optimizer):
     ``execute_multi`` of op-trees, so each backend fuses it where it can; it has no form in a
     fused all-parameter optimizer kernel and runs per parameter."""
 
+    OPTIONS = {"decay": UNIT_OPEN, "epsilon": POSITIVE}
+
     def __init__(self, decay=0.95, epsilon=1e-6, learning_rate=1.0, schedule=None,
                  gradient_clip_norm=None, gradient_clip_value=None, name=None):
         super().__init__(learning_rate, schedule, gradient_clip_norm, gradient_clip_value, name)
-        if not 0.0 <= decay < 1.0:
-            raise ValueError(f"Adadelta: decay must be in [0, 1), got {decay!r}")
-        if epsilon <= 0:
-            raise ValueError(f"Adadelta: epsilon must be positive, got {epsilon!r}")
-        self.decay, self.epsilon = float(decay), float(epsilon)
+        checked = check_options(self, decay=decay, epsilon=epsilon)
+        self.decay, self.epsilon = checked["decay"], checked["epsilon"]
 
     def update(self, be, param, grad, lr):
         rho, eps, w = self.decay, self.epsilon, param.value

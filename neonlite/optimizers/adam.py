@@ -5,6 +5,7 @@ import numpy as np
 
 from .fused import FusedForm
 from .optimizer import Optimizer
+from .options import NON_NEGATIVE, POSITIVE, UNIT_OPEN, Choice, check_options, option_error
 
 
 class Adam(Optimizer):
@@ -23,19 +24,25 @@ class Adam(Optimizer):
     parameters out of both decays, e.g. ``["1d"]`` for nanoGPT's "decay only matrices".
     """
 
+    OPTIONS = {"beta_1": UNIT_OPEN, "beta_2": UNIT_OPEN, "epsilon": POSITIVE,
+               "wdecay": NON_NEGATIVE, "weight_decay": NON_NEGATIVE,
+               "state_dtype": Choice("f32", "bf16")}
+
     def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, wdecay=0.0,
                  weight_decay=0.0, state_dtype="f32", schedule=None, gradient_clip_norm=None,
                  gradient_clip_value=None, name=None, decay_exclude=()):
         super().__init__(learning_rate, schedule, gradient_clip_norm, gradient_clip_value, name,
                          decay_exclude)
-        if state_dtype not in ("f32", "bf16"):
-            raise ValueError(f"{type(self).__name__}: state_dtype must be 'f32' or 'bf16', got "
-                             f"{state_dtype!r}")
-        for what, beta in (("beta_1", beta_1), ("beta_2", beta_2)):
-            if not 0.0 <= beta < 1.0:
-                raise ValueError(f"{type(self).__name__}: {what} must be in [0, 1), got {beta}")
-        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
-        self.wdecay, self.weight_decay = float(wdecay), float(weight_decay)
+        checked = check_options(self, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                                wdecay=wdecay, weight_decay=weight_decay,
+                                state_dtype=state_dtype)
+        if checked["weight_decay"] * self.learning_rate >= 1.0:
+            raise option_error(self, "weight_decay", weight_decay,
+                               f"< 1 / learning_rate = {1.0 / self.learning_rate:g} (each step "
+                               f"multiplies the weights by 1 - learning_rate * weight_decay)")
+        self.beta_1, self.beta_2 = checked["beta_1"], checked["beta_2"]
+        self.epsilon = checked["epsilon"]
+        self.wdecay, self.weight_decay = checked["wdecay"], checked["weight_decay"]
         self.state_dtype = state_dtype
 
     def update(self, be, param, grad, lr):

@@ -26,7 +26,25 @@ from collections.abc import MutableMapping
 
 import numpy as np
 
+from .options import POSITIVE, Range, check_count, check_options, option_error
+
 log = logging.getLogger("neonlite.mixed_precision")
+
+
+class _LossScale(Range):
+    """``loss_scale``: "dynamic", a finite number > 0 (a fixed scale), or None."""
+
+    def __init__(self):
+        super().__init__(0, open_low=True, optional=True)
+
+    def describe(self):
+        return "'dynamic', a finite number > 0 (a fixed scale) or null (no scaling)"
+
+    def accepts(self, value):
+        return value == "dynamic" if isinstance(value, str) else super().accepts(value)
+
+    def normal(self, value):
+        return value if isinstance(value, str) else super().normal(value)
 
 
 class _Float32States(MutableMapping):
@@ -103,24 +121,35 @@ class MixedPrecision:
     skipped), or None (no scaling and no overflow check: bfloat16).
     """
 
+    OPTIONS = {"loss_scale": _LossScale(), "init_scale": POSITIVE,
+               "growth_factor": Range(1, open_low=True), "backoff_factor": Range(0, 1, True, True),
+               "growth_interval": Range(1, integer=True), "min_scale": POSITIVE,
+               "max_scale": POSITIVE}
+
     def __init__(self, optimizer, loss_scale="dynamic", init_scale=2.0 ** 15,
                  growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
                  min_scale=1.0, max_scale=2.0 ** 24):
-        if loss_scale not in ("dynamic", None) and not (isinstance(loss_scale, (int, float))
-                                                        and loss_scale > 0):
-            raise ValueError(f"MixedPrecision: loss_scale must be 'dynamic', a positive number "
-                             f"or None, got {loss_scale!r}")
-        if growth_factor <= 1.0 or not 0.0 < backoff_factor < 1.0 or growth_interval < 1:
-            raise ValueError(f"MixedPrecision: expected growth_factor > 1, 0 < backoff_factor < 1 "
-                             f"and growth_interval >= 1, got {growth_factor}, {backoff_factor}, "
-                             f"{growth_interval}")
+        checked = check_options(self, loss_scale=loss_scale, init_scale=init_scale,
+                                growth_factor=growth_factor, backoff_factor=backoff_factor,
+                                growth_interval=growth_interval, min_scale=min_scale,
+                                max_scale=max_scale)
+        if checked["max_scale"] < checked["min_scale"]:
+            raise option_error(self, "max_scale", max_scale, f">= min_scale ({min_scale})")
+        if loss_scale == "dynamic" and not min_scale <= init_scale <= max_scale:
+            raise option_error(self, "init_scale", init_scale,
+                               f"in [min_scale, max_scale] = [{min_scale}, {max_scale}]")
+        if not callable(getattr(optimizer, "optimize", None)) or \
+                isinstance(optimizer, MixedPrecision):
+            raise option_error(self, "optimizer", optimizer,
+                               "an optimizer (GradientDescentMomentum, Adam, MultiOptimizer, ...)")
         self.optimizer = optimizer
         self.dynamic = loss_scale == "dynamic"
         self.check_overflow = loss_scale is not None
         self.loss_scale = float(init_scale if self.dynamic else (loss_scale or 1.0))
-        self.growth_factor, self.backoff_factor = float(growth_factor), float(backoff_factor)
-        self.growth_interval = int(growth_interval)
-        self.min_scale, self.max_scale = float(min_scale), float(max_scale)
+        self.growth_factor, self.backoff_factor = checked["growth_factor"], \
+            checked["backoff_factor"]
+        self.growth_interval = checked["growth_interval"]
+        self.min_scale, self.max_scale = checked["min_scale"], checked["max_scale"]
         self.good_steps = 0
         self.skipped_steps = 0
         self.name = getattr(optimizer, "name", type(optimizer).__name__)
@@ -191,6 +220,10 @@ class MixedPrecision:
             self.good_steps = 0
 
     # ---- description and checkpoints -------------------------------------------------------
+    def check_parameters(self, params):
+        """The wrapped optimizer's check of the model's parameters, where it has one."""
+        getattr(self.optimizer, "check_parameters", lambda params: None)(params)
+
     def get_description(self):
         return self.optimizer.get_description()
 
@@ -202,8 +235,8 @@ class MixedPrecision:
     def load_state_dict(self, state):
         state = dict(state)
         self.loss_scale = float(state.pop("loss_scale", self.loss_scale))
-        self.good_steps = int(state.pop("good_steps", 0))
-        self.skipped_steps = int(state.pop("skipped_steps", 0))
+        self.good_steps = check_count(self, "good_steps", state.pop("good_steps", 0))
+        self.skipped_steps = check_count(self, "skipped_steps", state.pop("skipped_steps", 0))
         if hasattr(self.optimizer, "load_state_dict"):
             self.optimizer.load_state_dict(state)
 

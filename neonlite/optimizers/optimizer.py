@@ -19,8 +19,9 @@ import math
 
 import numpy as np
 
-from ..config.errors import short_repr
 from .fused import FusedPlan, clip_scale
+from .options import (POSITIVE, POSITIVE_OR_NONE, HasRate, Text, Words, check_count,
+                      check_options)
 from .schedules import Schedule
 
 DECAY_EXCLUSIONS = ("1d", "embeddings")
@@ -30,26 +31,24 @@ class Optimizer:
     """Base class.  Subclasses implement ``update(be, param, grad, lr)``, where ``grad`` is an
     op-tree of the (clipped) gradient."""
 
+    OPTIONS = {"learning_rate": POSITIVE, "schedule": HasRate(),
+               "gradient_clip_norm": POSITIVE_OR_NONE, "gradient_clip_value": POSITIVE_OR_NONE,
+               "name": Text(), "decay_exclude": Words(*DECAY_EXCLUSIONS)}
+
     def __init__(self, learning_rate, schedule=None, gradient_clip_norm=None,
                  gradient_clip_value=None, name=None, decay_exclude=()):
-        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or \
-                not 0 < learning_rate < math.inf:
-            raise ValueError(f"{type(self).__name__}: learning_rate must be a finite number > 0, "
-                             f"got {short_repr(learning_rate)}")
-        self.learning_rate = float(learning_rate)
+        checked = check_options(self, learning_rate=learning_rate, schedule=schedule,
+                                gradient_clip_norm=gradient_clip_norm,
+                                gradient_clip_value=gradient_clip_value, name=name,
+                                decay_exclude=decay_exclude)
+        self.learning_rate = checked["learning_rate"]
         self.schedule = schedule or Schedule()
-        self.gradient_clip_norm = gradient_clip_norm
-        self.gradient_clip_value = gradient_clip_value
+        self.gradient_clip_norm = checked["gradient_clip_norm"]
+        self.gradient_clip_value = checked["gradient_clip_value"]
         self.name = name or type(self).__name__
         self.step = 0
         self._norm_work = None
-        if isinstance(decay_exclude, str):
-            decay_exclude = (decay_exclude,)
-        unknown = [e for e in decay_exclude if e not in DECAY_EXCLUSIONS]
-        if unknown:
-            raise ValueError(f"{type(self).__name__}: decay_exclude takes {list(DECAY_EXCLUSIONS)}"
-                             f", got {unknown[0]!r}")
-        self.decay_exclude = tuple(decay_exclude)
+        self.decay_exclude = checked["decay_exclude"]
         self._fused_plans = {}
         self._last_update = None
 
@@ -160,4 +159,6 @@ class Optimizer:
         return {"step": np.int64(self.step)}
 
     def load_state_dict(self, state):
-        self.step = int(state["step"])
+        """Take ``state_dict()``'s values; the step must be a counter this optimizer can go
+        on from (:func:`~.options.check_count`)."""
+        self.step = check_count(self, "step", state["step"])

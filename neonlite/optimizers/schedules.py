@@ -2,11 +2,14 @@
 optimizer update)."""
 import math
 
-from ..config.errors import short_repr
+from .options import NON_NEGATIVE, POSITIVE, Range, check_options, option_error
 
 
 class Schedule:
-    """Constant learning rate."""
+    """Constant learning rate.  A subclass lists its options' ranges in ``OPTIONS`` (see
+    :mod:`.options`)."""
+
+    OPTIONS = {}
 
     def rate(self, base_lr, epoch, step):
         return base_lr
@@ -18,24 +21,32 @@ class Schedule:
         return {}
 
 
+class _EpochList:
+    """``step_config``: an integer >= 1 (every N epochs) or a list of epoch numbers (integers
+    >= 0)."""
+
+    def describe(self):
+        return "an integer >= 1 (every N epochs) or a list of epoch numbers (integers >= 0)"
+
+    def accepts(self, value):
+        count = Range(0, integer=True)
+        if isinstance(value, (list, tuple)):
+            return all(count.accepts(e) for e in value)
+        return Range(1, integer=True).accepts(value)
+
+    def normal(self, value):
+        return [int(e) for e in value] if isinstance(value, (list, tuple)) else int(value)
+
+
 class StepSchedule(Schedule):
     """Multiply the rate by ``change`` at each epoch listed in ``step_config`` (a list), or
     every ``step_config`` epochs (an int)."""
 
+    OPTIONS = {"step_config": _EpochList(), "change": POSITIVE}
+
     def __init__(self, step_config, change):
-        every = isinstance(step_config, int) and not isinstance(step_config, bool)
-        listed = isinstance(step_config, (list, tuple)) and all(
-            isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in step_config)
-        if not (every and step_config >= 1 or listed):
-            raise ValueError(f"StepSchedule: step_config must be an integer >= 1 (every N "
-                             f"epochs) or a list of epoch numbers (integers >= 0), got "
-                             f"{short_repr(step_config)}")
-        if isinstance(change, bool) or not isinstance(change, (int, float)) or \
-                not math.isfinite(change):
-            raise ValueError(f"StepSchedule: change must be a finite number, got "
-                             f"{short_repr(change)}")
-        self.step_config = step_config if every else list(step_config)
-        self.change = float(change)
+        checked = check_options(self, step_config=step_config, change=change)
+        self.step_config, self.change = checked["step_config"], checked["change"]
 
     def rate(self, base_lr, epoch, step):
         if isinstance(self.step_config, int):
@@ -51,8 +62,11 @@ class StepSchedule(Schedule):
 class PowerSchedule(Schedule):
     """lr = base_lr * (1 + gamma * step) ** -power (inverse-power decay per step)."""
 
+    OPTIONS = {"gamma": NON_NEGATIVE, "power": NON_NEGATIVE}
+
     def __init__(self, gamma=1e-4, power=0.75):
-        self.gamma, self.power = float(gamma), float(power)
+        checked = check_options(self, gamma=gamma, power=power)
+        self.gamma, self.power = checked["gamma"], checked["power"]
 
     def rate(self, base_lr, epoch, step):
         return base_lr * (1.0 + self.gamma * step) ** (-self.power)
@@ -65,12 +79,17 @@ class CosineSchedule(Schedule):
     """Linear warm-up from 0 over ``warmup_steps``, then cosine decay to
     ``min_ratio * base_lr`` at ``total_steps`` (held there after)."""
 
+    OPTIONS = {"total_steps": Range(1, integer=True), "warmup_steps": Range(0, integer=True),
+               "min_ratio": Range(0, 1)}
+
     def __init__(self, total_steps, warmup_steps=0, min_ratio=0.0):
-        if total_steps <= warmup_steps:
-            raise ValueError(f"CosineSchedule: total_steps ({total_steps}) must exceed "
-                             f"warmup_steps ({warmup_steps})")
-        self.total_steps, self.warmup_steps = int(total_steps), int(warmup_steps)
-        self.min_ratio = float(min_ratio)
+        checked = check_options(self, total_steps=total_steps, warmup_steps=warmup_steps,
+                                min_ratio=min_ratio)
+        if checked["total_steps"] <= checked["warmup_steps"]:
+            raise option_error(self, "total_steps", total_steps,
+                               f"> warmup_steps ({checked['warmup_steps']})")
+        self.total_steps, self.warmup_steps = checked["total_steps"], checked["warmup_steps"]
+        self.min_ratio = checked["min_ratio"]
 
     def rate(self, base_lr, epoch, step):
         if step < self.warmup_steps:

@@ -1,6 +1,7 @@
 """Stochastic gradient descent with momentum."""
 from .fused import FusedForm
 from .optimizer import Optimizer
+from .options import NON_NEGATIVE, UNIT_OPEN, Flag, check_options, option_error
 
 
 class GradientDescentMomentum(Optimizer):
@@ -9,16 +10,20 @@ class GradientDescentMomentum(Optimizer):
     fused call over the parameter arena).  ``decay_exclude`` (see :mod:`.optimizer`) leaves
     parameters out of ``wdecay``."""
 
+    OPTIONS = {"momentum_coef": UNIT_OPEN, "wdecay": NON_NEGATIVE, "nesterov": Flag()}
+
     def __init__(self, learning_rate, momentum_coef=0.0, wdecay=0.0, nesterov=False,
                  schedule=None, gradient_clip_norm=None, gradient_clip_value=None, name=None,
                  decay_exclude=()):
         super().__init__(learning_rate, schedule, gradient_clip_norm, gradient_clip_value, name,
                          decay_exclude)
-        if not 0.0 <= momentum_coef < 1.0:
-            raise ValueError(f"GradientDescentMomentum: momentum_coef must be in [0, 1), got "
-                             f"{momentum_coef}")
-        self.momentum_coef, self.wdecay, self.nesterov = float(momentum_coef), float(wdecay), \
-            bool(nesterov)
+        checked = check_options(self, momentum_coef=momentum_coef, wdecay=wdecay,
+                                nesterov=nesterov)
+        if nesterov and checked["momentum_coef"] == 0.0:
+            raise option_error(self, "nesterov", nesterov, "false when momentum_coef is 0 "
+                               "(Nesterov momentum needs momentum_coef > 0)")
+        self.momentum_coef, self.wdecay = checked["momentum_coef"], checked["wdecay"]
+        self.nesterov = checked["nesterov"]
 
     def update(self, be, param, grad, lr):
         w = param.value

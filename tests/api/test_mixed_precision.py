@@ -132,7 +132,7 @@ def test_bf16_mode_has_no_loss_scale_and_bad_arguments_are_clear(be16):
     assert for_datatype(opt.optimizer, "f32") is opt.optimizer
     state = MixedPrecision(GradientDescentMomentum(0.1), init_scale=8.0).state_dict()
     assert state["loss_scale"] == 8.0 and state["step"] == 0
-    with pytest.raises(ValueError, match="loss_scale must be 'dynamic', a positive number"):
+    with pytest.raises(ValueError, match="loss_scale must be 'dynamic', a finite number > 0"):
         MixedPrecision(GradientDescentMomentum(0.1), loss_scale=-1)
 
 
