@@ -21,6 +21,10 @@ epoch and at most every ``flush_interval`` seconds within one, so a reader (``ne
 ``h5py.File(path, "r")``) always opens a complete file, never a half-written one.  A resumed
 run (``--resume``) keeps the records of the epochs before the one it resumes at, and of the
 batches of that epoch an interrupted run trained.
+
+:func:`read_log` opens the file through :func:`neonlite.safe_hdf5.open_hdf5` (a regular file
+reading nothing but itself) and checks that the columns' declared sizes fit in the file
+before reading them.
 """
 import time
 from pathlib import Path
@@ -138,14 +142,9 @@ class TrainingLog(Callback):
 def read_log(path):
     """``{"batch": {column: array}, "epoch": {column: array}, "metric": name, "complete":
     bool, "config": text or None}`` from the log at ``path``; :class:`LogError` otherwise."""
-    import h5py
+    from .safe_hdf5 import check_declared_fit, open_hdf5
     path = Path(path)
-    if not path.is_file():
-        raise LogError(f"{path}: no such training log")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as err:
-        raise LogError(f"{path}: not a readable HDF5 file ({err})") from None
+    f = open_hdf5(path, LogError, "training log")
     with f:
         fmt = f.attrs.get("format")
         if (fmt.decode() if isinstance(fmt, bytes) else fmt) != FORMAT:
@@ -155,6 +154,7 @@ def read_log(path):
         if version != FORMAT_VERSION:
             raise LogError(f"{path}: training log format version {version}; this neonlite "
                            f"reads version {FORMAT_VERSION}")
+        check_declared_fit(f, path, LogError, "training log")
         try:
             log = {group: {k: f[group][k][()] for k in cols}
                    for group, cols in (("batch", _BATCH), ("epoch", _EPOCH))}
