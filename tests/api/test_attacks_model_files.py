@@ -391,10 +391,10 @@ CASES = {
         lambda p: neonlite_argv("import", hf_nested(p), "-o", p["root"] / "o14.h5"),
         "config.json", False),
     "HF: layer_norm_eps NaN": (
-        lambda p: neonlite_argv("import", hf_folder(p, "hf_eps_nan", files_eps("NaN")),
+        lambda p: neonlite_argv("import", hf_folder(p, "hf_eps_nan", **files_eps("NaN")),
                                 "-o", p["root"] / "o15.h5"), "layer_norm_eps", False),
     "HF: layer_norm_eps Infinity": (
-        lambda p: neonlite_argv("import", hf_folder(p, "hf_eps_inf", files_eps("Infinity")),
+        lambda p: neonlite_argv("import", hf_folder(p, "hf_eps_inf", **files_eps("Infinity")),
                                 "-o", p["root"] / "o16.h5"), "layer_norm_eps", False),
     "MNIST: 10 images declared, 1 GiB inflated": (
         lambda p: api(f"read_idx({str(mnist_gz_bomb(p))!r})"), "header", True),
