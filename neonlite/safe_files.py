@@ -82,7 +82,7 @@ def gunzip_bounded(compressed, limit, error, where):
             try:
                 out = inflater.decompress(chunk, limit + 1 - total)
             except zlib.error as err:
-                raise error(f"{where}: not a readable gzip stream ({err})") from None
+                raise error(f"{where}: cannot read the gzip stream ({err})") from None
             parts.append(out)
             total += len(out)
             if total > limit:
@@ -97,7 +97,7 @@ def gunzip_bounded(compressed, limit, error, where):
                 else:
                     return b"".join(parts)
     if not inflater.eof:
-        raise error(f"{where}: the gzip stream ends early (a truncated file?)")
+        raise error(f"{where}: cannot read the gzip stream (it ends early: a truncated file?)")
     return b"".join(parts)
 
 

@@ -40,6 +40,12 @@ def open_hdf5(path, error, what="HDF5 file"):
     try:
         _check_same_file(f, info, path, error)
         check_self_contained(f, path, error)
+    except (KeyError, OSError, RuntimeError, ValueError, TypeError) as err:
+        f.close()
+        if isinstance(err, error):
+            raise
+        raise error(f"{path}: damaged {what}: cannot read its contents "
+                    f"({type(err).__name__}: {_cut(err)})") from None
     except BaseException:
         f.close()
         raise
