@@ -9,7 +9,7 @@ from .layers.containers import CompoundLayer, MergeSum, Sequential
 from .layer_names import check_layer_names, check_tensor_names
 from .layers.layer import ShapeError
 from .layers.shared import share_padding_masks, tie_layers
-from .memory_check import check_outputs_fit
+from .memory_check import check_network_fits
 from .finite import first_nonfinite as first_nonfinite_of
 from .optimizers.arena import ParameterArena, build_arena
 
@@ -46,9 +46,12 @@ class Model:
         self.arena = None
 
     # ---- set-up ------------------------------------------------------------------------------
-    def initialize(self, dataset, cost=None):
+    def initialize(self, dataset, cost=None, optimizer=None):
         """Configure (checking every shape) and allocate the layers for ``dataset``'s example
-        shape; attach ``cost``.  Nothing is changed if a check fails."""
+        shape; attach ``cost``.  Before allocating, what the network will hold (parameters,
+        gradients, ``optimizer``'s state when given, activations, workspaces) is compared
+        with the memory available (:mod:`neonlite.memory_check`).  Nothing is changed if a
+        check fails."""
         in_shape = tuple(dataset.shape)
         if self.in_shape is not None:
             if in_shape != self.in_shape:
@@ -64,7 +67,7 @@ class Model:
         out_shape = self.layers.configure(in_shape)
         if cost is not None:
             _check_targets(dataset, out_shape)
-        check_outputs_fit(self.layers.leaves(), be)
+        check_network_fits(self.layers.leaves(), be, optimizer)
         self.be = be
         self.out_shape = out_shape
         self.layers.set_needs_deltas(False)
@@ -129,7 +132,7 @@ class Model:
         trains one more epoch).  Without ``callbacks`` it shows the progress ``neonlite train``
         shows (``progress=False``: nothing)."""
         from .callbacks import Callbacks
-        self.initialize(dataset, cost)
+        self.initialize(dataset, cost, optimizer)
         if self.epoch_index >= num_epochs:
             warnings.warn(f"Model.fit: nothing to train: epoch_index is {self.epoch_index} and "
                           f"num_epochs={num_epochs} is the total number of epochs, not a count "

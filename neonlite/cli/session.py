@@ -25,6 +25,7 @@ from ..config.yaml_io import dump_yaml
 from ..distributed import DataParallel, detect_world, shard
 from ..interrupts import SIGNALS, StopOnSignal
 from ..layers.layer import ShapeError
+from ..memory_check import check_network_fits
 from ..optimizers.mixed_precision import MixedPrecision, for_datatype
 from ..serialize import (CheckpointError, check_same_optimizer, load_params, read_checkpoint,
                          restore_training_state)
@@ -87,10 +88,10 @@ def make_backend(settings, world=None):
                           f"datatype {settings['datatype']!r} ({err})") from None
 
 
-def load_data(settings, data_dir, max_batches=None, train=True, valid=True):
+def load_data(settings, data_dir, max_batches=None, train=True, valid=True, data=None):
     """(data set, train iterator, validation iterator) on the current backend (None for
-    the ones not asked for)."""
-    data = make_dataset(settings["dataset"], data_dir)
+    the ones not asked for); ``data``: the data set, when it is already made."""
+    data = make_dataset(settings["dataset"], data_dir) if data is None else data
     sets = [data.train_iter if train else None, data.valid_iter if valid else None]
     sets = [get_backend().prefetched(s, max_batches) for s in sets]
     if max_batches:
@@ -98,16 +99,33 @@ def load_data(settings, data_dir, max_batches=None, train=True, valid=True):
     return (data, *sets)
 
 
-def initialize(model, dataset, cost=None):
+def initialize(model, dataset, cost=None, optimizer=None):
     """``model.initialize`` with shape errors prefixed by the YAML key path of the layer."""
     try:
-        model.initialize(dataset, cost)
+        model.initialize(dataset, cost, optimizer)
     except ShapeError as err:
         path = _failing_path(model.layers) or getattr(model.layers.layers[-1], "_config_path",
                                                       None)
         if path is None:
             raise
         raise ShapeError(f"{path}: {err}") from None
+
+
+def check_memory_first(model, data, optimizer, iterators):
+    """Before any data is read or buffer allocated: configure ``model``'s layers for
+    ``data``'s example shape (known before its files are read) and refuse, in one line, a
+    network and batch that cannot fit in memory (:mod:`neonlite.memory_check`), counting the
+    ``iterators`` data iterators' batch buffers too.  A shape error is left to
+    :func:`initialize`, which names the layer's YAML path."""
+    try:
+        model.layers.configure(tuple(data.shape))
+    except (ShapeError, ValueError):
+        return
+    be = get_backend()
+    batch = float(be.bsz) * float(np.prod(data.shape, dtype=np.float64)) * \
+        np.dtype(be.dtype).itemsize
+    check_network_fits(model.layers.leaves(), be, optimizer,
+                       {f"the data set's batch buffers ({data.name})": iterators * 2 * batch})
 
 
 def _failing_path(layer):
@@ -138,17 +156,19 @@ def _train(run, opts, stream, world):
     if world.size > 1 and settings["rng_seed"] is None:
         settings["rng_seed"] = world.bcast(int(np.random.SeedSequence().entropy % 2 ** 31))
     make_backend(settings, world)
-    data, train_set, valid_set = load_data(settings, opts.data_dir, opts.max_batches,
-                                           valid=settings["eval_freq"] > 0)
-    train_set, valid_set = shard(train_set, world), shard(valid_set, world)
+    data = make_dataset(settings["dataset"], opts.data_dir)
     model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
+    optimizer = for_datatype(optimizer, settings["datatype"])
+    check_memory_first(model, data, optimizer, iterators=1 + (settings["eval_freq"] > 0))
+    data, train_set, valid_set = load_data(settings, opts.data_dir, opts.max_batches,
+                                           valid=settings["eval_freq"] > 0, data=data)
+    train_set, valid_set = shard(train_set, world), shard(valid_set, world)
     model.metric = run.build_metric()
     if world.size > 1:
         DataParallel(world, sync_bn=settings["sync_bn"]).attach(model)
     quiet = opts.quiet or not world.is_root
-    optimizer = for_datatype(optimizer, settings["datatype"])
     cost = optimizer.wrap_cost(cost) if isinstance(optimizer, MixedPrecision) else cost
-    initialize(model, train_set, cost)
+    initialize(model, train_set, cost, optimizer)
     _record_vocabulary(model, data)
     if opts.model_file:
         load_params(model, read_checkpoint(opts.model_file))

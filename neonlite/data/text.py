@@ -7,7 +7,7 @@ import numpy as np
 from ..backends import get_backend
 from ..host_memory import available_bytes
 from ..safe_files import read_bounded
-from .iterator import DataError, shard_check
+from .iterator import DataError, check_batch_fits, shard_check
 
 #: the largest text file read whole (its token ids, int32, take four times as much)
 MAX_TEXT_BYTES = 1 << 30
@@ -122,6 +122,7 @@ class TextWindows:
         if nbatches is not None and (not isinstance(nbatches, (int, np.integer)) or nbatches < 1):
             raise DataError(f"{name}: nbatches must be a positive int, got {nbatches!r}")
         self.random_nbatches = int(nbatches) if nbatches else max(1, self.nwindows // bsz)
+        check_batch_fits(name, bsz, [(T,), (T,)], self.be)
         self.x_buf = self.be.zeros((bsz, T))
         self.t_buf = self.be.zeros((bsz, T), dtype=np.int32)
         self._cols = np.arange(T + 1)
