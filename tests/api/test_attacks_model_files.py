@@ -375,6 +375,10 @@ CASES = {
         lambda p: neonlite_argv("import", hf_folder(p, "hf_hidden", {
             "hidden_size": 100000, "num_attention_heads": 1}), "-o", p["root"] / "o9.h5"),
         "hidden_size", True),
+    "HF: sizes within limits implying 800 GiB of parameters": (
+        lambda p: neonlite_argv("import", hf_folder(p, "hf_huge", {
+            "hidden_size": 16384, "num_attention_heads": 128, "intermediate_size": 65536,
+            "num_hidden_layers": 64}), "-o", p["root"] / "o17.h5"), "memory", True),
     "HF: model_type a list": (
         lambda p: neonlite_argv("import", hf_folder(p, "hf_type_list", {
             "model_type": ["bert"]}), "-o", p["root"] / "o10.h5"), "model_type", False),
