@@ -104,8 +104,9 @@ def check_network_fits(leaves, be, optimizer=None, extra=None):
 
 def _what(leaf, kind, bsz):
     if kind in ("parameters", "gradients", "optimizer state"):
-        shapes = planned_parameter_shapes(leaf)
-        return f"{kind} {', '.join(str(s) for s in shapes)}"
+        shapes = [str(s) for s in planned_parameter_shapes(leaf)]
+        more = f" and {len(shapes) - 3} more" if len(shapes) > 3 else ""
+        return f"{kind} {', '.join(shapes[:3])}{more}"
     if kind == "activations":
         return f"output {tuple(leaf.out_shape)} and error buffers for a batch of {bsz:,}"
     return "convolution workspace (im2col patches)"
