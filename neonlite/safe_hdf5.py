@@ -119,33 +119,54 @@ def declared_bytes(dset):
     return int(np.prod(dset.shape, dtype=np.float64) * dset.dtype.itemsize)
 
 
-def has_filters(dset):
-    """True when ``dset`` is stored through filters (compression, shuffle, checksums)."""
-    return dset.id.get_create_plist().get_nfilters() > 0
+def filter_ids(dset):
+    """The HDF5 filter ids ``dset`` is stored through (compression, shuffle, checksums)."""
+    plist = dset.id.get_create_plist()
+    return [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
 
 
-def check_declared_fit(f, path, error, what="file", filters_allowed=False):
-    """For a file neonlite wrote (checkpoint, training log: never compressed): ``error`` when
-    a dataset is stored through a filter, or when the datasets' declared sizes add up to
-    more bytes than the file holds, before any of them is read."""
+#: deflate (gzip) cannot inflate more than about 1032 bytes from one; with shuffle and
+#: fletcher32 (which do not grow data) the filters a compressed log may use
+DEFLATE_MAX_RATIO = 1100
+_LOSSLESS = {1: "deflate", 2: "shuffle", 3: "fletcher32"}
+
+
+def check_declared_fit(f, path, error, what="file", compressed=False):
+    """Before any dataset of open file ``f`` is read: ``error`` when the datasets' declared
+    sizes add up to more bytes than the file holds (``compressed=False``: a file whose writer
+    never compresses, where any filter is refused), or (``compressed=True``: deflate, shuffle
+    and fletcher32 allowed) when one declares more than deflate could inflate its stored
+    bytes to, or all together more than the memory available."""
     import h5py
-    size = os.fstat(f.id.get_vfd_handle()).st_size if hasattr(f.id, "get_vfd_handle") \
-        else os.path.getsize(path)
+
+    from .host_memory import available_bytes, describe_bytes
+    size = os.fstat(f.id.get_vfd_handle()).st_size
     datasets = []
     f.visititems(lambda name, obj: datasets.append(obj) if isinstance(obj, h5py.Dataset)
                  else None)
     total = 0
     for dset in datasets:
         declared = declared_bytes(dset)
-        if not filters_allowed and has_filters(dset):
-            raise error(f"{path}: {dset.name} declares {dset.shape} {dset.dtype} "
-                        f"({declared:,} bytes) through a compression filter, which a {what} "
+        promise = f"{dset.name} declares {dset.shape} {dset.dtype} ({declared:,} bytes)"
+        filters = filter_ids(dset)
+        if filters and not compressed:
+            raise error(f"{path}: {promise} through a compression filter, which a {what} "
                         f"never uses")
+        unknown = [i for i in filters if i not in _LOSSLESS]
+        if unknown:
+            raise error(f"{path}: {promise} through HDF5 filter {unknown[0]}; a {what} uses "
+                        f"only {', '.join(_LOSSLESS.values())}")
+        if filters and declared > DEFLATE_MAX_RATIO * dset.id.get_storage_size():
+            raise error(f"{path}: {promise}, more than its {dset.id.get_storage_size():,} "
+                        f"stored bytes can hold (a damaged or hostile {what})")
         total += declared
-        if total > size:
-            raise error(f"{path}: {dset.name} declares {dset.shape} {dset.dtype} "
-                        f"({declared:,} bytes), more than the {size:,} bytes the file holds "
-                        f"(a damaged or hostile {what})")
+        if not compressed and total > size:
+            raise error(f"{path}: {promise}, more than the {size:,} bytes the file holds (a "
+                        f"damaged or hostile {what})")
+    available = available_bytes()
+    if compressed and available is not None and total > available:
+        raise error(f"{path}: its datasets declare {describe_bytes(total)} in all, more than "
+                    f"the {describe_bytes(available)} of memory available")
 
 
 def _cut(err, limit=200):

@@ -23,8 +23,8 @@ run (``--resume``) keeps the records of the epochs before the one it resumes at,
 batches of that epoch an interrupted run trained.
 
 :func:`read_log` opens the file through :func:`neonlite.safe_hdf5.open_hdf5` (a regular file
-reading nothing but itself) and checks that the columns' declared sizes fit in the file
-before reading them.
+reading nothing but itself) and, before reading a column, checks that the columns' declared
+sizes are what their stored bytes can hold (deflate allowed) and fit in memory.
 """
 import time
 from pathlib import Path
@@ -154,7 +154,7 @@ def read_log(path):
         if version != FORMAT_VERSION:
             raise LogError(f"{path}: training log format version {version}; this neonlite "
                            f"reads version {FORMAT_VERSION}")
-        check_declared_fit(f, path, LogError, "training log")
+        check_declared_fit(f, path, LogError, "training log", compressed=True)
         try:
             log = {group: {k: f[group][k][()] for k in cols}
                    for group, cols in (("batch", _BATCH), ("epoch", _EPOCH))}

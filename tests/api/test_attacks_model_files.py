@@ -445,3 +445,20 @@ def _input_mib(argv):
     """The size in MiB of the largest regular file named in ``argv``."""
     sizes = [os.path.getsize(a) for a in map(str, argv) if os.path.isfile(a)]
     return max(sizes, default=0) / (1 << 20)
+
+
+def test_a_log_written_with_gzip_chunks_is_read(place):
+    """A training log whose columns are chunked and gzip-compressed (a writer that appends
+    may store them so) is read: the bound is what deflate can inflate, not the file size."""
+    from neonlite.training_log import read_log
+    path = _copy(place, "good_log.h5", "gzip_log.h5")
+    with h5py.File(path, "r+") as f:
+        for group in ("batch", "epoch"):
+            for key in list(f[group]):
+                data = f[group][key][()]
+                del f[group][key]
+                f[group].create_dataset(key, data=data, chunks=True, maxshape=(None,),
+                                        compression="gzip", shuffle=True)
+    expected = read_log(place["root"] / "good_log.h5")
+    got = read_log(path)
+    assert np.array_equal(got["batch"]["cost"], expected["batch"]["cost"])
