@@ -156,6 +156,7 @@ def read_log(path):
                            f"reads version {FORMAT_VERSION}")
         check_declared_fit(f, path, LogError, "training log", compressed=True)
         try:
+            _check_columns(path, f)
             log = {group: {k: f[group][k][()] for k in cols}
                    for group, cols in (("batch", _BATCH), ("epoch", _EPOCH))}
         except KeyError as err:
@@ -166,3 +167,19 @@ def read_log(path):
         config = f.attrs.get("config")
         log["config"] = config.decode() if isinstance(config, bytes) else config
     return log
+
+
+def _check_columns(path, f):
+    """LogError unless each group's columns are 1-D numeric datasets of one length (read
+    from their declared shapes, before any is read)."""
+    for group, cols in (("batch", _BATCH), ("epoch", _EPOCH)):
+        shapes = {key: f[group][key].shape for key in cols}
+        kinds = {key: f[group][key].dtype.kind for key in cols}
+        bad = [k for k in cols if len(shapes[k]) != 1 or kinds[k] not in "fiu"]
+        if bad:
+            raise LogError(f"{path}: damaged training log: /{group}/{bad[0]} has shape "
+                           f"{shapes[bad[0]]} dtype kind {kinds[bad[0]]!r}; expected a 1-D "
+                           f"numeric column")
+        if len(set(shapes.values())) > 1:
+            raise LogError(f"{path}: damaged training log: the /{group} columns differ in "
+                           f"length ({', '.join(f'{k} {v[0]}' for k, v in shapes.items())})")

@@ -169,6 +169,15 @@ def log_row_bomb(place, rows=2 * 10 ** 9):
     return path
 
 
+def log_ragged(place):
+    path = _copy(place, "good_log.h5", "log_ragged.h5")
+    with h5py.File(path, "r+") as f:
+        cost = f["batch/cost"][()]
+        del f["batch/cost"]
+        f["batch"].create_dataset("cost", data=cost[:-1])
+    return path
+
+
 def log_external_link(place):
     path = _copy(place, "good_log.h5", "log_link.h5")
     with h5py.File(path, "r+") as f:
@@ -327,6 +336,9 @@ CASES = {
     "training log: 2e9 rows declared (plot)": (
         lambda p: neonlite_argv("plot", log_row_bomb(p), "-o", p["root"] / "bomb.png"),
         "declares", True),
+    "training log: columns of different lengths (plot)": (
+        lambda p: neonlite_argv("plot", log_ragged(p), "-o", p["root"] / "ragged.png"),
+        "differ in length", False),
     "training log: ExternalLink (plot)": (
         lambda p: neonlite_argv("plot", log_external_link(p), "-o", p["root"] / "link.png"),
         "external link", False),
