@@ -120,3 +120,29 @@ def test_planned_parameter_shapes_are_the_allocated_ones():
             checked.add(type(leaf).__name__)
     assert {"Linear", "Convolution", "Embedding", "PositionalEmbedding", "LSTM",
             "MultiHeadAttention", "LayerNorm", "BatchNorm", "Bias"} <= checked, checked
+
+
+def test_planned_shapes_of_the_layers_no_example_uses():
+    """GRU, Recurrent, bidirectional LSTM, segment embeddings, a transposed convolution, an
+    attention without biases and a block-sparse linear: planned shapes are allocated shapes."""
+    import neonlite
+    from neonlite.layers import (GRU, BlockSparseLinear, Deconv, Embedding, Linear,
+                                 MultiHeadAttention, Recurrent, SegmentEmbedding)
+    from neonlite.layers.recurrent_stack import BiLSTM
+    from neonlite.memory_check import planned_parameter_shapes
+    from neonlite.serialize import ShapeStub
+    neonlite.gen_backend("cpu", batch_size=2, rng_seed=0, datatype=np.float32)
+    networks = [
+        ([Embedding(20, 8), GRU(6), Recurrent(5), BiLSTM(4), Linear(3)], (7,)),
+        ([Embedding(20, 8), SegmentEmbedding(2, 8), MultiHeadAttention(8, 2, bias=False),
+          BlockSparseLinear(16, block_size=8, layout=[[1, 1]])], (7,)),
+        ([Deconv(fshape=(3, 3, 4), strides=2)], (5, 5, 3)),
+    ]
+    for layers, shape in networks:
+        model = neonlite.Model(layers)
+        model.layers.configure(shape)
+        planned = {id(leaf): planned_parameter_shapes(leaf) for leaf in model.layers.leaves()}
+        model.initialize(ShapeStub(shape))
+        for leaf in model.layers.leaves():
+            made = sorted(tuple(p.value.shape) for p in leaf.parameters())
+            assert sorted(planned[id(leaf)]) == made, (type(leaf).__name__, leaf.name)
