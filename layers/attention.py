@@ -101,6 +101,12 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
                              f"{self.Tq - self.Tk} queries would see none")
         return in_shape
 
+    def param_shapes(self):
+        d, dc, dk, dv = self.d_model, self.dc, self.dk, self.dv
+        pairs = ((d, dk), (dc, dk), (dc, dv), (dv, d))
+        return [(nin, nout) for nin, nout in pairs] + \
+            ([(nout,) for _, nout in pairs] if self.bias else [])
+
     def _allocate_projections(self):
         """Wq (d, dk), Wk (dc, dk), Wv (dc, dv), Wo (dv, d) and their biases (constant zeros,
         not parameters, with ``bias=False``)."""

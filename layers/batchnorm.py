@@ -40,6 +40,10 @@ class BatchNorm(ParameterLayer):
         """True for an activation batch norm applies in its own passes (a plain ReLU)."""
         return is_plain_relu(transform)
 
+    def param_shapes(self):
+        C = self.in_shape[-1]
+        return [(C,), (C,)]
+
     def allocate(self):
         super().allocate()
         C = self.in_shape[-1]

@@ -63,6 +63,9 @@ class BlockSparseLinear(ParameterLayer):
         self.plan = self.be.blocksparse_layer(layout, bs)
         return (in_shape[0], self.nout) if self.per_token else (self.nout,)
 
+    def param_shapes(self):
+        return [(self.plan.tables.nnz, self.bs, self.bs)]
+
     def allocate(self):
         super().allocate()
         t, bs = self.plan.tables, self.bs

@@ -66,6 +66,10 @@ class Convolution(ParameterLayer):
             raise self.shape_error(f"an input that a {R}x{S} filter fits ({err})") from None
         return (self.plan.P, self.plan.Q, K)
 
+    def param_shapes(self):
+        R, S, K = self.fshape
+        return [(R, S, self.in_shape[2], K)] + ([] if self.bias_init is None else [(K,)])
+
     def allocate(self):
         super().allocate()
         R, S, K = self.fshape

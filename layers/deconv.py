@@ -68,6 +68,10 @@ class Deconvolution(ParameterLayer):
         assert (self.plan.P, self.plan.Q) == (H, W)
         return (P, Q, K)
 
+    def param_shapes(self):
+        R, S, K = self.fshape
+        return [(R, S, K, self.in_shape[2])] + ([] if self.bias_init is None else [(K,)])
+
     def allocate(self):
         super().allocate()
         if self.deltas is None:

@@ -54,6 +54,9 @@ class Embedding(ParameterLayer):
     def set_needs_deltas(self, needed):
         self.needs_deltas = False
 
+    def param_shapes(self):
+        return [(self.vocab, self.d)]
+
     def allocate(self):
         super().allocate()
         self.W = self.add_param("W", (self.vocab, self.d), self.init, self.vocab, self.d)
@@ -135,6 +138,9 @@ class PositionalEmbedding(ParameterLayer):
             raise self.shape_error(f"sequences of at most max_len={self.max_len} positions "
                                    f"(T <= {self.max_len})")
         return in_shape
+
+    def param_shapes(self):
+        return [] if self.sinusoidal else [(self.max_len, self.in_shape[1])]
 
     def allocate(self):
         self.outputs = self.be.zeros((self.be.bsz,) + self.out_shape)

@@ -160,6 +160,12 @@ class Layer:
         """The learnable :class:`Parameter` objects, in a fixed order."""
         return []
 
+    def param_shapes(self):
+        """The shapes of the parameters ``allocate`` will make, known once the layer is
+        configured (the memory check counts them before anything is allocated); a layer that
+        makes parameters overrides this."""
+        return []
+
     def buffers(self):
         """Non-learned state saved with the parameters (``name -> tensor``), e.g. running means."""
         return {}

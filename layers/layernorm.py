@@ -24,6 +24,10 @@ class LayerNorm(ParameterLayer):
             raise self.shape_error("an input with a feature axis")
         return in_shape
 
+    def param_shapes(self):
+        D = self.in_shape[-1]
+        return [(D,), (D,)] if self.bias else [(D,)]
+
     def allocate(self):
         be = self.be
         self.D = self.in_shape[-1]

@@ -24,6 +24,9 @@ class Linear(ParameterLayer):
         self.nin = in_shape[-1] if self.per_token else prod(in_shape)
         return (in_shape[0], self.nout) if self.per_token else (self.nout,)
 
+    def param_shapes(self):
+        return [(self.nin, self.nout)]
+
     def allocate(self):
         super().allocate()
         self.W = self.add_param("W", (self.nin, self.nout), self.init, self.nin, self.nout)
@@ -56,6 +59,9 @@ class Bias(ParameterLayer):
     def __init__(self, init=None, name=None):
         super().__init__(name)
         self.init = init or Constant(0.0)
+
+    def param_shapes(self):
+        return [(self.in_shape[-1],)]
 
     def allocate(self):
         self.outputs = self.be.zeros((self.be.bsz,) + self.out_shape)

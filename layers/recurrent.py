@@ -87,6 +87,14 @@ class RecurrentBase(ParameterLayer):
         self.T, self.nin = in_shape
         return (self.T, self.nout) if self.return_sequences else (self.nout,)
 
+    def param_shapes(self):
+        H, G = self.nout, self.gates
+        return [(self.nin, G * H), (H, G * H), (G * H,)] + self._cell_param_shapes()
+
+    def _cell_param_shapes(self):
+        """Parameters a cell adds to W, U and b (GRU: b_h)."""
+        return []
+
     def allocate(self):
         super().allocate()
         be, N, T, H, G = self.be, self.be.bsz, self.T, self.nout, self.gates
@@ -412,6 +420,9 @@ class GRU(RecurrentBase):
     """
 
     gates = 3
+
+    def _cell_param_shapes(self):
+        return [(3 * self.nout,)]
 
     def _allocate_cell(self):
         be, N, T, H = self.be, self.be.bsz, self.T, self.nout

@@ -28,6 +28,9 @@ class SegmentEmbedding(ParameterLayer):
             raise self.shape_error(f"a sequence (T, {self.d or 'd'})")
         return in_shape
 
+    def param_shapes(self):
+        return [(self.segments, self.in_shape[1])]
+
     def allocate(self):
         self.outputs = self.be.zeros((self.be.bsz,) + self.out_shape)
         T, d = self.in_shape

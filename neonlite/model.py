@@ -10,7 +10,7 @@ from .layers.containers import Sequential
 from .layer_names import check_layer_names, check_tensor_names
 from .layers.layer import ShapeError
 from .layers.shared import share_padding_masks, tie_layers
-from .memory_check import check_outputs_fit
+from .memory_check import check_network_fits
 from .model_table import model_table
 from .model_checks import (check_backend, check_optimizer, check_targets, claim_layers,
                            param_value)
@@ -54,9 +54,12 @@ class Model:
         claim_layers(self, self.layers)
 
     # ---- set-up ------------------------------------------------------------------------------
-    def initialize(self, dataset, cost=None):
+    def initialize(self, dataset, cost=None, optimizer=None):
         """Configure (checking every shape) and allocate the layers for ``dataset``'s example
-        shape; attach ``cost``.  Nothing is changed if a check fails."""
+        shape; attach ``cost``.  Before allocating, what the network will hold (parameters,
+        gradients, ``optimizer``'s state when given, activations, workspaces) is compared
+        with the memory available (:mod:`neonlite.memory_check`).  Nothing is changed if a
+        check fails."""
         in_shape = tuple(dataset.shape)
         if self.in_shape is not None:
             check_backend(self)
@@ -73,7 +76,7 @@ class Model:
         out_shape = self.layers.configure(in_shape)
         if cost is not None:
             check_targets(dataset, out_shape)
-        check_outputs_fit(self.layers.leaves(), be)
+        check_network_fits(self.layers.leaves(), be, optimizer)
         self.be = be
         self.out_shape = out_shape
         self.layers.set_needs_deltas(False)
@@ -140,7 +143,7 @@ class Model:
         trains one more epoch).  Without ``callbacks`` it shows the progress ``neonlite train``
         shows (``progress=False``: nothing)."""
         from .callbacks import Callbacks
-        self.initialize(dataset, cost)
+        self.initialize(dataset, cost, optimizer)
         check_optimizer(optimizer, self)
         if self.epoch_index >= num_epochs:
             warnings.warn(f"Model.fit: nothing to train: epoch_index is {self.epoch_index} and "

@@ -23,7 +23,10 @@ Layout (format version :data:`FORMAT_VERSION`)::
                       also ``epoch_start`` (the host RNG when the epoch began: resuming
                       replays the epoch's data order from it and skips the batches done)
 
-Only arrays, numbers and strings are read back: loading never runs code.  A checkpoint is
+Only arrays, numbers and strings are read back: loading never runs code, and never reads
+anything but the file itself (:func:`neonlite.safe_hdf5.open_hdf5`: a regular file, hard links
+only, every dataset's data stored in the file; the datasets' declared sizes, which the writer
+never compresses, must fit in the file's bytes before any is read).  A checkpoint is
 written with :func:`neonlite.atomic.atomic_write` (a fresh temporary file beside it, fsync,
 rename), so an interrupted save leaves the previous file (or none), never a broken one; one
 holding NaN or inf values is never written.
@@ -187,23 +190,17 @@ def read_checkpoint(path):
     file and the entry) for a missing, truncated, foreign or damaged file, an unsupported
     format version, or any value outside the format's schema
     (:mod:`neonlite.checkpoint_schema`), all checked before anything is built."""
-    import h5py
-
     from .checkpoint_schema import SchemaError, validate
     from .config.errors import ConfigError
     from .config.yaml_io import parse_yaml
+    from .safe_hdf5 import check_declared_fit, open_hdf5
 
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as err:
-        raise CheckpointError(f"{path}: not a readable HDF5 file; it may be truncated or not a "
-                              f"neonlite checkpoint ({_cut(err)})") from None
+    f = open_hdf5(path, CheckpointError, "checkpoint file")
     try:
         with f:
             version = _check_format(path, f)
+            check_declared_fit(f, path, CheckpointError, "checkpoint")
             raw = _read_raw(f)
     except CheckpointError:
         raise

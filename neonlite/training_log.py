@@ -21,6 +21,10 @@ epoch and at most every ``flush_interval`` seconds within one, so a reader (``ne
 ``h5py.File(path, "r")``) always opens a complete file, never a half-written one.  A resumed
 run (``--resume``) keeps the records of the epochs before the one it resumes at, and of the
 batches of that epoch an interrupted run trained.
+
+:func:`read_log` opens the file through :func:`neonlite.safe_hdf5.open_hdf5` (a regular file
+reading nothing but itself) and, before reading a column, checks that the columns' declared
+sizes are what their stored bytes can hold (deflate allowed) and fit in memory.
 """
 import time
 from pathlib import Path
@@ -138,14 +142,9 @@ class TrainingLog(Callback):
 def read_log(path):
     """``{"batch": {column: array}, "epoch": {column: array}, "metric": name, "complete":
     bool, "config": text or None}`` from the log at ``path``; :class:`LogError` otherwise."""
-    import h5py
+    from .safe_hdf5 import check_declared_fit, open_hdf5
     path = Path(path)
-    if not path.is_file():
-        raise LogError(f"{path}: no such training log")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as err:
-        raise LogError(f"{path}: not a readable HDF5 file ({err})") from None
+    f = open_hdf5(path, LogError, "training log")
     with f:
         fmt = f.attrs.get("format")
         if (fmt.decode() if isinstance(fmt, bytes) else fmt) != FORMAT:
@@ -155,7 +154,9 @@ def read_log(path):
         if version != FORMAT_VERSION:
             raise LogError(f"{path}: training log format version {version}; this neonlite "
                            f"reads version {FORMAT_VERSION}")
+        check_declared_fit(f, path, LogError, "training log", compressed=True)
         try:
+            _check_columns(path, f)
             log = {group: {k: f[group][k][()] for k in cols}
                    for group, cols in (("batch", _BATCH), ("epoch", _EPOCH))}
         except KeyError as err:
@@ -166,3 +167,19 @@ def read_log(path):
         config = f.attrs.get("config")
         log["config"] = config.decode() if isinstance(config, bytes) else config
     return log
+
+
+def _check_columns(path, f):
+    """LogError unless each group's columns are 1-D numeric datasets of one length (read
+    from their declared shapes, before any is read)."""
+    for group, cols in (("batch", _BATCH), ("epoch", _EPOCH)):
+        shapes = {key: f[group][key].shape for key in cols}
+        kinds = {key: f[group][key].dtype.kind for key in cols}
+        bad = [k for k in cols if len(shapes[k]) != 1 or kinds[k] not in "fiu"]
+        if bad:
+            raise LogError(f"{path}: damaged training log: /{group}/{bad[0]} has shape "
+                           f"{shapes[bad[0]]} dtype kind {kinds[bad[0]]!r}; expected a 1-D "
+                           f"numeric column")
+        if len(set(shapes.values())) > 1:
+            raise LogError(f"{path}: damaged training log: the /{group} columns differ in "
+                           f"length ({', '.join(f'{k} {v[0]}' for k, v in shapes.items())})")

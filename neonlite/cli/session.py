@@ -26,6 +26,7 @@ from ..distributed import DataParallel, detect_world, shard
 from ..distributed.run_check import check_same_run, run_items
 from ..interrupts import SIGNALS, StopOnSignal
 from ..layers.layer import ShapeError
+from ..memory_check import check_network_fits
 from ..optimizers.mixed_precision import MixedPrecision, for_datatype
 from ..serialize import (CheckpointError, check_same_optimizer, load_params, read_checkpoint,
                          restore_training_state)
@@ -89,10 +90,10 @@ def make_backend(settings, world=None):
                           f"datatype {settings['datatype']!r} ({err})") from None
 
 
-def load_data(settings, data_dir, max_batches=None, train=True, valid=True):
+def load_data(settings, data_dir, max_batches=None, train=True, valid=True, data=None):
     """(data set, train iterator, validation iterator) on the current backend (None for
-    the ones not asked for)."""
-    data = make_dataset(settings["dataset"], data_dir)
+    the ones not asked for); ``data``: the data set, when it is already made."""
+    data = make_dataset(settings["dataset"], data_dir) if data is None else data
     sets = [data.train_iter if train else None, data.valid_iter if valid else None]
     sets = [get_backend().prefetched(s, max_batches) for s in sets]
     if max_batches:
@@ -100,10 +101,10 @@ def load_data(settings, data_dir, max_batches=None, train=True, valid=True):
     return (data, *sets)
 
 
-def initialize(model, dataset, cost=None):
+def initialize(model, dataset, cost=None, optimizer=None):
     """``model.initialize`` with shape errors prefixed by the YAML key path of the layer."""
     try:
-        model.initialize(dataset, cost)
+        model.initialize(dataset, cost, optimizer)
     except ShapeError as err:
         path = _failing_path(model.layers) or getattr(model.layers.layers[-1], "_config_path",
                                                       None)
@@ -123,6 +124,23 @@ def check_optimizer_fits(model, optimizer):
         if option is None:
             raise
         raise ConfigError(f"optimizer.config.{option}: {err}") from None
+
+
+def check_memory_first(model, data, optimizer, iterators):
+    """Before any data is read or buffer allocated: configure ``model``'s layers for
+    ``data``'s example shape (known before its files are read) and refuse, in one line, a
+    network and batch that cannot fit in memory (:mod:`neonlite.memory_check`), counting the
+    ``iterators`` data iterators' batch buffers too.  A shape error is left to
+    :func:`initialize`, which names the layer's YAML path."""
+    try:
+        model.layers.configure(tuple(data.shape))
+    except (ShapeError, ValueError):
+        return
+    be = get_backend()
+    batch = float(be.bsz) * float(np.prod(data.shape, dtype=np.float64)) * \
+        np.dtype(be.dtype).itemsize
+    check_network_fits(model.layers.leaves(), be, optimizer,
+                       {f"the data set's batch buffers ({data.name})": iterators * 2 * batch})
 
 
 def _failing_path(layer):
@@ -155,8 +173,12 @@ def _train(run, opts, stream, world):
         settings["rng_seed"] = world.bcast(seed if seed is not None else
                                            int(np.random.SeedSequence().entropy % 2 ** 31))
     make_backend(settings, world)
+    data = make_dataset(settings["dataset"], opts.data_dir)
+    model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
+    optimizer = for_datatype(optimizer, settings["datatype"])
+    check_memory_first(model, data, optimizer, iterators=1 + (settings["eval_freq"] > 0))
     data, train_set, valid_set = load_data(settings, opts.data_dir, opts.max_batches,
-                                           valid=settings["eval_freq"] > 0)
+                                           valid=settings["eval_freq"] > 0, data=data)
     check_same_run(world, run_items(
         run.description(), rng_seed=seed, data_shape=getattr(train_set, "shape", None),
         train_size=getattr(train_set, "ndata", None),
@@ -164,14 +186,12 @@ def _train(run, opts, stream, world):
         max_batches=opts.max_batches, resume=opts.resume, model_file=opts.model_file,
         version=__version__))
     train_set, valid_set = shard(train_set, world), shard(valid_set, world)
-    model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
     model.metric = run.build_metric()
     if world.size > 1:
         DataParallel(world, sync_bn=settings["sync_bn"]).attach(model)
     quiet = opts.quiet or not world.is_root
-    optimizer = for_datatype(optimizer, settings["datatype"])
     cost = optimizer.wrap_cost(cost) if isinstance(optimizer, MixedPrecision) else cost
-    initialize(model, train_set, cost)
+    initialize(model, train_set, cost, optimizer)
     check_optimizer_fits(model, optimizer)
     _record_vocabulary(model, data)
     if opts.model_file:

@@ -11,19 +11,25 @@ column.  So does a file that is valid YAML but hostile or ambiguous:
   whose values, written out, would hold 10^9 elements), or an alias inside its own anchor;
 * the same key twice in one mapping (the message names the key and both lines; keys merged in
   with ``<<: *anchor`` may be overridden as YAML intends);
-* an integer of more than :data:`MAX_DIGITS` digits.
+* an integer of more than :data:`MAX_DIGITS` digits;
+* a file that is not a regular file (``/dev/zero``, a FIFO) or larger than
+  :data:`MAX_FILE_BYTES`, refused before it is read.
 """
 import re
 from pathlib import Path
 
 import yaml
 
+from ..safe_files import read_bounded
 from .errors import ConfigError, short_repr
 
 
 MAX_DEPTH = 100
 MAX_NODES = 100_000
 MAX_DIGITS = 40
+#: the largest YAML file read (a run description is a few KB; the 20,000-layer network of the
+#: attack tests about 1 MB)
+MAX_FILE_BYTES = 64 << 20
 _MERGE = "tag:yaml.org,2002:merge"
 
 
@@ -170,14 +176,16 @@ def anchored_keys(text):
 
 
 def read_text(path):
-    """The text of the file at ``path``; a :class:`ConfigError` if it cannot be read."""
+    """The text of the file at ``path``, a regular file of at most :data:`MAX_FILE_BYTES`
+    (``/dev/zero``, ``/dev/urandom``, a FIFO or a folder is refused before it is read); a
+    :class:`ConfigError` if it cannot be read."""
     path = Path(path)
+    raw = read_bounded(path, MAX_FILE_BYTES, ConfigError)
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read the file ({err})") from None
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: cannot read the file (not UTF-8 text: byte offset "
+                          f"{err.start})") from None
 
 
 def load_yaml(path):

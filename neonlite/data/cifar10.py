@@ -2,6 +2,7 @@
 batches in ``<data root>/cifar10/``."""
 import numpy as np
 
+from ..safe_files import read_bounded
 from .dataset import ImageDataset
 from .datadir import dataset_dir
 from .iterator import DataError
@@ -83,8 +84,13 @@ def _check_labels(labels, path):
     return labels.astype(np.int64)
 
 
+#: the largest CIFAR-10 batch file read (the published ones are 30 MB each)
+MAX_BATCH_BYTES = 1 << 30
+
+
 def _read_binary(path):
-    raw = np.fromfile(path, dtype=np.uint8)
+    raw = np.frombuffer(read_bounded(path, MAX_BATCH_BYTES, DataError, "CIFAR-10 batch file"),
+                        dtype=np.uint8)
     if raw.size == 0 or raw.size % RECORD:
         raise DataError(f"{path}: {raw.size} bytes is not a whole, non-zero number of "
                         f"{RECORD}-byte records (1 label byte + 3072 pixel bytes each)")

@@ -6,6 +6,8 @@ import h5py
 import numpy as np
 
 from ..backends import get_backend
+from ..host_memory import available_bytes, describe_bytes
+from ..safe_hdf5 import check_self_contained, open_hdf5
 from .dataset import SplitDataset
 from .datadir import resolve_data_dir
 from .iterator import DataError, set_batch, shard_check
@@ -30,7 +32,10 @@ class HDF5Iterator:
     epoch may be partial: it is filled by wrapping around to the first examples of the epoch,
     and ``valid`` tells how many of its rows are real.
 
-    ``file`` is a path (opened read-only until :meth:`close`) or an open ``h5py.File``.
+    ``file`` is a path (opened read-only until :meth:`close`) or an open ``h5py.File``; either
+    way it must read nothing but itself (:func:`neonlite.safe_hdf5.open_hdf5`: a regular
+    file, hard links only, no external or virtual datasets), and a chunk of the declared
+    example shape must fit in the available memory, both checked before anything is read.
 
     ``shard(rank, nranks)`` (data-parallel training) batches the epoch's order in global
     batches of ``nranks`` times the backend's batch (chunks of ``chunk_batches`` global
@@ -66,6 +71,7 @@ class HDF5Iterator:
         self.chunk_batches = int(chunk_batches)
         self.rank, self.nranks = 0, 1
         self.chunk = self.chunk_batches * be.bsz
+        self._check_fits(be.bsz)
         self.target_shape = self.shape if self.Y is None else self._check_targets(y)
         self.nbatches = -(-self.ndata // be.bsz)
         self.x_buf = be.zeros((be.bsz,) + self.shape)
@@ -73,6 +79,21 @@ class HDF5Iterator:
             (be.bsz,) + self.target_shape, dtype=np.int32 if nclass is not None else None)
         self._host_buffers(be.bsz)
         self.valid = be.bsz
+
+    def _check_fits(self, rows):
+        """DataError before allocating when a chunk of ``rows`` per batch, its shuffled copy
+        and the batch buffers (host and device) would take more memory than is available:
+        the examples' declared shape, not the file's size, sets what reading costs."""
+        example = float(np.prod(self.shape, dtype=np.float64))
+        per_row = example * (self.X.dtype.itemsize + np.dtype(self.be.dtype).itemsize)
+        need = per_row * (2 * self.chunk_batches * rows + 2 * rows)
+        limit = available_bytes()
+        if limit is not None and need > limit:
+            raise DataError(f"{self.path}: dataset '{self.X.name.lstrip('/')}' declares "
+                            f"examples of shape {self.shape} ({self.X.dtype}); reading it in "
+                            f"chunks of {self.chunk_batches} batches of {rows} needs "
+                            f"{describe_bytes(need)}, more than the {describe_bytes(limit)} of "
+                            f"memory available")
 
     def _host_buffers(self, rows):
         self._hx = np.empty((rows,) + self.shape, dtype=self.X.dtype)
@@ -88,6 +109,7 @@ class HDF5Iterator:
         self.rank, self.nranks = shard_check(self.name, rank, nranks)
         rows = self.be.bsz * self.nranks
         self.chunk = self.chunk_batches * rows
+        self._check_fits(rows)
         self.nbatches = -(-self.ndata // rows)
         self._host_buffers(rows)
         return self
@@ -200,17 +222,12 @@ class HDF5Iterator:
 
 
 def _open(file):
-    """(h5py.File, whether we opened it) for a path or an open file."""
+    """(h5py.File, whether we opened it) for a path or an open file (checked as a path is:
+    every object stored in the file itself)."""
     if isinstance(file, h5py.File):
+        check_self_contained(file, file.filename, DataError)
         return file, False
-    path = Path(file)
-    if not path.is_file():
-        raise DataError(f"{path}: no such HDF5 file")
-    try:
-        return h5py.File(path, "r"), True
-    except OSError as err:
-        raise DataError(f"{path}: not a readable HDF5 file (truncated, corrupted or another "
-                        f"format): {err}") from None
+    return open_hdf5(Path(file), DataError, "HDF5 file"), True
 
 
 class HDF5Dataset(SplitDataset):
@@ -243,10 +260,10 @@ class HDF5Dataset(SplitDataset):
     @staticmethod
     def _locate(name, path):
         given = Path(name).expanduser()
-        if given.is_absolute() or given.is_file():
+        if given.is_absolute() or given.exists():
             return given
         under_root = resolve_data_dir(path) / given
-        if under_root.is_file():
+        if under_root.exists():
             return under_root
         raise DataError(f"HDF5 file {name!r} not found: looked in {given.absolute()} and "
                         f"{under_root}")

@@ -1,31 +1,62 @@
 """Reading and writing IDX files (the MNIST format), gzipped or not."""
 import gzip
 import math
+import os
 import zlib
 from contextlib import nullcontext
 
 import numpy as np
 
 from ..atomic import atomic_write
+from ..host_memory import available_bytes
+from ..safe_files import gunzip_bounded, open_regular
 from .iterator import DataError
 
 _DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
            0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
 _CODES = {np.dtype(np.uint8): 0x08, np.dtype(np.int8): 0x09}
+_MAX_HEADER = 4 + 4 * 255
 
 
-def _open(path):
-    with open(path, "rb") as f:
+def _read(path):
+    """The bytes IDX file ``path`` holds (gunzipped), never more than its header declares:
+    a gzip stream is inflated with the bound its header (read from the first bytes it
+    inflates to) declares, so a small file that inflates to gigabytes is refused after
+    inflating at most that bound."""
+    with open_regular(path, DataError, "IDX file") as f:
         gzipped = f.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if gzipped else open(path, "rb")
+        f.seek(0)
+        if not gzipped:
+            limit = _declared_size(f.read(_MAX_HEADER))
+            f.seek(0)
+            return f.read(min(limit, os.fstat(f.fileno()).st_size) + 1)
+        head = gzip.GzipFile(fileobj=f, mode="rb").read(_MAX_HEADER)
+        f.seek(0)
+        limit = _declared_size(head)
+        available = available_bytes()
+        if available is not None and limit > available:
+            raise DataError(f"{path}: the IDX header declares {limit:,} bytes, more than the "
+                            f"{available:,} bytes of memory available")
+        return gunzip_bounded(f, limit, DataError, str(path))
+
+
+def _declared_size(head):
+    """The file size (header + data) the IDX header at the start of ``head`` declares; a
+    header too short or with a bad magic number gives len(head), so the checks of
+    :func:`read_idx` report it."""
+    if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _DTYPES or \
+            len(head) < 4 + 4 * head[3]:
+        return len(head)
+    dims = [int.from_bytes(head[4 + 4 * i:8 + 4 * i], "big") for i in range(head[3])]
+    return 4 + 4 * head[3] + math.prod(dims) * np.dtype(_DTYPES[head[2]]).itemsize
 
 
 def read_idx(path):
-    """The array stored in IDX file ``path``; checks the magic number and that the data size
-    matches the header, and raises :class:`DataError` naming the file otherwise."""
+    """The array stored in IDX file ``path`` (a regular file; gzipped or not); checks the
+    magic number and that the data size matches the header, and raises :class:`DataError`
+    naming the file otherwise.  Never reads or inflates more than the header declares."""
     try:
-        with _open(path) as f:
-            raw = f.read()
+        raw = _read(path)
     except (OSError, EOFError, zlib.error) as err:
         raise DataError(f"{path}: cannot read IDX file ({err})") from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _DTYPES:

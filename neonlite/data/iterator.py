@@ -2,10 +2,26 @@
 import numpy as np
 
 from ..backends import get_backend
+from ..host_memory import available_bytes, describe_bytes
 
 
 class DataError(ValueError):
     """A data set that cannot be used as given; the message says what and where."""
+
+
+def check_batch_fits(name, bsz, shapes, be):
+    """DataError before allocating when the batch buffers of ``shapes`` (one example each,
+    e.g. the input and the target) for a batch of ``bsz`` need more than the memory
+    available (the backend's ``memory_bytes()`` where it has one, else this process's)."""
+    itemsize = np.dtype(be.dtype).itemsize
+    need = sum(float(bsz) * float(np.prod(shape, dtype=np.float64)) * itemsize
+               for shape in shapes)
+    limit = getattr(be, "memory_bytes", available_bytes)()
+    if limit and need > limit:
+        raise DataError(f"{name}: a batch of {bsz:,} examples of shape {tuple(shapes[0])} "
+                        f"needs {describe_bytes(need)} for its input and target buffers, more "
+                        f"than the {describe_bytes(limit)} of memory available (lower the "
+                        f"batch size)")
 
 
 class ArrayIterator:
@@ -51,6 +67,8 @@ class ArrayIterator:
             () if nclass is not None else tuple(self.y.shape[1:]))
         bsz = self.be.bsz
         self.nbatches = -(-self.ndata // bsz)
+        check_batch_fits(name, bsz, [self.shape] + ([] if y is None else [self.target_shape]),
+                         self.be)
         self.x_buf = self.be.zeros((bsz,) + self.shape)
         self.t_buf = self.x_buf if y is None else self.be.zeros(
             (bsz,) + self.target_shape, dtype=np.int32 if nclass is not None else None)

@@ -20,6 +20,7 @@ import pickle
 
 import numpy as np
 
+from ..safe_files import open_regular
 from .iterator import DataError
 
 
@@ -90,7 +91,7 @@ def safe_load(path, encoding="bytes"):
     published batches expect).  A refused global raises :class:`UnsafePickleError`; a
     truncated or malformed file raises :class:`DataError`; both name the file.
     """
-    with open(path, "rb") as f:
+    with open_regular(path, DataError, "pickle file") as f:
         return _load(f, str(path), encoding)
 
 

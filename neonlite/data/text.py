@@ -5,7 +5,14 @@ import os
 import numpy as np
 
 from ..backends import get_backend
-from .iterator import DataError, shard_check
+from ..host_memory import available_bytes
+from ..safe_files import read_bounded
+from .iterator import DataError, check_batch_fits, shard_check
+
+#: the largest text file read whole (its token ids, int32, take four times as much)
+MAX_TEXT_BYTES = 1 << 30
+#: memory reading takes per byte of text, at most: the bytes, the str, the int32 token ids
+BYTES_PER_TEXT_BYTE = 9
 
 
 def builtin_text():
@@ -21,21 +28,22 @@ def builtin_text():
 
 def read_text(path, filename=None):
     """The UTF-8 text of file ``path``, or of ``filename`` under directory ``path`` (looked for
-    in ``path/text/`` then ``path/``); errors name the file and, for bad bytes, the offset."""
+    in ``path/text/`` then ``path/``); errors name the file and, for bad bytes, the offset.
+    Only a regular file of at most :data:`MAX_TEXT_BYTES` is read (``/dev/zero``, a FIFO: one
+    line, before reading)."""
     if os.path.isdir(path):
         if not filename:
             raise DataError(f"{path} is a directory: name the text file with filename=")
         candidates = [os.path.join(path, "text", filename), os.path.join(path, filename)]
-        found = [c for c in candidates if os.path.isfile(c)]
+        found = [c for c in candidates if os.path.lexists(c)]
         if not found:
             raise DataError(f"text file {filename!r} not found: looked for {candidates[0]} and "
                             f"{candidates[1]}")
         path = found[0]
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as err:
-        raise DataError(f"{path}: cannot read the text file ({err.strerror})") from None
+    available = available_bytes()
+    limit = MAX_TEXT_BYTES if available is None else min(MAX_TEXT_BYTES,
+                                                         available // BYTES_PER_TEXT_BYTE)
+    raw = read_bounded(path, limit, DataError, "text file")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -114,6 +122,7 @@ class TextWindows:
         if nbatches is not None and (not isinstance(nbatches, (int, np.integer)) or nbatches < 1):
             raise DataError(f"{name}: nbatches must be a positive int, got {nbatches!r}")
         self.random_nbatches = int(nbatches) if nbatches else max(1, self.nwindows // bsz)
+        check_batch_fits(name, bsz, [(T,), (T,)], self.be)
         self.x_buf = self.be.zeros((bsz, T))
         self.t_buf = self.be.zeros((bsz, T), dtype=np.int32)
         self._cols = np.arange(T + 1)

@@ -46,9 +46,9 @@ def build_layers(config, head, where, dropout=0.0):
     vocab, d = read.count("vocab_size"), read.count("hidden_size")
     layers, heads = read.count("num_hidden_layers"), read.count("num_attention_heads")
     hidden = read.count("intermediate_size", 4 * d)
-    eps = read.number("layer_norm_eps", 1e-12)
+    eps = read.number("layer_norm_eps", 1e-12, positive=True)
     gelu = read.gelu("hidden_act", "gelu")
-    pad = config.get("pad_token_id", 0)
+    pad = read.token_id("pad_token_id", 0, vocab)
     if d % heads:
         raise InteropError(f"{where}: hidden_size={d} is not a multiple of "
                            f"num_attention_heads={heads}")

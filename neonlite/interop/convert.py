@@ -18,7 +18,7 @@ FAMILIES = {"bert": bert, "gpt2": gpt2}
 
 
 def _family(model_type, where):
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise InteropError(f"{where}: model_type {model_type!r} is not supported; neonlite "
                            f"imports and exports {', '.join(repr(f) for f in FAMILIES)}")
     return FAMILIES[model_type]

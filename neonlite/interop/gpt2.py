@@ -37,8 +37,8 @@ def build_layers(config, head, where, dropout=0.0):
     read.require("tie_word_embeddings", True, True)
     vocab, d = read.count("vocab_size"), read.count("n_embd")
     layers, heads = read.count("n_layer"), read.count("n_head")
-    hidden = config.get("n_inner") or 4 * d
-    eps = read.number("layer_norm_epsilon", 1e-5)
+    hidden = read.count("n_inner") if config.get("n_inner") is not None else 4 * d
+    eps = read.number("layer_norm_epsilon", 1e-5, positive=True)
     gelu = read.gelu("activation_function", "gelu_new")
     if d % heads:
         raise InteropError(f"{where}: n_embd={d} is not a multiple of n_head={heads}")

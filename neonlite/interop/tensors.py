@@ -1,38 +1,53 @@
 """Reading and writing safetensors files through the ``safetensors`` library (numpy API: no
 pickle, no code runs): one ``model.safetensors`` or shards listed in
 ``model.safetensors.index.json``.  bf16 and f16 tensors are widened to the caller's dtype."""
-import json
 from pathlib import Path
 
 import numpy as np
 
+from ..safe_files import inside_folder
 from .errors import InteropError, require
+from .hf_config import read_json
 
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
+MAX_INDEX_BYTES = 64 << 20
 
 
 def weight_files(model_dir):
     """The safetensors files of a model directory: ``[model.safetensors]`` or the shards its
-    index names (in order, each once)."""
+    index names (in order, each once).  Each must be a regular file inside the directory
+    (:func:`neonlite.safe_files.inside_folder`: no absolute names, ``..``, symlinks leading
+    out, FIFOs or devices); index values must be file names (strings)."""
     model_dir = Path(model_dir)
     single, index = model_dir / WEIGHTS, model_dir / INDEX
-    if single.is_file():
-        return [single]
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-            shards = list(dict.fromkeys(weight_map.values()))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise InteropError(f"{index}: not a safetensors index (a JSON object with a "
-                               f"'weight_map' of tensor name -> shard file)") from None
-        missing = [s for s in shards if not (model_dir / s).is_file()]
-        if missing:
-            raise InteropError(f"{index}: shard {missing[0]!r} is missing from {model_dir}")
-        return [model_dir / s for s in shards]
+    if _present(single):
+        return [inside_folder(model_dir, WEIGHTS, InteropError, "weights file")]
+    if _present(index):
+        index = inside_folder(model_dir, INDEX, InteropError, "safetensors index")
+        shards = _shards(index, read_json(index, MAX_INDEX_BYTES))
+        return [inside_folder(model_dir, s, InteropError, f"shard (named by {INDEX})")
+                for s in shards]
     pickled = [p.name for p in model_dir.glob("*.bin")] + [p.name for p in model_dir.glob("*.pt")]
     extra = f" ({pickled[0]} is a pickle file, which neonlite never loads)" if pickled else ""
     raise InteropError(f"{model_dir}: no {WEIGHTS} or {INDEX}{extra}")
+
+
+def _present(path):
+    return path.exists() or path.is_symlink()
+
+
+def _shards(index, data):
+    """The shard file names of safetensors index ``data`` (read from ``index``), each once."""
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise InteropError(f"{index}: not a safetensors index (a JSON object with a "
+                           f"'weight_map' of tensor name -> shard file)")
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str):
+            raise InteropError(f"{index}: weight_map[{name[:60]!r}] = {str(shard)[:60]}: a "
+                               f"shard must be a file name (a string)")
+    return list(dict.fromkeys(weight_map.values()))
 
 
 def read_tensors(model_dir, dtype):

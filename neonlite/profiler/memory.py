@@ -9,10 +9,9 @@ it (views share their buffer), at its allocated size: on the CPU the 64-byte ali
 allocation of ``aligned_empty``, on the GPU the device allocation.  The backends allocate
 everything before the first step and nothing after it, so these sums are also the peaks.
 """
-import copy
-
 import numpy as np
 
+from ..memory_check import optimizer_state_per_element
 from .instrument import layer_children
 
 KINDS = ("params", "grads", "optimizer", "activations", "workspace")
@@ -151,15 +150,3 @@ def model_memory(model, optimizer=None):
     state_bytes = None if per_element is None else (
         lambda p: int(round(per_element * int(np.prod(p.value.shape)))))
     return MemoryLedger().tree(model.layers.layers, state_bytes)
-
-
-def optimizer_state_per_element(optimizer, be):
-    """Bytes of optimizer state per parameter element, found by running one update of a
-    copy of ``optimizer`` on a throwaway 64-element parameter (the real parameters and the
-    optimizer are untouched)."""
-    from ..layers.layer import Parameter
-    trial = copy.deepcopy(optimizer)
-    holder = type("TrialLayer", (), {"name": "trial"})()
-    p = Parameter(holder, "W", be.zeros((64,)), be.zeros((64,)))
-    trial.optimize([p], 0)
-    return sum(s.size * np.dtype(s.dtype).itemsize for s in p.states.values()) / 64.0

@@ -4,7 +4,8 @@
 with its address space capped by ``RLIMIT_AS`` (so a memory bomb dies instead of taking the
 machine) and kills it after ``seconds``.  It returns an :class:`Isolated`: the exit status, the
 standard output and error, the wall time and the child's peak resident memory (``ru_maxrss`` from
-``wait4``, the child alone).  ``outcome`` classifies the run the way the attack tables do:
+``wait4``, the child alone, measured by a small launcher process that forks it, since Linux
+carries the forking process's peak across ``exec``).  ``outcome`` classifies the run the way the attack tables do:
 ``one-line error``, ``success``, ``traceback``, ``hang``, ``killed by signal N``,
 ``several lines`` or ``status N``.
 
@@ -12,7 +13,6 @@ standard output and error, the wall time and the child's peak resident memory (`
 as a TSV file, so a test can leave the table in its temporary folder and assert on the rows.
 """
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -77,13 +77,40 @@ class Isolated:
         return "several lines" if len(lines) > 1 else f"status {self.status}"
 
 
-def _limits(memory_mib):
-    def apply():
-        size = int(memory_mib) << 20
-        resource.setrlimit(resource.RLIMIT_AS, (size, size))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        os.setsid()
-    return apply
+#: A small Python process that runs the attack as its own child and reports the child's
+#: rusage: Linux carries a process's peak RSS (``ru_maxrss``) across ``exec``, so a child
+#: forked straight from this (large) test process would report at least the test process's
+#: size; a child forked from this launcher starts from the launcher's few MiB.  It applies
+#: the limits in the child, writes ``maxrss_kib`` to file descriptor FD and exits with the
+#: child's status (re-raising the signal that killed it).
+LAUNCHER = """
+import os, resource, signal, sys
+fd, size, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+pid = os.fork()
+if pid == 0:
+    os.close(fd)
+    resource.setrlimit(resource.RLIMIT_AS, (size, size))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    try:
+        os.execvp(argv[0], argv)
+    finally:
+        os._exit(127)
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(sig, lambda n, f: os.kill(pid, n))
+_, code, usage = os.wait4(pid, 0)
+os.write(fd, str(usage.ru_maxrss).encode())
+os.close(fd)
+if os.WIFSIGNALED(code):
+    signal.signal(os.WTERMSIG(code), signal.SIG_DFL)
+    os.kill(os.getpid(), os.WTERMSIG(code))
+os._exit(os.WEXITSTATUS(code))
+"""
+
+
+def _launch(argv, memory_mib, report_fd):
+    """``argv`` run under :data:`LAUNCHER` with ``memory_mib`` of address space."""
+    return [sys.executable, "-S", "-c", LAUNCHER, str(report_fd), str(int(memory_mib) << 20),
+            *argv]
 
 
 def run_isolated(argv, *, cwd=None, env=None, memory_mib=DEFAULT_MEMORY_MIB,
@@ -94,10 +121,16 @@ def run_isolated(argv, *, cwd=None, env=None, memory_mib=DEFAULT_MEMORY_MIB,
     reaped with ``wait4`` here, so ``peak_mib`` is its own peak resident memory."""
     full_env = dict(os.environ, PYTHONSAFEPATH="1", **(env or {}))
     full_env.setdefault("OMP_NUM_THREADS", "1")
+    report_read, report_write = os.pipe()
     start = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=cwd, env=full_env, preexec_fn=_limits(memory_mib),
-                            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        proc = subprocess.Popen(_launch(argv, memory_mib, report_write), cwd=cwd,
+                                env=full_env, start_new_session=True, pass_fds=(report_write,),
+                                stdin=subprocess.PIPE if stdin is not None
+                                else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    finally:
+        os.close(report_write)
     streams = {"out": [], "err": []}
     readers = [threading.Thread(target=_drain, args=(pipe, streams[key]), daemon=True)
                for key, pipe in (("out", proc.stdout), ("err", proc.stderr))]
@@ -110,9 +143,12 @@ def run_isolated(argv, *, cwd=None, env=None, memory_mib=DEFAULT_MEMORY_MIB,
     proc.returncode = status
     for reader in readers:
         reader.join()
+    with os.fdopen(report_read, "rb") as report:
+        reported = report.read().strip()
+    maxrss_kib = int(reported) if reported.isdigit() else usage.ru_maxrss
     decode = lambda chunks: b"".join(chunks).decode("utf-8", "replace")  # noqa: E731
     return Isolated(status, decode(streams["out"]), decode(streams["err"]),
-                    time.monotonic() - start, usage.ru_maxrss / 1024, timed_out)
+                    time.monotonic() - start, maxrss_kib / 1024, timed_out)
 
 
 def _drain(pipe, chunks):
