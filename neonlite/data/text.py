@@ -6,6 +6,7 @@ import numpy as np
 
 from ..backends import get_backend
 from .iterator import DataError, shard_check
+from .locate import find_data_file, text_folders
 
 
 def builtin_text():
@@ -20,17 +21,15 @@ def builtin_text():
 
 
 def read_text(path, filename=None):
-    """The UTF-8 text of file ``path``, or of ``filename`` under directory ``path`` (looked for
-    in ``path/text/`` then ``path/``); errors name the file and, for bad bytes, the offset."""
-    if os.path.isdir(path):
-        if not filename:
-            raise DataError(f"{path} is a directory: name the text file with filename=")
-        candidates = [os.path.join(path, "text", filename), os.path.join(path, filename)]
-        found = [c for c in candidates if os.path.isfile(c)]
-        if not found:
-            raise DataError(f"text file {filename!r} not found: looked for {candidates[0]} and "
-                            f"{candidates[1]}")
-        path = found[0]
+    """The UTF-8 text of file ``path``, or of ``filename`` looked for in :func:`text_folders`
+    of data root ``path`` (``path/text/`` then ``path/``; ``path`` None: the default data
+    root; an absolute ``filename`` is itself); errors name the file, every place looked and,
+    for bad bytes, the offset."""
+    if filename:
+        path = find_data_file(filename, text_folders(path), "text file")
+    elif path is None or os.path.isdir(path):
+        raise DataError(f"{path if path is not None else 'no text path'}: name the text file "
+                        f"with filename=")
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -190,15 +189,19 @@ class TextCorpus(TextWindows):
     validates (:attr:`valid_iter`, consecutive windows in order).
 
     Arguments:
-        path: a UTF-8 text file, or a data directory holding ``text/<filename>``; None uses
-            Python's own documentation text (``pydoc_data.topics``), so it runs offline.
+        path: a UTF-8 text file, or the data root to look for ``filename`` in; None (and no
+            ``filename``) uses Python's own documentation text (``pydoc_data.topics``), so it
+            runs offline.
         seq_len (int): T, the window length.
         split (float): the fraction of the characters, from the start, used for training.
         nbatches (int or None): training batches per epoch.
         vocab (str or None): the characters, token i being ``vocab[i]``; default the sorted
             distinct characters of the whole text (a character outside a given vocabulary is
             an error naming its offset).
-        filename (str or None): the file inside a data directory ``path``.
+        filename (str or None): the text file: absolute, or looked for in ``<root>/text/``
+            then ``<root>/`` (``root``: ``path``, else the default data root; see
+            :func:`~neonlite.data.locate.text_folders`).  A named file that is not found is a
+            :class:`DataError` naming every place looked, never the built-in text.
         streams (bool): one stretch of text per batch row, walked in order (see
             :class:`TextWindows`), for stateful recurrent models.
 
@@ -206,10 +209,15 @@ class TextCorpus(TextWindows):
     (this object) and ``valid_iter`` are neon's names.
     """
 
+    #: the options that name files, and the folders (of the data root) they are looked for in
+    file_options = {"filename": text_folders}
+
     def __init__(self, path=None, seq_len=128, split=0.9, nbatches=None, vocab=None,
                  filename=None, shuffle=True, name=None, streams=False):
+        if filename:
+            path = find_data_file(filename, text_folders(path), "text file")
         where = path if path is not None else "pydoc_data.topics"
-        text = builtin_text() if path is None else read_text(path, filename)
+        text = builtin_text() if path is None else read_text(path)
         if not 0.0 < split < 1.0:
             raise DataError(f"{where}: split must be in (0, 1), got {split!r}")
         if not text:
