@@ -308,6 +308,14 @@ class LearningRateSchedule(Callback):
         self.schedule = schedule
         self.base = {}
 
+    def on_train_begin(self, dataset, num_epochs):
+        try:
+            batches = len(dataset)
+        except TypeError:
+            return
+        getattr(self.schedule, "plan", lambda steps, how: None)(
+            batches * num_epochs, f"{batches} batches x {num_epochs} epochs")
+
     def _optimizers(self):
         opt = self.model.optimizer
         mapping = getattr(opt, "mapping", None)

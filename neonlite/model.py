@@ -12,6 +12,7 @@ from .layers.shared import share_padding_masks, tie_layers
 from .memory_check import check_outputs_fit
 from .finite import first_nonfinite as first_nonfinite_of
 from .optimizers.arena import ParameterArena, build_arena
+from .optimizers.schedules import plan_schedules
 
 
 class Model:
@@ -140,6 +141,7 @@ class Model:
         callbacks = callbacks if callbacks is not None else Callbacks(self, progress=progress)
         callbacks.model = self
         self.optimizer = optimizer
+        _plan_schedules(optimizer, dataset, num_epochs)
         getattr(self.be, "prepare_kernels", lambda: None)()
         callbacks.on_train_begin(dataset, num_epochs)
         stop = getattr(callbacks, "stop_signal", None)
@@ -464,6 +466,16 @@ def _describe_rows(layers, depth, rows):
                 _describe_rows(branch.layers, depth + 1, rows)
         elif isinstance(layer, Sequential) and not isinstance(layer, CompoundLayer):
             _describe_rows(layer.layers, depth + 1, rows)
+
+
+def _plan_schedules(optimizer, dataset, num_epochs):
+    """Tell the optimizer's schedules the run's length (batches per epoch x epochs), when
+    the data set knows its number of batches."""
+    try:
+        batches = len(dataset)
+    except TypeError:
+        return
+    plan_schedules(optimizer, batches, num_epochs)
 
 
 def _check_targets(dataset, out_shape):
