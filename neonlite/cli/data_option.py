@@ -32,6 +32,14 @@ def data_path(data):
     return path
 
 
+def text_file(data):
+    """``--data``'s PATH for a command that takes only a text file (``generate``)."""
+    path = data_path(data)
+    if not path.is_file():
+        raise DataError(f"--data {data}: not a text file")
+    return path
+
+
 def with_data(dataset, data):
     """The canonical ``dataset`` entry with ``--data``'s PATH ``data`` in the option its kind
     fills; a kind the run's data set does not take is a one-line error."""

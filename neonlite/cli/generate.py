@@ -4,7 +4,7 @@ from ..generation import GenerationError, generate
 from ..model import Model
 from ..data.text import Vocabulary, read_text
 from ..text import Tokenizer
-from .data_option import data_path
+from .data_option import text_file
 
 HELP = "sample text from a trained language model checkpoint"
 
@@ -46,7 +46,7 @@ def command(args):
     if args.data is not None:
         if vocab is not None:
             raise GenerationError("generate: give --data or --tokenizer, not both")
-        vocab = Vocabulary.of_text(read_text(data_path(args.data)))
+        vocab = Vocabulary.of_text(read_text(text_file(args.data)))
     try:
         text = generate(model, vocab, args.prompt, args.chars, args.temperature, args.top_k,
                         args.seed, use_cache=not args.no_cache)

@@ -43,7 +43,8 @@ def test_data_paths_that_are_not_text_files(tmp_path, attack):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     (tmp_path / "binary.txt").write_bytes(b"ab\xff\xfe" * 100)
-    assert "not a text file" in attack("--data a character device", "train", run, "--data", "/dev/zero")
+    assert "not a text file" in attack("--data a character device", "train", run, "--data",
+                                       "/dev/zero")
     assert "not a text file" in attack("--data a folder", "train", run, "--data", tmp_path)
     assert "not a text file" in attack("--data a FIFO", "train", run, "--data", fifo)
     assert "not UTF-8" in attack("--data binary bytes", "train", run, "--data",

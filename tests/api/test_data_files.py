@@ -147,6 +147,8 @@ def test_data_flag_trains_evaluates_and_generates_on_a_text_file(elsewhere, caps
     assert capsys.readouterr().out.startswith("nats_per_token: ")
     assert main(["generate", str(ckpt), "--data", str(fox), "--prompt", "the", "-n", "5"]) == 0
     assert capsys.readouterr().out.startswith("the")
+    assert main(["generate", str(ckpt), "--data", str(elsewhere)]) == 1
+    assert one_error(capsys).endswith(f"--data {elsewhere}: not a text file")
 
 
 def test_data_flag_that_does_not_exist_is_one_error(elsewhere, capsys):
