@@ -50,7 +50,12 @@ def data_size(data):
     """What ``auto`` stands for with data set ``data``: its vocabulary's length (text), else
     its number of classes."""
     vocab = getattr(data, "vocab", None)
-    return len(vocab) if vocab is not None else data.nclass
+    size = len(vocab) if vocab is not None else getattr(data, "nclass", None)
+    if not isinstance(size, int) or size < 1:
+        raise ConfigError(f"layers: a size given as 'auto' needs a data set that knows its "
+                          f"vocabulary or its number of classes; data set "
+                          f"{getattr(data, 'name', '?')!r} does not (give nclass, or the size)")
+    return size
 
 
 def _walk(value, path, visit):

@@ -120,3 +120,18 @@ def test_a_cosine_total_steps_out_of_step_is_a_warning_line(tmp_path, capsys):
     assert err == ["neonlite: warning: CosineSchedule: total_steps 500 differs from the run's 6 "
                    "steps (3 batches x 2 epochs), so the decay stops short of its floor; leave "
                    "total_steps out to derive it"]
+
+
+def test_auto_with_a_data_set_that_knows_no_classes_is_one_error(tmp_path, capsys):
+    import h5py
+    import numpy as np
+    with h5py.File(tmp_path / "r.h5", "w") as f:
+        f["x"], f["y"] = np.zeros((16, 4), np.float32), np.zeros((16, 2), np.float32)
+    run = tmp_path / "run.yaml"
+    run.write_text("epochs: 1\nbatchsize: 8\neval_freq: 0\n"
+                   "dataset: {type: hdf5, config: {train: r.h5}}\n"
+                   "layers: [{type: Affine, config: {nout: auto}}]\n"
+                   "cost: SumSquared\noptimizer: {type: Adam}\n")
+    status, err = train(capsys, str(run))
+    assert status == 1 and len(err) == 1, err
+    assert err[0].startswith("neonlite: error: layers: a size given as 'auto' needs a data set")
