@@ -13,6 +13,7 @@ import time
 
 from .config.values import describe_value, given_arguments
 from .transforms.metric import Misclassification
+from .optimizers.schedules import run_length
 
 
 class Callback:
@@ -314,7 +315,7 @@ class LearningRateSchedule(Callback):
         except TypeError:
             return
         getattr(self.schedule, "plan", lambda steps, how: None)(
-            batches * num_epochs, f"{batches} batches x {num_epochs} epochs")
+            batches * num_epochs, run_length(batches, num_epochs))
 
     def _optimizers(self):
         opt = self.model.optimizer

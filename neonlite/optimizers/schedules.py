@@ -131,4 +131,10 @@ def plan_schedules(optimizer, batches, epochs):
     """Tell every schedule of ``optimizer`` that the run takes ``batches`` x ``epochs``
     steps (``Model.fit`` calls it before the first step)."""
     for schedule in schedules_of(optimizer):
-        schedule.plan(batches * epochs, f"{batches} batches x {epochs} epochs")
+        schedule.plan(batches * epochs, run_length(batches, epochs))
+
+
+def run_length(batches, epochs):
+    """``"B batches x E epochs"``, as the schedules' messages say it."""
+    return f"{batches} batch{'' if batches == 1 else 'es'} x {epochs} " \
+           f"epoch{'' if epochs == 1 else 's'}"

@@ -135,3 +135,25 @@ def test_auto_with_a_data_set_that_knows_no_classes_is_one_error(tmp_path, capsy
     status, err = train(capsys, str(run))
     assert status == 1 and len(err) == 1, err
     assert err[0].startswith("neonlite: error: layers: a size given as 'auto' needs a data set")
+
+
+def test_model_fit_and_the_schedule_callback_derive_cosine_total_steps():
+    import numpy as np
+
+    from neonlite import Model, gen_backend
+    from neonlite.callbacks import Callbacks, LearningRateSchedule
+    from neonlite.data import ArrayIterator
+    from neonlite.layers import Affine, GeneralizedCost
+    from neonlite.optimizers import Adam, CosineSchedule
+    from neonlite.transforms import CrossEntropyMulti, Softmax
+    gen_backend("cpu", batch_size=4, rng_seed=0)
+    data = ArrayIterator(np.random.default_rng(0).random((20, 3)), np.arange(20) % 2, nclass=2)
+    own, callback = CosineSchedule(warmup_steps=1), CosineSchedule()
+    model = Model([Affine(nout=2, activation=Softmax())])
+    callbacks = Callbacks(model, progress=False)
+    callbacks.add(LearningRateSchedule(callback))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.fit(data, Adam(schedule=own), 3, GeneralizedCost(CrossEntropyMulti()), callbacks)
+    assert own.total_steps == callback.total_steps == 5 * 3
+    assert own.get_description()["config"]["total_steps"] is None
