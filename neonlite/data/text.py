@@ -1,6 +1,7 @@
 """Character-level text for language models: a vocabulary of characters, (N, T) windows of
 token ids as inputs and the next characters, as int32 class indices (N, T), as targets."""
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -20,13 +21,19 @@ def builtin_text():
     return "\n".join(topics[key] for key in sorted(topics))
 
 
+def find_text_file(filename, data_dir=None):
+    """The path of text file ``filename``: absolute, or looked for in the working folder,
+    then :func:`text_folders` of data root ``data_dir`` (a DataError naming every place
+    looked when it is in none)."""
+    return find_data_file(filename, [Path.cwd()] + text_folders(data_dir), "text file")
+
+
 def read_text(path, filename=None):
-    """The UTF-8 text of file ``path``, or of ``filename`` looked for in :func:`text_folders`
-    of data root ``path`` (``path/text/`` then ``path/``; ``path`` None: the default data
-    root; an absolute ``filename`` is itself); errors name the file, every place looked and,
-    for bad bytes, the offset."""
+    """The UTF-8 text of file ``path``, or of ``filename`` found by :func:`find_text_file`
+    under data root ``path``; errors name the file, every place looked and, for bad bytes,
+    the offset."""
     if filename:
-        path = find_data_file(filename, text_folders(path), "text file")
+        path = find_text_file(filename, path)
     elif path is None or os.path.isdir(path):
         raise DataError(f"{path if path is not None else 'no text path'}: name the text file "
                         f"with filename=")
@@ -198,9 +205,10 @@ class TextCorpus(TextWindows):
         vocab (str or None): the characters, token i being ``vocab[i]``; default the sorted
             distinct characters of the whole text (a character outside a given vocabulary is
             an error naming its offset).
-        filename (str or None): the text file: absolute, or looked for in ``<root>/text/``
-            then ``<root>/`` (``root``: ``path``, else the default data root; see
-            :func:`~neonlite.data.locate.text_folders`).  A named file that is not found is a
+        filename (str or None): the text file: absolute, or looked for in the working
+            folder, then ``<root>/text/`` and ``<root>/`` (``root``: ``path``, else the default
+            data root; see :func:`find_text_file`; a YAML run looks in the YAML's folder
+            instead of the working folder).  A named file that is not found is a
             :class:`DataError` naming every place looked, never the built-in text.
         streams (bool): one stretch of text per batch row, walked in order (see
             :class:`TextWindows`), for stateful recurrent models.
@@ -215,7 +223,7 @@ class TextCorpus(TextWindows):
     def __init__(self, path=None, seq_len=128, split=0.9, nbatches=None, vocab=None,
                  filename=None, shuffle=True, name=None, streams=False):
         if filename:
-            path = find_data_file(filename, text_folders(path), "text file")
+            path = find_text_file(filename, path)
         where = path if path is not None else "pydoc_data.topics"
         text = builtin_text() if path is None else read_text(path)
         if not 0.0 < split < 1.0:
