@@ -4,6 +4,7 @@ data of the right shape), and print one row per layer, then the optimizer, data 
 communication rows and the step total."""
 import json
 import sys
+import warnings
 
 from ..backends import available_backends
 from ..callbacks import Callbacks
@@ -64,7 +65,8 @@ def command(args):
     data = _data(args, run, model, total)
     initialize(model, data, cost)
     epochs = steps_for_epochs(total, len(data))
-    with profile:
+    with profile, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "CosineSchedule")  # a profile is not the whole run
         model.fit(data, optimizer, epochs, cost, Callbacks(model, progress=False))
     report = profile.rows()
     if args.json:

@@ -86,7 +86,8 @@ class CosineSchedule(Schedule):
         """The run will take ``steps`` optimizer steps (``how``: "B batches x E epochs")."""
         if self.given_steps is None:
             if steps <= self.warmup_steps:
-                warnings.warn(f"CosineSchedule: the run's {steps} steps ({how}) end within "
+                warnings.warn(f"CosineSchedule: the run's {steps} step{'' if steps == 1 else 's'}"
+                              f" ({how}) end{'s' if steps == 1 else ''} within "
                               f"its {self.warmup_steps} warm-up steps: the rate only warms up",
                               UserWarning, stacklevel=3)
             self.total_steps = max(steps, self.warmup_steps + 1)
