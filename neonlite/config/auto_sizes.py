@@ -24,8 +24,9 @@ AUTO = "auto"
 AUTO_OPTIONS = ("vocab", "nout")
 #: the options that, required by a layer and left out, mean ``auto``
 IMPLICIT = ("vocab",)
-#: the size ``auto`` stands for while the YAML is checked, before the data is read
-STAND_IN = 2
+#: the size ``auto`` stands for while the YAML is checked, before the data is read: large
+#: enough for any ``pad_id``, and a multiple of every block size (block-sparse layers)
+STAND_IN = 1 << 15
 
 
 def auto_entries(layers):

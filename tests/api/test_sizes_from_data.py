@@ -39,7 +39,8 @@ def train(capsys, run, *flags):
     return status, capsys.readouterr().err.strip().splitlines()
 
 
-@pytest.mark.parametrize("embed", ["vocab: auto, ", ""], ids=["auto", "left-out"])
+@pytest.mark.parametrize("embed", ["vocab: auto, ", "", "vocab: auto, pad_id: 5, "],
+                         ids=["auto", "left-out", "with-pad-id"])
 def test_vocab_and_output_width_come_from_the_text(tmp_path, capsys, embed):
     run = write_run(tmp_path, embed=embed)
     ckpt = tmp_path / "lm.h5"
