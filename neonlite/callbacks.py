@@ -13,6 +13,7 @@ import time
 
 from .config.values import describe_value, given_arguments
 from .transforms.metric import Misclassification
+from .optimizers.schedules import run_length
 
 
 class Callback:
@@ -307,6 +308,14 @@ class LearningRateSchedule(Callback):
                              f"{schedule!r}")
         self.schedule = schedule
         self.base = {}
+
+    def on_train_begin(self, dataset, num_epochs):
+        try:
+            batches = len(dataset)
+        except TypeError:
+            return
+        getattr(self.schedule, "plan", lambda steps, how: None)(
+            batches * num_epochs, run_length(batches, num_epochs))
 
     def _optimizers(self):
         opt = self.model.optimizer

@@ -21,6 +21,8 @@ class TrainingInterrupted(Exception):
 
     def __init__(self, signum, epoch, batches, checkpoint=None):
         self.signum, self.epoch, self.batches, self.checkpoint = signum, epoch, batches, checkpoint
+        #: the whole command that resumes the run (``neonlite train`` sets it), else None
+        self.resume_command = None
         super().__init__(self.message())
 
     @property
@@ -32,6 +34,8 @@ class TrainingInterrupted(Exception):
         if self.checkpoint is None:
             return f"{where}; no checkpoint written (with --save-path an interrupted run " \
                    f"can be resumed)"
+        if self.resume_command is not None:
+            return f"{where}; resume with: {self.resume_command}"
         return f"{where}; resume with --resume {self.checkpoint}"
 
 

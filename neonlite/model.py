@@ -16,6 +16,7 @@ from .model_checks import (check_backend, check_optimizer, check_targets, claim_
                            param_value)
 from .finite import first_nonfinite as first_nonfinite_of
 from .optimizers.arena import ParameterArena, build_arena
+from .optimizers.schedules import plan_schedules_for
 
 
 class Model:
@@ -155,6 +156,7 @@ class Model:
         callbacks = callbacks if callbacks is not None else Callbacks(self, progress=progress)
         callbacks.model = self
         self.optimizer = optimizer
+        plan_schedules_for(optimizer, dataset, num_epochs)
         getattr(self.be, "prepare_kernels", lambda: None)()
         callbacks.on_train_begin(dataset, num_epochs)
         stop = getattr(callbacks, "stop_signal", None)

@@ -1,6 +1,7 @@
 """``neonlite describe FILE.yaml|CKPT.h5``: the model table (layer, type, output shape,
 parameters) without training."""
 from ..backends import gen_backend
+from ..config.data_files import resolve_data_files
 from ..config.datasets import make_dataset
 from ..config.run import RunConfig
 from ..model import Model
@@ -33,7 +34,8 @@ def command(args):
         source = f"checkpoint {args.file} (epoch {ckpt.epoch_index}), input {ckpt.in_shape}"
     else:
         run = RunConfig.from_file(args.file)
-        data = make_dataset(run.settings["dataset"])
+        data = make_dataset(resolve_data_files(run.settings["dataset"], run.folder))
+        run.size_layers(data)
         model = run.build_model()
         initialize(model, ShapeStub(data.shape, data.name), None)
         classes = getattr(data, "nclass", None)
@@ -54,7 +56,8 @@ def memory_command(args):
     run = RunConfig.from_file(args.file).override(batchsize=args.batchsize)
     batch = run.settings["batchsize"]
     gen_backend("cpu", batch_size=batch)
-    data = make_dataset(run.settings["dataset"])
+    data = make_dataset(resolve_data_files(run.settings["dataset"], run.folder))
+    run.size_layers(data)
     model = run.build_model()
     initialize(model, ShapeStub(data.shape, data.name), None)
     run_once(model)

@@ -5,6 +5,7 @@ from ..config.errors import ConfigError
 from ..model import Model
 from ..serialize import read_checkpoint
 from .arguments import positive_int
+from .data_option import add_data_argument, with_data
 from .session import load_data, make_backend
 
 HELP = "evaluate a checkpoint on its data set's validation (test) set"
@@ -15,6 +16,7 @@ def register(subparsers):
     parser.add_argument("checkpoint", metavar="CKPT.h5")
     parser.add_argument("--data-dir", metavar="DIR", help="data root (default $NEONLITE_DATA, "
                         "else ~/.neonlite/data)")
+    add_data_argument(parser, "evaluate on")
     parser.add_argument("--metric", choices=list(metric_choices()), default=None,
                         help="the metric to report (default: the run's own, as its checkpoint "
                              "names it, else misclassification)")
@@ -57,7 +59,8 @@ def command(args):
     settings = {"backend": args.backend or config.get("backend", "cpu"),
                 "batchsize": args.batchsize or config.get("batchsize", 128),
                 "rng_seed": config.get("rng_seed"), "datatype": config.get("datatype", "f32"),
-                "dataset": check_dataset(dataset)}
+                "dataset": with_data(dataset, args.data) if args.data else
+                check_dataset(dataset)}
     make_backend(settings)
     _, _, valid = load_data(settings, args.data_dir, args.max_batches, train=False)
     model = Model.from_checkpoint(ckpt)

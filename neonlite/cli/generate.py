@@ -2,7 +2,9 @@
 from ..backends import available_backends, gen_backend
 from ..generation import GenerationError, generate
 from ..model import Model
+from ..data.text import Vocabulary, read_text
 from ..text import Tokenizer
+from .data_option import text_file
 
 HELP = "sample text from a trained language model checkpoint"
 
@@ -25,6 +27,9 @@ def register(subparsers):
     parser.add_argument("-r", "--seed", type=int, default=None, help="sampling seed")
     parser.add_argument("--no-cache", action="store_true",
                         help="rerun the whole context for each character (slow; for checking)")
+    parser.add_argument("--data", metavar="TEXT", default=None,
+                        help="the text the model was trained on: its characters are the "
+                             "vocabulary (for a checkpoint that does not record one)")
     parser.add_argument("--tokenizer", metavar="TOKENIZER.json", default=None,
                         help="a subword tokenizer (Hugging Face tokenizer.json, e.g. GPT-2's "
                              "BPE) for a model of subword tokens; -n then counts tokens")
@@ -38,6 +43,10 @@ def command(args):
     gen_backend(args.backend, batch_size=1, rng_seed=args.seed)
     model = Model.load(args.checkpoint)
     vocab = None if args.tokenizer is None else Tokenizer.from_file(args.tokenizer)
+    if args.data is not None:
+        if vocab is not None:
+            raise GenerationError("generate: give --data or --tokenizer, not both")
+        vocab = Vocabulary.of_text(read_text(text_file(args.data)))
     try:
         text = generate(model, vocab, args.prompt, args.chars, args.temperature, args.top_k,
                         args.seed, use_cache=not args.no_cache)

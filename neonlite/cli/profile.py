@@ -4,9 +4,11 @@ data of the right shape), and print one row per layer, then the optimizer, data 
 communication rows and the step total."""
 import json
 import sys
+import warnings
 
 from ..backends import available_backends
 from ..callbacks import Callbacks
+from ..config.data_files import resolve_data_files
 from ..config.datasets import make_dataset
 from ..config.errors import ConfigError
 from ..config.run import RunConfig
@@ -54,13 +56,17 @@ def command(args):
     total = args.warmup + args.steps
     profile = Profile(args.trace, (args.warmup, total), "--warmup/--steps", "--trace")
     make_backend(settings)
+    if run.auto_layers is not None:  # sizes from the data (vocab: auto) before the model
+        run.size_layers(make_dataset(resolve_data_files(settings["dataset"], run.folder,
+                                                        args.data_dir), args.data_dir))
     model, cost = run.build_model(), run.build_cost()
     optimizer = for_datatype(run.build_optimizer(), settings["datatype"])
     cost = optimizer.wrap_cost(cost) if isinstance(optimizer, MixedPrecision) else cost
     data = _data(args, run, model, total)
     initialize(model, data, cost)
     epochs = steps_for_epochs(total, len(data))
-    with profile:
+    with profile, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "CosineSchedule")  # a profile is not the whole run
         model.fit(data, optimizer, epochs, cost, Callbacks(model, progress=False))
     report = profile.rows()
     if args.json:
@@ -86,7 +92,8 @@ def _data(args, run, model, total):
         return SyntheticBatches(get_backend(), shape, model.out_shape, total,
                                 vocab=first_vocab(model))
     try:
-        _, train_set, _ = load_data(settings, args.data_dir, total, valid=False)
+        _, train_set, _ = load_data(settings, args.data_dir, total, valid=False,
+                                    folder=run.folder)
     except (DataError, OSError) as err:
         raise ConfigError(f"{args.config}: the data of data set "
                           f"{settings['dataset']['type']!r} is missing or unreadable ({err}); "

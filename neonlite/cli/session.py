@@ -11,6 +11,7 @@ rank and its shard of the training data, gradients are averaged during bprop, an
 0 prints progress, writes the log and the checkpoints.  An error on any rank is printed
 with the rank and ends the whole job.
 """
+import shlex
 import sys
 import time
 import warnings
@@ -19,12 +20,14 @@ import numpy as np
 
 from ..backends import gen_backend, get_backend
 from ..callbacks import Callbacks, ModelCheckpoint
+from ..config.auto_sizes import check_fits_data
+from ..config.data_files import resolve_data_files
 from ..config.datasets import make_dataset
 from ..config.errors import ConfigError
 from ..config.yaml_io import dump_yaml
 from ..distributed import DataParallel, detect_world, shard
 from ..distributed.run_check import check_same_run, run_items
-from ..interrupts import SIGNALS, StopOnSignal
+from ..interrupts import SIGNALS, StopOnSignal, TrainingInterrupted
 from ..layers.layer import ShapeError
 from ..memory_check import check_network_fits
 from ..optimizers.mixed_precision import MixedPrecision, for_datatype
@@ -90,10 +93,19 @@ def make_backend(settings, world=None):
                           f"datatype {settings['datatype']!r} ({err})") from None
 
 
-def load_data(settings, data_dir, max_batches=None, train=True, valid=True, data=None):
+def make_data(settings, data_dir, folder=None):
+    """The data set ``settings["dataset"]`` describes.  The files it names are looked for in
+    ``folder`` (the YAML's; None: the working folder) then the data root, and the entry is
+    rewritten with the paths found (:func:`resolve_data_files`)."""
+    settings["dataset"] = resolve_data_files(settings["dataset"], folder, data_dir)
+    return make_dataset(settings["dataset"], data_dir)
+
+
+def load_data(settings, data_dir, max_batches=None, train=True, valid=True, folder=None,
+              data=None):
     """(data set, train iterator, validation iterator) on the current backend (None for
-    the ones not asked for); ``data``: the data set, when it is already made."""
-    data = make_dataset(settings["dataset"], data_dir) if data is None else data
+    the ones not asked for); ``data``: the data set, when :func:`make_data` already made it."""
+    data = make_data(settings, data_dir, folder) if data is None else data
     sets = [data.train_iter if train else None, data.valid_iter if valid else None]
     sets = [get_backend().prefetched(s, max_batches) for s in sets]
     if max_batches:
@@ -173,7 +185,8 @@ def _train(run, opts, stream, world):
         settings["rng_seed"] = world.bcast(seed if seed is not None else
                                            int(np.random.SeedSequence().entropy % 2 ** 31))
     make_backend(settings, world)
-    data = make_dataset(settings["dataset"], opts.data_dir)
+    data = make_data(settings, opts.data_dir, run.folder)
+    run.size_layers(data)
     model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
     optimizer = for_datatype(optimizer, settings["datatype"])
     check_memory_first(model, data, optimizer, iterators=1 + (settings["eval_freq"] > 0))
@@ -193,6 +206,7 @@ def _train(run, opts, stream, world):
     cost = optimizer.wrap_cost(cost) if isinstance(optimizer, MixedPrecision) else cost
     initialize(model, train_set, cost, optimizer)
     check_optimizer_fits(model, optimizer)
+    check_fits_data(model, data)
     _record_vocabulary(model, data)
     if opts.model_file:
         load_params(model, read_checkpoint(opts.model_file))
@@ -229,7 +243,12 @@ def _train(run, opts, stream, world):
     with warnings.catch_warnings(), StopOnSignal(SIGNALS if world.size == 1 else ()) as stop:
         warnings.filterwarnings("ignore", "Model.fit: nothing to train")
         callbacks.stop_signal = stop
-        model.fit(train_set, optimizer, settings["epochs"], cost, callbacks)
+        try:
+            model.fit(train_set, optimizer, settings["epochs"], cost, callbacks)
+        except TrainingInterrupted as stopped:
+            if stopped.checkpoint is not None:
+                stopped.resume_command = resume_command(stopped.checkpoint, opts)
+            raise
     last = getattr(model, "last_eval", None)
     result = f"; valid {last[0]} {last[1]:.4f}" if last else ""
     saved = f"; checkpoint {settings['save_path']}" if settings["save_path"] else ""
@@ -237,6 +256,18 @@ def _train(run, opts, stream, world):
     say(f"done: {done} epoch{'' if done == 1 else 's'} in {time.perf_counter() - begin:.1f} s"
         f"{result}{saved}")
     return model
+
+
+def resume_command(checkpoint, opts):
+    """The command line that continues a run interrupted into ``checkpoint``: the checkpoint
+    holds the run (model, settings, data files, save path); the options it does not hold
+    (``--data-dir``, ``-o``, ``--max-batches``) are repeated from ``opts``."""
+    words = ["neonlite", "train", "--resume", str(checkpoint)]
+    for flag, key in (("--data-dir", "data_dir"), ("-o", "output_file"),
+                      ("--max-batches", "max_batches")):
+        if getattr(opts, key, None) is not None:
+            words += [flag, str(getattr(opts, key))]
+    return shlex.join(words)
 
 
 def _count(data):

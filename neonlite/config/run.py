@@ -7,6 +7,10 @@ the global batch).  Any other top-level key must define a YAML anchor for use
 below (``wt_init: &wt_init {type: Gaussian, ...}``, ``nclass: &nclass 10``); another unknown
 key, or one that looks like a misspelling of a known one, is an error.
 """
+import copy
+from pathlib import Path
+
+from .auto_sizes import STAND_IN, auto_entries, data_size, fill_auto
 from .build import build, type_word
 from .datasets import check_dataset
 from .errors import ConfigError, closest, did_you_mean
@@ -29,6 +33,9 @@ class RunConfig:
             raise ConfigError(f"{source}: expected a mapping of keys (backend, epochs, layers, "
                               f"...) at the top level, got {type_word(data)}")
         self.source = source
+        #: the folder relative data paths are looked for in first (the YAML file's; None:
+        #: the working folder), see :mod:`neonlite.config.data_files`
+        self.folder = None
         for key, value in data.items():
             if key not in KEYS:
                 _check_extra_key(key, key in anchored)
@@ -47,6 +54,10 @@ class RunConfig:
         # build everything once now, so every error shows before anything runs, and keep the
         # canonical descriptions (shorthands expanded, anchors resolved) to build from later
         raw = {k: self.settings.pop(k) for k in ("layers", "cost", "optimizer", "callbacks")}
+        #: the layers as given while some sizes are ``auto`` (see :meth:`size_layers`)
+        self.auto_layers = copy.deepcopy(raw["layers"]) if auto_entries(raw["layers"]) else None
+        if self.auto_layers is not None:
+            raw["layers"] = fill_auto(raw["layers"], STAND_IN)
         self.layers_desc = [layer.get_description() for layer in _build_layers(raw["layers"])]
         self.build_model()  # checks the layer names (unique, printable) before anything runs
         self.cost_desc = _build_cost(raw["cost"]).get_description()
@@ -56,7 +67,21 @@ class RunConfig:
 
     @classmethod
     def from_file(cls, path):
-        return cls.from_text(read_text(path), str(path))
+        run = cls.from_text(read_text(path), str(path))
+        run.folder = Path(path).expanduser().absolute().parent
+        return run
+
+    @classmethod
+    def from_description(cls, desc, source="<checkpoint>"):
+        """The run a checkpoint's ``config`` (a :meth:`description`) describes; a checkpoint
+        saved without a run (``Model.save`` outside a run) is a one-line error."""
+        missing = [k for k, (_, d) in KEYS.items() if d is REQUIRED
+                   and k not in (desc if isinstance(desc, dict) else {})]
+        if missing:
+            raise ConfigError(f"{source}: holds no training run (no {', '.join(missing)}: it "
+                              f"was saved outside neonlite train); give the run's FILE.yaml "
+                              f"too")
+        return cls(dict(desc), source)
 
     @classmethod
     def from_text(cls, text, source="<string>"):
@@ -87,6 +112,16 @@ class RunConfig:
             built = getattr(self, f"{key}_desc", None)
             desc[key] = built if built is not None else self.settings[key]
         return desc
+
+    def size_layers(self, data):
+        """Give the layers' ``auto`` sizes (:mod:`~neonlite.config.auto_sizes`) the size of
+        data set ``data``; nothing to do when none is ``auto``."""
+        if self.auto_layers is None:
+            return
+        size = data_size(data)
+        self.layers_desc = [layer.get_description() for layer in
+                            _build_layers(fill_auto(self.auto_layers, size))]
+        self.auto_layers = None
 
     # ---- building ----------------------------------------------------------------------------
     def build_layers(self):

@@ -9,7 +9,7 @@ from ..backends import get_backend
 from ..host_memory import available_bytes, describe_bytes
 from ..safe_hdf5 import check_self_contained, open_hdf5
 from .dataset import SplitDataset
-from .datadir import resolve_data_dir
+from .locate import find_data_file, root_folders
 from .iterator import DataError, set_batch, shard_check
 
 
@@ -234,13 +234,16 @@ class HDF5Dataset(SplitDataset):
     """A training and a validation HDF5 file as neon's ``train_iter`` / ``valid_iter``
     (:class:`HDF5Iterator` s made on first use with the current backend).
 
-    ``train`` and ``valid`` are file names; a relative name is looked up under the data root
-    ``path`` (see :func:`resolve_data_dir`) when it does not exist relative to the working
-    folder.  ``x``, ``y``, ``nclass`` and ``chunk_batches`` are as for :class:`HDF5Iterator`.
-    ``shape`` (one example) is read from the training file's header.
+    ``train`` and ``valid`` are file names; a relative name is looked for in the working
+    folder, then under the data root ``path`` (see :mod:`neonlite.data.locate`; a YAML run
+    looks in the YAML file's folder instead of the working folder); not found, the error
+    names every place looked.  ``x``, ``y``, ``nclass`` and ``chunk_batches`` are as for
+    :class:`HDF5Iterator`.  ``shape`` (one example) is read from the training file's header.
     """
 
     name = "hdf5"
+    #: the options that name files, and the folders (of the data root) they are looked for in
+    file_options = {"train": root_folders, "valid": root_folders}
 
     def __init__(self, train, valid=None, x="x", y="y", nclass=None, chunk_batches=4,
                  path=None, shuffle=True):
@@ -259,14 +262,7 @@ class HDF5Dataset(SplitDataset):
 
     @staticmethod
     def _locate(name, path):
-        given = Path(name).expanduser()
-        if given.is_absolute() or given.exists():
-            return given
-        under_root = resolve_data_dir(path) / given
-        if under_root.exists():
-            return under_root
-        raise DataError(f"HDF5 file {name!r} not found: looked in {given.absolute()} and "
-                        f"{under_root}")
+        return find_data_file(name, [Path.cwd()] + root_folders(path), "HDF5 file")
 
     def _make_iterator(self, which):
         if which not in self.files:

@@ -39,6 +39,11 @@ class MNIST(ImageDataset):
     written to a temporary name and renamed); if that fails, :class:`DataError` names the files
     looked for and the folder to put them in.  Files are read on the first ``load()`` or
     iterator use.
+
+    ``test_split`` (a fraction in (0, 1), default None): use only the two t10k (test) files,
+    the folder many people have at hand: their last ``test_split`` validates and the rest
+    trains (``test_split=0.2``: 8,000 training and 2,000 validation images, in file order);
+    the train files are then neither needed nor downloaded.
     """
 
     name = "mnist"
@@ -46,8 +51,15 @@ class MNIST(ImageDataset):
     shape = (28, 28, 1)
 
     def __init__(self, path=None, download=True, mirror=MIRROR, timeout=30.0, shuffle=True,
-                 reconstruct=False):
+                 reconstruct=False, test_split=None):
         super().__init__(shuffle, reconstruct)
+        if test_split is not None and (isinstance(test_split, bool) or
+                                       not isinstance(test_split, (int, float)) or
+                                       not 0.0 < test_split < 1.0):
+            raise ValueError(f"MNIST: test_split must be a fraction in (0, 1) (the part of the "
+                             f"t10k files that validates) or None, got {test_split!r}")
+        self.test_split = test_split
+        self.roles = [r for r in FILES if test_split is None or r.startswith("test_")]
         self.folder = dataset_dir("mnist", path)
         self.download = download
         self.mirror = mirror if mirror.endswith("/") else mirror + "/"
@@ -56,7 +68,8 @@ class MNIST(ImageDataset):
     def _find(self, folder):
         """role -> existing path (the .gz preferred) or None."""
         found = {}
-        for role, (fname, _) in FILES.items():
+        for role in self.roles:
+            fname = FILES[role][0]
             candidates = [folder / f"{fname}.gz", folder / fname]
             found[role] = next((p for p in candidates if p.is_file()), None)
         return found
@@ -66,11 +79,14 @@ class MNIST(ImageDataset):
         if not missing:
             return found, set()
         names = ", ".join(FILES[r][0] for r in missing)
-        put = (f"put the four IDX files ({', '.join(f[0] for f in FILES.values())}; each may "
+        put = (f"put the IDX files ({', '.join(FILES[r][0] for r in self.roles)}; each may "
                f"be gzipped as NAME.gz) in {self.folder}/ (the 'mnist' folder of the data "
                f"directory: --data-dir, $NEONLITE_DATA or ~/.neonlite/data)")
         if any(self._find(self.folder.parent).values()):
             put += f"; some are in {self.folder.parent}/: move them into {self.folder}/"
+        if self.test_split is None and all(found[r] for r in FILES if r.startswith("test_")):
+            put += ("; or train on a split of the t10k files that are there: test_split=0.2 "
+                    "(YAML: dataset: {type: mnist, config: {test_split: 0.2}})")
         if not self.download:
             raise DataError(f"MNIST: {self.folder} lacks {names} (looked for NAME and "
                             f"NAME.gz); downloading is off; {put}")
@@ -98,7 +114,14 @@ class MNIST(ImageDataset):
                                   f"file's {FILES[role][1]}; using it as data in MNIST's "
                                   f"format", ChecksumWarning, stacklevel=3)
         arrays = {role: read_idx(str(path)) for role, path in found.items()}
-        return (self._split(arrays, found, "train"), self._split(arrays, found, "test"))
+        if self.test_split is None:
+            return (self._split(arrays, found, "train"), self._split(arrays, found, "test"))
+        X, y = self._split(arrays, found, "test")
+        cut = len(X) - int(round(len(X) * self.test_split))
+        if not 0 < cut < len(X):
+            raise DataError(f"MNIST: test_split={self.test_split} of the {len(X)} t10k images "
+                            f"leaves no training or no validation image")
+        return (X[:cut], y[:cut]), (X[cut:], y[cut:])
 
     def _split(self, arrays, found, part):
         X, y = arrays[f"{part}_images"], arrays[f"{part}_labels"]

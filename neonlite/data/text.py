@@ -1,6 +1,7 @@
 """Character-level text for language models: a vocabulary of characters, (N, T) windows of
 token ids as inputs and the next characters, as int32 class indices (N, T), as targets."""
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -8,6 +9,7 @@ from ..backends import get_backend
 from ..host_memory import available_bytes
 from ..safe_files import read_bounded
 from .iterator import DataError, check_batch_fits, shard_check
+from .locate import find_data_file, text_folders
 
 #: the largest text file read whole (its token ids, int32, take four times as much)
 MAX_TEXT_BYTES = 1 << 30
@@ -26,20 +28,23 @@ def builtin_text():
     return "\n".join(topics[key] for key in sorted(topics))
 
 
+def find_text_file(filename, data_dir=None):
+    """The path of text file ``filename``: absolute, or looked for in the working folder,
+    then :func:`text_folders` of data root ``data_dir`` (a DataError naming every place
+    looked when it is in none)."""
+    return find_data_file(filename, [Path.cwd()] + text_folders(data_dir), "text file")
+
+
 def read_text(path, filename=None):
-    """The UTF-8 text of file ``path``, or of ``filename`` under directory ``path`` (looked for
-    in ``path/text/`` then ``path/``); errors name the file and, for bad bytes, the offset.
-    Only a regular file of at most :data:`MAX_TEXT_BYTES` is read (``/dev/zero``, a FIFO: one
-    line, before reading)."""
-    if os.path.isdir(path):
-        if not filename:
-            raise DataError(f"{path} is a directory: name the text file with filename=")
-        candidates = [os.path.join(path, "text", filename), os.path.join(path, filename)]
-        found = [c for c in candidates if os.path.lexists(c)]
-        if not found:
-            raise DataError(f"text file {filename!r} not found: looked for {candidates[0]} and "
-                            f"{candidates[1]}")
-        path = found[0]
+    """The UTF-8 text of file ``path``, or of ``filename`` found by :func:`find_text_file`
+    under data root ``path``; errors name the file, every place looked and, for bad bytes,
+    the offset.  Only a regular file of at most :data:`MAX_TEXT_BYTES` is read (``/dev/zero``,
+    a FIFO: one line, before reading)."""
+    if filename:
+        path = find_text_file(filename, path)
+    elif path is None or os.path.isdir(path):
+        raise DataError(f"{path if path is not None else 'no text path'}: name the text file "
+                        f"with filename=")
     available = available_bytes()
     limit = MAX_TEXT_BYTES if available is None else min(MAX_TEXT_BYTES,
                                                          available // BYTES_PER_TEXT_BYTE)
@@ -199,15 +204,20 @@ class TextCorpus(TextWindows):
     validates (:attr:`valid_iter`, consecutive windows in order).
 
     Arguments:
-        path: a UTF-8 text file, or a data directory holding ``text/<filename>``; None uses
-            Python's own documentation text (``pydoc_data.topics``), so it runs offline.
+        path: a UTF-8 text file, or the data root to look for ``filename`` in; None (and no
+            ``filename``) uses Python's own documentation text (``pydoc_data.topics``), so it
+            runs offline.
         seq_len (int): T, the window length.
         split (float): the fraction of the characters, from the start, used for training.
         nbatches (int or None): training batches per epoch.
         vocab (str or None): the characters, token i being ``vocab[i]``; default the sorted
             distinct characters of the whole text (a character outside a given vocabulary is
             an error naming its offset).
-        filename (str or None): the file inside a data directory ``path``.
+        filename (str or None): the text file: absolute, or looked for in the working
+            folder, then ``<root>/text/`` and ``<root>/`` (``root``: ``path``, else the default
+            data root; see :func:`find_text_file`; a YAML run looks in the YAML's folder
+            instead of the working folder).  A named file that is not found is a
+            :class:`DataError` naming every place looked, never the built-in text.
         streams (bool): one stretch of text per batch row, walked in order (see
             :class:`TextWindows`), for stateful recurrent models.
 
@@ -215,10 +225,15 @@ class TextCorpus(TextWindows):
     (this object) and ``valid_iter`` are neon's names.
     """
 
+    #: the options that name files, and the folders (of the data root) they are looked for in
+    file_options = {"filename": text_folders}
+
     def __init__(self, path=None, seq_len=128, split=0.9, nbatches=None, vocab=None,
                  filename=None, shuffle=True, name=None, streams=False):
+        if filename:
+            path = find_text_file(filename, path)
         where = path if path is not None else "pydoc_data.topics"
-        text = builtin_text() if path is None else read_text(path, filename)
+        text = builtin_text() if path is None else read_text(path)
         if not 0.0 < split < 1.0:
             raise DataError(f"{where}: split must be in (0, 1), got {split!r}")
         if not text:

@@ -2,6 +2,7 @@
 epoch: the step finishes, a resumable checkpoint is written through the usual save, one line
 says where and how to resume, the exit status is 130 / 143; ``--resume`` from that checkpoint
 finishes the run bit-exactly as an uninterrupted one (parameters and every batch's cost)."""
+import shlex
 import signal
 import subprocess
 import sys
@@ -52,8 +53,12 @@ sys.exit(main(sys.argv[2:]))
 
 
 def train(tmp_path, stop, *flags, send=None):
-    command = [sys.executable, "-c", SCRIPT, str(stop), "train", str(tmp_path / "run.yaml"),
-               *map(str, flags)]
+    return neonlite(tmp_path, stop, "train", tmp_path / "run.yaml", *flags, send=send)
+
+
+def neonlite(tmp_path, stop, *argv, send=None):
+    """(exit status, stderr) of ``neonlite *argv`` run by SCRIPT (gated at step ``stop``)."""
+    command = [sys.executable, "-c", SCRIPT, str(stop), *map(str, argv)]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              stdin=subprocess.DEVNULL, text=True, cwd=tmp_path)
     if send is not None:
@@ -79,7 +84,8 @@ def test_signal_writes_a_checkpoint_that_resumes_bit_exactly(tmp_path, full_run,
     status, err = train(tmp_path, stop, "-o", log, "--save-path", ckpt, send=sig)
     assert status == 128 + sig, err
     epoch, batch = divmod(stop, BATCHES)
-    line = f"interrupted at epoch {epoch + 1}, batch {batch}; resume with --resume {ckpt}"
+    line = f"interrupted at epoch {epoch + 1}, batch {batch}; resume with: neonlite train " \
+        f"--resume {ckpt} -o {log}"
     assert err.splitlines()[-1] == line, err
     assert read_log(log)["interrupted"]
     saved = read_checkpoint(ckpt)
@@ -95,6 +101,43 @@ def test_signal_writes_a_checkpoint_that_resumes_bit_exactly(tmp_path, full_run,
     np.testing.assert_array_equal(resumed_log["epoch"]["train_cost"],
                                   full_log["epoch"]["train_cost"])
     assert resumed_log["complete"] and not resumed_log["interrupted"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_the_printed_resume_command_alone_finishes_the_run(tmp_path, full_run, sig):
+    """``neonlite train --resume CKPT`` as printed: no YAML, no --save-path; the checkpoint
+    holds the run and the resumed run saves where the interrupted one did."""
+    full, _ = full_run
+    ckpt = tmp_path / "c.h5"
+    status, err = train(tmp_path, 5, "--save-path", ckpt, send=sig)
+    assert status == 128 + sig, err
+    command = shlex.split(err.splitlines()[-1].split("; resume with: ", 1)[1])
+    assert command == ["neonlite", "train", "--resume", str(ckpt)]
+    (tmp_path / "elsewhere").mkdir()
+    status, err = neonlite(tmp_path / "elsewhere", 0, *command[1:])
+    assert status == 0, err
+    resumed = read_checkpoint(ckpt)
+    assert (resumed.epoch_index, resumed.step_index) == (2, full.step_index)
+    for name, value in full.params.items():
+        np.testing.assert_array_equal(resumed.params[name], value, err_msg=name)
+
+
+def test_a_resumed_run_with_its_yaml_saves_where_the_interrupted_one_did(tmp_path, full_run):
+    full, _ = full_run
+    ckpt = tmp_path / "c.h5"
+    status, err = train(tmp_path, 5, "--save-path", ckpt, send=signal.SIGTERM)
+    assert status == 143, err
+    status, err = train(tmp_path, 0, "--resume", ckpt)
+    assert status == 0, err
+    assert read_checkpoint(ckpt).step_index == full.step_index
+
+
+def test_train_without_yaml_or_resume_is_one_error(tmp_path):
+    status, err = neonlite(tmp_path, 0, "train")
+    assert status == 1
+    assert err.strip().splitlines() == ["neonlite: error: train: give the run's FILE.yaml, or "
+                                        "--resume CKPT.h5 to continue the run a checkpoint "
+                                        "holds"]
 
 
 def test_without_save_path_the_line_says_no_checkpoint(tmp_path):

@@ -157,3 +157,40 @@ def test_wrong_image_size_and_label_range(tmp_path):
     _write_set(tmp_path, _small(), (X, y), gz=False)
     with pytest.raises(DataError, match="t10k-labels-idx1-ubyte: label 10 at index 7"):
         MNIST(path=tmp_path, download=False).load()
+
+
+@needs_shared
+def test_test_split_uses_only_the_t10k_files(real):
+    """The shared folder holds only the t10k files: ``test_split`` trains on the first 80% of
+    them and validates on the last 20%, in file order, with no train files and no download."""
+    gen_backend("cpu", batch_size=100)
+    (X_train, y_train), (X_valid, y_valid) = MNIST(SHARED, download=False,
+                                                   test_split=0.2).load()
+    images, labels = real
+    assert X_train.shape == (8000, 28, 28, 1) and X_valid.shape == (2000, 28, 28, 1)
+    np.testing.assert_array_equal(X_train[..., 0], images[:8000])
+    np.testing.assert_array_equal(y_valid, labels[8000:])
+
+
+@needs_shared
+def test_without_test_split_a_t10k_folder_says_how_to_use_it():
+    with pytest.raises(DataError, match=r"test_split=0\.2"):
+        MNIST(SHARED, download=False).load()
+
+
+@pytest.mark.parametrize("bad", [0, 1.0, -0.5, "0.2", True])
+def test_test_split_must_be_a_fraction(bad):
+    with pytest.raises(ValueError, match="test_split must be a fraction"):
+        MNIST(test_split=bad)
+
+
+@needs_shared
+def test_test_split_from_yaml_trains(tmp_path, capsys):
+    from neonlite.cli import main
+    run = tmp_path / "run.yaml"
+    run.write_text("epochs: 1\nbatchsize: 100\n"
+                   "dataset: {type: mnist, config: {test_split: 0.2}}\n"
+                   "layers: [{type: Affine, config: {nout: 10, activation: {type: Softmax}}}]\n"
+                   "cost: CrossEntropyMulti\noptimizer: {type: Adam}\n")
+    assert main(["train", str(run), "--data-dir", str(SHARED), "--max-batches", "3"]) == 0
+    assert ", 8,000 train / 2,000 valid;" in capsys.readouterr().err

@@ -1,0 +1,36 @@
+"""Finding a data file by name: an absolute name is itself; a relative one is looked for in a
+list of folders, in order, and a name found nowhere is one :class:`DataError` naming every
+place looked.  Data sets say which folders their files live in (``text_folders``,
+``root_folders``); a YAML run puts the YAML file's own folder before those
+(:mod:`neonlite.config.data_files`)."""
+from pathlib import Path
+
+from .datadir import resolve_data_dir
+from .iterator import DataError
+
+
+def root_folders(data_dir=None):
+    """The data root (see :func:`resolve_data_dir`): where HDF5 files are looked for."""
+    return [resolve_data_dir(data_dir)]
+
+
+def text_folders(data_dir=None):
+    """``<data root>/text/`` then the data root: where text files are looked for."""
+    root = resolve_data_dir(data_dir)
+    return [root / "text", root]
+
+
+def find_data_file(name, folders, what="data file"):
+    """The :class:`~pathlib.Path` of file ``name`` (``~`` expanded): itself when absolute,
+    else the first ``folder / name`` that is a file.  Not found: a :class:`DataError` saying
+    ``<what> 'name' not found: looked for <each candidate>``."""
+    given = Path(str(name)).expanduser()
+    candidates = [given] if given.is_absolute() else \
+        list(dict.fromkeys(Path(folder).expanduser().absolute() / given for folder in folders))
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    if len(candidates) == 1 and candidates[0].exists():
+        raise DataError(f"{what} {str(name)!r}: {candidates[0]} is not a regular file")
+    raise DataError(f"{what} {str(name)!r} not found: looked for "
+                    f"{', '.join(str(c) for c in candidates)}")
