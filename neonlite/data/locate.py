@@ -22,7 +22,8 @@ def text_folders(data_dir=None):
 
 def find_data_file(name, folders, what="data file"):
     """The :class:`~pathlib.Path` of file ``name`` (``~`` expanded): itself when absolute,
-    else the first ``folder / name`` that is a file.  Not found: a :class:`DataError` saying
+    else the first ``folder / name`` that exists, which must be a regular file (a folder, FIFO
+    or device there is an error, never passed over for a later folder).  Not found: a :class:`DataError` saying
     ``<what> 'name' not found: looked for <each candidate>``."""
     given = Path(str(name)).expanduser()
     candidates = [given] if given.is_absolute() else \
@@ -30,7 +31,7 @@ def find_data_file(name, folders, what="data file"):
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    if len(candidates) == 1 and candidates[0].exists():
-        raise DataError(f"{what} {str(name)!r}: {candidates[0]} is not a regular file")
+        if candidate.exists():
+            raise DataError(f"{what} {str(name)!r}: {candidate} is not a regular file")
     raise DataError(f"{what} {str(name)!r} not found: looked for "
                     f"{', '.join(str(c) for c in candidates)}")
