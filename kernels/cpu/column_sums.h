@@ -10,8 +10,8 @@
  * (cs_lanes: at most CS_PERIOD_MAX lanes).  Where lcm(C, VL) would be longer, P = C: one row
  * a period, its last C % VL lanes done one by one.
  *
- * Sums.  The rows are cut into nl_blocks(M) fixed blocks (nl_split), each summed into its own
- * slot, and the slots added in block order, so a sum has the same bits on any number of
+ * Sums.  The rows are cut into cs_blocks(M, C) fixed blocks (nl_split), each summed into its
+ * own slot, and the slots added in block order, so a sum has the same bits on any number of
  * threads.  A block is read a super-period (cs_super_period: a period, repeated until it holds
  * at least CS_SLAB vectors) at a time, CS_SLAB vectors of lanes at a time (a slab), each lane
  * summed down the block in registers; a slab's lanes are then folded into the block's
@@ -36,6 +36,9 @@
 /* Backward sums: float lanes over CS_RUN super-periods, then added into double lanes. */
 #define CS_RUN 32
 
+/* Row blocks hold at least this many elements where the rows allow (cs_blocks). */
+#define CS_BLOCK_MIN 4096
+
 typedef real cs_uvec __attribute__((vector_size(CS_VBYTES), aligned(sizeof(real))));
 typedef double cs_dvec __attribute__((vector_size(CS_VBYTES / sizeof(real) * sizeof(double))));
 typedef __typeof__((cs_uvec){0} > (cs_uvec){0}) cs_mask;
@@ -48,6 +51,15 @@ static inline int64_t cs_gcd(int64_t a, int64_t b)
         b = t;
     }
     return a;
+}
+
+/* The row blocks of a sum over (M, C): nl_blocks(M) (at most 32), fewer where a block would
+ * hold under CS_BLOCK_MIN elements, whose fixed costs (folding a block's lanes, adding its
+ * sums) would outweigh its rows.  A function of the shape alone. */
+static inline int64_t cs_blocks(int64_t M, int64_t C)
+{
+    const int64_t most = nl_blocks(M), by_size = M * C / CS_BLOCK_MIN;
+    return by_size < 1 ? 1 : (by_size < most ? by_size : most);
 }
 
 /* Lanes of a period of C channels (see the top of this file). */
@@ -71,8 +83,8 @@ static inline const real *cs_lanes(const real *v, int64_t C, int64_t lanes, real
 {
     if (lanes == C)
         return v;
-    for (int64_t j = 0; j < lanes; j++)
-        buf[j] = v[j % C];
+    for (int64_t j = 0; j < lanes; j += C)
+        memcpy(buf + j, v, (size_t)(lanes - j < C ? lanes - j : C) * sizeof(real));
     return buf;
 }
 
@@ -193,12 +205,12 @@ static void cs_block_sums(int kind, const real *a, const real *b, const real *k,
         const int64_t width = whole - s0 < CS_SLAB * CS_VL ? whole - s0 : CS_SLAB * CS_VL;
         cs_slab(kind, a + s0, b + s0, k ? k + s0 : NULL, n, P, o1, o2,
                 (int)(width / CS_VL));
-        for (int64_t l = 0; l < width; l++) {
-            s1[(s0 + l) % C] += o1[l];
-            s2[(s0 + l) % C] += o2[l];
+        for (int64_t l = 0, c = s0 % C; l < width; l++, c = c + 1 == C ? 0 : c + 1) {
+            s1[c] += o1[l];
+            s2[c] += o2[l];
         }
     }
-    for (int64_t l = whole; l < P; l++) {
+    for (int64_t l = whole, c = whole % C; l < P; l++, c = c + 1 == C ? 0 : c + 1) {
         double t1, t2, u1 = 0, u2 = 0;
         for (int64_t i = 0; i < n; i++) {
             const int64_t e = i * P + l;
@@ -206,8 +218,8 @@ static void cs_block_sums(int kind, const real *a, const real *b, const real *k,
             u1 += t1;
             u2 += t2;
         }
-        s1[l % C] += u1;
-        s2[l % C] += u2;
+        s1[c] += u1;
+        s2[c] += u2;
     }
     for (int64_t e = n * P, c = 0; e < rows * C; e++, c = c + 1 == C ? 0 : c + 1) {
         double t1, t2;
@@ -225,11 +237,11 @@ static void cs_block_sums(int kind, const real *a, const real *b, const real *k,
  *   SUM_AND_DOT:     out1[c] = sum_m g,  out2[c] = sum_m g * b, g = a, or with a mask (M, C)
  *                    (or NULL) a only where the mask is > 0; float lanes over CS_RUN
  *                    super-periods, then double.
- * `blocks`: 2 C nl_blocks(M) doubles of scratch. */
+ * `blocks`: 2 C nl_blocks(M) doubles of scratch (at least 2 C cs_blocks(M, C)). */
 static void column_sums(int mode, const real *a, const real *b, const real *mask, int64_t M,
                         int64_t C, double *out1, double *out2, double *blocks)
 {
-    const int64_t nb = nl_blocks(M);
+    const int64_t nb = cs_blocks(M, C);
     real shift[CS_PERIOD_MAX];
     const real *lanes = mode == SHIFTED_SQUARES ? cs_lanes(a, C, cs_super_period(C), shift) : b;
 #pragma omp parallel for schedule(dynamic, 1) if (M * C >= NL_PARALLEL_MIN)
