@@ -42,6 +42,8 @@ static void bn_normalize(const real *x, const real *gamma, const real *beta, rea
                          real *xhat, const real *mean, const real *invstd, int64_t M, int64_t C,
                          int relu)
 {
+    if (M * C == 0)
+        return;
     const int64_t P = cs_period(C), total = M * C, step = bn_periods_per_step(P) * P;
     real buf[4][CS_PERIOD_MAX];
     const real *mu = cs_lanes(mean, C, P, buf[0]), *inv = cs_lanes(invstd, C, P, buf[1]);
@@ -90,6 +92,8 @@ static void bn_input_grad(const real *dy, const real *xhat, const real *mask, co
                           const real *db, const real *dg, real *dx, int64_t M, int64_t C,
                           real acc)
 {
+    if (M * C == 0)
+        return;
     const int64_t P = cs_period(C), total = M * C, step = bn_periods_per_step(P) * P;
     const real m = (real)M;
     real buf[3][CS_PERIOD_MAX];

@@ -237,10 +237,16 @@ static void cs_block_sums(int kind, const real *a, const real *b, const real *k,
  *   SUM_AND_DOT:     out1[c] = sum_m g,  out2[c] = sum_m g * b, g = a, or with a mask (M, C)
  *                    (or NULL) a only where the mask is > 0; float lanes over CS_RUN
  *                    super-periods, then double.
- * `blocks`: 2 C nl_blocks(M) doubles of scratch (at least 2 C cs_blocks(M, C)). */
+ * No rows: zeros.  `blocks`: 2 C nl_blocks(M) doubles of scratch (at least 2 C
+ * cs_blocks(M, C)). */
 static void column_sums(int mode, const real *a, const real *b, const real *mask, int64_t M,
                         int64_t C, double *out1, double *out2, double *blocks)
 {
+    if (M < 1 || C < 1) {
+        for (int64_t c = 0; c < C; c++)
+            out1[c] = out2[c] = 0;
+        return;
+    }
     const int64_t nb = cs_blocks(M, C);
     real shift[CS_PERIOD_MAX];
     const real *lanes = mode == SHIFTED_SQUARES ? cs_lanes(a, C, cs_super_period(C), shift) : b;

@@ -40,7 +40,7 @@ void batchnorm_fprop_train(const real *x, const real *gamma, const real *beta, r
         double var = s2[c] / (double)M - shift * shift;
         if (var < 0)
             var = 0;
-        const double mu = (double)x[c] + shift;
+        const double mu = (M > 0 ? (double)x[c] : 0.0) + shift;
         mean[c] = (real)mu;
         invstd[c] = (real)(1.0 / sqrt(var + eps));
         running_mean[c] = (real)(momentum * running_mean[c] + (1.0 - momentum) * mu);
@@ -56,7 +56,7 @@ void batchnorm_moments(const real *x, int64_t M, int64_t C, double *mean, double
     column_sums(SHIFTED_SQUARES, x, NULL, NULL, M, C, mean, m2, work_blocks(work, C));
     for (int64_t c = 0; c < C; c++) {
         const double s1 = mean[c];
-        mean[c] = (double)x[c] + s1 / (double)M;
+        mean[c] = (M > 0 ? (double)x[c] : 0.0) + s1 / (double)M;
         m2[c] = m2[c] - s1 * (s1 / (double)M);
         if (m2[c] < 0)
             m2[c] = 0;

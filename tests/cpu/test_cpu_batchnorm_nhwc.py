@@ -150,3 +150,31 @@ def test_batchnorm_is_the_same_on_any_thread_count(kernels, M, C):
     for other in results[1:]:
         for i, (a, b) in enumerate(zip(results[0], other)):
             np.testing.assert_array_equal(a, b, err_msg=f"output {i}")
+
+
+EMPTY_CALLS = """
+import numpy as np
+from neonlite.backends.cpu import kernels as cpu_kernels
+kernels = cpu_kernels.CPUKernels()
+M, C = {M}, {C}
+x = np.zeros((M, C), np.float32)
+y, xhat, dx = np.empty_like(x), np.empty_like(x), np.empty_like(x)
+row = lambda: np.zeros((1, C), np.float32)
+for inference in (False, True):
+    assert kernels.batchnorm_fprop(x, row(), row(), y, xhat, row(), row(), row(), row() + 1,
+                                   1e-5, 0.9, inference, True)
+assert kernels.batchnorm_apply(x, row(), row(), y, xhat, row(), row(), True)
+assert kernels.batchnorm_bprop(x, xhat, row(), row(), dx, row(), row(), 0.0, y)
+assert kernels.batchnorm_moments(x, np.empty(C), np.empty(C))
+print("done")
+"""
+
+
+@pytest.mark.parametrize("M,C", [(0, 16), (16, 0), (0, 0)])
+def test_batchnorm_of_no_rows_or_no_channels_runs(M, C):
+    """An empty batch or a layer of no channels: nothing to compute, and no crash (the period
+    of 0 channels once divided by zero); each case in its own process, as a crash would end
+    the test run."""
+    from support.isolated import python_argv, run_isolated
+    run = run_isolated(python_argv(EMPTY_CALLS.format(M=M, C=C)), memory_mib=2048, seconds=120)
+    assert run.outcome == "success" and run.stdout.strip() == "done", (run.outcome, run.stderr)
