@@ -1,13 +1,14 @@
 """Benchmark workloads.  Each module defines NAME, FIGURE (the unit reported), and
 ``neonlite(be, smoke) -> (step, work)`` / ``torch(device, smoke) -> (step, work)``, where one
 ``step()`` call does ``work`` units (images, tokens, FLOPs...) of the figure."""
-from . import (attention, blocksparse_attention, blocksparse_linear, bn_relu_pool,
+from . import (attention, blocksparse_attention, blocksparse_linear, bn_relu_nhwc, bn_relu_pool,
                char_transformer, conv3x3, deconv, gemm, gpu_adam, gpu_conv, gpu_gemm, gpu_norm,
                gpu_resnet20, lenet)
 from . import adamw_step, minilm_encode, nanogpt, recurrent_train
 
-WORKLOADS = {m.NAME: m for m in (lenet, conv3x3, bn_relu_pool, gemm, char_transformer,
-                                 *blocksparse_linear.WORKLOADS, blocksparse_attention,
+WORKLOADS = {m.NAME: m for m in (lenet, conv3x3, bn_relu_pool, bn_relu_nhwc, gemm,
+                                 char_transformer, *blocksparse_linear.WORKLOADS,
+                                 blocksparse_attention,
                                  *attention.WORKLOADS, recurrent_train.LSTM_TRAIN,
                                  *recurrent_train.SMALL, deconv, nanogpt, lenet.B32, adamw_step, minilm_encode)}
 #: workloads that run only with ``--backend gpu`` (added to WORKLOADS there)

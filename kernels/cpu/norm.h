@@ -6,9 +6,8 @@
  * doubles (C: D for layer norm); its contents on entry do not matter and the kernels allocate
  * nothing.  With B = min(max(M, 1), 32) row blocks (nl_blocks in common.h) it holds 2 C
  * doubles (the column sums), 3 C `real`s rounded up to whole doubles (batchnorm_bprop's
- * per-channel factors), then the block sums over 2 C columns: 2 B C doubles and 2 B C
- * `real`s, rounded up (nl_block_sums_size(M, 2 C)).  In all, for float about
- * 28 C + 24 B C bytes, for double 40 C + 32 B C. */
+ * per-channel factors), then the block sums over 2 C columns: 2 B C doubles.  In all, for
+ * float about 28 C + 16 B C bytes, for double 40 C + 16 B C. */
 int64_t norm_work_size(int64_t M, int64_t C);
 
 /* Training mode: normalize with the batch statistics; mean, invstd get them and
