@@ -12,6 +12,8 @@ from .layers.shared import share_padding_masks, tie_layers
 from .memory_check import check_outputs_fit
 from .finite import first_nonfinite as first_nonfinite_of
 from .optimizers.arena import ParameterArena, build_arena
+from .token_masks import (given_mask, ids_and_mask_iterator, is_ids_and_mask,
+                          padding_embeddings)
 
 
 class Model:
@@ -264,8 +266,9 @@ class Model:
 
     def predict(self, data):
         """Outputs for every example of ``data``: a batch-first array (N, ...) of inputs (run
-        in batches of the backend's size) or a data set; (N,) + output shape, in order."""
-        if isinstance(data, np.ndarray) or isinstance(data, (list, tuple)):
+        in batches of the backend's size), a tokenizer's ``(ids, mask)`` pair (see
+        :meth:`get_outputs`) or a data set; (N,) + output shape, in order."""
+        if not is_ids_and_mask(data) and isinstance(data, (np.ndarray, list, tuple)):
             from .data import ArrayIterator
             data = ArrayIterator(np.asarray(data), shuffle=False, name="predict input")
         return self.get_outputs(data)
@@ -279,11 +282,21 @@ class Model:
         return generate(self, vocab, prompt, n, temperature, top_k, seed, use_cache)
 
     def get_outputs(self, dataset):
-        """Outputs for every example of ``dataset`` in order, (ndata,) + output shape."""
+        """Outputs for every example of ``dataset`` in order, (ndata,) + output shape.
+
+        ``dataset`` may be a tuple ``(ids, mask)`` of two (N, T) arrays, as
+        :meth:`neonlite.text.Tokenizer.encode_batch` returns them: the mask (1 at real tokens,
+        0 at pads) is then the padding mask of every Embedding with a ``pad_id``, in place of
+        the one read from the ids (:mod:`neonlite.token_masks`)."""
+        masked = is_ids_and_mask(dataset)
+        if masked:
+            dataset = ids_and_mask_iterator(*dataset)
         self.initialize(dataset)
+        embeddings = padding_embeddings(self, dataset.y) if masked else []
         outs = []
-        for x, _ in self._batches(dataset):
-            y = self.layers.fprop(x, inference=True)
+        for x, t in self._batches(dataset):
+            with given_mask(embeddings, t if masked else None):
+                y = self.layers.fprop(x, inference=True)
             outs.append(y.get()[:getattr(dataset, "valid", x.shape[0])])
         return np.concatenate(outs)
 
