@@ -29,6 +29,25 @@ KEYS = {
     "serialize": ((int,), 0),
     "sync_bn": ((bool,), False),
 }
+# key -> what it means, for the generated reference (docs/yaml_reference.md); every key has one
+MEANINGS = {
+    "backend": "the compute backend: cpu or gpu (the registered backends)",
+    "epochs": "train until this many epochs are done (with `--resume`: the total)",
+    "batchsize": "the minibatch size (under MPI the global batch, split over the ranks)",
+    "rng_seed": "seeds initialization, shuffling and dropout; null: a fresh seed",
+    "datatype": "storage type: f32, f16, f64 or bf16 (the cpu backend runs f32 and f64)",
+    "eval_freq": "validate every N epochs and after the last; 0: never",
+    "metric": "the validation metric: misclassification, accuracy, topk or logloss, or "
+              "{type: Metric, config: {...}}",
+    "dataset": "a data set name, or {type: name, config: {...}} (see Data sets)",
+    "layers": "the network: a list of layers, {type: Layer, config: {...}}",
+    "cost": "a cost name or {type: Cost, config: {...}}",
+    "optimizer": "an optimizer name or {type: Optimizer, config: {...}}",
+    "callbacks": "a list of callbacks, {type: Callback, config: {...}}",
+    "save_path": "write a checkpoint here after training",
+    "serialize": "with save_path, also write a checkpoint every N epochs; 0: only at the end",
+    "sync_bn": "under MPI, batch norm statistics over all ranks instead of per rank",
+}
 _POSITIVE = ("epochs", "batchsize")
 _NON_NEGATIVE = ("eval_freq", "serialize", "rng_seed")
 
