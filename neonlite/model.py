@@ -5,13 +5,15 @@ from collections import OrderedDict
 import numpy as np
 
 from .backends import get_backend
-from .layers.containers import CompoundLayer, MergeSum, Sequential
+from .layers.containers import Sequential
 from .layer_names import check_layer_names, check_tensor_names
 from .layers.layer import ShapeError
 from .layers.shared import share_padding_masks, tie_layers
 from .memory_check import check_outputs_fit
 from .finite import first_nonfinite as first_nonfinite_of
 from .optimizers.arena import ParameterArena, build_arena
+from .array_fit import array_datasets
+from .model_table import describe_table
 from .token_masks import (given_mask, ids_and_mask_iterator, is_ids_and_mask,
                           padding_embeddings)
 
@@ -124,13 +126,25 @@ class Model:
         self.step_index += 1
         return cost
 
-    def fit(self, dataset, optimizer, num_epochs, cost, callbacks=None, progress=True):
+    def fit(self, dataset, optimizer, num_epochs, cost, callbacks=None, progress=True, *,
+            y=None, validation_split=None, nclass=None):
         """Train for epochs ``self.epoch_index .. num_epochs - 1``: ``num_epochs`` is the total,
         as in neon, so a resumed model goes on where it stopped, and a second
         ``fit(..., num_epochs=1)`` has nothing to do (it warns, naming the ``num_epochs`` that
         trains one more epoch).  Without ``callbacks`` it shows the progress ``neonlite train``
-        shows (``progress=False``: nothing)."""
+        shows (``progress=False``: nothing).
+
+        Keras-style, ``dataset`` may be an array X (N, ...) with ``y=`` its labels (N,) or
+        targets, and ``validation_split=`` the fraction, from the end, evaluated after every
+        epoch instead of trained on (:mod:`neonlite.array_fit`; ``nclass`` defaults to the
+        output's width for whole-number labels)."""
         from .callbacks import Callbacks
+        valid = None
+        if y is not None or validation_split is not None:
+            if validation_split is not None and callbacks is not None:
+                raise ValueError("Model.fit: validation_split= makes its own evaluation; with "
+                                 "your own callbacks, pass Callbacks(model, eval_set=valid)")
+            dataset, valid = array_datasets(self, dataset, y, validation_split, nclass)
         self.initialize(dataset, cost)
         if self.epoch_index >= num_epochs:
             warnings.warn(f"Model.fit: nothing to train: epoch_index is {self.epoch_index} and "
@@ -139,7 +153,8 @@ class Model:
                           f"epoch", UserWarning, stacklevel=2)
         if self.grad_sync is not None:
             self.grad_sync.start(self)
-        callbacks = callbacks if callbacks is not None else Callbacks(self, progress=progress)
+        callbacks = callbacks if callbacks is not None else \
+            Callbacks(self, eval_set=valid, progress=progress)
         callbacks.model = self
         self.optimizer = optimizer
         getattr(self.be, "prepare_kernels", lambda: None)()
@@ -433,18 +448,7 @@ class Model:
         """A table: layer, type, output shape, parameter count; and the total."""
         if self.in_shape is None:
             raise RuntimeError("describe: initialize the model with a data set first")
-        rows = []
-        _describe_rows(self.layers.layers, 0, rows)
-        width = max(len(r[0]) for r in rows) + 2
-        kinds = max(14, max(len(r[1]) for r in rows) + 2)
-        lines = [f"{'layer':<{width}}{'type':<{kinds}}{'output shape':<20}{'params':>12}"]
-        lines.append("-" * len(lines[0]))
-        for name, kind, shape, count in rows:
-            lines.append(f"{name:<{width}}{kind:<{kinds}}{str(shape):<20}{count:>12,}")
-        total = sum(p.value.size for p in self.parameters())
-        lines.append("-" * len(lines[0]))
-        lines.append(f"{'total':<{width + kinds + 20}}{total:>12,}")
-        return "\n".join(lines)
+        return describe_table(self.layers.layers, self.parameters())
 
 
 def _backend_for(ckpt):
@@ -466,17 +470,6 @@ def _backend_for(ckpt):
                            f"checkpoint's ({name}, batch {batch}, {datatype}) cannot run here "
                            f"({err}); call neonlite.gen_backend('cpu', batch_size={batch}) "
                            f"first") from None
-
-
-def _describe_rows(layers, depth, rows):
-    for layer in layers:
-        rows.append(("  " * depth + str(layer.name), type(layer).__name__,
-                     layer.out_shape, layer.param_count()))
-        if isinstance(layer, MergeSum):
-            for branch in layer.branches:
-                _describe_rows(branch.layers, depth + 1, rows)
-        elif isinstance(layer, Sequential) and not isinstance(layer, CompoundLayer):
-            _describe_rows(layer.layers, depth + 1, rows)
 
 
 def _check_targets(dataset, out_shape):
