@@ -177,10 +177,9 @@ def _train(run, opts, stream, world):
         f"{tuple(train_set.shape)}, {_count(train_set)} train / {_count(valid_set)} valid; "
         f"backend {settings['backend']}, batch {settings['batchsize']}"
         + (f" over {world.size} ranks, " if world.size > 1 else ", ") +
-        f"{settings['datatype']}, " + (f"epochs {start + 1}..{settings['epochs']}"
-                                       if start < settings["epochs"] else
-                                       f"already {start} epochs done: nothing to train "
-                                       f"(raise -e)"))
+        f"{settings['datatype']}, " + _lr_note(run) +
+        (f"epochs {start + 1}..{settings['epochs']}" if start < settings["epochs"] else
+         f"already {start} epochs done: nothing to train (raise -e)"))
     # under mpirun the ranks would stop at different steps: signals keep their usual effect
     with warnings.catch_warnings(), StopOnSignal(SIGNALS if world.size == 1 else ()) as stop:
         warnings.filterwarnings("ignore", "Model.fit: nothing to train")
@@ -193,6 +192,13 @@ def _train(run, opts, stream, world):
     say(f"done: {done} epoch{'' if done == 1 else 's'} in {time.perf_counter() - begin:.1f} s"
         f"{result}{saved}")
     return model
+
+
+def _lr_note(run):
+    """``learning rates x4 (scale_lr linear: batch 128 / 32), `` when they are scaled."""
+    scale, settings = run.lr_scale(), run.settings
+    return "" if scale == 1.0 else (f"learning rates x{scale:g} (scale_lr linear: batch "
+                                    f"{settings['batchsize']} / {settings['lr_batchsize']}), ")
 
 
 def _count(data):

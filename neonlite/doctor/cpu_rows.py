@@ -174,7 +174,9 @@ def mpi_row():
         except (OSError, subprocess.TimeoutExpired) as err:
             version = f"does not answer --version ({one_line(err)})"
     if found and mpirun:
-        return Row("MPI", OK, f"{found}; mpirun {mpirun}: {version}")
+        cores = os.cpu_count() or 1
+        return Row("MPI", OK, f"{found}; mpirun {mpirun}: {version}; more ranks than cores "
+                              f"(here {cores} CPUs) need mpirun --oversubscribe -np N")
     missing = " and ".join(n for n, ok in (("mpi4py", found), ("mpirun", mpirun)) if not ok)
     return Row("MPI", ABSENT, f"{missing} not found (needed only for mpirun ... neonlite train)",
                "pip install 'neonlite[mpi]' (Open MPI's wheel and mpi4py)")

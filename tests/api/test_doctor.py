@@ -225,3 +225,13 @@ def test_doctor_and_the_profiler_name_the_cpu_the_same_way(capsys):
     assert names in cpu_line and table.count(f": {target}") == 1, table
     note = machine_peak("cpu")[1]
     assert names in note and note.count(target) == 1, note
+
+
+def test_the_mpi_row_says_when_mpirun_needs_oversubscribe():
+    from neonlite.doctor.cpu_rows import mpi_row
+    from neonlite.doctor.report import OK
+    row = mpi_row()
+    if row.status != OK:
+        pytest.skip(f"no MPI here: {row.found}")
+    assert f"more ranks than cores (here {os.cpu_count()} CPUs) need mpirun --oversubscribe" \
+        in row.found
