@@ -104,10 +104,13 @@ class RunConfig:
         return _build_cost(self.cost_desc)
 
     def build_optimizer(self):
-        """The optimizer, its learning rates times :meth:`lr_scale`."""
-        from ..optimizers import scale_learning_rates
-        return scale_learning_rates(build(self.optimizer_desc, "optimizer", "optimizer"),
-                                    self.lr_scale())
+        """The optimizer, its learning rates (each of a MultiOptimizer's) times
+        :meth:`lr_scale`."""
+        optimizer, scale = build(self.optimizer_desc, "optimizer", "optimizer"), self.lr_scale()
+        if scale != 1.0:
+            for opt in getattr(optimizer, "mapping", {}).values() or [optimizer]:
+                opt.learning_rate *= scale
+        return optimizer
 
     def lr_scale(self):
         """``batchsize / lr_batchsize`` with ``scale_lr: linear`` (the linear scaling rule:

@@ -44,13 +44,3 @@ class MultiOptimizer:
         return {"type": "MultiOptimizer",
                 "config": {"optimizer_mapping": {k: v.get_description()
                                                  for k, v in self.mapping.items()}}}
-
-
-def scale_learning_rates(optimizer, factor):
-    """``optimizer`` with its learning rate (each of a MultiOptimizer's) times ``factor``;
-    returned for chaining."""
-    if factor != 1.0:
-        for opt in (optimizer.mapping.values() if isinstance(optimizer, MultiOptimizer)
-                    else [optimizer]):
-            opt.learning_rate *= factor
-    return optimizer
