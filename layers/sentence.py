@@ -1,5 +1,7 @@
 """Sentence embeddings from token states: mean over the real tokens, the first token (BERT's
 pooler input), L2 normalisation."""
+import numpy as np
+
 from .layer import Layer
 
 
@@ -61,8 +63,9 @@ class FirstToken(Layer):
     def allocate(self):
         super().allocate()
         be, (T, d) = self.be, self.in_shape
-        self.weights = be.zeros((be.bsz, 1, T))  # one-hot at t = 0
-        self.weights.reshape(be.bsz, T)[:, 0:1] = 1.0
+        onehot = np.zeros((be.bsz, 1, T))
+        onehot[:, :, 0] = 1.0
+        self.weights = be.array(onehot)  # (N, 1, T), one-hot at t = 0
 
     def fprop(self, x, inference=False):
         n, d = self.be.bsz, self.in_shape[1]
