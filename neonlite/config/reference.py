@@ -150,7 +150,7 @@ def settings_table():
                              "list": "list", "bool": "boolean"}.get(t.__name__, t.__name__)
                             for t in types)
         shown = "**required**" if default is REQUIRED else f"`{yaml_value(default)}`"
-        rows.append(f"| `{key}` | {kinds} | {shown} | {cell(MEANINGS[key])} |")
+        rows.append(f"| `{key}` | {kinds} | {shown} | {cell(MEANINGS.get(key, ''))} |")
     return "\n".join(rows)
 
 

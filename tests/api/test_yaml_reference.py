@@ -38,5 +38,5 @@ def test_every_nameable_class_and_option_is_in_the_reference():
 
 
 def test_every_top_level_key_has_a_meaning():
-    assert set(MEANINGS) == set(KEYS)
+    assert set(MEANINGS) == set(KEYS), "describe each top-level key in settings.MEANINGS"
     assert all(f"| `{key}` |" in generate() for key in KEYS)
