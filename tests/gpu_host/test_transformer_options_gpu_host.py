@@ -1,7 +1,7 @@
 """The pretrained-model options on the GPU backend's own code with the device replaced by the
 host emulator: a padded BERT-form encoder (segment embeddings, post-norm bias-free blocks,
-mean pooling, L2 normalisation; or BERT's pooler) and a tied GPT-2-form decoder, forward and backward against
-the CPU backend.  This checks the GPU glue, not speed (not run on a GPU)."""
+mean pooling, L2 normalisation; or BERT's pooler) and a tied GPT-2-form decoder, forward and
+backward against the CPU backend.  This checks the GPU glue, not speed (not run on a GPU)."""
 import numpy as np
 import pytest
 from support.gpu_host_backend import host_gpu_backend
