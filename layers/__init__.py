@@ -17,7 +17,7 @@ from .batchnorm import BatchNorm
 from .pooling import Pooling
 from .recurrent import GRU, LSTM, Recurrent
 from .segment_embedding import SegmentEmbedding
-from .sentence import L2Normalize, MeanPool
+from .sentence import FirstToken, L2Normalize, MeanPool
 from .tied_linear import TiedLinear
 from .recurrent_stack import (BiGRU, BiLSTM, BiRNN, DeepBiLSTM, DeepBiRNN, RecurrentLast,
                               RecurrentMean, RecurrentSum)
@@ -32,4 +32,4 @@ __all__ = ["Layer", "ParameterLayer", "Parameter", "ShapeError", "Linear", "Bias
            "Recurrent", "LSTM", "GRU", "RecurrentLast", "RecurrentSum", "RecurrentMean", "BiRNN",
            "BiLSTM", "BiGRU", "DeepBiRNN", "DeepBiLSTM", "Deconvolution", "Deconv",
            "MergeBroadcast", "LRN", "SegmentEmbedding", "TiedLinear", "MeanPool",
-           "L2Normalize"]
+           "L2Normalize", "FirstToken"]

@@ -29,7 +29,9 @@ class Embedding(ParameterLayer):
     self-attention layer and mean pooling after this embedding
     (:func:`neonlite.layers.shared.share_padding_masks`): a pad never influences a real
     token.  Sequences are padded at the end (positions of real tokens are then those of the
-    unpadded sequence).
+    unpadded sequence).  ``given_mask`` (None, or a (N, T) tensor of 0/1 set by the model for
+    inputs that come with their own mask, e.g. a tokenizer's ``(ids, mask)``) replaces the
+    mask read from ``pad_id`` while it is set.
     """
 
     def __init__(self, vocab, d, init=None, pad_id=None, name=None):
@@ -43,6 +45,7 @@ class Embedding(ParameterLayer):
         self.vocab, self.d = int(vocab), int(d)
         self.pad_id = None if pad_id is None else int(pad_id)
         self.key_mask = None
+        self.given_mask = None
         self.init = init or Gaussian(scale=0.02)
         self.needs_deltas = False
 
@@ -92,7 +95,9 @@ class Embedding(ParameterLayer):
     def fprop(self, x, inference=False):
         self.x = x
         self._lookup(x, self.outputs)
-        if self.key_mask is not None:  # ids are whole numbers: 1 unless id == pad_id
+        if self.key_mask is not None and self.given_mask is not None:
+            self.key_mask[:] = self.given_mask
+        elif self.key_mask is not None:  # ids are whole numbers: 1 unless id == pad_id
             pad = float(self.pad_id)
             self.key_mask[:] = (x < pad - 0.5) + (x > pad + 0.5)
         return self.outputs

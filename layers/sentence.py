@@ -1,4 +1,7 @@
-"""Sentence embeddings from token states: mean over the real tokens, L2 normalisation."""
+"""Sentence embeddings from token states: mean over the real tokens, the first token (BERT's
+pooler input), L2 normalisation."""
+import numpy as np
+
 from .layer import Layer
 
 
@@ -36,6 +39,35 @@ class MeanPool(Layer):
 
     def fprop(self, x, inference=False):
         self._set_weights()
+        n, d = self.be.bsz, self.in_shape[1]
+        self.be.batched_dot(self.weights, x, self.outputs.reshape(n, 1, d))
+        return self.outputs
+
+    def bprop(self, error):
+        if self.needs_deltas:
+            n, d = self.be.bsz, self.in_shape[1]
+            self.be.batched_dot(self.weights, error.reshape(n, 1, d), self.deltas, transA=True)
+        return self.deltas
+
+
+class FirstToken(Layer):
+    """y[n] = x[n, 0]: the first token's state of a sequence x (N, T, d), (N, d) (BERT's
+    [CLS] token, which its pooler projects).  bprop puts the error at token 0, zeros
+    elsewhere."""
+
+    def _configure(self, in_shape):
+        if len(in_shape) != 2:
+            raise self.shape_error("a sequence (T, d)")
+        return (in_shape[1],)
+
+    def allocate(self):
+        super().allocate()
+        be, (T, d) = self.be, self.in_shape
+        onehot = np.zeros((be.bsz, 1, T))
+        onehot[:, :, 0] = 1.0
+        self.weights = be.array(onehot)  # (N, 1, T), one-hot at t = 0
+
+    def fprop(self, x, inference=False):
         n, d = self.be.bsz, self.in_shape[1]
         self.be.batched_dot(self.weights, x, self.outputs.reshape(n, 1, d))
         return self.outputs

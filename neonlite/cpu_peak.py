@@ -126,6 +126,23 @@ def fp32_flop_per_cycle(info):
     return 8, "SSE core"
 
 
+def cpu_names(info=None):
+    """This CPU named one way wherever neonlite names it (``neonlite doctor``'s CPU row, the
+    profiler's and the benchmark's peak line): the model name, the microarchitecture as
+    :func:`fp32_flop_per_cycle` knows it, and what the C compiler's ``-march=native`` builds
+    the kernels for (its own, sometimes older, name), e.g. ``AMD EPYC 9B14 (AMD Zen 4;
+    -march=native: znver3)``."""
+    from neonlite.kernels.first_use import cpu_name
+    from neonlite.kernels.toolchain import CompilerNotFound
+    info = read_cpuinfo() if info is None else info
+    arch = fp32_flop_per_cycle(info)[1].split(":")[0]
+    try:
+        target = cpu_name()
+    except CompilerNotFound:
+        target = "no C compiler"
+    return f"{info.get('model name', 'unknown CPU')} ({arch}; -march=native: {target})"
+
+
 @functools.lru_cache(maxsize=None)
 def _fma_library():
     from neonlite.kernels.toolchain import find_c_compiler
@@ -170,7 +187,7 @@ def cpu_peak_gflops():
     info = read_cpuinfo()
     cores = len(os.sched_getaffinity(0))
     per_cycle, arch = fp32_flop_per_cycle(info)
-    model = info.get("model name", "unknown CPU")
+    names = cpu_names(info)
     try:
         measured = measure_fma_gflops(cores)
     except Exception as err:  # no compiler, no OpenMP: fall back to the table
@@ -178,8 +195,9 @@ def cpu_peak_gflops():
             return None, f"no FMA measurement ({err}) and no clock in /proc/cpuinfo"
         gflops = cores * info["mhz"] / 1000.0 * per_cycle
         return gflops, (f"estimated: {cores} cores x {info['mhz'] / 1000.0:.2f} GHz (current "
-                        f"clock) x {per_cycle} FP32 FLOP/cycle ({arch}; {model}); the FMA "
-                        f"kernel did not run: {err}")
+                        f"clock) x {per_cycle} FP32 FLOP/cycle ({arch.split(': ', 1)[-1]}) "
+                        f"of {names}; the FMA kernel did not run: {err}")
     ghz = measured / cores / per_cycle
-    return measured, (f"measured with an FMA-throughput kernel on {cores} cores ({model}; "
-                      f"{arch}: {per_cycle} FP32 FLOP/cycle/core, so about {ghz:.2f} GHz)")
+    return measured, (f"measured with an FMA-throughput kernel on {cores} cores of {names} "
+                      f"({arch.split(': ', 1)[-1]}: {per_cycle} FP32 FLOP/cycle/core, so about "
+                      f"{ghz:.2f} GHz)")

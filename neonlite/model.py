@@ -11,12 +11,16 @@ from .layer_names import check_layer_names, check_tensor_names
 from .layers.layer import ShapeError
 from .layers.shared import share_padding_masks, tie_layers
 from .memory_check import check_network_fits
-from .model_table import model_table
+from . import model_files
+from .model_table import describe_table
 from .model_checks import (check_backend, check_optimizer, check_targets, claim_layers,
                            param_value)
 from .finite import first_nonfinite as first_nonfinite_of
 from .optimizers.arena import ParameterArena, build_arena
 from .optimizers.schedules import plan_schedules_for
+from .array_fit import array_datasets
+from .token_masks import (given_mask, ids_and_mask_iterator, is_ids_and_mask,
+                          padding_embeddings)
 
 
 class Model:
@@ -137,13 +141,25 @@ class Model:
         self.step_index += 1
         return cost
 
-    def fit(self, dataset, optimizer, num_epochs, cost, callbacks=None, progress=True):
+    def fit(self, dataset, optimizer, num_epochs, cost, callbacks=None, progress=True, *,
+            y=None, validation_split=None, nclass=None):
         """Train for epochs ``self.epoch_index .. num_epochs - 1``: ``num_epochs`` is the total,
         as in neon, so a resumed model goes on where it stopped, and a second
         ``fit(..., num_epochs=1)`` has nothing to do (it warns, naming the ``num_epochs`` that
         trains one more epoch).  Without ``callbacks`` it shows the progress ``neonlite train``
-        shows (``progress=False``: nothing)."""
+        shows (``progress=False``: nothing).
+
+        Keras-style, ``dataset`` may be an array X (N, ...) with ``y=`` its labels (N,) or
+        targets, and ``validation_split=`` the fraction, from the end, evaluated after every
+        epoch instead of trained on (:mod:`neonlite.array_fit`; ``nclass`` defaults to the
+        output's width for whole-number labels)."""
         from .callbacks import Callbacks
+        valid = None
+        if y is not None or validation_split is not None:
+            if validation_split is not None and callbacks is not None:
+                raise ValueError("Model.fit: validation_split= makes its own evaluation; with "
+                                 "your own callbacks, pass Callbacks(model, eval_set=valid)")
+            dataset, valid = array_datasets(self, dataset, y, validation_split, nclass)
         self.initialize(dataset, cost, optimizer)
         check_optimizer(optimizer, self)
         if self.epoch_index >= num_epochs:
@@ -153,7 +169,8 @@ class Model:
                           f"epoch", UserWarning, stacklevel=2)
         if self.grad_sync is not None:
             self.grad_sync.start(self)
-        callbacks = callbacks if callbacks is not None else Callbacks(self, progress=progress)
+        callbacks = callbacks if callbacks is not None else \
+            Callbacks(self, eval_set=valid, progress=progress)
         callbacks.model = self
         self.optimizer = optimizer
         plan_schedules_for(optimizer, dataset, num_epochs)
@@ -284,8 +301,9 @@ class Model:
 
     def predict(self, data):
         """Outputs for every example of ``data``: a batch-first array (N, ...) of inputs (run
-        in batches of the backend's size) or a data set; (N,) + output shape, in order."""
-        if isinstance(data, np.ndarray) or isinstance(data, (list, tuple)):
+        in batches of the backend's size), a tokenizer's ``(ids, mask)`` pair (see
+        :meth:`get_outputs`) or a data set; (N,) + output shape, in order."""
+        if not is_ids_and_mask(data) and isinstance(data, (np.ndarray, list, tuple)):
             from .data import ArrayIterator
             data = ArrayIterator(np.asarray(data), shuffle=False, name="predict input")
         return self.get_outputs(data)
@@ -300,15 +318,25 @@ class Model:
             return generate(self, vocab, prompt, n, temperature, top_k, seed, use_cache)
 
     def get_outputs(self, dataset):
-        """Outputs for every example of ``dataset`` in order, (ndata,) + output shape."""
+        """Outputs for every example of ``dataset`` in order, (ndata,) + output shape.
+
+        ``dataset`` may be a tuple ``(ids, mask)`` of two (N, T) arrays, as
+        :meth:`neonlite.text.Tokenizer.encode_batch` returns them: the mask (1 at real tokens,
+        0 at pads) is then the padding mask of every Embedding with a ``pad_id``, in place of
+        the one read from the ids (:mod:`neonlite.token_masks`).  Under ``inference_lock``."""
         with self.inference_lock:
             return self._get_outputs(dataset)
 
     def _get_outputs(self, dataset):
+        masked = is_ids_and_mask(dataset)
+        if masked:
+            dataset = ids_and_mask_iterator(*dataset)
         self.initialize(dataset)
+        embeddings = padding_embeddings(self, dataset.y) if masked else []
         outs = []
-        for x, _ in self._batches(dataset):
-            y = self.layers.fprop(x, inference=True)
+        for x, t in self._batches(dataset):
+            with given_mask(embeddings, t if masked else None):
+                y = self.layers.fprop(x, inference=True)
             outs.append(y.get()[:getattr(dataset, "valid", x.shape[0])])
         return np.concatenate(outs)
 
@@ -376,23 +404,12 @@ class Model:
         """A new (uninitialized) model from a description's ``layers`` list (a run's whole
         description, as :meth:`get_description` or a YAML file gives, or just the list).
         Raises :class:`neonlite.config.ConfigError` with the key path of a bad entry."""
-        from .config.build import build
-        from .config.errors import ConfigError, short_repr
-        layers = desc.get("layers") if isinstance(desc, dict) else desc
-        if not isinstance(layers, list) or not layers:
-            raise ConfigError("layers: expected a non-empty list of {type, config} layers, got "
-                              f"{short_repr(layers)}")
-        return cls([build(d, "layer", f"layers[{i}]") for i, d in enumerate(layers)])
+        return model_files.from_description(cls, desc)
 
     def save(self, path, optimizer=None, config=None):
         """Write a checkpoint (see :mod:`neonlite.serialize`): description, parameters,
         optimizer state (``optimizer`` or the one :meth:`fit` used), epoch/step, RNG state."""
-        from .serialize import save_checkpoint
-        if config is None:
-            config = {**self.get_description(), **self._backend_settings()}
-            if hasattr(self.metric, "get_description"):
-                config["metric"] = self.metric.get_description()
-        return save_checkpoint(path, self, optimizer, config)
+        return model_files.save(self, path, optimizer, config)
 
     def __reduce__(self):
         """Pickling (and ``copy.deepcopy``) goes through the checkpoint format
@@ -400,37 +417,12 @@ class Model:
         from .model_bytes import model_state
         return _rebuild_model, model_state(self)
 
-    def _backend_settings(self):
-        """``backend``, ``batchsize`` and ``datatype`` of the backend the model runs on (what
-        :meth:`load` makes again when there is no backend yet)."""
-        from .config.settings import DATATYPES
-        names = {np.dtype(v).name: k for k, v in DATATYPES.items() if k != "bf16"}
-        settings = {"backend": self.be.name, "batchsize": int(self.be.bsz)}
-        dtype = getattr(self.be, "dtype", None)
-        if dtype is not None and np.dtype(dtype).name in names:
-            settings["datatype"] = names[np.dtype(dtype).name]
-        return settings
-
     @classmethod
     def from_checkpoint(cls, ckpt):
         """A model rebuilt from a read checkpoint's description (``serialize.Checkpoint``),
         initialized for its input shape on the current backend, with the checkpoint's
         parameters loaded (a warning where they hold NaN or inf)."""
-        from .config.errors import ConfigError
-        from .serialize import CheckpointError, NonFiniteWarning, ShapeStub, load_params
-        try:
-            model = cls.from_description(ckpt.config)
-            model.initialize(ShapeStub(ckpt.in_shape))
-        except ConfigError as err:
-            raise CheckpointError(f"{ckpt.path}: its network description does not build: "
-                                  f"{err}") from None
-        load_params(model, ckpt)
-        bad = ckpt.first_nonfinite()
-        if bad is not None:
-            warnings.warn(f"{ckpt.path}: {bad} holds NaN or inf values, so what this model "
-                          f"computes is meaningless (the training that wrote it diverged)",
-                          NonFiniteWarning, stacklevel=2)
-        return model
+        return model_files.from_checkpoint(cls, ckpt)
 
     @classmethod
     def load(cls, path):
@@ -438,52 +430,19 @@ class Model:
         parameters loaded (``epoch_index``/``step_index`` as saved; ``metric`` as the run
         configured it).  Before any ``gen_backend`` it makes the backend the checkpoint names
         (backend, batch size, data type), or says what to call when that one cannot run."""
-        from .serialize import read_checkpoint
-        ckpt = read_checkpoint(path)
-        _backend_for(ckpt)
-        model = cls.from_checkpoint(ckpt)
-        model.epoch_index, model.step_index = ckpt.epoch_index, ckpt.step_index
-        if ckpt.config.get("metric") is not None:
-            from .config.build import build
-            from .config.errors import ConfigError
-            try:
-                model.metric = build(ckpt.config["metric"], "metric", "metric")
-            except ConfigError:
-                model.metric = None
-        return model
+        return model_files.load(cls, path)
 
     def describe(self):
         """A table: layer, type, output shape, parameter count; and the total."""
         if self.in_shape is None:
             raise RuntimeError("describe: initialize the model with a data set first")
-        return model_table(self)
+        return describe_table(self.layers.layers, self.parameters())
 
 
 def _rebuild_model(kind, data, name):
     """The model a pickle holds (see :meth:`Model.__reduce__`)."""
     from .model_bytes import rebuild
     return rebuild(Model, kind, data, name)
-
-
-def _backend_for(ckpt):
-    """Make the backend checkpoint ``ckpt`` was trained on when there is none yet."""
-    from .backends import BackendUnavailable, gen_backend
-    try:
-        get_backend()
-        return
-    except RuntimeError:
-        pass
-    from .config.settings import DATATYPES
-    name = ckpt.config.get("backend", "cpu")
-    batch = ckpt.config.get("batchsize", 128)
-    datatype = ckpt.config.get("datatype", "f32")
-    try:
-        gen_backend(name, batch_size=batch, datatype=DATATYPES.get(datatype, np.float32))
-    except (BackendUnavailable, ValueError, TypeError) as err:
-        raise RuntimeError(f"Model.load({str(ckpt.path)!r}): no backend yet, and the "
-                           f"checkpoint's ({name}, batch {batch}, {datatype}) cannot run here "
-                           f"({err}); call neonlite.gen_backend('cpu', batch_size={batch}) "
-                           f"first") from None
 
 
 def _rows(a):

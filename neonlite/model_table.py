@@ -1,20 +1,19 @@
-"""The model table ``Model.describe`` prints: one row per layer (nested layers indented under
-their container) with its type, output shape (batch axis excluded) and parameter count, and the
-total."""
+"""``Model.describe()``'s table: one row per layer (nested layers indented), then the total."""
 from .layers.containers import CompoundLayer, MergeSum, Sequential
 
 
-def model_table(model):
-    """The table of an initialised ``model`` as text."""
+def describe_table(layers, parameters):
+    """The table of ``layers`` (configured): layer, type, output shape, parameter count; and
+    the total of ``parameters``."""
     rows = []
-    _describe_rows(model.layers.layers, 0, rows)
+    _describe_rows(layers, 0, rows)
     width = max(len(r[0]) for r in rows) + 2
     kinds = max(14, max(len(r[1]) for r in rows) + 2)
     lines = [f"{'layer':<{width}}{'type':<{kinds}}{'output shape':<20}{'params':>12}"]
     lines.append("-" * len(lines[0]))
     for name, kind, shape, count in rows:
         lines.append(f"{name:<{width}}{kind:<{kinds}}{str(shape):<20}{count:>12,}")
-    total = sum(p.value.size for p in model.parameters())
+    total = sum(p.value.size for p in parameters)
     lines.append("-" * len(lines[0]))
     lines.append(f"{'total':<{width + kinds + 20}}{total:>12,}")
     return "\n".join(lines)

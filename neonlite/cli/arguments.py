@@ -75,6 +75,12 @@ def add_run_arguments(parser):
     parser.add_argument("--sync-bn", action="store_true", default=None, dest="sync_bn",
                         help="under mpirun, batch norm statistics over the global batch instead "
                              "of each rank's part (YAML: sync_bn)")
+    parser.add_argument("--scale-lr", choices=["none", "linear"], default=None,
+                        dest="scale_lr",
+                        help="linear: multiply every learning rate by the batch size over the "
+                             "YAML's (-z 128 on a batchsize: 32 run: x4), the linear scaling "
+                             "rule for a larger global batch, e.g. under mpirun "
+                             "(YAML: scale_lr; default none)")
     parser.add_argument("--max-batches", type=positive_int, metavar="N",
                         help="use at most N batches per epoch for training and evaluation "
                              "(quick smoke runs)")
@@ -85,4 +91,4 @@ def overrides(args):
     """The top-level YAML values the flags in ``args`` set (None: not given)."""
     return {key: getattr(args, key, None)
             for key in ("backend", "epochs", "batchsize", "rng_seed", "datatype", "eval_freq",
-                        "save_path", "serialize", "sync_bn")}
+                        "save_path", "serialize", "sync_bn", "scale_lr")}

@@ -1,5 +1,5 @@
-"""``neonlite import MODEL_DIR -o model.h5 [--head none|lm|sentence-embedding]``: a Hugging
-Face model directory (BERT or GPT-2, safetensors weights) as a neonlite checkpoint."""
+"""``neonlite import MODEL_DIR -o model.h5 [--head none|lm|sentence-embedding|pooler]``: a
+Hugging Face model directory (BERT or GPT-2, safetensors weights) as a neonlite checkpoint."""
 from .arguments import add_verbosity, positive_int
 
 HELP = "convert a Hugging Face model directory (BERT, GPT-2; safetensors) to a checkpoint"
@@ -12,11 +12,12 @@ def register(subparsers):
                              "with model.safetensors.index.json)")
     parser.add_argument("-o", "--output", required=True, metavar="MODEL.h5",
                         help="the neonlite checkpoint to write")
-    parser.add_argument("--head", default="none", choices=["none", "lm", "sentence-embedding"],
-                        help="none: the last hidden state (N, T, d); lm: token logits (GPT-2: next "
-                             "token; BERT: masked token); sentence-embedding: mean pooling + "
-                             "L2 normalisation "
-                             "(BERT) (default none)")
+    parser.add_argument("--head", default="none",
+                        choices=["none", "lm", "sentence-embedding", "pooler"],
+                        help="none: the last hidden state (N, T, d); lm: token logits (GPT-2: "
+                             "next token; BERT: masked token); sentence-embedding: mean "
+                             "pooling + L2 normalisation (BERT); pooler: BERT's pooler, tanh "
+                             "of a dense layer over the [CLS] token (N, d) (default none)")
     parser.add_argument("--seq-len", type=positive_int, default=None, metavar="T",
                         help="the sequence length the checkpoint runs at (default: the "
                              "model's maximum positions)")

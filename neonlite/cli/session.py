@@ -235,10 +235,9 @@ def _train(run, opts, stream, world):
         f"{tuple(train_set.shape)}, {_count(train_set)} train / {_count(valid_set)} valid; "
         f"backend {settings['backend']}, batch {settings['batchsize']}"
         + (f" over {world.size} ranks, " if world.size > 1 else ", ") +
-        f"{settings['datatype']}, " + (f"epochs {start + 1}..{settings['epochs']}"
-                                       if start < settings["epochs"] else
-                                       f"already {start} epochs done: nothing to train "
-                                       f"(raise -e)"))
+        f"{settings['datatype']}, " + _lr_note(run) +
+        (f"epochs {start + 1}..{settings['epochs']}" if start < settings["epochs"] else
+         f"already {start} epochs done: nothing to train (raise -e)"))
     # under mpirun the ranks would stop at different steps: signals keep their usual effect
     with warnings.catch_warnings(), StopOnSignal(SIGNALS if world.size == 1 else ()) as stop:
         warnings.filterwarnings("ignore", "Model.fit: nothing to train")
@@ -268,6 +267,13 @@ def resume_command(checkpoint, opts):
         if getattr(opts, key, None) is not None:
             words += [flag, str(getattr(opts, key))]
     return shlex.join(words)
+
+
+def _lr_note(run):
+    """``learning rates x4 (scale_lr linear: batch 128 / 32), `` when they are scaled."""
+    scale, settings = run.lr_scale(), run.settings
+    return "" if scale == 1.0 else (f"learning rates x{scale:g} (scale_lr linear: batch "
+                                    f"{settings['batchsize']} / {settings['lr_batchsize']}), ")
 
 
 def _count(data):

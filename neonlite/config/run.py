@@ -97,6 +97,8 @@ class RunConfig:
                 raise ConfigError(f"{key}: not a top-level setting that can be overridden"
                                   f"{did_you_mean(key, self.settings)}")
             value = check_setting(key, value, KEYS[key][0])
+            if key == "batchsize" and self.settings["lr_batchsize"] is None:
+                self.settings["lr_batchsize"] = self.settings["batchsize"]
             if key == "dataset":
                 value = check_dataset(value)
             self.settings[key] = _metric_desc(value) if key == "metric" else value
@@ -137,7 +139,22 @@ class RunConfig:
         return _build_cost(self.cost_desc)
 
     def build_optimizer(self):
-        return build(self.optimizer_desc, "optimizer", "optimizer")
+        """The optimizer, its learning rates (each of a MultiOptimizer's) times
+        :meth:`lr_scale`."""
+        optimizer, scale = build(self.optimizer_desc, "optimizer", "optimizer"), self.lr_scale()
+        if scale != 1.0:
+            for opt in getattr(optimizer, "mapping", {}).values() or [optimizer]:
+                opt.learning_rate *= scale
+        return optimizer
+
+    def lr_scale(self):
+        """``batchsize / lr_batchsize`` with ``scale_lr: linear`` (the linear scaling rule:
+        a k times larger batch takes k times larger steps, so an epoch of k times fewer
+        steps moves about as far), else 1."""
+        if self.settings["scale_lr"] != "linear":
+            return 1.0
+        return self.settings["batchsize"] / (self.settings["lr_batchsize"] or
+                                             self.settings["batchsize"])
 
     def build_metric(self):
         return build(self.settings["metric"], "metric", "metric")

@@ -28,8 +28,34 @@ KEYS = {
     "save_path": ((str, type(None)), None),
     "serialize": ((int,), 0),
     "sync_bn": ((bool,), False),
+    "scale_lr": ((str,), "none"),
+    "lr_batchsize": ((int, type(None)), None),
 }
-_POSITIVE = ("epochs", "batchsize")
+SCALE_LR = ("none", "linear")
+# key -> what it means, for the generated reference (docs/yaml_reference.md); every key has one
+MEANINGS = {
+    "backend": "the compute backend: cpu or gpu (the registered backends)",
+    "epochs": "train until this many epochs are done (with `--resume`: the total)",
+    "batchsize": "the minibatch size (under MPI the global batch, split over the ranks)",
+    "rng_seed": "seeds initialization, shuffling and dropout; null: a fresh seed",
+    "datatype": "storage type: f32, f16, f64 or bf16 (the cpu backend runs f32 and f64)",
+    "eval_freq": "validate every N epochs and after the last; 0: never",
+    "metric": "the validation metric: misclassification, accuracy, topk or logloss, or "
+              "{type: Metric, config: {...}}",
+    "dataset": "a data set name, or {type: name, config: {...}} (see Data sets)",
+    "layers": "the network: a list of layers, {type: Layer, config: {...}}",
+    "cost": "a cost name or {type: Cost, config: {...}}",
+    "optimizer": "an optimizer name or {type: Optimizer, config: {...}}",
+    "callbacks": "a list of callbacks, {type: Callback, config: {...}}",
+    "save_path": "write a checkpoint here after training",
+    "serialize": "with save_path, also write a checkpoint every N epochs; 0: only at the end",
+    "sync_bn": "under MPI, batch norm statistics over all ranks instead of per rank",
+    "scale_lr": "none, or linear: every learning rate times batchsize / lr_batchsize (the "
+                "linear scaling rule, for a larger global batch, e.g. under mpirun)",
+    "lr_batchsize": "the batch size the learning rates are set for; null: the YAML's "
+                    "batchsize (before `-z`)",
+}
+_POSITIVE = ("epochs", "batchsize", "lr_batchsize")
 _NON_NEGATIVE = ("eval_freq", "serialize", "rng_seed")
 
 
@@ -43,10 +69,13 @@ def _check(key, value, types):
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
         names = " or ".join(type_word(t()) if t is not type(None) else "null" for t in types)
         raise ConfigError(f"{key}: expected {names}, got {type_word(value)} ({short_repr(value)})")
-    if key in _POSITIVE and value < 1:
+    if key in _POSITIVE and value is not None and value < 1:
         raise ConfigError(f"{key}: expected a positive integer, got {value}")
     if key in _NON_NEGATIVE and value is not None and value < 0:
         raise ConfigError(f"{key}: expected an integer >= 0, got {value}")
+    if key == "scale_lr" and value not in SCALE_LR:
+        raise ConfigError(f"scale_lr: expected one of {', '.join(SCALE_LR)}, got "
+                          f"{short_repr(value)}{did_you_mean(value, SCALE_LR)}")
     if key == "datatype" and value not in DATATYPES:
         raise ConfigError(f"datatype: unknown data type {short_repr(value)}"
                           f"{did_you_mean(value, DATATYPES)}")

@@ -245,7 +245,7 @@ class TextCorpus(TextWindows):
         self.vocab = Vocabulary(vocab) if vocab is not None else Vocabulary.of_text(text)
         ids = self.vocab.encode(text, str(where))
         cut = int(len(ids) * split)
-        name = name or os.path.basename(str(where))
+        name = name or os.path.basename(filename or str(where))  # the file, not its folder
         super().__init__(ids[:cut], self.vocab, seq_len, shuffle, nbatches, f"{name} train",
                          streams)
         self._valid = TextWindows(ids[cut:], self.vocab, seq_len, False, None, f"{name} valid",

@@ -123,8 +123,7 @@ def compiler_rows(work_dir=None):
             rows.append(Row("OpenMP", FAIL, "not usable (the test kernel did not build)",
                             "see the test kernel row"))
             return rows
-    rows.append(Row("test kernel", OK, f"compiles with {' '.join(C_FLAGS)} (-march=native: "
-                    f"{compiler.target.rsplit('-', 1)[0]})"))
+    rows.append(Row("test kernel", OK, f"compiles with {' '.join(C_FLAGS)}"))
     from ..backends.cpu.threads import usable_cores
     rows.append(Row("OpenMP", OK, f"{threads} threads ({usable_cores()} cores usable; "
                     f"OMP_NUM_THREADS sets it)"))
@@ -144,12 +143,19 @@ def cpu_flags(cpuinfo="/proc/cpuinfo"):
 
 
 def cpu_row(cpuinfo="/proc/cpuinfo"):
+    """The CPU named as :func:`neonlite.cpu_peak.cpu_names` names it everywhere (model,
+    microarchitecture, ``-march=native`` target) and its instruction sets."""
+    from ..cpu_peak import cpu_names, read_cpuinfo
     model, flags = cpu_flags(cpuinfo)
+    try:
+        names = cpu_names(read_cpuinfo(Path(cpuinfo).read_text(errors="replace")))
+    except OSError:
+        names = model
     if not flags:
-        return Row("CPU", WARN, f"{model}; instruction sets unknown (no /proc/cpuinfo flags)")
+        return Row("CPU", WARN, f"{names}; instruction sets unknown (no /proc/cpuinfo flags)")
     have = ", ".join(f"{name} {'yes' if flag in flags else 'no'}"
                      for name, flag in INSTRUCTION_SETS)
-    return Row("CPU", OK, f"{model}; {have} (the C kernels use what -march=native enables)")
+    return Row("CPU", OK, f"{names}; {have} (the C kernels use what -march=native enables)")
 
 
 def mpi_row():
@@ -168,7 +174,9 @@ def mpi_row():
         except (OSError, subprocess.TimeoutExpired) as err:
             version = f"does not answer --version ({one_line(err)})"
     if found and mpirun:
-        return Row("MPI", OK, f"{found}; mpirun {mpirun}: {version}")
+        cores = os.cpu_count() or 1
+        return Row("MPI", OK, f"{found}; mpirun {mpirun}: {version}; more ranks than cores "
+                              f"(here {cores} CPUs) need mpirun --oversubscribe -np N")
     missing = " and ".join(n for n, ok in (("mpi4py", found), ("mpirun", mpirun)) if not ok)
     return Row("MPI", ABSENT, f"{missing} not found (needed only for mpirun ... neonlite train)",
                "pip install 'neonlite[mpi]' (Open MPI's wheel and mpi4py)")

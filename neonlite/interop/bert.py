@@ -9,7 +9,9 @@ The encoder, as layers (names in brackets)::
     TransformerBlock [layer<i>] (post-norm, bidirectional, exact or tanh GELU)
 
 then, for ``head="sentence-embedding"``, MeanPool [pool] -> L2Normalize [normalize]
-(sentence-transformers' mean pooling + Normalize); for ``head="lm"``, BERT's masked-LM head:
+(sentence-transformers' mean pooling + Normalize); for ``head="pooler"``, BERT's pooler:
+FirstToken [cls] -> Affine + Tanh [pooler], ``transformers``' ``pooler_output`` (N,
+hidden_size), read from and written to ``pooler.dense.*``; for ``head="lm"``, BERT's masked-LM head:
 Affine + GELU [mlm_transform] -> LayerNorm [mlm_norm] -> TiedLinear [mlm_decoder] (through
 ``word_embeddings``' table) -> Bias [mlm_bias], logits (N, T, vocab); ``head="none"`` ends at
 the last hidden state (N, T, hidden_size).
@@ -17,23 +19,26 @@ the last hidden state (N, T, hidden_size).
 import numpy as np
 
 from ..initializers import Constant, Gaussian
-from ..layers import (Affine, Bias, Embedding, L2Normalize, LayerNorm, MeanPool,
+from ..layers import (Affine, Bias, Embedding, FirstToken, L2Normalize, LayerNorm, MeanPool,
                       PositionalEmbedding, SegmentEmbedding, TiedLinear, TransformerBlock)
-from ..transforms.activation import Gelu
+from ..transforms.activation import Gelu, Tanh
 from .errors import InteropError
 from .hf_config import ConfigReader, gelu_name
 from .mapping import Link
 
-HEADS = ("none", "sentence-embedding", "lm")
+HEADS = ("none", "sentence-embedding", "lm", "pooler")
 #: the masked-LM head's layers after the blocks
 LM_HEAD = [Affine, LayerNorm, TiedLinear, Bias]
+#: the pooler head's layers after the blocks
+POOLER_HEAD = [FirstToken, Affine]
 PREFIXES = ("bert.",)
 
 
 def ignored(name):
     """Tensors of a BERT checkpoint neonlite's encoder does not use: the position-id buffer,
-    the pooler (the [CLS] projection, not part of the last hidden state or mean pooling) and
-    pre-training heads (``cls.``)."""
+    the pooler (the [CLS] projection, not part of the last hidden state or mean pooling;
+    ``head="pooler"`` links it, and a linked tensor is never ignored) and pre-training heads
+    (``cls.``)."""
     return name == "embeddings.position_ids" or name.startswith(("pooler.", "cls."))
 
 
@@ -67,6 +72,9 @@ def build_layers(config, head, where, dropout=0.0):
                                     name=f"layer{i}"))
     if head == "sentence-embedding":
         out += [MeanPool(name="pool"), L2Normalize(name="normalize")]
+    elif head == "pooler":
+        out += [FirstToken(name="cls"),
+                Affine(d, init=init, bias=Constant(0.0), activation=Tanh(), name="pooler")]
     elif head == "lm":
         out += [Affine(d, init=init, activation=Gelu(gelu), name="mlm_transform"),
                 LayerNorm(eps, name="mlm_norm"),
@@ -119,18 +127,26 @@ def links(model):
                 Link("cls.predictions.transform.LayerNorm.weight", norm.gamma.name),
                 Link("cls.predictions.transform.LayerNorm.bias", norm.beta.name),
                 Link("cls.predictions.bias", bias.b.name)]
+    if _has_pooler(top):
+        w, b = _affine(top[-1])
+        out += [Link("pooler.dense.weight", w.name, transpose=True),
+                Link("pooler.dense.bias", b.name)]
     return out
 
 
+def _has_pooler(top):
+    return [type(layer) for layer in top[-2:]] == POOLER_HEAD
+
+
 def _affine(compound):
-    linear, bias = compound.layers
+    linear, bias = compound.layers[:2]
     return linear.W, bias.b
 
 
 def matches(top):
     """True when the model's top-level layers have the BERT encoder's form."""
     kinds = [type(layer) for layer in top]
-    if kinds[-2:] == [MeanPool, L2Normalize]:
+    if kinds[-2:] in ([MeanPool, L2Normalize], POOLER_HEAD):
         kinds = kinds[:-2]
     elif kinds[-4:] == LM_HEAD:
         kinds = kinds[:-4]
@@ -150,6 +166,8 @@ def config_for(model, where):
         raise InteropError(f"{where}: BERT has learned positions; layer '{pos.name}' is "
                            f"sinusoidal")
     lm = [type(layer) for layer in top[-4:]] == LM_HEAD
+    if _has_pooler(top):
+        _check_pooler(top[-1], emb.d, where)
     if lm and (top[-2].tied_to != emb.name or top[-4].layers[-1].transform.approximate
                != first.gelu.transform.approximate or top[-3].eps != norm.eps):
         raise InteropError(f"{where}: the masked-LM head must be tied to '{emb.name}' and use "
@@ -164,6 +182,15 @@ def config_for(model, where):
             "max_position_embeddings": pos.max_len, "type_vocab_size": seg.segments,
             "layer_norm_eps": norm.eps, "pad_token_id": emb.pad_id or 0,
             "position_embedding_type": "absolute", "initializer_range": 0.02}
+
+
+def _check_pooler(affine, d, where):
+    """BERT's pooler is dense (d -> d) with a bias, then tanh."""
+    parts = affine.layers
+    if len(parts) != 3 or not isinstance(parts[1], Bias) or \
+            not isinstance(parts[2].transform, Tanh) or affine.nout != d:
+        raise InteropError(f"{where}: layer '{affine.name}' cannot be exported as BERT's "
+                           f"pooler: BERT's pooler is Affine(nout={d}) with a bias and Tanh")
 
 
 def _check_block(block, first, norm, where):

@@ -205,3 +205,33 @@ def test_kernels_commands_say_once_that_the_cache_dir_is_a_file(tmp_path, monkey
     assert captured.err.splitlines() == [
         f"neonlite: error: the kernel cache {tmp_path / 'cache'} is a file, not a folder: set "
         f"NEONLITE_CACHE_DIR to a folder ('neonlite doctor' checks the cache)"]
+
+
+def test_doctor_and_the_profiler_name_the_cpu_the_same_way(capsys):
+    """One name for the CPU: ``doctor``'s CPU row and the profiler's peak line both say
+    ``cpu_names()`` (model, microarchitecture, -march=native target), once each."""
+    from neonlite.cpu_peak import cpu_names
+    from neonlite.kernels.first_use import cpu_name
+    from neonlite.profiler.peak import machine_peak
+    try:
+        target = cpu_name()
+    except Exception as err:  # no C compiler: the name says so instead
+        pytest.skip(f"no C compiler: {err}")
+    names = cpu_names()
+    assert f"-march=native: {target})" in names
+    main(["doctor"])
+    table = capsys.readouterr().out
+    cpu_line = next(line for line in table.splitlines() if " CPU " in line)
+    assert names in cpu_line and table.count(f": {target}") == 1, table
+    note = machine_peak("cpu")[1]
+    assert names in note and note.count(target) == 1, note
+
+
+def test_the_mpi_row_says_when_mpirun_needs_oversubscribe():
+    from neonlite.doctor.cpu_rows import mpi_row
+    from neonlite.doctor.report import OK
+    row = mpi_row()
+    if row.status != OK:
+        pytest.skip(f"no MPI here: {row.found}")
+    assert f"more ranks than cores (here {os.cpu_count()} CPUs) need mpirun --oversubscribe" \
+        in row.found

@@ -122,3 +122,60 @@ def test_finetune_example_learns_unseen_adjectives():
     spec.loader.exec_module(example)
     _, accuracy, _ = example.finetune(epochs=1)
     assert accuracy >= 0.9
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+def test_pooler_head_equals_transformers_pooler_output(dtype, tol):
+    """``head="pooler"`` reads ``pooler.dense.*`` and gives BertModel's ``pooler_output``
+    (tanh of the dense layer over the [CLS] state) on a padded batch."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    model_dir = minilm_dir()
+    ids, mask = _batch(model_dir)
+    neonlite.gen_backend("cpu", batch_size=2, rng_seed=0, datatype=dtype)
+    model = import_hf(model_dir, head="pooler", seq_len=ids.shape[1])
+    got = model.predict((ids, mask))
+    ref = transformers.BertModel.from_pretrained(model_dir).eval()
+    if dtype == np.float64:
+        ref = ref.double()
+    with torch.no_grad():
+        expected = ref(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)
+                       ).pooler_output.numpy()
+    assert got.shape == expected.shape == (len(SENTENCES), 384)
+    worst = np.abs(got - expected).max()
+    assert worst <= tol, f"pooler_output differs by {worst}"
+
+
+def test_exported_pooler_loads_in_transformers_with_nothing_missing(tmp_path):
+    """A model with the pooler head exports ``pooler.dense.*``: ``transformers`` loads it
+    with its pooling layer and reports no missing or unexpected tensor, and the round trip
+    import -> export -> import keeps every parameter."""
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    model_dir = minilm_dir()
+    neonlite.gen_backend("cpu", batch_size=1, rng_seed=0, datatype=np.float32)
+    first = import_hf(model_dir, head="pooler", seq_len=8)
+    export_hf(first, tmp_path)
+    _, info = transformers.BertModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    again = import_hf(tmp_path, head="pooler", seq_len=8)
+    assert "pooler.W" in first.get_params()
+    for key, value in first.get_params().items():
+        np.testing.assert_array_equal(again.get_params()[key], value, err_msg=key)
+
+
+def test_predict_takes_the_tokenizers_ids_and_mask():
+    """``predict((ids, mask))`` runs the ids with the given mask as the padding mask: a real
+    token left out by the mask changes nothing the other tokens see, as if it were a pad."""
+    model_dir = minilm_dir()
+    ids, mask = _batch(model_dir)
+    neonlite.gen_backend("cpu", batch_size=2, rng_seed=0, datatype=np.float64)
+    model = import_hf(model_dir, head="sentence-embedding", seq_len=ids.shape[1])
+    from_mask = model.predict((ids, mask))
+    np.testing.assert_allclose(from_mask, model.predict(ids), atol=1e-12)
+    cut = mask.copy()
+    cut[0, 3:] = 0  # the first sentence's tokens after the third count as pads
+    padded = ids.copy()
+    padded[0, 3:] = 0
+    np.testing.assert_allclose(model.predict((ids, cut))[0], model.predict(padded)[0],
+                               atol=1e-12)

@@ -92,3 +92,46 @@ def test_load_before_gen_backend_makes_the_checkpoint_backend(trained, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[:2] == ["cpu", "8"]
     assert done.stdout.split(None, 2)[2].strip() == str(model.predict(X).argmax(1).tolist())
+
+
+def _keras_net():
+    return Model([Affine(nout=8, init=GlorotUniform(), activation=Rectlin()),
+                  Affine(nout=3, init=GlorotUniform(), activation=Softmax())])
+
+
+def test_fit_takes_arrays_with_a_keras_validation_split():
+    """``fit(X, y=labels, validation_split=0.25)`` trains on the first 75% exactly as on a
+    data set of them, and evaluates the last 25% after every epoch (``model.last_eval``)."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(40, 6)).astype(np.float32)
+    y = rng.integers(0, 3, 40)
+    runs = []
+    for keras in (True, False):
+        neonlite.gen_backend("cpu", batch_size=8, rng_seed=0)
+        model = _keras_net()
+        cost, opt = GeneralizedCost(CrossEntropyMulti()), GradientDescentMomentum(0.1)
+        if keras:
+            model.fit(X, opt, num_epochs=2, cost=cost, progress=False, y=y,
+                      validation_split=0.25)
+        else:
+            model.fit(ArrayIterator(X[:30], y[:30], nclass=3), opt, num_epochs=2, cost=cost,
+                      progress=False)
+        runs.append(model)
+    keras_model, plain = runs
+    for key, value in plain.get_params().items():
+        np.testing.assert_array_equal(keras_model.get_params()[key], value, err_msg=key)
+    name, value, epoch = keras_model.last_eval
+    assert epoch == 1 and name == "misclassification"
+    assert value == keras_model.eval(ArrayIterator(X[30:], y[30:], nclass=3),
+                                     Misclassification())
+
+
+@pytest.mark.parametrize("split", [0.0, 1.0, 1.5, "half", 0.95])
+def test_a_validation_split_that_leaves_a_part_empty_is_one_error(split):
+    from neonlite.data.iterator import DataError
+    neonlite.gen_backend("cpu", batch_size=8, rng_seed=0)
+    X, y = np.zeros((10, 6), np.float32), np.zeros(10, np.int64)
+    with pytest.raises(DataError, match="validation_split"):
+        _keras_net().fit(X, GradientDescentMomentum(0.1), num_epochs=1,
+                         cost=GeneralizedCost(CrossEntropyMulti()), y=y,
+                         validation_split=split)

@@ -9,9 +9,9 @@ import neonlite
 from neonlite import Model
 from neonlite.config.errors import ConfigError
 from neonlite.initializers import Gaussian
-from neonlite.layers import (Activation, Affine, Embedding, L2Normalize, LayerNorm, MeanPool,
-                             MultiHeadAttention, PositionalEmbedding, SegmentEmbedding,
-                             TiedLinear, TransformerBlock)
+from neonlite.layers import (Activation, Affine, Embedding, FirstToken, L2Normalize, LayerNorm,
+                             MeanPool, MultiHeadAttention, PositionalEmbedding,
+                             SegmentEmbedding, TiedLinear, TransformerBlock)
 from neonlite.serialize import ShapeStub
 
 
@@ -52,6 +52,9 @@ def test_bias_free_affine():
 
 def test_mean_pool_and_l2_normalize_gradients():
     gradient_check(lambda: MeanPool(), (5, 4), batch=3)
+    net = gradient_check(lambda: FirstToken(), (5, 4), batch=3)
+    x = np.arange(3 * 5 * 4, dtype=np.float64).reshape(3, 5, 4)
+    np.testing.assert_array_equal(net.fprop(neonlite.get_backend().array(x)).get(), x[:, 0])
     net = gradient_check(lambda: L2Normalize(), (4,), batch=3)
     y = net.fprop(neonlite.get_backend().array(np.ones((3, 4)))).get()
     np.testing.assert_allclose(np.linalg.norm(y, axis=1), 1.0)

@@ -1,7 +1,7 @@
 """The pretrained-model options on the GPU backend's own code with the device replaced by the
 host emulator: a padded BERT-form encoder (segment embeddings, post-norm bias-free blocks,
-mean pooling, L2 normalisation) and a tied GPT-2-form decoder, forward and backward against
-the CPU backend.  This checks the GPU glue, not speed (not run on a GPU)."""
+mean pooling, L2 normalisation; or BERT's pooler) and a tied GPT-2-form decoder, forward and
+backward against the CPU backend.  This checks the GPU glue, not speed (not run on a GPU)."""
 import numpy as np
 import pytest
 from support.gpu_host_backend import host_gpu_backend
@@ -10,9 +10,10 @@ from support.requires import requires
 import neonlite
 from neonlite import Model
 from neonlite.initializers import Gaussian
-from neonlite.layers import (Embedding, L2Normalize, LayerNorm, MeanPool, PositionalEmbedding,
-                             SegmentEmbedding, TiedLinear, TransformerBlock)
+from neonlite.layers import (Affine, Embedding, FirstToken, L2Normalize, LayerNorm, MeanPool,
+                             PositionalEmbedding, SegmentEmbedding, TiedLinear, TransformerBlock)
 from neonlite.serialize import ShapeStub
+from neonlite.transforms import Tanh
 
 pytestmark = requires("emulator")
 
@@ -30,6 +31,11 @@ def _encoder():
             TransformerBlock(8, 2, causal=False, norm="post", eps=1e-12, bias=False,
                              init=Gaussian(scale=0.3)),
             MeanPool(), L2Normalize()]
+
+
+def _pooler():
+    """BERT's pooler head: the [CLS] state through a dense tanh layer."""
+    return _encoder()[:-2] + [FirstToken(), Affine(8, activation=Tanh())]
 
 
 def _decoder():
@@ -51,10 +57,10 @@ def _run(be, layers, ids, err):
     return y, [p.grad.get() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("layers", [_encoder, _decoder])
+@pytest.mark.parametrize("layers", [_encoder, _decoder, _pooler])
 def test_options_match_the_cpu(monkeypatch, restore_backend, layers):
     ids = np.array([[3, 5, 7, 2, 0, 0], [1, 4, 4, 9, 12, 6]], dtype=np.float32)
-    out_shape = (2, 8) if layers is _encoder else (2, 6, 13)
+    out_shape = (2, 6, 13) if layers is _decoder else (2, 8)
     err = np.random.default_rng(0).normal(size=out_shape)
     gpu = _run(host_gpu_backend(monkeypatch, batch_size=2), layers, ids, err)
     cpu = _run(neonlite.gen_backend("cpu", batch_size=2, rng_seed=0), layers, ids, err)

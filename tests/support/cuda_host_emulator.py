@@ -197,13 +197,17 @@ class HostModule:
                                                  Path(tempfile.gettempdir()) / "neonlite_emu"))
         workdir.mkdir(parents=True, exist_ok=True)
         lib = workdir / f"emu_{digest}.so"
-        if not lib.exists():
-            src = workdir / f"emu_{digest}.cpp"
+        if not lib.exists():  # several processes (pytest -n) may build it at once: each
+            # compiles its own source and library, and the last rename wins
+            src = workdir / f"emu_{digest}.{os.getpid()}.cpp"
             src.write_text(text)
             tmp = workdir / f"emu_{digest}.{os.getpid()}.so"
-            result = subprocess.run(["g++", "-std=c++20", "-O0", "-shared", "-fPIC", "-pthread",
-                                     "-w", "-o", str(tmp), str(src)],
-                                    capture_output=True, text=True)
+            try:
+                result = subprocess.run(["g++", "-std=c++20", "-O0", "-shared", "-fPIC",
+                                         "-pthread", "-w", "-o", str(tmp), str(src)],
+                                        capture_output=True, text=True)
+            finally:
+                src.unlink(missing_ok=True)
             if result.returncode != 0:
                 raise RuntimeError(f"host compile of the kernels failed:\n{result.stderr[-4000:]}")
             os.replace(tmp, lib)
