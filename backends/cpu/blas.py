@@ -151,17 +151,25 @@ class GemmThreads:
             with blas_threads(1):
                 return np.matmul(a, b, out=out)
         key = (a.shape, a.strides, b.shape, b.strides, out.dtype.char)
-        way = self.tuner.pick(key, lambda: self._ways(a, b, out))
+        way = self.tuner.pick(key, lambda: self._ways(a, b, out, key))
         start = time.perf_counter()
         self._run(way, a, b, out, key)
         self.tuner.record(key, way, time.perf_counter() - start)
         return out
 
-    def _ways(self, a, b, out):
-        splittable = (self.cores > 1 and openblas() is not None and a.ndim == b.ndim == 2
-                      and out.flags.c_contiguous
-                      and _split_axis(*a.shape, b.shape[1], self.cores) is not None)
-        return WAYS if splittable else WAYS[:2]
+    def _ways(self, a, b, out, key):
+        """The ways to try for a new shape ``key``; a K-split's partial sums and the split's
+        thread pool are made here, on the shape's first call, so that the tuner trying "split"
+        on a later call allocates nothing."""
+        axis = (_split_axis(*a.shape, b.shape[1], self.cores)
+                if self.cores > 1 and openblas() is not None and a.ndim == b.ndim == 2
+                and out.flags.c_contiguous else None)
+        if axis == "k":
+            self._partials[key] = [np.empty_like(out) for _ in range(self.cores - 1)]
+        if axis is not None and self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.cores - 1,
+                                            thread_name_prefix="neonlite-gemm")
+        return WAYS if axis is not None else WAYS[:2]
 
     def _run(self, way, a, b, out, key):
         if way == "split":
@@ -171,9 +179,6 @@ class GemmThreads:
 
     def _split(self, a, b, out, key):
         (m, k), n, parts = a.shape, b.shape[1], self.cores
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=parts - 1,
-                                            thread_name_prefix="neonlite-gemm")
         axis = _split_axis(m, k, n, parts)
         size = {"m": m, "n": n, "k": k}[axis]
         cuts = [size * i // parts for i in range(parts + 1)]
@@ -183,10 +188,7 @@ class GemmThreads:
         elif axis == "n":
             jobs = [(a, b[:, p], out[:, p]) for p in pieces]
         else:
-            partials = self._partials.get(key)
-            if partials is None:
-                partials = self._partials[key] = [np.empty_like(out) for _ in range(parts - 1)]
-            jobs = [(a[:, p], b[p], dst) for p, dst in zip(pieces, [out, *partials])]
+            jobs = [(a[:, p], b[p], dst) for p, dst in zip(pieces, [out, *self._partials[key]])]
         futures = [self._pool.submit(_one_thread_matmul, *job) for job in jobs[1:]]
         _one_thread_matmul(*jobs[0])
         for future in futures:

@@ -83,8 +83,13 @@ def _check_product_shapes(a, b, out):
 
 
 def _candidates():
+    """MKL runtime libraries, newest first: this environment's own (``sys.prefix``), then its
+    base interpreter's (a venv made with ``--system-site-packages`` sees the base's ``mkl``
+    package), then the system's."""
     found = ctypes.util.find_library("mkl_rt")
-    paths = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")), reverse=True)
+    prefixes = dict.fromkeys((sys.prefix, sys.base_prefix))
+    paths = [path for prefix in prefixes for path in
+             sorted(glob.glob(os.path.join(prefix, "lib", "libmkl_rt.so*")), reverse=True)]
     return paths + ([found] if found else [])
 
 
