@@ -20,7 +20,6 @@ from .conv import CPUConvOps
 from .gelu import CPUGeluOps
 from .kept_calls import KeptCalls
 from .kernels import CPUKernels
-from .lrn import CPULRNMixin
 from .norm import CPUNormOps
 from .optree import OpTreeMachine
 from .pool import CPUPoolOps
@@ -33,7 +32,7 @@ from .ufunc import run_ufuncs
 
 
 class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, CPURowOps,
-                 CPUBlasOps, CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin,
+                 CPUBlasOps, CPUAttentionMixin, CPURecurrentMixin,
                  CPUBlockSparseMixin, Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float16, float32 or
     float64 (float64 is the one gradient checks use)."""
@@ -88,6 +87,12 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
             return False
         np.copyto(out, total.reshape(out.shape))
         return True
+
+    def run_op(self, op, operands, scalars):
+        """The C function of dispatched op-table row ``op``, else its numpy reference."""
+        arrays = tuple(None if t is None else t._ary for t in operands)
+        if not self.kernels.run_op(op, arrays, scalars):
+            op.reference(*arrays, *scalars)
 
     def execute_multi(self, assignments):
         pairs = [(out._ary, tree) for out, tree in assignments]

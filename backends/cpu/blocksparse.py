@@ -55,7 +55,7 @@ class CPUBlockSparseMixin:
 
     # ---- helpers -------------------------------------------------------------------------------
     def _bs_module(self, *arrays):
-        return self.kernels._usable("blocksparse", *arrays)
+        return self.kernels.usable("blocksparse", *arrays)
 
     def blocksparse_layer(self, layout, block_size):
         return CPUBlockSparsePlan(layout, block_size)

@@ -207,10 +207,30 @@ class KernelModules:
         call[0](*call[1])
         return True
 
-    def _usable(self, stem, *arrays):
+    def usable(self, stem, *arrays):
+        """The cffi module of C source ``stem`` for ``arrays`` (numpy, all C-contiguous and of
+        one float32 or float64 type), or None when the kernels do not take them (then numpy
+        runs): the one way every CPU op reaches its kernels."""
         if not contiguous(*arrays):
             return None
         return self.module(stem, arrays[0].dtype)
+
+    # the name the batch-norm calls of ``norm.py`` use until their rewrite (another branch)
+    # lands; it goes then
+    _usable = usable
+
+    def run_op(self, op, arrays, scalars):
+        """Call the C function of dispatched op-table row ``op`` on numpy ``arrays`` (None for
+        an absent optional operand) and ``scalars``, in the row's order, with the sizes (M, D)
+        of the first array between them (see ``backends/ops/table.py``); False when the
+        kernels do not take the arrays (:meth:`usable`)."""
+        module = self.usable(op.kernel.c_source, *[a for a in arrays if a is not None])
+        if module is None:
+            return False
+        numbers = [int(v) if s.kind == "int" else float(v) for s, v in zip(op.scalars, scalars)]
+        getattr(module.lib, op.kernel.c_symbol)(*[pointer(module.ffi, a) for a in arrays],
+                                                *op.sizes(arrays[0]), *numbers)
+        return True
 
     def block_sums_work(self, module, function, dtype, rows, cols):
         """The float64 work array (1-D) that C function ``function`` of ``module`` (the kernels
