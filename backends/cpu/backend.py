@@ -26,7 +26,7 @@ from .pool import CPUPoolOps
 from .recurrent import CPURecurrentMixin
 from .rows import CPURowOps
 from .softmax import CPUSoftmaxOps
-from .tensor import CPUTensor, aligned_empty
+from .tensor import CPUTensor, aligned_empty, all_kept
 from .threads import set_cpu_threads
 from .ufunc import run_ufuncs
 
@@ -89,9 +89,10 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         return True
 
     def run_op(self, op, operands, scalars):
-        """The C function of dispatched op-table row ``op``, else its numpy reference."""
+        """The C function of dispatched op-table row ``op``, else (after the row's check) its
+        numpy reference; calls on kept tensors are kept (``KernelModules.run_call``)."""
         arrays = tuple(None if t is None else t._ary for t in operands)
-        if not self.kernels.run_op(op, arrays, scalars):
+        if not self.kernels.run_op(op, arrays, scalars, keep=all_kept(operands)):
             op.reference(*arrays, *scalars)
 
     def execute_multi(self, assignments):

@@ -189,6 +189,7 @@ class GPUBackend(GPUAttentionMixin, GPURecurrentMixin, GPUBlockSparseMixin,
         the first one's storage; each launch gets the operand pointers (0 for an absent one),
         the sizes (M, D) of the first operand and the scalars (float32 and int), over a grid
         of one thread per element, one block per row, or one thread per column."""
+        op.check_operands(operands)
         check_contiguous(op.name, **{o.name: t for o, t in zip(op.operands, operands)})
         storage = operands[0].storage
         for o, t in zip(op.operands, operands):

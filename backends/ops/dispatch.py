@@ -1,8 +1,9 @@
 """The backend methods of the op table's dispatched rows (those with a ``kernel``), made from
 the rows: :class:`TableOps`, a base of :class:`~neonlite.backends.backend.Backend`, has one
 method per such row.  A call binds its arguments by the row's operands and scalars (their
-defaults filled in), runs the row's operand check, then hands the operands (None for an
-absent optional one) and the scalars, in row order, to the backend's ``run_op``."""
+defaults filled in) and hands the operands (None for an absent optional one) and the
+scalars, in row order, to the backend's ``run_op``, which runs the row's operand check
+(``Op.check_operands``) before any kernel."""
 import inspect
 from abc import ABC, abstractmethod
 
@@ -25,21 +26,26 @@ def _signature(op):
 
 
 def table_method(op):
-    """The backend method of dispatched row ``op`` (see the module docstring)."""
+    """The backend method of dispatched row ``op`` (see the module docstring).  Arguments are
+    bound by a table made once from the row's signature (``inspect``'s binding costs more
+    than a small kernel)."""
     signature = _signature(op)
+    names = tuple(signature.parameters)[1:]
+    defaults = {n: p.default for n, p in signature.parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    operand_names = tuple(o.name for o in op.operands)
+    scalar_names = tuple(s.name for s in op.scalars)
 
     def method(self, *args, **kwargs):
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        values = bound.arguments
-        operands = {o.name: values[o.name] for o in op.operands}
-        for o in op.operands:
-            if o.pair is not None and (operands[o.name] is None) != (operands[o.pair] is None):
-                raise ValueError(f"{op.name}: {o.name} and {o.pair} are given together or "
-                                 f"not at all")
-        if op.check is not None:
-            op.check(op.name, **operands)
-        self.run_op(op, tuple(operands.values()), tuple(values[s.name] for s in op.scalars))
+        if len(args) > len(names) or any(n not in names[len(args):] for n in kwargs):
+            signature.bind(self, *args, **kwargs)  # the TypeError Python would raise
+        values = dict(defaults)
+        values.update(zip(names, args))
+        values.update(kwargs)
+        if len(values) < len(names):
+            signature.bind(self, *args, **kwargs)  # a missing argument's TypeError
+        self.run_op(op, tuple(values[n] for n in operand_names),
+                    tuple(values[n] for n in scalar_names))
 
     method.__name__ = method.__qualname__ = op.name
     method.__doc__ = op.doc
@@ -55,7 +61,8 @@ class TableOps(ABC):
     def run_op(self, op, operands, scalars):
         """Run dispatched row ``op`` (an :class:`~neonlite.backends.ops.table.Op`) on
         ``operands`` (tensors, None for an absent optional one) and ``scalars``, both in the
-        row's order, after the row's operand check has passed."""
+        row's order; ``op.check_operands`` first (a backend may skip it for a call it has
+        kept, on the same arrays, after it passed)."""
 
 
 for _op in OPS.values():

@@ -121,6 +121,18 @@ class Op:
         object.__setattr__(self, "cuda_functions", tuple(
             f"{self.kernel.cuda_variant}:{l.function}" for l in self.kernel.launches))
 
+    def check_operands(self, operands):
+        """Raise before any kernel runs unless ``operands`` (tensors or numpy arrays, None for
+        an absent optional one, in row order) suit the row: each ``pair`` given together,
+        then the row's ``check``."""
+        named = dict(zip((o.name for o in self.operands), operands))
+        for o in self.operands:
+            if o.pair is not None and (named[o.name] is None) != (named[o.pair] is None):
+                raise ValueError(f"{self.name}: {o.name} and {o.pair} are given together or "
+                                 f"not at all")
+        if self.check is not None:
+            self.check(self.name, **named)
+
     @property
     def dispatched(self):
         """True when the backends' method is made from this row."""

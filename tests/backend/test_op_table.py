@@ -216,3 +216,26 @@ def test_flop_count_scales_with_the_rows(op):
     (flops2, _), _ = cost(2 * op.sample["M"])
     assert flops > 0 and flops2 == 2 * flops
     assert moved == nbytes(*arrays)
+
+
+def test_dispatched_methods_bind_as_python_does():
+    """The methods made from rows take their arguments as a written signature would: a
+    missing, extra or unknown argument is Python's TypeError; a residual without its total is
+    one ValueError naming the op, before anything is written."""
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
+    x, y, scale = be.ones((3, 4)), be.zeros((3, 4)), be.zeros((3, 4))
+    with pytest.raises(TypeError, match="missing a required argument: 'k'"):
+        be.lrn_fprop(x, y, scale, 3, 1e-3, 0.75)
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        be.lrn_fprop(x, y, scale, 3, 1e-3, 0.75, 2.0, 1)
+    with pytest.raises(TypeError, match="got an unexpected keyword argument 'kk'"):
+        be.lrn_fprop(x, y, scale, 3, 1e-3, 0.75, 2.0, kk=1)
+    with pytest.raises(TypeError, match="multiple values for argument 'x'"):
+        be.lrn_fprop(x, y, scale, 3, 1e-3, 0.75, 2.0, x=x)
+    be.lrn_fprop(x, y, scale, depth=3, alpha=1e-3, beta=0.75, k=2.0)
+    assert y.get().any()
+    g, rstd, out = be.ones((1, 4)), be.zeros((3, 1)), be.zeros((3, 4))
+    with pytest.raises(ValueError, match="^rmsnorm_fprop: residual and total are given "
+                                         "together or not at all$"):
+        be.rmsnorm_fprop(x, g, out, None, rstd, residual=x)
+    assert not out.get().any()
