@@ -154,13 +154,26 @@ def test_cpu_kernels_match_the_reference(op, dtype):
         _compare(op, _run(be, op, arrays), _reference(op, arrays), tol, tol)
 
 
-@requires("emulator")
-@pytest.mark.parametrize("op", DISPATCHED, ids=IDS)
-def test_gpu_kernels_match_the_reference(monkeypatch, op):
-    be = host_gpu_backend(monkeypatch)
+def _gpu_matches_the_reference(be, op):
     for joined in _joins(op):
         arrays = op.sample_operands(np.random.default_rng(2), np.float32, joined)
         _compare(op, _run(be, op, arrays), _reference(op, arrays), 1e-4, 1e-5)
+
+
+@requires("emulator")
+@pytest.mark.parametrize("op", DISPATCHED, ids=IDS)
+def test_gpu_kernels_match_the_reference(monkeypatch, op):
+    """The GPU backend's launches of the row (compiled and run on the host emulator)."""
+    be = host_gpu_backend(monkeypatch)
+    _gpu_matches_the_reference(be, op)
+    assert {f"{launch.function}_f32" for launch in op.kernel.launches} <= \
+        set(be.device.launches)
+
+
+@requires("gpu")
+@pytest.mark.parametrize("op", DISPATCHED, ids=IDS)
+def test_real_gpu_kernels_match_the_reference(op):
+    _gpu_matches_the_reference(neonlite.gen_backend("gpu", batch_size=4, rng_seed=0), op)
 
 
 @pytest.mark.parametrize("op", [op for op in DISPATCHED if op.backward],
