@@ -13,9 +13,9 @@ import numpy as np
 from ..backend import Backend
 from ..optree import OpNode, assignment_error
 from ..reference.optree import evaluate
-from .attention import MAX_PREPARED, CPUAttentionMixin
+from .attention import MAX_PREPARED, CPUAttentionOps
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
-from .blocksparse import CPUBlockSparseMixin
+from .blocksparse import CPUBlockSparseOps
 from .conv import CPUConvOps
 from .gelu import CPUGeluOps
 from .kept_calls import KeptCalls
@@ -23,7 +23,7 @@ from .kernels import CPUKernels
 from .norm import CPUNormOps
 from .optree import OpTreeMachine
 from .pool import CPUPoolOps
-from .recurrent import CPURecurrentMixin
+from .recurrent import CPURecurrentOps
 from .rows import CPURowOps
 from .softmax import CPUSoftmaxOps
 from .tensor import CPUTensor, aligned_empty, all_kept
@@ -32,8 +32,8 @@ from .ufunc import run_ufuncs
 
 
 class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, CPURowOps,
-                 CPUBlasOps, CPUAttentionMixin, CPURecurrentMixin,
-                 CPUBlockSparseMixin, Backend):
+                 CPUBlasOps, CPUAttentionOps, CPURecurrentOps,
+                 CPUBlockSparseOps, Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float16, float32 or
     float64 (float64 is the one gradient checks use)."""
 

@@ -49,7 +49,7 @@ def _ary(t):
     return t._ary
 
 
-class CPUBlockSparseMixin:
+class CPUBlockSparseOps:
     """``Backend.blocksparse_*`` for the CPU backend (mixed into ``CPUBackend``; uses its
     ``kernels``)."""
 

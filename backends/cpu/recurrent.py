@@ -27,7 +27,7 @@ def _ary(t):
     return None if t is None else t._ary
 
 
-class CPURecurrentMixin:
+class CPURecurrentOps:
     """``Backend.*_step`` gate kernels and ``*_sequence`` passes for the CPU backend (mixed
     into ``CPUBackend``)."""
 

@@ -22,23 +22,23 @@ from ..operand_shapes import check_product
 from ..operand_sizes import check_contiguous
 from ..optree import OpNode
 from . import blas as cublas, build as gpu_build
-from .attention import GPUAttentionMixin
-from .blocksparse import GPUBlockSparseMixin
+from .attention import GPUAttentionOps
+from .blocksparse import GPUBlockSparseOps
 from .conv import GPUConvOps
 from .device import get_device
 from .gelu import GPUGeluOps
-from .norm import GPUNormMixin
+from .norm import GPUNormOps
 from .optree import OpTreeExecutor
 from .pool import GPUPoolOps
 from .prefetch import prefetched
-from .recurrent import GPURecurrentMixin
+from .recurrent import GPURecurrentOps
 from .rows import GPURowOps
 from .softmax import GPUSoftmaxOps
 from .tensor import GPUTensor, as_dtype, contiguous_strides
 
 
-class GPUBackend(GPUAttentionMixin, GPURecurrentMixin, GPUBlockSparseMixin,
-                 GPUConvOps, GPUPoolOps, GPUSoftmaxOps, GPURowOps, GPUNormMixin, GPUGeluOps,
+class GPUBackend(GPUAttentionOps, GPURecurrentOps, GPUBlockSparseOps,
+                 GPUConvOps, GPUPoolOps, GPUSoftmaxOps, GPURowOps, GPUNormOps, GPUGeluOps,
                  Backend):
     """CUDA backend on device ``device_id`` (see the module docstring).
 
