@@ -3,7 +3,9 @@ or PyTorch's OpInfo: an op added to the table is tested by adding its row.
 
 For every row: it is an op of the backend contract and every contract op has a row; its cost
 is what the profiler uses, and is counted on a real call; the C functions and CUDA kernels it
-names exist.  For every row the table dispatches (``kernel`` set): the numpy reference against
+names exist; a row with a reference that the backends implement in their section files is run
+on its operand case (``support.operand_cases``) on the CPU backend against the reference.  For
+every row the table dispatches (``kernel`` set): the numpy reference against
 the CPU backend's C kernels (float64 and float32, with and without the optional operands),
 against the GPU backend over the host emulator, a float64 finite-difference check of the
 backward row against the forward one, and the FLOP count's scaling.  The operand fuzz of the
@@ -252,3 +254,58 @@ def test_dispatched_methods_bind_as_python_does():
                                          "together or not at all$"):
         be.rmsnorm_fprop(x, g, out, None, rstd, residual=x)
     assert not out.get().any()
+
+
+# ---- every row with a reference, on the operand cases ------------------------------------
+def _recorded_call(be, case):
+    """(bound arguments of the backend method as an ordered dict, their host copies before
+    the call) of ``case``'s first call of its op."""
+    import inspect
+    seen = []
+    method = getattr(be, case.op)
+
+    def record(*args, **kwargs):
+        bound = inspect.signature(method).bind(*args, **kwargs)
+        bound.apply_defaults()
+        seen.append((bound.arguments, {n: v.get().copy() for n, v in bound.arguments.items()
+                                       if hasattr(v, "get")}))
+        return method(*args, **kwargs)
+    setattr(be, case.op, record)
+    case.call(be, case.build(be, np.random.default_rng(0)))
+    return seen[0]
+
+
+def _reference_call(op, arguments, before):
+    """Run the row's reference on float64 copies of the call's tensors; returns those it
+    takes (by name when it names its parameters as the contract does, else by position)."""
+    import inspect
+    host = {n: before[n].astype(np.float64) if before[n].dtype.kind == "f" else before[n]
+            for n in before}
+    values = [host.get(n, v) for n, v in arguments.items()]
+    params = list(inspect.signature(op.reference).parameters)
+    if set(params) <= set(arguments):
+        op.reference(**{p: host.get(p, arguments[p]) for p in params})
+        return {n: v for n, v in host.items() if n in params}
+    op.reference(*values[:len(params)])
+    return {n: v for n, v in host.items() if n in list(arguments)[:len(params)]}
+
+
+#: cases whose result depends on state a backend keeps in its own form: max pooling's bprop
+#: routes the error by the argmax the fprop left in the backend's plan, which the reference's
+#: plan buffer does not hold (the pooling tests compare fprop + bprop pairs instead)
+STATEFUL = {("bprop_pool", ("max",))}
+REFERENCED = [c for c in cases() if not c.optree and OPS[c.op].reference is not None
+              and not OPS[c.op].dispatched and (c.op, tuple(c.tags)) not in STATEFUL]
+
+
+@pytest.mark.parametrize("case", REFERENCED,
+                         ids=[c.op + "".join(f"[{t}]" for t in c.tags) for c in REFERENCED])
+def test_cpu_backend_matches_the_reference_on_its_case(case):
+    """Each row with a reference that the backends implement in their section files: the
+    CPU backend's call of the operand case against the reference on float64 copies."""
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
+    arguments, before = _recorded_call(be, case)
+    want = _reference_call(OPS[case.op], arguments, before)
+    for name, value in want.items():
+        np.testing.assert_allclose(arguments[name].get(), value, rtol=2e-4, atol=2e-5,
+                                   err_msg=f"{case.op}: {name}")
