@@ -1,7 +1,7 @@
 """The op table's rows of products, convolutions and pooling (``table.py`` says what a row
 holds).  The backends choose their algorithms and tiles (``cpu/conv.py``, ``gpu/conv.py``,
 ``cpu/blas.py``, ...), so none is dispatched by the table."""
-from ..reference import conv, pool
+from ..reference import conv, gemm, pool
 from .costs import conv_flops, gemm_flops, nbytes, size
 from .table import Op
 
@@ -40,8 +40,10 @@ def _bprop_pool(plan, E, grad_I, beta=0.0):
 
 F = "linear"
 ROWS = (
-    Op("compound_dot", F, "C = alpha * op(A) @ op(B) + beta * C", _compound_dot),
-    Op("batched_dot", F, "C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i]", _batched_dot),
+    Op("compound_dot", F, "C = alpha * op(A) @ op(B) + beta * C", _compound_dot,
+       reference=gemm.compound_dot),
+    Op("batched_dot", F, "C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i]", _batched_dot,
+       reference=gemm.batched_dot),
     Op("fprop_conv", F, "O = conv(I, F) (+ bias, then ReLU)", _fprop_conv,
        reference=conv.fprop_conv,
        c_symbols=("conv:conv_fprop_tiled", "conv:conv_bias_relu", "conv_direct:conv_direct"),
