@@ -17,6 +17,7 @@ import numpy as np
 from . import philox
 from .optree import OpNode, OpTreeOps, broadcast_shape
 from .backend_sequence import SequenceOps
+from .ops.dispatch import TableOps
 from .plans import ConvPlan, PoolPlan
 from .reference import gelu
 
@@ -67,7 +68,7 @@ class Tensor(OpTreeOps):
         return f"{type(self).__name__}(shape={self.shape}, dtype={np.dtype(self.dtype).name})"
 
 
-class Backend(SequenceOps, ABC):
+class Backend(TableOps, SequenceOps, ABC):
     """Abstract backend: see the module docstring for the conventions every method follows.
 
     Arguments:

@@ -1,7 +1,7 @@
 """The sequence sections of the backend contract (see :mod:`.backend` for its conventions):
-fused attention on head-major slices, local response normalization across channels, and
-the per-step gate kernels of recurrent cells and their whole-sequence passes.
-:class:`~.backend.Backend` inherits them."""
+fused attention on head-major slices, and the per-step gate kernels of recurrent cells and
+their whole-sequence passes.  :class:`~.backend.Backend` inherits them (the ops the op table
+dispatches, such as local response normalization, come from ``ops/dispatch.py``)."""
 from abc import ABC, abstractmethod
 
 from .operand_shapes import check_sequence, example_rows
@@ -9,7 +9,7 @@ from .reference.recurrent import step_of, time_steps
 
 
 class SequenceOps(ABC):
-    """Attention, LRN, recurrent gate steps and sequences of the backend contract."""
+    """Attention, recurrent gate steps and sequences of the backend contract."""
 
     #: the rows ``example_dropout_mask`` reads its mask as (checked)
     example_rows = staticmethod(example_rows)
@@ -91,17 +91,6 @@ class SequenceOps(ABC):
             if (nqb, nkb) != want or Hl not in (1, heads):
                 raise ValueError(f"{op}: the block layout has shape {blocks.layout.shape},"
                                  f" expected (1 or {heads}, {want[0]}, {want[1]})")
-
-    # ---- local response normalization ---------------------------------------------------------
-    @abstractmethod
-    def lrn_fprop(self, x, y, scale, depth, alpha, beta, k):
-        """Across the channels of rows x (M, C) (NHWC images as (N*H*W, C)): scale (M, C) =
-        k + alpha / depth * sum of x^2 over channels c - depth//2 .. c + (depth-1)//2,
-        y = x * scale^-beta (``backends/reference/lrn.py`` is the reference)."""
-
-    @abstractmethod
-    def lrn_bprop(self, x, scale, dy, dx, depth, alpha, beta):
-        """dx (M, C), the gradient of ``lrn_fprop`` from its input x and ``scale``."""
 
     # ---- recurrent gate steps ---------------------------------------------------------------
     # One time step of a recurrent cell, after the step's recurrent GEMM hg = h_prev @ U.  Rows

@@ -1,11 +1,13 @@
 """The GPU backend's rows of the kernel-variant table (``specs.py`` holds the table and its
 ``find``): one variant per
 ``kernels/cuda/*.cu`` source; each holds the float32, float16 and bfloat16 entry points named
-in ``functions``.  The op-tree kernels are generated (``backends/gpu/codegen.py``) and built by
+in ``functions`` (for a source whose kernels are all ``NL_THREE_TYPES`` instances, read from
+the source, so a kernel added there needs no edit here).  The op-tree kernels are generated (``backends/gpu/codegen.py``) and built by
 ``backends/gpu/build.py`` through the same cache, so they are not listed here."""
+import re
 from dataclasses import dataclass
 
-from .kernel_spec import KernelSpec
+from .kernel_spec import KERNEL_ROOT, KernelSpec
 
 _THREE = ("f32", "f16", "bf16")
 
@@ -14,31 +16,33 @@ def _typed(*stems):
     return tuple(f"{stem}_{t}" for stem in stems for t in _THREE)
 
 
+def _declared(source):
+    """The entry points of ``source`` (relative to ``kernels/``): one per type of each
+    ``NL_THREE_TYPES(prefix, ...)`` line, in the source's order."""
+    text = (KERNEL_ROOT / source).read_text()
+    return _typed(*re.findall(r"^NL_THREE_TYPES\((\w+),", text, re.M))
+
+
+def _three_typed(name, threads):
+    """The variant of ``cuda/<name>.cu``, whose kernels are all ``NL_THREE_TYPES``."""
+    source = f"cuda/{name}.cu"
+    return KernelSpec(name, "cuda", source, threads=threads, functions=_declared(source))
+
+
 CUDA_VARIANTS = (
     KernelSpec("philox", "cuda", "cuda/philox.cu", threads=256,
                functions=_typed("nl_uniform") + _typed("nl_example_mask")
                + ("nl_philox_words",)),
-    KernelSpec("im2col", "cuda", "cuda/im2col.cu", threads=256,
-               functions=_typed("nl_im2col", "nl_col2im")),
-    KernelSpec("pool", "cuda", "cuda/pool.cu", threads=256,
-               functions=_typed("nl_pool_fprop", "nl_pool_bprop")),
+    _three_typed("im2col", 256),
+    _three_typed("pool", 256),
     KernelSpec("rows", "cuda", "cuda/rows.cu", threads=256,
                functions=tuple(f"{k}_{t}_{i}" for k in ("nl_take_rows", "nl_scatter_add_rows")
                                for t in _THREE for i in ("i32", "i64", "f32"))),
-    KernelSpec("softmax", "cuda", "cuda/softmax.cu", threads=256,
-               functions=_typed("nl_masked_softmax", "nl_softmax_xent",
-                                "nl_softmax_xent_index")),
-    KernelSpec("norm", "cuda", "cuda/norm.cu", threads=256,
-               functions=_typed("nl_colsum2", "nl_bn_stats", "nl_bn_apply", "nl_colsum_finish",
-                                "nl_bn_bprop", "nl_ln_fprop", "nl_ln_bprop")),
-    KernelSpec("blocksparse", "cuda", "cuda/blocksparse.cu", threads=128,
-               functions=_typed("nl_bs_product", "nl_bs_update", "nl_bs_sdd", "nl_bs_dsd",
-                                "nl_bs_softmax", "nl_bs_softmax_bprop")),
-    KernelSpec("recurrent", "cuda", "cuda/recurrent.cu", threads=256,
-               functions=_typed("nl_rnn_fprop", "nl_rnn_bprop", "nl_lstm_fprop",
-                                "nl_lstm_bprop", "nl_gru_fprop", "nl_gru_bprop")),
-    KernelSpec("lrn", "cuda", "cuda/lrn.cu", threads=256,
-               functions=_typed("nl_lrn_fprop", "nl_lrn_bprop")),
+    _three_typed("softmax", 256),
+    _three_typed("norm", 256),
+    _three_typed("blocksparse", 128),
+    _three_typed("recurrent", 256),
+    _three_typed("lrn", 256),
     KernelSpec("flash_attention", "cuda", "cuda/flash_attention.cu", threads=128,
                functions=tuple(f"{f}_{shape}_{t}" for shape in ("t32d64", "t16d128")
                                for f in ("nl_fa_fprop", "nl_fa_bprop_kv", "nl_fa_bprop_q")

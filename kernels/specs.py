@@ -10,7 +10,7 @@ A variant is one compilation of one real source file with a fixed set of ``-D`` 
   memory in bytes a launch of the variant uses; ``functions`` names its ``extern "C"`` kernels.
 
 Sources may ``#include "..."`` files of their own directory; those files are part of a variant's
-cache key.  The CPU rows are :data:`CPU_VARIANTS` below; the GPU backend's rows live in
+cache key.  The CPU rows are :data:`CPU_VARIANTS` below, two per ``kernels/cpu/*.c``; the GPU backend's rows live in
 ``cuda_specs.py`` (``CUDA_VARIANTS``); :func:`variants` and :func:`find` search both.  A variant
 is a :class:`~neonlite.kernels.kernel_spec.KernelSpec`.
 """
@@ -25,9 +25,9 @@ def _cpu_variants(stem):
                  for suffix, ctype in CPU_DTYPES.items())
 
 
-CPU_SOURCES = ("conv", "conv_direct", "pool", "norm", "softmax", "optree", "gelu", "attention_softmax",
-               "rows", "blocksparse", "recurrent",
-               "recurrent_sequences", "lrn", "fused_optim", "flash_attention")
+#: every C source of ``kernels/cpu/`` (each with its header of the same stem), found, not
+#: listed: a kernel source added there is built with the others
+CPU_SOURCES = tuple(sorted(p.stem for p in (KERNEL_ROOT / "cpu").glob("*.c")))
 CPU_VARIANTS = tuple(spec for stem in CPU_SOURCES for spec in _cpu_variants(stem))
 
 

@@ -9,7 +9,7 @@ from .cost import GeneralizedCost
 from .deconv import Deconv, Deconvolution
 from .embedding import Embedding, PositionalEmbedding
 from .layer import Layer, Parameter, ParameterLayer, ShapeError
-from .layernorm import LayerNorm
+from .layernorm import LayerNorm, RMSNorm
 from .linear import Bias, Linear
 from .lrn import LRN
 from .merge import MergeBroadcast
@@ -27,7 +27,7 @@ from .transformer import TransformerBlock
 __all__ = ["Layer", "ParameterLayer", "Parameter", "ShapeError", "Linear", "Bias", "Affine",
            "Convolution", "Conv", "Pooling", "BatchNorm", "Activation", "Dropout", "Flatten",
            "Reshape", "Sequential", "MergeSum", "SkipNode", "CompoundLayer", "GeneralizedCost",
-           "Embedding", "PositionalEmbedding", "LayerNorm", "MultiHeadAttention",
+           "Embedding", "PositionalEmbedding", "LayerNorm", "RMSNorm", "MultiHeadAttention",
            "TransformerBlock", "BlockSparseLinear", "BlockSparseAffine", "BlockSparseAttention",
            "Recurrent", "LSTM", "GRU", "RecurrentLast", "RecurrentSum", "RecurrentMean", "BiRNN",
            "BiLSTM", "BiGRU", "DeepBiRNN", "DeepBiLSTM", "Deconvolution", "Deconv",

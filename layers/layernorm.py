@@ -1,4 +1,4 @@
-"""Layer normalization over the last axis (features of each token / example)."""
+"""Layer normalization and RMSNorm over the last axis (features of each token / example)."""
 from ..initializers import Constant
 from .decode import DecodeState
 from .layer import FixedTensor, ParameterLayer, flat_rows
@@ -28,7 +28,8 @@ class LayerNorm(ParameterLayer):
         D = self.in_shape[-1]
         return [(D,), (D,)] if self.bias else [(D,)]
 
-    def allocate(self):
+    def _allocate_rows(self):
+        """The outputs, deltas, xhat, one invstd per row and ``gamma``."""
         be = self.be
         self.D = self.in_shape[-1]
         self.outputs = be.zeros((be.bsz,) + self.out_shape)
@@ -36,6 +37,10 @@ class LayerNorm(ParameterLayer):
         self.xhat = be.zeros((be.bsz,) + self.in_shape)
         self.invstd = be.zeros((self.xhat.size // self.D, 1))
         self.gamma = self.add_param("gamma", (self.D,), Constant(1.0), self.D, self.D)
+
+    def allocate(self):
+        self._allocate_rows()
+        be = self.be
         if self.bias:
             self.beta = self.add_param("beta", (self.D,), Constant(0.0), self.D, self.D)
         else:  # a constant zero shift and a scratch gradient, neither learned nor saved
@@ -89,3 +94,37 @@ class LayerNorm(ParameterLayer):
 
     def decode(self, x, state):
         return self._forward(x, state.out, state.xhat, state.invstd)
+
+
+class RMSNorm(LayerNorm):
+    """RMSNorm, the norm of Llama-style transformers: y = gamma * x / sqrt(mean(x^2) + eps),
+    the mean taken over the last axis of each row; no mean subtracted, no shift
+    (``torch.nn.RMSNorm`` with a given eps).  Parameter ``gamma`` (D,); ``invstd`` holds the
+    rows' 1 / rms.  Runs the backend's ``rmsnorm_fprop`` / ``rmsnorm_bprop``, which join a
+    pre-norm block's residual add as layer norm's do (``fprop_joined``, ``bprop_into``)."""
+
+    def __init__(self, eps=1e-5, name=None):
+        ParameterLayer.__init__(self, name)
+        if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
+            raise ValueError(f"RMSNorm: eps must be a number > 0, got {eps!r}")
+        self.eps, self.bias = float(eps), False
+
+    def allocate(self):
+        self._allocate_rows()
+
+    def _forward(self, x, y, xhat, invstd, residual=None, total=None):
+        D = self.D
+        joined = {} if residual is None else \
+            {"residual": flat_rows(residual, D), "total": flat_rows(total, D)}
+        self.be.rmsnorm_fprop(flat_rows(x, D), self._row(self.gamma.value), flat_rows(y, D),
+                              None if xhat is None else flat_rows(xhat, D), invstd, self.eps,
+                              **joined)
+        return y
+
+    def bprop_into(self, error, out, residual=None):
+        D = self.D
+        self.be.rmsnorm_bprop(flat_rows(error, D), flat_rows(self.xhat, D), self.invstd,
+                              self._row(self.gamma.value), flat_rows(out, D),
+                              self._row(self.gamma.grad),
+                              None if residual is None else flat_rows(residual, D))
+        return out

@@ -6,7 +6,7 @@ from .attention import MultiHeadAttention
 from .containers import Affine
 from .decode import DecodeState, decode, init_decode
 from .layer import Layer
-from .layernorm import LayerNorm
+from .layernorm import LayerNorm, RMSNorm
 from .linear import Bias, Linear
 
 
@@ -24,7 +24,8 @@ class TransformerBlock(Layer):
     approximation.  ``dropout`` applies to the attention weights and to both residual
     branches while training.  ``eps`` is the layer norms' epsilon (BERT: 1e-12);
     ``bias=False`` builds every projection and layer norm without a bias (nanoGPT's
-    ``bias=False``).
+    ``bias=False``).  ``norm_type="rms"`` makes ln1 and ln2 RMSNorms (Llama style; no bias
+    whatever ``bias`` says) instead of the default LayerNorms (``norm_type="layer"``).
 
     Pluggable sub-layers: ``attention`` replaces the default attention (e.g. a
     ``BlockSparseAttention``; YAML ``attention: {type: BlockSparseAttention, config: ...}``),
@@ -34,7 +35,7 @@ class TransformerBlock(Layer):
 
     def __init__(self, d_model, heads, mlp_ratio=4, causal=True, dropout=0.0, gelu="none",
                  init=None, attention=None, fc1=None, fc2=None, norm="pre", eps=1e-5,
-                 bias=True, name=None):
+                 bias=True, norm_type="layer", name=None):
         super().__init__(name)
         if not isinstance(mlp_ratio, int) or mlp_ratio < 1:
             raise ValueError(f"TransformerBlock: mlp_ratio must be a positive int, got "
@@ -43,13 +44,16 @@ class TransformerBlock(Layer):
             raise ValueError(f"TransformerBlock: norm must be 'pre' or 'post', got {norm!r}")
         if not isinstance(bias, bool):
             raise ValueError(f"TransformerBlock: bias must be true or false, got {bias!r}")
-        self.d_model, self.norm = d_model, norm
+        if norm_type not in ("layer", "rms"):
+            raise ValueError(f"TransformerBlock: norm_type must be 'layer' or 'rms', got "
+                             f"{norm_type!r}")
+        self.d_model, self.norm, self.norm_type = d_model, norm, norm_type
         fc_bias = Constant(0.0) if bias else None
-        self.ln1 = LayerNorm(eps, bias=bias)
+        self.ln1 = LayerNorm(eps, bias=bias) if norm_type == "layer" else RMSNorm(eps)
         self.attn = attention if attention is not None else \
             MultiHeadAttention(d_model, heads, causal=causal, dropout=dropout, init=init,
                                bias=bias)
-        self.ln2 = LayerNorm(eps, bias=bias)
+        self.ln2 = LayerNorm(eps, bias=bias) if norm_type == "layer" else RMSNorm(eps)
         self.fc1 = fc1 if fc1 is not None else Affine(mlp_ratio * d_model, init=init,
                                                       bias=fc_bias)
         self.gelu = Activation(Gelu(gelu))

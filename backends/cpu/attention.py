@@ -20,7 +20,7 @@ MAX_HEAD_WIDTH = 256
 #: into its own partial dq, (B, Tq, dk)
 BACKWARD_ITEMS = 16
 MAX_GROUPS = 8
-#: the prepared kernel calls a backend keeps (``CPUAttentionMixin._prepared_call``)
+#: the prepared kernel calls a backend keeps (``CPUAttentionOps._prepared_call``)
 MAX_PREPARED = 1024
 
 
@@ -46,7 +46,7 @@ def key_groups(col_ptr, table_heads, nkb, groups):
     return np.array(ptr, dtype=np.int32), np.array(cols, dtype=np.int32)
 
 
-class CPUAttentionMixin:
+class CPUAttentionOps:
     """``Backend.attention`` / ``attention_bprop`` for the CPU backend (mixed into
     ``CPUBackend``; uses its ``kernels``, ``_attention_plain``, the visit tables of
     unblocked attention by (Tq, Tk, causal), and ``_attention_calls``, the prepared kernel
@@ -273,4 +273,4 @@ def _slice_strides(arrays, heads):
     return np.array(out, dtype=np.int64)
 
 
-__all__ = ["AttentionBlocks", "CPUAttentionMixin", "visit_tables"]
+__all__ = ["AttentionBlocks", "CPUAttentionOps", "visit_tables"]

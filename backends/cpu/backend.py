@@ -13,28 +13,27 @@ import numpy as np
 from ..backend import Backend
 from ..optree import OpNode, assignment_error
 from ..reference.optree import evaluate
-from .attention import MAX_PREPARED, CPUAttentionMixin
+from .attention import MAX_PREPARED, CPUAttentionOps
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
-from .blocksparse import CPUBlockSparseMixin
+from .blocksparse import CPUBlockSparseOps
 from .conv import CPUConvOps
 from .gelu import CPUGeluOps
 from .kept_calls import KeptCalls
 from .kernels import CPUKernels
-from .lrn import CPULRNMixin
 from .norm import CPUNormOps
 from .optree import OpTreeMachine
 from .pool import CPUPoolOps
-from .recurrent import CPURecurrentMixin
+from .recurrent import CPURecurrentOps
 from .rows import CPURowOps
 from .softmax import CPUSoftmaxOps
-from .tensor import CPUTensor, aligned_empty
+from .tensor import CPUTensor, aligned_empty, all_kept
 from .threads import set_cpu_threads
 from .ufunc import run_ufuncs
 
 
 class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, CPURowOps,
-                 CPUBlasOps, CPUAttentionMixin, CPULRNMixin, CPURecurrentMixin,
-                 CPUBlockSparseMixin, Backend):
+                 CPUBlasOps, CPUAttentionOps, CPURecurrentOps,
+                 CPUBlockSparseOps, Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float16, float32 or
     float64 (float64 is the one gradient checks use)."""
 
@@ -88,6 +87,13 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
             return False
         np.copyto(out, total.reshape(out.shape))
         return True
+
+    def run_op(self, op, operands, scalars):
+        """The C function of dispatched op-table row ``op``, else (after the row's check) its
+        numpy reference; calls on kept tensors are kept (``KernelModules.run_call``)."""
+        arrays = tuple(None if t is None else t._ary for t in operands)
+        if not self.kernels.run_op(op, arrays, scalars, keep=all_kept(operands)):
+            op.reference(*arrays, *scalars)
 
     def execute_multi(self, assignments):
         pairs = [(out._ary, tree) for out, tree in assignments]

@@ -49,13 +49,13 @@ def _ary(t):
     return t._ary
 
 
-class CPUBlockSparseMixin:
+class CPUBlockSparseOps:
     """``Backend.blocksparse_*`` for the CPU backend (mixed into ``CPUBackend``; uses its
     ``kernels``)."""
 
     # ---- helpers -------------------------------------------------------------------------------
     def _bs_module(self, *arrays):
-        return self.kernels._usable("blocksparse", *arrays)
+        return self.kernels.usable("blocksparse", *arrays)
 
     def blocksparse_layer(self, layout, block_size):
         return CPUBlockSparsePlan(layout, block_size)

@@ -207,10 +207,32 @@ class KernelModules:
         call[0](*call[1])
         return True
 
-    def _usable(self, stem, *arrays):
+    def usable(self, stem, *arrays):
+        """The cffi module of C source ``stem`` for ``arrays`` (numpy, all C-contiguous and of
+        one float32 or float64 type), or None when the kernels do not take them (then numpy
+        runs): the one way every CPU op reaches its kernels."""
         if not contiguous(*arrays):
             return None
         return self.module(stem, arrays[0].dtype)
+
+    def run_op(self, op, arrays, scalars, keep=False):
+        """Call the C function of dispatched op-table row ``op`` on numpy ``arrays`` (None for
+        an absent optional operand) and ``scalars``, in the row's order, with the sizes (M, D)
+        of the first array between them (see ``backends/ops/table.py``), after the row's
+        check (``op.check_operands``, which raises); False when the kernels do not take the
+        arrays (:meth:`usable`).  ``keep``: see :meth:`run_call` (a kept call skips the
+        check, passed on the same arrays)."""
+        return self.run_call(op.name, arrays, tuple(scalars), keep,
+                             lambda: self._op_call(op, arrays, scalars))
+
+    def _op_call(self, op, arrays, scalars):
+        op.check_operands(arrays)
+        module = self.usable(op.kernel.c_source, *[a for a in arrays if a is not None])
+        if module is None:
+            return None
+        numbers = [int(v) if s.kind == "int" else float(v) for s, v in zip(op.scalars, scalars)]
+        return getattr(module.lib, op.kernel.c_symbol), (
+            *[pointer(module.ffi, a) for a in arrays], *op.sizes(arrays[0]), *numbers)
 
     def block_sums_work(self, module, function, dtype, rows, cols):
         """The float64 work array (1-D) that C function ``function`` of ``module`` (the kernels

@@ -23,7 +23,7 @@ class GeluKernels:
         if x.ndim == 0 or x.shape != out.shape or (
                 bias is not None and pre is not None and pre.shape != x.shape):
             return None
-        module = self._usable("gelu", *arrays)
+        module = self.usable("gelu", *arrays)
         if module is None:
             return None
         ffi = module.ffi
@@ -49,7 +49,7 @@ class GeluKernels:
         if x.ndim == 0 or not x.shape == dy.shape == dx.shape or (
                 y is not None and y.shape != x.shape):
             return None
-        module = self._usable("gelu", *arrays)
+        module = self.usable("gelu", *arrays)
         if module is None:
             return None
         ffi = module.ffi

@@ -28,7 +28,7 @@ class NormKernels:
                             columns=(("gamma", gamma), ("beta", beta), ("mean", mean),
                                      ("invstd", invstd), ("running_mean", running_mean),
                                      ("running_var", running_var)))
-        module = self._usable("norm", *arrays)
+        module = self.usable("norm", *arrays)
         if module is None:
             return False
         ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
@@ -43,7 +43,7 @@ class NormKernels:
     def batchnorm_moments(self, x, mean, m2):
         """mean, m2 (C,) float64 = per-channel mean and sum of squared deviations of the rows
         of x (M, C)."""
-        module = self._usable("norm", x)
+        module = self.usable("norm", x)
         if module is None or mean.dtype != np.float64 or m2.dtype != np.float64:
             return False
         ffi = module.ffi
@@ -59,7 +59,7 @@ class NormKernels:
         check_operand_sizes("batchnorm_apply", x, x.shape[-1], whole=(("y", y), ("xhat", xhat)),
                             columns=(("gamma", gamma), ("beta", beta), ("mean", mean),
                                      ("invstd", invstd)))
-        module = self._usable("norm", *arrays)
+        module = self.usable("norm", *arrays)
         if module is None:
             return False
         ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays]
@@ -74,7 +74,7 @@ class NormKernels:
                             whole=(("xhat", xhat), ("dx", dx), ("y", y)),
                             columns=(("invstd", invstd), ("gamma", gamma), ("dgamma", dgamma),
                                      ("dbeta", dbeta)))
-        module = self._usable("norm", *arrays)
+        module = self.usable("norm", *arrays)
         if module is None:
             return False
         ptrs = [module.ffi.from_buffer("real[]", a) for a in arrays[:7]]
@@ -101,7 +101,7 @@ class NormKernels:
         arrays = (x, gamma, beta, y, xhat, invstd)
         given = tuple(a for a in arrays if a is not None)
         joined = () if residual is None else (residual, total)
-        module = self._usable("norm", *given, *joined)
+        module = self.usable("norm", *given, *joined)
         if module is None or (joined and (
                 residual.shape != x.shape or total.shape != x.shape
                 or residual.dtype != x.dtype or total.dtype != x.dtype
@@ -128,7 +128,7 @@ class NormKernels:
                             columns=(("gamma", gamma), ("dgamma", dgamma), ("dbeta", dbeta)))
         arrays = (dy, xhat, invstd, gamma, dx, dgamma, dbeta)
         extra = () if residual is None else (residual,)
-        module = self._usable("norm", *arrays, *extra)
+        module = self.usable("norm", *arrays, *extra)
         if module is None or (residual is not None and (
                 residual.shape != dx.shape or residual.dtype != dx.dtype
                 or any(np.may_share_memory(residual, a) for a in (dy, xhat)))):

@@ -27,7 +27,7 @@ def _ary(t):
     return None if t is None else t._ary
 
 
-class CPURecurrentMixin:
+class CPURecurrentOps:
     """``Backend.*_step`` gate kernels and ``*_sequence`` passes for the CPU backend (mixed
     into ``CPUBackend``)."""
 
@@ -35,7 +35,7 @@ class CPURecurrentMixin:
         """Run C function ``name`` on ``tensors`` (None passes NULL) then N, H and ``codes``;
         False when the C kernels cannot take these arrays."""
         arrays = [a for a in tensors if a is not None]
-        module = self.kernels._usable("recurrent", *arrays)
+        module = self.kernels.usable("recurrent", *arrays)
         if module is None:
             return False
         ffi = module.ffi
@@ -52,7 +52,7 @@ class CPURecurrentMixin:
         packed_gemm = getattr(gemm, "packed_gemm", None)
         found = None if packed_gemm is None else packed_gemm(dtype)
         module = None if found is None else \
-            self.kernels._usable("recurrent_sequences", *[a for a in arrays if a is not None])
+            self.kernels.usable("recurrent_sequences", *[a for a in arrays if a is not None])
         if module is None:
             return None
         pack, compute, size = found

@@ -14,7 +14,7 @@ class RowKernels:
 
     def take_rows(self, table, idx, out):
         """out (..., D) = table (V, D)[idx] for checked int64 row numbers idx (n,)."""
-        module = self._usable("rows", table, out)
+        module = self.usable("rows", table, out)
         if module is None or idx.dtype != np.int64 or out.size != idx.size * table.shape[1]:
             return False
         ffi = module.ffi
@@ -24,7 +24,7 @@ class RowKernels:
 
     def scatter_add_rows(self, grad_table, idx, rows):
         """grad_table (V, D)[idx[i]] += rows (..., D)[i] in order, for checked int64 idx (n,)."""
-        module = self._usable("rows", grad_table, rows)
+        module = self.usable("rows", grad_table, rows)
         if module is None or idx.dtype != np.int64 or rows.size != idx.size * grad_table.shape[1]:
             return False
         ffi = module.ffi

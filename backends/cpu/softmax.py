@@ -18,7 +18,7 @@ class SoftmaxKernels:
         """out = softmax(x) over the last axis (other axes: False)."""
         if x.ndim == 0 or axis not in (-1, x.ndim - 1) or x.shape != out.shape:
             return False
-        module = self._usable("softmax", x, out)
+        module = self.usable("softmax", x, out)
         if module is None:
             return False
         K = x.shape[-1]
@@ -37,7 +37,7 @@ class SoftmaxKernels:
                             rows=(("targets", targets),) if indices else (),
                             free=("targets",) if indices else ())
         if indices:
-            module = self._usable("softmax", logits, probs, grad)
+            module = self.usable("softmax", logits, probs, grad)
             if module is None or targets.dtype != np.int32 or not targets.flags.c_contiguous:
                 return False
             ffi = module.ffi
@@ -50,7 +50,7 @@ class SoftmaxKernels:
             if bad[0] >= 0:
                 reference.check_class_indices(targets, K)
             return loss
-        module = self._usable("softmax", logits, targets, probs, grad)
+        module = self.usable("softmax", logits, targets, probs, grad)
         if module is None:
             return False
         ptrs = [module.ffi.from_buffer("real[]", a) for a in (logits, targets, probs, grad)]
@@ -62,7 +62,7 @@ class SoftmaxKernels:
         """Masked softmax of scores (B, Tq, Tk); key_mask (N, Tk) or None (any dtype)."""
         if x.ndim != 3 or x.shape != out.shape:
             return False
-        module = self._usable("attention_softmax", x, out)
+        module = self.usable("attention_softmax", x, out)
         if module is None:
             return False
         ffi = module.ffi
@@ -82,7 +82,7 @@ class SoftmaxKernels:
         """dx = scale * y * (dy - rowsum(dy * y)) over the last axis."""
         if y.ndim == 0 or not y.shape == dy.shape == dx.shape:
             return False
-        module = self._usable("attention_softmax", y, dy, dx)
+        module = self.usable("attention_softmax", y, dy, dx)
         if module is None:
             return False
         ffi = module.ffi

@@ -65,7 +65,7 @@ def _layout_args(fine):
     return [0 if isinstance(layout, int) else layout.ptr, bq, bk]
 
 
-class GPUAttentionMixin:
+class GPUAttentionOps:
     """``Backend.attention`` / ``attention_bprop`` for the GPU backend.  Token-major
     (N, T, H, d) operands are permuted into head-major staging buffers (made once per shape)
     around the kernels, which take head-major slices."""

@@ -19,26 +19,26 @@ import numpy as np
 from .. import philox
 from ..backend import Backend
 from ..operand_shapes import check_product
+from ..operand_sizes import check_contiguous
 from ..optree import OpNode
 from . import blas as cublas, build as gpu_build
-from .attention import GPUAttentionMixin
-from .blocksparse import GPUBlockSparseMixin
+from .attention import GPUAttentionOps
+from .blocksparse import GPUBlockSparseOps
 from .conv import GPUConvOps
 from .device import get_device
 from .gelu import GPUGeluOps
-from .lrn import GPULRNMixin
-from .norm import GPUNormMixin
+from .norm import GPUNormOps
 from .optree import OpTreeExecutor
 from .pool import GPUPoolOps
 from .prefetch import prefetched
-from .recurrent import GPURecurrentMixin
+from .recurrent import GPURecurrentOps
 from .rows import GPURowOps
 from .softmax import GPUSoftmaxOps
 from .tensor import GPUTensor, as_dtype, contiguous_strides
 
 
-class GPUBackend(GPUAttentionMixin, GPULRNMixin, GPURecurrentMixin, GPUBlockSparseMixin,
-                 GPUConvOps, GPUPoolOps, GPUSoftmaxOps, GPURowOps, GPUNormMixin, GPUGeluOps,
+class GPUBackend(GPUAttentionOps, GPURecurrentOps, GPUBlockSparseOps,
+                 GPUConvOps, GPUPoolOps, GPUSoftmaxOps, GPURowOps, GPUNormOps, GPUGeluOps,
                  Backend):
     """CUDA backend on device ``device_id`` (see the module docstring).
 
@@ -183,6 +183,30 @@ class GPUBackend(GPUAttentionMixin, GPULRNMixin, GPURecurrentMixin, GPUBlockSpar
         arch = self.device.arch
         return self.device.function(("variant", variant), lambda: gpu_build.variant_cubin(
             variant, arch), name, arg_format)
+
+    def run_op(self, op, operands, scalars):
+        """The launches of dispatched op-table row ``op``: every operand contiguous and of
+        the first one's storage; each launch gets the operand pointers (0 for an absent one),
+        the sizes (M, D) of the first operand and the scalars (float32 and int), over a grid
+        of one thread per element, one block per row, or one thread per column."""
+        op.check_operands(operands)
+        check_contiguous(op.name, **{o.name: t for o, t in zip(op.operands, operands)})
+        storage = operands[0].storage
+        for o, t in zip(op.operands, operands):
+            if t is not None and t.storage != storage:
+                raise TypeError(f"{op.name}: {o.name} has the {t.storage} storage, expected "
+                                f"{storage} (that of {op.operands[0].name})")
+        M, D = op.sizes(operands[0])
+        fmt = "P" * len(operands) + "ii" + "".join("i" if s.kind == "int" else "f"
+                                                   for s in op.scalars)
+        args = [0 if t is None else t.ptr for t in operands] + [M, D] + [
+            int(v) if s.kind == "int" else np.float32(v) for s, v in zip(op.scalars, scalars)]
+        for launch in op.kernel.launches:
+            func = self.kernel(op.kernel.cuda_variant, f"{launch.function}_{storage}", fmt)
+            n = {"elements": M * D, "rows": M, "columns": D}[launch.grid]
+            grid = (max(1, min(n, self.device.sm_count * 32)), 1) if launch.grid == "rows" \
+                else (self.device.blocks(n, launch.threads), 1)
+            self.device.launch(func, grid, (launch.threads, 1, 1), args)
 
     # ---- GEMM ------------------------------------------------------------------------------
     def _operand(self, t, key):

@@ -30,7 +30,7 @@ class GPUBlockSparsePlan(BlockSparsePlan):
                                              dtype=np.int32) for name in _TABLES}
 
 
-class GPUBlockSparseMixin:
+class GPUBlockSparseOps:
     """``Backend.blocksparse_*`` for :class:`~neonlite.backends.gpu.backend.GPUBackend`."""
 
     def blocksparse_layer(self, layout, block_size):

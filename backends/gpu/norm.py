@@ -40,7 +40,7 @@ def row_grid(M, max_blocks):
     return (max(1, min(int(M), int(max_blocks))), 1)
 
 
-class GPUNormMixin:
+class GPUNormOps:
     """Methods of :class:`~neonlite.backends.gpu.backend.GPUBackend` for normalization (and
     the row checks, ``_rows_of`` and ``_written``, its softmax ops share)."""
 

@@ -8,7 +8,7 @@ from ..operand_sizes import check_contiguous
 from ..reference.recurrent import ACTIVATION_CODES
 
 
-class GPURecurrentMixin:
+class GPURecurrentOps:
     """``Backend.*_step`` gate kernels for :class:`~neonlite.backends.gpu.backend.GPUBackend`."""
 
     def _gate_step(self, op, cell, state, function, codes, **operands):

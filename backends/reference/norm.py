@@ -1,8 +1,8 @@
-"""Vectorized numpy batch norm and layer norm (the reference of ``Backend.batchnorm_*`` and
-``layernorm_*``).
+"""Vectorized numpy batch norm, layer norm and RMSNorm (the reference of
+``Backend.batchnorm_*``, ``layernorm_*`` and ``rmsnorm_*``).
 
 Shapes: batch norm normalizes (M, C) over axis 0 (an NHWC image batch is viewed as
-(N*H*W, C)); layer norm works over the last axis of (M, D).
+(N*H*W, C)); layer norm and RMSNorm work over the last axis of (M, D).
 """
 import numpy as np
 
@@ -71,5 +71,28 @@ def layernorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
     g = dy * gamma
     np.copyto(dx, invstd * (g - g.mean(axis=-1, keepdims=True)
                             - xhat * np.mean(g * xhat, axis=-1, keepdims=True)))
+    if residual is not None:
+        np.add(residual, dx, out=dx)
+
+
+def rmsnorm_fprop(x, gamma, y, xhat, rstd, residual, total, eps):
+    """RMSNorm over the last axis of rows (M, D): rstd (M, 1) = 1 / sqrt(mean(x^2) + eps),
+    xhat = x * rstd, y = gamma * xhat (no mean subtracted, no shift); with ``residual`` and
+    ``total`` (M, D): total = x + residual, normalized in x's place.  xhat None: not kept."""
+    if residual is not None:
+        x = np.add(x, residual, out=total)
+    np.copyto(rstd, 1.0 / np.sqrt(np.mean(np.square(x), axis=-1, keepdims=True) + eps))
+    h = x * rstd
+    if xhat is not None:
+        np.copyto(xhat, h)
+    np.multiply(h, gamma, out=y)
+
+
+def rmsnorm_bprop(dy, xhat, rstd, gamma, dx, dgamma, residual):
+    """dx = rstd * (g - xhat * mean(g * xhat)), g = dy * gamma (plus ``residual`` when given);
+    dgamma += the sum over rows of dy * xhat."""
+    dgamma += np.sum(dy * xhat, axis=0, keepdims=True)
+    g = dy * gamma
+    np.copyto(dx, rstd * (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True)))
     if residual is not None:
         np.add(residual, dx, out=dx)

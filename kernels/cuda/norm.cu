@@ -1,6 +1,8 @@
-// Batch norm and layer norm on row-major (M, C) / (M, D) tensors (NHWC images are (N*H*W, C)).
+// Batch norm, layer norm and RMSNorm on row-major (M, C) / (M, D) tensors (NHWC images are
+// (N*H*W, C)).
 // Arithmetic in float32 whatever the storage; every reduction runs in a fixed order (tree in
-// shared memory, then partials summed in split order), so results are deterministic.
+// shared memory, then partials summed in split order), so results are deterministic.  RMSNorm
+// (at the end) has kernels of its own.
 //
 // Column sums (batch norm statistics and both norms' parameter gradients): nl_colsum2 gives
 // each block 32 columns and one slice of rows (grid (ceil(C / 32), splits), block (32, 8)) and
@@ -242,3 +244,98 @@ NL_THREE_TYPES(nl_ln_fprop, LN_FPROP_PARAMS, (x, gamma, beta, y, xhat, invstd, M
 #define LN_BPROP_PARAMS(T) const T* dy, const T* xhat, const T* invstd, const T* gamma, T* dx, \
     int M, int D
 NL_THREE_TYPES(nl_ln_bprop, LN_BPROP_PARAMS, (dy, xhat, invstd, gamma, dx, M, D))
+
+// ---- RMSNorm ----------------------------------------------------------------------------
+// RMSNorm over the last axis (no mean subtracted, no shift), one block of NL_NORM_THREADS
+// threads per row (grid-stride over rows): with residual (and total) given, total = x +
+// residual is written and normalized in x's place; rstd[row] = 1 / sqrt(mean(x^2) + eps),
+// xhat = x * rstd (not written when xhat is NULL), y = gamma * xhat.
+template <int KIND>
+__device__ void nl_rms_fprop_impl(const typename nl_elem<KIND>::T* x,
+                                  const typename nl_elem<KIND>::T* gamma,
+                                  typename nl_elem<KIND>::T* y, typename nl_elem<KIND>::T* xhat,
+                                  typename nl_elem<KIND>::T* rstd,
+                                  const typename nl_elem<KIND>::T* residual,
+                                  typename nl_elem<KIND>::T* total, int M, int D, float eps) {
+    typedef nl_elem<KIND> E;
+    __shared__ float shared[NL_NORM_THREADS];
+    for (int row = blockIdx.x; row < M; row += gridDim.x) {
+        const long long base = (long long)row * D;
+        float q = 0.0f;
+        for (int j = threadIdx.x; j < D; j += NL_NORM_THREADS) {
+            float v = E::load(x, base + j);
+            if (residual) {
+                E::store(total, base + j, v + E::load(residual, base + j));
+                v = E::load(total, base + j);
+            }
+            q += v * v;
+        }
+        const float inv = 1.0f / sqrtf(nl_norm_block_sum(q, shared) / (float)D + eps);
+        const typename E::T* in = residual ? total : x;
+        for (int j = threadIdx.x; j < D; j += NL_NORM_THREADS) {
+            const float h = E::load(in, base + j) * inv;
+            if (xhat) E::store(xhat, base + j, h);
+            E::store(y, base + j, E::load(gamma, j) * h);
+        }
+        if (threadIdx.x == 0) E::store(rstd, row, inv);
+    }
+}
+
+// RMSNorm data gradient, one block per row: b = mean(dy * gamma * xhat),
+// dx = rstd * (dy * gamma - xhat * b) (+ residual when given).
+template <int KIND>
+__device__ void nl_rms_bprop_impl(const typename nl_elem<KIND>::T* dy,
+                                  const typename nl_elem<KIND>::T* xhat,
+                                  const typename nl_elem<KIND>::T* rstd,
+                                  const typename nl_elem<KIND>::T* gamma,
+                                  typename nl_elem<KIND>::T* dx, typename nl_elem<KIND>::T* dgamma,
+                                  const typename nl_elem<KIND>::T* residual, int M, int D) {
+    typedef nl_elem<KIND> E;
+    __shared__ float shared[NL_NORM_THREADS];
+    for (int row = blockIdx.x; row < M; row += gridDim.x) {
+        const long long base = (long long)row * D;
+        float sb = 0.0f;
+        for (int j = threadIdx.x; j < D; j += NL_NORM_THREADS)
+            sb += E::load(dy, base + j) * E::load(gamma, j) * E::load(xhat, base + j);
+        const float b = nl_norm_block_sum(sb, shared) / (float)D;
+        const float inv = E::load(rstd, row);
+        for (int j = threadIdx.x; j < D; j += NL_NORM_THREADS) {
+            const float g = E::load(dy, base + j) * E::load(gamma, j);
+            float v = inv * (g - E::load(xhat, base + j) * b);
+            if (residual) v += E::load(residual, base + j);
+            E::store(dx, base + j, v);
+        }
+    }
+}
+
+// RMSNorm gain gradient, one thread per column (grid-stride): dgamma[c] += the sum over rows of
+// dy * xhat, in row order (deterministic; neighbouring threads read neighbouring columns).
+template <int KIND>
+__device__ void nl_rms_dgamma_impl(const typename nl_elem<KIND>::T* dy,
+                                   const typename nl_elem<KIND>::T* xhat,
+                                   const typename nl_elem<KIND>::T* rstd,
+                                   const typename nl_elem<KIND>::T* gamma,
+                                   typename nl_elem<KIND>::T* dx,
+                                   typename nl_elem<KIND>::T* dgamma,
+                                   const typename nl_elem<KIND>::T* residual, int M, int D) {
+    typedef nl_elem<KIND> E;
+    NL_FOR(c, D) {
+        float s = 0.0f;
+        for (int row = 0; row < M; ++row) {
+            const long long i = (long long)row * D + c;
+            s += E::load(dy, i) * E::load(xhat, i);
+        }
+        E::store(dgamma, c, E::load(dgamma, c) + s);
+    }
+}
+
+#define RMS_FPROP_PARAMS(T) const T* x, const T* gamma, T* y, T* xhat, T* rstd, \
+    const T* residual, T* total, int M, int D, float eps
+NL_THREE_TYPES(nl_rms_fprop, RMS_FPROP_PARAMS, (x, gamma, y, xhat, rstd, residual, total, M, D,
+                                                eps))
+#define RMS_BPROP_PARAMS(T) const T* dy, const T* xhat, const T* rstd, const T* gamma, T* dx, \
+    T* dgamma, const T* residual, int M, int D
+NL_THREE_TYPES(nl_rms_bprop, RMS_BPROP_PARAMS, (dy, xhat, rstd, gamma, dx, dgamma, residual, M,
+                                                D))
+NL_THREE_TYPES(nl_rms_dgamma, RMS_BPROP_PARAMS, (dy, xhat, rstd, gamma, dx, dgamma, residual,
+                                                 M, D))

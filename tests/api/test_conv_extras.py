@@ -1,15 +1,12 @@
 """Deconv (transposed convolution), MergeBroadcast, LRN, Adadelta and SmoothL1Loss: float64
 finite-difference gradient checks, float64 parity with PyTorch (ConvTranspose2d,
-LocalResponseNorm, Adadelta, SmoothL1Loss), the LRN kernels (C, and CUDA compiled and emulated
-on the host, not run on a GPU) against the numpy reference, and one clear error for bad
-shapes."""
+LocalResponseNorm, Adadelta, SmoothL1Loss), and one clear error for bad shapes.  The LRN
+kernels against the numpy reference are rows of ``tests/backend/test_op_table.py``."""
 import numpy as np
 import pytest
-from support.harness import build, compare_with_cpu, cost_gradient_check, gradient_check
-from support.requires import requires
+from support.harness import build, cost_gradient_check, gradient_check
 
 import neonlite
-from neonlite.backends.reference import lrn as numpy_lrn
 from neonlite.layers import (LRN, Conv, Deconv, Deconvolution, MergeBroadcast, Pooling,
                              ShapeError, SkipNode)
 from neonlite.transforms import Logistic, Rectlin, SmoothL1Loss, Tanh
@@ -120,49 +117,6 @@ def test_lrn_matches_pytorch():
     (yt * torch.tensor(w.transpose(0, 3, 1, 2))).sum().backward()
     np.testing.assert_allclose(y, yt.detach().numpy().transpose(0, 2, 3, 1), rtol=0, atol=1e-10)
     np.testing.assert_allclose(dx, xt.grad.numpy().transpose(0, 2, 3, 1), rtol=0, atol=1e-10)
-
-
-def _lrn_both(be, x, dy):
-    y, s, dx = be.zeros(x.shape), be.zeros(x.shape), be.zeros(x.shape)
-    be.lrn_fprop(x, y, s, 5, 0.2, 0.75, 1.0)
-    be.lrn_bprop(x, s, dy, dx, 5, 0.2, 0.75)
-    return y, s, dx
-
-
-@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-13), (np.float32, 2e-6)])
-def test_lrn_kernels_match_the_numpy_reference(dtype, tol):
-    be = neonlite.gen_backend("cpu", batch_size=2, datatype=dtype)
-    if not be.kernels.module("lrn", np.dtype(dtype)):
-        pytest.skip(f"the C kernels are not built here: {be.kernels.unavailable_reason()}")
-    rng = np.random.default_rng(2)
-    x, dy = rng.normal(size=(6, 11)).astype(dtype), rng.normal(size=(6, 11)).astype(dtype)
-    got = [t.get() for t in _lrn_both(be, be.array(x), be.array(dy))]
-    y, s, dx = (np.zeros((6, 11), dtype) for _ in range(3))
-    numpy_lrn.lrn_fprop(x, y, s, 5, 0.2, 0.75, 1.0)
-    numpy_lrn.lrn_bprop(x, s, dy, dx, 5, 0.2, 0.75)
-    for g, w in zip(got, (y, s, dx)):
-        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
-    rng = np.random.default_rng(3)
-    compare_with_cpu(_lrn_both, rng.normal(size=(6, 11)), rng.normal(size=(6, 11)))
-
-
-@requires("emulator")
-def test_lrn_cuda_kernels_on_the_host_emulator_match_the_cpu(monkeypatch):
-    from support.gpu_host_backend import host_gpu_backend
-    rng = np.random.default_rng(4)
-    x, dy = rng.normal(size=(6, 11)), rng.normal(size=(6, 11))
-    previous = neonlite.backends._current
-    try:
-        gpu = host_gpu_backend(monkeypatch, batch_size=2)
-        got = [t.get() for t in _lrn_both(gpu, gpu.array(x), gpu.array(dy))]
-        assert {"nl_lrn_fprop_f32", "nl_lrn_bprop_f32"} <= set(gpu.device.launches)
-    finally:
-        neonlite.backends._current = previous
-    y, s, dx = (np.zeros((6, 11)) for _ in range(3))
-    numpy_lrn.lrn_fprop(x, y, s, 5, 0.2, 0.75, 1.0)
-    numpy_lrn.lrn_bprop(x, s, dy, dx, 5, 0.2, 0.75)
-    for g, w in zip(got, (y, s, dx)):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("beta", [1.0, 0.3])

@@ -129,3 +129,20 @@ def test_elementwise_optree_counts_one_flop_per_node_and_element():
     flops, nbytes = op_cost("execute", (out, a * b + 2.0 * a), {})
     assert flops == 3 * 20          # mul, mul, add over 20 elements
     assert nbytes == 3 * 20 * 4     # a and b read once, out written
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_recurrent_layers_ops_are_timed_and_counted(cell):
+    """The profiler times a recurrent layer's own ops (the cell's whole-sequence passes):
+    before the op table gave every op its cost they were missing from the profile.  The
+    forward sequence counts its T recurrent GEMMs and the gate work (op table,
+    ``ops/recurrent.py``)."""
+    from neonlite import layers
+    from neonlite.backends.ops.recurrent import STEP_FLOPS
+    N, T, F, H = 3, 5, 4, 6
+    totals, _ = _op_flops(getattr(layers, cell)(H), (T, F), N, "bprop")
+    name = cell.lower()
+    G = {"lstm": 4, "gru": 3}[name] * H
+    assert totals[f"{name}_fprop_sequence"] == 2.0 * N * G * H * T + \
+        STEP_FLOPS[name][0] * T * N * H
+    assert totals[f"{name}_bprop_sequence"] > 0

@@ -23,7 +23,8 @@ def norm():
     header = (CUDA / "neonlite_common.cuh").read_text()
     spec = specs.find("norm")
     nargs = {"nl_colsum2": 8, "nl_bn_stats": 11, "nl_bn_apply": 10, "nl_colsum_finish": 6,
-             "nl_bn_bprop": 10, "nl_ln_fprop": 9, "nl_ln_bprop": 7}
+             "nl_bn_bprop": 10, "nl_ln_fprop": 9, "nl_ln_bprop": 7, "nl_rms_fprop": 10,
+             "nl_rms_bprop": 9, "nl_rms_dgamma": 9}
     kernels = {f: nargs[f.rsplit("_", 1)[0]] for f in spec.functions}
     return HostModule([spec.source_path.read_text()], kernels, prelude=header)
 

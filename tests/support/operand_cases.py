@@ -5,12 +5,15 @@ fuzz test (``tests/backend/test_operand_fuzz.py``).
 :func:`cases` lists :class:`Case`\\ s: ``build(be, rng)`` makes the operands of one call
 (an ordered dict of name -> tensor; the names are the contract's) and ``call(be, ops)`` runs
 the op on them (earlier calls it needs, an fprop before its bprop, run there on fresh
-operands of their own).  :func:`spoiled` gives the spoiled variants of one operand.
+operands of their own); the cases of the ops the op table dispatches are made from their rows.
+:func:`spoiled` gives the spoiled variants of one operand.
 """
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from neonlite.backends.ops import OPS
 
 
 @dataclass
@@ -319,13 +322,6 @@ def _row_kernel_cases():
             x=_normal(be, rng, M, D), dy=_normal(be, rng, M, D), dx=be.zeros((M, D)),
             dbias=be.zeros((D,))),
             lambda be, o: be.gelu_bprop(*o.values())),
-        Case("lrn_fprop", lambda be, rng: _ops(x=_normal(be, rng, M, D), y=be.zeros((M, D)),
-                                              scale=be.zeros((M, D))),
-             lambda be, o: be.lrn_fprop(*o.values(), 5, 1e-3, 0.75, 2.0)),
-        Case("lrn_bprop", lambda be, rng: _ops(
-            x=_normal(be, rng, M, D), scale=_positive(be, rng, M, D),
-            dy=_normal(be, rng, M, D), dx=be.zeros((M, D))),
-            lambda be, o: be.lrn_bprop(*o.values(), 5, 1e-3, 0.75)),
         Case("take_rows", table_ops, lambda be, o: be.take_rows(*o.values()),
              dtype_free=("ids",), index_checked=("table",)),
         Case("scatter_add_rows", scatter_ops, lambda be, o: be.scatter_add_rows(*o.values()),
@@ -337,6 +333,25 @@ def _row_kernel_cases():
         Case("add_row", lambda be, rng: _ops(x=_normal(be, rng, M, D), row=_normal(be, rng, D),
                                             out=be.zeros((M, D))), add_row, optree=True),
     ]
+
+
+def _table_cases():
+    """A case per op the op table dispatches, made from its row: every operand (the optional
+    ones given) at the row's sample sizes, the sample scalars."""
+    found = []
+    for op in OPS.values():
+        if not op.dispatched:
+            continue
+
+        def build(be, rng, op=op):
+            arrays = op.sample_operands(rng, be.dtype)
+            return _ops(**{n: be.array(a) for n, a in arrays.items()})
+
+        def call(be, o, op=op):
+            getattr(be, op.name)(**o, **dict(zip((s.name for s in op.scalars),
+                                                 op.sample_scalars())))
+        found.append(Case(op.name, build, call))
+    return found
 
 
 def _gemm_cases():
@@ -360,7 +375,7 @@ def cases():
             + _conv_cases("pointwise", 2, 3, 4, 4, 5, 1, 1, 0)
             + _pool_cases("max") + _pool_cases("avg")
             + _blocksparse_cases() + _recurrent_cases() + _attention_cases()
-            + _row_kernel_cases())
+            + _row_kernel_cases() + _table_cases())
 
 
 def _resized(shape, more):

@@ -1,0 +1,124 @@
+"""The op table's rows of normalizations (``table.py`` says what a row holds): batch norm and
+layer norm (their backends choose work arrays, column-sum plans and kept calls in
+``cpu/norm.py`` / ``gpu/norm.py``); RMSNorm (``kernels/cpu/rmsnorm.c``, ``kernels/cuda/norm.cu``) and local
+response normalization (``kernels/cpu/lrn.c``, ``kernels/cuda/lrn.cu``), dispatched by the
+table.
+
+Costs per element of x: batch and layer norm 8 forward (mean, variance, normalize, scale and
+shift) and 12 backward; RMSNorm 4 forward (square and sum, scale, gain; 5 with the residual
+add) and 7 backward; LRN ``2 * depth + 4`` forward (the window's squares and sums, the power,
+the product) and ``2 * depth + 8`` backward."""
+from ..operand_shapes import check_rows_alike
+from ..operand_sizes import check_operand_sizes
+from ..reference import lrn, norm
+from .costs import nbytes, per_element, size
+from .table import Kernel, Launch, Op, Operand, Scalar
+
+
+def _lrn_fprop_cost(x, y, scale, depth, alpha=None, beta=None, k=None):
+    return float((2 * depth + 4) * size(x)), nbytes(x, y, scale)
+
+
+def _lrn_bprop_cost(x, scale, dy, dx, depth, alpha=None, beta=None):
+    return float((2 * depth + 8) * size(x)), nbytes(x, scale, dy, dx)
+
+
+def _rows_alike(op, **operands):
+    check_rows_alike(op, 2, **operands)
+
+
+def _rmsnorm_fprop_cost(x, gamma, y, xhat, rstd, eps=None, residual=None, total=None):
+    per = 4 if residual is None else 5
+    return float(per * size(x)), nbytes(x, gamma, y, xhat, rstd, residual, total)
+
+
+def _rmsnorm_bprop_cost(dy, xhat, rstd, gamma, dx, dgamma, residual=None):
+    return float(7 * size(dy)), nbytes(dy, xhat, rstd, gamma, dx, dgamma, residual)
+
+
+def _rms_fprop_check(op, x, gamma, y, xhat, rstd, residual, total):
+    check_operand_sizes(op, x, x.shape[-1] if len(x.shape) else 1,
+                        whole=(("y", y), ("xhat", xhat), ("residual", residual),
+                               ("total", total)), rows=(("rstd", rstd),),
+                        columns=(("gamma", gamma),))
+
+
+def _rms_bprop_check(op, dy, xhat, rstd, gamma, dx, dgamma, residual):
+    check_operand_sizes(op, dy, dy.shape[-1] if len(dy.shape) else 1,
+                        whole=(("xhat", xhat), ("dx", dx), ("residual", residual)),
+                        rows=(("rstd", rstd),), columns=(("gamma", gamma), ("dgamma", dgamma)))
+
+
+F = "norm"
+_ROWS_MD, _ROW, _COLUMN = ("M", "D"), (1, "D"), ("M", 1)
+_ROWS_MC = ("M", "C")
+_LRN_SCALARS = (Scalar("depth", "int", sample=5), Scalar("alpha", sample=1e-3),
+                Scalar("beta", sample=0.75))
+ROWS = (
+    Op("batchnorm_fprop", F, "batch norm of x (M, C) over its rows", per_element(8, 0, 5),
+       reference=norm.batchnorm_fprop,
+       c_symbols=("norm:batchnorm_fprop_train", "norm:batchnorm_fprop_infer"),
+       cuda_functions=("norm:nl_colsum2", "norm:nl_bn_stats", "norm:nl_bn_apply")),
+    Op("batchnorm_moments", F, "per-channel mean and squared deviations of x (M, C)",
+       per_element(3, 0), reference=norm.batchnorm_moments,
+       c_symbols=("norm:batchnorm_moments",), cuda_functions=("norm:nl_colsum2",)),
+    Op("batchnorm_apply", F, "xhat = (x - mean) * invstd, y = gamma * xhat + beta",
+       per_element(4, 0, 3), reference=norm.batchnorm_apply, c_symbols=("norm:batchnorm_apply",),
+       cuda_functions=("norm:nl_bn_apply",)),
+    Op("batchnorm_bprop", F, "dx, dgamma, dbeta of batch norm", per_element(12, 0, 1, 4),
+       reference=norm.batchnorm_bprop, c_symbols=("norm:batchnorm_bprop",),
+       cuda_functions=("norm:nl_colsum2", "norm:nl_colsum_finish", "norm:nl_bn_bprop")),
+    Op("layernorm_fprop", F, "layer norm of x (M, D) over its last axis (residual folded in)",
+       per_element(8, 0, 3, 4), reference=norm.layernorm_fprop,
+       c_symbols=("norm:layernorm_fprop",), cuda_functions=("norm:nl_ln_fprop",),
+       backward="layernorm_bprop"),
+    Op("layernorm_bprop", F, "dx (+ residual), dgamma, dbeta of layer norm",
+       per_element(12, 0, 1, 4), reference=norm.layernorm_bprop,
+       c_symbols=("norm:layernorm_bprop",),
+       cuda_functions=("norm:nl_ln_bprop", "norm:nl_colsum2", "norm:nl_colsum_finish")),
+    Op("rmsnorm_fprop", F,
+       "RMSNorm over the last axis of rows x (M, D): rstd (M, 1) = 1 / sqrt(mean(x^2) + eps), "
+       "xhat = x * rstd (None: not kept), y = gamma * xhat; with ``residual`` and ``total`` "
+       "(M, D), total = x + residual is written and normalized in x's place.",
+       _rmsnorm_fprop_cost,
+       operands=(Operand("x", _ROWS_MD), Operand("gamma", _ROW),
+                 Operand("y", _ROWS_MD, written=True),
+                 Operand("xhat", _ROWS_MD, written=True, optional=True),
+                 Operand("rstd", _COLUMN, written=True),
+                 Operand("residual", _ROWS_MD, optional=True, trailing=True, pair="total"),
+                 Operand("total", _ROWS_MD, written=True, optional=True, trailing=True,
+                         pair="residual")),
+       scalars=(Scalar("eps", default=1e-5),), check=_rms_fprop_check,
+       reference=norm.rmsnorm_fprop,
+       kernel=Kernel("rmsnorm", "rmsnorm_fprop", "norm", (Launch("nl_rms_fprop", "rows"),)),
+       sample={"M": 6, "D": 40}, backward="rmsnorm_bprop"),
+    Op("rmsnorm_bprop", F,
+       "dx (M, D) = rstd * (g - xhat * mean(g * xhat)), g = dy * gamma (plus ``residual`` "
+       "when given), and dgamma (1, D) += the sum over rows of dy * xhat.",
+       _rmsnorm_bprop_cost,
+       operands=(Operand("dy", _ROWS_MD), Operand("xhat", _ROWS_MD),
+                 Operand("rstd", _COLUMN, positive=True), Operand("gamma", _ROW),
+                 Operand("dx", _ROWS_MD, written=True), Operand("dgamma", _ROW, written=True),
+                 Operand("residual", _ROWS_MD, optional=True, trailing=True)),
+       check=_rms_bprop_check, reference=norm.rmsnorm_bprop,
+       kernel=Kernel("rmsnorm", "rmsnorm_bprop", "norm",
+                     (Launch("nl_rms_bprop", "rows"), Launch("nl_rms_dgamma", "columns"))),
+       sample={"M": 6, "D": 40}),
+    Op("lrn_fprop", F,
+       "Across the channels of rows x (M, C) (NHWC images as (N*H*W, C)): scale (M, C) = k + "
+       "alpha / depth * sum of x^2 over channels c - depth//2 .. c + (depth-1)//2, y = x * "
+       "scale^-beta (``backends/reference/lrn.py`` is the reference).", _lrn_fprop_cost,
+       operands=(Operand("x", _ROWS_MC), Operand("y", _ROWS_MC, written=True),
+                 Operand("scale", _ROWS_MC, written=True)),
+       scalars=_LRN_SCALARS + (Scalar("k", sample=2.0),), check=_rows_alike,
+       reference=lrn.lrn_fprop,
+       kernel=Kernel("lrn", "lrn_fprop", "lrn", (Launch("nl_lrn_fprop"),)),
+       sample={"M": 12, "C": 9}, backward="lrn_bprop"),
+    Op("lrn_bprop", F, "dx (M, C), the gradient of ``lrn_fprop`` from its input x and "
+       "``scale``.", _lrn_bprop_cost,
+       operands=(Operand("x", _ROWS_MC), Operand("scale", _ROWS_MC, positive=True),
+                 Operand("dy", _ROWS_MC), Operand("dx", _ROWS_MC, written=True)),
+       scalars=_LRN_SCALARS, check=_rows_alike, reference=lrn.lrn_bprop,
+       kernel=Kernel("lrn", "lrn_bprop", "lrn", (Launch("nl_lrn_bprop"),)),
+       sample={"M": 12, "C": 9}),
+)

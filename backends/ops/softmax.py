@@ -1,0 +1,60 @@
+"""The op table's rows of softmax, cross-entropy and fused attention (``table.py`` says what a
+row holds).  Costs: softmax 5 per element (max, subtract, exp, sum, divide), its gradient 4,
+softmax with cross-entropy 7; attention per visible (query, key) pair ``2*dk + 2*dv`` forward
+and ``6*dk + 4*dv`` backward (``costs.visible_pairs``)."""
+from ..reference import attention, softmax
+from .costs import nbytes, no_flops, per_element, size, visible_pairs
+from .table import Op
+
+
+def _masked_softmax(x, out, scale=1.0, causal=False, key_mask=None):
+    return 5.0 * size(x), nbytes(x, out)
+
+
+def _softmax_cross_entropy(logits, targets, probs, grad, scale=1.0):
+    return 7.0 * size(logits), nbytes(logits, targets, probs, grad)
+
+
+def _attention_pairs(lse, k, causal, blocks, heads):
+    """Pairs of every example: lse is (N*heads, Tq) whether q is head-major or token-major."""
+    return (lse.shape[0] // heads) * visible_pairs(lse.shape[1], k.shape[1], causal, blocks,
+                                                   heads)
+
+
+def _attention(q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None, blocks=None,
+               heads=1):
+    pairs = _attention_pairs(lse, k, causal, blocks, heads)
+    return float(pairs * (2 * q.shape[-1] + 2 * v.shape[-1])), nbytes(q, k, v, out, lse)
+
+
+def _attention_bprop(q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False, key_mask=None,
+                     dropout=None, blocks=None, heads=1):
+    pairs = _attention_pairs(lse, k, causal, blocks, heads)
+    return (float(pairs * (6 * q.shape[-1] + 4 * v.shape[-1])),
+            nbytes(q, k, v, out, lse, dout, dq, dk, dv))
+
+
+F = "softmax"
+ROWS = (
+    Op("softmax", F, "out = softmax(x) over an axis", per_element(5, 0, 1),
+       reference=softmax.softmax, c_symbols=("softmax:softmax_rows",),
+       cuda_functions=("softmax:nl_masked_softmax",)),
+    Op("softmax_cross_entropy", F, "probs, grad of softmax + cross-entropy on logits",
+       _softmax_cross_entropy, reference=softmax.softmax_cross_entropy,
+       c_symbols=("softmax:softmax_cross_entropy", "softmax:softmax_cross_entropy_index"),
+       cuda_functions=("softmax:nl_softmax_xent", "softmax:nl_softmax_xent_index")),
+    Op("onehot", F, "out = one-hot rows of class indices", no_flops(0, 1)),
+    Op("masked_softmax", F, "attention scores' softmax with causal and key masks",
+       _masked_softmax, reference=softmax.masked_softmax,
+       c_symbols=("attention_softmax:attention_softmax_fprop",),
+       cuda_functions=("softmax:nl_masked_softmax",)),
+    Op("masked_softmax_bprop", F, "dx of masked_softmax from its output y",
+       per_element(4, 0, 1, 2), reference=softmax.masked_softmax_bprop,
+       c_symbols=("attention_softmax:attention_softmax_bprop",)),
+    Op("attention", F, "fused attention on head-major or token-major slices", _attention,
+       reference=attention.attention, c_symbols=("flash_attention:fa_fprop",),
+       cuda_functions=("flash_attention:nl_fa_fprop*",), backward="attention_bprop"),
+    Op("attention_bprop", F, "dq, dk, dv of fused attention", _attention_bprop,
+       reference=attention.attention_bprop, c_symbols=("flash_attention:fa_bprop",),
+       cuda_functions=("flash_attention:nl_fa_bprop_kv*", "flash_attention:nl_fa_bprop_q*")),
+)

@@ -1,0 +1,168 @@
+"""The op table's row type: one :class:`Op` describes one backend op once (its operands, the
+operand check, the numpy reference, the C and CUDA kernels that implement it, its cost, and
+the sample sizes the per-op tests run it at).  The rows live in one module per family
+(``linear.py``, ``norm.py``, ``softmax.py``, ``elementwise.py``, ``blocksparse.py``,
+``recurrent.py``); ``__init__.py`` gathers them into :data:`~neonlite.backends.ops.OPS`.
+
+A row with ``kernel`` set is *dispatched by the table*: the backend contract's method is made
+from the row (``dispatch.py``), the CPU backend calls C function ``kernel.c_symbol`` of
+``kernels/cpu/<kernel.c_source>.c`` (else runs ``reference``), and the GPU backend launches
+``kernel.launches`` of CUDA variant ``kernel.cuda_variant``.  Every kernel takes the operand
+pointers in the row's order (an absent optional operand as NULL), then the ``sizes`` (the
+first operand's rows M and last axis, as ``int64_t`` / ``int``), then the scalars (``double``
+/ ``float`` and ``int``).  Rows without ``kernel`` are ops whose backends make real choices
+(algorithms, tiles, plans) in their section files; the row still gives their cost and
+reference, and the per-op tests and the profiler read it.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: the kinds of scalar arguments a dispatched kernel takes
+SCALAR_KINDS = ("int", "float")
+#: how a GPU launch covers its operands: one thread per element of the first operand, one
+#: block per row (M rows), one thread per column (the last axis)
+GRIDS = ("elements", "rows", "columns")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One tensor argument: ``name`` as in the contract; ``shape`` in the row's size symbols
+    (``("M", "D")``, ``("M", 1)``, ``(1, "D")``; None: checked by the op itself); ``written``
+    when the op writes it; ``optional`` when it may be None; ``trailing``: a keyword argument
+    after the scalars, None by default (a residual joined in); ``pair``: the operand given
+    exactly when this one is; ``positive``: the per-op tests fill it with values in
+    [0.5, 1.5)."""
+    name: str
+    shape: tuple = None
+    written: bool = False
+    optional: bool = False
+    trailing: bool = False
+    pair: str = None
+    positive: bool = False
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """One scalar argument after the operands: ``kind`` 'int' or 'float'; ``default`` (None:
+    required); ``sample``: the value the per-op tests pass."""
+    name: str
+    kind: str = "float"
+    default: object = None
+    sample: object = None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One CUDA launch of a dispatched op: ``function`` (``<function>_<storage>`` in the
+    cubin) over ``grid`` (one of :data:`GRIDS`) of ``threads`` per block."""
+    function: str
+    grid: str = "elements"
+    threads: int = 256
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """The compiled code of a dispatched op: C function ``c_symbol`` of
+    ``kernels/cpu/<c_source>.c`` and the CUDA ``launches`` of variant ``cuda_variant``."""
+    c_source: str
+    c_symbol: str
+    cuda_variant: str
+    launches: tuple
+
+
+@dataclass(frozen=True)
+class Op:
+    """One backend op (see the module docstring).
+
+    Attributes:
+        name (str): the backend method.
+        family (str): the row module it lives in.
+        doc (str): what it computes (the contract's docstring).
+        cost (callable): ``cost(*args, **kwargs) -> (flops, bytes)`` (``costs.py``).
+        operands (tuple): :class:`Operand` s, in call order (dispatched rows).
+        scalars (tuple): :class:`Scalar` s after them.
+        check (callable or None): ``check(op_name, **operands)``; raises before any kernel.
+        reference (callable or None): the numpy definition; dispatched rows take numpy arrays
+            in the operands' order, then the scalars.
+        kernel (Kernel or None): set for a row the table dispatches.
+        c_symbols (tuple): the C functions implementing it (``source:function``).
+        cuda_functions (tuple): the CUDA kernels implementing it (``variant:function``).
+        sample (dict): sizes of the per-op tests' call (``{"M": 6, "D": 40}``).
+        backward (str or None): the op computing this one's gradient (for gradient checks).
+    """
+    name: str
+    family: str
+    doc: str
+    cost: object
+    operands: tuple = ()
+    scalars: tuple = ()
+    check: object = None
+    reference: object = None
+    kernel: Kernel = None
+    c_symbols: tuple = ()
+    cuda_functions: tuple = ()
+    sample: dict = field(default_factory=dict)
+    backward: str = None
+
+    def __post_init__(self):
+        if self.kernel is None:
+            return
+        for s in self.scalars:
+            if s.kind not in SCALAR_KINDS:
+                raise ValueError(f"op {self.name}: scalar {s.name} kind must be one of "
+                                 f"{SCALAR_KINDS}, got {s.kind!r}")
+        for launch in self.kernel.launches:
+            if launch.grid not in GRIDS:
+                raise ValueError(f"op {self.name}: launch grid must be one of {GRIDS}, got "
+                                 f"{launch.grid!r}")
+        object.__setattr__(self, "c_symbols", (f"{self.kernel.c_source}:"
+                                               f"{self.kernel.c_symbol}",))
+        object.__setattr__(self, "cuda_functions", tuple(
+            f"{self.kernel.cuda_variant}:{l.function}" for l in self.kernel.launches))
+
+    def check_operands(self, operands):
+        """Raise before any kernel runs unless ``operands`` (tensors or numpy arrays, None for
+        an absent optional one, in row order) suit the row: each ``pair`` given together,
+        then the row's ``check``."""
+        named = dict(zip((o.name for o in self.operands), operands))
+        for o in self.operands:
+            if o.pair is not None and (named[o.name] is None) != (named[o.pair] is None):
+                raise ValueError(f"{self.name}: {o.name} and {o.pair} are given together or "
+                                 f"not at all")
+        if self.check is not None:
+            self.check(self.name, **named)
+
+    @property
+    def dispatched(self):
+        """True when the backends' method is made from this row."""
+        return self.kernel is not None
+
+    def sizes(self, first):
+        """(M, D): the rows and the last axis of the first operand (an array or tensor)."""
+        D = int(first.shape[-1]) if len(first.shape) else 1
+        return int(first.size) // max(D, 1), D
+
+    def sample_shape(self, operand):
+        """``operand``'s shape at the row's sample sizes."""
+        return tuple(self.sample[d] if isinstance(d, str) else d for d in operand.shape)
+
+    def sample_operands(self, rng, dtype, joined=True):
+        """{name: numpy array} at the sample sizes (inputs random, outputs zero); the
+        trailing optional operands (a joined residual) given when ``joined``."""
+        out = {}
+        for o in self.operands:
+            if o.trailing and not joined:
+                out[o.name] = None
+                continue
+            shape = self.sample_shape(o)
+            if o.written and not o.positive:
+                out[o.name] = np.zeros(shape, dtype)
+            elif o.positive:
+                out[o.name] = (0.5 + rng.random(shape)).astype(dtype)
+            else:
+                out[o.name] = rng.normal(size=shape).astype(dtype)
+        return out
+
+    def sample_scalars(self):
+        return tuple(s.sample if s.sample is not None else s.default for s in self.scalars)

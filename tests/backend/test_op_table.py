@@ -1,0 +1,311 @@
+"""The per-op harness, driven by the op table (``backends/ops/``), as tinygrad's ``test_ops``
+or PyTorch's OpInfo: an op added to the table is tested by adding its row.
+
+For every row: it is an op of the backend contract and every contract op has a row; its cost
+is what the profiler uses, and is counted on a real call; the C functions and CUDA kernels it
+names exist; a row with a reference that the backends implement in their section files is run
+on its operand case (``support.operand_cases``) on the CPU backend against the reference.  For
+every row the table dispatches (``kernel`` set): the numpy reference against
+the CPU backend's C kernels (float64 and float32, with and without the optional operands),
+against the GPU backend over the host emulator, a float64 finite-difference check of the
+backward row against the forward one, and the FLOP count's scaling.  The operand fuzz of the
+dispatched rows is ``tests/backend/test_operand_fuzz.py``, whose cases for them the table
+makes (``support.operand_cases``)."""
+import re
+
+import numpy as np
+import pytest
+from support.gpu_host_backend import host_gpu_backend
+from support.operand_cases import cases
+from support.requires import requires
+
+import neonlite
+from neonlite.backends.backend import Backend
+from neonlite.backends.ops import FAMILIES, OPS, markdown_list
+from neonlite.backends.ops.costs import nbytes
+from neonlite.kernels import specs
+from neonlite.profiler.flops import OP_COSTS
+from neonlite.profiler.instrument import OP_NAMES
+
+ROOT = specs.KERNEL_ROOT.parent
+DISPATCHED = [op for op in OPS.values() if op.dispatched]
+IDS = [op.name for op in DISPATCHED]
+#: public contract methods that are not ops: tensors, op-tree builders, plan makers, control
+NOT_OPS = {"empty", "zeros", "ones", "array", "empty_like", "zeros_like", "keep", "assign",
+           "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "clip",
+           "absolute", "square", "sqrt", "rsqrt", "exp", "log", "tanh", "sig", "sign", "erf",
+           "bf16_to_f32", "f32_to_bf16", "sum", "max", "min", "argmax", "argmin", "mean", "var",
+           "conv_layer", "pool_layer", "blocksparse_layer", "set_threads", "synchronize",
+           "prefetched", "example_rows", "run_op"}
+
+
+def _contract_methods():
+    return {n for n in dir(Backend) if not n.startswith("_") and callable(getattr(Backend, n))}
+
+
+def test_every_contract_op_has_one_row():
+    methods = _contract_methods()
+    assert sorted(methods - NOT_OPS - set(OPS)) == [], "contract ops without a row"
+    assert sorted(set(OPS) - methods) == [], "rows that are no contract op"
+    assert sorted(NOT_OPS & set(OPS)) == []
+
+
+def test_every_row_has_a_cost_the_profiler_times():
+    """``neonlite profile`` times exactly the ops with a cost: a row without one would leave
+    the op out of the profile (LRN and the recurrent ops were, before the table)."""
+    for op in OPS.values():
+        assert callable(op.cost), f"{op.name} has no cost"
+        assert OP_COSTS[op.name] is op.cost and op.name in OP_NAMES, op.name
+
+
+@pytest.mark.parametrize("case", [c for c in cases() if not c.optree],
+                         ids=lambda c: c.op + "".join(f"[{t}]" for t in c.tags))
+def test_cost_of_a_real_call(case):
+    """Each op's cost on the arguments of a real call: bytes at least those of its array
+    operands' inputs, FLOPs for every op that computes."""
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
+    seen = []
+    method = getattr(be, case.op)
+
+    def record(*args, **kwargs):
+        seen.append((args, kwargs))
+        return method(*args, **kwargs)
+    setattr(be, case.op, record)
+    case.call(be, case.build(be, np.random.default_rng(0)))
+    assert seen, f"{case.op}: the case never called it"
+    flops, moved = OPS[case.op].cost(*seen[0][0], **seen[0][1])
+    assert moved > 0, case.op
+    computes = OPS[case.op].family not in ("elementwise",) or case.op.startswith("gelu")
+    assert flops > 0 or not computes, case.op
+
+
+def _header_functions(source):
+    text = (ROOT / "kernels" / "cpu" / f"{source}.h").read_text()
+    return set(re.findall(r"^\s*(?:void|int64_t|int|double)\s+(\w+)\s*\(", text, re.M))
+
+
+def test_named_kernels_exist():
+    """Every ``source:function`` a row names is declared in ``kernels/cpu/<source>.h``; every
+    CUDA ``variant:function`` (``*``: a prefix) is among the variant's functions (``codegen``:
+    generated op-tree kernels)."""
+    missing = []
+    for op in OPS.values():
+        for entry in op.c_symbols:
+            source, function = entry.split(":")
+            if function not in _header_functions(source):
+                missing.append(f"{op.name}: {entry}")
+        for entry in op.cuda_functions:
+            variant, function = entry.split(":")
+            if variant == "codegen":
+                continue
+            names = specs.find(variant).functions
+            stem = function.rstrip("*")
+            typed = stem if function.endswith("*") else stem + "_"
+            if not any(n == stem or n.startswith(typed) for n in names):
+                missing.append(f"{op.name}: {entry}")
+    assert missing == []
+
+
+def test_docs_list_every_op_of_the_table():
+    """docs/backends.md's op list is the table's (``markdown_list()`` writes it)."""
+    text = (ROOT / "docs" / "backends.md").read_text()
+    start, end = "<!-- op list: markdown_list() -->\n", "<!-- end of op list -->"
+    listed = text[text.index(start) + len(start):text.index(end)]
+    assert listed == markdown_list(), "run neonlite.backends.ops.markdown_list() into the docs"
+    for family in FAMILIES:
+        assert {op.family for op in family.ROWS} == {family.__name__.rsplit(".", 1)[-1]}
+
+
+# ---- dispatched rows -----------------------------------------------------------------------
+def _scalars(op):
+    return dict(zip((s.name for s in op.scalars), op.sample_scalars()))
+
+
+def _joins(op):
+    return (False, True) if any(o.trailing for o in op.operands) else (True,)
+
+
+def _reference(op, arrays):
+    want = {n: None if a is None else a.astype(np.float64) for n, a in arrays.items()}
+    op.reference(*want.values(), *op.sample_scalars())
+    return want
+
+
+def _run(be, op, arrays):
+    tensors = {n: None if a is None else be.array(a) for n, a in arrays.items()}
+    getattr(be, op.name)(**tensors, **_scalars(op))
+    return {n: None if t is None else t.get() for n, t in tensors.items()}
+
+
+def _compare(op, got, want, rtol, atol):
+    for o in op.operands:
+        if o.written and want[o.name] is not None:
+            np.testing.assert_allclose(got[o.name], want[o.name], rtol=rtol, atol=atol,
+                                       err_msg=f"{op.name}: {o.name}")
+
+
+@requires("compiler")
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("op", DISPATCHED, ids=IDS)
+def test_cpu_kernels_match_the_reference(op, dtype):
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0, datatype=dtype)
+    assert be.kernels.module(op.kernel.c_source, np.dtype(dtype)) is not None
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for joined in _joins(op):
+        arrays = op.sample_operands(np.random.default_rng(1), dtype, joined)
+        _compare(op, _run(be, op, arrays), _reference(op, arrays), tol, tol)
+
+
+def _gpu_matches_the_reference(be, op):
+    for joined in _joins(op):
+        arrays = op.sample_operands(np.random.default_rng(2), np.float32, joined)
+        _compare(op, _run(be, op, arrays), _reference(op, arrays), 1e-4, 1e-5)
+
+
+@requires("emulator")
+@pytest.mark.parametrize("op", DISPATCHED, ids=IDS)
+def test_gpu_kernels_match_the_reference(monkeypatch, op):
+    """The GPU backend's launches of the row (compiled and run on the host emulator)."""
+    be = host_gpu_backend(monkeypatch)
+    _gpu_matches_the_reference(be, op)
+    assert {f"{launch.function}_f32" for launch in op.kernel.launches} <= \
+        set(be.device.launches)
+
+
+@requires("gpu")
+@pytest.mark.parametrize("op", DISPATCHED, ids=IDS)
+def test_real_gpu_kernels_match_the_reference(op):
+    _gpu_matches_the_reference(neonlite.gen_backend("gpu", batch_size=4, rng_seed=0), op)
+
+
+@pytest.mark.parametrize("op", [op for op in DISPATCHED if op.backward],
+                         ids=[op.name for op in DISPATCHED if op.backward])
+def test_backward_row_is_the_gradient_of_the_forward(op):
+    """float64 central differences of sum(w * y) against the backward row run with dy = w:
+    an operand ``d<name>`` of the backward row is the gradient of the forward's ``<name>``."""
+    back = OPS[op.backward]
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0, datatype=np.float64)
+    rng = np.random.default_rng(3)
+    inputs = op.sample_operands(rng, np.float64, joined=False)
+    out = _run(be, op, inputs)
+    w = rng.normal(size=out["y"].shape)
+    given = {o.name: None if o.trailing else
+             w if o.name == "dy" else
+             np.zeros(back.sample_shape(o)) if o.written else out[o.name]
+             for o in back.operands}
+    scalars = {s.name: v for s, v in zip(op.scalars, op.sample_scalars())}
+    tensors = {n: None if a is None else be.array(a) for n, a in given.items()}
+    getattr(be, back.name)(**tensors, **{s.name: scalars[s.name] for s in back.scalars})
+    checked = 0
+    for o in back.operands:
+        name = o.name[1:]
+        if not (o.written and o.name.startswith("d") and name in inputs):
+            continue
+        numeric = np.zeros_like(inputs[name])
+        for i in np.ndindex(*numeric.shape):
+            keep = inputs[name][i]
+            losses = []
+            for step in (1e-6, -1e-6):
+                inputs[name][i] = keep + step
+                losses.append(float((w * _run(be, op, inputs)["y"]).sum()))
+            inputs[name][i] = keep
+            numeric[i] = (losses[0] - losses[1]) / 2e-6
+        np.testing.assert_allclose(tensors[o.name].get(), numeric, rtol=1e-5, atol=1e-7,
+                                   err_msg=f"{back.name}: {o.name}")
+        checked += 1
+    assert checked, f"{back.name} writes no gradient of {op.name}'s inputs"
+
+
+@pytest.mark.parametrize("op", DISPATCHED, ids=IDS)
+def test_flop_count_scales_with_the_rows(op):
+    """The cost at the sample sizes: bytes those of the operands, FLOPs twice as many at
+    twice the rows."""
+    def cost(M):
+        sample = dict(op.sample, M=M)
+        arrays = {o.name: np.zeros(tuple(sample[d] if isinstance(d, str) else d
+                                         for d in o.shape)) for o in op.operands}
+        args = [arrays[o.name] for o in op.operands if not o.trailing]
+        kwargs = {o.name: arrays[o.name] for o in op.operands if o.trailing}
+        return op.cost(*args, *op.sample_scalars(), **kwargs), list(arrays.values())
+    (flops, moved), arrays = cost(op.sample["M"])
+    (flops2, _), _ = cost(2 * op.sample["M"])
+    assert flops > 0 and flops2 == 2 * flops
+    assert moved == nbytes(*arrays)
+
+
+def test_dispatched_methods_bind_as_python_does():
+    """The methods made from rows take their arguments as a written signature would: a
+    missing, extra or unknown argument is Python's TypeError; a residual without its total is
+    one ValueError naming the op, before anything is written."""
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
+    x, y, scale = be.ones((3, 4)), be.zeros((3, 4)), be.zeros((3, 4))
+    with pytest.raises(TypeError, match="missing a required argument: 'k'"):
+        be.lrn_fprop(x, y, scale, 3, 1e-3, 0.75)
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        be.lrn_fprop(x, y, scale, 3, 1e-3, 0.75, 2.0, 1)
+    with pytest.raises(TypeError, match="got an unexpected keyword argument 'kk'"):
+        be.lrn_fprop(x, y, scale, 3, 1e-3, 0.75, 2.0, kk=1)
+    with pytest.raises(TypeError, match="multiple values for argument 'x'"):
+        be.lrn_fprop(x, y, scale, 3, 1e-3, 0.75, 2.0, x=x)
+    be.lrn_fprop(x, y, scale, depth=3, alpha=1e-3, beta=0.75, k=2.0)
+    assert y.get().any()
+    g, rstd, out = be.ones((1, 4)), be.zeros((3, 1)), be.zeros((3, 4))
+    with pytest.raises(ValueError, match="^rmsnorm_fprop: residual and total are given "
+                                         "together or not at all$"):
+        be.rmsnorm_fprop(x, g, out, None, rstd, residual=x)
+    assert not out.get().any()
+
+
+# ---- every row with a reference, on the operand cases ------------------------------------
+def _recorded_call(be, case):
+    """(bound arguments of the backend method as an ordered dict, their host copies before
+    the call) of ``case``'s first call of its op."""
+    import inspect
+    seen = []
+    method = getattr(be, case.op)
+
+    def record(*args, **kwargs):
+        bound = inspect.signature(method).bind(*args, **kwargs)
+        bound.apply_defaults()
+        seen.append((bound.arguments, {n: v.get().copy() for n, v in bound.arguments.items()
+                                       if hasattr(v, "get")}))
+        return method(*args, **kwargs)
+    setattr(be, case.op, record)
+    case.call(be, case.build(be, np.random.default_rng(0)))
+    return seen[0]
+
+
+def _reference_call(op, arguments, before):
+    """Run the row's reference on float64 copies of the call's tensors; returns those it
+    takes (by name when it names its parameters as the contract does, else by position)."""
+    import inspect
+    host = {n: before[n].astype(np.float64) if before[n].dtype.kind == "f" else before[n]
+            for n in before}
+    values = [host.get(n, v) for n, v in arguments.items()]
+    params = list(inspect.signature(op.reference).parameters)
+    if set(params) <= set(arguments):
+        op.reference(**{p: host.get(p, arguments[p]) for p in params})
+        return {n: v for n, v in host.items() if n in params}
+    op.reference(*values[:len(params)])
+    return {n: v for n, v in host.items() if n in list(arguments)[:len(params)]}
+
+
+#: cases whose result depends on state a backend keeps in its own form: max pooling's bprop
+#: routes the error by the argmax the fprop left in the backend's plan, which the reference's
+#: plan buffer does not hold (the pooling tests compare fprop + bprop pairs instead)
+STATEFUL = {("bprop_pool", ("max",))}
+REFERENCED = [c for c in cases() if not c.optree and OPS[c.op].reference is not None
+              and not OPS[c.op].dispatched and (c.op, tuple(c.tags)) not in STATEFUL]
+
+
+@pytest.mark.parametrize("case", REFERENCED,
+                         ids=[c.op + "".join(f"[{t}]" for t in c.tags) for c in REFERENCED])
+def test_cpu_backend_matches_the_reference_on_its_case(case):
+    """Each row with a reference that the backends implement in their section files: the
+    CPU backend's call of the operand case against the reference on float64 copies."""
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
+    arguments, before = _recorded_call(be, case)
+    want = _reference_call(OPS[case.op], arguments, before)
+    for name, value in want.items():
+        np.testing.assert_allclose(arguments[name].get(), value, rtol=2e-4, atol=2e-5,
+                                   err_msg=f"{case.op}: {name}")
