@@ -55,6 +55,9 @@ class TrainingLog(Callback):
         self.epoch = {k: [] for k in _EPOCH}
         self.metric_name = ""
 
+    def output_paths(self):
+        return [("training log", self.path)]
+
     def on_train_begin(self, dataset, num_epochs):
         self.offset = 0.0
         self.resumed_costs = []

@@ -17,10 +17,11 @@ def user_errors():
     from ..data.iterator import DataError
     from ..layers.layer import ShapeError
     from ..memory_check import NetworkTooLarge
+    from ..output_paths import OutputPathError
     from ..serialize import CheckpointError
     from ..training_log import LogError
     return (ConfigError, DataError, ShapeError, BackendUnavailable, CheckpointError, LogError,
-            CommandUnavailable, FloatingPointError, NetworkTooLarge, OSError)
+            CommandUnavailable, FloatingPointError, NetworkTooLarge, OutputPathError, OSError)
 
 
 def run_guarded(fn, verbose=False, prog="neonlite", quiet=False):

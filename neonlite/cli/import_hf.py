@@ -29,6 +29,8 @@ def register(subparsers):
 def command(args):
     from ..backends import gen_backend
     from ..interop import import_hf
+    from ..output_paths import check_outputs
+    check_outputs([("-o", args.output)], [("the model folder", args.model_dir)])
     gen_backend("cpu", batch_size=args.batch_size)
     model = import_hf(args.model_dir, head=args.head, seq_len=args.seq_len)
     model.save(args.output)

@@ -12,6 +12,7 @@ from ..config.errors import ConfigError
 from ..config.run import RunConfig
 from ..data.iterator import DataError
 from ..optimizers.mixed_precision import MixedPrecision, for_datatype
+from ..output_paths import check_outputs
 from ..profiler import Profile
 from ..profiler.report import format_table
 from ..profiler.session import steps_for_epochs
@@ -52,6 +53,7 @@ def command(args):
                                                     batchsize=args.batchsize)
     settings = run.settings
     total = args.warmup + args.steps
+    check_outputs([("--trace", args.trace)], [("the run's YAML", args.config)])
     profile = Profile(args.trace, (args.warmup, total), "--warmup/--steps", "--trace")
     make_backend(settings)
     model, cost = run.build_model(), run.build_cost()

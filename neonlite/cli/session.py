@@ -3,7 +3,9 @@
 
 Order: backend -> data -> model, cost, optimizer -> weights (``--model-file``) or the saved
 state (``--resume``) -> callbacks -> ``Model.fit``.  Everything that can be wrong with the
-configuration is checked before the first step, and nothing is written before then.
+configuration is checked before the first step, and nothing is written before then; the
+outputs, with the inputs they must not replace, before the data is even loaded
+(:mod:`.run_outputs`).
 
 Under ``mpirun`` (see :mod:`neonlite.distributed`) every rank runs this same path: the
 global batch (``-z``) is split across the ranks, each rank uses the device of its local
@@ -29,6 +31,7 @@ from ..optimizers.mixed_precision import MixedPrecision, for_datatype
 from ..serialize import (CheckpointError, check_same_optimizer, load_params, read_checkpoint,
                          restore_training_state)
 from ..training_log import TrainingLog
+from .run_outputs import check_run_outputs
 
 
 #: the data types ``neonlite train -b cpu`` runs (the C kernels' types)
@@ -87,10 +90,10 @@ def make_backend(settings, world=None):
                           f"datatype {settings['datatype']!r} ({err})") from None
 
 
-def load_data(settings, data_dir, max_batches=None, train=True, valid=True):
+def load_data(settings, data_dir, max_batches=None, train=True, valid=True, data=None):
     """(data set, train iterator, validation iterator) on the current backend (None for
-    the ones not asked for)."""
-    data = make_dataset(settings["dataset"], data_dir)
+    the ones not asked for); ``data``: the data set when already made."""
+    data = data if data is not None else make_dataset(settings["dataset"], data_dir)
     sets = [data.train_iter if train else None, data.valid_iter if valid else None]
     sets = [get_backend().prefetched(s, max_batches) for s in sets]
     if max_batches:
@@ -138,8 +141,11 @@ def _train(run, opts, stream, world):
     if world.size > 1 and settings["rng_seed"] is None:
         settings["rng_seed"] = world.bcast(int(np.random.SeedSequence().entropy % 2 ** 31))
     make_backend(settings, world)
+    data = make_dataset(settings["dataset"], opts.data_dir)
+    extra_callbacks = run.build_callbacks()
+    check_run_outputs(run, opts, data, extra_callbacks)
     data, train_set, valid_set = load_data(settings, opts.data_dir, opts.max_batches,
-                                           valid=settings["eval_freq"] > 0)
+                                           valid=settings["eval_freq"] > 0, data=data)
     train_set, valid_set = shard(train_set, world), shard(valid_set, world)
     model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
     model.metric = run.build_metric()
@@ -163,7 +169,7 @@ def _train(run, opts, stream, world):
     callbacks = Callbacks(model, eval_set=valid_set,
                           eval_freq=settings["eval_freq"], metric=run.build_metric(),
                           progress=not quiet, quiet=quiet, run_config=description)
-    for callback in run.build_callbacks():
+    for callback in extra_callbacks:
         if world.is_root or not isinstance(callback, ModelCheckpoint):
             callbacks.add(callback)
     if opts.output_file and world.is_root:

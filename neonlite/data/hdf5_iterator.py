@@ -251,6 +251,10 @@ class HDF5Dataset(SplitDataset):
         raise DataError(f"HDF5 file {name!r} not found: looked in {given.absolute()} and "
                         f"{under_root}")
 
+    def input_paths(self):
+        """The training and validation files."""
+        return list(self.files.values())
+
     def _make_iterator(self, which):
         if which not in self.files:
             raise DataError("HDF5Dataset: no validation file was given (valid=...)")

@@ -209,6 +209,7 @@ class TextCorpus(TextWindows):
     def __init__(self, path=None, seq_len=128, split=0.9, nbatches=None, vocab=None,
                  filename=None, shuffle=True, name=None, streams=False):
         where = path if path is not None else "pydoc_data.topics"
+        self.source = path
         text = builtin_text() if path is None else read_text(path, filename)
         if not 0.0 < split < 1.0:
             raise DataError(f"{where}: split must be in (0, 1), got {split!r}")
@@ -234,3 +235,7 @@ class TextCorpus(TextWindows):
     @property
     def valid_iter(self):
         return self._valid
+
+    def input_paths(self):
+        """The text file (or data folder) read; none for the built-in text."""
+        return [self.source] if self.source is not None else []
