@@ -14,7 +14,9 @@ downloaded data, IDX files, kernel cache entries):
    not followed; a folder, device, FIFO or socket there is refused, before and after the
    write), and the folder is ``fsync``-ed so the rename survives a power cut.
 
-On any error (or Ctrl-C) the temporary file is removed and the target is untouched.  A process
+On any error (or Ctrl-C) the temporary file is removed and the target is untouched; an
+``OSError`` that names no file (a full disk: ``write`` or ``fsync`` failing with ENOSPC) is
+raised again naming the target.  A process
 killed mid-write (SIGKILL) leaves its temporary behind: :func:`remove_stale_temporaries`, which
 :func:`atomic_write` runs first, removes the temporaries of the same target whose process is
 gone (the pid is in the name); those it cannot remove (another user's) are named in a
@@ -153,6 +155,13 @@ def atomic_write(path, mode=None):
             os.fsync(out.fileno())
         _refuse_special_target(path)
         os.replace(temp, path)
+    except OSError as err:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        if err.filename is None:
+            raise type(err)(err.errno, f"{err.strerror or err} (writing it)", str(path)) \
+                from err
+        raise
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)

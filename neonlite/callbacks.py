@@ -165,7 +165,11 @@ class Evaluation(Callback):
         self.history = []
 
     def on_train_begin(self, dataset, num_epochs):
+        """Check the validation set's example and target shapes and the metric against the
+        model now, so a wrong one fails before the first epoch, not after it."""
         self.num_epochs = num_epochs
+        self.model.initialize(self.eval_set, getattr(self.model, "cost", None))
+        self.metric.check(self.model.out_shape)
         if self.configured and getattr(self.model, "metric", None) is None:
             self.model.metric = self.metric
 

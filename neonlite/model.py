@@ -237,6 +237,7 @@ class Model:
         every rank gives the same mean too).  Collective then: every rank must call it."""
         self.initialize(dataset)
         metric = metric if metric is not None else self._default_metric()
+        metric.check(self.out_shape)
         total, count = 0.0, 0
         for x, t in self._batches(dataset):
             y = self.layers.fprop(x, inference=True)

@@ -20,8 +20,10 @@ def user_errors():
     from ..output_paths import OutputPathError
     from ..serialize import CheckpointError
     from ..training_log import LogError
+    from ..transforms.metric import MetricError
     return (ConfigError, DataError, ShapeError, BackendUnavailable, CheckpointError, LogError,
-            CommandUnavailable, FloatingPointError, NetworkTooLarge, OutputPathError, OSError)
+            CommandUnavailable, FloatingPointError, NetworkTooLarge, OutputPathError,
+            MetricError, OSError)
 
 
 def run_guarded(fn, verbose=False, prog="neonlite", quiet=False):

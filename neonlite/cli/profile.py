@@ -18,7 +18,7 @@ from ..profiler.report import format_table
 from ..profiler.session import steps_for_epochs
 from ..profiler.synthetic import SyntheticBatches, first_vocab
 from ..serialize import ShapeStub
-from .arguments import add_verbosity, positive_int, non_negative_int
+from .arguments import add_verbosity, batch_size, non_negative_int, positive_int
 from .session import initialize, load_data, make_backend
 
 HELP = "time each layer of a YAML network for a few steps (ms, GFLOP/s, memory)"
@@ -31,7 +31,7 @@ def register(subparsers):
     parser.add_argument("config", metavar="FILE.yaml")
     parser.add_argument("-b", "--backend", choices=available_backends(),
                         help="compute backend (YAML: backend)")
-    parser.add_argument("-z", "--batch-size", type=positive_int, dest="batchsize",
+    parser.add_argument("-z", "--batch-size", type=batch_size, dest="batchsize",
                         metavar="BATCH", help="minibatch size (YAML: batchsize)")
     parser.add_argument("--steps", type=positive_int, default=10, metavar="N",
                         help="profiled steps (default 10)")
