@@ -95,6 +95,27 @@ def try_temporary(path):
     os.unlink(temp)
 
 
+def make_temporary(path):
+    """A new, empty temporary file of target ``path`` (named as :func:`atomic_write` names
+    them, so :func:`remove_stale_temporaries` knows it), for a writer that must open it by
+    name (an HDF5 file kept open for appending); returns its path.  Pair with
+    :func:`publish`."""
+    path = Path(path)
+    remove_stale_temporaries(path)
+    prefix, suffix = _temporary_affixes(path)
+    fd, temp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
+    os.close(fd)
+    return temp
+
+
+def publish(temp, path):
+    """Rename the finished temporary ``temp`` (its data flushed) over ``path`` (a folder,
+    device, FIFO or socket there is refused) and ``fsync`` the folder."""
+    _refuse_special_target(path)
+    os.replace(temp, path)
+    fsync_dir(Path(path).parent)
+
+
 def _refuse_special_target(path):
     """IsADirectoryError / FileExistsError when ``path`` is a folder, device, FIFO or socket:
     ``os.replace`` would put a regular file in its place (as root, ``/dev/null`` too).  A
