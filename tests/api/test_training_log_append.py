@@ -5,7 +5,8 @@ and a run killed with SIGKILL leaves a readable log of the epochs before the kil
 
 The timing drives :class:`~neonlite.training_log.TrainingLog` alone (no model), in its own
 process, and compares two windows of the same run, so a loaded machine slows both alike;
-``python tests/api/test_training_log_append.py LOG.h5`` prints the figures."""
+``python tests/api/test_training_log_append.py LOG.h5`` prints the figures (8,000 epochs of 4
+batches and 2,000 of 50), for a run on an idle machine."""
 import os
 import signal
 import sys
@@ -111,17 +112,21 @@ def test_a_run_killed_mid_way_leaves_a_readable_log(tmp_path):
 
 
 def test_late_epochs_cost_what_early_ones_do(tmp_path):
-    result = run_isolated(python_argv(TIMING) + [str(tmp_path / "log.h5"), "8000", "4"],
+    """2,000 epochs of 50 batches: rewriting the log made the last epochs 8.6 times as slow
+    as epoch 100 (4.9 -> 42.4 ms on a loaded machine); appending keeps them level."""
+    result = run_isolated(python_argv(TIMING) + [str(tmp_path / "log.h5"), "2000", "50"],
                           seconds=600, memory_mib=1536)
     assert result.status == 0, result.stderr
     early, late = map(float, result.stdout.split())
     (tmp_path / "timing.txt").write_text(f"ms per epoch: epochs 90-110 {early}, "
-                                         f"last 20 of 8000 {late}\n")
-    assert late < 3 * early + 0.5, (early, late)
+                                         f"last 20 of 2000 {late}\n")
+    assert late < 2 * early + 1.0, (early, late)
 
 
 if __name__ == "__main__":
-    begin = time.perf_counter()
-    out = run_isolated(python_argv(TIMING) + [sys.argv[1], "8000", "4"], seconds=3600)
-    print("ms per epoch at epochs 90-110, at the last 20 of 8000:",
-          out.stdout.strip() or out.stderr, f"({time.perf_counter() - begin:.0f} s)")
+    for epochs, batches in (("8000", "4"), ("2000", "50")):
+        begin = time.perf_counter()
+        out = run_isolated(python_argv(TIMING) + [sys.argv[1], epochs, batches], seconds=3600)
+        print(f"{epochs} epochs of {batches} batches: ms per epoch at epochs 90-110, at the "
+              f"last 20:", out.stdout.strip() or out.stderr,
+              f"({time.perf_counter() - begin:.0f} s)")
