@@ -189,9 +189,10 @@ class TrainingLog(Callback):
 
 
 def read_log(path):
-    """Opened as an SWMR reader, so a log still being written, or left by a killed run (its
-    "open for write" flag still set), reads as what was flushed.  ``{"batch": {column: array}, "epoch": {column: array}, "metric": name, "complete":
-    bool, "config": text or None}`` from the log at ``path``; :class:`LogError` otherwise."""
+    """``{"batch": {column: array}, "epoch": {column: array}, "metric": name, "complete":
+    bool, "config": text or None}`` from the log at ``path``; :class:`LogError` otherwise.
+    Opened as an SWMR reader, so a log still being written, or left by a killed run (its
+    "open for write" flag still set), reads as what was flushed."""
     import h5py
     path = Path(path)
     if not path.is_file():
