@@ -182,3 +182,17 @@ def test_nothing_is_left_after_a_good_run(folder, table):
         "t.json", "--profile-steps", "0:1"), cwd=folder))
     assert result.status == 0, result.stderr
     assert set(snapshot(folder)) - before == {"log.h5", "c.h5", "t.json"}
+
+
+def test_python_callbacks_check_their_outputs_together(tmp_path):
+    """``Model.fit`` with a checkpoint and a log at one path fails at train begin, in the
+    Python API too, before either writes."""
+    from neonlite.callbacks import Callbacks, ModelCheckpoint
+    from neonlite.output_paths import OutputPathError
+    from neonlite.training_log import TrainingLog
+    callbacks = Callbacks(None, progress=False, divergence_guard=False)
+    callbacks.add(ModelCheckpoint(tmp_path / "x.h5"))
+    callbacks.add(TrainingLog(tmp_path / "x.h5"))
+    with pytest.raises(OutputPathError, match="is also the path of ModelCheckpoint"):
+        callbacks.on_train_begin(None, 1)
+    assert list(tmp_path.iterdir()) == []
