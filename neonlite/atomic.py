@@ -11,15 +11,19 @@ downloaded data, IDX files, kernel cache entries):
 2. the writer gets that file as an open binary file object (never a path to reopen);
 3. the file is flushed, given the permissions a plain ``open`` would (``0o666 & ~umask``),
    ``fsync``-ed, renamed over the target (``os.replace``: a symlink at the target is replaced,
-   not followed), and the folder is ``fsync``-ed so the rename survives a power cut.
+   not followed; a folder, device, FIFO or socket there is refused, before and after the
+   write), and the folder is ``fsync``-ed so the rename survives a power cut.
 
-On any error (or Ctrl-C) the temporary file is removed and the target is untouched.  A process
+On any error (or Ctrl-C) the temporary file is removed and the target is untouched; an
+``OSError`` that names no file (a full disk: ``write`` or ``fsync`` failing with ENOSPC) is
+raised again naming the target.  A process
 killed mid-write (SIGKILL) leaves its temporary behind: :func:`remove_stale_temporaries`, which
 :func:`atomic_write` runs first, removes the temporaries of the same target whose process is
 gone (the pid is in the name); those it cannot remove (another user's) are named in a
 warning.
 """
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -34,7 +38,7 @@ def _temp_pattern(name):
     return re.compile(rf"^\.{re.escape(name)}\.(?:[A-Za-z0-9_]+\.)?tmp(\d+)$")
 
 
-def _process_alive(pid):
+def process_alive(pid):
     if pid <= 0:
         return False
     try:
@@ -59,7 +63,7 @@ def remove_stale_temporaries(path):
         return left
     for name in names:
         match = pattern.match(name)
-        if not match or int(match.group(1)) == os.getpid() or _process_alive(int(match.group(1))):
+        if not match or int(match.group(1)) == os.getpid() or process_alive(int(match.group(1))):
             continue
         candidate = path.parent / name
         try:
@@ -74,6 +78,57 @@ def remove_stale_temporaries(path):
         except OSError:
             left.append(name)
     return left
+
+
+def _temporary_affixes(path):
+    """``(prefix, suffix)`` of the temporary names of target ``path``."""
+    return f".{Path(path).name}.", f".tmp{os.getpid()}"
+
+
+def try_temporary(path):
+    """Make, and remove at once, a temporary file of the kind :func:`atomic_write` would make
+    for ``path`` (whose folder must exist): raises the ``OSError`` that writing would meet
+    (a read-only or virtual folder, a name too long), before any work is done."""
+    prefix, suffix = _temporary_affixes(path)
+    fd, temp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=Path(path).parent)
+    os.close(fd)
+    os.unlink(temp)
+
+
+def make_temporary(path):
+    """A new, empty temporary file of target ``path`` (named as :func:`atomic_write` names
+    them, so :func:`remove_stale_temporaries` knows it), for a writer that must open it by
+    name (an HDF5 file kept open for appending); returns its path.  Pair with
+    :func:`publish`."""
+    path = Path(path)
+    remove_stale_temporaries(path)
+    prefix, suffix = _temporary_affixes(path)
+    fd, temp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
+    os.close(fd)
+    return temp
+
+
+def publish(temp, path):
+    """Rename the finished temporary ``temp`` (its data flushed) over ``path`` (a folder,
+    device, FIFO or socket there is refused) and ``fsync`` the folder."""
+    _refuse_special_target(path)
+    os.replace(temp, path)
+    fsync_dir(Path(path).parent)
+
+
+def _refuse_special_target(path):
+    """IsADirectoryError / FileExistsError when ``path`` is a folder, device, FIFO or socket:
+    ``os.replace`` would put a regular file in its place (as root, ``/dev/null`` too).  A
+    symlink at the target is replaced (never followed)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise FileExistsError(errno.EEXIST, "is a device, FIFO or socket, which neonlite never "
+                              "replaces", str(path))
 
 
 def _umask():
@@ -105,20 +160,29 @@ def atomic_write(path, mode=None):
     ``0o666`` less the umask).  Creates the target's folder when missing."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _refuse_special_target(path)
     left = remove_stale_temporaries(path)
     if left:
         warnings.warn(f"{path.parent}: stale temporary files of {path.name} that this user "
                       f"cannot remove: {', '.join(left[:3])}" + (" ..." if len(left) > 3 else ""),
                       RuntimeWarning, stacklevel=3)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{os.getpid()}",
-                                dir=path.parent)
+    prefix, suffix = _temporary_affixes(path)
+    fd, temp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
     try:
         with os.fdopen(fd, "w+b") as out:
             yield out
             out.flush()
             os.fchmod(out.fileno(), mode if mode is not None else 0o666 & ~_umask())
             os.fsync(out.fileno())
+        _refuse_special_target(path)
         os.replace(temp, path)
+    except OSError as err:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        if err.filename is None:
+            raise type(err)(err.errno, f"{err.strerror or err} (writing it)", str(path)) \
+                from err
+        raise
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
@@ -138,7 +202,7 @@ def remove_stale_folders(parent, prefix):
         return removed
     for name in names:
         match = pattern.match(name)
-        if not match or _process_alive(int(match.group(1))):
+        if not match or process_alive(int(match.group(1))):
             continue
         folder = os.path.join(parent, name)
         try:

@@ -12,6 +12,7 @@ import sys
 import time
 
 from .config.values import describe_value, given_arguments
+from .output_paths import check_outputs
 from .transforms.metric import Misclassification
 from .optimizers.schedules import run_length
 
@@ -47,6 +48,11 @@ class Callback:
 
     def on_train_interrupted(self, epoch, batches):
         pass
+
+    def output_paths(self):
+        """``[(what, path)]`` of the files this callback writes, checked together before the
+        first step (:func:`neonlite.output_paths.check_outputs`)."""
+        return []
 
     def get_description(self):
         return {"type": type(self).__name__,
@@ -160,7 +166,11 @@ class Evaluation(Callback):
         self.history = []
 
     def on_train_begin(self, dataset, num_epochs):
+        """Check the validation set's example and target shapes and the metric against the
+        model now, so a wrong one fails before the first epoch, not after it."""
         self.num_epochs = num_epochs
+        self.model.initialize(self.eval_set, getattr(self.model, "cost", None))
+        self.metric.check(self.model.out_shape)
         if self.configured and getattr(self.model, "metric", None) is None:
             self.model.metric = self.metric
 
@@ -219,6 +229,10 @@ class ModelCheckpoint(Callback):
     def best_path(self):
         stem = self.save_path[:-3] if self.save_path.endswith(".h5") else self.save_path
         return f"{stem}.best.h5"
+
+    def output_paths(self):
+        return [("ModelCheckpoint save_path", self.save_path)] + \
+            ([("ModelCheckpoint keep_best", self.best_path)] if self.keep_best else [])
 
     def _save(self, path):
         config = getattr(self.callbacks, "run_config", None)
@@ -450,6 +464,15 @@ class Callbacks:
         callback.callbacks = self
         self.callbacks.append(callback)
         return callback
+
+    def on_train_begin(self, dataset, num_epochs):
+        """Check every callback's output paths together (a folder, device, FIFO or symlink
+        there, an unwritable folder, two callbacks writing one file: one line, before the
+        first step), then run each callback's hook."""
+        check_outputs([pair for cb in self.callbacks for pair in cb.output_paths()])
+        for cb in self.callbacks:
+            cb.model = self.model
+            cb.on_train_begin(dataset, num_epochs)
 
     def __getattr__(self, hook):
         if not hook.startswith("on_"):

@@ -29,7 +29,17 @@ class GenerationError(DataError):
 
 def generate(model, vocab=None, prompt="\n", n=100, temperature=1.0, top_k=None, seed=None,
              use_cache=True):
-    """``n`` characters sampled after ``prompt`` from ``model`` (returned without the prompt).
+    """``n`` characters sampled after ``prompt`` from ``model`` (returned without the prompt):
+    the pieces of :func:`generate_stream` joined."""
+    return "".join(generate_stream(model, vocab, prompt, n, temperature, top_k, seed, use_cache))
+
+
+def generate_stream(model, vocab=None, prompt="\n", n=100, temperature=1.0, top_k=None,
+                    seed=None, use_cache=True):
+    """An iterator of the text sampled after ``prompt``, piece by piece as it is sampled (a
+    character each, for a character vocabulary; for a subword tokenizer the text of each
+    token once it decodes to whole characters), so ``neonlite generate -n 1000000000`` shows
+    its text as it goes.  Every argument is checked now, before the first piece.
 
     Arguments:
         model: an initialized :class:`~neonlite.Model` (ids (T,) -> probabilities (T, vocab)).
@@ -62,17 +72,51 @@ def generate(model, vocab=None, prompt="\n", n=100, temperature=1.0, top_k=None,
         tokens = [int(i) for i in vocab.encode(prompt, "the prompt")]
     except DataError as err:
         raise GenerationError(f"generate: {err}") from None
+    if seed is not None and (not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise GenerationError(f"generate: seed must be an int >= 0 or None, got {seed!r}")
     runner = (_CachedRunner if use_cache else _FullRunner)(model)
-    rng = np.random.default_rng(seed)
-    window, start, out = runner.window, 0, []
+    return _pieces(runner, vocab, tokens, n, temperature, top_k, np.random.default_rng(seed))
+
+
+def _pieces(runner, vocab, tokens, n, temperature, top_k, rng):
+    window, start = runner.window, 0
+    text = _TextSoFar(vocab)
     for _ in range(n):
         if len(tokens) - start > window:
             start = len(tokens) - window // 2
-        logits = runner.next_logits(tokens, start)
-        token = _sample(logits, temperature, top_k, rng)
+        token = _sample(runner.next_logits(tokens, start), temperature, top_k, rng)
         tokens.append(token)
-        out.append(token)
-    return vocab.decode(out)
+        piece = text.add(token)
+        if piece:
+            yield piece
+    if text.rest():
+        yield text.rest()
+
+
+class _TextSoFar:
+    """The new text of each sampled token.  A character vocabulary decodes each token
+    alone; a subword tokenizer decodes the tokens since the last line break together (a
+    token may hold half of a character, or take its spacing from its neighbours) and gives
+    what is new once it ends in a whole character."""
+
+    def __init__(self, vocab):
+        self.vocab, self.line, self.shown = vocab, [], 0
+        self.alone = isinstance(vocab, Vocabulary)
+
+    def add(self, token):
+        if self.alone:
+            return self.vocab.decode([token])
+        self.line.append(token)
+        text = self.vocab.decode(self.line)
+        if text.endswith("\ufffd"):
+            return ""
+        piece, self.shown = text[self.shown:], len(text)
+        if text.endswith("\n"):
+            self.line, self.shown = [], 0
+        return piece
+
+    def rest(self):
+        return "" if self.alone or not self.line else self.vocab.decode(self.line)[self.shown:]
 
 
 def _vocabulary(model, vocab):

@@ -274,6 +274,7 @@ class Model:
     def _eval(self, dataset, metric):
         self.initialize(dataset)
         metric = metric if metric is not None else self._default_metric()
+        metric.check(self.out_shape)
         total, count = 0.0, 0
         for x, t in self._batches(dataset):
             y = self.layers.fprop(x, inference=True)

@@ -27,13 +27,15 @@ from .safe_files import regular_stat
 MAX_OBJECTS = 1_000_000
 
 
-def open_hdf5(path, error, what="HDF5 file"):
+def open_hdf5(path, error, what="HDF5 file", swmr=False):
     """``h5py.File`` of regular file ``path`` read-only, every object checked (see the module
-    docstring); ``error`` (the caller's exception class) with one line otherwise."""
+    docstring); ``error`` (the caller's exception class) with one line otherwise.  ``swmr``:
+    opened as a single-writer/multiple-reader reader (a file still being appended to, or left
+    by a killed writer, reads as what was flushed)."""
     import h5py
     info = regular_stat(path, error, what)
     try:
-        f = h5py.File(path, "r")
+        f = h5py.File(path, "r", swmr=swmr)
     except OSError as err:
         raise error(f"{path}: not a readable HDF5 file; it may be truncated or not a "
                     f"{what} ({_cut(err)})") from None

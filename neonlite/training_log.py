@@ -15,23 +15,28 @@ Layout (format version :data:`FORMAT_VERSION`)::
     /epoch/seconds  (E,) float64: wall time of the epoch
     /epoch/time     (E,) float64: seconds since the run started, at the end of the epoch
 
-The log is rewritten to a fresh temporary file and renamed over the old one
-(:func:`neonlite.atomic.atomic_write`) at the end of every
-epoch and at most every ``flush_interval`` seconds within one, so a reader (``neonlite plot``,
-``h5py.File(path, "r")``) always opens a complete file, never a half-written one.  A resumed
-run (``--resume``) keeps the records of the epochs before the one it resumes at, and of the
-batches of that epoch an interrupted run trained.
+The log is made at the start of the run under a temporary name (with the records a resumed
+run keeps), switched to HDF5's single-writer / multiple-reader mode (SWMR: the file is
+consistent on disk after every flush, so a reader, ``neonlite plot`` or ``h5py.File(path,
+"r", swmr=True)``, finds a readable log at any moment, even after the writer was killed),
+renamed into place (:func:`neonlite.atomic.publish`) and kept open: at the end of every
+epoch, and at most every ``flush_interval`` seconds within one, only the new rows are APPENDED to the resizable
+columns and the attributes updated, so a write costs the rows since the last one, not the
+whole run (a log rewritten whole every epoch made long runs slow down quadratically).  A
+resumed run (``--resume``) keeps the records of the epochs before the one it resumes at, and
+of the batches of that epoch an interrupted run trained.
 
 :func:`read_log` opens the file through :func:`neonlite.safe_hdf5.open_hdf5` (a regular file
-reading nothing but itself) and, before reading a column, checks that the columns' declared
-sizes are what their stored bytes can hold (deflate allowed) and fit in memory.
+reading nothing but itself, as an SWMR reader) and, before reading a column, checks that the
+columns' declared sizes are what their stored bytes can hold (deflate allowed) and fit in
+memory.
 """
 import time
 from pathlib import Path
 
 import numpy as np
 
-from .atomic import atomic_write
+from .atomic import make_temporary, publish
 from .callbacks import Callback
 
 FORMAT = "neonlite-training-log"
@@ -39,6 +44,8 @@ FORMAT_VERSION = 1
 _BATCH = {"cost": np.float64, "epoch": np.int64, "time": np.float64}
 _EPOCH = {"index": np.int64, "train_cost": np.float64, "metric": np.float64,
           "seconds": np.float64, "time": np.float64}
+#: rows per HDF5 chunk of the resizable columns
+_CHUNK = 4096
 
 
 class LogError(ValueError):
@@ -58,6 +65,10 @@ class TrainingLog(Callback):
         self.batch = {k: [] for k in _BATCH}
         self.epoch = {k: [] for k in _EPOCH}
         self.metric_name = ""
+        self.file = None
+
+    def output_paths(self):
+        return [("training log", self.path)]
 
     def on_train_begin(self, dataset, num_epochs):
         self.offset = 0.0
@@ -68,7 +79,7 @@ class TrainingLog(Callback):
                                getattr(self.model, "batch_index", 0))
         self.start = time.perf_counter()
         self.last_write = self.start
-        self._write(complete=False)
+        self._create()
 
     def _keep_earlier(self, log, epoch_index, batch_index=0):
         """Carry over the records of epochs before ``epoch_index`` from an earlier run, and
@@ -117,34 +128,79 @@ class TrainingLog(Callback):
 
     def on_train_end(self):
         self._write(complete=True)
+        self._close()
 
     def on_train_interrupted(self, epoch, batches):
         self._write(complete=False, interrupted=True)
+        self._close()
+
+    def _create(self):
+        """Make the log (the records so far) under a temporary name, switch it to SWMR
+        mode, rename it into place and keep it open."""
+        import h5py
+        self._close()
+        temp = make_temporary(self.path)
+        try:
+            f = h5py.File(temp, "w", libver="latest")
+            try:
+                f.attrs["format"] = FORMAT
+                f.attrs["format_version"] = FORMAT_VERSION
+                if self.config is not None:
+                    f.attrs["config"] = self.config
+                self._set_state(f, complete=False, interrupted=False)
+                for group, columns, types in (("batch", self.batch, _BATCH),
+                                              ("epoch", self.epoch, _EPOCH)):
+                    g = f.create_group(group)
+                    for key, dtype in types.items():
+                        g.create_dataset(key, data=np.asarray(columns[key], dtype=dtype),
+                                         maxshape=(None,), chunks=(_CHUNK,))
+                f.swmr_mode = True
+                f.flush()
+                publish(temp, self.path)
+            except BaseException:
+                f.close()
+                raise
+        except BaseException:
+            if Path(temp).exists():
+                Path(temp).unlink()
+            raise
+        self.file = f
+
+    def _set_state(self, f, complete, interrupted):
+        f.attrs["metric"] = self.metric_name
+        f.attrs["complete"] = bool(complete)
+        f.attrs["interrupted"] = bool(interrupted)
 
     def _write(self, complete, interrupted=False):
-        import h5py
-        with atomic_write(self.path) as out, h5py.File(out, "w") as f:
-            f.attrs["format"] = FORMAT
-            f.attrs["format_version"] = FORMAT_VERSION
-            f.attrs["metric"] = self.metric_name
-            f.attrs["complete"] = bool(complete)
-            f.attrs["interrupted"] = bool(interrupted)
-            if self.config is not None:
-                f.attrs["config"] = self.config
-            for group, columns, types in (("batch", self.batch, _BATCH),
-                                          ("epoch", self.epoch, _EPOCH)):
-                g = f.create_group(group)
-                for key, dtype in types.items():
-                    g.create_dataset(key, data=np.asarray(columns[key], dtype=dtype))
+        """Append the rows not yet in the file, update the attributes, flush."""
+        f = self.file
+        for group, columns, types in (("batch", self.batch, _BATCH),
+                                      ("epoch", self.epoch, _EPOCH)):
+            for key, dtype in types.items():
+                column = f[group][key]
+                done = column.shape[0]
+                new = columns[key][done:]
+                if new:
+                    column.resize((done + len(new),))
+                    column[done:] = np.asarray(new, dtype=dtype)
+        self._set_state(f, complete, interrupted)
+        f.flush()
         self.last_write = time.perf_counter()
+
+    def _close(self):
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
 
 def read_log(path):
     """``{"batch": {column: array}, "epoch": {column: array}, "metric": name, "complete":
-    bool, "config": text or None}`` from the log at ``path``; :class:`LogError` otherwise."""
+    bool, "config": text or None}`` from the log at ``path``; :class:`LogError` otherwise.
+    Opened as an SWMR reader, so a log still being written, or left by a killed run (its
+    "open for write" flag still set), reads as what was flushed."""
     from .safe_hdf5 import check_declared_fit, open_hdf5
     path = Path(path)
-    f = open_hdf5(path, LogError, "training log")
+    f = open_hdf5(path, LogError, "training log", swmr=True)
     with f:
         fmt = f.attrs.get("format")
         if (fmt.decode() if isinstance(fmt, bytes) else fmt) != FORMAT:

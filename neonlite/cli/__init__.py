@@ -3,12 +3,12 @@
 ``profile``, ``import`` (``import_hf``), ``export`` (``export_hf``), ``generate``, ``kernels``,
 ``doctor``.  ``main(argv)`` returns the exit status: 0 on success, 1 for a user error (one line
 on stderr; the traceback too with ``-v``), 2 for bad flags."""
-import argparse
 import sys
 
 from .. import __version__
 from . import (describe, doctor, evaluate, export_hf, generate, import_hf, kernels, plot,
                profile, train)
+from .arguments import OneLineParser
 from .errors import run_guarded
 
 
@@ -17,7 +17,7 @@ SUBCOMMANDS = (train, evaluate, describe, plot, profile, import_hf, export_hf, k
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="neonlite", description="Define networks in YAML and train, evaluate, describe "
         "and plot them.  'neonlite COMMAND -h' shows a command's flags.")
     parser.add_argument("--version", action="version", version=f"neonlite {__version__}")

@@ -2,7 +2,17 @@
 import argparse
 
 from ..backends import available_backends
-from ..config.settings import DATATYPES
+from ..config.settings import DATATYPES, MAX_BATCH
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose flag errors are one line, ``neonlite: error: <command>:
+    <message> (see <prog> -h)``, with exit status 2, like every other user error."""
+
+    def error(self, message):
+        command = self.prog.split(" ", 1)[1] if " " in self.prog else self.prog
+        self.exit(2, f"neonlite: error: {command}: {' '.join(message.split())} (see "
+                     f"{self.prog} -h)\n")
 
 
 def positive_int(text):
@@ -16,6 +26,27 @@ def non_negative_int(text):
     value = _int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def batch_size(text):
+    """A batch size: a positive integer up to :data:`~neonlite.config.settings.MAX_BATCH`."""
+    value = positive_int(text)
+    if value > MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"expected a batch size in [1, {MAX_BATCH}] (the "
+                                         f"kernels index a batch with 32-bit integers), got "
+                                         f"{text!r}")
+    return value
+
+
+def non_negative_float(text):
+    """A finite float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
     return value
 
 
@@ -42,7 +73,7 @@ def add_run_arguments(parser):
                         help="compute backend (YAML: backend; default cpu)")
     parser.add_argument("-e", "--epochs", type=positive_int, metavar="EPOCHS",
                         help="train until this many epochs are done (YAML: epochs)")
-    parser.add_argument("-z", "--batch-size", type=positive_int, dest="batchsize", metavar="BATCH",
+    parser.add_argument("-z", "--batch-size", type=batch_size, dest="batchsize", metavar="BATCH",
                         help="minibatch size; under mpirun the global batch, split across "
                              "the ranks (YAML: batchsize)")
     parser.add_argument("-r", "--rng-seed", type=non_negative_int, dest="rng_seed", metavar="SEED",
@@ -60,8 +91,8 @@ def add_run_arguments(parser):
     parser.add_argument("--save-path", metavar="CKPT.h5",
                         help="write a checkpoint here after training (YAML: save_path)")
     parser.add_argument("--serialize", type=non_negative_int, metavar="N",
-                        help="with --save-path, also checkpoint every N epochs "
-                             "(YAML: serialize)")
+                        help="also checkpoint into --save-path every N epochs; needs "
+                             "--save-path (YAML: serialize)")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--model-file", metavar="CKPT.h5",
                        help="start from the weights in this checkpoint (fresh optimizer, "

@@ -6,7 +6,7 @@ from ..config.datasets import make_dataset
 from ..config.run import RunConfig
 from ..model import Model
 from ..serialize import ShapeStub, read_checkpoint
-from .arguments import add_verbosity, positive_int
+from .arguments import add_verbosity, batch_size
 from .session import initialize
 
 HELP = "print the model table (layers, output shapes, parameters) without training"
@@ -18,7 +18,7 @@ def register(subparsers):
     parser.add_argument("--memory", action="store_true",
                         help="a YAML network's memory per layer (parameters, gradients, "
                              "optimizer state, activations, workspaces) for the batch size")
-    parser.add_argument("-z", "--batch-size", type=positive_int, dest="batchsize",
+    parser.add_argument("-z", "--batch-size", type=batch_size, dest="batchsize",
                         metavar="BATCH", help="with --memory: the batch size (YAML: batchsize)")
     add_verbosity(parser, quiet=None)
     parser.set_defaults(func=command)

@@ -18,10 +18,13 @@ def user_errors():
     from ..distributed import DistributedError
     from ..layers.layer import ShapeError
     from ..memory_check import NetworkTooLarge
+    from ..output_paths import OutputPathError
     from ..serialize import CheckpointError
     from ..training_log import LogError
+    from ..transforms.metric import MetricError
     return (ConfigError, DataError, ShapeError, BackendUnavailable, CheckpointError, LogError,
-            CommandUnavailable, FloatingPointError, NetworkTooLarge, OSError, DistributedError)
+            CommandUnavailable, FloatingPointError, NetworkTooLarge, OutputPathError,
+            MetricError, OSError, DistributedError)
 
 
 def run_guarded(fn, verbose=False, prog="neonlite", quiet=False):

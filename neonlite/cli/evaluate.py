@@ -4,7 +4,7 @@ from ..config.datasets import DATASETS, check_dataset
 from ..config.errors import ConfigError
 from ..model import Model
 from ..serialize import read_checkpoint
-from .arguments import positive_int
+from .arguments import batch_size, positive_int
 from .data_option import add_data_argument, with_data
 from .session import load_data, make_backend
 
@@ -26,7 +26,7 @@ def register(subparsers):
                         help="data set, when the checkpoint does not name one")
     parser.add_argument("-b", "--backend", choices=available_backends(),
                         help="backend (default: the checkpoint's, else cpu)")
-    parser.add_argument("-z", "--batch-size", type=positive_int, dest="batchsize",
+    parser.add_argument("-z", "--batch-size", type=batch_size, dest="batchsize",
                         metavar="BATCH", help="minibatch size (default: the checkpoint's)")
     parser.add_argument("--max-batches", type=positive_int, metavar="N",
                         help="evaluate only the first N batches")

@@ -1,6 +1,6 @@
 """``neonlite import MODEL_DIR -o model.h5 [--head none|lm|sentence-embedding|pooler]``: a
 Hugging Face model directory (BERT or GPT-2, safetensors weights) as a neonlite checkpoint."""
-from .arguments import add_verbosity, positive_int
+from .arguments import add_verbosity, batch_size, positive_int
 
 HELP = "convert a Hugging Face model directory (BERT, GPT-2; safetensors) to a checkpoint"
 
@@ -21,7 +21,7 @@ def register(subparsers):
     parser.add_argument("--seq-len", type=positive_int, default=None, metavar="T",
                         help="the sequence length the checkpoint runs at (default: the "
                              "model's maximum positions)")
-    parser.add_argument("-z", "--batch-size", type=positive_int, default=1, metavar="BATCH",
+    parser.add_argument("-z", "--batch-size", type=batch_size, default=1, metavar="BATCH",
                         help="the batch size stored in the checkpoint (default 1)")
     add_verbosity(parser, quiet=None)
     parser.set_defaults(func=command)
@@ -30,6 +30,8 @@ def register(subparsers):
 def command(args):
     from ..backends import gen_backend
     from ..interop import import_hf
+    from ..output_paths import check_outputs
+    check_outputs([("-o", args.output)], [("the model folder", args.model_dir)])
     gen_backend("cpu", batch_size=args.batch_size)
     model = import_hf(args.model_dir, head=args.head, seq_len=args.seq_len)
     model.save(args.output)

@@ -5,6 +5,8 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import atomic_write
+from ..config.errors import ConfigError
+from ..output_paths import check_outputs
 from ..training_log import read_log
 from .arguments import add_verbosity
 from .errors import CommandUnavailable
@@ -22,7 +24,7 @@ def register(subparsers):
 
 
 def command(args):
-    log = read_log(args.log)
+    check_outputs([("-o", args.output)], [("the training log", args.log)])
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -30,15 +32,29 @@ def command(args):
     except ImportError:
         raise CommandUnavailable("neonlite plot needs matplotlib: pip install "
                                  "'neonlite[plot]' (or pip install matplotlib)") from None
-    figure = draw(plt, log, Path(args.log).name)
     out = Path(args.output)
+    kind = image_format(plt, out)
+    log = read_log(args.log)
+    figure = draw(plt, log, Path(args.log).name)
     try:
         with atomic_write(out) as file:
-            figure.savefig(file, format=out.suffix.lstrip(".") or "png", dpi=120)
+            figure.savefig(file, format=kind, dpi=120)
     finally:
         plt.close(figure)
     if not args.quiet:
         print(f"wrote {out}")
+
+
+def image_format(plt, out):
+    """The image format of ``out``'s extension (none: png); a ConfigError naming the
+    formats matplotlib writes when it writes no such format."""
+    kind = out.suffix.lstrip(".").lower() or "png"
+    known = plt.figure().canvas.get_supported_filetypes()
+    plt.close("all")
+    if kind not in known:
+        raise ConfigError(f"-o {out}: matplotlib writes no '.{kind}' images; use one of "
+                          f"{', '.join('.' + k for k in sorted(known))}")
+    return kind
 
 
 def draw(plt, log, title):

@@ -14,12 +14,13 @@ from ..config.errors import ConfigError
 from ..config.run import RunConfig
 from ..data.iterator import DataError
 from ..optimizers.mixed_precision import MixedPrecision, for_datatype
+from ..output_paths import check_outputs
 from ..profiler import Profile
 from ..profiler.report import format_table
 from ..profiler.session import steps_for_epochs
 from ..profiler.synthetic import SyntheticBatches, first_vocab
 from ..serialize import ShapeStub
-from .arguments import add_verbosity, positive_int, non_negative_int
+from .arguments import add_verbosity, batch_size, non_negative_int, positive_int
 from .session import initialize, load_data, make_backend
 
 HELP = "time each layer of a YAML network for a few steps (ms, GFLOP/s, memory)"
@@ -32,7 +33,7 @@ def register(subparsers):
     parser.add_argument("config", metavar="FILE.yaml")
     parser.add_argument("-b", "--backend", choices=available_backends(),
                         help="compute backend (YAML: backend)")
-    parser.add_argument("-z", "--batch-size", type=positive_int, dest="batchsize",
+    parser.add_argument("-z", "--batch-size", type=batch_size, dest="batchsize",
                         metavar="BATCH", help="minibatch size (YAML: batchsize)")
     parser.add_argument("--steps", type=positive_int, default=10, metavar="N",
                         help="profiled steps (default 10)")
@@ -54,6 +55,7 @@ def command(args):
                                                     batchsize=args.batchsize)
     settings = run.settings
     total = args.warmup + args.steps
+    check_outputs([("--trace", args.trace)], [("the run's YAML", args.config)])
     profile = Profile(args.trace, (args.warmup, total), "--warmup/--steps", "--trace")
     make_backend(settings)
     if run.auto_layers is not None:  # sizes from the data (vocab: auto) before the model

@@ -3,7 +3,9 @@
 
 Order: backend -> data -> model, cost, optimizer -> weights (``--model-file``) or the saved
 state (``--resume``) -> callbacks -> ``Model.fit``.  Everything that can be wrong with the
-configuration is checked before the first step, and nothing is written before then.
+configuration is checked before the first step, and nothing is written before then; the
+outputs, with the inputs they must not replace, before the data is even loaded
+(:mod:`.run_outputs`).
 
 Under ``mpirun`` (see :mod:`neonlite.distributed`) every rank runs this same path: the
 global batch (``-z``) is split across the ranks, each rank uses the device of its local
@@ -35,6 +37,7 @@ from ..serialize import (CheckpointError, check_same_optimizer, load_params, rea
                          restore_training_state)
 from ..training_log import TrainingLog
 from ..version import __version__
+from .run_outputs import check_run_outputs
 
 
 #: the data types ``neonlite train -b cpu`` runs (the C kernels' types)
@@ -186,6 +189,8 @@ def _train(run, opts, stream, world):
                                            int(np.random.SeedSequence().entropy % 2 ** 31))
     make_backend(settings, world)
     data = make_data(settings, opts.data_dir, run.folder)
+    extra_callbacks = run.build_callbacks()
+    check_run_outputs(run, opts, data, extra_callbacks)
     run.size_layers(data)
     model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
     optimizer = for_datatype(optimizer, settings["datatype"])
@@ -221,7 +226,7 @@ def _train(run, opts, stream, world):
     callbacks = Callbacks(model, eval_set=valid_set,
                           eval_freq=settings["eval_freq"], metric=run.build_metric(),
                           progress=not quiet, quiet=quiet, run_config=description)
-    for callback in run.build_callbacks():
+    for callback in extra_callbacks:
         if world.is_root or not isinstance(callback, ModelCheckpoint):
             callbacks.add(callback)
     if opts.output_file and world.is_root:

@@ -56,6 +56,8 @@ MEANINGS = {
                     "batchsize (before `-z`)",
 }
 _POSITIVE = ("epochs", "batchsize", "lr_batchsize")
+#: the largest batch: the kernels index a batch with 32-bit integers
+MAX_BATCH = 2 ** 31 - 1
 _NON_NEGATIVE = ("eval_freq", "serialize", "rng_seed")
 
 
@@ -71,6 +73,9 @@ def _check(key, value, types):
         raise ConfigError(f"{key}: expected {names}, got {type_word(value)} ({short_repr(value)})")
     if key in _POSITIVE and value is not None and value < 1:
         raise ConfigError(f"{key}: expected a positive integer, got {value}")
+    if key == "batchsize" and value > MAX_BATCH:
+        raise ConfigError(f"batchsize: expected at most {MAX_BATCH} (the kernels index a "
+                          f"batch with 32-bit integers), got {value}")
     if key in _NON_NEGATIVE and value is not None and value < 0:
         raise ConfigError(f"{key}: expected an integer >= 0, got {value}")
     if key == "scale_lr" and value not in SCALE_LR:

@@ -7,8 +7,9 @@ column.  So does a file that is valid YAML but hostile or ambiguous:
 
 * nesting deeper than :data:`MAX_DEPTH` levels (checked on the event stream, before anything
   recursive runs);
-* aliases that expand to more than :data:`MAX_NODES` nodes (an "alias bomb": a few lines
-  whose values, written out, would hold 10^9 elements), or an alias inside its own anchor;
+* aliases that add more than :data:`MAX_NODES` values to those written in the file (an "alias
+  bomb": a few lines whose values, written out, would hold 10^9 elements; a long file without
+  aliases, such as 20,000 layers, adds none), or an alias inside its own anchor;
 * the same key twice in one mapping (the message names the key and both lines; keys merged in
   with ``<<: *anchor`` may be overridden as YAML intends);
 * an integer of more than :data:`MAX_DIGITS` digits;
@@ -115,8 +116,11 @@ def _check_depth(text):
 
 def _check_expansion(root):
     """A MarkedYAMLError when the node graph under ``root``, with every alias written out,
-    has more than :data:`MAX_NODES` nodes, or an alias refers to a node that contains it.
-    Counts each shared node once (memoized), iteratively."""
+    has more than :data:`MAX_NODES` nodes beyond the distinct nodes the file writes (what
+    the aliases add), or an alias refers to a node that contains it.  Counts each shared
+    node once (memoized), iteratively; memory grows with the file, never with the
+    expansion."""
+    limit = _written_nodes(root) + MAX_NODES
     sizes, active, stack = {}, set(), [(root, False)]
     while stack:
         node, done = stack.pop()
@@ -125,10 +129,10 @@ def _check_expansion(root):
         if done:
             active.discard(key)
             sizes[key] = 1 + sum(sizes[id(c)] for c in children)
-            if sizes[key] > MAX_NODES:
+            if sizes[key] > limit:
                 raise yaml.composer.ComposerError(
-                    None, None, f"its aliases expand to more than {MAX_NODES:,} values (a YAML "
-                    f"alias bomb?)", node.start_mark)
+                    None, None, f"its aliases add more than {MAX_NODES:,} values to the "
+                    f"{limit - MAX_NODES:,} it writes (a YAML alias bomb?)", node.start_mark)
             continue
         if key in sizes:
             continue
@@ -143,6 +147,18 @@ def _check_expansion(root):
                                                   child.start_mark)
             if id(child) not in sizes:
                 stack.append((child, False))
+
+
+def _written_nodes(root):
+    """How many distinct nodes the graph under ``root`` has (an alias's target once)."""
+    seen, stack = set(), [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.extend(c for c in _children(node) if id(c) not in seen)
+    return len(seen)
 
 
 def _children(node):

@@ -19,6 +19,12 @@ class SplitDataset:
     def _make_iterator(self, which):
         raise NotImplementedError
 
+    def input_paths(self):
+        """The files and folders this data set reads (no output of a run may replace them:
+        :mod:`neonlite.output_paths`)."""
+        folder = getattr(self, "folder", None)
+        return [folder] if folder is not None else []
+
     @property
     def train_iter(self):
         """The training set, shuffled each epoch (when ``shuffle``)."""

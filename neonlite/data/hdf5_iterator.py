@@ -264,6 +264,10 @@ class HDF5Dataset(SplitDataset):
     def _locate(name, path):
         return find_data_file(name, [Path.cwd()] + root_folders(path), "HDF5 file")
 
+    def input_paths(self):
+        """The training and validation files."""
+        return list(self.files.values())
+
     def _make_iterator(self, which):
         if which not in self.files:
             raise DataError("HDF5Dataset: no validation file was given (valid=...)")

@@ -233,6 +233,7 @@ class TextCorpus(TextWindows):
         if filename:
             path = find_text_file(filename, path)
         where = path if path is not None else "pydoc_data.topics"
+        self.source = path
         text = builtin_text() if path is None else read_text(path)
         if not 0.0 < split < 1.0:
             raise DataError(f"{where}: split must be in (0, 1), got {split!r}")
@@ -258,3 +259,7 @@ class TextCorpus(TextWindows):
     @property
     def valid_iter(self):
         return self._valid
+
+    def input_paths(self):
+        """The text file (or data folder) read; none for the built-in text."""
+        return [self.source] if self.source is not None else []

@@ -1,12 +1,15 @@
 """``import_hf`` and ``export_hf``: Hugging Face model directories <-> neonlite models."""
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 
 from ..atomic import atomic_write
 from ..backends import gen_backend, get_backend
+from ..folder_swap import replace_folder
 from ..model import Model
+from ..output_paths import check_output_folder
 from ..serialize import ShapeStub
 from . import bert, gpt2
 from .errors import InteropError
@@ -98,10 +101,15 @@ def export_hf(model, out_dir):
     """Write ``model`` (initialized; BERT or GPT-2 form, as :func:`import_hf` builds them) to
     directory ``out_dir`` as ``config.json`` + ``model.safetensors`` in Hugging Face's
     naming, float32, so ``transformers`` loads it (``BertModel`` / ``GPT2Model`` /
-    ``GPT2LMHeadModel``).  Returns the directory's path."""
+    ``GPT2LMHeadModel``).  ``out_dir`` must be absent or an earlier export (a folder holding
+    nothing but those two files: :func:`is_export_folder`); the export is written whole into
+    a sibling folder and swapped into place (:func:`neonlite.folder_swap.replace_folder`), so
+    a crash leaves the old export or the new one, never a mix.  Returns the directory's
+    path."""
     if model.in_shape is None:
         raise InteropError("export_hf: the model has no parameters yet; initialize or load it "
                            "first")
+    check_output_folder(out_dir, "export_hf out_dir", is_export_folder)
     out_dir = Path(out_dir)
     model_type, family = _which_family(model, str(out_dir))
     config = family.config_for(model, str(out_dir))
@@ -110,8 +118,20 @@ def export_hf(model, out_dir):
     if config["architectures"] in (["GPT2LMHeadModel"], ["BertForMaskedLM"]):
         prefix = "transformer." if model_type == "gpt2" else "bert."
         tensors = {k if k.startswith("cls.") else prefix + k: v for k, v in tensors.items()}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_tensors(out_dir / WEIGHTS, tensors, metadata={"format": "pt"})
-    with atomic_write(out_dir / CONFIG) as f:
-        f.write((json.dumps(config, indent=2) + "\n").encode())
+    with replace_folder(out_dir) as staging:
+        write_tensors(staging / WEIGHTS, tensors, metadata={"format": "pt"})
+        with atomic_write(staging / CONFIG) as f:
+            f.write((json.dumps(config, indent=2) + "\n").encode())
     return out_dir
+
+
+def is_export_folder(folder):
+    """True when ``folder`` holds nothing but regular files named ``config.json`` and
+    ``model.safetensors`` (what :func:`export_hf` writes; empty counts too): a folder an
+    export may replace whole."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return False
+    return all(e.name in (CONFIG, WEIGHTS) and e.is_file(follow_symlinks=False)
+               for e in entries)

@@ -7,8 +7,9 @@ variant, FLOPs and bytes.  Metadata events name each process ``rank r``.  Spans 
 on one thread, which is how the viewers draw layer slices with their ops inside.
 """
 import json
-import os
-import tempfile
+
+from ..atomic import atomic_write
+from ..output_paths import OutputPathError, check_output
 
 
 def trace_events(spans, origin, rank=0):
@@ -40,37 +41,20 @@ def rank_path(path, rank):
 
 def write_trace(path, events, metadata=None):
     """Write ``{"traceEvents": events, "displayTimeUnit": "ms", "otherData": metadata}`` to
-    ``path`` atomically (a temporary file in the same folder, then a rename)."""
+    ``path`` atomically (:func:`neonlite.atomic.atomic_write`)."""
     doc = {"traceEvents": events, "displayTimeUnit": "ms", "otherData": metadata or {}}
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".trace-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_write(path) as out:
+        out.write(json.dumps(doc).encode())
 
 
 def check_writable(path, what="--profile"):
-    """None when a trace can be written at ``path``, else a one-line message: its folder must
-    exist and take a new file (tried with a temporary file, removed at once) and ``path``
-    must not be a folder.  Run before training, so a bad path fails first."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        return f"{what} {path}: is a folder; give a file name such as trace.json"
-    if not os.path.isdir(folder):
-        return f"{what} {path}: the folder {folder} does not exist"
+    """None when a trace can be written at ``path`` (the rule of
+    :mod:`neonlite.output_paths`: a writable folder, a new or regular file, a temporary name
+    that fits), else a one-line message.  Run before training, so a bad path fails first."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".trace-", suffix=".tmp")
-    except OSError as err:
-        return f"{what} {path}: cannot write in {folder} ({err.strerror or err})"
-    os.close(fd)
-    os.unlink(tmp)
+        check_output(path, what)
+    except OutputPathError as err:
+        return str(err)
     return None
 
 

@@ -17,11 +17,19 @@ def _labels(t, y):
     return t.reshape(-1).astype(np.int64)
 
 
+class MetricError(ValueError):
+    """A metric that cannot measure this model's outputs (one line naming both)."""
+
+
 class Metric:
     name = None
 
     def __call__(self, y, t):
         raise NotImplementedError
+
+    def check(self, out_shape):
+        """Raise :class:`MetricError` when this metric cannot measure outputs of shape
+        ``out_shape`` (one example: (..., K)); run before any evaluation or training."""
 
     def get_description(self):
         return {"type": type(self).__name__, "config": {}}
@@ -49,8 +57,17 @@ class TopKMisclassification(Metric):
     """1 where the target class is not among the k largest outputs."""
 
     def __init__(self, k=5):
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise MetricError(f"TopKMisclassification: k must be an integer >= 1, got {k!r}")
         self.k = int(k)
         self.name = f"top{self.k}_misclassification"
+
+    def check(self, out_shape):
+        classes = out_shape[-1] if out_shape else 1
+        if self.k > classes:
+            raise MetricError(f"TopKMisclassification: k={self.k} but the model has {classes} "
+                              f"classes (every class would be in the top {self.k}, so the "
+                              f"value would be 0): expected 1 <= k <= {classes}")
 
     def __call__(self, y, t):
         y = np.asarray(y)

@@ -39,6 +39,7 @@ def fail(tmp_path, capsys, text, *flags):
     config = tmp_path / "run.yaml"
     config.write_text(text)
     out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
     status = main(["train", str(config), "--save-path", str(out / "ckpt.h5"), "-o",
                    str(out / "log.h5"), *flags])
     captured = capsys.readouterr()
@@ -46,8 +47,8 @@ def fail(tmp_path, capsys, text, *flags):
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1, captured.err
     assert "Traceback" not in captured.err
-    assert not out.exists(), "nothing may be written when the configuration is bad"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.yaml"]
+    assert not any(out.iterdir()), "nothing may be written when the configuration is bad"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run.yaml"]
     prefix = "neonlite: error: "
     assert lines[0].startswith(prefix)
     return lines[0][len(prefix):]

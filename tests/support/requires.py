@@ -7,8 +7,8 @@ compiler), ``emulator`` (g++ for the CUDA host emulator), ``gpu`` (pycuda and a 
 backend can be made), ``mkl`` (MKL's CBLAS), ``mnist`` (the MNIST test set under
 :func:`~support.harness.data_dir`), ``shakespeare`` (Tiny Shakespeare there), ``torch``
 (PyTorch, the reference of the parity tests), ``mpi`` (mpirun and mpi4py), ``root`` (running as
-root: files of another user can be made with ``os.chown``).  Each check runs once per session,
-when a test first asks for it.
+root: files of another user can be made with ``os.chown``), ``mknod`` (character devices can be
+made: root).  Each check runs once per session, when a test first asks for it.
 """
 import functools
 import importlib.util
@@ -76,10 +76,21 @@ def _root():
     return None if os.geteuid() == 0 else "not root: files of another user cannot be made here"
 
 
+def _mknod():
+    import stat
+    import tempfile
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            os.mknod(os.path.join(folder, "null"), stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        except OSError as err:
+            return f"cannot make a character device here ({err.strerror}; needs root)"
+    return None
+
+
 NEEDS = {"compiler": _compiler, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
          "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
          "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi,
-         "root": _root}
+         "root": _root, "mknod": _mknod}
 
 
 @functools.lru_cache(maxsize=None)
