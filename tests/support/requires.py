@@ -6,7 +6,9 @@ The needs (:data:`NEEDS`): ``compiler`` (a C compiler for the CPU kernels), ``nv
 compiler), ``emulator`` (g++ for the CUDA host emulator), ``gpu`` (pycuda and a device: the GPU
 backend can be made), ``mkl`` (MKL's CBLAS), ``mnist`` (the MNIST test set under
 :func:`~support.harness.data_dir`), ``shakespeare`` (Tiny Shakespeare there), ``torch``
-(PyTorch, the reference of the parity tests), ``mpi`` (mpirun and mpi4py).  Each check runs once
+(PyTorch, the reference of the parity tests), ``mpi`` (mpirun and mpi4py), ``onnx`` (the
+``onnx`` package, ``neonlite[onnx]``) and ``onnxruntime`` (ONNX Runtime, the reference of the
+ONNX export tests).  Each check runs once
 per session, when a test first asks for it.
 """
 import functools
@@ -61,6 +63,12 @@ def _torch():
     return None if importlib.util.find_spec("torch") else "PyTorch is not installed"
 
 
+def _module(name, install):
+    def check():
+        return None if importlib.util.find_spec(name) else f"{name} is not installed ({install})"
+    return check
+
+
 def _mpi():
     if shutil.which("mpirun") is None:
         return ("mpirun is not installed (pip install 'neonlite[mpi]' or apt-get install "
@@ -72,7 +80,9 @@ def _mpi():
 
 NEEDS = {"compiler": _compiler, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
          "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
-         "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi}
+         "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi,
+         "onnx": _module("onnx", "pip install 'neonlite[onnx]'"),
+         "onnxruntime": _module("onnxruntime", "pip install onnxruntime")}
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,104 @@
+"""``export_onnx(model, path, opset)``: a neonlite model as one ONNX file, checked by ONNX's
+checker and shape inference before a byte is written, and written atomically.
+
+The graph takes neonlite's own batches (images NHWC, sequences (N, T, D)) under the input
+``<model name>.input`` with a dynamic batch axis ``batch``, and gives ``<model name>.output``
+in neonlite's layout; initializers and intermediate tensors are named after the layers.
+The model's metadata records neonlite's version and the model's description (JSON).
+"""
+import json
+import os
+import stat
+from pathlib import Path
+
+from ...atomic import atomic_write
+from ...version import __version__
+from . import activation, dense, image, norm, structure  # noqa: F401 (register exporters)
+from .errors import OnnxExportError, require_onnx
+from .graph import NHWC, GraphBuilder, Value
+from .registry import MIN_OPSET, export_layer
+
+DEFAULT_OPSET = 17
+
+
+def check_output_path(path):
+    """Refuse, before any work, an output path that is not absent or a regular file (a
+    folder, device, FIFO or symlink), or whose folder cannot be written."""
+    path = Path(path)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as err:
+        raise OnnxExportError(f"{path}: cannot write the ONNX file there ({err.strerror})") \
+            from None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(info.st_mode) else
+                "a symbolic link" if stat.S_ISLNK(info.st_mode) else
+                "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device or special file")
+        raise OnnxExportError(f"{path}: is {kind}; the ONNX output must be a new or regular file")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise OnnxExportError(f"{path}: cannot write the ONNX file there ({folder} is not a "
+                              f"writable folder)")
+    return path
+
+
+def check_opset(onnx, opset):
+    """An int from :data:`~.registry.MIN_OPSET` to the newest opset the ``onnx`` package
+    knows (an older one is refused by the first layer that needs more)."""
+    newest = onnx.defs.onnx_opset_version()
+    if isinstance(opset, bool) or not isinstance(opset, int) or opset < 1 or opset > newest:
+        raise OnnxExportError(f"opset must be an integer from {MIN_OPSET} to {newest} (the "
+                              f"newest this onnx {onnx.__version__} knows), got {opset!r}")
+    return opset
+
+
+def build_onnx_model(model, opset=DEFAULT_OPSET):
+    """The checked ``onnx.ModelProto`` of an initialized ``model`` (see the module's
+    docstring)."""
+    onnx = require_onnx()
+    check_opset(onnx, opset)
+    if model.in_shape is None:
+        raise OnnxExportError(f"model '{model.name}' has no parameters yet; initialize it (or "
+                              f"load a checkpoint) before exporting it to ONNX")
+    builder = GraphBuilder(onnx, opset)
+    source = Value(builder.unique(f"{model.name}.input"), model.in_shape)
+    result = builder.to_layout(export_layer(builder, model.layers, source), NHWC)
+    output = builder.node("Identity", [result.name], f"{model.name}.output")
+    float32 = onnx.TensorProto.FLOAT
+    graph = onnx.helper.make_graph(
+        builder.nodes, model.name,
+        [onnx.helper.make_tensor_value_info(source.name, float32, ["batch", *model.in_shape])],
+        [onnx.helper.make_tensor_value_info(output, float32, ["batch", *result.shape])],
+        initializer=builder.initializers)
+    opsets = [onnx.helper.make_opsetid("", opset)]
+    proto = onnx.helper.make_model(graph, opset_imports=opsets, producer_name="neonlite",
+                                   producer_version=__version__,
+                                   ir_version=onnx.helper.find_min_ir_version_for(opsets),
+                                   doc_string=f"neonlite {__version__} model '{model.name}'")
+    onnx.helper.set_model_props(proto, {
+        "neonlite_version": __version__,
+        "description": json.dumps(model.get_description(), default=str, sort_keys=True)})
+    try:
+        onnx.checker.check_model(proto, full_check=True)
+        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise OnnxExportError(f"model '{model.name}': the exported graph fails ONNX's checks "
+                              f"({first})") from None
+    return proto
+
+
+def export_onnx(model, path, opset=DEFAULT_OPSET):
+    """Write ``model`` (initialized) to ``path`` as ONNX at ``opset``; returns the path.
+    Everything is checked before the file is written, and the file appears whole or not at
+    all (:func:`neonlite.atomic.atomic_write`)."""
+    path = check_output_path(path)
+    proto = build_onnx_model(model, opset)
+    data = proto.SerializeToString()
+    with atomic_write(path) as out:
+        out.write(data)
+    return path
