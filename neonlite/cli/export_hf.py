@@ -1,25 +1,45 @@
 """``neonlite export model.h5 -o DIR``: a neonlite checkpoint of BERT or GPT-2 form as a
-Hugging Face model directory (config.json + model.safetensors) that ``transformers`` loads."""
+Hugging Face model directory (config.json + model.safetensors) that ``transformers`` loads;
+``neonlite export model.h5 --format onnx -o model.onnx [--opset N]``: any checkpoint whose
+layers export (``neonlite.interop.onnx``) as one ONNX file."""
 from .arguments import add_verbosity
 
-HELP = "write a BERT- or GPT-2-form checkpoint as a Hugging Face model directory"
+HELP = "write a checkpoint as a Hugging Face model directory or an ONNX file"
+FORMATS = ("hf", "onnx")
 
 
 def register(subparsers):
     parser = subparsers.add_parser("export", help=HELP, description=HELP)
     parser.add_argument("checkpoint", metavar="MODEL.h5")
-    parser.add_argument("-o", "--output", required=True, metavar="DIR",
-                        help="directory to write config.json and model.safetensors into")
+    parser.add_argument("--format", choices=FORMATS, default="hf",
+                        help="hf (default): a Hugging Face directory of a BERT or GPT-2 "
+                             "checkpoint; onnx: an ONNX file")
+    parser.add_argument("-o", "--output", required=True, metavar="DIR|FILE",
+                        help="hf: the directory to write config.json and model.safetensors "
+                             "into; onnx: the .onnx file to write")
+    parser.add_argument("--opset", type=int, default=None, metavar="N",
+                        help="ONNX opset to write (--format onnx; default 17)")
     add_verbosity(parser, quiet=None)
     parser.set_defaults(func=command)
 
 
 def command(args):
     from ..backends import gen_backend
-    from ..interop import export_hf
     from ..model import Model
     from ..serialize import read_checkpoint
+    if args.format == "onnx":
+        from ..interop.onnx.export import DEFAULT_OPSET, check_output_path
+        opset = DEFAULT_OPSET if args.opset is None else args.opset
+        check_output_path(args.output)
+    elif args.opset is not None:
+        from ..interop import InteropError
+        raise InteropError("--opset applies to --format onnx only")
     gen_backend("cpu", batch_size=1)
     model = Model.from_checkpoint(read_checkpoint(args.checkpoint))
+    if args.format == "onnx":
+        out = model.export_onnx(args.output, opset=opset)
+        print(f"{out}: ONNX opset {opset} from {args.checkpoint}")
+        return
+    from ..interop import export_hf
     out = export_hf(model, args.output)
     print(f"{out}: config.json and model.safetensors from {args.checkpoint}")

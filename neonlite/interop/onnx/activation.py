@@ -59,7 +59,7 @@ def export_activation(builder, layer, value):
     return apply_transform(builder, layer.transform, value, layer.name, layer)
 
 
-@exports(Dropout)
+@exports(Dropout, opset=1)
 def export_dropout(builder, layer, value):
     """Inference dropout is the identity: the layer writes nothing."""
     return value

@@ -60,13 +60,12 @@ def export_lrn(builder, layer, value):
                               f"LRN centres an even window one channel later than neonlite, so "
                               f"only odd depths export")
     x, back = channels_second(builder, value, layer.name)
-    if len(value.shape) == 1:
-        x = builder.op(x, "Unsqueeze", f"{layer.name}.spatial", [
-            builder.constant(f"{layer.name}.axes", np.array([2], np.int64), np.int64)],
-            shape=value.shape)
-        out = builder.op(x, "LRN", f"{layer.name}.lrn", size=layer.depth, alpha=layer.alpha,
-                         beta=layer.beta, bias=layer.k)
-        axes = builder.constant(f"{layer.name}.squeeze_axes", np.array([2], np.int64), np.int64)
-        return builder.op(out, "Squeeze", layer.name, [axes])
-    return back(builder.op(x, "LRN", layer.name, size=layer.depth, alpha=layer.alpha,
-                           beta=layer.beta, bias=layer.k))
+    extra = [] if value.is_image else list(range(len(value.shape) + 1, 4))
+    if extra:  # ONNX Runtime's LRN takes (N, C, H, W) only
+        axes = builder.constant(f"{layer.name}.axes", np.array(extra, np.int64), np.int64)
+        x = builder.op(x, "Unsqueeze", f"{layer.name}.as_image", [axes])
+    out = builder.op(x, "LRN", f"{layer.name}.lrn" if extra else layer.name, size=layer.depth,
+                     alpha=layer.alpha, beta=layer.beta, bias=layer.k)
+    if extra:
+        out = builder.op(out, "Squeeze", layer.name, [axes])
+    return back(out)

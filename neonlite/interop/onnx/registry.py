@@ -16,7 +16,7 @@ NEEDED_OPSET = {}
 
 def exports(*classes, opset=MIN_OPSET):
     """Register the decorated function as the exporter of each of ``classes``, which need
-    ``opset`` or newer."""
+    ``opset`` or newer (containers and layers that write no node: 1)."""
     def register(function):
         for cls in classes:
             EXPORTERS[cls] = function

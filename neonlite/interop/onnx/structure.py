@@ -8,7 +8,7 @@ from .graph import NHWC
 from .registry import export_layer, exports
 
 
-@exports(Sequential, CompoundLayer, Affine, Conv, Deconv)
+@exports(Sequential, CompoundLayer, Affine, Conv, Deconv, opset=1)
 def export_sequential(builder, layer, value):
     """Each layer on the one before's output."""
     for child in layer.layers:
@@ -16,7 +16,7 @@ def export_sequential(builder, layer, value):
     return value
 
 
-@exports(SkipNode)
+@exports(SkipNode, opset=1)
 def export_skip(builder, layer, value):
     """The identity: no node."""
     return value
