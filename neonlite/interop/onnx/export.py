@@ -6,9 +6,11 @@ The graph takes neonlite's own batches (images NHWC, sequences (N, T, D)) under 
 in neonlite's layout; initializers and intermediate tensors are named after the layers.
 The model's metadata records neonlite's version and the model's description (JSON).
 """
+import errno
 import json
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 from ...atomic import atomic_write
@@ -23,7 +25,8 @@ DEFAULT_OPSET = 17
 
 def check_output_path(path):
     """Refuse, before any work, an output path that is not absent or a regular file (a
-    folder, device, FIFO or symlink), or whose folder cannot be written."""
+    folder, device, FIFO or symlink), or whose folder cannot be written (tried by making and
+    removing an empty temporary file there: permission bits say nothing to root)."""
     path = Path(path)
     try:
         info = os.lstat(path)
@@ -40,9 +43,15 @@ def check_output_path(path):
     folder = path.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise OnnxExportError(f"{path}: cannot write the ONNX file there ({folder} is not a "
-                              f"writable folder)")
+    try:
+        if not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f"{folder} is not a folder")
+        probe, probe_path = tempfile.mkstemp(prefix=f".{path.name}.probe.", dir=folder)
+        os.close(probe)
+        os.unlink(probe_path)
+    except OSError as err:
+        raise OnnxExportError(f"{path}: cannot write the ONNX file there ({folder}: "
+                              f"{err.strerror})") from None
     return path
 
 
