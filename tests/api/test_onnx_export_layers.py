@@ -12,7 +12,7 @@ from neonlite import Model
 from neonlite.data import ArrayIterator
 from neonlite.transforms.activation import Gelu, Identity, Logistic, Rectlin, Softmax, Tanh
 from support.harness import make_backend
-from support.onnx_parity import export_and_compare, randomize
+from support.onnx_parity import export_and_compare, export_and_compare_lengths, randomize
 from support.requires import requires
 
 pytestmark = requires("onnx", "onnxruntime")
@@ -23,12 +23,11 @@ BATCHES = (3, 7)
 #: Layer classes without an exporter yet (issue 35).  Shrink this list as exporters are
 #: written; a layer class on neither side fails test_every_layer_class_exports_or_is_listed.
 NOT_YET_EXPORTED = {
-    "Embedding", "PositionalEmbedding", "SegmentEmbedding", "TiedLinear",  # Gather
+    "SegmentEmbedding",  # a second input (the segment ids)
     "MultiHeadAttention", "TransformerBlock", "BlockSparseAttention",  # attention graphs
     "BlockSparseLinear", "BlockSparseAffine",  # dense weights with the zero blocks
-    "Recurrent", "LSTM", "GRU", "BiRNN", "BiLSTM", "BiGRU", "DeepBiRNN", "DeepBiLSTM",
-    "RecurrentLast", "RecurrentSum", "RecurrentMean",  # ONNX RNN/LSTM/GRU, reductions
-    "MeanPool", "L2Normalize",  # sentence embeddings
+    "Recurrent", "LSTM", "GRU", "BiRNN", "BiLSTM", "BiGRU", "DeepBiRNN",
+    "DeepBiLSTM",  # ONNX RNN/LSTM/GRU with the gate order converted
 }
 #: Bases and the cost, which are not layers of an exported network.
 NOT_LAYERS = {"Layer", "ParameterLayer", "GeneralizedCost"}
@@ -93,6 +92,60 @@ CASES = {
 }
 
 
+VOCAB, D = 11, 6
+LENGTHS = (5, 3)
+#: sequence cases: T -> (layers, per-example input shape); "ids": token ids, else (T, D)
+SEQUENCE_CASES = {
+    "Embedding": (lambda T: [L.Embedding(VOCAB, D)], "ids"),
+    "Embedding, learned positions, tied head": (
+        lambda T: [L.Embedding(VOCAB, D, name="tok"), L.PositionalEmbedding(8),
+                   L.TiedLinear("tok")], "ids"),
+    "sinusoidal positions": (lambda T: [L.PositionalEmbedding(8, sinusoidal=True)], "float"),
+    "Linear per token + LayerNorm + GELU": (
+        lambda T: [L.Linear(4), L.LayerNorm(), L.Activation(Gelu())], "float"),
+    "RecurrentLast": (lambda T: [L.Linear(4), L.RecurrentLast()], "float"),
+    "RecurrentSum": (lambda T: [L.RecurrentSum()], "float"),
+    "RecurrentMean": (lambda T: [L.RecurrentMean()], "float"),
+    "MeanPool": (lambda T: [L.MeanPool()], "float"),
+    "MeanPool over the real tokens, L2Normalize": (
+        lambda T: [L.Embedding(VOCAB, D, pad_id=0), L.MeanPool(), L.L2Normalize()], "ids"),
+    "L2Normalize per token": (lambda T: [L.L2Normalize()], "float"),
+    "BatchNorm and LRN per token": (lambda T: [L.BatchNorm(), L.LRN(3)], "float"),
+    "tied head on vectors": (lambda T: [L.Embedding(VOCAB, D, name="tok"), L.RecurrentMean(),
+                                        L.TiedLinear("tok")], "ids"),
+}
+
+
+def sequence_inputs(kind, T, seed=2):
+    """Batches of ``BATCHES`` sizes: token ids (some 0, the pad id; each sequence's first
+    token real) or (T, D) floats."""
+    rng = np.random.default_rng(seed + T)
+    if kind == "float":
+        return [rng.normal(size=(n, T, D)).astype(np.float32) for n in BATCHES]
+    out = []
+    for n in BATCHES:
+        ids = rng.integers(0, VOCAB, (n, T))
+        ids[:, 0] = rng.integers(1, VOCAB, n)
+        ids[-1, 1:] = 0  # a sequence of one real token and pads
+        out.append(ids.astype(np.float32))
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(SEQUENCE_CASES))
+def test_sequence_layer_matches_onnx_runtime_at_two_lengths(case, tmp_path):
+    make_layers, kind = SEQUENCE_CASES[case]
+
+    def model(T):
+        return initialized(make_layers(T), (T,) if kind == "ids" else (T, D))
+    path = tmp_path / "sequence.onnx"
+    difference = export_and_compare_lengths(model, lambda T: sequence_inputs(kind, T), path,
+                                            LENGTHS)
+    assert difference <= TOLERANCE, f"{case}: max relative difference {difference:.3g}"
+    import onnx
+    (feed,) = onnx.load(str(path)).graph.input
+    assert [d.dim_param for d in feed.type.tensor_type.shape.dim[:2]] == ["batch", "steps"]
+
+
 def initialized(layers, in_shape, seed=0):
     """A model of ``layers`` for examples of ``in_shape`` (backend batch 4), with random
     parameters and running statistics."""
@@ -136,7 +189,8 @@ def test_every_exported_class_has_a_parity_case():
     """Each registered exporter (but the plain containers) is run by some case above."""
     from neonlite.interop.onnx import EXPORTERS
     used = set()
-    for layers, _ in CASES.values():
+    everything = list(CASES.values()) + [(make(4), None) for make, _ in SEQUENCE_CASES.values()]
+    for layers, _ in everything:
         stack = list(layers)
         while stack:
             layer = stack.pop()

@@ -44,3 +44,19 @@ def export_and_compare(model, path, inputs, opset=17):
     ``model.predict(x)`` and ONNX Runtime's output over each batch ``x`` of ``inputs``."""
     model.export_onnx(path, opset=opset)
     return max(relative_difference(model.predict(x), onnx_outputs(path, x)) for x in inputs)
+
+
+def export_and_compare_lengths(make_model, make_inputs, path, lengths, opset=17):
+    """For sequence models: the model ``make_model(T)`` (initialized, random parameters) at the
+    first of ``lengths`` is exported once; for each length T a model of the same parameters is
+    built at T and its ``predict`` on ``make_inputs(T)`` (a list of batches) compared with ONNX
+    Runtime on the one file.  Returns the largest relative difference."""
+    first = make_model(lengths[0])
+    first.export_onnx(path, opset=opset)
+    worst = 0.0
+    for T in lengths:
+        model = make_model(T)
+        model.set_params(first.get_params())
+        for x in make_inputs(T):
+            worst = max(worst, relative_difference(model.predict(x), onnx_outputs(path, x)))
+    return worst

@@ -14,8 +14,9 @@ import tempfile
 from pathlib import Path
 
 from ...atomic import atomic_write
+from ...layers import Embedding
 from ...version import __version__
-from . import activation, dense, image, norm, structure  # noqa: F401 (register exporters)
+from . import activation, dense, image, norm, sequence, structure  # noqa: F401 (exporters)
 from .errors import OnnxExportError, require_onnx
 from .graph import NHWC, GraphBuilder, Value
 from .registry import MIN_OPSET, export_layer
@@ -65,6 +66,19 @@ def check_opset(onnx, opset):
     return opset
 
 
+def takes_sequences(model):
+    """Whether the model's input is a sequence: token ids (T,) into an Embedding, or (T, D)."""
+    leaves = model.layers.leaves()
+    return len(model.in_shape) == 2 or bool(leaves) and isinstance(leaves[0], Embedding)
+
+
+def dims(builder, value):
+    """The ONNX dims of a graph input or output: ``batch``, then ``steps`` for a sequence's
+    time axis (unless a layer fixed it), then the configured sizes."""
+    steps = value.steps and not builder.fixed_steps
+    return ["batch", *(("steps",) + value.shape[1:] if steps else value.shape)]
+
+
 def build_onnx_model(model, opset=DEFAULT_OPSET):
     """The checked ``onnx.ModelProto`` of an initialized ``model`` (see the module's
     docstring)."""
@@ -74,14 +88,15 @@ def build_onnx_model(model, opset=DEFAULT_OPSET):
         raise OnnxExportError(f"model '{model.name}' has no parameters yet; initialize it (or "
                               f"load a checkpoint) before exporting it to ONNX")
     builder = GraphBuilder(onnx, opset)
-    source = Value(builder.unique(f"{model.name}.input"), model.in_shape)
+    source = Value(builder.unique(f"{model.name}.input"), model.in_shape,
+                   steps=takes_sequences(model))
     result = builder.to_layout(export_layer(builder, model.layers, source), NHWC)
     output = builder.node("Identity", [result.name], f"{model.name}.output")
     float32 = onnx.TensorProto.FLOAT
     graph = onnx.helper.make_graph(
         builder.nodes, model.name,
-        [onnx.helper.make_tensor_value_info(source.name, float32, ["batch", *model.in_shape])],
-        [onnx.helper.make_tensor_value_info(output, float32, ["batch", *result.shape])],
+        [onnx.helper.make_tensor_value_info(source.name, float32, dims(builder, source))],
+        [onnx.helper.make_tensor_value_info(output, float32, dims(builder, result))],
         initializer=builder.initializers)
     opsets = [onnx.helper.make_opsetid("", opset)]
     proto = onnx.helper.make_model(graph, opset_imports=opsets, producer_name="neonlite",

@@ -7,6 +7,11 @@ transposed to the channels-first order ONNX's Conv, Pool, BatchNormalization and
 Layers that do not care (elementwise ones) keep the layout they are given, so a CNN's graph
 transposes its NHWC input once, at the first convolution, and back once, where a layer needs
 neonlite's order again (Flatten, Linear, Softmax, the output).
+
+``steps`` says that the value's first per-example axis is a sequence's time axis, which the
+graph leaves dynamic (``steps`` in the input's and output's dims) unless a layer writes the
+length into the graph (a Flatten or Reshape of a sequence): that layer calls
+:meth:`GraphBuilder.fix_steps` and the export declares the configured length instead.
 """
 import numpy as np
 
@@ -19,13 +24,14 @@ TO_NCHW, TO_NHWC = (0, 3, 1, 2), (0, 2, 3, 1)
 class Value:
     """A tensor of the graph (see the module's docstring)."""
 
-    def __init__(self, name, shape, layout=NHWC):
-        self.name, self.shape, self.layout = name, tuple(shape), layout
+    def __init__(self, name, shape, layout=NHWC, steps=False):
+        self.name, self.shape, self.layout, self.steps = name, tuple(shape), layout, steps
 
-    def like(self, name, shape=None, layout=None):
-        """A new value named ``name`` with this one's shape and layout unless given."""
+    def like(self, name, shape=None, layout=None, steps=None):
+        """A new value named ``name`` with this one's shape, layout and steps unless given."""
         return Value(name, self.shape if shape is None else shape,
-                     self.layout if layout is None else layout)
+                     self.layout if layout is None else layout,
+                     self.steps if steps is None else steps)
 
     @property
     def is_image(self):
@@ -45,6 +51,10 @@ class GraphBuilder:
         self.onnx, self.opset = onnx, opset
         self.nodes, self.initializers = [], []
         self.names = set()
+        self.fixed_steps = False
+        #: the (N, T) float mask (1 at real tokens) of the Embedding with a pad_id, once made
+        self.key_mask = None
+        self._parameters = {}
 
     def unique(self, name):
         candidate, n = name, 0
@@ -57,9 +67,34 @@ class GraphBuilder:
     def constant(self, name, array, dtype=np.float32):
         """An initializer holding ``array`` (as ``dtype``); returns its name."""
         name = self.unique(name)
-        tensor = self.onnx.numpy_helper.from_array(np.ascontiguousarray(array, dtype=dtype), name)
+        tensor = self.onnx.numpy_helper.from_array(np.array(array, dtype=dtype, order="C"), name)
         self.initializers.append(tensor)
         return name
+
+    def parameter(self, param):
+        """The initializer of a neonlite :class:`~neonlite.layers.Parameter`, named after it
+        and written once however many layers use it (a tied table)."""
+        if id(param) not in self._parameters:
+            self._parameters[id(param)] = self.constant(param.name, param.value.get())
+        return self._parameters[id(param)]
+
+    def fix_steps(self, value):
+        """A layer writes ``value``'s sequence length into the graph: the export's time axis
+        is then the configured length, not dynamic."""
+        if value.steps:
+            self.fixed_steps = True
+
+    def int64(self, name, values):
+        """An int64 initializer (axes, shapes, indices)."""
+        return self.constant(name, np.asarray(values, dtype=np.int64), np.int64)
+
+    def reduce(self, value, op, name, axes, keepdims, **like):
+        """``op`` (ReduceSum, ReduceMean, ...) over ``axes``: the axes an input from opset 13
+        for ReduceSum and from opset 18 for the others, an attribute before."""
+        if op == "ReduceSum" or self.opset >= 18:
+            return self.op(value, op, name, [self.int64(f"{name}.axes", axes)],
+                           keepdims=keepdims, **like)
+        return self.op(value, op, name, axes=list(axes), keepdims=keepdims, **like)
 
     def scalar(self, name, value):
         return self.constant(name, np.array(value, dtype=np.float32))
@@ -73,10 +108,12 @@ class GraphBuilder:
                                                      **attributes))
         return out
 
-    def op(self, value, op, name, inputs=(), shape=None, layout=None, **attributes):
-        """``op`` on ``value`` then ``inputs``: a new :class:`Value` like ``value``."""
+    def op(self, value, op, name, inputs=(), shape=None, layout=None, steps=None,
+           **attributes):
+        """``op`` on ``value`` then ``inputs``: a new :class:`Value` like ``value`` (but for
+        the ``shape``, ``layout`` and ``steps`` given)."""
         out = self.node(op, [value.name, *inputs], name, **attributes)
-        return value.like(out, shape, layout)
+        return value.like(out, shape, layout, steps)
 
     def to_layout(self, value, layout):
         """``value`` in ``layout`` (a Transpose only when it is in the other one)."""

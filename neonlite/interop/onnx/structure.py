@@ -1,7 +1,5 @@
 """Containers (Sequential, the compound Affine / Conv / Deconv), residual merges (MergeSum,
 SkipNode, MergeBroadcast) and the reshapes (Flatten, Reshape)."""
-import numpy as np
-
 from ...layers import (Affine, CompoundLayer, Conv, Deconv, Flatten, MergeBroadcast, MergeSum,
                         Reshape, Sequential, SkipNode)
 from .graph import NHWC
@@ -51,8 +49,8 @@ def export_reshape(builder, layer, value):
     """(N, in_shape) -> (N, out_shape) in neonlite's order: the batch axis is copied from the
     input (a 0 in Reshape's shape), never written as a number."""
     x = builder.to_layout(value, NHWC)
+    builder.fix_steps(x)
     if len(layer.out_shape) == 1:
-        return builder.op(x, "Flatten", layer.name, shape=layer.out_shape, axis=1)
-    shape = builder.constant(f"{layer.name}.shape", np.array((0,) + layer.out_shape, np.int64),
-                             np.int64)
-    return builder.op(x, "Reshape", layer.name, [shape], shape=layer.out_shape)
+        return builder.op(x, "Flatten", layer.name, shape=layer.out_shape, axis=1, steps=False)
+    shape = builder.int64(f"{layer.name}.shape", (0,) + layer.out_shape)
+    return builder.op(x, "Reshape", layer.name, [shape], shape=layer.out_shape, steps=False)
