@@ -24,7 +24,7 @@ BATCHES = (3, 7)
 #: written; a layer class on neither side fails test_every_layer_class_exports_or_is_listed.
 NOT_YET_EXPORTED = {
     "SegmentEmbedding",  # a second input (the segment ids)
-    "MultiHeadAttention", "TransformerBlock", "BlockSparseAttention",  # attention graphs
+    "BlockSparseAttention",  # the attention graph over the layout's blocks
     "BlockSparseLinear", "BlockSparseAffine",  # dense weights with the zero blocks
     "Recurrent", "LSTM", "GRU", "BiRNN", "BiLSTM", "BiGRU", "DeepBiRNN",
     "DeepBiLSTM",  # ONNX RNN/LSTM/GRU with the gate order converted
@@ -111,14 +111,29 @@ SEQUENCE_CASES = {
         lambda T: [L.Embedding(VOCAB, D, pad_id=0), L.MeanPool(), L.L2Normalize()], "ids"),
     "L2Normalize per token": (lambda T: [L.L2Normalize()], "float"),
     "BatchNorm and LRN per token": (lambda T: [L.BatchNorm(), L.LRN(3)], "float"),
+    "MultiHeadAttention": (lambda T: [L.MultiHeadAttention(D, 2)], "float"),
+    "MultiHeadAttention causal, no bias": (
+        lambda T: [L.MultiHeadAttention(D, 3, causal=True, bias=False)], "float"),
+    "MultiHeadAttention, padding mask": (
+        lambda T: [L.Embedding(VOCAB, D, pad_id=0), L.MultiHeadAttention(D, 2)], "ids"),
+    "TransformerBlock pre-norm, causal + padding": (
+        lambda T: [L.Embedding(VOCAB, D, pad_id=0, name="tok"), L.PositionalEmbedding(8),
+                   L.TransformerBlock(D, 2, dropout=0.1), L.LayerNorm(), L.TiedLinear("tok")],
+        "ids"),
+    "TransformerBlock post-norm, tanh GELU, no bias": (
+        lambda T: [L.Embedding(VOCAB, D), L.TransformerBlock(D, 3, causal=False, norm="post",
+                                                               gelu="tanh", bias=False,
+                                                               eps=1e-12), L.RecurrentLast()],
+        "ids"),
     "tied head on vectors": (lambda T: [L.Embedding(VOCAB, D, name="tok"), L.RecurrentMean(),
                                         L.TiedLinear("tok")], "ids"),
 }
 
 
 def sequence_inputs(kind, T, seed=2):
-    """Batches of ``BATCHES`` sizes: token ids (some 0, the pad id; each sequence's first
-    token real) or (T, D) floats."""
+    """Batches of ``BATCHES`` sizes: token ids (some 0, the pad id; the first sequence starts
+    with a pad, so a causal query sees no key; the last is one real token and pads) or (T, D)
+    floats."""
     rng = np.random.default_rng(seed + T)
     if kind == "float":
         return [rng.normal(size=(n, T, D)).astype(np.float32) for n in BATCHES]
@@ -126,7 +141,8 @@ def sequence_inputs(kind, T, seed=2):
     for n in BATCHES:
         ids = rng.integers(0, VOCAB, (n, T))
         ids[:, 0] = rng.integers(1, VOCAB, n)
-        ids[-1, 1:] = 0  # a sequence of one real token and pads
+        ids[0, 0] = 0
+        ids[-1, 1:] = 0
         out.append(ids.astype(np.float32))
     return out
 
