@@ -3,7 +3,8 @@ steps on real images (MNIST digits for the MNIST examples, the Shapes images for
 exported to ONNX, give ONNX Runtime's CPU output within 1e-5 of neonlite's ``predict``
 (relative to the largest value, float32) on held-out images at two batch sizes.
 
-The sequence examples (char_transformer, char_lstm, blocksparse_transformer,
+The char_transformer example is exported once and compared at two sequence lengths.  The
+other sequence examples (char_lstm, blocksparse_transformer,
 finetune_sentence_classifier) use layers that do not export yet (see
 ``tests/api/test_onnx_export_layers.py``'s NOT_YET_EXPORTED)."""
 import importlib.util
@@ -17,7 +18,7 @@ from neonlite.data import ArrayIterator
 from neonlite.data.idx import read_idx
 from neonlite.data.shapes import make_shapes
 from support.harness import data_dir, make_backend
-from support.onnx_parity import export_and_compare
+from support.onnx_parity import export_and_compare, onnx_outputs, relative_difference
 from support.requires import need, requires
 
 pytestmark = requires("onnx", "onnxruntime")
@@ -68,3 +69,41 @@ def test_example_trained_a_few_steps_exports_and_matches(name, tmp_path):
     difference = export_and_compare(model, tmp_path / f"{name}.onnx",
                                     [X[held_out][:5], X[held_out]])
     assert difference <= TOLERANCE, f"{name}: max relative difference {difference:.3g}"
+
+
+@requires("shakespeare")
+def test_char_transformer_trained_a_few_steps_matches_at_two_lengths(tmp_path):
+    """examples/char_transformer.py's network (4 pre-norm causal blocks, d=128, an Affine +
+    Softmax head) on Tiny Shakespeare windows: exported once at T=32, compared at T=32 and T=20 (the
+    time axis is dynamic) and two batch sizes."""
+    text = (data_dir() / "text" / "tinyshakespeare.txt").read_text()[:20000]
+    vocab = sorted(set(text))
+    codes = np.array([vocab.index(c) for c in text], dtype=np.float32)
+    rng = np.random.default_rng(0)
+    make_backend("cpu", batch_size=BATCH)
+
+    def windows(n, T):
+        starts = rng.integers(0, len(codes) - T - 1, n)
+        return (np.stack([codes[s:s + T] for s in starts]),
+                np.eye(len(vocab), dtype=np.float32)[
+                    np.stack([codes[s + 1:s + T + 1] for s in starts]).astype(np.int64)])
+
+    spec = importlib.util.spec_from_file_location("example_ct", EXAMPLES / "char_transformer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    layers, cost, optimizer = module.network(len(vocab), seq_len=32)
+    model = Model(layers, name="char_transformer")
+    X, y = windows(STEPS * BATCH, 32)
+    model.fit(ArrayIterator(X, y), optimizer, num_epochs=1, cost=cost,
+              progress=False)
+    path = tmp_path / "char_transformer.onnx"
+    model.export_onnx(path)
+    worst = 0.0
+    for T in (32, 20):
+        again = Model(module.network(len(vocab), seq_len=32)[0], name="char_transformer")
+        again.initialize(ArrayIterator(windows(BATCH, T)[0], shuffle=False))
+        again.set_params(model.get_params())
+        for n in (5, 11):
+            x = windows(n, T)[0]
+            worst = max(worst, relative_difference(again.predict(x), onnx_outputs(path, x)))
+    assert worst <= TOLERANCE, f"char_transformer: max relative difference {worst:.3g}"
