@@ -26,8 +26,7 @@ NOT_YET_EXPORTED = {
     "SegmentEmbedding",  # a second input (the segment ids)
     "BlockSparseAttention",  # the attention graph over the layout's blocks
     "BlockSparseLinear", "BlockSparseAffine",  # dense weights with the zero blocks
-    "Recurrent", "LSTM", "GRU", "BiRNN", "BiLSTM", "BiGRU", "DeepBiRNN",
-    "DeepBiLSTM",  # ONNX RNN/LSTM/GRU with the gate order converted
+    "BiRNN", "BiLSTM", "BiGRU", "DeepBiRNN", "DeepBiLSTM",  # ONNX direction="bidirectional"
 }
 #: Bases and the cost, which are not layers of an exported network.
 NOT_LAYERS = {"Layer", "ParameterLayer", "GeneralizedCost"}
@@ -125,6 +124,20 @@ SEQUENCE_CASES = {
                                                                gelu="tanh", bias=False,
                                                                eps=1e-12), L.RecurrentLast()],
         "ids"),
+    "Recurrent": (lambda T: [L.Recurrent(4)], "float"),
+    "Recurrent ReLU reversed, final state": (
+        lambda T: [L.Recurrent(4, activation=Rectlin(), reverse=True, return_sequences=False)],
+        "float"),
+    "LSTM": (lambda T: [L.LSTM(5)], "float"),
+    "LSTM reversed, final state": (lambda T: [L.LSTM(5, reverse=True, return_sequences=False)],
+                                   "float"),
+    "LSTM on embeddings, RecurrentLast": (
+        lambda T: [L.Embedding(VOCAB, D), L.LSTM(5, gate_activation=Tanh(),
+                                                 activation=Logistic()), L.RecurrentLast()],
+        "ids"),
+    "GRU": (lambda T: [L.GRU(5)], "float"),
+    "GRU reversed, final state": (lambda T: [L.GRU(5, reverse=True, return_sequences=False)],
+                                  "float"),
     "tied head on vectors": (lambda T: [L.Embedding(VOCAB, D, name="tok"), L.RecurrentMean(),
                                         L.TiedLinear("tok")], "ids"),
 }

@@ -16,8 +16,8 @@ from pathlib import Path
 from ...atomic import atomic_write
 from ...layers import Embedding
 from ...version import __version__
-from . import (activation, attention, dense, image, norm, sequence,  # noqa: F401 (exporters)
-               structure)
+from . import (activation, attention, dense, image, norm, recurrent,  # noqa: F401
+               sequence, structure)  # (each registers its exporters)
 from .errors import OnnxExportError, require_onnx
 from .graph import NHWC, GraphBuilder, Value
 from .registry import MIN_OPSET, export_layer
