@@ -26,7 +26,6 @@ NOT_YET_EXPORTED = {
     "SegmentEmbedding",  # a second input (the segment ids)
     "BlockSparseAttention",  # the attention graph over the layout's blocks
     "BlockSparseLinear", "BlockSparseAffine",  # dense weights with the zero blocks
-    "BiRNN", "BiLSTM", "BiGRU", "DeepBiRNN", "DeepBiLSTM",  # ONNX direction="bidirectional"
 }
 #: Bases and the cost, which are not layers of an exported network.
 NOT_LAYERS = {"Layer", "ParameterLayer", "GeneralizedCost"}
@@ -138,6 +137,12 @@ SEQUENCE_CASES = {
     "GRU": (lambda T: [L.GRU(5)], "float"),
     "GRU reversed, final state": (lambda T: [L.GRU(5, reverse=True, return_sequences=False)],
                                   "float"),
+    "BiRNN summed": (lambda T: [L.BiRNN(4, merge="sum")], "float"),
+    "BiLSTM final states": (lambda T: [L.BiLSTM(3, return_sequences=False)], "float"),
+    "BiGRU": (lambda T: [L.BiGRU(3)], "float"),
+    "DeepBiRNN": (lambda T: [L.DeepBiRNN(3, depth=2)], "float"),
+    "DeepBiLSTM, final states": (lambda T: [L.DeepBiLSTM(3, depth=2, return_sequences=False)],
+                                 "float"),
     "tied head on vectors": (lambda T: [L.Embedding(VOCAB, D, name="tok"), L.RecurrentMean(),
                                         L.TiedLinear("tok")], "ids"),
 }

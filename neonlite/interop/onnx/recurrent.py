@@ -6,6 +6,7 @@ B (1, 2*G*H) (input then recurrent biases) with gate blocks (i, o, f, c) and (z,
 GRU is PyTorch's (``linear_before_reset=1``: r multiplies h U_n + b_hn).  The sequence is
 transposed to ONNX's time-major (T, N, D) and back; T stays dynamic.  ``reverse=True`` is
 ONNX's ``direction="reverse"`` (outputs in time order, the final state that of step 0).
+BiRNN / BiLSTM / BiGRU are their two cells, each one op, concatenated or summed.
 
 Each export runs from the layer's initial state of zeros: a ``stateful`` layer's carried
 state belongs to the run that trained it (each ONNX run is a fresh sequence); a layer given
@@ -13,12 +14,12 @@ another initial state (``set_initial_state``), or a padding ``mask``, is refused
 """
 import numpy as np
 
-from ...layers import GRU, LSTM, Recurrent
+from ...layers import GRU, LSTM, BiGRU, BiLSTM, BiRNN, Recurrent
 from ...transforms.activation import Identity, Logistic, Rectlin, Tanh
 from .dense import weights
 from .errors import OnnxExportError
 from .graph import NHWC
-from .registry import exports
+from .registry import export_layer, exports
 
 #: neonlite's gate blocks in ONNX's order
 LSTM_ORDER = (0, 3, 1, 2)  # (i, f, g, o) -> (i, o, f, c)
@@ -98,3 +99,18 @@ def export_gru(builder, layer, value):
     """ONNX GRU with ``linear_before_reset=1`` (PyTorch's GRU, as neonlite's)."""
     return _export_cell(builder, layer, value, "GRU", GRU_ORDER, ["Sigmoid", "Tanh"],
                         weights(layer, "b_h"), linear_before_reset=1)
+
+
+@exports(BiRNN, BiLSTM, BiGRU)
+def export_bidirectional(builder, layer, value):
+    """The forward and the reversed cell, each its own ONNX op, then Concat along the last axis
+    (forward first) or Sum, as the layer merges them."""
+    if layer.mask is not None:
+        raise OnnxExportError(f"layer '{layer.name}' ({type(layer).__name__}): a padding mask "
+                              f"does not export to ONNX yet")
+    forward = export_layer(builder, layer.fwd, value)
+    backward = export_layer(builder, layer.bwd, value)
+    if layer.merge == "sum":
+        return builder.op(forward, "Add", layer.name, [backward.name], shape=layer.out_shape)
+    return builder.op(forward, "Concat", layer.name, [backward.name], shape=layer.out_shape,
+                      axis=-1)
