@@ -3,9 +3,9 @@ steps on real images (MNIST digits for the MNIST examples, the Shapes images for
 exported to ONNX, give ONNX Runtime's CPU output within 1e-5 of neonlite's ``predict``
 (relative to the largest value, float32) on held-out images at two batch sizes.
 
-The char_transformer example is exported once and compared at two sequence lengths.  The
-other sequence examples (char_lstm, blocksparse_transformer,
-finetune_sentence_classifier) use layers that do not export yet (see
+The char_transformer and char_lstm examples are exported once and compared at two sequence
+lengths.  The other sequence examples (blocksparse_transformer, finetune_sentence_classifier)
+use layers that do not export yet (see
 ``tests/api/test_onnx_export_layers.py``'s NOT_YET_EXPORTED)."""
 import importlib.util
 from pathlib import Path
@@ -71,39 +71,55 @@ def test_example_trained_a_few_steps_exports_and_matches(name, tmp_path):
     assert difference <= TOLERANCE, f"{name}: max relative difference {difference:.3g}"
 
 
-@requires("shakespeare")
-def test_char_transformer_trained_a_few_steps_matches_at_two_lengths(tmp_path):
-    """examples/char_transformer.py's network (4 pre-norm causal blocks, d=128, an Affine +
-    Softmax head) on Tiny Shakespeare windows: exported once at T=32, compared at T=32 and T=20 (the
-    time axis is dynamic) and two batch sizes."""
+def shakespeare():
+    """(codes float32, vocabulary) of the first 20,000 characters of Tiny Shakespeare."""
     text = (data_dir() / "text" / "tinyshakespeare.txt").read_text()[:20000]
     vocab = sorted(set(text))
-    codes = np.array([vocab.index(c) for c in text], dtype=np.float32)
+    return np.array([vocab.index(c) for c in text], dtype=np.float32), vocab
+
+
+def windows(codes, vocab, n, T, rng):
+    """``n`` random windows: ids (n, T) and one-hot next characters (n, T, vocab)."""
+    starts = rng.integers(0, len(codes) - T - 1, n)
+    nxt = np.stack([codes[s + 1:s + T + 1] for s in starts]).astype(np.int64)
+    return np.stack([codes[s:s + T] for s in starts]), np.eye(len(vocab), dtype=np.float32)[nxt]
+
+
+def reset_states(model):
+    """Stateful recurrent layers start again from their initial state (as each ONNX run)."""
+    for leaf in model.layers.leaves():
+        if getattr(leaf, "stateful", False):
+            leaf.reset_state()
+
+
+@requires("shakespeare")
+@pytest.mark.parametrize("name", ["char_transformer", "char_lstm"])
+def test_text_example_trained_a_few_steps_matches_at_two_lengths(name, tmp_path):
+    """examples/char_transformer.py's network (4 pre-norm causal blocks, d=128) and
+    char_lstm.py's (2 stateful LSTMs of 512, compared from the zero state) on Tiny
+    Shakespeare windows: exported once at T=32, compared at T=32 and T=20 (the time axis is
+    dynamic) and two batch sizes (at most the backend's: a stateful model carries its state
+    from one batch to the next)."""
+    codes, vocab = shakespeare()
     rng = np.random.default_rng(0)
     make_backend("cpu", batch_size=BATCH)
-
-    def windows(n, T):
-        starts = rng.integers(0, len(codes) - T - 1, n)
-        return (np.stack([codes[s:s + T] for s in starts]),
-                np.eye(len(vocab), dtype=np.float32)[
-                    np.stack([codes[s + 1:s + T + 1] for s in starts]).astype(np.int64)])
-
-    spec = importlib.util.spec_from_file_location("example_ct", EXAMPLES / "char_transformer.py")
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    layers, cost, optimizer = module.network(len(vocab), seq_len=32)
-    model = Model(layers, name="char_transformer")
-    X, y = windows(STEPS * BATCH, 32)
-    model.fit(ArrayIterator(X, y), optimizer, num_epochs=1, cost=cost,
-              progress=False)
-    path = tmp_path / "char_transformer.onnx"
+    sized = {"seq_len": 32} if name == "char_transformer" else {}
+    layers, cost, optimizer = module.network(len(vocab), **sized)
+    model = Model(layers, name=name)
+    X, y = windows(codes, vocab, STEPS * BATCH, 32, rng)
+    model.fit(ArrayIterator(X, y), optimizer, num_epochs=1, cost=cost, progress=False)
+    path = tmp_path / f"{name}.onnx"
     model.export_onnx(path)
     worst = 0.0
     for T in (32, 20):
-        again = Model(module.network(len(vocab), seq_len=32)[0], name="char_transformer")
-        again.initialize(ArrayIterator(windows(BATCH, T)[0], shuffle=False))
+        again = Model(module.network(len(vocab), **sized)[0], name=name)
+        again.initialize(ArrayIterator(windows(codes, vocab, BATCH, T, rng)[0], shuffle=False))
         again.set_params(model.get_params())
-        for n in (5, 11):
-            x = windows(n, T)[0]
+        for n in (5, BATCH):
+            x = windows(codes, vocab, n, T, rng)[0]
+            reset_states(again)
             worst = max(worst, relative_difference(again.predict(x), onnx_outputs(path, x)))
-    assert worst <= TOLERANCE, f"char_transformer: max relative difference {worst:.3g}"
+    assert worst <= TOLERANCE, f"{name}: max relative difference {worst:.3g}"
