@@ -25,7 +25,6 @@ BATCHES = (3, 7)
 NOT_YET_EXPORTED = {
     "SegmentEmbedding",  # a second input (the segment ids)
     "BlockSparseAttention",  # the attention graph over the layout's blocks
-    "BlockSparseLinear", "BlockSparseAffine",  # dense weights with the zero blocks
 }
 #: Bases and the cost, which are not layers of an exported network.
 NOT_LAYERS = {"Layer", "ParameterLayer", "GeneralizedCost"}
@@ -90,9 +89,10 @@ CASES = {
 }
 
 
-VOCAB, D = 11, 6
+VOCAB, D, WIDE = 11, 6, 16
 LENGTHS = (5, 3)
-#: sequence cases: T -> (layers, per-example input shape); "ids": token ids, else (T, D)
+#: sequence cases: T -> (layers, input kind): "ids" token ids (T,), "float" (T, D), "wide"
+#: (T, WIDE) (block-sparse layers take multiples of their block size)
 SEQUENCE_CASES = {
     "Embedding": (lambda T: [L.Embedding(VOCAB, D)], "ids"),
     "Embedding, learned positions, tied head": (
@@ -143,6 +143,12 @@ SEQUENCE_CASES = {
     "DeepBiRNN": (lambda T: [L.DeepBiRNN(3, depth=2)], "float"),
     "DeepBiLSTM, final states": (lambda T: [L.DeepBiLSTM(3, depth=2, return_sequences=False)],
                                  "float"),
+    "BlockSparseLinear per token": (
+        lambda T: [L.BlockSparseLinear(16, {"random": {"density": 0.5, "seed": 0}},
+                                       block_size=8)], "wide"),
+    "BlockSparseAffine on vectors": (
+        lambda T: [L.RecurrentMean(), L.BlockSparseAffine(
+            16, [[1, 0], [1, 1]], block_size=8, activation=Tanh())], "wide"),
     "tied head on vectors": (lambda T: [L.Embedding(VOCAB, D, name="tok"), L.RecurrentMean(),
                                         L.TiedLinear("tok")], "ids"),
 }
@@ -153,8 +159,9 @@ def sequence_inputs(kind, T, seed=2):
     with a pad, so a causal query sees no key; the last is one real token and pads) or (T, D)
     floats."""
     rng = np.random.default_rng(seed + T)
-    if kind == "float":
-        return [rng.normal(size=(n, T, D)).astype(np.float32) for n in BATCHES]
+    if kind in ("float", "wide"):
+        width = D if kind == "float" else WIDE
+        return [rng.normal(size=(n, T, width)).astype(np.float32) for n in BATCHES]
     out = []
     for n in BATCHES:
         ids = rng.integers(0, VOCAB, (n, T))
@@ -170,7 +177,8 @@ def test_sequence_layer_matches_onnx_runtime_at_two_lengths(case, tmp_path):
     make_layers, kind = SEQUENCE_CASES[case]
 
     def model(T):
-        return initialized(make_layers(T), (T,) if kind == "ids" else (T, D))
+        return initialized(make_layers(T), (T,) if kind == "ids" else
+                           (T, D if kind == "float" else WIDE))
     path = tmp_path / "sequence.onnx"
     difference = export_and_compare_lengths(model, lambda T: sequence_inputs(kind, T), path,
                                             LENGTHS)

@@ -1,12 +1,14 @@
 """Containers (Sequential, the compound Affine / Conv / Deconv), residual merges (MergeSum,
 SkipNode, MergeBroadcast) and the reshapes (Flatten, Reshape)."""
-from ...layers import (Affine, CompoundLayer, Conv, Deconv, DeepBiLSTM, DeepBiRNN, Flatten,
-                        MergeBroadcast, MergeSum, Reshape, Sequential, SkipNode)
+from ...layers import (Affine, BlockSparseAffine, CompoundLayer, Conv, Deconv, DeepBiLSTM,
+                        DeepBiRNN, Flatten, MergeBroadcast, MergeSum, Reshape, Sequential,
+                        SkipNode)
 from .graph import NHWC
 from .registry import export_layer, exports
 
 
-@exports(Sequential, CompoundLayer, Affine, Conv, Deconv, DeepBiRNN, DeepBiLSTM, opset=1)
+@exports(Sequential, CompoundLayer, Affine, Conv, Deconv, BlockSparseAffine, DeepBiRNN,
+         DeepBiLSTM, opset=1)
 def export_sequential(builder, layer, value):
     """Each layer on the one before's output."""
     for child in layer.layers:
