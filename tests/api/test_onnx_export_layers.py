@@ -24,7 +24,6 @@ BATCHES = (3, 7)
 #: written; a layer class on neither side fails test_every_layer_class_exports_or_is_listed.
 NOT_YET_EXPORTED = {
     "SegmentEmbedding",  # a second input (the segment ids)
-    "BlockSparseAttention",  # the attention graph over the layout's blocks
 }
 #: Bases and the cost, which are not layers of an exported network.
 NOT_LAYERS = {"Layer", "ParameterLayer", "GeneralizedCost"}
@@ -149,6 +148,12 @@ SEQUENCE_CASES = {
     "BlockSparseAffine on vectors": (
         lambda T: [L.RecurrentMean(), L.BlockSparseAffine(
             16, [[1, 0], [1, 1]], block_size=8, activation=Tanh())], "wide"),
+    "BlockSparseAttention (fixed length)": (
+        lambda T: [L.BlockSparseAttention(2, [[[1, 0], [1, 1]], [[0, 0], [1, 1]]],
+                                          block_size=8, causal=False)], "wide16"),
+    "TransformerBlock with BlockSparseAttention, causal": (
+        lambda T: [L.TransformerBlock(WIDE, 2, attention=L.BlockSparseAttention(
+            2, {"local": {"window": 1}}, block_size=8))], "wide16"),
     "tied head on vectors": (lambda T: [L.Embedding(VOCAB, D, name="tok"), L.RecurrentMean(),
                                         L.TiedLinear("tok")], "ids"),
 }
@@ -159,7 +164,7 @@ def sequence_inputs(kind, T, seed=2):
     with a pad, so a causal query sees no key; the last is one real token and pads) or (T, D)
     floats."""
     rng = np.random.default_rng(seed + T)
-    if kind in ("float", "wide"):
+    if kind != "ids":
         width = D if kind == "float" else WIDE
         return [rng.normal(size=(n, T, width)).astype(np.float32) for n in BATCHES]
     out = []
@@ -174,18 +179,22 @@ def sequence_inputs(kind, T, seed=2):
 
 @pytest.mark.parametrize("case", sorted(SEQUENCE_CASES))
 def test_sequence_layer_matches_onnx_runtime_at_two_lengths(case, tmp_path):
+    """Two lengths on one exported file, whose time axis is ``steps``; a "wide16" case
+    (a block-sparse attention layout made for T=16) at its one length, the axis fixed."""
     make_layers, kind = SEQUENCE_CASES[case]
+    width = {"float": D, "wide": WIDE, "wide16": WIDE}.get(kind)
+    lengths = (16,) if kind == "wide16" else LENGTHS
 
     def model(T):
-        return initialized(make_layers(T), (T,) if kind == "ids" else
-                           (T, D if kind == "float" else WIDE))
+        return initialized(make_layers(T), (T,) if kind == "ids" else (T, width))
     path = tmp_path / "sequence.onnx"
     difference = export_and_compare_lengths(model, lambda T: sequence_inputs(kind, T), path,
-                                            LENGTHS)
+                                            lengths)
     assert difference <= TOLERANCE, f"{case}: max relative difference {difference:.3g}"
     import onnx
     (feed,) = onnx.load(str(path)).graph.input
-    assert [d.dim_param for d in feed.type.tensor_type.shape.dim[:2]] == ["batch", "steps"]
+    time = feed.type.tensor_type.shape.dim[1]
+    assert (time.dim_value, time.dim_param) == ((16, "") if kind == "wide16" else (0, "steps"))
 
 
 def initialized(layers, in_shape, seed=0):

@@ -6,11 +6,12 @@ Q = x Wq + bq etc.  Keys are hidden by the causal mask (key j > query i) and by 
 mask of the Embedding with a ``pad_id`` (key j a pad).  A query whose every key is hidden gets
 zeros, as neonlite's (the probabilities are multiplied by the visible-key mask after the
 Softmax).  Heads are split with Reshape (0, 0, H, dh) (batch and time copied from the input),
-so both stay dynamic.
+so both stay dynamic.  BlockSparseAttention is the same graph with the keys outside its
+layout's blocks hidden as well (a dense mask: ONNX has no block-sparse attention).
 """
 import numpy as np
 
-from ...layers import MultiHeadAttention, TransformerBlock
+from ...layers import BlockSparseAttention, MultiHeadAttention, TransformerBlock
 from .errors import OnnxExportError
 from .graph import NHWC
 from .registry import export_layer, exports
@@ -63,8 +64,9 @@ def hidden_keys(builder, layer, x):
 
 
 @exports(MultiHeadAttention)
-def export_attention(builder, layer, value):
-    """Self-attention (a cross-attention layer takes a second input: refused)."""
+def export_attention(builder, layer, value, blocks_hidden=None):
+    """Self-attention (a cross-attention layer takes a second input: refused).
+    ``blocks_hidden``: a further bool initializer of hidden keys (a block-sparse layout)."""
     if layer.cross:
         raise OnnxExportError(f"layer '{layer.name}' (MultiHeadAttention): cross-attention takes "
                               f"a second input (the context) and does not export to ONNX yet")
@@ -79,6 +81,9 @@ def export_attention(builder, layer, value):
                         f"{layer.name}.scores", [builder.scalar(f"{layer.name}.scale",
                                                                 layer.scale)])
     hidden = hidden_keys(builder, layer, x)
+    if blocks_hidden is not None:
+        hidden = blocks_hidden if hidden is None else builder.node(
+            "Or", [hidden, blocks_hidden], f"{layer.name}.hidden_outside_blocks")
     if hidden is not None:
         lowest = builder.scalar(f"{layer.name}.lowest", LOWEST)
         scores = scores.like(builder.node("Where", [hidden, lowest, scores.name],
@@ -94,6 +99,17 @@ def export_attention(builder, layer, value):
                         [builder.int64(f"{layer.name}.merged_shape", [0, 0, layer.dv])])
     out = _projection(builder, layer, merged, "o")
     return out.like(out.name, shape=layer.out_shape)
+
+
+@exports(BlockSparseAttention)
+def export_blocksparse_attention(builder, layer, value):
+    """The attention graph with the keys outside the layout's blocks hidden too: a bool
+    initializer (1, H, T, T) from the layout (H, T/bs, T/bs); a query row without blocks
+    gets zeros.  The layout is made for the configured T, so the time axis is fixed."""
+    builder.fix_steps(value)
+    outside = np.kron(layer.plan.layout, np.ones((layer.bs, layer.bs))) == 0
+    hidden = builder.constant(f"{layer.name}.outside_blocks", outside[None], np.bool_)
+    return export_attention(builder, layer, value, blocks_hidden=hidden)
 
 
 @exports(TransformerBlock)
