@@ -1,6 +1,7 @@
 """Hostile and bad input to ONNX export: ``neonlite export --format onnx`` with an output path
 that is a folder, a symlink, a FIFO, under a regular file, or in a folder that cannot be
-written; a layer with no exporter; an opset too old or unknown.  Each case runs in its own
+written; a layer ONNX cannot express (an even-depth LRN); an opset too old or unknown.  A
+layer class with no exporter (a user's own) is refused through the Python API.  Each case runs in its own
 process under a time and memory bound (``support.isolated``) and must end in one
 ``neonlite: error:`` line with no file (and no temporary) left behind; the table of cases is
 written to the test's temporary folder."""
@@ -22,16 +23,17 @@ pytestmark = requires("onnx")
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    """A small CNN checkpoint (exports) and a character model's (an Embedding: does not yet)."""
+    """A small CNN checkpoint (exports) and one with an even-depth LRN (refused: ONNX's LRN
+    centres an even window elsewhere)."""
     folder = tmp_path_factory.mktemp("checkpoints")
     make_backend("cpu", batch_size=2)
     cnn = Model([L.Conv((3, 3, 2), activation=Rectlin()), L.Flatten(),
                  L.Affine(3, activation=Softmax())])
     cnn.initialize(ArrayIterator(np.zeros((2, 5, 5, 1), np.float32), shuffle=False))
     cnn.save(folder / "cnn.h5")
-    chars = Model([L.Embedding(10, 4, name="tokens"), L.Linear(10)])
-    chars.initialize(ArrayIterator(np.zeros((2, 6), np.float32), shuffle=False))
-    chars.save(folder / "chars.h5")
+    lrn = Model([L.Conv((3, 3, 4)), L.LRN(depth=4, name="norm")])
+    lrn.initialize(ArrayIterator(np.zeros((2, 5, 5, 1), np.float32), shuffle=False))
+    lrn.save(folder / "lrn.h5")
     return folder
 
 
@@ -42,7 +44,7 @@ def export(checkpoint, output, *more):
 
 def test_bad_exports_fail_in_one_line_and_leave_nothing(checkpoints, tmp_path):
     table = AttackTable(tmp_path / "attacks.tsv")
-    cnn, chars = checkpoints / "cnn.h5", checkpoints / "chars.h5"
+    cnn, lrn = checkpoints / "cnn.h5", checkpoints / "lrn.h5"
     out = tmp_path / "out"
     out.mkdir()
     (out / "folder.onnx").mkdir()
@@ -60,8 +62,8 @@ def test_bad_exports_fail_in_one_line_and_leave_nothing(checkpoints, tmp_path):
         "output in a folder nothing can be written to": (export(cnn, "/proc/m.onnx"),
                                                          "cannot write the ONNX file there"),
         "output is a device": (export(cnn, "/dev/null"), "is a device"),
-        "layer without an exporter": (export(chars, out / "chars.onnx"),
-                                      "layer 'tokens' (Embedding) cannot be exported"),
+        "layer that cannot be expressed": (export(lrn, out / "lrn.onnx"),
+                                           "layer 'norm' (LRN): depth 4 is even"),
         "opset too old": (export(cnn, out / "old.onnx", "--opset", "12"),
                           "needs ONNX opset 13 or newer"),
         "opset unknown": (export(cnn, out / "new.onnx", "--opset", "1000"),
@@ -88,3 +90,17 @@ def test_a_good_export_replaces_a_regular_file(checkpoints, tmp_path):
     import onnx
     onnx.checker.check_model(onnx.load(str(target)), full_check=True)
     assert sorted(os.listdir(tmp_path)) == ["m.onnx"]
+
+
+def test_a_layer_class_without_exporter_is_refused_by_name(tmp_path):
+    """A user's own layer class (no exporter is registered for it, nor inherited)."""
+    from neonlite.interop.onnx import OnnxExportError
+
+    class Doubler(L.Activation):
+        pass
+    make_backend("cpu", batch_size=2)
+    model = Model([L.Linear(3), Doubler(Rectlin(), name="mine")])
+    model.initialize(ArrayIterator(np.zeros((2, 4), np.float32), shuffle=False))
+    with pytest.raises(OnnxExportError, match=r"layer 'mine' \(Doubler\) cannot be exported"):
+        model.export_onnx(tmp_path / "m.onnx")
+    assert os.listdir(tmp_path) == []

@@ -12,7 +12,8 @@ from neonlite import Model
 from neonlite.data import ArrayIterator
 from neonlite.transforms.activation import Gelu, Identity, Logistic, Rectlin, Softmax, Tanh
 from support.harness import make_backend
-from support.onnx_parity import export_and_compare, export_and_compare_lengths, randomize
+from support.onnx_parity import (export_and_compare, export_and_compare_lengths, onnx_outputs,
+                                 randomize, relative_difference)
 from support.requires import requires
 
 pytestmark = requires("onnx", "onnxruntime")
@@ -22,9 +23,9 @@ BATCHES = (3, 7)
 
 #: Layer classes without an exporter yet (issue 35).  Shrink this list as exporters are
 #: written; a layer class on neither side fails test_every_layer_class_exports_or_is_listed.
-NOT_YET_EXPORTED = {
-    "SegmentEmbedding",  # a second input (the segment ids)
-}
+NOT_YET_EXPORTED = set()
+#: Exported classes with a parity test of their own (not in CASES / SEQUENCE_CASES).
+OWN_TESTS = {"SegmentEmbedding"}  # test_segment_embedding_takes_its_ids_as_a_second_input
 #: Bases and the cost, which are not layers of an exported network.
 NOT_LAYERS = {"Layer", "ParameterLayer", "GeneralizedCost"}
 
@@ -249,7 +250,7 @@ def test_every_exported_class_has_a_parity_case():
             stack.extend(getattr(layer, "layers", []))
             stack.extend(getattr(layer, "branches", []))
     unused = sorted(c.__name__ for c in EXPORTERS
-                    if c.__name__ not in used | {"Sequential", "CompoundLayer"})
+                    if c.__name__ not in used | {"Sequential", "CompoundLayer"} | OWN_TESTS)
     assert not unused, f"exporters no parity case runs: {unused}"
 
 
@@ -279,3 +280,26 @@ def test_opset_older_than_a_layer_needs_names_the_layer(tmp_path):
         model.export_onnx(tmp_path / "m.onnx", opset=16)
     assert not (tmp_path / "m.onnx").exists()
     model.export_onnx(tmp_path / "m.onnx", opset=18)
+
+
+def test_segment_embedding_takes_its_ids_as_a_second_input(tmp_path):
+    """BERT's token + segment + position embeddings: the segment ids are the graph's second
+    input; zeros are neonlite's default (no ids set: segment 0), and ids set on the layer
+    (one batch of the backend's size) give the same output as ONNX Runtime fed them."""
+    path, worst, exported = tmp_path / "segments.onnx", 0.0, None
+    for T in LENGTHS:
+        model = initialized([L.Embedding(VOCAB, D), L.SegmentEmbedding(2, name="seg"),
+                             L.PositionalEmbedding(8)], (T,))
+        if exported is None:
+            model.export_onnx(path)
+            exported = model
+        model.set_params(exported.get_params())
+        for x in sequence_inputs("ids", T):
+            zeros = {"seg.segment_ids": np.zeros(x.shape, np.float32)}
+            worst = max(worst, relative_difference(model.predict(x), onnx_outputs(path, x, zeros)))
+        x = sequence_inputs("ids", T)[0][:1].repeat(4, axis=0)
+        segments = (np.arange(T)[None, :] >= np.array([[1], [2], [T], [0]])).astype(np.float32)
+        model.layers.layers[1].segment_ids = model.be.array(segments)
+        worst = max(worst, relative_difference(
+            model.predict(x), onnx_outputs(path, x, {"seg.segment_ids": segments})))
+    assert worst <= TOLERANCE, f"max relative difference {worst:.3g}"

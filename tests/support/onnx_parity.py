@@ -21,15 +21,16 @@ def randomize(model, seed=0):
     model.set_params(params)
 
 
-def onnx_outputs(path, x):
-    """ONNX Runtime's CPU output of the model file ``path`` on the batch ``x``."""
+def onnx_outputs(path, x, extra=None):
+    """ONNX Runtime's CPU output of the model file ``path`` on the batch ``x`` (and the
+    graph's further inputs, a name -> array dict ``extra``)."""
     import onnxruntime
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
     session = onnxruntime.InferenceSession(str(path), options,
                                            providers=["CPUExecutionProvider"])
-    (feed,) = session.get_inputs()
-    return session.run(None, {feed.name: x.astype(np.float32)})[0]
+    feed = session.get_inputs()[0]
+    return session.run(None, {feed.name: x.astype(np.float32), **(extra or {})})[0]
 
 
 def relative_difference(ours, theirs):

@@ -2,7 +2,8 @@
 checker and shape inference before a byte is written, and written atomically.
 
 The graph takes neonlite's own batches (images NHWC, sequences (N, T, D)) under the input
-``<model name>.input`` with a dynamic batch axis ``batch``, and gives ``<model name>.output``
+``<model name>.input`` with a dynamic batch axis ``batch`` (and, for a SegmentEmbedding, its
+segment ids (N, T) as the input ``<layer>.segment_ids``), and gives ``<model name>.output``
 in neonlite's layout; initializers and intermediate tensors are named after the layers.
 The model's metadata records neonlite's version and the model's description (JSON).
 """
@@ -96,7 +97,8 @@ def build_onnx_model(model, opset=DEFAULT_OPSET):
     float32 = onnx.TensorProto.FLOAT
     graph = onnx.helper.make_graph(
         builder.nodes, model.name,
-        [onnx.helper.make_tensor_value_info(source.name, float32, dims(builder, source))],
+        [onnx.helper.make_tensor_value_info(v.name, float32, dims(builder, v))
+         for v in [source] + builder.extra_inputs],
         [onnx.helper.make_tensor_value_info(output, float32, dims(builder, result))],
         initializer=builder.initializers)
     opsets = [onnx.helper.make_opsetid("", opset)]

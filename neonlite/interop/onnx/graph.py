@@ -52,6 +52,8 @@ class GraphBuilder:
         self.nodes, self.initializers = [], []
         self.names = set()
         self.fixed_steps = False
+        #: graph inputs after the model's own: (name, value) (a SegmentEmbedding's ids)
+        self.extra_inputs = []
         #: the (N, T) float mask (1 at real tokens) of the Embedding with a pad_id, once made
         self.key_mask = None
         self._parameters = {}

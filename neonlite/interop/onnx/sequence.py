@@ -1,11 +1,11 @@
-"""Sequence layers: Embedding (Gather, and the padding mask), PositionalEmbedding (Add of the
-table's first T rows, T read from the input), TiedLinear (MatMul by the shared table's
-transpose), the reductions RecurrentLast / RecurrentSum / RecurrentMean and MeanPool over the
+"""Sequence layers: Embedding (Gather, and the padding mask), SegmentEmbedding (Gather of a
+second graph input), PositionalEmbedding (Add of the table's first T rows, T read from the
+input), TiedLinear (MatMul by the shared table's transpose), the reductions RecurrentLast / RecurrentSum / RecurrentMean and MeanPool over the
 time axis, and L2Normalize.  None writes the sequence length into the graph."""
 from ...layers import (Embedding, L2Normalize, MeanPool, PositionalEmbedding, RecurrentLast,
-                       RecurrentMean, RecurrentSum, TiedLinear)
+                       RecurrentMean, RecurrentSum, SegmentEmbedding, TiedLinear)
 from .errors import OnnxExportError
-from .graph import NHWC
+from .graph import NHWC, Value
 from .registry import exports
 
 FLOAT, INT64 = 1, 7  # onnx.TensorProto.FLOAT, INT64
@@ -41,6 +41,19 @@ def export_positional(builder, layer, value):
                                                                            [0])
     rows = builder.node("Slice", [table, zero, steps_of(builder, value, layer.name), axis],
                         f"{layer.name}.rows")
+    return builder.op(value, "Add", layer.name, [rows])
+
+
+@exports(SegmentEmbedding)
+def export_segment_embedding(builder, layer, value):
+    """y = x + W[s] with the segment ids s (N, T) a second graph input
+    ``<layer>.segment_ids`` (floats, as neonlite's ids; all zeros: neonlite's default of
+    every token in segment 0)."""
+    ids = Value(builder.unique(f"{layer.name}.segment_ids"), value.shape[:1], steps=value.steps)
+    builder.extra_inputs.append(ids)
+    index = builder.op(ids, "Cast", f"{layer.name}.segment_index", to=INT64)
+    rows = builder.node("Gather", [builder.parameter(layer.W), index.name],
+                        f"{layer.name}.rows", axis=0)
     return builder.op(value, "Add", layer.name, [rows])
 
 
