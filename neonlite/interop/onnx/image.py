@@ -20,19 +20,27 @@ def _geometry(layer, strides_default=None):
     return list(stride), [pad[0], pad[1], pad[0], pad[1]]
 
 
-@exports(Convolution)
-def export_convolution(builder, layer, value):
-    """Conv (+ the fused bias and ReLU) on the image in NCHW."""
+def _filtered(builder, layer, value, op, **attributes):
+    """``op`` (Conv or ConvTranspose) of ``layer`` on the image in NCHW, with the filters
+    transposed ((R, S, C, K) or (R, S, K, C) -> (3, 2, 0, 1)) and the bias when there is one;
+    the output is named after the layer unless an activation follows."""
     x = builder.to_layout(value, NCHW)
     R, S, K = layer.fshape
     strides, pads = _geometry(layer)
     inputs = [builder.constant(f"{layer.name}.W", weights(layer, "W").transpose(3, 2, 0, 1))]
     if layer.b is not None:
         inputs.append(builder.constant(f"{layer.name}.b", weights(layer, "b")))
-    name = f"{layer.name}.conv" if layer.activation is not None else layer.name
-    out = builder.op(x, "Conv", name, inputs, shape=layer.out_shape, kernel_shape=[R, S],
-                     strides=strides, pads=pads,
-                     dilations=list(_pair(layer.dilation, "dilation", layer.name)))
+    name = f"{layer.name}.{op.lower()}" if layer.activation is not None else layer.name
+    return builder.op(x, op, name, inputs, shape=layer.out_shape, kernel_shape=[R, S],
+                      strides=strides, pads=pads,
+                      dilations=list(_pair(layer.dilation, "dilation", layer.name)),
+                      **attributes)
+
+
+@exports(Convolution)
+def export_convolution(builder, layer, value):
+    """Conv (+ the fused bias and ReLU) on the image in NCHW."""
+    out = _filtered(builder, layer, value, "Conv")
     if layer.activation is not None:
         out = builder.op(out, "Relu", layer.name)
     return out
@@ -41,18 +49,8 @@ def export_convolution(builder, layer, value):
 @exports(Deconvolution)
 def export_deconvolution(builder, layer, value):
     """ConvTranspose (+ the fused bias and activation) on the image in NCHW."""
-    x = builder.to_layout(value, NCHW)
-    R, S, K = layer.fshape
-    strides, pads = _geometry(layer)
-    inputs = [builder.constant(f"{layer.name}.W", weights(layer, "W").transpose(3, 2, 0, 1))]
-    if layer.b is not None:
-        inputs.append(builder.constant(f"{layer.name}.b", weights(layer, "b")))
-    name = f"{layer.name}.deconv" if layer.activation is not None else layer.name
-    out = builder.op(x, "ConvTranspose", name, inputs, shape=layer.out_shape,
-                     kernel_shape=[R, S], strides=strides, pads=pads,
-                     output_padding=list(_pair(layer.output_padding, "output_padding",
-                                               layer.name, minimum=0)),
-                     dilations=list(_pair(layer.dilation, "dilation", layer.name)))
+    out = _filtered(builder, layer, value, "ConvTranspose", output_padding=list(
+        _pair(layer.output_padding, "output_padding", layer.name, minimum=0)))
     if layer.activation is not None:
         out = apply_transform(builder, layer.activation, out, layer.name, layer)
     return out
