@@ -305,3 +305,14 @@ def test_segment_embedding_takes_its_ids_as_a_second_input(tmp_path):
         worst = max(worst, relative_difference(
             model.predict(x), onnx_outputs(path, x, {"seg.segment_ids": segments})))
     assert worst <= TOLERANCE, f"max relative difference {worst:.3g}"
+
+
+def test_branches_share_one_transpose_of_their_input(tmp_path):
+    """A merge whose branches all start with an NCHW op transposes the NHWC input once."""
+    import onnx
+    model = initialized([L.MergeBroadcast([[L.Conv((1, 1, 2))], [L.Pooling(3, strides=1,
+                                                                              padding=1)],
+                                           [L.Conv((3, 3, 2), padding=1)]])], IMAGE)
+    model.export_onnx(tmp_path / "m.onnx")
+    nodes = onnx.load(str(tmp_path / "m.onnx")).graph.node
+    assert sum(n.op_type == "Transpose" for n in nodes) == 2, "one in, one out"

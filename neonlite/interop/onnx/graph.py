@@ -57,6 +57,7 @@ class GraphBuilder:
         #: the (N, T) float mask (1 at real tokens) of the Embedding with a pad_id, once made
         self.key_mask = None
         self._parameters = {}
+        self._transposed = {}
 
     def unique(self, name):
         candidate, n = name, 0
@@ -118,12 +119,16 @@ class GraphBuilder:
         return value.like(out, shape, layout, steps)
 
     def to_layout(self, value, layout):
-        """``value`` in ``layout`` (a Transpose only when it is in the other one)."""
+        """``value`` in ``layout``: a Transpose only when it is in the other one, and one per
+        tensor however many layers (branches of a merge) ask for it."""
         if value.layout == layout or not value.is_image:
             return value
-        perm = TO_NCHW if layout == NCHW else TO_NHWC
-        return self.op(value, "Transpose", f"{value.name}.{layout}", layout=layout,
-                       perm=list(perm))
+        key = (value.name, layout)
+        if key not in self._transposed:
+            perm = TO_NCHW if layout == NCHW else TO_NHWC
+            self._transposed[key] = self.op(value, "Transpose", f"{value.name}.{layout}",
+                                            layout=layout, perm=list(perm))
+        return self._transposed[key]
 
     def channels_shaped(self, value, name, vector):
         """Initializer of a per-channel ``vector`` (C,) shaped to broadcast over ``value``'s
