@@ -50,7 +50,8 @@ def rows(smoke):
             return char_transformer(T)
         return make
     if smoke:
-        return [("lenet_predict", 4, lenet(4)), ("char_transformer_predict", 2, transformer(2, 16))]
+        return [("lenet_predict", 4, lenet(4)),
+                ("char_transformer_predict", 2, transformer(2, 16))]
     return [("lenet_predict", 128, lenet(128)),
             ("char_transformer_predict", 32, transformer(32, 128))]
 

@@ -1,8 +1,8 @@
 """Hostile and bad input to ONNX export: ``neonlite export --format onnx`` with an output path
 that is a folder, a symlink, a FIFO, under a regular file, or in a folder that cannot be
-written; a layer ONNX cannot express (an even-depth LRN); an opset too old or unknown.  A
-layer class with no exporter (a user's own) is refused through the Python API.  Each case runs in its own
-process under a time and memory bound (``support.isolated``) and must end in one
+written; a layer ONNX cannot express (an even-depth LRN); an opset too old or unknown. A layer
+class with no exporter (a user's own) is refused through the Python API. Each case runs in its
+own process under a time and memory bound (``support.isolated``) and must end in one
 ``neonlite: error:`` line with no file (and no temporary) left behind; the table of cases is
 written to the test's temporary folder."""
 import os

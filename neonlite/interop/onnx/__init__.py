@@ -4,10 +4,10 @@ One module per layer family registers the exporters of its layer classes (``regi
 ``dense.py`` (Linear, Bias, BlockSparseLinear), ``activation.py`` (Activation, Dropout),
 ``image.py`` (Convolution, Deconvolution, Pooling), ``norm.py`` (BatchNorm, LayerNorm, LRN),
 ``structure.py`` (containers, merges, reshapes), ``sequence.py`` (embeddings, reductions),
-``attention.py`` (MultiHeadAttention, BlockSparseAttention, TransformerBlock),
-``recurrent.py`` (Recurrent, LSTM, GRU, the bidirectional layers); ``graph.py`` builds the graph and tracks each
-tensor's layout; ``export.py`` checks and writes the file.  The ``onnx`` package is the
-optional extra ``neonlite[onnx]``, imported only when an export runs.
+``attention.py`` (MultiHeadAttention, BlockSparseAttention, TransformerBlock), ``recurrent.py``
+(Recurrent, LSTM, GRU, the bidirectional layers); ``graph.py`` builds the graph and tracks each
+tensor's layout; ``export.py`` checks and writes the file. The ``onnx`` package is the optional
+extra ``neonlite[onnx]``, imported only when an export runs.
 """
 from .errors import OnnxExportError
 from .export import DEFAULT_OPSET, build_onnx_model, export_onnx

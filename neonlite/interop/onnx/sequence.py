@@ -1,7 +1,8 @@
 """Sequence layers: Embedding (Gather, and the padding mask), SegmentEmbedding (Gather of a
 second graph input), PositionalEmbedding (Add of the table's first T rows, T read from the
-input), TiedLinear (MatMul by the shared table's transpose), the reductions RecurrentLast / RecurrentSum / RecurrentMean and MeanPool over the
-time axis, and L2Normalize.  None writes the sequence length into the graph."""
+input), TiedLinear (MatMul by the shared table's transpose), the reductions RecurrentLast /
+RecurrentSum / RecurrentMean and MeanPool over the time axis, and L2Normalize. None writes the
+sequence length into the graph."""
 from ...layers import (Embedding, L2Normalize, MeanPool, PositionalEmbedding, RecurrentLast,
                        RecurrentMean, RecurrentSum, SegmentEmbedding, TiedLinear)
 from .errors import OnnxExportError
