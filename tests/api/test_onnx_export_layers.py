@@ -316,3 +316,32 @@ def test_branches_share_one_transpose_of_their_input(tmp_path):
     model.export_onnx(tmp_path / "m.onnx")
     nodes = onnx.load(str(tmp_path / "m.onnx")).graph.node
     assert sum(n.op_type == "Transpose" for n in nodes) == 2, "one in, one out"
+
+
+@pytest.mark.parametrize("opset", [13, 21])
+def test_every_case_at_the_oldest_opset_and_a_newer_one(opset, tmp_path):
+    """Opset 13 (the oldest written; a layer needing 17, LayerNorm, refused by name) and 21
+    (ReduceMean's axes an input, from 18) give the same outputs as opset 17."""
+    from neonlite.interop.onnx import OnnxExportError
+    worst, refused = 0.0, []
+    for case, (layers, in_shape) in sorted(CASES.items()):
+        model = initialized(layers, in_shape)
+        try:
+            worst = max(worst, export_and_compare(model, tmp_path / "m.onnx", batches(in_shape),
+                                                  opset=opset))
+        except OnnxExportError as err:
+            assert opset < 17 and "needs ONNX opset 17" in str(err), (case, str(err))
+            refused.append(case)
+    for case, (make_layers, kind) in sorted(SEQUENCE_CASES.items()):
+        width = {"float": D, "wide": WIDE, "wide16": WIDE}.get(kind)
+        T = 16 if kind == "wide16" else LENGTHS[0]
+        model = initialized(make_layers(T), (T,) if kind == "ids" else (T, width))
+        try:
+            worst = max(worst, export_and_compare(model, tmp_path / "s.onnx",
+                                                  sequence_inputs(kind, T), opset=opset))
+        except OnnxExportError as err:
+            assert opset < 17 and "needs ONNX opset 17" in str(err), (case, str(err))
+            refused.append(case)
+    assert worst <= TOLERANCE, f"opset {opset}: max relative difference {worst:.3g}"
+    assert bool(refused) == (opset < 17) and all("LayerNorm" in c or "Transformer" in c
+                                                  for c in refused), refused
