@@ -77,6 +77,7 @@ setup(
         "plot": ["matplotlib>=3.6"],
         "mpi": ["mpi4py>=4.0", "openmpi>=5.0; platform_system == 'Linux'"],
         "hf": ["safetensors>=0.4", "tokenizers>=0.15"],
+        "onnx": ["onnx>=1.15"],
     },
     entry_points={"console_scripts": ["neonlite=neonlite.cli:main"]},
 )

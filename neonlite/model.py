@@ -407,6 +407,12 @@ class Model:
         Raises :class:`neonlite.config.ConfigError` with the key path of a bad entry."""
         return model_files.from_description(cls, desc)
 
+    def export_onnx(self, path, opset=17):
+        """Write this (initialized) model to ``path`` as ONNX at ``opset`` (see
+        :mod:`neonlite.interop.onnx`: NHWC input, dynamic batch axis); returns the path."""
+        from .interop.onnx.export import export_onnx
+        return export_onnx(self, path, opset)
+
     def save(self, path, optimizer=None, config=None):
         """Write a checkpoint (see :mod:`neonlite.serialize`): description, parameters,
         optimizer state (``optimizer`` or the one :meth:`fit` used), epoch/step, RNG state."""

