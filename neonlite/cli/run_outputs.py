@@ -3,7 +3,8 @@ data is loaded or step taken (the rule of :mod:`neonlite.output_paths`).
 
 Outputs: ``--save-path`` (YAML ``save_path``), ``-o`` (the training log), ``--profile`` and
 the paths of the YAML's callbacks (a ``ModelCheckpoint``'s file and its ``.best.h5``).
-Inputs: the run's YAML, the data set's files (``input_paths()``), ``--model-file`` and
+Inputs: the run's YAML (the ``--resume`` checkpoint itself when the run is read from it), the
+data set's files (``input_paths()``), ``--model-file`` and
 ``--resume``.  One exception, the usual way to continue a run in place: ``--save-path`` may be
 the ``--resume`` checkpoint, which is read whole before the first step and replaced
 atomically after it.
@@ -31,11 +32,21 @@ def check_run_outputs(run, opts, data, callbacks=()):
     for callback in callbacks:
         others += callback.output_paths()
     inputs = [("--model-file", getattr(opts, "model_file", None))]
-    if os.path.isfile(run.source):
+    resume = getattr(opts, "resume", None)
+    if os.path.isfile(run.source) and not _same_file(run.source, resume):
         inputs.append(("the run's YAML", run.source))
     inputs += [("the data set's file", path) for path in data_inputs(data)]
     check_outputs(save + others, inputs)
-    check_outputs(others, [("--resume", getattr(opts, "resume", None))])
+    check_outputs(others, [("--resume", resume)])
+
+
+def _same_file(path, other):
+    """Whether ``other`` (a path or None) names the file ``path`` names: a run resumed from a
+    checkpoint alone (``--resume CKPT``) reads its description from that checkpoint."""
+    try:
+        return other is not None and os.path.samefile(path, other)
+    except OSError:
+        return False
 
 
 def data_inputs(data):

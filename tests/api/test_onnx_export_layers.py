@@ -104,6 +104,14 @@ SEQUENCE_CASES = {
     "Linear per token + LayerNorm + GELU": (
         lambda T: [L.Linear(4), L.LayerNorm(), L.Activation(Gelu())], "float"),
     "RecurrentLast": (lambda T: [L.Linear(4), L.RecurrentLast()], "float"),
+    "FirstToken and a pooler": (lambda T: [L.FirstToken(), L.Affine(4, activation=Tanh())],
+                                "float"),
+    "RMSNorm per token": (lambda T: [L.Linear(6), L.RMSNorm(eps=1e-6)], "float"),
+    "TransformerBlock with RMSNorm, pre and post": (
+        lambda T: [L.Embedding(VOCAB, D, name="tok"),
+                   L.TransformerBlock(D, 2, norm_type="rms", bias=False),
+                   L.TransformerBlock(D, 2, norm_type="rms", norm="post", causal=False),
+                   L.RMSNorm(), L.TiedLinear("tok")], "ids"),
     "RecurrentSum": (lambda T: [L.RecurrentSum()], "float"),
     "RecurrentMean": (lambda T: [L.RecurrentMean()], "float"),
     "MeanPool": (lambda T: [L.MeanPool()], "float"),

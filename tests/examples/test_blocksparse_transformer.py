@@ -5,6 +5,7 @@ Shakespeare meet the dense example's learning bar."""
 import importlib.util
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -35,7 +36,11 @@ def load_example():
 
 
 def test_python_twin_describes_the_yaml_model():
-    yaml = RunConfig.from_file(EXAMPLES / "blocksparse_transformer.yaml").description()
+    """The YAML's network (its ``vocab: auto`` sized, as a run sizes it, by a 103-character
+    text) is the Python twin's."""
+    run = RunConfig.from_file(EXAMPLES / "blocksparse_transformer.yaml")
+    run.size_layers(SimpleNamespace(vocab="x" * 103, name="a 103-character text"))
+    yaml = run.description()
     python = load_example().build_model(103).get_description()
     assert python["layers"] == yaml["layers"]
     again = RunConfig.from_text(dump_yaml(yaml), "again").description()

@@ -101,7 +101,8 @@ _, code, usage = os.wait4(pid, 0)
 os.write(fd, str(usage.ru_maxrss).encode())
 os.close(fd)
 if os.WIFSIGNALED(code):
-    signal.signal(os.WTERMSIG(code), signal.SIG_DFL)
+    if os.WTERMSIG(code) not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(os.WTERMSIG(code), signal.SIG_DFL)
     os.kill(os.getpid(), os.WTERMSIG(code))
 os._exit(os.WEXITSTATUS(code))
 """

@@ -14,6 +14,8 @@ def randomize(model, seed=0):
     rng = np.random.default_rng(seed)
     params = model.get_params()
     for name, value in params.items():
+        if value.dtype.kind != "f":
+            continue  # integer buffers (an Embedding's recorded characters) stay as they are
         if name.endswith("running_var"):
             params[name] = rng.uniform(0.5, 1.5, value.shape).astype(np.float32)
         else:

@@ -1,11 +1,12 @@
 """BatchNorm (BatchNormalization, inference: the running statistics), LayerNorm
-(LayerNormalization, opset 17) and LRN (the ONNX LRN op, odd depths)."""
+(LayerNormalization, opset 17), RMSNorm (elementary ops: ONNX's RMSNormalization is opset 23)
+and LRN (the ONNX LRN op, odd depths)."""
 import numpy as np
 
-from ...layers import LRN, BatchNorm, LayerNorm
+from ...layers import LRN, BatchNorm, LayerNorm, RMSNorm
 from .dense import weights
 from .errors import OnnxExportError
-from .graph import NCHW
+from .graph import NCHW, NHWC
 from .registry import exports
 
 
@@ -48,6 +49,21 @@ def export_layernorm(builder, layer, value):
     inputs = [builder.constant(f"{layer.name}.gamma", weights(layer, "gamma")),
               builder.constant(f"{layer.name}.beta", beta)]
     return builder.op(x, "LayerNormalization", layer.name, inputs, axis=-1, epsilon=layer.eps)
+
+
+@exports(RMSNorm)
+def export_rmsnorm(builder, layer, value):
+    """y = gamma * x / sqrt(mean(x^2 over the last axis) + eps), in neonlite's order."""
+    name = layer.name
+    x = builder.to_layout(value, NHWC)
+    square = builder.op(x, "Mul", f"{name}.square", [x.name])
+    mean = builder.reduce(square, "ReduceMean", f"{name}.mean_square", [-1], keepdims=1)
+    shifted = builder.op(mean, "Add", f"{name}.plus_eps", [builder.scalar(f"{name}.eps",
+                                                                          layer.eps)])
+    rms = builder.op(shifted, "Sqrt", f"{name}.rms")
+    normed = builder.op(x, "Div", f"{name}.normed", [rms.name])
+    gamma = builder.constant(f"{name}.gamma", weights(layer, "gamma"))
+    return builder.op(normed, "Mul", name, [gamma])
 
 
 @exports(LRN)

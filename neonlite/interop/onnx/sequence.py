@@ -3,8 +3,8 @@ second graph input), PositionalEmbedding (Add of the table's first T rows, T rea
 input), TiedLinear (MatMul by the shared table's transpose), the reductions RecurrentLast /
 RecurrentSum / RecurrentMean and MeanPool over the time axis, and L2Normalize. None writes the
 sequence length into the graph."""
-from ...layers import (Embedding, L2Normalize, MeanPool, PositionalEmbedding, RecurrentLast,
-                       RecurrentMean, RecurrentSum, SegmentEmbedding, TiedLinear)
+from ...layers import (Embedding, FirstToken, L2Normalize, MeanPool, PositionalEmbedding,
+                       RecurrentLast, RecurrentMean, RecurrentSum, SegmentEmbedding, TiedLinear)
 from .errors import OnnxExportError
 from .graph import NHWC, Value
 from .registry import exports
@@ -71,6 +71,14 @@ def export_recurrent_last(builder, layer, value):
     """y = x[:, -1] (the last step of whatever length the sequence has)."""
     last = builder.int64(f"{layer.name}.last", -1)
     return builder.op(value, "Gather", layer.name, [last], shape=layer.out_shape, steps=False,
+                      axis=1)
+
+
+@exports(FirstToken)
+def export_first_token(builder, layer, value):
+    """y = x[:, 0] (BERT's [CLS] state, which its pooler projects)."""
+    first = builder.int64(f"{layer.name}.first", 0)
+    return builder.op(value, "Gather", layer.name, [first], shape=layer.out_shape, steps=False,
                       axis=1)
 
 
