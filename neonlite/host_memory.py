@@ -11,8 +11,14 @@ GIB = float(1 << 30)
 
 
 def _meminfo(key):
+    return _proc_bytes("/proc/meminfo", key)
+
+
+def _proc_bytes(path, key):
+    """The ``key: N kB`` line of ``path`` (``/proc/meminfo``, ``/proc/self/status``) in bytes;
+    None when it cannot be read."""
     try:
-        with open("/proc/meminfo", "rb") as f:
+        with open(path, "rb") as f:
             for line in f:
                 if line.startswith(key.encode() + b":"):
                     return int(line.split()[1]) * 1024
@@ -41,14 +47,7 @@ def _address_space_left():
 
 
 def _status(key):
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(key.encode() + b":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return _proc_bytes("/proc/self/status", key)
 
 
 def _read_number(path):
