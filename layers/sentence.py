@@ -5,7 +5,34 @@ import numpy as np
 from .layer import Layer
 
 
-class MeanPool(Layer):
+class _TokenWeightedSum(Layer):
+    """y[n] = sum_t w[n, t] x[n, t]: a sequence x (N, T, d) reduced to (N, d) by per-token
+    weights ``self.weights`` (N, 1, T), one batched GEMM each way; bprop spreads the error by
+    the same weights.  A subclass fills the weights: once in :meth:`allocate`, or before each
+    batch in :meth:`_set_weights`."""
+
+    def _configure(self, in_shape):
+        if len(in_shape) != 2:
+            raise self.shape_error("a sequence (T, d)")
+        return (in_shape[1],)
+
+    def _set_weights(self):
+        """Called before each forward pass; the weights stay as they are by default."""
+
+    def fprop(self, x, inference=False):
+        self._set_weights()
+        n, d = self.be.bsz, self.in_shape[1]
+        self.be.batched_dot(self.weights, x, self.outputs.reshape(n, 1, d))
+        return self.outputs
+
+    def bprop(self, error):
+        if self.needs_deltas:
+            n, d = self.be.bsz, self.in_shape[1]
+            self.be.batched_dot(self.weights, error.reshape(n, 1, d), self.deltas, transA=True)
+        return self.deltas
+
+
+class MeanPool(_TokenWeightedSum):
     """y[n] = sum_t m[n, t] x[n, t] / sum_t m[n, t]: the mean of a sequence x (N, T, d) over
     its real tokens, (N, d).  The mask m (N, T) is the padding mask of the model's Embedding
     with a ``pad_id`` (wired by the model; 1 at real tokens, 0 at pads), or every token when
@@ -16,11 +43,6 @@ class MeanPool(Layer):
     def __init__(self, name=None):
         super().__init__(name)
         self.key_mask = None
-
-    def _configure(self, in_shape):
-        if len(in_shape) != 2:
-            raise self.shape_error("a sequence (T, d)")
-        return (in_shape[1],)
 
     def allocate(self):
         super().allocate()
@@ -37,28 +59,11 @@ class MeanPool(Layer):
         self.count[:] = be.maximum(be.sum(self.key_mask, axis=1), 1.0)
         w[:] = self.key_mask / self.count
 
-    def fprop(self, x, inference=False):
-        self._set_weights()
-        n, d = self.be.bsz, self.in_shape[1]
-        self.be.batched_dot(self.weights, x, self.outputs.reshape(n, 1, d))
-        return self.outputs
 
-    def bprop(self, error):
-        if self.needs_deltas:
-            n, d = self.be.bsz, self.in_shape[1]
-            self.be.batched_dot(self.weights, error.reshape(n, 1, d), self.deltas, transA=True)
-        return self.deltas
-
-
-class FirstToken(Layer):
+class FirstToken(_TokenWeightedSum):
     """y[n] = x[n, 0]: the first token's state of a sequence x (N, T, d), (N, d) (BERT's
     [CLS] token, which its pooler projects).  bprop puts the error at token 0, zeros
     elsewhere."""
-
-    def _configure(self, in_shape):
-        if len(in_shape) != 2:
-            raise self.shape_error("a sequence (T, d)")
-        return (in_shape[1],)
 
     def allocate(self):
         super().allocate()
@@ -66,17 +71,6 @@ class FirstToken(Layer):
         onehot = np.zeros((be.bsz, 1, T))
         onehot[:, :, 0] = 1.0
         self.weights = be.array(onehot)  # (N, 1, T), one-hot at t = 0
-
-    def fprop(self, x, inference=False):
-        n, d = self.be.bsz, self.in_shape[1]
-        self.be.batched_dot(self.weights, x, self.outputs.reshape(n, 1, d))
-        return self.outputs
-
-    def bprop(self, error):
-        if self.needs_deltas:
-            n, d = self.be.bsz, self.in_shape[1]
-            self.be.batched_dot(self.weights, error.reshape(n, 1, d), self.deltas, transA=True)
-        return self.deltas
 
 
 class L2Normalize(Layer):
