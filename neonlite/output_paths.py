@@ -27,12 +27,9 @@ import stat
 from pathlib import Path
 
 from .atomic import try_temporary
+from .safe_files import file_kind
 
 #: what the kind of an existing non-regular target is called in messages
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
-
 
 class OutputPathError(ValueError):
     """An output path that would destroy something or could not be written; the message is
@@ -112,12 +109,7 @@ def _kind(target):
         mode = os.lstat(target).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return None
-    if stat.S_ISREG(mode):
-        return None
-    for test, words in _KINDS:
-        if test(mode):
-            return words
-    return "not a regular file"
+    return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
 def _link_target(target):

@@ -12,13 +12,19 @@ import zlib
 from pathlib import Path
 
 
-def _kind(mode):
-    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISDIR, "a folder")):
+#: what is at a path, by its mode, for messages (a regular file is none of these)
+FILE_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+              (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+              (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(mode):
+    """The words for what a non-regular file of ``mode`` is (``os.stat``'s or ``os.lstat``'s
+    ``st_mode``)."""
+    for test, words in FILE_KINDS:
         if test(mode):
-            return word
-    return "not a plain file"
+            return words
+    return "not a regular file"
 
 
 def regular_stat(path, error, what="file"):
@@ -31,7 +37,7 @@ def regular_stat(path, error, what="file"):
     except OSError as err:
         raise error(f"{path}: cannot read the {what} ({err.strerror})") from None
     if not stat.S_ISREG(info.st_mode):
-        raise error(f"{path}: not a regular file ({_kind(info.st_mode)}); the {what} must be "
+        raise error(f"{path}: not a regular file ({file_kind(info.st_mode)}); the {what} must be "
                     f"a plain file")
     return info
 
@@ -49,7 +55,7 @@ def open_regular(path, error, what="file"):
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise error(f"{path}: not a regular file ({_kind(info.st_mode)}); the {what} must be "
+        raise error(f"{path}: not a regular file ({file_kind(info.st_mode)}); the {what} must be "
                     f"a plain file")
     return os.fdopen(fd, "rb")
 
