@@ -19,6 +19,7 @@ from .finite import first_nonfinite as first_nonfinite_of
 from .optimizers.arena import ParameterArena, build_arena
 from .optimizers.schedules import plan_schedules_for
 from .array_fit import array_datasets
+from .data.position import epoch_batches
 from .token_masks import (given_mask, ids_and_mask_iterator, is_ids_and_mask,
                           padding_embeddings)
 
@@ -182,9 +183,7 @@ class Model:
             skip, self.batch_index = self.batch_index, 0
             self.epoch_rng_state = self.be.rng.bit_generator.state
             callbacks.on_epoch_begin(epoch)
-            for batch, (x, t) in enumerate(dataset):
-                if batch < skip:
-                    continue
+            for batch, (x, t) in epoch_batches(dataset, skip):
                 value = self.train_step(x, t, optimizer, epoch)
                 self._check_finite(value, epoch, batch)
                 callbacks.on_minibatch_end(epoch, batch, value)

@@ -28,6 +28,7 @@ from ..config.datasets import make_dataset
 from ..config.errors import ConfigError
 from ..config.yaml_io import dump_yaml
 from ..distributed import DataParallel, detect_world, shard
+from ..data.position import epoch_batches
 from ..distributed.run_check import check_same_run, run_items
 from ..interrupts import SIGNALS, StopOnSignal, TrainingInterrupted
 from ..layers.layer import ShapeError
@@ -63,8 +64,12 @@ class FirstBatches:
     def batches(self, shuffle):
         return self._cut(self.data.batches(shuffle))
 
-    def _cut(self, batches):
-        for i, batch in enumerate(batches):
+    def batches_from(self, skip):
+        """The wrapped iterator's epoch from batch ``skip``, still cut at ``limit``."""
+        return self._cut((xt for _, xt in epoch_batches(self.data, skip)), skip)
+
+    def _cut(self, batches, first=0):
+        for i, batch in enumerate(batches, first):
             if i == self.limit:
                 getattr(batches, "close", lambda: None)()
                 return

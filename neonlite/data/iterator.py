@@ -108,14 +108,19 @@ class ArrayIterator:
     def __iter__(self):
         return self.batches(self.shuffle)
 
-    def batches(self, shuffle):
-        """Generator of (x, t) device buffers for one epoch, shuffled or in order."""
+    def batches_from(self, skip):
+        """The epoch's batches from batch ``skip`` on (:mod:`neonlite.data.position`)."""
+        return self.batches(self.shuffle, skip)
+
+    def batches(self, shuffle, skip=0):
+        """Generator of (x, t) device buffers for one epoch, shuffled or in order, from batch
+        ``skip`` on (the order is drawn for the whole epoch all the same)."""
         bsz = self.be.bsz
         if shuffle:
             self.order = self.be.rng.permutation(self.ndata)
         else:
             self.order = np.arange(self.ndata)
-        for b in range(self.nbatches):
+        for b in range(skip, self.nbatches):
             start = (b * self.nranks + self.rank) * bsz
             idx = self.order[np.arange(start, start + bsz) % self.ndata]
             self.valid = max(0, min(bsz, self.ndata - start))
