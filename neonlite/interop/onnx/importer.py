@@ -1,0 +1,183 @@
+"""``import_onnx(path)``: a standard ONNX CNN (``torch.onnx.export``, the ONNX model zoo) as a
+neonlite :class:`~neonlite.Model` that takes neonlite's NHWC batches and trains like any other.
+
+The file is read and checked first (``onnx_file.py``: bounded, no external data, no cycle or
+unknown name), its nodes are walked into nested layers (``import_walk.py``: chains,
+``MergeSum`` / ``SkipNode`` residuals, ``MergeBroadcast`` concatenations) and each operator
+becomes layers (``import_ops.py``, the operator list in :data:`SUPPORTED`).  The model is then
+initialized for the graph input's per-example shape and given the file's weights.  Nothing
+is written; ``neonlite import model.onnx -o m.h5`` saves the result.
+"""
+from pathlib import Path
+
+import numpy as np
+
+from ...backends import gen_backend, get_backend
+from ...layers import MergeBroadcast, MergeSum, SkipNode
+from ...transforms.activation import is_plain_relu
+from .errors import OnnxImportError, require_onnx
+from .import_ops import OPS, Tensor
+from .import_walk import GraphWalk
+from .onnx_file import MAX_ONNX_BYTES, node_label, read_onnx_graph
+
+#: every operator import reads (Add / Sum of two branches and Concat are the joins)
+SUPPORTED = tuple(sorted(set(OPS) | {"Concat", "Constant"}))
+
+
+class Importer:
+    """The state of one import: the checked graph, the layer names given so far and each
+    layer's weights (``layer -> {attr: array}``), set once the model is initialized."""
+
+    def __init__(self, onnx, graph):
+        self.onnx, self.graph, self.opset = onnx, graph, graph.opset
+        self.weights, self.names, self._fused = [], set(), set()
+        self.users = {}
+        for node in graph.nodes:
+            for name in node.input:
+                self.users.setdefault(name, []).append(node)
+
+    def fail(self, node, message):
+        raise OnnxImportError(f"{self.graph.path}: {node_label(node)}: {message}")
+
+    def attrs(self, node):
+        return {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+    def const(self, node, index, what):
+        """Input ``index`` of ``node``, which must be a constant (an initializer or a
+        ``Constant`` node's output)."""
+        if index >= len(node.input) or not node.input[index]:
+            self.fail(node, f"has no input {index} ({what})")
+        name = node.input[index]
+        if name not in self.graph.constants:
+            self.fail(node, f"input {index} ({what}, {name!r}) is computed in the graph; "
+                            f"import takes it as a constant (an initializer)")
+        return self.graph.constants[name]
+
+    def vector(self, node, array, size, what):
+        """``array`` as a float32 vector of ``size`` values."""
+        if array.size != size:
+            self.fail(node, f"{what} has shape {list(array.shape)}; expected {size} values")
+        return np.asarray(array, np.float32).reshape(size)
+
+    def layer_name(self, node):
+        """A unique, printable layer name from the node's name (or its output's)."""
+        base = (node.name or node.output[0]).strip("/").replace("/", ".") or node.op_type
+        base = "".join(c if c.isprintable() else "_" for c in base)
+        name, n = base, 0
+        while name in self.names:
+            n += 1
+            name = f"{base}_{n}"
+        self.names.add(name)
+        return name
+
+    def set_weights(self, layer, weights):
+        self.weights.append((layer, weights))
+
+    def only_first_output(self, node):
+        """Outputs after the first (a MaxPool's indices, a training BatchNorm's statistics,
+        a Dropout's mask) must be unused."""
+        for out in node.output[1:]:
+            if out and (self.users.get(out) or out == self.graph.output):
+                self.fail(node, f"its output {out!r} is used; import reads the first output "
+                                f"only")
+
+    def fuses_relu(self, node):
+        """Whether the one user of ``node``'s output is a Relu, which the layer then applies
+        in its own pass (Convolution's epilogue, BatchNorm's)."""
+        out = node.output[0]
+        users = self.users.get(out, [])
+        if out == self.graph.output or len(users) != 1 or users[0].op_type != "Relu":
+            return False
+        self._fused.add(id(users[0]))
+        return True
+
+    def fused(self, node):
+        return id(node) in self._fused
+
+    def convert(self, node, value):
+        if node.domain not in ("", "ai.onnx") or node.op_type not in OPS:
+            domain = f" of domain {node.domain!r}" if node.domain not in ("", "ai.onnx") else ""
+            self.fail(node, f"operator {node.op_type}{domain} is not supported; import reads "
+                            f"{', '.join(SUPPORTED)}")
+        if node.op_type in ("Add", "Sum") and len(node.input) != 2:
+            self.fail(node, "adds one input to constants; import takes x + bias")
+        return OPS[node.op_type](self, node, value)
+
+    def join(self, node, branches):
+        """Add / Sum -> MergeSum; Concat on the channel axis -> MergeBroadcast."""
+        values = [value for _, value in branches]
+        if any(v.order is not None for v in values):
+            self.fail(node, "joins vectors flattened from NCHW features, whose order neonlite "
+                            "does not keep")
+        layers = [layers or [SkipNode()] for layers, _ in branches]
+        name = self.layer_name(node)
+        if node.op_type == "Concat":
+            rank = len(values[0].shape) + 1
+            axis = self.attrs(node).get("axis")
+            channel = 1 if values[0].is_image else rank - 1
+            if axis is None or axis % rank != channel or any(
+                    v.shape[:-1] != values[0].shape[:-1] for v in values):
+                self.fail(node, f"concatenates along axis {axis}; neonlite's MergeBroadcast "
+                                f"joins along channels (axis 1 of NCHW, the last otherwise)")
+            width = sum(v.shape[-1] for v in values)
+            return [MergeBroadcast(layers, merge="concat", name=name)], \
+                Tensor(values[0].shape[:-1] + (width,))
+        if any(v.shape != values[0].shape for v in values):
+            self.fail(node, f"adds tensors of per-example shapes "
+                            f"{[v.onnx_shape() for v in values]}; neonlite's MergeSum adds "
+                            f"equal shapes")
+        return [MergeSum(layers, name=name)], values[0]
+
+
+def input_shape(graph):
+    """neonlite's per-example shape of the graph input: (D,) of (N, D), (H, W, C) of NCHW."""
+    dims = graph.input_dims
+    if len(dims) not in (2, 4) or any(d is None or d < 1 for d in dims[1:]):
+        raise OnnxImportError(f"{graph.path}: the graph input {graph.input!r} has dims "
+                              f"{['?' if d is None else d for d in dims]}; import takes (N, D) "
+                              f"vectors or (N, C, H, W) images with fixed sizes but N")
+    return (dims[2], dims[3], dims[1]) if len(dims) == 4 else (dims[1],)
+
+
+def _backend():
+    try:
+        return get_backend()
+    except RuntimeError:
+        return gen_backend("cpu", batch_size=1)
+
+
+def build_model(graph, onnx, name):
+    """The initialized neonlite model of a checked :class:`~.onnx_file.OnnxGraph`."""
+    from ...model import Model
+    from ...serialize import ShapeStub
+    importer = Importer(onnx, graph)
+    shape = input_shape(graph)
+    walk = GraphWalk(graph, importer.convert, importer.join)
+    layers, _ = walk.sequence(graph.input, Tensor(shape), graph.output)
+    if not layers:
+        raise OnnxImportError(f"{graph.path}: the graph computes no layer (its output is its "
+                              f"input)")
+    _backend()
+    model = Model(layers, name=name)
+    model.initialize(ShapeStub(shape, f"ONNX input {graph.input!r}"))
+    params = model.get_params()
+    for layer, weights in importer.weights:
+        for attr, array in weights.items():
+            key = f"{layer.name}.{attr}"
+            if params[key].shape != array.shape:
+                raise OnnxImportError(f"{graph.path}: layer {layer.name!r} expects {attr} of "
+                                      f"shape {params[key].shape}, the file gives "
+                                      f"{array.shape}")
+            params[key] = np.asarray(array, np.float32)
+    model.set_params(params)
+    return model
+
+
+def import_onnx(path, name=None, limit=MAX_ONNX_BYTES):
+    """The neonlite :class:`~neonlite.Model` of the ONNX file ``path`` (see the module's
+    docstring), initialized on the current backend (a CPU one of batch size 1 if none),
+    named ``name`` (default: the file's stem); :class:`~.errors.OnnxImportError` when the
+    file cannot be read or uses what neonlite's layers do not express."""
+    onnx = require_onnx(OnnxImportError)
+    graph = read_onnx_graph(str(path), limit)
+    return build_model(graph, onnx, name or Path(path).stem or "onnx")
