@@ -1,18 +1,25 @@
-"""``neonlite import MODEL_DIR -o model.h5 [--head none|lm|sentence-embedding|pooler]``: a
-Hugging Face model directory (BERT or GPT-2, safetensors weights) as a neonlite checkpoint."""
+"""``neonlite import PATH -o model.h5``: PATH a Hugging Face model directory (BERT or GPT-2,
+safetensors weights; ``--head none|lm|sentence-embedding|pooler``, ``--seq-len``) or an ONNX
+file (``model.onnx``: a standard CNN, ``neonlite.interop.import_onnx``), as a neonlite
+checkpoint.  What PATH is decides: a folder is a Hugging Face model, a file an ONNX model."""
+import os
+
 from .arguments import add_verbosity, batch_size, positive_int
 
-HELP = "convert a Hugging Face model directory (BERT, GPT-2; safetensors) to a checkpoint"
+HELP = ("convert a Hugging Face model directory (BERT, GPT-2; safetensors) or an ONNX CNN "
+        "(model.onnx) to a checkpoint")
 
 
 def register(subparsers):
     parser = subparsers.add_parser("import", help=HELP, description=HELP)
-    parser.add_argument("model_dir", metavar="MODEL_DIR",
-                        help="directory with config.json and model.safetensors (or shards "
-                             "with model.safetensors.index.json)")
+    parser.add_argument("model_dir", metavar="MODEL_DIR|MODEL.onnx",
+                        help="a Hugging Face directory with config.json and model.safetensors "
+                             "(or shards with model.safetensors.index.json), or an ONNX file "
+                             "of a CNN (Conv, BatchNormalization, activations, pools, Gemm, "
+                             "residual Adds, Concat; see docs/onnx.md)")
     parser.add_argument("-o", "--output", required=True, metavar="MODEL.h5",
                         help="the neonlite checkpoint to write")
-    parser.add_argument("--head", default="none",
+    parser.add_argument("--head", default=None,
                         choices=["none", "lm", "sentence-embedding", "pooler"],
                         help="none: the last hidden state (N, T, d); lm: token logits (GPT-2: "
                              "next token; BERT: masked token); sentence-embedding: mean "
@@ -31,10 +38,33 @@ def command(args):
     from ..backends import gen_backend
     from ..interop import import_hf
     from ..output_paths import check_outputs
+    if not os.path.isdir(args.model_dir) and (os.path.lexists(args.model_dir) or
+                                              args.model_dir.endswith(".onnx")):
+        return import_onnx_file(args)
     check_outputs([("-o", args.output)], [("the model folder", args.model_dir)])
     gen_backend("cpu", batch_size=args.batch_size)
+    args.head = args.head or "none"
     model = import_hf(args.model_dir, head=args.head, seq_len=args.seq_len)
     model.save(args.output)
     count = sum(p.value.size for p in model.parameters())
     print(f"{args.output}: {model.name} model from {args.model_dir}, head {args.head}, "
           f"{count:,} parameters, input ({model.in_shape[0]},) token ids")
+
+
+def import_onnx_file(args):
+    """``neonlite import model.onnx -o m.h5``: the ONNX CNN as a checkpoint."""
+    from ..backends import gen_backend
+    from ..interop import InteropError, import_onnx
+    from ..output_paths import check_outputs
+    for flag, value in (("--head", args.head), ("--seq-len", args.seq_len)):
+        if value is not None:
+            raise InteropError(f"{flag} applies to a Hugging Face model folder; "
+                               f"{args.model_dir} is a file (an ONNX model)")
+    check_outputs([("-o", args.output)], [("the ONNX model", args.model_dir)])
+    gen_backend("cpu", batch_size=args.batch_size)
+    model = import_onnx(args.model_dir)
+    model.save(args.output)
+    count = sum(p.value.size for p in model.parameters())
+    print(f"{args.output}: {model.name} model from {args.model_dir} (ONNX), "
+          f"{len(model.layers.leaves())} layers, {count:,} parameters, input "
+          f"{model.in_shape} per example (NHWC for images)")

@@ -1,24 +1,19 @@
-"""``import_onnx(path)``: a standard ONNX CNN (``torch.onnx.export``, the ONNX model zoo) as a
-neonlite :class:`~neonlite.Model` that takes neonlite's NHWC batches and trains like any other.
+"""The layers of a standard ONNX CNN (``torch.onnx.export``, the ONNX model zoo), for
+:func:`neonlite.interop.import_onnx`, which makes and initializes the model.
 
 The file is read and checked first (``onnx_file.py``: bounded, no external data, no cycle or
 unknown name), its nodes are walked into nested layers (``import_walk.py``: chains,
 ``MergeSum`` / ``SkipNode`` residuals, ``MergeBroadcast`` concatenations) and each operator
-becomes layers (``import_ops.py``, the operator list in :data:`SUPPORTED`).  The model is then
-initialized for the graph input's per-example shape and given the file's weights.  Nothing
-is written; ``neonlite import model.onnx -o m.h5`` saves the result.
+becomes layers (``import_ops.py``, the operator list in :data:`SUPPORTED`) with the file's
+weights in neonlite's layouts (:func:`onnx_layers`).
 """
-from pathlib import Path
-
 import numpy as np
 
-from ...backends import gen_backend, get_backend
 from ...layers import MergeBroadcast, MergeSum, SkipNode
-from ...transforms.activation import is_plain_relu
-from .errors import OnnxImportError, require_onnx
+from .errors import OnnxImportError
 from .import_ops import OPS, Tensor
 from .import_walk import GraphWalk
-from .onnx_file import MAX_ONNX_BYTES, node_label, read_onnx_graph
+from .onnx_file import node_label
 
 #: every operator import reads (Add / Sum of two branches and Concat are the joins)
 SUPPORTED = tuple(sorted(set(OPS) | {"Concat", "Constant"}))
@@ -139,17 +134,10 @@ def input_shape(graph):
     return (dims[2], dims[3], dims[1]) if len(dims) == 4 else (dims[1],)
 
 
-def _backend():
-    try:
-        return get_backend()
-    except RuntimeError:
-        return gen_backend("cpu", batch_size=1)
-
-
-def build_model(graph, onnx, name):
-    """The initialized neonlite model of a checked :class:`~.onnx_file.OnnxGraph`."""
-    from ...model import Model
-    from ...serialize import ShapeStub
+def onnx_layers(graph, onnx):
+    """``(layers, in_shape, weights)`` of a checked :class:`~.onnx_file.OnnxGraph`: the
+    layers, the per-example input shape (NHWC for images) and the ``"<layer>.<attr>" ->
+    array`` weights to load once the model is initialized."""
     importer = Importer(onnx, graph)
     shape = input_shape(graph)
     walk = GraphWalk(graph, importer.convert, importer.join)
@@ -157,27 +145,6 @@ def build_model(graph, onnx, name):
     if not layers:
         raise OnnxImportError(f"{graph.path}: the graph computes no layer (its output is its "
                               f"input)")
-    _backend()
-    model = Model(layers, name=name)
-    model.initialize(ShapeStub(shape, f"ONNX input {graph.input!r}"))
-    params = model.get_params()
-    for layer, weights in importer.weights:
-        for attr, array in weights.items():
-            key = f"{layer.name}.{attr}"
-            if params[key].shape != array.shape:
-                raise OnnxImportError(f"{graph.path}: layer {layer.name!r} expects {attr} of "
-                                      f"shape {params[key].shape}, the file gives "
-                                      f"{array.shape}")
-            params[key] = np.asarray(array, np.float32)
-    model.set_params(params)
-    return model
-
-
-def import_onnx(path, name=None, limit=MAX_ONNX_BYTES):
-    """The neonlite :class:`~neonlite.Model` of the ONNX file ``path`` (see the module's
-    docstring), initialized on the current backend (a CPU one of batch size 1 if none),
-    named ``name`` (default: the file's stem); :class:`~.errors.OnnxImportError` when the
-    file cannot be read or uses what neonlite's layers do not express."""
-    onnx = require_onnx(OnnxImportError)
-    graph = read_onnx_graph(str(path), limit)
-    return build_model(graph, onnx, name or Path(path).stem or "onnx")
+    weights = {f"{layer.name}.{attr}": np.asarray(array, np.float32)
+               for layer, arrays in importer.weights for attr, array in arrays.items()}
+    return layers, shape, weights
