@@ -18,21 +18,34 @@ from ...transforms.activation import Gelu, Logistic, Rectlin, Softmax, Tanh
 from .errors import OnnxImportError
 
 
-class Tensor:
-    """What import knows of a tensor: its neonlite per-example ``shape`` (images (H, W, C))
-    and, for a vector flattened from NCHW features, ``order``: entry i of the ONNX vector is
-    entry ``order[i]`` of neonlite's (None: the same order)."""
+NCHW, NHWC = "nchw", "nhwc"
 
-    def __init__(self, shape, order=None):
+
+class Tensor:
+    """What import knows of a tensor: its neonlite per-example ``shape`` (images (H, W, C)),
+    the ``layout`` of an image in the ONNX graph (NCHW, ONNX's own; NHWC where the graph
+    transposed to it, as neonlite's own exports do: a ``Transpose`` is a change of label,
+    never a layer) and, for a vector flattened from NCHW features, ``order``: entry i of the
+    ONNX vector is entry ``order[i]`` of neonlite's (None: the same order)."""
+
+    def __init__(self, shape, order=None, layout=NCHW):
         self.shape, self.order = tuple(int(d) for d in shape), order
+        self.layout = layout
 
     @property
     def is_image(self):
         return len(self.shape) == 3
 
+    @property
+    def channel_axis(self):
+        """The ONNX axis (batch included) of the channels."""
+        return 1 if self.is_image and self.layout == NCHW else len(self.shape)
+
     def onnx_shape(self):
-        """The per-example shape as ONNX sees it (images (C, H, W))."""
-        return (self.shape[2],) + self.shape[:2] if self.is_image else self.shape
+        """The per-example shape as ONNX sees it (NCHW images (C, H, W))."""
+        if self.is_image and self.layout == NCHW:
+            return (self.shape[2],) + self.shape[:2]
+        return self.shape
 
 
 def _pairs(ctx, node, attrs, key, default):
@@ -65,9 +78,9 @@ def _padding(ctx, node, attrs, kernel, strides, dilations, value):
 
 
 def _need_image(ctx, node, value):
-    if not value.is_image:
+    if not value.is_image or value.layout != NCHW:
         ctx.fail(node, f"takes an NCHW image, got a tensor of per-example shape "
-                       f"{value.onnx_shape()}")
+                       f"{value.onnx_shape()}{' (NHWC)' if value.is_image else ''}")
 
 
 def conv(ctx, node, value):
@@ -105,8 +118,12 @@ def batch_norm(ctx, node, value):
         ctx.fail(node, "training_mode=1; import takes the inference form")
     ctx.only_first_output(node)
     _plain_order(ctx, node, value)
-    C = value.shape[-1] if value.is_image or len(value.shape) == 1 else ctx.fail(
-        node, f"takes (N, C) or NCHW tensors, got per-example shape {value.onnx_shape()}")
+    if value.is_image:
+        _need_image(ctx, node, value)
+    elif len(value.shape) != 1:
+        ctx.fail(node, f"takes (N, C) or NCHW tensors, got per-example shape "
+                       f"{value.onnx_shape()}")
+    C = value.shape[-1]
     stats = [ctx.vector(node, ctx.const(node, i, what), C, what)
              for i, what in enumerate(("scale", "bias", "mean", "variance"), start=1)]
     momentum = float(attrs.get("momentum", 0.9))
@@ -136,10 +153,10 @@ def softmax(ctx, node, value):
     default = -1 if ctx.opset >= 13 else 1
     axis = ctx.attrs(node).get("axis", default)
     rank = len(value.shape) + 1
-    if axis % rank not in ((1,) if value.is_image else (rank - 1,)):
+    if axis % rank != value.channel_axis:
         ctx.fail(node, f"axis {axis} is not the channel axis; neonlite's Softmax runs over "
                        f"channels (axis 1 of NCHW, the last axis otherwise)")
-    if value.is_image and ctx.opset < 13:
+    if value.is_image and value.layout == NCHW and ctx.opset < 13:
         ctx.fail(node, f"at opset {ctx.opset}, Softmax over axis 1 of an image spans C, H and "
                        f"W together; neonlite's runs over channels")
     return [Activation(Softmax(), name=ctx.layer_name(node))], value
@@ -206,7 +223,7 @@ def _flattened(ctx, node, value):
         _plain_order(ctx, node, value)
         return [Flatten(name=ctx.layer_name(node))], Tensor((int(np.prod(value.shape)),))
     H, W, C = value.shape
-    order = None if H * W == 1 else np.arange(H * W * C).reshape(H, W, C).transpose(
+    order = None if H * W == 1 or value.layout == NHWC else np.arange(H * W * C).reshape(H, W, C).transpose(
         2, 0, 1).ravel()
     return [Flatten(name=ctx.layer_name(node))], Tensor((H * W * C,), order)
 
@@ -241,9 +258,9 @@ def reshape(ctx, node, value):
         return [], value
     if len(target) == 1:
         return _flattened(ctx, node, value)
-    if value.is_image or value.order is not None:
+    if (value.is_image and value.layout == NCHW) or value.order is not None:
         ctx.fail(node, f"reshapes per-example shape {here} to {tuple(target)}; only a reshape "
-                       f"to (N, D) of an image is expressible (NCHW order differs from NHWC)")
+                       f"to (N, D) of an NCHW image is expressible (its order is not NHWC's)")
     return [Reshape(tuple(target), name=ctx.layer_name(node))], Tensor(target)
 
 
@@ -294,7 +311,7 @@ def _bias(ctx, node, value, constant, name):
     shape = list(array.shape)
     while len(shape) > 1 and shape[0] == 1:
         shape.pop(0)
-    want = [C, 1, 1] if value.is_image else [C]
+    want = [C, 1, 1] if value.is_image and value.layout == NCHW else [C]
     if array.size == 1 and array.ndim <= len(value.shape) + 1:
         b = np.full(C, array.reshape(-1)[0], np.float32)
     elif shape == want and array.ndim <= len(value.shape) + 1:
@@ -313,6 +330,16 @@ def add_constant(ctx, node, value):
     """Add of a constant per-channel vector -> Bias."""
     constant = next(ctx.graph.constants[i] for i in node.input if i in ctx.graph.constants)
     return [_bias(ctx, node, value, constant, None)], value
+
+
+def transpose(ctx, node, value):
+    """Transpose of an image between NCHW and NHWC: a new label, no layer."""
+    perm = list(ctx.attrs(node).get("perm", []))
+    moves = {NHWC: ([0, 3, 1, 2], NCHW), NCHW: ([0, 2, 3, 1], NHWC)}
+    if not value.is_image or perm != moves[value.layout][0]:
+        ctx.fail(node, f"perm {perm} on per-example shape {value.onnx_shape()}: import takes "
+                       f"transposes of images between NCHW and NHWC only")
+    return [], Tensor(value.shape, layout=moves[value.layout][1])
 
 
 def _plain_order(ctx, node, value):
@@ -336,6 +363,6 @@ OPS = {
     "Identity": identity, "Dropout": dropout,
     "MaxPool": pool, "AveragePool": pool,
     "GlobalAveragePool": global_pool, "GlobalMaxPool": global_pool,
-    "Flatten": flatten, "Reshape": reshape,
+    "Flatten": flatten, "Reshape": reshape, "Transpose": transpose,
     "Gemm": gemm, "MatMul": matmul, "Add": add_constant, "Sum": add_constant,
 }

@@ -11,7 +11,7 @@ import numpy as np
 
 from ...layers import MergeBroadcast, MergeSum, SkipNode
 from .errors import OnnxImportError
-from .import_ops import OPS, Tensor
+from .import_ops import NCHW, NHWC, OPS, Tensor
 from .import_walk import GraphWalk
 from .onnx_file import node_label
 
@@ -106,17 +106,18 @@ class Importer:
                             "does not keep")
         layers = [layers or [SkipNode()] for layers, _ in branches]
         name = self.layer_name(node)
+        if any(v.layout != values[0].layout for v in values if v.is_image):
+            self.fail(node, "joins images in different layouts (NCHW and NHWC)")
         if node.op_type == "Concat":
             rank = len(values[0].shape) + 1
             axis = self.attrs(node).get("axis")
-            channel = 1 if values[0].is_image else rank - 1
-            if axis is None or axis % rank != channel or any(
+            if axis is None or axis % rank != values[0].channel_axis or any(
                     v.shape[:-1] != values[0].shape[:-1] for v in values):
                 self.fail(node, f"concatenates along axis {axis}; neonlite's MergeBroadcast "
                                 f"joins along channels (axis 1 of NCHW, the last otherwise)")
             width = sum(v.shape[-1] for v in values)
             return [MergeBroadcast(layers, merge="concat", name=name)], \
-                Tensor(values[0].shape[:-1] + (width,))
+                Tensor(values[0].shape[:-1] + (width,), layout=values[0].layout)
         if any(v.shape != values[0].shape for v in values):
             self.fail(node, f"adds tensors of per-example shapes "
                             f"{[v.onnx_shape() for v in values]}; neonlite's MergeSum adds "
@@ -124,14 +125,23 @@ class Importer:
         return [MergeSum(layers, name=name)], values[0]
 
 
-def input_shape(graph):
-    """neonlite's per-example shape of the graph input: (D,) of (N, D), (H, W, C) of NCHW."""
+def input_tensor(graph, walk):
+    """The graph input as a :class:`~.import_ops.Tensor`: (N, D) vectors, or images, NCHW
+    unless every node reading the input transposes it to NCHW (then it is NHWC, as
+    neonlite's own exports are)."""
     dims = graph.input_dims
     if len(dims) not in (2, 4) or any(d is None or d < 1 for d in dims[1:]):
         raise OnnxImportError(f"{graph.path}: the graph input {graph.input!r} has dims "
                               f"{['?' if d is None else d for d in dims]}; import takes (N, D) "
                               f"vectors or (N, C, H, W) images with fixed sizes but N")
-    return (dims[2], dims[3], dims[1]) if len(dims) == 4 else (dims[1],)
+    if len(dims) == 2:
+        return Tensor((dims[1],))
+    users = walk.users.get(graph.input, [])
+    to_nchw = [n for n in users if n.op_type == "Transpose" and [
+        a.ints for a in n.attribute if a.name == "perm"] == [[0, 3, 1, 2]]]
+    if users and len(to_nchw) == len(users):
+        return Tensor(dims[1:], layout=NHWC)
+    return Tensor((dims[2], dims[3], dims[1]), layout=NCHW)
 
 
 def onnx_layers(graph, onnx):
@@ -139,9 +149,10 @@ def onnx_layers(graph, onnx):
     layers, the per-example input shape (NHWC for images) and the ``"<layer>.<attr>" ->
     array`` weights to load once the model is initialized."""
     importer = Importer(onnx, graph)
-    shape = input_shape(graph)
     walk = GraphWalk(graph, importer.convert, importer.join)
-    layers, _ = walk.sequence(graph.input, Tensor(shape), graph.output)
+    source = input_tensor(graph, walk)
+    shape = source.shape
+    layers, _ = walk.sequence(graph.input, source, graph.output)
     if not layers:
         raise OnnxImportError(f"{graph.path}: the graph computes no layer (its output is its "
                               f"input)")
