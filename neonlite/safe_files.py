@@ -62,13 +62,20 @@ def open_regular(path, error, what="file"):
 
 def read_bounded(path, limit, error, what="file"):
     """The bytes of regular file ``path``; ``error`` when it holds more than ``limit``
-    bytes (checked from its size before reading, and while reading, for a file that grows)."""
+    bytes (checked from its size before reading, and while reading, for a file that grows).
+    The memory taken is the file's size (+ what it grows by), never ``limit``."""
     with open_regular(path, error, what) as f:
         size = os.fstat(f.fileno()).st_size
         if size > limit:
             raise error(f"{path}: the {what} is {size:,} bytes, more than the {limit:,} this "
                         f"reader takes")
-        data = f.read(limit + 1)
+        parts = [f.read(size + 1)]  # (a read of n bytes allocates n first: never the limit)
+        total = len(parts[0])
+        while total <= limit and len(parts[-1]):
+            parts.append(f.read(min(1 << 20, limit + 1 - total)))
+            total += len(parts[-1])
+    parts = [part for part in parts if part]
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
     if len(data) > limit:
         raise error(f"{path}: the {what} grew beyond {limit:,} bytes while it was read")
     return data
