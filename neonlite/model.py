@@ -406,11 +406,13 @@ class Model:
         Raises :class:`neonlite.config.ConfigError` with the key path of a bad entry."""
         return model_files.from_description(cls, desc)
 
-    def export_onnx(self, path, opset=17):
+    def export_onnx(self, path, opset=17, fold_bn=False):
         """Write this (initialized) model to ``path`` as ONNX at ``opset`` (see
-        :mod:`neonlite.interop.onnx`: NHWC input, dynamic batch axis); returns the path."""
+        :mod:`neonlite.interop.onnx`: NHWC input, dynamic batch axis); ``fold_bn``: each
+        BatchNorm right after a convolution or linear layer is folded into its weights.
+        Returns the path."""
         from .interop.onnx.export import export_onnx
-        return export_onnx(self, path, opset)
+        return export_onnx(self, path, opset, fold_bn)
 
     def save(self, path, optimizer=None, config=None):
         """Write a checkpoint (see :mod:`neonlite.serialize`): description, parameters,

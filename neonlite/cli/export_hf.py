@@ -1,7 +1,7 @@
 """``neonlite export model.h5 -o DIR``: a neonlite checkpoint of BERT or GPT-2 form as a
 Hugging Face model directory (config.json + model.safetensors) that ``transformers`` loads;
-``neonlite export model.h5 --format onnx -o model.onnx [--opset N]``: any checkpoint whose
-layers export (``neonlite.interop.onnx``) as one ONNX file."""
+``neonlite export model.h5 --format onnx -o model.onnx [--opset N] [--fold-bn]``: any
+checkpoint whose layers export (``neonlite.interop.onnx``) as one ONNX file."""
 from .arguments import add_verbosity
 
 HELP = "write a checkpoint as a Hugging Face model directory or an ONNX file"
@@ -21,6 +21,10 @@ def register(subparsers):
                              "(new, or a regular file it replaces)")
     parser.add_argument("--opset", type=int, default=None, metavar="N",
                         help="ONNX opset to write (--format onnx; default 17)")
+    parser.add_argument("--fold-bn", action="store_true",
+                        help="--format onnx: fold each batch norm into the convolution or "
+                             "linear layer before it (one Conv or MatMul + Add, no "
+                             "BatchNormalization node)")
     add_verbosity(parser, quiet=None)
     parser.set_defaults(func=command)
 
@@ -36,15 +40,17 @@ def command(args):
         opset = DEFAULT_OPSET if args.opset is None else args.opset
         check_outputs([("-o", args.output)], [("the checkpoint", args.checkpoint)])
     else:
-        if args.opset is not None:
-            raise InteropError("--opset applies to --format onnx only")
+        for flag, given in (("--opset", args.opset is not None), ("--fold-bn", args.fold_bn)):
+            if given:
+                raise InteropError(f"{flag} applies to --format onnx only")
         check_outputs([("-o", args.output, "folder", is_export_folder)],
                       [("the checkpoint", args.checkpoint)])
     gen_backend("cpu", batch_size=1)
     model = Model.from_checkpoint(read_checkpoint(args.checkpoint))
     if args.format == "onnx":
-        out = model.export_onnx(args.output, opset=opset)
-        print(f"{out}: ONNX opset {opset} from {args.checkpoint}")
+        out = model.export_onnx(args.output, opset=opset, fold_bn=args.fold_bn)
+        folded = ", batch norms folded" if args.fold_bn else ""
+        print(f"{out}: ONNX opset {opset} from {args.checkpoint}{folded}")
         return
     out = export_hf(model, args.output)
     print(f"{out}: config.json and model.safetensors from {args.checkpoint}")

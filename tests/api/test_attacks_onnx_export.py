@@ -71,6 +71,9 @@ def test_bad_exports_fail_in_one_line_and_leave_nothing(checkpoints, tmp_path):
         "--opset with --format hf": (run_isolated(neonlite_argv(
             "export", cnn, "-o", out / "hf", "--opset", "17"), seconds=120),
             "--opset applies to --format onnx only"),
+        "--fold-bn with --format hf": (run_isolated(neonlite_argv(
+            "export", cnn, "-o", out / "hf", "--fold-bn"), seconds=120),
+            "--fold-bn applies to --format onnx only"),
     }
     for attack, (result, expected) in cases.items():
         table.add(attack, result)

@@ -42,10 +42,11 @@ def relative_difference(ours, theirs):
     return float(np.max(np.abs(ours.astype(np.float64) - theirs))) / scale
 
 
-def export_and_compare(model, path, inputs, opset=17):
-    """Export ``model`` to ``path`` and return the largest relative difference between
-    ``model.predict(x)`` and ONNX Runtime's output over each batch ``x`` of ``inputs``."""
-    model.export_onnx(path, opset=opset)
+def export_and_compare(model, path, inputs, opset=17, **options):
+    """Export ``model`` to ``path`` (``options``: ``export_onnx``'s, e.g. ``fold_bn``) and
+    return the largest relative difference between ``model.predict(x)`` and ONNX Runtime's
+    output over each batch ``x`` of ``inputs``."""
+    model.export_onnx(path, opset=opset, **options)
     return max(relative_difference(model.predict(x), onnx_outputs(path, x)) for x in inputs)
 
 

@@ -52,15 +52,16 @@ def dims(builder, value):
     return ["batch", *(("steps",) + value.shape[1:] if steps else value.shape)]
 
 
-def build_onnx_model(model, opset=DEFAULT_OPSET):
+def build_onnx_model(model, opset=DEFAULT_OPSET, fold_bn=False):
     """The checked ``onnx.ModelProto`` of an initialized ``model`` (see the module's
-    docstring)."""
+    docstring); ``fold_bn``: each BatchNorm right after a Convolution or Linear is folded
+    into its weights (``fold.py``)."""
     onnx = require_onnx()
     check_opset(onnx, opset)
     if model.in_shape is None:
         raise OnnxExportError(f"model '{model.name}' has no parameters yet; initialize it (or "
                               f"load a checkpoint) before exporting it to ONNX")
-    builder = GraphBuilder(onnx, opset)
+    builder = GraphBuilder(onnx, opset, fold_bn)
     source = Value(builder.unique(f"{model.name}.input"), model.in_shape,
                    steps=takes_sequences(model))
     result = builder.to_layout(export_layer(builder, model.layers, source), NHWC)
@@ -90,12 +91,13 @@ def build_onnx_model(model, opset=DEFAULT_OPSET):
     return proto
 
 
-def export_onnx(model, path, opset=DEFAULT_OPSET):
-    """Write ``model`` (initialized) to ``path`` as ONNX at ``opset``; returns the path.
+def export_onnx(model, path, opset=DEFAULT_OPSET, fold_bn=False):
+    """Write ``model`` (initialized) to ``path`` as ONNX at ``opset`` (``fold_bn``: see
+    :func:`build_onnx_model`); returns the path.
     Everything is checked before the file is written, and the file appears whole or not at
     all (:func:`neonlite.atomic.atomic_write`)."""
     path = check_output_path(path)
-    proto = build_onnx_model(model, opset)
+    proto = build_onnx_model(model, opset, fold_bn)
     data = proto.SerializeToString()
     with atomic_write(path) as out:
         out.write(data)

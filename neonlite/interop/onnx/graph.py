@@ -45,10 +45,11 @@ class Value:
 
 class GraphBuilder:
     """Collects nodes and initializers in the order they are made; names are unique (a name
-    taken twice gets a ``_1``, ``_2`` suffix).  ``opset`` is the default domain's version."""
+    taken twice gets a ``_1``, ``_2`` suffix).  ``opset`` is the default domain's version;
+    ``fold_bn``: batch norms fold into the convolution or linear layer before them."""
 
-    def __init__(self, onnx, opset):
-        self.onnx, self.opset = onnx, opset
+    def __init__(self, onnx, opset, fold_bn=False):
+        self.onnx, self.opset, self.fold_bn = onnx, opset, bool(fold_bn)
         self.nodes, self.initializers = [], []
         self.names = set()
         self.fixed_steps = False

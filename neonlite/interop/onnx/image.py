@@ -20,21 +20,32 @@ def _geometry(layer, strides_default=None):
     return list(stride), [pad[0], pad[1], pad[0], pad[1]]
 
 
-def _filtered(builder, layer, value, op, **attributes):
+def _filtered(builder, layer, value, op, W=None, b=None, name=None, **attributes):
     """``op`` (Conv or ConvTranspose) of ``layer`` on the image in NCHW, with the filters
-    transposed ((R, S, C, K) or (R, S, K, C) -> (3, 2, 0, 1)) and the bias when there is one;
-    the output is named after the layer unless an activation follows."""
+    transposed ((R, S, C, K) or (R, S, K, C) -> (3, 2, 0, 1)) and the bias when there is one
+    (``W`` / ``b``: other values, as a folded batch norm gives); the output is named
+    ``name``, else after the layer unless an activation follows."""
     x = builder.to_layout(value, NCHW)
     R, S, K = layer.fshape
     strides, pads = _geometry(layer)
-    inputs = [builder.constant(f"{layer.name}.W", weights(layer, "W").transpose(3, 2, 0, 1))]
-    if layer.b is not None:
-        inputs.append(builder.constant(f"{layer.name}.b", weights(layer, "b")))
-    name = f"{layer.name}.{op.lower()}" if layer.activation is not None else layer.name
+    W = weights(layer, "W") if W is None else W
+    inputs = [builder.constant(f"{layer.name}.W", W.transpose(3, 2, 0, 1))]
+    if b is None and layer.b is not None:
+        b = weights(layer, "b")
+    if b is not None:
+        inputs.append(builder.constant(f"{layer.name}.b", b))
+    if name is None:
+        name = f"{layer.name}.{op.lower()}" if layer.activation is not None else layer.name
     return builder.op(x, op, name, inputs, shape=layer.out_shape, kernel_shape=[R, S],
                       strides=strides, pads=pads,
                       dilations=list(_pair(layer.dilation, "dilation", layer.name)),
                       **attributes)
+
+
+def convolution_node(builder, layer, value, W, b, name):
+    """The Conv of Convolution ``layer`` with filters ``W`` (R, S, C, K) and bias ``b`` (K,)
+    in its place (a batch norm folded in), output ``name``."""
+    return _filtered(builder, layer, value, "Conv", W=W, b=b, name=name)
 
 
 @exports(Convolution)

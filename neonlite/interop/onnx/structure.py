@@ -3,6 +3,7 @@ SkipNode, MergeBroadcast) and the reshapes (Flatten, Reshape)."""
 from ...layers import (Affine, BlockSparseAffine, CompoundLayer, Conv, Deconv, DeepBiLSTM,
                         DeepBiRNN, Flatten, MergeBroadcast, MergeSum, Reshape, Sequential,
                         SkipNode)
+from .fold import export_folded, folds
 from .graph import NHWC
 from .registry import export_layer, exports
 
@@ -10,9 +11,16 @@ from .registry import export_layer, exports
 @exports(Sequential, CompoundLayer, Affine, Conv, Deconv, BlockSparseAffine, DeepBiRNN,
          DeepBiLSTM, opset=1)
 def export_sequential(builder, layer, value):
-    """Each layer on the one before's output."""
-    for child in layer.layers:
-        value = export_layer(builder, child, value)
+    """Each layer on the one before's output; with ``builder.fold_bn``, a BatchNorm right
+    after a Convolution or Linear is folded into it (``fold.py``)."""
+    children, i = layer.layers, 0
+    while i < len(children):
+        if builder.fold_bn and i + 1 < len(children) and folds(children[i], children[i + 1]):
+            value = export_folded(builder, children[i], children[i + 1], value)
+            i += 2
+            continue
+        value = export_layer(builder, children[i], value)
+        i += 1
     return value
 
 
