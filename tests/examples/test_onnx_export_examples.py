@@ -32,6 +32,20 @@ IMAGE_EXAMPLES = {"mnist_mlp": ("mnist", 10), "mnist_cnn": ("mnist", 10),
                   "conv_autoencoder": ("shapes", None)}
 
 
+#: the text examples compared by test_text_example_trained_a_few_steps_matches_at_two_lengths
+TEXT_EXAMPLES = ("char_transformer", "char_lstm", "blocksparse_transformer")
+#: compared by test_imported_minilm_encoder_exports_and_matches_at_two_lengths (its encoder)
+ENCODER_EXAMPLES = ("finetune_sentence_classifier",)
+
+
+def test_every_example_is_compared():
+    """A new example in examples/ fails here until a test above exports and compares it."""
+    examples = {path.stem for path in EXAMPLES.glob("*.py")}
+    covered = set(IMAGE_EXAMPLES) | set(TEXT_EXAMPLES) | set(ENCODER_EXAMPLES)
+    assert examples == covered, (f"not compared with ONNX Runtime: {examples - covered}; "
+                                 f"not an example: {covered - examples}")
+
+
 def network(name):
     spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
@@ -92,7 +106,7 @@ def reset_states(model):
 
 
 @requires("shakespeare")
-@pytest.mark.parametrize("name", ["char_transformer", "char_lstm", "blocksparse_transformer"])
+@pytest.mark.parametrize("name", TEXT_EXAMPLES)
 def test_text_example_trained_a_few_steps_matches_at_two_lengths(name, tmp_path):
     """examples/char_transformer.py's network (4 pre-norm causal blocks, d=128),
     char_lstm.py's (2 stateful LSTMs of 512, compared from the zero state) and
