@@ -21,6 +21,17 @@ NCHW, NHWC = "nchw", "nhwc"
 TO_NCHW, TO_NHWC = (0, 3, 1, 2), (0, 2, 3, 1)
 
 
+def unique_name(name, taken):
+    """``name``, or ``name_1``, ``name_2``, ... the first not in the set ``taken``, which it
+    joins."""
+    candidate, n = name, 0
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}_{n}"
+    taken.add(candidate)
+    return candidate
+
+
 class Value:
     """A tensor of the graph (see the module's docstring)."""
 
@@ -61,12 +72,7 @@ class GraphBuilder:
         self._transposed = {}
 
     def unique(self, name):
-        candidate, n = name, 0
-        while candidate in self.names:
-            n += 1
-            candidate = f"{name}_{n}"
-        self.names.add(candidate)
-        return candidate
+        return unique_name(name, self.names)
 
     def constant(self, name, array, dtype=np.float32):
         """An initializer holding ``array`` (as ``dtype``); returns its name."""

@@ -12,6 +12,7 @@ import numpy as np
 from ...layers import MergeBroadcast, MergeSum, SkipNode
 from .errors import OnnxImportError
 from .import_ops import NCHW, NHWC, OPS, Tensor
+from .graph import unique_name
 from .import_walk import GraphWalk
 from .onnx_file import node_label
 
@@ -57,13 +58,7 @@ class Importer:
     def layer_name(self, node):
         """A unique, printable layer name from the node's name (or its output's)."""
         base = (node.name or node.output[0]).strip("/").replace("/", ".") or node.op_type
-        base = "".join(c if c.isprintable() else "_" for c in base)
-        name, n = base, 0
-        while name in self.names:
-            n += 1
-            name = f"{base}_{n}"
-        self.names.add(name)
-        return name
+        return unique_name("".join(c if c.isprintable() else "_" for c in base), self.names)
 
     def set_weights(self, layer, weights):
         self.weights.append((layer, weights))
