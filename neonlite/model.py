@@ -440,6 +440,13 @@ class Model:
         (backend, batch size, data type), or says what to call when that one cannot run."""
         return model_files.load(cls, path)
 
+    @classmethod
+    def from_onnx(cls, path, name=None):
+        """The model of the standard ONNX CNN in ``path`` (``neonlite.onnx_import``): NHWC
+        input, the file's weights, initialized on the current backend (CPU, batch 1 if none)."""
+        from .onnx_import import import_onnx
+        return import_onnx(cls, path, name)
+
     def describe(self):
         """A table: layer, type, output shape, parameter count; and the total."""
         if self.in_shape is None:

@@ -1,6 +1,6 @@
 """``neonlite import PATH -o model.h5``: PATH a Hugging Face model directory (BERT or GPT-2,
 safetensors weights; ``--head none|lm|sentence-embedding|pooler``, ``--seq-len``) or an ONNX
-file (``model.onnx``: a standard CNN, ``neonlite.interop.import_onnx``), as a neonlite
+file (``model.onnx``: a standard CNN, ``Model.from_onnx``), as a neonlite
 checkpoint.  What PATH is decides: a folder is a Hugging Face model, a file an ONNX model."""
 import os
 
@@ -54,7 +54,8 @@ def command(args):
 def import_onnx_file(args):
     """``neonlite import model.onnx -o m.h5``: the ONNX CNN as a checkpoint."""
     from ..backends import gen_backend
-    from ..interop import InteropError, import_onnx
+    from ..interop import InteropError
+    from ..model import Model
     from ..output_paths import check_outputs
     for flag, value in (("--head", args.head), ("--seq-len", args.seq_len)):
         if value is not None:
@@ -62,7 +63,7 @@ def import_onnx_file(args):
                                f"{args.model_dir} is a file (an ONNX model)")
     check_outputs([("-o", args.output)], [("the ONNX model", args.model_dir)])
     gen_backend("cpu", batch_size=args.batch_size)
-    model = import_onnx(args.model_dir)
+    model = Model.from_onnx(args.model_dir)
     model.save(args.output)
     count = sum(p.value.size for p in model.parameters())
     print(f"{args.output}: {model.name} model from {args.model_dir} (ONNX), "

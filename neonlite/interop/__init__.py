@@ -1,5 +1,5 @@
-"""Hugging Face interoperability: pretrained BERT and GPT-2 checkpoints in and out; ONNX
-CNNs in (:func:`import_onnx`; export and the converters: ``neonlite.interop.onnx``).
+"""Hugging Face interoperability: pretrained BERT and GPT-2 checkpoints in and out (ONNX
+export and import: ``neonlite.interop.onnx``, ``Model.export_onnx``, ``Model.from_onnx``).
 
 :func:`import_hf` reads a model directory (``config.json`` + safetensors weights) into a
 neonlite :class:`~neonlite.Model`; :func:`export_hf` writes one back in Hugging Face's naming.
@@ -8,7 +8,6 @@ The weights go through the ``safetensors`` library (no pickle, no code runs); it
 """
 from .convert import FAMILIES, build_hf_model, export_hf, import_hf, is_export_folder
 from .errors import InteropError
-from .onnx_import import import_onnx
 
 __all__ = ["import_hf", "export_hf", "build_hf_model", "InteropError", "FAMILIES",
-           "is_export_folder", "import_onnx"]
+           "is_export_folder"]

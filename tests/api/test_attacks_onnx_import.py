@@ -67,6 +67,28 @@ def grouped(parts, onnx):
     parts["nodes"][0].attribute.append(onnx.helper.make_attribute("group", 2))
 
 
+def joined_by_mul(parts, onnx):
+    """relu(c) * c: two branches of c joined by a Mul (a gate no layer expresses)."""
+    parts["nodes"].insert(2, onnx.helper.make_node("Mul", ["r", "c"], ["m"], name="gate"))
+    parts["nodes"][3].input[0] = "m"
+
+
+def nested_forks(parts, onnx):
+    """150 residual Adds each inside a branch of the one before: r + (r + (r + ...))."""
+    h, nodes = onnx.helper, parts["nodes"]
+    inner = "r"
+    for i in range(150):
+        nodes.append(h.make_node("Relu", [inner], [f"n{i}"], name=f"relu{i}"))
+        inner = f"n{i}"
+    for i in reversed(range(150)):
+        source = "r" if i == 0 else f"n{i - 1}"
+        nodes.append(h.make_node("Add", [source, inner], [f"a{i}"], name=f"add{i}"))
+        inner = f"a{i}"
+    nodes[2].input[0] = inner
+    nodes.append(nodes.pop(2))
+    nodes.append(nodes.pop(2))
+
+
 def two_inputs(parts, onnx):
     parts["inputs"].append(onnx.helper.make_tensor_value_info("Z", onnx.TensorProto.FLOAT,
                                                               ["N", 3]))
@@ -82,6 +104,8 @@ CASES = {
                                                     "supported"),
     "a grouped convolution": (grouped, "node 'conv' (Conv): group 2"),
     "two graph inputs": (two_inputs, "2 data input(s)"),
+    "branches joined by Mul": (joined_by_mul, "node 'gate' (Mul): operator Mul is not supported"),
+    "branches nested 150 deep": (nested_forks, "branches nest more than 100 deep"),
 }
 
 
@@ -126,10 +150,12 @@ def test_bad_onnx_files_fail_in_one_line_and_leave_nothing(tmp_path):
 
 def test_a_good_file_imports_and_the_size_cap_holds(tmp_path):
     import onnx
-    from neonlite.interop import InteropError, import_onnx
+    from neonlite import Model
+    from neonlite.interop import InteropError
+    from neonlite.onnx_import import import_onnx
     path = tmp_path / "good.onnx"
     path.write_bytes(small_cnn(onnx).SerializeToString())
     result = import_(path, tmp_path / "m.h5")
     assert result.outcome == "success", result.stderr
     with pytest.raises(InteropError, match=r"more than the 100 this reader takes"):
-        import_onnx(path, limit=100)
+        import_onnx(Model, path, limit=100)

@@ -1,4 +1,4 @@
-"""ONNX import (``neonlite.interop.import_onnx``, ``neonlite import model.onnx``) of standard
+"""ONNX import (``Model.from_onnx``, ``neonlite import model.onnx``) of standard
 CNNs: PyTorch's logits within 1e-4 (relative to the largest, float32) on real MNIST digits
 (resized to the input size by repeating each pixel, repeated to 3 channels, NHWC for
 neonlite, NCHW for PyTorch); a neonlite CNN exported and imported back bit-identical; an
@@ -23,7 +23,6 @@ import neonlite.layers as L
 from neonlite import Model
 from neonlite.data import ArrayIterator
 from neonlite.data.idx import read_idx
-from neonlite.interop import import_onnx
 from neonlite.optimizers import GradientDescentMomentum
 from neonlite.transforms.activation import Logistic, Rectlin, Softmax, Tanh
 from neonlite.transforms.cost import CrossEntropyMulti
@@ -118,7 +117,7 @@ def test_plain_torch_resnet18_imports_with_pytorchs_logits(batch_norm, tmp_path)
     options = {} if batch_norm.startswith("folded") else {"do_constant_folding": False}
     logits = torch_export(module, x, path, **options)
     make_backend("cpu", batch_size=4)
-    model = import_onnx(path)
+    model = Model.from_onnx(path)
     kinds = {type(leaf).__name__ for leaf in model.layers.leaves()}
     assert ("BatchNorm" in kinds) == (not batch_norm.startswith("folded")), kinds
     assert {"MergeSum", "SkipNode"} <= {type(l).__name__ for l in model.layers.layers} | {
@@ -168,7 +167,7 @@ def test_torchvision_resnet18_imports_with_pytorchs_logits(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     make_backend("cpu", batch_size=4)
-    model = import_onnx(path)
+    model = Model.from_onnx(path)
     difference = relative_difference(model.predict(nhwc(x)), np.load(logits))
     print(f"torchvision ResNet-18: max relative difference {difference:.3g}")
     assert difference <= TOLERANCE, f"max relative difference {difference:.3g}"
@@ -197,7 +196,7 @@ def test_neonlite_cnn_exported_and_imported_is_bit_identical(tmp_path):
     randomize(model)
     path = tmp_path / "cnn.onnx"
     model.export_onnx(path)
-    again = import_onnx(path)
+    again = Model.from_onnx(path)
     ours, theirs = list(model.get_params().values()), list(again.get_params().values())
     assert [a.shape for a in ours] == [b.shape for b in theirs]
     assert all(np.array_equal(a, b) for a, b in zip(ours, theirs))
@@ -217,7 +216,7 @@ def test_flatten_of_nchw_features_feeds_gemm_in_neonlite_order(tmp_path):
     x = digits(5, size=28)[:, :, ::2, ::2].copy()
     logits = torch_export(module, x, tmp_path / "cnn.onnx")
     make_backend("cpu", batch_size=2)
-    model = import_onnx(tmp_path / "cnn.onnx")
+    model = Model.from_onnx(tmp_path / "cnn.onnx")
     assert relative_difference(model.predict(nhwc(x)), logits) <= 1e-5
 
 
@@ -228,7 +227,7 @@ def test_an_imported_model_trains(tmp_path):
     source = Model(neonlite_cnn(), name="cnn")
     source.initialize(ArrayIterator(np.zeros((16, 14, 14, 1), np.float32), shuffle=False))
     source.export_onnx(tmp_path / "cnn.onnx")
-    model = import_onnx(tmp_path / "cnn.onnx")
+    model = Model.from_onnx(tmp_path / "cnn.onnx")
     folder = data_dir() / "mnist"
     x = nhwc(digits(64, channels=1, size=28))[:, ::2, ::2]
     labels = read_idx(str(folder / "t10k-labels-idx1-ubyte.gz"))[:64].astype(np.int64)

@@ -6,7 +6,7 @@ One module per layer family registers the exporters of its layer classes (``regi
 ``structure.py`` (containers, merges, reshapes), ``sequence.py`` (embeddings, reductions),
 ``attention.py`` (MultiHeadAttention, BlockSparseAttention, TransformerBlock), ``recurrent.py``
 (Recurrent, LSTM, GRU, the bidirectional layers); ``graph.py`` builds the graph and tracks each
-tensor's layout; ``export.py`` checks and writes the file.  Import (``neonlite.interop.import_onnx``) is ``onnx_file.py``
+tensor's layout; ``export.py`` checks and writes the file.  Import (``Model.from_onnx``, ``neonlite/onnx_import.py``) is ``onnx_file.py``
 (reading and checking a file), ``import_walk.py`` (the graph as nested layers),
 ``import_ops.py`` (each operator as layers) and ``importer.py`` (the model). The ``onnx`` package is the optional
 extra ``neonlite[onnx]``, imported only when an export runs.

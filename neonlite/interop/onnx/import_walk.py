@@ -15,6 +15,9 @@ from .errors import OnnxImportError
 from .onnx_file import node_label
 
 JOINS = ("Add", "Sum", "Concat")
+#: the deepest nesting of branches read (each level is a MergeSum / MergeBroadcast inside a
+#: branch of the one outside it)
+MAX_DEPTH = 100
 
 
 class GraphWalk:
@@ -25,6 +28,7 @@ class GraphWalk:
 
     def __init__(self, graph, convert, join):
         self.graph, self.convert, self.join = graph, convert, join
+        self.rank = {id(node): i for i, node in enumerate(graph.nodes)}
         self.users = {}
         for node in graph.nodes:
             for name in dict.fromkeys(self.data_inputs(node)):
@@ -47,8 +51,13 @@ class GraphWalk:
                 todo.extend(self.data_inputs(node))
         return seen
 
-    def sequence(self, start, value, stop):
-        """``(layers, value)`` computing tensor ``stop`` from tensor ``start`` (of ``value``)."""
+    def sequence(self, start, value, stop, depth=0):
+        """``(layers, value)`` computing tensor ``stop`` from tensor ``start`` (of ``value``),
+        inside ``depth`` levels of branches."""
+        if depth > MAX_DEPTH:
+            raise OnnxImportError(f"{self.graph.path}: branches nest more than {MAX_DEPTH} "
+                                  f"deep (at tensor {start!r}); import reads at most "
+                                  f"{MAX_DEPTH} levels")
         region = self.ancestors(stop)
         layers, t = [], start
         while t != stop:
@@ -63,7 +72,8 @@ class GraphWalk:
                 new, value = self.convert(node, value)
             else:
                 node = self._join_of(t, region)
-                branches = [self.sequence(t, value, name) for name in self.data_inputs(node)]
+                branches = [self.sequence(t, value, name, depth + 1)
+                            for name in self.data_inputs(node)]
                 new, value = self.join(node, branches)
             layers.extend(new)
             t = node.output[0]
@@ -73,7 +83,9 @@ class GraphWalk:
         """The node where every data path from ``start`` inside ``region`` meets (see the
         module's docstring)."""
         pending = {start: self._edges(start, region)}
-        for node in self.graph.nodes:
+        producer = self.graph.producer.get(start)
+        first = 0 if producer is None else self.rank[id(producer)] + 1
+        for node in self.graph.nodes[first:]:
             if id(node) not in region:
                 continue
             ins = self.data_inputs(node)
@@ -93,12 +105,7 @@ class GraphWalk:
             out = node.output[0]
             pending[out] = self._edges(out, region) or 1
             if list(pending) == [out]:
-                if node.op_type not in JOINS:
-                    raise OnnxImportError(
-                        f"{self.graph.path}: {node_label(node)} joins branches of tensor "
-                        f"{start!r}; neonlite joins branches only by Add, Sum (MergeSum) or "
-                        f"Concat (MergeBroadcast)")
-                return node
+                return node  # (a join: only Add, Sum and Concat have several data inputs)
         raise OnnxImportError(f"{self.graph.path}: the branches from tensor {start!r} never "
                               f"meet again")
 

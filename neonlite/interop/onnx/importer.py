@@ -1,5 +1,5 @@
 """The layers of a standard ONNX CNN (``torch.onnx.export``, the ONNX model zoo), for
-:func:`neonlite.interop.import_onnx`, which makes and initializes the model.
+:meth:`neonlite.Model.from_onnx` (``neonlite/onnx_import.py``), which makes and initializes the model.
 
 The file is read and checked first (``onnx_file.py``: bounded, no external data, no cycle or
 unknown name), its nodes are walked into nested layers (``import_walk.py``: chains,
