@@ -96,6 +96,10 @@ class Importer:
     def join(self, node, branches):
         """Add / Sum -> MergeSum; Concat on the channel axis -> MergeBroadcast."""
         values = [value for _, value in branches]
+        constant = next((i for i in node.input if i in self.graph.constants), None)
+        if constant is not None:
+            self.fail(node, f"joins branches with the constant {constant!r}; a merge layer "
+                            f"joins branches only")
         if any(v.order is not None for v in values):
             self.fail(node, "joins vectors flattened from NCHW features, whose order neonlite "
                             "does not keep")
