@@ -55,6 +55,11 @@ class PadCrop(AugmentOp):
             top, left = room_y // 2, room_x // 2
         return {"top": top - self.pad, "left": left - self.pad}
 
+    def shapes_after(self, shapes, params):
+        out = shapes.copy()
+        out[:, :2] = self.size
+        return out
+
     def reference(self, image, params, i):
         top, left = int(params["top"][i]), int(params["left"][i])
         h, w = self.size
@@ -108,6 +113,11 @@ class CenterCrop(AugmentOp):
         return {"top": np.round((shapes[:, 0] - self.size[0]) / 2.0).astype(np.int64),
                 "left": np.round((shapes[:, 1] - self.size[1]) / 2.0).astype(np.int64)}
 
+    def shapes_after(self, shapes, params):
+        out = shapes.copy()
+        out[:, :2] = self.size
+        return out
+
     def reference(self, image, params, i):
         top, left = int(params["top"][i]), int(params["left"][i])
         return image[top:top + self.size[0], left:left + self.size[1]]
@@ -145,6 +155,9 @@ class Resize(AugmentOp):
         h, w = self.sizes(shapes[:, 0], shapes[:, 1])
         return {"box": np.stack([np.zeros_like(h), np.zeros_like(h), shapes[:, 0], shapes[:, 1]],
                                 axis=1), "out": np.stack([h, w], axis=1)}
+
+    def shapes_after(self, shapes, params):
+        return np.concatenate([np.asarray(params["out"], np.int64), shapes[:, 2:]], axis=1)
 
     def reference(self, image, params, i):
         return resize_box(image, params["box"][i], tuple(params["out"][i]))
@@ -209,6 +222,9 @@ class RandomResizedCrop(AugmentOp):
         box = self.boxes(u, shapes[:, 0], shapes[:, 1]) if train else \
             self.eval_boxes(shapes[:, 0], shapes[:, 1])
         return {"box": box, "out": np.tile(np.array(self.size, np.int64), (len(shapes), 1))}
+
+    def shapes_after(self, shapes, params):
+        return np.concatenate([np.asarray(params["out"], np.int64), shapes[:, 2:]], axis=1)
 
     def reference(self, image, params, i):
         return resize_box(image, params["box"][i], self.size)
