@@ -21,7 +21,10 @@ int aug_crop(const real *const *src, const int32_t *src_hw, void *const *dst,
 /* Sample i's box (box[4i..4i+3]: top, left, height, width) resized bilinearly (resample.py):
  * the horizontal pass with tables first_x (n, stride_x) and weights_x (n, stride_x, taps_x),
  * into uint8 rows, then the vertical pass with first_y (n, stride_y) and weights_y
- * (n, stride_y, taps_y); 22-bit fixed point.  Mirrored left-right when flip[i]. */
+ * (n, stride_y, taps_y); 22-bit fixed point.  A tap past the box reads its last pixel (its
+ * weight is 0); where a box is at least taps_x wide, the horizontal pass reads without that
+ * check, so the caller shifts the tables to keep first + taps inside it (kernels.py's
+ * resample_tables).  Mirrored left-right when flip[i]. */
 int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
                 const int32_t *dst_hw, int64_t n, int channels, const int32_t *box,
                 const int32_t *first_y, const int32_t *weights_y, int stride_y, int taps_y,

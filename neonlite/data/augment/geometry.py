@@ -17,6 +17,12 @@ def _known(shape):
     return shape[0] is not None and shape[1] is not None
 
 
+def _first_smaller(shapes, least):
+    """The first sample whose (H, W) is below ``least`` (h, w) in either axis, or None."""
+    bad = np.flatnonzero(np.any(shapes[:, :2] < least, axis=1))
+    return int(bad[0]) if bad.size else None
+
+
 class PadCrop(AugmentOp):
     """Pad by ``pad`` pixels of value ``fill`` on every side, then crop ``size`` (an int or
     [h, w]) at a random place (the centre when evaluating); CIFAR's pad-4 crop."""
@@ -45,8 +51,10 @@ class PadCrop(AugmentOp):
         return self.size + (shape[2],)
 
     def draw(self, u, shapes, train=True):
-        for i, (h, w, _) in enumerate(shapes):
-            self._check(h, w, f" of sample {i} ({h}x{w})")
+        i = _first_smaller(shapes, np.array(self.size) - 2 * self.pad)
+        if i is not None:
+            self._check(shapes[i, 0], shapes[i, 1], f" of sample {i} ({shapes[i, 0]}x"
+                                                    f"{shapes[i, 1]})")
         room_y = shapes[:, 0] + 2 * self.pad - self.size[0]
         room_x = shapes[:, 1] + 2 * self.pad - self.size[1]
         if train:
@@ -108,8 +116,9 @@ class CenterCrop(AugmentOp):
         return self.size + (shape[2],)
 
     def draw(self, u, shapes, train=True):
-        for i, (h, w, _) in enumerate(shapes):
-            self._check(h, w, f" of sample {i}")
+        i = _first_smaller(shapes, np.array(self.size))
+        if i is not None:
+            self._check(shapes[i, 0], shapes[i, 1], f" of sample {i}")
         return {"top": np.round((shapes[:, 0] - self.size[0]) / 2.0).astype(np.int64),
                 "left": np.round((shapes[:, 1] - self.size[1]) / 2.0).astype(np.int64)}
 

@@ -73,21 +73,32 @@ def _outputs(shapes_hw, channels, final):
     return [np.empty((int(h), int(w), channels), np.uint8) for h, w in shapes_hw]
 
 
-def _padded_taps(lengths, outs):
+def resample_tables(lengths, outs):
     """(first (N, stride), weights (N, stride, taps), stride, taps) int32 of boxes of
-    ``lengths`` resized to ``outs`` (both (N,)), padded to the batch's longest."""
-    outs = np.asarray(outs, np.int64)
+    ``lengths`` resized to ``outs`` (both (N,)), padded to the batch's longest, each output's
+    taps shifted to lie inside its box (``first + taps <= length``; the shifted-in taps weigh
+    0) where the box is at least ``taps`` long, as ``aug_resize``'s fast path reads them."""
+    lengths, outs = np.asarray(lengths, np.int64), np.asarray(outs, np.int64)
     if np.all(outs == outs[0]):
         first, weights = bilinear_taps(lengths, int(outs[0]))
-        return first, weights, first.shape[1], weights.shape[2]
-    tables = [bilinear_taps([length], int(o)) for length, o in zip(lengths, outs)]
-    stride, taps = int(outs.max()), max(w.shape[2] for _, w in tables)
-    first = np.zeros((len(outs), stride), np.int32)
-    weights = np.zeros((len(outs), stride, taps), np.int32)
-    for i, (f, w) in enumerate(tables):
-        first[i, :f.shape[1]] = f[0]
-        weights[i, :w.shape[1], :w.shape[2]] = w[0]
-    return first, weights, stride, taps
+    else:
+        tables = [bilinear_taps([length], int(o)) for length, o in zip(lengths, outs)]
+        stride, taps = int(outs.max()), max(w.shape[2] for _, w in tables)
+        first = np.zeros((len(outs), stride), np.int32)
+        weights = np.zeros((len(outs), stride, taps), np.int32)
+        for i, (f, w) in enumerate(tables):
+            first[i, :f.shape[1]] = f[0]
+            weights[i, :w.shape[1], :w.shape[2]] = w[0]
+    taps = weights.shape[2]
+    shift = np.maximum(first.astype(np.int64) + taps - lengths[:, None], 0)
+    shift = np.where((taps <= lengths)[:, None], shift, 0)
+    if shift.any():
+        source = np.arange(taps)[None, None, :] - shift[..., None]
+        weights = np.where(source >= 0, np.take_along_axis(
+            weights, np.clip(source, 0, taps - 1), axis=2), 0)
+        first = first - shift
+    return (np.ascontiguousarray(first, np.int32), np.ascontiguousarray(weights, np.int32),
+            first.shape[1], weights.shape[2])
 
 
 def _check(failed):
@@ -126,8 +137,8 @@ def run_steps(module, planned, images, shapes, out, normalize):
         flip_p = ffi.from_buffer("uint8_t[]", np.ascontiguousarray(flip, np.uint8))
         if isinstance(op, (Resize, RandomResizedCrop)):
             box = np.ascontiguousarray(params["box"], np.int32)
-            fy, wy, sy, ty = _padded_taps(box[:, 2], hw[:, 0])
-            fx, wx, sx, tx = _padded_taps(box[:, 3], hw[:, 1])
+            fy, wy, sy, ty = resample_tables(box[:, 2], hw[:, 0])
+            fx, wx, sx, tx = resample_tables(box[:, 3], hw[:, 1])
             failed = lib.aug_resize(src.pointers, _i32(ffi, src.hw), dst_p, _i32(ffi, dst_hw), n,
                                     channels, _i32(ffi, box), _i32(ffi, fy), _i32(ffi, wy), sy,
                                     ty, _i32(ffi, fx), _i32(ffi, wx), sx, tx, flip_p, step_kind,

@@ -152,12 +152,16 @@ def _check_in_shape(shape):
 
 
 def _check_images(images):
-    """The batch as a list of (H, W, C) uint8 arrays and their (N, 3) shapes."""
+    """The batch (a uint8 (N, H, W, C) array as it is, or a list of (H, W, C) uint8 arrays)
+    and its (N, 3) int64 shapes."""
     if isinstance(images, np.ndarray):
         if images.dtype != np.uint8 or images.ndim != 4:
             raise DataError(f"augment: expected uint8 images (N, H, W, C), got an array of "
                             f"shape {images.shape} dtype {images.dtype}")
-        listed = list(images)
+        if images.shape[0] == 0:
+            raise DataError("augment: the batch is empty")
+        shapes = np.tile(np.array(images.shape[1:], np.int64), (images.shape[0], 1))
+        listed = images
     elif isinstance(images, (list, tuple)):
         listed = list(images)
         for i, image in enumerate(listed):
@@ -166,12 +170,12 @@ def _check_images(images):
                     image, np.ndarray) else type(image).__name__
                 raise DataError(f"augment: image {i} of the batch must be a uint8 (H, W, C) "
                                 f"array, got {what}")
+        if not listed:
+            raise DataError("augment: the batch is empty")
+        shapes = np.array([image.shape for image in listed], dtype=np.int64)
     else:
         raise DataError(f"augment: expected a uint8 array (N, H, W, C) or a list of uint8 "
                         f"(H, W, C) arrays, got {type(images).__name__}")
-    if not listed:
-        raise DataError("augment: the batch is empty")
-    shapes = np.array([image.shape for image in listed], dtype=np.int64)
     if np.any(shapes[:, 2] != shapes[0, 2]) or np.any(shapes[:, :2] < 1):
         bad = int(np.flatnonzero((shapes[:, 2] != shapes[0, 2]) |
                                  np.any(shapes[:, :2] < 1, axis=1))[0])
