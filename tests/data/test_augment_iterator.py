@@ -3,10 +3,12 @@ are the pipeline's output, resuming an epoch gives the same augmented batches, e
 deterministic, and the data set's shape is the augmented one."""
 import numpy as np
 import pytest
+from support.harness import data_dir
+from support.requires import requires
 
 from neonlite.backends import gen_backend
 from neonlite.config.datasets import make_dataset
-from neonlite.data import DataError, Shapes
+from neonlite.data import MNIST, DataError, Shapes
 from neonlite.data.augment import Flip, Normalize, PadCrop, Pipeline, epoch_key
 from neonlite.data.iterator import ArrayIterator
 from neonlite.data.position import epoch_batches
@@ -114,3 +116,17 @@ def test_normalize_output_is_the_backend_dtype():
     gen_backend("cpu", batch_size=4, rng_seed=0)
     data = ArrayIterator(_images(8), augment=[Normalize(0.5, 0.5)])
     assert data.x_host.dtype == np.float32
+
+
+@requires("mnist")
+def test_real_mnist_digits_are_cropped_in_training_only():
+    gen_backend("cpu", batch_size=100, rng_seed=4)
+    data = MNIST(path=data_dir(), download=False, test_split=0.2, shuffle=False,
+                 augment=[{"type": "pad_crop", "config": {"size": 28, "pad": 2}}])
+    assert data.shape == (28, 28, 1)
+    (X, _), (Xv, _) = data.load()
+    x, _ = next(iter(data.train_iter))
+    xv, _ = next(iter(data.valid_iter))
+    assert np.allclose(xv.get(), Xv[:100] / 255.0)
+    moved = [not np.allclose(a, b / 255.0) for a, b in zip(x.get(), X[:100])]
+    assert sum(moved) > 80
