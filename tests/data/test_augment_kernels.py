@@ -119,3 +119,18 @@ def test_results_do_not_depend_on_the_thread_count():
     finally:
         set_cpu_threads(usable_cores())
     assert all(np.array_equal(results[0], r) for r in results[1:])
+
+
+def test_jitter_rounds_halves_to_even_as_the_reference():
+    """Factors that land exactly on .5 (brightness 0.5 of odd levels, contrast 0.5 about a
+    half-integer mean): the kernel rounds half to even, as numpy's ``rint``."""
+    from neonlite.data.augment.kernels import run_steps
+    op = ColorJitter(0.5, 0.5)
+    images = np.arange(2 * 4 * 4 * 3, dtype=np.uint8).reshape(2, 4, 4, 3) * 5
+    shapes = np.tile(np.array([4, 4, 3], np.int64), (2, 1))
+    params = {"factors": np.array([[0.5, 1.0, 1.0], [1.0, 0.5, 1.0]], np.float32)}
+    want = np.stack([op.reference(images[i], params, i) for i in range(2)])
+    out = run_steps(augment_module(), [(op, params)], images, shapes,
+                    np.empty_like(images), None)
+    assert np.array_equal(out, want)
+    assert out[0, 0, 0, 1] == 2 and out[0, 0, 1, 0] == 8  # 2.5 -> 2, 7.5 -> 8
