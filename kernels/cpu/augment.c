@@ -118,17 +118,19 @@ static inline uint8_t clip8(int32_t acc)
 }
 
 /* The horizontal pass of one row for C channels (C a constant where inlined): out[x, c] =
- * clip8(sum_k line[first[x] + k, c] * weights[x, k]); every tap lies inside the box (the
- * tables are shifted so; see resample_tables in kernels.py). */
+ * clip8(sum_k line[first[x] + k, c] * weights[x, k]) over the first `used` of the `taps`
+ * (the others weigh 0); every tap lies inside the box (the tables are shifted so; see
+ * resample_tables in kernels.py). */
 static inline void horizontal_row(const uint8_t *line, uint8_t *out, int w, const int C,
-                                  const int32_t *first, const int32_t *weights, int taps)
+                                  const int32_t *first, const int32_t *weights, int taps,
+                                  int used)
 {
     for (int x = 0; x < w; x++) {
         const uint8_t *p = line + (int64_t)first[x] * C;
         const int32_t *wk = weights + (int64_t)x * taps;
         int32_t acc[4] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1),
                           1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1)};
-        for (int k = 0; k < taps; k++)
+        for (int k = 0; k < used; k++)
             for (int c = 0; c < C; c++)
                 acc[c] += (int32_t)p[k * C + c] * wk[k];
         for (int c = 0; c < C; c++)
@@ -158,7 +160,8 @@ int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
                const int32_t *dst_hw, int64_t n, int channels, const int32_t *box,
                const int32_t *first_y, const int32_t *weights_y, int stride_y, int taps_y,
                const int32_t *first_x, const int32_t *weights_x, int stride_x, int taps_x,
-               const uint8_t *flip, int out_kind, const double *scale, const double *shift)
+               const int32_t *used, const uint8_t *flip, int out_kind, const double *scale,
+               const double *shift)
 {
     int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : failed)
@@ -180,20 +183,21 @@ int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
             continue;
         }
         uint8_t *row = tmp + bh * row_len, *mirrored = row + row_len;
+        const int used_y = used[2 * i], used_x = used[2 * i + 1];
         for (int y = 0; y < bh; y++) {
             const uint8_t *line = src[i] + ((int64_t)(top + y) * W + left) * C;
             uint8_t *out = tmp + (int64_t)y * row_len;
             if (C == 3 && taps_x <= bw)
-                horizontal_row(line, out, w, 3, fx, wx, taps_x);
+                horizontal_row(line, out, w, 3, fx, wx, taps_x, used_x);
             else if (C == 1 && taps_x <= bw)
-                horizontal_row(line, out, w, 1, fx, wx, taps_x);
+                horizontal_row(line, out, w, 1, fx, wx, taps_x, used_x);
             else
                 horizontal_row_any(line, out, w, C, fx, wx, taps_x, bw);
         }
         for (int y = 0; y < h; y++) {
             for (int64_t j = 0; j < row_len; j++)
                 acc[j] = 1 << (PRECISION_BITS - 1);
-            for (int k = 0; k < taps_y; k++) {
+            for (int k = 0; k < used_y; k++) {
                 const int32_t wk = wy[(int64_t)y * taps_y + k];
                 const int sy = fy[y] + k < bh ? fy[y] + k : bh - 1;
                 const uint8_t *in = tmp + (int64_t)sy * row_len;

@@ -76,6 +76,10 @@ class ArrayIterator:
         self.nbatches = -(-self.ndata // bsz)
         check_batch_fits(name, bsz, [self.shape] + ([] if y is None else [self.target_shape]),
                          self.be)
+        if self.augment is not None:
+            dtype = np.uint8 if not self.augment.normalizes else (
+                self.be.dtype if self.be.dtype in FLOAT_OUTPUTS else np.float32)
+            self.x_host = np.empty((bsz,) + self.shape, dtype)
         self.x_buf = self.be.zeros((bsz,) + self.shape)
         self.t_buf = self.x_buf if y is None else self.be.zeros(
             (bsz,) + self.target_shape, dtype=np.int32 if nclass is not None else None)
@@ -85,8 +89,8 @@ class ArrayIterator:
         self.rank, self.nranks = 0, 1
 
     def _augmentation(self, augment):
-        """The pipeline of option ``augment`` (None: none), its host output buffer made and
-        ``shape`` set to the augmented shape."""
+        """The pipeline of option ``augment`` (None: none), ``shape`` set to the augmented
+        shape (the host buffer ``x_host`` it writes is made once the batch is known to fit)."""
         if augment is None or (isinstance(augment, list) and not augment):
             return None
         pipeline = pipeline_from_config(augment, f"{self.name}: augment")
@@ -94,9 +98,7 @@ class ArrayIterator:
             raise DataError(f"{self.name}: augment needs uint8 images X (N, H, W, C), got "
                             f"shape {self.X.shape} dtype {self.X.dtype}")
         self.shape = pipeline.out_shape(self.shape)
-        dtype = np.uint8 if not pipeline.normalizes else (
-            self.be.dtype if self.be.dtype in FLOAT_OUTPUTS else np.float32)
-        self.x_host = np.empty((self.be.bsz,) + self.shape, dtype)
+        pipeline.check_batch(self.X.shape[1:], self.be.bsz)
         return pipeline
 
     def shard(self, rank, nranks):

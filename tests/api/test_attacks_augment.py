@@ -31,6 +31,10 @@ CASES = [
     ("normalize not last", "[normalize, flip]",
      "dataset.config.augment[0]: Normalize must be the last op"),
     ("a string, not a list", "flip", "dataset.config.augment: expected a list"),
+    ("a crop of 200,000 pixels a side", "[{type: pad_crop, config: {size: 200000, pad: 100000}}]",
+     "more than the"),
+    ("a resize to 10 million pixels a side", "[{type: resize, config: {shorter_side: 10000000}}, "
+     "{type: center_crop, config: {size: 16}}]", "dataset.config.augment[0]: Resize makes images"),
 ]
 
 

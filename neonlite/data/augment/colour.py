@@ -36,7 +36,7 @@ class ColorJitter(AugmentOp):
     """Random brightness, contrast and saturation (each a factor in [1 - v, 1 + v]) of
     uint8 images (RGB, or one channel without saturation); never when evaluating."""
 
-    draws, random, yaml_name = 3, True, "color_jitter"
+    draws, random, yaml_name, evaluates = 3, True, "color_jitter", False
 
     def __init__(self, brightness=0.0, contrast=0.0, saturation=0.0):
         self.amounts = tuple(check_number(name, value, "ColorJitter", 0.0) for name, value in

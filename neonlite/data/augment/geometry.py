@@ -82,7 +82,7 @@ class PadCrop(AugmentOp):
 class Flip(AugmentOp):
     """Mirror left-right with probability ``p`` (never when evaluating)."""
 
-    draws, random, yaml_name = 1, True, "flip"
+    draws, random, yaml_name, evaluates = 1, True, "flip", False
 
     def __init__(self, p=0.5):
         self.p = check_number("p", p, "Flip", 0.0, 1.0)

@@ -101,6 +101,15 @@ def resample_tables(lengths, outs):
             first.shape[1], weights.shape[2])
 
 
+def taps_used(weights):
+    """(N,) int32: for each sample, one past the last tap of any output that weighs
+    anything (at least 1)."""
+    nonzero = weights != 0
+    last = np.where(nonzero.any(axis=2), weights.shape[2] - np.argmax(nonzero[..., ::-1], axis=2),
+                    0)
+    return np.maximum(last.max(axis=1), 1).astype(np.int32)
+
+
 def _check(failed):
     if failed:
         raise MemoryError(f"augment: the kernels could not allocate the row buffers of "
@@ -139,10 +148,11 @@ def run_steps(module, planned, images, shapes, out, normalize):
             box = np.ascontiguousarray(params["box"], np.int32)
             fy, wy, sy, ty = resample_tables(box[:, 2], hw[:, 0])
             fx, wx, sx, tx = resample_tables(box[:, 3], hw[:, 1])
+            used = np.ascontiguousarray(np.stack([taps_used(wy), taps_used(wx)], axis=1))
             failed = lib.aug_resize(src.pointers, _i32(ffi, src.hw), dst_p, _i32(ffi, dst_hw), n,
                                     channels, _i32(ffi, box), _i32(ffi, fy), _i32(ffi, wy), sy,
-                                    ty, _i32(ffi, fx), _i32(ffi, wx), sx, tx, flip_p, step_kind,
-                                    scale_p, shift_p)
+                                    ty, _i32(ffi, fx), _i32(ffi, wx), sx, tx, _i32(ffi, used),
+                                    flip_p, step_kind, scale_p, shift_p)
         elif isinstance(op, ColorJitter):
             factors = np.ascontiguousarray(params["factors"], np.float32)
             failed = lib.aug_jitter(src.pointers, _i32(ffi, src.hw), dst_p, n, channels,

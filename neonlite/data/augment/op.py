@@ -20,6 +20,7 @@ class AugmentOp:
 
     draws = 0           # uniforms per sample when training
     random = False      # whether training draws anything
+    evaluates = True    # whether it does anything when evaluating
     yaml_name = None    # the op's ``type`` in YAML
 
     def out_shape(self, shape, train=True):

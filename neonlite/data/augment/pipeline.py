@@ -22,6 +22,7 @@ import numbers
 
 import numpy as np
 
+from ...host_memory import available_bytes, describe_bytes
 from ..errors import DataError
 from .colour import Normalize
 from .draws import sample_uniforms
@@ -88,6 +89,15 @@ class Pipeline:
                             "random_resized_crop after any resize)")
         return tuple(int(v) for v in shape)
 
+    def check_batch(self, in_shape_hwc, n):
+        """A :class:`DataError` now, before any batch, when augmenting ``n`` images of shape
+        (H, W, C) would need more memory than this process may still take."""
+        shape = _check_in_shape(in_shape_hwc)
+        for stream, op in enumerate(self.ops):
+            shape = tuple(op.out_shape(shape, self.train))
+            if shape[0] is not None and shape[1] is not None:
+                self._check_memory(stream, op, np.tile(np.array(shape, np.int64), (n, 1)))
+
     def out_dtypes(self):
         """The dtypes ``out`` may have."""
         return FLOAT_OUTPUTS if self.normalizes else (np.dtype(np.uint8),)
@@ -123,6 +133,8 @@ class Pipeline:
         for stream, op in enumerate(self.ops):
             if isinstance(op, Normalize):
                 break
+            if not self.train and not op.evaluates:
+                continue
             u = sample_uniforms(key, indices, stream, op.draws) if self.train else \
                 np.zeros((n, op.draws))
             try:
@@ -131,7 +143,20 @@ class Pipeline:
                 raise self._where(stream, err) from None
             planned.append((op, params))
             shapes = op.shapes_after(shapes, params)
+            self._check_memory(stream, op, shapes)
         return planned
+
+    def _check_memory(self, stream, op, shapes):
+        """A :class:`DataError` before any work when op ``stream``'s outputs of ``shapes``
+        (twice: a step reads one batch while writing the next) need more memory than this
+        process may still take."""
+        need = 2.0 * float(np.prod(shapes, axis=1, dtype=np.float64).sum())
+        limit = available_bytes()
+        if limit and need > limit:
+            raise DataError(f"{self.path}[{stream}]: {type(op).__name__} makes images of up to "
+                            f"{int(shapes[:, 0].max())}x{int(shapes[:, 1].max())} that need "
+                            f"{describe_bytes(need)} for the batch, more than the "
+                            f"{describe_bytes(limit)} of memory available")
 
     def __repr__(self):
         return f"Pipeline({self.ops!r}, train={self.train})"
