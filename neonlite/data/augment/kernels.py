@@ -13,7 +13,6 @@ import os
 import numpy as np
 
 from ...kernels.specs import cpu_variant
-from ..errors import DataError
 from .colour import ColorJitter, Normalize
 from .geometry import CenterCrop, Flip, PadCrop, RandomResizedCrop, Resize
 from .resample import bilinear_taps
@@ -39,7 +38,7 @@ class Batch:
     int32 heights and widths; the arrays it points into are kept alive with it."""
 
     def __init__(self, ffi, images, shapes):
-        self.ffi, self.shapes = ffi, shapes
+        self.ffi, self.shapes, self.channels = ffi, shapes, int(shapes[0, 2])
         self.hw = np.ascontiguousarray(shapes[:, :2], dtype=np.int32)
         self.arrays = np.ascontiguousarray(images) if isinstance(images, np.ndarray) else \
             [np.ascontiguousarray(image) for image in images]
@@ -110,29 +109,19 @@ def taps_used(weights):
     return np.maximum(last.max(axis=1), 1).astype(np.int32)
 
 
-def _check(failed):
-    if failed:
-        raise MemoryError(f"augment: the kernels could not allocate the row buffers of "
-                          f"{failed} sample(s)")
-
-
 def run_steps(module, planned, images, shapes, out, normalize):
-    """Run ``planned`` ((op, params) pairs, in order, Normalize left out) on ``images`` (a
-    uint8 (N, H, W, C) array or list) of ``shapes`` (N, 3), the last step writing ``out``
-    (normalised by ``normalize`` when given)."""
-    ffi, lib = module.ffi, module.lib
+    """Run ``planned`` ((op, params) pairs, in order) on ``images`` (a uint8 (N, H, W, C)
+    array or list) of ``shapes`` (N, 3), the last step writing ``out`` (normalised by
+    ``normalize``, the pipeline's Normalize, when given)."""
+    ffi = module.ffi
     n, channels = len(shapes), int(shapes[0, 2])
-    kind = OUT_KINDS[out.dtype]
     scale, shift = normalize.scale_shift(channels, np.float64) if normalize else \
         (np.ones(channels), np.zeros(channels))
-    scale_p, shift_p = ffi.from_buffer("double[]", scale), ffi.from_buffer("double[]", shift)
+    stores = (ffi.from_buffer("double[]", scale), ffi.from_buffer("double[]", shift))
     steps = _fuse_flips([(op, params) for op, params in planned
-                         if not isinstance(op, Normalize)])
-    if not steps:
-        steps = [(None, {}, np.zeros(n, np.uint8))]
+                         if not isinstance(op, Normalize)]) or [(None, {}, np.zeros(n, bool))]
     for s, (op, params, flip) in enumerate(steps):
         last = s == len(steps) - 1
-        src = Batch(ffi, images, shapes)
         if isinstance(op, (Resize, RandomResizedCrop)):
             hw = np.asarray(params["out"], np.int64)
         elif isinstance(op, (PadCrop, CenterCrop)):
@@ -140,42 +129,61 @@ def run_steps(module, planned, images, shapes, out, normalize):
         else:
             hw = shapes[:, :2]
         dst = _outputs(hw, channels, out if last else None)
-        dst_p = pointer_array(ffi, "void *[]", dst)
-        dst_hw = np.ascontiguousarray(hw, np.int32)
-        step_kind = kind if last else 0
-        flip_p = ffi.from_buffer("uint8_t[]", np.ascontiguousarray(flip, np.uint8))
+        call = Call(ffi, Batch(ffi, images, shapes), dst, hw, flip,
+                    OUT_KINDS[out.dtype] if last else 0, stores)
         if isinstance(op, (Resize, RandomResizedCrop)):
-            box = np.ascontiguousarray(params["box"], np.int32)
-            fy, wy, sy, ty = resample_tables(box[:, 2], hw[:, 0])
-            fx, wx, sx, tx = resample_tables(box[:, 3], hw[:, 1])
-            used = np.ascontiguousarray(np.stack([taps_used(wy), taps_used(wx)], axis=1))
-            failed = lib.aug_resize(src.pointers, _i32(ffi, src.hw), dst_p, _i32(ffi, dst_hw), n,
-                                    channels, _i32(ffi, box), _i32(ffi, fy), _i32(ffi, wy), sy,
-                                    ty, _i32(ffi, fx), _i32(ffi, wx), sx, tx, _i32(ffi, used),
-                                    flip_p, step_kind, scale_p, shift_p)
+            failed = call.resize(module.lib, params["box"])
         elif isinstance(op, ColorJitter):
-            factors = np.ascontiguousarray(params["factors"], np.float32)
-            failed = lib.aug_jitter(src.pointers, _i32(ffi, src.hw), dst_p, n, channels,
-                                    ffi.from_buffer("float[]", factors), step_kind, scale_p,
-                                    shift_p)
+            failed = call.jitter(module.lib, params["factors"])
         else:
-            top = params.get("top", np.zeros(n, np.int64))
-            left = params.get("left", np.zeros(n, np.int64))
-            fill = op.fill if isinstance(op, PadCrop) else 0
-            failed = lib.aug_crop(src.pointers, _i32(ffi, src.hw), dst_p, _i32(ffi, dst_hw), n,
-                                  channels, _i32(ffi, np.ascontiguousarray(top, np.int32)),
-                                  _i32(ffi, np.ascontiguousarray(left, np.int32)), flip_p, fill,
-                                  step_kind, scale_p, shift_p)
-        _check(failed)
+            failed = call.crop(module.lib, params.get("top", np.zeros(n, np.int64)),
+                               params.get("left", np.zeros(n, np.int64)),
+                               op.fill if isinstance(op, PadCrop) else 0)
+        if failed:
+            raise MemoryError(f"augment: the kernels could not allocate the row buffers of "
+                              f"{failed} sample(s)")
         images = dst
         shapes = np.concatenate([hw, np.full((n, 1), channels, np.int64)], axis=1)
     return out
 
 
-def _i32(ffi, array):
-    if array.dtype != np.int32 or not array.flags.c_contiguous:
-        raise DataError("augment: internal table is not C-contiguous int32")
-    return ffi.from_buffer("int32_t[]", array)
+class Call:
+    """The arguments every kernel takes for one step: the source :class:`Batch`, the outputs
+    ``dst`` of heights and widths ``hw`` (N, 2), the flips (N,), the output kind and the
+    (scale, shift) of the stores."""
+
+    def __init__(self, ffi, src, dst, hw, flip, kind, stores):
+        self.ffi, self.src, self.n, self.hw = ffi, src, len(hw), np.asarray(hw)
+        self.dst = pointer_array(ffi, "void *[]", dst)
+        self.dst_hw = self.i32(hw)
+        self.flip = ffi.from_buffer("uint8_t[]", np.ascontiguousarray(flip, np.uint8))
+        self.kind, self.stores = kind, stores
+
+    def i32(self, array):
+        """``array`` as a C int32 array (the cdata keeps the converted copy alive)."""
+        return self.ffi.from_buffer("int32_t[]", np.ascontiguousarray(array, np.int32))
+
+    def crop(self, lib, top, left, fill):
+        src = self.src
+        return lib.aug_crop(src.pointers, self.i32(src.hw), self.dst, self.dst_hw, self.n,
+                            src.channels, self.i32(top), self.i32(left), self.flip, fill,
+                            self.kind, *self.stores)
+
+    def resize(self, lib, box):
+        src, box = self.src, np.asarray(box)
+        fy, wy, sy, ty = resample_tables(box[:, 2], self.hw[:, 0])
+        fx, wx, sx, tx = resample_tables(box[:, 3], self.hw[:, 1])
+        used = np.stack([taps_used(wy), taps_used(wx)], axis=1)
+        return lib.aug_resize(src.pointers, self.i32(src.hw), self.dst, self.dst_hw, self.n,
+                              src.channels, self.i32(box), self.i32(fy), self.i32(wy), sy, ty,
+                              self.i32(fx), self.i32(wx), sx, tx, self.i32(used), self.flip,
+                              self.kind, *self.stores)
+
+    def jitter(self, lib, factors):
+        src = self.src
+        factors = self.ffi.from_buffer("float[]", np.ascontiguousarray(factors, np.float32))
+        return lib.aug_jitter(src.pointers, self.i32(src.hw), self.dst, self.n, src.channels,
+                              factors, self.kind, *self.stores)
 
 
 def _fuse_flips(planned):
