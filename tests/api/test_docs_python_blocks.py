@@ -42,3 +42,8 @@ def test_the_data_docs_loaders_run_as_printed_on_the_mnist_test_files(tmp_path):
     out = run_block(python_block(ROOT / "docs" / "data.md", "data-loaders"), tmp_path,
                     NEONLITE_DATA=str(data_dir()))
     assert out.strip() == "80 training batches, 2000 validation images"
+
+
+def test_the_data_docs_augmentation_block_runs_as_printed(tmp_path):
+    out = run_block(python_block(ROOT / "docs" / "data.md", "augment"), tmp_path)
+    assert out.strip() == "(32, 32, 3) (64, 32, 32, 3) 1.3"

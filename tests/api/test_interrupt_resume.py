@@ -171,3 +171,32 @@ def test_the_bar_clears_its_line_before_the_interrupt_line():
     assert "3/10" in bar.stream.getvalue()
     bar.on_train_interrupted(0, 3)
     assert bar.stream.getvalue().rsplit("\r", 1)[1].strip() == ""
+
+
+AUGMENTED = RUN.replace(
+    "dataset: {type: shapes, config: {n: 96, size: 8, classes: 4, nvalid: 16}}",
+    "dataset: {type: shapes, config: {n: 96, size: 8, classes: 4, nvalid: 16, augment: "
+    "[{type: pad_crop, config: {size: 8, pad: 2}}, flip, {type: color_jitter, config: "
+    "{brightness: 0.3, contrast: 0.3, saturation: 0.3}}, {type: normalize, config: "
+    "{mean: 0.5, std: 0.25}}]}}")
+
+
+def test_an_augmented_run_resumes_bit_exactly_in_the_middle_of_an_epoch(tmp_path):
+    """The augmented stream continues: SIGTERM in the middle of epoch 2, then --resume, gives
+    the parameters and batch costs of the uninterrupted augmented run."""
+    assert AUGMENTED != RUN
+    (tmp_path / "run.yaml").write_text(AUGMENTED)
+    status, err = train(tmp_path, 0, "-o", tmp_path / "full.h5", "--save-path",
+                        tmp_path / "full_ckpt.h5")
+    assert status == 0, err
+    full, full_log = read_checkpoint(tmp_path / "full_ckpt.h5"), read_log(tmp_path / "full.h5")
+    ckpt, log = tmp_path / "c.h5", tmp_path / "log.h5"
+    status, err = train(tmp_path, BATCHES + 5, "-o", log, "--save-path", ckpt,
+                        send=signal.SIGTERM)
+    assert status == 143, err
+    status, err = train(tmp_path, 0, "-o", log, "--save-path", ckpt, "--resume", ckpt)
+    assert status == 0, err
+    resumed, resumed_log = read_checkpoint(ckpt), read_log(log)
+    for name, value in full.params.items():
+        np.testing.assert_array_equal(resumed.params[name], value, err_msg=name)
+    np.testing.assert_array_equal(resumed_log["batch"]["cost"], full_log["batch"]["cost"])

@@ -44,3 +44,17 @@ def test_onnx_predict_benchmark_smoke(capsys):
     assert onnx_main(["--smoke"]) == 0
     table = capsys.readouterr().out
     assert "lenet_predict" in table and "char_transformer_predict" in table
+
+
+def test_augment_kernels_benchmark_smoke(tmp_path, capsys, monkeypatch):
+    """``python -m benchmarks.augment_kernels --smoke``: both rows timed (torchvision's side
+    left out when no Python with it is named)."""
+    from benchmarks.augment_kernels import ROWS
+    from benchmarks.augment_kernels import main as augment_main
+    monkeypatch.delenv("NEONLITE_TORCHVISION_PYTHON", raising=False)
+    out = tmp_path / "augment.json"
+    assert augment_main(["--smoke", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["workload"] for r in rows] == list(ROWS)
+    assert all(r["neonlite"] > 0 and "torchvision" not in r for r in rows)
+    assert "rrc224_flip_norm" in capsys.readouterr().out

