@@ -11,12 +11,19 @@ from . import OPS
 
 
 def _signature(op):
-    """self, the operands (an optional one given positionally may be None), the scalars (those
-    with a default after those without), then the ``trailing`` operands, None by default (a
-    residual and the sum it makes, say)."""
+    """self, the operands (an optional one may be given as None; None by default when every
+    parameter after it has a default: a trailing mask), the scalars (those with a default
+    after those without), then the ``trailing`` operands, None by default (a residual and the
+    sum it makes, say)."""
     P = inspect.Parameter
+    leading = [o for o in op.operands if not o.trailing]
+    defaulted = len(leading)
+    if all(s.default is not None for s in op.scalars):
+        while defaulted and leading[defaulted - 1].optional:
+            defaulted -= 1
     params = [P("self", P.POSITIONAL_OR_KEYWORD)]
-    params += [P(o.name, P.POSITIONAL_OR_KEYWORD) for o in op.operands if not o.trailing]
+    params += [P(o.name, P.POSITIONAL_OR_KEYWORD) if i < defaulted else
+               P(o.name, P.POSITIONAL_OR_KEYWORD, default=None) for i, o in enumerate(leading)]
     params += [P(s.name, P.POSITIONAL_OR_KEYWORD) for s in op.scalars if s.default is None]
     params += [P(s.name, P.POSITIONAL_OR_KEYWORD, default=s.default) for s in op.scalars
                if s.default is not None]
