@@ -315,14 +315,32 @@ REFERENCED = [c for c in cases() if not c.optree and OPS[c.op].reference is not 
               and not OPS[c.op].dispatched and (c.op, tuple(c.tags)) not in STATEFUL]
 
 
-@pytest.mark.parametrize("case", REFERENCED,
-                         ids=[c.op + "".join(f"[{t}]" for t in c.tags) for c in REFERENCED])
-def test_cpu_backend_matches_the_reference_on_its_case(case):
-    """Each row with a reference that the backends implement in their section files: the
-    CPU backend's call of the operand case against the reference on float64 copies."""
-    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
+REFERENCED_IDS = [c.op + "".join(f"[{t}]" for t in c.tags) for c in REFERENCED]
+
+
+def _backend_matches_the_reference(be, case):
     arguments, before = _recorded_call(be, case)
     want = _reference_call(OPS[case.op], arguments, before)
     for name, value in want.items():
         np.testing.assert_allclose(arguments[name].get(), value, rtol=2e-4, atol=2e-5,
                                    err_msg=f"{case.op}: {name}")
+
+
+@pytest.mark.parametrize("case", REFERENCED, ids=REFERENCED_IDS)
+def test_cpu_backend_matches_the_reference_on_its_case(case):
+    """Each row with a reference that the backends implement in their section files: the
+    CPU backend's call of the operand case against the reference on float64 copies."""
+    _backend_matches_the_reference(neonlite.gen_backend("cpu", batch_size=4, rng_seed=0), case)
+
+
+@requires("emulator")
+@pytest.mark.parametrize("case", REFERENCED, ids=REFERENCED_IDS)
+def test_gpu_backend_matches_the_reference_on_its_case(monkeypatch, case):
+    """The same on the GPU backend over the host emulator (its kernels, plans and op-trees)."""
+    _backend_matches_the_reference(host_gpu_backend(monkeypatch), case)
+
+
+@requires("gpu")
+@pytest.mark.parametrize("case", REFERENCED, ids=REFERENCED_IDS)
+def test_real_gpu_backend_matches_the_reference_on_its_case(case):
+    _backend_matches_the_reference(neonlite.gen_backend("gpu", batch_size=4, rng_seed=0), case)
