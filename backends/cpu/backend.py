@@ -91,7 +91,7 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
     def run_op(self, op, operands, scalars):
         """The C function of dispatched op-table row ``op``, else (after the row's check) its
         numpy reference; calls on kept tensors are kept (``KernelModules.run_call``)."""
-        arrays = tuple(None if t is None else t._ary for t in operands)
+        arrays = tuple([None if t is None else t._ary for t in operands])
         if not self.kernels.run_op(op, arrays, scalars, keep=all_kept(operands)):
             op.reference(*arrays, *scalars)
 

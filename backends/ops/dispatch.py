@@ -6,6 +6,7 @@ scalars, in row order, to the backend's ``run_op``, which runs the row's operand
 (``Op.check_operands``) before any kernel."""
 import inspect
 from abc import ABC, abstractmethod
+from operator import itemgetter
 
 from . import OPS
 
@@ -32,27 +33,45 @@ def _signature(op):
     return inspect.Signature(params)
 
 
+def _picker(positions):
+    """A function giving the tuple of the items of a sequence at ``positions``."""
+    positions = tuple(positions)
+    if len(positions) == 1:
+        at = positions[0]
+        return lambda values: (values[at],)
+    return itemgetter(*positions) if positions else lambda values: ()
+
+
 def table_method(op):
     """The backend method of dispatched row ``op`` (see the module docstring).  Arguments are
     bound by a table made once from the row's signature (``inspect``'s binding costs more
-    than a small kernel)."""
+    than a small kernel): a positional call, the common one, fills the omitted parameters'
+    defaults from a tuple and picks the operands and scalars by position."""
     signature = _signature(op)
     names = tuple(signature.parameters)[1:]
-    defaults = {n: p.default for n, p in signature.parameters.items()
-                if p.default is not inspect.Parameter.empty}
-    operand_names = tuple(o.name for o in op.operands)
-    scalar_names = tuple(s.name for s in op.scalars)
+    empty = inspect.Parameter.empty
+    defaults = {n: p.default for n, p in signature.parameters.items() if p.default is not empty}
+    tail = tuple(defaults.get(n, empty) for n in names)
+    required = len(names) - len(defaults)  # Python's rule: the defaults are a suffix
+    operands_of = _picker(names.index(o.name) for o in op.operands)
+    scalars_of = _picker(names.index(s.name) for s in op.scalars)
 
     def method(self, *args, **kwargs):
-        if len(args) > len(names) or any(n not in names[len(args):] for n in kwargs):
-            signature.bind(self, *args, **kwargs)  # the TypeError Python would raise
-        values = dict(defaults)
-        values.update(zip(names, args))
-        values.update(kwargs)
-        if len(values) < len(names):
-            signature.bind(self, *args, **kwargs)  # a missing argument's TypeError
-        self.run_op(op, tuple(values[n] for n in operand_names),
-                    tuple(values[n] for n in scalar_names))
+        given = len(args)
+        if kwargs or given > len(names):
+            if given > len(names) or any(n not in names[given:] for n in kwargs):
+                signature.bind(self, *args, **kwargs)  # the TypeError Python would raise
+            values = dict(defaults)
+            values.update(zip(names, args))
+            values.update(kwargs)
+            if len(values) < len(names):
+                signature.bind(self, *args, **kwargs)  # a missing argument's TypeError
+            args = tuple(values[n] for n in names)
+        elif given < len(names):
+            if given < required:
+                signature.bind(self, *args)  # a missing argument's TypeError
+            args = args + tail[given:]
+        self.run_op(op, operands_of(args), scalars_of(args))
 
     method.__name__ = method.__qualname__ = op.name
     method.__doc__ = op.doc

@@ -91,17 +91,13 @@ def _step_row(name, doc, cell, state, operands, scalars, backward=None, gradient
     G = {"rnn": 1, "lstm": 4, "gru": 3}[cell]
     cost = _step(cell, forward, [o.name for o in operands], state)
     return Op(name, F, doc, cost, operands=operands,
-              scalars=scalars, check=partial(_check_step, cell, state),
+              scalars=scalars, check=partial(check_gate_step, cell, state),
               reference=getattr(recurrent, name),
               kernel=Kernel("recurrent", name, "recurrent",
                             (Launch(f"nl_{cell}_{'fprop' if forward else 'bprop'}"),),
                             sizes_of=state),
               sample={"M": 4, "D": 3, "G": 3 * G}, backward=backward,
               loss_of="h" if forward else "y", gradients=gradients)
-
-
-def _check_step(cell, state, op, **operands):
-    check_gate_step(op, cell, state, **operands)
 
 
 ROWS = (

@@ -128,6 +128,12 @@ class Op:
     gradients: tuple = ()
 
     def __post_init__(self):
+        names = [o.name for o in self.operands]
+        object.__setattr__(self, "_operand_names", tuple(names))
+        object.__setattr__(self, "_coded", tuple(s if s.codes is not None else None
+                                                 for s in self.scalars))
+        object.__setattr__(self, "_pairs", tuple((o.name, o.pair) for o in self.operands
+                                                 if o.pair is not None))
         if self.kernel is None:
             return
         for s in self.scalars:
@@ -138,7 +144,6 @@ class Op:
             if launch.grid not in GRIDS:
                 raise ValueError(f"op {self.name}: launch grid must be one of {GRIDS}, got "
                                  f"{launch.grid!r}")
-        names = [o.name for o in self.operands]
         if self.kernel.sizes_of is not None and self.kernel.sizes_of not in names:
             raise ValueError(f"op {self.name}: sizes_of names no operand: "
                              f"{self.kernel.sizes_of!r}")
@@ -153,14 +158,14 @@ class Op:
         """Raise before any kernel runs unless ``operands`` (tensors or numpy arrays, None for
         an absent optional one, in row order) and ``scalars`` suit the row: each ``pair``
         given together, each named scalar one of its ``codes``, then the row's ``check``."""
-        for s, value in zip(self.scalars, scalars):
-            if s.codes is not None and value not in s.codes:
+        for s, value in zip(self._coded, scalars):
+            if s is not None and value not in s.codes:
                 raise ValueError(f"{self.name}: {s.name} must be one of "
                                  f"{', '.join(map(repr, s.codes))}, got {value!r}")
-        named = dict(zip((o.name for o in self.operands), operands))
-        for o in self.operands:
-            if o.pair is not None and (named[o.name] is None) != (named[o.pair] is None):
-                raise ValueError(f"{self.name}: {o.name} and {o.pair} are given together or "
+        named = dict(zip(self._operand_names, operands))
+        for name, pair in self._pairs:
+            if (named[name] is None) != (named[pair] is None):
+                raise ValueError(f"{self.name}: {name} and {pair} are given together or "
                                  f"not at all")
         if self.check is not None:
             self.check(self.name, **named)
@@ -179,7 +184,7 @@ class Op:
 
     def numbers(self, scalars):
         """The ``scalars`` (row order) as the kernels take them."""
-        return tuple(s.number(v) for s, v in zip(self.scalars, scalars))
+        return tuple([s.number(v) for s, v in zip(self.scalars, scalars)])
 
     def sample_shape(self, operand):
         """``operand``'s shape at the row's sample sizes."""
