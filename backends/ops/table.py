@@ -59,12 +59,6 @@ class Scalar:
     sample: object = None
     codes: dict = None
 
-    def number(self, value):
-        """``value`` as the kernels take it (its code for a named scalar)."""
-        if self.codes is not None:
-            return self.codes[value]
-        return int(value) if self.kind == "int" else float(value)
-
 
 @dataclass(frozen=True)
 class Launch:
@@ -130,6 +124,9 @@ class Op:
     def __post_init__(self):
         names = [o.name for o in self.operands]
         object.__setattr__(self, "_operand_names", tuple(names))
+        object.__setattr__(self, "_converters", tuple(
+            s.codes.__getitem__ if s.codes is not None else int if s.kind == "int" else float
+            for s in self.scalars))
         object.__setattr__(self, "_coded", tuple(s if s.codes is not None else None
                                                  for s in self.scalars))
         object.__setattr__(self, "_pairs", tuple((o.name, o.pair) for o in self.operands
@@ -184,7 +181,7 @@ class Op:
 
     def numbers(self, scalars):
         """The ``scalars`` (row order) as the kernels take them."""
-        return tuple([s.number(v) for s, v in zip(self.scalars, scalars)])
+        return tuple([convert(v) for convert, v in zip(self._converters, scalars)])
 
     def sample_shape(self, operand):
         """``operand``'s shape at the row's sample sizes."""

@@ -273,6 +273,17 @@ def test_dispatched_methods_bind_as_python_does():
     assert not out.get().any()
 
 
+def test_a_scalar_given_by_name_must_be_one_of_its_codes():
+    """An unknown activation is one ValueError naming the op and the choices, before any
+    kernel or reference runs (it was the code table's bare KeyError)."""
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
+    xg, hg, h_prev, h = be.ones((2, 3)), be.ones((2, 3)), be.ones((2, 3)), be.zeros((2, 3))
+    with pytest.raises(ValueError, match="^rnn_fprop_step: activation must be one of 'tanh', "
+                                         "'logistic', 'relu', 'identity', got 'swish'$"):
+        be.rnn_fprop_step(xg, hg, h_prev, h, None, "swish")
+    assert not h.get().any()
+
+
 # ---- every row with a reference, on the operand cases ------------------------------------
 def _recorded_call(be, case):
     """(bound arguments of the backend method as an ordered dict, their host copies before
