@@ -1,7 +1,8 @@
 """The sequence sections of the backend contract (see :mod:`.backend` for its conventions):
-fused attention on head-major slices, and the per-step gate kernels of recurrent cells and
-their whole-sequence passes.  :class:`~.backend.Backend` inherits them (the ops the op table
-dispatches, such as local response normalization, come from ``ops/dispatch.py``)."""
+fused attention on head-major slices and the whole-sequence passes of recurrent cells, as
+loops over their gate steps.  :class:`~.backend.Backend` inherits them (the ops the op table
+dispatches, such as the gate steps and local response normalization, come from
+``ops/dispatch.py``; ``ops/recurrent.py`` states the gate steps' conventions)."""
 from abc import ABC, abstractmethod
 
 from .operand_shapes import check_sequence, example_rows
@@ -9,7 +10,7 @@ from .reference.recurrent import step_of, time_steps
 
 
 class SequenceOps(ABC):
-    """Attention, recurrent gate steps and sequences of the backend contract."""
+    """Attention and recurrent sequences of the backend contract."""
 
     #: the rows ``example_dropout_mask`` reads its mask as (checked)
     example_rows = staticmethod(example_rows)
@@ -91,44 +92,6 @@ class SequenceOps(ABC):
             if (nqb, nkb) != want or Hl not in (1, heads):
                 raise ValueError(f"{op}: the block layout has shape {blocks.layout.shape},"
                                  f" expected (1 or {heads}, {want[0]}, {want[1]})")
-
-    # ---- recurrent gate steps ---------------------------------------------------------------
-    # One time step of a recurrent cell, after the step's recurrent GEMM hg = h_prev @ U.  Rows
-    # (N, k) contiguous; ``mask`` (N,) or None: a row whose mask is 0 is padding (keeps its
-    # state, gets no gate gradient, passes dh and dc through).  ``dy`` (N, H) or None is the
-    # error arriving at h_t from the layer's output; ``dh`` (N, H) holds, on entry, the error
-    # arriving from step t+1 and, on exit, the part of dL/dh_{t-1} that does not go through U
-    # (the caller adds dgates @ U^T).  Activations: "tanh", "logistic", "relu", "identity".
-    # ``backends/reference/recurrent.py`` is the reference of every one.
-    @abstractmethod
-    def rnn_fprop_step(self, xg, hg, h_prev, h, mask=None, activation="tanh"):
-        """h (N, H) = act(xg + hg); xg the input projection with its bias."""
-
-    @abstractmethod
-    def rnn_bprop_step(self, h, dy, dh, dpre, mask=None, activation="tanh"):
-        """dpre (N, H) = (dh + dy) * act'(h) (from the output h)."""
-
-    @abstractmethod
-    def lstm_fprop_step(self, gates, hg, c_prev, c, h_prev, h, mask=None, activation="tanh",
-                        gate_activation="logistic"):
-        """gates (N, 4H), order (i, f, g, o): in, the input projection with its bias; out, the
-        activated gates.  c = f c_prev + i g and h = o act(c), (N, H)."""
-
-    @abstractmethod
-    def lstm_bprop_step(self, gates, c_prev, c, dy, dh, dc, dgates, mask=None,
-                        activation="tanh", gate_activation="logistic"):
-        """dgates (N, 4H) = dL/d(gate pre-activations); dc (N, H): in dL/dc_t, out
-        dL/dc_{t-1}."""
-
-    @abstractmethod
-    def gru_fprop_step(self, gates, hg, bias_h, hn, h_prev, h, mask=None):
-        """PyTorch's GRU: gates (N, 3H) order (r, z, n), in the input projection with its
-        bias, out the activated gates; bias_h (3H,) the recurrent bias; hn (N, H) <- hg_n +
-        bias_h_n.  n = tanh(x_n + r hn), h = (1 - z) n + z h_prev."""
-
-    @abstractmethod
-    def gru_bprop_step(self, gates, hn, h_prev, dy, dh, dgx, dgh, mask=None):
-        """dgx, dgh (N, 3H): dL/d(input projection) and dL/d(h_prev @ U + bias_h)."""
 
     # ---- whole recurrent sequences -------------------------------------------------------------
     # The T steps of a cell in one call, so a backend can run the loop over time in its own

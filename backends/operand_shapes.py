@@ -126,8 +126,9 @@ def _gate_shape(name, N, H, G):
     return (G * H,) if name == "bias_h" else (N,) if name == "mask" else (N, H)
 
 
-def check_gate_step(op, cell, state, **operands):
-    """One recurrent gate step of ``cell`` (``rnn``, ``lstm``, ``gru``): N, H from the
+def check_gate_step(cell, state, op, **operands):
+    """One recurrent gate step of ``cell`` (``rnn``, ``lstm``, ``gru``) named ``op`` (the
+    leading ``cell`` and ``state`` let an op-table row bind them once): N, H from the
     operand named ``state`` (N, H); the gate rows (``gates``, ``dgates``, ``dgx``, ``dgh``,
     and ``hg`` of the LSTM and GRU) (N, G*H), ``bias_h`` (G*H,), ``mask`` (N,), every other
     operand (N, H), of the state's element type (the mask's is free); by element count (the

@@ -58,7 +58,7 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         notice on stderr); ``Model.fit`` calls it before the first epoch."""
         self.kernels.prepare(self.dtype)
 
-    def _evaluate(self, out, value, keep=False):
+    def evaluate_into(self, out, value, keep=False):
         """out (ndarray)[...] = value (op-tree, tensor, array or scalar); ``keep``: out is a
         kept tensor's own array (see ``KernelModules.run_call``).  Operands that do not
         broadcast are one ValueError naming the tree's shapes (``assignment_error``), not
@@ -91,7 +91,7 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
     def run_op(self, op, operands, scalars):
         """The C function of dispatched op-table row ``op``, else (after the row's check) its
         numpy reference; calls on kept tensors are kept (``KernelModules.run_call``)."""
-        arrays = tuple(None if t is None else t._ary for t in operands)
+        arrays = tuple([None if t is None else t._ary for t in operands])
         if not self.kernels.run_op(op, arrays, scalars, keep=all_kept(operands)):
             op.reference(*arrays, *scalars)
 
@@ -99,7 +99,7 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         pairs = [(out._ary, tree) for out, tree in assignments]
         if not self._machine.run_multi(pairs):
             for out, tree in pairs:
-                self._evaluate(out, tree)
+                self.evaluate_into(out, tree)
 
     def empty(self, shape, dtype=None, name=None):
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
@@ -118,7 +118,7 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         return view
 
     def execute(self, out, optree):
-        self._evaluate(out._ary, optree)
+        self.evaluate_into(out._ary, optree)
         return out
 
     def set_threads(self, n):

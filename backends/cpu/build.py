@@ -218,21 +218,31 @@ class KernelModules:
     def run_op(self, op, arrays, scalars, keep=False):
         """Call the C function of dispatched op-table row ``op`` on numpy ``arrays`` (None for
         an absent optional operand) and ``scalars``, in the row's order, with the sizes (M, D)
-        of the first array between them (see ``backends/ops/table.py``), after the row's
-        check (``op.check_operands``, which raises); False when the kernels do not take the
-        arrays (:meth:`usable`).  ``keep``: see :meth:`run_call` (a kept call skips the
-        check, passed on the same arrays)."""
-        return self.run_call(op.name, arrays, tuple(scalars), keep,
-                             lambda: self._op_call(op, arrays, scalars))
+        (``op.sizes``) between them (see ``backends/ops/table.py``), after the row's check
+        (``op.check_operands``, which raises); False when the kernels do not take the arrays
+        (:meth:`usable`).  ``keep``: see :meth:`run_call` (a kept call skips the check,
+        passed on the same arrays).  A call not kept passes cffi buffers, a quarter of the
+        cost of :func:`pointer` s (the calls on a recurrent layer's time-step slices)."""
+        if keep:
+            return self.run_call(op.name, arrays, tuple(scalars), True,
+                                 lambda: self._kept_op_call(op, arrays, scalars))
+        op.check_operands(arrays, scalars)
+        module = self.usable(op.kernel.c_source, *[a for a in arrays if a is not None])
+        if module is None:
+            return False
+        ffi = module.ffi
+        getattr(module.lib, op.kernel.c_symbol)(
+            *[ffi.NULL if a is None else ffi.from_buffer("real[]", a) for a in arrays],
+            *op.sizes(arrays), *op.numbers(scalars))
+        return True
 
-    def _op_call(self, op, arrays, scalars):
-        op.check_operands(arrays)
+    def _kept_op_call(self, op, arrays, scalars):
+        op.check_operands(arrays, scalars)
         module = self.usable(op.kernel.c_source, *[a for a in arrays if a is not None])
         if module is None:
             return None
-        numbers = [int(v) if s.kind == "int" else float(v) for s, v in zip(op.scalars, scalars)]
         return getattr(module.lib, op.kernel.c_symbol), (
-            *[pointer(module.ffi, a) for a in arrays], *op.sizes(arrays[0]), *numbers)
+            *[pointer(module.ffi, a) for a in arrays], *op.sizes(arrays), *op.numbers(scalars))
 
     def block_sums_work(self, module, function, dtype, rows, cols):
         """The float64 work array (1-D) that C function ``function`` of ``module`` (the kernels

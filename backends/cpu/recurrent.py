@@ -1,7 +1,5 @@
-"""The CPU backend's recurrent gate steps: the C kernels of ``kernels/cpu/recurrent.c`` for
-contiguous float32/float64 rows, and the numpy reference (``reference.recurrent``) for every other
-case.  Each ``*_step`` method is one step of one cell; see ``Backend.rnn_fprop_step`` and the
-rest for the shapes.
+"""The CPU backend's whole-recurrent-sequence passes (the gate steps are dispatched by the op
+table, ``ops/recurrent.py``).
 
 The whole-sequence passes of every cell (``Backend.rnn_fprop_sequence``,
 ``lstm_fprop_sequence``, ``gru_fprop_sequence`` and their bprops) run their loop over time in
@@ -16,11 +14,9 @@ import time
 
 import numpy as np
 
-from ..operand_shapes import check_gate_step, check_sequence
-from ..reference import recurrent as reference
+from ..operand_shapes import check_sequence
+from ..reference.recurrent import ACTIVATION_CODES
 from .blas import WayTuner
-
-ACTIVATION_CODES = reference.ACTIVATION_CODES
 
 
 def _ary(t):
@@ -28,20 +24,7 @@ def _ary(t):
 
 
 class CPURecurrentOps:
-    """``Backend.*_step`` gate kernels and ``*_sequence`` passes for the CPU backend (mixed
-    into ``CPUBackend``)."""
-
-    def _gate_kernel(self, name, tensors, N, H, *codes):
-        """Run C function ``name`` on ``tensors`` (None passes NULL) then N, H and ``codes``;
-        False when the C kernels cannot take these arrays."""
-        arrays = [a for a in tensors if a is not None]
-        module = self.kernels.usable("recurrent", *arrays)
-        if module is None:
-            return False
-        ffi = module.ffi
-        args = [ffi.NULL if a is None else ffi.from_buffer("real[]", a) for a in tensors]
-        getattr(module.lib, name)(*args, N, H, *codes)
-        return True
+    """``Backend.*_sequence`` passes for the CPU backend (mixed into ``CPUBackend``)."""
 
     def _sequence_kernel(self, arrays, N, H, k, per_chunk):
         """(module, (pack, compute) addresses, MKL library, packed work array, its stride) of
@@ -157,54 +140,3 @@ class CPURecurrentOps:
                                    (gates, U, hn, h, dy, dh, dgx, dgh, mask), 2, (int(reverse),),
                                    T, N, G // 3, 3, True):
             super().gru_bprop_sequence(gates, U, hn, h, dy, dh, dgx, dgh, mask, reverse)
-
-    def rnn_fprop_step(self, xg, hg, h_prev, h, mask=None, activation="tanh"):
-        check_gate_step("rnn_fprop_step", "rnn", "h", xg=xg, hg=hg, h_prev=h_prev, h=h,
-                        mask=mask)
-        arrays = [_ary(t) for t in (xg, hg, h_prev, h, mask)]
-        N, H = h.shape
-        if not self._gate_kernel("rnn_fprop_step", arrays, N, H, ACTIVATION_CODES[activation]):
-            reference.rnn_fprop_step(*arrays, activation)
-
-    def rnn_bprop_step(self, h, dy, dh, dpre, mask=None, activation="tanh"):
-        check_gate_step("rnn_bprop_step", "rnn", "h", h=h, dy=dy, dh=dh, dpre=dpre, mask=mask)
-        arrays = [_ary(t) for t in (h, dy, dh, dpre, mask)]
-        N, H = h.shape
-        if not self._gate_kernel("rnn_bprop_step", arrays, N, H, ACTIVATION_CODES[activation]):
-            reference.rnn_bprop_step(*arrays, activation)
-
-    def lstm_fprop_step(self, gates, hg, c_prev, c, h_prev, h, mask=None, activation="tanh",
-                        gate_activation="logistic"):
-        check_gate_step("lstm_fprop_step", "lstm", "h", gates=gates, hg=hg, c_prev=c_prev, c=c,
-                        h_prev=h_prev, h=h, mask=mask)
-        arrays = [_ary(t) for t in (gates, hg, c_prev, c, h_prev, h, mask)]
-        N, H = h.shape
-        codes = (ACTIVATION_CODES[activation], ACTIVATION_CODES[gate_activation])
-        if not self._gate_kernel("lstm_fprop_step", arrays, N, H, *codes):
-            reference.lstm_fprop_step(*arrays, activation, gate_activation)
-
-    def lstm_bprop_step(self, gates, c_prev, c, dy, dh, dc, dgates, mask=None,
-                        activation="tanh", gate_activation="logistic"):
-        check_gate_step("lstm_bprop_step", "lstm", "c", gates=gates, c_prev=c_prev, c=c, dy=dy,
-                        dh=dh, dc=dc, dgates=dgates, mask=mask)
-        arrays = [_ary(t) for t in (gates, c_prev, c, dy, dh, dc, dgates, mask)]
-        N, H = c.shape
-        codes = (ACTIVATION_CODES[activation], ACTIVATION_CODES[gate_activation])
-        if not self._gate_kernel("lstm_bprop_step", arrays, N, H, *codes):
-            reference.lstm_bprop_step(*arrays, activation, gate_activation)
-
-    def gru_fprop_step(self, gates, hg, bias_h, hn, h_prev, h, mask=None):
-        check_gate_step("gru_fprop_step", "gru", "h", gates=gates, hg=hg, bias_h=bias_h, hn=hn,
-                        h_prev=h_prev, h=h, mask=mask)
-        arrays = [_ary(t) for t in (gates, hg, bias_h, hn, h_prev, h, mask)]
-        N, H = h.shape
-        if not self._gate_kernel("gru_fprop_step", arrays, N, H):
-            reference.gru_fprop_step(*arrays)
-
-    def gru_bprop_step(self, gates, hn, h_prev, dy, dh, dgx, dgh, mask=None):
-        check_gate_step("gru_bprop_step", "gru", "h_prev", gates=gates, hn=hn, h_prev=h_prev,
-                        dy=dy, dh=dh, dgx=dgx, dgh=dgh, mask=mask)
-        arrays = [_ary(t) for t in (gates, hn, h_prev, dy, dh, dgx, dgh, mask)]
-        N, H = h_prev.shape
-        if not self._gate_kernel("gru_bprop_step", arrays, N, H):
-            reference.gru_bprop_step(*arrays)

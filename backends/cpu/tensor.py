@@ -81,9 +81,9 @@ class CPUTensor(Tensor):
 
     def __setitem__(self, index, value):
         if index.__class__ is slice and index == _WHOLE:  # t[:] = ...: the array itself
-            self.backend._evaluate(self._ary, value, self.kept)
+            self.backend.evaluate_into(self._ary, value, self.kept)
         else:
-            self.backend._evaluate(self._ary[_index(index)], value)
+            self.backend.evaluate_into(self._ary[_index(index)], value)
 
     def __array__(self, dtype=None, copy=None):
         return self._ary if dtype is None else self._ary.astype(dtype)

@@ -187,20 +187,21 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps, GPUBlockSparseOps,
     def run_op(self, op, operands, scalars):
         """The launches of dispatched op-table row ``op``: every operand contiguous and of
         the first one's storage; each launch gets the operand pointers (0 for an absent one),
-        the sizes (M, D) of the first operand and the scalars (float32 and int), over a grid
-        of one thread per element, one block per row, or one thread per column."""
-        op.check_operands(operands)
+        the sizes (M, D) (``op.sizes``) and the scalars (float32 and int), over a grid of one
+        thread per element, one block per row, or one thread per column."""
+        op.check_operands(operands, scalars)
         check_contiguous(op.name, **{o.name: t for o, t in zip(op.operands, operands)})
         storage = operands[0].storage
         for o, t in zip(op.operands, operands):
             if t is not None and t.storage != storage:
                 raise TypeError(f"{op.name}: {o.name} has the {t.storage} storage, expected "
                                 f"{storage} (that of {op.operands[0].name})")
-        M, D = op.sizes(operands[0])
+        M, D = op.sizes(operands)
         fmt = "P" * len(operands) + "ii" + "".join("i" if s.kind == "int" else "f"
                                                    for s in op.scalars)
         args = [0 if t is None else t.ptr for t in operands] + [M, D] + [
-            int(v) if s.kind == "int" else np.float32(v) for s, v in zip(op.scalars, scalars)]
+            v if s.kind == "int" else np.float32(v)
+            for s, v in zip(op.scalars, op.numbers(scalars))]
         for launch in op.kernel.launches:
             func = self.kernel(op.kernel.cuda_variant, f"{launch.function}_{storage}", fmt)
             n = {"elements": M * D, "rows": M, "columns": D}[launch.grid]

@@ -165,7 +165,10 @@ class KernelPlan:
     'row' or 'column'; ``block``/``grid``: the launch shape; ``int_args``: sizes and strides of
     this call; ``scalars``: the tree's scalar values in slot order; ``arg_format``: the
     ``struct`` format of the whole argument list (pointers: out, then the leaves).
-    A multi-output plan (:func:`plan_multi`) has ``_roots`` (one tree per output) and
+    What ``codegen_source`` renders from: ``root``, the tree as converted nodes (its
+    ``reduction`` node, if any); ``storages``, the storage of ``out`` then of each leaf;
+    ``dims``, the collapsed extents ((d,) elementwise, (dn, da) with a reduction).  A
+    multi-output plan (:func:`plan_multi`) has ``roots`` (one tree per output) and
     ``operands``: the descriptors whose pointers follow ``out``, the other outputs first.
     """
 
@@ -177,11 +180,11 @@ class KernelPlan:
     scalars: tuple
     arg_format: str
     nleaves: int
-    _root: _Node = None
-    _reduction: _Node = None
-    _storages: tuple = ()
-    _dims: tuple = ()
-    _roots: tuple = ()
+    root: _Node = None
+    reduction: _Node = None
+    storages: tuple = ()
+    dims: tuple = ()
+    roots: tuple = ()
     operands: tuple = ()
 
     def source(self):
@@ -210,7 +213,7 @@ def plan(tree, out, max_blocks=65535):
     for code in storages:
         if code not in STORAGE:
             raise OpTreeError(f"unknown storage {code!r}; expected one of {sorted(STORAGE)}")
-    common = dict(scalars=tuple(scalars), nleaves=len(leaves), _root=root, _storages=storages)
+    common = dict(scalars=tuple(scalars), nleaves=len(leaves), root=root, storages=storages)
     if not reductions:
         return _plan_elementwise(out, leaves, extent, ndim, max_blocks, common)
     return _plan_reduction(out, leaves, root, reductions[0], extent, ndim, max_blocks, common)
@@ -245,9 +248,9 @@ def plan_multi(assignments, max_blocks=65535):
             raise OpTreeError(f"unknown storage {code!r}; expected one of {sorted(STORAGE)}")
     ndim = max([len(extent)] + [len(d.shape) for d in operands])
     extent = _padded(extent, (), ndim)[0]
-    common = dict(scalars=tuple(scalars), nleaves=len(operands), _root=None, _storages=storages)
+    common = dict(scalars=tuple(scalars), nleaves=len(operands), root=None, storages=storages)
     p = _plan_elementwise(outs[0], operands, extent, ndim, max_blocks, common)
-    p._roots, p.operands = tuple(roots), tuple(operands)
+    p.roots, p.operands = tuple(roots), tuple(operands)
     p.key = p.key + (("outputs", len(outs)), tuple(_structure(r) for r in roots))
     return p
 
@@ -284,9 +287,9 @@ def _plan_elementwise(out, leaves, extent, ndim, max_blocks, common):
     grid = (max(1, min(-(-count // THREADS), max_blocks)), 1)
     int_args = (count, *sizes, *(s for st in gstrides for s in st))
     fmt = _arg_format(common, idx, 1 + d + d * len(gstrides))
-    key = ("elementwise", d, idx, common["_storages"])
+    key = ("elementwise", d, idx, common["storages"])
     return KernelPlan(key, "elementwise", (THREADS, 1, 1), grid, int_args, arg_format=fmt,
-                      _dims=(d,), **common)
+                      dims=(d,), **common)
 
 
 def _plan_reduction(out, leaves, root, red, extent, ndim, max_blocks, common):
@@ -334,9 +337,9 @@ def _plan_reduction(out, leaves, root, red, extent, ndim, max_blocks, common):
                 *(s for st in full_strides for s in st))
     fmt = _arg_format(common, idx, 3 + dn + 2 * da + (dn + da) * len(descs))
     phases = (tuple(sorted(inner_leaves)), tuple(sorted(outer_leaves)))
-    key = (form, dn, da, idx, common["_storages"], phases)
-    return KernelPlan(key, form, block, grid, int_args, arg_format=fmt, _reduction=red,
-                      _dims=(dn, da), **common)
+    key = (form, dn, da, idx, common["storages"], phases)
+    return KernelPlan(key, form, block, grid, int_args, arg_format=fmt, reduction=red,
+                      dims=(dn, da), **common)
 
 
 def _leaf_nodes(node, stop=None):

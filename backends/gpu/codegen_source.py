@@ -132,8 +132,8 @@ def _decompose(var, sizes, operands, strides_of, offsets, idx, indent, init=None
 
 
 def _signature(p, idx, int_names):
-    types = [STORAGE[c][0] for c in p._storages]
-    written = max(len(p._roots) - 1, 0)
+    types = [STORAGE[c][0] for c in p.storages]
+    written = max(len(p.roots) - 1, 0)
     params = [f"{types[0]}* out"] + [f"{'' if i < written else 'const '}{t}* l{i}"
                                      for i, t in enumerate(types[1:])]
     params += [f"float s{j}" for j in range(len(p.scalars))]
@@ -150,7 +150,7 @@ def common_header():
 
 
 def render(p):
-    if p._roots:
+    if p.roots:
         body = _render_multi(p)
     elif p.form == "elementwise":
         body = _render_elementwise(p)
@@ -165,7 +165,7 @@ def _grid_stride(p, leaves):
     """The parts every elementwise kernel shares: (index type, the decomposition of ``i`` into
     each operand's offset, the load lines of ``leaves`` and their loaded values, the kernel
     text around a body: ``wrap(body)``)."""
-    (d,) = p._dims
+    (d,) = p.dims
     idx = p.key[2]
     nops = 1 + p.nleaves
     names = ["n"] + [f"size{k}" for k in range(d)] + [
@@ -173,7 +173,7 @@ def _grid_stride(p, leaves):
     offsets = ["off_out"] + [f"off{i}" for i in range(p.nleaves)]
     lines = _decompose("i", [f"size{k}" for k in range(d)], range(nops),
                        lambda o, k: f"st{o}_{k}", offsets, idx, _BODY_INDENT)
-    loads, loaded = _load_lines(leaves, p._storages, offsets, _BODY_INDENT)
+    loads, loaded = _load_lines(leaves, p.storages, offsets, _BODY_INDENT)
 
     def wrap(body):
         return f"""
@@ -195,8 +195,8 @@ _BODY_INDENT = "        "
 def _render_elementwise(p):
     head, loaded, wrap = _grid_stride(p, range(p.nleaves))
     em = _Emitter(_BODY_INDENT)
-    value = _emit(p._root, em, loaded)
-    store = STORAGE[p._storages[0]][2].format(v=value)
+    value = _emit(p.root, em, loaded)
+    store = STORAGE[p.storages[0]][2].format(v=value)
     return wrap("\n".join(head + em.lines + [f"{_BODY_INDENT}out[off_out] = {store};"]))
 
 
@@ -209,13 +209,13 @@ def _leaf_indices(node):
 def _render_multi(p):
     """The elementwise kernel of a multi-output plan: per element, load the leaves the trees
     read, then evaluate each tree, store it, and keep its stored value for later trees."""
-    used = sorted(set().union(*(_leaf_indices(r) for r in p._roots)))
+    used = sorted(set().union(*(_leaf_indices(r) for r in p.roots)))
     head, loaded, wrap = _grid_stride(p, used)
     ind = _BODY_INDENT
     em = _Emitter(ind)
-    for number, root in enumerate(p._roots):
+    for number, root in enumerate(p.roots):
         value = _emit(root, em, loaded)
-        ctype, load, store = STORAGE[p._storages[number]]
+        ctype, load, store = STORAGE[p.storages[number]]
         target = "out[off_out]" if number == 0 else f"l{number - 1}[off{number - 1}]"
         em.lines.append(f"{ind}const {ctype} r{number} = {store.format(v=value)};")
         em.lines.append(f"{ind}{target} = r{number};")
@@ -238,10 +238,10 @@ def _combine(op, acc, acc_i, v, v_i, ind):
 
 
 def _render_reduction(p):
-    dn, da = p._dims
+    dn, da = p.dims
     idx = p.key[3]
     inner_leaves, outer_leaves = p.key[5]
-    red = p._reduction
+    red = p.reduction
     arg = red.op in ("argmax", "argmin")
     nops = 1 + p.nleaves
     names = ["n_outer", "inner1", "inner2"] + [f"ns{k}" for k in range(dn)] + [
@@ -260,7 +260,7 @@ def _render_reduction(p):
     body1 = _decompose("j", [f"a1s{k}" for k in range(da)], inner_ops,
                        lambda o, k: f"st{o}_{dn + k}", offs, idx, ind2,
                        init={o: base[o] for o in inner_ops})
-    loads, loaded = _load_lines(inner_leaves, p._storages, offs, ind2)
+    loads, loaded = _load_lines(inner_leaves, p.storages, offs, ind2)
     em = _Emitter(ind2)
     v = _emit(red.children[0], em, loaded)
     body1 += loads + em.lines + _combine(red.op, "acc", "acc_i", v, "(long long)j", ind2)
@@ -268,11 +268,11 @@ def _render_reduction(p):
     body2 = _decompose("j", [f"a2s{k}" for k in range(da)], outer_ops,
                        lambda o, k: f"st{o}_{dn + k}", offs, idx, ind2,
                        init={o: base[o] for o in outer_ops})
-    loads, loaded = _load_lines(outer_leaves, p._storages, offs, ind2)
+    loads, loaded = _load_lines(outer_leaves, p.storages, offs, ind2)
     em = _Emitter(ind2)
     em.count = 1000
-    value = _emit(p._root, em, loaded, reduced_value="r", stop=red)
-    store = STORAGE[p._storages[0]][2].format(v=value)
+    value = _emit(p.root, em, loaded, reduced_value="r", stop=red)
+    store = STORAGE[p.storages[0]][2].format(v=value)
     body2 += loads + em.lines + [f"{ind2}out[off_out] = {store};"]
 
     if column:

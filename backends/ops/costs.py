@@ -86,7 +86,7 @@ def visible_pairs(Tq, Tk, causal=False, blocks=None, heads=1):
 
 def optree_cost(out, tree, keep=False):
     """(FLOPs, bytes) of evaluating ``tree`` into ``out`` (see the module docstring; ``keep``
-    is the CPU backend's ``_evaluate`` flag, of no cost)."""
+    is the CPU backend's ``evaluate_into`` flag, of no cost)."""
     if not isinstance(tree, OpNode):
         return 0.0, nbytes(out) + (0.0 if is_scalar(tree) else nbytes(tree))
     flops = _node_flops(tree, size(out))

@@ -6,17 +6,25 @@ scalars, in row order, to the backend's ``run_op``, which runs the row's operand
 (``Op.check_operands``) before any kernel."""
 import inspect
 from abc import ABC, abstractmethod
+from operator import itemgetter
 
 from . import OPS
 
 
 def _signature(op):
-    """self, the operands (an optional one given positionally may be None), the scalars (those
-    with a default after those without), then the ``trailing`` operands, None by default (a
-    residual and the sum it makes, say)."""
+    """self, the operands (an optional one may be given as None; None by default when every
+    parameter after it has a default: a trailing mask), the scalars (those with a default
+    after those without), then the ``trailing`` operands, None by default (a residual and the
+    sum it makes, say)."""
     P = inspect.Parameter
+    leading = [o for o in op.operands if not o.trailing]
+    defaulted = len(leading)
+    if all(s.default is not None for s in op.scalars):
+        while defaulted and leading[defaulted - 1].optional:
+            defaulted -= 1
     params = [P("self", P.POSITIONAL_OR_KEYWORD)]
-    params += [P(o.name, P.POSITIONAL_OR_KEYWORD) for o in op.operands if not o.trailing]
+    params += [P(o.name, P.POSITIONAL_OR_KEYWORD) if i < defaulted else
+               P(o.name, P.POSITIONAL_OR_KEYWORD, default=None) for i, o in enumerate(leading)]
     params += [P(s.name, P.POSITIONAL_OR_KEYWORD) for s in op.scalars if s.default is None]
     params += [P(s.name, P.POSITIONAL_OR_KEYWORD, default=s.default) for s in op.scalars
                if s.default is not None]
@@ -25,27 +33,45 @@ def _signature(op):
     return inspect.Signature(params)
 
 
+def _picker(positions):
+    """A function giving the tuple of the items of a sequence at ``positions``."""
+    positions = tuple(positions)
+    if len(positions) == 1:
+        at = positions[0]
+        return lambda values: (values[at],)
+    return itemgetter(*positions) if positions else lambda values: ()
+
+
 def table_method(op):
     """The backend method of dispatched row ``op`` (see the module docstring).  Arguments are
     bound by a table made once from the row's signature (``inspect``'s binding costs more
-    than a small kernel)."""
+    than a small kernel): a positional call, the common one, fills the omitted parameters'
+    defaults from a tuple and picks the operands and scalars by position."""
     signature = _signature(op)
     names = tuple(signature.parameters)[1:]
-    defaults = {n: p.default for n, p in signature.parameters.items()
-                if p.default is not inspect.Parameter.empty}
-    operand_names = tuple(o.name for o in op.operands)
-    scalar_names = tuple(s.name for s in op.scalars)
+    empty = inspect.Parameter.empty
+    defaults = {n: p.default for n, p in signature.parameters.items() if p.default is not empty}
+    tail = tuple(defaults.get(n, empty) for n in names)
+    required = len(names) - len(defaults)  # Python's rule: the defaults are a suffix
+    operands_of = _picker(names.index(o.name) for o in op.operands)
+    scalars_of = _picker(names.index(s.name) for s in op.scalars)
 
     def method(self, *args, **kwargs):
-        if len(args) > len(names) or any(n not in names[len(args):] for n in kwargs):
-            signature.bind(self, *args, **kwargs)  # the TypeError Python would raise
-        values = dict(defaults)
-        values.update(zip(names, args))
-        values.update(kwargs)
-        if len(values) < len(names):
-            signature.bind(self, *args, **kwargs)  # a missing argument's TypeError
-        self.run_op(op, tuple(values[n] for n in operand_names),
-                    tuple(values[n] for n in scalar_names))
+        given = len(args)
+        if kwargs or given > len(names):
+            if given > len(names) or any(n not in names[given:] for n in kwargs):
+                signature.bind(self, *args, **kwargs)  # the TypeError Python would raise
+            values = dict(defaults)
+            values.update(zip(names, args))
+            values.update(kwargs)
+            if len(values) < len(names):
+                signature.bind(self, *args, **kwargs)  # a missing argument's TypeError
+            args = tuple(values[n] for n in names)
+        elif given < len(names):
+            if given < required:
+                signature.bind(self, *args)  # a missing argument's TypeError
+            args = args + tail[given:]
+        self.run_op(op, operands_of(args), scalars_of(args))
 
     method.__name__ = method.__qualname__ = op.name
     method.__doc__ = op.doc

@@ -1,23 +1,40 @@
-"""The op table's rows of recurrent cells: the per-step gate kernels and the whole-sequence
-passes (``table.py`` says what a row holds).  Costs per element of the hidden state (N, H):
-the rnn 2 forward (add, activation) and 3 backward; the LSTM 12 forward (four gate adds and
-activations, the cell update, tanh, the output product) and 20 backward; the GRU 14 forward
-and 22 backward.  A sequence of T steps adds each step's recurrent GEMM (2 * N * H * G; the
-backward pass has T - 1 of them)."""
+"""The op table's rows of recurrent cells: the per-step gate kernels (dispatched by the table:
+``kernels/cpu/recurrent.c``, ``kernels/cuda/recurrent.cu``) and the whole-sequence passes
+(the CPU backend's loop over time in C with MKL's packed GEMMs is its choice, in
+``cpu/recurrent.py``).  ``table.py`` says what a row holds.
+
+A gate step is one time step of a cell, after the step's recurrent GEMM hg = h_prev @ U.
+Rows (N, k) contiguous; ``mask`` (N,) or None: a row whose mask is 0 is padding (keeps its
+state, gets no gate gradient, passes dh and dc through).  ``dy`` (N, H) or None is the error
+arriving at h_t from the layer's output; ``dh`` (N, H) holds, on entry, the error arriving
+from step t+1 and, on exit, the part of dL/dh_{t-1} that does not go through U (the caller
+adds dgates @ U^T).  Activations: "tanh", "logistic", "relu", "identity".
+``backends/reference/recurrent.py`` is the reference of every one.
+
+Costs per element of the hidden state (N, H): the rnn 2 forward (add, activation) and 3
+backward; the LSTM 12 forward (four gate adds and activations, the cell update, tanh, the
+output product) and 20 backward; the GRU 14 forward and 22 backward.  A sequence of T steps
+adds each step's recurrent GEMM (2 * N * H * G; the backward pass has T - 1 of them)."""
+from functools import partial
+
+from ..operand_shapes import check_gate_step
 from ..reference import recurrent
+from ..reference.recurrent import ACTIVATION_CODES
 from .costs import all_tensors, gemm_flops, size
-from .table import Op
+from .table import Kernel, Launch, Op, Operand, Scalar
 
 #: FLOPs per hidden element of one step, (forward, backward)
 STEP_FLOPS = {"rnn": (2, 3), "lstm": (12, 20), "gru": (14, 22)}
 
 
-def _step(cell, forward, state):
-    """The cost of a step whose hidden state (N, H) is argument ``state``."""
+def _step(cell, forward, names, state):
+    """The cost of a step whose parameters are ``names`` and hidden state (N, H) the one
+    named ``state`` (given by position or name)."""
     per = STEP_FLOPS[cell][0 if forward else 1]
 
     def cost(*args, **kwargs):
-        return float(per * size(args[state])), all_tensors(*args, **kwargs)
+        bound = dict(zip(names, args), **kwargs)
+        return float(per * size(bound[state])), all_tensors(*args, **kwargs)
     return cost
 
 
@@ -43,23 +60,81 @@ _LSTM_B = _sequence("lstm", False, ("gates", "U"), "gates")
 _GRU_F = _sequence("gru", True, ("gates", "hg", "U"), "gates")
 _GRU_B = _sequence("gru", False, ("gates", "U"), "gates")
 F = "recurrent"
-_C, _S, _CU = "recurrent:", "recurrent_sequences:", "recurrent:nl_"
-ROWS = tuple(
+_S, _CU = "recurrent_sequences:", "recurrent:nl_"
+_ROWS, _GATES, _BIAS, _MASK = ("M", "D"), ("M", "G"), ("G",), ("M",)
+_ACT = Scalar("activation", "int", default="tanh", sample="tanh", codes=ACTIVATION_CODES)
+_GATE_ACT = Scalar("gate_activation", "int", default="logistic", sample="logistic",
+                   codes=ACTIVATION_CODES)
+
+
+def _in(name, shape=_ROWS, **flags):
+    return Operand(name, shape, **flags)
+
+
+def _out(name, shape=_ROWS, **flags):
+    return Operand(name, shape, written=True, **flags)
+
+
+def _mask():
+    return Operand("mask", _MASK, optional=True, mask=True)
+
+
+def _dy():
+    return Operand("dy", _ROWS, optional=True)
+
+
+def _step_row(name, doc, cell, state, operands, scalars, backward=None, gradients=()):
+    """A gate step's row: C function ``name`` of ``recurrent.c``, CUDA kernel
+    ``nl_<cell>_<fprop|bprop>`` over the state's (N, H) elements; N, H from operand
+    ``state``."""
+    forward = "fprop" in name
+    G = {"rnn": 1, "lstm": 4, "gru": 3}[cell]
+    cost = _step(cell, forward, [o.name for o in operands], state)
+    return Op(name, F, doc, cost, operands=operands,
+              scalars=scalars, check=partial(check_gate_step, cell, state),
+              reference=getattr(recurrent, name),
+              kernel=Kernel("recurrent", name, "recurrent",
+                            (Launch(f"nl_{cell}_{'fprop' if forward else 'bprop'}"),),
+                            sizes_of=state),
+              sample={"M": 4, "D": 3, "G": 3 * G}, backward=backward,
+              loss_of="h" if forward else "y", gradients=gradients)
+
+
+ROWS = (
+    _step_row("rnn_fprop_step", "h (N, H) = act(xg + hg); xg the input projection with its "
+              "bias.", "rnn", "h",
+              (_in("xg"), _in("hg"), _in("h_prev"), _out("h"), _mask()), (_ACT,),
+              "rnn_bprop_step", (("dpre", "xg"), ("dpre", "hg"), ("dh", "h_prev"))),
+    _step_row("rnn_bprop_step", "dpre (N, H) = (dh + dy) * act'(h) (from the output h).",
+              "rnn", "h",
+              (_in("h"), _dy(), _out("dh", updated=True), _out("dpre"), _mask()), (_ACT,)),
+    _step_row("lstm_fprop_step", "gates (N, 4H), order (i, f, g, o): in, the input "
+              "projection with its bias; out, the activated gates.  c = f c_prev + i g and "
+              "h = o act(c), (N, H).", "lstm", "h",
+              (_out("gates", _GATES, updated=True), _in("hg", _GATES), _in("c_prev"),
+               _out("c"), _in("h_prev"), _out("h"), _mask()), (_ACT, _GATE_ACT),
+              "lstm_bprop_step", (("dgates", "gates"), ("dgates", "hg"), ("dc", "c_prev"),
+                                  ("dh", "h_prev"))),
+    _step_row("lstm_bprop_step", "dgates (N, 4H) = dL/d(gate pre-activations); dc (N, H): in "
+              "dL/dc_t, out dL/dc_{t-1}.", "lstm", "c",
+              (_in("gates", _GATES), _in("c_prev"), _in("c"), _dy(),
+               _out("dh", updated=True), _out("dc", updated=True), _out("dgates", _GATES),
+               _mask()), (_ACT, _GATE_ACT)),
+    _step_row("gru_fprop_step", "PyTorch's GRU: gates (N, 3H) order (r, z, n), in the input "
+              "projection with its bias, out the activated gates; bias_h (3H,) the recurrent "
+              "bias; hn (N, H) <- hg_n + bias_h_n.  n = tanh(x_n + r hn), h = (1 - z) n + "
+              "z h_prev.", "gru", "h",
+              (_out("gates", _GATES, updated=True), _in("hg", _GATES), _in("bias_h", _BIAS),
+               _out("hn"), _in("h_prev"), _out("h"), _mask()), (),
+              "gru_bprop_step", (("dgx", "gates"), ("dgh", "hg"), ("dh", "h_prev"))),
+    _step_row("gru_bprop_step", "dgx, dgh (N, 3H): dL/d(input projection) and dL/d(h_prev @ U "
+              "+ bias_h).", "gru", "h_prev",
+              (_in("gates", _GATES), _in("hn"), _in("h_prev"), _dy(), _out("dh", updated=True),
+               _out("dgx", _GATES), _out("dgh", _GATES), _mask()), ()),
+) + tuple(
     Op(name, F, doc, cost, reference=getattr(recurrent, name),
        c_symbols=(c,), cuda_functions=cuda, backward=backward)
     for name, doc, cost, c, cuda, backward in (
-        ("rnn_fprop_step", "h = act(xg + hg)", _step("rnn", True, 3), _C + "rnn_fprop_step",
-         (_CU + "rnn_fprop",), "rnn_bprop_step"),
-        ("rnn_bprop_step", "dpre = (dh + dy) * act'(h)", _step("rnn", False, 2),
-         _C + "rnn_bprop_step", (_CU + "rnn_bprop",), None),
-        ("lstm_fprop_step", "one LSTM step after h_prev @ U", _step("lstm", True, 5),
-         _C + "lstm_fprop_step", (_CU + "lstm_fprop",), "lstm_bprop_step"),
-        ("lstm_bprop_step", "dgates and dc of one LSTM step", _step("lstm", False, 4),
-         _C + "lstm_bprop_step", (_CU + "lstm_bprop",), None),
-        ("gru_fprop_step", "one GRU step after h_prev @ U", _step("gru", True, 5),
-         _C + "gru_fprop_step", (_CU + "gru_fprop",), "gru_bprop_step"),
-        ("gru_bprop_step", "dgx, dgh of one GRU step", _step("gru", False, 3),
-         _C + "gru_bprop_step", (_CU + "gru_bprop",), None),
         ("rnn_fprop_sequence", "T rnn steps", _RNN_F,
          _S + "rnn_fprop_sequence", (_CU + "rnn_fprop",), "rnn_bprop_sequence"),
         ("rnn_bprop_sequence", "the rnn steps backwards", _RNN_B,

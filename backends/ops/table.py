@@ -8,9 +8,10 @@ A row with ``kernel`` set is *dispatched by the table*: the backend contract's m
 from the row (``dispatch.py``), the CPU backend calls C function ``kernel.c_symbol`` of
 ``kernels/cpu/<kernel.c_source>.c`` (else runs ``reference``), and the GPU backend launches
 ``kernel.launches`` of CUDA variant ``kernel.cuda_variant``.  Every kernel takes the operand
-pointers in the row's order (an absent optional operand as NULL), then the ``sizes`` (the
-first operand's rows M and last axis, as ``int64_t`` / ``int``), then the scalars (``double``
-/ ``float`` and ``int``).  Rows without ``kernel`` are ops whose backends make real choices
+pointers in the row's order (an absent optional operand as NULL), then the ``sizes`` (rows M
+and last axis of the operand ``kernel.sizes_of``, the first by default, as ``int64_t`` /
+``int``), then the scalars (``double`` / ``float`` and ``int``; a scalar with ``codes`` is
+given by name and passed as its code).  Rows without ``kernel`` are ops whose backends make real choices
 (algorithms, tiles, plans) in their section files; the row still gives their cost and
 reference, and the per-op tests and the profiler read it.
 """
@@ -32,7 +33,9 @@ class Operand:
     when the op writes it; ``optional`` when it may be None; ``trailing``: a keyword argument
     after the scalars, None by default (a residual joined in); ``pair``: the operand given
     exactly when this one is; ``positive``: the per-op tests fill it with values in
-    [0.5, 1.5)."""
+    [0.5, 1.5); ``mask``: a row mask of 0s and 1s, of any element type; ``updated``: written
+    and read first (gates activated in place, an error accumulated), so the per-op tests fill
+    it like an input."""
     name: str
     shape: tuple = None
     written: bool = False
@@ -40,16 +43,21 @@ class Operand:
     trailing: bool = False
     pair: str = None
     positive: bool = False
+    mask: bool = False
+    updated: bool = False
 
 
 @dataclass(frozen=True)
 class Scalar:
     """One scalar argument after the operands: ``kind`` 'int' or 'float'; ``default`` (None:
-    required); ``sample``: the value the per-op tests pass."""
+    required); ``sample``: the value the per-op tests pass; ``codes``: {name: int code} when
+    the scalar is given by name (an activation), the kernels taking its code and the
+    reference its name."""
     name: str
     kind: str = "float"
     default: object = None
     sample: object = None
+    codes: dict = None
 
 
 @dataclass(frozen=True)
@@ -64,11 +72,13 @@ class Launch:
 @dataclass(frozen=True)
 class Kernel:
     """The compiled code of a dispatched op: C function ``c_symbol`` of
-    ``kernels/cpu/<c_source>.c`` and the CUDA ``launches`` of variant ``cuda_variant``."""
+    ``kernels/cpu/<c_source>.c`` and the CUDA ``launches`` of variant ``cuda_variant``; the
+    sizes they take are those of operand ``sizes_of`` (None: the first)."""
     c_source: str
     c_symbol: str
     cuda_variant: str
     launches: tuple
+    sizes_of: str = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,10 @@ class Op:
         cuda_functions (tuple): the CUDA kernels implementing it (``variant:function``).
         sample (dict): sizes of the per-op tests' call (``{"M": 6, "D": 40}``).
         backward (str or None): the op computing this one's gradient (for gradient checks).
+        loss_of (str): the written operand whose gradient the backward row takes as ``dy``.
+        gradients (tuple): (backward operand, forward operand) pairs: the backward row writes
+            the gradient of the forward one (empty: every ``d<name>`` of the backward row is
+            that of ``<name>``).
     """
     name: str
     family: str
@@ -104,8 +118,19 @@ class Op:
     cuda_functions: tuple = ()
     sample: dict = field(default_factory=dict)
     backward: str = None
+    loss_of: str = "y"
+    gradients: tuple = ()
 
     def __post_init__(self):
+        names = [o.name for o in self.operands]
+        object.__setattr__(self, "_operand_names", tuple(names))
+        object.__setattr__(self, "_converters", tuple(
+            s.codes.__getitem__ if s.codes is not None else int if s.kind == "int" else float
+            for s in self.scalars))
+        object.__setattr__(self, "_coded", tuple(s if s.codes is not None else None
+                                                 for s in self.scalars))
+        object.__setattr__(self, "_pairs", tuple((o.name, o.pair) for o in self.operands
+                                                 if o.pair is not None))
         if self.kernel is None:
             return
         for s in self.scalars:
@@ -116,19 +141,28 @@ class Op:
             if launch.grid not in GRIDS:
                 raise ValueError(f"op {self.name}: launch grid must be one of {GRIDS}, got "
                                  f"{launch.grid!r}")
+        if self.kernel.sizes_of is not None and self.kernel.sizes_of not in names:
+            raise ValueError(f"op {self.name}: sizes_of names no operand: "
+                             f"{self.kernel.sizes_of!r}")
+        object.__setattr__(self, "_sizes_at", 0 if self.kernel.sizes_of is None
+                           else names.index(self.kernel.sizes_of))
         object.__setattr__(self, "c_symbols", (f"{self.kernel.c_source}:"
                                                f"{self.kernel.c_symbol}",))
         object.__setattr__(self, "cuda_functions", tuple(
             f"{self.kernel.cuda_variant}:{l.function}" for l in self.kernel.launches))
 
-    def check_operands(self, operands):
+    def check_operands(self, operands, scalars=()):
         """Raise before any kernel runs unless ``operands`` (tensors or numpy arrays, None for
-        an absent optional one, in row order) suit the row: each ``pair`` given together,
-        then the row's ``check``."""
-        named = dict(zip((o.name for o in self.operands), operands))
-        for o in self.operands:
-            if o.pair is not None and (named[o.name] is None) != (named[o.pair] is None):
-                raise ValueError(f"{self.name}: {o.name} and {o.pair} are given together or "
+        an absent optional one, in row order) and ``scalars`` suit the row: each ``pair``
+        given together, each named scalar one of its ``codes``, then the row's ``check``."""
+        for s, value in zip(self._coded, scalars):
+            if s is not None and value not in s.codes:
+                raise ValueError(f"{self.name}: {s.name} must be one of "
+                                 f"{', '.join(map(repr, s.codes))}, got {value!r}")
+        named = dict(zip(self._operand_names, operands))
+        for name, pair in self._pairs:
+            if (named[name] is None) != (named[pair] is None):
+                raise ValueError(f"{self.name}: {name} and {pair} are given together or "
                                  f"not at all")
         if self.check is not None:
             self.check(self.name, **named)
@@ -138,25 +172,35 @@ class Op:
         """True when the backends' method is made from this row."""
         return self.kernel is not None
 
-    def sizes(self, first):
-        """(M, D): the rows and the last axis of the first operand (an array or tensor)."""
-        D = int(first.shape[-1]) if len(first.shape) else 1
-        return int(first.size) // max(D, 1), D
+    def sizes(self, operands):
+        """(M, D): the rows and the last axis of operand ``kernel.sizes_of`` (the first by
+        default) of ``operands`` (arrays or tensors, in row order)."""
+        t = operands[self._sizes_at]
+        D = int(t.shape[-1]) if len(t.shape) else 1
+        return int(t.size) // max(D, 1), D
+
+    def numbers(self, scalars):
+        """The ``scalars`` (row order) as the kernels take them."""
+        return tuple([convert(v) for convert, v in zip(self._converters, scalars)])
 
     def sample_shape(self, operand):
         """``operand``'s shape at the row's sample sizes."""
         return tuple(self.sample[d] if isinstance(d, str) else d for d in operand.shape)
 
     def sample_operands(self, rng, dtype, joined=True):
-        """{name: numpy array} at the sample sizes (inputs random, outputs zero); the
-        trailing optional operands (a joined residual) given when ``joined``."""
+        """{name: numpy array} at the sample sizes (inputs random, masks 0 and 1 in turn,
+        outputs zero); the optional inputs and the trailing operands (a joined residual)
+        given when ``joined``."""
         out = {}
         for o in self.operands:
-            if o.trailing and not joined:
+            if not joined and (o.trailing or (o.optional and not o.written)):
                 out[o.name] = None
                 continue
             shape = self.sample_shape(o)
-            if o.written and not o.positive:
+            if o.mask:
+                out[o.name] = (np.arange(int(np.prod(shape))) % 2 == 0).reshape(shape) \
+                    .astype(dtype)
+            elif o.written and not (o.positive or o.updated):
                 out[o.name] = np.zeros(shape, dtype)
             elif o.positive:
                 out[o.name] = (0.5 + rng.random(shape)).astype(dtype)

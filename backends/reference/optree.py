@@ -65,7 +65,7 @@ def _value(arg, dtype):
         return evaluate_node(arg, dtype)
     if is_scalar(arg):
         return arg
-    return arg._ary
+    return arg.__array__()
 
 
 def evaluate_node(node, dtype, out=None):
@@ -98,8 +98,8 @@ def evaluate_node(node, dtype, out=None):
 def evaluate(out, tree):
     """Evaluate op-tree, tensor, array or scalar ``tree`` into ndarray ``out`` (in place)."""
     if not isinstance(tree, OpNode):
-        np.copyto(out, tree if is_scalar(tree) or isinstance(tree, np.ndarray) else tree._ary,
-                  casting="unsafe")
+        value = tree if is_scalar(tree) or isinstance(tree, np.ndarray) else tree.__array__()
+        np.copyto(out, value, casting="unsafe")
         return out
     direct = (tree.op in _BINARY and tree.op not in _COMPARISONS) or (
         tree.op in _UNARY and isinstance(_UNARY[tree.op], np.ufunc))

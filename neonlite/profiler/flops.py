@@ -3,14 +3,14 @@ the costs of the op table (``backends/ops/``; the counting conventions are in
 ``backends/ops/costs.py``), so every op of the table is timed and counted by the profiler.
 
 ``OP_COSTS[name](*args, **kwargs) -> (flops, bytes)`` takes exactly the arguments of the
-backend method ``name``; ``_evaluate``, the CPU backend's entry point for ``tensor[:] =
+backend method ``name``; ``evaluate_into``, the CPU backend's entry point for ``tensor[:] =
 tree``, counts as an op-tree.
 """
 from ..backends.ops import OPS
 from ..backends.ops.costs import conv_flops, gemm_flops, optree_cost, visible_pairs
 
 OP_COSTS = {name: op.cost for name, op in OPS.items()}
-OP_COSTS["_evaluate"] = optree_cost
+OP_COSTS["evaluate_into"] = optree_cost
 
 
 def op_cost(name, args, kwargs):

@@ -17,7 +17,7 @@ from .flops import OP_COSTS
 OP_NAMES = tuple(name for name in OP_COSTS if not name.startswith("_"))
 # the CPU backend's element-wise entry point (``tensor[:] = tree`` comes here, not through
 # ``execute``); named "optree" in the profile
-CPU_OPTREE = "_evaluate"
+CPU_OPTREE = "evaluate_into"
 
 
 def layer_children(layer):

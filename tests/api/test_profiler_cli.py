@@ -113,7 +113,7 @@ def test_python_profile_block_restores_everything(config, tmp_path):
     assert Model.__dict__["fit"] is fit
     for leaf in [model, opt, model.cost, model.be] + model.layers.leaves():
         assert not {"fprop", "bprop", "train_step", "optimize", "compound_dot",
-                    "_evaluate"} & set(vars(leaf)), leaf
+                    "evaluate_into"} & set(vars(leaf)), leaf
     assert "Conv_0" in prof.table()
     assert len(_events(tmp_path / "p.json")) > 0
 

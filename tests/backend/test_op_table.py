@@ -125,7 +125,9 @@ def _scalars(op):
 
 
 def _joins(op):
-    return (False, True) if any(o.trailing for o in op.operands) else (True,)
+    """With and without the optional inputs and trailing operands, where the row has any."""
+    return (False, True) if any(o.trailing or (o.optional and not o.written)
+                                for o in op.operands) else (True,)
 
 
 def _reference(op, arrays):
@@ -181,17 +183,30 @@ def test_real_gpu_kernels_match_the_reference(op):
     _gpu_matches_the_reference(neonlite.gen_backend("gpu", batch_size=4, rng_seed=0), op)
 
 
+def _gradient_pairs(op, back):
+    """(backward operand, forward input) pairs: the row's ``gradients``, else every written
+    ``d<name>`` of the backward row whose ``<name>`` the forward row reads."""
+    if op.gradients:
+        return op.gradients
+    reads = {o.name for o in op.operands if not o.written or o.updated}
+    return tuple((o.name, o.name[1:]) for o in back.operands
+                 if o.written and o.name.startswith("d") and o.name[1:] in reads)
+
+
 @pytest.mark.parametrize("op", [op for op in DISPATCHED if op.backward],
                          ids=[op.name for op in DISPATCHED if op.backward])
 def test_backward_row_is_the_gradient_of_the_forward(op):
-    """float64 central differences of sum(w * y) against the backward row run with dy = w:
-    an operand ``d<name>`` of the backward row is the gradient of the forward's ``<name>``."""
+    """float64 central differences of sum(w * y) (y the forward's ``loss_of`` operand, masks
+    given) against the backward row run with dy = w, its other written operands (errors
+    accumulated, such as dh) from 0: each pair of ``_gradient_pairs``."""
     back = OPS[op.backward]
     be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0, datatype=np.float64)
     rng = np.random.default_rng(3)
     inputs = op.sample_operands(rng, np.float64, joined=False)
+    inputs.update({o.name: op.sample_operands(rng, np.float64)[o.name]
+                   for o in op.operands if o.mask})
     out = _run(be, op, inputs)
-    w = rng.normal(size=out["y"].shape)
+    w = rng.normal(size=out[op.loss_of].shape)
     given = {o.name: None if o.trailing else
              w if o.name == "dy" else
              np.zeros(back.sample_shape(o)) if o.written else out[o.name]
@@ -199,41 +214,40 @@ def test_backward_row_is_the_gradient_of_the_forward(op):
     scalars = {s.name: v for s, v in zip(op.scalars, op.sample_scalars())}
     tensors = {n: None if a is None else be.array(a) for n, a in given.items()}
     getattr(be, back.name)(**tensors, **{s.name: scalars[s.name] for s in back.scalars})
-    checked = 0
-    for o in back.operands:
-        name = o.name[1:]
-        if not (o.written and o.name.startswith("d") and name in inputs):
-            continue
+    pairs = _gradient_pairs(op, back)
+    for grad, name in pairs:
         numeric = np.zeros_like(inputs[name])
         for i in np.ndindex(*numeric.shape):
             keep = inputs[name][i]
             losses = []
             for step in (1e-6, -1e-6):
                 inputs[name][i] = keep + step
-                losses.append(float((w * _run(be, op, inputs)["y"]).sum()))
+                losses.append(float((w * _run(be, op, inputs)[op.loss_of]).sum()))
             inputs[name][i] = keep
             numeric[i] = (losses[0] - losses[1]) / 2e-6
-        np.testing.assert_allclose(tensors[o.name].get(), numeric, rtol=1e-5, atol=1e-7,
-                                   err_msg=f"{back.name}: {o.name}")
-        checked += 1
-    assert checked, f"{back.name} writes no gradient of {op.name}'s inputs"
+        np.testing.assert_allclose(tensors[grad].get(), numeric, rtol=1e-5, atol=1e-7,
+                                   err_msg=f"{back.name}: {grad} of {name}")
+    assert pairs, f"{back.name} writes no gradient of {op.name}'s inputs"
 
 
 @pytest.mark.parametrize("op", DISPATCHED, ids=IDS)
 def test_flop_count_scales_with_the_rows(op):
-    """The cost at the sample sizes: bytes those of the operands, FLOPs twice as many at
+    """The cost at the sample sizes, with and without the optional inputs (a gate step's dy
+    is None on a sequence's last step): bytes those of the operands, FLOPs twice as many at
     twice the rows."""
-    def cost(M):
+    def cost(M, joined):
         sample = dict(op.sample, M=M)
-        arrays = {o.name: np.zeros(tuple(sample[d] if isinstance(d, str) else d
-                                         for d in o.shape)) for o in op.operands}
+        arrays = {o.name: None if not joined and (o.trailing or (o.optional and not o.written))
+                  else np.zeros(tuple(sample[d] if isinstance(d, str) else d for d in o.shape))
+                  for o in op.operands}
         args = [arrays[o.name] for o in op.operands if not o.trailing]
         kwargs = {o.name: arrays[o.name] for o in op.operands if o.trailing}
         return op.cost(*args, *op.sample_scalars(), **kwargs), list(arrays.values())
-    (flops, moved), arrays = cost(op.sample["M"])
-    (flops2, _), _ = cost(2 * op.sample["M"])
-    assert flops > 0 and flops2 == 2 * flops
-    assert moved == nbytes(*arrays)
+    for joined in _joins(op):
+        (flops, moved), arrays = cost(op.sample["M"], joined)
+        (flops2, _), _ = cost(2 * op.sample["M"], joined)
+        assert flops > 0 and flops2 == 2 * flops
+        assert moved == nbytes(*arrays)
 
 
 def test_dispatched_methods_bind_as_python_does():
@@ -257,6 +271,17 @@ def test_dispatched_methods_bind_as_python_does():
                                          "together or not at all$"):
         be.rmsnorm_fprop(x, g, out, None, rstd, residual=x)
     assert not out.get().any()
+
+
+def test_a_scalar_given_by_name_must_be_one_of_its_codes():
+    """An unknown activation is one ValueError naming the op and the choices, before any
+    kernel or reference runs (it was the code table's bare KeyError)."""
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
+    xg, hg, h_prev, h = be.ones((2, 3)), be.ones((2, 3)), be.ones((2, 3)), be.zeros((2, 3))
+    with pytest.raises(ValueError, match="^rnn_fprop_step: activation must be one of 'tanh', "
+                                         "'logistic', 'relu', 'identity', got 'swish'$"):
+        be.rnn_fprop_step(xg, hg, h_prev, h, None, "swish")
+    assert not h.get().any()
 
 
 # ---- every row with a reference, on the operand cases ------------------------------------
@@ -301,14 +326,32 @@ REFERENCED = [c for c in cases() if not c.optree and OPS[c.op].reference is not 
               and not OPS[c.op].dispatched and (c.op, tuple(c.tags)) not in STATEFUL]
 
 
-@pytest.mark.parametrize("case", REFERENCED,
-                         ids=[c.op + "".join(f"[{t}]" for t in c.tags) for c in REFERENCED])
-def test_cpu_backend_matches_the_reference_on_its_case(case):
-    """Each row with a reference that the backends implement in their section files: the
-    CPU backend's call of the operand case against the reference on float64 copies."""
-    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
+REFERENCED_IDS = [c.op + "".join(f"[{t}]" for t in c.tags) for c in REFERENCED]
+
+
+def _backend_matches_the_reference(be, case):
     arguments, before = _recorded_call(be, case)
     want = _reference_call(OPS[case.op], arguments, before)
     for name, value in want.items():
         np.testing.assert_allclose(arguments[name].get(), value, rtol=2e-4, atol=2e-5,
                                    err_msg=f"{case.op}: {name}")
+
+
+@pytest.mark.parametrize("case", REFERENCED, ids=REFERENCED_IDS)
+def test_cpu_backend_matches_the_reference_on_its_case(case):
+    """Each row with a reference that the backends implement in their section files: the
+    CPU backend's call of the operand case against the reference on float64 copies."""
+    _backend_matches_the_reference(neonlite.gen_backend("cpu", batch_size=4, rng_seed=0), case)
+
+
+@requires("emulator")
+@pytest.mark.parametrize("case", REFERENCED, ids=REFERENCED_IDS)
+def test_gpu_backend_matches_the_reference_on_its_case(monkeypatch, case):
+    """The same on the GPU backend over the host emulator (its kernels, plans and op-trees)."""
+    _backend_matches_the_reference(host_gpu_backend(monkeypatch), case)
+
+
+@requires("gpu")
+@pytest.mark.parametrize("case", REFERENCED, ids=REFERENCED_IDS)
+def test_real_gpu_backend_matches_the_reference_on_its_case(case):
+    _backend_matches_the_reference(neonlite.gen_backend("gpu", batch_size=4, rng_seed=0), case)

@@ -111,7 +111,7 @@ class _Param:
 def test_every_optimizer_step_is_one_fused_pass(machine_be, monkeypatch, name, make):
     be = machine_be
     calls = {"multi": 0, "fused": 0, "single": 0}
-    run_multi, evaluate_one = type(be._machine).run_multi, type(be)._evaluate
+    run_multi, evaluate_one = type(be._machine).run_multi, type(be).evaluate_into
 
     def counting_run_multi(machine, assignments, reductions_ok=False):
         done = run_multi(machine, assignments, reductions_ok)
@@ -125,7 +125,7 @@ def test_every_optimizer_step_is_one_fused_pass(machine_be, monkeypatch, name, m
         return evaluate_one(self, out, tree, *rest)
 
     monkeypatch.setattr(type(be._machine), "run_multi", counting_run_multi)
-    monkeypatch.setattr(type(be), "_evaluate", counting_evaluate)
+    monkeypatch.setattr(type(be), "evaluate_into", counting_evaluate)
     rng = np.random.default_rng(3)
     params = [_Param(be, rng.standard_normal(s), rng.standard_normal(s))
               for s in ((20, 30), (30,))]

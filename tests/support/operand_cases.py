@@ -151,21 +151,8 @@ def _blocksparse_cases():
 
 
 def _recurrent_cases():
+    """The whole-sequence passes (the table makes the gate steps' cases)."""
     N, H = 3, 5
-
-    def rows(k):
-        return lambda be, rng: _normal(be, rng, N, k * H)
-
-    def mask(be, rng):
-        return be.array(np.array([1, 0, 1], be.dtype))
-
-    def step_case(op, spec):
-        def build(be, rng):
-            return OrderedDict((n, make(be, rng)) for n, make in spec)
-        return Case(op, build, lambda be, o: getattr(be, op)(*o.values()), dtype_free=("mask",))
-
-    one, three, four = rows(1), rows(3), rows(4)
-    bias_h = lambda be, rng: _normal(be, rng, 3 * H)  # noqa: E731
     T = 3
 
     def seq_fprop(be, rng):
@@ -200,22 +187,6 @@ def _recurrent_cases():
                     dgx=be.zeros((T, N, 3 * H)), dgh=be.zeros((T, N, 3 * H)))
 
     return [
-        step_case("rnn_fprop_step", [("xg", one), ("hg", one), ("h_prev", one),
-                                     ("h", lambda be, rng: be.zeros((N, H))), ("mask", mask)]),
-        step_case("rnn_bprop_step", [("h", one), ("dy", one), ("dh", one),
-                                     ("dpre", lambda be, rng: be.zeros((N, H))),
-                                     ("mask", mask)]),
-        step_case("lstm_fprop_step", [("gates", four), ("hg", four), ("c_prev", one),
-                                      ("c", one), ("h_prev", one), ("h", one), ("mask", mask)]),
-        step_case("lstm_bprop_step", [("gates", four), ("c_prev", one), ("c", one),
-                                      ("dy", one), ("dh", one), ("dc", one),
-                                      ("dgates", four), ("mask", mask)]),
-        step_case("gru_fprop_step", [("gates", three), ("hg", three), ("bias_h", bias_h),
-                                     ("hn", one), ("h_prev", one), ("h", one),
-                                     ("mask", mask)]),
-        step_case("gru_bprop_step", [("gates", three), ("hn", one), ("h_prev", one),
-                                     ("dy", one), ("dh", one), ("dgx", three), ("dgh", three),
-                                     ("mask", mask)]),
         *(Case(op, build, lambda be, o, op=op: getattr(be, op)(*o.values()))
           for op, build in (("lstm_fprop_sequence", seq_fprop),
                             ("lstm_bprop_sequence", seq_bprop),
@@ -350,7 +321,8 @@ def _table_cases():
         def call(be, o, op=op):
             getattr(be, op.name)(**o, **dict(zip((s.name for s in op.scalars),
                                                  op.sample_scalars())))
-        found.append(Case(op.name, build, call))
+        found.append(Case(op.name, build, call,
+                          dtype_free=tuple(o.name for o in op.operands if o.mask)))
     return found
 
 
