@@ -2,7 +2,7 @@
 import numpy as np
 
 from .activation import Activation
-from .layer import ShapeError
+from .layer import ShapeError, steps_view
 
 
 class GeneralizedCost:
@@ -18,6 +18,9 @@ class GeneralizedCost:
     CrossEntropyMulti fused with its Softmax takes the indices directly where the backend's
     kernel does (``index_targets``); every other case expands them into a one-hot buffer first.
     An index outside [0, K) raises IndexError naming its position.
+
+    Outputs of a model of sequences (N, T', ...) shorter than the T it was built for are
+    costed on views of that length of the delta and one-hot buffers (made once per length).
     """
 
     def __init__(self, costfunc, name=None):
@@ -31,6 +34,7 @@ class GeneralizedCost:
         self.deltas = be.zeros((be.bsz,) + self.out_shape)
         self.work = be.zeros((1,) * (len(self.out_shape) + 1))
         self._onehot = None
+        self._views = {}
         fuses = self.costfunc.fuses_with
         fused = (fuses is not None and isinstance(last_leaf, Activation)
                  and isinstance(last_leaf.transform, fuses))
@@ -52,11 +56,29 @@ class GeneralizedCost:
         if tuple(t.shape) != tuple(y.shape[:-1]):
             raise ShapeError(f"class-index targets have shape {tuple(t.shape)}, but the "
                              f"outputs {tuple(y.shape)} need {tuple(y.shape[:-1])}")
-        if self._onehot is None or tuple(self._onehot.shape) != tuple(y.shape):
-            self._onehot = self.be.zeros(y.shape)
+        if self._onehot is None:
+            self._onehot = self.be.zeros((self.be.bsz,) + self.out_shape)
+        onehot = self._at_length(self._onehot, y)
         k = y.shape[-1]
-        self.be.onehot(t.reshape(t.size), self._onehot.reshape(t.size, k))
-        return self._onehot
+        self.be.onehot(t.reshape(t.size), onehot.reshape(t.size, k))
+        return onehot
+
+    def _at_length(self, full, y):
+        """Buffer ``full`` (bsz,) + out_shape as a view of y's shape: itself, or for outputs
+        of fewer sequence steps its view of their length (made once per length)."""
+        if tuple(full.shape) == tuple(y.shape):
+            return full
+        shape = tuple(y.shape)
+        if len(shape) < 3 or shape[0] != full.shape[0] or shape[2:] != tuple(full.shape[2:]) \
+                or not 1 <= shape[1] <= full.shape[1]:
+            raise ShapeError(f"{self.name}: the outputs have shape {shape}, but the cost was "
+                             f"set up for {tuple(full.shape)} (or fewer sequence steps)")
+        key = (id(full), shape[1])
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = steps_view(self.be, full, shape[0], full.shape[1],
+                                                 shape[1])
+        return view
 
     def cost(self, y, t):
         """The cost of outputs y against targets t, as a Python float."""
@@ -71,11 +93,13 @@ class GeneralizedCost:
             elif index and tuple(t.shape) != tuple(y.shape[:-1]):
                 raise ShapeError(f"class-index targets have shape {tuple(t.shape)}, but the "
                                  f"outputs {tuple(y.shape)} need {tuple(y.shape[:-1])}")
-            value = self.costfunc.fused(self.be, self.fused_layer.x, y, t, self.deltas)
-            return (self.cost(y, t) if value is None else value), self.deltas
+            deltas = self._at_length(self.deltas, y)
+            value = self.costfunc.fused(self.be, self.fused_layer.x, y, t, deltas)
+            return (self.cost(y, t) if value is None else value), deltas
         t = self._dense(y, t)
-        self.costfunc.bprop(self.be, y, t, self.deltas)
-        return self.cost(y, t), self.deltas
+        deltas = self._at_length(self.deltas, y)
+        self.costfunc.bprop(self.be, y, t, deltas)
+        return self.cost(y, t), deltas
 
     def get_description(self):
         return {"type": "GeneralizedCost", "config": {"costfunc": self.costfunc.get_description()}}

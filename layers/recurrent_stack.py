@@ -14,16 +14,17 @@ class _SequenceReduction(Layer):
     bprop's input gradient is (N, T', H) for the T' steps of the last fprop (``steps``)."""
 
     variable_steps = True
+    stepped_buffers = ("deltas",)
 
     def _configure(self, in_shape):
         if len(in_shape) != 2:
             raise self.shape_error("a sequence (T, H) per example")
-        self.T = self.steps = in_shape[0]
+        self.T = in_shape[0]
         return (in_shape[1],)
 
     def _deltas(self):
-        """The part of the input-gradient buffer for the last fprop's steps."""
-        return self.deltas if self.steps == self.T else self.deltas[:, :self.steps]
+        """The input-gradient buffer's view of the last fprop's steps."""
+        return self.deltas
 
 
 class RecurrentLast(_SequenceReduction):
@@ -31,7 +32,6 @@ class RecurrentLast(_SequenceReduction):
     ``return_sequences=False``, which gives each sequence's last real state)."""
 
     def fprop(self, x, inference=False):
-        self.steps = x.shape[1]
         self.outputs[:] = x[:, self.steps - 1]
         return self.outputs
 
@@ -51,7 +51,6 @@ class RecurrentSum(_SequenceReduction):
         return 1.0 / self.steps if self.mean else None
 
     def fprop(self, x, inference=False):
-        self.steps = x.shape[1]
         out = self.outputs.reshape(x.shape[0], 1, self.out_shape[0])
         total, scale = self.be.sum(x, axis=1), self._scale()
         out[:] = total if scale is None else total * scale
@@ -77,6 +76,7 @@ class _Bidirectional(Layer):
     (the reversed one's is at t = 0).  Parameters ``<name>.fwd.*`` and ``<name>.bwd.*``."""
 
     cell = None
+    variable_steps = True
 
     def __init__(self, nout, init=None, merge="concat", return_sequences=True, name=None,
                  **cell_args):
@@ -100,6 +100,11 @@ class _Bidirectional(Layer):
             shape = shape[:-1] + (2 * shape[-1],)
         return shape
 
+    @property
+    def stepped_buffers(self):
+        """The output is per step only with ``return_sequences``."""
+        return ("outputs", "deltas") if self.fwd.return_sequences else ("deltas",)
+
     def allocate(self):
         super().allocate()
         self.fwd.allocate()
@@ -115,7 +120,7 @@ class _Bidirectional(Layer):
         return (t[..., :H], t[..., H:]) if self.merge == "concat" else (t, t)
 
     def fprop(self, x, inference=False, mask=None):
-        mask = mask if mask is not None else self.mask
+        mask = self.mask_view(mask if mask is not None else self.mask, x.shape[1])
         f = self.fwd.fprop(x, inference, mask)
         b = self.bwd.fprop(x, inference, mask)
         if self.merge == "sum":

@@ -13,8 +13,8 @@ from .layers.shared import share_padding_masks, tie_layers
 from .memory_check import check_network_fits
 from . import model_files
 from .model_table import describe_table
-from .model_checks import (check_backend, check_optimizer, check_targets, claim_layers,
-                           param_value)
+from .model_checks import (check_backend, check_data_shape, check_optimizer, check_targets,
+                           claim_layers, param_value)
 from .finite import first_nonfinite as first_nonfinite_of
 from .optimizers.arena import ParameterArena, build_arena
 from .optimizers.schedules import plan_schedules_for
@@ -69,12 +69,9 @@ class Model:
         in_shape = tuple(dataset.shape)
         if self.in_shape is not None:
             check_backend(self)
-            if in_shape != self.in_shape:
-                raise ShapeError(f"model '{self.name}' was built for inputs of shape "
-                                 f"{self.in_shape} per example, but the data set "
-                                 f"'{getattr(dataset, 'name', 'data')}' has shape {in_shape}")
+            out_shape = check_data_shape(self, dataset, in_shape)
             if cost is not None:
-                check_targets(dataset, self.out_shape)
+                check_targets(dataset, out_shape)
                 if cost is not self.cost:
                     self._attach_cost(cost, dataset)
             return
