@@ -5,7 +5,7 @@ import numpy as np
 from .layer import Layer
 
 
-class _TokenWeightedSum(Layer):
+class TokenWeightedSum(Layer):
     """y[n] = sum_t w[n, t] x[n, t]: a sequence x (N, T, d) reduced to (N, d) by per-token
     weights ``self.weights`` (N, 1, T), one batched GEMM each way; bprop spreads the error by
     the same weights.  A subclass fills the weights: once in :meth:`allocate`, or before each
@@ -41,7 +41,7 @@ class _TokenWeightedSum(Layer):
         return self.weights.reshape(self.be.bsz, 1, self.steps)
 
 
-class MeanPool(_TokenWeightedSum):
+class MeanPool(TokenWeightedSum):
     """y[n] = sum_t m[n, t] x[n, t] / sum_t m[n, t]: the mean of a sequence x (N, T, d) over
     its real tokens, (N, d).  The mask m (N, T) is the padding mask of the model's Embedding
     with a ``pad_id`` (wired by the model; 1 at real tokens, 0 at pads), or every token when
@@ -70,7 +70,7 @@ class MeanPool(_TokenWeightedSum):
         w[:] = mask / self.count
 
 
-class FirstToken(_TokenWeightedSum):
+class FirstToken(TokenWeightedSum):
     """y[n] = x[n, 0]: the first token's state of a sequence x (N, T, d), (N, d) (BERT's
     [CLS] token, which its pooler projects).  bprop puts the error at token 0, zeros
     elsewhere."""

@@ -276,11 +276,17 @@ class Model:
             y = self.layers.fprop(x, inference=True)
             n = getattr(dataset, "valid", x.shape[0])
             y_host, t_host = _rows(y.get()[:n]), _rows(t.get()[:n])
+            y_host, t_host = _not_ignored(y_host, t_host, getattr(self.cost, "ignore_index",
+                                                                  None))
             values = metric(y_host, t_host)
             total += float(np.sum(values))
             count += len(values)
         if self.grad_sync is not None:
             total, count = self.grad_sync.sum_over_ranks([total, count])
+        if count == 0:
+            raise ValueError(f"Model.eval: every target of the data set "
+                             f"'{getattr(dataset, 'name', 'data')}' equals the cost's "
+                             f"ignore_index; there is nothing to score")
         aggregate = getattr(metric, "aggregate", None)
         return aggregate(total / count) if aggregate else total / count
 
@@ -450,3 +456,14 @@ def _rebuild_model(kind, data, name):
 
 def _rows(a):
     return a.reshape(-1, a.shape[-1]) if a.ndim > 2 else a
+
+
+def _not_ignored(y, t, ignore_index):
+    """The rows of outputs y whose class-index target in t is not ``ignore_index`` (the
+    cost's; pads), with those targets: the metrics leave the others out."""
+    if ignore_index is None or t.dtype.kind not in "iu" or y.ndim < 2:
+        return y, t
+    t = t.reshape(-1)
+    y = y.reshape(t.size, -1)
+    keep = t != ignore_index
+    return y[keep], t[keep]
