@@ -445,7 +445,7 @@ class Model:
         """A table: layer, type, output shape, parameter count; and the total."""
         if self.in_shape is None:
             raise RuntimeError("describe: initialize the model with a data set first")
-        return describe_table(self.layers.layers, self.parameters())
+        return describe_table(self.layers.layers, self.parameters(), self.layers.max_steps)
 
 
 def _rebuild_model(kind, data, name):
