@@ -459,9 +459,11 @@ def _rows(a):
 
 
 def _not_ignored(y, t, ignore_index):
-    """The rows of outputs y whose class-index target in t is not ``ignore_index`` (the
-    cost's; pads), with those targets: the metrics leave the others out."""
-    if ignore_index is None or t.dtype.kind not in "iu" or y.ndim < 2:
+    """The rows of outputs y whose class-index target in t (one per row, of any numeric
+    dtype) is not ``ignore_index`` (the cost's; pads), with those targets: the metrics leave
+    the others out."""
+    if ignore_index is None or y.ndim < 2 or t.size * y.shape[-1] != y.size or \
+            t.shape == y.shape:
         return y, t
     t = t.reshape(-1)
     y = y.reshape(t.size, -1)
