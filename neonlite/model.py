@@ -284,7 +284,8 @@ class Model:
         if self.grad_sync is not None:
             total, count = self.grad_sync.sum_over_ranks([total, count])
         if count == 0:
-            raise ValueError(f"Model.eval: every target of the data set "
+            from .transforms.metric import MetricError
+            raise MetricError(f"Model.eval: every target of the data set "
                              f"'{getattr(dataset, 'name', 'data')}' equals the cost's "
                              f"ignore_index; there is nothing to score")
         aggregate = getattr(metric, "aggregate", None)

@@ -12,6 +12,7 @@ from neonlite.config.build import build
 from neonlite.data import ArrayIterator
 from neonlite.layers import Activation, Affine, Embedding, GeneralizedCost, LSTM
 from neonlite.transforms import CrossEntropyMulti, Softmax
+from neonlite.transforms.metric import MetricError
 
 torch = pytest.importorskip("torch", reason="PyTorch is the reference for ignore_index")
 
@@ -74,7 +75,7 @@ def test_eval_scores_only_the_real_targets():
     real = t != IGNORE
     want = np.mean(y.argmax(-1)[real] != t[real])
     assert model.eval(data) == pytest.approx(want)
-    with pytest.raises(ValueError, match=r"every target of the data set 'pads' equals the "
+    with pytest.raises(MetricError, match=r"every target of the data set 'pads' equals the "
                                          r"cost's ignore_index"):
         model.eval(ArrayIterator(ids, np.full((BSZ, T), IGNORE), shuffle=False, name="pads"))
 
