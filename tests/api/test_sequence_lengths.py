@@ -14,7 +14,7 @@ from support.harness import make_backend
 
 from neonlite import Model
 from neonlite.data import ArrayIterator
-from neonlite.layers import (LSTM, Affine, BlockSparseAttention, Embedding, Flatten,
+from neonlite.layers import (LSTM, Affine, BlockSparseAttention, Embedding, Flatten, MeanPool,
                              GeneralizedCost, MultiHeadAttention, PositionalEmbedding,
                              RecurrentMean, TransformerBlock)
 from neonlite.layers.layer import ShapeError
@@ -176,3 +176,26 @@ def test_describe_shows_the_maximum_length():
     fixed = Model([Affine(3)])
     fixed.initialize(ArrayIterator(np.zeros((BSZ, 5)), shuffle=False))
     assert "any length" not in fixed.describe()
+
+
+def test_a_tokenizers_ids_and_mask_pair_of_any_length():
+    """``predict((ids, mask))`` with (N, T') arrays (as ``Tokenizer.encode_batch`` gives for a
+    batch padded to its own longest member) gives the outputs of the ids padded to T with the
+    pad id, and of each sentence alone."""
+    make_backend("cpu", batch_size=BSZ, seed=0, dtype=np.float64)
+    model = Model([Embedding(VOCAB, D, pad_id=0), PositionalEmbedding(T),
+                   TransformerBlock(D, 2, causal=False), MeanPool()])
+    model.initialize(ArrayIterator(np.ones((BSZ, T)), shuffle=False))
+    rng = np.random.default_rng(2)
+    lengths = [6, 2, 4, 5]
+    ids = np.zeros((BSZ, max(lengths)))
+    for n, length in enumerate(lengths):
+        ids[n, :length] = rng.integers(1, VOCAB, length)
+    mask = (ids != 0).astype(np.int64)
+    pair = model.predict((ids.astype(np.int64), mask))
+    padded = np.zeros((BSZ, T))
+    padded[:, :ids.shape[1]] = ids
+    np.testing.assert_allclose(pair, model.predict(padded), rtol=0, atol=1e-12)
+    for n, length in enumerate(lengths):
+        alone = model.predict(np.tile(ids[n, :length], (BSZ, 1)))
+        np.testing.assert_allclose(pair[n], alone[0], rtol=0, atol=1e-12)
