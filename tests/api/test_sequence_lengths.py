@@ -14,7 +14,8 @@ from support.harness import make_backend
 
 from neonlite import Model
 from neonlite.data import ArrayIterator
-from neonlite.layers import (LSTM, Affine, BlockSparseAttention, Embedding, Flatten, MeanPool,
+from neonlite.layers import (LSTM, Affine, BlockSparseAffine, BlockSparseAttention, Embedding,
+                             Flatten, L2Normalize, MeanPool, SegmentEmbedding, TiedLinear,
                              GeneralizedCost, MultiHeadAttention, PositionalEmbedding,
                              RecurrentMean, TransformerBlock)
 from neonlite.layers.layer import ShapeError
@@ -199,3 +200,35 @@ def test_a_tokenizers_ids_and_mask_pair_of_any_length():
     for n, length in enumerate(lengths):
         alone = model.predict(np.tile(ids[n, :length], (BSZ, 1)))
         np.testing.assert_allclose(pair[n], alone[0], rtol=0, atol=1e-12)
+
+
+def _bert_like():
+    """Token and segment embeddings, a post-norm block with a block-sparse MLP, a
+    per-token L2 normalisation and the tied output projection."""
+    mlp = {"local": {"window": 1}}
+    block = TransformerBlock(D, 2, causal=False, norm="post",
+                             fc1=BlockSparseAffine(2 * D, mlp, block_size=8),
+                             fc2=BlockSparseAffine(D, mlp, block_size=8))
+    return Model([Embedding(VOCAB, D, name="wte"), SegmentEmbedding(2), block, L2Normalize(),
+                  TiedLinear("wte")])
+
+
+def test_segment_tied_and_block_sparse_layers_take_any_length():
+    be = make_backend("cpu", batch_size=BSZ, seed=0, dtype=np.float64)
+    rng = np.random.default_rng(3)
+    model = _bert_like()
+    model.initialize(ArrayIterator(*_data(rng, T)[:1], shuffle=False))
+    for steps in (5, T, 2):
+        X = _data(rng, steps)[0]
+        segments = be.array(rng.integers(0, 2, (BSZ, steps)).astype(np.float64))
+        alone = _bert_like()
+        alone.initialize(ArrayIterator(X, shuffle=False))
+        alone.set_params(model.get_params())
+        outputs, grads = [], []
+        for net in (model, alone):
+            net.layers.layers[1].segment_ids = segments
+            outputs.append(net.fprop(be.array(X)).get())
+            grads.append(_backward(net, np.ones(outputs[-1].shape)))
+        np.testing.assert_array_equal(outputs[0], outputs[1])
+        for name, grad in grads[0].items():
+            np.testing.assert_array_equal(grad, grads[1][name], err_msg=name)
