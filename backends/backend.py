@@ -19,6 +19,7 @@ from .optree import OpNode, OpTreeOps, broadcast_shape
 from .backend_sequence import SequenceOps
 from .ops.dispatch import TableOps
 from .plans import ConvPlan, PoolPlan
+from .storage import StorageOps
 from .reference import gelu
 
 
@@ -68,7 +69,7 @@ class Tensor(OpTreeOps):
         return f"{type(self).__name__}(shape={self.shape}, dtype={np.dtype(self.dtype).name})"
 
 
-class Backend(TableOps, SequenceOps, ABC):
+class Backend(TableOps, SequenceOps, StorageOps, ABC):
     """Abstract backend: see the module docstring for the conventions every method follows.
 
     Arguments:

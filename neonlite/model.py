@@ -16,7 +16,6 @@ from .model_table import describe_table
 from .model_checks import (check_backend, check_optimizer, check_targets, claim_layers,
                            param_value)
 from .finite import first_nonfinite as first_nonfinite_of
-from .optimizers.arena import ParameterArena, build_arena
 from .optimizers.schedules import plan_schedules_for
 from .array_fit import array_datasets
 from .data.position import epoch_batches
@@ -90,7 +89,7 @@ class Model:
         share_padding_masks(self.layers.leaves())
         check_tensor_names(self.layers.leaves())
 
-        self.arena = build_arena(be, self.parameters())
+        self.arena = be.make_arena(self.parameters())
         for p in self.parameters():
             p.arena = self.arena
         self._stepped = [leaf for leaf in self.layers.leaves() if hasattr(leaf, "set_step")]
@@ -229,8 +228,7 @@ class Model:
         finite.  Never on a run's first step (``fit`` checks everything once, so arena states
         the update does not write, e.g. loaded ones, are covered too)."""
         verify = getattr(self.optimizer, "updated_finite", None)
-        if self._full_finite_check or verify is None or \
-                not isinstance(self.arena, ParameterArena):
+        if self._full_finite_check or verify is None or self.arena is None:
             return False
         params = self.parameters()
         return verify(params) and first_nonfinite_of(self.arena.states_outside(params),
@@ -239,12 +237,12 @@ class Model:
     def first_nonfinite(self):
         """The name of the first parameter (``"<layer>.<param>"``) or optimizer state
         (``"<layer>.<param>/<key>"``) holding a NaN or inf, else None.  Called after every
-        training step: on the CPU one pass over each arena buffer, then (only when one of them
-        holds a NaN or inf, to name it) two allocation-free reductions per tensor
+        training step: one pass over each buffer of the backend's arena, then (only when one
+        of them holds a NaN or inf, to name it) two allocation-free reductions per tensor
         (:mod:`neonlite.finite`)."""
         from .finite import first_nonfinite
         arena = self.arena
-        if isinstance(arena, ParameterArena) and arena.all_finite(states=True) and \
+        if arena is not None and arena.all_finite(states=True) and \
                 first_nonfinite(arena.states_outside(self.parameters()), self._finite_work) is None:
             return None
         return first_nonfinite(self._watched_tensors(), self._finite_work)

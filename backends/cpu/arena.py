@@ -1,67 +1,53 @@
-"""The parameter arena: a model's parameters, gradients and optimizer states in a few
-contiguous buffers, each parameter a view into them.
+"""The CPU backend's parameter arena: a model's parameters, gradients and optimizer states in
+a few contiguous numpy buffers, each parameter a view into them (the layout of
+``backends/arena_layout.py``), made by ``CPUBackend.make_arena``.
 
 Per dtype of the parameters the arena holds one 1-D buffer of values and one of gradients;
 each optimizer state key (``"m"``, ``"velocity"``, ...) gets, on first use, one buffer per
-dtype of the same layout.  Parameter ``p`` occupies elements ``[offset, offset + p.size)`` of
-its dtype's buffers, offsets rounded up to 16 elements so that every view starts on a 64-byte
-boundary like the backend's own tensors.  The model's ``Parameter.value``, ``.grad`` and
-``.states[key]`` are rebound to views of these buffers (the tensor objects stay the same, so
-layers holding them see the arena), which gives
+dtype of the same layout.  Every buffer comes from ``aligned_empty``, so every view starts on a
+64-byte boundary like the backend's own tensors.  The model's ``Parameter.value``, ``.grad``
+and ``.states[key]`` are rebound to views of these buffers (the tensor objects stay the same,
+so layers holding them see the arena), which gives
 
 * zeroing every gradient with one fill per dtype (:meth:`ParameterArena.zero_grads`),
 * an optimizer step over all parameters of a dtype as one C call (``kernels/cpu/
-  fused_optim.c``, through :mod:`.fused`), one call per optimizer group,
-* the squared global gradient norm of any set of parameters in one reduction pass
-  (:meth:`ParameterArena.sum_squares`), and "are all parameters finite" in one pass per dtype
-  (:meth:`ParameterArena.all_finite`).
+  fused_optim.c``, through :mod:`.fused_update`), one call per optimizer group
+  (:meth:`ParameterArena.plan`),
+* the squared global gradient norm of any set of parameters in one reduction pass, and "are
+  all parameters finite" in one pass per dtype (:meth:`ParameterArena.all_finite`).
 
-On a device backend (the GPU's) :func:`build_arena` makes a
-:class:`~.device_arena.DeviceArena` instead, whose fused step is one generated kernel per run
-of parameters; elsewhere it returns None and everything runs per parameter.  A state tensor
-replaced from outside (a checkpoint being loaded assigns new tensors to ``param.states``) is
-copied back into the arena the next time the arena updates that parameter
-(:meth:`ParameterArena.adopt_states`).
+A state tensor replaced from outside (a checkpoint being loaded assigns new tensors to
+``param.states``) is copied back into the arena the next time the arena updates that
+parameter (:meth:`ParameterArena.state`).
 """
 import numpy as np
 
-from .arena_layout import layout_slots
+from ..arena_layout import ArenaLayout
+from ..storage import array_is_finite
+from .fused_update import FusedPlan
+from .tensor import CPUTensor, aligned_empty
 
 
-def build_arena(be, params):
-    """A :class:`ParameterArena` for ``params`` on the CPU backend, a
-    :class:`~.device_arena.DeviceArena` on a device backend whose tensors address memory by
-    ``ptr``/``base`` (the GPU's), or None where neither applies."""
-    from ..backends.cpu.backend import CPUBackend
-    from ..backends.cpu.tensor import CPUTensor
-    if not params:
-        return None
-    if not isinstance(be, CPUBackend):
-        tensors = [t for p in params for t in (p.value, p.grad)]
-        if all(hasattr(t, "ptr") and hasattr(t, "base") and t.is_contiguous for t in tensors):
-            from .device_arena import DeviceArena
-            return DeviceArena(be, params)
-        return None
-    if any(not isinstance(t, CPUTensor) or not t._ary.flags.c_contiguous
-           for p in params for t in (p.value, p.grad)):
+def make_cpu_arena(be, params):
+    """A :class:`ParameterArena` of ``params`` on CPU backend ``be``, or None when there are
+    none or one of their tensors is not a contiguous array of this backend."""
+    if not params or any(not isinstance(t, CPUTensor) or not t._ary.flags.c_contiguous
+                         for p in params for t in (p.value, p.grad)):
         return None
     return ParameterArena(be, params)
 
 
-class ParameterArena:
-    """The buffers of ``params`` (see the module docstring); made by :func:`build_arena`."""
+class ParameterArena(ArenaLayout):
+    """The buffers of ``params`` (see the module docstring); made by :func:`make_cpu_arena`."""
 
     def __init__(self, be, params):
-        from ..backends.cpu.tensor import aligned_empty
+        super().__init__(params)
         self.be = be
-        self.params = list(params)
-        self.slots, sizes = layout_slots(self.params)
-        self.values = {dt: aligned_empty((n,), dt) for dt, n in sizes.items()}
-        self.grads = {dt: aligned_empty((n,), dt) for dt, n in sizes.items()}
+        for dt, n in self.sizes.items():
+            self.values[dt] = aligned_empty((n,), dt)
+            self.grads[dt] = aligned_empty((n,), dt)
         for buf in (*self.values.values(), *self.grads.values()):
             buf.fill(0)
-        self.states = {}
-        self._state_tensors = {}
         for p in self.params:
             slot = self.slots[id(p)]
             for buffers, tensor in ((self.values, p.value), (self.grads, p.grad)):
@@ -69,17 +55,10 @@ class ParameterArena:
                 view[...] = tensor._ary
                 tensor._ary = view
 
-    @staticmethod
-    def _view(buffer, slot):
-        return buffer[slot.offset:slot.offset + slot.size].reshape(slot.shape)
-
-    def holds(self, params):
-        """True when every parameter of ``params`` lives in this arena."""
-        slots = self.slots
-        return all(id(p) in slots for p in params)
-
-    def slot(self, param):
-        return self.slots[id(param)]
+    def plan(self, optimizer, params):
+        """The fused step of ``optimizer`` over ``params`` (a :class:`~.fused_update.FusedPlan`,
+        made once per parameter list)."""
+        return FusedPlan(optimizer, self, params)
 
     # ---- gradients ---------------------------------------------------------------------------
     def zero_grads(self):
@@ -92,13 +71,9 @@ class ParameterArena:
         holds) is inf or NaN: one pass per buffer, allocating nothing.  States stored as
         bfloat16 bits are not read here: with ``states`` their presence answers False, so the
         caller takes its per-tensor path, which knows their format."""
-        from ..finite import array_is_finite
-        buffers = list(self.values.values())
-        if states:
-            for (_, dtype, storage), buf in self.states.items():
-                if storage != dtype:
-                    return False
-                buffers.append(buf)
+        buffers = self.checked_buffers(states)
+        if buffers is None:
+            return False
         for buf in buffers:
             module = self.be.kernels.module("fused_optim", buf.dtype)
             if module is None:
@@ -108,15 +83,6 @@ class ParameterArena:
                 return False
         return True
 
-    def states_outside(self, params):
-        """``(name, tensor)`` of the optimizer states of ``params`` that are not views of
-        this arena (those of an optimizer without a fused form, or freshly loaded ones)."""
-        known = self._state_tensors
-        for p in params:
-            for key, tensor in p.states.items():
-                if known.get((id(p), key)) is not tensor:
-                    yield f"{p.name}/{key}", tensor
-
     # ---- optimizer states --------------------------------------------------------------------
     def state_buffer(self, key, dtype, storage=None):
         """The arena-wide buffer of state ``key`` for parameters of ``dtype`` (zeros on first
@@ -124,7 +90,6 @@ class ParameterArena:
         storage = np.dtype(storage or dtype)
         found = self.states.get((key, np.dtype(dtype), storage))
         if found is None:
-            from ..backends.cpu.tensor import aligned_empty
             found = aligned_empty(self.values[np.dtype(dtype)].shape, storage)
             found.fill(0)
             self.states[(key, np.dtype(dtype), storage)] = found
@@ -134,11 +99,9 @@ class ParameterArena:
         """``param.states[key]`` as a view of the arena's state buffer: made zero on first
         use; a tensor put there from outside (loading a checkpoint assigns new tensors to
         ``param.states``) is copied into the arena and replaced by the view."""
-        from ..backends.cpu.tensor import CPUTensor
+        if self.is_arena_state(param, key):
+            return param.states[key]
         current = param.states.get(key)
-        known = self._state_tensors.get((id(param), key))
-        if known is not None and current is known:
-            return known
         slot = self.slots[id(param)]
         view = self._view(self.state_buffer(key, slot.dtype, storage), slot)
         if current is not None:
