@@ -20,7 +20,7 @@ from .backend_sequence import SequenceOps
 from .ops.dispatch import TableOps
 from .plans import ConvPlan, PoolPlan
 from .storage import StorageOps
-from .reference import gelu
+from .shared import gelu
 
 
 class Tensor(OpTreeOps):
@@ -339,7 +339,7 @@ class Backend(TableOps, SequenceOps, StorageOps, ABC):
     def onehot(self, indices, out):
         """out (M, K) = the one-hot rows of integer class indices ``indices`` (M,); an index
         outside [0, K) raises IndexError naming its position."""
-        from .reference.softmax import check_class_indices
+        from .shared.class_indices import check_class_indices
         idx = np.asarray(indices.get()).reshape(-1)
         check_class_indices(idx, out.shape[-1])
         host = np.zeros(out.shape, dtype=np.float32)

@@ -5,7 +5,7 @@ dispatches, such as local response normalization, come from ``ops/dispatch.py``)
 from abc import ABC, abstractmethod
 
 from .operand_shapes import check_sequence, example_rows
-from .reference.recurrent import step_of, time_steps
+from .shared.recurrent_steps import step_of, time_steps
 
 
 class SequenceOps(ABC):
@@ -26,9 +26,9 @@ class SequenceOps(ABC):
         ``heads`` slices, slice b belongs to example b // heads.  Hidden keys: with ``causal``
         key j > i + (Tk - Tq) (the queries are the last Tq of the Tk positions, as when decoding
         against a key/value cache); where ``key_mask`` (N, Tk) is 0; outside the visited tiles
-        of ``blocks`` (an :class:`~neonlite.backends.reference.attention.AttentionBlocks` layout).
+        of ``blocks`` (an :class:`~neonlite.backends.shared.attention_tables.AttentionBlocks` layout).
         A row with every key hidden gets out 0 and lse -inf.  ``dropout``
-        (:class:`~neonlite.backends.reference.attention.AttentionDropout` or None) drops
+        (:class:`~neonlite.backends.shared.attention_tables.AttentionDropout` or None) drops
         probabilities after the softmax with the per-example Philox stream; it is regenerated
         by ``attention_bprop``, never stored.  k and v may be windows of longer buffers (e.g.
         ``cache[:, :L]``).  Each of q, k, v, out (and of dout, dq, dk, dv in

@@ -30,7 +30,7 @@ a bidirectional layer); outputs stay in time order.
 """
 import numpy as np
 
-from ..backends.reference.recurrent import ACTIVATIONS
+from ..backends.shared.recurrent_steps import ACTIVATIONS
 from ..initializers import Constant, GlorotUniform
 from ..transforms.activation import Identity, Logistic, Rectlin, Tanh
 from .layer import ParameterLayer

@@ -18,9 +18,8 @@ import numpy as np
 
 from ..operand_shapes import check_gate_step, check_sequence
 from ..reference import recurrent as reference
+from ..shared.recurrent_steps import ACTIVATION_CODES
 from .blas import WayTuner
-
-ACTIVATION_CODES = reference.ACTIVATION_CODES
 
 
 def _ary(t):

@@ -5,7 +5,7 @@ mask too: the kernels read it in that type); the whole-sequence passes are the c
 loops over these steps, on contiguous (T, N, .) operands."""
 from ..operand_shapes import check_gate_step
 from ..operand_sizes import check_contiguous
-from ..reference.recurrent import ACTIVATION_CODES
+from ..shared.recurrent_steps import ACTIVATION_CODES
 
 
 class GPURecurrentOps:
