@@ -21,6 +21,8 @@ from .ops.dispatch import TableOps
 from .plans import ConvPlan, PoolPlan
 from .storage import StorageOps
 from .shared import gelu
+from .shared.class_indices import check_class_indices
+from .blocksparse_plan import BlockSparsePlan
 
 
 class Tensor(OpTreeOps):
@@ -339,7 +341,6 @@ class Backend(TableOps, SequenceOps, StorageOps, ABC):
     def onehot(self, indices, out):
         """out (M, K) = the one-hot rows of integer class indices ``indices`` (M,); an index
         outside [0, K) raises IndexError naming its position."""
-        from .shared.class_indices import check_class_indices
         idx = np.asarray(indices.get()).reshape(-1)
         check_class_indices(idx, out.shape[-1])
         host = np.zeros(out.shape, dtype=np.float32)
@@ -368,7 +369,6 @@ class Backend(TableOps, SequenceOps, StorageOps, ABC):
         """A :class:`~neonlite.backends.blocksparse_plan.BlockSparsePlan` of ``layout`` ((R, C) or (H, R, C)
         blocks of ``block_size``, one of 8/16/32/64) and its lookup tables.  Stored block k is
         the k-th nonzero of the layout in row-major order; a weight holds it as W[k] (bs, bs)."""
-        from .blocksparse_plan import BlockSparsePlan
         return BlockSparsePlan(layout, block_size)
 
     @abstractmethod

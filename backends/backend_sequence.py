@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 
 from .operand_shapes import check_sequence, example_rows
 from .shared.recurrent_steps import step_of, time_steps
+from .reference import attention as numpy_attention
 
 
 class SequenceOps(ABC):
@@ -26,7 +27,8 @@ class SequenceOps(ABC):
         ``heads`` slices, slice b belongs to example b // heads.  Hidden keys: with ``causal``
         key j > i + (Tk - Tq) (the queries are the last Tq of the Tk positions, as when decoding
         against a key/value cache); where ``key_mask`` (N, Tk) is 0; outside the visited tiles
-        of ``blocks`` (an :class:`~neonlite.backends.shared.attention_tables.AttentionBlocks` layout).
+        of ``blocks`` (an
+        :class:`~neonlite.backends.shared.attention_tables.AttentionBlocks` layout).
         A row with every key hidden gets out 0 and lse -inf.  ``dropout``
         (:class:`~neonlite.backends.shared.attention_tables.AttentionDropout` or None) drops
         probabilities after the softmax with the per-example Philox stream; it is regenerated
@@ -35,7 +37,6 @@ class SequenceOps(ABC):
         ``attention_bprop``) may instead be token-major, (N, T, heads, d) (slice b = n*heads + h
         is [n, :, h]; e.g. the (N, T, H, dh) view of a projection's columns), so a layer needs
         no head permutes.  This default runs the numpy reference on host copies."""
-        from .reference import attention as numpy_attention
         self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
         o, m = out.get(), lse.get()
         numpy_attention.attention(q.get(), k.get(), v.get(), o, m, scale, causal,
@@ -51,7 +52,6 @@ class SequenceOps(ABC):
         with the same arguments, for the output gradient dout (B, Tq, dv); the probabilities
         are recomputed from ``lse`` tile by tile.  This default runs the numpy reference on
         host copies."""
-        from .reference import attention as numpy_attention
         self._check_attention(q, k, v, out, lse, key_mask, heads, blocks, "attention_bprop")
         grads = [dq.get(), dk.get(), dv.get()]
         numpy_attention.attention_bprop(q.get(), k.get(), v.get(), out.get(), lse.get(),

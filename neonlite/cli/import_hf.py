@@ -1,6 +1,9 @@
 """``neonlite import MODEL_DIR -o model.h5 [--head none|lm|sentence-embedding|pooler]``: a
 Hugging Face model directory (BERT or GPT-2, safetensors weights) as a neonlite checkpoint."""
 from .arguments import add_verbosity, batch_size, positive_int
+from ..backends import gen_backend
+from ..interop import import_hf
+from ..output_paths import check_outputs
 
 HELP = "convert a Hugging Face model directory (BERT, GPT-2; safetensors) to a checkpoint"
 
@@ -28,9 +31,6 @@ def register(subparsers):
 
 
 def command(args):
-    from ..backends import gen_backend
-    from ..interop import import_hf
-    from ..output_paths import check_outputs
     check_outputs([("-o", args.output)], [("the model folder", args.model_dir)])
     gen_backend("cpu", batch_size=args.batch_size)
     model = import_hf(args.model_dir, head=args.head, seq_len=args.seq_len)
