@@ -20,6 +20,7 @@ from .backend_sequence import SequenceOps
 from .ops.dispatch import TableOps
 from .plans import ConvPlan, PoolPlan
 from .storage import StorageOps
+from .variants import KernelVariants
 from .shared import gelu
 from .shared.class_indices import check_class_indices
 from .blocksparse_plan import BlockSparsePlan
@@ -71,7 +72,7 @@ class Tensor(OpTreeOps):
         return f"{type(self).__name__}(shape={self.shape}, dtype={np.dtype(self.dtype).name})"
 
 
-class Backend(TableOps, SequenceOps, StorageOps, ABC):
+class Backend(TableOps, SequenceOps, StorageOps, KernelVariants, ABC):
     """Abstract backend: see the module docstring for the conventions every method follows.
 
     Arguments:

@@ -21,6 +21,7 @@ from ..backend import Backend
 from ..operand_shapes import check_product
 from ..operand_sizes import check_contiguous
 from ..optree import OpNode
+from ..variants import GEMM_METHODS
 from . import blas as cublas, build as gpu_build
 from .arena import make_device_arena
 from .attention import GPUAttentionOps
@@ -324,3 +325,6 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps, GPUBlockSparseOps,
 
     def device_pointer(self, tensor):
         return tensor.ptr
+
+    def kernel_variant(self, method, args):
+        return "cublas" if method in GEMM_METHODS else self.name
