@@ -10,13 +10,10 @@ import numpy as np
 
 from .backend import Backend, Tensor
 from .optree import OpNode
+from .unavailable import BackendUnavailable
 
 _REGISTRY = {}
 _current = None
-
-
-class BackendUnavailable(RuntimeError):
-    """The asked-for backend cannot run here; the message says why."""
 
 
 def register_backend(name, module, cls_name):

@@ -19,7 +19,11 @@ from .optree import OpNode, OpTreeOps, broadcast_shape
 from .backend_sequence import SequenceOps
 from .ops.dispatch import TableOps
 from .plans import ConvPlan, PoolPlan
-from .reference import gelu
+from .storage import StorageOps
+from .variants import KernelVariants
+from .shared import gelu
+from .shared.class_indices import check_class_indices
+from .blocksparse_plan import BlockSparsePlan
 
 
 class Tensor(OpTreeOps):
@@ -68,7 +72,7 @@ class Tensor(OpTreeOps):
         return f"{type(self).__name__}(shape={self.shape}, dtype={np.dtype(self.dtype).name})"
 
 
-class Backend(TableOps, SequenceOps, ABC):
+class Backend(TableOps, SequenceOps, StorageOps, KernelVariants, ABC):
     """Abstract backend: see the module docstring for the conventions every method follows.
 
     Arguments:
@@ -338,7 +342,6 @@ class Backend(TableOps, SequenceOps, ABC):
     def onehot(self, indices, out):
         """out (M, K) = the one-hot rows of integer class indices ``indices`` (M,); an index
         outside [0, K) raises IndexError naming its position."""
-        from .reference.softmax import check_class_indices
         idx = np.asarray(indices.get()).reshape(-1)
         check_class_indices(idx, out.shape[-1])
         host = np.zeros(out.shape, dtype=np.float32)
@@ -367,7 +370,6 @@ class Backend(TableOps, SequenceOps, ABC):
         """A :class:`~neonlite.backends.blocksparse_plan.BlockSparsePlan` of ``layout`` ((R, C) or (H, R, C)
         blocks of ``block_size``, one of 8/16/32/64) and its lookup tables.  Stored block k is
         the k-th nonzero of the layout in row-major order; a weight holds it as W[k] (bs, bs)."""
-        from .blocksparse_plan import BlockSparsePlan
         return BlockSparsePlan(layout, block_size)
 
     @abstractmethod

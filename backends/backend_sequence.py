@@ -6,7 +6,8 @@ dispatches, such as the gate steps and local response normalization, come from
 from abc import ABC, abstractmethod
 
 from .operand_shapes import check_sequence, example_rows
-from .reference.recurrent import step_of, time_steps
+from .shared.recurrent_steps import step_of, time_steps
+from .reference import attention as numpy_attention
 
 
 class SequenceOps(ABC):
@@ -27,16 +28,16 @@ class SequenceOps(ABC):
         ``heads`` slices, slice b belongs to example b // heads.  Hidden keys: with ``causal``
         key j > i + (Tk - Tq) (the queries are the last Tq of the Tk positions, as when decoding
         against a key/value cache); where ``key_mask`` (N, Tk) is 0; outside the visited tiles
-        of ``blocks`` (an :class:`~neonlite.backends.reference.attention.AttentionBlocks` layout).
+        of ``blocks`` (an
+        :class:`~neonlite.backends.shared.attention_tables.AttentionBlocks` layout).
         A row with every key hidden gets out 0 and lse -inf.  ``dropout``
-        (:class:`~neonlite.backends.reference.attention.AttentionDropout` or None) drops
+        (:class:`~neonlite.backends.shared.attention_tables.AttentionDropout` or None) drops
         probabilities after the softmax with the per-example Philox stream; it is regenerated
         by ``attention_bprop``, never stored.  k and v may be windows of longer buffers (e.g.
         ``cache[:, :L]``).  Each of q, k, v, out (and of dout, dq, dk, dv in
         ``attention_bprop``) may instead be token-major, (N, T, heads, d) (slice b = n*heads + h
         is [n, :, h]; e.g. the (N, T, H, dh) view of a projection's columns), so a layer needs
         no head permutes.  This default runs the numpy reference on host copies."""
-        from .reference import attention as numpy_attention
         self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
         o, m = out.get(), lse.get()
         numpy_attention.attention(q.get(), k.get(), v.get(), o, m, scale, causal,
@@ -52,7 +53,6 @@ class SequenceOps(ABC):
         with the same arguments, for the output gradient dout (B, Tq, dv); the probabilities
         are recomputed from ``lse`` tile by tile.  This default runs the numpy reference on
         host copies."""
-        from .reference import attention as numpy_attention
         self._check_attention(q, k, v, out, lse, key_mask, heads, blocks, "attention_bprop")
         grads = [dq.get(), dk.get(), dv.get()]
         numpy_attention.attention_bprop(q.get(), k.get(), v.get(), out.get(), lse.get(),

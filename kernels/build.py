@@ -29,7 +29,8 @@ from pathlib import Path
 from ..atomic import scratch_folder
 from . import specs as _specs
 from .cache import CorruptEntry, DiskCache, ForeignEntry, cache_key, entry_name, source_closure
-from .toolchain import CUDA_FLAGS, CompileError, CompilerNotFound, c_key_inputs, find_nvcc
+from .toolchain import (CUDA_FLAGS, CompileError, CompilerNotFound, c_key_inputs, find_nvcc,
+                        parse_ptxas)
 
 
 @dataclass(frozen=True)
@@ -286,7 +287,6 @@ class Builder:
         return binary, compiled
 
     def _compile_cuda(self, spec, arch, nvcc, key):
-        from .toolchain import parse_ptxas
         with scratch_folder("neonlite-kernel-") as tmp:
             out = Path(tmp) / f"{spec.name}.cubin"
             log = nvcc.compile_cubin(spec.name, spec.source_path, out, arch,

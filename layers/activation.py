@@ -1,6 +1,7 @@
 """Activation and Dropout layers (elementwise, shape-preserving)."""
 from ..transforms.activation import Gelu
 from .dropout_masks import KeyedDropoutMixin
+from .decode import DecodeState, position_wise_state
 from .layer import Layer
 
 
@@ -42,6 +43,16 @@ class Activation(Layer):
             self.transform.bprop(self.be, self.x, self.outputs, error, self.deltas)
         return self.deltas
 
+    def init_decode(self, batch, max_len):
+        return position_wise_state(self, batch, max_len)
+
+    def decode(self, x, state):
+        """The transform of ``x``; ``state.x`` keeps its input (the logits before a softmax
+        head, which sampling reads)."""
+        state.x = x
+        self.transform.fprop(self.be, x, state.out)
+        return state.out
+
 
 class Dropout(KeyedDropoutMixin, Layer):
     """Inverted dropout: training keeps each element with probability ``keep`` and scales it by
@@ -79,4 +90,11 @@ class Dropout(KeyedDropoutMixin, Layer):
         if self.needs_deltas:
             self.deltas[:] = error * self.mask
         return self.deltas
+
+    def init_decode(self, batch, max_len):
+        return DecodeState(self.be, batch, max_len)
+
+    def decode(self, x, state):
+        """Decoding is inference: the identity."""
+        return x
 

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from ..backends.reference.attention import AttentionDropout
+from ..backends.shared.attention_tables import AttentionDropout
 from ..initializers import Constant, GlorotUniform
 from .decode import DecodeState
 from .dropout_masks import KeyedDropoutMixin

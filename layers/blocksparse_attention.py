@@ -1,7 +1,7 @@
 """Block-sparse multi-head attention: scores only at the blocks of a layout."""
 import numpy as np
 
-from ..backends.reference.attention import AttentionBlocks
+from ..backends.shared.attention_tables import AttentionBlocks
 from ..backends.blocksparse_plan import SUPPORTED_BLOCK_SIZES
 from ..blocksparse.layouts import from_spec
 from .attention import MultiHeadAttention

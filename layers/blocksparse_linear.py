@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..backends.blocksparse_plan import SUPPORTED_BLOCK_SIZES
+from ..backends.shared.blocksparse_dense import blocks_to_dense
 from ..blocksparse.layouts import from_spec
 from ..initializers import Constant, GlorotUniform
 from .containers import CompoundLayer
@@ -94,7 +95,6 @@ class BlockSparseLinear(ParameterLayer):
 
     def dense_weight(self):
         """W as a dense host array (nin, nout), zeros outside the layout."""
-        from ..backends.reference.blocksparse import blocks_to_dense
         return blocks_to_dense(self.plan.tables, self.W.value.get(), self.bs)
 
     # ---- incremental decoding: position-wise ---------------------------------------------------

@@ -4,6 +4,7 @@ from ..initializers import Constant
 from ..transforms.activation import is_plain_relu
 from .activation import Activation
 from .conv import Convolution
+from .decode import DecodeState
 from .layer import Layer, set_chain_steps
 from .linear import Bias, Linear
 from .batchnorm import BatchNorm
@@ -80,6 +81,15 @@ class Sequential(Layer):
 
     def leaves(self):
         return [leaf for layer in self.layers for leaf in layer.leaves()]
+
+    def init_decode(self, batch, max_len):
+        return DecodeState(self.be, batch, max_len,
+                           [layer.init_decode(batch, max_len) for layer in self.layers])
+
+    def decode(self, x, state):
+        for layer, layer_state in zip(self.layers, state.children):
+            x = layer.decode(x, layer_state)
+        return x
 
     @property
     def outputs(self):

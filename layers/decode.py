@@ -1,17 +1,15 @@
 """Incremental decoding: run a trained sequence model on one new position at a time.
 
-``init_decode(layer, batch, max_len)`` makes a layer's :class:`DecodeState` (its buffers for
-(B, 1, ...) inputs, made once); ``decode(layer, x, state)`` runs the layer on the new position
-x (B, 1, ...) and returns its output (B, 1, ...), a tensor owned by the state.  Layers with
-history (attention's key/value cache, the position of a positional embedding) define
-``init_decode``/``decode`` methods and keep the history in their state; the position-wise core
-layers (Linear, Bias, Activation, Dropout) and containers of them (Sequential, Affine) are
-handled here.  Decoding is inference: dropout is the identity.
+Decoding is one protocol, two methods of every layer (``layers/layer.py``'s ``Layer``):
+``layer.init_decode(batch, max_len)`` makes the layer's :class:`DecodeState` (its buffers for
+(B, 1, ...) inputs, made once) and ``layer.decode(x, state)`` runs the layer on the new
+position x (B, 1, ...) and returns its output (B, 1, ...), a tensor owned by the state.  A
+layer without an incremental path keeps ``Layer``'s, which raise a ``TypeError`` naming it.
+Layers with history (attention's key/value cache, the position of a positional embedding, a
+recurrent layer's state) keep it in their state; position-wise layers (Linear, Bias,
+Activation) make theirs with :func:`position_wise_state`; containers hold their children's
+states in ``children``.  Decoding is inference: dropout is the identity.
 """
-from .activation import Activation, Dropout
-from .containers import Sequential
-from .layer import flat_rows
-from .linear import Bias, Linear
 
 
 class DecodeState:
@@ -30,45 +28,12 @@ class DecodeState:
             child.reset()
 
 
-def init_decode(layer, batch, max_len):
-    """The :class:`DecodeState` of ``layer`` for ``batch`` sequences of up to ``max_len``."""
-    be = layer.be
-    if hasattr(layer, "init_decode"):
-        return layer.init_decode(batch, max_len)
-    if isinstance(layer, Sequential):
-        return DecodeState(be, batch, max_len,
-                           [init_decode(child, batch, max_len) for child in layer.layers])
-    if isinstance(layer, (Linear, Bias, Activation)):
-        if len(layer.out_shape) != 2:
-            raise TypeError(f"layer '{layer.name}' ({type(layer).__name__}): incremental "
-                            f"decoding needs sequence outputs (T, D), it gives {layer.out_shape}")
-        state = DecodeState(be, batch, max_len)
-        state.out = be.zeros((batch, 1, layer.out_shape[-1]))
-        return state
-    if isinstance(layer, Dropout):
-        return DecodeState(be, batch, max_len)
-    raise TypeError(f"layer '{layer.name}' ({type(layer).__name__}) has no incremental decoding "
-                    f"path; decoding supports Embedding, PositionalEmbedding, LayerNorm, "
-                    f"MultiHeadAttention, TransformerBlock, Linear, Bias, Activation, Dropout "
-                    f"and containers of them")
-
-
-def decode(layer, x, state):
-    """Run ``layer`` on the new position ``x`` (B, 1, ...); returns (B, 1, ...)."""
-    if hasattr(layer, "decode"):
-        return layer.decode(x, state)
-    if isinstance(layer, Sequential):
-        for child, child_state in zip(layer.layers, state.children):
-            x = decode(child, x, child_state)
-        return x
-    if isinstance(layer, Linear):
-        layer.be.compound_dot(flat_rows(x, layer.nin), layer.W.value,
-                              flat_rows(state.out, layer.nout))
-    elif isinstance(layer, Bias):
-        state.out[:] = x + layer.b.value
-    elif isinstance(layer, Activation):
-        state.x = x
-        layer.transform.fprop(layer.be, x, state.out)
-    else:
-        return x
-    return state.out
+def position_wise_state(layer, batch, max_len):
+    """The state of a position-wise layer of sequence outputs (T, D): an output buffer ``out``
+    (batch, 1, D) and no history."""
+    if len(layer.out_shape) != 2:
+        raise TypeError(f"layer '{layer.name}' ({type(layer).__name__}): incremental "
+                        f"decoding needs sequence outputs (T, D), it gives {layer.out_shape}")
+    state = DecodeState(layer.be, batch, max_len)
+    state.out = layer.be.zeros((batch, 1, layer.out_shape[-1]))
+    return state

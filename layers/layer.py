@@ -252,6 +252,21 @@ class Layer:
         """Containers name their unnamed children; plain layers have none."""
 
     # ---- description ---------------------------------------------------------------------------
+    # ---- incremental decoding (``layers/decode.py``) ------------------------------------------
+    def init_decode(self, batch, max_len):
+        """This layer's ``DecodeState`` for ``batch`` sequences of up to ``max_len`` positions;
+        a layer without an incremental path has none (``TypeError``)."""
+        raise TypeError(f"layer '{self.name}' ({type(self).__name__}) has no incremental "
+                        f"decoding path; decoding supports Embedding, PositionalEmbedding, "
+                        f"LayerNorm, MultiHeadAttention, TransformerBlock, Linear, Bias, "
+                        f"Activation, Dropout and containers of them")
+
+    def decode(self, x, state):
+        """Run the layer on the new position ``x`` (B, 1, ...) with the ``state`` of
+        :meth:`init_decode`; returns its output (B, 1, ...)."""
+        raise TypeError(f"layer '{self.name}' ({type(self).__name__}) has no incremental "
+                        f"decoding path")
+
     def get_description(self):
         """``{"type": class name, "config": {argument: value}}`` from the arguments the
         constructor was given (nested layers, initializers and transforms as their own

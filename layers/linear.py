@@ -1,5 +1,6 @@
 """Linear (y = x @ W) and Bias (y = x + b) layers."""
 from ..initializers import Constant, GlorotUniform
+from .decode import position_wise_state
 from .layer import ParameterLayer, add_row_sums, flat_rows, is_count, prod
 
 
@@ -55,6 +56,13 @@ class Linear(ParameterLayer):
             self.be.compound_dot(e2, self.W.value, flat_rows(self.deltas, self.nin), transB=True)
         return self.deltas
 
+    def init_decode(self, batch, max_len):
+        return position_wise_state(self, batch, max_len)
+
+    def decode(self, x, state):
+        self.be.compound_dot(flat_rows(x, self.nin), self.W.value, flat_rows(state.out, self.nout))
+        return state.out
+
 
 class Bias(ParameterLayer):
     """y = x + b with b (C,) broadcast over every axis but the last (channels / features).
@@ -83,3 +91,10 @@ class Bias(ParameterLayer):
     def bprop(self, error):
         add_row_sums(self.be, self.ones, flat_rows(error, self.channels), self.b.grad)
         return error
+
+    def init_decode(self, batch, max_len):
+        return position_wise_state(self, batch, max_len)
+
+    def decode(self, x, state):
+        state.out[:] = x + self.b.value
+        return state.out

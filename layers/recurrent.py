@@ -32,10 +32,11 @@ a bidirectional layer); outputs stay in time order.
 """
 import numpy as np
 
-from ..backends.reference.recurrent import ACTIVATIONS
+from ..backends.shared.recurrent_steps import ACTIVATIONS
 from ..initializers import Constant, GlorotUniform
 from ..transforms.activation import Identity, Logistic, Rectlin, Tanh
 from .layer import ParameterLayer, ShapeError
+from .decode import DecodeState
 
 
 def kernel_activation(transform, what, layer):
@@ -177,7 +178,6 @@ class RecurrentBase(ParameterLayer):
         if self.reverse or not self.return_sequences:
             raise TypeError(f"layer '{self.name}' ({type(self).__name__}): incremental decoding "
                             f"needs a forward layer with return_sequences=True")
-        from .decode import DecodeState
         be, H, GH = self.be, self.nout, self.gates * self.nout
         layer = self
 

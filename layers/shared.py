@@ -9,12 +9,12 @@ mean poolings after it (:func:`share_padding_masks`, once the layers are allocat
 from .attention import MultiHeadAttention
 from .embedding import Embedding
 from .recurrent import RecurrentBase
+from ..config.errors import ConfigError
 
 
 def tie_layers(leaves):
     """Link every leaf with a ``tied_to`` name to the Embedding of that name that comes
     before it; a :class:`~neonlite.config.ConfigError` naming both when there is none."""
-    from ..config.errors import ConfigError
     embeddings = {}
     for leaf in leaves:
         if isinstance(leaf, Embedding):

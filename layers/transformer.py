@@ -4,7 +4,7 @@ from ..transforms.activation import Gelu
 from .activation import Activation, Dropout
 from .attention import MultiHeadAttention
 from .containers import Affine
-from .decode import DecodeState, decode, init_decode
+from .decode import DecodeState
 from .layer import Layer, set_chain_steps
 from .layernorm import LayerNorm, RMSNorm
 from .linear import Bias, Linear
@@ -218,7 +218,7 @@ class TransformerBlock(Layer):
     def init_decode(self, batch, max_len):
         layers = (self.ln1, self.attn, self.ln2, self.fc1, self.gelu, self.fc2)
         state = DecodeState(self.be, batch, max_len,
-                            [init_decode(layer, batch, max_len) for layer in layers])
+                            [layer.init_decode(batch, max_len) for layer in layers])
         state.resid = self.be.zeros((batch, 1, self.d_model))
         state.out = self.be.zeros((batch, 1, self.d_model))
         return state
@@ -227,15 +227,15 @@ class TransformerBlock(Layer):
         """x (B, 1, d_model) -> (B, 1, d_model), extending the attention's key/value cache."""
         ln1, attn, ln2, fc1, gelu, fc2 = state.children
         if self.norm == "post":
-            state.resid[:] = x + decode(self.attn, x, attn)
-            r = decode(self.ln1, state.resid, ln1)
-            m = decode(self.fc2, decode(self.gelu, decode(self.fc1, r, fc1), gelu), fc2)
+            state.resid[:] = x + self.attn.decode(x, attn)
+            r = self.ln1.decode(state.resid, ln1)
+            m = self.fc2.decode(self.gelu.decode(self.fc1.decode(r, fc1), gelu), fc2)
             state.out[:] = r + m
-            return decode(self.ln2, state.out, ln2)
-        a = decode(self.attn, decode(self.ln1, x, ln1), attn)
+            return self.ln2.decode(state.out, ln2)
+        a = self.attn.decode(self.ln1.decode(x, ln1), attn)
         state.resid[:] = x + a
-        h = decode(self.ln2, state.resid, ln2)
-        m = decode(self.fc2, decode(self.gelu, decode(self.fc1, h, fc1), gelu), fc2)
+        h = self.ln2.decode(state.resid, ln2)
+        m = self.fc2.decode(self.gelu.decode(self.fc1.decode(h, fc1), gelu), fc2)
         state.out[:] = state.resid + m
         return state.out
 

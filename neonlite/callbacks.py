@@ -15,6 +15,7 @@ from .config.values import describe_value, given_arguments
 from .output_paths import check_outputs
 from .transforms.metric import Misclassification
 from .optimizers.schedules import run_length
+from .kernels.build import compile_seconds
 
 
 class Callback:
@@ -148,7 +149,6 @@ class ProgressBar(Callback):
 
 
 def _compile_seconds():
-    from .kernels.build import compile_seconds
     return compile_seconds()
 
 

@@ -34,6 +34,8 @@ import math
 import zlib
 
 import numpy as np
+from .config.errors import ConfigError, short_repr
+from .config.settings import check_setting
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -74,7 +76,6 @@ def _count(value, what):
 
 
 def _short(value, limit=60):
-    from .config.errors import short_repr
     return short_repr(value, limit)
 
 
@@ -106,8 +107,6 @@ def check_array(ary, what, crc, version, kinds=("f",), extra=()):
 
 def check_config(config):
     """SchemaError unless the stored run description can be built from."""
-    from .config.errors import ConfigError
-    from .config.settings import check_setting
     if not isinstance(config, dict):
         raise SchemaError(f"/config: expected a mapping (layers, cost, ...), got "
                           f"{_short(config)}")

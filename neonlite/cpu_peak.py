@@ -19,6 +19,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from .kernels.first_use import cpu_name
+from .kernels.toolchain import CompilerNotFound, find_c_compiler
 
 FMA_SOURCE = r"""
 #include <omp.h>
@@ -132,8 +134,6 @@ def cpu_names(info=None):
     :func:`fp32_flop_per_cycle` knows it, and what the C compiler's ``-march=native`` builds
     the kernels for (its own, sometimes older, name), e.g. ``AMD EPYC 9B14 (AMD Zen 4;
     -march=native: znver3)``."""
-    from neonlite.kernels.first_use import cpu_name
-    from neonlite.kernels.toolchain import CompilerNotFound
     info = read_cpuinfo() if info is None else info
     arch = fp32_flop_per_cycle(info)[1].split(":")[0]
     try:
@@ -145,7 +145,6 @@ def cpu_names(info=None):
 
 @functools.lru_cache(maxsize=None)
 def _fma_library():
-    from neonlite.kernels.toolchain import find_c_compiler
     compiler = find_c_compiler()
     with tempfile.TemporaryDirectory(prefix="neonlite-fma-") as folder:
         source, library = Path(folder) / "fma.c", Path(folder) / "fma.so"

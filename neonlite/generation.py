@@ -17,7 +17,6 @@ import numpy as np
 from .data.iterator import DataError
 from .data.text import Vocabulary
 from .layers.activation import Activation
-from .layers.decode import decode, init_decode
 from .layers.embedding import Embedding
 from .transforms.activation import Softmax
 
@@ -216,7 +215,7 @@ class _CachedRunner:
     def __init__(self, model):
         self.model, self.be = model, model.be
         self.window = model.in_shape[0]
-        self.state = init_decode(model.layers, 1, self.window)
+        self.state = model.layers.init_decode(1, self.window)
         self.softmax_head = _softmax_head(model)
         self.x = self.be.zeros((1, 1))
         self.start, self.done = None, 0
@@ -229,7 +228,7 @@ class _CachedRunner:
 
     def _step(self, token):
         self.x.set(np.array([[token]]))
-        y = decode(self.model.layers, self.x, self.state)
+        y = self.model.layers.decode(self.x, self.state)
         return self._last_state().x if self.softmax_head else y
 
     def next_logits(self, tokens, start):

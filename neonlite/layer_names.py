@@ -1,13 +1,13 @@
 """Checks that a model's layer names can name its parameters in a checkpoint
 (``"<layer name>.<parameter>"``): printable, valid UTF-8, and unique where they would clash."""
 from .layers.layer import Layer, ParameterLayer
+from .config.errors import ConfigError, short_repr
 
 
 def check_layer_names(leaves):
     """A ConfigError (at the layer's key path) for a layer name that cannot name parameters in
     a checkpoint: not printable UTF-8 text, or shared by two layers with parameters or buffers
     of the same kind (their ``"<name>.<param>"`` would clash)."""
-    from .config.errors import ConfigError, short_repr
     seen = {}
     for leaf in leaves:
         where = getattr(leaf, "_config_path", None)
@@ -32,7 +32,6 @@ def check_layer_names(leaves):
 def check_tensor_names(leaves):
     """A ConfigError when two allocated layers give a parameter or buffer the same
     ``"<layer name>.<key>"`` (e.g. an Affine named like a Conv's compound, ``Conv_0``)."""
-    from .config.errors import ConfigError
     owner = {}
     for leaf in leaves:
         keys = [p.name for p in leaf.parameters()] + [f"{leaf.name}.{k}" for k in leaf.buffers()]

@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from .host_memory import available_bytes, describe_bytes
+from .layers.layer import Parameter
 
 KINDS = ("parameters", "gradients", "optimizer state", "activations", "workspace")
 
@@ -116,7 +117,6 @@ def optimizer_state_per_element(optimizer, be):
     """Bytes of optimizer state per parameter element, found by running one update of a
     copy of ``optimizer`` on a throwaway 64-element parameter (the real parameters and the
     optimizer are untouched)."""
-    from .layers.layer import Parameter
     trial = copy.deepcopy(optimizer)
     holder = type("TrialLayer", (), {"name": "trial"})()
     p = Parameter(holder, "W", be.zeros((64,)), be.zeros((64,)))

@@ -5,23 +5,28 @@ from collections import OrderedDict
 
 import numpy as np
 
+from . import model_files
+from .array_fit import array_datasets
 from .backends import get_backend
-from .layers.containers import Sequential
+from .callbacks import Callbacks
+from .data import ArrayIterator
+from .data.position import epoch_batches
+from .finite import first_nonfinite
+from .generation import generate
+from .interrupts import TrainingInterrupted
 from .layer_names import check_layer_names, check_tensor_names
-from .layers.layer import ShapeError
+from .layers.containers import Sequential
 from .layers.shared import share_padding_masks, tie_layers
 from .memory_check import check_network_fits
-from . import model_files
-from .model_table import describe_table
+from .model_bytes import model_state, rebuild
 from .model_checks import (check_backend, check_data_shape, check_optimizer, check_targets,
                            claim_layers, param_value)
-from .finite import first_nonfinite as first_nonfinite_of
-from .optimizers.arena import ParameterArena, build_arena
+from .model_table import describe_table
 from .optimizers.schedules import plan_schedules_for
-from .array_fit import array_datasets
-from .data.position import epoch_batches
 from .token_masks import (given_mask, ids_and_mask_iterator, is_ids_and_mask,
                           padding_embeddings)
+from .transforms.activation import Logistic, Softmax
+from .transforms.metric import Misclassification
 
 
 class Model:
@@ -87,7 +92,7 @@ class Model:
         share_padding_masks(self.layers.leaves())
         check_tensor_names(self.layers.leaves())
 
-        self.arena = build_arena(be, self.parameters())
+        self.arena = be.make_arena(self.parameters())
         for p in self.parameters():
             p.arena = self.arena
         self._stepped = [leaf for leaf in self.layers.leaves() if hasattr(leaf, "set_step")]
@@ -151,7 +156,6 @@ class Model:
         targets, and ``validation_split=`` the fraction, from the end, evaluated after every
         epoch instead of trained on (:mod:`neonlite.array_fit`; ``nclass`` defaults to the
         output's width for whole-number labels)."""
-        from .callbacks import Callbacks
         valid = None
         if y is not None or validation_split is not None:
             if validation_split is not None and callbacks is not None:
@@ -196,7 +200,6 @@ class Model:
         """Stop inside epoch ``epoch`` after ``batches`` of its batches: callbacks'
         ``on_train_interrupted`` (a resumable checkpoint: the host RNG state at the start of
         the epoch replays its data order, the batches done are skipped), then raise."""
-        from .interrupts import TrainingInterrupted
         self.batch_index = batches
         callbacks.interrupted_checkpoint = None
         callbacks.on_train_interrupted(epoch, batches)
@@ -226,22 +229,20 @@ class Model:
         finite.  Never on a run's first step (``fit`` checks everything once, so arena states
         the update does not write, e.g. loaded ones, are covered too)."""
         verify = getattr(self.optimizer, "updated_finite", None)
-        if self._full_finite_check or verify is None or \
-                not isinstance(self.arena, ParameterArena):
+        if self._full_finite_check or verify is None or self.arena is None:
             return False
         params = self.parameters()
-        return verify(params) and first_nonfinite_of(self.arena.states_outside(params),
+        return verify(params) and first_nonfinite(self.arena.states_outside(params),
                                                      self._finite_work) is None
 
     def first_nonfinite(self):
         """The name of the first parameter (``"<layer>.<param>"``) or optimizer state
         (``"<layer>.<param>/<key>"``) holding a NaN or inf, else None.  Called after every
-        training step: on the CPU one pass over each arena buffer, then (only when one of them
-        holds a NaN or inf, to name it) two allocation-free reductions per tensor
+        training step: one pass over each buffer of the backend's arena, then (only when one
+        of them holds a NaN or inf, to name it) two allocation-free reductions per tensor
         (:mod:`neonlite.finite`)."""
-        from .finite import first_nonfinite
         arena = self.arena
-        if isinstance(arena, ParameterArena) and arena.all_finite(states=True) and \
+        if arena is not None and arena.all_finite(states=True) and \
                 first_nonfinite(arena.states_outside(self.parameters()), self._finite_work) is None:
             return None
         return first_nonfinite(self._watched_tensors(), self._finite_work)
@@ -292,8 +293,6 @@ class Model:
         return aggregate(total / count) if aggregate else total / count
 
     def _default_metric(self):
-        from .transforms.activation import Logistic, Softmax
-        from .transforms.metric import Misclassification
         if self.metric is not None:
             return self.metric
         last = self.layers.leaves()[-1]
@@ -308,7 +307,6 @@ class Model:
         in batches of the backend's size), a tokenizer's ``(ids, mask)`` pair (see
         :meth:`get_outputs`) or a data set; (N,) + output shape, in order."""
         if not is_ids_and_mask(data) and isinstance(data, (np.ndarray, list, tuple)):
-            from .data import ArrayIterator
             data = ArrayIterator(np.asarray(data), shuffle=False, name="predict input")
         return self.get_outputs(data)
 
@@ -317,7 +315,6 @@ class Model:
         """``n`` characters sampled after ``prompt`` by a character language model, with a
         key/value cache (see :func:`neonlite.generation.generate`; the vocabulary defaults to
         the one recorded in the model's Embedding).  Under ``inference_lock``."""
-        from .generation import generate
         with self.inference_lock:
             return generate(self, vocab, prompt, n, temperature, top_k, seed, use_cache)
 
@@ -426,7 +423,6 @@ class Model:
     def __reduce__(self):
         """Pickling (and ``copy.deepcopy``) goes through the checkpoint format
         (:mod:`neonlite.model_bytes`): a pickled model is its checkpoint's bytes."""
-        from .model_bytes import model_state
         return _rebuild_model, model_state(self)
 
     @classmethod
@@ -460,7 +456,6 @@ class Model:
 
 def _rebuild_model(kind, data, name):
     """The model a pickle holds (see :meth:`Model.__reduce__`)."""
-    from .model_bytes import rebuild
     return rebuild(Model, kind, data, name)
 
 

@@ -12,6 +12,7 @@ optimizer are not part of it: give them to ``fit`` again.
 """
 import tempfile
 from pathlib import Path
+from .config.yaml_io import dump_yaml, parse_yaml
 
 CHECKPOINT, DESCRIPTION = "checkpoint", "description"
 
@@ -20,7 +21,6 @@ def model_state(model):
     """``(kind, data, name)``: ``(CHECKPOINT, checkpoint bytes, name)`` for an initialized
     model, ``(DESCRIPTION, YAML text, name)`` for one not yet initialized."""
     if model.in_shape is None:
-        from .config.yaml_io import dump_yaml
         return DESCRIPTION, dump_yaml({"layers": model.get_description()["layers"]}), model.name
     with tempfile.TemporaryDirectory(prefix="neonlite-model-") as folder:
         path = Path(folder) / "model.h5"
@@ -31,7 +31,6 @@ def model_state(model):
 def rebuild(cls, kind, data, name):
     """The model of :func:`model_state`'s ``(kind, data, name)``, made as a ``cls``."""
     if kind == DESCRIPTION and isinstance(data, str):
-        from .config.yaml_io import parse_yaml
         model = cls.from_description(parse_yaml(data, "<pickled model>"))
     elif kind == CHECKPOINT and isinstance(data, bytes):
         with tempfile.TemporaryDirectory(prefix="neonlite-model-") as folder:

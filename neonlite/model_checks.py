@@ -12,6 +12,7 @@ import numpy as np
 from .backends import get_backend
 from .config.errors import ConfigError, short_repr
 from .layers.layer import ShapeError
+from .optimizers.options import MAX_COUNT
 
 
 class BackendChanged(RuntimeError):
@@ -159,7 +160,6 @@ def check_optimizer(optimizer, model):
     MultiOptimizer's keys must name layers that have them), where it has one; and room for
     the model's and the optimizer's counters to count on (at most ``MAX_COUNT``, 2**62: a
     checkpoint stores them as int64)."""
-    from .optimizers.options import MAX_COUNT
     check = getattr(optimizer, "check_parameters", None)
     if check is not None:
         check(model.parameters())

@@ -22,6 +22,7 @@ import os
 import numpy as np
 
 from .safe_files import regular_stat
+from .host_memory import available_bytes, describe_bytes
 
 #: more objects than this in one file is not a neonlite file (and makes the walk slow)
 MAX_OBJECTS = 1_000_000
@@ -141,7 +142,6 @@ def check_declared_fit(f, path, error, what="file", compressed=False):
     bytes to, or all together more than the memory available."""
     import h5py
 
-    from .host_memory import available_bytes, describe_bytes
     size = os.fstat(f.id.get_vfd_handle()).st_size
     datasets = []
     f.visititems(lambda name, obj: datasets.append(obj) if isinstance(obj, h5py.Dataset)

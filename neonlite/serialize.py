@@ -38,7 +38,14 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import atomic_write
-from .checkpoint_schema import FORMAT_VERSION
+from .checkpoint_schema import (FORMAT_VERSION, READABLE_VERSIONS, SchemaError, array_crc32,
+                                check_version, validate)
+from .version import __version__
+from .config.yaml_io import dump_yaml, parse_yaml
+from .finite import first_nonfinite
+from .config.errors import ConfigError
+from .safe_hdf5 import check_declared_fit, open_hdf5
+from .optimizers.options import MAX_COUNT
 
 FORMAT = "neonlite-checkpoint"
 
@@ -62,7 +69,6 @@ class Checkpoint:
     def first_nonfinite(self):
         """The name of the first parameter, buffer or optimizer state holding NaN or inf,
         else None."""
-        from .finite import first_nonfinite
         states = ((f"{name}/{key}", value) for name, keys in self.states.items()
                   for key, value in keys.items())
         carried = ((f"/layer_states/{name}", value) for name, value in self.layer_states.items())
@@ -83,8 +89,6 @@ def save_checkpoint(path, model, optimizer=None, config=None):
     """
     import h5py
 
-    from .version import __version__
-    from .config.yaml_io import dump_yaml
 
     model._require_initialized("save")
     optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
@@ -119,7 +123,6 @@ def save_checkpoint(path, model, optimizer=None, config=None):
 def _refuse_nonfinite(path, params, model):
     """FloatingPointError when a parameter, buffer or optimizer state holds NaN or inf: such
     a checkpoint is never written, so it never replaces a good one."""
-    from .finite import first_nonfinite
     bad = first_nonfinite(params.items()) or model.first_nonfinite()
     if bad is not None:
         raise FloatingPointError(f"{path}: not saved: {bad} holds NaN or inf values (the "
@@ -135,7 +138,6 @@ def _write_params(f, params):
 
 def _write_array(group, name, value):
     """A dataset of ``value`` with its CRC-32 in attr ``crc32``."""
-    from .checkpoint_schema import array_crc32
     group.create_dataset(name, data=value).attrs["crc32"] = np.uint32(array_crc32(value))
 
 
@@ -190,10 +192,6 @@ def read_checkpoint(path):
     file and the entry) for a missing, truncated, foreign or damaged file, an unsupported
     format version, or any value outside the format's schema
     (:mod:`neonlite.checkpoint_schema`), all checked before anything is built."""
-    from .checkpoint_schema import SchemaError, validate
-    from .config.errors import ConfigError
-    from .config.yaml_io import parse_yaml
-    from .safe_hdf5 import check_declared_fit, open_hdf5
 
     path = Path(path)
     f = open_hdf5(path, CheckpointError, "checkpoint file")
@@ -266,7 +264,6 @@ def _collect_state(states, crcs, name, obj):
 
 def _check_format(path, f):
     """The file's format version (one this neonlite reads); CheckpointError otherwise."""
-    from .checkpoint_schema import READABLE_VERSIONS, SchemaError, check_version
     fmt = f.attrs.get("format")
     if isinstance(fmt, bytes):
         fmt = fmt.decode(errors="replace")
@@ -381,7 +378,6 @@ def check_resumable_counters(ckpt):
     """CheckpointError when a counter of ``ckpt`` (the optimizer's steps, the epoch, step or
     batch index) is beyond :data:`~neonlite.optimizers.options.MAX_COUNT` (2**62): a run
     going on from it could not save its counters back as int64."""
-    from .optimizers.options import MAX_COUNT
     counters = [(f"/progress {key}", getattr(ckpt, key))
                 for key in ("epoch_index", "step_index", "batch_index")]
     counters += [(f"/optimizer state {entry}.{key}", value)

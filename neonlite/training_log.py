@@ -38,6 +38,7 @@ import numpy as np
 
 from .atomic import make_temporary, publish
 from .callbacks import Callback
+from .safe_hdf5 import check_declared_fit, open_hdf5
 
 FORMAT = "neonlite-training-log"
 FORMAT_VERSION = 1
@@ -198,7 +199,6 @@ def read_log(path):
     bool, "config": text or None}`` from the log at ``path``; :class:`LogError` otherwise.
     Opened as an SWMR reader, so a log still being written, or left by a killed run (its
     "open for write" flag still set), reads as what was flushed."""
-    from .safe_hdf5 import check_declared_fit, open_hdf5
     path = Path(path)
     f = open_hdf5(path, LogError, "training log", swmr=True)
     with f:

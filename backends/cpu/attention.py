@@ -9,7 +9,7 @@ import numpy as np
 
 from ..operand_shapes import check_attention_operands
 from ..reference import attention as numpy_attention
-from ..reference.attention import AttentionBlocks, visit_tables
+from ..shared.attention_tables import AttentionBlocks, visit_tables
 
 #: query rows and keys per tile of plain (unblocked) attention; the kernels' FA_MAX_BLOCK
 TILE = 64

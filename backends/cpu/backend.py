@@ -13,6 +13,9 @@ import numpy as np
 from ..backend import Backend
 from ..optree import OpNode, assignment_error
 from ..reference.optree import evaluate
+from ..storage import array_is_finite, host_buffer
+from ..variants import CONV_METHODS, GEMM_METHODS, conv_algorithm
+from .arena import make_cpu_arena
 from .attention import MAX_PREPARED, CPUAttentionOps
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
 from .blocksparse import CPUBlockSparseOps
@@ -146,3 +149,28 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
 
     def set_device_rng_state(self, state):
         self._device_rng.bit_generator.state = state
+
+    # ---- storage (``backends/storage.py``) ---------------------------------------------------
+    def make_arena(self, params):
+        """A :class:`~.arena.ParameterArena` (numpy buffers, the fused C step) of ``params``."""
+        return make_cpu_arena(self, params)
+
+    def is_finite(self, tensor, work=None):
+        """Two reductions over the tensor's numpy array (``work`` is not needed)."""
+        return array_is_finite(tensor._ary)
+
+    def buffer_of(self, tensor):
+        return host_buffer(tensor._ary)
+
+    def workspace_holders(self):
+        return [self._gemm_scratch, self._row_scratch, self.kernels.workspaces]
+
+    # ---- kernel variants (``backends/variants.py``) ------------------------------------------
+    def kernel_variant(self, method, args):
+        """The convolution algorithm a plan chose, the GEMM provider's class, else ``cpu``."""
+        if method in CONV_METHODS:
+            return conv_algorithm(args[0], method, self.name)
+        gemm = self.kernels.gemm
+        if method in GEMM_METHODS and gemm is not None:
+            return type(gemm).__name__
+        return self.name

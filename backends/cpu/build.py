@@ -17,6 +17,10 @@ from .blas import GemmThreads
 from .mkl_blas import MKLGemm, load_mkl
 from .kept_calls import KeptCalls
 from .threads import libgomp
+from ...kernels.build import default_builder
+from ...kernels.specs import CPU_SOURCES, cpu_variant
+from ...kernels.toolchain import CompileError, CompilerNotFound
+from ...kernels.first_use import compile_missing
 
 #: the data types the C kernels are built for
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -113,7 +117,6 @@ class KernelModules:
     @property
     def builder(self):
         if self._builder is None:
-            from ...kernels.build import default_builder
             self._builder = default_builder()
         return self._builder
 
@@ -135,8 +138,6 @@ class KernelModules:
         if self.unavailable_reason() is not None:
             self._say_unavailable()
             return None
-        from ...kernels.specs import cpu_variant
-        from ...kernels.toolchain import CompileError, CompilerNotFound
         self.prepare(dtype)
         if self.unavailable_reason() is not None:
             return None
@@ -162,9 +163,6 @@ class KernelModules:
         if dtype not in FLOATS or dtype in self._prepared or self.unavailable_reason():
             return
         self._prepared.add(dtype)
-        from ...kernels.first_use import compile_missing
-        from ...kernels.specs import CPU_SOURCES, cpu_variant
-        from ...kernels.toolchain import CompilerNotFound
         try:
             compile_missing(self.builder, [cpu_variant(stem, dtype) for stem in CPU_SOURCES])
         except CompilerNotFound as err:

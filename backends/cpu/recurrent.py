@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from ..operand_shapes import check_sequence
-from ..reference.recurrent import ACTIVATION_CODES
+from ..shared.recurrent_steps import ACTIVATION_CODES
 from .blas import WayTuner
 
 

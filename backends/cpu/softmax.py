@@ -7,6 +7,7 @@ import numpy as np
 from ..operand_shapes import check_masked_softmax, check_rows_alike
 from ..operand_sizes import check_operand_sizes
 from ..reference import softmax as reference
+from ..shared.class_indices import check_class_indices
 from .tensor import array_of as _ary
 
 
@@ -29,7 +30,7 @@ class SoftmaxKernels:
     def softmax_cross_entropy(self, logits, targets, probs, grad, scale):
         """Fused softmax + cross-entropy of (M, K) arrays, targets (M, K) one-hot or soft, or
         (M,) int32 class indices; returns the summed loss or False.  A class index outside
-        [0, K) raises reference.softmax.check_class_indices's IndexError, which names it."""
+        [0, K) raises shared.class_indices.check_class_indices's IndexError, which names it."""
         indices = targets.dtype.kind in "iu"
         check_operand_sizes("softmax_cross_entropy", logits, logits.shape[-1] if logits.ndim else 1,
                             whole=(("probs", probs), ("grad", grad)) + (
@@ -48,7 +49,7 @@ class SoftmaxKernels:
                   else ffi.from_buffer("int32_t[]", a) for a in (logits, targets, probs, grad)),
                 logits.size // max(K, 1), K, scale, ffi.from_buffer("int64_t[]", bad)))
             if bad[0] >= 0:
-                reference.check_class_indices(targets, K)
+                check_class_indices(targets, K)
             return loss
         module = self.usable("softmax", logits, targets, probs, grad)
         if module is None:
@@ -107,7 +108,7 @@ class CPUSoftmaxOps:
     def onehot(self, indices, out):
         idx, rows = indices._ary.reshape(-1), out._ary
         if idx.size and (idx.min() < 0 or idx.max() >= rows.shape[-1]):
-            reference.check_class_indices(idx, rows.shape[-1])
+            check_class_indices(idx, rows.shape[-1])
         rows.fill(0)
         np.put_along_axis(rows, idx[:, None].astype(np.intp, copy=False), 1, axis=-1)
         return out

@@ -2,11 +2,11 @@
 bfloat16 storage (the 16-bit forward's products on tensor cores, the rest float32 math on the
 CUDA cores), lse in float32.  Two kernel shapes (:data:`SHAPES`): tiles of 32 queries x 32 keys
 for head widths up to 64, tiles of 16 x 16 for widths up to 128.  Dropout draws the per-example
-Philox stream of :class:`~..reference.attention.AttentionDropout` in the kernels (regenerated in the
+Philox stream of :class:`~..shared.attention_tables.AttentionDropout` in the kernels (regenerated in the
 backward pass, never stored).  A block layout of any block sizes: the kernels visit the tiles
 holding a visible block (:func:`tile_layout`) and, where the blocks do not fill whole tiles
 (e.g. 8-token blocks), mask inside a tile from the layout's bytes.  The visit tables
-(``reference.attention.visit_tables``) and such a layout are copied to the device once per shape or
+(``shared.attention_tables.visit_tables``) and such a layout are copied to the device once per shape or
 layout; a key mask of another storage type or layout is cast into a device buffer made once
 per shape.  Every call runs on the device: a case the kernels do not take (heads wider than
 128, operands of mixed storage, rows not contiguous, a 16-bit lse; for the backward pass,
@@ -15,7 +15,7 @@ Compiled and emulated, not run on a GPU."""
 import numpy as np
 
 from ..operand_shapes import check_attention_operands
-from ..reference.attention import visit_tables
+from ..shared.attention_tables import visit_tables
 
 #: (tile, widest head) of the kernels' entry points ``nl_fa_*_t{tile}d{width}_*``, in the order
 #: they are tried (a block layout prefers one whose tile divides its block sizes)

@@ -21,7 +21,9 @@ from ..backend import Backend
 from ..operand_shapes import check_product
 from ..operand_sizes import check_contiguous
 from ..optree import OpNode
+from ..variants import GEMM_METHODS
 from . import blas as cublas, build as gpu_build
+from .arena import make_device_arena
 from .attention import GPUAttentionOps
 from .blocksparse import GPUBlockSparseOps
 from .conv import GPUConvOps
@@ -320,3 +322,21 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps, GPUBlockSparseOps,
 
     def strides_of(self, shape):
         return contiguous_strides(shape)
+
+    # ---- storage (``backends/storage.py``) ---------------------------------------------------
+    def make_arena(self, params):
+        """A :class:`~.arena.DeviceArena` (device buffers, one generated kernel per run) of
+        ``params``."""
+        return make_device_arena(self, params)
+
+    def buffer_of(self, tensor):
+        return ("device", tensor.ptr), int(np.prod(tensor.shape)) * tensor.itemsize
+
+    def workspace_holders(self):
+        return [self._scratch]
+
+    def device_pointer(self, tensor):
+        return tensor.ptr
+
+    def kernel_variant(self, method, args):
+        return "cublas" if method in GEMM_METHODS else self.name

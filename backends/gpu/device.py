@@ -16,12 +16,10 @@ line that says which.
 import atexit
 import re
 
+from ..unavailable import BackendUnavailable
+from ...kernels.toolchain import CompilerNotFound, find_nvcc
+
 _DEVICES = {}
-
-
-def _unavailable(message):
-    from .. import BackendUnavailable
-    return BackendUnavailable(message)
 
 
 def _import_pycuda():
@@ -29,9 +27,9 @@ def _import_pycuda():
         import pycuda.driver as cuda
         import pycuda.tools as tools
     except ImportError as err:
-        raise _unavailable(f"pycuda is not installed or cannot load libcuda ({err}); install it "
-                           f"with pip install 'neonlite[gpu]' on a machine with an NVIDIA "
-                           f"driver") from err
+        raise BackendUnavailable(f"pycuda is not installed or cannot load libcuda ({err}); "
+                                 f"install it with pip install 'neonlite[gpu]' on a machine "
+                                 f"with an NVIDIA driver") from err
     return cuda, tools
 
 
@@ -52,22 +50,22 @@ class Device:
             cuda.init()
             count = cuda.Device.count()
         except cuda.Error as err:
-            raise _unavailable(f"the CUDA driver could not start: {err}") from err
+            raise BackendUnavailable(f"the CUDA driver could not start: {err}") from err
         if count == 0:
-            raise _unavailable("pycuda found no CUDA device on this machine")
+            raise BackendUnavailable("pycuda found no CUDA device on this machine")
         if not 0 <= device_id < count:
-            raise _unavailable(f"device_id {device_id} does not exist: this machine has "
-                               f"{count} CUDA device(s), 0..{count - 1}")
-        from ...kernels.toolchain import CompilerNotFound, find_nvcc
+            raise BackendUnavailable(f"device_id {device_id} does not exist: this machine has "
+                                     f"{count} CUDA device(s), 0..{count - 1}")
         try:
             nvcc = find_nvcc()
         except CompilerNotFound as err:
-            raise _unavailable(f"the GPU kernels are compiled at run time and {err}") from err
+            raise BackendUnavailable(f"the GPU kernels are compiled at run time and {err}") from err
         driver, needed = cuda.get_driver_version(), _version_number(nvcc.version)
         if needed is not None and driver < needed:
-            raise _unavailable(f"the CUDA driver supports CUDA {driver // 1000}.{driver % 1000 // 10}"
-                               f" but the kernels are built by nvcc {nvcc.version!r}: update the "
-                               f"driver or point NEONLITE_NVCC at an older nvcc")
+            raise BackendUnavailable(f"the CUDA driver supports CUDA {driver // 1000}."
+                                     f"{driver % 1000 // 10} but the kernels are built by nvcc "
+                                     f"{nvcc.version!r}: update the driver or point "
+                                     f"NEONLITE_NVCC at an older nvcc")
         self.device_id = device_id
         self.device = cuda.Device(device_id)
         self.name = self.device.name()

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..operand_shapes import check_masked_softmax, check_rows_alike
 from ..operand_sizes import check_operand_sizes
-from ..reference.softmax import check_class_indices
+from ..shared.class_indices import check_class_indices
 from .norm import row_grid
 
 

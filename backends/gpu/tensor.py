@@ -11,7 +11,7 @@ import numpy as np
 
 from . import codegen as cuda_codegen
 from ..backend import Tensor
-from ..reference.optree import bf16_to_f32, f32_to_bf16
+from ..shared.bfloat16 import bf16_to_f32, f32_to_bf16
 
 BFLOAT16 = np.dtype(np.uint16, metadata={"bfloat16": True})
 

@@ -20,15 +20,6 @@ def dense_mask(layout, bs):
     return np.repeat(np.repeat(layout, bs, axis=-2), bs, axis=-1)
 
 
-def blocks_to_dense(t, w, bs):
-    """The dense (H, R*bs, C*bs) matrix (squeezed to 2-D for one head) of blocks ``w``
-    (nnz, ...) with block k at (head[k], row[k], col[k]) and zeros elsewhere."""
-    out = np.zeros((t.heads, t.rows * bs, t.cols * bs) + w.shape[3:], dtype=w.dtype)
-    for k in range(t.nnz):
-        out[t.head[k], _blk(t.row[k], bs), _blk(t.col[k], bs)] = w[k]
-    return out[0] if t.heads == 1 else out
-
-
 # ---- block-sparse weights: y = x @ W -----------------------------------------------------------
 def linear_fprop(t, x, w, bs):
     """y (M, C*bs) = x (M, R*bs) @ W, walking the columns: y[:, c] = sum over the blocks k of

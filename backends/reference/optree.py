@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ..optree import OpNode, broadcast_shape, is_scalar
+from ..shared.bfloat16 import bf16_to_f32, f32_to_bf16
 
 _SQRT_PI_INV = 1.0 / math.sqrt(math.pi)
 _erf_exact = np.frompyfunc(math.erf, 1, 1)
@@ -25,20 +26,6 @@ def erf(x):
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027
                                                                          + t * 1.061405429))))
     return np.copysign(1.0 - poly * np.exp(-a * a), x).astype(x.dtype, copy=False)
-
-
-def bf16_to_f32(bits):
-    """uint16 bfloat16 bit patterns -> float32 values."""
-    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
-
-
-def f32_to_bf16(values):
-    """float32 values -> uint16 bfloat16 bit patterns, rounding to nearest even (NaN kept NaN)."""
-    f = np.ascontiguousarray(values, dtype=np.float32)
-    bits = f.view(np.uint32)
-    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16
-    rounded = np.where(np.isnan(f), np.uint32(0x7FC0), rounded)
-    return rounded.astype(np.uint16)
 
 
 def _sig(x):

@@ -14,9 +14,8 @@ dL/dh_{t-1} that does not go through the recurrent weights (the caller adds
 """
 import numpy as np
 
-ACTIVATIONS = ("tanh", "logistic", "relu", "identity")
-# The codes the C and CUDA gate kernels take.
-ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}
+from ..shared.recurrent_steps import ACTIVATIONS, step_of, time_steps
+
 
 
 def activate(name, x):
@@ -131,19 +130,6 @@ def gru_bprop_step(gates, hn, h_prev, dy, dh, dgx, dgh, mask):
 
 
 # ---- whole sequences: the step functions above over T steps, as ``Backend.*_sequence`` ----
-def time_steps(T, reverse, backwards=False):
-    """(t, p, q) of a whole-sequence pass in its order: step t and the entries p before and q
-    after it of the state sequence (T+1, N, H); forwards t = 0..T-1 (T-1..0 with
-    ``reverse``), ``backwards`` the opposite."""
-    order = range(T - 1, -1, -1) if reverse != backwards else range(T)
-    return [(t, t + 1, t) if reverse else (t, t, t + 1) for t in order]
-
-
-def step_of(steps, t):
-    """Step t of a per-step array (mask, dy), or None."""
-    return None if steps is None else steps[t]
-
-
 def rnn_fprop_sequence(xg, U, h, mask, reverse, activation):
     """xg (T, N, H), U (H, H); h (T+1, N, H) from its initial entry (0, T with ``reverse``)."""
     for t, p, q in time_steps(len(xg), reverse):

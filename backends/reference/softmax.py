@@ -1,26 +1,16 @@
 """Vectorized numpy softmax, fused softmax-cross-entropy and the masked attention softmax
-(the reference of ``Backend.softmax``, ``softmax_cross_entropy``, ``onehot``'s index check,
-``masked_softmax`` and ``masked_softmax_bprop``).  Each works over the last axis of (M, K) or
-(B, Tq, Tk)."""
+(the reference of ``Backend.softmax``, ``softmax_cross_entropy``, ``masked_softmax`` and
+``masked_softmax_bprop``).  Each works over the last axis of (M, K) or (B, Tq, Tk).  Class
+indices are checked by ``backends/shared/class_indices.py``."""
 import numpy as np
+
+from ..shared.class_indices import check_class_indices
 
 
 def softmax(x, out, axis=-1):
     np.subtract(x, x.max(axis=axis, keepdims=True), out=out)
     np.exp(out, out=out)
     out /= out.sum(axis=axis, keepdims=True)
-
-
-def check_class_indices(idx, nclass, what="target"):
-    """Raise IndexError naming the first entry of integer array ``idx`` outside
-    [0, nclass), with its position in ``idx``."""
-    idx = np.asarray(idx)
-    bad = np.flatnonzero((idx < 0) | (idx >= nclass))
-    if bad.size:
-        where = tuple(int(i) for i in np.unravel_index(bad[0], idx.shape))
-        raise IndexError(f"{what} class index {int(idx.reshape(-1)[bad[0]])} at position "
-                         f"{where[0] if len(where) == 1 else where} is out of range; expected "
-                         f"0 <= index < {nclass} ({bad.size} bad of {idx.size})")
 
 
 def softmax_cross_entropy(logits, targets, probs, grad, scale):

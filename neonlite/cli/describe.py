@@ -8,6 +8,8 @@ from ..model import Model
 from ..serialize import ShapeStub, read_checkpoint
 from .arguments import add_verbosity, batch_size
 from .session import initialize
+from ..config.errors import ConfigError
+from ..profiler.memory_table import format_memory, run_once
 
 HELP = "print the model table (layers, output shapes, parameters) without training"
 
@@ -48,8 +50,6 @@ def command(args):
 def memory_command(args):
     """``--memory``: build the YAML's network for its batch size on the CPU backend and print
     the bytes each layer holds (no training; optimizer state from a trial update)."""
-    from ..config.errors import ConfigError
-    from ..profiler.memory_table import format_memory, run_once
     if args.file.endswith((".h5", ".hdf5")):
         raise ConfigError(f"{args.file}: --memory takes a YAML file (it needs the batch size "
                           f"and optimizer of a run)")

@@ -7,6 +7,8 @@ from ..serialize import read_checkpoint
 from .arguments import batch_size, positive_int
 from .data_option import add_data_argument, with_data
 from .session import load_data, make_backend
+from ..config import registry
+from ..config.build import build
 
 HELP = "evaluate a checkpoint on its data set's validation (test) set"
 
@@ -39,7 +41,6 @@ def metric_choices():
     """``{--metric value: metric class name}`` for every registered metric: its ``name``
     (``misclassification``, ``nats_per_token``, ...), and ``topk`` for top-k
     misclassification (``--top-k``)."""
-    from ..config import registry
     table = {}
     for class_name, cls in registry.classes("metric").items():
         name = vars(cls).get("name")
@@ -49,7 +50,6 @@ def metric_choices():
 
 
 def command(args):
-    from ..config.build import build
     ckpt = read_checkpoint(args.checkpoint)
     config = ckpt.config
     dataset = args.dataset or config.get("dataset")

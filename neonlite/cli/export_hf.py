@@ -3,6 +3,12 @@ Hugging Face model directory (config.json + model.safetensors) that ``transforme
 ``neonlite export model.h5 --format onnx -o model.onnx [--opset N] [--fold-bn]``: any
 checkpoint whose layers export (``neonlite.interop.onnx``) as one ONNX file."""
 from .arguments import add_verbosity
+from ..backends import gen_backend
+from ..interop import InteropError, export_hf, is_export_folder
+from ..interop.onnx.export import DEFAULT_OPSET
+from ..model import Model
+from ..output_paths import check_outputs
+from ..serialize import read_checkpoint
 
 HELP = "write a checkpoint as a Hugging Face model directory or an ONNX file"
 FORMATS = ("hf", "onnx")
@@ -30,12 +36,6 @@ def register(subparsers):
 
 
 def command(args):
-    from ..backends import gen_backend
-    from ..interop import InteropError, export_hf, is_export_folder
-    from ..interop.onnx.export import DEFAULT_OPSET
-    from ..model import Model
-    from ..output_paths import check_outputs
-    from ..serialize import read_checkpoint
     if args.format == "onnx":
         opset = DEFAULT_OPSET if args.opset is None else args.opset
         check_outputs([("-o", args.output)], [("the checkpoint", args.checkpoint)])

@@ -5,6 +5,9 @@ checkpoint.  What PATH is decides: a folder is a Hugging Face model, a file an O
 import os
 
 from .arguments import add_verbosity, batch_size, positive_int
+from ..backends import gen_backend
+from ..interop import import_hf
+from ..output_paths import check_outputs
 
 HELP = ("convert a Hugging Face model directory (BERT, GPT-2; safetensors) or an ONNX CNN "
         "(model.onnx) to a checkpoint")
@@ -35,9 +38,6 @@ def register(subparsers):
 
 
 def command(args):
-    from ..backends import gen_backend
-    from ..interop import import_hf
-    from ..output_paths import check_outputs
     if not os.path.isdir(args.model_dir) and (os.path.lexists(args.model_dir) or
                                               args.model_dir.endswith(".onnx")):
         return import_onnx_file(args)

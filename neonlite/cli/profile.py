@@ -6,7 +6,7 @@ import json
 import sys
 import warnings
 
-from ..backends import available_backends
+from ..backends import available_backends, get_backend
 from ..callbacks import Callbacks
 from ..config.data_files import resolve_data_files
 from ..config.datasets import make_dataset
@@ -90,7 +90,6 @@ def _data(args, run, model, total):
     if args.synthetic:
         shape = make_dataset(settings["dataset"], args.data_dir).shape
         initialize(model, ShapeStub(shape, "synthetic"))
-        from ..backends import get_backend
         return SyntheticBatches(get_backend(), shape, model.out_shape, total,
                                 vocab=first_vocab(model))
     try:

@@ -39,6 +39,8 @@ from ..serialize import (CheckpointError, check_same_optimizer, load_params, rea
 from ..training_log import TrainingLog
 from ..version import __version__
 from .run_outputs import check_run_outputs
+from ..config.settings import DATATYPES
+from ..model_checks import check_optimizer
 
 
 #: the data types ``neonlite train -b cpu`` runs (the C kernels' types)
@@ -82,7 +84,6 @@ class FirstBatches:
 def make_backend(settings, world=None):
     """``gen_backend`` from the run's settings (with ``world``: this rank's part of the
     batch, on the device of its local rank); a bad data type is a one-line error."""
-    from ..config.settings import DATATYPES
     if settings["backend"] == "cpu" and settings["datatype"] not in CPU_DATATYPES:
         raise ConfigError(f"datatype: the cpu backend runs f32 and f64 ({settings['datatype']!r} "
                           f"asked for): its C kernels are compiled for those two, and numpy "
@@ -136,7 +137,6 @@ def initialize(model, dataset, cost=None, optimizer=None):
 def check_optimizer_fits(model, optimizer):
     """The optimizer's check of the initialized model's parameters (every MultiOptimizer key
     names a layer), its error at the key path of the YAML entry."""
-    from ..model_checks import check_optimizer
     try:
         check_optimizer(optimizer, model)
     except ConfigError as err:

@@ -7,6 +7,7 @@ from ..serialize import read_checkpoint
 from .arguments import add_run_arguments, overrides
 from .data_option import add_data_argument, with_data
 from .session import train
+from ..profiler import Profile
 
 HELP = "train the network described by a YAML file (or continue a checkpoint's run)"
 
@@ -37,7 +38,6 @@ def command(args):
     if not args.profile:
         train(run, args)
         return
-    from ..profiler import Profile
     with Profile(args.profile, args.profile_steps, "--profile-steps", "--profile") as profile:
         train(run, args)
     if profile.path in profile.written and not args.quiet:

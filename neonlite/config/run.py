@@ -16,6 +16,8 @@ from .datasets import check_dataset
 from .errors import ConfigError, closest, did_you_mean
 from .settings import DATATYPES, KEYS, REQUIRED, check_setting
 from .yaml_io import anchored_keys, parse_yaml, read_text
+from ..layers.cost import GeneralizedCost
+from ..model import Model
 
 METRICS = {"misclassification": ("Misclassification", {}), "accuracy": ("Accuracy", {}),
            "topk": ("TopKMisclassification", {"k": 5}), "logloss": ("LogLoss", {})}
@@ -132,7 +134,6 @@ class RunConfig:
         return _build_layers(self.layers_desc)
 
     def build_model(self):
-        from ..model import Model
         return Model(self.build_layers())
 
     def build_cost(self):
@@ -189,7 +190,6 @@ def _build_layers(descs):
 
 
 def _build_cost(desc):
-    from ..layers.cost import GeneralizedCost
     cost = build(desc, "cost", "cost")
     return cost if isinstance(cost, GeneralizedCost) else GeneralizedCost(cost)
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from .build import type_word
 from .errors import ConfigError, did_you_mean, short_repr
+from ..backends import available_backends
 
 DATATYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "bf16": "bfloat16"}
 
@@ -85,7 +86,6 @@ def _check(key, value, types):
         raise ConfigError(f"datatype: unknown data type {short_repr(value)}"
                           f"{did_you_mean(value, DATATYPES)}")
     if key == "backend":
-        from ..backends import available_backends
         if value not in available_backends():
             raise ConfigError(f"backend: unknown backend {short_repr(value)}"
                               f"{did_you_mean(value, available_backends())}")

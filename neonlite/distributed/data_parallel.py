@@ -36,6 +36,7 @@ from .collective import Collectives
 from .progress import progress_thread_for
 from .run_check import check_same_run, layout_items
 from .sync_bn import StatisticsSync
+from .nccl import nccl_available, NcclTransport
 
 
 class DataParallel:
@@ -137,7 +138,6 @@ class DataParallel:
 
     def _transport(self, be):
         if getattr(be, "name", None) == "gpu":
-            from .nccl import nccl_available, NcclTransport
             if nccl_available():
                 return NcclTransport(self.world, self.collectives, be)
         progress = (progress_thread_for(self.collectives.MPI) if self.progress_thread

@@ -106,8 +106,8 @@ class NcclComm:
         self.comm, self.size = comm[0], world.size
 
     def allreduce_group(self, tensors, stream_handle):
-        """Sum every tensor (device pointer ``ptr``, ``size``, ``dtype``) in place over the
-        ranks, as one grouped launch on stream ``stream_handle``."""
+        """Sum every device tensor of ``tensors`` in place over the ranks (at the address its
+        backend's ``device_pointer`` gives), as one grouped launch on stream ``stream_handle``."""
         lib, f = load(), ffi()
         stream = f.cast("cudaStream_t", stream_handle)
         _check(lib.ncclGroupStart(), "ncclGroupStart")
@@ -115,7 +115,7 @@ class NcclComm:
             kind = NCCL_TYPES.get(np.dtype(t.dtype))
             if kind is None:
                 raise NcclError(f"NCCL allreduce: no NCCL type for {np.dtype(t.dtype)}")
-            ptr = f.cast("void*", t.ptr)
+            ptr = f.cast("void*", t.backend.device_pointer(t))
             _check(lib.ncclAllReduce(ptr, ptr, t.size, kind, NCCL_SUM, self.comm, stream),
                    "ncclAllReduce")
         _check(lib.ncclGroupEnd(), "ncclGroupEnd")

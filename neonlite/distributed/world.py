@@ -11,6 +11,8 @@ import traceback
 from contextlib import contextmanager
 
 from .errors import DistributedError
+from .collective import collective_timeout
+from .startup import StartupWatch, env_rank
 
 _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
 
@@ -110,8 +112,6 @@ def detect_world():
         raise DistributedError(f"this process was started by mpirun with "
                                f"{_launcher_size()} ranks, but mpi4py cannot be imported "
                                f"({err}); pip install 'neonlite[mpi]'") from None
-    from .collective import collective_timeout
-    from .startup import StartupWatch, env_rank
     size = _launcher_size()
     watch = StartupWatch(env_rank(), int(size) if size.isdigit() else 1, collective_timeout())
     watch.enter("init")

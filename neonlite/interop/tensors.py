@@ -8,6 +8,7 @@ import numpy as np
 from ..safe_files import inside_folder
 from .errors import InteropError, require
 from .hf_config import read_json
+from ..atomic import atomic_write
 
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -98,7 +99,6 @@ def write_tensors(path, tensors, metadata=None):
     require("safetensors")
     from safetensors.numpy import save
 
-    from ..atomic import atomic_write
     data = save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata=metadata)
     with atomic_write(Path(path)) as out:
         out.write(data)

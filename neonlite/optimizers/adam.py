@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 
-from .fused import FusedForm
+from .fused_form import FusedForm
 from .optimizer import Optimizer
 from .options import NON_NEGATIVE, POSITIVE, UNIT_OPEN, Choice, check_options, option_error
 

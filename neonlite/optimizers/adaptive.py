@@ -1,5 +1,5 @@
 """RMSProp and Adagrad (each step one pass over memory: state and weights together)."""
-from .fused import FusedForm
+from .fused_form import FusedForm
 from .optimizer import Optimizer
 from .options import POSITIVE, UNIT_OPEN, check_options
 

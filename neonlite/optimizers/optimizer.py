@@ -4,11 +4,12 @@ Every update rule is written once with op-trees (``param.value[:] = ...``), so i
 each backend.  Optimizer state lives on the parameters (``param.states``) and is saved with
 checkpoints; ``step`` counts updates.
 
-Where the parameters live in a parameter arena (:mod:`.arena`: the CPU backend's models) and
-the optimizer declares its fused form (``fused_form``), a step is instead one C call per dtype
-over all the parameters given (:mod:`.fused`), with bit-identical results; global-norm
-clipping is then one reduction pass.  An optimizer without a fused form (``fused_form``
-returning None, the default here) runs per parameter.
+Where the parameters live in a parameter arena (the backend's ``make_arena``, see
+``backends/storage.py``) and the optimizer declares its fused form (``fused_form``,
+:mod:`.fused_form`), a step is instead the arena's fused pass over all the parameters given
+(on the CPU one C call per dtype, with bit-identical results; on the GPU one generated kernel
+per run); global-norm clipping is then one reduction pass.  An optimizer without a fused form
+(``fused_form`` returning None, the default here) runs per parameter.
 
 Weight-decay groups: ``decay_exclude`` (a list of ``"1d"``: parameters of fewer than 2 axes,
 i.e. biases and normalization gains; ``"embeddings"``: the tables of Embedding and
@@ -19,7 +20,7 @@ import math
 
 import numpy as np
 
-from .fused import FusedPlan, clip_scale
+from .fused_form import clip_scale
 from .options import (POSITIVE, POSITIVE_OR_NONE, HasRate, Text, Words, check_count,
                       check_options)
 from .schedules import Schedule
@@ -67,7 +68,7 @@ class Optimizer:
         return True
 
     def fused_form(self, lr):
-        """The :class:`~.fused.FusedForm` of this step's update at learning rate ``lr``, or
+        """The :class:`~.fused_form.FusedForm` of this step's update at learning rate ``lr``, or
         None when the optimizer has none (then every step runs per parameter)."""
         return None
 
@@ -106,8 +107,7 @@ class Optimizer:
         key = tuple(map(id, params))
         plan = self._fused_plans.get(key)
         if plan is None:
-            plan = self._fused_plans[key] = arena.plan(self, params) \
-                if hasattr(arena, "plan") else FusedPlan(self, arena, params)
+            plan = self._fused_plans[key] = arena.plan(self, params)
         if not plan.ok:
             return False
         scale = 1.0 if self.gradient_clip_norm is None else \

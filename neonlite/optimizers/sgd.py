@@ -1,5 +1,5 @@
 """Stochastic gradient descent with momentum."""
-from .fused import FusedForm
+from .fused_form import FusedForm
 from .optimizer import Optimizer
 from .options import NON_NEGATIVE, UNIT_OPEN, Flag, check_options, option_error
 

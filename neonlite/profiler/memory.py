@@ -5,40 +5,26 @@ optimizer's per-parameter state), ``activations`` (every other backend tensor th
 allocated: outputs, deltas, values kept for bprop, scratch) and ``workspace`` (the CPU
 kernels' work buffers kept on the layer's convolution/pooling plans: im2col patches, tile
 and direct-convolution buffers).  A buffer is counted once, for the first layer that holds
-it (views share their buffer), at its allocated size: on the CPU the 64-byte aligned
-allocation of ``aligned_empty``, on the GPU the device allocation.  The backends allocate
-everything before the first step and nothing after it, so these sums are also the peaks.
+it (views share their buffer), at its allocated size as its backend reports it
+(``Backend.buffer_of``: on the CPU the 64-byte aligned allocation, on the GPU the device
+allocation).  The backends allocate everything before the first step and nothing after it, so
+these sums are also the peaks.
 """
 import numpy as np
 
+from ..backends.storage import host_buffer
 from ..memory_check import optimizer_state_per_element
 from .instrument import layer_children
 
 KINDS = ("params", "grads", "optimizer", "activations", "workspace")
 
 
-def _root(ary):
-    while isinstance(getattr(ary, "base", None), np.ndarray):
-        ary = ary.base
-    return ary
-
-
-ALIGNMENT_SLACK = 64
-
-
-def buffer_of(tensor):
-    """(key, bytes) of the memory behind a backend tensor or numpy array: its allocation
-    (with the aligned allocator's slack) when the tensor is all of it, else, for a view into a
-    shared buffer (the parameter arena), the view's own bytes, keyed by its address."""
-    ary = getattr(tensor, "_ary", tensor)
-    if isinstance(ary, np.ndarray):
-        root = _root(ary)
-        if root.nbytes <= ary.nbytes + ALIGNMENT_SLACK:
-            return ("host", id(root)), int(root.nbytes)
-        return ("host", id(root), ary.__array_interface__["data"][0]), int(ary.nbytes)
-    ptr = getattr(tensor, "ptr", None)
-    nbytes = int(np.prod(tensor.shape)) * np.dtype(getattr(tensor, "_dtype", np.float32)).itemsize
-    return ("device", ptr if ptr is not None else id(tensor)), nbytes
+def buffer_of(thing):
+    """(key, bytes) of the memory behind a backend tensor (its backend's ``buffer_of``) or a
+    host array (:func:`~neonlite.backends.storage.host_buffer`)."""
+    if isinstance(thing, np.ndarray):
+        return host_buffer(thing)
+    return thing.backend.buffer_of(thing)
 
 
 def _is_tensor(value):
@@ -124,22 +110,7 @@ class MemoryLedger:
 def backend_workspace_bytes(be):
     """Bytes of the work buffers the backend keeps for all layers together (GEMM and row
     scratch, the C kernels' reduction workspaces, the GPU backend's scratch tensors)."""
-    seen, total = set(), 0
-    holders = [vars(be).get(name) for name in ("_gemm_scratch", "_row_scratch", "_scratch")]
-    holders.append(getattr(getattr(be, "kernels", None), "workspaces", None))
-    stack = [h for h in holders if h]
-    while stack:
-        thing = stack.pop()
-        if isinstance(thing, dict):
-            stack.extend(thing.values())
-        elif isinstance(thing, (list, tuple)):
-            stack.extend(thing)
-        elif isinstance(thing, np.ndarray) or _is_tensor(thing):
-            key, nbytes = buffer_of(thing)
-            if key not in seen:
-                seen.add(key)
-                total += nbytes
-    return total
+    return be.workspace_bytes()
 
 
 def model_memory(model, optimizer=None):

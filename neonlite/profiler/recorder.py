@@ -6,7 +6,6 @@ op inside it, so a layer's span carries the work of all the ops it ran.
 """
 from .clock import HostClock
 from .flops import op_cost
-from .variants import op_variant
 
 
 _NO_ARGS = {}
@@ -89,7 +88,7 @@ def _count_work(span):
     method, be, args, kwargs = span.call
     span.call = None
     flops, nbytes = op_cost(method, args, kwargs)
-    variant = op_variant(method, be, args)
+    variant = be.kernel_variant(method, args)
     if variant:
         span.args = dict(span.args, variant=variant)
     outer = span

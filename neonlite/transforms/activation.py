@@ -1,6 +1,6 @@
 """Activation functions as op-trees: ``fprop(be, x, out)`` writes f(x); ``bprop(be, x, y, dy,
 dx)`` writes dx = dy * f'(x) (y = f(x) is given so a derivative can reuse it)."""
-from ..backends.reference import gelu
+from ..backends.shared import gelu
 
 
 class Transform:

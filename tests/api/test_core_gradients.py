@@ -1,4 +1,5 @@
-"""Finite-difference gradient checks (float64, CPU) of every core layer, activation and cost."""
+"""Finite-difference gradient checks (float64, CPU) of every core layer, activation and cost
+(SmoothL1Loss also against PyTorch's value)."""
 import numpy as np
 import pytest
 from support.harness import build, cost_gradient_check, gradient_check
@@ -9,7 +10,8 @@ from neonlite.layers import (Activation, Affine, BatchNorm, Bias, Conv, Convolut
                              Flatten, GeneralizedCost, Linear, MergeSum, Pooling, Reshape,
                              SkipNode)
 from neonlite.transforms import (CrossEntropyBinary, CrossEntropyMulti, Gelu, Identity, Logistic,
-                                 MeanSquared, Rectlin, Softmax, SumSquared, Tanh)
+                                 MeanSquared, Rectlin, SmoothL1Loss, Softmax, SumSquared,
+                                 Tanh)
 
 
 def away_from_zero(rng, shape):
@@ -227,3 +229,16 @@ def test_bprop_accumulates_parameter_gradients(make, in_shape):
     for p, g in zip(net.parameters(), once):
         assert np.abs(g).max() > 0
         np.testing.assert_allclose(p.grad.get(), 2 * g, rtol=1e-12, err_msg=p.name)
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.3])
+def test_smooth_l1_gradient_and_pytorch_value(beta):
+    cost = cost_gradient_check(SmoothL1Loss(beta), (5,), lambda rng, s: rng.normal(size=s),
+                               make_input=lambda rng, s: 2 * rng.normal(size=s))
+    torch = pytest.importorskip("torch", reason="PyTorch is needed for the parity check")
+    be = neonlite.get_backend()
+    rng = np.random.default_rng(5)
+    y, t = rng.normal(size=(4, 5)) * 2, rng.normal(size=(4, 5))
+    got = cost.costfunc.cost(be, be.array(y), be.array(t), be.zeros((1, 1)))
+    want = torch.nn.SmoothL1Loss(beta=beta)(torch.tensor(y), torch.tensor(t)).item()
+    assert abs(got - want) < 1e-12

@@ -1,10 +1,12 @@
 """Each optimizer's update against its rule written out by hand (numpy, float64) for two steps,
-on every available backend; schedules; MultiOptimizer routing; bfloat16 Adam state."""
+on every available backend; schedules; MultiOptimizer routing; bfloat16 Adam state; Adadelta
+against PyTorch."""
 import math
 
 import numpy as np
 import pytest
 
+import neonlite
 from neonlite.layers import Bias, Convolution, Linear, Parameter
 from neonlite.optimizers import (Adagrad, Adam, AdamW, CosineSchedule, GradientDescentMomentum,
                                  MultiOptimizer, PowerSchedule, RMSProp, StepSchedule)
@@ -268,3 +270,23 @@ def test_adam_bf16_first_step_is_rounded_nearest_even(be):
         bits = m32.view(np.uint32).astype(np.uint64)
         want = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
         assert np.array_equal(p.states["m"].get(), want)
+
+
+def test_adadelta_matches_pytorch():
+    torch = pytest.importorskip("torch", reason="PyTorch is needed for the parity test")
+    from neonlite.layers import Parameter
+    from neonlite.optimizers import Adadelta
+    be = neonlite.gen_backend("cpu", batch_size=1, datatype=np.float64)
+    rng = np.random.default_rng(6)
+    w0 = rng.normal(size=(3, 4))
+    param = Parameter(type("L", (), {"name": "p"})(), "W", be.array(w0), be.zeros((3, 4)))
+    opt = Adadelta(decay=0.9, epsilon=1e-6, learning_rate=0.5)
+    wt = torch.tensor(w0, requires_grad=True)
+    topt = torch.optim.Adadelta([wt], lr=0.5, rho=0.9, eps=1e-6)
+    for step in range(5):
+        g = rng.normal(size=(3, 4))
+        param.grad.set(g)
+        opt.optimize([param], 0)
+        wt.grad = torch.tensor(g)
+        topt.step()
+        np.testing.assert_allclose(param.value.get(), wt.detach().numpy(), rtol=0, atol=1e-12)

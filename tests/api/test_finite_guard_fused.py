@@ -11,7 +11,7 @@ from neonlite.callbacks import Callbacks, FunctionCallback
 from neonlite.data import ArrayIterator
 from neonlite.layers import Affine, GeneralizedCost
 from neonlite.optimizers import Adam, GradientDescentMomentum, RMSProp
-from neonlite.optimizers.arena import ParameterArena
+from neonlite.backends.cpu.arena import ParameterArena
 from neonlite.transforms import CrossEntropyMulti, Rectlin, Softmax
 
 

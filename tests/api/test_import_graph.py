@@ -13,7 +13,22 @@ import os
 import subprocess
 import sys
 
-from support.import_graph import ROOT, cycles, describe, import_graph, source_modules
+from support.import_graph import (ROOT, cycles, describe, function_level_imports, import_graph,
+                                  source_modules)
+
+#: The imports of package modules made inside a function, and why each stays there: a module
+#: of the package (or every module under a package, for a key ending in ``.*``) -> the
+#: modules it may import late (``*``: any) and the reason.  Everything else is imported at
+#: module level, where the graph, the reader and the map see it.
+DEFERRED_IMPORTS = {
+    "neonlite.cli.errors": ("*", "the CLI's error handler is imported before anything that can "
+                                 "fail to import, so it can report that failure in one line"),
+    "neonlite.doctor.*": ("*", "`neonlite doctor` reports a broken install: each check imports "
+                               "what it checks inside the check"),
+    "neonlite.model": ("neonlite.interop.onnx.export",
+                       "a real cycle through neonlite/interop/__init__.py, which imports "
+                       "convert.py, which imports Model"),
+}
 
 
 def test_the_graph_sees_the_source():
@@ -26,6 +41,32 @@ def test_the_graph_sees_the_source():
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def _deferral_of(module):
+    for key, allowed in DEFERRED_IMPORTS.items():
+        if module == key or key.endswith(".*") and (module == key[:-2] or
+                                                      module.startswith(key[:-1])):
+            return allowed
+    return None
+
+
+def test_function_level_imports_are_the_deferred_ones():
+    """No function body imports a package module except where ``DEFERRED_IMPORTS`` says why:
+    a dependency hidden in a function is one the graph's reader finds last."""
+    hidden = sorted(f"{module} imports {target} inside a function" for module, target in
+                    function_level_imports()
+                    if (_deferral_of(module) or (None,))[0] not in ("*", target))
+    assert not hidden, "import these at module level (or list the reason in " \
+                       "DEFERRED_IMPORTS):\n" + "\n".join(hidden)
+
+
+def test_every_deferral_is_still_needed():
+    found = function_level_imports()
+    stale = [key for key, (target, _) in DEFERRED_IMPORTS.items()
+             if not any(_deferral_of(m) == DEFERRED_IMPORTS[key] and target in ("*", t)
+                        for m, t in found)]
+    assert not stale, f"DEFERRED_IMPORTS lists deferrals no module makes: {stale}"
 
 
 def test_no_import_cycles():

@@ -58,14 +58,13 @@ def test_gpt2_logits_equal_transformers(tmp_path):
 
 
 def test_gpt2_generate_with_kv_cache_matches_full_run():
-    from neonlite.layers.decode import decode, init_decode
     model = _random_gpt2(batch=1)
     ids = np.random.default_rng(3).integers(0, 97, size=(1, 16)).astype(np.float32)
     be = neonlite.get_backend()
     full = model.fprop(be.array(ids), inference=True).get()[0]
-    state = init_decode(model.layers, 1, 16)
+    state = model.layers.init_decode(1, 16)
     x = be.zeros((1, 1))
     for t in range(16):
         x.set(ids[:, t:t + 1])
-        step = decode(model.layers, x, state).get()[0, 0]
+        step = model.layers.decode(x, state).get()[0, 0]
         np.testing.assert_allclose(step, full[t], rtol=0, atol=2e-5)

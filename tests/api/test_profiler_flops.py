@@ -114,7 +114,7 @@ def test_block_sparse_attention_counts_only_visited_blocks():
 
 
 def test_block_layout_pairs_per_head():
-    from neonlite.backends.reference.attention import AttentionBlocks
+    from neonlite.backends.shared.attention_tables import AttentionBlocks
     layout = np.zeros((2, 2, 2), dtype=np.int8)
     layout[0] = [[1, 0], [0, 1]]      # head 0: diagonal blocks
     layout[1] = [[1, 1], [1, 1]]      # head 1: everything

@@ -236,7 +236,6 @@ def test_training_steps_after_the_first_allocate_nothing_of_size():
 def test_decoding_one_step_at_a_time_gives_the_sequence_outputs(make):
     """Decoding runs the cells' step ops, fprop their whole-sequence passes: the same states
     from the same initial state (float64, to rounding)."""
-    from neonlite.layers.decode import decode, init_decode
     neonlite.gen_backend("cpu", batch_size=3, rng_seed=0, datatype=np.float64)
     be = neonlite.get_backend()
     rng = np.random.default_rng(11)
@@ -248,6 +247,6 @@ def test_decoding_one_step_at_a_time_gives_the_sequence_outputs(make):
     layer.set_initial_state(h=start, **({"c": -start} if "c" in layer.states else {}))
     x = rng.normal(size=(3, T, D))
     whole = net.fprop(be.array(x)).get()
-    state = init_decode(layer, 3, T)
-    steps = [decode(layer, be.array(x[:, t:t + 1]), state).get() for t in range(T)]
+    state = layer.init_decode(3, T)
+    steps = [layer.decode(be.array(x[:, t:t + 1]), state).get() for t in range(T)]
     np.testing.assert_allclose(np.concatenate(steps, axis=1), whole, rtol=1e-12, atol=1e-12)

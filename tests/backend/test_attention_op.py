@@ -13,7 +13,7 @@ from support.harness import available_backends, make_backend
 import neonlite
 from neonlite.backends.reference import attention as numpy_attention
 from neonlite.backends.cpu.threads import set_cpu_threads
-from neonlite.backends.reference.attention import AttentionBlocks, AttentionDropout
+from neonlite.backends.shared.attention_tables import AttentionBlocks, AttentionDropout
 
 # (N, H, Tq, Tk, dk, dv, causal, key mask, dropout, blocks)
 CASES = {

@@ -7,6 +7,7 @@ from support.harness import compare_with_cpu
 import neonlite
 from neonlite.blocksparse import compile_layout, layouts
 from neonlite.backends.reference import blocksparse as ref
+from neonlite.backends.shared.blocksparse_dense import blocks_to_dense
 
 
 # ---- layouts and tables -------------------------------------------------------------------------
@@ -62,7 +63,7 @@ def test_tables_entry_by_entry_and_memoized():
 # ---- backend ops vs the dense computation masked by the layout ------------------------------
 def _dense_sparse(t, s, bs):
     """(N, nnz, bs, bs) sparse blocks -> (N, H, R*bs, C*bs) dense with zeros elsewhere."""
-    return np.stack([ref.blocks_to_dense(t, np.moveaxis(s, 0, -1), bs).reshape(
+    return np.stack([blocks_to_dense(t, np.moveaxis(s, 0, -1), bs).reshape(
         t.heads, t.rows * bs, t.cols * bs, -1)[..., n] for n in range(s.shape[0])])
 
 
@@ -75,7 +76,7 @@ def test_weight_ops_match_masked_dense(bs, M):
     t = compile_layout(layout)
     x, e = rng.normal(size=(M, 3 * bs)), rng.normal(size=(M, 4 * bs))
     w = rng.normal(size=(t.nnz, bs, bs))
-    W = ref.blocks_to_dense(t, w, bs)
+    W = blocks_to_dense(t, w, bs)
     mask = ref.dense_mask(layout, bs)
     assert (W[mask == 0] == 0).all()
 
@@ -89,7 +90,7 @@ def test_weight_ops_match_masked_dense(bs, M):
     y, dx, dw = compare_with_cpu(ops, x, e, w, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(y, x @ W, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(dx, e @ W.T + 1, rtol=1e-4, atol=1e-3)
-    np.testing.assert_allclose(ref.blocks_to_dense(t, dw, bs),
+    np.testing.assert_allclose(blocks_to_dense(t, dw, bs),
                                mask * (x.T @ e) + 0.5 * mask, rtol=1e-4, atol=1e-3)
 
 
@@ -146,5 +147,5 @@ def test_float16_runs_the_reference():
     x, w = rng.normal(size=(5, 16)), rng.normal(size=(2, 8, 8))
     y = be.empty((5, 16))
     be.blocksparse_fprop(plan, be.array(x), be.array(w), y)
-    W = ref.blocks_to_dense(plan.tables, w, 8)
+    W = blocks_to_dense(plan.tables, w, 8)
     np.testing.assert_allclose(y.get(), x @ W, rtol=2e-2, atol=5e-2)

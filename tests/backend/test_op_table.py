@@ -24,6 +24,8 @@ import neonlite
 from neonlite.backends.backend import Backend
 from neonlite.backends.ops import FAMILIES, OPS, markdown_list
 from neonlite.backends.ops.costs import nbytes
+from neonlite.backends.storage import StorageOps
+from neonlite.backends.variants import KernelVariants
 from neonlite.kernels import specs
 from neonlite.profiler.flops import OP_COSTS
 from neonlite.profiler.instrument import OP_NAMES
@@ -40,6 +42,10 @@ NOT_OPS = {"empty", "zeros", "ones", "array", "empty_like", "zeros_like", "keep"
            "bf16_to_f32", "f32_to_bf16", "sum", "max", "min", "argmax", "argmin", "mean", "var",
            "conv_layer", "pool_layer", "blocksparse_layer", "set_threads", "synchronize",
            "prefetched", "example_rows", "run_op"}
+#: the storage and kernel-variant parts of the contract (``backends/storage.py``,
+#: ``backends/variants.py``) answer questions about a backend; they are not ops
+NOT_OPS |= {name for part in (StorageOps, KernelVariants) for name in vars(part)
+            if not name.startswith("_")}
 
 
 def _contract_methods():

@@ -15,7 +15,8 @@ from support.requires import requires
 
 import neonlite
 from neonlite.backends.gpu import codegen
-from neonlite.backends.reference.optree import bf16_to_f32, evaluate, f32_to_bf16
+from neonlite.backends.reference.optree import evaluate
+from neonlite.backends.shared.bfloat16 import bf16_to_f32, f32_to_bf16
 from neonlite.optimizers import (Adagrad, Adam, AdamW, GradientDescentMomentum, RMSProp)
 
 DTYPES = (np.float32, np.float64)

@@ -14,9 +14,9 @@ from support.requires import requires
 from test_blocksparse_gpu_kernels import STORAGE, check
 
 from neonlite.backends.reference import attention as numpy_attention
-from neonlite.backends.reference.attention import visit_tables
 from neonlite.backends.gpu.attention import kernel_shape, tile_layout
-from neonlite.backends.reference.attention import AttentionBlocks, AttentionDropout
+from neonlite.backends.shared.attention_tables import (AttentionBlocks, AttentionDropout,
+                                                       visit_tables)
 from neonlite.kernels import specs
 
 pytestmark = requires("emulator")

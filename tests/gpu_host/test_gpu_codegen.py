@@ -12,7 +12,8 @@ from support.requires import requires
 import neonlite
 from neonlite.backends.gpu import codegen
 from neonlite.backends.cpu.backend import CPUTensor
-from neonlite.backends.reference.optree import bf16_to_f32, evaluate, f32_to_bf16
+from neonlite.backends.reference.optree import evaluate
+from neonlite.backends.shared.bfloat16 import bf16_to_f32, f32_to_bf16
 from neonlite.backends.optree import OpNode
 
 

@@ -21,7 +21,7 @@ from support.requires import requires
 
 from neonlite.backends.reference import conv as numpy_conv
 from neonlite.backends.gpu.conv_launch import conv_launch, function_for, gemm_dims, shape_args
-from neonlite.backends.reference.optree import bf16_to_f32, f32_to_bf16
+from neonlite.backends.shared.bfloat16 import bf16_to_f32, f32_to_bf16
 from neonlite.backends.plans import ConvPlan
 from neonlite.kernels import cuda_specs, specs
 

@@ -20,7 +20,7 @@ from .cuda_host_emulator import HostModule
 
 from neonlite.backends.gpu import codegen
 from neonlite.backends.gpu import backend as gpu_module
-from neonlite.backends.reference.optree import bf16_to_f32, f32_to_bf16
+from neonlite.backends.shared.bfloat16 import bf16_to_f32, f32_to_bf16
 from neonlite.kernels import specs
 
 _HEADER = (specs.find("pool").root / "cuda" / "neonlite_common.cuh").read_text()

@@ -33,7 +33,7 @@ def apply_transform(builder, transform, value, name, layer):
 
 
 def gelu(builder, value, name, approximate):
-    """GELU as neonlite computes it (``backends/reference/gelu.py``), op for op:
+    """GELU as neonlite computes it (``backends/shared/gelu.py``), op for op:
     0.5 x (1 + erf(x sqrt(1/2))), or with ``approximate="tanh"``
     0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  Written as elementary ops, not the
     opset-20 Gelu, so every opset computes the same formula."""

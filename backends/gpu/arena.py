@@ -1,5 +1,5 @@
-"""The parameter arena on a device backend (the GPU's): the same layout as
-:class:`~.arena.ParameterArena` (one 1-D buffer per dtype of values, of gradients and of each
+"""The GPU backend's parameter arena, made by ``GPUBackend.make_arena``: the layout of
+``backends/arena_layout.py`` (one 1-D buffer per dtype of values, of gradients and of each
 optimizer state key, each parameter a view at a 16-element-aligned offset), made of the
 backend's own tensors, and the fused step as one generated elementwise kernel per run.
 
@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .arena_layout import layout_slots
+from ..arena_layout import ArenaLayout
 
 
 def _rebind(tensor, view):
@@ -23,17 +23,23 @@ def _rebind(tensor, view):
     tensor.ptr, tensor.base = view.ptr, view.base
 
 
-class DeviceArena:
-    """The arena of ``params`` on device backend ``be`` (tensors with ``ptr`` and ``base``)."""
+def make_device_arena(be, params):
+    """A :class:`DeviceArena` of ``params`` on ``be``, or None when there are none or one of
+    their tensors is not contiguous (a view the arena could not rebind)."""
+    if not params or not all(t.is_contiguous for p in params for t in (p.value, p.grad)):
+        return None
+    return DeviceArena(be, params)
+
+
+class DeviceArena(ArenaLayout):
+    """The arena of ``params`` on device backend ``be`` (see the module docstring)."""
 
     def __init__(self, be, params):
+        super().__init__(params)
         self.be = be
-        self.params = list(params)
-        self.slots, sizes = layout_slots(self.params)
-        self.values = {dt: be.zeros((n,), dtype=dt) for dt, n in sizes.items()}
-        self.grads = {dt: be.zeros((n,), dtype=dt) for dt, n in sizes.items()}
-        self.states = {}
-        self._state_tensors = {}
+        for dt, n in self.sizes.items():
+            self.values[dt] = be.zeros((n,), dtype=dt)
+            self.grads[dt] = be.zeros((n,), dtype=dt)
         for p in self.params:
             slot = self.slots[id(p)]
             for buffers, tensor in ((self.values, p.value), (self.grads, p.grad)):
@@ -41,29 +47,25 @@ class DeviceArena:
                 view[:] = tensor
                 _rebind(tensor, view)
 
-    @staticmethod
-    def _view(buffer, slot):
-        return buffer[slot.offset:slot.offset + slot.size].reshape(slot.shape)
-
-    def holds(self, params):
-        return all(id(p) in self.slots for p in params)
-
     def plan(self, optimizer, params):
         """The fused step of ``optimizer`` over ``params`` (a :class:`DevicePlan`)."""
         return DevicePlan(optimizer, self, params)
-
-    def slot(self, param):
-        return self.slots[id(param)]
 
     def zero_grads(self):
         for buf in self.grads.values():
             buf[:] = 0.0
 
-    def all_finite(self):
-        """True when no parameter value is inf or NaN: one reduction per dtype, one read."""
+    def all_finite(self, states=False):
+        """True when no parameter value (with ``states``, also no optimizer state the arena
+        holds) is inf or NaN: one reduction per buffer into one scalar, one read.  States
+        stored as bfloat16 bits answer False with ``states`` (the caller's per-tensor path
+        knows their format)."""
+        buffers = self.checked_buffers(states)
+        if buffers is None:
+            return False
         flag = self.be.scratch(("arena_finite",), (1,))
         flag[:] = 0.0
-        for buf in self.values.values():
+        for buf in buffers:
             flag[:] = flag + self.be.sum(buf * 0.0)
         return math.isfinite(float(flag.get()[0]))
 
@@ -78,10 +80,9 @@ class DeviceArena:
     def state(self, param, key, storage=None):
         """``param.states[key]`` as a view of the arena's state buffer (zero on first use; a
         tensor assigned from outside, e.g. by a checkpoint, is copied in)."""
+        if self.is_arena_state(param, key):
+            return param.states[key]
         current = param.states.get(key)
-        known = self._state_tensors.get((id(param), key))
-        if known is not None and current is known:
-            return known
         slot = self.slots[id(param)]
         view = self._view(self.state_buffer(key, slot.dtype, storage), slot)
         if current is not None:
@@ -149,8 +150,7 @@ class DevicePlan:
 
     def run(self, optimizer, form, scale, clip_value, lr):
         if self.bound != (form.states, form.storage) or not all(
-                p.states.get(k) is self.arena._state_tensors.get((id(p), k))
-                for p in self.params for k in form.states):
+                self.arena.is_arena_state(p, k) for p in self.params for k in form.states):
             self._bind(form)
         be = self.arena.be
         for run in self.run_params:

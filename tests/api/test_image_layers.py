@@ -1,15 +1,15 @@
-"""Deconv (transposed convolution), MergeBroadcast, LRN, Adadelta and SmoothL1Loss: float64
+"""The image layers Deconv (transposed convolution), MergeBroadcast and LRN: float64
 finite-difference gradient checks, float64 parity with PyTorch (ConvTranspose2d,
-LocalResponseNorm, Adadelta, SmoothL1Loss), and one clear error for bad shapes.  The LRN
+LocalResponseNorm), and one clear error for bad shapes.  The LRN
 kernels against the numpy reference are rows of ``tests/backend/test_op_table.py``."""
 import numpy as np
 import pytest
-from support.harness import build, cost_gradient_check, gradient_check
+from support.harness import build, gradient_check
 
 import neonlite
 from neonlite.layers import (LRN, Conv, Deconv, Deconvolution, MergeBroadcast, Pooling,
                              ShapeError, SkipNode)
-from neonlite.transforms import Logistic, Rectlin, SmoothL1Loss, Tanh
+from neonlite.transforms import Logistic, Rectlin, Tanh
 
 DECONV_CASES = [((4, 5, 3), (3, 3, 2), 2, 1, 1), ((3, 3, 2), (2, 2, 4), 1, 0, 0),
                 ((5, 4, 3), (3, 2, 3), 3, 1, 2), ((3, 4, 2), (4, 4, 2), (2, 1), (1, 0), (1, 0))]
@@ -117,36 +117,3 @@ def test_lrn_matches_pytorch():
     (yt * torch.tensor(w.transpose(0, 3, 1, 2))).sum().backward()
     np.testing.assert_allclose(y, yt.detach().numpy().transpose(0, 2, 3, 1), rtol=0, atol=1e-10)
     np.testing.assert_allclose(dx, xt.grad.numpy().transpose(0, 2, 3, 1), rtol=0, atol=1e-10)
-
-
-@pytest.mark.parametrize("beta", [1.0, 0.3])
-def test_smooth_l1_gradient_and_pytorch_value(beta):
-    cost = cost_gradient_check(SmoothL1Loss(beta), (5,), lambda rng, s: rng.normal(size=s),
-                               make_input=lambda rng, s: 2 * rng.normal(size=s))
-    torch = pytest.importorskip("torch", reason="PyTorch is needed for the parity check")
-    be = neonlite.get_backend()
-    rng = np.random.default_rng(5)
-    y, t = rng.normal(size=(4, 5)) * 2, rng.normal(size=(4, 5))
-    got = cost.costfunc.cost(be, be.array(y), be.array(t), be.zeros((1, 1)))
-    want = torch.nn.SmoothL1Loss(beta=beta)(torch.tensor(y), torch.tensor(t)).item()
-    assert abs(got - want) < 1e-12
-
-
-def test_adadelta_matches_pytorch():
-    torch = pytest.importorskip("torch", reason="PyTorch is needed for the parity test")
-    from neonlite.layers import Parameter
-    from neonlite.optimizers import Adadelta
-    be = neonlite.gen_backend("cpu", batch_size=1, datatype=np.float64)
-    rng = np.random.default_rng(6)
-    w0 = rng.normal(size=(3, 4))
-    param = Parameter(type("L", (), {"name": "p"})(), "W", be.array(w0), be.zeros((3, 4)))
-    opt = Adadelta(decay=0.9, epsilon=1e-6, learning_rate=0.5)
-    wt = torch.tensor(w0, requires_grad=True)
-    topt = torch.optim.Adadelta([wt], lr=0.5, rho=0.9, eps=1e-6)
-    for step in range(5):
-        g = rng.normal(size=(3, 4))
-        param.grad.set(g)
-        opt.optimize([param], 0)
-        wt.grad = torch.tensor(g)
-        topt.step()
-        np.testing.assert_allclose(param.value.get(), wt.detach().numpy(), rtol=0, atol=1e-12)

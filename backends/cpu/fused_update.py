@@ -1,38 +1,19 @@
-"""The fused optimizer step: every parameter of an optimizer group updated by one C call per
-dtype over the parameter arena (:mod:`.arena`, ``kernels/cpu/fused_optim.c``).
+"""The CPU backend's fused optimizer step: every parameter of an optimizer group updated by one
+C call per dtype over the parameter arena (:mod:`.arena`, ``kernels/cpu/fused_optim.c``).
 
-An optimizer declares its fused form by returning a :class:`FusedForm` from
-``fused_form(lr)``: the rule, its constants (computed by the same Python expressions the
-per-parameter update uses, so the C kernel, which repeats the op-tree's operations in order,
-gives bit-identical results) and its state keys.  An optimizer whose ``fused_form`` returns
-None (the base class's default, e.g. one added later) is updated per parameter as before, as
-is every call the arena cannot take (parameters outside an arena, a dtype without C kernels,
-bfloat16 states of float64 parameters).
+An optimizer declares its fused form by returning a ``FusedForm``
+(``neonlite/optimizers/fused_form.py``) from ``fused_form(lr)``: the rule (a key of
+:data:`RULES`), its constants and its state keys; :class:`FusedPlan` runs it.  A call the
+kernel cannot take (a dtype without C kernels, bfloat16 states of float64 parameters) answers
+False, and the optimizer updates per parameter.
 """
-import math
-
 import numpy as np
 
+#: the rules of ``kernels/cpu/fused_optim.h``, by the name a ``FusedForm`` gives
 RULES = {"sgd": 0, "momentum": 1, "nesterov": 2, "adam": 3, "adam_bf16": 4, "rmsprop": 5,
          "adagrad": 6}
 _SCALED, _CLIPPED, _SEG_DECAY, _SEG_WDECAY = 1, 2, 1, 2
 _NORM_PIECE = 1 << 16
-
-
-class FusedForm:
-    """What an optimizer's update is, for the fused kernel.
-
-    ``rule``: a key of :data:`RULES`; ``consts``: up to 8 floats (the rule's c0, c1, ... in
-    ``kernels/cpu/fused_optim.h``); ``states``: the state keys in the kernel's order (s0, s1;
-    h0, h1 for bfloat16); ``storage``: numpy dtype of the states (None: the parameters');
-    ``decay_mul``: w * decay_mul before the update (decoupled decay) or None; ``wdecay``: the
-    coupled L2 coefficient or 0."""
-
-    __slots__ = ("rule", "consts", "states", "storage", "decay_mul", "wdecay")
-
-    def __init__(self, rule, consts, states=(), storage=None, decay_mul=None, wdecay=0.0):
-        self.rule, self.consts, self.states = rule, tuple(consts), tuple(states)
-        self.storage, self.decay_mul, self.wdecay = storage, decay_mul, float(wdecay)
 
 
 class _DtypePlan:
@@ -155,8 +136,3 @@ def _runs(slots, flags):
         else:
             runs.append([slot.offset, slot.padded, flag])
     return runs
-
-
-def clip_scale(clip_norm, sum_squares):
-    """min(1, clip_norm / (global norm + 1e-6)), as the per-parameter path computes it."""
-    return min(1.0, clip_norm / (math.sqrt(sum_squares) + 1e-6))
