@@ -26,7 +26,7 @@ from .optimizers.schedules import plan_schedules_for
 from .token_masks import (given_mask, ids_and_mask_iterator, is_ids_and_mask,
                           padding_embeddings)
 from .transforms.activation import Logistic, Softmax
-from .transforms.metric import Misclassification
+from .transforms.metric import MetricError, Misclassification
 
 
 class Model:
@@ -285,7 +285,6 @@ class Model:
         if self.grad_sync is not None:
             total, count = self.grad_sync.sum_over_ranks([total, count])
         if count == 0:
-            from .transforms.metric import MetricError
             raise MetricError(f"Model.eval: every target of the data set "
                              f"'{getattr(dataset, 'name', 'data')}' equals the cost's "
                              f"ignore_index; there is nothing to score")

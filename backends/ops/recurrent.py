@@ -19,7 +19,7 @@ from functools import partial
 
 from ..operand_shapes import check_gate_step
 from ..reference import recurrent
-from ..reference.recurrent import ACTIVATION_CODES
+from ..shared.recurrent_steps import ACTIVATION_CODES
 from .costs import all_tensors, gemm_flops, size
 from .table import Kernel, Launch, Op, Operand, Scalar
 

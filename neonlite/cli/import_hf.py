@@ -6,7 +6,8 @@ import os
 
 from .arguments import add_verbosity, batch_size, positive_int
 from ..backends import gen_backend
-from ..interop import import_hf
+from ..interop import InteropError, import_hf
+from ..model import Model
 from ..output_paths import check_outputs
 
 HELP = ("convert a Hugging Face model directory (BERT, GPT-2; safetensors) or an ONNX CNN "
@@ -53,10 +54,6 @@ def command(args):
 
 def import_onnx_file(args):
     """``neonlite import model.onnx -o m.h5``: the ONNX CNN as a checkpoint."""
-    from ..backends import gen_backend
-    from ..interop import InteropError
-    from ..model import Model
-    from ..output_paths import check_outputs
     for flag, value in (("--head", args.head), ("--seq-len", args.seq_len)):
         if value is not None:
             raise InteropError(f"{flag} applies to a Hugging Face model folder; "

@@ -12,7 +12,9 @@ import os
 
 import numpy as np
 
+from ...kernels.build import default_builder
 from ...kernels.specs import cpu_variant
+from ...kernels.toolchain import CompileError, CompilerNotFound
 from .colour import ColorJitter, Normalize
 from .geometry import CenterCrop, Flip, PadCrop, RandomResizedCrop, Resize
 from .resample import bilinear_taps
@@ -25,8 +27,6 @@ def augment_module():
     """The cffi module of the augmentation kernels, or None (then numpy runs)."""
     if os.environ.get("NEONLITE_CPU_KERNELS", "").strip() == "0":
         return None
-    from ...kernels.build import default_builder
-    from ...kernels.toolchain import CompileError, CompilerNotFound
     try:
         return default_builder().load_cpu(cpu_variant("augment", np.uint8))
     except (CompilerNotFound, CompileError, ImportError, OSError):
