@@ -1,8 +1,8 @@
 """``--data PATH`` on ``neonlite train``, ``eval`` and ``generate``: the data to use, instead
 of the file the YAML (or the checkpoint) names.
 
-What ``PATH`` is picks the kind of data (:data:`DATA_KINDS`, one row per kind: a text file
-today; an image folder adds a row), and the row says which option of which data set it
+What ``PATH`` is picks the kind of data (:data:`DATA_KINDS`, one row per kind: a text file or
+an image folder), and the row says which option of which data set it
 fills.  The run's data set must be of that kind: its other options (``seq_len``,
 ``split``, ...) are kept."""
 from pathlib import Path
@@ -14,6 +14,7 @@ from ..data.iterator import DataError
 #: (what PATH is, in messages; test of a PATH that exists; data set type; option it fills)
 DATA_KINDS = (
     ("a text file", Path.is_file, "text", "filename"),
+    ("an image folder", Path.is_dir, "image_folder", "root"),
 )
 
 

@@ -51,6 +51,8 @@ class ImageFolder(SplitDataset):
     name = "image_folder"
     #: the options that name folders or files, looked for in the run's folder then these
     file_options = {"root": _folder_in, "manifest": _folder_in, "valid": _folder_in}
+    #: those of them that may name a folder
+    folder_options = ("root", "valid")
 
     def __init__(self, root=None, manifest=None, valid=None, valid_fraction=None, size=None,
                  channels=None, augment=None, num_workers=2, prefetch=2,
