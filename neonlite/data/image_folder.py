@@ -2,6 +2,8 @@
 manifest, with a held-out split, augmentation and background loading."""
 from pathlib import Path
 
+import numpy as np
+
 from .dataset import SplitDataset
 from .datadir import resolve_data_dir
 from .image_batch import BatchMaker
@@ -163,6 +165,34 @@ class ImageFolder(SplitDataset):
         """Stop the loader workers of both iterators."""
         for iterator in self._iters.values():
             iterator.close()
+
+
+def images_for_prediction(config, in_shape, paths):
+    """The images ``paths`` as a network trained on image folder ``config`` (the YAML
+    ``dataset.config``) takes them: decoded with its channels, brought to its size and
+    augmented in evaluation form (deterministic); (N,) + ``in_shape``, uint8 (scaled by
+    1/255 on the way in) or float when the augmentation normalises.  DataError naming the
+    file for an image that does not fit."""
+    from .augment import pipeline_from_config
+    from .image_files import ImageFiles
+    pillow()
+    in_shape = tuple(in_shape)
+    pipeline = pipeline_from_config(_sized(config.get("size")) +
+                                    list(config.get("augment") or []), "augment").evaluation()
+    files = ImageFiles(paths, [0] * len(paths), ("?",), "the images to predict")
+    decoder = Decoder(config.get("channels") or in_shape[-1])
+    maker = BatchMaker(files, decoder, pipeline if pipeline.ops else None)
+    dtype = pipeline.out_dtypes()[0]
+    out = np.empty((len(paths),) + in_shape, dtype)
+    for i, path in enumerate(paths):
+        image = decoder.decode(path)
+        shape = pipeline.out_shape(image.shape) if pipeline.ops else image.shape
+        if tuple(shape) != in_shape:
+            raise DataError(f"{path}: the image ({'x'.join(map(str, image.shape))}) becomes "
+                            f"{'x'.join(map(str, shape))}, but the network takes "
+                            f"{'x'.join(map(str, in_shape))}")
+        maker.make(np.array([i]), 0, out[i:i + 1])
+    return out
 
 
 def _sized(size):
