@@ -18,6 +18,8 @@ import re
 import sys
 from pathlib import Path
 
+from ..data.augment import OPS as AUGMENT_OPS
+from ..data.augment.from_config import op_options
 from ..optimizers.options import option_table
 from . import registry
 from .build import constructor_options
@@ -85,6 +87,19 @@ t10k files (their first 80% trains, the rest validates), for a folder that holds
 `path` and `shuffle` are set by the run, not the YAML. Every image data set also takes
 `nclass`: the width of the one-hot targets, at least the set's own number of classes (so a
 10-class network trains on the 8-class Shapes: `{type: shapes, config: {nclass: 10}}`).
+"""
+
+AUGMENT = """\
+An image data set's `augment:` is a list of ops applied in order to each uint8 batch on the
+host, for example `[{type: pad_crop, config: {size: 32, pad: 4}}, {type: flip}, {type:
+normalize, config: {mean: [0.49, 0.48, 0.45], std: [0.25, 0.24, 0.26]}}]`. Each sample's random
+choices come from Philox keyed on (the epoch's key from the seeded host RNG, the sample's index),
+so the augmented stream is the same whatever the batch, worker or resume point. Validation data
+takes the deterministic form of each op (a centred crop; no flip, no jitter). `normalize` must
+come last: it turns the uint8 images into floats (`mean` and `std` on the [0, 1] scale, one
+value or one per channel); without it the images are scaled by 1/255. A crop larger than the
+padded image, or a resize without a crop when the images differ in size, is one error naming
+the op's key path.
 """
 
 LAYOUTS = """\
@@ -189,6 +204,13 @@ def datasets_table():
     return "\n".join(rows)
 
 
+def augment_table():
+    rows = ["| type | options (required in bold) | what it does |", "| --- | --- | --- |"]
+    for name, cls in AUGMENT_OPS.items():
+        rows.append(f"| `{name}` | {options_cell(op_options(cls))} | {summary(cls)} |")
+    return "\n".join(rows)
+
+
 def kind_table(kind):
     rows = ["| type | options (required in bold) | what it is |", "| --- | --- | --- |"]
     for name, cls in sorted(registry.classes(kind).items()):
@@ -209,7 +231,8 @@ def ranges_table(kinds=("optimizer", "schedule")):
 def generate():
     """The whole of ``docs/yaml_reference.md`` as a string."""
     parts = [INTRO, "## Top-level keys\n", settings_table() + "\n",
-             "## Data sets (`dataset:`)\n", DATA_DIR, datasets_table() + "\n"]
+             "## Data sets (`dataset:`)\n", DATA_DIR, datasets_table() + "\n",
+             "## Augmentation (a data set's `augment:`)\n", AUGMENT, augment_table() + "\n"]
     for kind, (title, text) in SECTIONS.items():
         parts += [f"## {title}\n", (text + "\n") if text else "", kind_table(kind) + "\n"]
         if kind == "layer":

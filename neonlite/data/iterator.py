@@ -3,10 +3,7 @@ import numpy as np
 
 from ..backends import get_backend
 from ..host_memory import available_bytes, describe_bytes
-
-
-class DataError(ValueError):
-    """A data set that cannot be used as given; the message says what and where."""
+from .errors import DataError
 
 
 def check_batch_fits(name, bsz, shapes, be):

@@ -1,0 +1,182 @@
+"""A list of augmentation ops applied to batches of uint8 images.
+
+``Pipeline(ops).apply(images, indices, epoch_key, out)`` augments a batch: ``images`` a uint8
+(N, H, W, C) array or a list of N uint8 (H_i, W_i, C) arrays of different sizes, ``indices``
+(N,) the samples' indices in the data set, ``epoch_key`` the epoch's uint64 key
+(:func:`~neonlite.data.augment.draws.epoch_key`), ``out`` a preallocated (N, h, w, c) array
+(``out_shape``): uint8, or float32 / float64 when the last op is
+:class:`~neonlite.data.augment.colour.Normalize`.  Op number ``k`` draws its numbers from
+stream ``k`` of :mod:`~neonlite.data.augment.draws`, so sample ``i`` is augmented the same
+whatever batch it is in.
+
+A pipeline made with ``train=False`` (or :meth:`Pipeline.evaluation`) evaluates: the
+random ops take their deterministic form (a centred crop for :class:`PadCrop` and
+:class:`RandomResizedCrop`; :class:`Flip` and :class:`ColorJitter` do nothing), so evaluation
+images have the shape training images have.
+"""
+import numbers
+
+import numpy as np
+
+from ..errors import DataError
+from .colour import Normalize
+from .draws import sample_uniforms
+from .op import AugmentOp
+
+FLOAT_OUTPUTS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class Pipeline:
+    """Augmentation ops applied in order (see the module doc); ``train`` False evaluates."""
+
+    def __init__(self, ops, train=True, path="augment"):
+        ops = list(ops) if isinstance(ops, (list, tuple)) else ops
+        if not isinstance(ops, list):
+            raise DataError(f"{path}: expected a list of augmentation ops, got "
+                            f"{type(ops).__name__}")
+        for i, op in enumerate(ops):
+            if not isinstance(op, AugmentOp):
+                raise DataError(f"{path}[{i}]: expected an augmentation op (PadCrop, Flip, "
+                                f"...), got {type(op).__name__}")
+            if isinstance(op, Normalize) and i != len(ops) - 1:
+                raise DataError(f"{path}[{i}]: Normalize must be the last op (it turns the "
+                                f"uint8 images into floats), but {len(ops) - 1 - i} op(s) "
+                                f"follow it")
+        self.ops, self.train, self.path = ops, bool(train), path
+
+    def evaluation(self):
+        """The same ops, evaluating (deterministic)."""
+        return Pipeline(self.ops, train=False, path=self.path)
+
+    def _where(self, stream, err):
+        """``err`` of op ``stream`` with the op's key path in front."""
+        return DataError(f"{self.path}[{stream}]: {err}")
+
+    @property
+    def normalizes(self):
+        """Whether the output is float (the last op is Normalize)."""
+        return bool(self.ops) and isinstance(self.ops[-1], Normalize)
+
+    @property
+    def is_random(self):
+        """Whether :meth:`apply` draws any random numbers."""
+        return self.train and any(op.random for op in self.ops)
+
+    def describe(self):
+        """The YAML list of this pipeline's ops."""
+        return [op.describe() for op in self.ops]
+
+    def out_shape(self, in_shape_hwc):
+        """(h, w, c) of the outputs for inputs of shape (H, W, C); H and W None for images of
+        different sizes, which the ops must then bring to one size."""
+        shape = _check_in_shape(in_shape_hwc)
+        for stream, op in enumerate(self.ops):
+            try:
+                shape = tuple(op.out_shape(shape, self.train))
+            except DataError as err:
+                raise self._where(stream, err) from None
+        if shape[0] is None or shape[1] is None:
+            raise DataError(f"{self.path}: the images have different sizes, so the augmentation "
+                            "must end with a fixed size (pad_crop, center_crop or "
+                            "random_resized_crop after any resize)")
+        return tuple(int(v) for v in shape)
+
+    def out_dtypes(self):
+        """The dtypes ``out`` may have."""
+        return FLOAT_OUTPUTS if self.normalizes else (np.dtype(np.uint8),)
+
+    def apply(self, images, indices, epoch_key, out):
+        """Augment the batch into ``out`` in place (see the module doc); returns ``out``."""
+        images, shapes = _check_images(images)
+        n = len(images)
+        indices = _check_indices(indices, n)
+        key = _check_key(epoch_key)
+        final = self.out_shape((None, None, int(shapes[0, 2])) if _mixed(shapes) else
+                               tuple(int(v) for v in shapes[0]))
+        _check_out(out, (n,) + final, self.out_dtypes())
+        for stream, op in enumerate(self.ops):
+            if isinstance(op, Normalize):
+                break
+            u = sample_uniforms(key, indices, stream, op.draws) if self.train else \
+                np.zeros((n, op.draws))
+            try:
+                params = op.draw(u, shapes, self.train)
+            except DataError as err:
+                raise self._where(stream, err) from None
+            images = [op.reference(image, params, i) for i, image in enumerate(images)]
+            shapes = np.array([image.shape for image in images], dtype=np.int64).reshape(n, 3)
+        for i, image in enumerate(images):
+            out[i] = self.ops[-1].normalise(image, out.dtype) if self.normalizes else image
+        return out
+
+    def __repr__(self):
+        return f"Pipeline({self.ops!r}, train={self.train})"
+
+
+def _mixed(shapes):
+    return bool(np.any(shapes != shapes[0]))
+
+
+def _check_in_shape(shape):
+    ok = isinstance(shape, (tuple, list, np.ndarray)) and len(shape) == 3 and all(
+        v is None or (isinstance(v, numbers.Integral) and v >= 1) for v in shape[:2]) and \
+        isinstance(shape[2], numbers.Integral) and shape[2] >= 1
+    if not ok:
+        raise DataError(f"augment: expected an image shape (height, width, channels), got "
+                        f"{shape!r}")
+    return tuple(None if v is None else int(v) for v in shape)
+
+
+def _check_images(images):
+    """The batch as a list of (H, W, C) uint8 arrays and their (N, 3) shapes."""
+    if isinstance(images, np.ndarray):
+        if images.dtype != np.uint8 or images.ndim != 4:
+            raise DataError(f"augment: expected uint8 images (N, H, W, C), got an array of "
+                            f"shape {images.shape} dtype {images.dtype}")
+        listed = list(images)
+    elif isinstance(images, (list, tuple)):
+        listed = list(images)
+        for i, image in enumerate(listed):
+            if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3:
+                what = f"shape {image.shape} dtype {image.dtype}" if isinstance(
+                    image, np.ndarray) else type(image).__name__
+                raise DataError(f"augment: image {i} of the batch must be a uint8 (H, W, C) "
+                                f"array, got {what}")
+    else:
+        raise DataError(f"augment: expected a uint8 array (N, H, W, C) or a list of uint8 "
+                        f"(H, W, C) arrays, got {type(images).__name__}")
+    if not listed:
+        raise DataError("augment: the batch is empty")
+    shapes = np.array([image.shape for image in listed], dtype=np.int64)
+    if np.any(shapes[:, 2] != shapes[0, 2]) or np.any(shapes[:, :2] < 1):
+        bad = int(np.flatnonzero((shapes[:, 2] != shapes[0, 2]) |
+                                 np.any(shapes[:, :2] < 1, axis=1))[0])
+        raise DataError(f"augment: image {bad} of the batch has shape {tuple(shapes[bad])}; "
+                        f"every image needs height and width >= 1 and {shapes[0, 2]} channels "
+                        f"like image 0")
+    return listed, shapes
+
+
+def _check_indices(indices, n):
+    indices = np.asarray(indices)
+    if indices.shape != (n,) or indices.dtype.kind not in "ui" or (
+            indices.size and indices.min() < 0):
+        raise DataError(f"augment: indices must be ({n},) integers >= 0 (one data set index "
+                        f"per image), got shape {indices.shape} dtype {indices.dtype}")
+    return indices.astype(np.int64)
+
+
+def _check_key(key):
+    if not isinstance(key, (numbers.Integral, np.integer)) or isinstance(key, bool) or \
+            not 0 <= int(key) < 2 ** 64:
+        raise DataError(f"augment: epoch_key must be an integer in [0, 2**64), got {key!r}")
+    return int(key)
+
+
+def _check_out(out, shape, dtypes):
+    if not isinstance(out, np.ndarray) or out.shape != shape or out.dtype not in dtypes or \
+            not out.flags.writeable:
+        have = f"shape {out.shape} dtype {out.dtype}" if isinstance(out, np.ndarray) else \
+            type(out).__name__
+        raise DataError(f"augment: out must be a writeable {shape} array of "
+                        f"{' or '.join(str(d) for d in dtypes)}, got {have}")
