@@ -4,18 +4,26 @@ A variant is one compilation of one real source file with a fixed set of ``-D`` 
 
 * CPU variants (``kernels/cpu/*.c``) are compiled by the C compiler into one cffi module each
   (API mode).  ``header`` names the file of prototypes handed to cffi's ``cdef``; it may use the
-  element type ``real``, which the builder declares as the variant's ``DTYPE`` define.
+  element type ``real``, which the builder declares as the variant's ``DTYPE`` define.  A
+  source works on floats (a float32 and a float64 variant) or, if listed in
+  :data:`UINT8_SOURCES`, on uint8 images (one ``_u8`` variant, ``real`` = ``uint8_t``).
 * CUDA variants (``kernels/cuda/*.cu``) are compiled by nvcc into a cubin per target arch
   (``-cubin -arch=sm_XX``).  ``threads`` is the block size and ``shared`` the dynamic shared
   memory in bytes a launch of the variant uses; ``functions`` names its ``extern "C"`` kernels.
 
 Sources may ``#include "..."`` files of their own directory; those files are part of a variant's
-cache key.  The CPU rows are :data:`CPU_VARIANTS` below, two per ``kernels/cpu/*.c``; the GPU backend's rows live in
+cache key.  The CPU rows are :data:`CPU_VARIANTS` below, two per float source of ``kernels/cpu/*.c``
+and one per uint8 source; the GPU backend's rows live in
 ``cuda_specs.py`` (``CUDA_VARIANTS``); :func:`variants` and :func:`find` search both.  A variant
 is a :class:`~neonlite.kernels.kernel_spec.KernelSpec`.
 """
 from .cuda_specs import CUDA_VARIANTS
 from .kernel_spec import CPU_DTYPES, DEFAULT_CUDA_ARCHS, KERNEL_ROOT, TARGETS, KernelSpec
+
+#: the C sources of ``kernels/cpu/`` that work on uint8 data (augmentation), compiled once as
+#: ``<stem>_u8``, not as float variants
+UINT8_SOURCES = ("augment",)
+UINT8_SUFFIX, UINT8_CTYPE = "u8", "uint8_t"
 
 
 def _cpu_variants(stem):
@@ -25,10 +33,18 @@ def _cpu_variants(stem):
                  for suffix, ctype in CPU_DTYPES.items())
 
 
-#: every C source of ``kernels/cpu/`` (each with its header of the same stem), found, not
-#: listed: a kernel source added there is built with the others
-CPU_SOURCES = tuple(sorted(p.stem for p in (KERNEL_ROOT / "cpu").glob("*.c")))
-CPU_VARIANTS = tuple(spec for stem in CPU_SOURCES for spec in _cpu_variants(stem))
+def _uint8_variant(stem):
+    """The uint8 variant of C source ``cpu/<stem>.c``."""
+    return KernelSpec(f"{stem}_{UINT8_SUFFIX}", "cpu", f"cpu/{stem}.c",
+                      (("DTYPE", UINT8_CTYPE),), header=f"cpu/{stem}.h")
+
+
+#: every float C source of ``kernels/cpu/`` (each with its header of the same stem), found,
+#: not listed: a kernel source added there is built with the others
+CPU_SOURCES = tuple(sorted(p.stem for p in (KERNEL_ROOT / "cpu").glob("*.c")
+                           if p.stem not in UINT8_SOURCES))
+CPU_VARIANTS = tuple(spec for stem in CPU_SOURCES for spec in _cpu_variants(stem)) + \
+    tuple(_uint8_variant(stem) for stem in UINT8_SOURCES)
 
 
 def variants(target=None):
@@ -48,12 +64,19 @@ def find(name):
 
 
 __all__ = ["KernelSpec", "KERNEL_ROOT", "TARGETS", "DEFAULT_CUDA_ARCHS", "CPU_DTYPES",
-           "CPU_SOURCES", "CPU_VARIANTS", "CUDA_VARIANTS", "variants", "find", "cpu_variant"]
+           "CPU_SOURCES", "CPU_VARIANTS", "CUDA_VARIANTS", "UINT8_SOURCES", "variants", "find",
+           "cpu_variant"]
 
 
 def cpu_variant(stem, dtype):
-    """The CPU variant of source ``stem`` for numpy dtype ``dtype`` (float32 or float64)."""
-    suffix = {"float32": "f32", "float64": "f64"}.get(str(dtype))
+    """The CPU variant of source ``stem`` for numpy dtype ``dtype`` (float32 or float64; uint8
+    for a source of :data:`UINT8_SOURCES`)."""
+    name = str(getattr(dtype, "__name__", dtype))
+    suffix = {"float32": "f32", "float64": "f64"}.get(name)
+    if stem in UINT8_SOURCES:
+        suffix = UINT8_SUFFIX if name == "uint8" else None
     if suffix is None:
-        raise KeyError(f"the C kernels are compiled for float32 and float64, not {dtype}")
+        raise KeyError(f"C source {stem} is compiled for "
+                       f"{'uint8' if stem in UINT8_SOURCES else 'float32 and float64'}, not "
+                       f"{dtype}")
     return find(f"{stem}_{suffix}")

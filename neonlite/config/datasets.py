@@ -7,6 +7,10 @@ entry's ``config`` (checked like any other object's); ``path`` (the data directo
 NHWC), ``nclass``, ``train_iter`` and ``valid_iter``; ``shape`` and ``nclass`` are known
 before any file is read.
 
+``augment`` (MNIST, CIFAR-10, Shapes) is the training set's augmentation, a list of
+:mod:`neonlite.data.augment` ops (checked here with their key paths; the validation set takes
+their deterministic form).
+
 One more option works with every image data set: ``nclass``, the width of the one-hot
 targets, at least the data set's own number of classes, so a 10-class network (the CIFAR-10
 examples) can train on the 8-class Shapes set: ``dataset: {type: shapes, config: {nclass:
@@ -15,6 +19,7 @@ examples) can train on the 8-class Shapes set: ``dataset: {type: shapes, config:
 import importlib
 import inspect
 
+from ..data.augment.from_config import pipeline_from_config
 from ..data.iterator import DataError
 from .build import check_type, constructor_options, type_word
 from .errors import ConfigError, did_you_mean, short_repr
@@ -77,6 +82,8 @@ def check_dataset(desc, path="dataset"):
                                               config["nclass"] < 2):
         raise ConfigError(f"{path}.config.nclass: expected an integer >= 2, got "
                           f"{short_repr(config['nclass'])}")
+    if config.get("augment") is not None:
+        pipeline_from_config(config["augment"], f"{path}.config.augment")
     missing = [k for k, d in options.items() if d is inspect.Parameter.empty and k not in config]
     if missing:
         raise ConfigError(f"{path}.config: missing required option '{missing[0]}' of data set "
@@ -92,8 +99,11 @@ def make_dataset(desc, data_dir=None, path="dataset"):
     nclass = kwargs.pop("nclass", None) if "nclass" not in constructor_options(cls) else None
     if "path" in constructor_options(cls):
         kwargs["path"] = data_dir
+    if kwargs.get("augment") is not None:
+        kwargs["augment"] = pipeline_from_config(kwargs["augment"], f"{path}.config.augment")
     try:
         data = cls(**kwargs)
+        data.shape
     except (ConfigError, DataError):
         raise
     except (TypeError, ValueError) as err:

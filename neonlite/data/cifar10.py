@@ -36,10 +36,10 @@ class CIFAR10(ImageDataset):
 
     name = "cifar10"
     nclass = 10
-    shape = (32, 32, 3)
+    image_shape = (32, 32, 3)
 
-    def __init__(self, path=None, shuffle=True):
-        super().__init__(shuffle)
+    def __init__(self, path=None, shuffle=True, augment=None):
+        super().__init__(shuffle, augment=augment)
         self.folder = dataset_dir("cifar10", path)
 
     def _layout(self):

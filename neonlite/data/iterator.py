@@ -3,6 +3,9 @@ import numpy as np
 
 from ..backends import get_backend
 from ..host_memory import available_bytes, describe_bytes
+from .augment.draws import epoch_key
+from .augment.from_config import pipeline_from_config
+from .augment.pipeline import FLOAT_OUTPUTS
 from .errors import DataError
 
 
@@ -32,6 +35,12 @@ class ArrayIterator:
             which the costs take for (N, nclass) outputs), or (N, ...) real-valued targets.
         nclass: number of classes for index targets.
         shuffle: shuffle the examples each epoch from the backend's seeded RNG.
+        augment: None, or the augmentation of uint8 images X (N, H, W, C): a
+            :class:`~neonlite.data.augment.Pipeline` or its YAML list (a list is a training
+            pipeline; give ``Pipeline(ops, train=False)`` or ``pipeline.evaluation()`` for
+            evaluation data).  Each batch is augmented on the host, as uint8, before the copy
+            to the device; ``shape`` is the augmented one.  The epoch's augmentation key is
+            drawn from the backend's host RNG after the shuffle order.
 
     The last batch of an epoch may be partial: it is filled up by wrapping around to the start
     of the data, and ``valid`` tells how many of its rows are real (after each step of the
@@ -43,7 +52,7 @@ class ArrayIterator:
     ``rank * bsz .. (rank + 1) * bsz - 1`` of it.
     """
 
-    def __init__(self, X, y=None, nclass=None, shuffle=True, name="data"):
+    def __init__(self, X, y=None, nclass=None, shuffle=True, name="data", augment=None):
         self.be = get_backend()
         X = np.asarray(X)
         self.name = name
@@ -57,6 +66,7 @@ class ArrayIterator:
         if X.dtype.kind == "f":
             _check_finite(X, name, "X")
         self.X, self.ndata, self.shape = X, X.shape[0], tuple(X.shape[1:])
+        self.augment = self._augmentation(augment)
         self.shuffle = shuffle
         self.nclass = nclass
         self.y = None if y is None else self._targets(np.asarray(y), nclass)
@@ -70,8 +80,24 @@ class ArrayIterator:
         self.t_buf = self.x_buf if y is None else self.be.zeros(
             (bsz,) + self.target_shape, dtype=np.int32 if nclass is not None else None)
         self.valid = bsz
+        self.key = 0
         self.order = np.arange(self.ndata)
         self.rank, self.nranks = 0, 1
+
+    def _augmentation(self, augment):
+        """The pipeline of option ``augment`` (None: none), its host output buffer made and
+        ``shape`` set to the augmented shape."""
+        if augment is None or (isinstance(augment, list) and not augment):
+            return None
+        pipeline = pipeline_from_config(augment, f"{self.name}: augment")
+        if self.X.dtype != np.uint8 or self.X.ndim != 4:
+            raise DataError(f"{self.name}: augment needs uint8 images X (N, H, W, C), got "
+                            f"shape {self.X.shape} dtype {self.X.dtype}")
+        self.shape = pipeline.out_shape(self.shape)
+        dtype = np.uint8 if not pipeline.normalizes else (
+            self.be.dtype if self.be.dtype in FLOAT_OUTPUTS else np.float32)
+        self.x_host = np.empty((self.be.bsz,) + self.shape, dtype)
+        return pipeline
 
     def shard(self, rank, nranks):
         """Iterate only part ``rank`` of ``nranks`` of every global batch (see the class doc)."""
@@ -117,6 +143,8 @@ class ArrayIterator:
             self.order = self.be.rng.permutation(self.ndata)
         else:
             self.order = np.arange(self.ndata)
+        if self.augment is not None and self.augment.is_random:
+            self.key = epoch_key(self.be.rng)
         for b in range(skip, self.nbatches):
             start = (b * self.nranks + self.rank) * bsz
             idx = self.order[np.arange(start, start + bsz) % self.ndata]
@@ -125,8 +153,10 @@ class ArrayIterator:
             yield self.x_buf, self.t_buf
 
     def _fill(self, idx):
-        set_batch(self.x_buf, self.t_buf, self.X[idx],
-                  None if self.y is None else self.y[idx])
+        x = self.X[idx]
+        if self.augment is not None:
+            x = self.augment.apply(x, idx, self.key, self.x_host)
+        set_batch(self.x_buf, self.t_buf, x, None if self.y is None else self.y[idx])
 
 
 def set_batch(x_buf, t_buf, x, y):

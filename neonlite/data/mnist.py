@@ -48,11 +48,11 @@ class MNIST(ImageDataset):
 
     name = "mnist"
     nclass = 10
-    shape = (28, 28, 1)
+    image_shape = (28, 28, 1)
 
     def __init__(self, path=None, download=True, mirror=MIRROR, timeout=30.0, shuffle=True,
-                 reconstruct=False, test_split=None):
-        super().__init__(shuffle, reconstruct)
+                 reconstruct=False, test_split=None, augment=None):
+        super().__init__(shuffle, reconstruct, augment)
         if test_split is not None and (isinstance(test_split, bool) or
                                        not isinstance(test_split, (int, float)) or
                                        not 0.0 < test_split < 1.0):
@@ -126,7 +126,7 @@ class MNIST(ImageDataset):
     def _split(self, arrays, found, part):
         X, y = arrays[f"{part}_images"], arrays[f"{part}_labels"]
         xpath, ypath = found[f"{part}_images"], found[f"{part}_labels"]
-        if X.ndim != 3 or X.shape[1:] != self.shape[:2] or X.dtype != np.uint8:
+        if X.ndim != 3 or X.shape[1:] != self.image_shape[:2] or X.dtype != np.uint8:
             raise DataError(f"{xpath}: expected uint8 images of shape (N, 28, 28), got "
                             f"{X.dtype} {X.shape}")
         if y.ndim != 1 or y.dtype != np.uint8:

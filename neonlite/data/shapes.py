@@ -43,8 +43,8 @@ class Shapes(ImageDataset):
     name = "shapes"
 
     def __init__(self, n=10000, size=32, classes=8, seed=0, nvalid=None, noise=12.0,
-                 scale=(0.2, 0.4), nclass=None, shuffle=True, reconstruct=False):
-        super().__init__(shuffle, reconstruct)
+                 scale=(0.2, 0.4), nclass=None, shuffle=True, reconstruct=False, augment=None):
+        super().__init__(shuffle, reconstruct, augment)
         if not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"Shapes: n must be a positive integer, got {n!r}")
         if not isinstance(size, (int, np.integer)) or size < 8:
@@ -69,7 +69,7 @@ class Shapes(ImageDataset):
         if not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"Shapes: seed must be a non-negative integer, got {seed!r}")
         self.scale = (lo, hi)
-        self.shape = (self.size, self.size, 3)
+        self.image_shape = (self.size, self.size, 3)
 
     def _load(self):
         return tuple(make_shapes(count, self.size, self.class_names,

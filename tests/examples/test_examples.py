@@ -121,12 +121,29 @@ def test_cifar10_examples_run_on_cifar_files(name, tmp_path, cifar_dir):
 
 @pytest.mark.parametrize("name", ["cifar10_allcnn", "cifar10_resnet"])
 def test_cifar10_examples_run_offline_on_shapes(name, tmp_path):
+    """On Shapes instead of CIFAR-10 (the ResNet recipe keeps its augmentation)."""
     text = (EXAMPLES / f"{name}.yaml").read_text()
-    assert "\ndataset: cifar10\n" in text
+    short, block = "\ndataset: cifar10\n", "\ndataset:\n  type: cifar10\n  config:\n"
+    assert short in text or block in text
     config = tmp_path / f"{name}.yaml"
-    config.write_text(text.replace("\ndataset: cifar10\n",
-                                   "\ndataset: {type: shapes, config: {n: 16, nclass: 10}}\n"))
+    config.write_text(text.replace(short, "\ndataset: {type: shapes, config: {n: 16, nclass: "
+                                          "10}}\n").replace(
+        block, "\ndataset:\n  type: shapes\n  config:\n    n: 16\n    nclass: 10\n"))
     brief(config, tmp_path, "-z", 4)
+
+
+def test_resnet_recipe_is_the_papers():
+    """Pad-4 crop + flip, SGD momentum 0.9, lr 0.1 / 10 at epochs 82 and 123 of 164 (32k, 48k
+    and 64k iterations of 391 batches of 128)."""
+    desc = RunConfig.from_file(EXAMPLES / "cifar10_resnet.yaml").description()
+    augment = desc["dataset"]["config"]["augment"]
+    assert [a["type"] for a in augment] == ["pad_crop", "flip", "normalize"]
+    assert augment[0]["config"] == {"size": 32, "pad": 4}
+    opt = desc["optimizer"]["config"]
+    assert (opt["learning_rate"], opt["momentum_coef"], opt["wdecay"]) == (0.1, 0.9, 1e-4)
+    assert opt["schedule"]["config"] == {"step_config": [82, 123], "change": 0.1}
+    batches = -(-50000 // desc["batchsize"])
+    assert [e * batches // 1000 for e in (82, 123, desc["epochs"])] == [32, 48, 64]
 
 
 def test_char_transformer_yaml_runs(tmp_path):

@@ -2,7 +2,8 @@
 
 ``augment: [{type: pad_crop, config: {size: 32, pad: 4}}, {type: flip}, ...]``: each entry is
 ``{type: name, config: {option: value}}`` (``config`` may be left out, a bare name is short
-for ``{type: name}``), the options being the op's constructor arguments.  Every error starts
+for ``{type: name}``), the options being the op's constructor arguments; from Python, op
+objects may stand in the list too.  Every error starts
 with the entry's key path (``augment[0].config.size: ...``).
 """
 import difflib
@@ -11,6 +12,7 @@ import inspect
 from ..errors import DataError
 from .colour import ColorJitter, Normalize
 from .geometry import CenterCrop, Flip, PadCrop, RandomResizedCrop, Resize
+from .op import AugmentOp
 from .pipeline import Pipeline
 
 OPS = {cls.yaml_name: cls for cls in (PadCrop, Flip, RandomResizedCrop, Resize, CenterCrop,
@@ -29,7 +31,10 @@ def op_options(cls):
 
 
 def op_from_config(desc, path):
-    """One op from ``{type, config}`` (or a bare type name) at key path ``path``."""
+    """One op from ``{type, config}`` (or a bare type name, or the op itself) at key path
+    ``path``."""
+    if isinstance(desc, AugmentOp):
+        return desc
     if isinstance(desc, str):
         desc = {"type": desc}
     if not isinstance(desc, dict):
@@ -64,10 +69,10 @@ def op_from_config(desc, path):
 
 
 def pipeline_from_config(items, path="augment", train=True):
-    """The :class:`Pipeline` of YAML list ``items`` (a Pipeline is returned as it is; None
-    and [] are the empty pipeline)."""
+    """The :class:`Pipeline` of YAML list ``items``, training or not as ``train`` says (a
+    Pipeline is returned as it is; None and [] are the empty pipeline)."""
     if isinstance(items, Pipeline):
-        return items if items.train == train else Pipeline(items.ops, train, items.path)
+        return items
     if items is None:
         items = []
     if not isinstance(items, (list, tuple)):

@@ -17,6 +17,12 @@ def _known(shape):
     return shape[0] is not None and shape[1] is not None
 
 
+def _first_smaller(shapes, least):
+    """The first sample whose (H, W) is below ``least`` (h, w) in either axis, or None."""
+    bad = np.flatnonzero(np.any(shapes[:, :2] < least, axis=1))
+    return int(bad[0]) if bad.size else None
+
+
 class PadCrop(AugmentOp):
     """Pad by ``pad`` pixels of value ``fill`` on every side, then crop ``size`` (an int or
     [h, w]) at a random place (the centre when evaluating); CIFAR's pad-4 crop."""
@@ -45,8 +51,10 @@ class PadCrop(AugmentOp):
         return self.size + (shape[2],)
 
     def draw(self, u, shapes, train=True):
-        for i, (h, w, _) in enumerate(shapes):
-            self._check(h, w, f" of sample {i} ({h}x{w})")
+        i = _first_smaller(shapes, np.array(self.size) - 2 * self.pad)
+        if i is not None:
+            self._check(shapes[i, 0], shapes[i, 1], f" of sample {i} ({shapes[i, 0]}x"
+                                                    f"{shapes[i, 1]})")
         room_y = shapes[:, 0] + 2 * self.pad - self.size[0]
         room_x = shapes[:, 1] + 2 * self.pad - self.size[1]
         if train:
@@ -54,6 +62,11 @@ class PadCrop(AugmentOp):
         else:
             top, left = room_y // 2, room_x // 2
         return {"top": top - self.pad, "left": left - self.pad}
+
+    def shapes_after(self, shapes, params):
+        out = shapes.copy()
+        out[:, :2] = self.size
+        return out
 
     def reference(self, image, params, i):
         top, left = int(params["top"][i]), int(params["left"][i])
@@ -103,10 +116,16 @@ class CenterCrop(AugmentOp):
         return self.size + (shape[2],)
 
     def draw(self, u, shapes, train=True):
-        for i, (h, w, _) in enumerate(shapes):
-            self._check(h, w, f" of sample {i}")
+        i = _first_smaller(shapes, np.array(self.size))
+        if i is not None:
+            self._check(shapes[i, 0], shapes[i, 1], f" of sample {i}")
         return {"top": np.round((shapes[:, 0] - self.size[0]) / 2.0).astype(np.int64),
                 "left": np.round((shapes[:, 1] - self.size[1]) / 2.0).astype(np.int64)}
+
+    def shapes_after(self, shapes, params):
+        out = shapes.copy()
+        out[:, :2] = self.size
+        return out
 
     def reference(self, image, params, i):
         top, left = int(params["top"][i]), int(params["left"][i])
@@ -145,6 +164,9 @@ class Resize(AugmentOp):
         h, w = self.sizes(shapes[:, 0], shapes[:, 1])
         return {"box": np.stack([np.zeros_like(h), np.zeros_like(h), shapes[:, 0], shapes[:, 1]],
                                 axis=1), "out": np.stack([h, w], axis=1)}
+
+    def shapes_after(self, shapes, params):
+        return np.concatenate([np.asarray(params["out"], np.int64), shapes[:, 2:]], axis=1)
 
     def reference(self, image, params, i):
         return resize_box(image, params["box"][i], tuple(params["out"][i]))
@@ -209,6 +231,9 @@ class RandomResizedCrop(AugmentOp):
         box = self.boxes(u, shapes[:, 0], shapes[:, 1]) if train else \
             self.eval_boxes(shapes[:, 0], shapes[:, 1])
         return {"box": box, "out": np.tile(np.array(self.size, np.int64), (len(shapes), 1))}
+
+    def shapes_after(self, shapes, params):
+        return np.concatenate([np.asarray(params["out"], np.int64), shapes[:, 2:]], axis=1)
 
     def reference(self, image, params, i):
         return resize_box(image, params["box"][i], self.size)

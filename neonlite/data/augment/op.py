@@ -31,6 +31,10 @@ class AugmentOp:
         """The batch's per-sample parameters (see the module doc)."""
         return {}
 
+    def shapes_after(self, shapes, params):
+        """(N, 3) int64 shapes of the outputs of inputs ``shapes`` with ``params``."""
+        return shapes
+
     def reference(self, image, params, i):
         """Sample ``i`` (uint8 (H, W, C)) with its parameters applied, in numpy."""
         return image

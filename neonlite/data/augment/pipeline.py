@@ -9,6 +9,10 @@
 stream ``k`` of :mod:`~neonlite.data.augment.draws`, so sample ``i`` is augmented the same
 whatever batch it is in.
 
+The ops run as the C kernels of :mod:`~neonlite.data.augment.kernels` where they are built
+(``use_kernels=False``: always the numpy references, their definition; the results are the
+same bits).
+
 A pipeline made with ``train=False`` (or :meth:`Pipeline.evaluation`) evaluates: the
 random ops take their deterministic form (a centred crop for :class:`PadCrop` and
 :class:`RandomResizedCrop`; :class:`Flip` and :class:`ColorJitter` do nothing), so evaluation
@@ -21,15 +25,17 @@ import numpy as np
 from ..errors import DataError
 from .colour import Normalize
 from .draws import sample_uniforms
+from .kernels import augment_module, run_steps
 from .op import AugmentOp
 
 FLOAT_OUTPUTS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class Pipeline:
-    """Augmentation ops applied in order (see the module doc); ``train`` False evaluates."""
+    """Augmentation ops applied in order (see the module doc); ``train`` False evaluates;
+    ``use_kernels`` False runs the numpy references."""
 
-    def __init__(self, ops, train=True, path="augment"):
+    def __init__(self, ops, train=True, path="augment", use_kernels=True):
         ops = list(ops) if isinstance(ops, (list, tuple)) else ops
         if not isinstance(ops, list):
             raise DataError(f"{path}: expected a list of augmentation ops, got "
@@ -43,10 +49,11 @@ class Pipeline:
                                 f"uint8 images into floats), but {len(ops) - 1 - i} op(s) "
                                 f"follow it")
         self.ops, self.train, self.path = ops, bool(train), path
+        self.use_kernels = use_kernels
 
     def evaluation(self):
         """The same ops, evaluating (deterministic)."""
-        return Pipeline(self.ops, train=False, path=self.path)
+        return Pipeline(self.ops, train=False, path=self.path, use_kernels=self.use_kernels)
 
     def _where(self, stream, err):
         """``err`` of op ``stream`` with the op's key path in front."""
@@ -94,6 +101,25 @@ class Pipeline:
         final = self.out_shape((None, None, int(shapes[0, 2])) if _mixed(shapes) else
                                tuple(int(v) for v in shapes[0]))
         _check_out(out, (n,) + final, self.out_dtypes())
+        planned = self._draw(images, shapes, indices, key)
+        module = augment_module() if self.use_kernels else None
+        if module is not None:
+            target = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
+            run_steps(module, planned, images, shapes, target,
+                      self.ops[-1] if self.normalizes else None)
+            if target is not out:
+                out[...] = target
+            return out
+        for op, params in planned:
+            images = [op.reference(image, params, i) for i, image in enumerate(images)]
+        for i, image in enumerate(images):
+            out[i] = self.ops[-1].normalise(image, out.dtype) if self.normalizes else image
+        return out
+
+    def _draw(self, images, shapes, indices, key):
+        """``[(op, params)]`` of the batch: each op's per-sample parameters (Normalize last,
+        without any), drawn for the shapes the ops before it give."""
+        n, planned = len(images), []
         for stream, op in enumerate(self.ops):
             if isinstance(op, Normalize):
                 break
@@ -103,11 +129,9 @@ class Pipeline:
                 params = op.draw(u, shapes, self.train)
             except DataError as err:
                 raise self._where(stream, err) from None
-            images = [op.reference(image, params, i) for i, image in enumerate(images)]
-            shapes = np.array([image.shape for image in images], dtype=np.int64).reshape(n, 3)
-        for i, image in enumerate(images):
-            out[i] = self.ops[-1].normalise(image, out.dtype) if self.normalizes else image
-        return out
+            planned.append((op, params))
+            shapes = op.shapes_after(shapes, params)
+        return planned
 
     def __repr__(self):
         return f"Pipeline({self.ops!r}, train={self.train})"
@@ -128,12 +152,16 @@ def _check_in_shape(shape):
 
 
 def _check_images(images):
-    """The batch as a list of (H, W, C) uint8 arrays and their (N, 3) shapes."""
+    """The batch (a uint8 (N, H, W, C) array as it is, or a list of (H, W, C) uint8 arrays)
+    and its (N, 3) int64 shapes."""
     if isinstance(images, np.ndarray):
         if images.dtype != np.uint8 or images.ndim != 4:
             raise DataError(f"augment: expected uint8 images (N, H, W, C), got an array of "
                             f"shape {images.shape} dtype {images.dtype}")
-        listed = list(images)
+        if images.shape[0] == 0:
+            raise DataError("augment: the batch is empty")
+        shapes = np.tile(np.array(images.shape[1:], np.int64), (images.shape[0], 1))
+        listed = images
     elif isinstance(images, (list, tuple)):
         listed = list(images)
         for i, image in enumerate(listed):
@@ -142,12 +170,12 @@ def _check_images(images):
                     image, np.ndarray) else type(image).__name__
                 raise DataError(f"augment: image {i} of the batch must be a uint8 (H, W, C) "
                                 f"array, got {what}")
+        if not listed:
+            raise DataError("augment: the batch is empty")
+        shapes = np.array([image.shape for image in listed], dtype=np.int64)
     else:
         raise DataError(f"augment: expected a uint8 array (N, H, W, C) or a list of uint8 "
                         f"(H, W, C) arrays, got {type(images).__name__}")
-    if not listed:
-        raise DataError("augment: the batch is empty")
-    shapes = np.array([image.shape for image in listed], dtype=np.int64)
     if np.any(shapes[:, 2] != shapes[0, 2]) or np.any(shapes[:, :2] < 1):
         bad = int(np.flatnonzero((shapes[:, 2] != shapes[0, 2]) |
                                  np.any(shapes[:, :2] < 1, axis=1))[0])

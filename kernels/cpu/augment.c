@@ -1,0 +1,272 @@
+/* Augmentation kernels on uint8 images (see augment.h).  Floating-point steps must round as
+ * numpy does, one operation at a time: no fused multiply-add. */
+#pragma GCC optimize("fp-contract=off")
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef DTYPE
+#error "compile with -DDTYPE=uint8_t"
+#endif
+typedef DTYPE real;
+
+#include "augment.h"
+
+#define PRECISION_BITS 22
+
+/* One output row of `count` uint8 values (pixels of `channels`) to row `y` of sample i's
+ * output, converted to out_kind. */
+static void store_row(const uint8_t *row, void *dst, int64_t y, int64_t count, int channels,
+                      int out_kind, const double *scale, const double *shift)
+{
+    const int C = channels;
+    const int64_t pixels = count / C;
+    if (out_kind == 0) {
+        memcpy((uint8_t *)dst + y * count, row, (size_t)count);
+    } else if (out_kind == 1) {
+        float *out = (float *)dst + y * count;
+        if (C == 3) {
+            const float s0 = (float)scale[0], s1 = (float)scale[1], s2 = (float)scale[2];
+            const float t0 = (float)shift[0], t1 = (float)shift[1], t2 = (float)shift[2];
+            for (int64_t p = 0; p < pixels; p++) {
+                out[3 * p] = (float)row[3 * p] * s0 + t0;
+                out[3 * p + 1] = (float)row[3 * p + 1] * s1 + t1;
+                out[3 * p + 2] = (float)row[3 * p + 2] * s2 + t2;
+            }
+        } else {
+            for (int c = 0; c < C; c++) {
+                const float sc = (float)scale[c], tc = (float)shift[c];
+                for (int64_t p = 0; p < pixels; p++)
+                    out[p * C + c] = (float)row[p * C + c] * sc + tc;
+            }
+        }
+    } else {
+        double *out = (double *)dst + y * count;
+        for (int c = 0; c < C; c++)
+            for (int64_t p = 0; p < pixels; p++)
+                out[p * C + c] = (double)row[p * C + c] * scale[c] + shift[c];
+    }
+}
+
+/* Row y of a crop: pixels left .. left + w - 1 of source row `line` (NULL: outside the image)
+ * of width W, `fill` outside, mirrored when `flip`. */
+static void crop_row(const uint8_t *line, int W, int left, int w, int C, int flip, int fill,
+                     uint8_t *row)
+{
+    const int64_t bytes = (int64_t)w * C;
+    if (!line) {
+        memset(row, fill, (size_t)bytes);
+        return;
+    }
+    const int x0 = left < 0 ? -left : 0;
+    const int x1 = left + w > W ? W - left : w;
+    if (x0 > 0 || x1 < w)
+        memset(row, fill, (size_t)bytes);
+    if (x1 <= x0)
+        return;
+    const uint8_t *from = line + (int64_t)(left + x0) * C;
+    if (!flip) {
+        memcpy(row + (int64_t)x0 * C, from, (size_t)(x1 - x0) * C);
+    } else if (C == 3) {
+        for (int x = x0; x < x1; x++) {
+            uint8_t *to = row + (int64_t)(w - 1 - x) * 3;
+            const uint8_t *p = from + (int64_t)(x - x0) * 3;
+            to[0] = p[0];
+            to[1] = p[1];
+            to[2] = p[2];
+        }
+    } else {
+        for (int x = x0; x < x1; x++)
+            memcpy(row + (int64_t)(w - 1 - x) * C, from + (int64_t)(x - x0) * C, (size_t)C);
+    }
+}
+
+int aug_crop(const real *const *src, const int32_t *src_hw, void *const *dst,
+             const int32_t *dst_hw, int64_t n, int channels, const int32_t *top,
+             const int32_t *left, const uint8_t *flip, int fill, int out_kind,
+             const double *scale, const double *shift)
+{
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : failed)
+    for (int64_t i = 0; i < n; i++) {
+        const int H = src_hw[2 * i], W = src_hw[2 * i + 1];
+        const int h = dst_hw[2 * i], w = dst_hw[2 * i + 1], C = channels;
+        const int64_t bytes = (int64_t)w * C;
+        uint8_t *row = out_kind == 0 ? NULL : malloc((size_t)bytes);
+        if (out_kind != 0 && !row) {
+            failed++;
+            continue;
+        }
+        for (int y = 0; y < h; y++) {
+            const int sy = top[i] + y;
+            const uint8_t *line = sy < 0 || sy >= H ? NULL : src[i] + (int64_t)sy * W * C;
+            uint8_t *to = row ? row : (uint8_t *)dst[i] + y * bytes;
+            crop_row(line, W, left[i], w, C, flip[i], fill, to);
+            if (row)
+                store_row(row, dst[i], y, bytes, C, out_kind, scale, shift);
+        }
+        free(row);
+    }
+    return failed;
+}
+
+static inline uint8_t clip8(int32_t acc)
+{
+    const int32_t v = acc >> PRECISION_BITS;
+    return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+/* The horizontal pass of one row for C channels (C a constant where inlined): out[x, c] =
+ * clip8(sum_k line[first[x] + k, c] * weights[x, k]); every tap lies inside the box (the
+ * tables are shifted so; see resample_tables in kernels.py). */
+static inline void horizontal_row(const uint8_t *line, uint8_t *out, int w, const int C,
+                                  const int32_t *first, const int32_t *weights, int taps)
+{
+    for (int x = 0; x < w; x++) {
+        const uint8_t *p = line + (int64_t)first[x] * C;
+        const int32_t *wk = weights + (int64_t)x * taps;
+        int32_t acc[4] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1),
+                          1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1)};
+        for (int k = 0; k < taps; k++)
+            for (int c = 0; c < C; c++)
+                acc[c] += (int32_t)p[k * C + c] * wk[k];
+        for (int c = 0; c < C; c++)
+            out[x * C + c] = clip8(acc[c]);
+    }
+}
+
+/* The same for any channel count, reading tap first[x] + k at min(first[x] + k, bw - 1) (a
+ * box narrower than the taps: the taps past it weigh 0). */
+static void horizontal_row_any(const uint8_t *line, uint8_t *out, int w, int C,
+                               const int32_t *first, const int32_t *weights, int taps, int bw)
+{
+    for (int x = 0; x < w; x++) {
+        const int32_t *wk = weights + (int64_t)x * taps;
+        for (int c = 0; c < C; c++) {
+            int32_t acc = 1 << (PRECISION_BITS - 1);
+            for (int k = 0; k < taps; k++) {
+                const int sx = first[x] + k < bw ? first[x] + k : bw - 1;
+                acc += (int32_t)line[(int64_t)sx * C + c] * wk[k];
+            }
+            out[x * C + c] = clip8(acc);
+        }
+    }
+}
+
+int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
+               const int32_t *dst_hw, int64_t n, int channels, const int32_t *box,
+               const int32_t *first_y, const int32_t *weights_y, int stride_y, int taps_y,
+               const int32_t *first_x, const int32_t *weights_x, int stride_x, int taps_x,
+               const uint8_t *flip, int out_kind, const double *scale, const double *shift)
+{
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : failed)
+    for (int64_t i = 0; i < n; i++) {
+        const int W = src_hw[2 * i + 1], C = channels;
+        const int top = box[4 * i], left = box[4 * i + 1], bh = box[4 * i + 2];
+        const int bw = box[4 * i + 3];
+        const int h = dst_hw[2 * i], w = dst_hw[2 * i + 1];
+        const int64_t row_len = (int64_t)w * C;
+        const int32_t *fx = first_x + i * stride_x, *fy = first_y + i * stride_y;
+        const int32_t *wx = weights_x + i * stride_x * taps_x;
+        const int32_t *wy = weights_y + i * stride_y * taps_y;
+        uint8_t *tmp = malloc((size_t)(bh * row_len + 2 * row_len));
+        int32_t *acc = malloc((size_t)row_len * sizeof(int32_t));
+        if (!tmp || !acc) {
+            free(tmp);
+            free(acc);
+            failed++;
+            continue;
+        }
+        uint8_t *row = tmp + bh * row_len, *mirrored = row + row_len;
+        for (int y = 0; y < bh; y++) {
+            const uint8_t *line = src[i] + ((int64_t)(top + y) * W + left) * C;
+            uint8_t *out = tmp + (int64_t)y * row_len;
+            if (C == 3 && taps_x <= bw)
+                horizontal_row(line, out, w, 3, fx, wx, taps_x);
+            else if (C == 1 && taps_x <= bw)
+                horizontal_row(line, out, w, 1, fx, wx, taps_x);
+            else
+                horizontal_row_any(line, out, w, C, fx, wx, taps_x, bw);
+        }
+        for (int y = 0; y < h; y++) {
+            for (int64_t j = 0; j < row_len; j++)
+                acc[j] = 1 << (PRECISION_BITS - 1);
+            for (int k = 0; k < taps_y; k++) {
+                const int32_t wk = wy[(int64_t)y * taps_y + k];
+                const int sy = fy[y] + k < bh ? fy[y] + k : bh - 1;
+                const uint8_t *in = tmp + (int64_t)sy * row_len;
+                for (int64_t j = 0; j < row_len; j++)
+                    acc[j] += (int32_t)in[j] * wk;
+            }
+            for (int64_t j = 0; j < row_len; j++)
+                row[j] = clip8(acc[j]);
+            const uint8_t *done = row;
+            if (flip[i]) {
+                for (int x = 0; x < w; x++)
+                    memcpy(mirrored + (int64_t)(w - 1 - x) * C, row + (int64_t)x * C, (size_t)C);
+                done = mirrored;
+            }
+            store_row(done, dst[i], y, row_len, C, out_kind, scale, shift);
+        }
+        free(tmp);
+        free(acc);
+    }
+    return failed;
+}
+
+static inline uint8_t round8(float v)
+{
+    v = rintf(v);
+    return (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
+}
+
+static inline int64_t grey_of(const uint8_t *p, int C)
+{
+    if (C == 1)
+        return p[0];
+    return (299 * (int64_t)p[0] + 587 * (int64_t)p[1] + 114 * (int64_t)p[2] + 500) / 1000;
+}
+
+int aug_jitter(const real *const *src, const int32_t *src_hw, void *const *dst, int64_t n,
+                int channels, const float *factors, int out_kind, const double *scale,
+                const double *shift)
+{
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : failed)
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t H = src_hw[2 * i], W = src_hw[2 * i + 1], C = channels;
+        const int64_t pixels = H * W, count = pixels * C;
+        const float b = factors[3 * i], c = factors[3 * i + 1], s = factors[3 * i + 2];
+        uint8_t *img = malloc((size_t)count);
+        if (!img) {
+            failed++;
+            continue;
+        }
+        memcpy(img, src[i], (size_t)count);
+        if (b != 1.0f)
+            for (int64_t k = 0; k < count; k++)
+                img[k] = round8((float)img[k] * b);
+        if (c != 1.0f) {
+            int64_t sum = 0;
+            for (int64_t p = 0; p < pixels; p++)
+                sum += grey_of(img + p * C, (int)C);
+            const float mean = (float)((double)sum / (double)pixels), part = (1.0f - c) * mean;
+            for (int64_t k = 0; k < count; k++)
+                img[k] = round8((float)img[k] * c + part);
+        }
+        if (s != 1.0f) {
+            const float one_minus_s = 1.0f - s;
+            for (int64_t p = 0; p < pixels; p++) {
+                const float g = (float)grey_of(img + p * C, (int)C), part = one_minus_s * g;
+                for (int64_t k = 0; k < C; k++)
+                    img[p * C + k] = round8((float)img[p * C + k] * s + part);
+            }
+        }
+        for (int64_t y = 0; y < H; y++)
+            store_row(img + y * W * C, dst[i], y, W * C, (int)C, out_kind, scale, shift);
+        free(img);
+    }
+    return failed;
+}

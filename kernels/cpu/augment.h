@@ -1,0 +1,39 @@
+/* Augmentation of batches of uint8 images (H, W, C), one call per batch: the C form of the
+ * numpy definitions in neonlite/data/augment/ (geometry.py, resample.py, colour.py), bit for
+ * bit.  Compiled once, as the uint8 variant augment_u8 (`real` is uint8_t).
+ *
+ * Sample i is read from src[i], of src_hw[2i] x src_hw[2i+1] pixels, and written to dst[i] of
+ * dst_hw[2i] x dst_hw[2i+1] pixels, both C-contiguous (H, W, channels).  The output is uint8
+ * (out_kind 0), or float (1) or double (2) with value x * scale[c] + shift[c] (scale and shift
+ * given as doubles, rounded to the output type first): the normalisation fused into the
+ * last step.  Samples run in parallel (OpenMP); a sample's result does not depend on the
+ * thread count.  Each function returns the number of samples it could not allocate its row
+ * buffers for (0: all written). */
+
+/* Sample i's window of the image padded with `fill` on every side: output pixel (y, x) is
+ * source pixel (top[i] + y, left[i] + x') with x' = W_out - 1 - x when flip[i], else x,
+ * and `fill` where that lies outside the source. */
+int aug_crop(const real *const *src, const int32_t *src_hw, void *const *dst,
+              const int32_t *dst_hw, int64_t n, int channels, const int32_t *top,
+              const int32_t *left, const uint8_t *flip, int fill, int out_kind,
+              const double *scale, const double *shift);
+
+/* Sample i's box (box[4i..4i+3]: top, left, height, width) resized bilinearly (resample.py):
+ * the horizontal pass with tables first_x (n, stride_x) and weights_x (n, stride_x, taps_x),
+ * into uint8 rows, then the vertical pass with first_y (n, stride_y) and weights_y
+ * (n, stride_y, taps_y); 22-bit fixed point.  A tap past the box reads its last pixel (its
+ * weight is 0); where a box is at least taps_x wide, the horizontal pass reads without that
+ * check, so the caller shifts the tables to keep first + taps inside it (kernels.py's
+ * resample_tables).  Mirrored left-right when flip[i]. */
+int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
+                const int32_t *dst_hw, int64_t n, int channels, const int32_t *box,
+                const int32_t *first_y, const int32_t *weights_y, int stride_y, int taps_y,
+                const int32_t *first_x, const int32_t *weights_x, int stride_x, int taps_x,
+                const uint8_t *flip, int out_kind, const double *scale, const double *shift);
+
+/* Brightness, contrast and saturation factors[3i..3i+2] of sample i (colour.py's ColorJitter,
+ * each step in float and rounded half to even back to uint8; a factor of 1 skips its
+ * step); dst has the source's size. */
+int aug_jitter(const real *const *src, const int32_t *src_hw, void *const *dst, int64_t n,
+                int channels, const float *factors, int out_kind, const double *scale,
+                const double *shift);

@@ -1,0 +1,190 @@
+"""The ops of a pipeline run as the C kernels of ``kernels/cpu/augment.c`` (the uint8 variant
+``augment_u8``), one call per op per batch, with the per-sample parameters the ops drew.
+
+A :class:`Flip` right after a crop or resize is fused into it (written mirrored), and the
+:class:`Normalize` at the end is fused into the last kernel's stores.  The results are those
+of the ops' numpy ``reference`` bit for bit (the tests check it).  :func:`augment_module` is
+None where the kernels cannot be built (no C compiler, ``NEONLITE_CPU_KERNELS=0``): the
+pipeline then runs the numpy references.
+"""
+import functools
+import os
+
+import numpy as np
+
+from ...kernels.specs import cpu_variant
+from ..errors import DataError
+from .colour import ColorJitter, Normalize
+from .geometry import CenterCrop, Flip, PadCrop, RandomResizedCrop, Resize
+from .resample import bilinear_taps
+
+OUT_KINDS = {np.dtype(np.uint8): 0, np.dtype(np.float32): 1, np.dtype(np.float64): 2}
+
+
+@functools.lru_cache(maxsize=None)
+def augment_module():
+    """The cffi module of the augmentation kernels, or None (then numpy runs)."""
+    if os.environ.get("NEONLITE_CPU_KERNELS", "").strip() == "0":
+        return None
+    from ...kernels.build import default_builder
+    from ...kernels.toolchain import CompileError, CompilerNotFound
+    try:
+        return default_builder().load_cpu(cpu_variant("augment", np.uint8))
+    except (CompilerNotFound, CompileError, ImportError, OSError):
+        return None
+
+
+class Batch:
+    """A batch of uint8 images as the kernels see it: one pointer per sample and the (N, 2)
+    int32 heights and widths; the arrays it points into are kept alive with it."""
+
+    def __init__(self, ffi, images, shapes):
+        self.ffi, self.shapes = ffi, shapes
+        self.hw = np.ascontiguousarray(shapes[:, :2], dtype=np.int32)
+        self.arrays = np.ascontiguousarray(images) if isinstance(images, np.ndarray) else \
+            [np.ascontiguousarray(image) for image in images]
+        self.pointers = pointer_array(ffi, "uint8_t *[]", self.arrays)
+
+
+def pointer_array(ffi, ctype, arrays):
+    """A cffi array of pointers to the first element of each of ``arrays`` (an (N, ...)
+    C-contiguous array, whose rows are pointed at, or a list of C-contiguous arrays)."""
+    n = len(arrays)
+    pointers = ffi.new(ctype, n)
+    if isinstance(arrays, np.ndarray):
+        base = ffi.cast("uint8_t *", ffi.from_buffer(arrays))
+        step = arrays.strides[0]
+        for i in range(n):
+            pointers[i] = base + i * step
+    else:
+        for i, array in enumerate(arrays):
+            pointers[i] = ffi.cast("uint8_t *", ffi.from_buffer(array))
+    return pointers
+
+
+def _outputs(shapes_hw, channels, final):
+    """The output of one step: ``final`` (the pipeline's ``out``) or new uint8 images of
+    heights and widths ``shapes_hw`` (N, 2), one array when they are all one size."""
+    if final is not None:
+        return final
+    if np.all(shapes_hw == shapes_hw[0]):
+        return np.empty((len(shapes_hw), int(shapes_hw[0, 0]), int(shapes_hw[0, 1]), channels),
+                        np.uint8)
+    return [np.empty((int(h), int(w), channels), np.uint8) for h, w in shapes_hw]
+
+
+def resample_tables(lengths, outs):
+    """(first (N, stride), weights (N, stride, taps), stride, taps) int32 of boxes of
+    ``lengths`` resized to ``outs`` (both (N,)), padded to the batch's longest, each output's
+    taps shifted to lie inside its box (``first + taps <= length``; the shifted-in taps weigh
+    0) where the box is at least ``taps`` long, as ``aug_resize``'s fast path reads them."""
+    lengths, outs = np.asarray(lengths, np.int64), np.asarray(outs, np.int64)
+    if np.all(outs == outs[0]):
+        first, weights = bilinear_taps(lengths, int(outs[0]))
+    else:
+        tables = [bilinear_taps([length], int(o)) for length, o in zip(lengths, outs)]
+        stride, taps = int(outs.max()), max(w.shape[2] for _, w in tables)
+        first = np.zeros((len(outs), stride), np.int32)
+        weights = np.zeros((len(outs), stride, taps), np.int32)
+        for i, (f, w) in enumerate(tables):
+            first[i, :f.shape[1]] = f[0]
+            weights[i, :w.shape[1], :w.shape[2]] = w[0]
+    taps = weights.shape[2]
+    shift = np.maximum(first.astype(np.int64) + taps - lengths[:, None], 0)
+    shift = np.where((taps <= lengths)[:, None], shift, 0)
+    if shift.any():
+        source = np.arange(taps)[None, None, :] - shift[..., None]
+        weights = np.where(source >= 0, np.take_along_axis(
+            weights, np.clip(source, 0, taps - 1), axis=2), 0)
+        first = first - shift
+    return (np.ascontiguousarray(first, np.int32), np.ascontiguousarray(weights, np.int32),
+            first.shape[1], weights.shape[2])
+
+
+def _check(failed):
+    if failed:
+        raise MemoryError(f"augment: the kernels could not allocate the row buffers of "
+                          f"{failed} sample(s)")
+
+
+def run_steps(module, planned, images, shapes, out, normalize):
+    """Run ``planned`` ((op, params) pairs, in order, Normalize left out) on ``images`` (a
+    uint8 (N, H, W, C) array or list) of ``shapes`` (N, 3), the last step writing ``out``
+    (normalised by ``normalize`` when given)."""
+    ffi, lib = module.ffi, module.lib
+    n, channels = len(shapes), int(shapes[0, 2])
+    kind = OUT_KINDS[out.dtype]
+    scale, shift = normalize.scale_shift(channels, np.float64) if normalize else \
+        (np.ones(channels), np.zeros(channels))
+    scale_p, shift_p = ffi.from_buffer("double[]", scale), ffi.from_buffer("double[]", shift)
+    steps = _fuse_flips([(op, params) for op, params in planned
+                         if not isinstance(op, Normalize)])
+    if not steps:
+        steps = [(None, {}, np.zeros(n, np.uint8))]
+    for s, (op, params, flip) in enumerate(steps):
+        last = s == len(steps) - 1
+        src = Batch(ffi, images, shapes)
+        if isinstance(op, (Resize, RandomResizedCrop)):
+            hw = np.asarray(params["out"], np.int64)
+        elif isinstance(op, (PadCrop, CenterCrop)):
+            hw = np.tile(np.array(op.size, np.int64), (n, 1))
+        else:
+            hw = shapes[:, :2]
+        dst = _outputs(hw, channels, out if last else None)
+        dst_p = pointer_array(ffi, "void *[]", dst)
+        dst_hw = np.ascontiguousarray(hw, np.int32)
+        step_kind = kind if last else 0
+        flip_p = ffi.from_buffer("uint8_t[]", np.ascontiguousarray(flip, np.uint8))
+        if isinstance(op, (Resize, RandomResizedCrop)):
+            box = np.ascontiguousarray(params["box"], np.int32)
+            fy, wy, sy, ty = resample_tables(box[:, 2], hw[:, 0])
+            fx, wx, sx, tx = resample_tables(box[:, 3], hw[:, 1])
+            failed = lib.aug_resize(src.pointers, _i32(ffi, src.hw), dst_p, _i32(ffi, dst_hw), n,
+                                    channels, _i32(ffi, box), _i32(ffi, fy), _i32(ffi, wy), sy,
+                                    ty, _i32(ffi, fx), _i32(ffi, wx), sx, tx, flip_p, step_kind,
+                                    scale_p, shift_p)
+        elif isinstance(op, ColorJitter):
+            factors = np.ascontiguousarray(params["factors"], np.float32)
+            failed = lib.aug_jitter(src.pointers, _i32(ffi, src.hw), dst_p, n, channels,
+                                    ffi.from_buffer("float[]", factors), step_kind, scale_p,
+                                    shift_p)
+        else:
+            top = params.get("top", np.zeros(n, np.int64))
+            left = params.get("left", np.zeros(n, np.int64))
+            fill = op.fill if isinstance(op, PadCrop) else 0
+            failed = lib.aug_crop(src.pointers, _i32(ffi, src.hw), dst_p, _i32(ffi, dst_hw), n,
+                                  channels, _i32(ffi, np.ascontiguousarray(top, np.int32)),
+                                  _i32(ffi, np.ascontiguousarray(left, np.int32)), flip_p, fill,
+                                  step_kind, scale_p, shift_p)
+        _check(failed)
+        images = dst
+        shapes = np.concatenate([hw, np.full((n, 1), channels, np.int64)], axis=1)
+    return out
+
+
+def _i32(ffi, array):
+    if array.dtype != np.int32 or not array.flags.c_contiguous:
+        raise DataError("augment: internal table is not C-contiguous int32")
+    return ffi.from_buffer("int32_t[]", array)
+
+
+def _fuse_flips(planned):
+    """``(op, params, flip (N,) bool)`` steps: a Flip joins the crop or resize just before it
+    (one that has no Flip joined yet); any other Flip is a step of its own (a crop of the
+    whole image, mirrored)."""
+    steps, joined = [], False
+    for op, params in planned:
+        n = len(next(iter(params.values())))
+        if isinstance(op, Flip):
+            if steps and not joined and isinstance(steps[-1][0], GEOMETRIC):
+                steps[-1] = (steps[-1][0], steps[-1][1], params["flip"])
+                joined = True
+                continue
+            steps.append((op, {}, params["flip"]))
+        else:
+            steps.append((op, params, np.zeros(n, bool)))
+        joined = False
+    return steps
+
+
+GEOMETRIC = (PadCrop, CenterCrop, Resize, RandomResizedCrop)

@@ -1,0 +1,121 @@
+"""The C augmentation kernels (``kernels/cpu/augment.c``, the uint8 variant ``augment_u8``)
+against the ops' numpy references: the same bits for every op, fused flip and normalise, odd
+sizes, mixed-size batches, uint8 and float outputs, and any thread count."""
+import numpy as np
+import pytest
+from support.requires import requires
+
+from neonlite.backends.cpu.threads import set_cpu_threads, usable_cores
+from neonlite.data.augment import (CenterCrop, ColorJitter, Flip, Normalize, PadCrop,
+                                   Pipeline, RandomResizedCrop, Resize)
+from neonlite.data.augment.kernels import augment_module
+from neonlite.kernels import specs
+
+pytestmark = requires("compiler")
+
+NORM = Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+PIPELINES = {
+    "pad crop": [PadCrop(32, pad=4)],
+    "pad crop + flip": [PadCrop(32, pad=4, fill=9), Flip()],
+    "pad crop + flip + normalise": [PadCrop((31, 29), pad=3), Flip(), NORM],
+    "flip alone": [Flip(0.7)],
+    "flip + flip": [PadCrop(30, pad=1), Flip(), Flip()],
+    "random resized crop": [RandomResizedCrop(24)],
+    "random resized crop + flip + normalise": [RandomResizedCrop((23, 17), scale=(0.05, 1.0),
+                                                                 ratio=(0.3, 3.0)), Flip(),
+                                               NORM],
+    "resize + centre crop": [Resize(19), CenterCrop(17)],
+    "jitter": [ColorJitter(0.5, 0.5, 0.5)],
+    "crop + jitter + normalise": [PadCrop(32, pad=4), Flip(), ColorJitter(0.4, 0.4, 0.4),
+                                  NORM],
+    "normalise alone": [NORM],
+    "nothing": [],
+}
+
+
+def _batch(n=24, h=33, w=35, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n, h, w, 3), dtype=np.uint8)
+
+
+def _both(ops, images, train=True, dtype=None, key=11):
+    results = []
+    for kernels in (False, True):
+        pipeline = Pipeline(ops, train=train, use_kernels=kernels)
+        shape = images.shape[1:] if isinstance(images, np.ndarray) else (None, None, 3)
+        kind = dtype or (np.float32 if pipeline.normalizes else np.uint8)
+        out = np.empty((len(images),) + pipeline.out_shape(shape), kind)
+        results.append(pipeline.apply(images, np.arange(100, 100 + len(images)), key, out))
+    return results
+
+
+def test_the_kernels_are_the_uint8_variant_kind():
+    assert augment_module() is not None, "the pipeline would compare numpy with numpy"
+    assert specs.cpu_variant("augment", np.uint8).name == "augment_u8"
+    assert specs.find("augment_u8").define("DTYPE") == "uint8_t"
+    assert "augment" not in specs.CPU_SOURCES
+    with pytest.raises(KeyError, match="compiled for uint8"):
+        specs.cpu_variant("augment", np.float32)
+
+
+@pytest.mark.parametrize("name", list(PIPELINES))
+@pytest.mark.parametrize("train", [True, False])
+def test_kernels_equal_the_reference_bit_for_bit(name, train):
+    ops = PIPELINES[name]
+    if name == "pad crop + flip + normalise" or "random resized crop +" in name:
+        images = _batch(17, 31, 29)
+    else:
+        images = _batch()
+    ref, fast = _both(ops, images, train)
+    assert ref.dtype == fast.dtype and np.array_equal(ref, fast)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_outputs_equal_the_reference(dtype):
+    ref, fast = _both([RandomResizedCrop(16), Flip(), NORM], _batch(), dtype=dtype)
+    assert fast.dtype == dtype and np.array_equal(ref, fast)
+
+
+@pytest.mark.parametrize("size", [(1, 1), (2, 3), (7, 5), (64, 3)])
+def test_odd_sizes(size):
+    images = _batch(9, 13, 11, seed=2)
+    ops = [RandomResizedCrop(size, scale=(0.01, 1.0)), Flip(), ColorJitter(0.3, 0.3, 0.3)]
+    ref, fast = _both(ops, images)
+    assert np.array_equal(ref, fast)
+
+
+def test_mixed_sizes_and_one_channel():
+    rng = np.random.default_rng(5)
+    mixed = [rng.integers(0, 256, (int(h), int(w), 3), dtype=np.uint8)
+             for h, w in rng.integers(20, 90, (12, 2))]
+    for ops in ([Resize(24), CenterCrop(20), Flip(), NORM],
+                [RandomResizedCrop(21), Flip(), ColorJitter(0.2, 0.6, 0.9)]):
+        ref, fast = _both(ops, mixed)
+        assert np.array_equal(ref, fast)
+    grey = _batch()[..., :1].copy()
+    ref, fast = _both([PadCrop(30, pad=2), Flip(), ColorJitter(0.5, 0.5), Normalize(0.5, 0.2)],
+                      grey)
+    assert np.array_equal(ref, fast)
+
+
+def test_non_contiguous_output_is_written():
+    pipeline = Pipeline([PadCrop(32, pad=4), Flip()])
+    images = _batch(6, 32, 32)
+    full = np.zeros((6, 32, 32, 6), np.uint8)
+    out = full[..., ::2]
+    pipeline.apply(images, np.arange(6), 3, out)
+    want = Pipeline([PadCrop(32, pad=4), Flip()], use_kernels=False).apply(
+        images, np.arange(6), 3, np.empty((6, 32, 32, 3), np.uint8))
+    assert np.array_equal(out, want)
+
+
+def test_results_do_not_depend_on_the_thread_count():
+    ops = [RandomResizedCrop(40), Flip(), ColorJitter(0.4, 0.4, 0.4), NORM]
+    images = _batch(32, 60, 50)
+    results = []
+    try:
+        for threads in sorted({1, 2, max(usable_cores(), 3)}):
+            set_cpu_threads(threads)
+            results.append(_both(ops, images)[1])
+    finally:
+        set_cpu_threads(usable_cores())
+    assert all(np.array_equal(results[0], r) for r in results[1:])
