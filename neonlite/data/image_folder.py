@@ -71,8 +71,7 @@ class ImageFolder(SplitDataset):
         self.folder = Path(root if root is not None else manifest)
         self.classes = self.files["train"].classes
         self.nclass = len(self.classes)
-        self.train_pipeline = pipeline_from_config(_sized(size) + list(augment or []),
-                                                   "augment")
+        self.train_pipeline = _with_size(size, pipeline_from_config(augment, "augment"))
         self.channels = channels if channels is not None else self._first_channels()
         self.image_shape = self._image_shape()
         self.shape = self.train_pipeline.out_shape(self.image_shape) \
@@ -177,8 +176,8 @@ def images_for_prediction(config, in_shape, paths):
     from .image_files import ImageFiles
     pillow()
     in_shape = tuple(in_shape)
-    pipeline = pipeline_from_config(_sized(config.get("size")) +
-                                    list(config.get("augment") or []), "augment").evaluation()
+    pipeline = _with_size(config.get("size"),
+                          pipeline_from_config(config.get("augment"), "augment")).evaluation()
     files = ImageFiles(paths, [0] * len(paths), ("?",), "the images to predict")
     decoder = Decoder(config.get("channels") or in_shape[-1])
     maker = BatchMaker(files, decoder, pipeline if pipeline.ops else None)
@@ -195,13 +194,21 @@ def images_for_prediction(config, in_shape, paths):
     return out
 
 
-def _sized(size):
-    """The ops that bring every image to ``size`` [H, W] (none for None)."""
+def _with_size(size, pipeline):
+    """``pipeline`` (training form) after the ops that bring every image to ``size`` [H, W]
+    (none for None)."""
+    from .augment import Pipeline
     if size is None:
-        return []
+        return pipeline
+    return Pipeline(_sized(size) + pipeline.ops, pipeline.train, pipeline.path,
+                    pipeline.use_kernels)
+
+
+def _sized(size):
+    """The ops that bring every image to ``size`` [H, W]."""
+    from .augment import CenterCrop, Resize
     if not isinstance(size, (list, tuple)) or len(size) != 2 or not all(
             isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1 << 16 for v in size):
         raise DataError(f"image_folder: size must be [H, W], two integers in [1, 65536], got "
                         f"{size!r}")
-    return [{"type": "resize", "config": {"shorter_side": min(size)}},
-            {"type": "center_crop", "config": {"size": list(size)}}]
+    return [Resize(min(size)), CenterCrop(list(size))]
