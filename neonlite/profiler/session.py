@@ -13,6 +13,7 @@ import math
 import time
 
 from ..config.errors import ConfigError
+from ..data.position import epoch_batches
 from ..model import Model
 from .clock import clock_for
 from .instrument import Instrumentation
@@ -193,7 +194,8 @@ class Profile:
 
 
 class TimedBatches:
-    """A data iterator whose waits for a batch are ``data`` spans while a window is open;
+    """A data iterator whose waits for a batch are ``data`` spans while a window is open,
+    whether ``fit`` iterates it whole or resumes an epoch part-way (``batches_from``);
     everything else (``len``, ``shape``, ``batches``...) is the wrapped iterator's."""
 
     def __init__(self, data, profile):
@@ -203,7 +205,14 @@ class TimedBatches:
         return len(self.data)
 
     def __iter__(self):
-        batches = iter(self.data)
+        return self._timed(iter(self.data))
+
+    def batches_from(self, skip):
+        """The wrapped iterator's epoch from batch ``skip`` (:mod:`neonlite.data.position`),
+        its waits timed."""
+        return self._timed(xt for _, xt in epoch_batches(self.data, skip))
+
+    def _timed(self, batches):
         while True:
             rec = self.profile.recorder
             span = rec.open("data", "data") if rec is not None and rec.attached else None
