@@ -1,8 +1,9 @@
 """Loader workers: processes that make an image data set's batches ahead of training, each
 into a slot of one shared-memory block, while the main process trains.
 
-Processes, not threads: ``benchmarks/loader_threads.py`` measures both (see
-``docs/data.md``).  Each worker is a fresh interpreter (``python -c``, the parent's
+Processes, not threads: a worker that crashes or hangs is detected and stopped without
+taking the trainer with it, and decoding never competes with the training loop for the GIL
+(``benchmarks/loader_threads.py`` times both; see ``docs/data.md``).  Each worker is a fresh interpreter (``python -c``, the parent's
 ``sys.path``): no copy-on-write of the trainer's heap, safe under MPI and with threaded BLAS
 in the parent, and unlike multiprocessing's ``spawn`` it never re-imports the user's main
 script.  It gets the file list as arrays (:class:`~.image_files.ImageFiles`), so its memory
