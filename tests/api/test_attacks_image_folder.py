@@ -128,6 +128,11 @@ def test_skip_corrupt_counts_instead_of_stopping(tmp_path, attack):
     bad = root / "c1" / "003.png"
     bad.write_bytes(bad.read_bytes()[:70])
     attack("truncated PNG, skip_corrupt", root, ", skip_corrupt: true", expect="success")
+    done = run_isolated(neonlite_argv("train", tmp_path / "run_0.yaml"), cwd=tmp_path,
+                        memory_mib=3072, seconds=120)
+    epochs = [line for line in done.stderr.splitlines() if line.startswith("epoch ")]
+    assert done.status == 0 and len(epochs) == 2, done.stderr
+    assert all("1 corrupt image skipped" in line for line in epochs), epochs
 
 
 def test_bad_manifests_each_give_one_line_naming_the_line(tmp_path, attack):
