@@ -122,6 +122,7 @@ class ImageIterator:
                     batch, slot, used, skipped = pool.receive()
                     ready[batch] = slot, used, skipped
                 slot, used, skipped = ready.pop(position)
+                used = plan[position][0] if used is None else used
                 xt = self._set(pool.slots[slot], used, skipped, valid)
                 free.append(slot)
                 yield xt

@@ -42,7 +42,8 @@ class LoaderPool:
     into ``nslots`` slots of shape ``slot_shape`` and dtype ``dtype``.
 
     ``submit(batch, slot, indices, key)`` hands a batch to the least busy worker;
-    ``receive()`` returns a finished one as ``(batch, slot, used, skipped)`` (any order);
+    ``receive()`` returns a finished one as ``(batch, slot, used, skipped)`` (any order;
+    ``used`` None when the batch holds the samples submitted, so results stay small);
     ``slots[slot]`` holds its pixels until that slot is submitted again.  ``pending`` counts
     the batches submitted and not yet received."""
 
@@ -206,7 +207,7 @@ def _die_with_parent(parent):
 
 def worker_main(task_fd, result_fd, parent):
     """A worker's loop: read its set-up, then ``(batch, slot, indices, key)`` tasks until None
-    (or the pipe closes), make each batch into its slot, send ``(batch, slot, used, skipped,
+    (or the pipe closes), make each batch into its slot, send ``(batch, slot, used or None, skipped,
     error message or None)``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -229,9 +230,10 @@ def worker_main(task_fd, result_fd, parent):
             if task is None:
                 break
             batch, slot, indices, key = task
-            used, skipped, error = indices, 0, None
+            used, skipped, error = None, 0, None
             try:
                 used, skipped = maker.make(indices, key, slots[slot])
+                used = used if skipped else None
             except DataError as err:
                 error = str(err)
             except Exception as err:  # any failure reaches the run as one line

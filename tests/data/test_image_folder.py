@@ -132,7 +132,8 @@ def test_shards_split_every_global_batch(tmp_path):
         assert np.array_equal(joined, whole[b][1])
 
 
-def test_skip_corrupt_replaces_and_counts_a_truncated_image(tmp_path):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_skip_corrupt_replaces_and_counts_a_truncated_image(tmp_path, workers):
     gen_backend("cpu", batch_size=4, rng_seed=0)
     write_images(tmp_path / "train", per_class=(4, 4))
     bad = tmp_path / "train" / "c1" / "001.png"
@@ -140,9 +141,10 @@ def test_skip_corrupt_replaces_and_counts_a_truncated_image(tmp_path):
     data = ImageFolder(root=str(tmp_path / "train"), num_workers=0, shuffle=False)
     with pytest.raises(DataError, match="001.png: corrupt or truncated image"):
         epoch(data.train_iter)
-    data = ImageFolder(root=str(tmp_path / "train"), num_workers=0, shuffle=False,
+    data = ImageFolder(root=str(tmp_path / "train"), num_workers=workers, shuffle=False,
                        skip_corrupt=True)
     batches = epoch(data.train_iter)
+    data.close()
     assert data.train_iter.skipped == 1
     x, t = batches[1][1], batches[1][2]
     assert np.array_equal(x[1], x[2]) and t[1] == t[2] == 1
