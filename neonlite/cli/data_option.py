@@ -43,14 +43,18 @@ def text_file(data):
 
 def with_data(dataset, data):
     """The canonical ``dataset`` entry with ``--data``'s PATH ``data`` in the option its kind
-    fills; a kind the run's data set does not take is a one-line error."""
+    fills: a PATH not of the kind the run's data set reads, or of a kind it does not take,
+    is a one-line error."""
     dataset = check_dataset(dataset)
     path = data_path(data)
     for kind, test, dataset_type, option in DATA_KINDS:
-        if test(path):
-            if dataset["type"] != dataset_type:
-                raise ConfigError(f"--data {data}: {kind}, which data set '{dataset_type}' "
-                                  f"reads, but this run's data set is '{dataset['type']}'")
+        if dataset["type"] == dataset_type:
+            if not test(path):
+                raise DataError(f"--data {data}: not {kind}")
             return {"type": dataset_type, "config": {**dataset["config"], option: str(path)}}
+    for kind, test, dataset_type, option in DATA_KINDS:
+        if test(path):
+            raise ConfigError(f"--data {data}: {kind}, which data set '{dataset_type}' "
+                              f"reads, but this run's data set is '{dataset['type']}'")
     kinds = ", ".join(kind for kind, _, _, _ in DATA_KINDS)
     raise DataError(f"--data {data}: not {kinds}")
