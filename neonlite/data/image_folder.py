@@ -99,10 +99,11 @@ class ImageFolder(SplitDataset):
         if manifest is not None:
             train = read_manifest(manifest)
             held = None if valid is None else read_manifest(valid, train.classes)
-        elif (Path(root) / "train").is_dir() and valid is None and valid_fraction is None:
+        elif (Path(root) / "train").is_dir():
             train = list_folder(Path(root) / "train")
-            held = list_folder(Path(root) / "valid", train.classes) \
-                if (Path(root) / "valid").exists() else None
+            valid = valid if valid is not None or valid_fraction is not None or \
+                not (Path(root) / "valid").exists() else Path(root) / "valid"
+            held = None if valid is None else list_folder(valid, train.classes)
         else:
             train = list_folder(root)
             held = None if valid is None else list_folder(valid, train.classes)

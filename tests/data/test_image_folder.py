@@ -177,3 +177,13 @@ def test_prediction_images_are_read_as_the_evaluation_set(tmp_path):
 def _eval_iter(data):
     data.files["valid"] = data.files["train"]
     return data.valid_iter
+
+
+def test_a_train_folder_can_be_split_instead_of_a_valid_folder(tmp_path):
+    gen_backend("cpu", batch_size=4, rng_seed=0)
+    write_images(tmp_path / "train", per_class=(5, 5))
+    write_images(tmp_path / "valid", per_class=(1, 1), seed=1)
+    data = ImageFolder(root=str(tmp_path), valid_fraction=0.2, num_workers=0)
+    assert data.classes == ("c0", "c1")
+    assert len(data.files["train"]) == 8 and len(data.files["valid"]) == 2
+    assert all("/train/" in data.files["valid"].path(i) for i in range(2))
