@@ -78,6 +78,7 @@ setup(
         "mpi": ["mpi4py>=4.0", "openmpi>=5.0; platform_system == 'Linux'"],
         "hf": ["safetensors>=0.4", "tokenizers>=0.15"],
         "onnx": ["onnx>=1.15"],
+        "images": ["Pillow>=9.1"],
     },
     entry_points={"console_scripts": ["neonlite=neonlite.cli:main"]},
 )

@@ -79,7 +79,8 @@ class ProgressBar(Callback):
     seconds instead of bar redraws.  Always: a summary line per epoch: the mean training cost
     of the epoch's batches (what the training log and ``neonlite plot`` call the epoch mean;
     the bar shows a running average), the validation metric when it was evaluated after the
-    epoch, seconds, and samples/s (time spent compiling kernels left out).
+    epoch, seconds, and samples/s (time spent compiling kernels left out), and the corrupt
+    images the data set skipped that epoch (an image folder's ``skip_corrupt``), if any.
     """
 
     describable = False
@@ -91,7 +92,7 @@ class ProgressBar(Callback):
 
     def on_train_begin(self, dataset, num_epochs):
         self.nbatches = len(dataset) if hasattr(dataset, "__len__") else None
-        self.num_epochs = num_epochs
+        self.dataset, self.num_epochs = dataset, num_epochs
         self.bsz = self.model.be.bsz
 
     def on_epoch_begin(self, epoch):
@@ -138,6 +139,9 @@ class ProgressBar(Callback):
         extra = getattr(self.model, "last_eval", None)
         evaluated = f", valid {extra[0]} {extra[1]:.4f}" if extra and extra[2] == epoch else ""
         cost = f"{self.total / self.batches:.4f}" if self.batches else "n/a"
+        skipped = getattr(self.dataset, "skipped", 0)
+        evaluated += f", {skipped} corrupt image{'' if skipped == 1 else 's'} skipped" \
+            if skipped else ""
         print(f"epoch {epoch + 1}/{self.num_epochs}: mean train cost {cost}{evaluated}, "
               f"{seconds:.1f} s ({self.seen / max(seconds - compiling, 1e-9):,.0f} samples/s"
               + (f"; {compiling:.1f} s of it compiling kernels" if compiling >= 0.05 else "")

@@ -25,6 +25,9 @@ Schema (format version 2; version 1 is the same without the ``crc32`` attributes
   :data:`MAX_EXAMPLE_VALUES`;
 * ``/rng``: ``host`` a numpy bit generator state that the named generator accepts;
   ``device`` absent, such a state, or ``{generator: philox4x32_10, seed, counter}``;
+* ``/classes`` (optional): the class names of the outputs, at most :data:`MAX_CLASSES`
+  distinct non-empty strings of at most :data:`MAX_CLASS_NAME` characters, no control
+  characters;
 * ``/layer_states`` (optional; absent in files written before it existed): one dataset
   ``<layer name>.<state>`` per state a stateful recurrent layer carries to its next minibatch
   (``lstm0.h``, ``lstm0.c``), (batch, units), real floating-point, with ``crc32``; when
@@ -43,6 +46,8 @@ MAX_EXAMPLE_VALUES = 1 << 28
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937")
 _COUNTERS = ("step", "good_steps", "skipped_steps")
 MAX_STORED_COUNT = 2 ** 63 - 1
+MAX_CLASSES = 1 << 20
+MAX_CLASS_NAME = 255
 
 
 def array_crc32(ary):
@@ -173,6 +178,24 @@ def check_layer_states(states, crcs, version):
                               f"{value.shape}")
 
 
+def check_classes(classes):
+    """SchemaError unless ``classes`` (None, or a list) is a bounded list of distinct
+    printable names."""
+    if classes is None:
+        return None
+    if not isinstance(classes, list) or not 1 <= len(classes) <= MAX_CLASSES:
+        raise SchemaError(f"/classes: expected 1 to {MAX_CLASSES:,} class names, got "
+                          f"{_short(classes)}")
+    for i, name in enumerate(classes):
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_CLASS_NAME or \
+                not name.isprintable():
+            raise SchemaError(f"/classes[{i}]: expected a printable name of 1 to "
+                              f"{MAX_CLASS_NAME} characters, got {_short(name)}")
+    if len(set(classes)) != len(classes):
+        raise SchemaError(f"/classes: the class names are not distinct ({_short(classes)})")
+    return tuple(classes)
+
+
 def check_progress(epoch_index, step_index, in_shape):
     epoch = _count(epoch_index, "/progress epoch_index")
     step = _count(step_index, "/progress step_index")
@@ -226,7 +249,9 @@ def validate(raw, version):
     elif batch:
         raise SchemaError("/rng epoch_start: missing, but /progress batch_index is "
                           f"{batch} (a checkpoint written inside an epoch needs it)")
+    classes = check_classes(raw.get("classes"))
     return dict(config=raw["config"], params=raw["params"], states=raw["states"],
+                classes=classes,
                 optimizer_state=raw["optimizer_state"], layer_states=raw["layer_states"],
                 epoch_index=epoch, step_index=step,
                 batch_index=batch, epoch_rng=raw["epoch_rng"], in_shape=in_shape,

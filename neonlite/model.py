@@ -56,6 +56,7 @@ class Model:
         self.epoch_rng_state = None
         self.optimizer = None
         self.metric = None
+        self.classes = None
         self.grad_sync = None
         self._stepped = []
         self._finite_work = {}

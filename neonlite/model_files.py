@@ -56,6 +56,7 @@ def from_checkpoint(cls, ckpt):
         raise CheckpointError(f"{ckpt.path}: its network description does not build: "
                               f"{err}") from None
     load_params(model, ckpt)
+    model.classes = ckpt.classes
     bad = ckpt.first_nonfinite()
     if bad is not None:
         warnings.warn(f"{ckpt.path}: {bad} holds NaN or inf values, so what this model "

@@ -15,6 +15,8 @@ Layout (format version :data:`FORMAT_VERSION`)::
     /progress         attrs epoch_index, step_index, in_shape, and batch_index (the batches of
                       epoch ``epoch_index`` already trained: > 0 for a checkpoint written when
                       a run was interrupted inside an epoch; absent means 0)
+    /classes          (optional) the class names of a classifier's outputs, in output order
+                      (an image folder's label map: ``model.classes``), UTF-8 strings
     /layer_states/<layer>.<state>   the state each stateful recurrent layer carries to its
                       next minibatch (``lstm0.h``, ``lstm0.c``: (batch, units)), attr
                       ``crc32``; absent in older files and for models without stateful layers
@@ -59,7 +61,7 @@ class Checkpoint:
     name -> ndarray), ``states`` ({param name: {key: ndarray}}), ``optimizer_state`` (dict or
     None), ``layer_states`` ({"<layer>.<state>": ndarray}, empty when the file has none),
     ``epoch_index``, ``step_index``, ``batch_index``, ``in_shape``
-    (tuple), ``rng`` ({"host": state, "device": state or None}), ``epoch_rng`` (host RNG
+    (tuple), ``classes`` (tuple of class names, or None), ``rng`` ({"host": state, "device": state or None}), ``epoch_rng`` (host RNG
     state at the start of a partly trained epoch, or None)."""
 
     def __init__(self, path, **fields):
@@ -106,6 +108,7 @@ def save_checkpoint(path, model, optimizer=None, config=None):
         _write_params(f, params)
         _write_optimizer(f, model, optimizer)
         _write_layer_states(f, model)
+        _write_classes(f, model)
         progress = f.create_group("progress")
         progress.attrs["epoch_index"] = int(model.epoch_index)
         progress.attrs["step_index"] = int(model.step_index)
@@ -166,6 +169,20 @@ def _write_layer_states(f, model):
         group = f.create_group("layer_states")
         for name, tensor in states.items():
             _write_array(group, name, tensor.get())
+
+
+def _write_classes(f, model):
+    from .checkpoint_schema import SchemaError, check_classes
+    classes = getattr(model, "classes", None)
+    if classes is None:
+        return
+    try:
+        check_classes(list(classes))
+    except SchemaError as err:
+        raise ValueError(f"model.classes: {err}") from None
+    import h5py
+    f.create_dataset("classes", data=[c.encode("utf-8") for c in classes],
+                     dtype=h5py.string_dtype("utf-8"))
 
 
 def _optimizers(optimizer):
@@ -242,6 +259,7 @@ def _read_raw(f):
     layer_state_crcs = {n: carried[n].attrs.get("crc32") for n in carried}
     progress = f["progress"].attrs
     rng = f["rng"].attrs
+    classes = _read_classes(f["classes"]) if "classes" in f else None
     return dict(config=text, names=names, params=params, crcs=crcs,
                 optimizer_state=optimizer_state, states=states, state_crcs=state_crcs,
                 layer_states=layer_states, layer_state_crcs=layer_state_crcs,
@@ -249,7 +267,22 @@ def _read_raw(f):
                 batch_index=progress.get("batch_index", 0), in_shape=progress["in_shape"],
                 rng_host=json.loads(rng["host"]),
                 rng_device=json.loads(rng["device"]) if "device" in rng else None,
-                epoch_rng=json.loads(rng["epoch_start"]) if "epoch_start" in rng else None)
+                epoch_rng=json.loads(rng["epoch_start"]) if "epoch_start" in rng else None,
+                classes=classes)
+
+
+def _read_classes(dataset):
+    """The stored class names as a list of str (checked by the schema); TypeError for a
+    dataset that is not a 1-D array of strings, before its data is read."""
+    import h5py
+    from .checkpoint_schema import MAX_CLASSES
+    if h5py.check_string_dtype(dataset.dtype) is None or dataset.ndim != 1:
+        raise TypeError(f"/classes is not a list of strings (dtype {dataset.dtype}, shape "
+                        f"{dataset.shape})")
+    if dataset.shape[0] > MAX_CLASSES:
+        raise TypeError(f"/classes holds {dataset.shape[0]:,} names, more than the "
+                        f"{MAX_CLASSES:,} a checkpoint may hold")
+    return [v.decode("utf-8") if isinstance(v, bytes) else v for v in dataset[()]]
 
 
 def _collect_state(states, crcs, name, obj):

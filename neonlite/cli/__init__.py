@@ -1,19 +1,19 @@
 """The ``neonlite`` command.  Every subcommand is one module of this package with a
 ``register(subparsers)``: ``train``, ``eval`` (``evaluate``), ``describe``, ``plot``,
 ``profile``, ``import`` (``import_hf``), ``export`` (``export_hf``), ``generate``, ``kernels``,
-``doctor``.  ``main(argv)`` returns the exit status: 0 on success, 1 for a user error (one line
+``doctor``, ``predict``.  ``main(argv)`` returns the exit status: 0 on success, 1 for a user error (one line
 on stderr; the traceback too with ``-v``), 2 for bad flags."""
 import sys
 
 from .. import __version__
 from . import (describe, doctor, evaluate, export_hf, generate, import_hf, kernels, plot,
-               profile, train)
+               predict, profile, train)
 from .arguments import OneLineParser
 from .errors import run_guarded
 
 
-SUBCOMMANDS = (train, evaluate, describe, plot, profile, import_hf, export_hf, kernels, generate,
-               doctor)
+SUBCOMMANDS = (train, evaluate, predict, describe, plot, profile, import_hf, export_hf, kernels,
+               generate, doctor)
 
 
 def build_parser():

@@ -1,8 +1,8 @@
 """``--data PATH`` on ``neonlite train``, ``eval`` and ``generate``: the data to use, instead
 of the file the YAML (or the checkpoint) names.
 
-What ``PATH`` is picks the kind of data (:data:`DATA_KINDS`, one row per kind: a text file
-today; an image folder adds a row), and the row says which option of which data set it
+What ``PATH`` is picks the kind of data (:data:`DATA_KINDS`, one row per kind: a text file or
+an image folder), and the row says which option of which data set it
 fills.  The run's data set must be of that kind: its other options (``seq_len``,
 ``split``, ...) are kept."""
 from pathlib import Path
@@ -14,6 +14,7 @@ from ..data.iterator import DataError
 #: (what PATH is, in messages; test of a PATH that exists; data set type; option it fills)
 DATA_KINDS = (
     ("a text file", Path.is_file, "text", "filename"),
+    ("an image folder", Path.is_dir, "image_folder", "root"),
 )
 
 
@@ -42,14 +43,18 @@ def text_file(data):
 
 def with_data(dataset, data):
     """The canonical ``dataset`` entry with ``--data``'s PATH ``data`` in the option its kind
-    fills; a kind the run's data set does not take is a one-line error."""
+    fills: a PATH not of the kind the run's data set reads, or of a kind it does not take,
+    is a one-line error."""
     dataset = check_dataset(dataset)
     path = data_path(data)
     for kind, test, dataset_type, option in DATA_KINDS:
-        if test(path):
-            if dataset["type"] != dataset_type:
-                raise ConfigError(f"--data {data}: {kind}, which data set '{dataset_type}' "
-                                  f"reads, but this run's data set is '{dataset['type']}'")
+        if dataset["type"] == dataset_type:
+            if not test(path):
+                raise DataError(f"--data {data}: not {kind}")
             return {"type": dataset_type, "config": {**dataset["config"], option: str(path)}}
+    for kind, test, dataset_type, option in DATA_KINDS:
+        if test(path):
+            raise ConfigError(f"--data {data}: {kind}, which data set '{dataset_type}' "
+                              f"reads, but this run's data set is '{dataset['type']}'")
     kinds = ", ".join(kind for kind, _, _, _ in DATA_KINDS)
     raise DataError(f"--data {data}: not {kinds}")

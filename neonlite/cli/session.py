@@ -218,6 +218,7 @@ def _train(run, opts, stream, world):
     check_optimizer_fits(model, optimizer)
     check_fits_data(model, data)
     _record_vocabulary(model, data)
+    model.classes = getattr(data, "classes", None)
     if opts.model_file:
         load_params(model, read_checkpoint(opts.model_file))
     if opts.resume:

@@ -30,6 +30,7 @@ DATASETS = {
     "shapes": ("neonlite.data.shapes", "Shapes"),
     "text": ("neonlite.data.text", "TextCorpus"),
     "hdf5": ("neonlite.data.hdf5_iterator", "HDF5Dataset"),
+    "image_folder": ("neonlite.data.image_folder", "ImageFolder"),
 }
 SET_BY_RUN = ("path", "shuffle")
 

@@ -20,18 +20,20 @@ def text_folders(data_dir=None):
     return [root / "text", root]
 
 
-def find_data_file(name, folders, what="data file"):
+def find_data_file(name, folders, what="data file", folder_too=False):
     """The :class:`~pathlib.Path` of file ``name`` (``~`` expanded): itself when absolute,
     else the first ``folder / name`` that exists, which must be a regular file (a folder, FIFO
-    or device there is an error, never passed over for a later folder).  Not found: a :class:`DataError` saying
+    or device there is an error, never passed over for a later folder; ``folder_too``: a
+    folder is taken as well).  Not found: a :class:`DataError` saying
     ``<what> 'name' not found: looked for <each candidate>``."""
     given = Path(str(name)).expanduser()
     candidates = [given] if given.is_absolute() else \
         list(dict.fromkeys(Path(folder).expanduser().absolute() / given for folder in folders))
     for candidate in candidates:
-        if candidate.is_file():
+        if candidate.is_file() or folder_too and candidate.is_dir():
             return candidate
         if candidate.exists():
-            raise DataError(f"{what} {str(name)!r}: {candidate} is not a regular file")
+            raise DataError(f"{what} {str(name)!r}: {candidate} is not a regular file"
+                            + (" or a folder" if folder_too else ""))
     raise DataError(f"{what} {str(name)!r} not found: looked for "
                     f"{', '.join(str(c) for c in candidates)}")

@@ -194,7 +194,8 @@ class Profile:
 
 
 class TimedBatches:
-    """A data iterator whose waits for a batch are ``data`` spans while a window is open;
+    """A data iterator whose waits for a batch are ``data`` spans while a window is open,
+    whether ``fit`` iterates it whole or resumes an epoch part-way (``batches_from``);
     everything else (``len``, ``shape``, ``batches``...) is the wrapped iterator's."""
 
     def __init__(self, data, profile):

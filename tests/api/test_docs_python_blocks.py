@@ -44,6 +44,11 @@ def test_the_data_docs_loaders_run_as_printed_on_the_mnist_test_files(tmp_path):
     assert out.strip() == "80 training batches, 2000 validation images"
 
 
+def test_the_data_docs_image_folder_block_runs_as_printed(tmp_path):
+    out = run_block(python_block(ROOT / "docs" / "data.md", "image-folder"), tmp_path)
+    assert out.startswith("3 batches of (4, 12, 12, 3) labels [")
+
+
 def test_the_data_docs_augmentation_block_runs_as_printed(tmp_path):
     out = run_block(python_block(ROOT / "docs" / "data.md", "augment"), tmp_path)
     assert out.strip() == "(32, 32, 3) (64, 32, 32, 3) 1.3"
