@@ -68,6 +68,8 @@ class GraphBuilder:
         self.extra_inputs = []
         #: the (N, T) float mask (1 at real tokens) of the Embedding with a pad_id, once made
         self.key_mask = None
+        #: the (N,) int32 count of real tokens per sequence (recurrent ops' sequence_lens)
+        self.sequence_lens = None
         self._parameters = {}
         self._transposed = {}
 

@@ -25,12 +25,14 @@ def exports(*classes, opset=MIN_OPSET):
     return register
 
 
-def export_layer(builder, layer, value):
-    """The output value of ``layer`` on ``value`` (see the module's docstring)."""
+def export_layer(builder, layer, value, *context):
+    """The output value of ``layer`` on ``value`` (see the module's docstring); ``context``:
+    what a containing layer passes on to its parts (a bidirectional layer's sequence
+    lengths)."""
     cls = type(layer)
     function = EXPORTERS.get(cls)
     if function is None:
         raise OnnxExportError(f"layer '{layer.name}' ({cls.__name__}) cannot be exported to "
                               f"ONNX yet (no exporter for {cls.__name__}; see docs/onnx.md)")
     builder.need_opset(layer, NEEDED_OPSET[cls], f"its {cls.__name__} export")
-    return function(builder, layer, value)
+    return function(builder, layer, value, *context)

@@ -68,10 +68,22 @@ def export_tied_linear(builder, layer, value):
 
 @exports(RecurrentLast)
 def export_recurrent_last(builder, layer, value):
-    """y = x[:, -1] (the last step of whatever length the sequence has)."""
-    last = builder.int64(f"{layer.name}.last", -1)
-    return builder.op(value, "Gather", layer.name, [last], shape=layer.out_shape, steps=False,
-                      axis=1)
+    """y = x[:, -1] (the last step of whatever length the sequence has); with the padding mask
+    m of an Embedding with a pad_id, the step of each sequence's last real token: weights
+    m[t] - m[t + 1] (m[T] = 0), as neonlite's."""
+    if layer.key_mask is None:
+        last = builder.int64(f"{layer.name}.last", -1)
+        return builder.op(value, "Gather", layer.name, [last], shape=layer.out_shape,
+                          steps=False, axis=1)
+    mask = padding_mask(builder, layer)
+    later = builder.node("Slice", [mask.name, builder.int64(f"{layer.name}.from", [1]),
+                                   builder.int64(f"{layer.name}.to", [2 ** 62]),
+                                   builder.int64(f"{layer.name}.steps_axis", [1])],
+                         f"{layer.name}.mask_later")
+    later = builder.node("Pad", [later, builder.int64(f"{layer.name}.pads", [0, 0, 0, 1])],
+                         f"{layer.name}.mask_next")
+    weights = builder.op(mask, "Sub", f"{layer.name}.weights", [later])
+    return weighted_sum_over_time(builder, layer, value, weights)
 
 
 @exports(FirstToken)
@@ -84,9 +96,14 @@ def export_first_token(builder, layer, value):
 
 @exports(RecurrentSum, RecurrentMean)
 def export_recurrent_sum(builder, layer, value):
-    """y = the sum (ReduceSum) or mean (ReduceMean) over the time axis."""
-    return builder.reduce(value, "ReduceMean" if layer.mean else "ReduceSum", layer.name, [1],
-                          0, shape=layer.out_shape, steps=False)
+    """y = the sum (ReduceSum) or mean (ReduceMean) over the time axis; with the padding mask
+    of an Embedding with a pad_id, over the real tokens (weights m, or m / max(sum m, 1))."""
+    if layer.key_mask is None:
+        return builder.reduce(value, "ReduceMean" if layer.mean else "ReduceSum", layer.name,
+                              [1], 0, shape=layer.out_shape, steps=False)
+    mask = padding_mask(builder, layer)
+    weights = mean_weights(builder, layer, mask) if layer.mean else mask
+    return weighted_sum_over_time(builder, layer, value, weights)
 
 
 @exports(MeanPool)
@@ -97,17 +114,32 @@ def export_mean_pool(builder, layer, value):
     if layer.key_mask is None:
         return builder.reduce(value, "ReduceMean", layer.name, [1], 0, shape=layer.out_shape,
                               steps=False)
-    mask = builder.key_mask
-    if mask is None:
-        raise OnnxExportError(f"layer '{layer.name}' (MeanPool): its padding mask comes from no "
-                              f"exported Embedding before it")
-    axes = builder.int64(f"{layer.name}.time_axis", [1])
+    mask = padding_mask(builder, layer)
+    return weighted_sum_over_time(builder, layer, value, mean_weights(builder, layer, mask))
+
+
+def padding_mask(builder, layer):
+    """The (N, T) float padding mask (1 at real tokens) of the Embedding with a pad_id."""
+    if builder.key_mask is None:
+        raise OnnxExportError(f"layer '{layer.name}' ({type(layer).__name__}): its padding "
+                              f"mask comes from no exported Embedding before it")
+    return builder.key_mask
+
+
+def mean_weights(builder, layer, mask):
+    """m / max(sum_t m, 1): the weights of a mean over the real tokens, (N, T)."""
     count = builder.reduce(mask, "ReduceSum", f"{layer.name}.count", [1], 1)
     count = builder.op(count, "Max", f"{layer.name}.count_at_least_1",
                        [builder.scalar(f"{layer.name}.one", 1.0)])
-    weights = builder.op(mask, "Div", f"{layer.name}.weights", [count.name])
-    weights = builder.op(weights, "Unsqueeze", f"{layer.name}.weight_rows", [axes])
-    pooled = builder.node("MatMul", [weights.name, value.name], f"{layer.name}.pooled")
+    return builder.op(mask, "Div", f"{layer.name}.weights", [count.name])
+
+
+def weighted_sum_over_time(builder, layer, value, weights):
+    """y[n] = sum_t w[n, t] x[n, t] for x (N, T, d) and weights w (N, T): a MatMul
+    (N, 1, T) @ (N, T, d), as neonlite's batched dot."""
+    axes = builder.int64(f"{layer.name}.time_axis", [1])
+    rows = builder.op(weights, "Unsqueeze", f"{layer.name}.weight_rows", [axes])
+    pooled = builder.node("MatMul", [rows.name, value.name], f"{layer.name}.pooled")
     return value.like(builder.node("Squeeze", [pooled, axes], layer.name),
                       shape=layer.out_shape, steps=False)
 
