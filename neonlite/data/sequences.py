@@ -47,6 +47,8 @@ class SequenceIterator:
             (``group_by_length``).  False: every sequence sorted by length, batches in order
             (evaluation; no RNG drawn).
         pool (int): global batches per sorted pool.
+        numbers: what the messages call each sequence (default its index): e.g. the
+            passage numbers in a file of which these sequences are a part.
 
     The last batch of an epoch may have fewer than bsz sequences: its rows are filled by
     repeating its own sequences, and :attr:`valid` says how many rows are real.
@@ -60,7 +62,7 @@ class SequenceIterator:
 
     def __init__(self, sequences, max_len, labels=None, nclass=None, pad_id=0,
                  ignore_index=DEFAULT_IGNORE_INDEX, overflow="refuse", multiple_of=1,
-                 shuffle=True, pool=DEFAULT_POOL, name="sequences"):
+                 shuffle=True, pool=DEFAULT_POOL, name="sequences", numbers=None):
         self.be, self.name = get_backend(), name
         self.max_len = _positive(max_len, "max_len", name)
         self.multiple_of = _positive(multiple_of, "multiple_of", name)
@@ -70,10 +72,11 @@ class SequenceIterator:
                             f"{overflow!r}")
         self.lm = labels is None
         self.seqs = _sequences(sequences, name)
+        self.numbers = list(range(len(self.seqs))) if numbers is None else list(numbers)
         self.pad_id = _integer(pad_id, "pad_id", name)
         self.ignore_index = _integer(ignore_index, "ignore_index", name)
         self.nclass = None if self.lm else nclass
-        self.labels = None if self.lm else _labels(labels, nclass, len(self.seqs), name)
+        self.labels = None if self.lm else _labels(labels, nclass, self.numbers, name)
         self._check_tokens()
         self.ncut = self._fit_lengths(overflow)
         self.lengths = np.array([len(s) - self.lm for s in self.seqs], dtype=np.int64)
@@ -94,11 +97,11 @@ class SequenceIterator:
         every = np.concatenate(self.seqs)
         if (every < 0).any():
             at = _first(lambda s: (s < 0).any(), self.seqs)
-            raise DataError(f"{self.name}: sequence {at} holds a negative token id "
+            raise DataError(f"{self.name}: sequence {self.numbers[at]} holds a negative token id "
                             f"({int(self.seqs[at].min())}); token ids are >= 0")
         if (every == self.pad_id).any():
             at = _first(lambda s: (s == self.pad_id).any(), self.seqs)
-            raise DataError(f"{self.name}: sequence {at} holds the pad id {self.pad_id} as a "
+            raise DataError(f"{self.name}: sequence {self.numbers[at]} holds the pad id {self.pad_id} as a "
                             f"real token; choose a pad_id no sequence uses")
         if self.lm:
             if 0 <= self.ignore_index <= int(every.max()):
@@ -107,7 +110,8 @@ class SequenceIterator:
                                 f"such as {DEFAULT_IGNORE_INDEX}")
             short = [i for i, s in enumerate(self.seqs) if len(s) < 2]
             if short:
-                raise DataError(f"{self.name}: sequence {short[0]} has {len(self.seqs[short[0]])}"
+                raise DataError(f"{self.name}: sequence {self.numbers[short[0]]} has "
+                                f"{len(self.seqs[short[0]])}"
                                 f" token(s); a language model's sequence needs at least 2 (its "
                                 f"inputs and their next tokens)")
         elif 0 <= self.ignore_index < self.nclass:
@@ -121,7 +125,8 @@ class SequenceIterator:
         long = [i for i, s in enumerate(self.seqs) if len(s) > most]
         if long and overflow == "refuse":
             i = long[0]
-            raise DataError(f"{self.name}: sequence {i} has {len(self.seqs[i]) - self.lm} "
+            raise DataError(f"{self.name}: sequence {self.numbers[i]} has "
+                            f"{len(self.seqs[i]) - self.lm} "
                             f"{'inputs' if self.lm else 'tokens'}, more than max_len="
                             f"{self.max_len} ({len(long)} sequences are longer); raise max_len "
                             f"or set overflow='cut'")
@@ -247,7 +252,8 @@ def _sequences(sequences, name):
     return out
 
 
-def _labels(labels, nclass, n, name):
+def _labels(labels, nclass, numbers, name):
+    n = len(numbers)
     if not isinstance(nclass, (int, np.integer)) or isinstance(nclass, bool) or nclass < 2:
         raise DataError(f"{name}: labels need nclass, an int >= 2, got {nclass!r}")
     labels = np.asarray(labels)
@@ -256,8 +262,8 @@ def _labels(labels, nclass, n, name):
                         f"got shape {labels.shape} dtype {labels.dtype}")
     bad = np.flatnonzero((labels < 0) | (labels >= nclass))
     if bad.size:
-        raise DataError(f"{name}: label {labels[bad[0]]} of sequence {bad[0]} is out of range; "
-                        f"expected 0 <= label < nclass={nclass}")
+        raise DataError(f"{name}: label {labels[bad[0]]} of sequence {numbers[bad[0]]} is "
+                        f"out of range; expected 0 <= label < nclass={nclass}")
     return labels.astype(np.int32)
 
 
