@@ -85,3 +85,13 @@ def test_tiny_shakespeare_speeches():
     assert lm.train_iter.padding_fraction() < 0.2
     speakers = TextSequences(path, max_len=512, overflow="cut", task="label")
     assert speakers.label_names[0] == "GLOUCESTER" and speakers.nclass == 10
+
+
+def test_data_option_fills_the_sequences_file(tmp_path):
+    from neonlite.cli.data_option import with_data
+    path = _play(tmp_path)
+    entry = with_data({"type": "sequences", "config": {"max_len": 64}}, path)
+    assert entry == {"type": "sequences", "config": {"max_len": 64, "filename": path}}
+    with pytest.raises(Exception, match="data set 'text' or 'sequences' reads, but this run's "
+                                        "data set is 'mnist'"):
+        with_data({"type": "mnist"}, path)
