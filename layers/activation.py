@@ -15,6 +15,8 @@ class Activation(Layer):
     (one pass each).
     """
 
+    variable_steps = True  # elementwise: a sequence (N, T', ...) of 1 <= T' <= T steps
+
     def __init__(self, transform, name=None):
         super().__init__(name)
         self.transform = transform
@@ -49,6 +51,9 @@ class Dropout(KeyedDropoutMixin, Layer):
     Masks are per global example (:class:`KeyedDropoutMixin`): the same for an example
     whatever the number of processes the global batch is split over, and on every backend.
     """
+
+    variable_steps = True  # elementwise: a sequence (N, T', ...) of 1 <= T' <= T steps
+    stepped_buffers = ("outputs", "deltas", "mask")
 
     def __init__(self, keep=0.5, name=None):
         super().__init__(name)

@@ -8,7 +8,7 @@ from ..backends.reference.attention import AttentionDropout
 from ..initializers import Constant, GlorotUniform
 from .decode import DecodeState
 from .dropout_masks import KeyedDropoutMixin
-from .layer import FixedTensor, ParameterLayer, add_row_sums, flat_rows, is_count
+from .layer import FixedTensor, ParameterLayer, add_row_sums, flat_rows, is_count, steps_view
 
 _TO_HEADS = (0, 2, 1, 3)  # (N, T, H, dh) <-> (N, H, T, dh); the permutation is its own inverse
 #: the widest head (dk/H or dv/H) the fused attention kernels take
@@ -49,7 +49,15 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
     attention weights are per global example (:class:`KeyedDropoutMixin`), drawn inside the
     op from the Philox stream and drawn again by its backward pass.  Setting
     ``fixed_mask = True`` reuses the current dropout mask on later fprops (for gradient checks).
+
+    Sequences of any length up to the configured ones: x (N, Tq', d_model) with 1 <= Tq' <=
+    Tq and a context (N, Tk', dc) with 1 <= Tk' <= Tk (self-attention: Tk' = Tq').  Every
+    buffer is made for Tq and Tk once; a batch runs on its views of the batch's lengths
+    (:meth:`set_steps`, :meth:`_set_key_steps`), made once per length.
     """
+
+    variable_steps = True
+    stepped_buffers = ("outputs", "deltas", "of", "dof")
 
     def __init__(self, d_model, heads, causal=False, dropout=0.0, context_shape=None, dk=None,
                  dv=None, init=None, bias=True, name=None):
@@ -156,10 +164,55 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
         for group in self._groups:
             group.allocate(be, self.dc if group.on_context else self.d_model, N,
                            Tk if group.on_context else Tq)
+        self._lse_full, self._context_deltas_full = self.lse, self.context_deltas
+        self._length_views = {}
+        self.key_steps = None
+        self._set_group_views(False, Tq)
+        self._set_group_views(True, Tk)
+
+    # ---- sequences of any length up to the configured ones ------------------------------------
+    def _views(self, key, make):
+        """The view ``make()`` for ``key`` (what, length), made once and kept."""
+        view = self._length_views.get(key)
+        if view is None:
+            view = self._length_views[key] = make()
+        return view
+
+    def set_steps(self, steps):
+        """Queries (and, for self-attention, keys) of ``steps`` steps: outputs, deltas, the
+        merged heads and their views, lse and the projections on x become views of that
+        length."""
+        if steps == self.steps:
+            return
+        super().set_steps(steps)
+        be, N = self.be, self.be.bsz
+        self.oh = self._views(("oh", steps), lambda: be.keep(self._heads_view(self.of)))
+        self.doh = self._views(("doh", steps), lambda: be.keep(self._heads_view(self.dof)))
+        self.lse = self._views(("lse", steps), lambda: steps_view(
+            be, self._lse_full, N * self.heads, self.Tq, steps))
+        self._set_group_views(False, steps)
+
+    def _set_key_steps(self, steps):
+        """Keys and values of ``steps`` steps from the context (cross-attention)."""
+        if steps == self.key_steps:
+            return
+        self._set_group_views(True, steps)
+        self.context_deltas = self._views(("context_deltas", steps), lambda: steps_view(
+            self.be, self._context_deltas_full, self.be.bsz, self.Tk, steps))
+
+    def _set_group_views(self, on_context, steps):
+        """The projections of x (or of the context) at ``steps`` steps: each group's views
+        of that length and its members' qh, kh, vh (and gradients)."""
+        for group in self._groups:
+            if group.on_context != on_context:
+                continue
+            group.set_steps(self.be, steps)
             for (_, _, name), view, dview in zip(group.members, group.proj_views,
                                                  group.dproj_views):
                 setattr(self, f"{name}h", view)
                 setattr(self, f"d{name}h", dview)
+        if on_context or not self.cross:
+            self.key_steps = steps
 
     # ---- helpers -------------------------------------------------------------------------------
     def _project(self, x, W, b, out):
@@ -204,17 +257,27 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
                                  f"cross-attention")
             return x
         expected = (x.shape[0], self.Tk, self.dc)
-        if context is None or tuple(context.shape) != expected:
-            got = "none" if context is None else f"shape {tuple(context.shape)}"
+        shape = None if context is None else tuple(context.shape)
+        if shape is None or len(shape) != 3 or shape[0] != expected[0] or \
+                shape[2] != self.dc or not 1 <= shape[1] <= self.Tk:
+            got = "none" if context is None else f"shape {shape}"
             raise ValueError(f"layer '{self.name}' (MultiHeadAttention) is cross-attention and "
-                             f"needs a context of shape {expected}, got {got}")
+                             f"needs a context of shape {expected} (or of fewer steps, at "
+                             f"most {self.Tk}), got {got}")
+        if self.causal and x.shape[1] > shape[1]:
+            raise ValueError(f"layer '{self.name}' (MultiHeadAttention): causal attention "
+                             f"with more queries ({x.shape[1]}) than keys ({shape[1]}) is "
+                             f"undefined")
+        self._set_key_steps(shape[1])
         return context
 
     def _key_mask(self, key_mask, batch):
-        key_mask = key_mask if key_mask is not None else self.key_mask
-        if key_mask is not None and tuple(key_mask.shape) != (batch, self.Tk):
+        key_mask = self.mask_view(key_mask if key_mask is not None else self.key_mask,
+                                  self.key_steps)
+        if key_mask is not None and tuple(key_mask.shape) != (batch, self.key_steps):
             raise ValueError(f"layer '{self.name}' (MultiHeadAttention): key_mask must have "
-                             f"shape {(batch, self.Tk)} (N, Tk), got {tuple(key_mask.shape)}")
+                             f"shape {(batch, self.key_steps)} (N, Tk), got "
+                             f"{tuple(key_mask.shape)}")
         return key_mask
 
     # ---- training path -------------------------------------------------------------------------
@@ -347,12 +410,26 @@ class _Joined:
     def allocate(self, be, nin, N, T):
         width = sum(W.value.shape[1] for W, *_ in self.members)
         self.w, self.b = be.zeros((nin, width)), be.zeros((width,))
-        self.proj, self.dproj = be.zeros((N, T, width)), be.zeros((N, T, width))
-        # made once: 2-D views for the GEMMs, each member's (N, T, H, dh) views and columns
-        self.proj2, self.dproj2 = flat_rows(self.proj, width), flat_rows(self.dproj, width)
-        self.proj_views, self.dproj_views = self.views(be, self.proj), self.views(be, self.dproj)
-        self.dproj_columns = [be.keep(self.dproj2[:, col:col + w])
-                              for _, _, col, w in self._columns()]
+        self.full = be.zeros((N, T, width)), be.zeros((N, T, width))
+        self.T, self.steps, self.at_steps = T, None, {}
+
+    def set_steps(self, be, steps):
+        """Use the views of ``steps`` steps (made once per length and kept): ``proj`` and
+        ``dproj`` (N, steps, width), their 2-D views for the GEMMs, each member's (N, steps,
+        H, dh) views and gradient columns."""
+        if steps == self.steps:
+            return
+        views = self.at_steps.get(steps)
+        if views is None:
+            N, width = self.full[0].shape[0], self.full[0].shape[2]
+            proj, dproj = (steps_view(be, t, N, self.T, steps) for t in self.full)
+            proj2, dproj2 = be.keep(flat_rows(proj, width)), be.keep(flat_rows(dproj, width))
+            views = self.at_steps[steps] = (
+                proj, dproj, proj2, dproj2, self.views(be, proj), self.views(be, dproj),
+                [be.keep(dproj2[:, col:col + w]) for _, _, col, w in self._columns()])
+        (self.proj, self.dproj, self.proj2, self.dproj2, self.proj_views, self.dproj_views,
+         self.dproj_columns) = views
+        self.steps = steps
 
     def _columns(self):
         col = 0

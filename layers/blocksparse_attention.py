@@ -35,6 +35,8 @@ class BlockSparseAttention(MultiHeadAttention):
         d_model (int or None): feature size; None takes it from the input at configure time.
         context_shape ((Tk, dc) or None): cross-attention, as in MultiHeadAttention.
 
+    Sequences shorter than the configured T (and Tk) run on the layout cut to their blocks:
+    its first ceil(T'/bs) query and ceil(Tk'/bs) key blocks (the last ones partial).
     No dropout and no key-padding mask.  ``bprop`` returns the error for x (and for the
     context, in ``context_deltas``).
     """
@@ -81,11 +83,19 @@ class BlockSparseAttention(MultiHeadAttention):
                               f"zeros); attention needs at least one stored block")
         self.plan = self.be.blocksparse_layer(layout, bs)
         self._blocks = AttentionBlocks(layout, bs, bs)
+        self._cut_blocks = {(self.Tq, self.Tk): self._blocks}
         return out
 
     def attention_blocks(self):
-        """The layout as the fused attention's tiles: query and key blocks of block_size."""
-        return self._blocks
+        """The layout as the fused attention's tiles: query and key blocks of block_size,
+        cut to the blocks of this batch's lengths (made once per pair of lengths)."""
+        key = (self.steps, self.key_steps)
+        found = self._cut_blocks.get(key)
+        if found is None:
+            rows, cols = -(-key[0] // self.bs), -(-key[1] // self.bs)
+            found = self._cut_blocks[key] = AttentionBlocks(
+                self._blocks.layout[:, :rows, :cols], self.bs, self.bs)
+        return found
 
     def fprop(self, x, inference=False, context=None, key_mask=None):
         if key_mask is not None or self.key_mask is not None:

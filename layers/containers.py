@@ -4,7 +4,7 @@ from ..initializers import Constant
 from ..transforms.activation import is_plain_relu
 from .activation import Activation
 from .conv import Convolution
-from .layer import Layer
+from .layer import Layer, set_chain_steps
 from .linear import Bias, Linear
 from .batchnorm import BatchNorm
 
@@ -25,6 +25,7 @@ class Sequential(Layer):
     """Layers applied one after another; nested lists are flattened."""
 
     unnamed_description = "the model"
+    stepped_buffers = ()  # the layers' own buffers
 
     def __init__(self, layers, name=None):
         super().__init__(name)
@@ -43,6 +44,14 @@ class Sequential(Layer):
             shape = layer.configure(shape, prev)
             prev = layer.name
         return shape
+
+    def _max_steps(self):
+        """Sequences of 1 to T steps when the first layer takes them."""
+        return self.layers[0].max_steps if self.layers else None
+
+    def set_steps(self, steps):
+        set_chain_steps(self.layers, steps)
+        self.steps = steps
 
     def allocate(self):
         for layer in self.layers:
@@ -84,6 +93,8 @@ class Sequential(Layer):
 class SkipNode(Layer):
     """The identity: a residual block's shortcut branch."""
 
+    variable_steps = True
+
     def allocate(self):
         pass
 
@@ -120,6 +131,16 @@ class MergeSum(Layer):
                                        f"'{self.branches[0].name}' gives {shapes[0]} and "
                                        f"'{branch.name}' gives {shape} (for input")
         return shapes[0]
+
+    def _max_steps(self):
+        """Sequences of 1 to T steps when every branch takes them."""
+        steps = {branch.max_steps for branch in self.branches}
+        return steps.pop() if len(steps) == 1 else None
+
+    def set_steps(self, steps):
+        super().set_steps(steps)
+        for branch in self.branches:
+            branch.set_steps(steps)
 
     def allocate(self):
         super().allocate()

@@ -32,7 +32,13 @@ class Embedding(ParameterLayer):
     unpadded sequence).  ``given_mask`` (None, or a (N, T) tensor of 0/1 set by the model for
     inputs that come with their own mask, e.g. a tokenizer's ``(ids, mask)``) replaces the
     mask read from ``pad_id`` while it is set.
+
+    Takes token ids (N, T') of any 1 <= T' <= T (T configured); the output and the mask are
+    then views of that length (:meth:`~neonlite.layers.layer.Layer.set_steps`).
     """
+
+    variable_steps = True
+    stepped_buffers = ("outputs", "key_mask")
 
     def __init__(self, vocab, d, init=None, pad_id=None, name=None):
         super().__init__(name)
@@ -53,6 +59,9 @@ class Embedding(ParameterLayer):
         if len(in_shape) != 1:
             raise self.shape_error("token ids of shape (T,) per example")
         return (in_shape[0], self.d)
+
+    def _max_steps(self):
+        return self.in_shape[0]
 
     def set_needs_deltas(self, needed):
         self.needs_deltas = False
@@ -124,8 +133,11 @@ class PositionalEmbedding(ParameterLayer):
     P[t, 2i] = sin(t / 10000^(2i/d)), P[t, 2i+1] = cos(t / 10000^(2i/d)) (no parameters).
 
     A sequence longer than ``max_len`` is an error at configure time (and, while decoding,
-    a position past ``max_len``).
+    a position past ``max_len``).  Takes sequences (N, T', d) of any 1 <= T' <= T (T
+    configured): positions 0..T'-1.
     """
+
+    variable_steps = True
 
     def __init__(self, max_len, d=None, sinusoidal=False, init=None, name=None):
         super().__init__(name)
@@ -158,13 +170,12 @@ class PositionalEmbedding(ParameterLayer):
             self.table = self.W.value
 
     def fprop(self, x, inference=False):
-        T = self.in_shape[0]
-        self.outputs[:] = x + self.table[:T]
+        self.outputs[:] = x + self.table[:self.steps]
         return self.outputs
 
     def bprop(self, error):
         if not self.sinusoidal:
-            T, d = self.in_shape
+            T, d = self.steps, self.in_shape[1]
             grad = self.W.grad[:T].reshape(1, T, d)
             grad[:] = grad + self.be.sum(error, axis=0)
         return error

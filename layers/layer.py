@@ -9,6 +9,15 @@ batch-first; images NHWC, sequences (N, T, D).
 Every layer's ``fprop`` and ``bprop`` check the batch they are given against the configured
 shapes before they run (:meth:`Layer.__init_subclass__`), called directly or from a container:
 the buffers made at ``allocate`` and the kernels writing them take nothing else.
+
+Sequences of any length up to the configured one: a layer with ``variable_steps`` configured
+for sequences (T, ...) takes batches (N, T', ...) of any 1 <= T' <= T.  Its buffers are made
+once, for T; a batch of T' steps runs on *views of its length* (:meth:`Layer.set_steps`,
+called by the check before fprop when T' changes): the first N*T'*... elements of each
+buffer, viewed as (N, T', ...).  That view is contiguous and batch-major, as every buffer is
+(a slice ``buf[:, :T']`` would not be), so the GEMMs, row kernels and reshapes of a layer run
+on it unchanged; each length's views are made once (:func:`steps_view`), so nothing is
+allocated or compiled after the first batch of a length.
 """
 import functools
 
@@ -66,6 +75,9 @@ class Layer:
     unnamed_description = None
     #: fprop / bprop take sequences (N, T', ...) of 1 to T steps, T the configured length
     variable_steps = False
+    #: the buffers (attribute names) laid out per step, (N, T, ...) or (N*T, ...): a batch of
+    #: T' steps runs on their views of its length (:meth:`set_steps`)
+    stepped_buffers = ("outputs", "deltas")
     #: fprop / bprop check their batches themselves (not wrapped by ``__init_subclass__``)
     checks_own_batch = False
 
@@ -96,6 +108,8 @@ class Layer:
         self.deltas = None
         self.needs_deltas = True
         self.prev_name = None
+        self.max_steps = self.steps = None
+        self.out_stepped = False
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def configure(self, in_shape, prev_name=None):
@@ -104,7 +118,56 @@ class Layer:
         self.in_shape = tuple(int(s) for s in in_shape)
         self.prev_name = prev_name
         self.out_shape = tuple(int(s) for s in self._configure(self.in_shape))
+        self.max_steps = self.steps = self._max_steps()
+        self.out_stepped = self.max_steps is not None and len(self.out_shape) >= 2 and \
+            self.out_shape[0] == self.max_steps
+        self._full_buffers = self._step_views = None
         return self.out_shape
+
+    def _max_steps(self):
+        """T when this layer takes sequences of 1 to T steps (``variable_steps`` and a
+        sequence input (T, D)), else None."""
+        if self.variable_steps and len(self.in_shape) == 2:
+            return self.in_shape[0]
+        return None
+
+    def set_steps(self, steps):
+        """The next batches are sequences of ``steps`` (1..T) steps: each buffer named in
+        ``stepped_buffers`` becomes its view of that length (made once per length and kept),
+        the whole buffer again when ``steps`` is T.  Containers pass it on to their layers."""
+        if steps == self.steps:
+            return
+        if self._full_buffers is None:
+            self._full_buffers = {name: getattr(self, name) for name in self.stepped_buffers
+                                  if getattr(self, name, None) is not None}
+            self._step_views = {}
+        views = self._step_views.get(steps)
+        if views is None:
+            views = {name: steps_view(self.be, full, self.be.bsz, self.max_steps, steps)
+                     for name, full in self._full_buffers.items()}
+            self._step_views[steps] = views
+        for name, view in views.items():
+            setattr(self, name, view)
+        self.steps = steps
+
+    def mask_view(self, mask, steps):
+        """``mask`` for a batch of ``steps`` steps: the padding mask (N, T) an Embedding with
+        a ``pad_id`` writes, per batch, on its view of the batch's length (the model hands
+        that buffer to the layers after it, :func:`~neonlite.layers.shared.
+        share_padding_masks`, recording it as ``shared_mask``) becomes that view; any other
+        mask stays as it is (its user checks its shape)."""
+        if mask is None or mask is not getattr(self, "shared_mask", None) or \
+                mask.shape[1] == steps:
+            return mask
+        cache = self.__dict__.setdefault("_mask_views", {})
+        view = cache.get(steps)
+        if view is None:
+            view = cache[steps] = steps_view(self.be, mask, mask.shape[0], mask.shape[1], steps)
+        return view
+
+    def steps_shape(self, shape):
+        """``shape`` (one example's, (T, ...)) at the current number of steps."""
+        return (self.steps,) + tuple(shape[1:])
 
     def _configure(self, in_shape):
         return in_shape
@@ -122,25 +185,30 @@ class Layer:
         return RuntimeError(f"{where}: {call} before the layer was configured and allocated; "
                             f"initialize the model first (model.initialize(dataset), or fit)")
 
-    def check_batch(self, t, shape, what, source="as configured"):
+    def check_batch(self, t, shape, what, source="as configured", steps=False):
         """Raise :class:`ShapeError` unless tensor ``t`` is a batch of the backend's size of
-        examples of ``shape`` (with ``variable_steps``, sequences (T, ...) may be shorter: 1
-        to T steps): the buffers made at ``allocate`` (and the kernels writing them) take
-        nothing else.  ``source``: where ``shape`` comes from, for the message."""
+        examples of ``shape`` (with ``steps``, sequences (T, ...) may be shorter: 1 to T
+        steps): the buffers made at ``allocate`` (and the kernels writing them) take nothing
+        else.  ``source``: where ``shape`` comes from, for the message."""
         expected = (self.be.bsz,) + tuple(shape)
         got = tuple(t.shape)
         if got == expected:
             return
-        steps = self.variable_steps and len(expected) >= 3
-        if steps and len(got) == len(expected) and got[0] == expected[0] and \
-                got[2:] == expected[2:] and 1 <= got[1] <= expected[1]:
-            return
         where = f"layer '{self.name}' ({type(self).__name__})" if self.name else \
             self.unnamed_description or f"the {type(self).__name__} layer"
+        only_steps = len(got) == len(expected) >= 2 and got[0] == expected[0] and \
+            got[2:] == expected[2:]
+        if steps and only_steps and 1 <= got[1] <= expected[1]:
+            return
         examples = f"sequences of 1 to {shape[0]} steps of shape {tuple(shape[1:])}" if steps \
             else f"examples of shape {tuple(shape)}"
+        why = ""
+        if only_steps and steps and got[1] > expected[1]:
+            why = f": {got[1]} steps is longer than the maximum of {shape[0]}"
+        elif only_steps and not steps and what == "input":
+            why = f"; this layer takes only sequences of the {shape[0]} steps it was built for"
         raise ShapeError(f"{where}: the {what} has shape {got}; expected {expected} (a batch "
-                         f"of {self.be.bsz} {examples}, {source})")
+                         f"of {self.be.bsz} {examples}, {source}){why}")
 
     def allocate(self):
         """Make output and delta buffers (batch-first)."""
@@ -223,18 +291,67 @@ class ParameterLayer(Layer):
 def _batch_checked(function, what, shape_attr):
     """``function`` (a layer's fprop or bprop, whose first argument is the batch) preceded by
     :meth:`Layer.check_batch` of that batch against the attribute ``shape_attr``, or by
-    :meth:`Layer.not_configured` when that is not set yet."""
+    :meth:`Layer.not_configured` when that is not set yet.  A layer taking sequences of 1 to
+    T steps: fprop's batch may have any of those (and sets the layer's steps to it), bprop's
+    error must have the steps of the last fprop."""
+    forward = shape_attr == "in_shape"
+
     @functools.wraps(function)
     def checked(self, batch, *args, **kwargs):
         shape = getattr(self, shape_attr)
         if shape is None:
             raise self.not_configured(function.__name__)
         got = batch.shape
+        if self.max_steps is not None and (forward or self.out_stepped):
+            if forward:
+                if got[1:] != shape or got[0] != self.be.bsz:
+                    self.check_batch(batch, shape, what, steps=True)
+                if got[1] != self.steps:
+                    self.set_steps(got[1])
+                return function(self, batch, *args, **kwargs)
+            shape = self.steps_shape(shape)
+            source = "as the last fprop gave"
+            if got[1:] != shape or got[0] != self.be.bsz:
+                self.check_batch(batch, shape, what, source)
+            return function(self, batch, *args, **kwargs)
         if got[1:] != shape or got[0] != self.be.bsz:
             self.check_batch(batch, shape, what)
         return function(self, batch, *args, **kwargs)
     checked.checked_batch = True
     return checked
+
+
+def set_chain_steps(layers, steps):
+    """Set the steps of a chain of layers, each feeding the next, up to the first whose
+    output is no longer a sequence of the same steps (a reduction)."""
+    for layer in layers:
+        if layer.max_steps is None:
+            return
+        layer.set_steps(steps)
+        if not layer.out_stepped:
+            return
+
+
+def steps_view(be, full, bsz, T, steps):
+    """The view of buffer ``full`` for sequences of ``steps`` of its T steps: its first
+    ``full.size * steps // T`` elements, contiguous, shaped (bsz, steps, ...) for a buffer
+    (bsz, T, ...), (bsz*steps, ...) for one of rows (bsz*T, ...), (rows, steps) for one of
+    per-step columns (rows, T) (an attention's log-sum-exp rows per head); kept, as a view
+    made once for the layer's life."""
+    shape = tuple(full.shape)
+    if steps == T:
+        return full
+    if len(shape) >= 2 and shape[0] == bsz and shape[1] == T:
+        new = (bsz, steps) + shape[2:]
+    elif shape and shape[0] == bsz * T:
+        new = (bsz * steps,) + shape[1:]
+    elif len(shape) == 2 and shape[1] == T:
+        new = (shape[0], steps)
+    else:
+        raise ValueError(f"a buffer of shape {shape} is not laid out per step for {bsz} "
+                         f"sequences of {T} steps")
+    count = prod(new)
+    return be.keep(full.reshape(full.size)[:count].reshape(new))
 
 
 def is_count(value, minimum=1):

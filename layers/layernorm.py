@@ -11,6 +11,9 @@ class LayerNorm(ParameterLayer):
     GPT-2-style recipes without biases).  No running statistics (training and inference
     agree).  ``eps``: BERT uses 1e-12."""
 
+    variable_steps = True  # per token: a sequence (N, T', D) of 1 <= T' <= T steps
+    stepped_buffers = ("outputs", "deltas", "xhat", "invstd")
+
     def __init__(self, eps=1e-5, bias=True, name=None):
         super().__init__(name)
         if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:

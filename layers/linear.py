@@ -10,6 +10,8 @@ class Linear(ParameterLayer):
     a sequence input (N, T, D), which is transformed per token over its last axis to (N, T, nout).
     """
 
+    variable_steps = True  # a sequence input (N, T', D), 1 <= T' <= T
+
     def __init__(self, nout, init=None, name=None):
         super().__init__(name)
         if not is_count(nout):
@@ -23,6 +25,9 @@ class Linear(ParameterLayer):
         self.per_token = len(in_shape) == 2
         self.nin = in_shape[-1] if self.per_token else prod(in_shape)
         return (in_shape[0], self.nout) if self.per_token else (self.nout,)
+
+    def _max_steps(self):
+        return self.in_shape[0] if self.per_token else None
 
     def param_shapes(self):
         return [(self.nin, self.nout)]
@@ -55,6 +60,8 @@ class Bias(ParameterLayer):
     """y = x + b with b (C,) broadcast over every axis but the last (channels / features).
 
     bprop passes the error through unchanged (no delta buffer of its own)."""
+
+    variable_steps = True  # a sequence input (N, T', C), 1 <= T' <= T
 
     def __init__(self, init=None, name=None):
         super().__init__(name)

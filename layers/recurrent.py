@@ -15,7 +15,9 @@ Every cell runs the same schedule (``RecurrentBase``):
   dW = X^T dG, dU = H_prev^T dG, db = column sums of dG, and the input error one GEMM dG W^T.
 
 Every T-step buffer is made in ``allocate()``.  A sequence may be shorter than the T the
-layer was configured for (the first T' steps of the buffers are used), never longer.
+layer was configured for, never longer: the time-major buffers' first T' steps are used, and
+the output and input gradient (N, T', .) are the views of that length of theirs
+(:meth:`~neonlite.layers.layer.Layer.set_steps`).
 
 ``mask`` (N, T) (1: a real step, 0: padding; a tensor or a host array), given to ``fprop`` or
 set as ``layer.mask``:
@@ -62,6 +64,7 @@ class RecurrentBase(ParameterLayer):
     """
 
     checks_own_batch = True  # x may be shorter than T (``_steps``); bprop: ``_check_error``
+    variable_steps = True
 
     gates = 1
     states = ("h",)
@@ -86,6 +89,11 @@ class RecurrentBase(ParameterLayer):
             raise self.shape_error("a sequence (T, D) per example")
         self.T, self.nin = in_shape
         return (self.T, self.nout) if self.return_sequences else (self.nout,)
+
+    @property
+    def stepped_buffers(self):
+        """The output is per step only with ``return_sequences``."""
+        return ("outputs", "deltas") if self.return_sequences else ("deltas",)
 
     def param_shapes(self):
         H, G = self.nout, self.gates
@@ -214,6 +222,11 @@ class RecurrentBase(ParameterLayer):
         if T > self.T or T < 1:
             raise ValueError(f"layer '{self.name}' ({type(self).__name__}): a sequence of {T} "
                              f"steps, but the layer was allocated for at most {self.T}")
+        if mask is not None and not isinstance(mask, np.ndarray) and \
+                np.dtype(mask.dtype) != np.dtype(self.be.dtype):
+            raise ValueError(f"layer '{self.name}' ({type(self).__name__}): the mask must be a "
+                             f"tensor of the backend's dtype {np.dtype(self.be.dtype)}, got "
+                             f"{np.dtype(mask.dtype)}")
         if mask is not None and tuple(np.shape(mask)) != (N, T):
             raise ValueError(f"layer '{self.name}' ({type(self).__name__}): mask must have "
                              f"shape {(N, T)} (N, T), got {tuple(np.shape(mask))}")
@@ -230,7 +243,10 @@ class RecurrentBase(ParameterLayer):
     def fprop(self, x, inference=False, mask=None):
         be, H = self.be, self.nout
         mask = mask if mask is not None else self.mask
+        if len(x.shape) == 3:
+            mask = self.mask_view(mask, x.shape[1])
         T = self._steps(x, mask)
+        self.set_steps(T)
         mask = self._mask_tensor(mask, T)
         self.T_run, self.masked = T, mask is not None
         N = x.shape[0]
@@ -266,7 +282,7 @@ class RecurrentBase(ParameterLayer):
             self.outputs[:] = h[0 if self.reverse else T]
             return self.outputs
         steps = h[0:T] if self.reverse else h[1:T + 1]
-        out = self.outputs if T == self.T else self.outputs[:, :T]
+        out = self.outputs
         be.permute_axes(steps, out, (1, 0, 2))
         if self.masked:
             self._apply_mask(out, T)
@@ -298,9 +314,7 @@ class RecurrentBase(ParameterLayer):
             dx_t = self.dx_t[:T]
             be.compound_dot(self.dg_t[:T].reshape(T * N, self.gates * H), self.W.value,
                             dx_t.reshape(T * N, self.nin), transB=True)
-            out = self.deltas if T == self.T else self.deltas[:, :T]
-            be.permute_axes(dx_t, out, (1, 0, 2))
-            return out
+            be.permute_axes(dx_t, self.deltas, (1, 0, 2))
         return self.deltas
 
     def _bprop_steps(self, T, dy):

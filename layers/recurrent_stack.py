@@ -4,68 +4,73 @@
 :class:`DeepBiLSTM`."""
 from .containers import Sequential
 from .layer import Layer
+from .sentence import TokenWeightedSum
 from .recurrent import GRU, LSTM, Recurrent
 
 MERGES = ("concat", "sum")
 
 
-class _SequenceReduction(Layer):
-    """(N, T', H) -> (N, H) over the time axis, for sequences of 1 to T steps (T configured);
-    bprop's input gradient is (N, T', H) for the T' steps of the last fprop (``steps``)."""
+class _SequenceReduction(TokenWeightedSum):
+    """(N, T', H) -> (N, H) over the time axis, for sequences of 1 to T steps (T configured),
+    as a token-weighted sum (one batched GEMM each way).  With the padding mask of an
+    Embedding with a ``pad_id`` before it (wired by the model, ``key_mask``; sequences padded
+    at the end) the pads take no part: the weights are made from the mask each batch."""
 
-    variable_steps = True
+    uses_key_mask = True
+
+    def __init__(self, name=None):
+        super().__init__(name)
+        self.key_mask = None
 
     def _configure(self, in_shape):
         if len(in_shape) != 2:
             raise self.shape_error("a sequence (T, H) per example")
-        self.T = self.steps = in_shape[0]
+        self.T = in_shape[0]
         return (in_shape[1],)
 
-    def _deltas(self):
-        """The part of the input-gradient buffer for the last fprop's steps."""
-        return self.deltas if self.steps == self.T else self.deltas[:, :self.steps]
+    def allocate(self):
+        super().allocate()
+        self.weights = self.be.zeros((self.be.bsz, self.T))
+        self.count = self.be.zeros((self.be.bsz, 1))
+
+    def _mask(self):
+        return self.mask_view(self.key_mask, self.steps)
 
 
 class RecurrentLast(_SequenceReduction):
-    """The output of the last time step, y = x[:, T'-1] (with a padding mask use the cell's
-    ``return_sequences=False``, which gives each sequence's last real state)."""
+    """The output of the last step, y = x[:, T'-1]; with a padding mask, of each sequence's
+    last real step (a sequence made only of pads gives zeros)."""
 
-    def fprop(self, x, inference=False):
-        self.steps = x.shape[1]
-        self.outputs[:] = x[:, self.steps - 1]
-        return self.outputs
-
-    def bprop(self, error):
-        deltas = self._deltas()
-        deltas[:] = 0.0
-        deltas[:, self.steps - 1] = error
-        return deltas
+    def _set_weights(self):
+        w, T, mask = self.weights, self.steps, self._mask()
+        if mask is None:
+            w[:] = 0.0
+            w[:, T - 1:T] = 1.0
+            return
+        if T > 1:  # 1 at the real steps followed by a pad
+            w[:, 0:T - 1] = mask[:, 0:T - 1] - mask[:, 1:T]
+        w[:, T - 1:T] = mask[:, T - 1:T]
 
 
 class RecurrentSum(_SequenceReduction):
-    """y = sum over t of x[:, t]."""
+    """y = sum over t of x[:, t] (over the real steps, with a padding mask)."""
 
     mean = False
 
-    def _scale(self):
-        return 1.0 / self.steps if self.mean else None
-
-    def fprop(self, x, inference=False):
-        self.steps = x.shape[1]
-        out = self.outputs.reshape(x.shape[0], 1, self.out_shape[0])
-        total, scale = self.be.sum(x, axis=1), self._scale()
-        out[:] = total if scale is None else total * scale
-        return self.outputs
-
-    def bprop(self, error):
-        e = error.reshape(error.shape[0], 1, self.out_shape[0])
-        deltas, scale = self._deltas(), self._scale()
-        deltas[:] = e if scale is None else e * scale
-        return deltas
+    def _set_weights(self):
+        w, mask = self.weights, self._mask()
+        if mask is None:
+            w[:] = 1.0 / self.steps if self.mean else 1.0
+        elif self.mean:
+            self.count[:] = self.be.maximum(self.be.sum(mask, axis=1), 1.0)
+            w[:] = mask / self.count
+        else:
+            w[:] = mask
 
 
 class RecurrentMean(RecurrentSum):
-    """y = mean over t of x[:, t] (the T' steps of the sequence given)."""
+    """y = mean over t of x[:, t] (the T' steps of the sequence given; with a padding mask,
+    its real steps: a sequence made only of pads gives zeros)."""
 
     mean = True
 
@@ -77,6 +82,7 @@ class _Bidirectional(Layer):
     (the reversed one's is at t = 0).  Parameters ``<name>.fwd.*`` and ``<name>.bwd.*``."""
 
     cell = None
+    variable_steps = True
 
     def __init__(self, nout, init=None, merge="concat", return_sequences=True, name=None,
                  **cell_args):
@@ -100,6 +106,11 @@ class _Bidirectional(Layer):
             shape = shape[:-1] + (2 * shape[-1],)
         return shape
 
+    @property
+    def stepped_buffers(self):
+        """The output is per step only with ``return_sequences``."""
+        return ("outputs", "deltas") if self.fwd.return_sequences else ("deltas",)
+
     def allocate(self):
         super().allocate()
         self.fwd.allocate()
@@ -115,7 +126,7 @@ class _Bidirectional(Layer):
         return (t[..., :H], t[..., H:]) if self.merge == "concat" else (t, t)
 
     def fprop(self, x, inference=False, mask=None):
-        mask = mask if mask is not None else self.mask
+        mask = self.mask_view(mask if mask is not None else self.mask, x.shape[1])
         f = self.fwd.fprop(x, inference, mask)
         b = self.bwd.fprop(x, inference, mask)
         if self.merge == "sum":

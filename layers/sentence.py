@@ -5,11 +5,15 @@ import numpy as np
 from .layer import Layer
 
 
-class _TokenWeightedSum(Layer):
+class TokenWeightedSum(Layer):
     """y[n] = sum_t w[n, t] x[n, t]: a sequence x (N, T, d) reduced to (N, d) by per-token
     weights ``self.weights`` (N, 1, T), one batched GEMM each way; bprop spreads the error by
     the same weights.  A subclass fills the weights: once in :meth:`allocate`, or before each
-    batch in :meth:`_set_weights`."""
+    batch in :meth:`_set_weights`.  Takes sequences of any 1 <= T' <= T steps (T configured):
+    the weights and the input gradient are then views of that length."""
+
+    variable_steps = True
+    stepped_buffers = ("deltas", "weights")
 
     def _configure(self, in_shape):
         if len(in_shape) != 2:
@@ -22,17 +26,22 @@ class _TokenWeightedSum(Layer):
     def fprop(self, x, inference=False):
         self._set_weights()
         n, d = self.be.bsz, self.in_shape[1]
-        self.be.batched_dot(self.weights, x, self.outputs.reshape(n, 1, d))
+        self.be.batched_dot(self._weights3(), x, self.outputs.reshape(n, 1, d))
         return self.outputs
 
     def bprop(self, error):
         if self.needs_deltas:
             n, d = self.be.bsz, self.in_shape[1]
-            self.be.batched_dot(self.weights, error.reshape(n, 1, d), self.deltas, transA=True)
+            self.be.batched_dot(self._weights3(), error.reshape(n, 1, d), self.deltas,
+                                transA=True)
         return self.deltas
 
+    def _weights3(self):
+        """The weights (N, T') as the batched GEMM's (N, 1, T')."""
+        return self.weights.reshape(self.be.bsz, 1, self.steps)
 
-class MeanPool(_TokenWeightedSum):
+
+class MeanPool(TokenWeightedSum):
     """y[n] = sum_t m[n, t] x[n, t] / sum_t m[n, t]: the mean of a sequence x (N, T, d) over
     its real tokens, (N, d).  The mask m (N, T) is the padding mask of the model's Embedding
     with a ``pad_id`` (wired by the model; 1 at real tokens, 0 at pads), or every token when
@@ -47,20 +56,21 @@ class MeanPool(_TokenWeightedSum):
     def allocate(self):
         super().allocate()
         be, (T, d) = self.be, self.in_shape
-        self.weights = be.zeros((be.bsz, 1, T))  # m[n, t] / count[n]
+        self.weights = be.zeros((be.bsz, T))  # m[n, t] / count[n], (N, 1, T) in fprop
         self.count = be.zeros((be.bsz, 1))
 
     def _set_weights(self):
-        be, T = self.be, self.in_shape[0]
-        w = self.weights.reshape(be.bsz, T)
+        be, T = self.be, self.steps
+        w = self.weights
         if self.key_mask is None:
             w[:] = 1.0 / T
             return
-        self.count[:] = be.maximum(be.sum(self.key_mask, axis=1), 1.0)
-        w[:] = self.key_mask / self.count
+        mask = self.mask_view(self.key_mask, T)
+        self.count[:] = be.maximum(be.sum(mask, axis=1), 1.0)
+        w[:] = mask / self.count
 
 
-class FirstToken(_TokenWeightedSum):
+class FirstToken(TokenWeightedSum):
     """y[n] = x[n, 0]: the first token's state of a sequence x (N, T, d), (N, d) (BERT's
     [CLS] token, which its pooler projects).  bprop puts the error at token 0, zeros
     elsewhere."""
@@ -68,9 +78,14 @@ class FirstToken(_TokenWeightedSum):
     def allocate(self):
         super().allocate()
         be, (T, d) = self.be, self.in_shape
-        onehot = np.zeros((be.bsz, 1, T))
-        onehot[:, :, 0] = 1.0
-        self.weights = be.array(onehot)  # (N, 1, T), one-hot at t = 0
+        self.weights = be.zeros((be.bsz, T))  # one-hot at t = 0 of the batch's length
+        self.written_steps = None
+
+    def _set_weights(self):
+        if self.written_steps != self.steps:
+            self.weights[:] = 0.0
+            self.weights[:, 0:1] = 1.0
+            self.written_steps = self.steps
 
 
 class L2Normalize(Layer):

@@ -8,6 +8,7 @@ mean poolings after it (:func:`share_padding_masks`, once the layers are allocat
 """
 from .attention import MultiHeadAttention
 from .embedding import Embedding
+from .recurrent import RecurrentBase
 
 
 def tie_layers(leaves):
@@ -30,9 +31,13 @@ def tie_layers(leaves):
 
 
 def share_padding_masks(leaves):
-    """Give each self-attention layer and each layer with a ``uses_key_mask`` flag (mean
-    pooling) the ``key_mask`` (N, T) of the last Embedding with a ``pad_id`` before it,
-    when that mask covers the layer's sequence length."""
+    """Give each self-attention layer, each recurrent layer and each layer with a
+    ``uses_key_mask`` flag (mean pooling) the ``key_mask`` (N, T) of the last Embedding with a
+    ``pad_id`` before it, when that mask covers the layer's sequence length (recorded as the
+    layer's ``shared_mask`` too: for a batch of T' steps the layer reads it as the view of
+    that length the Embedding writes, :meth:`~neonlite.layers.layer.Layer.mask_view`).
+    A recurrent layer takes it as its ``mask`` (pads neither change its state nor take
+    gradient)."""
     mask = None
     for leaf in leaves:
         if isinstance(leaf, Embedding) and leaf.key_mask is not None:
@@ -41,6 +46,9 @@ def share_padding_masks(leaves):
         if mask is None:
             continue
         self_attention = isinstance(leaf, MultiHeadAttention) and not leaf.cross
-        if (self_attention or getattr(leaf, "uses_key_mask", False)) and \
-                leaf.in_shape[0] == mask.shape[1]:
-            leaf.key_mask = mask
+        if leaf.in_shape is None or not leaf.in_shape or leaf.in_shape[0] != mask.shape[1]:
+            continue
+        if self_attention or getattr(leaf, "uses_key_mask", False):
+            leaf.key_mask = leaf.shared_mask = mask
+        elif isinstance(leaf, RecurrentBase) and leaf.mask is None:
+            leaf.mask = leaf.shared_mask = mask

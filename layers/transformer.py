@@ -5,7 +5,7 @@ from .activation import Activation, Dropout
 from .attention import MultiHeadAttention
 from .containers import Affine
 from .decode import DecodeState, decode, init_decode
-from .layer import Layer
+from .layer import Layer, set_chain_steps
 from .layernorm import LayerNorm, RMSNorm
 from .linear import Bias, Linear
 
@@ -31,7 +31,13 @@ class TransformerBlock(Layer):
     ``BlockSparseAttention``; YAML ``attention: {type: BlockSparseAttention, config: ...}``),
     ``fc1`` / ``fc2`` the default Affines (each a core layer, optionally followed by a Bias,
     e.g. ``BlockSparseAffine``; fc1 gives the hidden features, fc2 d_model).
+
+    Takes sequences (N, T', d_model) of any 1 <= T' <= T (T configured): the block and every
+    sub-layer then run on their buffers' views of that length (:meth:`set_steps`).
     """
+
+    variable_steps = True
+    stepped_buffers = ("outputs", "sum2", "resid", "dresid", "deltas")
 
     def __init__(self, d_model, heads, mlp_ratio=4, causal=True, dropout=0.0, gelu="none",
                  init=None, attention=None, fc1=None, fc2=None, norm="pre", eps=1e-5,
@@ -107,6 +113,15 @@ class TransformerBlock(Layer):
 
     def set_needs_deltas(self, needed):
         self.needs_deltas = needed
+
+    def set_steps(self, steps):
+        """The block's buffers and every sub-layer's (the block calls some of their passes
+        directly, past their own checks) at ``steps`` steps."""
+        if steps == self.steps:
+            return
+        super().set_steps(steps)
+        for layer in self.sublayers:
+            set_chain_steps([layer], steps)
 
     def fprop(self, x, inference=False):
         if self.norm == "post":

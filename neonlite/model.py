@@ -13,8 +13,8 @@ from .layers.shared import share_padding_masks, tie_layers
 from .memory_check import check_network_fits
 from . import model_files
 from .model_table import describe_table
-from .model_checks import (check_backend, check_optimizer, check_targets, claim_layers,
-                           param_value)
+from .model_checks import (check_backend, check_data_shape, check_optimizer, check_targets,
+                           claim_layers, param_value)
 from .finite import first_nonfinite as first_nonfinite_of
 from .optimizers.arena import ParameterArena, build_arena
 from .optimizers.schedules import plan_schedules_for
@@ -69,12 +69,9 @@ class Model:
         in_shape = tuple(dataset.shape)
         if self.in_shape is not None:
             check_backend(self)
-            if in_shape != self.in_shape:
-                raise ShapeError(f"model '{self.name}' was built for inputs of shape "
-                                 f"{self.in_shape} per example, but the data set "
-                                 f"'{getattr(dataset, 'name', 'data')}' has shape {in_shape}")
+            out_shape = check_data_shape(self, dataset, in_shape)
             if cost is not None:
-                check_targets(dataset, self.out_shape)
+                check_targets(dataset, out_shape)
                 if cost is not self.cost:
                     self._attach_cost(cost, dataset)
             return
@@ -279,11 +276,17 @@ class Model:
             y = self.layers.fprop(x, inference=True)
             n = getattr(dataset, "valid", x.shape[0])
             y_host, t_host = _rows(y.get()[:n]), _rows(t.get()[:n])
+            y_host, t_host = _not_ignored(y_host, t_host, getattr(self.cost, "ignore_index",
+                                                                  None))
             values = metric(y_host, t_host)
             total += float(np.sum(values))
             count += len(values)
         if self.grad_sync is not None:
             total, count = self.grad_sync.sum_over_ranks([total, count])
+        if count == 0:
+            raise ValueError(f"Model.eval: every target of the data set "
+                             f"'{getattr(dataset, 'name', 'data')}' equals the cost's "
+                             f"ignore_index; there is nothing to score")
         aggregate = getattr(metric, "aggregate", None)
         return aggregate(total / count) if aggregate else total / count
 
@@ -453,3 +456,14 @@ def _rebuild_model(kind, data, name):
 
 def _rows(a):
     return a.reshape(-1, a.shape[-1]) if a.ndim > 2 else a
+
+
+def _not_ignored(y, t, ignore_index):
+    """The rows of outputs y whose class-index target in t is not ``ignore_index`` (the
+    cost's; pads), with those targets: the metrics leave the others out."""
+    if ignore_index is None or t.dtype.kind not in "iu" or y.ndim < 2:
+        return y, t
+    t = t.reshape(-1)
+    y = y.reshape(t.size, -1)
+    keep = t != ignore_index
+    return y[keep], t[keep]

@@ -114,6 +114,29 @@ def param_value(key, value, tensor):
     return array
 
 
+def check_data_shape(model, dataset, in_shape):
+    """The example shape ``in_shape`` of ``dataset`` fits ``model`` (initialized): the shape
+    it was built for, or, for a model of sequences of at most T steps, sequences (T', ...) of
+    1 <= T' <= T steps with the rest of the shape the same.  Returns the model's output shape
+    for those examples; a :class:`ShapeError` naming the data set and both shapes otherwise
+    (a longer sequence: the first layer, the length and the maximum)."""
+    built, name = model.in_shape, getattr(dataset, "name", "data")
+    if in_shape == built:
+        return model.out_shape
+    top = model.layers
+    if top.max_steps is not None and len(in_shape) == len(built) and \
+            in_shape[1:] == built[1:] and len(in_shape) >= 1:
+        if 1 <= in_shape[0] <= built[0]:
+            out = tuple(model.out_shape)
+            return (in_shape[0],) + out[1:] if top.out_stepped else out
+        first = top.leaves()[0]
+        raise ShapeError(f"the data set '{name}' has sequences of {in_shape[0]} steps, longer "
+                         f"than the maximum of {built[0]} that layer '{first.name}' "
+                         f"({type(first).__name__}) of model '{model.name}' was built for")
+    raise ShapeError(f"model '{model.name}' was built for inputs of shape {built} per "
+                     f"example, but the data set '{name}' has shape {in_shape}")
+
+
 def check_targets(dataset, out_shape):
     """The data set's targets fit outputs of ``out_shape``: the same shape, or class indices
     (out_shape[:-1]) of ``dataset.nclass`` (when it says) = out_shape[-1] classes."""

@@ -6,6 +6,8 @@ When the layer before a cost is its paired activation (Softmax for CrossEntropyM
 for CrossEntropyBinary), ``fused_errors`` gives the gradient with respect to that
 activation's input instead: softmax-cross-entropy runs as one fused backend op.
 """
+import numpy as np
+
 from .activation import Logistic, Softmax
 
 
@@ -22,12 +24,31 @@ class Cost:
 
 
 class CrossEntropyMulti(Cost):
-    """-sum_k t_k log y_k, for y a softmax output and t one-hot (or soft) targets."""
+    """-sum_k t_k log y_k, for y a softmax output and t one-hot (or soft) targets.
+
+    ``ignore_index`` (an int, or None): with class-index targets, a target equal to it (a
+    padded token's target) adds nothing to the loss, its gradient or the metrics of
+    ``Model.eval``, and the loss is averaged over the other targets only (a batch whose every
+    target is ignored has loss 0 and gradient 0).  Any int may be given: one outside the
+    classes (PyTorch's -100) marks only pads; one inside them (e.g. the pad token's own id)
+    means that class is never learned nor scored, wherever it occurs.
+    :class:`~neonlite.layers.GeneralizedCost` applies it."""
 
     fuses_with = Softmax
     eps = 2.0 ** -23
     #: ``fused`` takes int32 class-index targets (N,) / (N, T) where the backend does
     takes_indices = True
+
+    def __init__(self, ignore_index=None):
+        if ignore_index is not None and (isinstance(ignore_index, bool) or
+                                         not isinstance(ignore_index, (int, np.integer))):
+            raise ValueError(f"CrossEntropyMulti: ignore_index must be an integer or null, "
+                             f"got {ignore_index!r}")
+        self.ignore_index = None if ignore_index is None else int(ignore_index)
+
+    def get_description(self):
+        config = {} if self.ignore_index is None else {"ignore_index": self.ignore_index}
+        return {"type": type(self).__name__, "config": config}
 
     def cost(self, be, y, t, work):
         work[:] = be.sum(t * be.log(be.maximum(y, self.eps)))
