@@ -148,21 +148,27 @@ class SequenceIterator:
         return self.nbatches
 
     def __iter__(self):
-        return self.batches_from(0)
+        return self.batches(self.shuffle)
 
     def batches_from(self, skip):
         """The epoch's batches from batch ``skip`` on; the whole epoch's order is drawn all
         the same (:mod:`neonlite.data.position`)."""
-        for rows, valid in self.epoch_rows()[skip:]:
+        return self.batches(self.shuffle, skip)
+
+    def batches(self, shuffle, skip=0):
+        """Generator of (x, t) views for one epoch, shuffled (``shuffle``: the order drawn
+        from the host RNG) or sorted by length, from batch ``skip`` on."""
+        for rows, valid in self.epoch_rows(shuffle)[skip:]:
             yield self._fill(rows, valid)
 
-    def epoch_rows(self):
+    def epoch_rows(self, shuffle=None):
         """``(rows, valid)`` of each batch of one epoch, in order (drawing the epoch's order
-        from the host RNG when shuffling): this process's sequence indices and how many of
-        them are real (a process whose part of the last global batch is empty repeats one
-        sequence of it, none real)."""
+        from the host RNG when shuffling; ``shuffle`` None: as the iterator was made): this
+        process's sequence indices and how many of them are real (a process whose part of
+        the last global batch is empty repeats one sequence of it, none real)."""
         glob = self.be.bsz * self.nranks
-        if self.shuffle:
+        shuffle = self.shuffle if shuffle is None else shuffle
+        if shuffle:
             order = self.be.rng.permutation(self.ndata)
             width = glob * self.pool
             order = np.concatenate([piece[np.argsort(self.lengths[piece], kind="stable")]
@@ -171,7 +177,7 @@ class SequenceIterator:
         else:
             order = np.argsort(self.lengths, kind="stable")
         batches = [order[start:start + glob] for start in range(0, self.ndata, glob)]
-        if self.shuffle:
+        if shuffle:
             batches = [batches[i] for i in self.be.rng.permutation(len(batches))]
         lo, hi = self.rank * self.be.bsz, (self.rank + 1) * self.be.bsz
         return [(b[lo:hi], len(b[lo:hi])) if len(b) > lo else (b[:1], 0) for b in batches]

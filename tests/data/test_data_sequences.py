@@ -157,3 +157,11 @@ def test_bad_input_is_one_clear_error(kwargs, message):
     args.update(kwargs)
     with pytest.raises(DataError, match=message):
         SequenceIterator(args.pop("sequences"), **args)
+
+
+def test_unshuffled_batches_of_a_training_iterator_draw_nothing():
+    gen_backend("cpu", batch_size=4, rng_seed=1)
+    data = SequenceIterator(_seqs(), max_len=40)
+    state = data.be.rng.bit_generator.state
+    widths = [x.shape[1] for x, _ in data.batches(shuffle=False)]
+    assert widths == sorted(widths) and data.be.rng.bit_generator.state == state
