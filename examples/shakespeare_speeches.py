@@ -1,5 +1,5 @@
 """Tiny Shakespeare split into its speeches (a speaker's line, then the speech until the next
-blank line): 7,222 sequences from a few to thousands of characters, trained in batches of
+blank line): 7,222 sequences of 4 to 3,080 characters, trained in batches of
 similar length, each padded only to its own longest member (``SequenceIterator``).
 
 Two tasks, each a model configured for at most ``--max-len`` characters that takes every
