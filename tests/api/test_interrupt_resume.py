@@ -4,11 +4,11 @@ says where and how to resume, the exit status is 130 / 143; ``--resume`` from th
 finishes the run bit-exactly as an uninterrupted one (parameters and every batch's cost)."""
 import shlex
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+
+from support.interrupted_run import neonlite
 
 from neonlite.serialize import read_checkpoint
 from neonlite.training_log import read_log
@@ -27,45 +27,9 @@ optimizer: {type: Adam, config: {learning_rate: 0.01}}
 """
 BATCHES = 12
 
-#: neonlite train, with a callback that after the STOP-th step says READY on stdout and waits
-#: (finishing that step's callbacks) until the test's signal has been handled
-SCRIPT = """
-import signal, sys, time
-from neonlite.callbacks import FunctionCallback
-from neonlite.cli import main
-from neonlite.config.run import RunConfig
-stop, steps, build = int(sys.argv[1]), [0], RunConfig.build_callbacks
-
-def handled():
-    return getattr(signal.getsignal(signal.SIGTERM), "__self__", None) is None
-
-def gate(epoch, batch, cost):
-    steps[0] += 1
-    if steps[0] == stop:
-        print("READY", flush=True)
-        deadline = time.time() + 120
-        while not handled() and time.time() < deadline:
-            time.sleep(0.01)
-
-RunConfig.build_callbacks = lambda self: build(self) + [FunctionCallback(on_minibatch_end=gate)]
-sys.exit(main(sys.argv[2:]))
-"""
-
 
 def train(tmp_path, stop, *flags, send=None):
     return neonlite(tmp_path, stop, "train", tmp_path / "run.yaml", *flags, send=send)
-
-
-def neonlite(tmp_path, stop, *argv, send=None):
-    """(exit status, stderr) of ``neonlite *argv`` run by SCRIPT (gated at step ``stop``)."""
-    command = [sys.executable, "-c", SCRIPT, str(stop), *map(str, argv)]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             stdin=subprocess.DEVNULL, text=True, cwd=tmp_path)
-    if send is not None:
-        assert child.stdout.readline().strip() == "READY"
-        child.send_signal(send)
-    out, err = child.communicate(timeout=600)
-    return child.returncode, err
 
 
 @pytest.fixture
