@@ -13,8 +13,8 @@ from .layers.shared import share_padding_masks, tie_layers
 from .memory_check import check_network_fits
 from . import model_files
 from .model_table import describe_table
-from .model_checks import (check_backend, check_data_shape, check_optimizer, check_targets,
-                           claim_layers, param_value)
+from .model_checks import (check_backend, check_data_shape, check_optimizer,
+                           check_pad_targets, check_targets, claim_layers, param_value)
 from .finite import first_nonfinite as first_nonfinite_of
 from .optimizers.arena import ParameterArena, build_arena
 from .optimizers.schedules import plan_schedules_for
@@ -159,6 +159,7 @@ class Model:
                                  "your own callbacks, pass Callbacks(model, eval_set=valid)")
             dataset, valid = array_datasets(self, dataset, y, validation_split, nclass)
         self.initialize(dataset, cost, optimizer)
+        check_pad_targets(dataset, cost)
         check_optimizer(optimizer, self)
         if self.epoch_index >= num_epochs:
             warnings.warn(f"Model.fit: nothing to train: epoch_index is {self.epoch_index} and "

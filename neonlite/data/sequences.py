@@ -134,6 +134,13 @@ class SequenceIterator:
             self.seqs[i] = self.seqs[i][:most]
         return len(long)
 
+    @property
+    def pad_target(self):
+        """The target of pad positions (``ignore_index``) for a language model, whose cost
+        must leave it out (:func:`neonlite.model_checks.check_pad_targets`); None for labels,
+        which have no pad positions."""
+        return self.ignore_index if self.lm else None
+
     # ---- iteration -----------------------------------------------------------------------
     def shard(self, rank, nranks):
         """Iterate only part ``rank`` of ``nranks`` of every global batch (see the class doc)."""

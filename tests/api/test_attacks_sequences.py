@@ -81,3 +81,29 @@ def test_python_api_mask_of_the_wrong_shape_or_values(tmp_path, attack):
     assert "ids (2, 5) and mask (2, 4) differ in shape" in attack("mask shape",
                                                                   python_argv(shape))
     assert "the mask must hold only 0" in attack("mask values", python_argv(values))
+
+
+LM_RUN = """\
+epochs: 1
+batchsize: 4
+dataset: {{type: sequences, config: {{filename: play.txt, max_len: 64{data}}}}}
+layers:
+  - {{type: Embedding, config: {{vocab: auto, d: 8}}}}
+  - {{type: LSTM, config: {{nout: 8}}}}
+  - {{type: Affine, config: {{nout: auto, activation: {{type: Softmax}}}}}}
+cost: {{type: GeneralizedCost, config: {{costfunc: {{type: CrossEntropyMulti{cost}}}}}}}
+optimizer: {{type: Adam}}
+"""
+
+
+@pytest.mark.parametrize("name, data, cost", [
+    ("cost without ignore_index", "", ""),
+    ("cost ignoring another index", ", ignore_index: -1",
+     ", config: {ignore_index: -100}"),
+])
+def test_pad_targets_the_cost_would_count_are_refused(tmp_path, attack, name, data, cost):
+    (tmp_path / "play.txt").write_text(PLAY)
+    run = tmp_path / "lm.yaml"
+    run.write_text(LM_RUN.format(data=data, cost=cost))
+    message = attack(name, neonlite_argv("train", run))
+    assert "gives its pad positions the target" in message and "ignore_index" in message
