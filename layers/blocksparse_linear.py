@@ -23,6 +23,8 @@ class BlockSparseLinear(ParameterLayer):
     Block sizes 8, 16, 32 and 64.
     """
 
+    variable_steps = True
+
     def __init__(self, nout, layout, block_size=32, init=None, name=None):
         super().__init__(name)
         if not is_count(nout):
@@ -62,6 +64,10 @@ class BlockSparseLinear(ParameterLayer):
                               f"block-sparse weight needs at least one stored block")
         self.plan = self.be.blocksparse_layer(layout, bs)
         return (in_shape[0], self.nout) if self.per_token else (self.nout,)
+
+    def _max_steps(self):
+        """A sequence input (N, T', D) of any 1 <= T' <= T, per token."""
+        return self.in_shape[0] if self.per_token else None
 
     def param_shapes(self):
         return [(self.plan.tables.nnz, self.bs, self.bs)]

@@ -140,7 +140,7 @@ class GeneralizedCost:
         one-hot targets of the others, zero rows for those, and both sums divided by the
         count of the others (0 when there is none)."""
         if np.dtype(t.dtype).kind not in "iu":
-            raise ValueError(f"{self.name}: ignore_index={self.ignore_index} takes class-index "
+            raise ShapeError(f"{self.name}: ignore_index={self.ignore_index} takes class-index "
                              f"targets (int32), got targets of dtype {np.dtype(t.dtype)}")
         if tuple(t.shape) != tuple(y.shape[:-1]):
             raise ShapeError(f"class-index targets have shape {tuple(t.shape)}, but the "

@@ -168,17 +168,29 @@ class PositionalEmbedding(ParameterLayer):
         else:
             self.W = self.add_param("W", shape, self.init, self.max_len, d)
             self.table = self.W.value
+            self.ones = self.be.ones((1, self.be.bsz))
+            self._rows = {}
 
     def fprop(self, x, inference=False):
         self.outputs[:] = x + self.table[:self.steps]
         return self.outputs
 
     def bprop(self, error):
+        """W.grad[:T'] += the sum of the error over the batch, one GEMM (ones (1, N) @ error
+        (N, T'*d)) accumulating into the rows of the batch's positions."""
         if not self.sinusoidal:
             T, d = self.steps, self.in_shape[1]
-            grad = self.W.grad[:T].reshape(1, T, d)
-            grad[:] = grad + self.be.sum(error, axis=0)
+            n = error.shape[0]
+            self.be.compound_dot(self.ones, error.reshape(n, T * d),
+                                 self._grad_rows(T).reshape(1, T * d), beta=1.0)
         return error
+
+    def _grad_rows(self, T):
+        """W.grad's first T rows (made once per length)."""
+        rows = self._rows.get(T)
+        if rows is None:
+            rows = self._rows[T] = self.be.keep(self.W.grad[:T])
+        return rows
 
     # ---- incremental decoding ------------------------------------------------------------------
     def init_decode(self, batch, max_len):

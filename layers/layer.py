@@ -194,12 +194,14 @@ class Layer:
         got = tuple(t.shape)
         if got == expected:
             return
-        where = f"layer '{self.name}' ({type(self).__name__})" if self.name else \
-            self.unnamed_description or f"the {type(self).__name__} layer"
         only_steps = len(got) == len(expected) >= 2 and got[0] == expected[0] and \
             got[2:] == expected[2:]
         if steps and only_steps and 1 <= got[1] <= expected[1]:
             return
+        too_long = steps and only_steps and got[1] > expected[1]
+        named = self.leaves()[0] if too_long and not self.name else self  # the model: its first
+        where = f"layer '{named.name}' ({type(named).__name__})" if named.name else \
+            named.unnamed_description or f"the {type(named).__name__} layer"
         examples = f"sequences of 1 to {shape[0]} steps of shape {tuple(shape[1:])}" if steps \
             else f"examples of shape {tuple(shape)}"
         why = ""

@@ -35,6 +35,11 @@ class MergeBroadcast(MergeSum):
         self.widths = [s[-1] for s in shapes]
         return shapes[0][:-1] + (sum(self.widths),)
 
+    def _max_steps(self):
+        """A concatenating merge takes the length it was built for only (its branches'
+        error buffers are whole); a summing one, as MergeSum."""
+        return super()._max_steps() if self.merge == "sum" else None
+
     def allocate(self):
         super().allocate()
         if self.merge == "concat":

@@ -35,7 +35,7 @@ import numpy as np
 from ..backends.reference.recurrent import ACTIVATIONS
 from ..initializers import Constant, GlorotUniform
 from ..transforms.activation import Identity, Logistic, Rectlin, Tanh
-from .layer import ParameterLayer
+from .layer import ParameterLayer, ShapeError
 
 
 def kernel_activation(transform, what, layer):
@@ -217,18 +217,18 @@ class RecurrentBase(ParameterLayer):
         """Check x (N, T', D) and mask; returns T'."""
         N, T = x.shape[0], x.shape[1] if len(x.shape) == 3 else -1
         if len(x.shape) != 3 or x.shape[2] != self.nin or N != self.be.bsz:
-            raise ValueError(f"layer '{self.name}' ({type(self).__name__}): expected a sequence "
+            raise ShapeError(f"layer '{self.name}' ({type(self).__name__}): expected a sequence "
                              f"batch ({self.be.bsz}, T, {self.nin}), got {tuple(x.shape)}")
         if T > self.T or T < 1:
-            raise ValueError(f"layer '{self.name}' ({type(self).__name__}): a sequence of {T} "
+            raise ShapeError(f"layer '{self.name}' ({type(self).__name__}): a sequence of {T} "
                              f"steps, but the layer was allocated for at most {self.T}")
         if mask is not None and not isinstance(mask, np.ndarray) and \
                 np.dtype(mask.dtype) != np.dtype(self.be.dtype):
-            raise ValueError(f"layer '{self.name}' ({type(self).__name__}): the mask must be a "
+            raise ShapeError(f"layer '{self.name}' ({type(self).__name__}): the mask must be a "
                              f"tensor of the backend's dtype {np.dtype(self.be.dtype)}, got "
                              f"{np.dtype(mask.dtype)}")
         if mask is not None and tuple(np.shape(mask)) != (N, T):
-            raise ValueError(f"layer '{self.name}' ({type(self).__name__}): mask must have "
+            raise ShapeError(f"layer '{self.name}' ({type(self).__name__}): mask must have "
                              f"shape {(N, T)} (N, T), got {tuple(np.shape(mask))}")
         return T
 

@@ -14,6 +14,9 @@ class SegmentEmbedding(ParameterLayer):
     and passes it through.
     """
 
+    variable_steps = True  # a sequence (N, T', d) of any 1 <= T' <= T; segment ids (N, T')
+    stepped_buffers = ("outputs", "rows")
+
     def __init__(self, segments, d=None, init=None, name=None):
         super().__init__(name)
         if not is_count(segments):
@@ -41,9 +44,9 @@ class SegmentEmbedding(ParameterLayer):
         ids = self.segment_ids
         if ids is None:
             return None
-        if tuple(ids.shape) != (batch, self.in_shape[0]):
+        if tuple(ids.shape) != (batch, self.steps):
             raise ValueError(f"layer '{self.name}' (SegmentEmbedding): segment_ids must have "
-                             f"shape {(batch, self.in_shape[0])} (N, T), got "
+                             f"shape {(batch, self.steps)} (N, T), got "
                              f"{tuple(ids.shape)}")
         return ids
 

@@ -92,6 +92,9 @@ class L2Normalize(Layer):
     """y = x / max(||x||, eps) over the last axis (sentence-transformers' ``Normalize``:
     unit-length embeddings, so a dot product is the cosine similarity).  Shape-preserving."""
 
+    variable_steps = True  # per token: a sequence (N, T', d) of any 1 <= T' <= T
+    stepped_buffers = ("outputs", "deltas", "norm", "dot")
+
     def __init__(self, eps=1e-12, name=None):
         super().__init__(name)
         if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:

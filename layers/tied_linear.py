@@ -16,6 +16,8 @@ class TiedLinear(Layer):
     (:func:`neonlite.layers.shared.tie_layers`); the Embedding must come before this layer.
     """
 
+    variable_steps = True  # a sequence (N, T', d) of any 1 <= T' <= T
+
     def __init__(self, tied_to, name=None):
         super().__init__(name)
         if not isinstance(tied_to, str) or not tied_to:

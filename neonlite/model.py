@@ -285,7 +285,8 @@ class Model:
         if self.grad_sync is not None:
             total, count = self.grad_sync.sum_over_ranks([total, count])
         if count == 0:
-            raise ValueError(f"Model.eval: every target of the data set "
+            from .transforms.metric import MetricError
+            raise MetricError(f"Model.eval: every target of the data set "
                              f"'{getattr(dataset, 'name', 'data')}' equals the cost's "
                              f"ignore_index; there is nothing to score")
         aggregate = getattr(metric, "aggregate", None)
@@ -446,7 +447,7 @@ class Model:
         """A table: layer, type, output shape, parameter count; and the total."""
         if self.in_shape is None:
             raise RuntimeError("describe: initialize the model with a data set first")
-        return describe_table(self.layers.layers, self.parameters())
+        return describe_table(self.layers.layers, self.parameters(), self.layers.max_steps)
 
 
 def _rebuild_model(kind, data, name):
@@ -460,9 +461,11 @@ def _rows(a):
 
 
 def _not_ignored(y, t, ignore_index):
-    """The rows of outputs y whose class-index target in t is not ``ignore_index`` (the
-    cost's; pads), with those targets: the metrics leave the others out."""
-    if ignore_index is None or t.dtype.kind not in "iu" or y.ndim < 2:
+    """The rows of outputs y whose class-index target in t (one per row, of any numeric
+    dtype) is not ``ignore_index`` (the cost's; pads), with those targets: the metrics leave
+    the others out."""
+    if ignore_index is None or y.ndim < 2 or t.size * y.shape[-1] != y.size or \
+            t.shape == y.shape:
         return y, t
     t = t.reshape(-1)
     y = y.reshape(t.size, -1)

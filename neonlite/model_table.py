@@ -2,9 +2,10 @@
 from .layers.containers import CompoundLayer, MergeSum, Sequential
 
 
-def describe_table(layers, parameters):
+def describe_table(layers, parameters, max_steps=None):
     """The table of ``layers`` (configured): layer, type, output shape, parameter count; and
-    the total of ``parameters``."""
+    the total of ``parameters``; for a model of sequences (``max_steps`` T), a last line
+    saying it takes any length up to T."""
     rows = []
     _describe_rows(layers, 0, rows)
     width = max(len(r[0]) for r in rows) + 2
@@ -16,6 +17,9 @@ def describe_table(layers, parameters):
     total = sum(p.value.size for p in parameters)
     lines.append("-" * len(lines[0]))
     lines.append(f"{'total':<{width + kinds + 20}}{total:>12,}")
+    if max_steps is not None:
+        lines.append(f"input: sequences of any length up to {max_steps} steps (each batch "
+                     f"runs at its own length; the shapes above are for {max_steps})")
     return "\n".join(lines)
 
 

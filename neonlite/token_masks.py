@@ -16,11 +16,21 @@ from .layers.embedding import Embedding
 
 
 def is_ids_and_mask(data):
-    """True for a tuple of two array-likes of the same 2-D shape (N, T): ``(ids, mask)``."""
+    """True for a tuple of two array-likes of the same 2-D shape (N, T): ``(ids, mask)``; a
+    :class:`~neonlite.data.iterator.DataError` naming both shapes for a tuple of 2-D ids and
+    a mask of another shape."""
     if not isinstance(data, tuple) or len(data) != 2:
         return False
-    shapes = [np.shape(part) for part in data]
-    return len(shapes[0]) == 2 and shapes[0] == shapes[1]
+    try:
+        shapes = [np.shape(part) for part in data]
+    except ValueError:  # a ragged mask
+        shapes = [np.shape(data[0]), "ragged"]
+    if len(shapes[0]) != 2:
+        return False
+    if shapes[0] != shapes[1]:
+        raise DataError(f"predict input: the mask has shape {shapes[1]}; expected the ids' "
+                        f"shape {shapes[0]} (N, T), as Tokenizer.encode_batch gives the pair")
+    return True
 
 
 def ids_and_mask_iterator(ids, mask, name="predict input"):

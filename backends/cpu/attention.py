@@ -101,12 +101,14 @@ class CPUAttentionOps:
                                                                       size))
 
     def _attention_buffer(self, name, dtype, size):
-        """A 1-D work array of ``size`` elements kept in the kernels' workspaces."""
-        key = (name, np.dtype(dtype), int(size))
+        """A 1-D work array of ``size`` elements: the first ones of the longest one of
+        ``name`` kept in the kernels' workspaces (so a batch of shorter sequences after a
+        longer one allocates none)."""
+        key = (name, np.dtype(dtype))
         work = self.kernels.workspaces.get(key)
-        if work is None:
+        if work is None or work.size < size:
             work = self.kernels.workspaces[key] = np.empty(size, dtype=dtype)
-        return work
+        return work[:size]
 
     def _attention_pack(self, module, q, strides, packs, blocks, B, Tq, Tk, dk, dv):
         """The kernels' copy of the operands they read once per tile (forward: k and v, read

@@ -241,12 +241,13 @@ class KernelModules:
         besides): as long as ``<function>_work_size(rows, cols)`` says.
 
         Kept in ``workspaces``, so a training loop allocates it once: the key is (function,
-        dtype, cols, length), and the length depends on ``rows`` only through the number of
-        row blocks (``nl_blocks(rows)``, at most 32), so it names what determines the size.
-        The kernels only use it during a call and need no particular contents."""
+        dtype, cols), and the length depends on ``rows`` only through the number of row
+        blocks (``nl_blocks(rows)``, at most 32); the longest asked for is kept, and a call
+        of fewer rows (a batch of shorter sequences) takes it too.  The kernels only use it
+        during a call, as far as their sizes say, and need no particular contents."""
         size = int(getattr(module.lib, f"{function}_work_size")(rows, cols))
-        key = (function, np.dtype(dtype), int(cols), size)
+        key = (function, np.dtype(dtype), int(cols))
         work = self.workspaces.get(key)
-        if work is None:
+        if work is None or work.size < size:
             work = self.workspaces[key] = np.empty(size, dtype=np.float64)
         return work

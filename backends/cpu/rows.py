@@ -98,18 +98,20 @@ class CPURowOps:
     def _row_indices(self, ids, nrows):
         """``ids`` (ndarray of any shape S: integers, or floats holding whole numbers) as the
         int64 row numbers (n,) = ids.reshape(-1) that ``reference.row_indices`` gives, checked
-        to lie in [0, nrows), but written into buffers kept per (S, dtype), so an embedding's
+        to lie in [0, nrows), but written into buffers kept per dtype (the first elements of
+        the largest met, viewed as S), so an embedding's
         look-up and gradient allocate nothing from the second step on.  The result is valid
         until the next call.  A bad id raises ``row_indices``'s IndexError, which names it."""
-        key = (ids.shape, ids.dtype)
+        key = ids.dtype
         found = self._row_scratch.get(key)
-        if found is None:
+        if found is None or found[0].size < ids.size:
             whole = ids.dtype.kind == "f"  # floats must be whole numbers: trunc(ids) == ids
             found = self._row_scratch[key] = (
-                np.empty(ids.shape, np.int64),
-                np.empty(ids.shape, ids.dtype) if whole else None,
-                np.empty(ids.shape, np.bool_) if whole else None)
-        idx, truncated, same = found
+                np.empty(ids.size, np.int64),
+                np.empty(ids.size, ids.dtype) if whole else None,
+                np.empty(ids.size, np.bool_) if whole else None)
+        idx, truncated, same = (None if a is None else a[:ids.size].reshape(ids.shape)
+                                for a in found)
         np.copyto(idx, ids, casting="unsafe")  # the cast of ids.astype(np.intp)
         ok = idx.size == 0 or (idx.min() >= 0 and idx.max() < nrows)
         if ok and truncated is not None:

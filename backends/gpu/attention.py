@@ -67,8 +67,9 @@ def _layout_args(fine):
 
 class GPUAttentionOps:
     """``Backend.attention`` / ``attention_bprop`` for the GPU backend.  Token-major
-    (N, T, H, d) operands are permuted into head-major staging buffers (made once per shape)
-    around the kernels, which take head-major slices."""
+    (N, T, H, d) operands are permuted into head-major staging buffers (made once, for the
+    longest T met; a shorter one uses their first elements) around the kernels, which take
+    head-major slices."""
 
     #: the widest head (dk or dv per head) the kernels take; layers check it when configured
     attention_max_head_width = MAX_WIDTH
@@ -76,17 +77,13 @@ class GPUAttentionOps:
     def _fa_staging(self, tensors, heads):
         """Head-major stand-ins for the token-major tensors among ``tensors`` (the others as
         they are), and the (slot, token-major, stand-in) triples."""
-        store = self.__dict__.setdefault("_fa_staged", {})
         staged, pairs = [], []
         for slot, t in enumerate(tensors):
             if len(t.shape) != 4:
                 staged.append(t)
                 continue
             N, T, H, d = t.shape
-            key = (slot, tuple(t.shape), t.dtype)
-            buf = store.get(key)
-            if buf is None:
-                buf = store[key] = self.zeros((N * H, T, d), dtype=t.dtype)
+            buf = self.scratch_prefix(("fa_staged", slot, N, H, d), (N * H, T, d), t.dtype)
             staged.append(buf)
             pairs.append((slot, t, buf))
         return staged, pairs
@@ -123,9 +120,41 @@ class GPUAttentionOps:
                 if blocks.bq % tile or blocks.bk % tile:
                     fine = [self.array(blocks.layout, dtype=np.uint8), blocks.bq, blocks.bk]
             tables = visit_tables(full, Tq, Tk, tile, tile, causal)
-            found = store[key] = ((full.shape[0],) + tuple(self.array(t, dtype=np.int32)
-                                                           for t in tables) + (fine,))
-        return found
+            if blocks is not None:
+                found = store[key] = ((full.shape[0],) + tuple(
+                    self.array(t, dtype=np.int32) for t in tables) + (fine,))
+            else:
+                found = store[key] = (full.shape[0], [np.asarray(t, np.int32) for t in tables],
+                                      fine)
+        if blocks is not None:
+            return found
+        return self._fa_plain_tables(key, found, causal, tile)
+
+    def _fa_plain_tables(self, key, found, causal, tile):
+        """The dense layout's tables of ``key`` (Tq, Tk, causal, tile) on the device: in
+        buffers kept per (causal, tile), made for the longest lengths met and written again
+        when a call's lengths differ from the last one's (a batch of another length), so
+        other lengths allocate nothing (the copy waits for the device first, so no queued
+        kernel reads a table half written)."""
+        heads, tables, fine = found
+        written = self.__dict__.setdefault("_fa_written", {})
+        family = (bool(causal), tile)
+        last = written.get(family)
+        if last is not None and last[0] == key:
+            return last[1]
+        bufs = [] if last is None else last[2]
+        views = []
+        for i, table in enumerate(tables):
+            if i == len(bufs) or bufs[i].size < table.size:
+                buf = self.empty((max(table.size, 1),), dtype=np.int32)
+                bufs[i:i + 1] = [buf]
+            view = bufs[i][:table.size] if table.size else bufs[i][:1]
+            if table.size:
+                view.set(table)
+            views.append(view)
+        result = (heads,) + tuple(views) + (fine,)
+        written[family] = (key, result, bufs)
+        return result
 
     def _fa_shape(self, op, tensors, lse, blocks):
         """(tile, width) of the kernels for this call; ValueError naming what they do not

@@ -89,6 +89,17 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps, GPUBlockSparseOps,
             t = self._scratch[full] = self.empty(shape, dtype)
         return t
 
+    def scratch_prefix(self, key, shape, dtype=np.float32):
+        """A work tensor of ``shape``: the first elements of the largest one asked for under
+        ``key`` (and dtype), made once, so a call on fewer rows (a batch of shorter sequences)
+        after a larger one allocates nothing."""
+        full = (key, str(as_dtype(dtype)), bool(as_dtype(dtype).metadata))
+        size = int(np.prod(shape, dtype=np.int64))
+        t = self._scratch.get(full)
+        if t is None or t.size < size:
+            t = self._scratch[full] = self.empty((size,), dtype)
+        return t[:size].reshape(tuple(shape))
+
     def _scratch_f32(self, key, shape):
         return self.scratch(("optree",) + key, shape, np.float32)
 

@@ -49,7 +49,7 @@ class GPUSoftmaxOps:
         (logits,) = self._rows_of("softmax_cross_entropy", logits)
         K = logits.shape[-1]
         M = logits.size // max(1, K)
-        rows = self.scratch(("sce_rows", M), (M, 1))
+        rows = self.scratch_prefix(("sce_rows",), (M, 1))
         total = self.scratch(("sce_loss",), (1, 1))
         func = self.kernel("softmax", f"nl_softmax_xent_index_{logits.storage}", "PPPPPiif")
         self.device.launch(func, row_grid(M, self.device.sm_count * 32), (256, 1, 1),
@@ -87,7 +87,7 @@ class GPUSoftmaxOps:
             return self._softmax_cross_entropy_index(logits, targets, probs, grad, scale)
         logits, targets = self._rows_of("softmax_cross_entropy", logits, targets)
         M = logits.size // max(1, logits.shape[-1])
-        rows = self.scratch(("sce_rows", M), (M, 1))
+        rows = self.scratch_prefix(("sce_rows",), (M, 1))
         total = self.scratch(("sce_loss",), (1, 1))
         self._softmax_rows(logits, targets, probs, grad, rows, scale)
         total[:] = self.sum(rows)

@@ -2,7 +2,7 @@
 one-directional and bidirectional; weights mapped W = weight_ih^T, U = weight_hh^T, b =
 bias_ih (+ bias_hh for RNN/LSTM, bias_hh is GRU's b_h)): outputs, final states, the input
 gradient and every parameter gradient to 1e-10; and padded sequences against PyTorch run on
-each sequence's real steps alone."""
+each sequence's real steps alone, and to ``pack_padded_sequence``."""
 import numpy as np
 import pytest
 from support.harness import build
@@ -106,6 +106,53 @@ def test_padded_sequences_match_pytorch_on_their_real_steps(cls):
         (seq * torch.tensor(w[n:n + 1, :length])).sum().backward()
         np.testing.assert_allclose(dx[n, :length], xt.grad.numpy()[0], rtol=0, atol=1e-10)
         assert not dx[n, length:].any() and not y[n, length:].any()
+    grads = _torch_grads(module, layer)
+    for p in layer.parameters():
+        np.testing.assert_allclose(p.grad.get(), grads[p.name], rtol=0, atol=1e-10,
+                                   err_msg=p.name)
+
+
+@pytest.mark.parametrize("cls", list(PAIRS), ids=lambda c: c.__name__)
+@pytest.mark.parametrize("return_sequences", [True, False])
+def test_packed_sequences_match_pytorch_final_states_included(cls, return_sequences):
+    """A batch of T' = T - 1 steps (shorter than the layer's T) of sequences of unsorted
+    lengths, with their padding mask, against ``pack_padded_sequence``: the outputs (0 at
+    pads), the final states (h, and an LSTM's c: each direction's at its sequence's last
+    real step, the reverse one's starting there), the input gradient and every parameter
+    gradient."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    neonlite.gen_backend("cpu", batch_size=N, rng_seed=0, datatype=np.float64)
+    be = neonlite.get_backend()
+    rng = np.random.default_rng(13)
+    layer = build(cls(H, return_sequences=return_sequences), (T, D)).layers[0]
+    bidirectional = hasattr(layer, "fwd")
+    module = PAIRS[cls](D, H, batch_first=True, bidirectional=bidirectional).double()
+    _load_torch(module, layer, rng)
+    steps, lengths = T - 1, [3, T - 1, 1]
+    mask = (np.arange(steps)[None, :] < np.array(lengths)[:, None]).astype(np.float64)
+    x = rng.normal(size=(N, steps, D))
+    for p in layer.parameters():
+        p.grad[:] = 0.0
+    y = layer.fprop(be.array(x), mask=be.array(mask)).get()
+    w = rng.normal(size=y.shape) * (mask[:, :, None] if return_sequences else 1.0)
+    dx = layer.bprop(be.array(w)).get()
+
+    xt = torch.tensor(x, requires_grad=True)
+    packed = pack_padded_sequence(xt, lengths, batch_first=True, enforce_sorted=False)
+    out, state = module(packed)
+    seq = pad_packed_sequence(out, batch_first=True, total_length=steps)[0]
+    h_n, c_n = state if isinstance(state, tuple) else (state, None)
+    want = seq if return_sequences else torch.cat(list(h_n), dim=-1)
+    (want * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(y, want.detach().numpy(), rtol=0, atol=1e-10)
+    for k, cell in enumerate(_cells(layer)):  # final states, each direction's
+        last = 0 if cell.reverse else steps
+        for s, torch_state in (("h", h_n), ("c", c_n)):
+            if s in cell.states:
+                np.testing.assert_allclose(cell.seq[s][last].get(),
+                                           torch_state[k].detach().numpy(), rtol=0, atol=1e-10,
+                                           err_msg=f"{cell.name}: final {s}")
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=0, atol=1e-10)
     grads = _torch_grads(module, layer)
     for p in layer.parameters():
         np.testing.assert_allclose(p.grad.get(), grads[p.name], rtol=0, atol=1e-10,
