@@ -83,6 +83,8 @@ def test_minilm_without_seq_len_equals_transformers_at_every_length(tmp_path):
         real = mask.astype(bool)
         relative = np.abs(hidden[real] - last[real]).max() / np.abs(last[real]).max()
         worst = max(np.abs(pooled - mean).max(), np.abs(embedded - normed).max())
+        print(f"MiniLM, batch of {length} tokens: hidden states {relative:.2g} of the largest, "
+              f"mean-pooled and normalised embeddings {worst:.2g}")
         assert relative <= 1e-5, f"{length} tokens: hidden states differ by {relative:.3g} " \
                                  f"of the largest"
         assert worst <= 1e-5, f"{length} tokens: mean-pooled embeddings differ by {worst:.3g}"
@@ -118,4 +120,5 @@ def test_gpt2_saved_by_transformers_gives_its_causal_logits_at_every_length(tmp_
             expected = ref(torch.tensor(ids)).logits.numpy()
         real = mask.astype(bool)
         worst = np.abs(logits[real] - expected[real]).max() / np.abs(expected[real]).max()
+        print(f"GPT-2, batch of {length} tokens: logits {worst:.2g} of the largest")
         assert worst <= 1e-5, f"{length} tokens: logits differ by {worst:.3g} of the largest"
