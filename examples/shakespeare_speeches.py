@@ -12,10 +12,13 @@ batch at its own length:
   pooling over the real characters, softmax; prints the validation accuracy beside the
   majority-class baseline.
 
-Every tenth speech validates, the others train.
+Every tenth speech validates, the others train.  Figures of one run on the project's shared 2-core machine
+(seed 0): the LM, 1 epoch (112 s), 2.339 nats per real character (3.375 bits); the speaker
+classifier, 10 epochs (382 s), 20.3% validation accuracy against 13.7% for always guessing
+GLOUCESTER (3 epochs: 17.0%).
 
     python examples/shakespeare_speeches.py ../shared/data/text/tinyshakespeare.txt
-    python examples/shakespeare_speeches.py PATH --task speaker -e 3
+    python examples/shakespeare_speeches.py PATH --task speaker -e 10
 
 ``speech_lm()`` and ``speaker_classifier()`` are the same runs as Python functions;
 examples/speeches_lm.yaml and examples/speaker_classifier.yaml are the same models as
@@ -70,7 +73,7 @@ def speech_lm(path, epochs=1, max_len=512, batch_size=32, seed=0, lr=2e-3, max_b
     return model, nats
 
 
-def speaker_classifier(path, epochs=3, max_len=512, batch_size=32, seed=0, lr=1e-3,
+def speaker_classifier(path, epochs=10, max_len=512, batch_size=32, seed=0, lr=1e-3,
                        max_batches=None, stream=sys.stdout):
     """Train the speaker classifier; returns (model, validation accuracy, majority-class
     baseline)."""
@@ -127,7 +130,7 @@ def main(argv=None):
     parser.add_argument("path", help="tinyshakespeare.txt")
     parser.add_argument("--task", choices=["lm", "speaker", "both"], default="both")
     parser.add_argument("-e", "--epochs", type=int, default=None,
-                        help="epochs (default: lm 1, speaker 3)")
+                        help="epochs (default: lm 1, speaker 10)")
     parser.add_argument("--max-len", type=int, default=512,
                         help="the most characters of a batch; longer speeches are cut")
     parser.add_argument("--max-batches", type=int, default=None,
@@ -139,7 +142,7 @@ def main(argv=None):
         if args.task in ("lm", "both"):
             speech_lm(args.path, args.epochs or 1, args.max_len, max_batches=args.max_batches)
         if args.task in ("speaker", "both"):
-            speaker_classifier(args.path, args.epochs or 3, args.max_len,
+            speaker_classifier(args.path, args.epochs or 10, args.max_len,
                                max_batches=args.max_batches)
     return run_guarded(run, prog=parser.prog)
 
