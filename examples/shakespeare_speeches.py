@@ -12,8 +12,8 @@ batch at its own length:
   pooling over the real characters, softmax; prints the validation accuracy beside the
   majority-class baseline.
 
-Every tenth speech validates, the others train.  Figures of one run on the project's shared 2-core machine
-(seed 0): the LM, 1 epoch (112 s), 2.339 nats per real character (3.375 bits); the speaker
+Every tenth speech validates, the others train.  Figures of one run on the project's
+shared 2-core machine (seed 0): the LM, 1 epoch (112 s), 2.339 nats per real character (3.375 bits); the speaker
 classifier, 10 epochs (382 s), 20.3% validation accuracy against 13.7% for always guessing
 GLOUCESTER (3 epochs: 17.0%).
 

@@ -5,8 +5,8 @@ In a run's layers, the value ``auto`` of a ``vocab`` option (Embedding) or an ``
 of distinct characters, or of the characters its ``vocab`` option lists), the number of
 classes (``nclass``) of any other.  A text data set with whole-sequence labels (``nclass``
 and a ``vocab``: :class:`~neonlite.data.text_sequences.TextSequences` with ``task: label``)
-gives ``vocab: auto`` its vocabulary and ``nout: auto`` its number of classes.  A layer that requires ``vocab`` and leaves it out gets
-``auto`` too.  The YAML is checked with a stand-in size when it is read
+gives ``vocab: auto`` its vocabulary and ``nout: auto`` its number of classes.  A layer that
+requires ``vocab`` and leaves it out gets ``auto`` too.  The YAML is checked with a stand-in size when it is read
 (:data:`STAND_IN`), and the layers are built with the real size once the data is loaded
 (``RunConfig.size_layers``); the checkpoint records the real size.
 

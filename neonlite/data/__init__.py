@@ -11,7 +11,8 @@ from .sequences import SequenceIterator
 from .shapes import Shapes
 from .text import TextCorpus, TextWindows, Vocabulary
 
-__all__ = ["ArrayIterator", "DataError", "SequenceIterator", "TextCorpus", "TextWindows", "Vocabulary", "MNIST",
+__all__ = ["ArrayIterator", "DataError", "SequenceIterator", "TextCorpus", "TextWindows",
+           "Vocabulary", "MNIST",
            "CIFAR10", "Shapes", "HDF5Iterator", "HDF5Dataset", "resolve_data_dir",
            "dataset_dir", "DownloadError", "ChecksumError", "ChecksumWarning",
            "UnsafePickleError", "safe_load"]

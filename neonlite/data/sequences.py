@@ -101,7 +101,8 @@ class SequenceIterator:
                             f"({int(self.seqs[at].min())}); token ids are >= 0")
         if (every == self.pad_id).any():
             at = _first(lambda s: (s == self.pad_id).any(), self.seqs)
-            raise DataError(f"{self.name}: sequence {self.numbers[at]} holds the pad id {self.pad_id} as a "
+            raise DataError(f"{self.name}: sequence {self.numbers[at]} holds the pad id "
+                            f"{self.pad_id} as a "
                             f"real token; choose a pad_id no sequence uses")
         if self.lm:
             if 0 <= self.ignore_index <= int(every.max()):

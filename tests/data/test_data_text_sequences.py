@@ -55,7 +55,8 @@ def test_yaml_entry_builds_it(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(max_len=8), r"play.txt train: sequence 0 has 17 inputs, more than max_len=8 \(22 sequences"),
+    (dict(max_len=8),
+     r"play.txt train: sequence 0 has 17 inputs, more than max_len=8 \(22 sequences"),
     (dict(task="tag"), "task must be one of lm, label"),
     (dict(top_labels=1), "top_labels must be an int >= 2"),
     (dict(valid_every=100), "25 passages .* too few"),
