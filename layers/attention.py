@@ -262,8 +262,8 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
                 shape[2] != self.dc or not 1 <= shape[1] <= self.Tk:
             got = "none" if context is None else f"shape {shape}"
             raise ValueError(f"layer '{self.name}' (MultiHeadAttention) is cross-attention and "
-                             f"needs a context of shape {expected} (or of fewer steps, at "
-                             f"most {self.Tk}), got {got}")
+                             f"needs a context of shape {expected}, got {got} (a context "
+                             f"of 1 to {self.Tk} steps)")
         if self.causal and x.shape[1] > shape[1]:
             raise ValueError(f"layer '{self.name}' (MultiHeadAttention): causal attention "
                              f"with more queries ({x.shape[1]}) than keys ({shape[1]}) is "

@@ -132,13 +132,14 @@ class GPUAttentionOps:
 
     def _fa_plain_tables(self, key, found, causal, tile):
         """The dense layout's tables of ``key`` (Tq, Tk, causal, tile) on the device: in
-        buffers kept per (causal, tile), made for the longest lengths met and written again
-        when a call's lengths differ from the last one's (a batch of another length), so
-        other lengths allocate nothing (the copy waits for the device first, so no queued
+        buffers kept per (causal, tile, Tq == Tk) (self- and cross-attention apart, so a
+        model with both does not rewrite them at every call), made for the longest lengths
+        met and written again when a call's lengths differ from the last one's (a batch of
+        another length), so other lengths allocate nothing (the copy waits for the device first, so no queued
         kernel reads a table half written)."""
         heads, tables, fine = found
         written = self.__dict__.setdefault("_fa_written", {})
-        family = (bool(causal), tile)
+        family = (bool(causal), tile, key[0] == key[1])
         last = written.get(family)
         if last is not None and last[0] == key:
             return last[1]

@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from support.checks import PEAK_LIMIT, allocation_peaks
-from support.harness import make_backend
+from support.harness import build, make_backend
 
 from neonlite import Model
 from neonlite.data import ArrayIterator
@@ -232,3 +232,33 @@ def test_segment_tied_and_block_sparse_layers_take_any_length():
         np.testing.assert_array_equal(outputs[0], outputs[1])
         for name, grad in grads[0].items():
             np.testing.assert_array_equal(grad, grads[1][name], err_msg=name)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_cross_attention_takes_queries_and_context_of_any_lengths(causal):
+    """Queries of Tq' <= Tq steps and a context of Tk' <= Tk steps (with a key-padding mask
+    of Tk' steps) give what a layer built for (Tq', Tk') gives, forward and backward, the
+    context's gradient included."""
+    be = make_backend("cpu", batch_size=BSZ, seed=0, dtype=np.float64)
+    rng = np.random.default_rng(4)
+    big = build(MultiHeadAttention(D, 2, causal=causal, context_shape=(T, 6)), (T - 2, D))
+    for tq, tk in ((3, 5), (T - 2, T), (1, 1), (4, 9)):
+        x, c = rng.normal(size=(BSZ, tq, D)), rng.normal(size=(BSZ, tk, 6))
+        mask = np.ones((BSZ, tk))
+        mask[1, tk // 2 + 1:] = 0.0
+        err = rng.normal(size=(BSZ, tq, D))
+        small = build(MultiHeadAttention(D, 2, causal=causal, context_shape=(tk, 6)), (tq, D))
+        results = []
+        for net in (big, small):
+            layer = net.layers[0]
+            if net is small:
+                for p, q in zip(small.parameters(), big.parameters()):
+                    p.value.set(q.value.get())
+            for p in net.parameters():
+                p.grad[:] = 0.0
+            y = layer.fprop(be.array(x), context=be.array(c), key_mask=be.array(mask)).get()
+            dx = layer.bprop(be.array(err)).get()
+            results.append([y, dx, layer.context_deltas.get()] +
+                           [p.grad.get() for p in net.parameters()])
+        for got, want in zip(*results):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
