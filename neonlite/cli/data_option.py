@@ -11,15 +11,17 @@ from ..config.datasets import check_dataset
 from ..config.errors import ConfigError
 from ..data.iterator import DataError
 
-#: (what PATH is, in messages; test of a PATH that exists; data set type; option it fills)
+#: (what PATH is, in messages; test of a PATH that exists; the data set types that read it;
+#: the option it fills)
 DATA_KINDS = (
-    ("a text file", Path.is_file, "text", "filename"),
-    ("an image folder", Path.is_dir, "image_folder", "root"),
+    ("a text file", Path.is_file, ("text", "sequences"), "filename"),
+    ("an image folder", Path.is_dir, ("image_folder",), "root"),
 )
 
 
 def add_data_argument(parser, what="train on"):
-    kinds = ", ".join(f"{kind} (data set '{dataset}')" for kind, _, dataset, _ in DATA_KINDS)
+    kinds = ", ".join(f"{kind} (data set {' or '.join(repr(t) for t in types)})"
+                      for kind, _, types, _ in DATA_KINDS)
     parser.add_argument("--data", metavar="PATH",
                         help=f"the data to {what} instead of the file the run names: {kinds}")
 
@@ -47,14 +49,16 @@ def with_data(dataset, data):
     is a one-line error."""
     dataset = check_dataset(dataset)
     path = data_path(data)
-    for kind, test, dataset_type, option in DATA_KINDS:
-        if dataset["type"] == dataset_type:
+    for kind, test, types, option in DATA_KINDS:
+        if dataset["type"] in types:
             if not test(path):
                 raise DataError(f"--data {data}: not {kind}")
-            return {"type": dataset_type, "config": {**dataset["config"], option: str(path)}}
-    for kind, test, dataset_type, option in DATA_KINDS:
+            return {"type": dataset["type"],
+                    "config": {**dataset["config"], option: str(path)}}
+    for kind, test, types, option in DATA_KINDS:
         if test(path):
-            raise ConfigError(f"--data {data}: {kind}, which data set '{dataset_type}' "
-                              f"reads, but this run's data set is '{dataset['type']}'")
+            readers = " or ".join(repr(t) for t in types)
+            raise ConfigError(f"--data {data}: {kind}, which data set {readers} reads, "
+                              f"but this run's data set is '{dataset['type']}'")
     kinds = ", ".join(kind for kind, _, _, _ in DATA_KINDS)
     raise DataError(f"--data {data}: not {kinds}")

@@ -33,6 +33,7 @@ from ..distributed.run_check import check_same_run, run_items
 from ..interrupts import SIGNALS, StopOnSignal, TrainingInterrupted
 from ..layers.layer import ShapeError
 from ..memory_check import check_network_fits
+from ..model_checks import check_pad_targets
 from ..optimizers.mixed_precision import MixedPrecision, for_datatype
 from ..serialize import (CheckpointError, check_same_optimizer, load_params, read_checkpoint,
                          restore_training_state)
@@ -217,6 +218,7 @@ def _train(run, opts, stream, world):
     initialize(model, train_set, cost, optimizer)
     check_optimizer_fits(model, optimizer)
     check_fits_data(model, data)
+    check_pad_targets(train_set, cost)
     _record_vocabulary(model, data)
     model.classes = getattr(data, "classes", None)
     if opts.model_file:

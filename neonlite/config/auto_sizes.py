@@ -3,8 +3,10 @@
 In a run's layers, the value ``auto`` of a ``vocab`` option (Embedding) or an ``nout`` option
 (the output layer) stands for the data's size: the vocabulary of a text data set (its number
 of distinct characters, or of the characters its ``vocab`` option lists), the number of
-classes (``nclass``) of any other.  A layer that requires ``vocab`` and leaves it out gets
-``auto`` too.  The YAML is checked with a stand-in size when it is read
+classes (``nclass``) of any other.  A text data set with whole-sequence labels (``nclass``
+and a ``vocab``: :class:`~neonlite.data.text_sequences.TextSequences` with ``task: label``)
+gives ``vocab: auto`` its vocabulary and ``nout: auto`` its number of classes.  A layer that
+requires ``vocab`` and leaves it out gets ``auto`` too.  The YAML is checked with a stand-in size when it is read
 (:data:`STAND_IN`), and the layers are built with the real size once the data is loaded
 (``RunConfig.size_layers``); the checkpoint records the real size.
 
@@ -38,25 +40,30 @@ def auto_entries(layers):
 
 
 def fill_auto(layers, size):
-    """A copy of the layer descriptions ``layers`` with every ``auto`` size set to ``size``."""
+    """A copy of the layer descriptions ``layers`` with every ``auto`` size set to ``size``
+    (an int, or a dict option -> int: :func:`data_size`'s)."""
     layers = copy.deepcopy(layers)
 
     def fill(config, key, path):
-        config[key] = size
+        config[key] = size[key] if isinstance(size, dict) else size
     _walk(layers, "layers", fill)
     return layers
 
 
 def data_size(data):
-    """What ``auto`` stands for with data set ``data``: its vocabulary's length (text), else
-    its number of classes."""
+    """What ``auto`` stands for with data set ``data``, per option: ``vocab`` its
+    vocabulary's length (text), else its number of classes; ``nout`` its number of classes,
+    else its vocabulary's length."""
     vocab = getattr(data, "vocab", None)
-    size = len(vocab) if vocab is not None else getattr(data, "nclass", None)
-    if not isinstance(size, int) or size < 1:
+    words = len(vocab) if vocab is not None else None
+    classes = getattr(data, "nclass", None)
+    sizes = {"vocab": words if words is not None else classes,
+             "nout": classes if classes is not None else words}
+    if not all(isinstance(size, int) and size >= 1 for size in sizes.values()):
         raise ConfigError(f"layers: a size given as 'auto' needs a data set that knows its "
                           f"vocabulary or its number of classes; data set "
                           f"{getattr(data, 'name', '?')!r} does not (give nclass, or the size)")
-    return size
+    return sizes
 
 
 def _walk(value, path, visit):
@@ -91,8 +98,9 @@ def _layer_class(name):
 
 def check_fits_data(model, data):
     """Before training on a text data set ``data``: a ConfigError when an embedding's
-    ``vocab`` or the output's width is smaller than the data's vocabulary (token ids run to
-    ``len(vocab) - 1``); a warning when an embedding's is larger."""
+    ``vocab`` or (for next-token targets, a data set without ``nclass``) the output's width
+    is smaller than the data's vocabulary (token ids run to ``len(vocab) - 1``); a warning
+    when an embedding's is larger."""
     vocab = getattr(data, "vocab", None)
     if vocab is None:
         return
@@ -112,7 +120,7 @@ def check_fits_data(model, data):
                           f"{name}: rows {size}..{given - 1} of the embedding are never used "
                           f"(vocab: auto sizes it to the data)", UserWarning, stacklevel=2)
     width = model.out_shape[-1] if model.out_shape else None
-    if width is not None and width < size:
+    if width is not None and width < size and getattr(data, "nclass", None) is None:
         last = getattr(model.layers.layers[-1], "_config_path", "the output layer")
         raise ConfigError(f"{last}: the output has {width} classes, too few for {name}: its "
                           f"target ids run to {size - 1} ({size} characters; nout: auto sizes "

@@ -29,6 +29,7 @@ DATASETS = {
     "cifar10": ("neonlite.data.cifar10", "CIFAR10"),
     "shapes": ("neonlite.data.shapes", "Shapes"),
     "text": ("neonlite.data.text", "TextCorpus"),
+    "sequences": ("neonlite.data.text_sequences", "TextSequences"),
     "hdf5": ("neonlite.data.hdf5_iterator", "HDF5Dataset"),
     "image_folder": ("neonlite.data.image_folder", "ImageFolder"),
 }

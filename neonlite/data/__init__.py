@@ -8,10 +8,12 @@ from .image_folder import ImageFolder
 from .iterator import ArrayIterator, DataError
 from .mnist import MNIST
 from .safe_pickle import UnsafePickleError, safe_load
+from .sequences import SequenceIterator
 from .shapes import Shapes
 from .text import TextCorpus, TextWindows, Vocabulary
 
-__all__ = ["ArrayIterator", "DataError", "TextCorpus", "TextWindows", "Vocabulary", "MNIST",
-           "CIFAR10", "Shapes", "HDF5Iterator", "HDF5Dataset", "ImageFolder", "resolve_data_dir",
+__all__ = ["ArrayIterator", "DataError", "SequenceIterator", "TextCorpus", "TextWindows",
+           "Vocabulary", "MNIST", "CIFAR10", "Shapes", "HDF5Iterator", "HDF5Dataset",
+           "ImageFolder", "resolve_data_dir",
            "dataset_dir", "DownloadError", "ChecksumError", "ChecksumWarning",
            "UnsafePickleError", "safe_load"]

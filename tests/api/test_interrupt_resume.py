@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from support.gated_run import neonlite
 
+
 from neonlite.serialize import read_checkpoint
 from neonlite.training_log import read_log
 

@@ -143,6 +143,19 @@ def test_generate_with_cache_matches_full_recompute(text_file):
     assert generate(model, corpus, use_cache=True, **dict(kw, seed=8)) != cached
 
 
+def test_full_recompute_runs_at_the_contexts_own_length(text_file):
+    """Without the cache, a model of sequences of any length up to its window runs each
+    context at its own length (not padded to the window), with the same text."""
+    model, corpus = trained_tiny_lm(text_file)
+    kw = dict(prompt="the q", n=14, temperature=0.9, top_k=10, seed=7)
+    widths, fprop = [], model.fprop
+    model.fprop = lambda x, inference=False: (widths.append(x.shape[1]), fprop(x, inference))[1]
+    full = generate(model, corpus, use_cache=False, **kw)
+    assert widths[:3] == [5, 6, 7] and max(widths) == 16
+    del model.fprop
+    assert full == generate(model, corpus, use_cache=True, **kw)
+
+
 def test_generate_from_a_checkpoint_with_the_command(text_file, tmp_path, capsys):
     from neonlite.cli import main
     model, corpus = trained_tiny_lm(text_file, dtype=np.float32, steps=5)
