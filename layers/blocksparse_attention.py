@@ -37,8 +37,10 @@ class BlockSparseAttention(MultiHeadAttention):
 
     Sequences shorter than the configured T (and Tk) run on the layout cut to their blocks:
     its first ceil(T'/bs) query and ceil(Tk'/bs) key blocks (the last ones partial).
-    No dropout and no key-padding mask.  ``bprop`` returns the error for x (and for the
-    context, in ``context_deltas``).
+    A key-padding mask (``key_mask`` (N, Tk), or the padding mask of an Embedding with a
+    ``pad_id`` before it) hides pad keys inside the visited blocks, as in MultiHeadAttention.
+    No dropout.  ``bprop`` returns the error for x (and for the context, in
+    ``context_deltas``).
     """
 
     def __init__(self, heads, layout, block_size=32, causal=True, d_model=None,
@@ -97,11 +99,6 @@ class BlockSparseAttention(MultiHeadAttention):
                 self._blocks.layout[:, :rows, :cols], self.bs, self.bs)
         return found
 
-    def fprop(self, x, inference=False, context=None, key_mask=None):
-        if key_mask is not None or self.key_mask is not None:
-            raise self._error("a key-padding mask is not supported; the layout decides which "
-                              "keys each query sees")
-        return super().fprop(x, inference, context)
 
     # ---- incremental decoding ------------------------------------------------------------------
     def init_decode(self, batch, max_len):

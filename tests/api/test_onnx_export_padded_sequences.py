@@ -11,7 +11,7 @@ from neonlite import Model
 from neonlite.data import ArrayIterator
 from neonlite.interop.onnx import OnnxExportError
 from support.harness import make_backend
-from support.onnx_parity import export_and_compare_lengths, randomize
+from support.onnx_parity import export_and_compare, export_and_compare_lengths, randomize
 from support.requires import requires
 
 pytestmark = requires("onnx", "onnxruntime")
@@ -74,3 +74,11 @@ def test_a_mask_set_by_hand_is_refused(tmp_path):
     with pytest.raises(OnnxExportError, match=r"LSTM.*mask set by hand"):
         model.export_onnx(tmp_path / "m.onnx")
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_block_sparse_attention_hides_pads_in_onnx_too(tmp_path):
+    """BlockSparseAttention after an Embedding with a pad_id (its layout fixes T = 16)."""
+    model = model_at(lambda: [L.BlockSparseAttention(2, {"local": {"window": 1}},
+                                                     block_size=8, causal=False)], 16)
+    difference = export_and_compare(model, tmp_path / "bsa.onnx", padded_at_the_end(16))
+    assert difference <= TOLERANCE, f"max relative difference {difference:.3g}"

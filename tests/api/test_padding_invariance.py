@@ -15,11 +15,15 @@ from support.harness import make_backend
 
 from neonlite import Model
 from neonlite.data import ArrayIterator
-from neonlite.layers import (GRU, LSTM, BiGRU, BiLSTM, BiRNN, DeepBiLSTM, Embedding, FirstToken,
-                             MeanPool, MultiHeadAttention, PositionalEmbedding, Recurrent,
-                             RecurrentLast, RecurrentMean, RecurrentSum, TransformerBlock)
+from neonlite.layers import (GRU, LSTM, BiGRU, BiLSTM, BiRNN, BlockSparseAttention, DeepBiLSTM,
+                             Embedding, FirstToken, MeanPool, MultiHeadAttention,
+                             PositionalEmbedding, Recurrent, RecurrentLast, RecurrentMean,
+                             RecurrentSum, TransformerBlock)
 
 BSZ, T, VOCAB, D, PAD = 3, 8, 13, 8, 0
+#: the block-sparse cases run at 16 steps, two blocks of 8 (their lengths cross a block edge)
+BS_T, BS_LENGTHS = 16, (16, 3, 11)
+LOCAL = {"local": {"window": 1}}
 LENGTHS = (8, 3, 5)
 TOLERANCE = 1e-12
 
@@ -43,15 +47,27 @@ CASES = {
     "recurrent last": lambda: [LSTM(D), RecurrentLast()],
     "recurrent sum": lambda: [GRU(D), RecurrentSum()],
     "recurrent mean": lambda: [Recurrent(D), RecurrentMean()],
+    "block-sparse attention": lambda: [BlockSparseAttention(2, LOCAL, block_size=8,
+                                                            causal=False)],
+    "block-sparse attention, causal": lambda: [BlockSparseAttention(2, [[1, 0], [1, 1]],
+                                                                    block_size=8)],
+    "transformer block with block-sparse attention": lambda: [TransformerBlock(
+        D, 2, causal=False, attention=BlockSparseAttention(2, LOCAL, block_size=8,
+                                                           causal=False)), MeanPool()],
 }
 
 
-def _sequences(rng):
-    return [rng.integers(1, VOCAB, size=length) for length in LENGTHS]
+def _steps(case):
+    """(T, the lengths of the padded batch's sequences) of ``case``."""
+    return (BS_T, BS_LENGTHS) if "block-sparse" in case else (T, LENGTHS)
 
 
-def _padded(sequences):
-    ids = np.full((BSZ, T), PAD, dtype=np.float64)
+def _sequences(rng, lengths):
+    return [rng.integers(1, VOCAB, size=length) for length in lengths]
+
+
+def _padded(sequences, steps):
+    ids = np.full((BSZ, steps), PAD, dtype=np.float64)
     for n, seq in enumerate(sequences):
         ids[n, :len(seq)] = seq
     return ids
@@ -59,7 +75,7 @@ def _padded(sequences):
 
 def _model(case):
     model = Model([Embedding(VOCAB, D, pad_id=PAD, name="emb")] + CASES[case]())
-    model.initialize(ArrayIterator(np.zeros((BSZ, T)), shuffle=False))
+    model.initialize(ArrayIterator(np.zeros((BSZ, _steps(case)[0])), shuffle=False))
     return model
 
 
@@ -79,18 +95,19 @@ def _run(model, be, ids, error):
 def test_a_padded_batch_gives_what_each_sequence_gives_alone(case):
     be = make_backend("cpu", batch_size=BSZ, seed=0, dtype=np.float64)
     model = _model(case)
+    steps, lengths = _steps(case)
     rng = np.random.default_rng(1)
-    sequences = _sequences(rng)
+    sequences = _sequences(rng, lengths)
     per_step = len(model.out_shape) == 2
     error = rng.normal(size=(BSZ,) + model.out_shape)
     if per_step:  # the pads' outputs take no error (a cost's ignore_index sees to that)
-        for n, length in enumerate(LENGTHS):
+        for n, length in enumerate(lengths):
             error[n, length:] = 0.0
-    y_pad, g_pad = _run(model, be, _padded(sequences), error)
+    y_pad, g_pad = _run(model, be, _padded(sequences, steps), error)
     assert np.all(g_pad["emb.W"][PAD] == 0.0), "a pad reached the Embedding's gradient"
 
     g_alone = {name: np.zeros_like(g) for name, g in g_pad.items()}
-    for n, (seq, length) in enumerate(zip(sequences, LENGTHS)):
+    for n, (seq, length) in enumerate(zip(sequences, lengths)):
         one = np.zeros((BSZ,) + (error[n, :length] if per_step else error[n]).shape)
         one[0] = error[n, :length] if per_step else error[n]
         y, g = _run(model, be, np.tile(seq.astype(np.float64), (BSZ, 1)), one)
