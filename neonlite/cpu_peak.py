@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .kernels.cpu_features import read_cpuinfo
+
 FMA_SOURCE = r"""
 #include <omp.h>
 #if defined(__AVX512F__)
@@ -78,23 +80,6 @@ _INTEL_TWO_FMA512 = {85: "Skylake/Cascade Lake/Cooper Lake server", 106: "Ice La
                      173: "Granite Rapids", 174: "Granite Rapids-D", 87: "Knights Landing",
                      133: "Knights Mill"}
 _INTEL_ONE_FMA512 = re.compile(r"Silver|Bronze|Gold 5\d{3}(?!.*5122)")
-
-
-def read_cpuinfo(text=None):
-    """The first processor's ``/proc/cpuinfo`` fields as a dict (``{}`` when unreadable), plus
-    ``mhz``: the mean current clock over all processors (MHz, or None)."""
-    if text is None:
-        try:
-            text = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return {}
-    info = {}
-    for line in text.split("\n\n")[0].splitlines():
-        key, _, value = line.partition(":")
-        info[key.strip()] = value.strip()
-    clocks = [float(m) for m in re.findall(r"^cpu MHz\s*:\s*([\d.]+)", text, re.M)]
-    info["mhz"] = sum(clocks) / len(clocks) if clocks else None
-    return info
 
 
 def fp32_flop_per_cycle(info):
