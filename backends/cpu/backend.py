@@ -14,6 +14,7 @@ from ..backend import Backend
 from ..optree import OpNode, assignment_error
 from ..reference.optree import evaluate
 from .attention import MAX_PREPARED, CPUAttentionOps
+from .bf16 import CPUBf16Ops
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
 from .blocksparse import CPUBlockSparseOps
 from .conv import CPUConvOps
@@ -33,7 +34,7 @@ from .ufunc import run_ufuncs
 
 class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, CPURowOps,
                  CPUBlasOps, CPUAttentionOps, CPURecurrentOps,
-                 CPUBlockSparseOps, Backend):
+                 CPUBlockSparseOps, CPUBf16Ops, Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float16, float32 or
     float64 (float64 is the one gradient checks use)."""
 

