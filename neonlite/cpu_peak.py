@@ -145,23 +145,31 @@ def _fma_library():
 
 
 def measure_fma_gflops(threads, burst=0.002, repeats=40):
-    """fp32 GFLOP/s of the FMA kernel on ``threads`` threads: the sum over threads of each
-    one's best rate in ``repeats`` bursts of about ``burst`` seconds, so time slices lost to
-    other processes on a shared machine do not count as slowness of the cores."""
-    lib = _fma_library()
+    """fp32 GFLOP/s of the FMA kernel on ``threads`` threads (:func:`measure_gflops`)."""
+    return measure_gflops(_fma_library().fma_run, threads, burst, repeats)
+
+
+def measure_gflops(run, threads, burst=0.002, repeats=40,
+                   new_best=lambda n: (ctypes.c_double * n)()):
+    """GFLOP/s of a throughput kernel ``run(iters, threads, best) -> FLOP/s`` (the FMA kernel
+    here, the bf16 GEMM module's ``nl_bf16_peak_run``) on ``threads`` threads: the sum over
+    threads of each one's best rate in ``repeats`` bursts of about ``burst`` seconds, so time
+    slices lost to other processes on a shared machine do not count as slowness of the
+    cores.  ``new_best(n)``: a zeroed array of n doubles ``run`` takes."""
     iters = 1000
     while True:
-        best = (ctypes.c_double * threads)()
+        best = new_best(threads)
         start = time.perf_counter()
-        lib.fma_run(iters, 1, best)
+        run(iters, 1, best)
         took = time.perf_counter() - start
         if took > burst / 4 or iters > 1 << 40:
             break
         iters *= 2
     iters = max(1, int(iters * burst / max(took, 1e-9)))
-    best = (ctypes.c_double * threads)()
+    best = new_best(threads)
+    total = 0.0
     for _ in range(repeats):
-        total = lib.fma_run(iters, threads, best)
+        total = run(iters, threads, best)
     return total / 1e9
 
 

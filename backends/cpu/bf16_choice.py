@@ -38,8 +38,8 @@ OP_CLASSES = tuple(sorted({op.bf16_class for op in OPS.values() if op.bf16_class
 WITH_KERNELS = ("gemm",)
 #: the measured product (m, n, k), the timings per path, and how much faster bf16 arithmetic
 #: must be to be chosen (noise must not flip a tie)
-SHAPE = (512, 512, 512)
-REPEATS = 5
+SHAPE = (384, 384, 384)
+REPEATS = 15
 MARGIN = 1.05
 #: the measurement's cache entry's variant name (the file is bf16_choice-<key>.json)
 ENTRY = "bf16_choice"
