@@ -17,8 +17,9 @@ from .report import FAIL
 def collect(backend="cpu", probe_timeout=None):
     """(rows, reason ``backend`` cannot run here or None)."""
     from . import bf16_row, cache_row, cpu_rows, gpu_rows
+    cache = cache_row.cache_row()  # before the bf16 row, which may build and measure into it
     rows = [*cpu_rows.python_rows(), cpu_rows.blas_row(), *cpu_rows.compiler_rows(),
-            cpu_rows.cpu_row(), bf16_row.bf16_row(), cache_row.cache_row()]
+            cpu_rows.cpu_row(), bf16_row.bf16_row(), cache]
     timeout = gpu_rows.PROBE_TIMEOUT_S if probe_timeout is None else probe_timeout
     found, gpu_reason = gpu_rows.gpu_rows(backend == "gpu", timeout)
     rows += [*found, cpu_rows.mpi_row()]
