@@ -10,9 +10,9 @@ For each op class of the op table (a row's ``bf16_class``: ``gemm``, ``conv``,
 ``NEONLITE_BF16=compute|storage|off`` decides for every class (``compute`` where the CPU has
 no bf16 kernel falls back to ``storage`` and says why: a bf16 instruction never runs on a CPU
 without it).  Otherwise, at first use on a machine, :func:`measure_gemm` times the bf16 GEMM
-against widening plus the float32 GEMM on the same bf16 operands (:data:`SHAPE`, interleaved,
-best of :data:`REPEATS`) and ``compute`` wins only by :data:`MARGIN`; the result is kept in
-the kernel cache (:class:`~neonlite.kernels.cache.DiskCache`, one JSON entry) under a key made
+against widening plus the float32 GEMM on the same bf16 operands, on one core (:data:`SHAPE`,
+interleaved short bursts, the shortest of each), and ``compute`` wins only by :data:`MARGIN`;
+the result is kept in the kernel cache (:class:`~neonlite.kernels.cache.DiskCache`, one JSON entry) under a key made
 like the kernels' (the bf16 GEMM variant's key: its sources, flags, compiler and CPU target)
 plus the float32 GEMM's kind and the usable cores, so a new compiler, CPU, BLAS or core count
 measures again.  Op classes without a bf16 kernel yet (``conv``, ``attention``) take
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ops import OPS
+from .blas import blas_threads
 from .bf16_kernels import BF16, F32, gemm_bf16, gemm_module, gemm_storage, gemm_variant
 from .threads import usable_cores
 
@@ -36,10 +37,13 @@ PATHS = ("compute", "storage", "off")
 OP_CLASSES = tuple(sorted({op.bf16_class for op in OPS.values() if op.bf16_class}))
 #: the op classes with a bf16 kernel (the others always take "storage")
 WITH_KERNELS = ("gemm",)
-#: the measured product (m, n, k), the timings per path, and how much faster bf16 arithmetic
-#: must be to be chosen (noise must not flip a tie)
-SHAPE = (384, 384, 384)
-REPEATS = 15
+#: the measured product (m, n, k), both paths on one thread (the choice compares one core's
+#: arithmetic), in bursts short enough to fit between other processes' time slices on a busy
+#: machine (the shortest burst of each path counts: noise only adds time)
+SHAPE = (256, 256, 256)
+BURSTS = 40
+CALLS = 3
+#: how much faster bf16 arithmetic must be to be chosen (noise must not flip a tie)
 MARGIN = 1.05
 #: the measurement's cache entry's variant name (the file is bf16_choice-<key>.json)
 ENTRY = "bf16_choice"
@@ -70,28 +74,45 @@ def requested():
     return value
 
 
-def _timed(run):
-    start = time.perf_counter()
-    run()
-    return time.perf_counter() - start
+def _one_thread_storage(modules, a, b, c, scratch):
+    """:func:`~.bf16_kernels.gemm_storage` with the float32 GEMM on one thread: MKL's
+    per-calling-thread setting, or numpy's matmul on one BLAS thread (``GemmThreads`` would
+    cut a product over threads of its own)."""
+    lib = getattr(modules.gemm, "lib", None)
+    if lib is not None and hasattr(lib, "MKL_Set_Num_Threads_Local"):
+        previous = lib.MKL_Set_Num_Threads_Local(1)
+        try:
+            return gemm_storage(modules, a, b, c, scratch=scratch)
+        finally:
+            lib.MKL_Set_Num_Threads_Local(previous)
+    with blas_threads(1):
+        return gemm_storage(modules, a, b, c, scratch=scratch,
+                            matmul=lambda x, y, out: np.matmul(x, y, out=out))
 
 
-def measure_gemm(modules, module, shape=SHAPE, repeats=REPEATS):
-    """``(bf16 GFLOP/s, float32 GFLOP/s)`` of one (m, n, k) product on bf16 operands: the bf16
-    GEMM of ``module`` against :func:`~.bf16_kernels.gemm_storage`, interleaved, best of
-    ``repeats`` each after one warm-up call (the shortest time: noise only adds)."""
+def measure_gemm(modules, module, shape=SHAPE, bursts=BURSTS, calls=CALLS):
+    """``(bf16 GFLOP/s, float32 GFLOP/s)`` of one core on an (m, n, k) product of bf16
+    operands: the bf16 GEMM of ``module`` (one thread) against
+    :func:`~.bf16_kernels.gemm_storage` (widened, then the float32 GEMM on one thread), in
+    ``bursts`` interleaved bursts of ``calls`` calls each; the
+    shortest burst of each path counts."""
     m, n, k = shape
     rng = np.random.default_rng(0)
     a = (rng.standard_normal((m, k), dtype=F32).view(np.uint32) >> 16).astype(BF16)
     b = (rng.standard_normal((k, n), dtype=F32).view(np.uint32) >> 16).astype(BF16)
     c = np.empty((m, n), F32)
     scratch = {}
-    runs = {"bf16": lambda: gemm_bf16(module, a, b, c),
-            "f32": lambda: gemm_storage(modules, a, b, c, scratch=scratch)}
-    best = {name: _timed(run) for name, run in runs.items()}
-    for _ in range(repeats):
+    runs = {"bf16": lambda: gemm_bf16(module, a, b, c, threads=1),
+            "f32": lambda: _one_thread_storage(modules, a, b, c, scratch)}
+    for run in runs.values():
+        run()  # warm-up: first-call costs (packing buffers, MKL's plan, the scratch arrays)
+    best = {name: float("inf") for name in runs}
+    for _ in range(bursts):
         for name, run in runs.items():
-            best[name] = min(best[name], _timed(run))
+            start = time.perf_counter()
+            for _ in range(calls):
+                run()
+            best[name] = min(best[name], (time.perf_counter() - start) / calls)
     flop = 2.0 * m * n * k
     return flop / best["bf16"] / 1e9, flop / best["f32"] / 1e9
 
@@ -101,7 +122,7 @@ def _key(modules, variant):
     from ...kernels.cache import cache_key
     return cache_key({"measurement": ENTRY, "kernel": modules.builder.cpu_key(find(variant)),
                       "f32_gemm": type(modules.gemm).__name__, "cores": usable_cores(),
-                      "shape": SHAPE, "repeats": REPEATS})
+                      "shape": SHAPE, "bursts": BURSTS, "calls": CALLS})
 
 
 def _cached(modules, variant):
@@ -164,6 +185,6 @@ def _choose(modules, asked):
         _keep(modules, key, variant, rates)
     path = "compute" if rates[0] > MARGIN * rates[1] else "storage"
     reasons["gemm"] = (f"{variant} {rates[0]:.1f} GFLOP/s against float32 arithmetic on bf16 "
-                       f"data {rates[1]:.1f} GFLOP/s at {'x'.join(map(str, SHAPE))} "
+                       f"data {rates[1]:.1f} GFLOP/s, one core at {'x'.join(map(str, SHAPE))} "
                        f"({source}; compute needs {MARGIN:.2f}x)")
     return Bf16Choice({**no_kernel, "gemm": path}, reasons, source, variant, *rates)

@@ -135,9 +135,10 @@ def gemm_bf16(module, a, b, c, alpha=1.0, beta=0.0, trans_a=False, trans_b=False
 
 
 def gemm_storage(modules, a, b, c, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
-                 scratch=None):
+                 scratch=None, matmul=None):
     """The same product with float32 arithmetic: a and b widened to float32 (exactly; kept in
-    ``scratch`` by shape), then the backend's float32 GEMM (``modules.gemm``)."""
+    ``scratch`` by shape), then the backend's float32 GEMM (``modules.gemm``, or ``matmul(a,
+    b, out)`` where given)."""
     scratch = {} if scratch is None else scratch
     wide = []
     for which, x in (("A", a), ("B", b)):
@@ -148,5 +149,5 @@ def gemm_storage(modules, a, b, c, alpha=1.0, beta=0.0, trans_a=False, trans_b=F
         wide.append(from_bf16(modules, x, buf))
     wa = wide[0].T if trans_a else wide[0]
     wb = wide[1].T if trans_b else wide[1]
-    gemm_into(c, wa, wb, alpha, beta, scratch, modules.gemm.matmul)
+    gemm_into(c, wa, wb, alpha, beta, scratch, matmul or modules.gemm.matmul)
     return c

@@ -88,9 +88,10 @@ static float nl_peak_chains(long iters)
     const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3F803F80);  /* (1, 1) */
     const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3A833A83);  /* (~1e-3, ~1e-3) */
     __m512 acc[16];
+    /* each chain starts from its own value, so the compiler cannot merge identical chains */
     #pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
-        acc[i] = _mm512_setzero_ps();
+        acc[i] = _mm512_set1_ps((float)(i + 1));
     for (long n = 0; n < iters; n++) {
         #pragma GCC unroll 16
         for (int i = 0; i < 16; i++)
