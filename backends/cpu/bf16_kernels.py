@@ -98,16 +98,20 @@ def from_bf16(modules, src, out=None):
 def check_gemm_operands(a, b, c, trans_a, trans_b):
     """Raise ValueError (one line: which operand, what it is, what was expected) unless ``a``
     and ``b`` are 2-D bf16 (uint16) arrays with unit-stride rows, ``c`` a 2-D float32 array
-    with unit-stride rows, and op(a) (m, k) @ op(b) (k, n) fits c (m, n)."""
+    with unit-stride rows, none with rows that overlap (a broadcast view would make the
+    storage path's widened copy far larger than the memory the operand holds, and C's rows
+    would be written twice), and op(a) (m, k) @ op(b) (k, n) fits c (m, n)."""
     for name, x, dtype in (("A", a, BF16), ("B", b, BF16), ("C", c, F32)):
         if not isinstance(x, np.ndarray) or x.ndim != 2 or x.dtype != dtype:
             raise ValueError(f"dot_bf16: {name} must be a 2-D {dtype.name} array"
                              f"{' (bf16 bit patterns)' if dtype == BF16 else ''}, got "
                              f"{getattr(x, 'dtype', type(x).__name__)} of shape "
                              f"{getattr(x, 'shape', '?')}")
-        if x.strides[1] != x.itemsize or x.strides[0] % x.itemsize or x.strides[0] < 0:
-            raise ValueError(f"dot_bf16: {name} must have unit-stride rows (strides "
-                             f"{x.strides}); pass a copy")
+        rows_apart = x.strides[0] >= x.shape[1] * x.itemsize or x.shape[0] == 1
+        if x.strides[1] != x.itemsize or x.strides[0] % x.itemsize or not rows_apart:
+            raise ValueError(f"dot_bf16: {name} must have unit-stride rows that do not overlap "
+                             f"(shape {x.shape}, strides {x.strides}: a broadcast or strided "
+                             f"view); pass a copy")
     m, k = a.shape[::-1] if trans_a else a.shape
     k2, n = b.shape[::-1] if trans_b else b.shape
     if k != k2 or c.shape != (m, n):
