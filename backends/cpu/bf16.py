@@ -5,6 +5,7 @@ machine pays for (``bf16_choice.py``: measured per op class, or ``NEONLITE_BF16`
 bf16 arrays are numpy ``uint16`` bit patterns (``bf16_kernels.py``).  These methods take numpy
 arrays or the backend's tensors (their arrays are used).
 """
+from ...kernels.cpu_features import forced_off
 from . import bf16_choice
 from .bf16_kernels import check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
     gemm_storage, to_bf16
@@ -20,8 +21,13 @@ class CPUBf16Ops:
 
     def bf16_choice(self):
         """This machine's :class:`~.bf16_choice.Bf16Choice` (measured on first use, then read
-        from the kernel cache)."""
-        return bf16_choice.choose(self.kernels)
+        from the kernel cache), made once per backend for each setting of ``NEONLITE_BF16``
+        and ``NEONLITE_CPU_FEATURES_OFF``."""
+        key = (bf16_choice.requested(), tuple(sorted(forced_off())))
+        made = self.__dict__.setdefault("_bf16_choices", {})
+        if key not in made:
+            made[key] = bf16_choice.choose(self.kernels)
+        return made[key]
 
     def bf16_path(self, op_class="gemm"):
         """``compute``, ``storage`` or ``off``: the path op class ``op_class`` takes on

@@ -152,14 +152,8 @@ def _keep(modules, key, variant, rates):
 
 def choose(modules):
     """The :class:`Bf16Choice` for a :class:`~neonlite.backends.cpu.build.KernelModules`
-    (see the module docstring); memoized on ``modules`` per ``NEONLITE_BF16`` value and
-    ``NEONLITE_CPU_FEATURES_OFF`` setting."""
-    from ...kernels.cpu_features import forced_off
-    memo_key = ("bf16-choice", requested(), tuple(sorted(forced_off())))
-    kept = modules._modules.get(memo_key)
-    if kept is None:
-        kept = modules._modules[memo_key] = _choose(modules, memo_key[1])
-    return kept
+    (see the module docstring)."""
+    return _choose(modules, requested())
 
 
 def _choose(modules, asked):

@@ -38,30 +38,13 @@ def gemm_variant():
                   f"AVX512-BF16 turned off ({cpu_features.FEATURES_OFF}={','.join(sorted(off))})")
 
 
-def load_variant(modules, name):
-    """The cffi module of bf16 kernel variant ``name`` for ``modules`` (a
-    :class:`~neonlite.backends.cpu.build.KernelModules`), or None where the kernels cannot be
-    built; loaded modules are kept on ``modules``."""
-    kept = modules._modules.get(("bf16", name))
-    if kept is not None or modules.unavailable_reason() is not None:
-        return kept
-    from ...kernels.specs import find
-    from ...kernels.toolchain import CompileError, CompilerNotFound
-    try:
-        module = modules.builder.load_cpu(find(name))
-    except (CompilerNotFound, CompileError, ImportError, OSError):
-        return None
-    modules._modules[("bf16", name)] = module
-    return module
-
-
 def gemm_module(modules):
     """``(module or None, reason)``: the bf16 GEMM this machine runs, loaded only where the CPU
     facts allow it and checked to hold the instructions (``nl_gemm_bf16_built``)."""
     name, reason = gemm_variant()
     if name is None:
         return None, reason
-    module = load_variant(modules, name)
+    module = modules.variant(name)
     if module is None:
         return None, f"the {name} kernel cannot be built here"
     if not module.lib.nl_gemm_bf16_built():
@@ -73,7 +56,7 @@ def to_bf16(modules, src, out=None):
     """float32 array ``src`` -> bf16 bit patterns (``out``, uint16 of src's shape, or new)."""
     src = np.ascontiguousarray(src, dtype=F32)
     out = np.empty(src.shape, BF16) if out is None else out
-    module = load_variant(modules, "bf16_cast")
+    module = modules.variant("bf16_cast")
     if module is None or not out.flags.c_contiguous:
         out[...] = f32_to_bf16(src)
         return out
@@ -86,7 +69,7 @@ def from_bf16(modules, src, out=None):
     """bf16 bit patterns ``src`` -> float32 (``out``, float32 of src's shape, or new)."""
     src = np.ascontiguousarray(src, dtype=BF16)
     out = np.empty(src.shape, F32) if out is None else out
-    module = load_variant(modules, "bf16_cast")
+    module = modules.variant("bf16_cast")
     if module is None or not out.flags.c_contiguous:
         out[...] = bf16_to_f32(src)
         return out
