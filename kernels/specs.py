@@ -61,7 +61,8 @@ def find(name):
 
 
 __all__ = ["KernelSpec", "KERNEL_ROOT", "TARGETS", "DEFAULT_CUDA_ARCHS", "CPU_DTYPES",
-           "CPU_SOURCES", "CPU_VARIANTS", "BF16_VARIANTS", "CUDA_VARIANTS", "variants", "find", "cpu_variant"]
+           "CPU_SOURCES", "CPU_VARIANTS", "BF16_VARIANTS", "CUDA_VARIANTS", "variants", "find",
+           "cpu_variant"]
 
 
 def cpu_variant(stem, dtype):

@@ -7,16 +7,16 @@ For each op class of the op table (a row's ``bf16_class``: ``gemm``, ``conv``,
 * ``storage``: bf16 in memory, float32 arithmetic (operands widened, the float32 kernels),
 * ``off``: no bf16 at all (``NEONLITE_BF16=off``; ``-d bf16`` is refused on the CPU).
 
-``NEONLITE_BF16=compute|storage|off`` decides for every class (``compute`` where the CPU has
-no bf16 kernel falls back to ``storage`` and says why: a bf16 instruction never runs on a CPU
-without it).  Otherwise, at first use on a machine, :func:`measure_gemm` times the bf16 GEMM
+``NEONLITE_BF16=compute|storage|off`` decides for every class (``compute`` where the CPU has no
+bf16 kernel falls back to ``storage`` and says why: a bf16 instruction never runs on a CPU
+without it). Otherwise, at first use on a machine, :func:`measure_gemm` times the bf16 GEMM
 against widening plus the float32 GEMM on the same bf16 operands, on one core (:data:`SHAPE`,
 interleaved short bursts, the shortest of each), and ``compute`` wins only by :data:`MARGIN`;
-the result is kept in the kernel cache (:class:`~neonlite.kernels.cache.DiskCache`, one JSON entry) under a key made
-like the kernels' (the bf16 GEMM variant's key: its sources, flags, compiler and CPU target)
-plus the float32 GEMM's kind and the usable cores, so a new compiler, CPU, BLAS or core count
-measures again.  Op classes without a bf16 kernel yet (``conv``, ``attention``) take
-``storage``, and say so.
+the result is kept in the kernel cache (:class:`~neonlite.kernels.cache.DiskCache`, one JSON
+entry) under a key made like the kernels' (the bf16 GEMM variant's key: its sources, flags,
+compiler and CPU target) plus the float32 GEMM's kind and the usable cores, so a new compiler,
+CPU, BLAS or core count measures again. Op classes without a bf16 kernel yet (``conv``,
+``attention``) take ``storage``, and say so.
 """
 import json
 import os

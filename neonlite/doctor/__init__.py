@@ -2,12 +2,11 @@
 ``neonlite doctor`` (the command itself is ``neonlite/cli/doctor.py``).
 
 :func:`collect` makes the rows of one table (:mod:`.report`): Python and numpy, the BLAS, the C
-compiler with a test kernel and OpenMP, the CPU and its instruction sets, bfloat16 (each op class's path, the bf16 and float32
-peaks), the kernel cache,
-nvcc, pycuda, the CUDA driver and devices, MPI; and the reason the asked-for backend cannot run
-here (None when it can).  :func:`verdict` is the closing line for one that can.  The GPU
-self-test, which compares every CUDA kernel family with the CPU backend on the device, is
-:mod:`.selftest`.
+compiler with a test kernel and OpenMP, the CPU and its instruction sets, bfloat16 (each op
+class's path, the bf16 and float32 peaks), the kernel cache, nvcc, pycuda, the CUDA driver and
+devices, MPI; and the reason the asked-for backend cannot run here (None when it can).
+:func:`verdict` is the closing line for one that can. The GPU self-test, which compares every
+CUDA kernel family with the CPU backend on the device, is :mod:`.selftest`.
 """
 import os
 

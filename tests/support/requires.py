@@ -115,8 +115,8 @@ def _amx():
     return None if usable else f"no AMX-BF16 here: {reason}"
 
 
-NEEDS = {"bf16": _bf16, "amx": _amx, "compiler": _compiler, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
-         "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
+NEEDS = {"compiler": _compiler, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
+         "bf16": _bf16, "amx": _amx, "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
          "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi,
          "root": _root, "mknod": _mknod,
          "onnx": _module("pip install 'neonlite[onnx]'", "onnx"),
