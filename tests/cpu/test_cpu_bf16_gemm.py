@@ -248,6 +248,10 @@ def test_the_measurement_is_kept_in_the_kernel_cache(tmp_path, monkeypatch):
     again = bf16_choice.choose(CPUKernels(builder=Builder(cache)))
     assert again.source == "cached" and again.paths == first.paths
     assert (again.bf16_gflops, again.f32_gflops) == (first.bf16_gflops, first.f32_gflops)
+    from neonlite.kernels.cache import DiskCache
+    DiskCache(cache).clean()  # what `neonlite kernels clean` does: the next use measures again
+    assert not [p for p in cache.iterdir() if p.name.startswith("bf16_choice")]
+    assert bf16_choice.choose(CPUKernels(builder=Builder(cache))).source == "measured"
 
 
 def test_op_classes_come_from_the_op_table():
