@@ -51,7 +51,8 @@ FORMAT_VERSION = 1
 _TEMP_PREFIX = ".tmp-"
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 _KEY_CHARS = 24
-_ENTRY_NAME = re.compile(r"[A-Za-z0-9_.]+(-sm_\d+[a-z]?)?-[0-9a-f]{%d}\.(so|cubin)" % _KEY_CHARS)
+_ENTRY_NAME = re.compile(r"[A-Za-z0-9_.]+(-sm_\d+[a-z]?)?-[0-9a-f]{%d}\.(so|cubin|json)"
+                         % _KEY_CHARS)
 _TEMP_NAME = re.compile(r"\.%s\.[A-Za-z0-9_]+\.tmp\d+" % _ENTRY_NAME.pattern)
 
 

@@ -46,12 +46,25 @@ CPU_SOURCES = tuple(sorted(p.stem for p in (KERNEL_ROOT / "cpu").glob("*.c")
 CPU_VARIANTS = tuple(spec for stem in CPU_SOURCES for spec in _cpu_variants(stem)) + \
     tuple(_uint8_variant(stem) for stem in UINT8_SOURCES)
 
+#: the bfloat16 kernels of ``kernels/cpu/bf16/`` (float32 accumulation, one variant each, not
+#: one per element type): the casts (plain C, every CPU), the VDPBF16PS GEMM (a working kernel
+#: where ``-march=native`` enables AVX512-BF16, else a stub that says so) and the AMX GEMM
+#: (TDPBF16PS, its functions compiled for AMX; called only where AMX is granted)
+BF16_VARIANTS = (
+    KernelSpec("bf16_cast", "cpu", "cpu/bf16/bf16_cast.c", (("DTYPE", "float"),),
+               header="cpu/bf16/bf16_cast.h"),
+    KernelSpec("gemm_bf16", "cpu", "cpu/bf16/gemm_bf16.c", (("DTYPE", "float"),),
+               header="cpu/bf16/gemm_bf16.h"),
+    KernelSpec("gemm_bf16_amx", "cpu", "cpu/bf16/gemm_bf16.c",
+               (("DTYPE", "float"), ("NL_BF16_AMX", "1")), header="cpu/bf16/gemm_bf16.h"),
+)
+
 
 def variants(target=None):
     """Every variant in the table, or only those of ``target`` ('cpu' or 'cuda')."""
     if target is not None and target not in TARGETS:
         raise ValueError(f"unknown kernel target {target!r}; expected one of {TARGETS}")
-    table = CPU_VARIANTS + (CUDA_VARIANTS if target != "cpu" else ())
+    table = CPU_VARIANTS + BF16_VARIANTS + (CUDA_VARIANTS if target != "cpu" else ())
     return tuple(spec for spec in table if target is None or spec.target == target)
 
 
@@ -64,7 +77,8 @@ def find(name):
 
 
 __all__ = ["KernelSpec", "KERNEL_ROOT", "TARGETS", "DEFAULT_CUDA_ARCHS", "CPU_DTYPES",
-           "CPU_SOURCES", "CPU_VARIANTS", "CUDA_VARIANTS", "UINT8_SOURCES", "variants", "find",
+           "CPU_SOURCES", "CPU_VARIANTS", "BF16_VARIANTS", "CUDA_VARIANTS", "UINT8_SOURCES",
+           "variants", "find",
            "cpu_variant"]
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 from .kernels.first_use import cpu_name
 from .kernels.toolchain import CompilerNotFound, find_c_compiler
 
+from .kernels.cpu_features import read_cpuinfo
+
 FMA_SOURCE = r"""
 #include <omp.h>
 #if defined(__AVX512F__)
@@ -80,23 +82,6 @@ _INTEL_TWO_FMA512 = {85: "Skylake/Cascade Lake/Cooper Lake server", 106: "Ice La
                      173: "Granite Rapids", 174: "Granite Rapids-D", 87: "Knights Landing",
                      133: "Knights Mill"}
 _INTEL_ONE_FMA512 = re.compile(r"Silver|Bronze|Gold 5\d{3}(?!.*5122)")
-
-
-def read_cpuinfo(text=None):
-    """The first processor's ``/proc/cpuinfo`` fields as a dict (``{}`` when unreadable), plus
-    ``mhz``: the mean current clock over all processors (MHz, or None)."""
-    if text is None:
-        try:
-            text = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return {}
-    info = {}
-    for line in text.split("\n\n")[0].splitlines():
-        key, _, value = line.partition(":")
-        info[key.strip()] = value.strip()
-    clocks = [float(m) for m in re.findall(r"^cpu MHz\s*:\s*([\d.]+)", text, re.M)]
-    info["mhz"] = sum(clocks) / len(clocks) if clocks else None
-    return info
 
 
 def fp32_flop_per_cycle(info):
@@ -159,23 +144,31 @@ def _fma_library():
 
 
 def measure_fma_gflops(threads, burst=0.002, repeats=40):
-    """fp32 GFLOP/s of the FMA kernel on ``threads`` threads: the sum over threads of each
-    one's best rate in ``repeats`` bursts of about ``burst`` seconds, so time slices lost to
-    other processes on a shared machine do not count as slowness of the cores."""
-    lib = _fma_library()
+    """fp32 GFLOP/s of the FMA kernel on ``threads`` threads (:func:`measure_gflops`)."""
+    return measure_gflops(_fma_library().fma_run, threads, burst, repeats)
+
+
+def measure_gflops(run, threads, burst=0.002, repeats=40,
+                   new_best=lambda n: (ctypes.c_double * n)()):
+    """GFLOP/s of a throughput kernel ``run(iters, threads, best) -> FLOP/s`` (the FMA kernel
+    here, the bf16 GEMM module's ``nl_bf16_peak_run``) on ``threads`` threads: the sum over
+    threads of each one's best rate in ``repeats`` bursts of about ``burst`` seconds, so time
+    slices lost to other processes on a shared machine do not count as slowness of the
+    cores.  ``new_best(n)``: a zeroed array of n doubles ``run`` takes."""
     iters = 1000
     while True:
-        best = (ctypes.c_double * threads)()
+        best = new_best(threads)
         start = time.perf_counter()
-        lib.fma_run(iters, 1, best)
+        run(iters, 1, best)
         took = time.perf_counter() - start
         if took > burst / 4 or iters > 1 << 40:
             break
         iters *= 2
     iters = max(1, int(iters * burst / max(took, 1e-9)))
-    best = (ctypes.c_double * threads)()
+    best = new_best(threads)
+    total = 0.0
     for _ in range(repeats):
-        total = lib.fma_run(iters, threads, best)
+        total = run(iters, threads, best)
     return total / 1e9
 
 

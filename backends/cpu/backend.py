@@ -10,6 +10,7 @@ a machine without a C compiler).
 """
 import numpy as np
 
+from .. import CPU_F16_SLOWDOWN
 from ..backend import Backend
 from ..optree import OpNode, assignment_error
 from ..reference.optree import evaluate
@@ -17,6 +18,7 @@ from ..storage import array_is_finite, host_buffer
 from ..variants import CONV_METHODS, GEMM_METHODS, conv_algorithm
 from .arena import make_cpu_arena
 from .attention import MAX_PREPARED, CPUAttentionOps
+from .bf16 import CPUBf16Ops
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
 from .blocksparse import CPUBlockSparseOps
 from .conv import CPUConvOps
@@ -36,17 +38,25 @@ from .ufunc import run_ufuncs
 
 class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, CPURowOps,
                  CPUBlasOps, CPUAttentionOps, CPURecurrentOps,
-                 CPUBlockSparseOps, Backend):
-    """numpy-based backend (see the module docstring).  ``datatype`` may be float16, float32 or
-    float64 (float64 is the one gradient checks use)."""
+                 CPUBlockSparseOps, CPUBf16Ops, Backend):
+    """numpy-based backend (see the module docstring).  ``datatype`` may be float32 or float64
+    (float64 is the one gradient checks use), or float16 with ``numpy_float16=True`` only:
+    numpy's slow reference path of mixed precision."""
 
     name = "cpu"
 
-    def __init__(self, batch_size=128, rng_seed=None, datatype=np.float32, device_id=0):
+    def __init__(self, batch_size=128, rng_seed=None, datatype=np.float32, device_id=0,
+                 numpy_float16=False):
         super().__init__(batch_size, rng_seed, datatype, device_id)
         if self.dtype not in (np.float16, np.float32, np.float64):
             raise ValueError(f"the cpu backend stores float16, float32 or float64, not "
                              f"{self.dtype.name}")
+        if self.dtype == np.float16 and not numpy_float16:
+            raise ValueError(f"the cpu backend computes in float32 and float64: its C kernels "
+                             f"are compiled for those, and numpy emulates float16 about "
+                             f"{CPU_F16_SLOWDOWN} times slower than float32; use float32, "
+                             f"float16 on the gpu backend, or numpy_float16=True for numpy's "
+                             f"slow reference path")
         self._device_rng = np.random.default_rng(None if rng_seed is None else rng_seed + 1)
         self.kernels = CPUKernels()
         self._machine = OpTreeMachine(self.kernels)

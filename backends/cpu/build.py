@@ -155,6 +155,23 @@ class KernelModules:
         self._modules[(stem, dtype)] = found
         return found
 
+    def variant(self, name):
+        """The cffi module of kernel variant ``name`` built once for every element type (the
+        bf16 kernels of ``kernels/specs.py``'s ``BF16_VARIANTS``), or None where the kernels
+        cannot be built here; loaded on first use and kept."""
+        found = self._modules.get(("variant", name))
+        if found is not None or self.unavailable_reason() is not None:
+            return found
+        from ...kernels.specs import find
+        from ...kernels.toolchain import CompileError, CompilerNotFound
+        try:
+            with _openmp_wait_policy(self.gemm):
+                found = self.builder.load_cpu(find(name))
+        except (CompilerNotFound, CompileError, ImportError, OSError):
+            return None
+        self._modules[("variant", name)] = found
+        return found
+
     def prepare(self, dtype):
         """Build, at once and after one notice on stderr, every C kernel for ``dtype`` that the
         cache does not hold yet (:func:`~neonlite.kernels.first_use.compile_missing`), so the

@@ -53,8 +53,10 @@ ROWS = (
        c_symbols=("attention_softmax:attention_softmax_bprop",)),
     Op("attention", F, "fused attention on head-major or token-major slices", _attention,
        reference=attention.attention, c_symbols=("flash_attention:fa_fprop",),
-       cuda_functions=("flash_attention:nl_fa_fprop*",), backward="attention_bprop"),
+       cuda_functions=("flash_attention:nl_fa_fprop*",), backward="attention_bprop",
+       bf16_class="attention"),
     Op("attention_bprop", F, "dq, dk, dv of fused attention", _attention_bprop,
        reference=attention.attention_bprop, c_symbols=("flash_attention:fa_bprop",),
-       cuda_functions=("flash_attention:nl_fa_bprop_kv*", "flash_attention:nl_fa_bprop_q*")),
+       cuda_functions=("flash_attention:nl_fa_bprop_kv*", "flash_attention:nl_fa_bprop_q*"),
+       bf16_class="attention"),
 )

@@ -104,6 +104,9 @@ class Op:
         gradients (tuple): (backward operand, forward operand) pairs: the backward row writes
             the gradient of the forward one (empty: every ``d<name>`` of the backward row is
             that of ``<name>``).
+        bf16_class (str or None): the op class (``gemm``, ``conv``, ``attention``) whose
+            bfloat16 path the CPU backend chooses by measurement for this op, which then also
+            takes bf16-stored operands (``cpu/bf16_choice.py``); None: float types only.
     """
     name: str
     family: str
@@ -120,6 +123,7 @@ class Op:
     backward: str = None
     loss_of: str = "y"
     gradients: tuple = ()
+    bf16_class: str = None
 
     def __post_init__(self):
         names = [o.name for o in self.operands]

@@ -4,9 +4,11 @@
 from . import (attention, blocksparse_attention, blocksparse_linear, bn_relu_nhwc, bn_relu_pool,
                char_transformer, conv3x3, deconv, gemm, gpu_adam, gpu_conv, gpu_gemm, gpu_norm,
                gpu_resnet20, lenet)
-from . import adamw_step, minilm_encode, nanogpt, recurrent_train, rmsnorm, varlen_encode
+from . import (adamw_step, gemm_bf16, minilm_encode, nanogpt, recurrent_train, rmsnorm,
+               varlen_encode)
 
 WORKLOADS = {m.NAME: m for m in (lenet, conv3x3, bn_relu_pool, bn_relu_nhwc, gemm,
+                                 *gemm_bf16.WORKLOADS,
                                  char_transformer, *blocksparse_linear.WORKLOADS,
                                  blocksparse_attention,
                                  *attention.WORKLOADS, recurrent_train.LSTM_TRAIN,

@@ -9,25 +9,12 @@
 #endif
 #include <omp.h>
 
+#include "bf16_bits.h"
 #include "common.h"
 #include "fused_optim.h"
 
 #define NL_MAX(x, y) (((x) >= (y) || (x) != (x)) ? (x) : (y))
 #define NL_MIN(x, y) (((x) <= (y) || (x) != (x)) ? (x) : (y))
-
-static inline float bf16_to_f32(uint16_t bits)
-{
-    union { uint32_t u; float f; } v = {.u = (uint32_t)bits << 16};
-    return v.f;
-}
-
-static inline uint16_t f32_to_bf16(float f)
-{
-    union { float f; uint32_t u; } v = {.f = f};
-    if (f != f)
-        return 0x7FC0;
-    return (uint16_t)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16);
-}
 
 /* The gradient element i after scaling, clipping and coupled decay; *d: the decayed weight. */
 #define NL_GRAD_AND_DECAY()                                                                     \

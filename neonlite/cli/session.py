@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from ..backends import gen_backend, get_backend
+from ..backends import CPU_F16_SLOWDOWN, gen_backend, get_backend
 from ..callbacks import Callbacks, ModelCheckpoint
 from ..config.auto_sizes import check_fits_data
 from ..config.data_files import resolve_data_files
@@ -46,9 +46,6 @@ from ..model_checks import check_optimizer
 
 #: the data types ``neonlite train -b cpu`` runs (the C kernels' types)
 CPU_DATATYPES = ("f32", "f64")
-#: how many times slower float16 (numpy's emulation) runs the quick start on the CPU than f32,
-#: as the warning says (benchmarks/ measures it)
-CPU_F16_SLOWDOWN = 150
 
 
 class FirstBatches:

@@ -16,7 +16,7 @@ from .report import ABSENT, FAIL, OK, WARN, Row, one_line
 
 # (name in the table, /proc/cpuinfo flag)
 INSTRUCTION_SETS = (("AVX2", "avx2"), ("AVX-512", "avx512f"), ("AVX512-BF16", "avx512_bf16"),
-                    ("AMX", "amx_tile"))
+                    ("AMX-BF16", "amx_bf16"))
 _TEST_KERNEL = """
 #include <omp.h>
 int nl_doctor_omp_threads(void) {
@@ -130,27 +130,18 @@ def compiler_rows(work_dir=None):
     return rows
 
 
-def cpu_flags(cpuinfo="/proc/cpuinfo"):
-    """(model name, set of flags) from ``cpuinfo``; (platform text, empty set) elsewhere."""
-    try:
-        text = Path(cpuinfo).read_text(errors="replace")
-    except OSError:
-        return platform.processor() or platform.machine(), set()
-    model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-    flags = re.search(r"^flags\s*:\s*(.+)$", text, re.M)
-    return (model.group(1).strip() if model else platform.machine(),
-            set(flags.group(1).split()) if flags else set())
-
-
 def cpu_row(cpuinfo="/proc/cpuinfo"):
     """The CPU named as :func:`neonlite.cpu_peak.cpu_names` names it everywhere (model,
-    microarchitecture, ``-march=native`` target) and its instruction sets."""
-    from ..cpu_peak import cpu_names, read_cpuinfo
-    model, flags = cpu_flags(cpuinfo)
+    microarchitecture, ``-march=native`` target) and its instruction sets (those
+    ``NEONLITE_CPU_FEATURES_OFF`` turns off read as absent)."""
+    from ..cpu_peak import cpu_names
+    from ..kernels.cpu_features import cpu_flags, read_cpuinfo
     try:
-        names = cpu_names(read_cpuinfo(Path(cpuinfo).read_text(errors="replace")))
+        info = read_cpuinfo(Path(cpuinfo).read_text(errors="replace"))
     except OSError:
-        names = model
+        info = {}
+    names = cpu_names(info) if info else (platform.processor() or platform.machine())
+    flags = cpu_flags(info)
     if not flags:
         return Row("CPU", WARN, f"{names}; instruction sets unknown (no /proc/cpuinfo flags)")
     have = ", ".join(f"{name} {'yes' if flag in flags else 'no'}"

@@ -17,8 +17,8 @@ from neonlite.doctor.gpu_rows import gpu_rows
 from neonlite.kernels.cache import DiskCache, entry_name
 
 ROOT = Path(__file__).resolve().parents[2]
-ROWS = ("Python", "numpy", "BLAS", "C compiler", "test kernel", "OpenMP", "CPU", "kernel cache",
-        "nvcc", "pycuda", "CUDA driver", "MPI")
+ROWS = ("Python", "numpy", "BLAS", "C compiler", "test kernel", "OpenMP", "CPU", "bf16",
+        "kernel cache", "nvcc", "pycuda", "CUDA driver", "MPI")
 
 
 def fake_pycuda(tmp_path, driver_body):

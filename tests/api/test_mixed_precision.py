@@ -20,7 +20,8 @@ from neonlite.transforms import CrossEntropyMulti, Rectlin, Softmax
 @pytest.fixture
 def be16():
     previous = neonlite.backends._current
-    yield neonlite.gen_backend("cpu", batch_size=8, rng_seed=0, datatype=np.float16)
+    yield neonlite.gen_backend("cpu", batch_size=8, rng_seed=0, datatype=np.float16,
+                               numpy_float16=True)
     neonlite.backends._current = previous
 
 
@@ -103,7 +104,8 @@ def _train(datatype, steps=30):
     previous = neonlite.backends._current
     try:
         neonlite.gen_backend("cpu", batch_size=16, rng_seed=1,
-                             datatype={"f16": np.float16, "f32": np.float32}[datatype])
+                             datatype={"f16": np.float16, "f32": np.float32}[datatype],
+                             numpy_float16=True)
         rng = np.random.default_rng(2)
         centers = rng.normal(size=(3, 12)) * 2.0
         y = rng.integers(0, 3, 16 * steps)
@@ -153,7 +155,8 @@ def test_f16_trains_with_master_weights_and_saves_the_loss_scale(tmp_path):
     ckpt = tmp_path / "c.h5"
     previous = neonlite.backends._current
     try:
-        neonlite.gen_backend("cpu", batch_size=16, rng_seed=0, datatype=np.float16)
+        neonlite.gen_backend("cpu", batch_size=16, rng_seed=0, datatype=np.float16,
+                             numpy_float16=True)
         _, train, _ = load_data(run.settings, None, valid=False)
         model, opt = run.build_model(), for_datatype(run.build_optimizer(), "f16")
         cost = opt.wrap_cost(run.build_cost())

@@ -140,7 +140,7 @@ def test_attention_ops_match_masked_dense(bs, causal):
 
 def test_float16_runs_the_reference():
     """A dtype the C kernels do not take falls back to the numpy reference walk."""
-    be = neonlite.gen_backend("cpu", batch_size=2, datatype=np.float16)
+    be = neonlite.gen_backend("cpu", batch_size=2, datatype=np.float16, numpy_float16=True)
     layout = layouts.banded((2, 2), 1)
     plan = be.blocksparse_layer(layout, 8)
     rng = np.random.default_rng(0)

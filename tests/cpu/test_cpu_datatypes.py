@@ -52,6 +52,12 @@ def test_numpy_fallback_notice_says_it_is_slower(tmp_path):
     assert len(lines) == 1 and "times slower" in lines[0], done.stderr
 
 
-def test_python_api_keeps_float16_as_the_mixed_precision_reference():
-    be = neonlite.gen_backend("cpu", batch_size=2, datatype=np.float16)
+def test_python_api_refuses_float16_with_its_reason():
+    with pytest.raises(ValueError, match=r"numpy emulates float16 about 150 times slower than "
+                                         r"float32.*numpy_float16=True"):
+        neonlite.gen_backend("cpu", batch_size=2, datatype=np.float16)
+
+
+def test_python_api_keeps_float16_as_the_mixed_precision_reference_when_asked():
+    be = neonlite.gen_backend("cpu", batch_size=2, datatype=np.float16, numpy_float16=True)
     assert be.dtype == np.float16

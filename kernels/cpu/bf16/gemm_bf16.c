@@ -1,0 +1,151 @@
+/* bfloat16 x bfloat16 -> float32-accumulate GEMM (gemm_bf16.h), blocked like a BLAS GEMM:
+ *
+ *   the output is cut into tasks (a chunk of NL_NCHUNK columns x a run of blocks of NL_MC
+ *   rows; threads take them dynamically and never wait for each other inside the product);
+ *   a task, for each block of NL_KC k in order: packs its columns' op(B) rows into panels of
+ *   NL_NR columns, then for each of its row blocks packs op(A) and runs the micro-kernel over
+ *   every NL_MR x NL_NR block of C.
+ *
+ * The micro-kernel (gemm_bf16_avx512.h: VDPBF16PS; gemm_bf16_amx.h, with -DNL_BF16_AMX:
+ * TDPBF16PS tiles) sums a block's k in a fixed order and adds it to C, so every output element
+ * is summed in the same order whatever the number of threads and whichever thread ran it.
+ * Products of two bf16 values are exact in float32; the sums round to float32 (and the
+ * instructions treat denormal inputs and outputs as zero).
+ */
+#include <omp.h>
+
+#include "../common.h"
+#include "gemm_bf16.h"
+
+#if defined(NL_BF16_AMX)
+#include "gemm_bf16_amx.h"
+#else
+#include "gemm_bf16_avx512.h"
+#endif
+
+/* k per block (a multiple of 32: AMX tiles take 32), rows per task, columns per task */
+#define NL_KC 512
+#define NL_MC (NL_MR * 8)
+#define NL_NCHUNK (NL_NR * 8)
+
+int nl_gemm_bf16_built(void) { return NL_BUILT; }
+
+#if NL_BUILT
+
+static int64_t nl_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* C = beta * C over the whole M x N (K == 0: no product to add) */
+static void nl_scale_c(float *C, int64_t M, int64_t N, int64_t ldc, float beta)
+{
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++)
+            C[m * ldc + n] = beta == 0.0f ? 0.0f : beta * C[m * ldc + n];
+}
+
+/* One task: the C columns [n0, n0 + nc) of the rows [m0, m1), every k block in order; bp and
+ * ap are the task's thread's packing buffers (NL_NCHUNK x NL_KC and NL_MC x NL_KC). */
+static void nl_task(const uint16_t *A, const uint16_t *B, float *C, int64_t m0, int64_t m1,
+                    int64_t n0, int64_t nc, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                    int transA, int transB, float alpha, float beta, uint16_t *bp, uint16_t *ap)
+{
+    for (int64_t k0 = 0; k0 < K; k0 += NL_KC) {
+        const int64_t kc = K - k0 < NL_KC ? K - k0 : NL_KC;
+        const int64_t kcp = nl_ceil_div(kc, NL_KALIGN) * NL_KALIGN;
+        for (int64_t j = 0; j < nc; j += NL_NR)
+            nl_pack_b(B, ldb, transB, k0, kc, kcp, n0 + j, nc - j < NL_NR ? nc - j : NL_NR,
+                      NL_NR, bp + (j / NL_NR) * kcp * NL_NR);
+        for (int64_t mb = m0; mb < m1; mb += NL_MC) {
+            const int64_t mc = m1 - mb < NL_MC ? m1 - mb : NL_MC;
+            for (int64_t i = 0; i < mc; i += NL_MR)
+                nl_pack_a(A, lda, transA, mb + i, mc - i < NL_MR ? mc - i : NL_MR, k0, kc, kcp,
+                          ap + i * kcp);
+            for (int64_t j = 0; j < nc; j += NL_NR)
+                for (int64_t i = 0; i < mc; i += NL_MR)
+                    nl_micro(kcp, ap + i * kcp, bp + (j / NL_NR) * kcp * NL_NR,
+                             C + (mb + i) * ldc + n0 + j, ldc, mc - i < NL_MR ? mc - i : NL_MR,
+                             nc - j < NL_NR ? nc - j : NL_NR, alpha, beta, k0 == 0);
+        }
+    }
+}
+
+int nl_gemm_bf16(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int64_t N,
+                 int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int transA, int transB,
+                 float alpha, float beta, int threads)
+{
+    if (M <= 0 || N <= 0)
+        return 0;
+    if (K <= 0) {
+        nl_scale_c(C, M, N, ldc, beta);
+        return 0;
+    }
+    /* tasks: column chunks x runs of whole row blocks, about two per thread; no task shares
+     * an output element with another, and none waits for another */
+    const int nt = threads > 0 ? threads : omp_get_max_threads();
+    const int64_t chunks = nl_ceil_div(N, NL_NCHUNK), mblocks = nl_ceil_div(M, NL_MC);
+    int64_t runs = nl_ceil_div(2 * nt, chunks);
+    runs = runs < 1 ? 1 : (runs > mblocks ? mblocks : runs);
+    const int64_t tasks = chunks * runs;
+    int failed = 0;
+    #pragma omp parallel num_threads(nt < tasks ? nt : (int)tasks) reduction(| : failed)
+    {
+        uint16_t *bp = aligned_alloc(64, (size_t)NL_NCHUNK * NL_KC * sizeof(uint16_t));
+        uint16_t *ap = aligned_alloc(64, (size_t)NL_MC * NL_KC * sizeof(uint16_t));
+        failed = bp == NULL || ap == NULL;
+        nl_thread_begin();
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tasks; t++) {
+            if (failed)
+                continue;
+            int64_t lo, hi;
+            nl_split(mblocks, t % runs, runs, &lo, &hi);
+            const int64_t n0 = (t / runs) * NL_NCHUNK;
+            const int64_t m1 = hi * NL_MC < M ? hi * NL_MC : M;
+            nl_task(A, B, C, lo * NL_MC, m1, n0, N - n0 < NL_NCHUNK ? N - n0 : NL_NCHUNK, K,
+                    lda, ldb, ldc, transA, transB, alpha, beta, bp, ap);
+        }
+        nl_thread_end();
+        free(bp);
+        free(ap);
+    }
+    return failed ? -2 : 0;
+}
+
+double nl_bf16_peak_run(long iters, int threads, double *best)
+{
+    #pragma omp parallel num_threads(threads)
+    {
+        nl_thread_begin();
+        const double start = omp_get_wtime();
+        const float check = nl_peak_chains(iters);
+        const double seconds = omp_get_wtime() - start;
+        nl_thread_end();
+        const double rate = (check == check ? 1.0 : 0.0) * NL_PEAK_FLOP_PER_ITER * (double)iters
+                            / (seconds > 0 ? seconds : 1e-9);
+        const int me = omp_get_thread_num();
+        if (rate > best[me])
+            best[me] = rate;
+    }
+    double total = 0.0;
+    for (int t = 0; t < threads; t++)
+        total += best[t];
+    return total;
+}
+
+#else
+
+int nl_gemm_bf16(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int64_t N,
+                 int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int transA, int transB,
+                 float alpha, float beta, int threads)
+{
+    (void)A, (void)B, (void)C, (void)M, (void)N, (void)K, (void)lda, (void)ldb, (void)ldc;
+    (void)transA, (void)transB, (void)alpha, (void)beta, (void)threads;
+    return -1;
+}
+
+double nl_bf16_peak_run(long iters, int threads, double *best)
+{
+    (void)iters, (void)threads, (void)best;
+    return 0.0;
+}
+
+#endif

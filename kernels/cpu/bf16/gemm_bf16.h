@@ -1,0 +1,24 @@
+/* bfloat16 x bfloat16 -> float32-accumulate GEMM (see gemm_bf16.c).
+ *
+ * C (M x N float32, row stride ldc) = alpha * op(A) @ op(B) + beta * C, where A and B hold
+ * bfloat16 bit patterns (uint16) and
+ *   op(A) is M x K: A[m * lda + k], or with transA A[k * lda + m];
+ *   op(B) is K x N: B[k * ldb + n], or with transB B[n * ldb + k].
+ * The three products of training: forward Y = X W (no transposes), input gradient
+ * dX = dY W^T (transB), weight gradient dW = X^T dY (transA).  beta == 0 never reads C.
+ * `threads` OpenMP threads (<= 0: OpenMP's default); the result does not depend on it (the
+ * K sum of each output element is never split across threads).
+ * Returns 0, or -1 where this build holds no such kernel (nl_gemm_bf16_built() == 0). */
+int nl_gemm_bf16(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int64_t N,
+                 int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int transA, int transB,
+                 float alpha, float beta, int threads);
+
+/* 1 when the kernel was compiled with the instructions of this variant (VDPBF16PS, or AMX
+ * TDPBF16PS in the AMX variant), else 0: the caller must not call it then. */
+int nl_gemm_bf16_built(void);
+
+/* bf16 FLOP per second of `threads` threads, each running `iters` rounds of 16 independent
+ * bf16 dot-product chains (VDPBF16PS: 64 FLOP each; AMX: one 16x16x32 TDPBF16PS, 16384
+ * FLOP); `best` (one slot per thread) keeps each thread's best rate over calls; returns the
+ * sum of the best rates (0 where not built). */
+double nl_bf16_peak_run(long iters, int threads, double *best);
