@@ -9,15 +9,12 @@ import importlib
 import numpy as np
 
 from .backend import Backend, Tensor
+from .half_precision import CPU_F16_SLOWDOWN
 from .optree import OpNode
 from .unavailable import BackendUnavailable
 
 _REGISTRY = {}
 _current = None
-#: how many times slower numpy's float16 emulation runs the quick start on the CPU than
-#: float32 (benchmarks/ measures it): the reason the cpu backend refuses float16 unless asked
-#: for numpy's slow path (``numpy_float16=True``), and the CLI's ``-d f16`` on the CPU
-CPU_F16_SLOWDOWN = 150
 
 
 def register_backend(name, module, cls_name):

@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import atomic_write
-from .checkpoint_schema import (FORMAT_VERSION, READABLE_VERSIONS, SchemaError, array_crc32,
-                                check_version, validate)
+from .checkpoint_schema import (FORMAT_VERSION, MAX_CLASSES, READABLE_VERSIONS, SchemaError,
+                                array_crc32, check_classes, check_version, validate)
 from .version import __version__
 from .config.yaml_io import dump_yaml, parse_yaml
 from .finite import first_nonfinite
@@ -172,7 +172,6 @@ def _write_layer_states(f, model):
 
 
 def _write_classes(f, model):
-    from .checkpoint_schema import SchemaError, check_classes
     classes = getattr(model, "classes", None)
     if classes is None:
         return
@@ -275,7 +274,6 @@ def _read_classes(dataset):
     """The stored class names as a list of str (checked by the schema); TypeError for a
     dataset that is not a 1-D array of strings, before its data is read."""
     import h5py
-    from .checkpoint_schema import MAX_CLASSES
     if h5py.check_string_dtype(dataset.dtype) is None or dataset.ndim != 1:
         raise TypeError(f"/classes is not a list of strings (dtype {dataset.dtype}, shape "
                         f"{dataset.shape})")

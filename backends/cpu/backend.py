@@ -10,7 +10,7 @@ a machine without a C compiler).
 """
 import numpy as np
 
-from .. import CPU_F16_SLOWDOWN
+from ..half_precision import CPU_F16_SLOWDOWN
 from ..backend import Backend
 from ..optree import OpNode, assignment_error
 from ..reference.optree import evaluate

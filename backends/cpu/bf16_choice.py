@@ -29,6 +29,8 @@ from ..ops import OPS
 from .blas import blas_threads
 from .bf16_kernels import BF16, F32, gemm_bf16, gemm_module, gemm_storage, gemm_variant
 from .threads import usable_cores
+from ...kernels.cache import CorruptEntry, cache_key, entry_name
+from ...kernels.specs import find
 
 #: the variable that overrides the measured choice
 ENV = "NEONLITE_BF16"
@@ -118,8 +120,6 @@ def measure_gemm(modules, module, shape=SHAPE, bursts=BURSTS, calls=CALLS):
 
 
 def _key(modules, variant):
-    from ...kernels.specs import find
-    from ...kernels.cache import cache_key
     return cache_key({"measurement": ENTRY, "kernel": modules.builder.cpu_key(find(variant)),
                       "f32_gemm": type(modules.gemm).__name__, "cores": usable_cores(),
                       "shape": SHAPE, "bursts": BURSTS, "calls": CALLS})
@@ -127,7 +127,6 @@ def _key(modules, variant):
 
 def _cached(modules, variant):
     """``(bf16, f32)`` GFLOP/s measured before under this machine's key, else None."""
-    from ...kernels.cache import CorruptEntry, entry_name
     key = _key(modules, variant)
     try:
         entry = modules.builder.cache.read(entry_name(ENTRY, key, ".json"))
@@ -140,7 +139,6 @@ def _cached(modules, variant):
 
 
 def _keep(modules, key, variant, rates):
-    from ...kernels.cache import entry_name
     payload = json.dumps({"bf16_gflops": rates[0], "f32_gflops": rates[1]}).encode()
     try:
         modules.builder.cache.write(entry_name(ENTRY, key, ".json"), payload,

@@ -18,7 +18,7 @@ from .mkl_blas import MKLGemm, load_mkl
 from .kept_calls import KeptCalls
 from .threads import libgomp
 from ...kernels.build import default_builder
-from ...kernels.specs import CPU_SOURCES, cpu_variant
+from ...kernels.specs import CPU_SOURCES, cpu_variant, find
 from ...kernels.toolchain import CompileError, CompilerNotFound
 from ...kernels.first_use import compile_missing
 
@@ -162,8 +162,6 @@ class KernelModules:
         found = self._modules.get(("variant", name))
         if found is not None or self.unavailable_reason() is not None:
             return found
-        from ...kernels.specs import find
-        from ...kernels.toolchain import CompileError, CompilerNotFound
         try:
             with _openmp_wait_policy(self.gemm):
                 found = self.builder.load_cpu(find(name))
