@@ -83,6 +83,28 @@ def test_odd_sizes(size):
     assert np.array_equal(ref, fast)
 
 
+VECTOR_CASES = {
+    # the benchmark's row (b): boxes of a 500x375 photo to 224, flipped, normalised
+    "photo to 224": ((375, 500), [RandomResizedCrop(224), Flip(), NORM]),
+    # whole-image boxes: the last row and the right edge (no byte after the box), odd widths
+    "whole image, odd sizes": ((97, 131), [Resize(45), Flip()]),
+    "near-whole boxes": ((61, 83), [RandomResizedCrop((37, 53), scale=(0.9, 1.0)), Flip()]),
+    # many taps (a shrink of over 6x) and upscaling (fewer source pixels than outputs)
+    "shrink 6x": ((250, 301), [RandomResizedCrop((33, 41), scale=(0.8, 1.0)), NORM]),
+    "upscale": ((13, 11), [RandomResizedCrop((67, 71)), Flip()]),
+}
+
+
+@pytest.mark.parametrize("name", list(VECTOR_CASES))
+def test_vector_resize_equals_the_reference_at_odd_sizes(name):
+    """The AVX2 passes (two pixels per vector, 16 bytes per vertical step, scalar tails):
+    every remainder of the row lengths and boxes that end at the image's last byte."""
+    (h, w), ops = VECTOR_CASES[name]
+    for train in (True, False):
+        ref, fast = _both(ops, _batch(5, h, w, seed=h), train)
+        assert np.array_equal(ref, fast), f"{name} (train={train})"
+
+
 def test_mixed_sizes_and_one_channel():
     rng = np.random.default_rng(5)
     mixed = [rng.integers(0, 256, (int(h), int(w), 3), dtype=np.uint8)
