@@ -6,6 +6,10 @@ import numpy as np
 
 from .iterator import DataError
 
+#: the most files a batch keeps open between reading their headers and decoding them (the
+#: others are opened twice)
+KEEP_OPEN = 256
+
 
 class BatchMaker:
     """Makes batches of ``files`` (:class:`~.image_files.ImageFiles`) with ``decoder``
@@ -67,13 +71,28 @@ class BatchMaker:
         the full images, then each file is decoded at the scale its box allows and the box
         mapped into it.  A corrupt image (``skip_corrupt``) found while decoding makes the
         batch start again without it (its substitute's header stands in)."""
-        used, bad, headers = indices.copy(), [], {}
+        used, bad, headers, opened = indices.copy(), [], {}, {}
+        try:
+            return self._plan_and_decode(indices, epoch_key, out, used, bad, headers, opened)
+        finally:
+            for handle in opened.values():
+                handle.close()
+
+    def _plan_and_decode(self, indices, epoch_key, out, used, bad, headers, opened):
+        """:meth:`_make_scaled`'s work; ``opened`` holds the files it opened for their
+        headers (up to :data:`KEEP_OPEN` of them) until their decode, the caller closes what
+        is left."""
         while True:
             shapes, found = [None] * len(indices), False
             for k, i in enumerate(used):
                 try:
                     if int(i) not in headers:
-                        headers[int(i)] = self.decoder.header(self._path(i))[:2]
+                        handle = self.decoder.open(self._path(i))
+                        headers[int(i)] = handle.image.height, handle.image.width
+                        if len(opened) < KEEP_OPEN:
+                            opened[int(i)] = handle
+                        else:
+                            handle.close()
                     shapes[k] = headers[int(i)] + (self.decoder.channels,)
                 except DataError:
                     if not self.skip_corrupt:
@@ -83,7 +102,7 @@ class BatchMaker:
             if found:
                 self._substitute(shapes, used, bad)
             planned = self.pipeline.plan(np.array(shapes, np.int64), indices, epoch_key)
-            images, boxes = self._decode_boxes(used, planned[0][1], bad)
+            images, boxes = self._decode_boxes(used, planned[0][1], bad, opened)
             if images is not None:
                 break
             self._substitute([None if k in bad else 1 for k in range(len(used))], used, bad)
@@ -92,15 +111,17 @@ class BatchMaker:
         self.pipeline.apply(images, indices, epoch_key, out, planned)
         return used, len(bad)
 
-    def _decode_boxes(self, used, params, bad):
+    def _decode_boxes(self, used, params, bad, opened):
         """The images of samples ``used`` decoded for the boxes ``params["box"]`` resized to
         ``params["out"]``, and the boxes in them ((N, 4) int64); (None, None) after adding
-        to ``bad`` the positions whose files turned out corrupt (``skip_corrupt``)."""
+        to ``bad`` the positions whose files turned out corrupt (``skip_corrupt``).  A file
+        of ``opened`` (sample index -> :meth:`Decoder.open`) is decoded from it, once."""
         images, boxes, found = [], np.array(params["box"], np.int64), False
         for k, i in enumerate(used):
             try:
                 image, boxes[k] = self.decoder.decode_box(self._path(i), boxes[k],
-                                                          params["out"][k])
+                                                          params["out"][k],
+                                                          opened.pop(int(i), None))
                 images.append(image)
             except DataError:
                 if not self.skip_corrupt:

@@ -53,20 +53,27 @@ class Decoder:
 
     def header(self, path):
         """(H, W, mode) of image ``path`` from its header alone (nothing decoded)."""
-        with self._open(path) as image:
+        with self.open(path) as image:
             return image.height, image.width, image.mode
+
+    def open(self, path):
+        """Image ``path`` opened, its header read and checked, nothing decoded: a ``with``
+        target giving the Pillow image (``.image``), closed on leaving it or by ``close()``;
+        :meth:`decode_box` takes it to decode without opening the file again."""
+        return self._open(path)
 
     def decode(self, path):
         """The pixels of ``path``: uint8 (H, W, channels)."""
         return self.decode_box(path)[0]
 
-    def decode_box(self, path, box=None, out_hw=None):
+    def decode_box(self, path, box=None, out_hw=None, opened=None):
         """``(pixels, box)``: the pixels of ``path`` (uint8 (h, w, channels)) and ``box``
         (top, left, height, width; int64 (4,), drawn on the full image) in their coordinates.
         With ``jpeg_draft`` a JPEG whose ``box`` is resized to ``out_hw`` (h, w) is decoded at
         the scale :func:`draft_scale` picks and the box mapped into it (:func:`scaled_box`);
-        otherwise every pixel is decoded and the box is returned as given."""
-        with self._open(path) as image:
+        otherwise every pixel is decoded and the box is returned as given.  ``opened``: what
+        :meth:`open` gave for ``path`` (closed here), else the file is opened."""
+        with opened if opened is not None else self._open(path) as image:
             if self.size is not None and (image.height, image.width) != tuple(self.size):
                 raise DataError(f"{path}: the image is {image.height}x{image.width} but the "
                                 f"data set's images are {self.size[0]}x{self.size[1]}"
@@ -78,7 +85,9 @@ class Decoder:
                 image.draft(None, (full_hw[1] // scale, full_hw[0] // scale))
                 scale = _scale_of(full_hw, (image.height, image.width))
             try:
-                image = image.convert("L" if self.channels == 1 else "RGB")
+                mode = "L" if self.channels == 1 else "RGB"
+                image.load()
+                image = image if image.mode == mode else image.convert(mode)
             except (OSError, SyntaxError, ValueError, EOFError) as err:
                 raise DataError(f"{path}: corrupt or truncated image ({_words(err)})") from None
             pixels = np.asarray(image, dtype=np.uint8)
@@ -162,6 +171,9 @@ class _Closing:
         return self.image
 
     def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
         self.image.close()
         self.file.close()
 
