@@ -170,7 +170,7 @@ int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
             uint8_t *out = tmp + (int64_t)y * row_len;
             if (C == 3 && taps_x <= bw)
 #ifdef __AVX2__
-                horizontal_row_rgb(line, out, w, fx, wx, taps_x, used_x,
+                horizontal_row_rgb(line, out, w, fx, wx, taps_x, used_x, bw,
                                    top + y < H - 1 || left + bw < W);
 #else
                 horizontal_row(line, out, w, 3, fx, wx, taps_x, used_x);

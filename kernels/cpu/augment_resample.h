@@ -53,21 +53,25 @@ static inline __m128i load4(const uint8_t *p)
 }
 
 /* The horizontal pass of an RGB row, two output pixels per 256-bit vector (lanes 0-2 and
- * 4-6; lanes 3 and 7 sum the byte after each tap's pixel and are dropped).  It reads one
- * byte past the box's last pixel of the row: the caller passes `tail_room` 0 where that
- * byte lies outside the image (the last row with the box at its right edge), and the last
- * output pixel then runs scalar.  Each store writes a fourth byte, which the next pixel's
- * store (or the caller's next row) overwrites: `out` has room for one byte after the row. */
+ * 4-6; lanes 3 and 7 sum the byte after each tap's pixel and are dropped).  A tap reads the
+ * byte after its pixel: where `tail_room` is 0 (the box ends at the image's last byte: its
+ * last row, at the right edge) the pairs with a tap on the box's last pixel (any output, the
+ * tables may be mirrored) run scalar.  Each vector store writes a fourth byte, which the next
+ * pixel's store (or the caller's next row) overwrites: `out` has room for one byte after the
+ * row. */
 static inline void horizontal_row_rgb(const uint8_t *line, uint8_t *out, int w,
                                       const int32_t *first, const int32_t *weights, int taps,
-                                      int used, int tail_room)
+                                      int used, int bw, int tail_room)
 {
     const __m256i rounding = _mm256_set1_epi32(ROUNDING);
-    const int vector_end = tail_room ? w : w - 1;
     int x = 0;
-    for (; x + 2 <= vector_end; x += 2) {
-        const uint8_t *p0 = line + (int64_t)first[x] * 3, *p1 = line + (int64_t)first[x + 1] * 3;
+    for (; x + 2 <= w; x += 2) {
         const int32_t *w0 = weights + (int64_t)x * taps, *w1 = w0 + taps;
+        if (!tail_room && (first[x] + used >= bw || first[x + 1] + used >= bw)) {
+            horizontal_row(line, out + (int64_t)x * 3, 2, 3, first + x, w0, taps, used);
+            continue;
+        }
+        const uint8_t *p0 = line + (int64_t)first[x] * 3, *p1 = line + (int64_t)first[x + 1] * 3;
         __m256i acc = rounding;
         for (int k = 0; k < used; k++) {
             const __m128i pair = _mm_insert_epi32(load4(p0 + 3 * k),
