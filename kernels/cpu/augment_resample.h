@@ -52,45 +52,60 @@ static inline __m128i load4(const uint8_t *p)
     return _mm_cvtsi32_si128(v);
 }
 
-/* The horizontal pass of an RGB row, two output pixels per 256-bit vector (lanes 0-2 and
- * 4-6; lanes 3 and 7 sum the byte after each tap's pixel and are dropped).  A tap reads the
- * byte after its pixel: where `tail_room` is 0 (the box ends at the image's last byte: its
- * last row, at the right edge) the pairs with a tap on the box's last pixel (any output, the
- * tables may be mirrored) run scalar.  Each vector store writes a fourth byte, which the next
+/* Output pixels x and x + 1 of an RGB row, packed: the low 3 bytes of *px0 and *px1 (the
+ * fourth is junk).  Two pixels per 256-bit vector (lanes 0-2 and 4-6; lanes 3 and 7 sum the
+ * byte after each tap's pixel, which must be readable). */
+static inline void rgb_pair(const uint8_t *line, const int32_t *first, const int32_t *weights,
+                            int taps, int used, int x, int32_t *px0, int32_t *px1)
+{
+    const uint8_t *p0 = line + (int64_t)first[x] * 3, *p1 = line + (int64_t)first[x + 1] * 3;
+    const int32_t *w0 = weights + (int64_t)x * taps, *w1 = w0 + taps;
+    __m256i acc = _mm256_set1_epi32(ROUNDING);
+    for (int k = 0; k < used; k++) {
+        const __m128i pair = _mm_insert_epi32(load4(p0 + 3 * k),
+                                              _mm_cvtsi128_si32(load4(p1 + 3 * k)), 1);
+        const __m256i wk = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_set1_epi32(w0[k])), _mm_set1_epi32(w1[k]), 1);
+        acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(pair), wk));
+    }
+    acc = _mm256_srai_epi32(acc, PRECISION_BITS);
+    const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(acc),
+                                          _mm256_extracti128_si256(acc, 1));
+    const __m128i bytes = _mm_packus_epi16(words, words);
+    *px0 = _mm_cvtsi128_si32(bytes);
+    *px1 = _mm_extract_epi32(bytes, 1);
+}
+
+/* The horizontal pass of an RGB row with rgb_pair.  Where `tail_room` is 0 (the box ends at
+ * the image's last byte: its last row, at the right edge) the pairs with a tap on the box's
+ * last pixel run scalar.  The outputs are made in the order that reads the source forwards
+ * (from the right when the tables are mirrored for a flip, their `first` descending), which
+ * the hardware prefetches best.  Forwards, each store writes a fourth byte, which the next
  * pixel's store (or the caller's next row) overwrites: `out` has room for one byte after the
- * row. */
+ * row; backwards, the second pixel of a pair is stored in 3 bytes. */
 static inline void horizontal_row_rgb(const uint8_t *line, uint8_t *out, int w,
                                       const int32_t *first, const int32_t *weights, int taps,
                                       int used, int bw, int tail_room)
 {
-    const __m256i rounding = _mm256_set1_epi32(ROUNDING);
-    int x = 0;
-    for (; x + 2 <= w; x += 2) {
-        const int32_t *w0 = weights + (int64_t)x * taps, *w1 = w0 + taps;
+    const int backwards = w > 1 && first[w - 1] < first[0];
+    const int start = backwards ? w % 2 : 0, end = backwards ? w : w - w % 2;
+    int32_t px0, px1;
+    for (int i = 0; i < (end - start) / 2; i++) {
+        const int x = backwards ? end - 2 - 2 * i : start + 2 * i;
+        uint8_t *to = out + (int64_t)x * 3;
         if (!tail_room && (first[x] + used >= bw || first[x + 1] + used >= bw)) {
-            horizontal_row(line, out + (int64_t)x * 3, 2, 3, first + x, w0, taps, used);
+            horizontal_row(line, to, 2, 3, first + x, weights + (int64_t)x * taps, taps, used);
             continue;
         }
-        const uint8_t *p0 = line + (int64_t)first[x] * 3, *p1 = line + (int64_t)first[x + 1] * 3;
-        __m256i acc = rounding;
-        for (int k = 0; k < used; k++) {
-            const __m128i pair = _mm_insert_epi32(load4(p0 + 3 * k),
-                                                  _mm_cvtsi128_si32(load4(p1 + 3 * k)), 1);
-            const __m256i wk = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_set1_epi32(w0[k])), _mm_set1_epi32(w1[k]), 1);
-            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(pair), wk));
-        }
-        acc = _mm256_srai_epi32(acc, PRECISION_BITS);
-        const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(acc),
-                                              _mm256_extracti128_si256(acc, 1));
-        const __m128i bytes = _mm_packus_epi16(words, words);
-        const int32_t px0 = _mm_cvtsi128_si32(bytes), px1 = _mm_extract_epi32(bytes, 1);
-        memcpy(out + (int64_t)x * 3, &px0, 4);
-        memcpy(out + (int64_t)x * 3 + 3, &px1, 4);
+        rgb_pair(line, first, weights, taps, used, x, &px0, &px1);
+        memcpy(to, &px0, 4);
+        memcpy(to + 3, &px1, backwards ? 3 : 4);
     }
-    if (x < w)
-        horizontal_row(line, out + (int64_t)x * 3, w - x, 3, first + x,
+    if (w % 2) {
+        const int x = backwards ? 0 : w - 1;
+        horizontal_row(line, out + (int64_t)x * 3, 1, 3, first + x,
                        weights + (int64_t)x * taps, taps, used);
+    }
 }
 
 /* Eight sums of the vertical pass starting at byte j: rows[k][j .. j + 7] * wk[k]. */
