@@ -4,11 +4,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .augment import CenterCrop, Pipeline, Resize, pipeline_from_config
 from .dataset import SplitDataset
 from .datadir import resolve_data_dir
 from .image_batch import BatchMaker
 from .image_decode import Decoder, pillow
-from .image_files import list_folder, read_manifest, split_fraction
+from .image_files import ImageFiles, list_folder, read_manifest, split_fraction
 from .image_iterator import ImageIterator
 from .iterator import DataError
 
@@ -65,7 +66,6 @@ class ImageFolder(SplitDataset):
                  channels=None, augment=None, num_workers=2, prefetch=2,
                  worker_timeout=120.0, skip_corrupt=False, jpeg_draft=True, path=None,
                  shuffle=True):
-        from .augment import pipeline_from_config
         pillow()
         self.shuffle, self._iters = shuffle, {}
         self._check_options(root, manifest, valid, valid_fraction, num_workers, prefetch,
@@ -184,8 +184,6 @@ def images_for_prediction(config, in_shape, paths):
     augmented in evaluation form (deterministic); (N,) + ``in_shape``, uint8 (scaled by
     1/255 on the way in) or float when the augmentation normalises.  DataError naming the
     file for an image that does not fit."""
-    from .augment import pipeline_from_config
-    from .image_files import ImageFiles
     pillow()
     in_shape = tuple(in_shape)
     pipeline = _with_size(config.get("size"),
@@ -210,7 +208,6 @@ def images_for_prediction(config, in_shape, paths):
 def _with_size(size, pipeline):
     """``pipeline`` (training form) after the ops that bring every image to ``size`` [H, W]
     (none for None)."""
-    from .augment import Pipeline
     if size is None:
         return pipeline
     return Pipeline(_sized(size) + pipeline.ops, pipeline.train, pipeline.path,
@@ -219,7 +216,6 @@ def _with_size(size, pipeline):
 
 def _sized(size):
     """The ops that bring every image to ``size`` [H, W]."""
-    from .augment import CenterCrop, Resize
     if not isinstance(size, (list, tuple)) or len(size) != 2 or not all(
             isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1 << 16 for v in size):
         raise DataError(f"image_folder: size must be [H, W], two integers in [1, 65536], got "
