@@ -12,8 +12,10 @@
 typedef DTYPE real;
 
 #include "augment.h"
+#include "augment_resample.h"
 
-#define PRECISION_BITS 22
+/* Values per block of the float stores: a multiple of 1, 2, 3, 4 and 8 channels. */
+#define PATTERN 24
 
 /* One output row of `count` uint8 values (pixels of `channels`) to row `y` of sample i's
  * output, converted to out_kind. */
@@ -26,14 +28,20 @@ static void store_row(const uint8_t *row, void *dst, int64_t y, int64_t count, i
         memcpy((uint8_t *)dst + y * count, row, (size_t)count);
     } else if (out_kind == 1) {
         float *out = (float *)dst + y * count;
-        if (C == 3) {
-            const float s0 = (float)scale[0], s1 = (float)scale[1], s2 = (float)scale[2];
-            const float t0 = (float)shift[0], t1 = (float)shift[1], t2 = (float)shift[2];
-            for (int64_t p = 0; p < pixels; p++) {
-                out[3 * p] = (float)row[3 * p] * s0 + t0;
-                out[3 * p + 1] = (float)row[3 * p + 1] * s1 + t1;
-                out[3 * p + 2] = (float)row[3 * p + 2] * s2 + t2;
+        if (PATTERN % C == 0) {
+            /* the per-channel factors repeated over PATTERN values, so the loop over a
+             * block is one the compiler vectorises (no fused multiply-add: same bits) */
+            float s[PATTERN], t[PATTERN];
+            for (int k = 0; k < PATTERN; k++) {
+                s[k] = (float)scale[k % C];
+                t[k] = (float)shift[k % C];
             }
+            int64_t j = 0;
+            for (; j + PATTERN <= count; j += PATTERN)
+                for (int k = 0; k < PATTERN; k++)
+                    out[j + k] = (float)row[j + k] * s[k] + t[k];
+            for (; j < count; j++)
+                out[j] = (float)row[j] * s[j % PATTERN] + t[j % PATTERN];
         } else {
             for (int c = 0; c < C; c++) {
                 const float sc = (float)scale[c], tc = (float)shift[c];
@@ -111,33 +119,6 @@ int aug_crop(const real *const *src, const int32_t *src_hw, void *const *dst,
     return failed;
 }
 
-static inline uint8_t clip8(int32_t acc)
-{
-    const int32_t v = acc >> PRECISION_BITS;
-    return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-}
-
-/* The horizontal pass of one row for C channels (C a constant where inlined): out[x, c] =
- * clip8(sum_k line[first[x] + k, c] * weights[x, k]) over the first `used` of the `taps`
- * (the others weigh 0); every tap lies inside the box (the tables are shifted so; see
- * resample_tables in kernels.py). */
-static inline void horizontal_row(const uint8_t *line, uint8_t *out, int w, const int C,
-                                  const int32_t *first, const int32_t *weights, int taps,
-                                  int used)
-{
-    for (int x = 0; x < w; x++) {
-        const uint8_t *p = line + (int64_t)first[x] * C;
-        const int32_t *wk = weights + (int64_t)x * taps;
-        int32_t acc[4] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1),
-                          1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1)};
-        for (int k = 0; k < used; k++)
-            for (int c = 0; c < C; c++)
-                acc[c] += (int32_t)p[k * C + c] * wk[k];
-        for (int c = 0; c < C; c++)
-            out[x * C + c] = clip8(acc[c]);
-    }
-}
-
 /* The same for any channel count, reading tap first[x] + k at min(first[x] + k, bw - 1) (a
  * box narrower than the taps: the taps past it weigh 0). */
 static void horizontal_row_any(const uint8_t *line, uint8_t *out, int w, int C,
@@ -160,8 +141,7 @@ int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
                const int32_t *dst_hw, int64_t n, int channels, const int32_t *box,
                const int32_t *first_y, const int32_t *weights_y, int stride_y, int taps_y,
                const int32_t *first_x, const int32_t *weights_x, int stride_x, int taps_x,
-               const int32_t *used, const uint8_t *flip, int out_kind, const double *scale,
-               const double *shift)
+               const int32_t *used, int out_kind, const double *scale, const double *shift)
 {
     int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : failed)
@@ -174,48 +154,42 @@ int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
         const int32_t *fx = first_x + i * stride_x, *fy = first_y + i * stride_y;
         const int32_t *wx = weights_x + i * stride_x * taps_x;
         const int32_t *wy = weights_y + i * stride_y * taps_y;
-        uint8_t *tmp = malloc((size_t)(bh * row_len + 2 * row_len));
-        int32_t *acc = malloc((size_t)row_len * sizeof(int32_t));
-        if (!tmp || !acc) {
+        uint8_t *tmp = malloc((size_t)(bh * row_len + row_len + 1));
+        const uint8_t **rows = malloc((size_t)(taps_y > 0 ? taps_y : 1) * sizeof(*rows));
+        if (!tmp || !rows) {
             free(tmp);
-            free(acc);
+            free(rows);
             failed++;
             continue;
         }
-        uint8_t *row = tmp + bh * row_len, *mirrored = row + row_len;
+        uint8_t *row = tmp + bh * row_len;
         const int used_y = used[2 * i], used_x = used[2 * i + 1];
+        const int H = src_hw[2 * i];
         for (int y = 0; y < bh; y++) {
             const uint8_t *line = src[i] + ((int64_t)(top + y) * W + left) * C;
             uint8_t *out = tmp + (int64_t)y * row_len;
             if (C == 3 && taps_x <= bw)
+#ifdef __AVX2__
+                horizontal_row_rgb(line, out, w, fx, wx, taps_x, used_x, bw,
+                                   top + y < H - 1 || left + bw < W);
+#else
                 horizontal_row(line, out, w, 3, fx, wx, taps_x, used_x);
+#endif
             else if (C == 1 && taps_x <= bw)
                 horizontal_row(line, out, w, 1, fx, wx, taps_x, used_x);
             else
                 horizontal_row_any(line, out, w, C, fx, wx, taps_x, bw);
         }
         for (int y = 0; y < h; y++) {
-            for (int64_t j = 0; j < row_len; j++)
-                acc[j] = 1 << (PRECISION_BITS - 1);
             for (int k = 0; k < used_y; k++) {
-                const int32_t wk = wy[(int64_t)y * taps_y + k];
                 const int sy = fy[y] + k < bh ? fy[y] + k : bh - 1;
-                const uint8_t *in = tmp + (int64_t)sy * row_len;
-                for (int64_t j = 0; j < row_len; j++)
-                    acc[j] += (int32_t)in[j] * wk;
+                rows[k] = tmp + (int64_t)sy * row_len;
             }
-            for (int64_t j = 0; j < row_len; j++)
-                row[j] = clip8(acc[j]);
-            const uint8_t *done = row;
-            if (flip[i]) {
-                for (int x = 0; x < w; x++)
-                    memcpy(mirrored + (int64_t)(w - 1 - x) * C, row + (int64_t)x * C, (size_t)C);
-                done = mirrored;
-            }
-            store_row(done, dst[i], y, row_len, C, out_kind, scale, shift);
+            vertical_row(rows, wy + (int64_t)y * taps_y, used_y, row_len, row);
+            store_row(row, dst[i], y, row_len, C, out_kind, scale, shift);
         }
         free(tmp);
-        free(acc);
+        free(rows);
     }
     return failed;
 }

@@ -25,13 +25,13 @@ int aug_crop(const real *const *src, const int32_t *src_hw, void *const *dst,
  * weight is 0); where a box is at least taps_x wide, the horizontal pass reads without that
  * check, so the caller shifts the tables to keep first + taps inside it (kernels.py's
  * resample_tables).  used[2i], used[2i+1]: how many of sample i's vertical and horizontal
- * taps can weigh anything (the rest are 0 and skipped).  Mirrored left-right when flip[i]. */
+ * taps can weigh anything (the rest are 0 and skipped).  A left-right flip is the horizontal
+ * tables in reverse output order (kernels.py's resample_tables, mirror). */
 int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
                 const int32_t *dst_hw, int64_t n, int channels, const int32_t *box,
                 const int32_t *first_y, const int32_t *weights_y, int stride_y, int taps_y,
                 const int32_t *first_x, const int32_t *weights_x, int stride_x, int taps_x,
-                const int32_t *used, const uint8_t *flip, int out_kind, const double *scale,
-                const double *shift);
+                const int32_t *used, int out_kind, const double *scale, const double *shift);
 
 /* Brightness, contrast and saturation factors[3i..3i+2] of sample i (colour.py's ColorJitter,
  * each step in float and rounded half to even back to uint8; a factor of 1 skips its

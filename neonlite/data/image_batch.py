@@ -6,6 +6,10 @@ import numpy as np
 
 from .iterator import DataError
 
+#: the most files a batch keeps open between reading their headers and decoding them (the
+#: others are opened twice)
+KEEP_OPEN = 256
+
 
 class BatchMaker:
     """Makes batches of ``files`` (:class:`~.image_files.ImageFiles`) with ``decoder``
@@ -27,14 +31,15 @@ class BatchMaker:
         substitutes when ``skip_corrupt``) and how many images were corrupt.  ``current`` is
         the sample being decoded (-1: none), also given to ``on_sample`` (a worker's hook)
         when set."""
-        images, used = [None] * len(indices), np.array(indices, dtype=np.int64)
+        indices = np.array(indices, dtype=np.int64)
+        if self.pipeline is not None and self.decoder.jpeg_draft and \
+                self.pipeline.resizes_first():
+            return self._make_scaled(indices, epoch_key, out)
+        images, used = [None] * len(indices), indices.copy()
         bad = []
         for k, i in enumerate(indices):
-            self.current = int(i)
-            if self.on_sample is not None:
-                self.on_sample(self.current)
             try:
-                images[k] = self.decoder.decode(self.files.path(int(i)))
+                images[k] = self.decoder.decode(self._path(i))
             except DataError:
                 if not self.skip_corrupt:
                     raise
@@ -50,9 +55,81 @@ class BatchMaker:
                                     f"the data set's are {'x'.join(map(str, out.shape[1:]))}")
                 out[k] = image
         else:
-            self.pipeline.apply(_stacked(images), np.asarray(indices, dtype=np.int64),
-                                epoch_key, out)
+            self.pipeline.apply(_stacked(images), indices, epoch_key, out)
         return used, len(bad)
+
+    def _path(self, i):
+        """The path of sample ``i``, which becomes ``current`` (and goes to ``on_sample``)."""
+        self.current = int(i)
+        if self.on_sample is not None:
+            self.on_sample(self.current)
+        return self.files.path(int(i))
+
+    def _make_scaled(self, indices, epoch_key, out):
+        """:meth:`make` for a pipeline that first resizes a box (the decoder's
+        ``jpeg_draft``): the boxes are drawn from the images' headers, as they would be from
+        the full images, then each file is decoded at the scale its box allows and the box
+        mapped into it.  A corrupt image (``skip_corrupt``) found while decoding makes the
+        batch start again without it (its substitute's header stands in)."""
+        used, bad, headers, opened = indices.copy(), [], {}, {}
+        try:
+            return self._plan_and_decode(indices, epoch_key, out, used, bad, headers, opened)
+        finally:
+            for handle in opened.values():
+                handle.close()
+
+    def _plan_and_decode(self, indices, epoch_key, out, used, bad, headers, opened):
+        """:meth:`_make_scaled`'s work; ``opened`` holds the files it opened for their
+        headers (up to :data:`KEEP_OPEN` of them) until their decode, the caller closes what
+        is left."""
+        while True:
+            shapes, found = [None] * len(indices), False
+            for k, i in enumerate(used):
+                try:
+                    if int(i) not in headers:
+                        handle = self.decoder.open(self._path(i))
+                        headers[int(i)] = handle.image.height, handle.image.width
+                        if len(opened) < KEEP_OPEN:
+                            opened[int(i)] = handle
+                        else:
+                            handle.close()
+                    shapes[k] = headers[int(i)] + (self.decoder.channels,)
+                except DataError:
+                    if not self.skip_corrupt:
+                        raise
+                    bad.append(k)
+                    found = True
+            if found:
+                self._substitute(shapes, used, bad)
+            planned = self.pipeline.plan(np.array(shapes, np.int64), indices, epoch_key)
+            images, boxes = self._decode_boxes(used, planned[0][1], bad, opened)
+            if images is not None:
+                break
+            self._substitute([None if k in bad else 1 for k in range(len(used))], used, bad)
+        self.current = -1
+        planned[0][1]["box"] = boxes
+        self.pipeline.apply(images, indices, epoch_key, out, planned)
+        return used, len(bad)
+
+    def _decode_boxes(self, used, params, bad, opened):
+        """The images of samples ``used`` decoded for the boxes ``params["box"]`` resized to
+        ``params["out"]``, and the boxes in them ((N, 4) int64); (None, None) after adding
+        to ``bad`` the positions whose files turned out corrupt (``skip_corrupt``).  A file
+        of ``opened`` (sample index -> :meth:`Decoder.open`) is decoded from it, once."""
+        images, boxes, found = [], np.array(params["box"], np.int64), False
+        for k, i in enumerate(used):
+            try:
+                image, boxes[k] = self.decoder.decode_box(self._path(i), boxes[k],
+                                                          params["out"][k],
+                                                          opened.pop(int(i), None))
+                images.append(image)
+            except DataError:
+                if not self.skip_corrupt:
+                    raise
+                if k not in bad:
+                    bad.append(k)
+                found = True
+        return (None, None) if found else (images, boxes)
 
     def _substitute(self, images, used, bad):
         good = [k for k in range(len(images)) if images[k] is not None]

@@ -3,6 +3,12 @@ must be a regular file no larger than :data:`MAX_FILE_BYTES`, its header's dimen
 checked (each side at most :data:`MAX_SIDE`, at most :data:`MAX_PIXELS` pixels) before any
 pixel is decoded, and Pillow's own decompression-bomb limit is set to the same bound.
 
+A JPEG that will be cut to a box and shrunk by 2x or more may be decoded at a reduced scale
+(:meth:`Decoder.decode_box`, libjpeg's DCT scaling through Pillow's ``Image.draft``, as
+DALI- and ffcv-style loaders decode scaled): the largest of 1/2, 1/4, 1/8 that leaves the box
+at least the output's size, the box mapped into the smaller image.  Its pixels differ a little
+from a full decode's (see docs/data.md); ``jpeg_draft=False`` always decodes every pixel.
+
 Pillow is an optional dependency (``pip install neonlite[images]``); it is imported when an
 image data set is made, and its absence is one line saying how to install it.
 """
@@ -39,29 +45,56 @@ class Decoder:
     3: RGB; other modes are converted).  ``size``: (H, W) every image must have (None: any)
     with ``size_hint``, the words telling how to accept other sizes."""
 
-    def __init__(self, channels, size=None, size_hint=""):
+    def __init__(self, channels, size=None, size_hint="", jpeg_draft=True):
         if channels not in (1, 3):
             raise DataError(f"channels must be 1 (grayscale) or 3 (RGB), got {channels!r}")
         self.channels, self.size, self.size_hint = channels, size, size_hint
+        self.jpeg_draft = bool(jpeg_draft)
 
     def header(self, path):
         """(H, W, mode) of image ``path`` from its header alone (nothing decoded)."""
-        with self._open(path) as image:
+        with self.open(path) as image:
             return image.height, image.width, image.mode
+
+    def open(self, path):
+        """Image ``path`` opened, its header read and checked, nothing decoded: a ``with``
+        target giving the Pillow image (``.image``), closed on leaving it or by ``close()``;
+        :meth:`decode_box` takes it to decode without opening the file again."""
+        return self._open(path)
 
     def decode(self, path):
         """The pixels of ``path``: uint8 (H, W, channels)."""
-        with self._open(path) as image:
+        return self.decode_box(path)[0]
+
+    def decode_box(self, path, box=None, out_hw=None, opened=None):
+        """``(pixels, box)``: the pixels of ``path`` (uint8 (h, w, channels)) and ``box``
+        (top, left, height, width; int64 (4,), drawn on the full image) in their coordinates.
+        With ``jpeg_draft`` a JPEG whose ``box`` is resized to ``out_hw`` (h, w) is decoded at
+        the scale :func:`draft_scale` picks and the box mapped into it (:func:`scaled_box`);
+        otherwise every pixel is decoded and the box is returned as given.  ``opened``: what
+        :meth:`open` gave for ``path`` (closed here), else the file is opened."""
+        with opened if opened is not None else self._open(path) as image:
             if self.size is not None and (image.height, image.width) != tuple(self.size):
                 raise DataError(f"{path}: the image is {image.height}x{image.width} but the "
                                 f"data set's images are {self.size[0]}x{self.size[1]}"
                                 f"{self.size_hint}")
+            full_hw = image.height, image.width
+            scale = draft_scale(box, out_hw) if self.jpeg_draft and box is not None and \
+                image.format == "JPEG" else 1
+            if scale > 1:
+                image.draft(None, (full_hw[1] // scale, full_hw[0] // scale))
+                scale = _scale_of(full_hw, (image.height, image.width))
             try:
-                image = image.convert("L" if self.channels == 1 else "RGB")
+                mode = "L" if self.channels == 1 else "RGB"
+                image.load()
+                image = image if image.mode == mode else image.convert(mode)
             except (OSError, SyntaxError, ValueError, EOFError) as err:
                 raise DataError(f"{path}: corrupt or truncated image ({_words(err)})") from None
             pixels = np.asarray(image, dtype=np.uint8)
-        return pixels.reshape(pixels.shape[0], pixels.shape[1], self.channels)
+        pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], self.channels)
+        if box is not None and scale > 1:
+            box = scaled_box(box, scale, pixels.shape[:2])
+        return pixels, box
 
     def _open(self, path):
         Image = pillow()
@@ -98,6 +131,36 @@ class Decoder:
         return _Closing(image, file)
 
 
+def draft_scale(box, out_hw):
+    """The largest of 8, 4, 2 (else 1) that divides the ``box`` (top, left, height, width)
+    to at least ``out_hw`` (h, w) in both axes: the reduced scale a JPEG may be decoded at."""
+    for scale in (8, 4, 2):
+        if int(box[2]) >= scale * int(out_hw[0]) and int(box[3]) >= scale * int(out_hw[1]):
+            return scale
+    return 1
+
+
+def scaled_box(box, scale, hw):
+    """``box`` (top, left, height, width) of the full image in the image decoded at 1 /
+    ``scale`` of (h, w) ``hw``: each of its numbers divided by ``scale`` and rounded half
+    down, the box kept inside the image; int64 (4,)."""
+    top, left, height, width = (int(v) for v in box)
+    height = min(max((2 * height + scale - 1) // (2 * scale), 1), hw[0])
+    width = min(max((2 * width + scale - 1) // (2 * scale), 1), hw[1])
+    top = min((2 * top + scale - 1) // (2 * scale), hw[0] - height)
+    left = min((2 * left + scale - 1) // (2 * scale), hw[1] - width)
+    return np.array([top, left, height, width], np.int64)
+
+
+def _scale_of(full_hw, hw):
+    """The scale libjpeg decoded (H, W) ``full_hw`` at to give ``hw`` (1 when none of 2, 4, 8
+    gives it: the draft was declined)."""
+    for scale in (8, 4, 2):
+        if (-(-full_hw[0] // scale), -(-full_hw[1] // scale)) == tuple(hw):
+            return scale
+    return 1
+
+
 class _Closing:
     """An open Pillow image and its file, closed together (a ``with`` target)."""
 
@@ -108,6 +171,9 @@ class _Closing:
         return self.image
 
     def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
         self.image.close()
         self.file.close()
 

@@ -49,6 +49,11 @@ class ImageFolder(SplitDataset):
         worker_timeout: seconds a worker may make no progress before the run stops.
         skip_corrupt: replace an image that cannot be decoded by another of its batch (and
             count it) instead of stopping with an error naming it.
+        jpeg_draft: decode a JPEG at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling) when the
+            first op cuts a box that it shrinks by at least that much (``random_resized_crop``,
+            ``resize``, ``size``); the boxes are drawn as from the full image, the pixels
+            differ slightly from a full decode's (``docs/data.md``).  False: every pixel is
+            decoded (the exact bits of a full decode).
     """
 
     name = "image_folder"
@@ -59,7 +64,8 @@ class ImageFolder(SplitDataset):
 
     def __init__(self, root=None, manifest=None, valid=None, valid_fraction=None, size=None,
                  channels=None, augment=None, num_workers=2, prefetch=2,
-                 worker_timeout=120.0, skip_corrupt=False, path=None, shuffle=True):
+                 worker_timeout=120.0, skip_corrupt=False, jpeg_draft=True, path=None,
+                 shuffle=True):
         pillow()
         self.shuffle, self._iters = shuffle, {}
         self._check_options(root, manifest, valid, valid_fraction, num_workers, prefetch,
@@ -67,6 +73,10 @@ class ImageFolder(SplitDataset):
         self.options = dict(num_workers=int(num_workers), prefetch=int(prefetch),
                             worker_timeout=float(worker_timeout))
         self.skip_corrupt = bool(skip_corrupt)
+        if not isinstance(jpeg_draft, bool):
+            raise DataError(f"image_folder: jpeg_draft must be true or false, got "
+                            f"{jpeg_draft!r}")
+        self.jpeg_draft = jpeg_draft
         self.files = self._list(root, manifest, valid, valid_fraction)
         self.folder = Path(root if root is not None else manifest)
         self.classes = self.files["train"].classes
@@ -151,7 +161,8 @@ class ImageFolder(SplitDataset):
         pipeline = self.train_pipeline if which == "train" else \
             self.train_pipeline.evaluation()
         size = None if self.image_shape[0] is None else self.image_shape[:2]
-        decoder = Decoder(self.channels, size, " (set size: [H, W] to resize them)")
+        decoder = Decoder(self.channels, size, " (set size: [H, W] to resize them)",
+                          self.jpeg_draft)
         maker = BatchMaker(files, decoder, pipeline if pipeline.ops else None,
                            self.skip_corrupt)
         return ImageIterator(maker, self.shape, self.nclass,
@@ -178,7 +189,8 @@ def images_for_prediction(config, in_shape, paths):
     pipeline = _with_size(config.get("size"),
                           pipeline_from_config(config.get("augment"), "augment")).evaluation()
     files = ImageFiles(paths, [0] * len(paths), ("?",), "the images to predict")
-    decoder = Decoder(config.get("channels") or in_shape[-1])
+    decoder = Decoder(config.get("channels") or in_shape[-1],
+                      jpeg_draft=config.get("jpeg_draft", True) is not False)
     maker = BatchMaker(files, decoder, pipeline if pipeline.ops else None)
     dtype = pipeline.out_dtypes()[0]
     out = np.empty((len(paths),) + in_shape, dtype)

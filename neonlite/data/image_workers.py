@@ -29,6 +29,7 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
+from ..backends.cpu.threads import set_cpu_threads, usable_cores
 from .iterator import DataError
 
 #: seconds a stopping worker is given before it is killed
@@ -217,6 +218,7 @@ def worker_main(task_fd, result_fd, parent):
         wid, maker, shm_name, nworkers, slots_shape, dtype = tasks.recv()
     except EOFError:
         return
+    set_cpu_threads(worker_threads(nworkers, usable_cores()))
     shm = _attach(shm_name)
     reading = np.ndarray((nworkers,), np.int64, buffer=shm.buf)
     slots = np.ndarray(slots_shape, dtype, buffer=shm.buf, offset=8 * nworkers)
@@ -244,6 +246,14 @@ def worker_main(task_fd, result_fd, parent):
     finally:
         del reading, slots
         shm.close()
+
+
+def worker_threads(nworkers, cores):
+    """The OpenMP threads each of ``nworkers`` workers runs its kernels on: its share of the
+    ``cores`` (at least 1), so that the workers together do not start more threads than there
+    are cores (each would otherwise start one per core, as DataLoader's workers would without
+    their ``torch.set_num_threads(1)``)."""
+    return max(1, int(cores) // max(1, int(nworkers)))
 
 
 def _attach(name):

@@ -123,6 +123,37 @@ def test_bad_images_each_give_one_line_naming_the_file(tmp_path, attack):
     assert "augment" in message and "pad" in message
 
 
+def write_jpegs(folder, per_class=(6, 6), size=(64, 80)):
+    rng = np.random.default_rng(1)
+    for c, count in enumerate(per_class):
+        (folder / f"c{c}").mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            Image.fromarray(rng.integers(0, 256, size + (3,), dtype=np.uint8)).save(
+                folder / f"c{c}" / f"{i:03d}.jpg", quality=90)
+    return folder
+
+
+SCALED = ", augment: [{type: random_resized_crop, config: {size: 8}}, flip]"
+
+
+def test_jpegs_decoded_at_reduced_scale_give_one_line_too(tmp_path, attack):
+    """The jpeg_draft path (headers first, then scaled decodes) and its option."""
+    root = write_jpegs(tmp_path / "truncated")
+    bad = root / "c0" / "004.jpg"
+    bad.write_bytes(bad.read_bytes()[:400])
+    assert f"{bad}: corrupt or truncated image" in attack("truncated JPEG, scaled decode",
+                                                          root, SCALED)
+    root = write_jpegs(tmp_path / "text")
+    (root / "c1" / "002.jpg").write_text("not a picture\n" * 10)
+    assert "002.jpg: not a PNG or JPEG image" in attack("text as .jpg, scaled decode", root,
+                                                        SCALED)
+    attack("truncated JPEG, scaled decode, skip_corrupt", tmp_path / "truncated",
+           SCALED + ", skip_corrupt: true", expect="success")
+    message = attack("jpeg_draft not a boolean", write_jpegs(tmp_path / "option"),
+                     SCALED + ", jpeg_draft: sometimes")
+    assert "jpeg_draft" in message and "true or false" in message and "sometimes" in message
+
+
 def test_skip_corrupt_counts_instead_of_stopping(tmp_path, attack):
     root = write_images(tmp_path / "truncated")
     bad = root / "c1" / "003.png"

@@ -3,6 +3,7 @@ against the ops' numpy references: the same bits for every op, fused flip and no
 sizes, mixed-size batches, uint8 and float outputs, and any thread count."""
 import numpy as np
 import pytest
+from support.isolated import python_argv, run_isolated
 from support.requires import requires
 
 from neonlite.backends.cpu.threads import set_cpu_threads, usable_cores
@@ -81,6 +82,61 @@ def test_odd_sizes(size):
     ops = [RandomResizedCrop(size, scale=(0.01, 1.0)), Flip(), ColorJitter(0.3, 0.3, 0.3)]
     ref, fast = _both(ops, images)
     assert np.array_equal(ref, fast)
+
+
+VECTOR_CASES = {
+    # the benchmark's row (b): boxes of a 500x375 photo to 224, flipped, normalised
+    "photo to 224": ((375, 500), [RandomResizedCrop(224), Flip(), NORM]),
+    # whole-image boxes: the last row and the right edge (no byte after the box), odd widths
+    "whole image, odd sizes": ((97, 131), [Resize(45), Flip()]),
+    "near-whole boxes": ((61, 83), [RandomResizedCrop((37, 53), scale=(0.9, 1.0)), Flip()]),
+    # many taps (a shrink of over 6x) and upscaling (fewer source pixels than outputs)
+    "shrink 6x": ((250, 301), [RandomResizedCrop((33, 41), scale=(0.8, 1.0)), NORM]),
+    "upscale": ((13, 11), [RandomResizedCrop((67, 71)), Flip()]),
+}
+
+
+@pytest.mark.parametrize("name", list(VECTOR_CASES))
+def test_vector_resize_equals_the_reference_at_odd_sizes(name):
+    """The AVX2 passes (two pixels per vector, 16 bytes per vertical step, scalar tails):
+    every remainder of the row lengths and boxes that end at the image's last byte."""
+    (h, w), ops = VECTOR_CASES[name]
+    for train in (True, False):
+        ref, fast = _both(ops, _batch(5, h, w, seed=h), train)
+        assert np.array_equal(ref, fast), f"{name} (train={train})"
+
+
+#: images whose last byte is the last readable one (an inaccessible page follows), resized
+#: with boxes that end there: a read past the box would be a segmentation fault
+AT_PAGE_END = """
+import ctypes, mmap, sys
+import numpy as np
+from neonlite.data.augment import Flip, Pipeline, RandomResizedCrop, Resize
+page = mmap.PAGESIZE
+for (h, w), ops in (((37, 41), [Resize(90)]), ((29, 31), [Resize(12), Flip(1.0)]),
+                    ((21, 19), [RandomResizedCrop((64, 80), scale=(1.0, 1.0), ratio=(0.9, 0.9)),
+                                Flip(1.0)])):
+    size = h * w * 3
+    pages = -(-size // page)
+    buffer = mmap.mmap(-1, (pages + 1) * page)
+    image = np.frombuffer(buffer, np.uint8, size, pages * page - size).reshape(1, h, w, 3)
+    image[...] = np.random.default_rng(h).integers(0, 256, image.shape, dtype=np.uint8)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+    assert ctypes.CDLL(None).mprotect(ctypes.c_void_p(base + pages * page), page, 0) == 0
+    fast = Pipeline(ops).apply(image, [0], 1, np.empty((1,) + Pipeline(ops).out_shape(
+        image.shape[1:]), np.uint8))
+    ref = Pipeline(ops, use_kernels=False).apply(image, [0], 1, np.empty_like(fast))
+    assert np.array_equal(fast, ref), (h, w)
+print("ok")
+"""
+
+
+def test_the_resize_reads_nothing_past_the_image():
+    """Boxes at the image's last byte, upscaled (several outputs on its last pixel, the
+    tables mirrored too) and shrunk: the vector pass reads one byte past a tap's pixel, never
+    past the image."""
+    done = run_isolated(python_argv(AT_PAGE_END), memory_mib=2048, seconds=120)
+    assert done.outcome == "success" and "ok" in done.stdout, (done.outcome, done.stderr[-2000:])
 
 
 def test_mixed_sizes_and_one_channel():

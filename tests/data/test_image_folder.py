@@ -7,6 +7,7 @@ from PIL import Image
 
 from neonlite.backends import gen_backend
 from neonlite.data.image_folder import ImageFolder, images_for_prediction
+from neonlite.data.image_workers import worker_threads
 from neonlite.data.iterator import DataError
 from neonlite.data.position import epoch_batches
 
@@ -187,3 +188,8 @@ def test_a_train_folder_can_be_split_instead_of_a_valid_folder(tmp_path):
     assert data.classes == ("c0", "c1")
     assert len(data.files["train"]) == 8 and len(data.files["valid"]) == 2
     assert all("/train/" in data.files["valid"].path(i) for i in range(2))
+
+
+def test_workers_share_the_cores_between_their_kernel_threads():
+    assert worker_threads(2, 2) == 1 and worker_threads(3, 2) == 1
+    assert worker_threads(2, 16) == 8 and worker_threads(1, 4) == 4 and worker_threads(4, 1) == 1

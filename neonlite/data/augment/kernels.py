@@ -72,11 +72,13 @@ def _outputs(shapes_hw, channels, final):
     return [np.empty((int(h), int(w), channels), np.uint8) for h, w in shapes_hw]
 
 
-def resample_tables(lengths, outs):
+def resample_tables(lengths, outs, mirror=None):
     """(first (N, stride), weights (N, stride, taps), stride, taps) int32 of boxes of
     ``lengths`` resized to ``outs`` (both (N,)), padded to the batch's longest, each output's
     taps shifted to lie inside its box (``first + taps <= length``; the shifted-in taps weigh
-    0) where the box is at least ``taps`` long, as ``aug_resize``'s fast path reads them."""
+    0) where the box is at least ``taps`` long, as ``aug_resize``'s fast path reads them.
+    ``mirror`` (N,) bool: those samples' outputs in reverse order (output ``x`` takes the
+    taps of ``outs - 1 - x``), a left-right flip that costs the kernel nothing."""
     lengths, outs = np.asarray(lengths, np.int64), np.asarray(outs, np.int64)
     if np.all(outs == outs[0]):
         first, weights = bilinear_taps(lengths, int(outs[0]))
@@ -96,8 +98,23 @@ def resample_tables(lengths, outs):
         weights = np.where(source >= 0, np.take_along_axis(
             weights, np.clip(source, 0, taps - 1), axis=2), 0)
         first = first - shift
+    if mirror is not None and np.any(mirror):
+        first, weights = _mirrored(first, weights, outs, np.asarray(mirror, bool))
     return (np.ascontiguousarray(first, np.int32), np.ascontiguousarray(weights, np.int32),
             first.shape[1], weights.shape[2])
+
+
+def _mirrored(first, weights, outs, mirror):
+    """``first`` (N, stride) and ``weights`` (N, stride, taps) with the first ``outs[i]``
+    outputs of each sample ``i`` of ``mirror`` in reverse order."""
+    first, weights = first.copy(), weights.copy()
+    if np.all(outs == first.shape[1]):
+        first[mirror], weights[mirror] = first[mirror, ::-1], weights[mirror, ::-1]
+        return first, weights
+    for i in np.flatnonzero(mirror):
+        out = int(outs[i])
+        first[i, :out], weights[i, :out] = first[i, out - 1::-1], weights[i, out - 1::-1]
+    return first, weights
 
 
 def taps_used(weights):
@@ -156,6 +173,7 @@ class Call:
         self.ffi, self.src, self.n, self.hw = ffi, src, len(hw), np.asarray(hw)
         self.dst = pointer_array(ffi, "void *[]", dst)
         self.dst_hw = self.i32(hw)
+        self.mirror = np.asarray(flip, bool)
         self.flip = ffi.from_buffer("uint8_t[]", np.ascontiguousarray(flip, np.uint8))
         self.kind, self.stores = kind, stores
 
@@ -172,12 +190,12 @@ class Call:
     def resize(self, lib, box):
         src, box = self.src, np.asarray(box)
         fy, wy, sy, ty = resample_tables(box[:, 2], self.hw[:, 0])
-        fx, wx, sx, tx = resample_tables(box[:, 3], self.hw[:, 1])
+        fx, wx, sx, tx = resample_tables(box[:, 3], self.hw[:, 1], self.mirror)
         used = np.stack([taps_used(wy), taps_used(wx)], axis=1)
         return lib.aug_resize(src.pointers, self.i32(src.hw), self.dst, self.dst_hw, self.n,
                               src.channels, self.i32(box), self.i32(fy), self.i32(wy), sy, ty,
-                              self.i32(fx), self.i32(wx), sx, tx, self.i32(used), self.flip,
-                              self.kind, *self.stores)
+                              self.i32(fx), self.i32(wx), sx, tx, self.i32(used), self.kind,
+                              *self.stores)
 
     def jitter(self, lib, factors):
         src = self.src

@@ -26,6 +26,7 @@ from ...host_memory import available_bytes, describe_bytes
 from ..errors import DataError
 from .colour import Normalize
 from .draws import sample_uniforms
+from .geometry import RandomResizedCrop, Resize
 from .kernels import augment_module, run_steps
 from .op import AugmentOp
 
@@ -102,8 +103,25 @@ class Pipeline:
         """The dtypes ``out`` may have."""
         return FLOAT_OUTPUTS if self.normalizes else (np.dtype(np.uint8),)
 
-    def apply(self, images, indices, epoch_key, out):
-        """Augment the batch into ``out`` in place (see the module doc); returns ``out``."""
+    def resizes_first(self):
+        """Whether the first op this pipeline runs cuts a box and resizes it (Resize or
+        RandomResizedCrop), so its images may be decoded at a reduced scale."""
+        ops = [op for op in self.ops if self.train or op.evaluates]
+        return bool(ops) and isinstance(ops[0], (Resize, RandomResizedCrop))
+
+    def plan(self, shapes, indices, epoch_key):
+        """``[(op, params)]``: what :meth:`apply` would draw for images of ``shapes`` (N, 3)
+        (before decoding them, from their headers); with :meth:`resizes_first`, the first
+        op's ``params["box"]`` (N, 4) may be replaced (images decoded at a reduced scale) and
+        the plan given to :meth:`apply`."""
+        shapes = np.asarray(shapes, np.int64)
+        return self._draw(shapes, shapes, _check_indices(indices, len(shapes)),
+                          _check_key(epoch_key))
+
+    def apply(self, images, indices, epoch_key, out, planned=None):
+        """Augment the batch into ``out`` in place (see the module doc); returns ``out``.
+        ``planned``: the :meth:`plan` of the batch (its first box fitted to the images as
+        decoded), else drawn here for the images' shapes."""
         images, shapes = _check_images(images)
         n = len(images)
         indices = _check_indices(indices, n)
@@ -111,7 +129,8 @@ class Pipeline:
         final = self.out_shape((None, None, int(shapes[0, 2])) if _mixed(shapes) else
                                tuple(int(v) for v in shapes[0]))
         _check_out(out, (n,) + final, self.out_dtypes())
-        planned = self._draw(images, shapes, indices, key)
+        if planned is None:
+            planned = self._draw(images, shapes, indices, key)
         module = augment_module() if self.use_kernels else None
         if module is not None:
             target = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)

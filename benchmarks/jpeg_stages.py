@@ -1,0 +1,185 @@
+"""Where one image's time goes in row (b) of ``benchmarks.image_loader`` (JPEG ~500x375 q90 +
+random-resized crop 224 + flip + normalise), per stage, on one thread:
+
+    OMP_NUM_THREADS=1 python -m benchmarks.jpeg_stages [--count 64] [--repeats 5]
+        [--baseline REV]
+
+Stages (milliseconds per image, the median of ``--repeats`` passes over ``--count`` files):
+``header`` (open, size from the header), ``decode full`` (Pillow, every pixel) and ``decode
+draft`` (``jpeg_draft``: libjpeg's DCT scaling chosen from the drawn crop), ``draw + tables``
+(the random boxes and the bilinear tap tables, numpy), then the resize kernel alone into uint8
+(``resize``), with the flip fused (``+ flip``) and with the float32 normalisation fused
+(``+ normalise``, the pipeline's step), each on full and draft decodes.  ``horizontal`` is the
+resize of each box to (box height, 224): the horizontal pass with a one-tap vertical one.
+``--baseline REV`` also builds ``kernels/cpu/augment.c`` as it was at git revision REV (with
+the project's compiler flags) and times its resize beside today's in the same run, passes
+alternating (rows ``... [REV]``).  Relative figures only on a shared machine: rerun on an
+idle one for absolute ones.
+"""
+import argparse
+import importlib.machinery
+import importlib.util
+import statistics
+import subprocess
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.image_folders import jpeg_folder
+from neonlite.data.augment import Flip, Normalize, Pipeline, RandomResizedCrop
+from neonlite.data.augment.draws import sample_uniforms
+from neonlite.data.augment.kernels import (Batch, Call, augment_module, resample_tables,
+                                           taps_used)
+from kernels.toolchain import C_FLAGS
+from neonlite.data.image_decode import Decoder
+
+SIZE = 224
+ROOT = Path(__file__).resolve().parents[1]
+#: aug_resize before the flip became mirrored tables (it took the flips)
+FLIP_RESIZE = """int aug_resize(const uint8_t *const *src, const int32_t *src_hw, void *const *dst,
+    const int32_t *dst_hw, int64_t n, int channels, const int32_t *box, const int32_t *first_y,
+    const int32_t *weights_y, int stride_y, int taps_y, const int32_t *first_x,
+    const int32_t *weights_x, int stride_x, int taps_x, const int32_t *used,
+    const uint8_t *flip, int out_kind, const double *scale, const double *shift);"""
+
+
+def per_image_ms(run, count, repeats):
+    """Median over ``repeats`` of the ms per image of ``run()`` (which handles ``count``)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - start) * 1e3 / count)
+    return statistics.median(times)
+
+
+def resize_call(module, images, boxes, out_hw, flip, out):
+    """One ``aug_resize`` call on the batch ``images`` (list) of ``boxes`` (N, 4)."""
+    ffi = module.ffi
+    shapes = np.array([image.shape for image in images], np.int64)
+    scale, shift = (np.full(3, 1 / 64.0), np.full(3, -1.0))
+    stores = (ffi.from_buffer("double[]", scale), ffi.from_buffer("double[]", shift))
+    kind = 1 if getattr(out, "dtype", None) == np.float32 else 0
+    call = Call(ffi, Batch(ffi, images, shapes), out, out_hw, flip, kind, stores)
+    return lambda: call.resize(module.lib, boxes)
+
+
+def baseline_module(rev):
+    """The cffi module of ``kernels/cpu/augment*`` at git revision ``rev``, compiled with
+    the project's C flags (its ``aug_resize`` takes the flips: :data:`FLIP_RESIZE`)."""
+    import cffi
+    from cffi.recompiler import make_c_source
+    folder = Path(tempfile.mkdtemp(prefix="augment-baseline-"))
+    names = subprocess.run(["git", "ls-tree", "--name-only", rev, "kernels/cpu/"], cwd=ROOT,
+                           check=True, capture_output=True, text=True).stdout.split()
+    for name in (n for n in names if Path(n).name.startswith("augment")):
+        (folder / Path(name).name).write_bytes(subprocess.run(
+            ["git", "show", f"{rev}:{name}"], cwd=ROOT, check=True, capture_output=True).stdout)
+    ffi = cffi.FFI()
+    ffi.cdef(FLIP_RESIZE)
+    make_c_source(ffi, "augment_baseline", '#define DTYPE uint8_t\n#include "augment.c"\n',
+                  str(folder / "module.c"))
+    so = folder / "augment_baseline.so"
+    subprocess.run(["cc", *C_FLAGS, f"-I{folder}", f"-I{sysconfig.get_paths()['include']}",
+                    str(folder / "module.c"), "-o", str(so)], check=True)
+    loader = importlib.machinery.ExtensionFileLoader("augment_baseline", str(so))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(
+        "augment_baseline", loader, origin=str(so)))
+    loader.exec_module(module)
+    return module
+
+
+def baseline_call(module, images, boxes, out, flip):
+    """One call of the baseline's ``aug_resize`` (unmirrored tables, the flips given)."""
+    ffi, n = module.ffi, len(images)
+    shapes = np.array([image.shape for image in images], np.int64)
+    scale, shift = (np.full(3, 1 / 64.0), np.full(3, -1.0))
+    src = Batch(ffi, images, shapes)
+    call = Call(ffi, src, out, np.full((n, 2), SIZE), flip, 1 if out.dtype == np.float32
+                else 0, None)
+    stores = ffi.from_buffer("double[]", scale), ffi.from_buffer("double[]", shift)
+
+    def run():
+        fy, wy, sy, ty = resample_tables(boxes[:, 2], np.full(n, SIZE))
+        fx, wx, sx, tx = resample_tables(boxes[:, 3], np.full(n, SIZE))
+        used = np.stack([taps_used(wy), taps_used(wx)], axis=1)
+        return module.lib.aug_resize(src.pointers, call.i32(src.hw), call.dst, call.dst_hw, n,
+                                     3, call.i32(boxes), call.i32(fy), call.i32(wy), sy, ty,
+                                     call.i32(fx), call.i32(wx), sx, tx, call.i32(used),
+                                     call.flip, call.kind, *stores)
+    return run
+
+
+def alternating_ms(runs, count, repeats):
+    """{name: median ms per image} of ``runs`` ({name: run()}, each handling ``count``
+    images), timed in turn ``repeats`` times so load changes hit them alike."""
+    times = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append((time.perf_counter() - start) * 1e3 / count)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--baseline", metavar="REV", help="also time augment.c of git REV")
+    args = parser.parse_args(argv)
+    root = jpeg_folder(Path(tempfile.mkdtemp(prefix="jpeg-stages-")), args.count + 8)
+    paths = sorted(str(p) for p in root.glob("*/*/*.jpg"))[:args.count]
+    n = len(paths)
+    decoder = Decoder(3)
+    crop = RandomResizedCrop(SIZE)
+    headers = np.array([decoder.header(p)[:2] + (3,) for p in paths], np.int64)
+    u = sample_uniforms(7, np.arange(n), 0, crop.draws)
+    boxes = crop.boxes(u, headers[:, 0], headers[:, 1])
+    module = augment_module()
+    rows = {"header": per_image_ms(lambda: [decoder.header(p) for p in paths], n, args.repeats)}
+    full = [decoder.decode(p) for p in paths]
+    rows["decode full"] = per_image_ms(lambda: [decoder.decode(p) for p in paths], n,
+                                       args.repeats)
+    draft = [decoder.decode_box(p, box, (SIZE, SIZE)) for p, box in zip(paths, boxes)]
+    rows["decode draft"] = per_image_ms(
+        lambda: [decoder.decode_box(p, box, (SIZE, SIZE)) for p, box in zip(paths, boxes)], n,
+        args.repeats)
+    pipeline = Pipeline([crop, Flip(), Normalize([0.5] * 3, [0.25] * 3)])
+    draw = lambda: (pipeline._draw(full, headers, np.arange(n), 7),  # noqa: E731
+                    resample_tables(boxes[:, 2], np.full(n, SIZE)),
+                    resample_tables(boxes[:, 3], np.full(n, SIZE)))
+    rows["draw + tables"] = per_image_ms(draw, n, args.repeats)
+    out_hw = np.full((n, 2), SIZE, np.int64)
+    u8, f32 = np.empty((n, SIZE, SIZE, 3), np.uint8), np.empty((n, SIZE, SIZE, 3), np.float32)
+    no_flip, flips = np.zeros(n, bool), np.ones(n, bool)
+    for name, images, bx in (("full", full, boxes),
+                             ("draft", [d[0] for d in draft], np.array([d[1] for d in draft]))):
+        rows[f"resize ({name})"] = per_image_ms(
+            resize_call(module, images, bx, out_hw, no_flip, u8), n, args.repeats)
+        rows[f"resize + flip ({name})"] = per_image_ms(
+            resize_call(module, images, bx, out_hw, flips, u8), n, args.repeats)
+        rows[f"resize + flip + normalise ({name})"] = per_image_ms(
+            resize_call(module, images, bx, out_hw, flips, f32), n, args.repeats)
+        tall = [np.empty((int(b[2]), SIZE, 3), np.uint8) for b in bx]
+        rows[f"horizontal ({name})"] = per_image_ms(
+            resize_call(module, images, bx, np.stack([bx[:, 2], np.full(n, SIZE)], 1),
+                        no_flip, tall), n, args.repeats)
+    if args.baseline:
+        old = baseline_module(args.baseline)
+        for name, flip, out in (("resize", no_flip, u8), ("resize + flip", flips, u8),
+                                ("resize + flip + normalise", flips, f32)):
+            rows.update(alternating_ms({
+                f"{name} (full) [{args.baseline}]": baseline_call(old, full, boxes, out, flip),
+                f"{name} (full) [this tree]": resize_call(module, full, boxes, out_hw, flip,
+                                                          out)}, n, args.repeats))
+    print("| stage | ms / image |\n|---|---|")
+    for name, ms in rows.items():
+        print(f"| {name} | {ms:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
