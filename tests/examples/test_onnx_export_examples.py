@@ -34,6 +34,8 @@ IMAGE_EXAMPLES = {"mnist_mlp": ("mnist", 10), "mnist_cnn": ("mnist", 10),
 
 #: the text examples compared by test_text_example_trained_a_few_steps_matches_at_two_lengths
 TEXT_EXAMPLES = ("char_transformer", "char_lstm", "blocksparse_transformer")
+#: compared by test_speech_examples_match_on_padded_speeches
+SPEECH_EXAMPLES = ("shakespeare_speeches",)
 #: compared by test_imported_minilm_encoder_exports_and_matches_at_two_lengths (its encoder)
 ENCODER_EXAMPLES = ("finetune_sentence_classifier",)
 
@@ -41,7 +43,8 @@ ENCODER_EXAMPLES = ("finetune_sentence_classifier",)
 def test_every_example_is_compared():
     """A new example in examples/ fails here until a test above exports and compares it."""
     examples = {path.stem for path in EXAMPLES.glob("*.py")}
-    covered = set(IMAGE_EXAMPLES) | set(TEXT_EXAMPLES) | set(ENCODER_EXAMPLES)
+    covered = set(IMAGE_EXAMPLES) | set(TEXT_EXAMPLES) | set(ENCODER_EXAMPLES) | \
+        set(SPEECH_EXAMPLES)
     assert examples == covered, (f"not compared with ONNX Runtime: {examples - covered}; "
                                  f"not an example: {covered - examples}")
 
@@ -175,3 +178,38 @@ def test_imported_minilm_encoder_exports_and_matches_at_two_lengths(tmp_path):
 def onnx_inputs(path):
     import onnx
     return list(onnx.load(str(path)).graph.input)
+
+
+@requires("shakespeare")
+def test_speech_examples_match_on_padded_speeches(tmp_path):
+    """examples/shakespeare_speeches.py's two models, each trained 3 batches on Tiny
+    Shakespeare's speeches (the LSTM language model; the speaker classifier, whose Embedding's
+    pad id masks its attention and mean pool): exported once, compared on real speeches'
+    characters padded at the end, at two lengths and two batch sizes."""
+    spec = importlib.util.spec_from_file_location("example_speeches",
+                                                  EXAMPLES / "shakespeare_speeches.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = data_dir() / "text" / "tinyshakespeare.txt"
+    quiet = open(tmp_path / "log.txt", "w")
+    lm = module.speech_lm(path, max_len=64, batch_size=BATCH, max_batches=STEPS, stream=quiet)[0]
+    speaker = module.speaker_classifier(path, epochs=1, max_len=64, batch_size=BATCH,
+                                        max_batches=STEPS, stream=quiet)[0]
+    quiet.close()
+    rng = np.random.default_rng(0)
+    codes = shakespeare()[0]
+    for model in (lm, speaker):
+        vocab = model.layers.leaves()[0].vocab
+        onnx_path = tmp_path / f"{model.name}.onnx"
+        model.export_onnx(onnx_path)
+        worst = 0.0
+        for T in (64, 23):
+            for n in (5, BATCH):
+                starts = rng.integers(0, len(codes) - T, n)
+                ids = np.stack([codes[s:s + T] for s in starts]) % (vocab - 1) + 1
+                for row, length in enumerate(rng.integers(1, T + 1, n)):
+                    ids[row, length:] = 0
+                ids = ids.astype(np.float32)
+                worst = max(worst, relative_difference(model.predict(ids),
+                                                       onnx_outputs(onnx_path, ids)))
+        assert worst <= TOLERANCE, f"{model.name}: max relative difference {worst:.3g}"
