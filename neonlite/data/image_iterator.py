@@ -14,9 +14,10 @@ from ..host_memory import available_bytes, describe_bytes
 from .augment.draws import epoch_key
 from .image_workers import LoaderPool
 from .iterator import DataError, check_batch_fits, set_batch, shard_check
+from .position import EpochBatches
 
 
-class ImageIterator:
+class ImageIterator(EpochBatches):
     """Iterate (x, t) minibatches of the images ``maker.files`` lists, made by ``maker`` (a
     :class:`~.image_batch.BatchMaker`: decoder and augmentation pipeline).
 
@@ -75,16 +76,6 @@ class ImageIterator:
         self.rank, self.nranks = shard_check(self.name, rank, nranks)
         self.nbatches = -(-self.ndata // (self.be.bsz * nranks))
         return self
-
-    def __len__(self):
-        return self.nbatches
-
-    def __iter__(self):
-        return self.batches(self.shuffle)
-
-    def batches_from(self, skip):
-        """The epoch's batches from batch ``skip`` on (:mod:`neonlite.data.position`)."""
-        return self.batches(self.shuffle, skip)
 
     def batches(self, shuffle, skip=0):
         """Generator of (x, t) device buffers for one epoch from batch ``skip`` on: the

@@ -7,6 +7,7 @@ from .augment.draws import epoch_key
 from .augment.from_config import pipeline_from_config
 from .augment.pipeline import FLOAT_OUTPUTS
 from .errors import DataError
+from .position import EpochBatches
 
 
 def check_batch_fits(name, bsz, shapes, be):
@@ -24,7 +25,7 @@ def check_batch_fits(name, bsz, shapes, be):
                         f"batch size)")
 
 
-class ArrayIterator:
+class ArrayIterator(EpochBatches):
     """Iterate (x, t) minibatches of ``X`` (N, ...) and targets ``y``.
 
     Arguments:
@@ -126,16 +127,6 @@ class ArrayIterator:
             raise DataError(f"{self.name}: label {labels[bad[0]]} at index {bad[0]} is out of "
                             f"range; expected 0 <= label < nclass={nclass}")
         return labels
-
-    def __len__(self):
-        return self.nbatches
-
-    def __iter__(self):
-        return self.batches(self.shuffle)
-
-    def batches_from(self, skip):
-        """The epoch's batches from batch ``skip`` on (:mod:`neonlite.data.position`)."""
-        return self.batches(self.shuffle, skip)
 
     def batches(self, shuffle, skip=0):
         """Generator of (x, t) device buffers for one epoch, shuffled or in order, from batch

@@ -24,3 +24,20 @@ def epoch_batches(dataset, skip=0):
     for batch, xt in enumerate(dataset):
         if batch >= skip:
             yield batch, xt
+
+
+class EpochBatches:
+    """What an iterator of this protocol shares: ``len`` (``self.nbatches``), iteration (one
+    epoch, shuffled as ``self.shuffle`` says) and ``batches_from(skip)``, all through the
+    iterator's own ``batches(shuffle, skip=0)``, which draws the whole epoch's randomness
+    whatever ``skip`` is."""
+
+    def __len__(self):
+        return self.nbatches
+
+    def __iter__(self):
+        return self.batches(self.shuffle)
+
+    def batches_from(self, skip):
+        """The epoch's batches from batch ``skip`` on."""
+        return self.batches(self.shuffle, skip)

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..backends import get_backend
 from .iterator import DataError, check_batch_fits, shard_check
+from .position import EpochBatches
 
 #: what a sequence longer than ``max_len`` becomes
 OVERFLOW = ("refuse", "cut")
@@ -19,7 +20,7 @@ DEFAULT_POOL = 64
 DEFAULT_IGNORE_INDEX = -100
 
 
-class SequenceIterator:
+class SequenceIterator(EpochBatches):
     """Iterate ``(x, t)`` minibatches of the token-id sequences ``sequences``, bucketed by
     length.
 
@@ -151,17 +152,6 @@ class SequenceIterator:
     @property
     def nbatches(self):
         return -(-self.ndata // (self.be.bsz * self.nranks))
-
-    def __len__(self):
-        return self.nbatches
-
-    def __iter__(self):
-        return self.batches(self.shuffle)
-
-    def batches_from(self, skip):
-        """The epoch's batches from batch ``skip`` on; the whole epoch's order is drawn all
-        the same (:mod:`neonlite.data.position`)."""
-        return self.batches(self.shuffle, skip)
 
     def batches(self, shuffle, skip=0):
         """Generator of (x, t) views for one epoch, shuffled (``shuffle``: the order drawn
