@@ -6,8 +6,12 @@ dispatches, such as the gate steps and local response normalization, come from
 from abc import ABC, abstractmethod
 
 from .operand_shapes import check_sequence, example_rows
+from .ops import OPS
 from .shared.recurrent_steps import step_of, time_steps
 from .reference import attention as numpy_attention
+
+#: the rows whose check the attention defaults run
+ATTENTION, ATTENTION_BPROP = OPS["attention"], OPS["attention_bprop"]
 
 
 class SequenceOps(ABC):
@@ -38,7 +42,8 @@ class SequenceOps(ABC):
         ``attention_bprop``) may instead be token-major, (N, T, heads, d) (slice b = n*heads + h
         is [n, :, h]; e.g. the (N, T, H, dh) view of a projection's columns), so a layer needs
         no head permutes.  This default runs the numpy reference on host copies."""
-        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
+        ATTENTION.check("attention", q, k, v, out, lse, key_mask=key_mask, heads=heads,
+                        blocks=blocks)
         o, m = out.get(), lse.get()
         numpy_attention.attention(q.get(), k.get(), v.get(), o, m, scale, causal,
                                   None if key_mask is None else key_mask.get(), dropout, blocks,
@@ -53,7 +58,8 @@ class SequenceOps(ABC):
         with the same arguments, for the output gradient dout (B, Tq, dv); the probabilities
         are recomputed from ``lse`` tile by tile.  This default runs the numpy reference on
         host copies."""
-        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks, "attention_bprop")
+        ATTENTION_BPROP.check("attention_bprop", q, k, v, out, lse, dout, dq, dk, dv,
+                              key_mask=key_mask, heads=heads, blocks=blocks)
         grads = [dq.get(), dk.get(), dv.get()]
         numpy_attention.attention_bprop(q.get(), k.get(), v.get(), out.get(), lse.get(),
                                         dout.get(), *grads, scale, causal,
@@ -62,36 +68,6 @@ class SequenceOps(ABC):
         for t, g in zip((dq, dk, dv), grads):
             t.set(g)
         return dq
-
-    @staticmethod
-    def _check_attention(q, k, v, out, lse, key_mask, heads, blocks, op="attention"):
-        """ValueError naming the mismatch when the shapes of an attention call disagree
-        (``op``: the name the message starts with)."""
-        if heads < 1:
-            raise ValueError(f"{op}: heads={heads} must be at least 1")
-        B, Tq, dk = _slice_shape("q", q, heads)
-        Tk, dv = k.shape[1], v.shape[-1]
-        given = f"for q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        want = {"k": (B, Tk, dk), "v": (B, Tk, dv), "out": (B, Tq, dv)}
-        for name, t in (("k", k), ("v", v), ("out", out)):
-            if _slice_shape(name, t, heads) != want[name]:
-                raise ValueError(f"{op}: {name} has shape {tuple(t.shape)}, expected "
-                                 f"{want[name]} (or token-major {want[name][1:2]} x "
-                                 f"(N, heads) around it) {given}")
-        if tuple(lse.shape) != (B, Tq):
-            raise ValueError(f"{op}: lse has shape {tuple(lse.shape)}, expected "
-                             f"{(B, Tq)} for q {tuple(q.shape)}")
-        if B % heads:
-            raise ValueError(f"{op}: {B} slices are not a multiple of heads={heads}")
-        if key_mask is not None and tuple(key_mask.shape) != (B // heads, Tk):
-            raise ValueError(f"{op}: key_mask has shape {tuple(key_mask.shape)}, expected "
-                             f"(N, Tk) = {(B // heads, Tk)} {given}")
-        if blocks is not None:
-            Hl, nqb, nkb = blocks.layout.shape
-            want = (-(-Tq // blocks.bq), -(-Tk // blocks.bk))
-            if (nqb, nkb) != want or Hl not in (1, heads):
-                raise ValueError(f"{op}: the block layout has shape {blocks.layout.shape},"
-                                 f" expected (1 or {heads}, {want[0]}, {want[1]})")
 
     # ---- whole recurrent sequences -------------------------------------------------------------
     # The T steps of a cell in one call, so a backend can run the loop over time in its own
@@ -169,15 +145,3 @@ class SequenceOps(ABC):
                                 step_of(mask, t))
             if k < T - 1:
                 self.compound_dot(dgh[t], U, dh, beta=1.0, transB=True)
-
-
-def _slice_shape(name, t, heads):
-    """(B, T, d) of an attention operand: head-major (B, T, d) as it is, token-major
-    (N, T, heads, d) as (N*heads, T, d)."""
-    shape = tuple(t.shape)
-    if len(shape) == 3:
-        return shape
-    if len(shape) == 4 and shape[2] == heads:
-        return shape[0] * heads, shape[1], shape[3]
-    raise ValueError(f"attention: {name} has shape {shape}, expected head-major (B, T, d) or "
-                     f"token-major (N, T, heads={heads}, d)")

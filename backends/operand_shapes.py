@@ -210,23 +210,64 @@ def check_blocksparse(op, plan, transposed=False, **operands):
                    note=note)
 
 
-def check_attention_operands(kind, q, k, v, out, lse, dout=None, dq=None, dk=None,
-                             dv=None):
-    """``attention`` (``kind`` "fprop") and ``attention_bprop`` ("bprop"), after the shape
-    checks of ``Backend._check_attention``: dout, dq, dk, dv of the shapes of out, q, k, v;
-    every operand of q's element type, but lse, which may also be float32 (the lse of
-    float16 attention)."""
-    op = "attention" if kind == "fprop" else "attention_bprop"
-    check_operands(op, [
-        ("k", k, tuple(k.shape)), ("v", v, tuple(v.shape)), ("out", out, tuple(out.shape)),
-        ("lse", lse, tuple(lse.shape)),
-        ("dout", dout, tuple(out.shape)), ("dq", dq, tuple(q.shape)),
-        ("dk", dk, tuple(k.shape)), ("dv", dv, tuple(v.shape))][:4 if dout is None else 8],
-        like=("q", q), exact=("dout", "dq", "dk", "dv"), free=("lse",),
-        note=" (the shape of the forward operand it is the gradient of)")
+def check_attention(op, q, k, v, out, lse, dout=None, dq=None, dk=None, dv=None,
+                    key_mask=None, heads=1, blocks=None):
+    """``attention`` (``op``; q, k, v, out, lse) and ``attention_bprop`` (also dout, dq, dk,
+    dv): the check of their op-table rows, before any kernel.  Shapes: each operand
+    head-major (B, T, d) or token-major (N, T, heads, d) (as (N*heads, T, d)); k (B, Tk, dk),
+    v (B, Tk, dv), out (B, Tq, dv) for q (B, Tq, dk); lse (B, Tq); B a multiple of
+    ``heads`` (at least 1); key_mask (B // heads, Tk); a block layout ``blocks`` of
+    (1 or heads, ceil(Tq / bq), ceil(Tk / bk)) blocks; dout, dq, dk, dv exactly the shapes of
+    out, q, k, v.  Element types: every operand q's, but lse, which may also be float32 (the
+    lse of float16 attention).  One ValueError (shapes) or TypeError (types) naming the op
+    and the operand."""
+    if heads < 1:
+        raise ValueError(f"{op}: heads={heads} must be at least 1")
+    B, Tq, dk_width = _slice_shape(op, "q", q, heads)
+    Tk, dv_width = k.shape[1], v.shape[-1]
+    given = f"for q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    want = {"k": (B, Tk, dk_width), "v": (B, Tk, dv_width), "out": (B, Tq, dv_width)}
+    for name, t in (("k", k), ("v", v), ("out", out)):
+        if _slice_shape(op, name, t, heads) != want[name]:
+            raise ValueError(f"{op}: {name} has shape {tuple(t.shape)}, expected "
+                             f"{want[name]} (or token-major {want[name][1:2]} x "
+                             f"(N, heads) around it) {given}")
+    if tuple(lse.shape) != (B, Tq):
+        raise ValueError(f"{op}: lse has shape {tuple(lse.shape)}, expected "
+                         f"{(B, Tq)} for q {tuple(q.shape)}")
+    if B % heads:
+        raise ValueError(f"{op}: {B} slices are not a multiple of heads={heads}")
+    if key_mask is not None and tuple(key_mask.shape) != (B // heads, Tk):
+        raise ValueError(f"{op}: key_mask has shape {tuple(key_mask.shape)}, expected "
+                         f"(N, Tk) = {(B // heads, Tk)} {given}")
+    if blocks is not None:
+        Hl, nqb, nkb = blocks.layout.shape
+        want = (-(-Tq // blocks.bq), -(-Tk // blocks.bk))
+        if (nqb, nkb) != want or Hl not in (1, heads):
+            raise ValueError(f"{op}: the block layout has shape {blocks.layout.shape},"
+                             f" expected (1 or {heads}, {want[0]}, {want[1]})")
+    gradients = [("dout", dout, tuple(out.shape)), ("dq", dq, tuple(q.shape)),
+                 ("dk", dk, tuple(k.shape)), ("dv", dv, tuple(v.shape))]
+    check_operands(op, [("k", k, tuple(k.shape)), ("v", v, tuple(v.shape)),
+                        ("out", out, tuple(out.shape)), ("lse", lse, tuple(lse.shape))]
+                   + [g for g in gradients if g[1] is not None],
+                   like=("q", q), exact=("dout", "dq", "dk", "dv"), free=("lse",),
+                   note=" (the shape of the forward operand it is the gradient of)")
     if lse.dtype not in (q.dtype, np.float32):
         raise TypeError(f"{op}: lse has dtype {lse.dtype}; expected {q.dtype} (q's) or "
                         f"float32")
+
+
+def _slice_shape(op, name, t, heads):
+    """(B, T, d) of an attention operand: head-major (B, T, d) as it is, token-major
+    (N, T, heads, d) as (N*heads, T, d)."""
+    shape = tuple(t.shape)
+    if len(shape) == 3:
+        return shape
+    if len(shape) == 4 and shape[2] == heads:
+        return shape[0] * heads, shape[1], shape[3]
+    raise ValueError(f"{op}: {name} has shape {shape}, expected head-major (B, T, d) or "
+                     f"token-major (N, T, heads={heads}, d)")
 
 
 def example_rows(mask, examples):

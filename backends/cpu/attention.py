@@ -7,7 +7,7 @@ every key block up to the causal diagonal, for an :class:`AttentionBlocks` layou
 blocks.  The tables are made once per shape (kept on the backend, or on the layout object)."""
 import numpy as np
 
-from ..operand_shapes import check_attention_operands
+from ..ops import OPS
 from ..reference import attention as numpy_attention
 from ..shared.attention_tables import AttentionBlocks, visit_tables
 
@@ -22,6 +22,8 @@ BACKWARD_ITEMS = 16
 MAX_GROUPS = 8
 #: the prepared kernel calls a backend keeps (``CPUAttentionOps._prepared_call``)
 MAX_PREPARED = 1024
+#: the op-table rows of the two passes, by kind: their checks run before the kernels
+ROWS = {"fprop": OPS["attention"], "bprop": OPS["attention_bprop"]}
 
 
 def key_groups(col_ptr, table_heads, nkb, groups):
@@ -187,9 +189,8 @@ class CPUAttentionOps:
                 lib, threads, call = found[:3]
                 if lib.fa_threads() == threads:
                     return call
-        self._check_attention(*tensors[:5], key_mask, heads, blocks,
-                              "attention" if kind == "fprop" else "attention_bprop")
-        check_attention_operands(kind, *tensors)
+        row = ROWS[kind]
+        row.check(row.name, *tensors, key_mask=key_mask, heads=heads, blocks=blocks)
         mask = self._mask_array(key_mask, arrays[0].dtype)
         module = self._attention_module(blocks, *arrays)
         if module is None or not arrays[4].flags.c_contiguous:

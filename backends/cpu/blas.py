@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..operand_shapes import check_product
+from ..ops import OPS
 from .kept_calls import KeptCalls
 from .threads import openblas, usable_cores
 
@@ -50,6 +50,8 @@ MAX_REVISIT = 256
 #: the prepared GEMM calls a CPU backend keeps (:class:`CPUBlasOps`)
 MAX_GEMM_CALLS = 4096
 WAYS = ("one", "all", "split")
+#: the op-table rows whose operand checks run before the products
+COMPOUND_DOT, BATCHED_DOT = OPS["compound_dot"], OPS["batched_dot"]
 
 
 @contextlib.contextmanager
@@ -239,7 +241,7 @@ class CPUBlasOps:
             if beta == 0.0 or not overlaps:
                 run(alpha, beta)
                 return C
-        check_product("compound_dot", A, B, C, transA, transB)
+        COMPOUND_DOT.check("compound_dot", A, B, C, transA, transB)
         a = A._ary.T if transA else A._ary
         b = B._ary.T if transB else B._ary
         c = C._ary
@@ -258,7 +260,7 @@ class CPUBlasOps:
         return C
 
     def batched_dot(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
-        check_product("batched_dot", A, B, C, transA, transB)
+        BATCHED_DOT.check("batched_dot", A, B, C, transA, transB)
         a = np.swapaxes(A._ary, -1, -2) if transA else A._ary
         b = np.swapaxes(B._ary, -1, -2) if transB else B._ary
         gemm_into(C._ary, a, b, alpha, beta, self._gemm_scratch, self.kernels.gemm.matmul)

@@ -14,13 +14,15 @@ non-contiguous operands) raises a ValueError naming the op, never a copy to the 
 Compiled and emulated, not run on a GPU."""
 import numpy as np
 
-from ..operand_shapes import check_attention_operands
+from ..ops import OPS
 from ..shared.attention_tables import visit_tables
 
 #: (tile, widest head) of the kernels' entry points ``nl_fa_*_t{tile}d{width}_*``, in the order
 #: they are tried (a block layout prefers one whose tile divides its block sizes)
 SHAPES = ((32, 64), (16, 128))
 MAX_WIDTH = max(width for _, width in SHAPES)
+#: the op-table rows whose checks run before the launches
+ATTENTION, ATTENTION_BPROP = OPS["attention"], OPS["attention_bprop"]
 _THREADS = 128
 
 
@@ -200,8 +202,8 @@ class GPUAttentionOps:
 
     def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
                   blocks=None, heads=1):
-        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks)
-        check_attention_operands("fprop", q, k, v, out, lse)
+        ATTENTION.check("attention", q, k, v, out, lse, key_mask=key_mask, heads=heads,
+                        blocks=blocks)
         (q, k, v, out), pairs = self._fa_staging((q, k, v, out), heads)
         if pairs:
             self._fa_to_heads(pairs, (3,))
@@ -223,8 +225,8 @@ class GPUAttentionOps:
 
     def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
                         key_mask=None, dropout=None, blocks=None, heads=1):
-        self._check_attention(q, k, v, out, lse, key_mask, heads, blocks, "attention_bprop")
-        check_attention_operands("bprop", q, k, v, out, lse, dout, dq, dk, dv)
+        ATTENTION_BPROP.check("attention_bprop", q, k, v, out, lse, dout, dq, dk, dv,
+                              key_mask=key_mask, heads=heads, blocks=blocks)
         tensors, pairs = self._fa_staging((q, k, v, out, dout, dq, dk, dv), heads)
         if pairs:
             self._fa_to_heads(pairs, (5, 6, 7))

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import philox
 from ..backend import Backend
-from ..operand_shapes import check_product
+from ..ops import OPS
 from ..operand_sizes import check_contiguous
 from ..optree import OpNode
 from ..variants import GEMM_METHODS
@@ -233,7 +233,7 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps, GPUBlockSparseOps,
         return copy
 
     def _check_gemm(self, A, B, C, transA, transB, what):
-        check_product(what, A, B, C, transA, transB)
+        OPS[what].check(what, A, B, C, transA, transB)
         if A.storage not in cublas.DATA_TYPES:
             raise TypeError(f"{what}: A, B and C must share a float32, float16 or bfloat16 "
                             f"storage, got {A.storage}, {B.storage}, {C.storage}")

@@ -1,6 +1,9 @@
 """The op table's rows of products, convolutions and pooling (``table.py`` says what a row
 holds).  The backends choose their algorithms and tiles (``cpu/conv.py``, ``gpu/conv.py``,
-``cpu/blas.py``, ...), so none is dispatched by the table."""
+``cpu/blas.py``, ...), so none is dispatched by the table; the GEMMs' operand check
+(``check_product``, run by both backends from these rows) and cost are described here once,
+their MKL / numpy BLAS and cuBLAS calls are the backends' choice."""
+from ..operand_shapes import check_product
 from ..reference import conv, gemm, pool
 from .costs import conv_flops, gemm_flops, nbytes, size
 from .table import Op
@@ -41,10 +44,11 @@ def _bprop_pool(plan, E, grad_I, beta=0.0):
 F = "linear"
 ROWS = (
     Op("compound_dot", F, "C = alpha * op(A) @ op(B) + beta * C", _compound_dot,
-       reference=gemm.compound_dot, c_symbols=("bf16/gemm_bf16:nl_gemm_bf16",),
+       check=check_product, reference=gemm.compound_dot,
+       c_symbols=("bf16/gemm_bf16:nl_gemm_bf16",),
        bf16_class="gemm"),
     Op("batched_dot", F, "C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i]", _batched_dot,
-       reference=gemm.batched_dot, bf16_class="gemm"),
+       check=check_product, reference=gemm.batched_dot, bf16_class="gemm"),
     Op("fprop_conv", F, "O = conv(I, F) (+ bias, then ReLU)", _fprop_conv,
        reference=conv.fprop_conv,
        c_symbols=("conv:conv_fprop_tiled", "conv:conv_bias_relu", "conv_direct:conv_direct"),

@@ -2,6 +2,7 @@
 row holds).  Costs: softmax 5 per element (max, subtract, exp, sum, divide), its gradient 4,
 softmax with cross-entropy 7; attention per visible (query, key) pair ``2*dk + 2*dv`` forward
 and ``6*dk + 4*dv`` backward (``costs.visible_pairs``)."""
+from ..operand_shapes import check_attention
 from ..reference import attention, softmax
 from .costs import nbytes, no_flops, per_element, size, visible_pairs
 from .table import Op
@@ -52,11 +53,13 @@ ROWS = (
        per_element(4, 0, 1, 2), reference=softmax.masked_softmax_bprop,
        c_symbols=("attention_softmax:attention_softmax_bprop",)),
     Op("attention", F, "fused attention on head-major or token-major slices", _attention,
-       reference=attention.attention, c_symbols=("flash_attention:fa_fprop",),
+       check=check_attention, reference=attention.attention,
+       c_symbols=("flash_attention:fa_fprop",),
        cuda_functions=("flash_attention:nl_fa_fprop*",), backward="attention_bprop",
        bf16_class="attention"),
     Op("attention_bprop", F, "dq, dk, dv of fused attention", _attention_bprop,
-       reference=attention.attention_bprop, c_symbols=("flash_attention:fa_bprop",),
+       check=check_attention, reference=attention.attention_bprop,
+       c_symbols=("flash_attention:fa_bprop",),
        cuda_functions=("flash_attention:nl_fa_bprop_kv*", "flash_attention:nl_fa_bprop_q*"),
        bf16_class="attention"),
 )
