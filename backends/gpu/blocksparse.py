@@ -5,8 +5,8 @@ thread per query row.  The layout's lookup tables are copied to the device once 
 import numpy as np
 
 from ..blocksparse_plan import BlockSparsePlan
-from ..operand_shapes import check_blocksparse
 from ..operand_sizes import check_contiguous
+from ..ops import OPS
 
 _TABLES = ("head", "row", "col", "row_ptr", "row_k", "row_other", "col_ptr", "col_k",
            "col_other")
@@ -15,7 +15,7 @@ _THREADS = 128
 
 def _check(what, **operands):
     """The storage of ``operands``, each contiguous (ValueError naming the first that is not;
-    their element types are checked by ``check_blocksparse``)."""
+    their element types are checked by the row's check)."""
     check_contiguous(what, **operands)
     return next(iter(operands.values())).storage
 
@@ -61,15 +61,15 @@ class GPUBlockSparseOps:
         return y
 
     def blocksparse_fprop(self, plan, x, w, y):
-        check_blocksparse("blocksparse_fprop", plan, x=x, w=w, y=y)
+        OPS["blocksparse_fprop"].check("blocksparse_fprop", plan, x=x, w=w, y=y)
         return self._bs_product("blocksparse_fprop", plan, x, w, y, "col", False, 0.0)
 
     def blocksparse_bprop(self, plan, e, w, dx, beta=0.0):
-        check_blocksparse("blocksparse_bprop", plan, e=e, w=w, dx=dx)
+        OPS["blocksparse_bprop"].check("blocksparse_bprop", plan, e=e, w=w, dx=dx)
         return self._bs_product("blocksparse_bprop", plan, e, w, dx, "row", True, beta)
 
     def blocksparse_update(self, plan, x, e, dw, beta=0.0):
-        check_blocksparse("blocksparse_update", plan, x=x, e=e, dw=dw)
+        OPS["blocksparse_update"].check("blocksparse_update", plan, x=x, e=e, dw=dw)
         storage = _check("blocksparse_update", x=x, e=e, dw=dw)
         tb = self._bs_tables(plan)
         M, nin = x.shape
@@ -80,7 +80,7 @@ class GPUBlockSparseOps:
 
     # ---- block-sparse attention ---------------------------------------------------------------
     def blocksparse_sdd(self, plan, a, b, s, alpha=1.0):
-        check_blocksparse("blocksparse_sdd", plan, a=a, b=b, s=s)
+        OPS["blocksparse_sdd"].check("blocksparse_sdd", plan, a=a, b=b, s=s)
         storage = _check("blocksparse_sdd", a=a, b=b, s=s)
         tb = self._bs_tables(plan)
         N, H, Tq, d = a.shape
@@ -90,7 +90,7 @@ class GPUBlockSparseOps:
         return s
 
     def blocksparse_dsd(self, plan, p, b, o, transposed=False, beta=0.0):
-        check_blocksparse("blocksparse_dsd", plan, transposed, p=p, b=b, o=o)
+        OPS["blocksparse_dsd"].check("blocksparse_dsd", plan, transposed, p=p, b=b, o=o)
         storage = _check("blocksparse_dsd", p=p, b=b, o=o)
         tb = self._bs_tables(plan)
         walk = "col" if transposed else "row"
@@ -104,7 +104,7 @@ class GPUBlockSparseOps:
         return o
 
     def blocksparse_softmax(self, plan, s, p, scale=1.0, causal=False):
-        check_blocksparse("blocksparse_softmax", plan, s=s, p=p)
+        OPS["blocksparse_softmax"].check("blocksparse_softmax", plan, s=s, p=p)
         storage = _check("blocksparse_softmax", s=s, p=p)
         tb = self._bs_tables(plan)
         off = (plan.cols - plan.rows) * plan.bs
@@ -114,7 +114,8 @@ class GPUBlockSparseOps:
         return p
 
     def blocksparse_softmax_bprop(self, plan, p, dp, ds, scale=1.0):
-        check_blocksparse("blocksparse_softmax_bprop", plan, p=p, dp=dp, ds=ds)
+        OPS["blocksparse_softmax_bprop"].check("blocksparse_softmax_bprop", plan, p=p, dp=dp,
+                                               ds=ds)
         storage = _check("blocksparse_softmax_bprop", p=p, dp=dp, ds=ds)
         tb = self._bs_tables(plan)
         self._bs_launch("softmax_bprop", storage, "PPPiiPf", (plan.heads * plan.rows,

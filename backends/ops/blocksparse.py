@@ -1,8 +1,11 @@
 """The op table's rows of block-sparse products and softmax (``table.py`` says what a row
-holds); the plans (``cpu/blocksparse.py``, ``gpu/blocksparse.py``) choose the loops.  Costs
+holds); the plans (``cpu/blocksparse.py``, ``gpu/blocksparse.py``) choose the loops, and
+both backends run these rows' check (``check_blocksparse``: the plan, then the operands) before
+them and the CPU backend their reference where its kernels do not take the arrays.  Costs
 count only stored blocks: ``2 * M * nnz * bs * bs`` per product pass, softmax 5 per element
 (its gradient 4).  The references are those of ``reference/blocksparse.py`` (which walk the
 plan's lookup tables) written into the contract's outputs."""
+from ..operand_shapes import check_blocksparse
 from ..reference import blocksparse as reference
 from .costs import nbytes, size
 from .table import Op
@@ -44,12 +47,17 @@ def _fprop_reference(plan, x, w, y):
     y[...] = reference.linear_fprop(plan.tables, x, w, plan.bs)
 
 
+def _plus(beta, out):
+    """beta * out, or 0 when beta is 0 (out may hold anything then, NaN included)."""
+    return beta * out if beta else 0
+
+
 def _bprop_reference(plan, e, w, dx, beta=0.0):
-    dx[...] = reference.linear_bprop(plan.tables, e, w, plan.bs) + beta * dx
+    dx[...] = reference.linear_bprop(plan.tables, e, w, plan.bs) + _plus(beta, dx)
 
 
 def _update_reference(plan, x, e, dw, beta=0.0):
-    dw[...] = reference.linear_update(plan.tables, x, e, plan.bs) + beta * dw
+    dw[...] = reference.linear_update(plan.tables, x, e, plan.bs) + _plus(beta, dw)
 
 
 def _sdd_reference(plan, a, b, s, alpha=1.0):
@@ -58,7 +66,7 @@ def _sdd_reference(plan, a, b, s, alpha=1.0):
 
 def _dsd_reference(plan, p, b, o, transposed=False, beta=0.0):
     product = reference.dsd_t if transposed else reference.dsd
-    o[...] = product(plan.tables, p, b, plan.bs) + beta * o
+    o[...] = product(plan.tables, p, b, plan.bs) + _plus(beta, o)
 
 
 def _softmax_reference(plan, s, p, scale=1.0, causal=False):
@@ -73,24 +81,24 @@ F = "blocksparse"
 _CUDA = "blocksparse:nl_bs_"
 ROWS = (
     Op("blocksparse_fprop", F, "y = x @ W (W block-sparse)", _fprop,
-       reference=_fprop_reference,
+       check=check_blocksparse, reference=_fprop_reference,
        c_symbols=("blocksparse:bs_linear_fprop",), cuda_functions=(_CUDA + "product",)),
     Op("blocksparse_bprop", F, "dx (+)= e @ W^T", _bprop,
-       reference=_bprop_reference,
+       check=check_blocksparse, reference=_bprop_reference,
        c_symbols=("blocksparse:bs_linear_bprop",), cuda_functions=(_CUDA + "product",)),
     Op("blocksparse_update", F, "dW (+)= x^T @ e on the stored blocks", _update,
-       reference=_update_reference,
+       check=check_blocksparse, reference=_update_reference,
        c_symbols=("blocksparse:bs_linear_update",), cuda_functions=(_CUDA + "update",)),
     Op("blocksparse_sdd", F, "s = alpha * a @ b^T on the stored blocks", _sdd,
-       reference=_sdd_reference,
+       check=check_blocksparse, reference=_sdd_reference,
        c_symbols=("blocksparse:bs_sdd",), cuda_functions=(_CUDA + "sdd",)),
     Op("blocksparse_dsd", F, "o (+)= p @ b (or p^T @ b), p block-sparse", _dsd,
-       reference=_dsd_reference,
+       check=check_blocksparse, reference=_dsd_reference,
        c_symbols=("blocksparse:bs_dsd",), cuda_functions=(_CUDA + "dsd",)),
     Op("blocksparse_softmax", F, "p = softmax of the stored blocks' rows", _softmax,
-       reference=_softmax_reference,
+       check=check_blocksparse, reference=_softmax_reference,
        c_symbols=("blocksparse:bs_softmax",), cuda_functions=(_CUDA + "softmax",)),
     Op("blocksparse_softmax_bprop", F, "ds of blocksparse_softmax", _softmax_bprop,
-       reference=_softmax_bprop_reference,
+       check=check_blocksparse, reference=_softmax_bprop_reference,
        c_symbols=("blocksparse:bs_softmax_bprop",), cuda_functions=(_CUDA + "softmax_bprop",)),
 )
