@@ -11,7 +11,12 @@ from the row (``dispatch.py``), the CPU backend calls C function ``kernel.c_symb
 pointers in the row's order (an absent optional operand as NULL), then the ``sizes`` (rows M
 and last axis of the operand ``kernel.sizes_of``, the first by default, as ``int64_t`` /
 ``int``), then the scalars (``double`` / ``float`` and ``int``; a scalar with ``codes`` is
-given by name and passed as its code).  Rows without ``kernel`` are ops whose backends make real choices
+given by name and passed as its code).  A row whose kernel has ``arguments="plan"`` takes a
+plan first (an operand with ``plan`` set, made once at configure time, such as
+``blocksparse_layer``'s): its arguments are the plan's (tables, work arrays, sizes), so the
+backend's section file of the family makes them (the CPU backend's ``PLAN_CALLS``, the GPU
+backend's ``PLAN_LAUNCHES``, by op name), and the GPU launches take the ``arg_format`` and the
+grid the section file gives.  Rows without ``kernel`` are ops whose backends make real choices
 (algorithms, tiles, plans) in their section files; the row still gives their cost and
 reference, and the per-op tests and the profiler read it.
 """
@@ -23,7 +28,10 @@ import numpy as np
 SCALAR_KINDS = ("int", "float")
 #: how a GPU launch covers its operands: one thread per element of the first operand, one
 #: block per row (M rows), one thread per column (the last axis)
-GRIDS = ("elements", "rows", "columns")
+GRIDS = ("elements", "rows", "columns", "plan")
+#: how a dispatched kernel's arguments are made: the standard ones (operand pointers, sizes,
+#: scalars), or by the family's section file from the row's plan (see the module docstring)
+ARGUMENTS = ("rows", "plan")
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,9 @@ class Operand:
     exactly when this one is; ``positive``: the per-op tests fill it with values in
     [0.5, 1.5); ``mask``: a row mask of 0s and 1s, of any element type; ``updated``: written
     and read first (gates activated in place, an error accumulated), so the per-op tests fill
-    it like an input."""
+    it like an input; ``plan``: not a tensor but the plan the backend method of that name
+    makes (``"blocksparse_layer"``), taken as it is by the check, the reference and the
+    kernel's section file (the per-op tests make it with ``Op.sample_plan``)."""
     name: str
     shape: tuple = None
     written: bool = False
@@ -45,6 +55,7 @@ class Operand:
     positive: bool = False
     mask: bool = False
     updated: bool = False
+    plan: str = None
 
 
 @dataclass(frozen=True)
@@ -52,33 +63,40 @@ class Scalar:
     """One scalar argument after the operands: ``kind`` 'int' or 'float'; ``default`` (None:
     required); ``sample``: the value the per-op tests pass; ``codes``: {name: int code} when
     the scalar is given by name (an activation), the kernels taking its code and the
-    reference its name."""
+    reference its name; ``checked``: the row's check takes it too, by name (a flag that
+    decides the operands' shapes, such as ``transposed``)."""
     name: str
     kind: str = "float"
     default: object = None
     sample: object = None
     codes: dict = None
+    checked: bool = False
 
 
 @dataclass(frozen=True)
 class Launch:
     """One CUDA launch of a dispatched op: ``function`` (``<function>_<storage>`` in the
-    cubin) over ``grid`` (one of :data:`GRIDS`) of ``threads`` per block."""
+    cubin) over ``grid`` (one of :data:`GRIDS`; ``"plan"``: the grid the family's section file
+    makes) of ``threads`` per block; ``arg_format``: its parameters' format (pycuda's) when
+    the kernel's ``arguments`` are ``"plan"``."""
     function: str
     grid: str = "elements"
     threads: int = 256
+    arg_format: str = None
 
 
 @dataclass(frozen=True)
 class Kernel:
     """The compiled code of a dispatched op: C function ``c_symbol`` of
     ``kernels/cpu/<c_source>.c`` and the CUDA ``launches`` of variant ``cuda_variant``; the
-    sizes they take are those of operand ``sizes_of`` (None: the first)."""
+    sizes they take are those of operand ``sizes_of`` (None: the first); ``arguments``: one of
+    :data:`ARGUMENTS` (see the module docstring)."""
     c_source: str
     c_symbol: str
     cuda_variant: str
     launches: tuple
     sizes_of: str = None
+    arguments: str = "rows"
 
 
 @dataclass(frozen=True)
@@ -107,6 +125,8 @@ class Op:
         bf16_class (str or None): the op class (``gemm``, ``conv``, ``attention``) whose
             bfloat16 path the CPU backend chooses by measurement for this op, which then also
             takes bf16-stored operands (``cpu/bf16_choice.py``); None: float types only.
+        sample_plan (callable or None): ``sample_plan(make)``, the plan operand of the per-op
+            tests' call made by ``make`` (the backend method the operand's ``plan`` names).
     """
     name: str
     family: str
@@ -124,6 +144,7 @@ class Op:
     loss_of: str = "y"
     gradients: tuple = ()
     bf16_class: str = None
+    sample_plan: object = None
 
     def __post_init__(self):
         names = [o.name for o in self.operands]
@@ -135,6 +156,8 @@ class Op:
                                                  for s in self.scalars))
         object.__setattr__(self, "_pairs", tuple((o.name, o.pair) for o in self.operands
                                                  if o.pair is not None))
+        object.__setattr__(self, "_checked", tuple(i for i, s in enumerate(self.scalars)
+                                                   if s.checked))
         if self.kernel is None:
             return
         for s in self.scalars:
@@ -145,6 +168,9 @@ class Op:
             if launch.grid not in GRIDS:
                 raise ValueError(f"op {self.name}: launch grid must be one of {GRIDS}, got "
                                  f"{launch.grid!r}")
+        if self.kernel.arguments not in ARGUMENTS:
+            raise ValueError(f"op {self.name}: kernel arguments must be one of {ARGUMENTS}, "
+                             f"got {self.kernel.arguments!r}")
         if self.kernel.sizes_of is not None and self.kernel.sizes_of not in names:
             raise ValueError(f"op {self.name}: sizes_of names no operand: "
                              f"{self.kernel.sizes_of!r}")
@@ -168,6 +194,8 @@ class Op:
             if (named[name] is None) != (named[pair] is None):
                 raise ValueError(f"{self.name}: {name} and {pair} are given together or "
                                  f"not at all")
+        for i in self._checked:
+            named[self.scalars[i].name] = scalars[i]
         if self.check is not None:
             self.check(self.name, **named)
 
@@ -194,9 +222,11 @@ class Op:
     def sample_operands(self, rng, dtype, joined=True):
         """{name: numpy array} at the sample sizes (inputs random, masks 0 and 1 in turn,
         outputs zero); the optional inputs and the trailing operands (a joined residual)
-        given when ``joined``."""
+        given when ``joined``; a plan operand left out (``sample_plan`` makes it)."""
         out = {}
         for o in self.operands:
+            if o.plan is not None:
+                continue
             if not joined and (o.trailing or (o.optional and not o.written)):
                 out[o.name] = None
                 continue
