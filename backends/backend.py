@@ -365,46 +365,15 @@ class Backend(TableOps, SequenceOps, StorageOps, KernelVariants, ABC):
         """dx = scale * y * (dy - sum(dy * y, last axis)) for y = masked_softmax(...) (B, Tq, Tk);
         ``dx`` may be ``dy``."""
 
-    # ---- block-sparse products and attention ---------------------------------------------------
+    # ---- block-sparse plans --------------------------------------------------------------------
     def blocksparse_layer(self, layout, block_size):
         """A :class:`~neonlite.backends.blocksparse_plan.BlockSparsePlan` of ``layout`` ((R, C) or (H, R, C)
         blocks of ``block_size``, one of 8/16/32/64) and its lookup tables.  Stored block k is
-        the k-th nonzero of the layout in row-major order; a weight holds it as W[k] (bs, bs)."""
+        the k-th nonzero of the layout in row-major order; a weight holds it as W[k] (bs, bs).
+        The block-sparse ops (``blocksparse_fprop``, ``_bprop``, ``_update``, ``_sdd``,
+        ``_dsd``, ``_softmax``, ``_softmax_bprop``) take it first; they are dispatched by the
+        op table (``ops/blocksparse.py`` states them)."""
         return BlockSparsePlan(layout, block_size)
-
-    @abstractmethod
-    def blocksparse_fprop(self, plan, x, w, y):
-        """y (M, C*bs) = x (M, R*bs) @ W for W's stored blocks w (nnz, bs, bs)."""
-
-    @abstractmethod
-    def blocksparse_bprop(self, plan, e, w, dx, beta=0.0):
-        """dx (M, R*bs) = e (M, C*bs) @ W^T + beta * dx (walks the transposed layout)."""
-
-    @abstractmethod
-    def blocksparse_update(self, plan, x, e, dw, beta=0.0):
-        """dw (nnz, bs, bs) = x^T @ e at the stored blocks only, + beta * dw."""
-
-    @abstractmethod
-    def blocksparse_sdd(self, plan, a, b, s, alpha=1.0):
-        """s (N, nnz, bs, bs): s[:, k] = alpha * a[:, h, i] @ b[:, h, j]^T at the stored block
-        k = (h, i, j) of the layout; a (N, H, R*bs, d), b (N, H, C*bs, d)."""
-
-    @abstractmethod
-    def blocksparse_dsd(self, plan, p, b, o, transposed=False, beta=0.0):
-        """o = P @ b + beta * o for sparse P (N, nnz, bs, bs): b (N, H, C*bs, d) and o (N, H,
-        R*bs, d); ``transposed``: o = P^T @ b with b (N, H, R*bs, d), o (N, H, C*bs, d)."""
-
-    @abstractmethod
-    def blocksparse_softmax(self, plan, s, p, scale=1.0, causal=False):
-        """p = softmax(scale * s) over each row of the sparse s (N, nnz, bs, bs) (all the
-        stored blocks of a row together).  ``causal`` hides key positions after the query
-        (key <= query + Tk - Tq, as ``masked_softmax``).  Hidden entries, and rows with nothing
-        visible, are 0.  ``p`` may be ``s``."""
-
-    @abstractmethod
-    def blocksparse_softmax_bprop(self, plan, p, dp, ds, scale=1.0):
-        """ds = scale * p * (dp - rowsum(dp * p)) over the rows of ``blocksparse_softmax``;
-        ``ds`` may be ``dp``."""
 
     # ---- GELU fused with a bias -----------------------------------------------------------------
     def gelu(self, x, out, bias=None, pre=None, approximate="none"):

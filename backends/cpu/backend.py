@@ -20,7 +20,7 @@ from .arena import make_cpu_arena
 from .attention import MAX_PREPARED, CPUAttentionOps
 from .bf16 import CPUBf16Ops
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
-from .blocksparse import CPUBlockSparseOps
+from .blocksparse import CALLS as BLOCKSPARSE_CALLS, CPUBlockSparsePlan
 from .conv import CPUConvOps
 from .gelu import CPUGeluOps
 from .kept_calls import KeptCalls
@@ -35,10 +35,14 @@ from .tensor import CPUTensor, aligned_empty, all_kept
 from .threads import set_cpu_threads
 from .ufunc import run_ufuncs
 
+#: op name -> the C call of a dispatched row whose kernel takes its plan's arguments
+#: (``call(module, plan, *arrays, *scalars)``), from the families' section files
+PLAN_CALLS = {**BLOCKSPARSE_CALLS}
+
 
 class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, CPURowOps,
                  CPUBlasOps, CPUAttentionOps, CPURecurrentOps,
-                 CPUBlockSparseOps, CPUBf16Ops, Backend):
+                 CPUBf16Ops, Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float32 or float64
     (float64 is the one gradient checks use), or float16 with ``numpy_float16=True`` only:
     numpy's slow reference path of mixed precision."""
@@ -103,10 +107,22 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
 
     def run_op(self, op, operands, scalars):
         """The C function of dispatched op-table row ``op``, else (after the row's check) its
-        numpy reference; calls on kept tensors are kept (``KernelModules.run_call``)."""
+        numpy reference; calls on kept tensors are kept (``KernelModules.run_call``).  A row
+        whose kernel takes its plan's arguments runs its family's call of :data:`PLAN_CALLS`
+        (``KernelModules.run_plan_op``)."""
+        if op.kernel.arguments == "plan":
+            arguments = tuple([t if o.plan is not None else t._ary
+                               for o, t in zip(op.operands, operands)])
+            if not self.kernels.run_plan_op(op, arguments, scalars, PLAN_CALLS[op.name]):
+                op.reference(*arguments, *scalars)
+            return
         arrays = tuple([None if t is None else t._ary for t in operands])
         if not self.kernels.run_op(op, arrays, scalars, keep=all_kept(operands)):
             op.reference(*arrays, *scalars)
+
+    def blocksparse_layer(self, layout, block_size):
+        """A :class:`~.blocksparse.CPUBlockSparsePlan` (the tables as int32 arrays)."""
+        return CPUBlockSparsePlan(layout, block_size)
 
     def execute_multi(self, assignments):
         pairs = [(out._ary, tree) for out, tree in assignments]

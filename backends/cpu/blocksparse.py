@@ -1,14 +1,14 @@
-"""The CPU backend's block-sparse ops: C kernels (``kernels/cpu/blocksparse.c``, OpenMP over
-output blocks, register-tiled products per block) for contiguous float32/float64 arrays, and
-the op-table rows' references (``backends/ops/blocksparse.py``, walking the same tables) for
-every other case.  Each op runs its row's operand check first; what is left here is the
-backend's choice: which of the plan's tables each kernel walks and the pack buffers it
-takes.  The tables and the pack buffers live on the plan (:class:`CPUBlockSparsePlan`),
-made on first use."""
+"""The CPU backend's block-sparse plans and C calls.  The ops are dispatched by the op table
+(``backends/ops/blocksparse.py``: operands, check, reference, kernels, cost): the backend's
+``run_op`` runs the row's check, then the C function of ``kernels/cpu/blocksparse.c``
+(OpenMP over output blocks, register-tiled products per block) for contiguous
+float32/float64 arrays, else the row's reference.  What is left here is the backend's
+choice: :data:`CALLS`, which of the plan's tables each kernel walks and the pack buffers it
+takes; the tables (as int32 arrays and their pointers) and the pack buffers live on the plan
+(:class:`CPUBlockSparsePlan`), made on first use."""
 import numpy as np
 
 from ..blocksparse_plan import BlockSparsePlan
-from ..ops import OPS
 
 TABLES = ("head", "row", "col", "row_ptr", "row_k", "row_other", "col_ptr", "col_k",
           "col_other")
@@ -46,11 +46,20 @@ class CPUBlockSparsePlan(BlockSparsePlan):
         return super().buffers() + list(self._work.values())
 
 
+def _tables(plan, module):
+    """The plan's tables as ``module``'s pointers; TypeError for a plan of another backend."""
+    if not isinstance(plan, CPUBlockSparsePlan):
+        raise TypeError(f"a CPU block-sparse op needs the plan of this backend's "
+                        f"blocksparse_layer, got {type(plan).__name__}")
+    return plan.table_pointers(module)
+
+
 def _real(module, a):
     return module.ffi.cast("real *", module.ffi.from_buffer(a))
 
 
-def _fprop_call(lib, module, tb, plan, x, w, y):
+def _fprop_call(module, plan, x, w, y):
+    lib, tb = module.lib, _tables(plan, module)
     M, nin = x.shape
     pack = plan.work("task_in", lib.bs_threads() * lib.bs_task_rows() * nin, x.dtype)
     lib.bs_linear_fprop(_real(module, x), _real(module, w), _real(module, y), M, nin,
@@ -58,7 +67,8 @@ def _fprop_call(lib, module, tb, plan, x, w, y):
                         _real(module, pack))
 
 
-def _bprop_call(lib, module, tb, plan, e, w, dx, beta=0.0):
+def _bprop_call(module, plan, e, w, dx, beta=0.0):
+    lib, tb = module.lib, _tables(plan, module)
     M, nout = e.shape
     pack = plan.work("task_out", lib.bs_threads() * lib.bs_task_rows() * nout, e.dtype)
     wt = plan.work("wt", w.size, w.dtype)
@@ -67,7 +77,8 @@ def _bprop_call(lib, module, tb, plan, e, w, dx, beta=0.0):
                         _real(module, pack), _real(module, wt), beta)
 
 
-def _update_call(lib, module, tb, plan, x, e, dw, beta=0.0):
+def _update_call(module, plan, x, e, dw, beta=0.0):
+    lib, tb = module.lib, _tables(plan, module)
     M, nin = x.shape
     nout = e.shape[1]
     rows = lib.bs_chunk_rows()
@@ -78,14 +89,16 @@ def _update_call(lib, module, tb, plan, x, e, dw, beta=0.0):
                          _real(module, packe), beta)
 
 
-def _sdd_call(lib, module, tb, plan, a, b, s, alpha=1.0):
+def _sdd_call(module, plan, a, b, s, alpha=1.0):
+    lib, tb = module.lib, _tables(plan, module)
     N, H, Tq, d = a.shape
     work = plan.work("sdd_bt", lib.bs_threads() * d * plan.bs, a.dtype)
     lib.bs_sdd(_real(module, a), _real(module, b), _real(module, s), N, H, Tq, b.shape[2], d,
                plan.bs, plan.nnz, tb["head"], tb["row"], tb["col"], alpha, _real(module, work))
 
 
-def _dsd_call(lib, module, tb, plan, p, b, o, transposed=False, beta=0.0):
+def _dsd_call(module, plan, p, b, o, transposed=False, beta=0.0):
+    lib, tb = module.lib, _tables(plan, module)
     walk = ("col_ptr", "col_k", "col_other") if transposed else \
         ("row_ptr", "row_k", "row_other")
     N, H, Tin, d = b.shape
@@ -95,73 +108,21 @@ def _dsd_call(lib, module, tb, plan, p, b, o, transposed=False, beta=0.0):
                _real(module, work))
 
 
-def _softmax_call(lib, module, tb, plan, s, p, scale=1.0, causal=False):
+def _softmax_call(module, plan, s, p, scale=1.0, causal=False):
+    lib, tb = module.lib, _tables(plan, module)
     lib.bs_softmax(_real(module, s), _real(module, p), s.shape[0], plan.heads * plan.rows,
                    plan.rows, plan.cols, plan.bs, plan.nnz, tb["row_ptr"], tb["row"],
                    tb["col"], scale, int(bool(causal)))
 
 
-def _softmax_bprop_call(lib, module, tb, plan, p, dp, ds, scale=1.0):
+def _softmax_bprop_call(module, plan, p, dp, ds, scale=1.0):
+    lib, tb = module.lib, _tables(plan, module)
     lib.bs_softmax_bprop(_real(module, p), _real(module, dp), _real(module, ds), p.shape[0],
                          plan.heads * plan.rows, plan.bs, plan.nnz, tb["row_ptr"], scale)
 
 
-#: op name -> its C call: ``call(lib, module, tables, plan, *arrays, *scalars)``
+#: op name -> its C call, ``call(module, plan, *arrays, *scalars)`` (``PLAN_CALLS``)
 CALLS = {"blocksparse_fprop": _fprop_call, "blocksparse_bprop": _bprop_call,
          "blocksparse_update": _update_call, "blocksparse_sdd": _sdd_call,
          "blocksparse_dsd": _dsd_call, "blocksparse_softmax": _softmax_call,
          "blocksparse_softmax_bprop": _softmax_bprop_call}
-#: the rows of those ops (operand check, reference), by name
-ROWS = {name: OPS[name] for name in CALLS}
-
-
-class CPUBlockSparseOps:
-    """``Backend.blocksparse_*`` for the CPU backend (mixed into ``CPUBackend``; uses its
-    ``kernels``): each op is its row's check, then its C call (:data:`CALLS`) when the
-    kernels take the arrays, else the row's reference."""
-
-    def blocksparse_layer(self, layout, block_size):
-        return CPUBlockSparsePlan(layout, block_size)
-
-    def _blocksparse(self, name, plan, tensors, scalars=(), flags=()):
-        """Run op ``name`` on ``tensors`` (name -> tensor, in the row's order) and
-        ``scalars``; ``flags``: the scalars the row's check takes too (dsd's ``transposed``).
-        Returns the last tensor (the output)."""
-        row = ROWS[name]
-        row.check(name, plan, *flags, **tensors)
-        arrays = [t._ary for t in tensors.values()]
-        module = self.kernels.usable("blocksparse", *arrays)
-        if module is None:
-            row.reference(plan, *arrays, *scalars)
-        else:
-            if not isinstance(plan, CPUBlockSparsePlan):
-                raise TypeError(f"a CPU block-sparse op needs the plan of this backend's "
-                                f"blocksparse_layer, got {type(plan).__name__}")
-            CALLS[name](module.lib, module, plan.table_pointers(module), plan, *arrays,
-                        *scalars)
-        return list(tensors.values())[-1]
-
-    def blocksparse_fprop(self, plan, x, w, y):
-        return self._blocksparse("blocksparse_fprop", plan, {"x": x, "w": w, "y": y})
-
-    def blocksparse_bprop(self, plan, e, w, dx, beta=0.0):
-        return self._blocksparse("blocksparse_bprop", plan, {"e": e, "w": w, "dx": dx}, (beta,))
-
-    def blocksparse_update(self, plan, x, e, dw, beta=0.0):
-        return self._blocksparse("blocksparse_update", plan, {"x": x, "e": e, "dw": dw},
-                                 (beta,))
-
-    def blocksparse_sdd(self, plan, a, b, s, alpha=1.0):
-        return self._blocksparse("blocksparse_sdd", plan, {"a": a, "b": b, "s": s}, (alpha,))
-
-    def blocksparse_dsd(self, plan, p, b, o, transposed=False, beta=0.0):
-        return self._blocksparse("blocksparse_dsd", plan, {"p": p, "b": b, "o": o},
-                                 (transposed, beta), (transposed,))
-
-    def blocksparse_softmax(self, plan, s, p, scale=1.0, causal=False):
-        return self._blocksparse("blocksparse_softmax", plan, {"s": s, "p": p},
-                                 (scale, causal))
-
-    def blocksparse_softmax_bprop(self, plan, p, dp, ds, scale=1.0):
-        return self._blocksparse("blocksparse_softmax_bprop", plan, {"p": p, "dp": dp,
-                                                                     "ds": ds}, (scale,))

@@ -249,6 +249,21 @@ class KernelModules:
             *op.sizes(arrays), *op.numbers(scalars))
         return True
 
+    def run_plan_op(self, op, arguments, scalars, call):
+        """Run dispatched row ``op`` whose kernel's arguments are its plan's
+        (``kernel.arguments == "plan"``): the row's check, then ``call(module, *arguments,
+        *scalars)`` (the family's section file makes the C call from the plan: its tables and
+        work arrays); False when the kernels do not take the arrays among ``arguments`` (the
+        others, the plan, are taken as they are).  Not kept: the call's work arrays are the
+        plan's."""
+        op.check_operands(arguments, scalars)
+        module = self.usable(op.kernel.c_source, *[a for o, a in zip(op.operands, arguments)
+                                                   if o.plan is None])
+        if module is None:
+            return False
+        call(module, *arguments, *op.numbers(scalars))
+        return True
+
     def _kept_op_call(self, op, arrays, scalars):
         op.check_operands(arrays, scalars)
         module = self.usable(op.kernel.c_source, *[a for a in arrays if a is not None])

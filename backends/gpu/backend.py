@@ -25,7 +25,7 @@ from ..variants import GEMM_METHODS
 from . import blas as cublas, build as gpu_build
 from .arena import make_device_arena
 from .attention import GPUAttentionOps
-from .blocksparse import GPUBlockSparseOps
+from .blocksparse import LAUNCHES as BLOCKSPARSE_LAUNCHES, GPUBlockSparsePlan
 from .conv import GPUConvOps
 from .device import get_device
 from .gelu import GPUGeluOps
@@ -38,8 +38,13 @@ from .rows import GPURowOps
 from .softmax import GPUSoftmaxOps
 from .tensor import GPUTensor, as_dtype, contiguous_strides
 
+#: op name -> the launches of a dispatched row whose kernel takes its plan's arguments
+#: (``launches(be, plan, *tensors, *scalars)`` -> [(grid, arguments)]), from the families'
+#: section files
+PLAN_LAUNCHES = {**BLOCKSPARSE_LAUNCHES}
 
-class GPUBackend(GPUAttentionOps, GPURecurrentOps, GPUBlockSparseOps,
+
+class GPUBackend(GPUAttentionOps, GPURecurrentOps,
                  GPUConvOps, GPUPoolOps, GPUSoftmaxOps, GPURowOps, GPUNormOps, GPUGeluOps,
                  Backend):
     """CUDA backend on device ``device_id`` (see the module docstring).
@@ -191,6 +196,10 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps, GPUBlockSparseOps,
             list(plan.int_args)
         self.device.launch(kernel, plan.grid, plan.block, args)
 
+    def blocksparse_layer(self, layout, block_size):
+        """A :class:`~.blocksparse.GPUBlockSparsePlan` (its tables copied to the device)."""
+        return GPUBlockSparsePlan(layout, block_size, self)
+
     def kernel(self, variant, name, arg_format):
         """Function ``name`` of table variant ``variant`` (built for this device's arch)."""
         arch = self.device.arch
@@ -201,14 +210,24 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps, GPUBlockSparseOps,
         """The launches of dispatched op-table row ``op``: every operand contiguous and of
         the first one's storage; each launch gets the operand pointers (0 for an absent one),
         the sizes (M, D) (``op.sizes``) and the scalars (float32 and int), over a grid of one
-        thread per element, one block per row, or one thread per column."""
+        thread per element, one block per row, or one thread per column.  A row whose kernel
+        takes its plan's arguments gets its grids and arguments from its family's
+        :data:`PLAN_LAUNCHES`."""
         op.check_operands(operands, scalars)
-        check_contiguous(op.name, **{o.name: t for o, t in zip(op.operands, operands)})
-        storage = operands[0].storage
-        for o, t in zip(op.operands, operands):
+        tensors = [(o, t) for o, t in zip(op.operands, operands) if o.plan is None]
+        check_contiguous(op.name, **{o.name: t for o, t in tensors})
+        storage = tensors[0][1].storage
+        for o, t in tensors:
             if t is not None and t.storage != storage:
                 raise TypeError(f"{op.name}: {o.name} has the {t.storage} storage, expected "
-                                f"{storage} (that of {op.operands[0].name})")
+                                f"{storage} (that of {tensors[0][0].name})")
+        if op.kernel.arguments == "plan":
+            made = PLAN_LAUNCHES[op.name](self, *operands, *op.numbers(scalars))
+            for launch, (grid, args) in zip(op.kernel.launches, made):
+                func = self.kernel(op.kernel.cuda_variant, f"{launch.function}_{storage}",
+                                   launch.arg_format)
+                self.device.launch(func, grid, (launch.threads, 1, 1), args)
+            return
         M, D = op.sizes(operands)
         fmt = "P" * len(operands) + "ii" + "".join("i" if s.kind == "int" else "f"
                                                    for s in op.scalars)

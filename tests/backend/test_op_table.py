@@ -136,15 +136,23 @@ def _joins(op):
                                 for o in op.operands) else (True,)
 
 
-def _reference(op, arrays):
+def _plans(be, op):
+    """The row's plan operands (``Operand.plan``), made by ``be`` at the sample
+    (``Op.sample_plan``)."""
+    return {o.name: op.sample_plan(getattr(be, o.plan)) for o in op.operands if o.plan}
+
+
+def _reference(op, arrays, plans=None):
     want = {n: None if a is None else a.astype(np.float64) for n, a in arrays.items()}
-    op.reference(*want.values(), *op.sample_scalars())
+    plans = plans or {}
+    op.reference(*[plans[o.name] if o.plan else want[o.name] for o in op.operands],
+                 *op.sample_scalars())
     return want
 
 
-def _run(be, op, arrays):
+def _run(be, op, arrays, plans=None):
     tensors = {n: None if a is None else be.array(a) for n, a in arrays.items()}
-    getattr(be, op.name)(**tensors, **_scalars(op))
+    getattr(be, op.name)(**(plans or {}), **tensors, **_scalars(op))
     return {n: None if t is None else t.get() for n, t in tensors.items()}
 
 
@@ -162,15 +170,17 @@ def test_cpu_kernels_match_the_reference(op, dtype):
     be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0, datatype=dtype)
     assert be.kernels.module(op.kernel.c_source, np.dtype(dtype)) is not None
     tol = 1e-12 if dtype == np.float64 else 2e-5
+    plans = _plans(be, op)
     for joined in _joins(op):
         arrays = op.sample_operands(np.random.default_rng(1), dtype, joined)
-        _compare(op, _run(be, op, arrays), _reference(op, arrays), tol, tol)
+        _compare(op, _run(be, op, arrays, plans), _reference(op, arrays, plans), tol, tol)
 
 
 def _gpu_matches_the_reference(be, op):
+    plans = _plans(be, op)
     for joined in _joins(op):
         arrays = op.sample_operands(np.random.default_rng(2), np.float32, joined)
-        _compare(op, _run(be, op, arrays), _reference(op, arrays), 1e-4, 1e-5)
+        _compare(op, _run(be, op, arrays, plans), _reference(op, arrays, plans), 1e-4, 1e-5)
 
 
 @requires("emulator")
@@ -240,10 +250,13 @@ def test_backward_row_is_the_gradient_of_the_forward(op):
 def test_flop_count_scales_with_the_rows(op):
     """The cost at the sample sizes, with and without the optional inputs (a gate step's dy
     is None on a sequence's last step): bytes those of the operands, FLOPs twice as many at
-    twice the rows."""
+    twice the rows (a plan operand made by the CPU backend)."""
+    plans = _plans(neonlite.gen_backend("cpu", batch_size=4, rng_seed=0), op)
+
     def cost(M, joined):
         sample = dict(op.sample, M=M)
-        arrays = {o.name: None if not joined and (o.trailing or (o.optional and not o.written))
+        arrays = {o.name: plans[o.name] if o.plan else
+                  None if not joined and (o.trailing or (o.optional and not o.written))
                   else np.zeros(tuple(sample[d] if isinstance(d, str) else d for d in o.shape))
                   for o in op.operands}
         args = [arrays[o.name] for o in op.operands if not o.trailing]

@@ -103,53 +103,6 @@ def _pool_cases(kind):
     ]
 
 
-def _blocksparse_cases():
-    bs, M = 8, 5
-    layout = np.array([[1, 0, 1], [0, 1, 1]], np.uint8)
-    nnz = int(layout.sum())
-    heads_layout = np.array([[[1, 1], [0, 1]], [[1, 0], [1, 1]]], np.uint8)
-    N, Hh, d = 2, 2, 4
-    hnnz = int(heads_layout.sum())
-
-    def plan(be):
-        return be.blocksparse_layer(layout, bs)
-
-    def hplan(be):
-        return be.blocksparse_layer(heads_layout, bs)
-
-    def scores(be, rng):
-        return _normal(be, rng, N, hnnz, bs, bs)
-
-    return [
-        Case("blocksparse_fprop", lambda be, rng: _ops(
-            x=_normal(be, rng, M, 2 * bs), w=_normal(be, rng, nnz, bs, bs),
-            y=be.zeros((M, 3 * bs))),
-            lambda be, o: be.blocksparse_fprop(plan(be), o["x"], o["w"], o["y"])),
-        Case("blocksparse_bprop", lambda be, rng: _ops(
-            e=_normal(be, rng, M, 3 * bs), w=_normal(be, rng, nnz, bs, bs),
-            dx=be.zeros((M, 2 * bs))),
-            lambda be, o: be.blocksparse_bprop(plan(be), o["e"], o["w"], o["dx"])),
-        Case("blocksparse_update", lambda be, rng: _ops(
-            x=_normal(be, rng, M, 2 * bs), e=_normal(be, rng, M, 3 * bs),
-            dw=be.zeros((nnz, bs, bs))),
-            lambda be, o: be.blocksparse_update(plan(be), o["x"], o["e"], o["dw"])),
-        Case("blocksparse_sdd", lambda be, rng: _ops(
-            a=_normal(be, rng, N, Hh, 2 * bs, d), b=_normal(be, rng, N, Hh, 2 * bs, d),
-            s=be.zeros((N, hnnz, bs, bs))),
-            lambda be, o: be.blocksparse_sdd(hplan(be), o["a"], o["b"], o["s"])),
-        Case("blocksparse_dsd", lambda be, rng: _ops(
-            p=scores(be, rng), b=_normal(be, rng, N, Hh, 2 * bs, d),
-            o=be.zeros((N, Hh, 2 * bs, d))),
-            lambda be, o: be.blocksparse_dsd(hplan(be), o["p"], o["b"], o["o"])),
-        Case("blocksparse_softmax", lambda be, rng: _ops(s=scores(be, rng),
-                                                        p=be.zeros((N, hnnz, bs, bs))),
-             lambda be, o: be.blocksparse_softmax(hplan(be), o["s"], o["p"])),
-        Case("blocksparse_softmax_bprop", lambda be, rng: _ops(
-            p=scores(be, rng), dp=scores(be, rng), ds=be.zeros((N, hnnz, bs, bs))),
-            lambda be, o: be.blocksparse_softmax_bprop(hplan(be), o["p"], o["dp"], o["ds"])),
-    ]
-
-
 def _recurrent_cases():
     """The whole-sequence passes (the table makes the gate steps' cases)."""
     N, H = 3, 5
@@ -308,7 +261,8 @@ def _row_kernel_cases():
 
 def _table_cases():
     """A case per op the op table dispatches, made from its row: every operand (the optional
-    ones given) at the row's sample sizes, the sample scalars."""
+    ones given) at the row's sample sizes, a plan operand made by the backend
+    (``Op.sample_plan``), the sample scalars."""
     found = []
     for op in OPS.values():
         if not op.dispatched:
@@ -319,8 +273,10 @@ def _table_cases():
             return _ops(**{n: be.array(a) for n, a in arrays.items()})
 
         def call(be, o, op=op):
-            getattr(be, op.name)(**o, **dict(zip((s.name for s in op.scalars),
-                                                 op.sample_scalars())))
+            plans = {p.name: op.sample_plan(getattr(be, p.plan)) for p in op.operands
+                     if p.plan}
+            getattr(be, op.name)(**plans, **o, **dict(zip((s.name for s in op.scalars),
+                                                          op.sample_scalars())))
         found.append(Case(op.name, build, call,
                           dtype_free=tuple(o.name for o in op.operands if o.mask)))
     return found
@@ -346,7 +302,7 @@ def cases():
             + _conv_cases("direct", 2, 3, 5, 5, 16, 3, 3, 1)
             + _conv_cases("pointwise", 2, 3, 4, 4, 5, 1, 1, 0)
             + _pool_cases("max") + _pool_cases("avg")
-            + _blocksparse_cases() + _recurrent_cases() + _attention_cases()
+            + _recurrent_cases() + _attention_cases()
             + _row_kernel_cases() + _table_cases())
 
 
