@@ -36,7 +36,8 @@ from .threads import set_cpu_threads
 from .ufunc import run_ufuncs
 
 #: op name -> the C call of a dispatched row whose kernel takes its plan's arguments
-#: (``call(module, plan, *arrays, *scalars)``), from the families' section files
+#: (``call(module, real, plan, *arrays, *scalars)`` -> (C function, arguments)), from the
+#: families' section files
 PLAN_CALLS = {**BLOCKSPARSE_CALLS}
 
 
@@ -113,7 +114,8 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         if op.kernel.arguments == "plan":
             arguments = tuple([t if o.plan is not None else t._ary
                                for o, t in zip(op.operands, operands)])
-            if not self.kernels.run_plan_op(op, arguments, scalars, PLAN_CALLS[op.name]):
+            keep = all(t.kept for o, t in zip(op.operands, operands) if o.plan is None)
+            if not self.kernels.run_plan_op(op, arguments, scalars, PLAN_CALLS[op.name], keep):
                 op.reference(*arguments, *scalars)
             return
         arrays = tuple([None if t is None else t._ary for t in operands])

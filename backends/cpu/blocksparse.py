@@ -54,74 +54,78 @@ def _tables(plan, module):
     return plan.table_pointers(module)
 
 
-def _real(module, a):
-    return module.ffi.cast("real *", module.ffi.from_buffer(a))
+def _held(module, a):
+    """A work array's C pointer that holds it (a kept call keeps its work arrays)."""
+    return module.ffi.from_buffer("real[]", a)
 
 
-def _fprop_call(module, plan, x, w, y):
+def _fprop_call(module, real, plan, x, w, y):
     lib, tb = module.lib, _tables(plan, module)
     M, nin = x.shape
     pack = plan.work("task_in", lib.bs_threads() * lib.bs_task_rows() * nin, x.dtype)
-    lib.bs_linear_fprop(_real(module, x), _real(module, w), _real(module, y), M, nin,
-                        y.shape[1], plan.bs, tb["col_ptr"], tb["col_k"], tb["col_other"],
-                        _real(module, pack))
+    return lib.bs_linear_fprop, (real(x), real(w), real(y), M, nin, y.shape[1], plan.bs,
+                                 tb["col_ptr"], tb["col_k"], tb["col_other"],
+                                 _held(module, pack))
 
 
-def _bprop_call(module, plan, e, w, dx, beta=0.0):
+def _bprop_call(module, real, plan, e, w, dx, beta):
     lib, tb = module.lib, _tables(plan, module)
     M, nout = e.shape
     pack = plan.work("task_out", lib.bs_threads() * lib.bs_task_rows() * nout, e.dtype)
     wt = plan.work("wt", w.size, w.dtype)
-    lib.bs_linear_bprop(_real(module, e), _real(module, w), _real(module, dx), M, dx.shape[1],
-                        nout, plan.bs, plan.nnz, tb["row_ptr"], tb["row_k"], tb["row_other"],
-                        _real(module, pack), _real(module, wt), beta)
+    return lib.bs_linear_bprop, (real(e), real(w), real(dx), M, dx.shape[1], nout, plan.bs,
+                                 plan.nnz, tb["row_ptr"], tb["row_k"], tb["row_other"],
+                                 _held(module, pack), _held(module, wt), beta)
 
 
-def _update_call(module, plan, x, e, dw, beta=0.0):
+def _update_call(module, real, plan, x, e, dw, beta):
     lib, tb = module.lib, _tables(plan, module)
     M, nin = x.shape
     nout = e.shape[1]
     rows = lib.bs_chunk_rows()
     packx = plan.work("pack_in", rows * nin, x.dtype)
     packe = plan.work("pack_out", rows * nout, x.dtype)
-    lib.bs_linear_update(_real(module, x), _real(module, e), _real(module, dw), M, nin, nout,
-                         plan.bs, plan.nnz, tb["row"], tb["col"], _real(module, packx),
-                         _real(module, packe), beta)
+    return lib.bs_linear_update, (real(x), real(e), real(dw), M, nin, nout, plan.bs, plan.nnz,
+                                  tb["row"], tb["col"], _held(module, packx),
+                                  _held(module, packe), beta)
 
 
-def _sdd_call(module, plan, a, b, s, alpha=1.0):
+def _sdd_call(module, real, plan, a, b, s, alpha):
     lib, tb = module.lib, _tables(plan, module)
     N, H, Tq, d = a.shape
     work = plan.work("sdd_bt", lib.bs_threads() * d * plan.bs, a.dtype)
-    lib.bs_sdd(_real(module, a), _real(module, b), _real(module, s), N, H, Tq, b.shape[2], d,
-               plan.bs, plan.nnz, tb["head"], tb["row"], tb["col"], alpha, _real(module, work))
+    return lib.bs_sdd, (real(a), real(b), real(s), N, H, Tq, b.shape[2], d, plan.bs, plan.nnz,
+                        tb["head"], tb["row"], tb["col"], alpha, _held(module, work))
 
 
-def _dsd_call(module, plan, p, b, o, transposed=False, beta=0.0):
+def _dsd_call(module, real, plan, p, b, o, transposed, beta):
     lib, tb = module.lib, _tables(plan, module)
     walk = ("col_ptr", "col_k", "col_other") if transposed else \
         ("row_ptr", "row_k", "row_other")
     N, H, Tin, d = b.shape
     work = plan.work("dsd_pt", lib.bs_threads() * plan.bs * plan.bs, p.dtype)
-    lib.bs_dsd(_real(module, p), _real(module, b), _real(module, o), N, H, Tin, o.shape[2], d,
-               plan.bs, plan.nnz, *(tb[n] for n in walk), int(bool(transposed)), beta,
-               _real(module, work))
+    return lib.bs_dsd, (real(p), real(b), real(o), N, H, Tin, o.shape[2], d, plan.bs, plan.nnz,
+                        *(tb[n] for n in walk), int(bool(transposed)), beta,
+                        _held(module, work))
 
 
-def _softmax_call(module, plan, s, p, scale=1.0, causal=False):
+def _softmax_call(module, real, plan, s, p, scale, causal):
     lib, tb = module.lib, _tables(plan, module)
-    lib.bs_softmax(_real(module, s), _real(module, p), s.shape[0], plan.heads * plan.rows,
-                   plan.rows, plan.cols, plan.bs, plan.nnz, tb["row_ptr"], tb["row"],
-                   tb["col"], scale, int(bool(causal)))
+    return lib.bs_softmax, (real(s), real(p), s.shape[0], plan.heads * plan.rows, plan.rows,
+                            plan.cols, plan.bs, plan.nnz, tb["row_ptr"], tb["row"], tb["col"],
+                            scale, int(bool(causal)))
 
 
-def _softmax_bprop_call(module, plan, p, dp, ds, scale=1.0):
+def _softmax_bprop_call(module, real, plan, p, dp, ds, scale):
     lib, tb = module.lib, _tables(plan, module)
-    lib.bs_softmax_bprop(_real(module, p), _real(module, dp), _real(module, ds), p.shape[0],
-                         plan.heads * plan.rows, plan.bs, plan.nnz, tb["row_ptr"], scale)
+    return lib.bs_softmax_bprop, (real(p), real(dp), real(ds), p.shape[0],
+                                  plan.heads * plan.rows, plan.bs, plan.nnz, tb["row_ptr"],
+                                  scale)
 
 
-#: op name -> its C call, ``call(module, plan, *arrays, *scalars)`` (``PLAN_CALLS``)
+#: op name -> its C call, ``call(module, real, plan, *arrays, *scalars)`` -> (C function,
+#: arguments), ``real`` giving an operand array's pointer (``PLAN_CALLS``;
+#: ``KernelModules.run_plan_op``)
 CALLS = {"blocksparse_fprop": _fprop_call, "blocksparse_bprop": _bprop_call,
          "blocksparse_update": _update_call, "blocksparse_sdd": _sdd_call,
          "blocksparse_dsd": _dsd_call, "blocksparse_softmax": _softmax_call,

@@ -16,7 +16,7 @@ import numpy as np
 from .blas import GemmThreads
 from .mkl_blas import MKLGemm, load_mkl
 from .kept_calls import KeptCalls
-from .threads import libgomp
+from .threads import libgomp, openmp_threads
 from ...kernels.build import default_builder
 from ...kernels.specs import CPU_SOURCES, cpu_variant, find
 from ...kernels.toolchain import CompileError, CompilerNotFound
@@ -249,20 +249,28 @@ class KernelModules:
             *op.sizes(arrays), *op.numbers(scalars))
         return True
 
-    def run_plan_op(self, op, arguments, scalars, call):
+    def run_plan_op(self, op, arguments, scalars, prepare, keep=False):
         """Run dispatched row ``op`` whose kernel's arguments are its plan's
-        (``kernel.arguments == "plan"``): the row's check, then ``call(module, *arguments,
-        *scalars)`` (the family's section file makes the C call from the plan: its tables and
-        work arrays); False when the kernels do not take the arrays among ``arguments`` (the
-        others, the plan, are taken as they are).  Not kept: the call's work arrays are the
-        plan's."""
-        op.check_operands(arguments, scalars)
-        module = self.usable(op.kernel.c_source, *[a for o, a in zip(op.operands, arguments)
-                                                   if o.plan is None])
-        if module is None:
-            return False
-        call(module, *arguments, *op.numbers(scalars))
-        return True
+        (``kernel.arguments == "plan"``): the row's check, then the C call ``prepare(module,
+        real, *arguments, *scalars)`` gives as (C function, arguments) (the family's section
+        file makes it from the plan: its tables and work arrays); False when the kernels do
+        not take the arrays among ``arguments`` (the others, the plan, are taken as they
+        are).  ``real(a)`` is an array's C pointer: a cffi buffer, or, with ``keep`` (every
+        array a tensor's lasting storage), a :func:`pointer` that does not hold it, and the
+        call is kept as :meth:`run_call` keeps one, also under the plan's identity and the
+        OpenMP thread count (which sizes the work arrays the call holds)."""
+        def made():
+            op.check_operands(arguments, scalars)
+            arrays = [a for o, a in zip(op.operands, arguments) if o.plan is None]
+            module = self.usable(op.kernel.c_source, *arrays)
+            if module is None:
+                return None
+            ffi = module.ffi
+            real = (lambda a: pointer(ffi, a)) if keep else \
+                (lambda a: ffi.from_buffer("real[]", a))
+            return prepare(module, real, *arguments, *op.numbers(scalars))
+        key = tuple(scalars) + (openmp_threads(),) if keep else ()
+        return self.run_call(op.name, arguments, key, keep, made)
 
     def _kept_op_call(self, op, arrays, scalars):
         op.check_operands(arrays, scalars)

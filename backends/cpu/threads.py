@@ -28,6 +28,14 @@ def libgomp():
         return None
 
 
+def openmp_threads():
+    """The threads an OpenMP region started from the calling thread would use
+    (``omp_get_max_threads()``, which sizes the C kernels' per-thread work arrays); 1 without
+    GNU OpenMP."""
+    gomp = libgomp()
+    return 1 if gomp is None else int(gomp.omp_get_max_threads())
+
+
 @functools.lru_cache(maxsize=None)
 def openblas():
     """numpy's OpenBLAS (a cffi library with ``openblas_set_num_threads_local``), or None."""

@@ -118,3 +118,47 @@ def test_kept_calls_keep_no_array_alive():
     del A, B, C, x, y, xhat
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_kept_plan_calls_follow_values_plans_and_thread_counts():
+    """A block-sparse op on kept tensors (a row whose kernel takes its plan's arguments) is a
+    kept call, under the plan's identity and the OpenMP thread count (which sizes the pack
+    buffer the call holds): new values give the reference's results, another plan or thread
+    count prepares a new call, and a dropped plan is freed."""
+    import gc
+    import weakref
+    from neonlite.backends.reference import blocksparse as reference
+    be = make_backend("cpu", dtype=np.float64)
+    if be.kernels.module("blocksparse", np.dtype(np.float64)) is None:
+        pytest.skip(f"no compiled CPU kernels: {be.kernels.unavailable_reason()}")
+    rng = np.random.default_rng(11)
+    layout = np.array([[1, 0, 1], [0, 1, 1]], np.uint8)
+    plan = be.blocksparse_layer(layout, 8)
+    x, w, y = be.zeros((5, 16)), be.zeros((4, 8, 8)), be.zeros((5, 24))
+    before = len(be.kernels._kept_calls)
+    for _ in range(3):
+        x.set(rng.standard_normal((5, 16)))
+        w.set(rng.standard_normal((4, 8, 8)))
+        be.blocksparse_fprop(plan, x, w, y)
+        want = reference.linear_fprop(plan.tables, x.get(), w.get(), 8)
+        np.testing.assert_allclose(y.get(), want, rtol=1e-12, atol=1e-12)
+    assert len(be.kernels._kept_calls) == before + 1
+    other = be.blocksparse_layer(np.ones((2, 3), np.uint8), 8)
+    w6 = be.array(rng.standard_normal((6, 8, 8)))
+    be.blocksparse_fprop(other, x, w6, y)
+    np.testing.assert_allclose(y.get(), reference.linear_fprop(other.tables, x.get(),
+                                                               w6.get(), 8), rtol=1e-12)
+    assert len(be.kernels._kept_calls) == before + 2
+    threads = be.kernels.module("blocksparse", np.dtype(np.float64)).lib.bs_threads()
+    be.set_threads(threads + 1)
+    try:
+        be.blocksparse_fprop(plan, x, w, y)
+        assert len(be.kernels._kept_calls) == before + 3
+    finally:
+        be.set_threads(threads)
+    np.testing.assert_allclose(y.get(), reference.linear_fprop(plan.tables, x.get(), w.get(),
+                                                               8), rtol=1e-12)
+    gone = weakref.ref(other)
+    del other
+    gc.collect()
+    assert gone() is None
