@@ -112,9 +112,12 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         whose kernel takes its plan's arguments runs its family's call of :data:`PLAN_CALLS`
         (``KernelModules.run_plan_op``)."""
         if op.kernel.arguments == "plan":
-            arguments = tuple([t if o.plan is not None else t._ary
-                               for o, t in zip(op.operands, operands)])
-            keep = all(t.kept for o, t in zip(op.operands, operands) if o.plan is None)
+            arguments, keep = [], True
+            for o, t in zip(op.operands, operands):
+                if o.plan is None:
+                    keep = keep and t.kept
+                    t = t._ary
+                arguments.append(t)
             if not self.kernels.run_plan_op(op, arguments, scalars, PLAN_CALLS[op.name], keep):
                 op.reference(*arguments, *scalars)
             return

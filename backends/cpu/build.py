@@ -259,18 +259,25 @@ class KernelModules:
         array a tensor's lasting storage), a :func:`pointer` that does not hold it, and the
         call is kept as :meth:`run_call` keeps one, also under the plan's identity and the
         OpenMP thread count (which sizes the work arrays the call holds)."""
-        def made():
-            op.check_operands(arguments, scalars)
-            arrays = [a for o, a in zip(op.operands, arguments) if o.plan is None]
-            module = self.usable(op.kernel.c_source, *arrays)
-            if module is None:
-                return None
-            ffi = module.ffi
-            real = (lambda a: pointer(ffi, a)) if keep else \
-                (lambda a: ffi.from_buffer("real[]", a))
-            return prepare(module, real, *arguments, *op.numbers(scalars))
-        key = tuple(scalars) + (openmp_threads(),) if keep else ()
-        return self.run_call(op.name, arguments, key, keep, made)
+        if not keep:
+            call = self._plan_call(op, arguments, scalars, prepare, False)
+            if call is None:
+                return False
+            call[0](*call[1])
+            return True
+        return self.run_call(op.name, arguments, tuple(scalars) + (openmp_threads(),), True,
+                             lambda: self._plan_call(op, arguments, scalars, prepare, True))
+
+    def _plan_call(self, op, arguments, scalars, prepare, keep):
+        """(C function, arguments) of :meth:`run_plan_op`'s call, or None."""
+        op.check_operands(arguments, scalars)
+        module = self.usable(op.kernel.c_source, *[a for o, a in zip(op.operands, arguments)
+                                                   if o.plan is None])
+        if module is None:
+            return None
+        ffi = module.ffi
+        real = (lambda a: pointer(ffi, a)) if keep else (lambda a: ffi.from_buffer("real[]", a))
+        return prepare(module, real, *arguments, *op.numbers(scalars))
 
     def _kept_op_call(self, op, arrays, scalars):
         op.check_operands(arrays, scalars)
