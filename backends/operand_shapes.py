@@ -7,6 +7,7 @@ one ValueError naming the op, the operand, its shape and the shape expected, or 
 for an operand of another element type).  Shared by the CPU and GPU backends."""
 import numpy as np
 
+from .blocksparse_plan import BlockSparsePlan
 from .operand_sizes import check_operands, check_rank
 
 GATES = {"lstm": 4, "gru": 3, "rnn": 1}
@@ -178,7 +179,11 @@ def check_blocksparse(op, plan, transposed=False, **operands):
     """The block-sparse ops (shapes in ``backends/backend.py``), exactly: the rows M of the
     weight ops and the batch N of the attention ops from the first operand, the head width d
     from a (sdd) or b (dsd), the layout's R, C, heads, nnz and block size bs from the plan;
-    ``transposed``: ``blocksparse_dsd``'s P^T @ b."""
+    ``transposed``: ``blocksparse_dsd``'s P^T @ b.  A ``plan`` that is no
+    :class:`~.blocksparse_plan.BlockSparsePlan` is a TypeError."""
+    if not isinstance(plan, BlockSparsePlan):
+        raise TypeError(f"{op}: plan must be a block-sparse plan (of blocksparse_layer), got "
+                        f"{type(plan).__name__}")
     bs, R, C, nnz, heads = plan.bs, plan.rows, plan.cols, plan.nnz, plan.heads
     named = list(operands.items())
     first_name, first = named[0]

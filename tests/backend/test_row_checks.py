@@ -13,14 +13,15 @@ from neonlite.backends.ops import OPS
 from neonlite.blocksparse.layouts import as_layout
 
 
-def _calls(be):
-    """{op name: a call of the op on small valid operands of ``be``}."""
+def _calls(be, given_plan=None):
+    """{op name: a call of the op on small valid operands of ``be``} (the block-sparse ops
+    given ``given_plan`` in place of their plan, when not None)."""
     rng = np.random.default_rng(0)
     arr = lambda *shape: be.array(rng.normal(size=shape))  # noqa: E731
     q, k, v, out, lse = arr(2, 8, 4), arr(2, 8, 4), arr(2, 8, 4), arr(2, 8, 4), arr(2, 8)
-    plan = be.blocksparse_layer(as_layout(np.tril(np.ones((1, 2, 2), np.uint8))), 8)
-    w = arr(plan.nnz, 8, 8)
-    blocks = arr(1, plan.nnz, 8, 8)
+    made = be.blocksparse_layer(as_layout(np.tril(np.ones((1, 2, 2), np.uint8))), 8)
+    nnz, plan = made.nnz, made if given_plan is None else given_plan
+    w, blocks = arr(nnz, 8, 8), arr(1, nnz, 8, 8)
     heads = lambda: arr(1, 1, 16, 4)  # noqa: E731
     return {
         "compound_dot": lambda: be.compound_dot(arr(3, 4), arr(4, 5), arr(3, 5)),
@@ -32,13 +33,13 @@ def _calls(be):
         "blocksparse_fprop": lambda: be.blocksparse_fprop(plan, arr(3, 16), w, arr(3, 16)),
         "blocksparse_bprop": lambda: be.blocksparse_bprop(plan, arr(3, 16), w, arr(3, 16)),
         "blocksparse_update": lambda: be.blocksparse_update(plan, arr(3, 16), arr(3, 16),
-                                                            arr(plan.nnz, 8, 8)),
+                                                            arr(nnz, 8, 8)),
         "blocksparse_sdd": lambda: be.blocksparse_sdd(plan, heads(), heads(), blocks),
         "blocksparse_dsd": lambda: be.blocksparse_dsd(plan, blocks, heads(), heads()),
-        "blocksparse_softmax": lambda: be.blocksparse_softmax(plan, blocks, arr(1, plan.nnz,
+        "blocksparse_softmax": lambda: be.blocksparse_softmax(plan, blocks, arr(1, nnz,
                                                                                 8, 8)),
         "blocksparse_softmax_bprop": lambda: be.blocksparse_softmax_bprop(
-            plan, blocks, arr(1, plan.nnz, 8, 8), arr(1, plan.nnz, 8, 8)),
+            plan, blocks, arr(1, nnz, 8, 8), arr(1, nnz, 8, 8)),
     }
 
 
@@ -85,3 +86,12 @@ def test_cpu_backend_runs_the_rows_check(name):
 def test_gpu_backend_runs_the_rows_check(monkeypatch, name):
     _row_check_runs(host_gpu_backend(monkeypatch), name)
 
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("blocksparse")])
+def test_a_block_sparse_op_needs_a_plan(name):
+    """Anything but a block-sparse plan where the plan goes is one TypeError naming the op
+    and what it got, from the row's check (it was an AttributeError on ``plan.bs``)."""
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
+    with pytest.raises(TypeError, match=f"^{name}: plan must be a block-sparse plan "
+                                        f"\\(of blocksparse_layer\\), got dict$"):
+        _calls(be, {"layout": None})[name]()
+    _calls(be)[name]()
