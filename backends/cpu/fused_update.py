@@ -2,25 +2,36 @@
 C call per dtype over the parameter arena (:mod:`.arena`, ``kernels/cpu/fused_optim.c``).
 
 An optimizer declares its fused form by returning a ``FusedForm``
-(``neonlite/optimizers/fused_form.py``) from ``fused_form(lr)``: the rule (a key of
-:data:`RULES`), its constants and its state keys; :class:`FusedPlan` runs it.  A call the
+(``neonlite/optimizers/fused_form.py``) from ``fused_form(lr)``: the rule (``"adam"`` for
+``NL_RULE_ADAM`` of ``kernels/cpu/fused_optim.h``: the rule codes and flags are the header's,
+read from the compiled module), its constants and its state keys; :class:`FusedPlan` runs it.  A call the
 kernel cannot take (a dtype without C kernels, bfloat16 states of float64 parameters) answers
 False, and the optimizer updates per parameter.
 """
 import numpy as np
 
-#: the rules of ``kernels/cpu/fused_optim.h``, by the name a ``FusedForm`` gives
-RULES = {"sgd": 0, "momentum": 1, "nesterov": 2, "adam": 3, "adam_bf16": 4, "rmsprop": 5,
-         "adagrad": 6}
-_SCALED, _CLIPPED, _SEG_DECAY, _SEG_WDECAY = 1, 2, 1, 2
 _NORM_PIECE = 1 << 16
+_RULE = "NL_RULE_"
+
+
+def rule_code(lib, rule):
+    """The code of rule ``rule`` (a ``FusedForm``'s) in ``kernels/cpu/fused_optim.h``
+    (``NL_RULE_<RULE>``, from compiled module ``lib``); ValueError naming the known rules."""
+    code = getattr(lib, _RULE + rule.upper(), None) if isinstance(rule, str) and \
+        rule == rule.lower() else None
+    if code is None:
+        known = sorted(n[len(_RULE):].lower() for n in dir(lib) if n.startswith(_RULE))
+        raise ValueError(f"fused optimizer step: no rule {rule!r} in kernels/cpu/fused_optim.h "
+                         f"(its rules: {', '.join(known)})")
+    return int(code)
 
 
 class _DtypePlan:
     """The C module, buffers and segment tables of one dtype of an optimizer group."""
 
-    def __init__(self, module, arena, dtype, slots, flags):
-        ffi = module.ffi
+    def __init__(self, module, arena, dtype, slots, decays):
+        ffi, lib = module.ffi, module.lib
+        flags = [lib.NL_SEG_DECAY | lib.NL_SEG_WDECAY if d else 0 for d in decays]
         self.module, self.dtype = module, dtype
         self.w = ffi.from_buffer("real[]", arena.values[dtype])
         self.g = ffi.from_buffer("real[]", arena.grads[dtype])
@@ -64,16 +75,15 @@ class FusedPlan:
         by_dtype = {}
         for p in self.params:
             slot = arena.slot(p)
-            flag = _SEG_DECAY | _SEG_WDECAY if optimizer.decays(p) else 0
             by_dtype.setdefault(slot.dtype, ([], []))
             by_dtype[slot.dtype][0].append(slot)
-            by_dtype[slot.dtype][1].append(flag)
-        for dtype, (slots, flags) in by_dtype.items():
+            by_dtype[slot.dtype][1].append(bool(optimizer.decays(p)))
+        for dtype, (slots, decays) in by_dtype.items():
             module = arena.be.kernels.module("fused_optim", dtype)
             if module is None:
                 self.ok = False
                 return
-            self.dtypes[dtype] = _DtypePlan(module, arena, dtype, slots, flags)
+            self.dtypes[dtype] = _DtypePlan(module, arena, dtype, slots, decays)
 
     def sum_squares(self):
         """Squared global L2 norm of the group's gradients (one pass per dtype)."""
@@ -102,12 +112,14 @@ class FusedPlan:
         Sets ``finite``: every weight and state value the kernel wrote is finite."""
         if form.storage is not None and any(dt != np.float32 for dt in self.dtypes):
             return False
+        lib = next(iter(self.dtypes.values())).module.lib
+        rule_id = rule_code(lib, form.rule)
         refs = self.state_refs
         if refs is None or refs[0] != form.states or refs[1] != form.storage or \
                 not all(p.states.get(k) is t for p, k, t in refs[2]):
             self._bind_states(form)
-        rule_id = RULES[form.rule]
-        flags = (_SCALED if scale != 1.0 else 0) | (_CLIPPED if clip_value is not None else 0)
+        flags = (lib.NL_FUSED_SCALED if scale != 1.0 else 0) | \
+            (lib.NL_FUSED_CLIPPED if clip_value is not None else 0)
         self.finite = True
         for plan in self.dtypes.values():
             rule = plan.rule

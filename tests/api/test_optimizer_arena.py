@@ -156,6 +156,27 @@ def test_an_optimizer_without_a_fused_form_runs_per_parameter():
         np.testing.assert_array_equal(fused_params[name], ref)
 
 
+def test_a_fused_form_of_an_unknown_rule_is_one_clear_error():
+    """The rule codes are the kernel header's (``NL_RULE_*`` of ``fused_optim.h``, read from
+    the compiled module): a rule it lacks is one ValueError naming it and the known rules,
+    before any parameter changes (it was a bare KeyError of a second table of the codes)."""
+    class Unknown(GradientDescentMomentum):
+        def fused_form(self, lr):
+            form = super().fused_form(lr)
+            form.rule = "lion"
+            return form
+
+    model = _model(np.float64)
+    before = {p.name: p.value.get() for p in model.parameters()}
+    with pytest.raises(ValueError, match=r"^fused optimizer step: no rule 'lion' in "
+                                         r"kernels/cpu/fused_optim.h \(its rules: adagrad, "
+                                         r"adam, adam_bf16, momentum, nesterov, rmsprop, "
+                                         r"sgd\)$"):
+        Unknown(0.1).optimize(model.parameters(), 0)
+    for p in model.parameters():
+        np.testing.assert_array_equal(p.value.get(), before[p.name])
+
+
 def test_get_params_is_unchanged_by_the_arena():
     with_arena = _model(np.float64).get_params()
     without = _model(np.float64, arena=False).get_params()
