@@ -4,9 +4,9 @@ C call per dtype over the parameter arena (:mod:`.arena`, ``kernels/cpu/fused_op
 An optimizer declares its fused form by returning a ``FusedForm``
 (``neonlite/optimizers/fused_form.py``) from ``fused_form(lr)``: the rule (``"adam"`` for
 ``NL_RULE_ADAM`` of ``kernels/cpu/fused_optim.h``: the rule codes and flags are the header's,
-read from the compiled module), its constants and its state keys; :class:`FusedPlan` runs it.  A call the
-kernel cannot take (a dtype without C kernels, bfloat16 states of float64 parameters) answers
-False, and the optimizer updates per parameter.
+read from the compiled module), its constants and its state keys; :class:`FusedPlan` runs
+it.  A call the kernel cannot take (a dtype without C kernels, bfloat16 states of float64
+parameters) answers False, and the optimizer updates per parameter.
 """
 import numpy as np
 
