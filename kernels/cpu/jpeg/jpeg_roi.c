@@ -6,14 +6,14 @@
  * is printed.  A progress monitor stops a progressive file at scan max_scans + 1 (a file of
  * 10^5 empty scans otherwise makes libjpeg walk the whole coefficient buffer 10^5 times).
  *
- * Exactness: the pixels are those of a full decode cut to the box.  Rows: with libjpeg-turbo
- * 2.1.5 and subsampled chroma, the first row after jpeg_skip_scanlines differs from a full
- * decode's (measured: tests/data/test_jpeg_roi.py fails with ROW_MARGIN 0), so the skip
- * stops ROW_MARGIN rows above the box and those rows are read and dropped.  Columns:
- * jpeg_crop_scanline widens the crop to whole iMCUs; the crop asked for is the box widened
- * by COLUMN_MARGIN pixels (inside the image) so that the fancy upsampler never takes a box
- * column for the crop's edge (measured exact without it with 2.1.5; kept for other
- * libjpeg builds), and the extra columns are cut here. */
+ * Exactness: the pixels are those of a full decode cut to the box.  Columns:
+ * jpeg_crop_scanline widens the crop to whole iMCUs, and libjpeg's fancy upsampling of
+ * subsampled chroma treats the crop's first and last columns as image edges (it replicates
+ * the chroma sample where the full image has a neighbour), so the crop asked for is the box
+ * widened by COLUMN_MARGIN pixels on each side (inside the image) and the extra columns are
+ * cut here (measured with libjpeg-turbo 2.1.5: tests/data/test_jpeg_roi.py fails on 4:2:2
+ * and 4:2:0 files without the margin).  Rows: jpeg_skip_scanlines keeps the upsampler's
+ * context rows, and the rows after a skip equal the full decode's (the same test). */
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -53,7 +53,6 @@ int jroi_decode(const uint8_t *data, int64_t size, const int32_t *box, int scale
 #include <jerror.h>
 
 #define COLUMN_MARGIN 1
-#define ROW_MARGIN 1
 
 /* libjpeg's error manager, extended with the way back and what to report */
 struct nl_errors {
@@ -215,16 +214,27 @@ static int nl_check_header(j_decompress_ptr cinfo, struct nl_errors *errors, int
     return JROI_OK;
 }
 
+/* Row `src` of `width` RGB pixels as luma in `dst`, by Pillow's convert("L") formula
+ * (ITU-R 601-2 weights in 16-bit fixed point, rounded), so a grayscale decode of a colour
+ * JPEG has Pillow's pixels. */
+static void nl_rgb_to_luma(const JSAMPLE *src, uint8_t *dst, JDIMENSION width) {
+    JDIMENSION x;
+    for (x = 0; x < width; x++, src += 3)
+        dst[x] = (uint8_t)((src[0] * 19595u + src[1] * 38470u + src[2] * 7471u + 0x8000u) >> 16);
+}
+
 /* The decode proper, after jpeg_start_decompress: the box's rows through one row of the
- * widened crop (in libjpeg's pool) into out. */
+ * widened crop (in libjpeg's pool, output_components a pixel) into out (channels a pixel:
+ * 1 with 3 components is converted to luma). */
 static void nl_read_box(j_decompress_ptr cinfo, const int32_t *box, int channels,
                         uint8_t *out) {
     JDIMENSION x0 = (JDIMENSION)(box[1] > COLUMN_MARGIN ? box[1] - COLUMN_MARGIN : 0);
     JDIMENSION x1 = (JDIMENSION)box[1] + (JDIMENSION)box[3] + COLUMN_MARGIN;
-    JDIMENSION y0 = (JDIMENSION)(box[0] > ROW_MARGIN ? box[0] - ROW_MARGIN : 0);
+    JDIMENSION y0 = (JDIMENSION)box[0];
     JDIMENSION y1 = (JDIMENSION)box[0] + (JDIMENSION)box[2];
     JDIMENSION width, cut, y;
     size_t row_bytes = (size_t)box[3] * (size_t)channels;
+    size_t components = (size_t)cinfo->output_components;
     JSAMPARRAY row;
     if (x1 > cinfo->output_width)
         x1 = cinfo->output_width;
@@ -232,15 +242,17 @@ static void nl_read_box(j_decompress_ptr cinfo, const int32_t *box, int channels
     jpeg_crop_scanline(cinfo, &x0, &width);
     cut = (JDIMENSION)box[1] - x0;
     row = (*cinfo->mem->alloc_sarray)((j_common_ptr)cinfo, JPOOL_IMAGE,
-                                       width * (JDIMENSION)channels, 1);
+                                       width * (JDIMENSION)components, 1);
     if (y0 > 0 && jpeg_skip_scanlines(cinfo, y0) != y0)
         ERREXIT(cinfo, JERR_INPUT_EOF);
     for (y = y0; y < y1; y++) {
+        uint8_t *dst = out + (size_t)(y - y0) * row_bytes;
         if (jpeg_read_scanlines(cinfo, row, 1) != 1)
             ERREXIT(cinfo, JERR_INPUT_EOF);
-        if (y >= (JDIMENSION)box[0])
-            memcpy(out + (size_t)(y - (JDIMENSION)box[0]) * row_bytes,
-                   row[0] + (size_t)cut * (size_t)channels, row_bytes);
+        if (components == (size_t)channels)
+            memcpy(dst, row[0] + (size_t)cut * components, row_bytes);
+        else
+            nl_rgb_to_luma(row[0] + (size_t)cut * components, dst, (JDIMENSION)box[3]);
     }
 }
 
@@ -274,7 +286,8 @@ int jroi_decode(const uint8_t *data, int64_t size, const int32_t *box, int scale
     progress.pub.progress_monitor = nl_monitor;
     progress.max_scans = max_scans;
     cinfo.progress = &progress.pub;
-    cinfo.out_color_space = channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+    cinfo.out_color_space = channels == 1 && cinfo.jpeg_color_space == JCS_GRAYSCALE ?
+        JCS_GRAYSCALE : JCS_RGB;
     cinfo.scale_num = 1;
     cinfo.scale_denom = (unsigned int)scale_denom;
     cinfo.dct_method = JDCT_ISLOW;

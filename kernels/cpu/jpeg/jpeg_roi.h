@@ -26,8 +26,8 @@ int jroi_header(const uint8_t *data, int64_t size, int32_t *info, char *message,
 /* Decode box[0..3] = (top, left, height, width) of the JPEG data[0..size) decoded at
  * 1/scale_denom (1, 2, 4 or 8; libjpeg's DCT scaling: an image of H x W pixels is
  * ceil(H/scale_denom) x ceil(W/scale_denom) and the box is in those coordinates) into out,
- * C-contiguous uint8 (height, width, channels): channels 3 is RGB, 1 grayscale (the luma of a
- * colour JPEG).  The pixels are those of a full decode at the same scale cut to the box, bit
+ * C-contiguous uint8 (height, width, channels): channels 3 is RGB, 1 grayscale (a colour
+ * JPEG's RGB converted as Pillow's convert("L") does).  The pixels are those of a full decode at the same scale cut to the box, bit
  * for bit: only the iMCU columns around the box are decoded (jpeg_crop_scanline), the rows
  * above it skipped (jpeg_skip_scanlines) and decoding stops after its last row.
  *
