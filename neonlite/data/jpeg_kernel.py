@@ -28,7 +28,7 @@ MAX_SCANS = 500
 MAX_DECODE_BYTES = 6 * (1 << 28) + (64 << 20)
 MESSAGE_BYTES = 256
 #: the kernel's return codes (``jpeg_roi.h``)
-OK, CORRUPT, UNSUPPORTED, TOO_LARGE, TOO_MANY_SCANS, BAD_CALL = range(6)
+OK, CORRUPT, UNSUPPORTED, TOO_LARGE, TOO_MANY_SCANS, BAD_CALL, OUT_OF_MEMORY = range(7)
 
 
 def _load():
@@ -85,6 +85,10 @@ def decode_jpeg(module, data, path, box, scale, channels, max_side, max_pixels):
     if code == TOO_LARGE:
         raise DataError(f"{path}: the image is too large to decode ({words}; refused before "
                         f"decoding)")
+    if code == OUT_OF_MEMORY:
+        raise DataError(f"{path}: decoding the image needs more than the "
+                        f"{MAX_DECODE_BYTES >> 20:,} MiB of working memory libjpeg may take "
+                        f"({words})")
     if code == TOO_MANY_SCANS:
         raise DataError(f"{path}: the JPEG file has {words} (refused)")
     if code == BAD_CALL:

@@ -85,6 +85,7 @@ static int nl_classify(int msg_code) {
         return JROI_UNSUPPORTED;
     case JERR_OUT_OF_MEMORY:
     case JERR_NO_BACKING_STORE:
+        return JROI_OUT_OF_MEMORY;
     case JERR_IMAGE_TOO_BIG:
     case JERR_WIDTH_OVERFLOW:
         return JROI_TOO_LARGE;

@@ -12,6 +12,7 @@
 #define JROI_TOO_LARGE 3
 #define JROI_TOO_MANY_SCANS 4
 #define JROI_BAD_CALL 5
+#define JROI_OUT_OF_MEMORY 6
 
 /* LIBJPEG_TURBO_VERSION_NUMBER of the library compiled against (e.g. 2001005 for 2.1.5),
  * 62 or 80 (JPEG_LIB_VERSION) for another libjpeg, 0 for the stub. */
@@ -35,7 +36,7 @@ int jroi_header(const uint8_t *data, int64_t size, int32_t *info, char *message,
  * pixels (JROI_TOO_LARGE); CMYK/YCCK colour, a precision other than 8 bits, arithmetic coding
  * where libjpeg lacks it (JROI_UNSUPPORTED).  A progressive file of more than max_scans scans
  * stops at the next one (JROI_TOO_MANY_SCANS); libjpeg's working memory is capped at
- * max_memory bytes.  Corrupt data and the end of the data reached before the box's last row
+ * max_memory bytes (JROI_OUT_OF_MEMORY past it).  Corrupt data and the end of the data reached before the box's last row
  * give JROI_CORRUPT with libjpeg's message; other libjpeg warnings (e.g. extraneous bytes)
  * are counted in *warnings.  Nothing is printed, nothing leaks on any path. */
 int jroi_decode(const uint8_t *data, int64_t size, const int32_t *box, int scale_denom,
