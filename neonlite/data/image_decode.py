@@ -56,8 +56,19 @@ class Decoder:
         if channels not in (1, 3):
             raise DataError(f"channels must be 1 (grayscale) or 3 (RGB), got {channels!r}")
         self.channels, self.size, self.size_hint = channels, size, size_hint
-        self.jpeg_draft = bool(jpeg_draft)
-        self.jpeg = jpeg_module() if jpeg_kernel else None
+        self.jpeg_draft, self.jpeg_kernel = bool(jpeg_draft), bool(jpeg_kernel)
+        self._jpeg = False
+
+    @property
+    def jpeg(self):
+        """The JPEG kernel's cffi module, or None (Pillow decodes every JPEG): found on first
+        use in each process (a cffi module does not pickle into a loader worker)."""
+        if self._jpeg is False:
+            self._jpeg = jpeg_module() if self.jpeg_kernel else None
+        return self._jpeg
+
+    def __getstate__(self):
+        return {**self.__dict__, "_jpeg": False}
 
     @property
     def decodes_boxes(self):
