@@ -1,6 +1,6 @@
 """The region-of-interest JPEG kernel (``kernels/cpu/jpeg/jpeg_roi.c``): a box decoded alone
 has the pixels of the same libjpeg's full decode cut to the box, bit for bit, at every scale,
-for odd boxes touching each edge, 4:2:0, 4:2:2, 4:4:4 and grayscale files, baseline and
+for odd boxes touching each edge, 4:2:0, 4:2:2, 4:1:1, 4:4:4 and grayscale files, baseline and
 progressive, with restart markers; Pillow's full decode (its own libjpeg-turbo) and its draft
 give the same bits; files the kernel does not take go to Pillow; where the compiler finds no
 libjpeg the variant builds as a stub and Pillow decodes."""
@@ -22,7 +22,8 @@ pytestmark = requires("jpeg_kernel")
 
 #: (name, Pillow save options): the chroma layouts, progressive, restart markers
 LAYOUTS = [("4:4:4", dict(subsampling=0)), ("4:2:2", dict(subsampling=1)),
-           ("4:2:0", dict(subsampling=2)), ("4:2:0 progressive", dict(subsampling=2,
+           ("4:2:0", dict(subsampling=2)), ("4:1:1", dict(subsampling="4:1:1")),
+           ("4:2:0 progressive", dict(subsampling=2,
                                                                       progressive=True)),
            ("4:2:2 progressive", dict(subsampling=1, progressive=True)),
            ("4:2:0 restarts", dict(subsampling=2, restart_marker_blocks=3)),
