@@ -5,7 +5,9 @@ with 2 loader workers against ``torch.utils.data.DataLoader(num_workers=2)`` on 
     python -m benchmarks.image_loader [--torch-python PY] [--workers 2] [--smoke]
 
 Rows: (a) 32x32 PNG decode + pad-4 random crop + flip + normalise; (b) JPEG (about 500x375,
-quality 90) decode + random-resized crop to 224 + flip + normalise.  Files are generated into
+quality 90) decode + random-resized crop to 224 + flip + normalise, also with neonlite's JPEG
+files decoded whole by Pillow (``NEONLITE_JPEG_KERNEL=0``: the loader before the
+region-of-interest kernel).  Files are generated into
 a temporary folder.  Each figure is the images/s of the last of ``--epochs`` epochs (the
 first starts the workers); "per worker" divides by the number of workers.  The PyTorch rows
 run ``benchmarks/image_loader_torch.py`` under ``--torch-python`` (default
@@ -14,6 +16,7 @@ Timings from a loaded machine mean nothing: rerun on an idle one.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -21,6 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks.image_folders import jpeg_folder, random_folder
+from neonlite.data.jpeg_kernel import ENV as JPEG_KERNEL_ENV
 
 HERE = Path(__file__).resolve().parent
 MEAN, STD = [0.49, 0.48, 0.45], [0.25, 0.24, 0.26]
@@ -82,6 +86,14 @@ def main(argv=None):
         ours = neonlite_rate(root, kind, args.workers, batch, args.epochs)
         print(f"| {ROWS[kind]} | neonlite ImageFolder | {ours:,.0f} | "
               f"{ours / args.workers:,.0f} | 1.00x |", flush=True)
+        if kind == "jpeg224":
+            os.environ[JPEG_KERNEL_ENV] = "0"
+            try:
+                whole = neonlite_rate(root, kind, args.workers, batch, args.epochs)
+            finally:
+                os.environ.pop(JPEG_KERNEL_ENV)
+            print(f"| {ROWS[kind]} | neonlite, Pillow decoding whole JPEGs | {whole:,.0f} | "
+                  f"{whole / args.workers:,.0f} | {ours / whole:.2f}x |", flush=True)
         for decoder in ("decode_image", "pillow"):
             rate, why = torch_rate(args.torch_python, root, kind, decoder, args.workers, batch,
                                    args.epochs)

@@ -5,11 +5,14 @@ random-resized crop 224 + flip + normalise), per stage, on one thread:
         [--baseline REV]
 
 Stages (milliseconds per image, the median of ``--repeats`` passes over ``--count`` files):
-``header`` (open, size from the header), ``decode full`` (Pillow, every pixel) and ``decode
-draft`` (``jpeg_draft``: libjpeg's DCT scaling chosen from the drawn crop), ``draw + tables``
-(the random boxes and the bilinear tap tables, numpy), then the resize kernel alone into uint8
-(``resize``), with the flip fused (``+ flip``) and with the float32 normalisation fused
-(``+ normalise``, the pipeline's step), each on full and draft decodes.  ``horizontal`` is the
+``header`` (open, size from the header), ``decode full (Pillow)`` (every pixel, Pillow's
+libjpeg-turbo), ``decode draft (Pillow)`` (``jpeg_draft``: libjpeg's DCT scaling chosen from
+the drawn crop, the whole image), ``decode full (kernel)`` (the region-of-interest kernel of
+``kernels/cpu/jpeg/``, every pixel) and ``decode box (kernel)`` (the pipeline's path: only
+the drawn box, at the draft scale where one applies), ``draw + tables`` (the random boxes and
+the bilinear tap tables, numpy), then the resize kernel alone into uint8 (``resize``), with
+the flip fused (``+ flip``) and with the float32 normalisation fused (``+ normalise``, the
+pipeline's step), each on full decodes and on the kernel's boxes.  ``horizontal`` is the
 resize of each box to (box height, 224): the horizontal pass with a one-tap vertical one.
 ``--baseline REV`` also builds ``kernels/cpu/augment.c`` as it was at git revision REV (with
 the project's compiler flags) and times its resize beside today's in the same run, passes
@@ -33,7 +36,7 @@ from neonlite.data.augment import Flip, Normalize, Pipeline, RandomResizedCrop
 from neonlite.data.augment.draws import sample_uniforms
 from neonlite.data.augment.kernels import (Batch, Call, augment_module, resample_tables,
                                            taps_used)
-from kernels.toolchain import C_FLAGS
+from neonlite.kernels.toolchain import C_FLAGS
 from neonlite.data.image_decode import Decoder
 
 SIZE = 224
@@ -134,20 +137,25 @@ def main(argv=None):
     root = jpeg_folder(Path(tempfile.mkdtemp(prefix="jpeg-stages-")), args.count + 8)
     paths = sorted(str(p) for p in root.glob("*/*/*.jpg"))[:args.count]
     n = len(paths)
-    decoder = Decoder(3)
+    decoder, pillow = Decoder(3), Decoder(3, jpeg_kernel=False)
+    if decoder.jpeg is None:
+        parser.error("the region-of-interest JPEG kernel is not built here (neonlite doctor "
+                     "says why)")
     crop = RandomResizedCrop(SIZE)
     headers = np.array([decoder.header(p)[:2] + (3,) for p in paths], np.int64)
     u = sample_uniforms(7, np.arange(n), 0, crop.draws)
     boxes = crop.boxes(u, headers[:, 0], headers[:, 1])
     module = augment_module()
     rows = {"header": per_image_ms(lambda: [decoder.header(p) for p in paths], n, args.repeats)}
-    full = [decoder.decode(p) for p in paths]
-    rows["decode full"] = per_image_ms(lambda: [decoder.decode(p) for p in paths], n,
-                                       args.repeats)
-    draft = [decoder.decode_box(p, box, (SIZE, SIZE)) for p, box in zip(paths, boxes)]
-    rows["decode draft"] = per_image_ms(
-        lambda: [decoder.decode_box(p, box, (SIZE, SIZE)) for p, box in zip(paths, boxes)], n,
-        args.repeats)
+    full = [pillow.decode(p) for p in paths]
+    rows.update(alternating_ms({
+        "decode full (Pillow)": lambda: [pillow.decode(p) for p in paths],
+        "decode draft (Pillow)": lambda: [pillow.decode_box(p, box, (SIZE, SIZE))
+                                          for p, box in zip(paths, boxes)],
+        "decode full (kernel)": lambda: [decoder.decode(p) for p in paths],
+        "decode box (kernel)": lambda: [decoder.decode_box(p, box, (SIZE, SIZE))
+                                        for p, box in zip(paths, boxes)]}, n, args.repeats))
+    cut = [decoder.decode_box(p, box, (SIZE, SIZE)) for p, box in zip(paths, boxes)]
     pipeline = Pipeline([crop, Flip(), Normalize([0.5] * 3, [0.25] * 3)])
     draw = lambda: (pipeline._draw(full, headers, np.arange(n), 7),  # noqa: E731
                     resample_tables(boxes[:, 2], np.full(n, SIZE)),
@@ -157,7 +165,7 @@ def main(argv=None):
     u8, f32 = np.empty((n, SIZE, SIZE, 3), np.uint8), np.empty((n, SIZE, SIZE, 3), np.float32)
     no_flip, flips = np.zeros(n, bool), np.ones(n, bool)
     for name, images, bx in (("full", full, boxes),
-                             ("draft", [d[0] for d in draft], np.array([d[1] for d in draft]))):
+                             ("box", [d[0] for d in cut], np.array([d[1] for d in cut]))):
         rows[f"resize ({name})"] = per_image_ms(
             resize_call(module, images, bx, out_hw, no_flip, u8), n, args.repeats)
         rows[f"resize + flip ({name})"] = per_image_ms(

@@ -94,6 +94,19 @@ def _cdef(spec):
     return prelude + "\n".join(_declarations(spec.header_path, set())) + "\n"
 
 
+def link_plan(spec, compiler):
+    """``(defines, libraries)`` of CPU variant ``spec`` with ``compiler``: each of its
+    ``libraries`` that ``compiler`` finds (header and ``-l``) is linked; for one it does not,
+    ``NL_NO_LIB<NAME>=1`` joins the defines (the source builds its stub)."""
+    defines, libraries = list(spec.defines), []
+    for library, header in spec.libraries:
+        if compiler.links(library, header):
+            libraries.append(library)
+        else:
+            defines.append((f"NL_NO_LIB{library.upper()}", "1"))
+    return tuple(defines), tuple(libraries)
+
+
 def _import_extension(module_name, path):
     loader = importlib.machinery.ExtensionFileLoader(module_name, str(path))
     module_spec = importlib.util.spec_from_loader(module_name, loader, origin=str(path))
@@ -150,10 +163,12 @@ class Builder:
         :class:`~neonlite.kernels.toolchain.CKeyInputs`, default: those of the compiler found
         now), which hold every value the key takes from the machine."""
         inputs = inputs or c_key_inputs()
+        defines, libraries = link_plan(spec, inputs.compiler)
+        linked = {"libraries": libraries} if spec.libraries else {}
         return cache_key({"target": "cpu", "variant": spec.name, "sources": _closure(spec),
-                          "defines": spec.defines, "flags": inputs.flags,
+                          "defines": defines, "flags": inputs.flags,
                           "arch": inputs.compiler.target, "compiler": inputs.compiler.version,
-                          "python": inputs.ext_suffix, "cffi": inputs.cffi_version})
+                          "python": inputs.ext_suffix, "cffi": inputs.cffi_version, **linked})
 
     def cuda_key(self, spec, arch, nvcc=None):
         """The cache key of CUDA variant ``spec`` for ``arch`` with ``nvcc``."""
@@ -209,8 +224,9 @@ class Builder:
             make_c_source(ffi, module_name, f'#include "{spec.source_path.name}"\n', str(c_file),
                           verbose=False)
             out = Path(tmp) / f"{module_name}.so"
+            defines, libraries = link_plan(spec, compiler)
             log = compiler.compile_module(spec.name, c_file, out, [spec.source_path.parent],
-                                          spec.defines, source=source_text)
+                                          defines, source=source_text, libraries=libraries)
             return out.read_bytes(), log
 
     def load_cpu(self, spec):

@@ -19,6 +19,10 @@ class KernelSpec:
         source (str): the source file, relative to ``root``.
         defines (tuple): ``(NAME, value)`` pairs passed as ``-DNAME=value``.
         header (str or None): CPU only: the prototypes given to cffi's ``cdef``.
+        libraries (tuple): CPU only: ``(library, header)`` pairs of system libraries the
+            variant links (``-l<library>``) where the compiler finds ``<header>`` and links
+            them; where it does not, the variant is compiled with ``-DNL_NO_LIB<LIBRARY>``
+            instead (its source then builds a stub that says so).
         threads (int or None): CUDA only: threads per block of a launch.
         shared (int): CUDA only: dynamic shared memory per block, bytes.
         functions (tuple): CUDA only: the ``extern "C"`` kernels the cubin holds.
@@ -30,6 +34,7 @@ class KernelSpec:
     source: str
     defines: tuple = ()
     header: str = None
+    libraries: tuple = ()
     threads: int = None
     shared: int = 0
     functions: tuple = ()
@@ -43,6 +48,8 @@ class KernelSpec:
             raise ValueError(f"kernel variant {self.name!r}: a CPU variant needs a header of "
                              f"prototypes for cffi")
         object.__setattr__(self, "defines", tuple((str(k), str(v)) for k, v in self.defines))
+        object.__setattr__(self, "libraries", tuple((str(lib), str(header))
+                                                    for lib, header in self.libraries))
 
     @property
     def source_path(self):

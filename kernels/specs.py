@@ -60,11 +60,20 @@ BF16_VARIANTS = (
 )
 
 
+#: region-of-interest JPEG decoding with the system's libjpeg(-turbo) (``cpu/jpeg/``): linked
+#: with ``-ljpeg`` where the compiler finds ``jpeglib.h`` and the library, else a stub that
+#: says so (then Pillow decodes; ``neonlite doctor`` tells which)
+JPEG_VARIANTS = (
+    KernelSpec("jpeg_roi", "cpu", "cpu/jpeg/jpeg_roi.c", libraries=(("jpeg", "jpeglib.h"),),
+               header="cpu/jpeg/jpeg_roi.h"),
+)
+
+
 def variants(target=None):
     """Every variant in the table, or only those of ``target`` ('cpu' or 'cuda')."""
     if target is not None and target not in TARGETS:
         raise ValueError(f"unknown kernel target {target!r}; expected one of {TARGETS}")
-    table = CPU_VARIANTS + BF16_VARIANTS + (CUDA_VARIANTS if target != "cpu" else ())
+    table = CPU_VARIANTS + BF16_VARIANTS + JPEG_VARIANTS + (CUDA_VARIANTS if target != "cpu" else ())
     return tuple(spec for spec in table if target is None or spec.target == target)
 
 
@@ -77,7 +86,7 @@ def find(name):
 
 
 __all__ = ["KernelSpec", "KERNEL_ROOT", "TARGETS", "DEFAULT_CUDA_ARCHS", "CPU_DTYPES",
-           "CPU_SOURCES", "CPU_VARIANTS", "BF16_VARIANTS", "CUDA_VARIANTS", "UINT8_SOURCES",
+           "CPU_SOURCES", "CPU_VARIANTS", "BF16_VARIANTS", "JPEG_VARIANTS", "CUDA_VARIANTS", "UINT8_SOURCES",
            "variants", "find",
            "cpu_variant"]
 

@@ -27,6 +27,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic import scratch_folder
+
 C_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 CUDA_FLAGS = ("-O3", "-Xptxas", "-v")
 COMPILE_TIMEOUT_S = 600
@@ -90,20 +92,40 @@ class CCompiler:
     version: str
     target: str
 
-    def compile_module(self, name, c_file, out_file, include_dirs=(), defines=(), source=None):
-        """Compile C file ``c_file`` (a cffi module) into shared object ``out_file``.
+    def compile_module(self, name, c_file, out_file, include_dirs=(), defines=(), source=None,
+                       libraries=()):
+        """Compile C file ``c_file`` (a cffi module) into shared object ``out_file``, linked
+        with ``libraries`` (names, as ``-l`` takes them) besides libm.
 
         Returns the compiler's log; raises :class:`CompileError` (showing ``source``, the text
         the user wrote, when given) if the compiler fails.
         """
         includes = [python_build()[1], *map(str, include_dirs)]
         command = [*self.command, *C_FLAGS, *(f"-I{d}" for d in includes),
-                   *(f"-D{k}={v}" for k, v in defines), str(c_file), "-o", str(out_file), "-lm"]
+                   *(f"-D{k}={v}" for k, v in defines), str(c_file), "-o", str(out_file),
+                   *(f"-l{lib}" for lib in libraries), "-lm"]
         status, log = _run(command, cwd=Path(c_file).parent)
         if status != 0 or not Path(out_file).is_file():
             text = source if source is not None else Path(c_file).read_text()
             raise CompileError(name, text, log, command, status)
         return log
+
+
+    def links(self, library, header):
+        """True when a program including system header ``header`` compiles and links with
+        ``-l<library>`` (asked once per compiler, library and header in a process)."""
+        return _links(self.command, library, header)
+
+
+@functools.lru_cache(maxsize=None)
+def _links(command, library, header):
+    with scratch_folder("neonlite-probe-") as tmp:
+        source = Path(tmp) / "probe.c"
+        source.write_text(f"#include <stddef.h>\n#include <stdio.h>\n#include <{header}>\n"
+                          f"int main(void) {{ return 0; }}\n")
+        status, _ = _run([*command, str(source), "-o", str(Path(tmp) / "probe"),
+                          f"-l{library}"], cwd=tmp, env=_probe_environment())
+    return status == 0
 
 
 def _probe_environment():

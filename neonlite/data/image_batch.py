@@ -32,7 +32,7 @@ class BatchMaker:
         the sample being decoded (-1: none), also given to ``on_sample`` (a worker's hook)
         when set."""
         indices = np.array(indices, dtype=np.int64)
-        if self.pipeline is not None and self.decoder.jpeg_draft and \
+        if self.pipeline is not None and self.decoder.decodes_boxes and \
                 self.pipeline.resizes_first():
             return self._make_scaled(indices, epoch_key, out)
         images, used = [None] * len(indices), indices.copy()
@@ -67,10 +67,11 @@ class BatchMaker:
 
     def _make_scaled(self, indices, epoch_key, out):
         """:meth:`make` for a pipeline that first resizes a box (the decoder's
-        ``jpeg_draft``): the boxes are drawn from the images' headers, as they would be from
-        the full images, then each file is decoded at the scale its box allows and the box
-        mapped into it.  A corrupt image (``skip_corrupt``) found while decoding makes the
-        batch start again without it (its substitute's header stands in)."""
+        ``decodes_boxes``): the boxes are drawn from the images' headers, as they would be
+        from the full images, then each file is decoded for its box (only the box, by the JPEG
+        kernel; at the scale the box allows with ``jpeg_draft``) and the box mapped into it.
+        A corrupt image (``skip_corrupt``) found while decoding makes the batch start again
+        without it (its substitute's header stands in)."""
         used, bad, headers, opened = indices.copy(), [], {}, {}
         try:
             return self._plan_and_decode(indices, epoch_key, out, used, bad, headers, opened)

@@ -3,11 +3,15 @@ must be a regular file no larger than :data:`MAX_FILE_BYTES`, its header's dimen
 checked (each side at most :data:`MAX_SIDE`, at most :data:`MAX_PIXELS` pixels) before any
 pixel is decoded, and Pillow's own decompression-bomb limit is set to the same bound.
 
-A JPEG that will be cut to a box and shrunk by 2x or more may be decoded at a reduced scale
-(:meth:`Decoder.decode_box`, libjpeg's DCT scaling through Pillow's ``Image.draft``, as
-DALI- and ffcv-style loaders decode scaled): the largest of 1/2, 1/4, 1/8 that leaves the box
-at least the output's size, the box mapped into the smaller image.  Its pixels differ a little
-from a full decode's (see docs/data.md); ``jpeg_draft=False`` always decodes every pixel.
+JPEG files are decoded by the region-of-interest kernel of :mod:`.jpeg_kernel` where it is
+built (libjpeg-turbo), else by Pillow (and PNG, CMYK and 12-bit JPEG files always are).  A
+JPEG that will be cut to a box (:meth:`Decoder.decode_box`) has only the box decoded by the
+kernel, its pixels those of a full decode cut to the box, bit for bit.  A box that is shrunk
+by 2x or more may be decoded at a reduced scale (libjpeg's DCT scaling, in the kernel or
+through Pillow's ``Image.draft``, as DALI- and ffcv-style loaders decode): the largest of 1/2,
+1/4, 1/8 that leaves the box at least the output's size, the box mapped into the smaller
+image.  Those pixels differ a little from a full decode's (see docs/data.md);
+``jpeg_draft=False`` decodes at full scale.
 
 Pillow is an optional dependency (``pip install neonlite[images]``); it is imported when an
 image data set is made, and its absence is one line saying how to install it.
@@ -18,6 +22,7 @@ import numpy as np
 
 from ..safe_files import open_regular
 from .iterator import DataError
+from .jpeg_kernel import decode_jpeg, jpeg_module
 
 #: the most pixels one image may have (a 16k x 16k photo; a decompression bomb is refused)
 MAX_PIXELS = 1 << 28
@@ -43,13 +48,34 @@ def pillow():
 class Decoder:
     """Decodes image files to uint8 (H, W, ``channels``) arrays (``channels`` 1: grayscale,
     3: RGB; other modes are converted).  ``size``: (H, W) every image must have (None: any)
-    with ``size_hint``, the words telling how to accept other sizes."""
+    with ``size_hint``, the words telling how to accept other sizes.  ``jpeg_draft``: JPEG
+    boxes may be decoded at a reduced scale; ``jpeg_kernel``: JPEG files are decoded by the
+    region-of-interest kernel where it is built (False: always Pillow)."""
 
-    def __init__(self, channels, size=None, size_hint="", jpeg_draft=True):
+    def __init__(self, channels, size=None, size_hint="", jpeg_draft=True, jpeg_kernel=True):
         if channels not in (1, 3):
             raise DataError(f"channels must be 1 (grayscale) or 3 (RGB), got {channels!r}")
         self.channels, self.size, self.size_hint = channels, size, size_hint
-        self.jpeg_draft = bool(jpeg_draft)
+        self.jpeg_draft, self.jpeg_kernel = bool(jpeg_draft), bool(jpeg_kernel)
+        self._jpeg = False
+
+    @property
+    def jpeg(self):
+        """The JPEG kernel's cffi module, or None (Pillow decodes every JPEG): found on first
+        use in each process (a cffi module does not pickle into a loader worker)."""
+        if self._jpeg is False:
+            self._jpeg = jpeg_module() if self.jpeg_kernel else None
+        return self._jpeg
+
+    def __getstate__(self):
+        return {**self.__dict__, "_jpeg": False}
+
+    @property
+    def decodes_boxes(self):
+        """True when :meth:`decode_box` of a JPEG decodes less than the whole image (its box,
+        or at a reduced scale): then a pipeline that starts with a resized box should draw
+        its boxes from the headers first."""
+        return self.jpeg_draft or self.jpeg is not None
 
     def header(self, path):
         """(H, W, mode) of image ``path`` from its header alone (nothing decoded)."""
@@ -70,9 +96,10 @@ class Decoder:
         """``(pixels, box)``: the pixels of ``path`` (uint8 (h, w, channels)) and ``box``
         (top, left, height, width; int64 (4,), drawn on the full image) in their coordinates.
         With ``jpeg_draft`` a JPEG whose ``box`` is resized to ``out_hw`` (h, w) is decoded at
-        the scale :func:`draft_scale` picks and the box mapped into it (:func:`scaled_box`);
-        otherwise every pixel is decoded and the box is returned as given.  ``opened``: what
-        :meth:`open` gave for ``path`` (closed here), else the file is opened."""
+        the scale :func:`draft_scale` picks and the box mapped into it (:func:`scaled_box`).
+        The JPEG kernel decodes only that box (then it is the whole of the pixels); otherwise
+        every pixel is decoded.  ``opened``: what :meth:`open` gave for ``path`` (closed
+        here), else the file is opened."""
         with opened if opened is not None else self._open(path) as image:
             if self.size is not None and (image.height, image.width) != tuple(self.size):
                 raise DataError(f"{path}: the image is {image.height}x{image.width} but the "
@@ -81,6 +108,10 @@ class Decoder:
             full_hw = image.height, image.width
             scale = draft_scale(box, out_hw) if self.jpeg_draft and box is not None and \
                 image.format == "JPEG" else 1
+            if self.jpeg is not None and image.format == "JPEG" and image.mode in ("L", "RGB"):
+                found = self._kernel_box(path, image.fp, full_hw, box, scale)
+                if found is not None:
+                    return found
             if scale > 1:
                 image.draft(None, (full_hw[1] // scale, full_hw[0] // scale))
                 scale = _scale_of(full_hw, (image.height, image.width))
@@ -95,6 +126,21 @@ class Decoder:
         if box is not None and scale > 1:
             box = scaled_box(box, scale, pixels.shape[:2])
         return pixels, box
+
+    def _kernel_box(self, path, file, full_hw, box, scale):
+        """:meth:`decode_box`'s result from the JPEG kernel reading open ``file`` (of an image
+        of (H, W) ``full_hw``), or None when the kernel does not take the file."""
+        hw = (-(-full_hw[0] // scale), -(-full_hw[1] // scale))
+        whole = box is None
+        box = np.array([0, 0, *hw] if whole else box, np.int64)
+        if scale > 1:
+            box = scaled_box(box, scale, hw)
+        file.seek(0)
+        pixels = decode_jpeg(self.jpeg, file.read(), path, box, scale, self.channels, MAX_SIDE,
+                             MAX_PIXELS)
+        if pixels is None:
+            return None
+        return pixels, None if whole else np.array([0, 0, box[2], box[3]], np.int64)
 
     def _open(self, path):
         Image = pillow()

@@ -3,7 +3,8 @@
 
 :func:`collect` makes the rows of one table (:mod:`.report`): Python and numpy, the BLAS, the C
 compiler with a test kernel and OpenMP, the CPU and its instruction sets, bfloat16 (each op
-class's path, the bf16 and float32 peaks), the kernel cache, nvcc, pycuda, the CUDA driver and
+class's path, the bf16 and float32 peaks), the JPEG decoder of image data sets, the kernel
+cache, nvcc, pycuda, the CUDA driver and
 devices, MPI; and the reason the asked-for backend cannot run here (None when it can).
 :func:`verdict` is the closing line for one that can. The GPU self-test, which compares every
 CUDA kernel family with the CPU backend on the device, is :mod:`.selftest`.
@@ -15,10 +16,10 @@ from .report import FAIL
 
 def collect(backend="cpu", probe_timeout=None):
     """(rows, reason ``backend`` cannot run here or None)."""
-    from . import bf16_row, cache_row, cpu_rows, gpu_rows
+    from . import bf16_row, cache_row, cpu_rows, gpu_rows, jpeg_row
     cache = cache_row.cache_row()  # before the bf16 row, which may build and measure into it
     rows = [*cpu_rows.python_rows(), cpu_rows.blas_row(), *cpu_rows.compiler_rows(),
-            cpu_rows.cpu_row(), bf16_row.bf16_row(), cache]
+            cpu_rows.cpu_row(), bf16_row.bf16_row(), jpeg_row.jpeg_row(), cache]
     timeout = gpu_rows.PROBE_TIMEOUT_S if probe_timeout is None else probe_timeout
     found, gpu_reason = gpu_rows.gpu_rows(backend == "gpu", timeout)
     rows += [*found, cpu_rows.mpi_row()]

@@ -18,7 +18,7 @@ from neonlite.kernels.cache import DiskCache, entry_name
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = ("Python", "numpy", "BLAS", "C compiler", "test kernel", "OpenMP", "CPU", "bf16",
-        "kernel cache", "nvcc", "pycuda", "CUDA driver", "MPI")
+        "JPEG decoder", "kernel cache", "nvcc", "pycuda", "CUDA driver", "MPI")
 
 
 def fake_pycuda(tmp_path, driver_body):
@@ -53,6 +53,20 @@ def test_the_table_has_every_row_and_the_cpu_backend_exits_0(capsys):
     for name in ROWS:
         row(out, name)
     assert out.splitlines()[-1].startswith("the cpu backend can run here")
+
+
+def test_the_jpeg_row_names_the_decoder_in_use(monkeypatch):
+    from neonlite.doctor.jpeg_row import jpeg_row
+    from neonlite.data.jpeg_kernel import jpeg_module
+    found = jpeg_row()
+    if jpeg_module() is not None:
+        assert found.status == "ok" and "region-of-interest kernel on libjpeg" in found.found
+    else:
+        assert found.status == "warn" and found.found.startswith("Pillow")
+    monkeypatch.setenv("NEONLITE_JPEG_KERNEL", "0")
+    off = jpeg_row()
+    assert off.status == "warn" and "NEONLITE_JPEG_KERNEL=0" in off.found
+    assert off.fix == "unset the variable to use the kernel" and "Pillow" in off.found
 
 
 def test_gpu_without_pycuda_exits_1_with_one_line(tmp_path):

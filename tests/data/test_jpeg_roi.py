@@ -1,0 +1,139 @@
+"""The region-of-interest JPEG kernel (``kernels/cpu/jpeg/jpeg_roi.c``): a box decoded alone
+has the pixels of the same libjpeg's full decode cut to the box, bit for bit, at every scale,
+for odd boxes touching each edge, 4:2:0, 4:2:2, 4:1:1, 4:4:4 and grayscale files, baseline and
+progressive, with restart markers; Pillow's full decode (its own libjpeg-turbo) and its draft
+give the same bits; files the kernel does not take go to Pillow; where the compiler finds no
+libjpeg the variant builds as a stub and Pillow decodes."""
+import io
+import itertools
+
+import numpy as np
+import pytest
+from PIL import Image
+from support.requires import requires
+
+from neonlite.data.image_decode import MAX_PIXELS, MAX_SIDE, Decoder
+from neonlite.data.jpeg_kernel import decode_jpeg, jpeg_module
+from neonlite.kernels.build import Builder
+from neonlite.kernels.specs import find
+from neonlite.kernels.toolchain import CCompiler
+
+pytestmark = requires("jpeg_kernel")
+
+#: (name, Pillow save options): the chroma layouts, progressive, restart markers
+LAYOUTS = [("4:4:4", dict(subsampling=0)), ("4:2:2", dict(subsampling=1)),
+           ("4:2:0", dict(subsampling=2)), ("4:1:1", dict(subsampling="4:1:1")),
+           ("4:2:0 progressive", dict(subsampling=2,
+                                                                      progressive=True)),
+           ("4:2:2 progressive", dict(subsampling=1, progressive=True)),
+           ("4:2:0 restarts", dict(subsampling=2, restart_marker_blocks=3)),
+           ("4:4:4 restarts", dict(subsampling=0, restart_marker_rows=1)),
+           ("gray", dict(gray=True)), ("gray progressive", dict(gray=True, progressive=True))]
+HEIGHT, WIDTH = 203, 299
+
+
+def photo(seed=0, height=HEIGHT, width=WIDTH):
+    """A uint8 (height, width, 3) picture: smooth colour fields, edges and noise."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[:height, :width]
+    base = np.stack([np.sin(x / 7.0) * 80 + y * 0.3, np.cos(y / 5.0) * 70 + x * 0.2,
+                     (x * y % 97) * 1.0], axis=-1) + 100
+    return np.clip(base + rng.normal(0, 20, (height, width, 3)), 0, 255).astype(np.uint8)
+
+
+def jpeg_bytes(pixels, gray=False, **options):
+    buffer = io.BytesIO()
+    image = Image.fromarray(pixels)
+    (image.convert("L") if gray else image).save(buffer, "JPEG", quality=90, **options)
+    return buffer.getvalue()
+
+
+def kernel(data, box, scale=1, channels=3):
+    return decode_jpeg(jpeg_module(), data, "test.jpg", box, scale, channels, MAX_SIDE,
+                       MAX_PIXELS)
+
+
+def boxes(hw, rng, count):
+    """Odd boxes in an image of (H, W) ``hw``: the whole, each edge and corner, random."""
+    h, w = hw
+    fixed = [(0, 0, h, w), (0, 0, 1, 1), (h - 1, w - 1, 1, 1), (0, w - 1, h, 1),
+             (h - 1, 0, 1, w), (0, 5, 9, w - 5), (3, 0, h - 3, 13), (h - 11, w - 17, 11, 17)]
+    for _ in range(count):
+        top, left = int(rng.integers(0, h)), int(rng.integers(0, w))
+        fixed.append((top, left, int(rng.integers(1, h - top + 1)),
+                      int(rng.integers(1, w - left + 1))))
+    return [b for b in fixed if b[2] >= 1 and b[3] >= 1]
+
+
+@pytest.mark.parametrize("name, options", LAYOUTS, ids=[n for n, _ in LAYOUTS])
+def test_a_box_equals_the_full_decode_cut_to_it(name, options):
+    data = jpeg_bytes(photo(), **options)
+    rng = np.random.default_rng(len(name))
+    for scale, channels in itertools.product((1, 2, 4, 8), (3, 1)):
+        hw = (-(-HEIGHT // scale), -(-WIDTH // scale))
+        full = kernel(data, (0, 0, *hw), scale, channels)
+        assert full.shape == hw + (channels,)
+        for top, left, h, w in boxes(hw, rng, 24):
+            got = kernel(data, (top, left, h, w), scale, channels)
+            assert np.array_equal(got, full[top:top + h, left:left + w]), \
+                (name, scale, channels, (top, left, h, w))
+
+
+@pytest.mark.parametrize("name, options", LAYOUTS, ids=[n for n, _ in LAYOUTS])
+def test_pillow_gives_the_same_bits_full_and_drafted(name, options):
+    """Pillow's own libjpeg-turbo (3.x), the same ISLOW IDCT and fancy upsampling: equal
+    at full scale (RGB, and grayscale by its convert("L")) and at its draft scales."""
+    data = jpeg_bytes(photo(1), **options)
+    for mode, channels in (("RGB", 3), ("L", 1)):
+        pillow = np.asarray(Image.open(io.BytesIO(data)).convert(mode))
+        assert np.array_equal(kernel(data, (0, 0, HEIGHT, WIDTH), 1, channels),
+                              pillow.reshape(HEIGHT, WIDTH, channels)), (name, mode)
+    for scale in (2, 4, 8):
+        image = Image.open(io.BytesIO(data))
+        image.draft(image.mode, (WIDTH // scale, HEIGHT // scale))
+        drafted = np.asarray(image.convert("RGB"))
+        hw = (-(-HEIGHT // scale), -(-WIDTH // scale))
+        assert drafted.shape[:2] == hw
+        assert np.array_equal(kernel(data, (0, 0, *hw), scale, 3), drafted), (name, scale)
+
+
+def test_the_decoder_decodes_boxes_and_whole_files_like_pillow(tmp_path):
+    path = tmp_path / "a.jpg"
+    path.write_bytes(jpeg_bytes(photo(2), subsampling=2))
+    pillow = Decoder(3, jpeg_kernel=False)
+    ours = Decoder(3)
+    assert ours.jpeg is not None and pillow.jpeg is None
+    whole = pillow.decode(str(path))
+    assert np.array_equal(ours.decode(str(path)), whole)
+    pixels, box = ours.decode_box(str(path), np.array([17, 33, 101, 157]), (64, 64))
+    assert list(box) == [0, 0, 101, 157] and np.array_equal(pixels, whole[17:118, 33:190])
+
+
+def test_cmyk_goes_to_pillow(tmp_path):
+    path = tmp_path / "cmyk.jpg"
+    Image.fromarray(photo(3)).convert("CMYK").save(path, quality=90)
+    data = path.read_bytes()
+    assert kernel(data, (0, 0, HEIGHT, WIDTH)) is None
+    want = np.asarray(Image.open(path).convert("RGB"))
+    assert np.array_equal(Decoder(3).decode(str(path)), want)
+    pixels, box = Decoder(3).decode_box(str(path), np.array([5, 6, 50, 60]), (50, 60))
+    assert np.array_equal(pixels, want) and list(box) == [5, 6, 50, 60]
+
+
+def test_without_libjpeg_the_variant_is_a_stub_and_pillow_decodes(tmp_path, monkeypatch):
+    """A compiler that finds no jpeglib.h or libjpeg builds the stub (its key differs)."""
+    builder = Builder(tmp_path / "cache")
+    spec = find("jpeg_roi")
+    real = builder.load_cpu(spec)
+    monkeypatch.setattr(CCompiler, "links", lambda self, library, header: False)
+    stub = builder.__class__(tmp_path / "cache").load_cpu(spec)
+    assert real.lib.jroi_version() >= 2000000 and stub.lib.jroi_version() == 0
+    message = stub.ffi.new("char[]", 128)
+    info = stub.ffi.new("int32_t[]", 6)
+    assert stub.lib.jroi_header(b"\xff\xd8", 2, info, message, 128) == stub.lib.JROI_UNSUPPORTED
+    assert b"without libjpeg" in stub.ffi.string(message)
+
+
+def test_the_switch_turns_the_kernel_off(monkeypatch):
+    monkeypatch.setenv("NEONLITE_JPEG_KERNEL", "0")
+    assert jpeg_module() is None and Decoder(3).jpeg is None
