@@ -2,14 +2,14 @@
 list`` table, "1 epoch", and ``--against`` for a missing comparison."""
 import io
 import sys
-from pathlib import Path
 
 import pytest
 
 import neonlite
 from neonlite.cli import main
+from support.harness import CHECKOUT
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = CHECKOUT / "examples"
 
 
 def help_of(argv, capsys):

@@ -4,7 +4,6 @@ import io
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +11,9 @@ import pytest
 from neonlite.cli import main
 from neonlite.serialize import read_checkpoint
 from neonlite.training_log import LogError, read_log
+from support.harness import CHECKOUT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 
 RUN = """\
 epochs: 2

@@ -1,15 +1,15 @@
 """``neonlite eval`` uses the run's own metric by default and offers every registered metric;
 ``neonlite generate`` on a checkpoint that is not a language model is a one-line error, and
 ``-t 0`` decodes greedily."""
-from pathlib import Path
 
 import pytest
 
 import neonlite
 from neonlite.cli import build_parser, main
 from neonlite.config import registry
+from support.harness import CHECKOUT
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = CHECKOUT / "examples"
 
 
 @pytest.fixture(autouse=True)

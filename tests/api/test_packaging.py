@@ -10,9 +10,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.harness import CHECKOUT
 
-ROOT = Path(__file__).resolve().parents[2]
-TESTS = Path(__file__).resolve().parents[1]
+ROOT = CHECKOUT
+TESTS = CHECKOUT / "tests"
 # Source folder -> the import name its files install under (setup.py's mapping).
 SOURCE_FOLDERS = {"neonlite": "neonlite", "backends": "neonlite/backends",
                   "layers": "neonlite/layers", "kernels": "neonlite/kernels"}
