@@ -5,7 +5,7 @@ from support import attention_unfused
 import numpy as np
 import pytest
 from support.harness import build
-from test_transformer_lm import TEXT, trained_tiny_lm  # noqa: F401 (TEXT: the corpus)
+from support.tiny_lm import TEXT, trained_tiny_lm
 
 import neonlite
 from neonlite.generation import generate

@@ -5,18 +5,13 @@ import math
 import numpy as np
 import pytest
 from support.harness import build
+from support.tiny_lm import TEXT, trained_tiny_lm
 
 import neonlite
-from neonlite import Model
 from neonlite.data import DataError, TextCorpus, Vocabulary
 from neonlite.generation import generate
-from neonlite.layers import (Affine, Embedding, GeneralizedCost, LayerNorm, MultiHeadAttention,
-                             PositionalEmbedding, ShapeError, TransformerBlock)
-from neonlite.optimizers import Adam
-from neonlite.transforms import (BitsPerCharacter, CrossEntropyMulti, NatsPerToken, Perplexity,
-                                 Softmax)
-
-TEXT = "the quick brown fox jumps over the lazy dog. " * 40
+from neonlite.layers import Embedding, MultiHeadAttention, PositionalEmbedding, ShapeError
+from neonlite.transforms import BitsPerCharacter, NatsPerToken, Perplexity
 
 
 @pytest.fixture
@@ -24,13 +19,6 @@ def text_file(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text(TEXT, encoding="utf-8")
     return str(path)
-
-
-def tiny_lm(vocab, T=16, d=16, heads=2, blocks=2):
-    layers = [Embedding(vocab, d, name="embed"), PositionalEmbedding(T, d, name="pos")]
-    layers += [TransformerBlock(d, heads, mlp_ratio=2, name=f"block{i}") for i in range(blocks)]
-    layers += [LayerNorm(name="ln_f"), Affine(vocab, activation=Softmax(), name="head")]
-    return Model(layers)
 
 
 # ---- data -------------------------------------------------------------------------------------
@@ -120,16 +108,6 @@ def test_model_eval_reports_perplexity_as_exp_of_nats(text_file):
 
 
 # ---- generation -------------------------------------------------------------------------------
-def trained_tiny_lm(text_file, dtype=np.float64, steps=30):
-    neonlite.gen_backend("cpu", batch_size=4, rng_seed=0, datatype=dtype)
-    corpus = TextCorpus(text_file, seq_len=16, nbatches=steps)
-    model = tiny_lm(len(corpus.vocab))
-    model.initialize(corpus, GeneralizedCost(CrossEntropyMulti()))
-    model.layers.layers[0].set_vocabulary(corpus.vocab.chars)
-    model.fit(corpus, Adam(3e-3), 1, model.cost)
-    return model, corpus
-
-
 def test_generate_with_cache_matches_full_recompute(text_file):
     """40 characters from a prompt of 5 pass the 16-position window twice, so the cache's
     restart is exercised as well as one-position steps."""
