@@ -5,9 +5,12 @@ The tests sit in folders by what they need: ``support/`` (the package every test
 helpers from: ``support.harness``, ``support.requires``, the CUDA host emulator and the GPU
 backend on it), ``backend/`` (backend ops against the numpy reference on every backend),
 ``cpu/`` (the C kernels), ``gpu_host/`` (the CUDA kernels compiled with nvcc and run on the host
-emulator), ``gpu/`` (a real device), ``api/`` (layers, models, optimizers, CLI, checkpoints,
-packaging), ``data/``, ``distributed/`` (MPI) and ``examples/``.  A skip says why through
-``support.requires``.
+emulator), ``gpu/`` (a real device), ``api/`` (the public API on the CPU backend, one folder per
+subject: ``layers/``, ``costs/``, ``optimizers/``, ``model/``, ``checkpoints/``, ``cli/``,
+``config/``, ``interop/``, ``text/``, ``profiler/``, ``attacks/`` (hostile input, each case in its
+own bounded process) and ``project/`` (the tree itself: imports, docs, packaging)), ``data/``,
+``distributed/`` (MPI) and ``examples/``.  A file's name says what it tests.  A skip says why
+through ``support.requires``.
 
 The tests test the *installed* ``neonlite`` (a wheel, or ``pip install -e``): the checkout's root
 is never on ``sys.path``, because its ``neonlite/`` folder is not the whole package (the
