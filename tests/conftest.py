@@ -75,3 +75,12 @@ def backend_name(request):
 def be(backend_name):
     """A float32 backend of batch size 4 (seed 0) for each available backend."""
     return make_backend(backend_name, batch_size=4, seed=0)
+
+
+@pytest.fixture
+def keep_backend():
+    """The current backend as it was before the test, whatever the test made current (a command
+    run in-process through ``neonlite.cli.main`` makes its own)."""
+    previous = neonlite.backends._current
+    yield
+    neonlite.backends._current = previous
