@@ -6,11 +6,11 @@ helpers from: ``support.harness``, ``support.requires``, the CUDA host emulator 
 backend on it), ``backend/`` (backend ops against the numpy reference on every backend),
 ``cpu/`` (the C kernels), ``gpu_host/`` (the CUDA kernels compiled with nvcc and run on the host
 emulator), ``gpu/`` (a real device), ``api/`` (the public API on the CPU backend, one folder per
-subject: ``layers/``, ``costs/``, ``optimizers/``, ``model/``, ``checkpoints/``, ``cli/``,
-``config/``, ``interop/``, ``text/``, ``profiler/``, ``attacks/`` (hostile input, each case in its
-own bounded process) and ``project/`` (the tree itself: imports, docs, packaging)), ``data/``,
-``distributed/`` (MPI) and ``examples/``.  A file's name says what it tests.  A skip says why
-through ``support.requires``.
+subject: ``layers/``, ``costs/`` (costs and metrics), ``optimizers/``, ``model/``,
+``checkpoints/``, ``cli/``, ``config/``, ``interop/``, ``text/``, ``profiler/``, ``attacks/``
+(hostile input, each case in its own bounded process) and ``project/`` (the tree itself:
+imports, docs, packaging)), ``data/``, ``distributed/`` (MPI) and ``examples/``.  A file's name
+says what it tests.  A skip says why through ``support.requires``.
 
 The tests test the *installed* ``neonlite`` (a wheel, or ``pip install -e``): the checkout's root
 is never on ``sys.path``, because its ``neonlite/`` folder is not the whole package (the

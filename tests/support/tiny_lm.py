@@ -4,7 +4,8 @@ of text generation and of the attention layers' decoding.
 :data:`TEXT` is the corpus (45 characters repeated 40 times); :func:`tiny_lm` builds the model
 (embedding, positional embedding, ``blocks`` transformer blocks, final layer norm, softmax
 head: token ids (N, T) in, (N, T, vocab) probabilities out); :func:`trained_tiny_lm` trains it
-for ``steps`` batches of 4 windows of 16 characters on the CPU backend."""
+for ``steps`` batches of 4 windows of 16 characters on the CPU backend;
+:func:`write_text_file` writes the corpus for them."""
 import numpy as np
 
 import neonlite
@@ -16,6 +17,13 @@ from neonlite.optimizers import Adam
 from neonlite.transforms import CrossEntropyMulti, Softmax
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 40
+
+
+def write_text_file(folder):
+    """The path (a str) of ``corpus.txt`` in ``folder``, written with :data:`TEXT`."""
+    path = folder / "corpus.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return str(path)
 
 
 def tiny_lm(vocab, T=16, d=16, heads=2, blocks=2):

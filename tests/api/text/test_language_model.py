@@ -1,24 +1,20 @@
-"""Character language modelling: TextCorpus windows, LM metrics, generation with and without
-the key/value cache, and the bad-input errors of the transformer layers."""
-import math
-
+"""Character language modelling: TextCorpus windows, generation with and without the key/value
+cache, and the bad-input errors of the transformer layers (the language-model metrics are
+``tests/api/costs/test_lm_metrics.py``'s)."""
 import numpy as np
 import pytest
 from support.harness import build
-from support.tiny_lm import TEXT, trained_tiny_lm
+from support.tiny_lm import TEXT, trained_tiny_lm, write_text_file
 
 import neonlite
 from neonlite.data import DataError, TextCorpus, Vocabulary
 from neonlite.generation import generate
 from neonlite.layers import Embedding, MultiHeadAttention, PositionalEmbedding, ShapeError
-from neonlite.transforms import BitsPerCharacter, NatsPerToken, Perplexity
 
 
 @pytest.fixture
 def text_file(tmp_path):
-    path = tmp_path / "corpus.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return str(path)
+    return write_text_file(tmp_path)
 
 
 # ---- data -------------------------------------------------------------------------------------
@@ -85,26 +81,6 @@ def test_text_corpus_errors(tmp_path, text_file):
         TextCorpus(text_file, split=1.0)
     with pytest.raises(DataError, match="not found"):
         TextCorpus(str(tmp_path), filename="missing.txt")
-
-
-# ---- metrics ----------------------------------------------------------------------------------
-def test_lm_metrics():
-    y = np.array([[0.5, 0.25, 0.25], [0.1, 0.1, 0.8]])
-    t = np.array([[1, 0, 0], [0, 0, 1]])
-    nats = -np.log([0.5, 0.8])
-    np.testing.assert_allclose(NatsPerToken()(y, t), nats)
-    np.testing.assert_allclose(BitsPerCharacter()(y, t), nats / math.log(2))
-    np.testing.assert_allclose(Perplexity().aggregate(nats.mean()), math.exp(nats.mean()))
-
-
-def test_model_eval_reports_perplexity_as_exp_of_nats(text_file):
-    model, corpus = trained_tiny_lm(text_file, dtype=np.float32, steps=2)
-    nats = model.eval(corpus.valid_iter, NatsPerToken())
-    np.testing.assert_allclose(model.eval(corpus.valid_iter, Perplexity()), math.exp(nats),
-                               rtol=1e-9)
-    np.testing.assert_allclose(model.eval(corpus.valid_iter, BitsPerCharacter()),
-                               nats / math.log(2), rtol=1e-9)
-    assert 0.5 < nats < 2 * math.log(len(corpus.vocab))
 
 
 # ---- generation -------------------------------------------------------------------------------
