@@ -13,7 +13,6 @@ import neonlite
 from neonlite.cli import main
 from neonlite.cli.example import example_main
 from neonlite.training_log import read_log
-from test_examples import cifar_dir, mnist_dir  # noqa: F401  (the data fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
