@@ -123,7 +123,7 @@ def test_pytest_from_the_checkout_root_tests_the_installed_package(dist, tmp_pat
            if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH")}
     env["NEONLITE_TEST_INSTALLED"] = "1"
     done = subprocess.run([str(python), "-m", "pytest", "--collect-only", "-p",
-                           "no:cacheprovider", str(Path(__file__).relative_to(ROOT))],
+                           "no:cacheprovider", str(Path(__file__).resolve().relative_to(ROOT))],
                           capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     header = re.search(r"^neonlite \S+ from (\S+)$", done.stdout, re.M)
