@@ -4,11 +4,10 @@ The slow test trains examples/mnist_cnn.yaml on 8,000 real MNIST images for 5 ep
 import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from support.harness import unavailable_reason
+from support.harness import CHECKOUT, unavailable_reason
 from support.requires import requires
 
 from neonlite.cli import main
@@ -18,7 +17,7 @@ from neonlite.config.yaml_io import dump_yaml
 from neonlite.model import Model
 from neonlite.training_log import read_log
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 EXAMPLES = ROOT / "examples"
 TWINS = ["shapes_cnn", "mnist_mlp", "mnist_cnn", "cifar10_allcnn", "cifar10_resnet",
          "conv_autoencoder", "inception_shapes"]
