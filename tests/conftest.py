@@ -5,9 +5,12 @@ The tests sit in folders by what they need: ``support/`` (the package every test
 helpers from: ``support.harness``, ``support.requires``, the CUDA host emulator and the GPU
 backend on it), ``backend/`` (backend ops against the numpy reference on every backend),
 ``cpu/`` (the C kernels), ``gpu_host/`` (the CUDA kernels compiled with nvcc and run on the host
-emulator), ``gpu/`` (a real device), ``api/`` (layers, models, optimizers, CLI, checkpoints,
-packaging), ``data/``, ``distributed/`` (MPI) and ``examples/``.  A skip says why through
-``support.requires``.
+emulator), ``gpu/`` (a real device), ``api/`` (the public API on the CPU backend, one folder per
+subject: ``layers/``, ``costs/`` (costs and metrics), ``optimizers/``, ``model/``,
+``checkpoints/``, ``cli/``, ``config/``, ``interop/``, ``text/``, ``profiler/``, ``attacks/``
+(hostile input, each case in its own bounded process) and ``project/`` (the tree itself:
+imports, docs, packaging)), ``data/``, ``distributed/`` (MPI) and ``examples/``.  A file's name
+says what it tests.  A skip says why through ``support.requires``.
 
 The tests test the *installed* ``neonlite`` (a wheel, or ``pip install -e``): the checkout's root
 is never on ``sys.path``, because its ``neonlite/`` folder is not the whole package (the
@@ -72,3 +75,12 @@ def backend_name(request):
 def be(backend_name):
     """A float32 backend of batch size 4 (seed 0) for each available backend."""
     return make_backend(backend_name, batch_size=4, seed=0)
+
+
+@pytest.fixture
+def keep_backend():
+    """The current backend as it was before the test, whatever the test made current (a command
+    run in-process through ``neonlite.cli.main`` makes its own)."""
+    previous = neonlite.backends._current
+    yield
+    neonlite.backends._current = previous

@@ -32,8 +32,9 @@ MixedPrecision scales       finite, > 0; growth > 1,         a scale that never 
 
 plus the options that are not numbers: ``schedule`` (an object with ``rate``), ``name`` (text),
 ``nesterov`` (true or false, and only with ``momentum_coef`` > 0), ``state_dtype`` and
-``decay_exclude`` (their listed words).  ``tests/api/test_optimizer_options.py`` checks that
-every constructor option of every optimizer and schedule has a row here.
+``decay_exclude`` (their listed words).
+``tests/api/optimizers/test_optimizer_options.py`` checks that every constructor option of every
+optimizer and schedule has a row here.
 
 Counters (an optimizer's ``step``, a model's epoch and step index) a run goes on from are at
 most :data:`MAX_COUNT` (2**62), checked when a checkpoint is resumed and before ``fit``

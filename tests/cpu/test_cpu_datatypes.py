@@ -3,15 +3,15 @@ line saying which data types it runs and why; the numpy-only fallback says it is
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support.harness import CHECKOUT
 
 import neonlite
 from neonlite.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 
 
 @pytest.fixture(autouse=True)

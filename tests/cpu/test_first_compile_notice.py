@@ -9,13 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
+from support.harness import CHECKOUT
 
 from neonlite.callbacks import ProgressBar
 from neonlite.kernels import build
 from neonlite.kernels.specs import cpu_variant
 from neonlite.kernels.toolchain import CompilerNotFound, find_c_compiler
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,12 @@ import h5py
 import numpy as np
 import pytest
 
+from support.harness import CHECKOUT
 from support.requires import requires
 
 from neonlite.serialize import read_checkpoint
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 HELPERS = ROOT / "tests" / "distributed"
 LENET = HELPERS / "lenet.yaml"
 

@@ -5,9 +5,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-
+from support.harness import CHECKOUT
 from support.requires import requires
 
 from neonlite.config.run import RunConfig
@@ -15,7 +14,7 @@ from neonlite.profiler.instrument import labelled_layers
 
 from support.checks import assert_nested
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 SHAPES = ROOT / "examples" / "shapes_cnn.yaml"
 
 

@@ -11,15 +11,15 @@ and a different learning rate, optimizer or layer names trained to the end.
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from support.harness import CHECKOUT
 from support.requires import requires
 
 pytestmark = requires("mpi")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1")
 

@@ -1,5 +1,7 @@
-"""The benchmark suite runs end to end at tiny sizes (no timing assertions)."""
+"""The benchmark suite runs end to end at tiny sizes (no timing assertions); an unknown
+workload, or ``--against`` a comparison that is not installed, is an error."""
 import json
+import sys
 
 from benchmarks.run import main
 from benchmarks.workloads import WORKLOADS
@@ -58,3 +60,10 @@ def test_augment_kernels_benchmark_smoke(tmp_path, capsys, monkeypatch):
     assert [r["workload"] for r in rows] == list(ROWS)
     assert all(r["neonlite"] > 0 and "torchvision" not in r for r in rows)
     assert "rrc224_flip_norm" in capsys.readouterr().out
+
+
+def test_against_a_missing_comparison_is_an_error(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert main(["--against", "torch", "--smoke", "--only", "gemm"]) == 1
+    err = capsys.readouterr().err
+    assert "PyTorch is not installed" in err

@@ -4,12 +4,11 @@ checkpoint stores the layouts (not the tables) and generates text, and (slow) 50
 Shakespeare meet the dense example's learning bar."""
 import importlib.util
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from support.harness import data_dir
+from support.harness import CHECKOUT, data_dir
 
 from neonlite import gen_backend
 from neonlite.cli import main
@@ -21,7 +20,7 @@ from neonlite.model import Model
 from neonlite.serialize import read_checkpoint
 from neonlite.training_log import read_log
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = CHECKOUT / "examples"
 #: the validation loss (nats/char) that tests/examples/test_transformer_shakespeare.py requires of the
 #: dense example after the same 500 steps
 DENSE_BAR = 2.30

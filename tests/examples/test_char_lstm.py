@@ -6,11 +6,10 @@ time also holds reading the text and building the model)."""
 import importlib.util
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from support.harness import data_dir
+from support.harness import CHECKOUT, data_dir
 from support.requires import requires
 
 import neonlite
@@ -19,7 +18,7 @@ from neonlite.config.run import RunConfig
 from neonlite.config.yaml_io import dump_yaml
 from neonlite.model import Model
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 TEXT = data_dir() / "text" / "tinyshakespeare.txt"
 
 

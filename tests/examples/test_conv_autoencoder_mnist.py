@@ -4,11 +4,10 @@ the other 2,000 at least about as well as the same network does in PyTorch from 
 initial weights with the same batches and optimizer (the bound is measured in the same run)."""
 import importlib.util
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from support.harness import data_dir
+from support.harness import CHECKOUT, data_dir
 from support.requires import requires
 
 import neonlite
@@ -22,7 +21,7 @@ IMAGES = data_dir() / "mnist" / "t10k-images-idx3-ubyte.gz"
 
 
 def _network():
-    path = Path(__file__).resolve().parents[2] / "examples" / "conv_autoencoder.py"
+    path = CHECKOUT / "examples" / "conv_autoencoder.py"
     spec = importlib.util.spec_from_file_location("example_conv_autoencoder", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

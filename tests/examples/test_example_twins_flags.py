@@ -4,18 +4,17 @@ trains the same run: the per-batch costs of the two training logs are identical.
 import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support.harness import CHECKOUT
 
 import neonlite
 from neonlite.cli import main
 from neonlite.cli.example import example_main
 from neonlite.training_log import read_log
-from test_examples import cifar_dir, mnist_dir  # noqa: F401  (the data fixtures)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 EXAMPLES = ROOT / "examples"
 TWINS = sorted(p.stem for p in EXAMPLES.glob("*.py") if (EXAMPLES / f"{p.stem}.yaml").is_file())
 

@@ -4,27 +4,23 @@ The slow test trains examples/mnist_cnn.yaml on 8,000 real MNIST images for 5 ep
 import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from support.harness import data_dir, unavailable_reason
-from support.requires import need, requires
+from support.harness import CHECKOUT, unavailable_reason
+from support.requires import requires
 
 from neonlite.cli import main
 from neonlite.cli.example import example_config, example_main
 from neonlite.config.run import RunConfig
 from neonlite.config.yaml_io import dump_yaml
-from neonlite.data.idx import read_idx, write_idx
 from neonlite.model import Model
 from neonlite.training_log import read_log
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 EXAMPLES = ROOT / "examples"
 TWINS = ["shapes_cnn", "mnist_mlp", "mnist_cnn", "cifar10_allcnn", "cifar10_resnet",
          "conv_autoencoder", "inception_shapes"]
-MNIST = data_dir() / "mnist"
-MNIST_FILES = (MNIST / "t10k-images-idx3-ubyte.gz", MNIST / "t10k-labels-idx1-ubyte.gz")
 needs_mnist = requires("mnist")
 
 
@@ -59,37 +55,6 @@ def test_resnet20_has_its_published_size(capsys):
     assert out.count("MergeSum ") == 9 and out.count("SkipNode ") == 7
     total = int(out.strip().splitlines()[-1].split()[-1].replace(",", ""))
     assert 0.26e6 < total < 0.28e6, "ResNet-20 has about 0.27M parameters"
-
-
-@pytest.fixture(scope="module")
-def mnist_dir(tmp_path_factory):
-    """A data root whose mnist/ holds IDX files made from the real 10,000 test images:
-    8,000 as the training files, 2,000 as the test files."""
-    need("mnist")
-    X, y = read_idx(str(MNIST_FILES[0])), read_idx(str(MNIST_FILES[1]))
-    root = tmp_path_factory.mktemp("data")
-    folder = root / "mnist"
-    folder.mkdir()
-    for name, array in (("train-images-idx3-ubyte", X[:8000]),
-                        ("train-labels-idx1-ubyte", y[:8000]),
-                        ("t10k-images-idx3-ubyte", X[8000:]),
-                        ("t10k-labels-idx1-ubyte", y[8000:])):
-        write_idx(str(folder / name), array)
-    return root
-
-
-@pytest.fixture(scope="module")
-def cifar_dir(tmp_path_factory):
-    """A data root whose cifar10/ holds a tiny CIFAR-10 in the published binary format."""
-    root = tmp_path_factory.mktemp("data")
-    folder = root / "cifar10" / "cifar-10-batches-bin"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
-        labels = rng.integers(0, 10, (8, 1), dtype=np.uint8)
-        pixels = rng.integers(0, 256, (8, 3072), dtype=np.uint8)
-        (folder / name).write_bytes(np.concatenate([labels, pixels], axis=1).tobytes())
-    return root
 
 
 def brief(config, tmp_path, *flags):

@@ -4,9 +4,8 @@ saves the digit names in its checkpoint, and ``neonlite predict`` names the digi
 files; no loader worker is left behind."""
 import subprocess
 import sys
-from pathlib import Path
 
-from support.harness import data_dir
+from support.harness import CHECKOUT, data_dir
 from support.loader_workers import orphan_workers
 from support.requires import requires
 
@@ -14,7 +13,7 @@ from benchmarks.image_folders import mnist_folder
 from neonlite.serialize import read_checkpoint
 from neonlite.training_log import read_log
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "image_folder_cnn.yaml"
+EXAMPLE = CHECKOUT / "examples" / "image_folder_cnn.yaml"
 
 
 def neonlite(*args, cwd):

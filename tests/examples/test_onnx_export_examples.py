@@ -16,13 +16,13 @@ from neonlite import Model
 from neonlite.data import ArrayIterator
 from neonlite.data.idx import read_idx
 from neonlite.data.shapes import make_shapes
-from support.harness import data_dir, make_backend
+from support.harness import CHECKOUT, data_dir, make_backend
 from support.onnx_parity import export_and_compare, onnx_outputs, relative_difference
 from support.requires import need, requires
 
 pytestmark = requires("onnx", "onnxruntime")
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = CHECKOUT / "examples"
 TOLERANCE = 1e-5
 STEPS, BATCH = 3, 8
 #: example -> (images, number of classes; None: an autoencoder, its targets the images)

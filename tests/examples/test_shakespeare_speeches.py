@@ -4,17 +4,16 @@ train a few batches, their figures are computed over real characters / speeches 
 ``neonlite train`` runs both YAML files (every batch at its own length, none at the
 maximum)."""
 import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
-from support.harness import data_dir
+from support.harness import CHECKOUT, data_dir
 from support.requires import requires
 
 import neonlite
 from neonlite.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 TEXT = data_dir() / "text" / "tinyshakespeare.txt"
 
 

@@ -2,13 +2,12 @@
 the recipe on Tiny Shakespeare reach a validation loss <= 2.30 nats/char."""
 import importlib.util
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from support.harness import data_dir
+from support.harness import CHECKOUT, data_dir
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "char_transformer.py"
+EXAMPLE = CHECKOUT / "examples" / "char_transformer.py"
 
 
 def load_example():

@@ -5,7 +5,7 @@ and names a phrase its one-line error must contain.
 ``run_attack(attack, folder, good)`` returns ``(status, stderr)``; ``classify`` turns that into
 the outcome written in the table: ``one-line error``, ``success``, ``traceback`` or
 ``several lines``.  ``good`` holds the paths of a valid run YAML and checkpoints
-(:func:`make_good`).  Used by ``test_attacks.py`` and the property tests.
+(:func:`make_good`).  Used by ``test_attacks_run_inputs.py`` and the property tests.
 """
 import json
 import shutil

@@ -26,6 +26,9 @@ from neonlite.layers import GeneralizedCost, Sequential
 from neonlite.layers.activation import Activation
 
 BACKENDS = ("cpu", "gpu")
+#: the checkout's root (the folder of ``setup.py``, ``examples/``, ``docs/``, ``README.md``): tests
+#: name checkout files from it, never by their own depth in ``tests/``
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 @functools.lru_cache(maxsize=None)
@@ -64,7 +67,7 @@ def data_dir():
     test set in ``mnist/``, Tiny Shakespeare in ``text/``; ``support.requires`` checks that the
     files a test needs are there)."""
     env = os.environ.get("NEONLITE_TEST_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    return Path(env) if env else CHECKOUT.parent / "shared" / "data"
 
 
 def lenet(keep=0.5):

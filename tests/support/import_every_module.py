@@ -7,7 +7,7 @@ through ``importlib.metadata``), so a module that the wheel lacks cannot be miss
 imports a module the wheel lacks fails here.  ``__main__`` modules are located, not run.  With
 ``--outside DIR`` every module must come from outside ``DIR`` (the checkout): that is how CI
 proves it tested the installed package.  Exit status 0, or 1 with one line per failure.  Used by
-``.ci/run`` and ``tests/api/test_packaging.py``.
+``.ci/run`` and ``tests/api/project/test_packaging.py``.
 """
 import argparse
 import importlib

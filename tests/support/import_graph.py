@@ -8,8 +8,9 @@ registration call) that names a module of the package (``"neonlite.data.mnist"``
 edge like one imported.  A ``from package import name`` names the submodule ``package.name``
 when that is a module, else ``package`` itself.  A package's ``__init__`` that Python runs on
 the way to a submodule is not an edge: only the module a statement names is.  Used by
-``tests/api/test_import_graph.py`` (no cycles; the function-level imports that stay, each with
-its reason) and ``tests/api/test_architecture_map.py`` (the map's import rules)."""
+``tests/api/project/test_import_graph.py`` (no cycles; the function-level imports that stay,
+each with its reason) and ``tests/api/project/test_architecture_map.py`` (the map's import
+rules)."""
 import ast
 from pathlib import Path
 

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.harness import CHECKOUT
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = CHECKOUT / "README.md"
 
 
 def python_block(name):

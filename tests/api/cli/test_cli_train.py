@@ -1,39 +1,20 @@
-"""neonlite train / describe / plot / kernels / generate: output, flags over YAML, the
-training log, and the optional subcommands."""
+"""``neonlite train``: its output on and off a terminal, flags over the YAML, ``--max-batches``
+and the training log it writes (``-o``), read during the run and continued by ``--resume``."""
 import io
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support.shapes_run import shapes_run
 
 from neonlite.cli import main
 from neonlite.serialize import read_checkpoint
-from neonlite.training_log import LogError, read_log
-
-ROOT = Path(__file__).resolve().parents[2]
-
-RUN = """\
-epochs: 2
-batchsize: 16
-rng_seed: 0
-dataset: {type: shapes, config: {n: 64, size: 8, classes: 4, nvalid: 32}}
-layers:
-  - {type: Conv, config: {fshape: [3, 3, 4], padding: 1, activation: {type: Rectlin}}}
-  - {type: Pooling, config: {fshape: 2}}
-  - {type: Affine, config: {nout: 4, activation: {type: Softmax}}}
-cost: CrossEntropyMulti
-optimizer: {type: GradientDescentMomentum, config: {learning_rate: 0.1, momentum_coef: 0.9}}
-"""
+from neonlite.training_log import read_log
 
 
 @pytest.fixture
 def config(tmp_path):
-    path = tmp_path / "run.yaml"
-    path.write_text(RUN)
-    return str(path)
+    return shapes_run(tmp_path)
 
 
 def test_plain_output_when_not_a_terminal(config, capsys):
@@ -129,101 +110,6 @@ def test_resumed_run_continues_its_log(config, tmp_path):
     assert both["batch"]["epoch"].tolist() == [0] * 4 + [1] * 4
     np.testing.assert_array_equal(both["batch"]["cost"][:4], first["batch"]["cost"])
     assert both["epoch"]["time"][1] > both["epoch"]["time"][0]
-
-
-def test_describe_prints_the_table_without_training(config, capsys):
-    assert main(["describe", config]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"{config}: data set shapes, input (8, 8, 3), 4 classes"
-    assert out[1].split() == ["layer", "type", "output", "shape", "params"]
-    assert out[3].split()[:2] == ["Conv_0", "Conv"] and out[3].split()[-1] == "112"
-    assert out[-1].split() == ["total", "372"]
-
-
-def test_describe_a_checkpoint(config, tmp_path, capsys):
-    assert main(["train", config, "-e", "1", "-q", "--save-path", str(tmp_path / "c.h5")]) == 0
-    assert main(["describe", str(tmp_path / "c.h5")]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"checkpoint {tmp_path / 'c.h5'} (epoch 1), input (8, 8, 3)"
-    assert out[-1].split() == ["total", "372"]
-
-
-def test_plot_writes_a_picture(config, tmp_path, capsys):
-    pytest.importorskip("matplotlib", reason="matplotlib (the plot extra) is not installed")
-    log, png = tmp_path / "log.h5", tmp_path / "curves.png"
-    assert main(["train", config, "-o", str(log), "-q"]) == 0
-    assert main(["plot", str(log), "-o", str(png)]) == 0
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert capsys.readouterr().out.strip() == f"wrote {png}"
-
-
-def test_plot_without_matplotlib_says_how_to_get_it(config, tmp_path, capsys, monkeypatch):
-    log = tmp_path / "log.h5"
-    assert main(["train", config, "-o", str(log), "-q", "-e", "1"]) == 0
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
-    assert main(["plot", str(log), "-o", str(tmp_path / "c.png")]) == 1
-    assert capsys.readouterr().err.strip() == (
-        "neonlite: error: neonlite plot needs matplotlib: pip install 'neonlite[plot]' (or pip "
-        "install matplotlib)")
-    assert not (tmp_path / "c.png").exists()
-
-
-def test_plot_refuses_a_checkpoint(config, tmp_path, capsys):
-    assert main(["train", config, "-e", "1", "-q", "--save-path", str(tmp_path / "c.h5")]) == 0
-    assert main(["plot", str(tmp_path / "c.h5")]) == 1
-    assert "not a neonlite training log" in capsys.readouterr().err
-    with pytest.raises(LogError, match="no such training log"):
-        read_log(tmp_path / "none.h5")
-
-
-def test_kernels_subcommand_is_wired(capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["kernels", "--help"])
-    assert exc.value.code == 0
-    assert "usage: neonlite kernels" in capsys.readouterr().out
-
-
-def test_generate_subcommand_is_wired(capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["generate", "--help"])
-    assert exc.value.code == 0
-    out = capsys.readouterr().out
-    assert "usage: neonlite generate" in out and "--prompt" in out
-
-
-def test_every_subcommand_is_a_module_of_the_cli_package():
-    """Each module of ``neonlite.cli.SUBCOMMANDS`` lives in ``neonlite/cli/`` and registers
-    exactly one command, and every module there with a ``register`` is in the list."""
-    import argparse
-    from pathlib import Path
-
-    import neonlite.cli as cli
-    parser = argparse.ArgumentParser()
-    subparsers = parser.add_subparsers()
-    for module in cli.SUBCOMMANDS:
-        before = set(subparsers.choices)
-        module.register(subparsers)
-        assert len(set(subparsers.choices) - before) == 1, module.__name__
-        assert Path(module.__file__).parent == Path(cli.__file__).parent
-    registering = {p.stem for p in Path(cli.__file__).parent.glob("*.py")
-                   if "def register(" in p.read_text()}
-    assert registering == {m.__name__.rsplit(".", 1)[1] for m in cli.SUBCOMMANDS}
-
-
-def test_help_lists_every_command(capsys):
-    with pytest.raises(SystemExit):
-        main(["--help"])
-    out = capsys.readouterr().out
-    for command in ("train", "eval", "describe", "plot", "kernels", "generate"):
-        assert f"    {command} " in out
-
-
-def test_console_script_runs(config):
-    result = subprocess.run([sys.executable, "-m", "neonlite.cli", "train", config, "-e", "1",
-                             "--max-batches", "1"], capture_output=True, text=True, cwd=ROOT,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "epoch 1/1: mean train cost" in result.stderr
 
 
 def test_progress_bar_on_a_terminal(config):

@@ -1,12 +1,13 @@
 """The design documents stay true: every file or folder ``docs/architecture.md``,
-``docs/layers.md`` and ``docs/backends.md`` name exists, and the map's "what it may import" column holds for the
-import graph derived from the source."""
+``docs/layers.md``, ``docs/backends.md`` and ``docs/training.md`` name exists, and the map's
+"what it may import" column holds for the import graph derived from the source."""
 import re
 
 from support.import_graph import ROOT, import_graph, source_modules
 
 DOC = ROOT / "docs" / "architecture.md"
-DOCS = (DOC, ROOT / "docs" / "layers.md", ROOT / "docs" / "backends.md")
+DOCS = (DOC, ROOT / "docs" / "layers.md", ROOT / "docs" / "backends.md",
+        ROOT / "docs" / "training.md")
 #: a backticked name that is a path: it has a file suffix or ends with "/"
 PATH = re.compile(r"`([A-Za-z0-9_.*/-]+(?:\.(?:py|c|h|cu|cuh|md|yaml|yml|toml|ini|txt)|/))`")
 #: folder of the map -> the import name of the modules in it

@@ -1,15 +1,14 @@
 """What the CLI says to a newcomer: help texts that say what the flags do, the ``kernels
-list`` table, "1 epoch", and ``--against`` for a missing comparison."""
+list`` table, and "1 epoch"."""
 import io
-import sys
-from pathlib import Path
 
 import pytest
 
 import neonlite
 from neonlite.cli import main
+from support.harness import CHECKOUT
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = CHECKOUT / "examples"
 
 
 def help_of(argv, capsys):
@@ -53,11 +52,3 @@ def test_done_line_says_one_epoch(capsys):
     neonlite.backends._current = previous
     done = capsys.readouterr().err.strip().splitlines()[-1]
     assert done.startswith("done: 1 epoch in "), done
-
-
-def test_against_a_missing_comparison_is_an_error(monkeypatch, capsys):
-    from benchmarks.run import main as bench
-    monkeypatch.setitem(sys.modules, "torch", None)
-    assert bench(["--against", "torch", "--smoke", "--only", "gemm"]) == 1
-    err = capsys.readouterr().err
-    assert "PyTorch is not installed" in err

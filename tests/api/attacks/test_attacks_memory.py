@@ -10,10 +10,10 @@ Also checked here: the shapes the memory check counts for each parameter layer a
 ``allocate`` makes (so the estimate cannot drift from what is allocated), and a network that
 fits is not refused.
 """
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support.harness import CHECKOUT
 from support.attacks import GOOD
 from support.isolated import AttackTable, neonlite_argv, run_isolated
 
@@ -21,7 +21,7 @@ MEMORY_MIB = 2048
 SECONDS = 30
 FLOOR_MIB = 256
 REFUSE_SECONDS = 5.0
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = CHECKOUT / "examples"
 
 SMALL_SHAPES = "dataset: {type: shapes, config: {n: 64, size: 8, classes: 4, seed: 0}}"
 SHAPES_768 = "dataset: {type: shapes, config: {n: 64, size: 16, classes: 4, seed: 0}}"

@@ -2,7 +2,6 @@
 every place looked (never the built-in text in its place); relative paths in a YAML resolve
 against the YAML's own folder, then the data root; ``--data FILE`` on ``neonlite train``,
 ``eval`` and ``generate``; ``neonlite eval CKPT`` finds the text its run trained on."""
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,9 +9,9 @@ import pytest
 from neonlite.cli import main
 from neonlite.serialize import read_checkpoint
 from support.requires import requires
-from support.harness import data_dir
+from support.harness import CHECKOUT, data_dir
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 TEXT = "the quick brown fox jumps over the lazy dog. " * 60
 
 RUN = """\

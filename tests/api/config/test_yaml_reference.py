@@ -3,14 +3,14 @@
 now, and it names every class a description can name, with every option."""
 import subprocess
 import sys
-from pathlib import Path
 
 from neonlite.config import registry
 from neonlite.config.build import constructor_options
 from neonlite.config.reference import generate
 from neonlite.config.settings import KEYS, MEANINGS
+from support.harness import CHECKOUT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 DOC = ROOT / "docs" / "yaml_reference.md"
 
 

@@ -1,10 +1,14 @@
 """``neonlite generate``: the text streams out as it is sampled (``-n 1000000000`` shows text
 at once instead of after days), and bad sampling flags are one line, each case in its own
-bounded process (``support.isolated``)."""
+bounded process (``support.isolated``); on a checkpoint that is not a language model it is a
+one-line error, and ``-t 0`` decodes greedily."""
 import ast
 
 import pytest
+from support.example_checkpoints import example_checkpoints
 from support.isolated import AttackTable, neonlite_argv, python_argv, run_isolated
+
+from neonlite.cli import main
 
 LM = """\
 epochs: 1
@@ -77,3 +81,27 @@ def test_bad_sampling_flags_are_one_line(attack, lm, table):
         neonlite_argv("generate", "lm.h5", "-n", "5", *flags), cwd=lm, memory_mib=1024))
     assert result.outcome == "one-line error", result.stderr[-2000:]
     assert phrase in result.message and result.stdout == "", (result.message, result.stdout)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    return example_checkpoints(tmp_path_factory.mktemp("ckpt"))
+
+
+def test_generate_on_a_cnn_checkpoint_is_a_one_line_error(checkpoints, capsys, keep_backend):
+    _, cnn = checkpoints
+    assert main(["generate", str(cnn), "-n", "5"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"neonlite: error: {cnn}: "), err
+    assert "Embedding" in err[0]
+
+
+def test_temperature_zero_is_greedy(checkpoints, capsys, keep_backend):
+    lm, _ = checkpoints
+    outputs = []
+    for seed in ("1", "2"):
+        assert main(["generate", str(lm), "-t", "0", "-n", "12", "-r", seed,
+                     "--prompt", "The "]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and outputs[0].startswith("The ")
+    assert len(outputs[0].rstrip("\n")) == len("The ") + 12

@@ -5,8 +5,8 @@ and a run killed with SIGKILL leaves a readable log of the epochs before the kil
 
 The timing drives :class:`~neonlite.training_log.TrainingLog` alone (no model), in its own
 process, and compares two windows of the same run, so a loaded machine slows both alike;
-``PYTHONPATH=tests python tests/api/test_training_log_append.py LOG.h5`` prints the figures (8,000 epochs of 4
-batches and 2,000 of 50), for a run on an idle machine."""
+``PYTHONPATH=tests python tests/api/checkpoints/test_training_log_append.py LOG.h5`` prints
+the figures (8,000 epochs of 4 batches and 2,000 of 50), for a run on an idle machine."""
 import os
 import signal
 import sys

@@ -10,10 +10,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.harness import CHECKOUT
 from support.requires import requires
 
-ROOT = Path(__file__).resolve().parents[2]
-TESTS = Path(__file__).resolve().parents[1]
+ROOT = CHECKOUT
+TESTS = CHECKOUT / "tests"
 # Source folder -> the import name its files install under (setup.py's mapping).
 SOURCE_FOLDERS = {"neonlite": "neonlite", "backends": "neonlite/backends",
                   "layers": "neonlite/layers", "kernels": "neonlite/kernels"}
@@ -123,8 +124,8 @@ def test_pytest_from_the_checkout_root_tests_the_installed_package(dist, tmp_pat
            if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH")}
     env["NEONLITE_TEST_INSTALLED"] = "1"
     done = subprocess.run([str(python), "-m", "pytest", "--collect-only", "-p",
-                           "no:cacheprovider", "tests/api/test_packaging.py"], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT, env=env)
+                           "no:cacheprovider", str(Path(__file__).resolve().relative_to(ROOT))],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     header = re.search(r"^neonlite \S+ from (\S+)$", done.stdout, re.M)
     assert header and Path(header.group(1)).is_relative_to(site.resolve()), done.stdout[:2000]

@@ -1,14 +1,18 @@
-"""``neonlite plot``: each epoch's mean cost sits at the middle of its epoch, epochs are integer
-ticks, and the title says "(in progress)" only while a run goes on ("(ended early)" when a
-signal stopped it)."""
+"""``neonlite plot``: it writes a PNG of a training log, says how to get matplotlib where it is
+missing and refuses a checkpoint; each epoch's mean cost sits at the middle of its epoch, epochs
+are integer ticks, and the title says "(in progress)" only while a run goes on ("(ended early)"
+when a signal stopped it)."""
+import sys
+
 import h5py
 import numpy as np
 import pytest
+from support.shapes_run import shapes_run
 
 import neonlite
 from neonlite.cli import main
 from neonlite.cli.plot import draw
-from neonlite.training_log import read_log
+from neonlite.training_log import LogError, read_log
 
 RUN = """\
 epochs: 3
@@ -79,3 +83,36 @@ def test_epoch_line_prints_the_epoch_mean_and_labels_the_metric_as_validation(tm
     assert len(lines) == 3
     for line, mean, metric in zip(lines, log["epoch"]["train_cost"], log["epoch"]["metric"]):
         assert f": mean train cost {mean:.4f}, valid misclassification {metric:.4f}, " in line
+
+
+@pytest.fixture
+def config(tmp_path):
+    return shapes_run(tmp_path)
+
+
+def test_plot_writes_a_picture(config, tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="matplotlib (the plot extra) is not installed")
+    log, png = tmp_path / "log.h5", tmp_path / "curves.png"
+    assert main(["train", config, "-o", str(log), "-q"]) == 0
+    assert main(["plot", str(log), "-o", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert capsys.readouterr().out.strip() == f"wrote {png}"
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(config, tmp_path, capsys, monkeypatch):
+    log = tmp_path / "log.h5"
+    assert main(["train", config, "-o", str(log), "-q", "-e", "1"]) == 0
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["plot", str(log), "-o", str(tmp_path / "c.png")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "neonlite: error: neonlite plot needs matplotlib: pip install 'neonlite[plot]' (or pip "
+        "install matplotlib)")
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_plot_refuses_a_checkpoint(config, tmp_path, capsys):
+    assert main(["train", config, "-e", "1", "-q", "--save-path", str(tmp_path / "c.h5")]) == 0
+    assert main(["plot", str(tmp_path / "c.h5")]) == 1
+    assert "not a neonlite training log" in capsys.readouterr().err
+    with pytest.raises(LogError, match="no such training log"):
+        read_log(tmp_path / "none.h5")

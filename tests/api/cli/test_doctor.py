@@ -15,8 +15,9 @@ from neonlite.cli import main
 from neonlite.doctor import collect
 from neonlite.doctor.gpu_rows import gpu_rows
 from neonlite.kernels.cache import DiskCache, entry_name
+from support.harness import CHECKOUT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 ROWS = ("Python", "numpy", "BLAS", "C compiler", "test kernel", "OpenMP", "CPU", "bf16",
         "JPEG decoder", "kernel cache", "nvcc", "pycuda", "CUDA driver", "MPI")
 

@@ -5,7 +5,7 @@ from support import attention_unfused
 import numpy as np
 import pytest
 from support.harness import build
-from test_transformer_lm import TEXT, trained_tiny_lm  # noqa: F401 (TEXT: the corpus)
+from support.tiny_lm import trained_tiny_lm, write_text_file
 
 import neonlite
 from neonlite.generation import generate
@@ -15,9 +15,7 @@ from neonlite.layers import BlockSparseAttention, MultiHeadAttention, Transforme
 
 @pytest.fixture
 def text_file(tmp_path):
-    path = tmp_path / "corpus.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return str(path)
+    return write_text_file(tmp_path)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

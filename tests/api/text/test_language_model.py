@@ -1,36 +1,20 @@
-"""Character language modelling: TextCorpus windows, LM metrics, generation with and without
-the key/value cache, and the bad-input errors of the transformer layers."""
-import math
-
+"""Character language modelling: TextCorpus windows, generation with and without the key/value
+cache, and the bad-input errors of the transformer layers (the language-model metrics are
+``tests/api/costs/test_lm_metrics.py``'s)."""
 import numpy as np
 import pytest
 from support.harness import build
+from support.tiny_lm import TEXT, trained_tiny_lm, write_text_file
 
 import neonlite
-from neonlite import Model
 from neonlite.data import DataError, TextCorpus, Vocabulary
 from neonlite.generation import generate
-from neonlite.layers import (Affine, Embedding, GeneralizedCost, LayerNorm, MultiHeadAttention,
-                             PositionalEmbedding, ShapeError, TransformerBlock)
-from neonlite.optimizers import Adam
-from neonlite.transforms import (BitsPerCharacter, CrossEntropyMulti, NatsPerToken, Perplexity,
-                                 Softmax)
-
-TEXT = "the quick brown fox jumps over the lazy dog. " * 40
+from neonlite.layers import Embedding, MultiHeadAttention, PositionalEmbedding, ShapeError
 
 
 @pytest.fixture
 def text_file(tmp_path):
-    path = tmp_path / "corpus.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return str(path)
-
-
-def tiny_lm(vocab, T=16, d=16, heads=2, blocks=2):
-    layers = [Embedding(vocab, d, name="embed"), PositionalEmbedding(T, d, name="pos")]
-    layers += [TransformerBlock(d, heads, mlp_ratio=2, name=f"block{i}") for i in range(blocks)]
-    layers += [LayerNorm(name="ln_f"), Affine(vocab, activation=Softmax(), name="head")]
-    return Model(layers)
+    return write_text_file(tmp_path)
 
 
 # ---- data -------------------------------------------------------------------------------------
@@ -99,37 +83,7 @@ def test_text_corpus_errors(tmp_path, text_file):
         TextCorpus(str(tmp_path), filename="missing.txt")
 
 
-# ---- metrics ----------------------------------------------------------------------------------
-def test_lm_metrics():
-    y = np.array([[0.5, 0.25, 0.25], [0.1, 0.1, 0.8]])
-    t = np.array([[1, 0, 0], [0, 0, 1]])
-    nats = -np.log([0.5, 0.8])
-    np.testing.assert_allclose(NatsPerToken()(y, t), nats)
-    np.testing.assert_allclose(BitsPerCharacter()(y, t), nats / math.log(2))
-    np.testing.assert_allclose(Perplexity().aggregate(nats.mean()), math.exp(nats.mean()))
-
-
-def test_model_eval_reports_perplexity_as_exp_of_nats(text_file):
-    model, corpus = trained_tiny_lm(text_file, dtype=np.float32, steps=2)
-    nats = model.eval(corpus.valid_iter, NatsPerToken())
-    np.testing.assert_allclose(model.eval(corpus.valid_iter, Perplexity()), math.exp(nats),
-                               rtol=1e-9)
-    np.testing.assert_allclose(model.eval(corpus.valid_iter, BitsPerCharacter()),
-                               nats / math.log(2), rtol=1e-9)
-    assert 0.5 < nats < 2 * math.log(len(corpus.vocab))
-
-
 # ---- generation -------------------------------------------------------------------------------
-def trained_tiny_lm(text_file, dtype=np.float64, steps=30):
-    neonlite.gen_backend("cpu", batch_size=4, rng_seed=0, datatype=dtype)
-    corpus = TextCorpus(text_file, seq_len=16, nbatches=steps)
-    model = tiny_lm(len(corpus.vocab))
-    model.initialize(corpus, GeneralizedCost(CrossEntropyMulti()))
-    model.layers.layers[0].set_vocabulary(corpus.vocab.chars)
-    model.fit(corpus, Adam(3e-3), 1, model.cost)
-    return model, corpus
-
-
 def test_generate_with_cache_matches_full_recompute(text_file):
     """40 characters from a prompt of 5 pass the 16-position window twice, so the cache's
     restart is exercised as well as one-position steps."""

@@ -12,6 +12,7 @@ import neonlite
 from neonlite import Model
 from neonlite.cli import main
 from neonlite.interop import export_hf, import_hf
+from support.harness import CHECKOUT
 
 pytest.importorskip("safetensors", reason="the optional extra neonlite[hf] is not installed")
 pytest.importorskip("tokenizers", reason="the optional extra neonlite[hf] is not installed")
@@ -116,7 +117,7 @@ def test_finetune_example_learns_unseen_adjectives():
     classifies validation sentences whose adjectives training never showed."""
     import importlib.util as util
     minilm_dir()
-    path = Path(__file__).resolve().parents[2] / "examples" / "finetune_sentence_classifier.py"
+    path = CHECKOUT / "examples" / "finetune_sentence_classifier.py"
     spec = util.spec_from_file_location("finetune_example", path)
     example = util.module_from_spec(spec)
     spec.loader.exec_module(example)

@@ -5,14 +5,13 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from support.harness import data_dir
+from support.harness import CHECKOUT, data_dir
 from support.requires import requires
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 
 
 def python_block(path, name):

@@ -1,13 +1,13 @@
 """``scale_lr: linear`` / ``--scale-lr linear``: every learning rate times the run's batch
 over the batch the rates were set for (the YAML's ``batchsize`` before ``-z``, kept as
 ``lr_batchsize`` so a resumed run scales the same); off by default."""
-from pathlib import Path
 
 import pytest
 
 from neonlite.cli import main
 from neonlite.config import ConfigError
 from neonlite.config.run import RunConfig
+from support.harness import CHECKOUT
 
 YAML = """
 epochs: 1
@@ -67,7 +67,7 @@ def test_the_readme_data_parallel_batch_reaches_the_one_process_result(tmp_path,
     and batch-norm statistics are averaged over the global batch), so this one-process run is
     its result: within 0.05 of the quick start's 0.0281 misclassification (0.1469 without
     --scale-lr)."""
-    yaml = Path(__file__).resolve().parents[2] / "examples" / "shapes_cnn.yaml"
+    yaml = CHECKOUT / "examples" / "shapes_cnn.yaml"
     assert main(["train", str(yaml), "-z", "128", "--scale-lr", "linear"]) == 0
     done = capsys.readouterr().err.strip().splitlines()[-1]
     value = float(done.rsplit("misclassification ", 1)[1])
