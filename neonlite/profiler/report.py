@@ -57,7 +57,8 @@ def build_rows(recorder, model, memory_rows=None, peak=None, shared_bytes=None):
         busy = entry["fprop"] + entry["bprop"]
         gflops = entry["flops"] / busy / 1e9 if busy > 0 else 0.0
         row = {"name": label, "type": type(layer).__name__, "depth": depth,
-               "fprop_ms": 1e3 * entry["fprop"] / nsteps, "bprop_ms": 1e3 * entry["bprop"] / nsteps,
+               "fprop_ms": 1e3 * entry["fprop"] / nsteps,
+               "bprop_ms": 1e3 * entry["bprop"] / nsteps,
                "pct_step": 100.0 * busy / nsteps / step_s if step_s else 0.0,
                "gflop_per_step": entry["flops"] / nsteps / 1e9, "gflops": gflops,
                "pct_peak": 100.0 * gflops / peak if peak else None,
