@@ -16,8 +16,9 @@ from .flops import OP_COSTS
 # builders (add, sum, ...: they compute nothing) are left alone
 OP_NAMES = tuple(name for name in OP_COSTS if not name.startswith("_"))
 # the CPU backend's element-wise entry point (``tensor[:] = tree`` comes here, not through
-# ``execute``); named "optree" in the profile
+# ``execute``); named in the profile by the op-table row it carries out
 CPU_OPTREE = "evaluate_into"
+OPTREE_ROW = "execute"
 
 
 def layer_children(layer):
@@ -85,7 +86,7 @@ class Instrumentation:
             if callable(getattr(be, name, None)):
                 self._wrap(be, name, self._op(name, name, be))
         if hasattr(be, CPU_OPTREE):
-            self._wrap(be, CPU_OPTREE, self._op(CPU_OPTREE, "optree", be))
+            self._wrap(be, CPU_OPTREE, self._op(CPU_OPTREE, OPTREE_ROW, be))
 
     def detach(self):
         """Put back every attribute :meth:`attach` replaced, newest first."""

@@ -11,6 +11,7 @@ import pytest
 
 import neonlite
 from neonlite import Model
+from neonlite.backends.ops import OPS
 from neonlite.callbacks import Callbacks
 from neonlite.cli import main
 from neonlite.config.run import RunConfig
@@ -18,6 +19,8 @@ from neonlite.profiler.trace import rank_path
 
 from support.checks import assert_nested
 from support.harness import make_backend
+
+ROOT = Path(__file__).resolve().parents[2]
 
 RUN = """\
 epochs: 1
@@ -87,11 +90,69 @@ def test_profile_table_accounts_for_the_step(tmp_path, capsys):
     assert total == pytest.approx(report["step_ms"], rel=1e-9)
     # the untimed remainder (callbacks, the loop) is small: the rows explain the step
     assert report["accounted_pct"] > 95.0
+    _assert_ops_add_up(report)
     conv = report["layers"][0]
     assert conv["params_bytes"] > 0 and conv["activations_bytes"] > 0
     linear = next(r for r in report["layers"] if r["name"] == "Affine_3.Linear")
     assert linear["params_bytes"] == 32 * 4 * 4           # its view of the parameter arena
     assert linear["optimizer_bytes"] == 2 * linear["params_bytes"]  # Adam: m and v
+
+
+def _assert_ops_add_up(report):
+    """Each row's parts add up to it: a layer's fprop (bprop) time is its ops' fprop (bprop)
+    time, its nested layers' and the time between its ops; a step row's (cost, optimizer,
+    ...) likewise without nested layers.  Every op is a row of the op table."""
+    layers = report["layers"]
+    for i, row in enumerate(layers):
+        if row["fused"]:
+            continue
+        children = []
+        for later in layers[i + 1:]:
+            if later["depth"] <= row["depth"]:
+                break
+            if later["depth"] == row["depth"] + 1:
+                children.append(later)
+        for part in ("fprop_ms", "bprop_ms"):
+            ops = sum(op[part] for op in row["ops"])
+            nested = sum(child[part] for child in children)
+            assert ops <= row[part] + 1e-9, (row["name"], part)
+            assert ops + nested + row["between_ops"][part] == \
+                pytest.approx(row[part], rel=1e-9, abs=1e-9), (row["name"], part)
+    for row in report["rest"]:
+        ops = sum(op["ms"] for op in row["ops"])
+        assert ops <= row["ms"] + 1e-9, row["name"]
+        assert ops + row["between_ops_ms"] == pytest.approx(row["ms"], rel=1e-9, abs=1e-9)
+    timed = {op["name"] for row in layers + report["rest"] for op in row["ops"]}
+    assert timed and timed <= set(OPS), timed - set(OPS)
+
+
+def test_profile_table_shows_the_lstm_ops_under_its_layer(capsys):
+    """Issue 32: ``neonlite profile examples/char_lstm.yaml`` lists the LSTM's own ops (the
+    whole-sequence passes of the op table) under each LSTM layer, with their calls, times and
+    FLOPs; the optimizer's and the cost's ops under their rows; the layers and the other rows
+    add up to the step."""
+    config = str(ROOT / "examples" / "char_lstm.yaml")
+    assert main(["profile", config, "--steps", "2", "--warmup", "1", "-z", "8", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    _assert_ops_add_up(report)
+    lstm0 = next(r for r in report["layers"] if r["name"] == "lstm0")
+    ops = {op["name"]: op for op in lstm0["ops"]}
+    fprop, bprop = ops["lstm_fprop_sequence"], ops["lstm_bprop_sequence"]
+    assert fprop["calls"] == 1 and fprop["fprop_ms"] > 0 and fprop["bprop_ms"] == 0
+    assert bprop["calls"] == 1 and bprop["bprop_ms"] > 0 and bprop["fprop_ms"] == 0
+    assert fprop["gflop_per_step"] > 0 and bprop["gflop_per_step"] > 0
+    assert fprop["gflops"] > 0 and fprop["gbps"] > 0
+    assert "compound_dot" in ops          # the input projection of all T steps at once
+    cost = next(r for r in report["rest"] if r["name"] == "cost")
+    assert [op["name"] for op in cost["ops"]] == ["softmax_cross_entropy"]
+    assert report["accounted_pct"] > 95.0
+    assert main(["profile", config, "--steps", "1", "--warmup", "1", "-z", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("lstm0 "))
+    below = lines[first + 1:next(i for i, line in enumerate(lines) if line.startswith("lstm1 "))]
+    names = [line.split()[1] for line in below if line.lstrip().startswith("·")]
+    assert "lstm_fprop_sequence" in names and "lstm_bprop_sequence" in names, below
+    assert any("(between ops)" in line for line in below), below
 
 
 def test_profile_table_text(config, capsys):
