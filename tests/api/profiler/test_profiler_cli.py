@@ -6,7 +6,6 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import neonlite
@@ -18,9 +17,8 @@ from neonlite.config.run import RunConfig
 from neonlite.profiler.trace import rank_path
 
 from support.checks import assert_nested
-from support.harness import make_backend
+from support.harness import CHECKOUT, make_backend
 
-ROOT = Path(__file__).resolve().parents[2]
 
 RUN = """\
 epochs: 1
@@ -131,7 +129,7 @@ def test_profile_table_shows_the_lstm_ops_under_its_layer(capsys):
     whole-sequence passes of the op table) under each LSTM layer, with their calls, times and
     FLOPs; the optimizer's and the cost's ops under their rows; the layers and the other rows
     add up to the step."""
-    config = str(ROOT / "examples" / "char_lstm.yaml")
+    config = str(CHECKOUT / "examples" / "char_lstm.yaml")
     assert main(["profile", config, "--steps", "2", "--warmup", "1", "-z", "8", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     _assert_ops_add_up(report)
