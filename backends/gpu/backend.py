@@ -201,7 +201,11 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps, GPUBlockSparseOps,
         """The launches of dispatched op-table row ``op``: every operand contiguous and of
         the first one's storage; each launch gets the operand pointers (0 for an absent one),
         the sizes (M, D) (``op.sizes``) and the scalars (float32 and int), over a grid of one
-        thread per element, one block per row, or one thread per column."""
+        thread per element, one block per row, or one thread per column.  A row without
+        launches is launched by its section file (``GPU<Family>Ops``), never here."""
+        if not op.kernel.launches:
+            raise NotImplementedError(f"{op.name}: the op table gives no CUDA launch for it; "
+                                      f"the GPU backend's section file must implement it")
         op.check_operands(operands, scalars)
         check_contiguous(op.name, **{o.name: t for o, t in zip(op.operands, operands)})
         storage = operands[0].storage

@@ -3,7 +3,17 @@ the rows: :class:`TableOps`, a base of :class:`~neonlite.backends.backend.Backen
 method per such row.  A call binds its arguments by the row's operands and scalars (their
 defaults filled in) and hands the operands (None for an absent optional one) and the
 scalars, in row order, to the backend's ``run_op``, which runs the row's operand check
-(``Op.check_operands``) before any kernel."""
+(``Op.check_operands``) before any kernel.
+
+The naming rule of what the table does not make (``backends/cpu/<family>.py``,
+``backends/gpu/<family>.py``, named as the row module or the contract section): a class
+``CPU<Family>Ops`` / ``GPU<Family>Ops`` holds the contract methods whose backends make a real
+choice (an algorithm, a tile, a plan, a work array, a kept call), mixed into the backend; a
+class ``CPU<Family>Plan`` / ``GPU<Family>Plan`` is a plan a ``*_layer`` method makes; helpers
+are module functions.  No ``...Kernels`` or ``...Mixin`` classes: the CPU backend reaches its
+C kernels one way, through ``backend.kernels`` (``KernelModules.module``, ``usable``,
+``run_call``, ``run_op``), the GPU backend through ``kernel`` and ``device.launch``; no class
+reaches into another's private attributes."""
 import inspect
 from abc import ABC, abstractmethod
 from operator import itemgetter

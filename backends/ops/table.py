@@ -6,16 +6,26 @@ the sample sizes the per-op tests run it at).  The rows live in one module per f
 
 A row with ``kernel`` set is *dispatched by the table*: the backend contract's method is made
 from the row (``dispatch.py``), the CPU backend calls C function ``kernel.c_symbol`` of
-``kernels/cpu/<kernel.c_source>.c`` (else runs ``reference``), and the GPU backend launches
-``kernel.launches`` of CUDA variant ``kernel.cuda_variant``.  Every kernel takes the operand
-pointers in the row's order (an absent optional operand as NULL), then the ``sizes`` (rows M
-and last axis of the operand ``kernel.sizes_of``, the first by default, as ``int64_t`` /
-``int``), then the scalars (``double`` / ``float`` and ``int``; a scalar with ``codes`` is
-given by name and passed as its code).  Rows without ``kernel`` are ops whose backends make real choices
-(algorithms, tiles, plans) in their section files; the row still gives their cost and
-reference, and the per-op tests and the profiler read it.
+``kernels/cpu/<kernel.c_source>.c`` where ``kernel.takes`` the case (else runs
+``reference``), and the GPU backend launches ``kernel.launches`` of CUDA variant
+``kernel.cuda_variant``.  A C function takes, by default, the operand pointers in the row's
+order (an absent optional operand as NULL), then the ``sizes`` (rows M and last axis D of the
+operand ``kernel.sizes_of``, the first by default, as ``int64_t``), then the scalars
+(``double`` and ``int``; a scalar with ``codes`` is given by name and passed as its code);
+``kernel.arguments`` names another order (some scalars left out, say), and a ``kernel.work``
+array (float64, as long as the C function ``<work>_work_size(M, D)`` says, kept by the
+backend) goes where it says ``"work"``.  A CUDA launch takes the operand pointers, then M and
+D as ``int``, then the scalars as ``float`` and ``int``.  A row whose kernel has no
+``launches`` is launched by the GPU backend's section file, from a plan of its own (column
+sums in row slices, a grid from the device): the row still gives its signature, check,
+reference, cost and CPU kernel.
+
+Rows without ``kernel`` are ops whose backends make real choices (algorithms, tiles, plans) in
+their section files; the row still gives their cost and reference, and the per-op tests and
+the profiler read it.
 """
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 
@@ -69,16 +79,33 @@ class Launch:
     threads: int = 256
 
 
+#: the names ``Kernel.arguments`` gives besides the row's operands and scalars: the sizes
+#: (M, D) and the work array
+SIZES, WORK = "sizes", "work"
+
+
 @dataclass(frozen=True)
 class Kernel:
-    """The compiled code of a dispatched op: C function ``c_symbol`` of
-    ``kernels/cpu/<c_source>.c`` and the CUDA ``launches`` of variant ``cuda_variant``; the
-    sizes they take are those of operand ``sizes_of`` (None: the first)."""
+    """The compiled code of a dispatched op (see the module docstring): C function
+    ``c_symbol`` of ``kernels/cpu/<c_source>.c`` and the CUDA ``launches`` of variant
+    ``cuda_variant`` (none: the GPU backend's section file launches the op from a plan of its
+    own); the sizes they take are those of operand ``sizes_of`` (None: the first).
+
+    ``arguments``: the C function's parameters by name (operands, scalars, :data:`SIZES`,
+    :data:`WORK`); None: the operands, the sizes, the scalars.  ``work``: the stem of the C
+    function ``<work>_work_size(M, D)`` giving the length of the float64 work array the C
+    function takes (``KernelModules.block_sums_work``).  ``takes``: None, or
+    ``takes(*operands, *scalars) -> bool`` in row order, on arrays that passed the row's
+    check: False where the C function does not take the case (another axis than the last,
+    an output aliasing an input), which then runs the reference."""
     c_source: str
     c_symbol: str
-    cuda_variant: str
-    launches: tuple
+    cuda_variant: str = None
+    launches: tuple = ()
     sizes_of: str = None
+    arguments: tuple = None
+    work: str = None
+    takes: object = None
 
 
 @dataclass(frozen=True)
@@ -150,10 +177,38 @@ class Op:
                              f"{self.kernel.sizes_of!r}")
         object.__setattr__(self, "_sizes_at", 0 if self.kernel.sizes_of is None
                            else names.index(self.kernel.sizes_of))
+        object.__setattr__(self, "_c_order", self._argument_order())
         object.__setattr__(self, "c_symbols", (f"{self.kernel.c_source}:"
                                                f"{self.kernel.c_symbol}",))
-        object.__setattr__(self, "cuda_functions", tuple(
-            f"{self.kernel.cuda_variant}:{l.function}" for l in self.kernel.launches))
+        if self.kernel.launches:
+            object.__setattr__(self, "cuda_functions", tuple(
+                f"{self.kernel.cuda_variant}:{l.function}" for l in self.kernel.launches))
+
+    def _argument_order(self):
+        """Positions in (operands..., M, D, scalars..., work) of the C function's arguments
+        (``kernel.arguments``)."""
+        k = self.kernel
+        n, scalars = len(self.operands), [s.name for s in self.scalars]
+        arguments = k.arguments if k.arguments is not None else \
+            tuple(self._operand_names) + (SIZES,) + tuple(scalars)
+        where = {name: i for i, name in enumerate(self._operand_names)}
+        where.update({name: n + 2 + i for i, name in enumerate(scalars)})
+        where[WORK] = n + 2 + len(scalars)
+        unknown = [a for a in arguments if a not in where and a != SIZES]
+        if unknown or (WORK in arguments) != (k.work is not None):
+            raise ValueError(f"op {self.name}: kernel arguments must name its operands, "
+                             f"scalars, {SIZES!r} and {WORK!r} exactly when it has a work "
+                             f"array; got {unknown or arguments}")
+        order = []
+        for a in arguments:
+            order += [n, n + 1] if a == SIZES else [where[a]]
+        return itemgetter(*order) if len(order) > 1 else (lambda values: (values[order[0]],))
+
+    def c_arguments(self, pointers, sizes, numbers, work=None):
+        """The C function's arguments in ``kernel.arguments``'s order from ``pointers`` (the
+        operands', row order), ``sizes`` (M, D), ``numbers`` (the scalars as
+        :meth:`numbers` gives them) and ``work``."""
+        return self._c_order((*pointers, *sizes, *numbers, work))
 
     def check_operands(self, operands, scalars=()):
         """Raise before any kernel runs unless ``operands`` (tensors or numpy arrays, None for

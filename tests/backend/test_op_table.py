@@ -361,3 +361,43 @@ def test_gpu_backend_matches_the_reference_on_its_case(monkeypatch, case):
 @pytest.mark.parametrize("case", REFERENCED, ids=REFERENCED_IDS)
 def test_real_gpu_backend_matches_the_reference_on_its_case(case):
     _backend_matches_the_reference(neonlite.gen_backend("gpu", batch_size=4, rng_seed=0), case)
+
+
+# ---- what a row can say about its kernel --------------------------------------------------
+def _toy_row(**kernel):
+    from neonlite.backends.ops import Kernel, Op, Operand, Scalar
+    return Op("toy", "norm", "toy", lambda *a, **k: (1.0, 1.0),
+              operands=(Operand("x", ("M", "D")), Operand("y", ("M", "D"), written=True)),
+              scalars=(Scalar("eps", default=1.0), Scalar("axis", "int", default=-1)),
+              kernel=Kernel("norm", "toy", **kernel), sample={"M": 2, "D": 3})
+
+
+def test_kernel_arguments_put_sizes_scalars_and_work_where_the_row_says():
+    """``Kernel.arguments`` orders the C call's arguments by name (a scalar may be left out);
+    the work array goes where it says ``work``; by default: operands, sizes, scalars."""
+    x, y = np.zeros((2, 3)), np.zeros((2, 3))
+    plain = _toy_row()
+    assert plain.c_arguments(("px", "py"), (2, 3), (1.0, -1)) == ("px", "py", 2, 3, 1.0, -1)
+    row = _toy_row(arguments=("y", "x", "work", "sizes", "eps"), work="norm")
+    assert row.c_arguments(("px", "py"), row.sizes((x, y)), (1.0, -1), "w") == \
+        ("py", "px", "w", 2, 3, 1.0)
+
+
+@pytest.mark.parametrize("kernel", [dict(arguments=("x", "y", "sizes", "work")),
+                                    dict(arguments=("x", "z", "sizes"), work=None),
+                                    dict(work="norm")])
+def test_kernel_arguments_must_name_the_row(kernel):
+    """A name that is no operand or scalar, or ``work`` without a work array (or a work array
+    the arguments do not place), is one ValueError when the row is made."""
+    with pytest.raises(ValueError, match="^op toy: kernel arguments must name"):
+        _toy_row(**kernel)
+
+
+def test_rows_without_launches_have_a_gpu_section_method():
+    """A dispatched row with no CUDA launch is launched by the GPU backend's section file:
+    GPUBackend must not fall back to the table-made method (whose ``run_op`` would refuse)."""
+    from neonlite.backends.gpu.backend import GPUBackend
+    from neonlite.backends.ops.dispatch import TableOps
+    for op in DISPATCHED:
+        if not op.kernel.launches:
+            assert getattr(GPUBackend, op.name) is not getattr(TableOps, op.name), op.name
