@@ -297,31 +297,6 @@ class Backend(TableOps, SequenceOps, StorageOps, KernelVariants, ABC):
         own; only 2C numbers leave the device)."""
 
     @abstractmethod
-    def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
-        """Normalize with given statistics as training-mode ``batchnorm_fprop`` does with its
-        own: xhat = (x - mean) * invstd, y = gamma * xhat + beta (then max(y, 0) with
-        ``relu``).  x, y, xhat (M, C); gamma, beta, mean, invstd (1, C)."""
-
-    @abstractmethod
-    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
-        """Gradients of training-mode batch norm: dx (M, C), dgamma and dbeta (1, C).  ``y``,
-        the output of a fprop with ``relu``, masks dy by y > 0 (the ReLU's backward fused)."""
-
-    @abstractmethod
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
-                        total=None):
-        """Layer norm over the last axis: x, y, xhat (M, D); gamma, beta (1, D); invstd (M, 1).
-        With ``residual`` and ``total`` (M, D), total (sharing no memory with the others)
-        = x + residual is written and normalized in x's place (a residual add joined in).
-        ``xhat`` (what ``layernorm_bprop`` needs) may be None in inference: not kept."""
-
-    @abstractmethod
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
-        """dx (M, D) and parameter gradients dgamma, dbeta (1, D) (accumulated into).  With
-        ``residual`` (M, D), sharing no memory with the others, dx = residual + the input
-        gradient (a residual branch's gradient joined in, in one pass where the backend can)."""
-
-    @abstractmethod
     def softmax(self, x, out, axis=-1):
         """out = softmax(x) along ``axis`` (max-subtracted, so large logits do not overflow)."""
 

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from support.requires import requires
+from support.table_kernels import run_kernel, run_reference
 
 from neonlite.backends.cpu import conv as cpu_conv, kernels as cpu_kernels
 from neonlite.backends.reference import conv as numpy_conv, norm as numpy_norm
 from neonlite.backends.reference import pool as numpy_pool, softmax as numpy_softmax
 from neonlite.backends.cpu.backend import CPUBackend
+from neonlite.backends.cpu.norm import batchnorm_fprop_kernel
 from neonlite.backends.cpu.blas import GemmThreads
 from neonlite.backends.cpu.mkl_blas import load_mkl
 from neonlite.backends.cpu.optree import OpTreeMachine
@@ -198,7 +200,7 @@ def test_batchnorm_matches_numpy(kernels, dtype, M, C, inference):
         rm, rv = p["running_mean"].copy(), p["running_var"].copy()
         args = (x, p["gamma"], p["beta"], y, xhat, mean, invstd, rm, rv, 1e-5, 0.9, inference)
         if impl == "c":
-            assert kernels.batchnorm_fprop(*args)
+            assert batchnorm_fprop_kernel(kernels, *args)
         else:
             numpy_norm.batchnorm_fprop(*args)
         outs = [y, xhat, mean, invstd, rm, rv]
@@ -208,9 +210,9 @@ def test_batchnorm_matches_numpy(kernels, dtype, M, C, inference):
                 dgamma, dbeta = np.ones((1, C), dtype), np.ones((1, C), dtype)
                 bargs = (p["dy"], xhat, invstd, p["gamma"], dx, dgamma, dbeta, beta_acc)
                 if impl == "c":
-                    assert kernels.batchnorm_bprop(*bargs)
+                    assert run_kernel(kernels, "batchnorm_bprop", *bargs)
                 else:
-                    numpy_norm.batchnorm_bprop(*bargs)
+                    numpy_norm.batchnorm_bprop(*bargs[:7], beta_acc=beta_acc)
                 outs += [dx, dgamma, dbeta]
         results.append(outs)
     tol = {np.float32: 2e-4 if M > 1 else 2e-5, np.float64: 1e-9}[dtype]
@@ -230,11 +232,12 @@ def test_layernorm_matches_numpy(kernels, dtype, M, D):
         y, xhat, invstd = np.empty((M, D), dtype), np.empty((M, D), dtype), np.empty((M, 1), dtype)
         dx, dgamma, dbeta = np.empty((M, D), dtype), np.ones((1, D), dtype), np.ones((1, D), dtype)
         if impl is None:
-            numpy_norm.layernorm_fprop(x, gamma, beta, y, xhat, invstd, 1e-5)
+            numpy_norm.layernorm_fprop(x, gamma, beta, y, xhat, invstd, eps=1e-5)
             numpy_norm.layernorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta)
         else:
-            assert impl.layernorm_fprop(x, gamma, beta, y, xhat, invstd, 1e-5)
-            assert impl.layernorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta)
+            assert run_kernel(impl, "layernorm_fprop", x, gamma, beta, y, xhat, invstd, 1e-5)
+            assert run_kernel(impl, "layernorm_bprop", dy, xhat, invstd, gamma, dx, dgamma,
+                              dbeta)
         results.append([y, xhat, invstd, dx, dgamma, dbeta])
     tol = {np.float32: 1e-4, np.float64: 1e-10}[dtype]
     for got, want in zip(*results):
@@ -250,12 +253,14 @@ def test_layernorm_fprop_of_a_residual_sum_is_that_of_the_sum(kernels, dtype, M,
     gamma, beta = rand(rng, (1, D), dtype, 1.0), rand(rng, (1, D), dtype)
     outs = [[np.full((M, D), np.nan, dtype) for _ in range(3)] + [np.empty((M, 1), dtype)]
             for _ in range(3)]
-    for impl, (total, y, xhat, invstd) in zip((kernels, numpy_norm), outs):
-        args = (x, gamma, beta, y, xhat, invstd, 1e-5, residual, total)
-        assert impl.layernorm_fprop(*args) is not False
+    (total, y, xhat, invstd), numpy_outs = outs[0], outs[1]
+    assert run_kernel(kernels, "layernorm_fprop", x, gamma, beta, y, xhat, invstd, 1e-5,
+                      residual, total)
+    run_reference("layernorm_fprop", x, gamma, beta, *numpy_outs[1:], 1e-5, residual,
+                  numpy_outs[0])
     total, y, xhat, invstd = outs[2]
     np.add(x, residual, out=total)
-    assert kernels.layernorm_fprop(total, gamma, beta, y, xhat, invstd, 1e-5)
+    assert run_kernel(kernels, "layernorm_fprop", total, gamma, beta, y, xhat, invstd, 1e-5)
     for got, want in zip(outs[0], outs[2]):
         np.testing.assert_array_equal(got, want)
     tol = {np.float32: 1e-4, np.float64: 1e-10}[dtype]
@@ -270,15 +275,14 @@ def test_layernorm_fprop_without_xhat_gives_the_same_output(kernels, dtype, M, D
     rng = np.random.default_rng(9)
     x, residual = rand(rng, (M, D), dtype), rand(rng, (M, D), dtype)
     gamma, beta = rand(rng, (1, D), dtype, 1.0), rand(rng, (1, D), dtype)
-    for impl in (kernels, numpy_norm):
+    for run in (lambda *a: run_kernel(kernels, "layernorm_fprop", *a),
+                lambda *a: run_reference("layernorm_fprop", *a) is None):
         for joined in ((), (residual, np.empty((M, D), dtype))):
             y, xhat, invstd = np.empty((M, D), dtype), np.empty((M, D), dtype), \
                 np.empty((M, 1), dtype)
-            assert impl.layernorm_fprop(x, gamma, beta, y, xhat, invstd, 1e-5, *joined) \
-                is not False
+            assert run(x, gamma, beta, y, xhat, invstd, 1e-5, *joined)
             y2, invstd2 = np.full((M, D), np.nan, dtype), np.full((M, 1), np.nan, dtype)
-            assert impl.layernorm_fprop(x, gamma, beta, y2, None, invstd2, 1e-5, *joined) \
-                is not False
+            assert run(x, gamma, beta, y2, None, invstd2, 1e-5, *joined)
             np.testing.assert_array_equal(invstd2, invstd)
             np.testing.assert_array_equal(y2, y)
 
@@ -291,7 +295,7 @@ def test_layernorm_bprop_with_residual_matches_numpy(kernels, dtype, M, D):
     x, dy, residual = (rand(rng, (M, D), dtype) for _ in range(3))
     gamma = rand(rng, (1, D), dtype, 1.0)
     xhat, invstd = np.empty((M, D), dtype), np.empty((M, 1), dtype)
-    numpy_norm.layernorm_fprop(x, gamma, gamma, np.empty((M, D), dtype), xhat, invstd, 1e-5)
+    numpy_norm.layernorm_fprop(x, gamma, gamma, np.empty((M, D), dtype), xhat, invstd, eps=1e-5)
     results = []
     for impl in (kernels, None):
         dx, dgamma, dbeta = np.empty((M, D), dtype), np.ones((1, D), dtype), np.ones((1, D), dtype)
@@ -299,7 +303,7 @@ def test_layernorm_bprop_with_residual_matches_numpy(kernels, dtype, M, D):
         if impl is None:
             numpy_norm.layernorm_bprop(*args)
         else:
-            assert impl.layernorm_bprop(*args)
+            assert run_kernel(impl, "layernorm_bprop", *args)
         results.append([dx, dgamma, dbeta])
     plain = np.empty((M, D), dtype)
     numpy_norm.layernorm_bprop(dy, xhat, invstd, gamma, plain, np.ones((1, D), dtype),

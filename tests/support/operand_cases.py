@@ -244,32 +244,12 @@ def _row_kernel_cases():
         o["out"][:] = o["x"] + o["row"]
 
     return [
-        Case("layernorm_fprop", lambda be, rng: _ops(
-            x=_normal(be, rng, M, D), gamma=_normal(be, rng, 1, D),
-            beta=_normal(be, rng, 1, D), y=be.zeros((M, D)), xhat=be.zeros((M, D)),
-            invstd=be.zeros((M, 1))),
-            lambda be, o: be.layernorm_fprop(*o.values())),
-        Case("layernorm_bprop", lambda be, rng: _ops(
-            dy=_normal(be, rng, M, D), xhat=_normal(be, rng, M, D),
-            invstd=_positive(be, rng, M, 1), gamma=_normal(be, rng, 1, D), dx=be.zeros((M, D)),
-            dgamma=be.zeros((1, D)), dbeta=be.zeros((1, D))),
-            lambda be, o: be.layernorm_bprop(*o.values())),
         Case("batchnorm_fprop", lambda be, rng: _ops(
             x=_normal(be, rng, M, D), gamma=_normal(be, rng, 1, D),
             beta=_normal(be, rng, 1, D), y=be.zeros((M, D)), xhat=be.zeros((M, D)),
             mean=be.zeros((1, D)), invstd=be.zeros((1, D)), running_mean=be.zeros((1, D)),
             running_var=be.ones((1, D))),
             lambda be, o: be.batchnorm_fprop(*o.values())),
-        Case("batchnorm_apply", lambda be, rng: _ops(
-            x=_normal(be, rng, M, D), gamma=_normal(be, rng, 1, D),
-            beta=_normal(be, rng, 1, D), y=be.zeros((M, D)), xhat=be.zeros((M, D)),
-            mean=_normal(be, rng, 1, D), invstd=_positive(be, rng, 1, D)),
-            lambda be, o: be.batchnorm_apply(*o.values())),
-        Case("batchnorm_bprop", lambda be, rng: _ops(
-            dy=_normal(be, rng, M, D), xhat=_normal(be, rng, M, D),
-            invstd=_positive(be, rng, 1, D), gamma=_normal(be, rng, 1, D),
-            dx=be.zeros((M, D)), dgamma=be.zeros((1, D)), dbeta=be.zeros((1, D))),
-            lambda be, o: be.batchnorm_bprop(*o.values())),
         Case("softmax", lambda be, rng: _ops(x=_normal(be, rng, M, D), out=be.zeros((M, D))),
              lambda be, o: be.softmax(o["x"], o["out"])),
         Case("softmax_cross_entropy", lambda be, rng: _ops(
