@@ -297,10 +297,6 @@ class Backend(TableOps, SequenceOps, StorageOps, KernelVariants, ABC):
         own; only 2C numbers leave the device)."""
 
     @abstractmethod
-    def softmax(self, x, out, axis=-1):
-        """out = softmax(x) along ``axis`` (max-subtracted, so large logits do not overflow)."""
-
-    @abstractmethod
     def softmax_cross_entropy(self, logits, targets, probs, grad, scale=1.0):
         """Fused softmax + cross-entropy over the last axis of (M, K) tensors.
 
@@ -334,11 +330,6 @@ class Backend(TableOps, SequenceOps, StorageOps, KernelVariants, ABC):
         b // (B // N) == n.  Hidden keys get probability 0; a row with every key hidden is all
         zeros.  ``out`` may be ``x``.
         """
-
-    @abstractmethod
-    def masked_softmax_bprop(self, y, dy, dx, scale=1.0):
-        """dx = scale * y * (dy - sum(dy * y, last axis)) for y = masked_softmax(...) (B, Tq, Tk);
-        ``dx`` may be ``dy``."""
 
     # ---- block-sparse products and attention ---------------------------------------------------
     def blocksparse_layer(self, layout, block_size):

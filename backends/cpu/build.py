@@ -111,7 +111,6 @@ class KernelModules:
         self._builder = builder
         self._modules = {}
         self._prepared = set()
-        self._bad_index = np.zeros(1, dtype=np.int64)
         self.workspaces = {}
         self._kept_calls = KeptCalls(MAX_KEPT_CALLS)
         if gemm is None:

@@ -1,5 +1,5 @@
 """The CPU backend's kernel calls, one base class per section of the backend contract
-(``conv.py``, ``pool.py``, ``softmax.py``, ``gelu.py``, ``rows.py``) over the
+(``conv.py``, ``pool.py``, ``gelu.py``, ``rows.py``) over the
 module loader of ``build.py``.
 
 Every call takes numpy arrays and returns True when it did the work, or False when the case is
@@ -11,10 +11,9 @@ from .conv import ConvKernels
 from .gelu import GeluKernels
 from .pool import PoolKernels
 from .rows import RowKernels
-from .softmax import SoftmaxKernels
 
 
-class CPUKernels(ConvKernels, PoolKernels, SoftmaxKernels, GeluKernels,
+class CPUKernels(ConvKernels, PoolKernels, GeluKernels,
                  RowKernels, KernelModules):
     """The C kernels of one CPU backend: ``builder`` and ``gemm`` as for
     :class:`~neonlite.backends.cpu.build.KernelModules`."""

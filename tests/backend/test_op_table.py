@@ -393,6 +393,19 @@ def test_kernel_arguments_must_name_the_row(kernel):
         _toy_row(**kernel)
 
 
+@requires("compiler")
+def test_a_case_the_kernel_does_not_take_runs_the_reference():
+    """``Kernel.takes`` False (softmax over another axis than the last): the reference runs,
+    with the same result."""
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0, datatype=np.float64)
+    x = np.random.default_rng(0).normal(size=(3, 4))
+    out = be.zeros((3, 4))
+    be.softmax(be.array(x), out, axis=0)
+    e = np.exp(x - x.max(axis=0))
+    np.testing.assert_allclose(out.get(), e / e.sum(axis=0), rtol=1e-12)
+    assert not OPS["softmax"].kernel.takes(x, out.get(), 0)
+
+
 def test_rows_without_launches_have_a_gpu_section_method():
     """A dispatched row with no CUDA launch is launched by the GPU backend's section file:
     GPUBackend must not fall back to the table-made method (whose ``run_op`` would refuse)."""
