@@ -21,7 +21,6 @@ from .ops.dispatch import TableOps
 from .plans import ConvPlan, PoolPlan
 from .storage import StorageOps
 from .variants import KernelVariants
-from .shared import gelu
 from .shared.class_indices import check_class_indices
 from .blocksparse_plan import BlockSparsePlan
 
@@ -373,30 +372,6 @@ class Backend(TableOps, SequenceOps, StorageOps, KernelVariants, ABC):
         ``ds`` may be ``dp``."""
 
     # ---- GELU fused with a bias -----------------------------------------------------------------
-    def gelu(self, x, out, bias=None, pre=None, approximate="none"):
-        """out = gelu(x + bias) over x (..., D) with bias (D,) or None; with a bias, ``pre``
-        (x's shape; may be ``x``) receives x + bias, the input ``gelu_bprop`` needs, or is None
-        (inference: the sum is not kept).  ``approximate``: ``"none"`` (erf form) or
-        ``"tanh"``.  This default runs op-trees; a backend may fuse it into one pass."""
-        if bias is not None:
-            pre = out if pre is None else pre
-            pre[:] = x + bias
-            x = pre
-        gelu.fprop(self, x, out, approximate)
-        return out
-
-    def gelu_bprop(self, x, dy, dx, dbias=None, approximate="none", y=None):
-        """dx = dy * gelu'(x) (x the pre-activation; ``dx`` may be ``dy``); ``dbias`` (D,),
-        when given, accumulates the sum of dx over every axis but the last.  ``y``, the
-        forward output gelu(x) when at hand, lets a backend skip recomputing Phi(x) = y / x."""
-        gelu.bprop(self, x, dy, dx, approximate)
-        if dbias is not None:
-            D = dbias.shape[-1]
-            rows = dx.reshape(dx.size // D, D)
-            acc = dbias.reshape(1, D)
-            acc[:] = acc + self.sum(rows, axis=0)
-        return dx
-
     # ---- rows of a table (embeddings) and layout ---------------------------------------------
     @abstractmethod
     def take_rows(self, table, ids, out):

@@ -22,7 +22,6 @@ from .bf16 import CPUBf16Ops
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
 from .blocksparse import CPUBlockSparseOps
 from .conv import CPUConvOps
-from .gelu import CPUGeluOps
 from .kept_calls import KeptCalls
 from .kernels import CPUKernels
 from .norm import CPUNormOps
@@ -36,7 +35,7 @@ from .threads import set_cpu_threads
 from .ufunc import run_ufuncs
 
 
-class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, CPURowOps,
+class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
                  CPUBlasOps, CPUAttentionOps, CPURecurrentOps,
                  CPUBlockSparseOps, CPUBf16Ops, Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float32 or float64

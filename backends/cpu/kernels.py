@@ -1,5 +1,5 @@
 """The CPU backend's kernel calls, one base class per section of the backend contract
-(``conv.py``, ``pool.py``, ``gelu.py``, ``rows.py``) over the
+(``conv.py``, ``pool.py``, ``rows.py``) over the
 module loader of ``build.py``.
 
 Every call takes numpy arrays and returns True when it did the work, or False when the case is
@@ -8,12 +8,11 @@ compiled kernels), in which case the backend runs its numpy reference instead.
 """
 from .build import KernelModules
 from .conv import ConvKernels
-from .gelu import GeluKernels
 from .pool import PoolKernels
 from .rows import RowKernels
 
 
-class CPUKernels(ConvKernels, PoolKernels, GeluKernels,
+class CPUKernels(ConvKernels, PoolKernels,
                  RowKernels, KernelModules):
     """The C kernels of one CPU backend: ``builder`` and ``gemm`` as for
     :class:`~neonlite.backends.cpu.build.KernelModules`."""

@@ -1,7 +1,8 @@
 """The CPU C kernels behind the transformer layers, against numpy references: the float erf
 and GELU (fused with a bias, and its gradient with the bias gradient), and the masked attention
 softmax (causal and padding masks, T=1, Tq != Tk, odd sizes), in float32 and float64; the
-op-tree defaults of the backend contract (what the GPU backend runs) are compared too."""
+op-trees the GPU backend runs (``GPUGeluOps``, ``shared/gelu.py``; run here on the CPU backend)
+are compared too."""
 import math
 
 import numpy as np
@@ -10,7 +11,8 @@ from support.harness import compare_with_cpu, make_backend
 from support.table_kernels import run_kernel
 
 from neonlite.backends.reference import softmax as numpy_softmax
-from neonlite.backends.backend import Backend
+from neonlite.backends.gpu.gelu import GPUGeluOps
+from neonlite.backends.shared import gelu
 from neonlite.backends.cpu.softmax import masked_softmax_kernel
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -73,13 +75,15 @@ def test_gelu_with_bias_and_its_gradient(approximate, dtype, shape):
         pre, out, dx = be.zeros(shape), be.zeros(shape), be.zeros(shape)
         db = be.array(np.full(shape[-1], 0.5))
         if fused:
-            assert kernels.gelu(xt._ary, out._ary, bt._ary, xt._ary, approximate)
+            assert run_kernel(kernels, "gelu", xt._ary, out._ary, bt._ary, xt._ary, approximate)
             pre = xt  # in place: x receives x + b
-            assert kernels.gelu_bprop(pre._ary, dyt._ary, dx._ary, db._ary, approximate,
-                                      out._ary if with_y else None)
+            assert run_kernel(kernels, "gelu_bprop", pre._ary, dyt._ary, dx._ary, db._ary,
+                              approximate, out._ary if with_y else None)
         else:
-            Backend.gelu(be, xt, out, bt, pre, approximate)
-            Backend.gelu_bprop(be, pre, dyt, dx, db, approximate)
+            GPUGeluOps.gelu(be, xt, out, bt, pre, approximate)
+            gelu.bprop(be, pre, dyt, dx, approximate)
+            acc = db.reshape(1, shape[-1])
+            acc[:] = acc + be.sum(dx.reshape(-1, shape[-1]), axis=0)
         np.testing.assert_allclose(pre.get(), x + b, **tol)
         np.testing.assert_allclose(out.get(), y_want, **tol)
         np.testing.assert_allclose(dx.get(), dy * slope, **tol)
@@ -112,7 +116,7 @@ def test_gelu_bias_gradient_is_deterministic_across_thread_counts():
     sums = []
     for _ in range(3):
         dx, db = np.empty_like(x), np.zeros(64, np.float32)
-        assert kernels.gelu_bprop(x, dy, dx, db, "none")
+        assert run_kernel(kernels, "gelu_bprop", x, dy, dx, db, "none")
         sums.append(db)
     assert all(np.array_equal(sums[0], s) for s in sums[1:])
 
@@ -134,7 +138,7 @@ def test_gelu_with_bias_without_pre_on_every_backend(approximate):
     np.testing.assert_allclose(got_x, x, rtol=1e-6)
     be = make_backend("cpu")
     xt, bt, out = be.array(x), be.array(b), be.zeros(x.shape)  # the contract's op-trees
-    Backend.gelu(be, xt, out, bt, None, approximate)
+    GPUGeluOps.gelu(be, xt, out, bt, None, approximate)
     np.testing.assert_allclose(out.get(), y_want, rtol=1e-5, atol=2e-6)
 
 

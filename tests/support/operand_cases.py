@@ -260,13 +260,6 @@ def _row_kernel_cases():
             key_mask=be.array(np.ones((3, D), be.dtype))),
             lambda be, o: be.masked_softmax(o["x"], o["out"], 0.5, True, o["key_mask"]),
             dtype_free=("key_mask",)),
-        Case("gelu", lambda be, rng: _ops(x=_normal(be, rng, M, D), out=be.zeros((M, D)),
-                                         bias=_normal(be, rng, D), pre=be.zeros((M, D))),
-             lambda be, o: be.gelu(*o.values())),
-        Case("gelu_bprop", lambda be, rng: _ops(
-            x=_normal(be, rng, M, D), dy=_normal(be, rng, M, D), dx=be.zeros((M, D)),
-            dbias=be.zeros((D,))),
-            lambda be, o: be.gelu_bprop(*o.values())),
         Case("take_rows", table_ops, lambda be, o: be.take_rows(*o.values()),
              dtype_free=("ids",), index_checked=("table",)),
         Case("scatter_add_rows", scatter_ops, lambda be, o: be.scatter_add_rows(*o.values()),
