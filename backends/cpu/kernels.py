@@ -9,10 +9,8 @@ compiled kernels), in which case the backend runs its numpy reference instead.
 from .build import KernelModules
 from .conv import ConvKernels
 from .pool import PoolKernels
-from .rows import RowKernels
 
 
-class CPUKernels(ConvKernels, PoolKernels,
-                 RowKernels, KernelModules):
+class CPUKernels(ConvKernels, PoolKernels, KernelModules):
     """The C kernels of one CPU backend: ``builder`` and ``gemm`` as for
     :class:`~neonlite.backends.cpu.build.KernelModules`."""
