@@ -23,7 +23,7 @@ from .blas import MAX_GEMM_CALLS, CPUBlasOps
 from .blocksparse import CPUBlockSparseOps
 from .conv import CPUConvOps
 from .kept_calls import KeptCalls
-from .kernels import CPUKernels
+from .build import KernelModules
 from .norm import CPUNormOps
 from .optree import OpTreeMachine
 from .pool import CPUPoolOps
@@ -57,7 +57,7 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
                              f"float16 on the gpu backend, or numpy_float16=True for numpy's "
                              f"slow reference path")
         self._device_rng = np.random.default_rng(None if rng_seed is None else rng_seed + 1)
-        self.kernels = CPUKernels()
+        self.kernels = KernelModules()
         self._machine = OpTreeMachine(self.kernels)
         self._gemm_scratch = {}
         self._gemm_calls = KeptCalls(MAX_GEMM_CALLS)

@@ -98,7 +98,7 @@ def contiguous(*arrays):
 
 class KernelModules:
     """Lazily built C kernels for one CPU backend (see the module docstring): the base of
-    :class:`~neonlite.backends.cpu.kernels.CPUKernels`, whose other bases (one per contract
+    :class:`~neonlite.backends.cpu.build.KernelModules`, whose other bases (one per contract
     section, in ``conv.py``, ``pool.py``, ``norm.py``, ...) call the kernels.
 
     ``builder`` is a :class:`~neonlite.kernels.build.Builder` (default: the process's);

@@ -11,7 +11,7 @@ import pytest
 from support.requires import requires
 from support.table_kernels import run_kernel
 
-from neonlite.backends.cpu import kernels as cpu_kernels
+from neonlite.backends.cpu.build import KernelModules
 from neonlite.backends.cpu.norm import batchnorm_fprop_kernel, batchnorm_moments_kernel
 from neonlite.backends.cpu.threads import set_cpu_threads
 from neonlite.backends.reference import norm as numpy_norm
@@ -28,7 +28,7 @@ SHAPES = [(1, 17), (5, 3), (33, 17), (4099, 3), (3001, 17), (2055, 16), (1027, 3
 
 @pytest.fixture(scope="module")
 def kernels():
-    return cpu_kernels.CPUKernels()
+    return KernelModules()
 
 
 def _inputs(M, C, dtype, seed=0):
@@ -157,10 +157,10 @@ def test_batchnorm_is_the_same_on_any_thread_count(kernels, M, C):
 
 EMPTY_CALLS = """
 import numpy as np
-from neonlite.backends.cpu import kernels as cpu_kernels
+from neonlite.backends.cpu.build import KernelModules
 from neonlite.backends.cpu.norm import batchnorm_fprop_kernel, batchnorm_moments_kernel
 from neonlite.backends.ops import OPS
-kernels = cpu_kernels.CPUKernels()
+kernels = KernelModules()
 M, C = {M}, {C}
 x = np.zeros((M, C), np.float32)
 y, xhat, dx = np.empty_like(x), np.empty_like(x), np.empty_like(x)

@@ -11,7 +11,10 @@ import pytest
 from support.requires import requires
 from support.table_kernels import run_kernel, run_reference
 
-from neonlite.backends.cpu import conv as cpu_conv, kernels as cpu_kernels
+from neonlite.backends.cpu import conv as cpu_conv
+from neonlite.backends.cpu.build import KernelModules
+from neonlite.backends.cpu.conv import CPUConvPlan
+from neonlite.backends.cpu.pool import CPUPoolPlan
 from neonlite.backends.reference import conv as numpy_conv, norm as numpy_norm
 from neonlite.backends.reference import pool as numpy_pool, softmax as numpy_softmax
 from neonlite.backends.cpu.backend import CPUBackend
@@ -32,7 +35,7 @@ pytestmark = requires("compiler")
 
 @pytest.fixture(scope="module")
 def kernels():
-    found = cpu_kernels.CPUKernels()
+    found = KernelModules()
     for dtype in DTYPES:
         assert found.active(dtype), f"C kernels failed to build: {found.unavailable_reason()}"
     return found
@@ -66,7 +69,7 @@ _NO_MKL = None if load_mkl() is not None else "MKL is not installed (pip install
 @pytest.fixture(scope="module")
 def numpy_blas_kernels():
     """Kernels whose GEMMs go to numpy's BLAS: convolution takes the whole-matrix path."""
-    return cpu_kernels.CPUKernels(gemm=GemmThreads())
+    return KernelModules(gemm=GemmThreads())
 
 
 CONV_MODES = {
@@ -88,7 +91,7 @@ def test_conv_matches_numpy(request, monkeypatch, case, dtype, mode):
     if fixture == "kernels" and _NO_MKL:
         pytest.skip(f"the tiled convolution passes call MKL: {_NO_MKL}")
     kernels = request.getfixturevalue(fixture)
-    assert (kernels.conv_plan(1, 3, 5, 5, 4, 3, 3, dtype=dtype).tiles is not None) == \
+    assert (CPUConvPlan(1, 3, 5, 5, 4, 3, 3, dtype=dtype, kernels=kernels).tiles is not None) == \
         (fixture == "kernels")
     N, H, W, C, K, R, S, pad, stride, dil = case
     rng = np.random.default_rng(1)
@@ -96,44 +99,44 @@ def test_conv_matches_numpy(request, monkeypatch, case, dtype, mode):
         Q = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil).Q
         rows = value * Q * R * S * C * np.dtype(dtype).itemsize if value > 1 else 1
         monkeypatch.setattr(cpu_conv, limit, rows)
-    plan_c = kernels.conv_plan(N, C, H, W, K, R, S, pad, stride, dil, dtype=dtype)
+    plan_c = CPUConvPlan(N, C, H, W, K, R, S, pad, stride, dil, dtype=dtype, kernels=kernels)
     plan_np = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil)
     x, f = rand(rng, (N, H, W, C), dtype), rand(rng, (R, S, C, K), dtype)
     e = rand(rng, plan_c.out_shape, dtype)
 
     out_c, out_np = np.empty(plan_c.out_shape, dtype), np.empty(plan_c.out_shape, dtype)
-    assert kernels.fprop_conv(plan_c, x, f, out_c)
+    assert plan_c.fprop(x, f, out_c)
     numpy_conv.fprop_conv(plan_np, x, f, out_np)
     close(out_c, out_np, dtype)
 
     for beta in (0.0, 1.0):
         gf_c = rand(rng, f.shape, dtype)
         gf_np = gf_c.copy()
-        assert kernels.update_conv(plan_c, x, e, gf_c, beta)
+        assert plan_c.update(x, e, gf_c, beta)
         numpy_conv.update_conv(plan_np, x, e, gf_np, beta)
         close(gf_c, gf_np, dtype)
 
     for beta in (0.0, 0.5):
         gx_c = rand(rng, x.shape, dtype)
         gx_np = gx_c.copy()
-        assert kernels.bprop_conv(plan_c, f, e, gx_c, beta)
+        assert plan_c.bprop(f, e, gx_c, beta)
         numpy_conv.bprop_conv(plan_np, f, e, gx_np, beta)
         close(gx_c, gx_np, dtype)
 
     x2 = rand(rng, x.shape, dtype)
     gf_c, gf_np = np.zeros_like(f), np.zeros_like(f)
-    assert kernels.update_conv(plan_c, x2, e, gf_c, 0.0)     # patches not gathered yet
+    assert plan_c.update(x2, e, gf_c, 0.0)     # patches not gathered yet
     numpy_conv.update_conv(plan_np, x2, e, gf_np, 0.0)
     close(gf_c, gf_np, dtype)
 
 
 def test_conv_bprop_zero_beta_overwrites_nan(kernels):
     """beta = 0 must overwrite, not scale, what the gradient buffer held (NaN included)."""
-    plan = kernels.conv_plan(2, 3, 5, 5, 4, 3, 3, (1, 1), dtype=np.float32)
+    plan = CPUConvPlan(2, 3, 5, 5, 4, 3, 3, (1, 1), dtype=np.float32, kernels=kernels)
     rng = np.random.default_rng(2)
     f, e = rand(rng, (3, 3, 3, 4), np.float32), rand(rng, plan.out_shape, np.float32)
     grad = np.full(plan.in_shape, np.nan, np.float32)
-    assert kernels.bprop_conv(plan, f, e, grad, 0.0)
+    assert plan.bprop(f, e, grad, 0.0)
     assert np.isfinite(grad).all()
 
 
@@ -154,29 +157,29 @@ POOL_CASES = [
 def test_pool_matches_numpy(kernels, case, dtype, op):
     N, H, W, C, R, S, pad, stride = case
     rng = np.random.default_rng(3)
-    plan_c = kernels.pool_plan(op, N, C, H, W, R, S, pad, stride, dtype=dtype)
+    plan_c = CPUPoolPlan(op, N, C, H, W, R, S, pad, stride, dtype=dtype, kernels=kernels)
     plan_np = PoolPlan(op, N, C, H, W, R, S, pad, stride)
     x = rand(rng, (N, H, W, C), dtype)
     out_c, out_np = np.empty(plan_c.out_shape, dtype), np.empty(plan_c.out_shape, dtype)
-    assert kernels.fprop_pool(plan_c, x, out_c)
+    assert plan_c.fprop(x, out_c)
     numpy_pool.fprop_pool(plan_np, x, out_np)
     close(out_c, out_np, dtype)
     e = rand(rng, plan_c.out_shape, dtype)
     for beta in (0.0, 0.5):
         gx_c = rand(rng, x.shape, dtype)
         gx_np = gx_c.copy()
-        assert kernels.bprop_pool(plan_c, e, gx_c, beta)
+        assert plan_c.bprop(e, gx_c, beta)
         numpy_pool.bprop_pool(plan_np, e, gx_np, beta)
         close(gx_c, gx_np, dtype)
 
 
 def test_maxpool_ties_go_to_the_first_tap(kernels):
-    plan = kernels.pool_plan("max", 1, 1, 2, 2, 2, 2, dtype=np.float32)
+    plan = CPUPoolPlan("max", 1, 1, 2, 2, 2, 2, dtype=np.float32, kernels=kernels)
     x = np.ones((1, 2, 2, 1), np.float32)
     out = np.empty(plan.out_shape, np.float32)
-    assert kernels.fprop_pool(plan, x, out)
+    assert plan.fprop(x, out)
     grad = np.empty_like(x)
-    assert kernels.bprop_pool(plan, np.full(plan.out_shape, 3.0, np.float32), grad)
+    assert plan.bprop(np.full(plan.out_shape, 3.0, np.float32), grad)
     np.testing.assert_array_equal(grad.ravel(), [3.0, 0.0, 0.0, 0.0])
 
 
