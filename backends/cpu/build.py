@@ -243,7 +243,7 @@ class KernelModules:
         quarter of the cost of :func:`pointer` s (the calls on a recurrent layer's time-step
         slices)."""
         if keep:
-            return self.run_call(op.name, arrays, tuple(scalars), True,
+            return self.run_call(op.name, arrays, scalars, True,
                                  lambda: self._op_call(op, arrays, scalars, pointer))
         call = self._op_call(op, arrays, scalars, _buffer)
         if call is None:
