@@ -67,8 +67,8 @@ class CPUConvPlan(ConvPlan):
     :meth:`bprop` on numpy arrays (each True when it did the work, False where the algorithm is
     ``numpy`` or an array is not C-contiguous of the plan's data type).
 
-    Fields: ``dtype``; ``gemm``, the kernel modules' GEMM; ``conv``, the cffi module of ``conv.c`` (None: the numpy reference runs
-    every pass); ``geom``, its ``conv_geom`` struct; ``algorithm`` of fprop and update and
+    Fields: ``dtype``; ``gemm``, the kernel modules' GEMM; ``conv``, the cffi module of
+    ``conv.c`` (None: the numpy reference runs every pass); ``geom``, its ``conv_geom`` struct; ``algorithm`` of fprop and update and
     ``bprop_algorithm`` (``pointwise``, ``direct``, ``tiled``, ``im2col`` or ``numpy``);
     ``direct`` and ``direct_transposed`` (:class:`DirectWork` or None); ``tiles``
     (:class:`TileWork` or None); ``per_chunk``, the images per im2col chunk; ``update_blocks``,

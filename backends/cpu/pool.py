@@ -1,7 +1,7 @@
-"""Pooling on the CPU (``Backend.fprop_pool``, ``bprop_pool``): the plan :class:`CPUPoolPlan`
-(the ``pool.c`` module and its ``pool_geom`` struct, chosen at configure time, and its passes
-on numpy arrays) and the backend's ops (:class:`CPUPoolOps`).  Max pooling records each output's argmax (int32, (N, P, Q, C))
-in the plan for the bprop that follows."""
+"""Pooling on the CPU (``Backend.fprop_pool``, ``bprop_pool``): the plan :class:`CPUPoolPlan` (the
+``pool.c`` module and its ``pool_geom`` struct, chosen at configure time, and its passes on
+numpy arrays) and the backend's ops (:class:`CPUPoolOps`). Max pooling records each output's
+argmax (int32, (N, P, Q, C)) in the plan for the bprop that follows."""
 import numpy as np
 
 from ..operand_shapes import check_pool

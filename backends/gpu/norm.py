@@ -1,5 +1,6 @@
 """Batch norm and layer norm on the GPU (``Backend.batchnorm_*``, ``layernorm_*``): the kernels
-of ``kernels/cuda/norm.cu``.
+of ``kernels/cuda/norm.cu``, launched from this file's column-sum plans after the op table
+row's operand check (``ops/norm.py``: the rows the table dispatches on the CPU).
 
 Batch norm (x (M, C), NHWC images as (N*H*W, C)): a column-sum kernel over row slices writes
 float32 partials, a finalize kernel sums them in slice order into the statistics (and the
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..operand_sizes import check_operand_sizes, check_rank
+from ..ops import OPS
 from .dense import check_written, rows_of
 
 
@@ -100,11 +102,9 @@ class GPUNormOps:
     def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
         """As the contract (the ``nl_bn_apply`` kernel of ``batchnorm_fprop``)."""
         check_written("batchnorm_apply", y=y, xhat=xhat)
-        check_operand_sizes("batchnorm_apply", x, x.shape[-1], whole=(("y", y), ("xhat", xhat)),
-                            columns=(("gamma", gamma), ("beta", beta), ("mean", mean),
-                                     ("invstd", invstd)))
+        OPS["batchnorm_apply"].check_operands((x, gamma, beta, y, xhat, mean, invstd), (relu,))
         x, gamma, beta, mean, invstd = rows_of(self, "batchnorm_apply", x, gamma, beta, mean,
-                                                     invstd)
+                                               invstd)
         M, C = x.shape
         func = self.kernel("norm", f"nl_bn_apply_{x.storage}", "PPPPPPPqii")
         self.device.launch(func, *self._elementwise_grid(M * C),
@@ -114,10 +114,8 @@ class GPUNormOps:
     def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
         """As the contract; ``y`` (the fused fprop's ReLU output) masks dy by y > 0."""
         check_written("batchnorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
-        check_operand_sizes("batchnorm_bprop", dy, dy.shape[-1],
-                            whole=(("xhat", xhat), ("dx", dx), ("y", y)),
-                            columns=(("invstd", invstd), ("gamma", gamma), ("dgamma", dgamma),
-                                     ("dbeta", dbeta)))
+        OPS["batchnorm_bprop"].check_operands((dy, xhat, invstd, gamma, dx, dgamma, dbeta, y),
+                                              (beta_acc,))
         dy, xhat, invstd, gamma, y = rows_of(self, "batchnorm_bprop", dy, xhat, invstd, gamma, y)
         M, C = dy.shape
         plan, partial = self._column_sums(dy, xhat, y, 1, "bn_bprop")
@@ -134,11 +132,8 @@ class GPUNormOps:
     def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
                         total=None):
         check_written("layernorm_fprop", y=y, xhat=xhat, invstd=invstd)
-        check_operand_sizes("layernorm_fprop", x, x.shape[-1],
-                            whole=(("y", y), ("xhat", xhat), ("residual", residual),
-                                   ("total", total)),
-                            rows=(("invstd", invstd),), columns=(("gamma", gamma),
-                                                                 ("beta", beta)))
+        OPS["layernorm_fprop"].check_operands((x, gamma, beta, y, xhat, invstd, residual, total),
+                                              (eps,))
         if residual is not None:
             total[:] = x + residual
             x = total
@@ -153,10 +148,8 @@ class GPUNormOps:
 
     def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
         check_written("layernorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
-        check_operand_sizes("layernorm_bprop", dy, dy.shape[-1],
-                            whole=(("xhat", xhat), ("dx", dx), ("residual", residual)),
-                            rows=(("invstd", invstd),),
-                            columns=(("gamma", gamma), ("dgamma", dgamma), ("dbeta", dbeta)))
+        OPS["layernorm_bprop"].check_operands((dy, xhat, invstd, gamma, dx, dgamma, dbeta,
+                                               residual))
         dy, xhat, invstd, gamma = rows_of(self, "layernorm_bprop", dy, xhat, invstd, gamma)
         M, D = dy.shape
         func = self.kernel("norm", f"nl_ln_bprop_{dy.storage}", "PPPPPii")

@@ -4,9 +4,10 @@ the kernels of ``kernels/cuda/softmax.cu``, one block per row.  Nothing is copie
 except the scalar loss that ``softmax_cross_entropy`` returns."""
 import numpy as np
 
-from ..operand_shapes import check_masked_softmax, check_rows_alike
+from ..operand_shapes import check_masked_softmax
 from ..operand_sizes import check_operand_sizes
 from ..shared.class_indices import check_class_indices
+from ..ops import OPS
 from .dense import check_written, rows_of
 from .norm import row_grid
 
@@ -31,7 +32,7 @@ class GPUSoftmaxOps:
                                          Tk, N, np.float32(scale), int(causal)])
 
     def masked_softmax_bprop(self, y, dy, dx, scale=1.0):
-        check_rows_alike("masked_softmax_bprop", None, y=y, dy=dy, dx=dx)
+        OPS["masked_softmax_bprop"].check_operands((y, dy, dx), (scale,))
         dx[:] = scale * y * (dy - self.sum(dy * y, axis=-1))
 
     def _softmax_rows(self, logits, targets, probs, grad, rows_loss, scale):
@@ -63,7 +64,7 @@ class GPUSoftmaxOps:
         return loss
 
     def softmax(self, x, out, axis=-1):
-        check_rows_alike("softmax", None, x=x, out=out)
+        OPS["softmax"].check_operands((x, out), (axis,))
         if axis % x.ndim != x.ndim - 1 or not out.is_contiguous or x.storage != out.storage:
             out[:] = self.exp(x - self.max(x, axis=axis))
             out[:] = out / self.sum(out, axis=axis)

@@ -1,8 +1,8 @@
-"""The op table's rows of elementwise work, gathers and random draws (``table.py`` says what a
-row holds).  GELU is dispatched by the table on the CPU (``kernels/cpu/gelu.c``); the GPU
-backend runs it as op-trees its code generator fuses (``gpu/gelu.py``).  Costs: GELU 10 per element forward, 14 backward; an op-tree one FLOP per operator
-node per output element (``costs.optree_cost``); gathers, permutes and draws none,
-scatter-add one per element."""
+"""The op table's rows of elementwise work, gathers and random draws (``table.py`` says what a row
+holds). GELU is dispatched by the table on the CPU (``kernels/cpu/gelu.c``); the GPU backend
+runs it as op-trees its code generator fuses (``gpu/gelu.py``). Costs: GELU 10 per element
+forward, 14 backward; an op-tree one FLOP per operator node per output element
+(``costs.optree_cost``); gathers, permutes and draws none, scatter-add one per element."""
 from ..operand_sizes import check_operand_sizes
 from ..reference import gelu, rows
 from ..shared.gelu import APPROXIMATIONS

@@ -1,15 +1,16 @@
-"""The op table's rows of normalizations (``table.py`` says what a row holds).  Dispatched by
-the table: layer norm and ``batchnorm_apply`` / ``batchnorm_bprop`` on the CPU
+"""The op table's rows of normalizations (``table.py`` says what a row holds). Dispatched by the
+table: layer norm and ``batchnorm_apply`` / ``batchnorm_bprop`` on the CPU
 (``kernels/cpu/norm.c``; the GPU backend launches them from its column-sum plans in
 ``gpu/norm.py``), RMSNorm (``kernels/cpu/rmsnorm.c``, ``kernels/cuda/norm.cu``) and local
-response normalization (``kernels/cpu/lrn.c``, ``kernels/cuda/lrn.cu``).  ``batchnorm_fprop``
-(a choice of C function by ``inference``) and ``batchnorm_moments`` (host statistics) stay
-in the section files.
+response normalization (``kernels/cpu/lrn.c``, ``kernels/cuda/lrn.cu``). ``batchnorm_fprop`` (a
+choice of C function by ``inference``) and ``batchnorm_moments`` (host statistics) stay in the
+section files.
 
 Costs per element of x: batch and layer norm 8 forward (mean, variance, normalize, scale and
-shift; 9 with layer norm's residual add), 4 for ``batchnorm_apply``, and 12 backward; RMSNorm
-4 forward (square and sum, scale, gain; 5 with the residual add) and 7 backward; LRN ``2 * depth + 4`` forward (the window's squares and sums, the power,
-the product) and ``2 * depth + 8`` backward."""
+shift; 9 with layer norm's residual add), 4 for ``batchnorm_apply``, and 12 backward; RMSNorm 4
+forward (square and sum, scale, gain; 5 with the residual add) and 7 backward; LRN
+``2 * depth + 4`` forward (the window's squares and sums, the power, the product) and
+``2 * depth + 8`` backward."""
 import numpy as np
 
 from ..operand_shapes import check_rows_alike

@@ -1,9 +1,9 @@
-"""The op table's rows of softmax, cross-entropy and fused attention (``table.py`` says what a
-row holds).  Dispatched by the table: ``softmax`` and ``masked_softmax_bprop`` on the CPU
+"""The op table's rows of softmax, cross-entropy and fused attention (``table.py`` says what a row
+holds). Dispatched by the table: ``softmax`` and ``masked_softmax_bprop`` on the CPU
 (``kernels/cpu/softmax.c``, ``attention_softmax.c``; the GPU backend runs its own row kernels
-and op-trees, ``gpu/softmax.py``).  Costs: softmax 5 per element (max, subtract, exp, sum, divide), its gradient 4,
-softmax with cross-entropy 7; attention per visible (query, key) pair ``2*dk + 2*dv`` forward
-and ``6*dk + 4*dv`` backward (``costs.visible_pairs``)."""
+and op-trees, ``gpu/softmax.py``). Costs: softmax 5 per element (max, subtract, exp, sum,
+divide), its gradient 4, softmax with cross-entropy 7; attention per visible (query, key) pair
+``2*dk + 2*dv`` forward and ``6*dk + 4*dv`` backward (``costs.visible_pairs``)."""
 from ..operand_shapes import check_rows_alike
 from ..reference import attention, softmax
 from .costs import nbytes, no_flops, size, visible_pairs
