@@ -416,3 +416,12 @@ def test_rows_without_launches_have_a_gpu_section_method():
     for op in DISPATCHED:
         if not op.kernel.launches:
             assert getattr(GPUBackend, op.name) is not getattr(TableOps, op.name), op.name
+
+
+def test_the_cpu_backend_runs_every_dispatched_row_from_the_table():
+    """No CPU section file writes a dispatched row's method a second time: CPUBackend's is
+    the one the table made."""
+    from neonlite.backends.cpu.backend import CPUBackend
+    from neonlite.backends.ops.dispatch import TableOps
+    assert [op.name for op in DISPATCHED
+            if getattr(CPUBackend, op.name) is not getattr(TableOps, op.name)] == []
