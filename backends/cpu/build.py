@@ -255,16 +255,19 @@ class KernelModules:
         """(C function, arguments) of row ``op`` on ``arrays`` after its check, the operands
         given by ``point(ffi, array)``; None where the kernels do not take the case."""
         op.check_operands(arrays, scalars)
-        module = self.usable(op.kernel.c_source, *[a for a in arrays if a is not None])
-        kernel = op.kernel
+        call = op.c_call(scalars)
+        if call is None:
+            return None
+        kernel, order = call
+        module = self.usable(kernel.c_source, *[a for a in arrays if a is not None])
         if module is None or (kernel.takes is not None and not kernel.takes(*arrays, *scalars)):
             return None
         ffi = module.ffi
         sizes = op.sizes(arrays)
         work = None if kernel.work is None else ffi.from_buffer(
             "double[]", self.block_sums_work(module, kernel.work, arrays[0].dtype, *sizes))
-        return getattr(module.lib, kernel.c_symbol), op.c_arguments(
-            [point(ffi, a) for a in arrays], sizes, op.numbers(scalars), work)
+        return getattr(module.lib, kernel.c_symbol), order(
+            (*[point(ffi, a) for a in arrays], *sizes, *op.numbers(scalars), work))
 
     def block_sums_work(self, module, function, dtype, rows, cols):
         """The float64 work array (1-D) that C function ``function`` of ``module`` (the kernels

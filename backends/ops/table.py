@@ -106,6 +106,8 @@ class Kernel:
     arguments: tuple = None
     work: str = None
     takes: object = None
+    choose_by: str = None
+    choices: dict = None
 
 
 @dataclass(frozen=True)
@@ -177,17 +179,28 @@ class Op:
                              f"{self.kernel.sizes_of!r}")
         object.__setattr__(self, "_sizes_at", 0 if self.kernel.sizes_of is None
                            else names.index(self.kernel.sizes_of))
-        object.__setattr__(self, "_c_order", self._argument_order())
-        object.__setattr__(self, "c_symbols", (f"{self.kernel.c_source}:"
-                                               f"{self.kernel.c_symbol}",))
+        object.__setattr__(self, "_c_order", self._argument_order(self.kernel))
+        calls = {None: (self.kernel, self._c_order)}
+        choice_at = None
+        if self.kernel.choose_by is not None:
+            scalar_names = [s.name for s in self.scalars]
+            if self.kernel.choose_by not in scalar_names or not self.kernel.choices:
+                raise ValueError(f"op {self.name}: choose_by must name a scalar and choices "
+                                 f"give its kernels, got {self.kernel.choose_by!r}")
+            choice_at = scalar_names.index(self.kernel.choose_by)
+            calls = {value: (k, self._argument_order(k))
+                     for value, k in self.kernel.choices.items()}
+        object.__setattr__(self, "_calls", calls)
+        object.__setattr__(self, "_choice_at", choice_at)
+        object.__setattr__(self, "c_symbols", tuple(dict.fromkeys(
+            f"{k.c_source}:{k.c_symbol}" for k, _ in calls.values())))
         if self.kernel.launches:
             object.__setattr__(self, "cuda_functions", tuple(
                 f"{self.kernel.cuda_variant}:{l.function}" for l in self.kernel.launches))
 
-    def _argument_order(self):
-        """Positions in (operands..., M, D, scalars..., work) of the C function's arguments
-        (``kernel.arguments``)."""
-        k = self.kernel
+    def _argument_order(self, k):
+        """Positions in (operands..., M, D, scalars..., work) of the arguments of kernel
+        ``k``'s C function (``k.arguments``)."""
         n, scalars = len(self.operands), [s.name for s in self.scalars]
         arguments = k.arguments if k.arguments is not None else \
             tuple(self._operand_names) + (SIZES,) + tuple(scalars)
@@ -203,6 +216,14 @@ class Op:
         for a in arguments:
             order += [n, n + 1] if a == SIZES else [where[a]]
         return itemgetter(*order) if len(order) > 1 else (lambda values: (values[order[0]],))
+
+    def c_call(self, scalars):
+        """(kernel, argument order) of the C function that runs the row with ``scalars``
+        (row order): the row's kernel, or its choice by scalar ``kernel.choose_by``; None
+        where the value has no choice (the reference runs)."""
+        if self._choice_at is None:
+            return self._calls[None]
+        return self._calls.get(scalars[self._choice_at])
 
     def c_arguments(self, pointers, sizes, numbers, work=None):
         """The C function's arguments in ``kernel.arguments``'s order from ``pointers`` (the

@@ -385,6 +385,23 @@ def test_kernel_arguments_put_sizes_scalars_and_work_where_the_row_says():
         ("py", "px", "w", 2, 3, 1.0)
 
 
+def test_a_kernel_chosen_by_a_scalar_takes_that_choices_arguments():
+    """``choose_by``/``choices``: the scalar's value picks the C function and its argument
+    order (batch norm's training and inference functions); a value without a choice runs the
+    reference; a choice by a name that is no scalar is one ValueError."""
+    from neonlite.backends.ops import Kernel
+    row = _toy_row(choose_by="axis", choices={
+        -1: Kernel("norm", "toy_last", arguments=("x", "y", "sizes")),
+        0: Kernel("norm", "toy_first", arguments=("y", "x", "eps"))})
+    kernel, order = row.c_call((1.0, 0))
+    assert kernel.c_symbol == "toy_first" and order(("px", "py", 2, 3, 1.0, 0, None)) == \
+        ("py", "px", 1.0)
+    assert row.c_call((1.0, -1))[0].c_symbol == "toy_last" and row.c_call((1.0, 5)) is None
+    assert row.c_symbols == ("norm:toy_last", "norm:toy_first")
+    with pytest.raises(ValueError, match="^op toy: choose_by must name a scalar"):
+        _toy_row(choose_by="nope", choices={0: Kernel("norm", "toy")})
+
+
 @pytest.mark.parametrize("kernel", [dict(arguments=("x", "y", "sizes", "work")),
                                     dict(arguments=("x", "z", "sizes"), work=None),
                                     dict(work="norm")])
