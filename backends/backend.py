@@ -277,18 +277,6 @@ class Backend(TableOps, SequenceOps, StorageOps, KernelVariants, ABC):
 
     # ---- normalization, softmax, randomness --------------------------------------------------
     @abstractmethod
-    def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
-                        eps=1e-5, momentum=0.9, inference=False, relu=False):
-        """Batch norm over every axis but the last (channels).
-
-        x, y, xhat: (M, C) views (NHWC images reshaped to (N*H*W, C)); gamma, beta, mean,
-        invstd, running_mean, running_var: (1, C).  Training mode normalizes with the batch
-        statistics and updates running_* as ``r = momentum * r + (1 - momentum) * stat``
-        (running_var takes the unbiased batch variance); inference uses the running statistics.
-        ``relu``: y = max(y, 0), the following ReLU fused into the same pass.
-        """
-
-    @abstractmethod
     def batchnorm_moments(self, x):
         """The batch statistics of x (M, C) that synchronised batch norm combines across
         processes: ``(mean, m2)``, host float64 arrays (C,) of the per-channel mean and sum of

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..operand_sizes import check_operand_sizes, check_rank
+from ..operand_sizes import check_rank
 from ..ops import OPS
 from .dense import check_written, rows_of
 
@@ -65,10 +65,9 @@ class GPUNormOps:
         """As the contract; ``relu=True`` also applies the following ReLU to y (fused)."""
         check_written("batchnorm_fprop", y=y, xhat=xhat, mean=mean, invstd=invstd,
                       running_mean=running_mean, running_var=running_var)
-        check_operand_sizes("batchnorm_fprop", x, x.shape[-1], whole=(("y", y), ("xhat", xhat)),
-                            columns=(("gamma", gamma), ("beta", beta), ("mean", mean),
-                                     ("invstd", invstd), ("running_mean", running_mean),
-                                     ("running_var", running_var)))
+        OPS["batchnorm_fprop"].check_operands(
+            (x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var),
+            (eps, momentum, inference, relu))
         x, gamma, beta = rows_of(self, "batchnorm_fprop", x, gamma, beta)
         M, C = x.shape
         storage = x.storage

@@ -1,10 +1,10 @@
 """The op table's rows of normalizations (``table.py`` says what a row holds). Dispatched by the
-table: layer norm and ``batchnorm_apply`` / ``batchnorm_bprop`` on the CPU
+table: layer norm and batch norm's ``batchnorm_fprop`` (the training or inference C function,
+chosen by ``inference``), ``batchnorm_apply`` and ``batchnorm_bprop`` on the CPU
 (``kernels/cpu/norm.c``; the GPU backend launches them from its column-sum plans in
 ``gpu/norm.py``), RMSNorm (``kernels/cpu/rmsnorm.c``, ``kernels/cuda/norm.cu``) and local
-response normalization (``kernels/cpu/lrn.c``, ``kernels/cuda/lrn.cu``). ``batchnorm_fprop`` (a
-choice of C function by ``inference``) and ``batchnorm_moments`` (host statistics) stay in the
-section files.
+response normalization (``kernels/cpu/lrn.c``, ``kernels/cuda/lrn.cu``).
+``batchnorm_moments`` (host statistics) stays in the section files.
 
 Costs per element of x: batch and layer norm 8 forward (mean, variance, normalize, scale and
 shift; 9 with layer norm's residual add), 4 for ``batchnorm_apply``, and 12 backward; RMSNorm 4
@@ -52,6 +52,19 @@ def _rms_bprop_check(op, dy, xhat, rstd, gamma, dx, dgamma, residual):
     check_operand_sizes(op, dy, dy.shape[-1] if len(dy.shape) else 1,
                         whole=(("xhat", xhat), ("dx", dx), ("residual", residual)),
                         rows=(("rstd", rstd),), columns=(("gamma", gamma), ("dgamma", dgamma)))
+
+
+def _bn_fprop_cost(x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var, eps=None,
+                   momentum=None, inference=False, relu=False):
+    return float(8 * size(x)), nbytes(x, gamma, beta, y, xhat, mean, invstd, running_mean,
+                                       running_var)
+
+
+def _bn_fprop_check(op, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var):
+    check_operand_sizes(op, x, x.shape[-1], whole=(("y", y), ("xhat", xhat)),
+                        columns=(("gamma", gamma), ("beta", beta), ("mean", mean),
+                                 ("invstd", invstd), ("running_mean", running_mean),
+                                 ("running_var", running_var)))
 
 
 def _bn_apply_cost(x, gamma, beta, y, xhat, mean, invstd, relu=False):
@@ -117,13 +130,35 @@ def _bn_bprop_check(op, dy, xhat, invstd, gamma, dx, dgamma, dbeta, y):
 F = "norm"
 _ROWS_MD, _ROW, _COLUMN = ("M", "D"), (1, "D"), ("M", 1)
 _ROWS_MC, _ROW_C = ("M", "C"), (1, "C")
+_BN_FPROP = ("x", "gamma", "beta", "y", "xhat", "mean", "invstd", "running_mean", "running_var")
 _LRN_SCALARS = (Scalar("depth", "int", sample=5), Scalar("alpha", sample=1e-3),
                 Scalar("beta", sample=0.75))
 ROWS = (
-    Op("batchnorm_fprop", F, "batch norm of x (M, C) over its rows", per_element(8, 0, 5),
-       reference=norm.batchnorm_fprop,
-       c_symbols=("norm:batchnorm_fprop_train", "norm:batchnorm_fprop_infer"),
-       cuda_functions=("norm:nl_colsum2", "norm:nl_bn_stats", "norm:nl_bn_apply")),
+    Op("batchnorm_fprop", F,
+       "Batch norm over every axis but the last (channels).  x, y, xhat: (M, C) views (NHWC "
+       "images reshaped to (N*H*W, C)); gamma, beta, mean, invstd, running_mean, running_var: "
+       "(1, C).  Training mode normalizes with the batch statistics and updates running_* as "
+       "``r = momentum * r + (1 - momentum) * stat`` (running_var takes the unbiased batch "
+       "variance); inference uses the running statistics.  ``relu``: y = max(y, 0), the "
+       "following ReLU fused into the same pass.", _bn_fprop_cost,
+       operands=(Operand("x", _ROWS_MC), Operand("gamma", _ROW_C), Operand("beta", _ROW_C),
+                 Operand("y", _ROWS_MC, written=True), Operand("xhat", _ROWS_MC, written=True),
+                 Operand("mean", _ROW_C, written=True), Operand("invstd", _ROW_C, written=True),
+                 Operand("running_mean", _ROW_C, written=True, updated=True),
+                 Operand("running_var", _ROW_C, written=True, updated=True, positive=True)),
+       scalars=(Scalar("eps", default=1e-5), Scalar("momentum", default=0.9),
+                Scalar("inference", "int", default=False),
+                Scalar("relu", "int", default=False, sample=True)),
+       check=_bn_fprop_check, reference=norm.batchnorm_fprop,
+       kernel=Kernel("norm", "batchnorm_fprop_train", cuda_variant="norm",
+                     choose_by="inference", choices={
+                         False: Kernel("norm", "batchnorm_fprop_train", work="norm",
+                                       arguments=_BN_FPROP + ("work", "sizes", "eps",
+                                                              "momentum", "relu")),
+                         True: Kernel("norm", "batchnorm_fprop_infer",
+                                      arguments=_BN_FPROP + ("sizes", "eps", "relu"))}),
+       cuda_functions=("norm:nl_colsum2", "norm:nl_bn_stats", "norm:nl_bn_apply"),
+       sample={"M": 12, "C": 9}),
     Op("batchnorm_moments", F, "per-channel mean and squared deviations of x (M, C)",
        per_element(3, 0), reference=norm.batchnorm_moments,
        c_symbols=("norm:batchnorm_moments",), cuda_functions=("norm:nl_colsum2",)),

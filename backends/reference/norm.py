@@ -8,7 +8,9 @@ import numpy as np
 
 
 def batchnorm_fprop(x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
-                    eps, momentum, inference):
+                    eps, momentum, inference, relu=False):
+    """Batch norm of x (M, C) over its rows (see ``Backend.batchnorm_fprop``), then
+    y = max(y, 0) with ``relu``."""
     if inference:
         np.copyto(mean, running_mean)
         np.copyto(invstd, 1.0 / np.sqrt(running_var + eps))
@@ -21,7 +23,7 @@ def batchnorm_fprop(x, gamma, beta, y, xhat, mean, invstd, running_mean, running
         running_mean += (1.0 - momentum) * mean
         running_var *= momentum
         running_var += (1.0 - momentum) * var * (m / max(m - 1, 1))
-    batchnorm_apply(x, gamma, beta, y, xhat, mean, invstd)
+    batchnorm_apply(x, gamma, beta, y, xhat, mean, invstd, relu)
 
 
 def batchnorm_moments(x):

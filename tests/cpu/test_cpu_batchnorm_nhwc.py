@@ -12,7 +12,7 @@ from support.requires import requires
 from support.table_kernels import run_kernel
 
 from neonlite.backends.cpu.build import KernelModules
-from neonlite.backends.cpu.norm import batchnorm_fprop_kernel, batchnorm_moments_kernel
+from neonlite.backends.cpu.norm import batchnorm_moments_kernel
 from neonlite.backends.cpu.threads import set_cpu_threads
 from neonlite.backends.reference import norm as numpy_norm
 
@@ -47,8 +47,8 @@ def _run_c(kernels, p, x, dy, dx0, relu, beta_acc):
     y, xhat = np.empty_like(x), np.empty_like(x)
     mean, invstd = np.empty((1, C), x.dtype), np.empty((1, C), x.dtype)
     rm, rv = p["rm"].copy(), p["rv"].copy()
-    assert batchnorm_fprop_kernel(kernels, x, p["gamma"], p["beta"], y, xhat, mean, invstd,
-                                  rm, rv, 1e-5, 0.9, False, relu)
+    assert run_kernel(kernels, "batchnorm_fprop", x, p["gamma"], p["beta"], y, xhat, mean,
+                      invstd, rm, rv, 1e-5, 0.9, False, relu)
     dx, dg, db = dx0.copy(), np.full((1, C), 0.5, x.dtype), np.full((1, C), -0.5, x.dtype)
     assert run_kernel(kernels, "batchnorm_bprop", dy, xhat, invstd, p["gamma"], dx, dg, db,
                       beta_acc, y if relu else None)
@@ -112,8 +112,8 @@ def test_the_relu_keeps_nan_and_its_mask_drops_it(kernels):
     x[3, 5] = np.nan
     y, xhat = np.empty_like(x), np.empty_like(x)
     mean, invstd = np.empty((1, C), x.dtype), np.empty((1, C), x.dtype)
-    assert batchnorm_fprop_kernel(kernels, x, p["gamma"], p["beta"], y, xhat, mean, invstd,
-                                   p["rm"].copy(), p["rv"].copy(), 1e-5, 0.9, False, True)
+    assert run_kernel(kernels, "batchnorm_fprop", x, p["gamma"], p["beta"], y, xhat, mean,
+                      invstd, p["rm"].copy(), p["rv"].copy(), 1e-5, 0.9, False, True)
     assert np.isnan(y[:, 5]).all() and not np.isnan(np.delete(y, 5, axis=1)).any()
     y[:, 5] = 0.0
     xhat[:, 5] = 0.0
@@ -158,7 +158,7 @@ def test_batchnorm_is_the_same_on_any_thread_count(kernels, M, C):
 EMPTY_CALLS = """
 import numpy as np
 from neonlite.backends.cpu.build import KernelModules
-from neonlite.backends.cpu.norm import batchnorm_fprop_kernel, batchnorm_moments_kernel
+from neonlite.backends.cpu.norm import batchnorm_moments_kernel
 from neonlite.backends.ops import OPS
 kernels = KernelModules()
 M, C = {M}, {C}
@@ -166,8 +166,8 @@ x = np.zeros((M, C), np.float32)
 y, xhat, dx = np.empty_like(x), np.empty_like(x), np.empty_like(x)
 row = lambda: np.zeros((1, C), np.float32)
 for inference in (False, True):
-    assert batchnorm_fprop_kernel(kernels, x, row(), row(), y, xhat, row(), row(), row(),
-                                  row() + 1, 1e-5, 0.9, inference, True)
+    assert kernels.run_op(OPS["batchnorm_fprop"], (x, row(), row(), y, xhat, row(), row(),
+                                                   row(), row() + 1), (1e-5, 0.9, inference, True))
 assert kernels.run_op(OPS["batchnorm_apply"], (x, row(), row(), y, xhat, row(), row()),
                       (True,))
 assert kernels.run_op(OPS["batchnorm_bprop"], (x, xhat, row(), row(), dx, row(), row(), y),

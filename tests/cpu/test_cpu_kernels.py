@@ -18,7 +18,6 @@ from neonlite.backends.cpu.pool import CPUPoolPlan
 from neonlite.backends.reference import conv as numpy_conv, norm as numpy_norm
 from neonlite.backends.reference import pool as numpy_pool, softmax as numpy_softmax
 from neonlite.backends.cpu.backend import CPUBackend
-from neonlite.backends.cpu.norm import batchnorm_fprop_kernel
 from neonlite.backends.cpu.softmax import softmax_cross_entropy_kernel
 from neonlite.backends.cpu.blas import GemmThreads
 from neonlite.backends.cpu.mkl_blas import load_mkl
@@ -204,7 +203,7 @@ def test_batchnorm_matches_numpy(kernels, dtype, M, C, inference):
         rm, rv = p["running_mean"].copy(), p["running_var"].copy()
         args = (x, p["gamma"], p["beta"], y, xhat, mean, invstd, rm, rv, 1e-5, 0.9, inference)
         if impl == "c":
-            assert batchnorm_fprop_kernel(kernels, *args)
+            assert run_kernel(kernels, "batchnorm_fprop", *args)
         else:
             numpy_norm.batchnorm_fprop(*args)
         outs = [y, xhat, mean, invstd, rm, rv]

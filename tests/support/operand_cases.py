@@ -244,12 +244,6 @@ def _row_kernel_cases():
         o["out"][:] = o["x"] + o["row"]
 
     return [
-        Case("batchnorm_fprop", lambda be, rng: _ops(
-            x=_normal(be, rng, M, D), gamma=_normal(be, rng, 1, D),
-            beta=_normal(be, rng, 1, D), y=be.zeros((M, D)), xhat=be.zeros((M, D)),
-            mean=be.zeros((1, D)), invstd=be.zeros((1, D)), running_mean=be.zeros((1, D)),
-            running_var=be.ones((1, D))),
-            lambda be, o: be.batchnorm_fprop(*o.values())),
         Case("softmax_cross_entropy", lambda be, rng: _ops(
             logits=_normal(be, rng, M, D),
             targets=be.array(np.eye(D)[rng.integers(0, D, M)].astype(be.dtype)),
