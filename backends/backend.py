@@ -21,7 +21,6 @@ from .ops.dispatch import TableOps
 from .plans import ConvPlan, PoolPlan
 from .storage import StorageOps
 from .variants import KernelVariants
-from .shared import gelu
 from .shared.class_indices import check_class_indices
 from .blocksparse_plan import BlockSparsePlan
 
@@ -278,52 +277,11 @@ class Backend(TableOps, SequenceOps, StorageOps, KernelVariants, ABC):
 
     # ---- normalization, softmax, randomness --------------------------------------------------
     @abstractmethod
-    def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
-                        eps=1e-5, momentum=0.9, inference=False, relu=False):
-        """Batch norm over every axis but the last (channels).
-
-        x, y, xhat: (M, C) views (NHWC images reshaped to (N*H*W, C)); gamma, beta, mean,
-        invstd, running_mean, running_var: (1, C).  Training mode normalizes with the batch
-        statistics and updates running_* as ``r = momentum * r + (1 - momentum) * stat``
-        (running_var takes the unbiased batch variance); inference uses the running statistics.
-        ``relu``: y = max(y, 0), the following ReLU fused into the same pass.
-        """
-
-    @abstractmethod
     def batchnorm_moments(self, x):
         """The batch statistics of x (M, C) that synchronised batch norm combines across
         processes: ``(mean, m2)``, host float64 arrays (C,) of the per-channel mean and sum of
         squared deviations over the rows (accumulated as precisely as ``batchnorm_fprop``'s
         own; only 2C numbers leave the device)."""
-
-    @abstractmethod
-    def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
-        """Normalize with given statistics as training-mode ``batchnorm_fprop`` does with its
-        own: xhat = (x - mean) * invstd, y = gamma * xhat + beta (then max(y, 0) with
-        ``relu``).  x, y, xhat (M, C); gamma, beta, mean, invstd (1, C)."""
-
-    @abstractmethod
-    def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
-        """Gradients of training-mode batch norm: dx (M, C), dgamma and dbeta (1, C).  ``y``,
-        the output of a fprop with ``relu``, masks dy by y > 0 (the ReLU's backward fused)."""
-
-    @abstractmethod
-    def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
-                        total=None):
-        """Layer norm over the last axis: x, y, xhat (M, D); gamma, beta (1, D); invstd (M, 1).
-        With ``residual`` and ``total`` (M, D), total (sharing no memory with the others)
-        = x + residual is written and normalized in x's place (a residual add joined in).
-        ``xhat`` (what ``layernorm_bprop`` needs) may be None in inference: not kept."""
-
-    @abstractmethod
-    def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
-        """dx (M, D) and parameter gradients dgamma, dbeta (1, D) (accumulated into).  With
-        ``residual`` (M, D), sharing no memory with the others, dx = residual + the input
-        gradient (a residual branch's gradient joined in, in one pass where the backend can)."""
-
-    @abstractmethod
-    def softmax(self, x, out, axis=-1):
-        """out = softmax(x) along ``axis`` (max-subtracted, so large logits do not overflow)."""
 
     @abstractmethod
     def softmax_cross_entropy(self, logits, targets, probs, grad, scale=1.0):
@@ -360,11 +318,6 @@ class Backend(TableOps, SequenceOps, StorageOps, KernelVariants, ABC):
         zeros.  ``out`` may be ``x``.
         """
 
-    @abstractmethod
-    def masked_softmax_bprop(self, y, dy, dx, scale=1.0):
-        """dx = scale * y * (dy - sum(dy * y, last axis)) for y = masked_softmax(...) (B, Tq, Tk);
-        ``dx`` may be ``dy``."""
-
     # ---- block-sparse plans --------------------------------------------------------------------
     def blocksparse_layer(self, layout, block_size):
         """A :class:`~neonlite.backends.blocksparse_plan.BlockSparsePlan` of ``layout`` ((R, C) or (H, R, C)
@@ -376,30 +329,6 @@ class Backend(TableOps, SequenceOps, StorageOps, KernelVariants, ABC):
         return BlockSparsePlan(layout, block_size)
 
     # ---- GELU fused with a bias -----------------------------------------------------------------
-    def gelu(self, x, out, bias=None, pre=None, approximate="none"):
-        """out = gelu(x + bias) over x (..., D) with bias (D,) or None; with a bias, ``pre``
-        (x's shape; may be ``x``) receives x + bias, the input ``gelu_bprop`` needs, or is None
-        (inference: the sum is not kept).  ``approximate``: ``"none"`` (erf form) or
-        ``"tanh"``.  This default runs op-trees; a backend may fuse it into one pass."""
-        if bias is not None:
-            pre = out if pre is None else pre
-            pre[:] = x + bias
-            x = pre
-        gelu.fprop(self, x, out, approximate)
-        return out
-
-    def gelu_bprop(self, x, dy, dx, dbias=None, approximate="none", y=None):
-        """dx = dy * gelu'(x) (x the pre-activation; ``dx`` may be ``dy``); ``dbias`` (D,),
-        when given, accumulates the sum of dx over every axis but the last.  ``y``, the
-        forward output gelu(x) when at hand, lets a backend skip recomputing Phi(x) = y / x."""
-        gelu.bprop(self, x, dy, dx, approximate)
-        if dbias is not None:
-            D = dbias.shape[-1]
-            rows = dx.reshape(dx.size // D, D)
-            acc = dbias.reshape(1, D)
-            acc[:] = acc + self.sum(rows, axis=0)
-        return dx
-
     # ---- rows of a table (embeddings) and layout ---------------------------------------------
     @abstractmethod
     def take_rows(self, table, ids, out):

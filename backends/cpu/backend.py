@@ -12,6 +12,7 @@ import numpy as np
 
 from ..half_precision import CPU_F16_SLOWDOWN
 from ..backend import Backend
+from ..ops.table import PLAN
 from ..optree import OpNode, assignment_error
 from ..reference.optree import evaluate
 from ..storage import array_is_finite, host_buffer
@@ -22,9 +23,8 @@ from .bf16 import CPUBf16Ops
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
 from .blocksparse import CALLS as BLOCKSPARSE_CALLS, CPUBlockSparsePlan
 from .conv import CPUConvOps
-from .gelu import CPUGeluOps
 from .kept_calls import KeptCalls
-from .kernels import CPUKernels
+from .build import KernelModules
 from .norm import CPUNormOps
 from .optree import OpTreeMachine
 from .pool import CPUPoolOps
@@ -41,7 +41,7 @@ from .ufunc import run_ufuncs
 PLAN_CALLS = {**BLOCKSPARSE_CALLS}
 
 
-class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, CPURowOps,
+class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
                  CPUBlasOps, CPUAttentionOps, CPURecurrentOps,
                  CPUBf16Ops, Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float32 or float64
@@ -63,7 +63,7 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
                              f"float16 on the gpu backend, or numpy_float16=True for numpy's "
                              f"slow reference path")
         self._device_rng = np.random.default_rng(None if rng_seed is None else rng_seed + 1)
-        self.kernels = CPUKernels()
+        self.kernels = KernelModules()
         self._machine = OpTreeMachine(self.kernels)
         self._gemm_scratch = {}
         self._gemm_calls = KeptCalls(MAX_GEMM_CALLS)
@@ -111,7 +111,7 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         numpy reference; calls on kept tensors are kept (``KernelModules.run_call``).  A row
         whose kernel takes its plan's arguments runs its family's call of :data:`PLAN_CALLS`
         (``KernelModules.run_plan_op``)."""
-        if op.kernel.arguments == "plan":
+        if op.kernel.arguments == PLAN:
             arguments, keep = [], True
             for o, t in zip(op.operands, operands):
                 if o.plan is None:

@@ -85,6 +85,11 @@ def pointer(ffi, a):
     return ffi.NULL if a is None else ffi.cast("real *", a.ctypes.data)
 
 
+def _buffer(ffi, a):
+    """A ``real[]`` buffer of ndarray ``a`` (NULL for None) that keeps ``a`` alive."""
+    return ffi.NULL if a is None else ffi.from_buffer("real[]", a)
+
+
 def contiguous(*arrays):
     """All of ``arrays`` C-contiguous and of one data type the kernels are built for."""
     dtype = arrays[0].dtype
@@ -93,7 +98,7 @@ def contiguous(*arrays):
 
 class KernelModules:
     """Lazily built C kernels for one CPU backend (see the module docstring): the base of
-    :class:`~neonlite.backends.cpu.kernels.CPUKernels`, whose other bases (one per contract
+    :class:`~neonlite.backends.cpu.build.KernelModules`, whose other bases (one per contract
     section, in ``conv.py``, ``pool.py``, ``norm.py``, ...) call the kernels.
 
     ``builder`` is a :class:`~neonlite.kernels.build.Builder` (default: the process's);
@@ -106,7 +111,6 @@ class KernelModules:
         self._builder = builder
         self._modules = {}
         self._prepared = set()
-        self._bad_index = np.zeros(1, dtype=np.int64)
         self.workspaces = {}
         self._kept_calls = KeptCalls(MAX_KEPT_CALLS)
         if gemm is None:
@@ -230,23 +234,21 @@ class KernelModules:
 
     def run_op(self, op, arrays, scalars, keep=False):
         """Call the C function of dispatched op-table row ``op`` on numpy ``arrays`` (None for
-        an absent optional operand) and ``scalars``, in the row's order, with the sizes (M, D)
-        (``op.sizes``) between them (see ``backends/ops/table.py``), after the row's check
+        an absent optional operand) and ``scalars``, in the row's order, with its arguments
+        as the row says (``Op.c_arguments``: the sizes (M, D), the work array of
+        ``kernel.work``; see ``backends/ops/table.py``), after the row's check
         (``op.check_operands``, which raises); False when the kernels do not take the arrays
-        (:meth:`usable`).  ``keep``: see :meth:`run_call` (a kept call skips the check,
-        passed on the same arrays).  A call not kept passes cffi buffers, a quarter of the
-        cost of :func:`pointer` s (the calls on a recurrent layer's time-step slices)."""
+        (:meth:`usable`, ``kernel.takes``).  ``keep``: see :meth:`run_call` (a kept call
+        skips the check, passed on the same arrays).  A call not kept passes cffi buffers, a
+        quarter of the cost of :func:`pointer` s (the calls on a recurrent layer's time-step
+        slices)."""
         if keep:
-            return self.run_call(op.name, arrays, tuple(scalars), True,
-                                 lambda: self._kept_op_call(op, arrays, scalars))
-        op.check_operands(arrays, scalars)
-        module = self.usable(op.kernel.c_source, *[a for a in arrays if a is not None])
-        if module is None:
+            return self.run_call(op.name, arrays, scalars, True,
+                                 lambda: self._op_call(op, arrays, scalars, pointer))
+        call = self._op_call(op, arrays, scalars, _buffer)
+        if call is None:
             return False
-        ffi = module.ffi
-        getattr(module.lib, op.kernel.c_symbol)(
-            *[ffi.NULL if a is None else ffi.from_buffer("real[]", a) for a in arrays],
-            *op.sizes(arrays), *op.numbers(scalars))
+        call[0](*call[1])
         return True
 
     def run_plan_op(self, op, arguments, scalars, prepare, keep=False):
@@ -279,13 +281,23 @@ class KernelModules:
         real = (lambda a: pointer(ffi, a)) if keep else (lambda a: ffi.from_buffer("real[]", a))
         return prepare(module, real, *arguments, *op.numbers(scalars))
 
-    def _kept_op_call(self, op, arrays, scalars):
+    def _op_call(self, op, arrays, scalars, point):
+        """(C function, arguments) of row ``op`` on ``arrays`` after its check, the operands
+        given by ``point(ffi, array)``; None where the kernels do not take the case."""
         op.check_operands(arrays, scalars)
-        module = self.usable(op.kernel.c_source, *[a for a in arrays if a is not None])
-        if module is None:
+        call = op.c_call(scalars)
+        if call is None:
             return None
-        return getattr(module.lib, op.kernel.c_symbol), (
-            *[pointer(module.ffi, a) for a in arrays], *op.sizes(arrays), *op.numbers(scalars))
+        kernel, order = call
+        module = self.usable(kernel.c_source, *[a for a in arrays if a is not None])
+        if module is None or (kernel.takes is not None and not kernel.takes(*arrays, *scalars)):
+            return None
+        ffi = module.ffi
+        sizes = op.sizes(arrays)
+        work = None if kernel.work is None else ffi.from_buffer(
+            "double[]", self.block_sums_work(module, kernel.work, arrays[0].dtype, *sizes))
+        return getattr(module.lib, kernel.c_symbol), order(
+            (*[point(ffi, a) for a in arrays], *sizes, *op.numbers(scalars), work))
 
     def block_sums_work(self, module, function, dtype, rows, cols):
         """The float64 work array (1-D) that C function ``function`` of ``module`` (the kernels

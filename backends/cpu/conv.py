@@ -1,6 +1,7 @@
 """Convolution on the CPU (``Backend.fprop_conv``, ``bprop_conv``, ``update_conv``): the plan
-:class:`CPUConvPlan`, which chooses each pass's algorithm once, at configure time, and the
-kernel calls of :class:`ConvKernels`.
+:class:`CPUConvPlan`, which chooses each pass's algorithm once, at configure time, and runs
+the passes on numpy arrays (its C modules and GEMM taken from the backend's kernel modules),
+and the backend's ops (:class:`CPUConvOps`).
 
 The algorithms, in the order they are chosen:
 
@@ -37,6 +38,10 @@ TILE_BYTES = 384 << 10
 DIRECT_BLOCK_BYTES = 256 << 10
 
 
+def _chunks(n, per_chunk):
+    return ((n0, min(n, n0 + per_chunk)) for n0 in range(0, n, per_chunk))
+
+
 @dataclass
 class TileWork:
     """The tiled passes' choices: the MKL GEMM's address, threads, patch rows per tile."""
@@ -56,11 +61,14 @@ class DirectWork:
 
 
 class CPUConvPlan(ConvPlan):
-    """A :class:`ConvPlan` with the CPU kernels' choices for ``dtype``, made once in
-    :meth:`ConvKernels.conv_plan`.
+    """A :class:`ConvPlan` with the choices of ``kernels`` (a
+    :class:`~neonlite.backends.cpu.build.KernelModules`, or None: numpy) for ``dtype``, made
+    once when the layer is configured, and its passes :meth:`fprop`, :meth:`update` and
+    :meth:`bprop` on numpy arrays (each True when it did the work, False where the algorithm is
+    ``numpy`` or an array is not C-contiguous of the plan's data type).
 
-    Fields: ``dtype``; ``conv``, the cffi module of ``conv.c`` (None: the numpy reference runs
-    every pass); ``geom``, its ``conv_geom`` struct; ``algorithm`` of fprop and update and
+    Fields: ``dtype``; ``gemm``, the kernel modules' GEMM; ``conv``, the cffi module of
+    ``conv.c`` (None: the numpy reference runs every pass); ``geom``, its ``conv_geom`` struct; ``algorithm`` of fprop and update and
     ``bprop_algorithm`` (``pointwise``, ``direct``, ``tiled``, ``im2col`` or ``numpy``);
     ``direct`` and ``direct_transposed`` (:class:`DirectWork` or None); ``tiles``
     (:class:`TileWork` or None); ``per_chunk``, the images per im2col chunk; ``update_blocks``,
@@ -76,6 +84,7 @@ class CPUConvPlan(ConvPlan):
         self.algorithm = self.bprop_algorithm = "numpy"
         self.per_chunk = 1
         self._patches_of = None
+        self.gemm = None if kernels is None else kernels.gemm
         if kernels is not None and self.dtype in FLOATS:
             self._choose(kernels)
 
@@ -186,171 +195,159 @@ class CPUConvPlan(ConvPlan):
     def holds_patches_of(self, x):
         return self._patches_of == (address(x), x.shape)
 
+    def _ready(self, *arrays):
+        """The C kernels run this pass on ``arrays``: chosen, of the plan's type, contiguous."""
+        return self.conv is not None and arrays[0].dtype == self.dtype and contiguous(*arrays)
 
-def _chunks(n, per_chunk):
-    return ((n0, min(n, n0 + per_chunk)) for n0 in range(0, n, per_chunk))
-
-
-class ConvKernels:
-    """The convolution calls of :class:`~neonlite.backends.cpu.kernels.CPUKernels`: each takes
-    numpy arrays and returns True when it did the work, False where the plan's algorithm is
-    ``numpy`` or an array is not C-contiguous of the plan's data type."""
-
-    def conv_plan(self, N, C, H, W, K, R, S, pad=(0, 0), stride=(1, 1), dilation=(1, 1),
-                  dtype=np.float32):
-        """A :class:`CPUConvPlan` whose algorithms are chosen for these kernels and ``dtype``."""
-        return CPUConvPlan(N, C, H, W, K, R, S, pad, stride, dilation, kernels=self,
-                           dtype=dtype)
-
-    @staticmethod
-    def _conv_ready(plan, *arrays):
-        return (isinstance(plan, CPUConvPlan) and plan.conv is not None
-                and arrays[0].dtype == plan.dtype and contiguous(*arrays))
-
-    def fprop_conv(self, plan, x, f, o, bias=None, relu=False):
+    def fprop(self, x, f, o, bias=None, relu=False):
         """o (N, P, Q, K) = conv(x (N, H, W, C), f (R, S, C, K)) (+ bias (K,), then ReLU when
         ``relu``: the epilogue runs on each block of output rows while it is in cache, or, after
         a whole-matrix GEMM, as one more pass)."""
-        if not self._conv_ready(plan, *((x, f, o) if bias is None else (x, f, o, bias))):
+        if not self._ready(*((x, f, o) if bias is None else (x, f, o, bias))):
             return False
-        K, PQ, n = plan.K, plan.P * plan.Q, x.shape[0]
+        K, PQ, n = self.K, self.P * self.Q, x.shape[0]
         f2, o2 = f.reshape(-1, K), o.reshape(-1, K)
-        ffi, lib = plan.conv.ffi, plan.conv.lib
+        ffi, lib = self.conv.ffi, self.conv.lib
         buf = ffi.from_buffer
         bias_ptr = ffi.NULL if bias is None else buf("real[]", bias)
         relu = int(bool(relu))
-        plan.forget_patches()
-        if plan.algorithm == "pointwise":
-            self.gemm.matmul(x.reshape(-1, plan.C), f2, out=o2)
+        self.forget_patches()
+        if self.algorithm == "pointwise":
+            self.gemm.matmul(x.reshape(-1, self.C), f2, out=o2)
             lib.conv_bias_relu(buf("real[]", o), o2.shape[0], K, bias_ptr, relu)
-        elif plan.algorithm == "direct":
-            geom, work, _, _ = plan.direct_buffers(False, n)
-            dmod = plan.direct.module
+        elif self.algorithm == "direct":
+            geom, work, _, _ = self.direct_buffers(False, n)
+            dmod = self.direct.module
             dbuf = dmod.ffi.from_buffer
             dbias = dmod.ffi.NULL if bias is None else dbuf("real[]", bias)
             dmod.lib.conv_direct(dbuf("real[]", x), dbuf("real[]", f), dbuf("real[]", o), geom,
-                                 dbuf("real[]", work), plan.direct.nwork, 0.0, dbias, relu)
-        elif plan.algorithm == "tiled":
-            work, _ = plan.tile_buffers()
+                                 dbuf("real[]", work), self.direct.nwork, 0.0, dbias, relu)
+        elif self.algorithm == "tiled":
+            work, _ = self.tile_buffers()
             lib.conv_fprop_tiled(buf("real[]", x), buf("real[]", f), buf("real[]", o),
-                                 plan.geom_for(n), plan.tiles.gemm_address,
-                                 buf("real[]", work), plan.tiles.nwork, plan.tiles.tile,
+                                 self.geom_for(n), self.tiles.gemm_address,
+                                 buf("real[]", work), self.tiles.nwork, self.tiles.tile,
                                  bias_ptr, relu)
         else:
-            cols, _ = plan.patch_buffers()
-            geom = plan.geom_for(n)
+            cols, _ = self.patch_buffers()
+            geom = self.geom_for(n)
             xp, cp, op = buf("real[]", x), buf("real[]", cols), buf("real[]", o)
-            for n0, n1 in _chunks(n, plan.per_chunk):
+            for n0, n1 in _chunks(n, self.per_chunk):
                 lib.im2col(xp, cp, geom, n0, n1)
                 self.gemm.matmul(cols[:(n1 - n0) * PQ], f2, out=o2[n0 * PQ:n1 * PQ])
                 lib.conv_bias_relu(op + n0 * PQ * K, (n1 - n0) * PQ, K, bias_ptr, relu)
-            if n <= plan.per_chunk:
-                plan.remember_patches(x)
+            if n <= self.per_chunk:
+                self.remember_patches(x)
         return True
 
-    def update_conv(self, plan, x, e, grad_f, beta=0.0):
+    def update(self, x, e, grad_f, beta=0.0):
         """grad_f (R, S, C, K) = beta * grad_f + patches(x)^T @ e (N*P*Q, K)."""
-        if not self._conv_ready(plan, x, e, grad_f):
+        if not self._ready(x, e, grad_f):
             return False
-        K, PQ, n = plan.K, plan.P * plan.Q, x.shape[0]
+        K, PQ, n = self.K, self.P * self.Q, x.shape[0]
         e2, g2 = e.reshape(-1, K), grad_f.reshape(-1, K)
-        ffi, lib = plan.conv.ffi, plan.conv.lib
+        ffi, lib = self.conv.ffi, self.conv.lib
         buf = ffi.from_buffer
-        if plan.algorithm == "direct":
-            geom, work, partials, _ = plan.direct_buffers(False, n)
-            dbuf = plan.direct.module.ffi.from_buffer
-            plan.direct.module.lib.conv_direct_update(
+        if self.algorithm == "direct":
+            geom, work, partials, _ = self.direct_buffers(False, n)
+            dbuf = self.direct.module.ffi.from_buffer
+            self.direct.module.lib.conv_direct_update(
                 dbuf("real[]", x), dbuf("real[]", e), dbuf("real[]", grad_f), geom,
-                dbuf("real[]", work), dbuf("real[]", partials), plan.direct.nwork, beta)
+                dbuf("real[]", work), dbuf("real[]", partials), self.direct.nwork, beta)
             return True
-        if plan.algorithm == "tiled":
-            work, partials = plan.tile_buffers()
+        if self.algorithm == "tiled":
+            work, partials = self.tile_buffers()
             lib.conv_update_tiled(buf("real[]", x), buf("real[]", e), buf("real[]", grad_f),
-                                  plan.geom_for(n), plan.tiles.gemm_address,
+                                  self.geom_for(n), self.tiles.gemm_address,
                                   buf("real[]", work), buf("real[]", partials),
-                                  plan.tiles.nwork, plan.tiles.tile, beta)
+                                  self.tiles.nwork, self.tiles.tile, beta)
             return True
-        cols, dw = plan.patch_buffers()
-        if plan.algorithm == "pointwise":
-            self.gemm.matmul(x.reshape(-1, plan.C).T, e2, out=dw)
+        cols, dw = self.patch_buffers()
+        if self.algorithm == "pointwise":
+            self.gemm.matmul(x.reshape(-1, self.C).T, e2, out=dw)
             reference.accumulate(g2, dw, beta)
             return True
-        if plan.holds_patches_of(x):
+        if self.holds_patches_of(x):
             self.gemm.matmul(cols[:n * PQ].T, e2, out=dw)
             reference.accumulate(g2, dw, beta)
             return True
-        geom = plan.geom_for(n)
+        geom = self.geom_for(n)
         xp, cp = buf("real[]", x), buf("real[]", cols)
-        for i, (n0, n1) in enumerate(_chunks(n, plan.per_chunk)):
+        for i, (n0, n1) in enumerate(_chunks(n, self.per_chunk)):
             lib.im2col(xp, cp, geom, n0, n1)
             self.gemm.matmul(cols[:(n1 - n0) * PQ].T, e2[n0 * PQ:n1 * PQ], out=dw)
             reference.accumulate(g2, dw, beta if i == 0 else 1.0)
-        plan.forget_patches()
+        self.forget_patches()
         return True
 
-    def bprop_conv(self, plan, f, e, grad_x, beta=0.0):
+    def bprop(self, f, e, grad_x, beta=0.0):
         """grad_x (N, H, W, C) = beta * grad_x + data gradient of e (N, P, Q, K) through f."""
-        if not self._conv_ready(plan, f, e, grad_x):
+        if not self._ready(f, e, grad_x):
             return False
-        K, PQ, n = plan.K, plan.P * plan.Q, e.shape[0]
+        K, PQ, n = self.K, self.P * self.Q, e.shape[0]
         e2, fT = e.reshape(-1, K), f.reshape(-1, K).T
-        ffi, lib = plan.conv.ffi, plan.conv.lib
+        ffi, lib = self.conv.ffi, self.conv.lib
         buf = ffi.from_buffer
-        plan.forget_patches()
-        if plan.bprop_algorithm == "direct":
-            geom, work, _, flipped = plan.direct_buffers(True, n)
+        self.forget_patches()
+        if self.bprop_algorithm == "direct":
+            geom, work, _, flipped = self.direct_buffers(True, n)
             np.copyto(flipped, f[::-1, ::-1].transpose(0, 1, 3, 2))
-            dmod = plan.direct_transposed.module
+            dmod = self.direct_transposed.module
             dbuf = dmod.ffi.from_buffer
             dmod.lib.conv_direct(dbuf("real[]", e), dbuf("real[]", flipped),
                                  dbuf("real[]", grad_x), geom, dbuf("real[]", work),
-                                 plan.direct_transposed.nwork, beta, dmod.ffi.NULL, 0)
+                                 self.direct_transposed.nwork, beta, dmod.ffi.NULL, 0)
             return True
-        if plan.bprop_algorithm == "tiled":
-            work, _ = plan.tile_buffers()
+        if self.bprop_algorithm == "tiled":
+            work, _ = self.tile_buffers()
             lib.conv_bprop_tiled(buf("real[]", e), buf("real[]", f), buf("real[]", grad_x),
-                                 plan.geom_for(n), plan.tiles.gemm_address,
-                                 buf("real[]", work), plan.tiles.nwork, plan.tiles.tile, beta)
+                                 self.geom_for(n), self.tiles.gemm_address,
+                                 buf("real[]", work), self.tiles.nwork, self.tiles.tile, beta)
             return True
-        cols, _ = plan.patch_buffers()
-        if plan.bprop_algorithm == "pointwise":
-            gx = grad_x.reshape(-1, plan.C)
+        cols, _ = self.patch_buffers()
+        if self.bprop_algorithm == "pointwise":
+            gx = grad_x.reshape(-1, self.C)
             if beta == 0.0:
                 self.gemm.matmul(e2, fT, out=gx)
                 return True
-            for n0, n1 in _chunks(n, plan.per_chunk):
+            for n0, n1 in _chunks(n, self.per_chunk):
                 rows = slice(n0 * PQ, n1 * PQ)
                 self.gemm.matmul(e2[rows], fT, out=cols[:(n1 - n0) * PQ])
                 reference.accumulate(gx[rows], cols[:(n1 - n0) * PQ], beta)
             return True
-        geom = plan.geom_for(n)
+        geom = self.geom_for(n)
         gp, cp = buf("real[]", grad_x), buf("real[]", cols)
-        for n0, n1 in _chunks(n, plan.per_chunk):
+        for n0, n1 in _chunks(n, self.per_chunk):
             self.gemm.matmul(e2[n0 * PQ:n1 * PQ], fT, out=cols[:(n1 - n0) * PQ])
             lib.col2im(cp, gp, geom, n0, n1, beta)
         return True
 
 
+
+
 class CPUConvOps:
     """``Backend.conv_layer`` and the convolution passes of
-    :class:`~neonlite.backends.cpu.backend.CPUBackend`: the C kernels where the plan chose
-    one, else the numpy reference."""
+    :class:`~neonlite.backends.cpu.backend.CPUBackend`: the plan's C passes where it chose
+    them, else the numpy reference."""
 
     def conv_layer(self, N, C, H, W, K, R, S, pad=(0, 0), stride=(1, 1), dilation=(1, 1)):
-        return self.kernels.conv_plan(N, C, H, W, K, R, S, pad, stride, dilation, self.dtype)
+        return CPUConvPlan(N, C, H, W, K, R, S, pad, stride, dilation, kernels=self.kernels,
+                           dtype=self.dtype)
 
     def fprop_conv(self, plan, I, F, O, bias=None, relu=False):
         check_conv("fprop_conv", plan, I=I, F=F, O=O, bias=bias)
         b = None if bias is None else bias._ary
-        if not self.kernels.fprop_conv(plan, I._ary, F._ary, O._ary, b, relu):
+        if not (isinstance(plan, CPUConvPlan) and plan.fprop(I._ary, F._ary, O._ary, b, relu)):
             reference.fprop_conv(plan, I._ary, F._ary, O._ary, b, relu)
 
     def bprop_conv(self, plan, F, E, grad_I, beta=0.0):
         check_conv("bprop_conv", plan, F=F, E=E, grad_I=grad_I)
-        if not self.kernels.bprop_conv(plan, F._ary, E._ary, grad_I._ary, beta):
+        if not (isinstance(plan, CPUConvPlan)
+                and plan.bprop(F._ary, E._ary, grad_I._ary, beta)):
             reference.bprop_conv(plan, F._ary, E._ary, grad_I._ary, beta)
 
     def update_conv(self, plan, I, E, grad_F, beta=0.0):
         check_conv("update_conv", plan, I=I, E=E, grad_F=grad_F)
-        if not self.kernels.update_conv(plan, I._ary, E._ary, grad_F._ary, beta):
+        if not (isinstance(plan, CPUConvPlan)
+                and plan.update(I._ary, E._ary, grad_F._ary, beta)):
             reference.update_conv(plan, I._ary, E._ary, grad_F._ary, beta)

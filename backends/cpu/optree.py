@@ -169,7 +169,7 @@ def _grid(out, arrays):
 
 class OpTreeMachine:
     """Runs op-trees with the C machine of ``kernels`` (a
-    :class:`~neonlite.backends.cpu.build.CPUKernels`)."""
+    :class:`~neonlite.backends.cpu.build.KernelModules`)."""
 
     def __init__(self, kernels):
         self._kernels = kernels
@@ -279,7 +279,7 @@ class OpTreeMachine:
         that computed it and nothing else: it is read by that call's pass and never handed
         out, so the next call may overwrite it.  Two reductions of one tree never share a
         result (their numbers differ) even when their shapes agree.  The work array is only
-        used during the C call and is shared (:meth:`CPUKernels.block_sums_work`).  Like the
+        used during the C call and is shared (:meth:`KernelModules.block_sums_work`).  Like the
         program cache, this assumes one thread runs the machine at a time."""
         key = (number, shape, np.dtype(dtype))
         out = self._sums.get(key)

@@ -1,7 +1,7 @@
-"""Pooling on the CPU (``Backend.fprop_pool``, ``bprop_pool``): the plan :class:`CPUPoolPlan`
-(the ``pool.c`` module and its ``pool_geom`` struct, chosen at configure time) and the kernel
-calls of :class:`PoolKernels`.  Max pooling records each output's argmax (int32, (N, P, Q, C))
-in the plan for the bprop that follows."""
+"""Pooling on the CPU (``Backend.fprop_pool``, ``bprop_pool``): the plan :class:`CPUPoolPlan` (the
+``pool.c`` module and its ``pool_geom`` struct, chosen at configure time, and its passes on
+numpy arrays) and the backend's ops (:class:`CPUPoolOps`). Max pooling records each output's
+argmax (int32, (N, P, Q, C)) in the plan for the bprop that follows."""
 import numpy as np
 
 from ..operand_shapes import check_pool
@@ -12,8 +12,9 @@ from .build import FLOATS, contiguous
 
 class CPUPoolPlan(PoolPlan):
     """A :class:`PoolPlan` with ``dtype``, ``pool`` (the cffi module of ``pool.c`` for it, or
-    None: the numpy reference runs) and ``geom`` (its ``pool_geom`` struct), chosen once in
-    :meth:`PoolKernels.pool_plan`; the argmax of the last C fprop is in the buffer table."""
+    None: the numpy reference runs) and ``geom`` (its ``pool_geom`` struct), chosen once from
+    ``kernels`` (a :class:`~neonlite.backends.cpu.build.KernelModules`) when the layer is
+    configured; the argmax of the last C :meth:`fprop` is in the buffer table."""
 
     def __init__(self, op, N, C, H, W, R, S, pad=(0, 0), stride=(1, 1), kernels=None,
                  dtype=np.float32):
@@ -43,46 +44,34 @@ class CPUPoolPlan(PoolPlan):
     def argmax_fresh(self):
         return self._argmax_fresh
 
-
-class PoolKernels:
-    """The pooling calls of :class:`~neonlite.backends.cpu.kernels.CPUKernels` (True when
-    done, False where the numpy reference must run)."""
-
-    def pool_plan(self, op, N, C, H, W, R, S, pad=(0, 0), stride=(1, 1), dtype=np.float32):
-        """A :class:`CPUPoolPlan` for these kernels and ``dtype``."""
-        return CPUPoolPlan(op, N, C, H, W, R, S, pad, stride, kernels=self, dtype=dtype)
-
-    def fprop_pool(self, plan, x, o):
-        """o (N, P, Q, C) = max or average pooling of x (N, H, W, C); max records argmax."""
-        usable = (isinstance(plan, CPUPoolPlan) and plan.pool is not None
-                  and x.dtype == plan.dtype and contiguous(x, o))
-        if isinstance(plan, CPUPoolPlan):
-            plan.mark_argmax(False)
-        if not usable:
+    def fprop(self, x, o):
+        """o (N, P, Q, C) = max or average pooling of numpy x (N, H, W, C) by the C kernels;
+        max records the argmax.  False where they do not take the arrays."""
+        self.mark_argmax(False)
+        if self.pool is None or x.dtype != self.dtype or not contiguous(x, o):
             return False
-        geom, argmax = plan.geom_for(x.shape[0])
-        ffi, lib = plan.pool.ffi, plan.pool.lib
-        if plan.op == "max":
+        geom, argmax = self.geom_for(x.shape[0])
+        ffi, lib = self.pool.ffi, self.pool.lib
+        if self.op == "max":
             lib.maxpool_fprop(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", o),
                               ffi.from_buffer("int32_t[]", argmax), geom)
-            plan.mark_argmax(True)
+            self.mark_argmax(True)
         else:
             lib.avgpool_fprop(ffi.from_buffer("real[]", x), ffi.from_buffer("real[]", o), geom)
         return True
 
-    def bprop_pool(self, plan, e, grad_x, beta=0.0):
+    def bprop(self, e, grad_x, beta=0.0):
         """grad_x (N, H, W, C) = beta * grad_x + e (N, P, Q, C) routed back through the
-        windows (max: to the argmax of the last C fprop_pool)."""
-        if not isinstance(plan, CPUPoolPlan) or plan.pool is None:
-            return False
-        if (plan.op == "max" and not plan.argmax_fresh) or e.dtype != plan.dtype \
-                or grad_x.dtype != e.dtype:
+        windows (max: to the argmax of the last C :meth:`fprop`).  False where the C kernels
+        do not take the arrays."""
+        if self.pool is None or (self.op == "max" and not self.argmax_fresh) \
+                or e.dtype != self.dtype or grad_x.dtype != e.dtype:
             return False
         e = np.ascontiguousarray(e)
         target = grad_x if grad_x.flags.c_contiguous else np.ascontiguousarray(grad_x)
-        geom, argmax = plan.geom_for(e.shape[0])
-        ffi, lib = plan.pool.ffi, plan.pool.lib
-        if plan.op == "max":
+        geom, argmax = self.geom_for(e.shape[0])
+        ffi, lib = self.pool.ffi, self.pool.lib
+        if self.op == "max":
             lib.maxpool_bprop(ffi.from_buffer("real[]", e), ffi.from_buffer("int32_t[]", argmax),
                               ffi.from_buffer("real[]", target), geom, beta)
         else:
@@ -98,14 +87,15 @@ class CPUPoolOps:
     the plan has them, else the numpy reference."""
 
     def pool_layer(self, op, N, C, H, W, R, S, pad=(0, 0), stride=None):
-        return self.kernels.pool_plan(op, N, C, H, W, R, S, pad, stride or (R, S), self.dtype)
+        return CPUPoolPlan(op, N, C, H, W, R, S, pad, stride or (R, S), kernels=self.kernels,
+                           dtype=self.dtype)
 
     def fprop_pool(self, plan, I, O):
         check_pool("fprop_pool", plan, I=I, O=O)
-        if not self.kernels.fprop_pool(plan, I._ary, O._ary):
+        if not (isinstance(plan, CPUPoolPlan) and plan.fprop(I._ary, O._ary)):
             reference.fprop_pool(plan, I._ary, O._ary)
 
     def bprop_pool(self, plan, E, grad_I, beta=0.0):
         check_pool("bprop_pool", plan, E=E, grad_I=grad_I)
-        if not self.kernels.bprop_pool(plan, E._ary, grad_I._ary, beta):
+        if not (isinstance(plan, CPUPoolPlan) and plan.bprop(E._ary, grad_I._ary, beta)):
             reference.bprop_pool(plan, E._ary, grad_I._ary, beta)

@@ -5,7 +5,7 @@ The whole-sequence passes of every cell (``Backend.rnn_fprop_sequence``,
 ``lstm_fprop_sequence``, ``gru_fprop_sequence`` and their bprops) run their loop over time in
 C (``kernels/cpu/recurrent_sequences.c``) when MKL gives the C code its packed GEMMs (U
 packed once per pass, the recurrent product of each step then called from the C kernel's own
-threads, each on its units; the packed pieces live in ``CPUKernels.workspaces``); on one
+threads, each on its units; the packed pieces live in ``KernelModules.workspaces``); on one
 thread or on all of them, whichever was measured faster for the shape (``blas.WayTuner``:
 the small per-step GEMMs gain little from a second thread on a busy machine).  Otherwise the
 steps run one by one.

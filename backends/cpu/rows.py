@@ -1,7 +1,8 @@
 """Rows of a table, bias rows and axis permutations on the CPU (``Backend.take_rows``,
-``scatter_add_rows``, ``permute_axes``; op-trees adding a bias row): the calls of
-``kernels/cpu/rows.c`` (:class:`RowKernels`) and the backend's ops (:class:`CPURowOps`), which
-run the numpy reference where the kernels do not take the case."""
+``scatter_add_rows``, ``permute_axes``; op-trees adding a bias row): the backend's ops
+(:class:`CPURowOps`: the ids as int64 row numbers in kept buffers, checked once) and their
+calls of ``kernels/cpu/rows.c`` (module functions on numpy arrays), which run the numpy
+reference where the kernels do not take the case."""
 import numpy as np
 
 from ..operand_shapes import check_permute, check_table_rows
@@ -9,75 +10,79 @@ from ..reference import rows as reference
 from .build import FLOATS, address, pointer
 
 
-class RowKernels:
-    """The row calls of :class:`~neonlite.backends.cpu.kernels.CPUKernels` (True when done)."""
+def take_rows_kernel(kernels, table, idx, out):
+    """out (..., D) = table (V, D)[idx] for checked int64 row numbers idx (n,), by the C
+    kernels of ``kernels`` (a :class:`~neonlite.backends.cpu.build.KernelModules`); False
+    where they do not take the arrays."""
+    module = kernels.usable("rows", table, out)
+    if module is None or idx.dtype != np.int64 or out.size != idx.size * table.shape[1]:
+        return False
+    ffi = module.ffi
+    module.lib.take_rows(ffi.from_buffer("real[]", table), ffi.from_buffer("int64_t[]", idx),
+                         ffi.from_buffer("real[]", out), idx.size, table.shape[1])
+    return True
 
-    def take_rows(self, table, idx, out):
-        """out (..., D) = table (V, D)[idx] for checked int64 row numbers idx (n,)."""
-        module = self.usable("rows", table, out)
-        if module is None or idx.dtype != np.int64 or out.size != idx.size * table.shape[1]:
-            return False
-        ffi = module.ffi
-        module.lib.take_rows(ffi.from_buffer("real[]", table), ffi.from_buffer("int64_t[]", idx),
-                             ffi.from_buffer("real[]", out), idx.size, table.shape[1])
-        return True
 
-    def scatter_add_rows(self, grad_table, idx, rows):
-        """grad_table (V, D)[idx[i]] += rows (..., D)[i] in order, for checked int64 idx (n,)."""
-        module = self.usable("rows", grad_table, rows)
-        if module is None or idx.dtype != np.int64 or rows.size != idx.size * grad_table.shape[1]:
-            return False
-        ffi = module.ffi
-        module.lib.scatter_add_rows(ffi.from_buffer("real[]", grad_table),
-                                    ffi.from_buffer("int64_t[]", idx),
-                                    ffi.from_buffer("real[]", rows), idx.size,
-                                    grad_table.shape[1])
-        return True
+def scatter_add_rows_kernel(kernels, grad_table, idx, rows):
+    """grad_table (V, D)[idx[i]] += rows (..., D)[i] in order, for checked int64 idx (n,);
+    False where the kernels do not take the arrays."""
+    module = kernels.usable("rows", grad_table, rows)
+    if module is None or idx.dtype != np.int64 or rows.size != idx.size * grad_table.shape[1]:
+        return False
+    ffi = module.ffi
+    module.lib.scatter_add_rows(ffi.from_buffer("real[]", grad_table),
+                                ffi.from_buffer("int64_t[]", idx),
+                                ffi.from_buffer("real[]", rows), idx.size, grad_table.shape[1])
+    return True
 
-    def add_row(self, x, row, out, keep=False):
-        """out (..., C) = x + row for C-contiguous arrays of one float type, row of out's
-        trailing shape (a bias (C,), a positional block (T, D)) broadcast over the leading axes;
-        x of out's shape, out itself or apart from it; row apart from out.  ``keep``: see
-        ``run_call``."""
-        return self.run_call("add_row", (x, row, out), None, keep,
-                             lambda: self._add_row_call(x, row, out))
 
-    def _add_row_call(self, x, row, out):
-        if (x.shape != out.shape or row.ndim == 0 or row.ndim > out.ndim
-                or out.shape[out.ndim - row.ndim:] != row.shape or x.dtype != out.dtype
-                or row.dtype != out.dtype or out.dtype not in FLOATS
-                or not (out.flags.c_contiguous and x.flags.c_contiguous
-                        and row.flags.c_contiguous and out.flags.writeable)
-                or np.may_share_memory(row, out)
-                or (np.may_share_memory(x, out) and address(x) != address(out))):
-            return None
-        module = self.module("rows", out.dtype)
-        if module is None:
-            return None
-        ffi = module.ffi
-        return module.lib.add_row, (pointer(ffi, x), pointer(ffi, row), pointer(ffi, out),
-                                    out.size // max(row.size, 1), row.size)
+def add_row_kernel(kernels, x, row, out, keep=False):
+    """out (..., C) = x + row for C-contiguous arrays of one float type, row of out's trailing
+    shape (a bias (C,), a positional block (T, D)) broadcast over the leading axes; x of out's
+    shape, out itself or apart from it; row apart from out.  ``keep``: see
+    ``KernelModules.run_call``.  False where the kernels do not take the arrays."""
+    return kernels.run_call("add_row", (x, row, out), None, keep,
+                            lambda: _add_row_call(kernels, x, row, out))
 
-    def permute_axes(self, x, out, axes):
-        """out = numpy.transpose(x, axes) for 4-D arrays whose last axis stays last and is
-        contiguous in both (either may be a strided view): the row copies of ``copy_rows``."""
-        axes = tuple(int(a) for a in axes)
-        if (x.ndim != 4 or out.ndim != 4 or axes[3:] != (3,) or x.dtype != out.dtype
-                or x.dtype not in FLOATS or x.strides[3] != x.itemsize
-                or out.strides[3] != out.itemsize or not out.flags.writeable
-                or any(x.shape[a] != out.shape[i] for i, a in enumerate(axes))
-                or any(s < 0 or s % x.itemsize for s in x.strides + out.strides)
-                or np.may_share_memory(x, out)):
-            return False
-        module = self.module("rows", x.dtype)
-        if module is None:
-            return False
-        ffi, it = module.ffi, x.itemsize
-        src = [x.strides[a] // it for a in axes[:3]]
-        dst = [s // it for s in out.strides[:3]]
-        module.lib.copy_rows(ffi.cast("real *", address(x)), *src,
-                             ffi.cast("real *", address(out)), *dst, *out.shape)
-        return True
+
+def _add_row_call(kernels, x, row, out):
+    if (x.shape != out.shape or row.ndim == 0 or row.ndim > out.ndim
+            or out.shape[out.ndim - row.ndim:] != row.shape or x.dtype != out.dtype
+            or row.dtype != out.dtype or out.dtype not in FLOATS
+            or not (out.flags.c_contiguous and x.flags.c_contiguous
+                    and row.flags.c_contiguous and out.flags.writeable)
+            or np.may_share_memory(row, out)
+            or (np.may_share_memory(x, out) and address(x) != address(out))):
+        return None
+    module = kernels.module("rows", out.dtype)
+    if module is None:
+        return None
+    ffi = module.ffi
+    return module.lib.add_row, (pointer(ffi, x), pointer(ffi, row), pointer(ffi, out),
+                                out.size // max(row.size, 1), row.size)
+
+
+def permute_axes_kernel(kernels, x, out, axes):
+    """out = numpy.transpose(x, axes) for 4-D arrays whose last axis stays last and is
+    contiguous in both (either may be a strided view): the row copies of ``copy_rows``; False
+    where the kernels do not take the arrays."""
+    axes = tuple(int(a) for a in axes)
+    if (x.ndim != 4 or out.ndim != 4 or axes[3:] != (3,) or x.dtype != out.dtype
+            or x.dtype not in FLOATS or x.strides[3] != x.itemsize
+            or out.strides[3] != out.itemsize or not out.flags.writeable
+            or any(x.shape[a] != out.shape[i] for i, a in enumerate(axes))
+            or any(s < 0 or s % x.itemsize for s in x.strides + out.strides)
+            or np.may_share_memory(x, out)):
+        return False
+    module = kernels.module("rows", x.dtype)
+    if module is None:
+        return False
+    ffi, it = module.ffi, x.itemsize
+    src = [x.strides[a] // it for a in axes[:3]]
+    dst = [s // it for s in out.strides[:3]]
+    module.lib.copy_rows(ffi.cast("real *", address(x)), *src,
+                         ffi.cast("real *", address(out)), *dst, *out.shape)
+    return True
 
 
 class CPURowOps:
@@ -86,13 +91,13 @@ class CPURowOps:
     def take_rows(self, table, ids, out):
         check_table_rows("take_rows", ("table", table), ids, ("out", out))
         idx = self._row_indices(ids._ary, table.shape[0])
-        if not self.kernels.take_rows(table._ary, idx, out._ary):
+        if not take_rows_kernel(self.kernels, table._ary, idx, out._ary):
             reference.take_rows(table._ary, ids._ary, out._ary)
 
     def scatter_add_rows(self, grad_table, ids, rows):
         check_table_rows("scatter_add_rows", ("grad_table", grad_table), ids, ("rows", rows))
         idx = self._row_indices(ids._ary, grad_table.shape[0])
-        if not self.kernels.scatter_add_rows(grad_table._ary, idx, rows._ary):
+        if not scatter_add_rows_kernel(self.kernels, grad_table._ary, idx, rows._ary):
             reference.scatter_add_rows(grad_table._ary, ids._ary, rows._ary)
 
     def _row_indices(self, ids, nrows):
@@ -134,10 +139,10 @@ class CPURowOps:
             return False
         if x.size < row.size:
             x, row = row, x
-        return row.size < out.size and self.kernels.add_row(
-            x, row, out, keep=keep and a.kept and b.kept)
+        return row.size < out.size and add_row_kernel(
+            self.kernels, x, row, out, keep=keep and a.kept and b.kept)
 
     def permute_axes(self, x, out, axes):
         check_permute(x, out, axes)
-        if not self.kernels.permute_axes(x._ary, out._ary, axes):
+        if not permute_axes_kernel(self.kernels, x._ary, out._ary, axes):
             np.copyto(out._ary, np.transpose(x._ary, axes))

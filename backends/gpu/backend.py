@@ -20,6 +20,7 @@ from .. import philox
 from ..backend import Backend
 from ..ops import OPS
 from ..operand_sizes import check_contiguous
+from ..ops.table import PLAN
 from ..optree import OpNode
 from ..variants import GEMM_METHODS
 from . import blas as cublas, build as gpu_build
@@ -212,7 +213,11 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps,
         the sizes (M, D) (``op.sizes``) and the scalars (float32 and int), over a grid of one
         thread per element, one block per row, or one thread per column.  A row whose kernel
         takes its plan's arguments gets its grids and arguments from its family's
-        :data:`PLAN_LAUNCHES`."""
+        :data:`PLAN_LAUNCHES`; a row without launches is launched by its section file
+        (``GPU<Family>Ops``), never here."""
+        if not op.kernel.launches:
+            raise NotImplementedError(f"{op.name}: the op table gives no CUDA launch for it; "
+                                      f"the GPU backend's section file must implement it")
         op.check_operands(operands, scalars)
         tensors = [(o, t) for o, t in zip(op.operands, operands) if o.plan is None]
         check_contiguous(op.name, **{o.name: t for o, t in tensors})
@@ -221,7 +226,7 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps,
             if t is not None and t.storage != storage:
                 raise TypeError(f"{op.name}: {o.name} has the {t.storage} storage, expected "
                                 f"{storage} (that of {tensors[0][0].name})")
-        if op.kernel.arguments == "plan":
+        if op.kernel.arguments == PLAN:
             made = PLAN_LAUNCHES[op.name](self, *operands, *op.numbers(scalars))
             for launch, (grid, args) in zip(op.kernel.launches, made):
                 func = self.kernel(op.kernel.cuda_variant, f"{launch.function}_{storage}",

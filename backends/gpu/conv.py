@@ -15,6 +15,7 @@ import numpy as np
 from ..operand_shapes import check_conv
 from ..plans import ConvPlan
 from . import codegen, conv_launch
+from .dense import dense, on_dense
 from .tensor import is_bf16
 
 
@@ -74,23 +75,6 @@ class GPUConvOps:
                            storage=codegen.storage_code(self.dtype, is_bf16(self.dtype)),
                            split_target=2 * self.device.sm_count)
 
-    def _dense(self, t, key):
-        """``t`` when contiguous, else a contiguous scratch copy."""
-        if t.is_contiguous:
-            return t
-        copy = self.scratch(("conv", key, t.shape), t.shape, t.dtype)
-        copy[:] = t
-        return copy
-
-    def _on_dense(self, op, run, out, *inputs):
-        """``run(*inputs, out)`` on contiguous operands: strided views are copied into (and an
-        output back from) scratch tensors, as the kernels read and write flat rows."""
-        target = self._dense(out, (op, "out"))
-        run(*[None if t is None else self._dense(t, (op, i)) for i, t in enumerate(inputs)],
-            target)
-        if target is not out:
-            out[:] = target
-
     def _igemm(self, plan, pass_name, out, a, b, bias=None, beta=0.0, relu=False):
         """One pass as an implicit GEMM into contiguous ``out`` (see :mod:`gpu_conv`)."""
         for t, what in ((a, "input"), (b, "filter/error"), (bias, "bias")):
@@ -98,9 +82,9 @@ class GPUConvOps:
                 raise TypeError(f"convolution {pass_name}: the {what} is {t.storage} but the "
                                 f"output is {out.storage}; every operand must share a storage")
         launch = plan.launch(pass_name, out.storage)
-        target = self._dense(out, "out")
-        a, b = self._dense(a, "a"), self._dense(b, "b")
-        bias = None if bias is None else self._dense(bias, "bias")
+        target = dense(self, out, "out")
+        a, b = dense(self, a, "a"), dense(self, b, "b")
+        bias = None if bias is None else dense(self, bias, "bias")
         work = 0
         if launch.splits > 1:
             work = self.scratch(("conv_work", launch.work_elems), (launch.work_elems,),
@@ -126,7 +110,7 @@ class GPUConvOps:
         """O = conv(I, F) (+ ``bias`` (K,), then ReLU when ``relu``), the bias and ReLU fused
         in the kernel's epilogue."""
         check_conv("fprop_conv", plan, I=I, F=F, O=O, bias=bias)
-        self._on_dense("fprop_conv", lambda I, F, bias, O: self._fprop_conv(plan, I, F, O, bias,
+        on_dense(self, "fprop_conv", lambda I, F, bias, O: self._fprop_conv(plan, I, F, O, bias,
                                                                              relu), O, I, F, bias)
 
     def _fprop_conv(self, plan, I, F, O, bias, relu):
@@ -145,7 +129,7 @@ class GPUConvOps:
 
     def bprop_conv(self, plan, F, E, grad_I, beta=0.0):
         check_conv("bprop_conv", plan, F=F, E=E, grad_I=grad_I)
-        self._on_dense("bprop_conv", lambda F, E, grad_I: self._bprop_conv(plan, F, E, grad_I,
+        on_dense(self, "bprop_conv", lambda F, E, grad_I: self._bprop_conv(plan, F, E, grad_I,
                                                                             beta), grad_I, F, E)
 
     def _bprop_conv(self, plan, F, E, grad_I, beta):
@@ -167,7 +151,7 @@ class GPUConvOps:
 
     def update_conv(self, plan, I, E, grad_F, beta=0.0):
         check_conv("update_conv", plan, I=I, E=E, grad_F=grad_F)
-        self._on_dense("update_conv", lambda I, E, grad_F: self._update_conv(plan, I, E, grad_F,
+        on_dense(self, "update_conv", lambda I, E, grad_F: self._update_conv(plan, I, E, grad_F,
                                                                               beta), grad_F, I, E)
 
     def _update_conv(self, plan, I, E, grad_F, beta):

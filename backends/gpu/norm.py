@@ -1,5 +1,6 @@
 """Batch norm and layer norm on the GPU (``Backend.batchnorm_*``, ``layernorm_*``): the kernels
-of ``kernels/cuda/norm.cu``.
+of ``kernels/cuda/norm.cu``, launched from this file's column-sum plans after the op table
+row's operand check (``ops/norm.py``: the rows the table dispatches on the CPU).
 
 Batch norm (x (M, C), NHWC images as (N*H*W, C)): a column-sum kernel over row slices writes
 float32 partials, a finalize kernel sums them in slice order into the statistics (and the
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..operand_sizes import check_operand_sizes, check_rank
+from ..operand_sizes import check_rank
+from ..ops import OPS
+from .dense import check_written, rows_of
 
 
 @dataclass(frozen=True)
@@ -41,22 +44,7 @@ def row_grid(M, max_blocks):
 
 
 class GPUNormOps:
-    """Methods of :class:`~neonlite.backends.gpu.backend.GPUBackend` for normalization (and
-    the row checks, ``_rows_of`` and ``_written``, its softmax ops share)."""
-
-    def _rows_of(self, what, *tensors):
-        """Check ``tensors`` share one storage; returns contiguous versions of them."""
-        storage = tensors[0].storage
-        for t in tensors:
-            if t is not None and t.storage != storage:
-                raise TypeError(f"{what}: every tensor must have the {storage} storage of the "
-                                f"first, got {t.storage}")
-        return [None if t is None else self._dense(t, (what, i)) for i, t in enumerate(tensors)]
-
-    def _written(self, what, **outputs):
-        for name, t in outputs.items():
-            if t is not None and not t.is_contiguous:
-                raise ValueError(f"{what}: the output {name} {t.shape} must be contiguous")
+    """Methods of :class:`~neonlite.backends.gpu.backend.GPUBackend` for normalization."""
 
     def _column_sums(self, u, v, w, mode, key):
         M, C = u.shape[0], u.shape[-1]
@@ -75,13 +63,12 @@ class GPUNormOps:
     def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
                         eps=1e-5, momentum=0.9, inference=False, relu=False):
         """As the contract; ``relu=True`` also applies the following ReLU to y (fused)."""
-        self._written("batchnorm_fprop", y=y, xhat=xhat, mean=mean, invstd=invstd,
+        check_written("batchnorm_fprop", y=y, xhat=xhat, mean=mean, invstd=invstd,
                       running_mean=running_mean, running_var=running_var)
-        check_operand_sizes("batchnorm_fprop", x, x.shape[-1], whole=(("y", y), ("xhat", xhat)),
-                            columns=(("gamma", gamma), ("beta", beta), ("mean", mean),
-                                     ("invstd", invstd), ("running_mean", running_mean),
-                                     ("running_var", running_var)))
-        x, gamma, beta = self._rows_of("batchnorm_fprop", x, gamma, beta)
+        OPS["batchnorm_fprop"].check_operands(
+            (x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var),
+            (eps, momentum, inference, relu))
+        x, gamma, beta = rows_of(self, "batchnorm_fprop", x, gamma, beta)
         M, C = x.shape
         storage = x.storage
         if inference:
@@ -103,7 +90,7 @@ class GPUNormOps:
         """As the contract: the float32 partial column sums (shifted by row 0) of
         ``nl_colsum2`` are copied back (splits x C x 2 numbers) and added in float64."""
         check_rank("batchnorm_moments", "x", x, 2)
-        (x,) = self._rows_of("batchnorm_moments", x)
+        (x,) = rows_of(self, "batchnorm_moments", x)
         M, C = x.shape
         plan, partial = self._column_sums(x, None, None, 0, "bn_moments")
         sums = partial.get().astype(np.float64).reshape(plan.splits, C, 2).sum(axis=0)
@@ -113,12 +100,10 @@ class GPUNormOps:
 
     def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
         """As the contract (the ``nl_bn_apply`` kernel of ``batchnorm_fprop``)."""
-        self._written("batchnorm_apply", y=y, xhat=xhat)
-        check_operand_sizes("batchnorm_apply", x, x.shape[-1], whole=(("y", y), ("xhat", xhat)),
-                            columns=(("gamma", gamma), ("beta", beta), ("mean", mean),
-                                     ("invstd", invstd)))
-        x, gamma, beta, mean, invstd = self._rows_of("batchnorm_apply", x, gamma, beta, mean,
-                                                     invstd)
+        check_written("batchnorm_apply", y=y, xhat=xhat)
+        OPS["batchnorm_apply"].check_operands((x, gamma, beta, y, xhat, mean, invstd), (relu,))
+        x, gamma, beta, mean, invstd = rows_of(self, "batchnorm_apply", x, gamma, beta, mean,
+                                               invstd)
         M, C = x.shape
         func = self.kernel("norm", f"nl_bn_apply_{x.storage}", "PPPPPPPqii")
         self.device.launch(func, *self._elementwise_grid(M * C),
@@ -127,12 +112,10 @@ class GPUNormOps:
 
     def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
         """As the contract; ``y`` (the fused fprop's ReLU output) masks dy by y > 0."""
-        self._written("batchnorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
-        check_operand_sizes("batchnorm_bprop", dy, dy.shape[-1],
-                            whole=(("xhat", xhat), ("dx", dx), ("y", y)),
-                            columns=(("invstd", invstd), ("gamma", gamma), ("dgamma", dgamma),
-                                     ("dbeta", dbeta)))
-        dy, xhat, invstd, gamma, y = self._rows_of("batchnorm_bprop", dy, xhat, invstd, gamma, y)
+        check_written("batchnorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
+        OPS["batchnorm_bprop"].check_operands((dy, xhat, invstd, gamma, dx, dgamma, dbeta, y),
+                                              (beta_acc,))
+        dy, xhat, invstd, gamma, y = rows_of(self, "batchnorm_bprop", dy, xhat, invstd, gamma, y)
         M, C = dy.shape
         plan, partial = self._column_sums(dy, xhat, y, 1, "bn_bprop")
         sums = self.scratch(("bn_sums", C), (2 * C,))
@@ -147,16 +130,13 @@ class GPUNormOps:
     # ---- layer norm ------------------------------------------------------------------------
     def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
                         total=None):
-        self._written("layernorm_fprop", y=y, xhat=xhat, invstd=invstd)
-        check_operand_sizes("layernorm_fprop", x, x.shape[-1],
-                            whole=(("y", y), ("xhat", xhat), ("residual", residual),
-                                   ("total", total)),
-                            rows=(("invstd", invstd),), columns=(("gamma", gamma),
-                                                                 ("beta", beta)))
+        check_written("layernorm_fprop", y=y, xhat=xhat, invstd=invstd)
+        OPS["layernorm_fprop"].check_operands((x, gamma, beta, y, xhat, invstd, residual, total),
+                                              (eps,))
         if residual is not None:
             total[:] = x + residual
             x = total
-        x, gamma, beta = self._rows_of("layernorm_fprop", x, gamma, beta)
+        x, gamma, beta = rows_of(self, "layernorm_fprop", x, gamma, beta)
         M, D = x.shape
         if xhat is None:  # not kept (inference): the kernel writes it to a work tensor
             xhat = self.scratch(("ln_xhat", M, D), (M, D), x.dtype)
@@ -166,12 +146,10 @@ class GPUNormOps:
                             np.float32(eps)])
 
     def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
-        self._written("layernorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
-        check_operand_sizes("layernorm_bprop", dy, dy.shape[-1],
-                            whole=(("xhat", xhat), ("dx", dx), ("residual", residual)),
-                            rows=(("invstd", invstd),),
-                            columns=(("gamma", gamma), ("dgamma", dgamma), ("dbeta", dbeta)))
-        dy, xhat, invstd, gamma = self._rows_of("layernorm_bprop", dy, xhat, invstd, gamma)
+        check_written("layernorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
+        OPS["layernorm_bprop"].check_operands((dy, xhat, invstd, gamma, dx, dgamma, dbeta,
+                                               residual))
+        dy, xhat, invstd, gamma = rows_of(self, "layernorm_bprop", dy, xhat, invstd, gamma)
         M, D = dy.shape
         func = self.kernel("norm", f"nl_ln_bprop_{dy.storage}", "PPPPPii")
         self.device.launch(func, row_grid(M, self.device.sm_count * 32), (256, 1, 1),

@@ -4,6 +4,7 @@ scratch tensor of the backend, per plan."""
 import numpy as np
 
 from ..operand_shapes import check_pool
+from .dense import on_dense
 
 
 def _dims(plan):
@@ -13,15 +14,15 @@ def _dims(plan):
 
 class GPUPoolOps:
     """The pooling passes of :class:`~neonlite.backends.gpu.backend.GPUBackend` (strided views
-    go through contiguous copies: ``GPUConvOps._on_dense``)."""
+    go through contiguous copies: ``dense.on_dense``)."""
 
     def fprop_pool(self, plan, I, O):
         check_pool("fprop_pool", plan, I=I, O=O)
-        self._on_dense("fprop_pool", lambda I, O: self._fprop_pool(plan, I, O), O, I)
+        on_dense(self, "fprop_pool", lambda I, O: self._fprop_pool(plan, I, O), O, I)
 
     def bprop_pool(self, plan, E, grad_I, beta=0.0):
         check_pool("bprop_pool", plan, E=E, grad_I=grad_I)
-        self._on_dense("bprop_pool", lambda E, grad_I: self._bprop_pool(plan, E, grad_I, beta),
+        on_dense(self, "bprop_pool", lambda E, grad_I: self._bprop_pool(plan, E, grad_I, beta),
                        grad_I, E)
 
     def _fprop_pool(self, plan, I, O):

@@ -1,10 +1,11 @@
 """Rows of a table and axis permutations on the GPU (``Backend.take_rows``,
 ``scatter_add_rows``, ``permute_axes``): the kernels of ``kernels/cuda/rows.cu`` and
 ``transpose.cu``.  A bad id is found on the device and raised as one IndexError naming it.
-Strided tables and rows go through contiguous copies (``GPUConvOps._on_dense``)."""
+Strided tables and rows go through contiguous copies (``dense.on_dense``)."""
 import numpy as np
 
 from ..operand_shapes import check_permute, check_table_rows
+from .dense import on_dense
 
 _NUMPY_IDS = {"i32": "i32", "i64": "i64", "f32": "f32"}
 
@@ -42,13 +43,13 @@ class GPURowOps:
     def take_rows(self, table, ids, out):
         check_table_rows("take_rows", ("table", table), ids, ("out", out))
         V, D = table.shape
-        self._on_dense("take_rows", lambda table, out: self._rows_call(
+        on_dense(self, "take_rows", lambda table, out: self._rows_call(
             "take_rows", out, table, ids, V, D, ids.size * D), out, table)
 
     def scatter_add_rows(self, grad_table, ids, rows):
         check_table_rows("scatter_add_rows", ("grad_table", grad_table), ids, ("rows", rows))
         V, D = grad_table.shape
-        self._on_dense("scatter_add_rows", lambda rows, grad_table: self._rows_call(
+        on_dense(self, "scatter_add_rows", lambda rows, grad_table: self._rows_call(
             "scatter_add_rows", grad_table, rows, ids, V, D, D * min(V, 64)), grad_table, rows)
 
     def permute_axes(self, x, out, axes):

@@ -4,9 +4,11 @@ the kernels of ``kernels/cuda/softmax.cu``, one block per row.  Nothing is copie
 except the scalar loss that ``softmax_cross_entropy`` returns."""
 import numpy as np
 
-from ..operand_shapes import check_masked_softmax, check_rows_alike
+from ..operand_shapes import check_masked_softmax
 from ..operand_sizes import check_operand_sizes
 from ..shared.class_indices import check_class_indices
+from ..ops import OPS
+from .dense import check_written, rows_of
 from .norm import row_grid
 
 
@@ -30,7 +32,7 @@ class GPUSoftmaxOps:
                                          Tk, N, np.float32(scale), int(causal)])
 
     def masked_softmax_bprop(self, y, dy, dx, scale=1.0):
-        check_rows_alike("masked_softmax_bprop", None, y=y, dy=dy, dx=dx)
+        OPS["masked_softmax_bprop"].check_operands((y, dy, dx), (scale,))
         dx[:] = scale * y * (dy - self.sum(dy * y, axis=-1))
 
     def _softmax_rows(self, logits, targets, probs, grad, rows_loss, scale):
@@ -46,7 +48,7 @@ class GPUSoftmaxOps:
         if np.dtype(index.dtype) != np.int32 or not index.is_contiguous:
             raise TypeError(f"softmax_cross_entropy: class-index targets must be contiguous "
                             f"int32, got {index.dtype}")
-        (logits,) = self._rows_of("softmax_cross_entropy", logits)
+        (logits,) = rows_of(self, "softmax_cross_entropy", logits)
         K = logits.shape[-1]
         M = logits.size // max(1, K)
         rows = self.scratch_prefix(("sce_rows",), (M, 1))
@@ -62,12 +64,12 @@ class GPUSoftmaxOps:
         return loss
 
     def softmax(self, x, out, axis=-1):
-        check_rows_alike("softmax", None, x=x, out=out)
+        OPS["softmax"].check_operands((x, out), (axis,))
         if axis % x.ndim != x.ndim - 1 or not out.is_contiguous or x.storage != out.storage:
             out[:] = self.exp(x - self.max(x, axis=axis))
             out[:] = out / self.sum(out, axis=axis)
             return
-        (x,) = self._rows_of("softmax", x)
+        (x,) = rows_of(self, "softmax", x)
         self._softmax_rows(x, None, out, None, None, 1.0)
 
     index_targets = True
@@ -76,7 +78,7 @@ class GPUSoftmaxOps:
         """As the contract (``scale`` 1 / rows for a mean loss, 1 for a sum); ``targets`` may
         be (M,) int32 class indices (``nl_softmax_xent_index``: a NaN loss with a bad index
         among them raises the IndexError naming it)."""
-        self._written("softmax_cross_entropy", probs=probs, grad=grad)
+        check_written("softmax_cross_entropy", probs=probs, grad=grad)
         indices = np.dtype(targets.dtype).kind in "iu"
         check_operand_sizes("softmax_cross_entropy", logits, logits.shape[-1],
                             whole=(("probs", probs), ("grad", grad)) + (
@@ -85,7 +87,7 @@ class GPUSoftmaxOps:
                             free=("targets",) if indices else ())
         if indices:
             return self._softmax_cross_entropy_index(logits, targets, probs, grad, scale)
-        logits, targets = self._rows_of("softmax_cross_entropy", logits, targets)
+        logits, targets = rows_of(self, "softmax_cross_entropy", logits, targets)
         M = logits.size // max(1, logits.shape[-1])
         rows = self.scratch_prefix(("sce_rows",), (M, 1))
         total = self.scratch(("sce_loss",), (1, 1))

@@ -1,7 +1,7 @@
 """The op table's rows of block-sparse products and softmax (``table.py`` says what a row
 holds), dispatched by the table: each takes the plan of ``blocksparse_layer`` first (an
 operand with ``plan`` set), runs its check (``check_blocksparse``: the plan, then the
-operands), and its kernel's arguments are the plan's (``arguments="plan"``): the CPU and GPU
+operands), and its kernel's arguments are the plan's (``arguments=PLAN``): the CPU and GPU
 section files (``cpu/blocksparse.py``, ``gpu/blocksparse.py``) choose the tables each kernel
 walks, its work arrays and its grid.  Costs count only stored blocks: ``2 * M * nnz * bs *
 bs`` per product pass, softmax 5 per element (its gradient 4).  The references are those of
@@ -12,7 +12,7 @@ import numpy as np
 from ..operand_shapes import check_blocksparse
 from ..reference import blocksparse as reference
 from .costs import nbytes, size
-from .table import Kernel, Launch, Op, Operand, Scalar
+from .table import PLAN, Kernel, Launch, Op, Operand, Scalar
 
 
 def _rows(t):
@@ -93,7 +93,7 @@ def _heads_plan(make):
 
 def _kernel(symbol, function, grid_threads=128, arg_format=""):
     return Kernel("blocksparse", symbol, "blocksparse",
-                  (Launch(function, "plan", grid_threads, arg_format),), arguments="plan")
+                  (Launch(function, "plan", grid_threads, arg_format),), arguments=PLAN)
 
 
 F = "blocksparse"

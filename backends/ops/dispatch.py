@@ -1,12 +1,22 @@
 """The backend methods of the op table's dispatched rows (those with a ``kernel``), made from
 the rows: :class:`TableOps`, a base of :class:`~neonlite.backends.backend.Backend`, has one
 method per such row.  A call binds its arguments by the row's operands and scalars (their
-defaults filled in) and hands the operands (None for an absent optional one) and the
-scalars, in row order, to the backend's ``run_op``, which runs the row's operand check
-(``Op.check_operands``) before any kernel."""
+defaults filled in, by Python itself: the method is compiled from the row's signature) and
+hands the operands (None for an absent optional one) and the scalars, in row order, to the
+backend's ``run_op``, which runs the row's operand check
+(``Op.check_operands``) before any kernel.
+
+The naming rule of what the table does not make (``backends/cpu/<family>.py``,
+``backends/gpu/<family>.py``, named as the row module or the contract section): a class
+``CPU<Family>Ops`` / ``GPU<Family>Ops`` holds the contract methods whose backends make a real
+choice (an algorithm, a tile, a plan, a work array, a kept call), mixed into the backend; a
+class ``CPU<Family>Plan`` / ``GPU<Family>Plan`` is a plan a ``*_layer`` method makes; helpers
+are module functions.  No ``...Kernels`` or ``...Mixin`` classes: the CPU backend reaches its
+C kernels one way, through ``backend.kernels`` (``KernelModules.module``, ``usable``,
+``run_call``, ``run_op``), the GPU backend through ``kernel`` and ``device.launch``; no class
+reaches into another's private attributes."""
 import inspect
 from abc import ABC, abstractmethod
-from operator import itemgetter
 
 from . import OPS
 
@@ -33,49 +43,30 @@ def _signature(op):
     return inspect.Signature(params)
 
 
-def _picker(positions):
-    """A function giving the tuple of the items of a sequence at ``positions``."""
-    positions = tuple(positions)
-    if len(positions) == 1:
-        at = positions[0]
-        return lambda values: (values[at],)
-    return itemgetter(*positions) if positions else lambda values: ()
-
-
 def table_method(op):
-    """The backend method of dispatched row ``op`` (see the module docstring).  Arguments are
-    bound by a table made once from the row's signature (``inspect``'s binding costs more
-    than a small kernel): a positional call, the common one, fills the omitted parameters'
-    defaults from a tuple and picks the operands and scalars by position."""
+    """The backend method of dispatched row ``op`` (see the module docstring): a function
+    compiled from the row's signature (as ``dataclasses`` makes ``__init__``), so Python binds
+    the arguments, fills the defaults and raises its own TypeError for a missing, extra or
+    unknown one, at the cost of a plain call (a binding of ``inspect``'s, or one written in
+    Python over a table, costs more than a small kernel)."""
     signature = _signature(op)
-    names = tuple(signature.parameters)[1:]
-    empty = inspect.Parameter.empty
-    defaults = {n: p.default for n, p in signature.parameters.items() if p.default is not empty}
-    tail = tuple(defaults.get(n, empty) for n in names)
-    required = len(names) - len(defaults)  # Python's rule: the defaults are a suffix
-    operands_of = _picker(names.index(o.name) for o in op.operands)
-    scalars_of = _picker(names.index(s.name) for s in op.scalars)
-
-    def method(self, *args, **kwargs):
-        given = len(args)
-        if kwargs or given > len(names):
-            if given > len(names) or any(n not in names[given:] for n in kwargs):
-                signature.bind(self, *args, **kwargs)  # the TypeError Python would raise
-            values = dict(defaults)
-            values.update(zip(names, args))
-            values.update(kwargs)
-            if len(values) < len(names):
-                signature.bind(self, *args, **kwargs)  # a missing argument's TypeError
-            args = tuple(values[n] for n in names)
-        elif given < len(names):
-            if given < required:
-                signature.bind(self, *args)  # a missing argument's TypeError
-            args = args + tail[given:]
-        self.run_op(op, operands_of(args), scalars_of(args))
-
-    method.__name__ = method.__qualname__ = op.name
+    params, defaults = [], {}
+    for name, p in list(signature.parameters.items()):
+        if p.default is inspect.Parameter.empty:
+            params.append(name)
+        else:
+            defaults[f"_default_{name}"] = p.default
+            params.append(f"{name}=_default_{name}")
+    operands = "".join(f"{o.name}, " for o in op.operands)
+    scalars = "".join(f"{s.name}, " for s in op.scalars)
+    source = (f"def {op.name}({', '.join(params)}):\n"
+              f"    self.run_op(_op, ({operands}), ({scalars}))\n")
+    namespace = dict(defaults, _op=op)
+    exec(compile(source, f"<op table: {op.name}>", "exec"), namespace)
+    method = namespace[op.name]
+    method.__qualname__ = op.name
     method.__doc__ = op.doc
-    method.__signature__ = signature
+    method.__module__ = __name__
     return method
 
 

@@ -6,21 +6,31 @@ the sample sizes the per-op tests run it at).  The rows live in one module per f
 
 A row with ``kernel`` set is *dispatched by the table*: the backend contract's method is made
 from the row (``dispatch.py``), the CPU backend calls C function ``kernel.c_symbol`` of
-``kernels/cpu/<kernel.c_source>.c`` (else runs ``reference``), and the GPU backend launches
-``kernel.launches`` of CUDA variant ``kernel.cuda_variant``.  Every kernel takes the operand
-pointers in the row's order (an absent optional operand as NULL), then the ``sizes`` (rows M
-and last axis of the operand ``kernel.sizes_of``, the first by default, as ``int64_t`` /
-``int``), then the scalars (``double`` / ``float`` and ``int``; a scalar with ``codes`` is
-given by name and passed as its code).  A row whose kernel has ``arguments="plan"`` takes a
+``kernels/cpu/<kernel.c_source>.c`` where ``kernel.takes`` the case (else runs
+``reference``), and the GPU backend launches ``kernel.launches`` of CUDA variant
+``kernel.cuda_variant``.  A C function takes, by default, the operand pointers in the row's
+order (an absent optional operand as NULL), then the ``sizes`` (rows M and last axis D of the
+operand ``kernel.sizes_of``, the first by default, as ``int64_t``), then the scalars
+(``double`` and ``int``; a scalar with ``codes`` is given by name and passed as its code);
+``kernel.arguments`` names another order (some scalars left out, say), and a ``kernel.work``
+array (float64, as long as the C function ``<work>_work_size(M, D)`` says, kept by the
+backend) goes where it says ``"work"``.  A CUDA launch takes the operand pointers, then M and
+D as ``int``, then the scalars as ``float`` and ``int``.  A row whose kernel has no
+``launches`` is launched by the GPU backend's section file, from a plan of its own (column
+sums in row slices, a grid from the device): the row still gives its signature, check,
+reference, cost and CPU kernel.  A row whose kernel has ``arguments=PLAN`` (``"plan"``) takes a
 plan first (an operand with ``plan`` set, made once at configure time, such as
 ``blocksparse_layer``'s): its arguments are the plan's (tables, work arrays, sizes), so the
 backend's section file of the family makes them (the CPU backend's ``PLAN_CALLS``, the GPU
 backend's ``PLAN_LAUNCHES``, by op name), and the GPU launches take the ``arg_format`` and the
-grid the section file gives.  Rows without ``kernel`` are ops whose backends make real choices
-(algorithms, tiles, plans) in their section files; the row still gives their cost and
-reference, and the per-op tests and the profiler read it.
+grid the section file gives.
+
+Rows without ``kernel`` are ops whose backends make real choices (algorithms, tiles, plans) in
+their section files; the row still gives their cost and reference, and the per-op tests and
+the profiler read it.
 """
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 
@@ -29,9 +39,6 @@ SCALAR_KINDS = ("int", "float")
 #: how a GPU launch covers its operands: one thread per element of the first operand, one
 #: block per row (M rows), one thread per column (the last axis)
 GRIDS = ("elements", "rows", "columns", "plan")
-#: how a dispatched kernel's arguments are made: the standard ones (operand pointers, sizes,
-#: scalars), or by the family's section file from the row's plan (see the module docstring)
-ARGUMENTS = ("rows", "plan")
 
 
 @dataclass(frozen=True)
@@ -78,25 +85,45 @@ class Launch:
     """One CUDA launch of a dispatched op: ``function`` (``<function>_<storage>`` in the
     cubin) over ``grid`` (one of :data:`GRIDS`; ``"plan"``: the grid the family's section file
     makes) of ``threads`` per block; ``arg_format``: its parameters' format (pycuda's) when
-    the kernel's ``arguments`` are ``"plan"``."""
+    the kernel's ``arguments`` are :data:`PLAN`."""
     function: str
     grid: str = "elements"
     threads: int = 256
     arg_format: str = None
 
 
+#: the names ``Kernel.arguments`` gives besides the row's operands and scalars: the sizes
+#: (M, D) and the work array
+SIZES, WORK = "sizes", "work"
+#: ``Kernel.arguments`` of a row whose arguments its family's section file makes from its plan
+PLAN = "plan"
+
+
 @dataclass(frozen=True)
 class Kernel:
-    """The compiled code of a dispatched op: C function ``c_symbol`` of
-    ``kernels/cpu/<c_source>.c`` and the CUDA ``launches`` of variant ``cuda_variant``; the
-    sizes they take are those of operand ``sizes_of`` (None: the first); ``arguments``: one of
-    :data:`ARGUMENTS` (see the module docstring)."""
+    """The compiled code of a dispatched op (see the module docstring): C function
+    ``c_symbol`` of ``kernels/cpu/<c_source>.c`` and the CUDA ``launches`` of variant
+    ``cuda_variant`` (none: the GPU backend's section file launches the op from a plan of its
+    own); the sizes they take are those of operand ``sizes_of`` (None: the first).
+
+    ``arguments``: the C function's parameters by name (operands, scalars, :data:`SIZES`,
+    :data:`WORK`); None: the operands, the sizes, the scalars; :data:`PLAN`: made by the
+    family's section file from the row's plan operand.  ``work``: the stem of the C
+    function ``<work>_work_size(M, D)`` giving the length of the float64 work array the C
+    function takes (``KernelModules.block_sums_work``).  ``takes``: None, or
+    ``takes(*operands, *scalars) -> bool`` in row order, on arrays that passed the row's
+    check: False where the C function does not take the case (another axis than the last,
+    an output aliasing an input), which then runs the reference."""
     c_source: str
     c_symbol: str
-    cuda_variant: str
-    launches: tuple
+    cuda_variant: str = None
+    launches: tuple = ()
     sizes_of: str = None
-    arguments: str = "rows"
+    arguments: tuple = None
+    work: str = None
+    takes: object = None
+    choose_by: str = None
+    choices: dict = None
 
 
 @dataclass(frozen=True)
@@ -168,18 +195,65 @@ class Op:
             if launch.grid not in GRIDS:
                 raise ValueError(f"op {self.name}: launch grid must be one of {GRIDS}, got "
                                  f"{launch.grid!r}")
-        if self.kernel.arguments not in ARGUMENTS:
-            raise ValueError(f"op {self.name}: kernel arguments must be one of {ARGUMENTS}, "
-                             f"got {self.kernel.arguments!r}")
         if self.kernel.sizes_of is not None and self.kernel.sizes_of not in names:
             raise ValueError(f"op {self.name}: sizes_of names no operand: "
                              f"{self.kernel.sizes_of!r}")
         object.__setattr__(self, "_sizes_at", 0 if self.kernel.sizes_of is None
                            else names.index(self.kernel.sizes_of))
-        object.__setattr__(self, "c_symbols", (f"{self.kernel.c_source}:"
-                                               f"{self.kernel.c_symbol}",))
-        object.__setattr__(self, "cuda_functions", tuple(
-            f"{self.kernel.cuda_variant}:{l.function}" for l in self.kernel.launches))
+        object.__setattr__(self, "_c_order", self._argument_order(self.kernel))
+        calls = {None: (self.kernel, self._c_order)}
+        choice_at = None
+        if self.kernel.choose_by is not None:
+            scalar_names = [s.name for s in self.scalars]
+            if self.kernel.choose_by not in scalar_names or not self.kernel.choices:
+                raise ValueError(f"op {self.name}: choose_by must name a scalar and choices "
+                                 f"give its kernels, got {self.kernel.choose_by!r}")
+            choice_at = scalar_names.index(self.kernel.choose_by)
+            calls = {value: (k, self._argument_order(k))
+                     for value, k in self.kernel.choices.items()}
+        object.__setattr__(self, "_calls", calls)
+        object.__setattr__(self, "_choice_at", choice_at)
+        object.__setattr__(self, "c_symbols", tuple(dict.fromkeys(
+            f"{k.c_source}:{k.c_symbol}" for k, _ in calls.values())))
+        if self.kernel.launches:
+            object.__setattr__(self, "cuda_functions", tuple(
+                f"{self.kernel.cuda_variant}:{l.function}" for l in self.kernel.launches))
+
+    def _argument_order(self, k):
+        """Positions in (operands..., M, D, scalars..., work) of the arguments of kernel
+        ``k``'s C function (``k.arguments``); None for a :data:`PLAN` row (its section file
+        makes the call)."""
+        if k.arguments == PLAN:
+            return None
+        n, scalars = len(self.operands), [s.name for s in self.scalars]
+        arguments = k.arguments if k.arguments is not None else \
+            tuple(self._operand_names) + (SIZES,) + tuple(scalars)
+        where = {name: i for i, name in enumerate(self._operand_names)}
+        where.update({name: n + 2 + i for i, name in enumerate(scalars)})
+        where[WORK] = n + 2 + len(scalars)
+        unknown = [a for a in arguments if a not in where and a != SIZES]
+        if unknown or (WORK in arguments) != (k.work is not None):
+            raise ValueError(f"op {self.name}: kernel arguments must name its operands, "
+                             f"scalars, {SIZES!r} and {WORK!r} exactly when it has a work "
+                             f"array; got {unknown or arguments}")
+        order = []
+        for a in arguments:
+            order += [n, n + 1] if a == SIZES else [where[a]]
+        return itemgetter(*order) if len(order) > 1 else (lambda values: (values[order[0]],))
+
+    def c_call(self, scalars):
+        """(kernel, argument order) of the C function that runs the row with ``scalars``
+        (row order): the row's kernel, or its choice by scalar ``kernel.choose_by``; None
+        where the value has no choice (the reference runs)."""
+        if self._choice_at is None:
+            return self._calls[None]
+        return self._calls.get(scalars[self._choice_at])
+
+    def c_arguments(self, pointers, sizes, numbers, work=None):
+        """The C function's arguments in ``kernel.arguments``'s order from ``pointers`` (the
+        operands', row order), ``sizes`` (M, D), ``numbers`` (the scalars as
+        :meth:`numbers` gives them) and ``work``."""
+        return self._c_order((*pointers, *sizes, *numbers, work))
 
     def check_operands(self, operands, scalars=()):
         """Raise before any kernel runs unless ``operands`` (tensors or numpy arrays, None for

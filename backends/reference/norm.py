@@ -8,7 +8,9 @@ import numpy as np
 
 
 def batchnorm_fprop(x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
-                    eps, momentum, inference):
+                    eps, momentum, inference, relu=False):
+    """Batch norm of x (M, C) over its rows (see ``Backend.batchnorm_fprop``), then
+    y = max(y, 0) with ``relu``."""
     if inference:
         np.copyto(mean, running_mean)
         np.copyto(invstd, 1.0 / np.sqrt(running_var + eps))
@@ -21,7 +23,7 @@ def batchnorm_fprop(x, gamma, beta, y, xhat, mean, invstd, running_mean, running
         running_mean += (1.0 - momentum) * mean
         running_var *= momentum
         running_var += (1.0 - momentum) * var * (m / max(m - 1, 1))
-    batchnorm_apply(x, gamma, beta, y, xhat, mean, invstd)
+    batchnorm_apply(x, gamma, beta, y, xhat, mean, invstd, relu)
 
 
 def batchnorm_moments(x):
@@ -31,15 +33,21 @@ def batchnorm_moments(x):
     return mean, np.square(x - mean).sum(axis=0)
 
 
-def batchnorm_apply(x, gamma, beta, y, xhat, mean, invstd):
-    """xhat = (x - mean) * invstd, y = gamma * xhat + beta."""
+def batchnorm_apply(x, gamma, beta, y, xhat, mean, invstd, relu=False):
+    """xhat = (x - mean) * invstd, y = gamma * xhat + beta (then max(y, 0) with ``relu``)."""
     np.subtract(x, mean, out=xhat)
     xhat *= invstd
     np.multiply(xhat, gamma, out=y)
     y += beta
+    if relu:
+        np.maximum(y, 0, out=y)
 
 
-def batchnorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
+def batchnorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta, y=None, beta_acc=0.0):
+    """dx (= beta_acc * dx +) the gradient, dgamma and dbeta accumulated into; ``y``, the
+    output of a fprop with ReLU, masks dy by y > 0."""
+    if y is not None:
+        dy = dy * (y > 0)
     m = dy.shape[0]
     db = dy.sum(axis=0, keepdims=True)
     dg = np.sum(dy * xhat, axis=0, keepdims=True)
@@ -53,7 +61,9 @@ def batchnorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0):
         np.copyto(dx, grad)
 
 
-def layernorm_fprop(x, gamma, beta, y, xhat, invstd, eps, residual=None, total=None):
+def layernorm_fprop(x, gamma, beta, y, xhat, invstd, residual=None, total=None, eps=1e-5):
+    """Layer norm over the last axis of rows x (M, D) (see ``Backend.layernorm_fprop``);
+    xhat None: not kept."""
     if residual is not None:
         x = np.add(x, residual, out=total)
     mean = x.mean(axis=-1, keepdims=True)

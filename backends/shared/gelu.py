@@ -1,6 +1,6 @@
-"""GELU, x * Phi(x), written as op-trees of the backend contract: the definition of
-``Backend.gelu`` and ``gelu_bprop`` that every backend runs where it has no fused kernel, and the
-one the ``Gelu`` transform runs.  ``approximate``: ``"none"`` (the exact erf form) or
+"""GELU, x * Phi(x), written as op-trees of the backend contract: what the GPU backend's
+``gelu`` and ``gelu_bprop`` run (``gpu/gelu.py``; its code generator fuses them), and the
+``Gelu`` transform.  ``approximate``: ``"none"`` (the exact erf form) or
 ``"tanh"`` (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))).  Tensors of any shape."""
 import math
 

@@ -64,15 +64,16 @@ static void fprop_row(const real *x, const real *bias, real *pre, real *y, int64
     if (bias) {
         for (int64_t d = 0; d < D; d++)
             pre[d] = x[d] + bias[d];
-    } else if (pre != x) {
+    } else if (pre && pre != x) {
         memcpy(pre, x, (size_t)D * sizeof(real));
     }
+    const real *h = pre ? pre : x;
     if (approximate) {
         for (int64_t d = 0; d < D; d++)
-            y[d] = gelu_tanh(pre[d]);
+            y[d] = gelu_tanh(h[d]);
     } else {
         for (int64_t d = 0; d < D; d++)
-            y[d] = gelu_erf(pre[d]);
+            y[d] = gelu_erf(h[d]);
     }
 }
 

@@ -2,8 +2,8 @@
  * the bias gradient summed over the rows.  `approximate` 0: the exact x * Phi(x) (erf form);
  * 1: the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 
-/* pre = x + bias (bias NULL: pre = x; pre may be x), y = gelu(pre).  With a bias, pre may be
- * NULL: y = gelu(x + bias), the sum not kept (inference). */
+/* pre = x + bias (bias NULL: pre = x; pre may be x), y = gelu(pre).  pre may be NULL: y =
+ * gelu(x + bias) (or gelu(x) without a bias), the sum not kept (inference). */
 void gelu_fprop(const real *x, const real *bias, real *pre, real *y, int64_t M, int64_t D,
                 int approximate);
 

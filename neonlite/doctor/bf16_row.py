@@ -16,13 +16,13 @@ def _bf16_peak(module):
 
 
 def bf16_row(kernels=None):
-    """The ``bf16`` row: ``kernels`` a :class:`~neonlite.backends.cpu.kernels.CPUKernels`
+    """The ``bf16`` row: ``kernels`` a :class:`~neonlite.backends.cpu.build.KernelModules`
     (default: a new one on the process's kernel builder)."""
     from ..backends.cpu import bf16_choice
     from ..backends.cpu.bf16_kernels import gemm_module
-    from ..backends.cpu.kernels import CPUKernels
+    from ..backends.cpu.build import KernelModules
     from ..cpu_peak import cpu_peak_gflops
-    kernels = CPUKernels() if kernels is None else kernels
+    kernels = KernelModules() if kernels is None else kernels
     try:
         choice = bf16_choice.choose(kernels)
     except ValueError as err:

@@ -11,7 +11,9 @@ import pytest
 from support.harness import compare_with_cpu, gradient_check
 
 import neonlite
-from neonlite.backends.cpu import conv as cpu_conv, kernels as cpu_kernels
+from neonlite.backends.cpu import conv as cpu_conv
+from neonlite.backends.cpu.build import KernelModules
+from neonlite.backends.cpu.conv import CPUConvPlan
 from neonlite.backends.reference import conv as numpy_conv
 from neonlite.backends.cpu.blas import GemmThreads
 from neonlite.backends.cpu.mkl_blas import load_mkl
@@ -59,8 +61,8 @@ def _kernels(path):
     if path == "tiled":
         if _NO_MKL:
             pytest.skip(f"the tiled convolution passes call MKL: {_NO_MKL}")
-        return cpu_kernels.CPUKernels()
-    return cpu_kernels.CPUKernels(gemm=GemmThreads())
+        return KernelModules()
+    return KernelModules(gemm=GemmThreads())
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -78,8 +80,8 @@ def test_fprop_conv_epilogue_on_every_cpu_path(monkeypatch, path, case, relu, dt
             pytest.fail(f"C kernels failed to build: {kernels.unavailable_reason()}")
         if path == "per-image":
             monkeypatch.setattr(cpu_conv, "PATCH_BYTES", 1)
-        plan = kernels.conv_plan(*_plan_args(plan), dtype=dtype)
-        assert kernels.fprop_conv(plan, x, f, out, b, relu)
+        plan = CPUConvPlan(*_plan_args(plan), dtype=dtype, kernels=kernels)
+        assert plan.fprop(x, f, out, b, relu)
     want = _reference(plan, x, f, b, relu)
     tol = 1e-4 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol)
@@ -89,22 +91,22 @@ def test_fprop_conv_epilogue_on_every_cpu_path(monkeypatch, path, case, relu, dt
 
 def test_direct_kernel_takes_the_direct_cases():
     """The "direct_*" shapes above really run the direct kernels (else the path goes untested)."""
-    kernels = cpu_kernels.CPUKernels(gemm=GemmThreads())
+    kernels = KernelModules(gemm=GemmThreads())
     for case in ("direct_3x3", "direct_5x5_batch1"):
         plan, *_ = _operands(case, np.float32)
-        assert kernels.conv_plan(*_plan_args(plan)).algorithm == "direct", case
+        assert CPUConvPlan(*_plan_args(plan), kernels=kernels).algorithm == "direct", case
     plan, *_ = _operands("patches_strided", np.float32)
-    assert kernels.conv_plan(*_plan_args(plan)).direct is None
+    assert CPUConvPlan(*_plan_args(plan), kernels=kernels).direct is None
 
 
 @pytest.mark.parametrize("case", sorted(SHAPES))
 def test_epilogue_relu_keeps_nan(case):
     """A NaN from the convolution survives the ReLU (a loss scaler must still see it)."""
-    kernels = cpu_kernels.CPUKernels(gemm=GemmThreads())
+    kernels = KernelModules(gemm=GemmThreads())
     plan, x, f, b = _operands(case, np.float32)
     x[0, 0, 0, 0] = np.nan
     out = np.empty(plan.out_shape, np.float32)
-    assert kernels.fprop_conv(kernels.conv_plan(*_plan_args(plan)), x, f, out, b, True)
+    assert CPUConvPlan(*_plan_args(plan), kernels=kernels).fprop(x, f, out, b, True)
     ref = np.empty(plan.out_shape, np.float32)
     numpy_conv.fprop_conv(plan, x, f, ref, b, True)
     assert np.isnan(ref).any()

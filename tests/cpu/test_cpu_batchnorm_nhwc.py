@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from support.requires import requires
+from support.table_kernels import run_kernel
 
-from neonlite.backends.cpu import kernels as cpu_kernels
+from neonlite.backends.cpu.build import KernelModules
+from neonlite.backends.cpu.norm import batchnorm_moments_kernel
 from neonlite.backends.cpu.threads import set_cpu_threads
 from neonlite.backends.reference import norm as numpy_norm
 
@@ -26,7 +28,7 @@ SHAPES = [(1, 17), (5, 3), (33, 17), (4099, 3), (3001, 17), (2055, 16), (1027, 3
 
 @pytest.fixture(scope="module")
 def kernels():
-    return cpu_kernels.CPUKernels()
+    return KernelModules()
 
 
 def _inputs(M, C, dtype, seed=0):
@@ -45,11 +47,11 @@ def _run_c(kernels, p, x, dy, dx0, relu, beta_acc):
     y, xhat = np.empty_like(x), np.empty_like(x)
     mean, invstd = np.empty((1, C), x.dtype), np.empty((1, C), x.dtype)
     rm, rv = p["rm"].copy(), p["rv"].copy()
-    assert kernels.batchnorm_fprop(x, p["gamma"], p["beta"], y, xhat, mean, invstd, rm, rv,
-                                   1e-5, 0.9, False, relu)
+    assert run_kernel(kernels, "batchnorm_fprop", x, p["gamma"], p["beta"], y, xhat, mean,
+                      invstd, rm, rv, 1e-5, 0.9, False, relu)
     dx, dg, db = dx0.copy(), np.full((1, C), 0.5, x.dtype), np.full((1, C), -0.5, x.dtype)
-    assert kernels.batchnorm_bprop(dy, xhat, invstd, p["gamma"], dx, dg, db, beta_acc,
-                                   y if relu else None)
+    assert run_kernel(kernels, "batchnorm_bprop", dy, xhat, invstd, p["gamma"], dx, dg, db,
+                      beta_acc, y if relu else None)
     return [y, xhat, mean, invstd, rm, rv, dx, dg, db]
 
 
@@ -65,7 +67,7 @@ def _run_numpy(p, x, dy, dx0, relu, beta_acc):
         np.maximum(y, 0, out=y)
     dx, dg, db = dx0.copy(), np.full((1, C), 0.5, x.dtype), np.full((1, C), -0.5, x.dtype)
     numpy_norm.batchnorm_bprop(dy * (y > 0) if relu else dy, xhat, invstd, p["gamma"], dx, dg,
-                               db, beta_acc)
+                               db, beta_acc=beta_acc)
     return [y, xhat, mean, invstd, rm, rv, dx, dg, db]
 
 
@@ -110,15 +112,16 @@ def test_the_relu_keeps_nan_and_its_mask_drops_it(kernels):
     x[3, 5] = np.nan
     y, xhat = np.empty_like(x), np.empty_like(x)
     mean, invstd = np.empty((1, C), x.dtype), np.empty((1, C), x.dtype)
-    assert kernels.batchnorm_fprop(x, p["gamma"], p["beta"], y, xhat, mean, invstd,
-                                   p["rm"].copy(), p["rv"].copy(), 1e-5, 0.9, False, True)
+    assert run_kernel(kernels, "batchnorm_fprop", x, p["gamma"], p["beta"], y, xhat, mean,
+                      invstd, p["rm"].copy(), p["rv"].copy(), 1e-5, 0.9, False, True)
     assert np.isnan(y[:, 5]).all() and not np.isnan(np.delete(y, 5, axis=1)).any()
     y[:, 5] = 0.0
     xhat[:, 5] = 0.0
     invstd[0, 5] = 1.0
     y[7, 2] = np.nan
     dx, dg, db = np.empty_like(x), np.zeros((1, C), x.dtype), np.zeros((1, C), x.dtype)
-    assert kernels.batchnorm_bprop(dy, xhat, invstd, p["gamma"], dx, dg, db, 0.0, y)
+    assert run_kernel(kernels, "batchnorm_bprop", dy, xhat, invstd, p["gamma"], dx, dg, db,
+                      0.0, y)
     assert np.isfinite(dx).all() and np.isfinite(dg).all() and np.isfinite(db).all()
     np.testing.assert_allclose(db[0, 2], dy[(y[:, 2] > 0), 2].sum(dtype=np.float64), rtol=1e-5)
 
@@ -129,10 +132,10 @@ def _every_output(kernels, p, x, dy, dx0):
     outs = _run_c(kernels, p, x, dy, dx0, True, 0.0) + _run_c(kernels, p, x, dy, dx0, False, 1.0)
     C = x.shape[1]
     mean, m2 = np.empty(C), np.empty(C)
-    assert kernels.batchnorm_moments(x, mean, m2)
+    assert batchnorm_moments_kernel(kernels, x, mean, m2)
     dx, dg, db = np.empty_like(x), np.zeros((1, C), x.dtype), np.zeros((1, C), x.dtype)
     invstd = np.ones((x.shape[0], 1), x.dtype)
-    assert kernels.layernorm_bprop(dy, x, invstd, p["gamma"], dx, dg, db)
+    assert run_kernel(kernels, "layernorm_bprop", dy, x, invstd, p["gamma"], dx, dg, db)
     return outs + [mean, m2, dx, dg, db]
 
 
@@ -154,18 +157,22 @@ def test_batchnorm_is_the_same_on_any_thread_count(kernels, M, C):
 
 EMPTY_CALLS = """
 import numpy as np
-from neonlite.backends.cpu import kernels as cpu_kernels
-kernels = cpu_kernels.CPUKernels()
+from neonlite.backends.cpu.build import KernelModules
+from neonlite.backends.cpu.norm import batchnorm_moments_kernel
+from neonlite.backends.ops import OPS
+kernels = KernelModules()
 M, C = {M}, {C}
 x = np.zeros((M, C), np.float32)
 y, xhat, dx = np.empty_like(x), np.empty_like(x), np.empty_like(x)
 row = lambda: np.zeros((1, C), np.float32)
 for inference in (False, True):
-    assert kernels.batchnorm_fprop(x, row(), row(), y, xhat, row(), row(), row(), row() + 1,
-                                   1e-5, 0.9, inference, True)
-assert kernels.batchnorm_apply(x, row(), row(), y, xhat, row(), row(), True)
-assert kernels.batchnorm_bprop(x, xhat, row(), row(), dx, row(), row(), 0.0, y)
-assert kernels.batchnorm_moments(x, np.empty(C), np.empty(C))
+    assert kernels.run_op(OPS["batchnorm_fprop"], (x, row(), row(), y, xhat, row(), row(),
+                                                   row(), row() + 1), (1e-5, 0.9, inference, True))
+assert kernels.run_op(OPS["batchnorm_apply"], (x, row(), row(), y, xhat, row(), row()),
+                      (True,))
+assert kernels.run_op(OPS["batchnorm_bprop"], (x, xhat, row(), row(), dx, row(), row(), y),
+                      (0.0,))
+assert batchnorm_moments_kernel(kernels, x, np.empty(C), np.empty(C))
 print("done")
 """
 

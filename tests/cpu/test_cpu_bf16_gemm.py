@@ -238,20 +238,20 @@ def test_the_measurement_is_kept_in_the_kernel_cache(tmp_path, monkeypatch):
     need("bf16")
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
-    from neonlite.backends.cpu.kernels import CPUKernels
+    from neonlite.backends.cpu.build import KernelModules
     from neonlite.kernels.build import Builder
-    first = bf16_choice.choose(CPUKernels(builder=Builder(cache)))
+    first = bf16_choice.choose(KernelModules(builder=Builder(cache)))
     assert first.source == "measured" and first.bf16_gflops > 0 and first.f32_gflops > 0
     assert first.paths["gemm"] in ("compute", "storage")
     assert first.paths["conv"] == first.paths["attention"] == "storage"
     assert [p.name.split("-")[0] for p in cache.iterdir()].count("bf16_choice") == 1
-    again = bf16_choice.choose(CPUKernels(builder=Builder(cache)))
+    again = bf16_choice.choose(KernelModules(builder=Builder(cache)))
     assert again.source == "cached" and again.paths == first.paths
     assert (again.bf16_gflops, again.f32_gflops) == (first.bf16_gflops, first.f32_gflops)
     from neonlite.kernels.cache import DiskCache
     DiskCache(cache).clean()  # what `neonlite kernels clean` does: the next use measures again
     assert not [p for p in cache.iterdir() if p.name.startswith("bf16_choice")]
-    assert bf16_choice.choose(CPUKernels(builder=Builder(cache))).source == "measured"
+    assert bf16_choice.choose(KernelModules(builder=Builder(cache))).source == "measured"
 
 
 def test_op_classes_come_from_the_op_table():

@@ -5,12 +5,15 @@ without), so the cases here have K (and, for the data gradient, C) a multiple of
 are otherwise odd: batch 1, non-square images and filters, C = 1 and C = 3, stride > filter,
 padding, dilation, pixel counts that leave partial register blocks.
 """
+from functools import partial
+
 import numpy as np
 import pytest
 
 from support.requires import requires
 
-from neonlite.backends.cpu import kernels as cpu_kernels
+from neonlite.backends.cpu.build import KernelModules
+from neonlite.backends.cpu.conv import CPUConvPlan
 from neonlite.backends.reference import conv as numpy_conv
 from neonlite.backends.plans import ConvPlan
 
@@ -34,7 +37,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def kernels():
-    found = cpu_kernels.CPUKernels()
+    found = KernelModules()
     for dtype in DTYPES:
         assert found.module("conv_direct", np.dtype(dtype)) is not None, \
             f"direct conv kernels failed to build: {found.unavailable_reason()}"
@@ -51,7 +54,7 @@ def close(actual, expected, dtype):
 def test_direct_conv_matches_numpy(kernels, case, dtype):
     N, H, W, C, K, R, S, pad, stride, dil, direct_bprop = case
     dtype = np.dtype(dtype)
-    plan = kernels.conv_plan(N, C, H, W, K, R, S, pad, stride, dil, dtype=dtype)
+    plan = CPUConvPlan(N, C, H, W, K, R, S, pad, stride, dil, dtype=dtype, kernels=kernels)
     ref = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil)
     assert plan.algorithm == "direct"
     if dtype == np.float32:  # float64 blocks are twice the bytes: some go to the GEMM path
@@ -63,7 +66,7 @@ def test_direct_conv_matches_numpy(kernels, case, dtype):
 
     out = np.full(plan.out_shape, np.nan, dtype)
     expected = np.empty(plan.out_shape, dtype)
-    assert kernels.fprop_conv(plan, x, f, out)
+    assert plan.fprop(x, f, out)
     numpy_conv.fprop_conv(ref, x, f, expected)
     close(out, expected, dtype)
 
@@ -71,7 +74,7 @@ def test_direct_conv_matches_numpy(kernels, case, dtype):
         got = np.full(f.shape, np.nan, dtype) if beta == 0 else rng.standard_normal(f.shape)
         got = got.astype(dtype)
         want = np.zeros_like(got) if beta == 0 else got.copy()
-        assert kernels.update_conv(plan, x, e, got, beta)
+        assert plan.update(x, e, got, beta)
         numpy_conv.update_conv(ref, x, e, want, beta)
         close(got, want, dtype)
 
@@ -79,29 +82,30 @@ def test_direct_conv_matches_numpy(kernels, case, dtype):
         got = (np.full(x.shape, np.nan) if beta == 0 else rng.standard_normal(x.shape))
         got = got.astype(dtype)
         want = np.zeros_like(got) if beta == 0 else got.copy()
-        assert kernels.bprop_conv(plan, f, e, got, beta)
+        assert plan.bprop(f, e, got, beta)
         numpy_conv.bprop_conv(ref, f, e, want, beta)
         close(got, want, dtype)
 
 
 def test_direct_conv_declines_partial_registers_and_big_filters(kernels):
     f32 = np.dtype(np.float32)
-    assert kernels.conv_plan(2, 3, 8, 8, 20, 3, 3, (1, 1), dtype=f32).direct is None  # K=20
-    assert kernels.conv_plan(2, 16, 8, 8, 16, 1, 1, dtype=f32).direct is None  # 1x1: a GEMM
-    assert kernels.conv_plan(2, 512, 8, 8, 64, 3, 3, (1, 1), dtype=f32).direct is None  # 1.2 MB
-    strided = kernels.conv_plan(2, 16, 8, 8, 16, 3, 3, (1, 1), (2, 2), dtype=f32)
+    plan = partial(CPUConvPlan, kernels=kernels, dtype=f32)
+    assert plan(2, 3, 8, 8, 20, 3, 3, (1, 1)).direct is None  # K=20
+    assert plan(2, 16, 8, 8, 16, 1, 1).direct is None  # 1x1: a GEMM
+    assert plan(2, 512, 8, 8, 64, 3, 3, (1, 1)).direct is None  # 1.2 MB
+    strided = CPUConvPlan(2, 16, 8, 8, 16, 3, 3, (1, 1), (2, 2), dtype=f32, kernels=kernels)
     assert strided.direct is not None
     assert strided.direct_transposed is None
 
 
 def test_direct_conv_batch_smaller_than_plan(kernels):
     """A last batch shorter than the plan's N runs on its own images only."""
-    plan = kernels.conv_plan(4, 3, 6, 6, 16, 3, 3, (1, 1), dtype=np.float32)
+    plan = CPUConvPlan(4, 3, 6, 6, 16, 3, 3, (1, 1), dtype=np.float32, kernels=kernels)
     ref = ConvPlan(4, 3, 6, 6, 16, 3, 3, (1, 1))
     rng = np.random.default_rng(4)
     x = rng.standard_normal((2, 6, 6, 3)).astype(np.float32)
     f = rng.standard_normal((3, 3, 3, 16)).astype(np.float32)
     out, want = np.empty((2, 6, 6, 16), np.float32), np.empty((2, 6, 6, 16), np.float32)
-    assert kernels.fprop_conv(plan, x, f, out)
+    assert plan.fprop(x, f, out)
     numpy_conv.fprop_conv(ref, x, f, want)
     close(out, want, np.float32)

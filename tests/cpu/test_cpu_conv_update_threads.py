@@ -9,7 +9,8 @@ import pytest
 
 from support.requires import requires
 
-from neonlite.backends.cpu import kernels as cpu_kernels
+from neonlite.backends.cpu.build import KernelModules
+from neonlite.backends.cpu.conv import CPUConvPlan
 from neonlite.backends.cpu.threads import set_cpu_threads
 from neonlite.backends.plans import ConvPlan
 from neonlite.backends.reference import conv as numpy_conv
@@ -37,14 +38,14 @@ def test_update_conv_is_the_same_on_any_thread_count(case):
     try:
         for threads in (1, 2, 3):
             set_cpu_threads(threads)
-            kernels = cpu_kernels.CPUKernels()
-            plan = kernels.conv_plan(N, C, H, W, K, R, S, (1, 1), (1, 1), (1, 1),
-                                     dtype=np.float32)
+            kernels = KernelModules()
+            plan = CPUConvPlan(N, C, H, W, K, R, S, (1, 1), (1, 1), (1, 1),
+                                     dtype=np.float32, kernels=kernels)
             if plan.algorithm != algorithm:
                 pytest.skip(f"the {algorithm} pass is not available here (plan chose "
                             f"{plan.algorithm}: {kernels.unavailable_reason()})")
             out = np.zeros((R, S, C, K), np.float32)
-            assert kernels.update_conv(plan, x.astype(np.float32), e.astype(np.float32), out)
+            assert plan.update(x.astype(np.float32), e.astype(np.float32), out)
             results.append(out)
     finally:
         set_cpu_threads(len(os.sched_getaffinity(0)))

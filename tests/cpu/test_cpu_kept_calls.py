@@ -87,7 +87,7 @@ def test_kept_kernel_calls_follow_values_and_rebound_storage():
             t.set(rng.standard_normal(t.shape))
         be.layernorm_fprop(x, gamma, beta, y, xhat, invstd)
         want = [np.zeros((M, D)), np.zeros((M, D)), np.zeros((M, 1))]
-        reference.layernorm_fprop(x.get(), gamma.get(), beta.get(), *want, 1e-5)
+        reference.layernorm_fprop(x.get(), gamma.get(), beta.get(), *want, eps=1e-5)
         np.testing.assert_allclose(y.get(), want[0], rtol=1e-10, atol=1e-12)
         pre[:] = x + b
         np.testing.assert_array_equal(pre.get(), x.get() + b.get())

@@ -9,11 +9,16 @@ import numpy as np
 import pytest
 
 from support.requires import requires
+from support.table_kernels import run_kernel, run_reference
 
-from neonlite.backends.cpu import conv as cpu_conv, kernels as cpu_kernels
+from neonlite.backends.cpu import conv as cpu_conv
+from neonlite.backends.cpu.build import KernelModules
+from neonlite.backends.cpu.conv import CPUConvPlan
+from neonlite.backends.cpu.pool import CPUPoolPlan
 from neonlite.backends.reference import conv as numpy_conv, norm as numpy_norm
 from neonlite.backends.reference import pool as numpy_pool, softmax as numpy_softmax
 from neonlite.backends.cpu.backend import CPUBackend
+from neonlite.backends.cpu.softmax import softmax_cross_entropy_kernel
 from neonlite.backends.cpu.blas import GemmThreads
 from neonlite.backends.cpu.mkl_blas import load_mkl
 from neonlite.backends.cpu.optree import OpTreeMachine
@@ -29,7 +34,7 @@ pytestmark = requires("compiler")
 
 @pytest.fixture(scope="module")
 def kernels():
-    found = cpu_kernels.CPUKernels()
+    found = KernelModules()
     for dtype in DTYPES:
         assert found.active(dtype), f"C kernels failed to build: {found.unavailable_reason()}"
     return found
@@ -63,7 +68,7 @@ _NO_MKL = None if load_mkl() is not None else "MKL is not installed (pip install
 @pytest.fixture(scope="module")
 def numpy_blas_kernels():
     """Kernels whose GEMMs go to numpy's BLAS: convolution takes the whole-matrix path."""
-    return cpu_kernels.CPUKernels(gemm=GemmThreads())
+    return KernelModules(gemm=GemmThreads())
 
 
 CONV_MODES = {
@@ -85,7 +90,7 @@ def test_conv_matches_numpy(request, monkeypatch, case, dtype, mode):
     if fixture == "kernels" and _NO_MKL:
         pytest.skip(f"the tiled convolution passes call MKL: {_NO_MKL}")
     kernels = request.getfixturevalue(fixture)
-    assert (kernels.conv_plan(1, 3, 5, 5, 4, 3, 3, dtype=dtype).tiles is not None) == \
+    assert (CPUConvPlan(1, 3, 5, 5, 4, 3, 3, dtype=dtype, kernels=kernels).tiles is not None) == \
         (fixture == "kernels")
     N, H, W, C, K, R, S, pad, stride, dil = case
     rng = np.random.default_rng(1)
@@ -93,44 +98,44 @@ def test_conv_matches_numpy(request, monkeypatch, case, dtype, mode):
         Q = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil).Q
         rows = value * Q * R * S * C * np.dtype(dtype).itemsize if value > 1 else 1
         monkeypatch.setattr(cpu_conv, limit, rows)
-    plan_c = kernels.conv_plan(N, C, H, W, K, R, S, pad, stride, dil, dtype=dtype)
+    plan_c = CPUConvPlan(N, C, H, W, K, R, S, pad, stride, dil, dtype=dtype, kernels=kernels)
     plan_np = ConvPlan(N, C, H, W, K, R, S, pad, stride, dil)
     x, f = rand(rng, (N, H, W, C), dtype), rand(rng, (R, S, C, K), dtype)
     e = rand(rng, plan_c.out_shape, dtype)
 
     out_c, out_np = np.empty(plan_c.out_shape, dtype), np.empty(plan_c.out_shape, dtype)
-    assert kernels.fprop_conv(plan_c, x, f, out_c)
+    assert plan_c.fprop(x, f, out_c)
     numpy_conv.fprop_conv(plan_np, x, f, out_np)
     close(out_c, out_np, dtype)
 
     for beta in (0.0, 1.0):
         gf_c = rand(rng, f.shape, dtype)
         gf_np = gf_c.copy()
-        assert kernels.update_conv(plan_c, x, e, gf_c, beta)
+        assert plan_c.update(x, e, gf_c, beta)
         numpy_conv.update_conv(plan_np, x, e, gf_np, beta)
         close(gf_c, gf_np, dtype)
 
     for beta in (0.0, 0.5):
         gx_c = rand(rng, x.shape, dtype)
         gx_np = gx_c.copy()
-        assert kernels.bprop_conv(plan_c, f, e, gx_c, beta)
+        assert plan_c.bprop(f, e, gx_c, beta)
         numpy_conv.bprop_conv(plan_np, f, e, gx_np, beta)
         close(gx_c, gx_np, dtype)
 
     x2 = rand(rng, x.shape, dtype)
     gf_c, gf_np = np.zeros_like(f), np.zeros_like(f)
-    assert kernels.update_conv(plan_c, x2, e, gf_c, 0.0)     # patches not gathered yet
+    assert plan_c.update(x2, e, gf_c, 0.0)     # patches not gathered yet
     numpy_conv.update_conv(plan_np, x2, e, gf_np, 0.0)
     close(gf_c, gf_np, dtype)
 
 
 def test_conv_bprop_zero_beta_overwrites_nan(kernels):
     """beta = 0 must overwrite, not scale, what the gradient buffer held (NaN included)."""
-    plan = kernels.conv_plan(2, 3, 5, 5, 4, 3, 3, (1, 1), dtype=np.float32)
+    plan = CPUConvPlan(2, 3, 5, 5, 4, 3, 3, (1, 1), dtype=np.float32, kernels=kernels)
     rng = np.random.default_rng(2)
     f, e = rand(rng, (3, 3, 3, 4), np.float32), rand(rng, plan.out_shape, np.float32)
     grad = np.full(plan.in_shape, np.nan, np.float32)
-    assert kernels.bprop_conv(plan, f, e, grad, 0.0)
+    assert plan.bprop(f, e, grad, 0.0)
     assert np.isfinite(grad).all()
 
 
@@ -151,29 +156,29 @@ POOL_CASES = [
 def test_pool_matches_numpy(kernels, case, dtype, op):
     N, H, W, C, R, S, pad, stride = case
     rng = np.random.default_rng(3)
-    plan_c = kernels.pool_plan(op, N, C, H, W, R, S, pad, stride, dtype=dtype)
+    plan_c = CPUPoolPlan(op, N, C, H, W, R, S, pad, stride, dtype=dtype, kernels=kernels)
     plan_np = PoolPlan(op, N, C, H, W, R, S, pad, stride)
     x = rand(rng, (N, H, W, C), dtype)
     out_c, out_np = np.empty(plan_c.out_shape, dtype), np.empty(plan_c.out_shape, dtype)
-    assert kernels.fprop_pool(plan_c, x, out_c)
+    assert plan_c.fprop(x, out_c)
     numpy_pool.fprop_pool(plan_np, x, out_np)
     close(out_c, out_np, dtype)
     e = rand(rng, plan_c.out_shape, dtype)
     for beta in (0.0, 0.5):
         gx_c = rand(rng, x.shape, dtype)
         gx_np = gx_c.copy()
-        assert kernels.bprop_pool(plan_c, e, gx_c, beta)
+        assert plan_c.bprop(e, gx_c, beta)
         numpy_pool.bprop_pool(plan_np, e, gx_np, beta)
         close(gx_c, gx_np, dtype)
 
 
 def test_maxpool_ties_go_to_the_first_tap(kernels):
-    plan = kernels.pool_plan("max", 1, 1, 2, 2, 2, 2, dtype=np.float32)
+    plan = CPUPoolPlan("max", 1, 1, 2, 2, 2, 2, dtype=np.float32, kernels=kernels)
     x = np.ones((1, 2, 2, 1), np.float32)
     out = np.empty(plan.out_shape, np.float32)
-    assert kernels.fprop_pool(plan, x, out)
+    assert plan.fprop(x, out)
     grad = np.empty_like(x)
-    assert kernels.bprop_pool(plan, np.full(plan.out_shape, 3.0, np.float32), grad)
+    assert plan.bprop(np.full(plan.out_shape, 3.0, np.float32), grad)
     np.testing.assert_array_equal(grad.ravel(), [3.0, 0.0, 0.0, 0.0])
 
 
@@ -198,7 +203,7 @@ def test_batchnorm_matches_numpy(kernels, dtype, M, C, inference):
         rm, rv = p["running_mean"].copy(), p["running_var"].copy()
         args = (x, p["gamma"], p["beta"], y, xhat, mean, invstd, rm, rv, 1e-5, 0.9, inference)
         if impl == "c":
-            assert kernels.batchnorm_fprop(*args)
+            assert run_kernel(kernels, "batchnorm_fprop", *args)
         else:
             numpy_norm.batchnorm_fprop(*args)
         outs = [y, xhat, mean, invstd, rm, rv]
@@ -208,9 +213,9 @@ def test_batchnorm_matches_numpy(kernels, dtype, M, C, inference):
                 dgamma, dbeta = np.ones((1, C), dtype), np.ones((1, C), dtype)
                 bargs = (p["dy"], xhat, invstd, p["gamma"], dx, dgamma, dbeta, beta_acc)
                 if impl == "c":
-                    assert kernels.batchnorm_bprop(*bargs)
+                    assert run_kernel(kernels, "batchnorm_bprop", *bargs)
                 else:
-                    numpy_norm.batchnorm_bprop(*bargs)
+                    numpy_norm.batchnorm_bprop(*bargs[:7], beta_acc=beta_acc)
                 outs += [dx, dgamma, dbeta]
         results.append(outs)
     tol = {np.float32: 2e-4 if M > 1 else 2e-5, np.float64: 1e-9}[dtype]
@@ -230,11 +235,12 @@ def test_layernorm_matches_numpy(kernels, dtype, M, D):
         y, xhat, invstd = np.empty((M, D), dtype), np.empty((M, D), dtype), np.empty((M, 1), dtype)
         dx, dgamma, dbeta = np.empty((M, D), dtype), np.ones((1, D), dtype), np.ones((1, D), dtype)
         if impl is None:
-            numpy_norm.layernorm_fprop(x, gamma, beta, y, xhat, invstd, 1e-5)
+            numpy_norm.layernorm_fprop(x, gamma, beta, y, xhat, invstd, eps=1e-5)
             numpy_norm.layernorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta)
         else:
-            assert impl.layernorm_fprop(x, gamma, beta, y, xhat, invstd, 1e-5)
-            assert impl.layernorm_bprop(dy, xhat, invstd, gamma, dx, dgamma, dbeta)
+            assert run_kernel(impl, "layernorm_fprop", x, gamma, beta, y, xhat, invstd, 1e-5)
+            assert run_kernel(impl, "layernorm_bprop", dy, xhat, invstd, gamma, dx, dgamma,
+                              dbeta)
         results.append([y, xhat, invstd, dx, dgamma, dbeta])
     tol = {np.float32: 1e-4, np.float64: 1e-10}[dtype]
     for got, want in zip(*results):
@@ -250,12 +256,14 @@ def test_layernorm_fprop_of_a_residual_sum_is_that_of_the_sum(kernels, dtype, M,
     gamma, beta = rand(rng, (1, D), dtype, 1.0), rand(rng, (1, D), dtype)
     outs = [[np.full((M, D), np.nan, dtype) for _ in range(3)] + [np.empty((M, 1), dtype)]
             for _ in range(3)]
-    for impl, (total, y, xhat, invstd) in zip((kernels, numpy_norm), outs):
-        args = (x, gamma, beta, y, xhat, invstd, 1e-5, residual, total)
-        assert impl.layernorm_fprop(*args) is not False
+    (total, y, xhat, invstd), numpy_outs = outs[0], outs[1]
+    assert run_kernel(kernels, "layernorm_fprop", x, gamma, beta, y, xhat, invstd, 1e-5,
+                      residual, total)
+    run_reference("layernorm_fprop", x, gamma, beta, *numpy_outs[1:], 1e-5, residual,
+                  numpy_outs[0])
     total, y, xhat, invstd = outs[2]
     np.add(x, residual, out=total)
-    assert kernels.layernorm_fprop(total, gamma, beta, y, xhat, invstd, 1e-5)
+    assert run_kernel(kernels, "layernorm_fprop", total, gamma, beta, y, xhat, invstd, 1e-5)
     for got, want in zip(outs[0], outs[2]):
         np.testing.assert_array_equal(got, want)
     tol = {np.float32: 1e-4, np.float64: 1e-10}[dtype]
@@ -270,15 +278,14 @@ def test_layernorm_fprop_without_xhat_gives_the_same_output(kernels, dtype, M, D
     rng = np.random.default_rng(9)
     x, residual = rand(rng, (M, D), dtype), rand(rng, (M, D), dtype)
     gamma, beta = rand(rng, (1, D), dtype, 1.0), rand(rng, (1, D), dtype)
-    for impl in (kernels, numpy_norm):
+    for run in (lambda *a: run_kernel(kernels, "layernorm_fprop", *a),
+                lambda *a: run_reference("layernorm_fprop", *a) is None):
         for joined in ((), (residual, np.empty((M, D), dtype))):
             y, xhat, invstd = np.empty((M, D), dtype), np.empty((M, D), dtype), \
                 np.empty((M, 1), dtype)
-            assert impl.layernorm_fprop(x, gamma, beta, y, xhat, invstd, 1e-5, *joined) \
-                is not False
+            assert run(x, gamma, beta, y, xhat, invstd, 1e-5, *joined)
             y2, invstd2 = np.full((M, D), np.nan, dtype), np.full((M, 1), np.nan, dtype)
-            assert impl.layernorm_fprop(x, gamma, beta, y2, None, invstd2, 1e-5, *joined) \
-                is not False
+            assert run(x, gamma, beta, y2, None, invstd2, 1e-5, *joined)
             np.testing.assert_array_equal(invstd2, invstd)
             np.testing.assert_array_equal(y2, y)
 
@@ -291,7 +298,7 @@ def test_layernorm_bprop_with_residual_matches_numpy(kernels, dtype, M, D):
     x, dy, residual = (rand(rng, (M, D), dtype) for _ in range(3))
     gamma = rand(rng, (1, D), dtype, 1.0)
     xhat, invstd = np.empty((M, D), dtype), np.empty((M, 1), dtype)
-    numpy_norm.layernorm_fprop(x, gamma, gamma, np.empty((M, D), dtype), xhat, invstd, 1e-5)
+    numpy_norm.layernorm_fprop(x, gamma, gamma, np.empty((M, D), dtype), xhat, invstd, eps=1e-5)
     results = []
     for impl in (kernels, None):
         dx, dgamma, dbeta = np.empty((M, D), dtype), np.ones((1, D), dtype), np.ones((1, D), dtype)
@@ -299,7 +306,7 @@ def test_layernorm_bprop_with_residual_matches_numpy(kernels, dtype, M, D):
         if impl is None:
             numpy_norm.layernorm_bprop(*args)
         else:
-            assert impl.layernorm_bprop(*args)
+            assert run_kernel(impl, "layernorm_bprop", *args)
         results.append([dx, dgamma, dbeta])
     plain = np.empty((M, D), dtype)
     numpy_norm.layernorm_bprop(dy, xhat, invstd, gamma, plain, np.ones((1, D), dtype),
@@ -329,9 +336,9 @@ def test_softmax_cross_entropy_matches_numpy(kernels, dtype, M, K, soft):
             loss = numpy_softmax.softmax_cross_entropy(logits, targets, probs, grad, 1.0 / M)
             numpy_softmax.softmax(logits, sm)
         else:
-            loss = impl.softmax_cross_entropy(logits, targets, probs, grad, 1.0 / M)
+            loss = softmax_cross_entropy_kernel(impl, logits, targets, probs, grad, 1.0 / M)
             assert loss is not None
-            assert impl.softmax(logits, sm)
+            assert run_kernel(impl, "softmax", logits, sm)
         outs.append((loss, probs, grad, sm))
     (loss_c, *arrays_c), (loss_np, *arrays_np) = outs
     assert loss_c == pytest.approx(loss_np, rel=1e-5 if dtype == np.float32 else 1e-12, abs=1e-4)

@@ -8,13 +8,14 @@ numpy reports its array allocations to ``tracemalloc``, so the traced peak over 
 bounds what they allocate, even what they free again before the step ends (the C kernels'
 work arrays are numpy arrays the backend keeps, so a new one would count).  What C code
 allocates is not seen there; the kernels that once called malloc now take work arrays from
-``CPUKernels.workspaces``, whose entries must be the same objects after the later steps.
+``KernelModules.workspaces``, whose entries must be the same objects after the later steps.
 """
 
 import numpy as np
 import pytest
 from support.checks import PEAK_LIMIT, allocation_peaks as _peaks
 from support.harness import make_backend
+from support.table_kernels import run_kernel
 
 from neonlite import Model
 from neonlite.backends.cpu.optree import OpTreeMachine
@@ -126,7 +127,7 @@ def test_gelu_bias_gradient_reuses_its_work_array_across_row_counts():
     for rows in (40, 64, 40):
         x, dy = (rng.standard_normal((rows, 24)).astype(np.float32) for _ in range(2))
         dx, db = np.empty_like(x), np.zeros(24, np.float32)
-        assert kernels.gelu_bprop(x, dy, dx, db, "none")
+        assert run_kernel(kernels, "gelu_bprop", x, dy, dx, db, "none")
         np.testing.assert_allclose(db, dx.sum(0), rtol=1e-5, atol=1e-5)
     assert len([key for key in kernels.workspaces if key[0] == "gelu_bprop"]) == 1
 

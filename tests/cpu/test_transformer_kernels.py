@@ -1,15 +1,20 @@
 """The CPU C kernels behind the transformer layers, against numpy references: the float erf
 and GELU (fused with a bias, and its gradient with the bias gradient), and the masked attention
 softmax (causal and padding masks, T=1, Tq != Tk, odd sizes), in float32 and float64; the
-op-tree defaults of the backend contract (what the GPU backend runs) are compared too."""
+op-trees the GPU backend runs (``GPUGeluOps``, ``shared/gelu.py``; run here on the CPU backend)
+are compared too."""
 import math
 
 import numpy as np
 import pytest
 from support.harness import compare_with_cpu, make_backend
+from support.table_kernels import run_kernel
 
 from neonlite.backends.reference import softmax as numpy_softmax
-from neonlite.backends.backend import Backend
+from neonlite.backends.gpu.gelu import GPUGeluOps
+from neonlite.backends.shared import gelu
+from neonlite.backends.cpu.rows import scatter_add_rows_kernel, take_rows_kernel
+from neonlite.backends.cpu.softmax import masked_softmax_kernel
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -71,13 +76,15 @@ def test_gelu_with_bias_and_its_gradient(approximate, dtype, shape):
         pre, out, dx = be.zeros(shape), be.zeros(shape), be.zeros(shape)
         db = be.array(np.full(shape[-1], 0.5))
         if fused:
-            assert kernels.gelu(xt._ary, out._ary, bt._ary, xt._ary, approximate)
+            assert run_kernel(kernels, "gelu", xt._ary, out._ary, bt._ary, xt._ary, approximate)
             pre = xt  # in place: x receives x + b
-            assert kernels.gelu_bprop(pre._ary, dyt._ary, dx._ary, db._ary, approximate,
-                                      out._ary if with_y else None)
+            assert run_kernel(kernels, "gelu_bprop", pre._ary, dyt._ary, dx._ary, db._ary,
+                              approximate, out._ary if with_y else None)
         else:
-            Backend.gelu(be, xt, out, bt, pre, approximate)
-            Backend.gelu_bprop(be, pre, dyt, dx, db, approximate)
+            GPUGeluOps.gelu(be, xt, out, bt, pre, approximate)
+            gelu.bprop(be, pre, dyt, dx, approximate)
+            acc = db.reshape(1, shape[-1])
+            acc[:] = acc + be.sum(dx.reshape(-1, shape[-1]), axis=0)
         np.testing.assert_allclose(pre.get(), x + b, **tol)
         np.testing.assert_allclose(out.get(), y_want, **tol)
         np.testing.assert_allclose(dx.get(), dy * slope, **tol)
@@ -110,7 +117,7 @@ def test_gelu_bias_gradient_is_deterministic_across_thread_counts():
     sums = []
     for _ in range(3):
         dx, db = np.empty_like(x), np.zeros(64, np.float32)
-        assert kernels.gelu_bprop(x, dy, dx, db, "none")
+        assert run_kernel(kernels, "gelu_bprop", x, dy, dx, db, "none")
         sums.append(db)
     assert all(np.array_equal(sums[0], s) for s in sums[1:])
 
@@ -132,7 +139,7 @@ def test_gelu_with_bias_without_pre_on_every_backend(approximate):
     np.testing.assert_allclose(got_x, x, rtol=1e-6)
     be = make_backend("cpu")
     xt, bt, out = be.array(x), be.array(b), be.zeros(x.shape)  # the contract's op-trees
-    Backend.gelu(be, xt, out, bt, None, approximate)
+    GPUGeluOps.gelu(be, xt, out, bt, None, approximate)
     np.testing.assert_allclose(out.get(), y_want, rtol=1e-5, atol=2e-6)
 
 
@@ -152,13 +159,13 @@ def test_c_masked_softmax_matches_numpy(dtype, causal, with_mask, tq, tk):
     want = np.empty_like(x)
     numpy_softmax.masked_softmax(x, want, 0.3, causal, mask)
     got = np.full_like(x, np.nan)
-    assert kernels.masked_softmax(x, got, 0.3, causal, mask)
+    assert masked_softmax_kernel(kernels, x, got, 0.3, causal, mask)
     tol = dict(rtol=2e-6, atol=1e-7) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(got, want, **tol)
     dy = rng.normal(size=x.shape).astype(dtype)
     dx_want = np.empty_like(x)
     numpy_softmax.masked_softmax_bprop(want, dy, dx_want, 0.3)
-    assert kernels.masked_softmax_bprop(got, dy, dy, 0.3)  # in place
+    assert run_kernel(kernels, "masked_softmax_bprop", got, dy, dy, 0.3)  # in place
     np.testing.assert_allclose(dy, dx_want, rtol=tol["rtol"] * 10, atol=tol["atol"] * 10)
     if with_mask:
         assert not got[2:4].any()
@@ -171,7 +178,7 @@ def test_c_masked_softmax_in_place_with_integer_mask():
     want = np.empty_like(x)
     numpy_softmax.masked_softmax(x, want, 1.0, True, mask)
     kernels = _kernels(make_backend("cpu"))
-    assert kernels.masked_softmax(x, x, 1.0, True, mask)
+    assert masked_softmax_kernel(kernels, x, x, 1.0, True, mask)
     np.testing.assert_allclose(x, want, rtol=2e-6, atol=1e-7)
 
 
@@ -187,10 +194,10 @@ def test_c_take_and_scatter_add_rows(dtype, D):
     kernels = _kernels(make_backend("cpu", dtype=dtype))
     idx = ids.reshape(-1).astype(np.int64)
     out = np.full(shape + (D,), np.nan, dtype)
-    assert kernels.take_rows(table, idx, out)
+    assert take_rows_kernel(kernels, table, idx, out)
     np.testing.assert_array_equal(out, table[ids])
     grad = np.full((V, D), 0.25, dtype)
-    assert kernels.scatter_add_rows(grad, idx, rows)
+    assert scatter_add_rows_kernel(kernels, grad, idx, rows)
     want = np.full((V, D), 0.25)
     np.add.at(want, ids.reshape(-1), rows.reshape(-1, D).astype(np.float64))
     tol = 1e-5 if dtype == np.float32 else 1e-12
@@ -207,7 +214,7 @@ def test_c_scatter_add_is_the_same_on_any_number_of_threads():
     for i in range(n):  # the documented order: row 0, 1, 2, ... into its table row
         serial[idx[i]] += rows[i]
     grad = np.zeros((V, D), np.float32)
-    assert kernels.scatter_add_rows(grad, idx, rows)
+    assert scatter_add_rows_kernel(kernels, grad, idx, rows)
     np.testing.assert_array_equal(grad, serial)
 
 

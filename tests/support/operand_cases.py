@@ -197,34 +197,6 @@ def _row_kernel_cases():
         o["out"][:] = o["x"] + o["row"]
 
     return [
-        Case("layernorm_fprop", lambda be, rng: _ops(
-            x=_normal(be, rng, M, D), gamma=_normal(be, rng, 1, D),
-            beta=_normal(be, rng, 1, D), y=be.zeros((M, D)), xhat=be.zeros((M, D)),
-            invstd=be.zeros((M, 1))),
-            lambda be, o: be.layernorm_fprop(*o.values())),
-        Case("layernorm_bprop", lambda be, rng: _ops(
-            dy=_normal(be, rng, M, D), xhat=_normal(be, rng, M, D),
-            invstd=_positive(be, rng, M, 1), gamma=_normal(be, rng, 1, D), dx=be.zeros((M, D)),
-            dgamma=be.zeros((1, D)), dbeta=be.zeros((1, D))),
-            lambda be, o: be.layernorm_bprop(*o.values())),
-        Case("batchnorm_fprop", lambda be, rng: _ops(
-            x=_normal(be, rng, M, D), gamma=_normal(be, rng, 1, D),
-            beta=_normal(be, rng, 1, D), y=be.zeros((M, D)), xhat=be.zeros((M, D)),
-            mean=be.zeros((1, D)), invstd=be.zeros((1, D)), running_mean=be.zeros((1, D)),
-            running_var=be.ones((1, D))),
-            lambda be, o: be.batchnorm_fprop(*o.values())),
-        Case("batchnorm_apply", lambda be, rng: _ops(
-            x=_normal(be, rng, M, D), gamma=_normal(be, rng, 1, D),
-            beta=_normal(be, rng, 1, D), y=be.zeros((M, D)), xhat=be.zeros((M, D)),
-            mean=_normal(be, rng, 1, D), invstd=_positive(be, rng, 1, D)),
-            lambda be, o: be.batchnorm_apply(*o.values())),
-        Case("batchnorm_bprop", lambda be, rng: _ops(
-            dy=_normal(be, rng, M, D), xhat=_normal(be, rng, M, D),
-            invstd=_positive(be, rng, 1, D), gamma=_normal(be, rng, 1, D),
-            dx=be.zeros((M, D)), dgamma=be.zeros((1, D)), dbeta=be.zeros((1, D))),
-            lambda be, o: be.batchnorm_bprop(*o.values())),
-        Case("softmax", lambda be, rng: _ops(x=_normal(be, rng, M, D), out=be.zeros((M, D))),
-             lambda be, o: be.softmax(o["x"], o["out"])),
         Case("softmax_cross_entropy", lambda be, rng: _ops(
             logits=_normal(be, rng, M, D),
             targets=be.array(np.eye(D)[rng.integers(0, D, M)].astype(be.dtype)),
@@ -235,17 +207,6 @@ def _row_kernel_cases():
             key_mask=be.array(np.ones((3, D), be.dtype))),
             lambda be, o: be.masked_softmax(o["x"], o["out"], 0.5, True, o["key_mask"]),
             dtype_free=("key_mask",)),
-        Case("masked_softmax_bprop", lambda be, rng: _ops(
-            y=_positive(be, rng, 4, 3, D), dy=_normal(be, rng, 4, 3, D),
-            dx=be.zeros((4, 3, D))),
-            lambda be, o: be.masked_softmax_bprop(*o.values())),
-        Case("gelu", lambda be, rng: _ops(x=_normal(be, rng, M, D), out=be.zeros((M, D)),
-                                         bias=_normal(be, rng, D), pre=be.zeros((M, D))),
-             lambda be, o: be.gelu(*o.values())),
-        Case("gelu_bprop", lambda be, rng: _ops(
-            x=_normal(be, rng, M, D), dy=_normal(be, rng, M, D), dx=be.zeros((M, D)),
-            dbias=be.zeros((D,))),
-            lambda be, o: be.gelu_bprop(*o.values())),
         Case("take_rows", table_ops, lambda be, o: be.take_rows(*o.values()),
              dtype_free=("ids",), index_checked=("table",)),
         Case("scatter_add_rows", scatter_ops, lambda be, o: be.scatter_add_rows(*o.values()),

@@ -129,10 +129,10 @@ def _mknod():
 
 def _bf16():
     from neonlite.backends.cpu.bf16_kernels import gemm_module
-    from neonlite.backends.cpu.kernels import CPUKernels
+    from neonlite.backends.cpu.build import KernelModules
     if _compiler() is not None:
         return _compiler()
-    module, reason = gemm_module(CPUKernels())
+    module, reason = gemm_module(KernelModules())
     return None if module is not None else f"no bf16 GEMM kernel here: {reason}"
 
 

@@ -2,7 +2,7 @@
 and float32 peaks; a CPU without AVX512-BF16 (simulated) and a bad ``NEONLITE_BF16``."""
 import pytest
 
-from neonlite.backends.cpu.kernels import CPUKernels
+from neonlite.backends.cpu.build import KernelModules
 from neonlite.doctor.bf16_row import bf16_row
 from neonlite.kernels.build import Builder
 from support.requires import need, requires
@@ -14,7 +14,7 @@ pytestmark = requires("compiler")
 def kernels(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
-    return CPUKernels(builder=Builder(cache))
+    return KernelModules(builder=Builder(cache))
 
 
 def test_the_row_names_every_op_class_and_both_peaks(kernels):
