@@ -307,9 +307,14 @@ def test_table_is_consistent():
     for spec in table:
         assert spec.source_path.is_file(), spec
         if spec.target == "cpu":
-            uint8 = spec.source_path.stem in specs.UINT8_SOURCES
-            assert spec.header_path.is_file() and spec.define("DTYPE") in (
-                ("uint8_t",) if uint8 else ("float", "double"))
+            assert spec.header_path.is_file(), spec
+    for spec in specs.CPU_VARIANTS:
+        uint8 = spec.source_path.stem in specs.UINT8_SOURCES
+        assert spec.define("DTYPE") in (("uint8_t",) if uint8 else ("float", "double")), spec
+    for spec in specs.BF16_VARIANTS:
+        assert spec.define("DTYPE") == "float", spec
+    for spec in specs.JPEG_VARIANTS:
+        assert spec.define("DTYPE") is None and spec.libraries, spec
     assert specs.cpu_variant("pool", np.dtype(np.float64)).name == "pool_f64"
     with pytest.raises(ValueError, match="target"):
         specs.KernelSpec("x", "tpu", "x.c")
