@@ -1,5 +1,5 @@
 """The backend methods of the op table's dispatched rows (those with a ``kernel``), made from
-the rows: :class:`TableOps`, a base of :class:`~neonlite.backends.backend.Backend`, has one
+the rows (a row's ``returns`` operand is the method's result): :class:`TableOps`, a base of :class:`~neonlite.backends.backend.Backend`, has one
 method per such row.  A call binds its arguments by the row's operands and scalars (their
 defaults filled in) and hands the operands (None for an absent optional one) and the
 scalars, in row order, to the backend's ``run_op``, which runs the row's operand check
@@ -15,7 +15,7 @@ def _signature(op):
     """self, the operands (an optional one may be given as None; None by default when every
     parameter after it has a default: a trailing mask), the scalars (those with a default
     after those without), then the ``trailing`` operands, None by default (a residual and the
-    sum it makes, say)."""
+    sum it makes, say), then the ``trailing`` scalars."""
     P = inspect.Parameter
     leading = [o for o in op.operands if not o.trailing]
     defaulted = len(leading)
@@ -25,11 +25,14 @@ def _signature(op):
     params = [P("self", P.POSITIONAL_OR_KEYWORD)]
     params += [P(o.name, P.POSITIONAL_OR_KEYWORD) if i < defaulted else
                P(o.name, P.POSITIONAL_OR_KEYWORD, default=None) for i, o in enumerate(leading)]
-    params += [P(s.name, P.POSITIONAL_OR_KEYWORD) for s in op.scalars if s.default is None]
-    params += [P(s.name, P.POSITIONAL_OR_KEYWORD, default=s.default) for s in op.scalars
+    leading_scalars = [s for s in op.scalars if not s.trailing]
+    params += [P(s.name, P.POSITIONAL_OR_KEYWORD) for s in leading_scalars if s.default is None]
+    params += [P(s.name, P.POSITIONAL_OR_KEYWORD, default=s.default) for s in leading_scalars
                if s.default is not None]
     params += [P(o.name, P.POSITIONAL_OR_KEYWORD, default=None) for o in op.operands
                if o.trailing]
+    params += [P(s.name, P.POSITIONAL_OR_KEYWORD, default=s.default) for s in op.scalars
+               if s.trailing]
     return inspect.Signature(params)
 
 
@@ -46,7 +49,8 @@ def table_method(op):
     """The backend method of dispatched row ``op`` (see the module docstring).  Arguments are
     bound by a table made once from the row's signature (``inspect``'s binding costs more
     than a small kernel): a positional call, the common one, fills the omitted parameters'
-    defaults from a tuple and picks the operands and scalars by position."""
+    defaults from a tuple and picks the operands and scalars by position.  It returns the
+    row's ``returns`` operand (None when the row names none)."""
     signature = _signature(op)
     names = tuple(signature.parameters)[1:]
     empty = inspect.Parameter.empty
@@ -55,6 +59,7 @@ def table_method(op):
     required = len(names) - len(defaults)  # Python's rule: the defaults are a suffix
     operands_of = _picker(names.index(o.name) for o in op.operands)
     scalars_of = _picker(names.index(s.name) for s in op.scalars)
+    returned = names.index(op.returns) if op.returns is not None else None
 
     def method(self, *args, **kwargs):
         given = len(args)
@@ -72,6 +77,7 @@ def table_method(op):
                 signature.bind(self, *args)  # a missing argument's TypeError
             args = args + tail[given:]
         self.run_op(op, operands_of(args), scalars_of(args))
+        return None if returned is None else args[returned]
 
     method.__name__ = method.__qualname__ = op.name
     method.__doc__ = op.doc

@@ -16,9 +16,14 @@ plan first (an operand with ``plan`` set, made once at configure time, such as
 ``blocksparse_layer``'s): its arguments are the plan's (tables, work arrays, sizes), so the
 backend's section file of the family makes them (the CPU backend's ``PLAN_CALLS``, the GPU
 backend's ``PLAN_LAUNCHES``, by op name), and the GPU launches take the ``arg_format`` and the
-grid the section file gives.  Rows without ``kernel`` are ops whose backends make real choices
-(algorithms, tiles, plans) in their section files; the row still gives their cost and
-reference, and the per-op tests and the profiler read it.
+grid the section file gives.  A row whose kernel has ``arguments="call"`` is run whole by its
+family's section file (the CPU backend's ``OP_CALLS``, the GPU backend's ``OP_LAUNCHES``, by
+op name): the section runs the row's check, then chooses its kernel entry point, tiles, work
+arrays, staging and kept calls from the operands (the CPU one answers False for a case its
+kernels do not take, and the row's reference runs); its rows may take ``value`` operands (a
+dropout stream, a block layout) and ``trailing`` scalars.  Rows without ``kernel`` are ops
+whose backends make real choices (algorithms, tiles, plans) in their section files; the row
+still gives their cost and reference, and the per-op tests and the profiler read it.
 """
 from dataclasses import dataclass, field
 
@@ -30,8 +35,9 @@ SCALAR_KINDS = ("int", "float")
 #: block per row (M rows), one thread per column (the last axis)
 GRIDS = ("elements", "rows", "columns", "plan")
 #: how a dispatched kernel's arguments are made: the standard ones (operand pointers, sizes,
-#: scalars), or by the family's section file from the row's plan (see the module docstring)
-ARGUMENTS = ("rows", "plan")
+#: scalars), by the family's section file from the row's plan, or the whole call run by the
+#: family's section file (see the module docstring)
+ARGUMENTS = ("rows", "plan", "call")
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,9 @@ class Operand:
     and read first (gates activated in place, an error accumulated), so the per-op tests fill
     it like an input; ``plan``: not a tensor but the plan the backend method of that name
     makes (``"blocksparse_layer"``), taken as it is by the check, the reference and the
-    kernel's section file (the per-op tests make it with ``Op.sample_plan``)."""
+    kernel's section file (the per-op tests make it with ``Op.sample_plan``); ``value``: not a
+    tensor but a description taken as it is by the check, the reference and the section file
+    (an attention's dropout stream or block layout; None in the per-op tests' call)."""
     name: str
     shape: tuple = None
     written: bool = False
@@ -56,6 +64,7 @@ class Operand:
     mask: bool = False
     updated: bool = False
     plan: str = None
+    value: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,13 +73,15 @@ class Scalar:
     required); ``sample``: the value the per-op tests pass; ``codes``: {name: int code} when
     the scalar is given by name (an activation), the kernels taking its code and the
     reference its name; ``checked``: the row's check takes it too, by name (a flag that
-    decides the operands' shapes, such as ``transposed``)."""
+    decides the operands' shapes, such as ``transposed``); ``trailing``: placed after the
+    ``trailing`` operands in the method's signature (``heads`` of ``attention``)."""
     name: str
     kind: str = "float"
     default: object = None
     sample: object = None
     codes: dict = None
     checked: bool = False
+    trailing: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,7 @@ class Op:
             takes bf16-stored operands (``cpu/bf16_choice.py``); None: float types only.
         sample_plan (callable or None): ``sample_plan(make)``, the plan operand of the per-op
             tests' call made by ``make`` (the backend method the operand's ``plan`` names).
+        returns (str or None): the operand the backend method returns (None: nothing).
     """
     name: str
     family: str
@@ -145,6 +157,7 @@ class Op:
     gradients: tuple = ()
     bf16_class: str = None
     sample_plan: object = None
+    returns: str = None
 
     def __post_init__(self):
         names = [o.name for o in self.operands]
@@ -222,12 +235,13 @@ class Op:
     def sample_operands(self, rng, dtype, joined=True):
         """{name: numpy array} at the sample sizes (inputs random, masks 0 and 1 in turn,
         outputs zero); the optional inputs and the trailing operands (a joined residual)
-        given when ``joined``; a plan operand left out (``sample_plan`` makes it)."""
+        given when ``joined``; a plan operand left out (``sample_plan`` makes it), a value
+        operand None."""
         out = {}
         for o in self.operands:
             if o.plan is not None:
                 continue
-            if not joined and (o.trailing or (o.optional and not o.written)):
+            if o.value or not joined and (o.trailing or (o.optional and not o.written)):
                 out[o.name] = None
                 continue
             shape = self.sample_shape(o)
