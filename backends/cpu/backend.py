@@ -39,6 +39,10 @@ from .ufunc import run_ufuncs
 #: (``call(module, real, plan, *arrays, *scalars)`` -> (C function, arguments)), from the
 #: families' section files
 PLAN_CALLS = {**BLOCKSPARSE_CALLS}
+#: op name -> the section class whose ``run(op, operands, scalars)`` (one instance per
+#: backend, made on its ``KernelModules``) runs a dispatched row whose kernel has
+#: ``arguments="call"``, answering False for a case its kernels do not take
+OP_CALLS = {}
 
 
 class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, CPURowOps,
@@ -70,6 +74,8 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         self._row_scratch = {}
         self._attention_plain = {}
         self._attention_calls = KeptCalls(MAX_PREPARED)
+        sections = {cls: cls(self.kernels) for cls in set(OP_CALLS.values())}
+        self._op_calls = {name: sections[cls].run for name, cls in OP_CALLS.items()}
 
     def prepare_kernels(self):
         """Compile the C kernels of this backend's data type that are not cached yet (one
@@ -110,7 +116,13 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         """The C function of dispatched op-table row ``op``, else (after the row's check) its
         numpy reference; calls on kept tensors are kept (``KernelModules.run_call``).  A row
         whose kernel takes its plan's arguments runs its family's call of :data:`PLAN_CALLS`
-        (``KernelModules.run_plan_op``)."""
+        (``KernelModules.run_plan_op``); one whose kernel has ``arguments="call"`` is run by
+        its section's call (:data:`OP_CALLS`), else by the row's reference (tensors as their
+        arrays, other operands as they are)."""
+        if op.kernel.arguments == "call":
+            if not self._op_calls[op.name](op, operands, scalars):
+                op.reference(*[getattr(t, "_ary", t) for t in operands], *scalars)
+            return
         if op.kernel.arguments == "plan":
             arguments, keep = [], True
             for o, t in zip(op.operands, operands):

@@ -42,6 +42,10 @@ from .tensor import GPUTensor, as_dtype, contiguous_strides
 #: (``launches(be, plan, *tensors, *scalars)`` -> [(grid, arguments)]), from the families'
 #: section files
 PLAN_LAUNCHES = {**BLOCKSPARSE_LAUNCHES}
+#: op name -> the section class whose ``run(op, operands, scalars)`` (one instance per
+#: backend, made on it) runs a dispatched row whose kernel has ``arguments="call"``: its
+#: check, then its launches (a case its kernels do not take is a ValueError)
+OP_LAUNCHES = {}
 
 
 class GPUBackend(GPUAttentionOps, GPURecurrentOps,
@@ -69,6 +73,8 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps,
         self._allocations_at_start = self.device.allocations
         self._rng_key = rng_seed
         self._rng_counter = 0
+        sections = {cls: cls(self) for cls in set(OP_LAUNCHES.values())}
+        self._op_launches = {name: sections[cls].run for name, cls in OP_LAUNCHES.items()}
 
     # ---- memory ----------------------------------------------------------------------------
     @property
@@ -212,7 +218,11 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps,
         the sizes (M, D) (``op.sizes``) and the scalars (float32 and int), over a grid of one
         thread per element, one block per row, or one thread per column.  A row whose kernel
         takes its plan's arguments gets its grids and arguments from its family's
-        :data:`PLAN_LAUNCHES`."""
+        :data:`PLAN_LAUNCHES`; one whose kernel has ``arguments="call"`` is run whole by its
+        section's launches (:data:`OP_LAUNCHES`)."""
+        if op.kernel.arguments == "call":
+            self._op_launches[op.name](op, operands, scalars)
+            return
         op.check_operands(operands, scalars)
         tensors = [(o, t) for o, t in zip(op.operands, operands) if o.plan is None]
         check_contiguous(op.name, **{o.name: t for o, t in tensors})
