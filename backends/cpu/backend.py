@@ -17,7 +17,7 @@ from ..reference.optree import evaluate
 from ..storage import array_is_finite, host_buffer
 from ..variants import CONV_METHODS, GEMM_METHODS, conv_algorithm
 from .arena import make_cpu_arena
-from .attention import MAX_PREPARED, CPUAttentionOps
+from .attention import RUNS as ATTENTION_RUNS, CPUAttentionCalls
 from .bf16 import CPUBf16Ops
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
 from .blocksparse import CALLS as BLOCKSPARSE_CALLS, CPUBlockSparsePlan
@@ -42,11 +42,11 @@ PLAN_CALLS = {**BLOCKSPARSE_CALLS}
 #: op name -> the section class whose ``run(op, operands, scalars)`` (one instance per
 #: backend, made on its ``KernelModules``) runs a dispatched row whose kernel has
 #: ``arguments="call"``, answering False for a case its kernels do not take
-OP_CALLS = {}
+OP_CALLS = dict.fromkeys(ATTENTION_RUNS, CPUAttentionCalls)
 
 
 class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, CPURowOps,
-                 CPUBlasOps, CPUAttentionOps, CPURecurrentOps,
+                 CPUBlasOps, CPURecurrentOps,
                  CPUBf16Ops, Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float32 or float64
     (float64 is the one gradient checks use), or float16 with ``numpy_float16=True`` only:
@@ -72,8 +72,6 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPUGeluOps, 
         self._gemm_scratch = {}
         self._gemm_calls = KeptCalls(MAX_GEMM_CALLS)
         self._row_scratch = {}
-        self._attention_plain = {}
-        self._attention_calls = KeptCalls(MAX_PREPARED)
         sections = {cls: cls(self.kernels) for cls in set(OP_CALLS.values())}
         self._op_calls = {name: sections[cls].run for name, cls in OP_CALLS.items()}
 

@@ -24,7 +24,8 @@ from ..optree import OpNode
 from ..variants import GEMM_METHODS
 from . import blas as cublas, build as gpu_build
 from .arena import make_device_arena
-from .attention import GPUAttentionOps
+from .attention import MAX_WIDTH as ATTENTION_MAX_WIDTH, RUNS as ATTENTION_RUNS, \
+    GPUAttentionLaunches
 from .blocksparse import LAUNCHES as BLOCKSPARSE_LAUNCHES, GPUBlockSparsePlan
 from .conv import GPUConvOps
 from .device import get_device
@@ -45,10 +46,10 @@ PLAN_LAUNCHES = {**BLOCKSPARSE_LAUNCHES}
 #: op name -> the section class whose ``run(op, operands, scalars)`` (one instance per
 #: backend, made on it) runs a dispatched row whose kernel has ``arguments="call"``: its
 #: check, then its launches (a case its kernels do not take is a ValueError)
-OP_LAUNCHES = {}
+OP_LAUNCHES = dict.fromkeys(ATTENTION_RUNS, GPUAttentionLaunches)
 
 
-class GPUBackend(GPUAttentionOps, GPURecurrentOps,
+class GPUBackend(GPURecurrentOps,
                  GPUConvOps, GPUPoolOps, GPUSoftmaxOps, GPURowOps, GPUNormOps, GPUGeluOps,
                  Backend):
     """CUDA backend on device ``device_id`` (see the module docstring).
@@ -56,6 +57,9 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps,
     ``allow_tf32=True`` lets float32 GEMMs use TF32 tensor cores (off by default)."""
 
     name = "gpu"
+    #: the widest head (dk or dv per head) the attention kernels take; layers check it when
+    #: configured
+    attention_max_head_width = ATTENTION_MAX_WIDTH
 
     def __init__(self, batch_size=128, rng_seed=None, datatype=np.float32, device_id=0,
                  allow_tf32=False):
