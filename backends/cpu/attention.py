@@ -22,7 +22,7 @@ MAX_HEAD_WIDTH = 256
 #: into its own partial dq, (B, Tq, dk)
 BACKWARD_ITEMS = 16
 MAX_GROUPS = 8
-#: the prepared kernel calls a backend keeps (``CPUAttentionCalls._prepared_call``)
+#: the prepared kernel calls a backend keeps (``CPUAttentionCalls.run``)
 MAX_PREPARED = 1024
 #: the op-table rows :meth:`CPUAttentionCalls.run` runs
 RUNS = ("attention", "attention_bprop")
@@ -65,14 +65,31 @@ class CPUAttentionCalls:
         """Run row ``op`` on CPU tensors ``operands`` (q, k, v, out, lse[, dout, dq, dk, dv],
         key_mask, dropout, blocks) and ``scalars`` (scale, causal, heads), after the row's
         check; False when the kernels do not take the case (then the backend runs the row's
-        reference)."""
-        *tensors, key_mask, dropout, blocks = operands
-        scale, causal, heads = scalars
+        reference).
+
+        Without a key mask, on kept tensors (a layer's buffers and the views it made once,
+        not a decoder's per-step windows), the call is kept (:attr:`kept`) by the arrays'
+        identities, the scalars, the layout and the OpenMP thread count (which sizes the work
+        arrays), with weak references to the arrays (the backend's work arrays and tables are
+        held by their cffi buffers), so a later call with the same living operands (every
+        step) skips the check, strides and casts; a key mask, which a caller may change
+        between calls, makes it anew each time.  At most ``MAX_PREPARED`` calls are kept."""
+        tensors, (key_mask, dropout, blocks) = operands[:-3], operands[-3:]
         arrays = tuple([t._ary for t in tensors])
-        call = self._prepared_call(op, arrays, scale, causal, key_mask, blocks, heads,
-                                   tensors, operands, scalars)
-        if call is None:
+        key = None
+        if key_mask is None and all(t.kept for t in tensors):
+            key = (op.name, id(blocks)) + tuple(scalars) + tuple(map(id, arrays))
+            found = self.kept.find(key, arrays)
+            if found is not None and found[0].fa_threads() == found[1]:
+                function, head, tail = found[2]
+                function(*head, *_dropout_args(dropout), *tail)
+                return True
+        prepared = self._prepared_call(op, arrays, key_mask, blocks, operands, scalars)
+        if prepared is None:
             return False
+        lib, call = prepared
+        if key is not None:
+            self.kept.keep(key, arrays, (lib, lib.fa_threads(), call, blocks))
         function, head, tail = call
         function(*head, *_dropout_args(dropout), *tail)
         return True
@@ -156,40 +173,22 @@ class CPUAttentionCalls:
         return mask if mask.dtype == dtype and mask.flags.c_contiguous else \
             np.ascontiguousarray(mask, dtype=dtype)
 
-    def _prepared_call(self, op, arrays, scale, causal, key_mask, blocks, heads, tensors,
-                       operands, scalars):
-        """(kernel function of row ``op``, its arguments before the dropout's, those after)
-        for these operands, or None when the numpy reference must run (after the row's check).
-
-        Without a key mask, on kept tensors (a layer's buffers and the views it made once,
-        not a decoder's per-step windows), the call is kept (:attr:`kept`) by the
-        arrays' identities, the scalars, the layout and the OpenMP thread count (which sizes
-        the work arrays), with weak references to the arrays (the backend's work arrays and
-        tables are held by their cffi buffers), so a later call with the same living operands
-        (every step) skips the checks, strides and casts; a key mask, which a caller may change
-        between calls, makes it anew each time.  At most ``MAX_PREPARED`` calls are kept."""
-        key = None
-        if key_mask is None and all(t.kept for t in tensors):
-            key = (op.name, float(scale), bool(causal), id(blocks), heads) + tuple(
-                map(id, arrays))
-            found = self.kept.find(key, arrays)
-            if found is not None:
-                lib, threads, call = found[:3]
-                if lib.fa_threads() == threads:
-                    return call
+    def _prepared_call(self, op, arrays, key_mask, blocks, operands, scalars):
+        """(kernel module's lib, (kernel function of row ``op``, its arguments before the
+        dropout's, those after)) for these operands after the row's check, or None when the
+        numpy reference must run."""
         op.check_operands(operands, scalars)
+        scale, causal, heads = scalars
         mask = self._mask_array(key_mask, arrays[0].dtype)
         module = self._attention_module(blocks, *arrays)
         if module is None or not arrays[4].flags.c_contiguous:
             return None
         prepare = self._prepare_bprop if op.name == "attention_bprop" else self._prepare_fprop
         call = prepare(module, arrays, float(scale), bool(causal), mask, blocks, heads)
-        if call is not None and key is not None:
-            self.kept.keep(key, arrays, (module.lib, module.lib.fa_threads(), call, blocks))
-        return call
+        return None if call is None else (module.lib, call)
 
     def _prepare_fprop(self, module, arrays, scale, causal, mask, blocks, heads):
-        """``fa_fprop``'s call (see :meth:`_prepared_call`), or None."""
+        """``fa_fprop``'s call (see :meth:`run`), or None."""
         strides = _slice_strides(arrays[:4], heads)
         if strides is None:
             return None
@@ -211,7 +210,7 @@ class CPUAttentionCalls:
         return module.lib.fa_fprop, head, tail
 
     def _prepare_bprop(self, module, arrays, scale, causal, mask, blocks, heads):
-        """``fa_bprop``'s call (see :meth:`_prepared_call`), or None."""
+        """``fa_bprop``'s call (see :meth:`run`), or None."""
         strides = _slice_strides(arrays[:4] + arrays[5:], heads)
         if strides is None:
             return None
