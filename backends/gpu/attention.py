@@ -3,17 +3,17 @@ table (``backends/ops/softmax.py``: operands, check, cost); what is left here is
 choice, :class:`GPUAttentionLaunches`: entry points, tables, staging.  float32, float16 and
 bfloat16 storage (the 16-bit forward's products on tensor cores, the rest float32 math on the
 CUDA cores), lse in float32.  Two kernel shapes (:data:`SHAPES`): tiles of 32 queries x 32 keys
-for head widths up to 64, tiles of 16 x 16 for widths up to 128.  Dropout draws the per-example
-Philox stream of :class:`~..shared.attention_tables.AttentionDropout` in the kernels (regenerated in the
-backward pass, never stored).  A block layout of any block sizes: the kernels visit the tiles
-holding a visible block (:func:`tile_layout`) and, where the blocks do not fill whole tiles
-(e.g. 8-token blocks), mask inside a tile from the layout's bytes.  The visit tables
-(``shared.attention_tables.visit_tables``) and such a layout are copied to the device once per shape or
-layout; a key mask of another storage type or layout is cast into a device buffer made once
-per shape.  Every call runs on the device: a case the kernels do not take (heads wider than
-128, operands of mixed storage, rows not contiguous, a 16-bit lse; for the backward pass,
-non-contiguous operands) raises a ValueError naming the op, never a copy to the host.
-Compiled and emulated, not run on a GPU."""
+for head widths up to 64, tiles of 16 x 16 for widths up to 128.  Dropout draws the
+per-example Philox stream of :class:`~..shared.attention_tables.AttentionDropout` in the kernels
+(regenerated in the backward pass, never stored).  A block layout of any block sizes: the
+kernels visit the tiles holding a visible block (:func:`tile_layout`) and, where the blocks do
+not fill whole tiles (e.g. 8-token blocks), mask inside a tile from the layout's bytes.  The
+visit tables (``shared.attention_tables.visit_tables``) and such a layout are copied to the
+device once per shape or layout; a key mask of another storage type or layout is cast into a
+device buffer made once per shape.  Every call runs on the device: a case the kernels do not
+take (heads wider than 128, operands of mixed storage, rows not contiguous, a 16-bit lse; for
+the backward pass, non-contiguous operands) raises a ValueError naming the op, never a copy to
+the host.  Compiled and emulated, not run on a GPU."""
 import numpy as np
 
 from ..shared.attention_tables import visit_tables
@@ -153,8 +153,8 @@ class GPUAttentionLaunches:
         buffers kept per (causal, tile, Tq == Tk) (self- and cross-attention apart, so a
         model with both does not rewrite them at every call), made for the longest lengths
         met and written again when a call's lengths differ from the last one's (a batch of
-        another length), so other lengths allocate nothing (the copy waits for the device first, so no queued
-        kernel reads a table half written)."""
+        another length), so other lengths allocate nothing (the copy waits for the device
+        first, so no queued kernel reads a table half written)."""
         heads, tables, fine = found
         written = self._written
         family = (bool(causal), tile, key[0] == key[1])

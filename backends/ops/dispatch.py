@@ -1,9 +1,9 @@
 """The backend methods of the op table's dispatched rows (those with a ``kernel``), made from
-the rows (a row's ``returns`` operand is the method's result): :class:`TableOps`, a base of :class:`~neonlite.backends.backend.Backend`, has one
-method per such row.  A call binds its arguments by the row's operands and scalars (their
-defaults filled in) and hands the operands (None for an absent optional one) and the
-scalars, in row order, to the backend's ``run_op``, which runs the row's operand check
-(``Op.check_operands``) before any kernel."""
+the rows (a row's ``returns`` operand is the method's result): :class:`TableOps`, a base of
+:class:`~neonlite.backends.backend.Backend`, has one method per such row.  A call binds its
+arguments by the row's operands and scalars (their defaults filled in) and hands the
+operands (None for an absent optional one) and the scalars, in row order, to the backend's
+``run_op``, which runs the row's operand check (``Op.check_operands``) before any kernel."""
 import inspect
 from abc import ABC, abstractmethod
 from operator import itemgetter
