@@ -5,8 +5,8 @@ arguments by the row's operands and scalars (their defaults filled in) and hands
 operands (None for an absent optional one) and the scalars, in row order, to the backend's
 ``run_op``, which runs the row's operand check (``Op.check_operands``) before any kernel."""
 import inspect
+import keyword
 from abc import ABC, abstractmethod
-from operator import itemgetter
 
 from . import OPS
 
@@ -36,50 +36,32 @@ def _signature(op):
     return inspect.Signature(params)
 
 
-def _picker(positions):
-    """A function giving the tuple of the items of a sequence at ``positions``."""
-    positions = tuple(positions)
-    if len(positions) == 1:
-        at = positions[0]
-        return lambda values: (values[at],)
-    return itemgetter(*positions) if positions else lambda values: ()
-
-
 def table_method(op):
-    """The backend method of dispatched row ``op`` (see the module docstring).  Arguments are
-    bound by a table made once from the row's signature (``inspect``'s binding costs more
-    than a small kernel): a positional call, the common one, fills the omitted parameters'
-    defaults from a tuple and picks the operands and scalars by position.  It returns the
-    row's ``returns`` operand (None when the row names none)."""
+    """The backend method of dispatched row ``op`` (see the module docstring): a Python
+    function written from the row's signature, so Python binds its arguments (and raises its
+    own TypeError for a missing, extra or unknown one) at the cost of a written method;
+    ``inspect``'s binding, or a table of our own, cost more than a small kernel (a GEMM's or
+    a gate step's).  It returns the row's ``returns`` operand (None when the row names none).
+    A row's operand or scalar name that is no Python identifier is a ValueError."""
     signature = _signature(op)
-    names = tuple(signature.parameters)[1:]
+    names = tuple(signature.parameters)
+    for name in names:
+        if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_"):
+            raise ValueError(f"op {op.name}: {name!r} cannot name a method's parameter")
     empty = inspect.Parameter.empty
-    defaults = {n: p.default for n, p in signature.parameters.items() if p.default is not empty}
-    tail = tuple(defaults.get(n, empty) for n in names)
-    required = len(names) - len(defaults)  # Python's rule: the defaults are a suffix
-    operands_of = _picker(names.index(o.name) for o in op.operands)
-    scalars_of = _picker(names.index(s.name) for s in op.scalars)
-    returned = names.index(op.returns) if op.returns is not None else None
-
-    def method(self, *args, **kwargs):
-        given = len(args)
-        if kwargs or given > len(names):
-            if given > len(names) or any(n not in names[given:] for n in kwargs):
-                signature.bind(self, *args, **kwargs)  # the TypeError Python would raise
-            values = dict(defaults)
-            values.update(zip(names, args))
-            values.update(kwargs)
-            if len(values) < len(names):
-                signature.bind(self, *args, **kwargs)  # a missing argument's TypeError
-            args = tuple(values[n] for n in names)
-        elif given < len(names):
-            if given < required:
-                signature.bind(self, *args)  # a missing argument's TypeError
-            args = args + tail[given:]
-        self.run_op(op, operands_of(args), scalars_of(args))
-        return None if returned is None else args[returned]
-
-    method.__name__ = method.__qualname__ = op.name
+    defaults = {f"_default_{n}": p.default for n, p in signature.parameters.items()
+                if p.default is not empty}
+    params = ", ".join(n if f"_default_{n}" not in defaults else f"{n}=_default_{n}"
+                       for n in names)
+    operands = "".join(f"{o.name}, " for o in op.operands)
+    scalars = "".join(f"{s.name}, " for s in op.scalars)
+    source = (f"def {op.name}({params}):\n"
+              f"    self.run_op(_op, ({operands}), ({scalars}))\n"
+              f"    return {op.returns}\n")
+    namespace = {"_op": op, **defaults}
+    exec(compile(source, f"<op table: {op.name}>", "exec"), namespace)  # noqa: S102
+    method = namespace[op.name]
+    method.__qualname__, method.__module__ = op.name, __name__
     method.__doc__ = op.doc
     method.__signature__ = signature
     return method
