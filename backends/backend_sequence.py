@@ -1,73 +1,19 @@
-"""The sequence sections of the backend contract (see :mod:`.backend` for its conventions):
-fused attention on head-major slices and the whole-sequence passes of recurrent cells, as
-loops over their gate steps.  :class:`~.backend.Backend` inherits them (the ops the op table
-dispatches, such as the gate steps and local response normalization, come from
-``ops/dispatch.py``; ``ops/recurrent.py`` states the gate steps' conventions)."""
+"""The sequence section of the backend contract (see :mod:`.backend` for its conventions): the
+whole-sequence passes of recurrent cells, as loops over their gate steps.
+:class:`~.backend.Backend` inherits them (the ops the op table dispatches, such as fused
+attention, the gate steps and local response normalization, come from ``ops/dispatch.py``;
+``ops/softmax.py`` states attention's conventions, ``ops/recurrent.py`` the gate steps')."""
 from abc import ABC, abstractmethod
 
 from .operand_shapes import check_sequence, example_rows
-from .ops import OPS
 from .shared.recurrent_steps import step_of, time_steps
-from .reference import attention as numpy_attention
-
-#: the rows whose check the attention defaults run
-ATTENTION, ATTENTION_BPROP = OPS["attention"], OPS["attention_bprop"]
 
 
 class SequenceOps(ABC):
-    """Attention and recurrent sequences of the backend contract."""
+    """Recurrent sequences of the backend contract."""
 
     #: the rows ``example_dropout_mask`` reads its mask as (checked)
     example_rows = staticmethod(example_rows)
-
-    # ---- fused attention -------------------------------------------------------------------------
-    def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
-                  blocks=None, heads=1):
-        """Fused attention on head-major slices, never holding a (Tq, Tk) array:
-
-            out[b] = dropout(softmax(scale * q[b] k[b]^T + hidden)) v[b]
-            lse[b, i] = log(sum_j exp(scale * q[b, i] . k[b, j]) over the visible keys j)
-
-        q (B, Tq, dk), k (B, Tk, dk), v (B, Tk, dv), out (B, Tq, dv), lse (B, Tq); B = N *
-        ``heads`` slices, slice b belongs to example b // heads.  Hidden keys: with ``causal``
-        key j > i + (Tk - Tq) (the queries are the last Tq of the Tk positions, as when decoding
-        against a key/value cache); where ``key_mask`` (N, Tk) is 0; outside the visited tiles
-        of ``blocks`` (an
-        :class:`~neonlite.backends.shared.attention_tables.AttentionBlocks` layout).
-        A row with every key hidden gets out 0 and lse -inf.  ``dropout``
-        (:class:`~neonlite.backends.shared.attention_tables.AttentionDropout` or None) drops
-        probabilities after the softmax with the per-example Philox stream; it is regenerated
-        by ``attention_bprop``, never stored.  k and v may be windows of longer buffers (e.g.
-        ``cache[:, :L]``).  Each of q, k, v, out (and of dout, dq, dk, dv in
-        ``attention_bprop``) may instead be token-major, (N, T, heads, d) (slice b = n*heads + h
-        is [n, :, h]; e.g. the (N, T, H, dh) view of a projection's columns), so a layer needs
-        no head permutes.  This default runs the numpy reference on host copies."""
-        ATTENTION.check("attention", q, k, v, out, lse, key_mask=key_mask, heads=heads,
-                        blocks=blocks)
-        o, m = out.get(), lse.get()
-        numpy_attention.attention(q.get(), k.get(), v.get(), o, m, scale, causal,
-                                  None if key_mask is None else key_mask.get(), dropout, blocks,
-                                  heads)
-        out.set(o)
-        lse.set(m)
-        return out
-
-    def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
-                        key_mask=None, dropout=None, blocks=None, heads=1):
-        """dq (B, Tq, dk), dk (B, Tk, dk), dv (B, Tk, dv) (overwritten) of ``attention`` called
-        with the same arguments, for the output gradient dout (B, Tq, dv); the probabilities
-        are recomputed from ``lse`` tile by tile.  This default runs the numpy reference on
-        host copies."""
-        ATTENTION_BPROP.check("attention_bprop", q, k, v, out, lse, dout, dq, dk, dv,
-                              key_mask=key_mask, heads=heads, blocks=blocks)
-        grads = [dq.get(), dk.get(), dv.get()]
-        numpy_attention.attention_bprop(q.get(), k.get(), v.get(), out.get(), lse.get(),
-                                        dout.get(), *grads, scale, causal,
-                                        None if key_mask is None else key_mask.get(), dropout,
-                                        blocks, heads)
-        for t, g in zip((dq, dk, dv), grads):
-            t.set(g)
-        return dq
 
     # ---- whole recurrent sequences -------------------------------------------------------------
     # The T steps of a cell in one call, so a backend can run the loop over time in its own

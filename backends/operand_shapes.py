@@ -216,16 +216,16 @@ def check_blocksparse(op, plan, transposed=False, **operands):
 
 
 def check_attention(op, q, k, v, out, lse, dout=None, dq=None, dk=None, dv=None,
-                    key_mask=None, heads=1, blocks=None):
+                    key_mask=None, heads=1, blocks=None, dropout=None):
     """``attention`` (``op``; q, k, v, out, lse) and ``attention_bprop`` (also dout, dq, dk,
     dv): the check of their op-table rows, before any kernel.  Shapes: each operand
     head-major (B, T, d) or token-major (N, T, heads, d) (as (N*heads, T, d)); k (B, Tk, dk),
     v (B, Tk, dv), out (B, Tq, dv) for q (B, Tq, dk); lse (B, Tq); B a multiple of
     ``heads`` (at least 1); key_mask (B // heads, Tk); a block layout ``blocks`` of
     (1 or heads, ceil(Tq / bq), ceil(Tk / bk)) blocks; dout, dq, dk, dv exactly the shapes of
-    out, q, k, v.  Element types: every operand q's, but lse, which may also be float32 (the
-    lse of float16 attention).  One ValueError (shapes) or TypeError (types) naming the op
-    and the operand."""
+    out, q, k, v (``dropout`` is taken as it is).  Element types: every operand q's, but lse,
+    which may also be float32 (the lse of float16 attention).  One ValueError (shapes) or
+    TypeError (types) naming the op and the operand."""
     if heads < 1:
         raise ValueError(f"{op}: heads={heads} must be at least 1")
     B, Tq, dk_width = _slice_shape(op, "q", q, heads)

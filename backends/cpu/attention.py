@@ -1,15 +1,17 @@
 """The CPU backend's fused attention: the C kernels of ``kernels/cpu/flash_attention.c``
-(OpenMP over (slice, query block) forward and over slices backward) for float32/float64, the
-numpy reference (``backends/reference/attention.py``) for every other case.
+(OpenMP over (slice, query block) forward and over slices backward) for float32/float64; the
+rows' numpy reference (``backends/ops/softmax.py``) runs every other case.  The ops are
+dispatched by the op table (operands, check, reference, cost); what is left here is the
+backend's choice, :class:`CPUAttentionCalls`: tiles, visit tables, key groups, work arrays and
+kept calls.
 
 The kernels walk tables of the (query block, key block) tiles to visit: for plain attention
 every key block up to the causal diagonal, for an :class:`AttentionBlocks` layout its nonzero
 blocks.  The tables are made once per shape (kept on the backend, or on the layout object)."""
 import numpy as np
 
-from ..ops import OPS
-from ..reference import attention as numpy_attention
 from ..shared.attention_tables import AttentionBlocks, visit_tables
+from .kept_calls import KeptCalls
 
 #: query rows and keys per tile of plain (unblocked) attention; the kernels' FA_MAX_BLOCK
 TILE = 64
@@ -20,10 +22,10 @@ MAX_HEAD_WIDTH = 256
 #: into its own partial dq, (B, Tq, dk)
 BACKWARD_ITEMS = 16
 MAX_GROUPS = 8
-#: the prepared kernel calls a backend keeps (``CPUAttentionOps._prepared_call``)
+#: the prepared kernel calls a backend keeps (``CPUAttentionCalls.run``)
 MAX_PREPARED = 1024
-#: the op-table rows of the two passes, by kind: their checks run before the kernels
-ROWS = {"fprop": OPS["attention"], "bprop": OPS["attention_bprop"]}
+#: the op-table rows :meth:`CPUAttentionCalls.run` runs
+RUNS = ("attention", "attention_bprop")
 
 
 def key_groups(col_ptr, table_heads, nkb, groups):
@@ -48,11 +50,49 @@ def key_groups(col_ptr, table_heads, nkb, groups):
     return np.array(ptr, dtype=np.int32), np.array(cols, dtype=np.int32)
 
 
-class CPUAttentionOps:
-    """``Backend.attention`` / ``attention_bprop`` for the CPU backend (mixed into
-    ``CPUBackend``; uses its ``kernels``, ``_attention_plain``, the visit tables of
-    unblocked attention by (Tq, Tk, causal), and ``_attention_calls``, the prepared kernel
-    calls)."""
+class CPUAttentionCalls:
+    """The C calls of the op-table rows ``attention`` and ``attention_bprop`` (dispatched by
+    the table, ``arguments="call"``): :meth:`run` is the CPU backend's ``OP_CALLS`` entry of
+    both.  Holds the kernels (``KernelModules``), the visit tables of unblocked attention by
+    (Tq, Tk, causal) and the prepared kernel calls (``kept``), one per backend."""
+
+    def __init__(self, kernels):
+        self.kernels = kernels
+        self._attention_plain = {}
+        self.kept = KeptCalls(MAX_PREPARED)
+
+    def run(self, op, operands, scalars):
+        """Run row ``op`` on CPU tensors ``operands`` (q, k, v, out, lse[, dout, dq, dk, dv],
+        key_mask, dropout, blocks) and ``scalars`` (scale, causal, heads), after the row's
+        check; False when the kernels do not take the case (then the backend runs the row's
+        reference).
+
+        Without a key mask, on kept tensors (a layer's buffers and the views it made once,
+        not a decoder's per-step windows), the call is kept (:attr:`kept`) by the arrays'
+        identities, the scalars, the layout and the OpenMP thread count (which sizes the work
+        arrays), with weak references to the arrays (the backend's work arrays and tables are
+        held by their cffi buffers), so a later call with the same living operands (every
+        step) skips the check, strides and casts; a key mask, which a caller may change
+        between calls, makes it anew each time.  At most ``MAX_PREPARED`` calls are kept."""
+        tensors, (key_mask, dropout, blocks) = operands[:-3], operands[-3:]
+        arrays = tuple([t._ary for t in tensors])
+        key = None
+        if key_mask is None and all(t.kept for t in tensors):
+            key = (op.name, id(blocks)) + tuple(scalars) + tuple(map(id, arrays))
+            found = self.kept.find(key, arrays)
+            if found is not None and found[0].fa_threads() == found[1]:
+                function, head, tail = found[2]
+                function(*head, *_dropout_args(dropout), *tail)
+                return True
+        prepared = self._prepared_call(op, arrays, key_mask, blocks, operands, scalars)
+        if prepared is None:
+            return False
+        lib, call = prepared
+        if key is not None:
+            self.kept.keep(key, arrays, (lib, lib.fa_threads(), call, blocks))
+        function, head, tail = call
+        function(*head, *_dropout_args(dropout), *tail)
+        return True
 
     def _attention_tables(self, Tq, Tk, causal, blocks):
         """(bq, bk, table_heads, tables) for the kernels."""
@@ -133,77 +173,22 @@ class CPUAttentionOps:
         return mask if mask.dtype == dtype and mask.flags.c_contiguous else \
             np.ascontiguousarray(mask, dtype=dtype)
 
-    @staticmethod
-    def _dropout_args(dropout):
-        if dropout is None:
-            return 1.0, 0, 0, 0, 0
-        seed = int(dropout.key or 0) & 0xFFFFFFFFFFFFFFFF
-        return (float(dropout.keep), seed, int(dropout.step) & 0xFFFFFFFF,
-                int(dropout.stream) & 0xFFFFFFFF, int(dropout.first))
-
-    def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
-                  blocks=None, heads=1):
-        arrays = (q._ary, k._ary, v._ary, out._ary, lse._ary)
-        call = self._prepared_call("fprop", arrays, scale, causal, key_mask, blocks,
-                                   heads, (q, k, v, out, lse))
-        if call is None:
-            numpy_attention.attention(*arrays, scale, causal,
-                                      self._mask_array(key_mask, q.dtype), dropout, blocks, heads)
-        else:
-            function, head, tail = call
-            function(*head, *self._dropout_args(dropout), *tail)
-        return out
-
-    def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
-                        key_mask=None, dropout=None, blocks=None, heads=1):
-        tensors = (q, k, v, out, lse, dout, dq, dk, dv)
-        arrays = tuple(t._ary for t in tensors)
-        call = self._prepared_call("bprop", arrays, scale, causal, key_mask, blocks,
-                                   heads, tensors)
-        if call is None:
-            numpy_attention.attention_bprop(*arrays, scale, causal,
-                                            self._mask_array(key_mask, q.dtype), dropout, blocks,
-                                            heads)
-        else:
-            function, head, tail = call
-            function(*head, *self._dropout_args(dropout), *tail)
-        return dq
-
-    def _prepared_call(self, kind, arrays, scale, causal, key_mask, blocks, heads, tensors):
-        """(kernel function of ``kind`` ("fprop" or "bprop"), its arguments before the
-        dropout's, those after) for these operands, or None when the numpy reference must run.
-
-        Without a key mask, on kept tensors (a layer's buffers and the views it made once,
-        not a decoder's per-step windows), the call is kept (``_attention_calls``) by the
-        arrays' identities, the scalars, the layout and the OpenMP thread count (which sizes
-        the work arrays), with weak references to the arrays (the backend's work arrays and
-        tables are held by their cffi buffers), so a later call with the same living operands
-        (every step) skips the checks, strides and casts; a key mask, which a caller may change
-        between calls, makes it anew each time.  At most ``MAX_PREPARED`` calls are kept."""
-        key = None
-        if key_mask is None and all(t.kept for t in tensors):
-            key = (kind, float(scale), bool(causal), id(blocks), heads) + tuple(
-                map(id, arrays))
-            found = self._attention_calls.find(key, arrays)
-            if found is not None:
-                lib, threads, call = found[:3]
-                if lib.fa_threads() == threads:
-                    return call
-        row = ROWS[kind]
-        row.check(row.name, *tensors, key_mask=key_mask, heads=heads, blocks=blocks)
+    def _prepared_call(self, op, arrays, key_mask, blocks, operands, scalars):
+        """(kernel module's lib, (kernel function of row ``op``, its arguments before the
+        dropout's, those after)) for these operands after the row's check, or None when the
+        numpy reference must run."""
+        op.check_operands(operands, scalars)
+        scale, causal, heads = scalars
         mask = self._mask_array(key_mask, arrays[0].dtype)
         module = self._attention_module(blocks, *arrays)
         if module is None or not arrays[4].flags.c_contiguous:
             return None
-        prepare = self._prepare_fprop if kind == "fprop" else self._prepare_bprop
+        prepare = self._prepare_bprop if op.name == "attention_bprop" else self._prepare_fprop
         call = prepare(module, arrays, float(scale), bool(causal), mask, blocks, heads)
-        if call is not None and key is not None:
-            self._attention_calls.keep(key, arrays, (module.lib, module.lib.fa_threads(), call,
-                                                     blocks))
-        return call
+        return None if call is None else (module.lib, call)
 
     def _prepare_fprop(self, module, arrays, scale, causal, mask, blocks, heads):
-        """``fa_fprop``'s call (see :meth:`_prepared_call`), or None."""
+        """``fa_fprop``'s call (see :meth:`run`), or None."""
         strides = _slice_strides(arrays[:4], heads)
         if strides is None:
             return None
@@ -225,7 +210,7 @@ class CPUAttentionOps:
         return module.lib.fa_fprop, head, tail
 
     def _prepare_bprop(self, module, arrays, scale, causal, mask, blocks, heads):
-        """``fa_bprop``'s call (see :meth:`_prepared_call`), or None."""
+        """``fa_bprop``'s call (see :meth:`run`), or None."""
         strides = _slice_strides(arrays[:4] + arrays[5:], heads)
         if strides is None:
             return None
@@ -255,6 +240,15 @@ class CPUAttentionOps:
         return module.lib.fa_bprop, head, tail
 
 
+def _dropout_args(dropout):
+    """The kernels' dropout arguments (keep, seed, step, stream, first); keep 1: none."""
+    if dropout is None:
+        return 1.0, 0, 0, 0, 0
+    seed = int(dropout.key or 0) & 0xFFFFFFFFFFFFFFFF
+    return (float(dropout.keep), seed, int(dropout.step) & 0xFFFFFFFF,
+            int(dropout.stream) & 0xFFFFFFFF, int(dropout.first))
+
+
 def _slice_strides(arrays, heads):
     """The kernels' (example, head, row) strides in elements of each array, int64 (3 per
     array), or None when one has rows the kernels cannot walk.  Head-major (B, T, d): the
@@ -276,4 +270,4 @@ def _slice_strides(arrays, heads):
     return np.array(out, dtype=np.int64)
 
 
-__all__ = ["AttentionBlocks", "CPUAttentionOps", "visit_tables"]
+__all__ = ["AttentionBlocks", "CPUAttentionCalls", "visit_tables"]

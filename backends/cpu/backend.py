@@ -12,13 +12,13 @@ import numpy as np
 
 from ..half_precision import CPU_F16_SLOWDOWN
 from ..backend import Backend
-from ..ops.table import PLAN
+from ..ops.table import CALL, PLAN
 from ..optree import OpNode, assignment_error
 from ..reference.optree import evaluate
 from ..storage import array_is_finite, host_buffer
 from ..variants import CONV_METHODS, GEMM_METHODS, conv_algorithm
 from .arena import make_cpu_arena
-from .attention import MAX_PREPARED, CPUAttentionOps
+from .attention import RUNS as ATTENTION_RUNS, CPUAttentionCalls
 from .bf16 import CPUBf16Ops
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
 from .blocksparse import CALLS as BLOCKSPARSE_CALLS, CPUBlockSparsePlan
@@ -39,10 +39,14 @@ from .ufunc import run_ufuncs
 #: (``call(module, real, plan, *arrays, *scalars)`` -> (C function, arguments)), from the
 #: families' section files
 PLAN_CALLS = {**BLOCKSPARSE_CALLS}
+#: op name -> the section class whose ``run(op, operands, scalars)`` (one instance per
+#: backend, made on its ``KernelModules``) runs a dispatched row whose kernel has
+#: ``arguments=CALL``, answering False for a case its kernels do not take
+OP_CALLS = dict.fromkeys(ATTENTION_RUNS, CPUAttentionCalls)
 
 
 class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
-                 CPUBlasOps, CPUAttentionOps, CPURecurrentOps,
+                 CPUBlasOps, CPURecurrentOps,
                  CPUBf16Ops, Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float32 or float64
     (float64 is the one gradient checks use), or float16 with ``numpy_float16=True`` only:
@@ -68,8 +72,8 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         self._gemm_scratch = {}
         self._gemm_calls = KeptCalls(MAX_GEMM_CALLS)
         self._row_scratch = {}
-        self._attention_plain = {}
-        self._attention_calls = KeptCalls(MAX_PREPARED)
+        sections = {cls: cls(self.kernels) for cls in set(OP_CALLS.values())}
+        self._op_calls = {name: sections[cls].run for name, cls in OP_CALLS.items()}
 
     def prepare_kernels(self):
         """Compile the C kernels of this backend's data type that are not cached yet (one
@@ -110,7 +114,13 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         """The C function of dispatched op-table row ``op``, else (after the row's check) its
         numpy reference; calls on kept tensors are kept (``KernelModules.run_call``).  A row
         whose kernel takes its plan's arguments runs its family's call of :data:`PLAN_CALLS`
-        (``KernelModules.run_plan_op``)."""
+        (``KernelModules.run_plan_op``); one whose kernel has ``arguments=CALL`` is run by
+        its section's call (:data:`OP_CALLS`), else by the row's reference (tensors as their
+        arrays, other operands as they are)."""
+        if op.kernel.arguments == CALL:
+            if not self._op_calls[op.name](op, operands, scalars):
+                op.reference(*[getattr(t, "_ary", t) for t in operands], *scalars)
+            return
         if op.kernel.arguments == PLAN:
             arguments, keep = [], True
             for o, t in zip(op.operands, operands):

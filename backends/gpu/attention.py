@@ -1,28 +1,29 @@
-"""The GPU backend's fused attention (``kernels/cuda/flash_attention.cu``): float32, float16 and
+"""The GPU backend's fused attention (``kernels/cuda/flash_attention.cu``), dispatched by the op
+table (``backends/ops/softmax.py``: operands, check, cost); what is left here is the backend's
+choice, :class:`GPUAttentionLaunches`: entry points, tables, staging.  float32, float16 and
 bfloat16 storage (the 16-bit forward's products on tensor cores, the rest float32 math on the
 CUDA cores), lse in float32.  Two kernel shapes (:data:`SHAPES`): tiles of 32 queries x 32 keys
-for head widths up to 64, tiles of 16 x 16 for widths up to 128.  Dropout draws the per-example
-Philox stream of :class:`~..shared.attention_tables.AttentionDropout` in the kernels (regenerated in the
-backward pass, never stored).  A block layout of any block sizes: the kernels visit the tiles
-holding a visible block (:func:`tile_layout`) and, where the blocks do not fill whole tiles
-(e.g. 8-token blocks), mask inside a tile from the layout's bytes.  The visit tables
-(``shared.attention_tables.visit_tables``) and such a layout are copied to the device once per shape or
-layout; a key mask of another storage type or layout is cast into a device buffer made once
-per shape.  Every call runs on the device: a case the kernels do not take (heads wider than
-128, operands of mixed storage, rows not contiguous, a 16-bit lse; for the backward pass,
-non-contiguous operands) raises a ValueError naming the op, never a copy to the host.
-Compiled and emulated, not run on a GPU."""
+for head widths up to 64, tiles of 16 x 16 for widths up to 128.  Dropout draws the
+per-example Philox stream of :class:`~..shared.attention_tables.AttentionDropout` in the kernels
+(regenerated in the backward pass, never stored).  A block layout of any block sizes: the
+kernels visit the tiles holding a visible block (:func:`tile_layout`) and, where the blocks do
+not fill whole tiles (e.g. 8-token blocks), mask inside a tile from the layout's bytes.  The
+visit tables (``shared.attention_tables.visit_tables``) and such a layout are copied to the
+device once per shape or layout; a key mask of another storage type or layout is cast into a
+device buffer made once per shape.  Every call runs on the device: a case the kernels do not
+take (heads wider than 128, operands of mixed storage, rows not contiguous, a 16-bit lse; for
+the backward pass, non-contiguous operands) raises a ValueError naming the op, never a copy to
+the host.  Compiled and emulated, not run on a GPU."""
 import numpy as np
 
-from ..ops import OPS
 from ..shared.attention_tables import visit_tables
 
 #: (tile, widest head) of the kernels' entry points ``nl_fa_*_t{tile}d{width}_*``, in the order
 #: they are tried (a block layout prefers one whose tile divides its block sizes)
 SHAPES = ((32, 64), (16, 128))
 MAX_WIDTH = max(width for _, width in SHAPES)
-#: the op-table rows whose checks run before the launches
-ATTENTION, ATTENTION_BPROP = OPS["attention"], OPS["attention_bprop"]
+#: the op-table rows :meth:`GPUAttentionLaunches.run` runs
+RUNS = ("attention", "attention_bprop")
 _THREADS = 128
 
 
@@ -67,14 +68,29 @@ def _layout_args(fine):
     return [0 if isinstance(layout, int) else layout.ptr, bq, bk]
 
 
-class GPUAttentionOps:
-    """``Backend.attention`` / ``attention_bprop`` for the GPU backend.  Token-major
-    (N, T, H, d) operands are permuted into head-major staging buffers (made once, for the
-    longest T met; a shorter one uses their first elements) around the kernels, which take
-    head-major slices."""
+class GPUAttentionLaunches:
+    """The launches of the op-table rows ``attention`` and ``attention_bprop`` (dispatched
+    by the table, ``arguments="call"``) on GPU backend ``be``: :meth:`run` is its
+    ``OP_LAUNCHES`` entry of both.  Token-major (N, T, H, d) operands are permuted into
+    head-major staging buffers (made once, for the longest T met; a shorter one uses their
+    first elements) around the kernels, which take head-major slices.  Holds the visit tables
+    of unblocked attention, the buffers they are written into and the key mask casts."""
 
-    #: the widest head (dk or dv per head) the kernels take; layers check it when configured
-    attention_max_head_width = MAX_WIDTH
+    def __init__(self, be):
+        self.be = be
+        self._plain, self._written, self._masks = {}, {}, {}
+
+    def run(self, op, operands, scalars):
+        """Run row ``op`` on GPU tensors ``operands`` (q, k, v, out, lse[, dout, dq, dk, dv],
+        key_mask, dropout, blocks) and ``scalars`` (scale, causal, heads), after the row's
+        check; a case the kernels do not take is a ValueError naming the op."""
+        op.check_operands(operands, scalars)
+        *tensors, key_mask, dropout, blocks = operands
+        scale, causal, heads = scalars
+        if op.name == "attention_bprop":
+            self._bprop(*tensors, scale, causal, key_mask, dropout, blocks, heads)
+        else:
+            self._fprop(*tensors, scale, causal, key_mask, dropout, blocks, heads)
 
     def _fa_staging(self, tensors, heads):
         """Head-major stand-ins for the token-major tensors among ``tensors`` (the others as
@@ -85,7 +101,7 @@ class GPUAttentionOps:
                 staged.append(t)
                 continue
             N, T, H, d = t.shape
-            buf = self.scratch_prefix(("fa_staged", slot, N, H, d), (N * H, T, d), t.dtype)
+            buf = self.be.scratch_prefix(("fa_staged", slot, N, H, d), (N * H, T, d), t.dtype)
             staged.append(buf)
             pairs.append((slot, t, buf))
         return staged, pairs
@@ -95,23 +111,23 @@ class GPUAttentionOps:
         for slot, t, buf in pairs:
             if slot not in written:
                 N, T, H, d = t.shape
-                self.permute_axes(t, buf.reshape(N, H, T, d), (0, 2, 1, 3))
+                self.be.permute_axes(t, buf.reshape(N, H, T, d), (0, 2, 1, 3))
 
     def _fa_to_tokens(self, pairs, written):
         """The staged outputs (slots in ``written``) copied back from their stand-ins."""
         for slot, t, buf in pairs:
             if slot in written:
                 N, T, H, d = t.shape
-                self.permute_axes(buf.reshape(N, H, T, d), t, (0, 2, 1, 3))
+                self.be.permute_axes(buf.reshape(N, H, T, d), t, (0, 2, 1, 3))
 
     def _fa_tables(self, Tq, Tk, causal, blocks, tile):
         """(table_heads, device row_ptr, cols, col_ptr, rows, layout arguments) at
         ``tile``-token tiles; the layout arguments (device 0/1 bytes or 0, bq, bk) name a
         layout whose blocks do not fill whole tiles, for the kernels to mask inside a tile."""
         if blocks is None:
-            store, key = self.__dict__.setdefault("_fa_plain", {}), (Tq, Tk, bool(causal), tile)
+            store, key = self._plain, (Tq, Tk, bool(causal), tile)
         else:
-            store, key = blocks.cache, ("gpu", id(self), Tq, Tk, bool(causal), tile)
+            store, key = blocks.cache, ("gpu", id(self.be), Tq, Tk, bool(causal), tile)
         found = store.get(key)
         if found is None:
             fine = [0, 0, 0]
@@ -120,11 +136,11 @@ class GPUAttentionOps:
             else:
                 full = tile_layout(blocks, Tq, Tk, tile)
                 if blocks.bq % tile or blocks.bk % tile:
-                    fine = [self.array(blocks.layout, dtype=np.uint8), blocks.bq, blocks.bk]
+                    fine = [self.be.array(blocks.layout, dtype=np.uint8), blocks.bq, blocks.bk]
             tables = visit_tables(full, Tq, Tk, tile, tile, causal)
             if blocks is not None:
                 found = store[key] = ((full.shape[0],) + tuple(
-                    self.array(t, dtype=np.int32) for t in tables) + (fine,))
+                    self.be.array(t, dtype=np.int32) for t in tables) + (fine,))
             else:
                 found = store[key] = (full.shape[0], [np.asarray(t, np.int32) for t in tables],
                                       fine)
@@ -137,10 +153,10 @@ class GPUAttentionOps:
         buffers kept per (causal, tile, Tq == Tk) (self- and cross-attention apart, so a
         model with both does not rewrite them at every call), made for the longest lengths
         met and written again when a call's lengths differ from the last one's (a batch of
-        another length), so other lengths allocate nothing (the copy waits for the device first, so no queued
-        kernel reads a table half written)."""
+        another length), so other lengths allocate nothing (the copy waits for the device
+        first, so no queued kernel reads a table half written)."""
         heads, tables, fine = found
-        written = self.__dict__.setdefault("_fa_written", {})
+        written = self._written
         family = (bool(causal), tile, key[0] == key[1])
         last = written.get(family)
         if last is not None and last[0] == key:
@@ -149,7 +165,7 @@ class GPUAttentionOps:
         views = []
         for i, table in enumerate(tables):
             if i == len(bufs) or bufs[i].size < table.size:
-                buf = self.empty((max(table.size, 1),), dtype=np.int32)
+                buf = self.be.empty((max(table.size, 1),), dtype=np.int32)
                 bufs[i:i + 1] = [buf]
             view = bufs[i][:table.size] if table.size else bufs[i][:1]
             if table.size:
@@ -192,48 +208,44 @@ class GPUAttentionOps:
             return 0
         if key_mask.storage == like.storage and key_mask.is_contiguous:
             return key_mask.ptr
-        store = self.__dict__.setdefault("_fa_masks", {})
+        store = self._masks
         key = (tuple(key_mask.shape), like.storage)
         buf = store.get(key)
         if buf is None:
-            buf = store[key] = self.zeros(key_mask.shape, dtype=like.dtype)
-        self.assign(buf, key_mask)
+            buf = store[key] = self.be.zeros(key_mask.shape, dtype=like.dtype)
+        self.be.assign(buf, key_mask)
         return buf.ptr
 
-    def attention(self, q, k, v, out, lse, scale, causal=False, key_mask=None, dropout=None,
-                  blocks=None, heads=1):
-        ATTENTION.check("attention", q, k, v, out, lse, key_mask=key_mask, heads=heads,
-                        blocks=blocks)
+    def _fprop(self, q, k, v, out, lse, scale, causal, key_mask, dropout, blocks, heads):
+        """The forward launch (the operands checked)."""
         (q, k, v, out), pairs = self._fa_staging((q, k, v, out), heads)
         if pairs:
             self._fa_to_heads(pairs, (3,))
-            self.attention(q, k, v, out, lse, scale, causal, key_mask, dropout, blocks, heads)
+            self._fprop(q, k, v, out, lse, scale, causal, key_mask, dropout, blocks, heads)
             self._fa_to_tokens(pairs, (3,))
-            return out
+            return
         tile, width = self._fa_shape("attention", (q, k, v, out), lse, blocks)
         B, Tq, dk = q.shape
         Tk, dv = k.shape[1], v.shape[2]
         th, row_ptr, cols, _, _, fine = self._fa_tables(Tq, Tk, causal, blocks, tile)
-        func = self.kernel("flash_attention", f"nl_fa_fprop_t{tile}d{width}_{q.storage}",
+        func = self.be.kernel("flash_attention", f"nl_fa_fprop_t{tile}d{width}_{q.storage}",
                            "PPPPPiiiiiqqqqfiPPPifIIIIqPii")
-        self.device.launch(func, (-(-Tq // tile), B), (_THREADS, 1, 1),
+        self.be.device.launch(func, (-(-Tq // tile), B), (_THREADS, 1, 1),
                            [q.ptr, k.ptr, v.ptr, out.ptr, lse.ptr, heads, Tq, Tk, dk, dv,
                             *(t.strides[0] for t in (q, k, v, out)), np.float32(scale),
                             int(bool(causal)), self._fa_mask(key_mask, q), row_ptr.ptr,
                             cols.ptr, th, *_dropout_args(dropout), *_layout_args(fine)])
-        return out
 
-    def attention_bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal=False,
-                        key_mask=None, dropout=None, blocks=None, heads=1):
-        ATTENTION_BPROP.check("attention_bprop", q, k, v, out, lse, dout, dq, dk, dv,
-                              key_mask=key_mask, heads=heads, blocks=blocks)
+    def _bprop(self, q, k, v, out, lse, dout, dq, dk, dv, scale, causal, key_mask, dropout,
+               blocks, heads):
+        """The backward launches (the operands checked)."""
         tensors, pairs = self._fa_staging((q, k, v, out, dout, dq, dk, dv), heads)
         if pairs:
             self._fa_to_heads(pairs, (5, 6, 7))
-            self.attention_bprop(*tensors[:4], lse, *tensors[4:], scale, causal, key_mask,
-                                 dropout, blocks, heads)
+            self._bprop(*tensors[:4], lse, *tensors[4:], scale, causal, key_mask, dropout,
+                        blocks, heads)
             self._fa_to_tokens(pairs, (5, 6, 7))
-            return dq
+            return
         q, k, v, out, dout, dq, dk, dv = tensors
         tile, width = self._fa_shape("attention_bprop", tensors, lse, blocks)
         if not all(t.is_contiguous for t in tensors):
@@ -249,14 +261,13 @@ class GPUAttentionOps:
                   self._fa_mask(key_mask, q)]
         tail = _dropout_args(dropout) + _layout_args(fine)
         name = f"t{tile}d{width}_{q.storage}"
-        kv = self.kernel("flash_attention", f"nl_fa_bprop_kv_{name}",
+        kv = self.be.kernel("flash_attention", f"nl_fa_bprop_kv_{name}",
                          "PPPPPPPPiiiiifiPPPifIIIIqPii")
-        self.device.launch(kv, (-(-Tk // tile), B), (_THREADS, 1, 1),
+        self.be.device.launch(kv, (-(-Tk // tile), B), (_THREADS, 1, 1),
                            [q.ptr, k.ptr, v.ptr, out.ptr, lse.ptr, dout.ptr, dk.ptr, dv.ptr,
                             *common, col_ptr.ptr, rows.ptr, th, *tail])
-        qf = self.kernel("flash_attention", f"nl_fa_bprop_q_{name}",
+        qf = self.be.kernel("flash_attention", f"nl_fa_bprop_q_{name}",
                          "PPPPPPPiiiiifiPPPifIIIIqPii")
-        self.device.launch(qf, (-(-Tq // tile), B), (_THREADS, 1, 1),
+        self.be.device.launch(qf, (-(-Tq // tile), B), (_THREADS, 1, 1),
                            [q.ptr, k.ptr, v.ptr, out.ptr, lse.ptr, dout.ptr, dq.ptr, *common,
                             row_ptr.ptr, cols.ptr, th, *tail])
-        return dq

@@ -20,12 +20,13 @@ from .. import philox
 from ..backend import Backend
 from ..ops import OPS
 from ..operand_sizes import check_contiguous
-from ..ops.table import PLAN
+from ..ops.table import CALL, PLAN
 from ..optree import OpNode
 from ..variants import GEMM_METHODS
 from . import blas as cublas, build as gpu_build
 from .arena import make_device_arena
-from .attention import GPUAttentionOps
+from .attention import MAX_WIDTH as ATTENTION_MAX_WIDTH, RUNS as ATTENTION_RUNS, \
+    GPUAttentionLaunches
 from .blocksparse import LAUNCHES as BLOCKSPARSE_LAUNCHES, GPUBlockSparsePlan
 from .conv import GPUConvOps
 from .device import get_device
@@ -43,9 +44,13 @@ from .tensor import GPUTensor, as_dtype, contiguous_strides
 #: (``launches(be, plan, *tensors, *scalars)`` -> [(grid, arguments)]), from the families'
 #: section files
 PLAN_LAUNCHES = {**BLOCKSPARSE_LAUNCHES}
+#: op name -> the section class whose ``run(op, operands, scalars)`` (one instance per
+#: backend, made on it) runs a dispatched row whose kernel has ``arguments=CALL``: its
+#: check, then its launches (a case its kernels do not take is a ValueError)
+OP_LAUNCHES = dict.fromkeys(ATTENTION_RUNS, GPUAttentionLaunches)
 
 
-class GPUBackend(GPUAttentionOps, GPURecurrentOps,
+class GPUBackend(GPURecurrentOps,
                  GPUConvOps, GPUPoolOps, GPUSoftmaxOps, GPURowOps, GPUNormOps, GPUGeluOps,
                  Backend):
     """CUDA backend on device ``device_id`` (see the module docstring).
@@ -53,6 +58,9 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps,
     ``allow_tf32=True`` lets float32 GEMMs use TF32 tensor cores (off by default)."""
 
     name = "gpu"
+    #: the widest head (dk or dv per head) the attention kernels take; layers check it when
+    #: configured
+    attention_max_head_width = ATTENTION_MAX_WIDTH
 
     def __init__(self, batch_size=128, rng_seed=None, datatype=np.float32, device_id=0,
                  allow_tf32=False):
@@ -70,6 +78,8 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps,
         self._allocations_at_start = self.device.allocations
         self._rng_key = rng_seed
         self._rng_counter = 0
+        sections = {cls: cls(self) for cls in set(OP_LAUNCHES.values())}
+        self._op_launches = {name: sections[cls].run for name, cls in OP_LAUNCHES.items()}
 
     # ---- memory ----------------------------------------------------------------------------
     @property
@@ -213,8 +223,12 @@ class GPUBackend(GPUAttentionOps, GPURecurrentOps,
         the sizes (M, D) (``op.sizes``) and the scalars (float32 and int), over a grid of one
         thread per element, one block per row, or one thread per column.  A row whose kernel
         takes its plan's arguments gets its grids and arguments from its family's
-        :data:`PLAN_LAUNCHES`; a row without launches is launched by its section file
-        (``GPU<Family>Ops``), never here."""
+        :data:`PLAN_LAUNCHES`; one whose kernel has ``arguments=CALL`` is run whole by its
+        section's launches (:data:`OP_LAUNCHES`); a row without launches is launched by its
+        section file (``GPU<Family>Ops``), never here."""
+        if op.kernel.arguments == CALL:
+            self._op_launches[op.name](op, operands, scalars)
+            return
         if not op.kernel.launches:
             raise NotImplementedError(f"{op.name}: the op table gives no CUDA launch for it; "
                                       f"the GPU backend's section file must implement it")

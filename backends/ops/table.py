@@ -23,7 +23,12 @@ plan first (an operand with ``plan`` set, made once at configure time, such as
 ``blocksparse_layer``'s): its arguments are the plan's (tables, work arrays, sizes), so the
 backend's section file of the family makes them (the CPU backend's ``PLAN_CALLS``, the GPU
 backend's ``PLAN_LAUNCHES``, by op name), and the GPU launches take the ``arg_format`` and the
-grid the section file gives.
+grid the section file gives.  A row whose kernel has ``arguments=CALL`` (``"call"``) is run
+whole by its family's section file (the CPU backend's ``OP_CALLS``, the GPU backend's
+``OP_LAUNCHES``, by op name): the section runs the row's check, then chooses its kernel entry
+point, tiles, work arrays, staging and kept calls from the operands (the CPU one answers False
+for a case its kernels do not take, and the row's reference runs); its rows may take ``value``
+operands (a dropout stream, a block layout) and ``trailing`` scalars.
 
 Rows without ``kernel`` are ops whose backends make real choices (algorithms, tiles, plans) in
 their section files; the row still gives their cost and reference, and the per-op tests and
@@ -52,7 +57,9 @@ class Operand:
     and read first (gates activated in place, an error accumulated), so the per-op tests fill
     it like an input; ``plan``: not a tensor but the plan the backend method of that name
     makes (``"blocksparse_layer"``), taken as it is by the check, the reference and the
-    kernel's section file (the per-op tests make it with ``Op.sample_plan``)."""
+    kernel's section file (the per-op tests make it with ``Op.sample_plan``); ``value``: not a
+    tensor but a description taken as it is by the check, the reference and the section file
+    (an attention's dropout stream or block layout; None in the per-op tests' call)."""
     name: str
     shape: tuple = None
     written: bool = False
@@ -63,6 +70,7 @@ class Operand:
     mask: bool = False
     updated: bool = False
     plan: str = None
+    value: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,13 +79,15 @@ class Scalar:
     required); ``sample``: the value the per-op tests pass; ``codes``: {name: int code} when
     the scalar is given by name (an activation), the kernels taking its code and the
     reference its name; ``checked``: the row's check takes it too, by name (a flag that
-    decides the operands' shapes, such as ``transposed``)."""
+    decides the operands' shapes, such as ``transposed``); ``trailing``: placed after the
+    ``trailing`` operands in the method's signature (``heads`` of ``attention``)."""
     name: str
     kind: str = "float"
     default: object = None
     sample: object = None
     codes: dict = None
     checked: bool = False
+    trailing: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,8 @@ class Launch:
 SIZES, WORK = "sizes", "work"
 #: ``Kernel.arguments`` of a row whose arguments its family's section file makes from its plan
 PLAN = "plan"
+#: ``Kernel.arguments`` of a row whose family's section file runs the whole call
+CALL = "call"
 
 
 @dataclass(frozen=True)
@@ -108,7 +120,8 @@ class Kernel:
 
     ``arguments``: the C function's parameters by name (operands, scalars, :data:`SIZES`,
     :data:`WORK`); None: the operands, the sizes, the scalars; :data:`PLAN`: made by the
-    family's section file from the row's plan operand.  ``work``: the stem of the C
+    family's section file from the row's plan operand; :data:`CALL`: the whole call run by
+    the family's section file.  ``work``: the stem of the C
     function ``<work>_work_size(M, D)`` giving the length of the float64 work array the C
     function takes (``KernelModules.block_sums_work``).  ``takes``: None, or
     ``takes(*operands, *scalars) -> bool`` in row order, on arrays that passed the row's
@@ -154,6 +167,7 @@ class Op:
             takes bf16-stored operands (``cpu/bf16_choice.py``); None: float types only.
         sample_plan (callable or None): ``sample_plan(make)``, the plan operand of the per-op
             tests' call made by ``make`` (the backend method the operand's ``plan`` names).
+        returns (str or None): the operand the backend method returns (None: nothing).
     """
     name: str
     family: str
@@ -172,6 +186,7 @@ class Op:
     gradients: tuple = ()
     bf16_class: str = None
     sample_plan: object = None
+    returns: str = None
 
     def __post_init__(self):
         names = [o.name for o in self.operands]
@@ -222,8 +237,8 @@ class Op:
     def _argument_order(self, k):
         """Positions in (operands..., M, D, scalars..., work) of the arguments of kernel
         ``k``'s C function (``k.arguments``); None for a :data:`PLAN` row (its section file
-        makes the call)."""
-        if k.arguments == PLAN:
+        makes the call) or a :data:`CALL` row (its section file runs it)."""
+        if k.arguments in (PLAN, CALL):
             return None
         n, scalars = len(self.operands), [s.name for s in self.scalars]
         arguments = k.arguments if k.arguments is not None else \
@@ -296,12 +311,13 @@ class Op:
     def sample_operands(self, rng, dtype, joined=True):
         """{name: numpy array} at the sample sizes (inputs random, masks 0 and 1 in turn,
         outputs zero); the optional inputs and the trailing operands (a joined residual)
-        given when ``joined``; a plan operand left out (``sample_plan`` makes it)."""
+        given when ``joined``; a plan operand left out (``sample_plan`` makes it), a value
+        operand None."""
         out = {}
         for o in self.operands:
             if o.plan is not None:
                 continue
-            if not joined and (o.trailing or (o.optional and not o.written)):
+            if o.value or not joined and (o.trailing or (o.optional and not o.written)):
                 out[o.name] = None
                 continue
             shape = self.sample_shape(o)

@@ -22,8 +22,10 @@ from support.requires import requires
 
 import neonlite
 from neonlite.backends.backend import Backend
+from neonlite.backends.gpu.backend import GPUBackend
 from neonlite.backends.ops import FAMILIES, OPS, markdown_list
 from neonlite.backends.ops.costs import nbytes
+from neonlite.backends.ops.dispatch import TableOps
 from neonlite.backends.storage import StorageOps
 from neonlite.backends.variants import KernelVariants
 from neonlite.kernels import specs
@@ -189,8 +191,12 @@ def test_gpu_kernels_match_the_reference(monkeypatch, op):
     """The GPU backend's launches of the row (compiled and run on the host emulator)."""
     be = host_gpu_backend(monkeypatch)
     _gpu_matches_the_reference(be, op)
-    assert {f"{launch.function}_f32" for launch in op.kernel.launches} <= \
-        set(be.device.launches)
+    if op.kernel.arguments == "call":  # entry points named <function>_<shape>_<storage>
+        assert all(any(n.startswith(f"{launch.function}_") and n.endswith("_f32")
+                       for n in be.device.launches) for launch in op.kernel.launches)
+    else:
+        assert {f"{launch.function}_f32" for launch in op.kernel.launches} <= \
+            set(be.device.launches)
 
 
 @requires("gpu")
@@ -213,8 +219,9 @@ def _gradient_pairs(op, back):
                          ids=[op.name for op in DISPATCHED if op.backward])
 def test_backward_row_is_the_gradient_of_the_forward(op):
     """float64 central differences of sum(w * y) (y the forward's ``loss_of`` operand, masks
-    given) against the backward row run with dy = w, its other written operands (errors
-    accumulated, such as dh) from 0: each pair of ``_gradient_pairs``."""
+    given to both rows) against the backward row run with dy (d<loss_of> where it has no dy)
+    = w, its other written operands (errors accumulated, such as dh) from 0: each pair of
+    ``_gradient_pairs``."""
     back = OPS[op.backward]
     be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0, datatype=np.float64)
     rng = np.random.default_rng(3)
@@ -223,8 +230,9 @@ def test_backward_row_is_the_gradient_of_the_forward(op):
                    for o in op.operands if o.mask})
     out = _run(be, op, inputs)
     w = rng.normal(size=out[op.loss_of].shape)
-    given = {o.name: None if o.trailing else
-             w if o.name == "dy" else
+    incoming = "dy" if any(o.name == "dy" for o in back.operands) else "d" + op.loss_of
+    given = {o.name: inputs.get(o.name) if o.mask else None if o.trailing else
+             w if o.name == incoming else
              np.zeros(back.sample_shape(o)) if o.written else out[o.name]
              for o in back.operands}
     scalars = {s.name: v for s, v in zip(op.scalars, op.sample_scalars())}
@@ -250,18 +258,21 @@ def test_backward_row_is_the_gradient_of_the_forward(op):
 def test_flop_count_scales_with_the_rows(op):
     """The cost at the sample sizes, with and without the optional inputs (a gate step's dy
     is None on a sequence's last step): bytes those of the operands, FLOPs twice as many at
-    twice the rows (a plan operand made by the CPU backend)."""
+    twice the rows (a plan operand made by the CPU backend, a value operand None)."""
     plans = _plans(neonlite.gen_backend("cpu", batch_size=4, rng_seed=0), op)
 
     def cost(M, joined):
         sample = dict(op.sample, M=M)
         arrays = {o.name: plans[o.name] if o.plan else
-                  None if not joined and (o.trailing or (o.optional and not o.written))
+                  None if o.value or not joined and (o.trailing or (o.optional and not o.written))
                   else np.zeros(tuple(sample[d] if isinstance(d, str) else d for d in o.shape))
                   for o in op.operands}
         args = [arrays[o.name] for o in op.operands if not o.trailing]
         kwargs = {o.name: arrays[o.name] for o in op.operands if o.trailing}
-        return op.cost(*args, *op.sample_scalars(), **kwargs), list(arrays.values())
+        scalars = [(s, v) for s, v in zip(op.scalars, op.sample_scalars())]
+        kwargs.update((s.name, v) for s, v in scalars if s.trailing)
+        return (op.cost(*args, *[v for s, v in scalars if not s.trailing], **kwargs),
+                list(arrays.values()))
     for joined in _joins(op):
         (flops, moved), arrays = cost(op.sample["M"], joined)
         (flops2, _), _ = cost(2 * op.sample["M"], joined)
@@ -270,9 +281,9 @@ def test_flop_count_scales_with_the_rows(op):
 
 
 def test_dispatched_methods_bind_as_python_does():
-    """The methods made from rows take their arguments as a written signature would: a
-    missing, extra or unknown argument is Python's TypeError; a residual without its total is
-    one ValueError naming the op, before anything is written."""
+    """The methods made from rows take their arguments as a written method does: a missing,
+    extra or unknown argument is Python's own TypeError naming the op; a residual without its
+    total is one ValueError naming the op, before anything is written."""
     be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
     x, y, scale = be.ones((3, 4)), be.zeros((3, 4)), be.zeros((3, 4))
     with pytest.raises(TypeError, match=r"^lrn_fprop\(\) missing 1 required positional "
@@ -281,9 +292,10 @@ def test_dispatched_methods_bind_as_python_does():
     with pytest.raises(TypeError, match=r"^lrn_fprop\(\) takes 8 positional arguments but 9 "
                                         r"were given$"):
         be.lrn_fprop(x, y, scale, 3, 1e-3, 0.75, 2.0, 1)
-    with pytest.raises(TypeError, match="got an unexpected keyword argument 'kk'"):
+    with pytest.raises(TypeError, match=r"^lrn_fprop\(\) got an unexpected keyword argument "
+                                        r"'kk'$"):
         be.lrn_fprop(x, y, scale, 3, 1e-3, 0.75, 2.0, kk=1)
-    with pytest.raises(TypeError, match="multiple values for argument 'x'"):
+    with pytest.raises(TypeError, match=r"^lrn_fprop\(\) got multiple values for argument 'x'$"):
         be.lrn_fprop(x, y, scale, 3, 1e-3, 0.75, 2.0, x=x)
     be.lrn_fprop(x, y, scale, depth=3, alpha=1e-3, beta=0.75, k=2.0)
     assert y.get().any()
@@ -292,6 +304,21 @@ def test_dispatched_methods_bind_as_python_does():
                                          "together or not at all$"):
         be.rmsnorm_fprop(x, g, out, None, rstd, residual=x)
     assert not out.get().any()
+
+
+@pytest.mark.parametrize("name", ["attention", "attention_bprop"])
+def test_rows_run_whole_by_their_section_get_their_method_from_the_row(name):
+    """Fused attention is dispatched by the table although its section files choose its
+    whole call (``Kernel.arguments == "call"``): both backends' method is the row's (one
+    signature, one check, one place), and returns the row's ``returns`` operand."""
+    op = OPS[name]
+    assert op.dispatched and op.kernel.arguments == "call"
+    be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0, datatype=np.float64)
+    assert getattr(type(be), name) is getattr(TableOps, name)
+    assert getattr(GPUBackend, name) is getattr(TableOps, name)
+    arrays = op.sample_operands(np.random.default_rng(4), np.float64)
+    tensors = {n: None if a is None else be.array(a) for n, a in arrays.items()}
+    assert getattr(be, name)(**tensors, **_scalars(op)) is tensors[op.returns]
 
 
 def test_a_scalar_given_by_name_must_be_one_of_its_codes():

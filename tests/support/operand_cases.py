@@ -223,7 +223,7 @@ def _row_kernel_cases():
 def _table_cases():
     """A case per op the op table dispatches, made from its row: every operand (the optional
     ones given) at the row's sample sizes, a plan operand made by the backend
-    (``Op.sample_plan``), the sample scalars."""
+    (``Op.sample_plan``), a value operand left at its default (None), the sample scalars."""
     found = []
     for op in OPS.values():
         if not op.dispatched:
@@ -231,7 +231,7 @@ def _table_cases():
 
         def build(be, rng, op=op):
             arrays = op.sample_operands(rng, be.dtype)
-            return _ops(**{n: be.array(a) for n, a in arrays.items()})
+            return _ops(**{n: be.array(a) for n, a in arrays.items() if a is not None})
 
         def call(be, o, op=op):
             plans = {p.name: op.sample_plan(getattr(be, p.plan)) for p in op.operands
