@@ -9,7 +9,8 @@ quality 90) decode + random-resized crop to 224 + flip + normalise, also with ne
 files decoded whole by Pillow (``NEONLITE_JPEG_KERNEL=0``: the loader before the
 region-of-interest kernel).  Files are generated into
 a temporary folder.  Each figure is the images/s of the last of ``--epochs`` epochs (the
-first starts the workers); "per worker" divides by the number of workers.  The PyTorch rows
+first starts the workers); every loader runs ``--rounds`` times, the loaders alternating, and
+the table gives the medians; "per worker" divides by the number of workers.  The PyTorch rows
 run ``benchmarks/image_loader_torch.py`` under ``--torch-python`` (default
 /work/venvs/tv/bin/python where it exists, else this interpreter), which needs torchvision.
 Timings from a loaded machine mean nothing: rerun on an idle one.
@@ -17,6 +18,7 @@ Timings from a loaded machine mean nothing: rerun on an idle one.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,41 +69,73 @@ def default_torch_python():
     return str(tv) if tv.exists() else sys.executable
 
 
+def _contenders(args, root, kind, batch):
+    """(label, no-argument function giving images/s or (None, why)) of each loader of row
+    ``kind``."""
+    def ours():
+        return neonlite_rate(root, kind, args.workers, batch, args.epochs)
+
+    def whole():
+        os.environ[JPEG_KERNEL_ENV] = "0"
+        try:
+            return neonlite_rate(root, kind, args.workers, batch, args.epochs)
+        finally:
+            os.environ.pop(JPEG_KERNEL_ENV)
+
+    def torch(decoder):
+        return lambda: torch_rate(args.torch_python, root, kind, decoder, args.workers, batch,
+                                  args.epochs)
+
+    rows = [("neonlite ImageFolder", ours)]
+    if kind == "jpeg224":
+        rows.append(("neonlite, Pillow decoding whole JPEGs", whole))
+    return rows + [(f"DataLoader + {decoder} + v2", torch(decoder))
+                   for decoder in ("decode_image", "pillow")]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--torch-python", default=default_torch_python())
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="runs of every loader, alternating; the figure is their median")
     parser.add_argument("--smoke", action="store_true", help="tiny folders, no claims")
     parser.add_argument("--only", choices=tuple(ROWS))
     args = parser.parse_args(argv)
+    rounds = 1 if args.smoke else max(1, args.rounds)
     work = Path(tempfile.mkdtemp(prefix="image-loader-"))
     sizes = {"png32": (128 if args.smoke else 10000, 128), "jpeg224": (32 if args.smoke else
                                                                       1000, 32)}
-    print(f"| pipeline | loader | images/s | per worker | neonlite / this |\n|---|---|---|---|---|")
+    print("| pipeline | loader | images/s | per worker | neonlite / this |\n|---|---|---|---|---|")
     for kind in ([args.only] if args.only else ROWS):
         count, batch = sizes[kind]
         root = work / kind
         (random_folder(root, 32, count) if kind == "png32" else jpeg_folder(root, count))
-        ours = neonlite_rate(root, kind, args.workers, batch, args.epochs)
-        print(f"| {ROWS[kind]} | neonlite ImageFolder | {ours:,.0f} | "
-              f"{ours / args.workers:,.0f} | 1.00x |", flush=True)
-        if kind == "jpeg224":
-            os.environ[JPEG_KERNEL_ENV] = "0"
-            try:
-                whole = neonlite_rate(root, kind, args.workers, batch, args.epochs)
-            finally:
-                os.environ.pop(JPEG_KERNEL_ENV)
-            print(f"| {ROWS[kind]} | neonlite, Pillow decoding whole JPEGs | {whole:,.0f} | "
-                  f"{whole / args.workers:,.0f} | {ours / whole:.2f}x |", flush=True)
-        for decoder in ("decode_image", "pillow"):
-            rate, why = torch_rate(args.torch_python, root, kind, decoder, args.workers, batch,
-                                   args.epochs)
-            if rate is None:
-                print(f"| {ROWS[kind]} | DataLoader + {decoder} | ({why}) | | |", flush=True)
+        contenders = _contenders(args, root, kind, batch)
+        rates = {label: [] for label, _ in contenders}
+        failed = {}
+        for _ in range(rounds):
+            for label, run in contenders:
+                if label in failed:
+                    continue
+                got = run()
+                if isinstance(got, tuple):
+                    got, why = got
+                    if got is None:
+                        failed[label] = why
+                        continue
+                rates[label].append(got)
+        ours = statistics.median(rates["neonlite ImageFolder"])
+        for label, _ in contenders:
+            if label in failed:
+                print(f"| {ROWS[kind]} | {label} | ({failed[label]}) | | |", flush=True)
                 continue
-            print(f"| {ROWS[kind]} | DataLoader + {decoder} + v2 | {rate:,.0f} | "
-                  f"{rate / args.workers:,.0f} | {ours / rate:.2f}x |", flush=True)
+            rate = statistics.median(rates[label])
+            print(f"| {ROWS[kind]} | {label} | {rate:,.0f} | {rate / args.workers:,.0f} | "
+                  f"{ours / rate:.2f}x |", flush=True)
+    print(f"medians of {rounds} runs per loader, alternating; each run the images/s of the "
+          f"last of {args.epochs} epochs")
     return 0
 
 
