@@ -61,6 +61,11 @@ class CPUAttentionCalls:
         self._attention_plain = {}
         self.kept = KeptCalls(MAX_PREPARED)
 
+    def forget(self):
+        """Drop the visit tables and the prepared calls (the next call makes them again)."""
+        self._attention_plain.clear()
+        self.kept.clear()
+
     def run(self, op, operands, scalars):
         """Run row ``op`` on CPU tensors ``operands`` (q, k, v, out, lse[, dout, dq, dk, dv],
         key_mask, dropout, blocks) and ``scalars`` (scale, causal, heads), after the row's

@@ -72,8 +72,18 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         self._gemm_scratch = {}
         self._gemm_calls = KeptCalls(MAX_GEMM_CALLS)
         self._row_scratch = {}
-        sections = {cls: cls(self.kernels) for cls in set(OP_CALLS.values())}
-        self._op_calls = {name: sections[cls].run for name, cls in OP_CALLS.items()}
+        self._sections = {cls: cls(self.kernels) for cls in set(OP_CALLS.values())}
+        self._op_calls = {name: self._sections[cls].run for name, cls in OP_CALLS.items()}
+
+    def forget_prepared(self):
+        """Drop every prepared kernel call, work array and table the backend keeps between
+        calls (GEMM calls, the sections' kept calls and visit tables, the kernels'
+        workspaces): the next call of each op prepares it again, so its own allocations can
+        be measured."""
+        self.kernels.workspaces.clear()
+        self._gemm_calls.clear()
+        for section in self._sections.values():
+            section.forget()
 
     def prepare_kernels(self):
         """Compile the C kernels of this backend's data type that are not cached yet (one

@@ -56,10 +56,7 @@ class AttentionWorkload:
     def _peak_note(be, layer, x, e):
         """Peak bytes of the attention op alone, on the layer's own head buffers."""
         layer.fprop(x)  # head buffers filled; then forget the op's workspaces and tables
-        for key in [k for k in be.kernels.workspaces if str(k[0]).startswith("fa_")]:
-            del be.kernels.workspaces[key]
-        be._attention_plain.clear()
-        be._attention_calls.clear()
+        be.forget_prepared()
         tracemalloc.start()
         be.attention(layer.qh, layer.kh, layer.vh, layer.oh, layer.lse, layer.scale,
                      layer.causal, None, None, None, layer.heads)

@@ -162,3 +162,32 @@ def test_kept_plan_calls_follow_values_plans_and_thread_counts():
     del other
     gc.collect()
     assert gone() is None
+
+
+def test_forget_prepared_drops_what_calls_keep_and_calls_still_agree():
+    """``forget_prepared`` empties the prepared attention calls and visit tables, the GEMM
+    calls and the kernels' workspaces; the next calls prepare them again, with equal
+    results."""
+    be = make_backend("cpu", dtype=np.float64)
+    rng = np.random.default_rng(3)
+    q, k, v = (be.array(rng.standard_normal((2, 8, 16))) for _ in range(3))
+    out, lse = be.zeros((2, 8, 16)), be.zeros((2, 8))
+    a, b, c = be.array(rng.standard_normal((8, 16))), be.array(rng.standard_normal((16, 8))), \
+        be.zeros((8, 8))
+    for array in (q, k, v, out, lse, a, b, c):
+        be.keep(array)
+
+    def run():
+        be.attention(q, k, v, out, lse, 0.25, True)
+        be.compound_dot(a, b, c)
+        return out.get().copy(), c.get().copy()
+
+    first = run()
+    sections = list(be._sections.values())
+    assert any(len(s.kept._table) for s in sections) and len(be._gemm_calls._table)
+    be.forget_prepared()
+    assert not any(len(s.kept._table) or s._attention_plain for s in sections)
+    assert not len(be._gemm_calls._table) and not be.kernels.workspaces
+    again = run()
+    for x, y in zip(first, again):
+        np.testing.assert_array_equal(x, y)
