@@ -82,12 +82,6 @@ class Decoder:
         with self.open(path) as image:
             return image.height, image.width, image.mode
 
-    def open(self, path):
-        """Image ``path`` opened, its header read and checked, nothing decoded: a ``with``
-        target giving the Pillow image (``.image``), closed on leaving it or by ``close()``;
-        :meth:`decode_box` takes it to decode without opening the file again."""
-        return self._open(path)
-
     def decode(self, path):
         """The pixels of ``path``: uint8 (H, W, channels)."""
         return self.decode_box(path)[0]
@@ -100,7 +94,7 @@ class Decoder:
         The JPEG kernel decodes only that box (then it is the whole of the pixels); otherwise
         every pixel is decoded.  ``opened``: what :meth:`open` gave for ``path`` (closed
         here), else the file is opened."""
-        with opened if opened is not None else self._open(path) as image:
+        with opened if opened is not None else self.open(path) as image:
             if self.size is not None and (image.height, image.width) != tuple(self.size):
                 raise DataError(f"{path}: the image is {image.height}x{image.width} but the "
                                 f"data set's images are {self.size[0]}x{self.size[1]}"
@@ -142,7 +136,10 @@ class Decoder:
             return None
         return pixels, None if whole else np.array([0, 0, box[2], box[3]], np.int64)
 
-    def _open(self, path):
+    def open(self, path):
+        """Image ``path`` opened, its header read and checked, nothing decoded: a ``with``
+        target giving the Pillow image (``.image``), closed on leaving it or by ``close()``;
+        :meth:`decode_box` takes it to decode without opening the file again."""
         Image = pillow()
         file = open_regular(path, DataError, "image")
         try:
