@@ -1,8 +1,9 @@
 """Contiguous operands for the GPU section files' kernels, which read and write every operand
 as flat rows: a strided view is copied into a scratch tensor of the backend (and an output
-copied back), every operand of a row kernel must share the first one's storage, and an
-output a kernel writes in place must be contiguous.  Module functions over a
-:class:`~neonlite.backends.gpu.backend.GPUBackend` ``be`` (its public ``scratch``)."""
+copied back), and every operand of a row kernel must share the first one's storage (an
+output a kernel writes in place is checked by ``operand_sizes.check_contiguous``).  Module
+functions over a :class:`~neonlite.backends.gpu.backend.GPUBackend` ``be`` (its public
+``scratch``)."""
 
 
 def dense(be, t, key):
@@ -33,10 +34,3 @@ def rows_of(be, what, *tensors):
                             f"first, got {t.storage}")
     return [None if t is None else dense(be, t, (what, i)) for i, t in enumerate(tensors)]
 
-
-def check_written(what, **outputs):
-    """ValueError naming ``what`` and the first output (None: absent) that is a strided view:
-    the kernels write it in place."""
-    for name, t in outputs.items():
-        if t is not None and not t.is_contiguous:
-            raise ValueError(f"{what}: the output {name} {t.shape} must be contiguous")

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..operand_sizes import check_rank
+from ..operand_sizes import check_contiguous, check_rank
 from ..ops import OPS
-from .dense import check_written, rows_of
+from .dense import rows_of
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class GPUNormOps:
     def batchnorm_fprop(self, x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var,
                         eps=1e-5, momentum=0.9, inference=False, relu=False):
         """As the contract; ``relu=True`` also applies the following ReLU to y (fused)."""
-        check_written("batchnorm_fprop", y=y, xhat=xhat, mean=mean, invstd=invstd,
+        check_contiguous("batchnorm_fprop", y=y, xhat=xhat, mean=mean, invstd=invstd,
                       running_mean=running_mean, running_var=running_var)
         OPS["batchnorm_fprop"].check_operands(
             (x, gamma, beta, y, xhat, mean, invstd, running_mean, running_var),
@@ -100,7 +100,7 @@ class GPUNormOps:
 
     def batchnorm_apply(self, x, gamma, beta, y, xhat, mean, invstd, relu=False):
         """As the contract (the ``nl_bn_apply`` kernel of ``batchnorm_fprop``)."""
-        check_written("batchnorm_apply", y=y, xhat=xhat)
+        check_contiguous("batchnorm_apply", y=y, xhat=xhat)
         OPS["batchnorm_apply"].check_operands((x, gamma, beta, y, xhat, mean, invstd), (relu,))
         x, gamma, beta, mean, invstd = rows_of(self, "batchnorm_apply", x, gamma, beta, mean,
                                                invstd)
@@ -112,7 +112,7 @@ class GPUNormOps:
 
     def batchnorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, beta_acc=0.0, y=None):
         """As the contract; ``y`` (the fused fprop's ReLU output) masks dy by y > 0."""
-        check_written("batchnorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
+        check_contiguous("batchnorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
         OPS["batchnorm_bprop"].check_operands((dy, xhat, invstd, gamma, dx, dgamma, dbeta, y),
                                               (beta_acc,))
         dy, xhat, invstd, gamma, y = rows_of(self, "batchnorm_bprop", dy, xhat, invstd, gamma, y)
@@ -130,7 +130,7 @@ class GPUNormOps:
     # ---- layer norm ------------------------------------------------------------------------
     def layernorm_fprop(self, x, gamma, beta, y, xhat, invstd, eps=1e-5, residual=None,
                         total=None):
-        check_written("layernorm_fprop", y=y, xhat=xhat, invstd=invstd)
+        check_contiguous("layernorm_fprop", y=y, xhat=xhat, invstd=invstd)
         OPS["layernorm_fprop"].check_operands((x, gamma, beta, y, xhat, invstd, residual, total),
                                               (eps,))
         if residual is not None:
@@ -146,7 +146,7 @@ class GPUNormOps:
                             np.float32(eps)])
 
     def layernorm_bprop(self, dy, xhat, invstd, gamma, dx, dgamma, dbeta, residual=None):
-        check_written("layernorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
+        check_contiguous("layernorm_bprop", dx=dx, dgamma=dgamma, dbeta=dbeta)
         OPS["layernorm_bprop"].check_operands((dy, xhat, invstd, gamma, dx, dgamma, dbeta,
                                                residual))
         dy, xhat, invstd, gamma = rows_of(self, "layernorm_bprop", dy, xhat, invstd, gamma)

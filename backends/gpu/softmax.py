@@ -5,10 +5,10 @@ except the scalar loss that ``softmax_cross_entropy`` returns."""
 import numpy as np
 
 from ..operand_shapes import check_masked_softmax
-from ..operand_sizes import check_operand_sizes
+from ..operand_sizes import check_contiguous, check_operand_sizes
 from ..shared.class_indices import check_class_indices
 from ..ops import OPS
-from .dense import check_written, rows_of
+from .dense import rows_of
 from .norm import row_grid
 
 
@@ -78,7 +78,7 @@ class GPUSoftmaxOps:
         """As the contract (``scale`` 1 / rows for a mean loss, 1 for a sum); ``targets`` may
         be (M,) int32 class indices (``nl_softmax_xent_index``: a NaN loss with a bad index
         among them raises the IndexError naming it)."""
-        check_written("softmax_cross_entropy", probs=probs, grad=grad)
+        check_contiguous("softmax_cross_entropy", probs=probs, grad=grad)
         indices = np.dtype(targets.dtype).kind in "iu"
         check_operand_sizes("softmax_cross_entropy", logits, logits.shape[-1],
                             whole=(("probs", probs), ("grad", grad)) + (
