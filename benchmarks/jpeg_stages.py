@@ -16,12 +16,16 @@ pipeline's step), each on full decodes and on the kernel's boxes.  ``horizontal`
 resize of each box to (box height, 224): the horizontal pass with a one-tap vertical one.
 ``--baseline REV`` also builds ``kernels/cpu/augment.c`` as it was at git revision REV (with
 the project's compiler flags) and times its resize beside today's in the same run, passes
-alternating (rows ``... [REV]``).  Relative figures only on a shared machine: rerun on an
-idle one for absolute ones.
+alternating (rows ``... [REV]``).  ``[AVX-512]``, ``[AVX2]``, ``[scalar]``: the pipeline's
+resize with its vector paths limited so (through ``NEONLITE_CPU_FEATURES_OFF``), alternating.
+Times are this process's CPU time (``time.process_time``, which a loaded machine disturbs
+less than the wall clock; run it with ``OMP_NUM_THREADS=1``).  Relative figures only on a
+shared machine: rerun on an idle one for absolute ones.
 """
 import argparse
 import importlib.machinery
 import importlib.util
+import os
 import statistics
 import subprocess
 import sysconfig
@@ -36,6 +40,7 @@ from neonlite.data.augment import Flip, Normalize, Pipeline, RandomResizedCrop
 from neonlite.data.augment.draws import sample_uniforms
 from neonlite.data.augment.kernels import (Batch, Call, augment_module, resample_tables,
                                            taps_used)
+from neonlite.kernels.cpu_features import FEATURES_OFF, byte_vector_level
 from neonlite.kernels.toolchain import C_FLAGS
 from neonlite.data.image_decode import Decoder
 
@@ -53,9 +58,9 @@ def per_image_ms(run, count, repeats):
     """Median over ``repeats`` of the ms per image of ``run()`` (which handles ``count``)."""
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         run()
-        times.append((time.perf_counter() - start) * 1e3 / count)
+        times.append((time.process_time() - start) * 1e3 / count)
     return statistics.median(times)
 
 
@@ -116,15 +121,31 @@ def baseline_call(module, images, boxes, out, flip):
     return run
 
 
+def at_level(level, run):
+    """``run`` with the resize's vector paths limited to ``level`` (``aug_resize``'s
+    ``simd``: the AVX-512 and AVX2 paths turned off through the CPU flags)."""
+    off = {2: "", 1: "avx512vbmi", 0: "avx2"}[level]
+
+    def limited():
+        before = os.environ.get(FEATURES_OFF)
+        os.environ[FEATURES_OFF] = off
+        try:
+            return run()
+        finally:
+            os.environ.pop(FEATURES_OFF) if before is None else \
+                os.environ.__setitem__(FEATURES_OFF, before)
+    return limited
+
+
 def alternating_ms(runs, count, repeats):
     """{name: median ms per image} of ``runs`` ({name: run()}, each handling ``count``
     images), timed in turn ``repeats`` times so load changes hit them alike."""
     times = {name: [] for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
-            start = time.perf_counter()
+            start = time.process_time()
             run()
-            times[name].append((time.perf_counter() - start) * 1e3 / count)
+            times[name].append((time.process_time() - start) * 1e3 / count)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -176,6 +197,13 @@ def main(argv=None):
         rows[f"horizontal ({name})"] = per_image_ms(
             resize_call(module, images, bx, np.stack([bx[:, 2], np.full(n, SIZE)], 1),
                         no_flip, tall), n, args.repeats)
+    paths = {level: name for level, name in ((2, "AVX-512"), (1, "AVX2"), (0, "scalar"))
+             if level <= min(byte_vector_level(), module.lib.aug_simd_built())}
+    box_images, box_boxes = [d[0] for d in cut], np.array([d[1] for d in cut])
+    rows.update(alternating_ms({
+        f"resize + flip + normalise (box) [{name}]": at_level(level, resize_call(
+            module, box_images, box_boxes, out_hw, flips, f32)) for level, name in paths.items()},
+        n, args.repeats))
     if args.baseline:
         old = baseline_module(args.baseline)
         for name, flip, out in (("resize", no_flip, u8), ("resize + flip", flips, u8),

@@ -5,6 +5,8 @@ operating system reports them, so a flag is listed only where the OS also saves 
 the instructions use (a kernel without AMX support lists no ``amx_tile``).  On top of that:
 
 * AVX512-BF16 (``VDPBF16PS``, ``VCVTNE2PS2BF16``): flag ``avx512_bf16``;
+* the byte vector level of the augmentation's resize (:func:`byte_vector_level`): AVX2, then
+  AVX-512 F/BW/VL/VBMI;
 * AMX-BF16 (``TDPBF16PS``): flags ``amx_tile`` and ``amx_bf16``, *and* the Linux kernel grants
   this process the AMX tile data state (``arch_prctl(ARCH_REQ_XCOMP_PERM,
   XFEATURE_XTILEDATA)``, Linux 5.16 and later): without that grant the first tile instruction
@@ -62,6 +64,23 @@ def cpu_flags(info=None):
     machine's), less those :func:`forced_off` names."""
     flags = _machine_flags() if info is None else frozenset(info.get("flags", "").split())
     return set(flags) - forced_off()
+
+
+#: the flags of each level of :func:`byte_vector_level` (1: AVX2; 2: AVX-512 with byte
+#: permutes, masked byte loads and stores)
+BYTE_VECTOR_LEVELS = ({"avx2"}, {"avx512f", "avx512bw", "avx512vl", "avx512vbmi"})
+
+
+def byte_vector_level(info=None):
+    """The widest vector instructions on bytes this CPU runs, as the kernels that take a
+    ``simd`` argument (the augmentation's resize) count them: 0 none, 1 AVX2, 2 AVX-512 F, BW,
+    VL and VBMI (``NEONLITE_CPU_FEATURES_OFF`` lowers it)."""
+    flags, level = cpu_flags(info), 0
+    for need in BYTE_VECTOR_LEVELS:
+        if not need <= flags:
+            break
+        level += 1
+    return level
 
 
 def has_avx512_bf16(info=None):

@@ -13,6 +13,18 @@ typedef DTYPE real;
 
 #include "augment.h"
 #include "augment_resample.h"
+#include "augment_resample_avx512.h"
+
+int aug_simd_built(void)
+{
+#if NL_RESIZE_AVX512
+    return 2;
+#elif defined(__AVX2__)
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 /* Values per block of the float stores: a multiple of 1, 2, 3, 4 and 8 channels. */
 #define PATTERN 24
@@ -137,16 +149,50 @@ static void horizontal_row_any(const uint8_t *line, uint8_t *out, int w, int C,
     }
 }
 
+/* Sample i's horizontal pass into tmp (bh rows of row_len bytes, one byte of room after
+ * them) with the passes of augment_resample.h. */
+static void horizontal_pass(const uint8_t *image, int H, int W, int C, int top, int left,
+                            int bh, int bw, int w, const int32_t *fx, const int32_t *wx,
+                            int taps_x, int used_x, int simd, uint8_t *tmp)
+{
+    const int64_t row_len = (int64_t)w * C;
+    for (int y = 0; y < bh; y++) {
+        const uint8_t *line = image + ((int64_t)(top + y) * W + left) * C;
+        uint8_t *out = tmp + (int64_t)y * row_len;
+        if (C == 3 && taps_x <= bw && simd >= 1)
+#ifdef __AVX2__
+            horizontal_row_rgb(line, out, w, fx, wx, taps_x, used_x, bw,
+                               top + y < H - 1 || left + bw < W);
+#else
+            horizontal_row(line, out, w, 3, fx, wx, taps_x, used_x);
+#endif
+        else if (C == 3 && taps_x <= bw)
+            horizontal_row(line, out, w, 3, fx, wx, taps_x, used_x);
+        else if (C == 1 && taps_x <= bw)
+            horizontal_row(line, out, w, 1, fx, wx, taps_x, used_x);
+        else
+            horizontal_row_any(line, out, w, C, fx, wx, taps_x, bw);
+    }
+}
+
 int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
                const int32_t *dst_hw, int64_t n, int channels, const int32_t *box,
                const int32_t *first_y, const int32_t *weights_y, int stride_y, int taps_y,
                const int32_t *first_x, const int32_t *weights_x, int stride_x, int taps_x,
-               const int32_t *used, int out_kind, const double *scale, const double *shift)
+               const int32_t *used, int out_kind, const double *scale, const double *shift,
+               int simd)
 {
     int failed = 0;
+    const int C = channels;
+    const int wide = NL_RESIZE_AVX512 && simd >= 2 && C <= 16;
+    float scale_reps[32], shift_reps[32];
+    for (int k = 0; k < 32; k++) {
+        scale_reps[k] = (float)scale[k % C];
+        shift_reps[k] = (float)shift[k % C];
+    }
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : failed)
     for (int64_t i = 0; i < n; i++) {
-        const int W = src_hw[2 * i + 1], C = channels;
+        const int H = src_hw[2 * i], W = src_hw[2 * i + 1];
         const int top = box[4 * i], left = box[4 * i + 1], bh = box[4 * i + 2];
         const int bw = box[4 * i + 3];
         const int h = dst_hw[2 * i], w = dst_hw[2 * i + 1];
@@ -154,38 +200,47 @@ int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
         const int32_t *fx = first_x + i * stride_x, *fy = first_y + i * stride_y;
         const int32_t *wx = weights_x + i * stride_x * taps_x;
         const int32_t *wy = weights_y + i * stride_y * taps_y;
+        const int used_y = used[2 * i], used_x = used[2 * i + 1];
         uint8_t *tmp = malloc((size_t)(bh * row_len + row_len + 1));
         const uint8_t **rows = malloc((size_t)(taps_y > 0 ? taps_y : 1) * sizeof(*rows));
-        if (!tmp || !rows) {
+        int planned = 0;
+#if NL_RESIZE_AVX512
+        struct hplan plan = {0};
+        if (wide && tmp && rows)
+            planned = hplan_make(&plan, w, C, fx, wx, taps_x, used_x, bw);
+#endif
+        if (!tmp || !rows || planned < 0) {
             free(tmp);
             free(rows);
             failed++;
             continue;
         }
         uint8_t *row = tmp + bh * row_len;
-        const int used_y = used[2 * i], used_x = used[2 * i + 1];
-        const int H = src_hw[2 * i];
-        for (int y = 0; y < bh; y++) {
-            const uint8_t *line = src[i] + ((int64_t)(top + y) * W + left) * C;
-            uint8_t *out = tmp + (int64_t)y * row_len;
-            if (C == 3 && taps_x <= bw)
-#ifdef __AVX2__
-                horizontal_row_rgb(line, out, w, fx, wx, taps_x, used_x, bw,
-                                   top + y < H - 1 || left + bw < W);
-#else
-                horizontal_row(line, out, w, 3, fx, wx, taps_x, used_x);
+#if NL_RESIZE_AVX512
+        if (planned) {
+            for (int y = 0; y < bh; y++)
+                horizontal_row_avx512(src[i] + ((int64_t)(top + y) * W + left) * C,
+                                      tmp + (int64_t)y * row_len, &plan);
+            hplan_free(&plan);
+        } else
 #endif
-            else if (C == 1 && taps_x <= bw)
-                horizontal_row(line, out, w, 1, fx, wx, taps_x, used_x);
-            else
-                horizontal_row_any(line, out, w, C, fx, wx, taps_x, bw);
-        }
+            horizontal_pass(src[i], H, W, C, top, left, bh, bw, w, fx, wx, taps_x, used_x,
+                            simd, tmp);
         for (int y = 0; y < h; y++) {
             for (int k = 0; k < used_y; k++) {
                 const int sy = fy[y] + k < bh ? fy[y] + k : bh - 1;
                 rows[k] = tmp + (int64_t)sy * row_len;
             }
-            vertical_row(rows, wy + (int64_t)y * taps_y, used_y, row_len, row);
+#if NL_RESIZE_AVX512
+            if (wide && out_kind <= 1) {
+                void *to = out_kind == 0 ? (void *)((uint8_t *)dst[i] + y * row_len) :
+                    (void *)((float *)dst[i] + y * row_len);
+                vertical_row_avx512(rows, wy + (int64_t)y * taps_y, used_y, row_len, C,
+                                    out_kind, to, scale_reps, shift_reps);
+                continue;
+            }
+#endif
+            vertical_row(rows, wy + (int64_t)y * taps_y, used_y, row_len, row, simd);
             store_row(row, dst[i], y, row_len, C, out_kind, scale, shift);
         }
         free(tmp);

@@ -10,6 +10,10 @@
  * thread count.  Each function returns the number of samples it could not allocate its row
  * buffers for (0: all written). */
 
+/* The widest `simd` level of aug_resize this build holds (0, 1 or 2: what the compiler
+ * enabled). */
+int aug_simd_built(void);
+
 /* Sample i's window of the image padded with `fill` on every side: output pixel (y, x) is
  * source pixel (top[i] + y, left[i] + x') with x' = W_out - 1 - x when flip[i], else x,
  * and `fill` where that lies outside the source. */
@@ -26,12 +30,15 @@ int aug_crop(const real *const *src, const int32_t *src_hw, void *const *dst,
  * check, so the caller shifts the tables to keep first + taps inside it (kernels.py's
  * resample_tables).  used[2i], used[2i+1]: how many of sample i's vertical and horizontal
  * taps can weigh anything (the rest are 0 and skipped).  A left-right flip is the horizontal
- * tables in reverse output order (kernels.py's resample_tables, mirror). */
+ * tables in reverse output order (kernels.py's resample_tables, mirror).  simd: the vector
+ * passes the CPU runs (0: none, the scalar passes; 1: AVX2; 2: AVX-512 F/BW/VL/VBMI), each
+ * used only where the compiler built it; every choice gives the same bits. */
 int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
                 const int32_t *dst_hw, int64_t n, int channels, const int32_t *box,
                 const int32_t *first_y, const int32_t *weights_y, int stride_y, int taps_y,
                 const int32_t *first_x, const int32_t *weights_x, int stride_x, int taps_x,
-                const int32_t *used, int out_kind, const double *scale, const double *shift);
+                const int32_t *used, int out_kind, const double *scale, const double *shift,
+                int simd);
 
 /* Brightness, contrast and saturation factors[3i..3i+2] of sample i (colour.py's ColorJitter,
  * each step in float and rounded half to even back to uint8; a factor of 1 skips its

@@ -3,7 +3,8 @@
  * an exact integer and no sum can overflow (a pixel is at most 255 and the weights of one
  * output sum to about 1 << 22), so the order of the additions does not matter: the vector
  * forms give the scalar form's bits.  With AVX2 (what -march=native enables on the machine)
- * the passes run 8 int32 lanes at a time; elsewhere the compiler builds the scalar forms.
+ * the passes run 8 int32 lanes at a time where the caller's `simd` says the CPU has it (1 or
+ * more); elsewhere the compiler builds the scalar forms.
  * Included once, by augment.c. */
 #ifndef NEONLITE_AUGMENT_RESAMPLE_H
 #define NEONLITE_AUGMENT_RESAMPLE_H
@@ -122,13 +123,14 @@ static inline __m256i vertical_sums(const uint8_t *const *rows, const int32_t *w
 #endif
 
 /* The vertical pass of one output row: row[j] = clip8(sum_k rows[k][j] * wk[k]) for j <
- * row_len, over `used` source rows (uint8 rows of the horizontal pass). */
+ * row_len, over `used` source rows (uint8 rows of the horizontal pass); with AVX2 where
+ * `simd` >= 1. */
 static inline void vertical_row(const uint8_t *const *rows, const int32_t *wk, int used,
-                                int64_t row_len, uint8_t *row)
+                                int64_t row_len, uint8_t *row, int simd)
 {
     int64_t j = 0;
 #ifdef __AVX2__
-    for (; j + 16 <= row_len; j += 16) {
+    for (; simd >= 1 && j + 16 <= row_len; j += 16) {
         const __m256i a = vertical_sums(rows, wk, used, j);
         const __m256i b = vertical_sums(rows, wk, used, j + 8);
         const __m256i words = _mm256_packs_epi32(a, b);   /* a0-3 b0-3 | a4-7 b4-7 */

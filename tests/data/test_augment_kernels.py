@@ -4,13 +4,13 @@ sizes, mixed-size batches, uint8 and float outputs, and any thread count."""
 import numpy as np
 import pytest
 from support.isolated import python_argv, run_isolated
-from support.requires import requires
+from support.requires import need, requires
 
 from neonlite.backends.cpu.threads import set_cpu_threads, usable_cores
 from neonlite.data.augment import (CenterCrop, ColorJitter, Flip, Normalize, PadCrop,
                                    Pipeline, RandomResizedCrop, Resize)
 from neonlite.data.augment.kernels import augment_module
-from neonlite.kernels import specs
+from neonlite.kernels import cpu_features, specs
 
 pytestmark = requires("compiler")
 
@@ -96,14 +96,51 @@ VECTOR_CASES = {
 }
 
 
+#: NEONLITE_CPU_FEATURES_OFF values that make aug_resize run each of its paths: AVX-512
+#: (VBMI windows), AVX2, scalar
+SIMD_LEVELS = {2: "", 1: "avx512vbmi", 0: "avx2"}
+
+
+def _simd_level(level, monkeypatch):
+    """Run aug_resize at ``level`` (skipped where this CPU or build has no such path)."""
+    need(*{1: ("resize_avx2",), 2: ("resize_avx512",)}.get(level, ()))
+    monkeypatch.setenv(cpu_features.FEATURES_OFF, SIMD_LEVELS[level])
+    assert min(cpu_features.byte_vector_level(), augment_module().lib.aug_simd_built()) == level
+
+
+@pytest.mark.parametrize("level", sorted(SIMD_LEVELS))
 @pytest.mark.parametrize("name", list(VECTOR_CASES))
-def test_vector_resize_equals_the_reference_at_odd_sizes(name):
-    """The AVX2 passes (two pixels per vector, 16 bytes per vertical step, scalar tails):
-    every remainder of the row lengths and boxes that end at the image's last byte."""
+def test_vector_resize_equals_the_reference_at_odd_sizes(name, level, monkeypatch):
+    """Every path of the resize (AVX-512 windows of 5 pixels, AVX2 pairs, scalar; 16 bytes
+    per vertical step, masked or scalar tails): every remainder of the row lengths and boxes
+    that end at the image's last byte, uint8 and float outputs."""
+    _simd_level(level, monkeypatch)
     (h, w), ops = VECTOR_CASES[name]
     for train in (True, False):
         ref, fast = _both(ops, _batch(5, h, w, seed=h), train)
         assert np.array_equal(ref, fast), f"{name} (train={train})"
+
+
+@pytest.mark.parametrize("level", sorted(SIMD_LEVELS))
+def test_every_resize_path_equals_the_reference_on_many_boxes(level, monkeypatch):
+    """Random boxes of every shape (shrinks up to 12x, whose windows do not fit 64 bytes and
+    fall back, and upscales), 1, 3 and 4 channels, flipped or not, uint8 and float."""
+    _simd_level(level, monkeypatch)
+    rng = np.random.default_rng(level)
+    for channels in (1, 3, 4):
+        for out in ((224, 224), (31, 7), (5, 64)):
+            images = rng.integers(0, 256, (6, 97, 389, channels), dtype=np.uint8)
+            for ops in ([RandomResizedCrop(out, scale=(0.002, 1.0), ratio=(0.2, 5.0)), Flip()],
+                        [RandomResizedCrop(out, scale=(0.5, 1.0)), Flip(),
+                         Normalize([0.3] * channels, [0.2] * channels)]):
+                ref, fast = _both(ops, images)
+                assert np.array_equal(ref, fast), (channels, out, ops)
+
+
+def test_the_cpu_runs_the_widest_resize_path_it_has():
+    """Where the CPU flags list AVX-512 VBMI the build holds that path (-march=native)."""
+    if cpu_features.byte_vector_level() == 2:
+        assert augment_module().lib.aug_simd_built() == 2
 
 
 #: images whose last byte is the last readable one (an inaccessible page follows), resized
@@ -131,10 +168,12 @@ print("ok")
 """
 
 
-def test_the_resize_reads_nothing_past_the_image():
+@pytest.mark.parametrize("level", sorted(SIMD_LEVELS))
+def test_the_resize_reads_nothing_past_the_image(level, monkeypatch):
     """Boxes at the image's last byte, upscaled (several outputs on its last pixel, the
-    tables mirrored too) and shrunk: the vector pass reads one byte past a tap's pixel, never
-    past the image."""
+    tables mirrored too) and shrunk: the AVX2 pass reads one byte past a tap's pixel, the
+    AVX-512 one loads masked windows, and neither reads past the image."""
+    _simd_level(level, monkeypatch)
     done = run_isolated(python_argv(AT_PAGE_END), memory_mib=2048, seconds=120)
     assert done.outcome == "success" and "ok" in done.stdout, (done.outcome, done.stderr[-2000:])
 

