@@ -23,6 +23,7 @@ class BatchMaker:
         self.skip_corrupt = bool(skip_corrupt)
         self.current = -1
         self.on_sample = None
+        self._rows = RowBuffer()
 
     def make(self, indices, epoch_key, out):
         """Write the batch of samples ``indices`` (int64 (B,)) into ``out`` ((B, H, W, C),
@@ -118,11 +119,12 @@ class BatchMaker:
         to ``bad`` the positions whose files turned out corrupt (``skip_corrupt``).  A file
         of ``opened`` (sample index -> :meth:`Decoder.open`) is decoded from it, once."""
         images, boxes, found = [], np.array(params["box"], np.int64), False
+        rows = self._rows.start()
         for k, i in enumerate(used):
             try:
                 image, boxes[k] = self.decoder.decode_box(self._path(i), boxes[k],
                                                           params["out"][k],
-                                                          opened.pop(int(i), None))
+                                                          opened.pop(int(i), None), rows)
                 images.append(image)
             except DataError:
                 if not self.skip_corrupt:
@@ -141,6 +143,37 @@ class BatchMaker:
         for k in bad:
             sub = next((g for g in good if g > k), good[0])
             images[k], used[k] = images[sub], used[sub]
+
+
+class RowBuffer:
+    """The memory a batch's decoded boxes are written into, kept from batch to batch (no
+    allocation, no page faults once it has grown to the batches' size).  ``start()`` begins
+    a batch and returns the allocator :meth:`Decoder.decode_box` takes: each call gives the
+    next C-contiguous uint8 array of the shape asked for, from the buffer while it lasts,
+    else new memory (and the buffer is that much larger for the next batch)."""
+
+    ALIGN = 64
+
+    def __init__(self):
+        self.buffer, self.used, self.short = np.empty(0, np.uint8), 0, 0
+
+    def __getstate__(self):
+        return {"buffer": np.empty(0, np.uint8), "used": 0, "short": 0}
+
+    def start(self):
+        if self.short:
+            self.buffer = np.empty(self.buffer.size + self.short, np.uint8)
+        self.used = self.short = 0
+        return self.take
+
+    def take(self, shape):
+        size = int(np.prod(shape))
+        start = -(-self.used // self.ALIGN) * self.ALIGN
+        if start + size > self.buffer.size:
+            self.short += size + self.ALIGN
+            return np.empty(shape, np.uint8)
+        self.used = start + size
+        return self.buffer[start:start + size].reshape(shape)
 
 
 def _stacked(images):

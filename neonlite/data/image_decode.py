@@ -4,9 +4,11 @@ checked (each side at most :data:`MAX_SIDE`, at most :data:`MAX_PIXELS` pixels) 
 pixel is decoded, and Pillow's own decompression-bomb limit is set to the same bound.
 
 JPEG files are decoded by the region-of-interest kernel of :mod:`.jpeg_kernel` where it is
-built (libjpeg-turbo), else by Pillow (and PNG, CMYK and 12-bit JPEG files always are).  A
+built (libjpeg-turbo), else by Pillow (and PNG, CMYK and 12-bit JPEG files always are); a
+JPEG the kernel takes is read once, its header parsed by libjpeg (Pillow never opens it).  A
 JPEG that will be cut to a box (:meth:`Decoder.decode_box`) has only the box decoded by the
-kernel, its pixels those of a full decode cut to the box, bit for bit.  A box that is shrunk
+kernel, its pixels those of a full decode cut to the box, bit for bit, written by libjpeg
+straight into the rows it returns (no copy).  A box that is shrunk
 by 2x or more may be decoded at a reduced scale (libjpeg's DCT scaling, in the kernel or
 through Pillow's ``Image.draft``, as DALI- and ffcv-style loaders decode): the largest of 1/2,
 1/4, 1/8 that leaves the box at least the output's size, the box mapped into the smaller
@@ -16,13 +18,14 @@ image.  Those pixels differ a little from a full decode's (see docs/data.md);
 Pillow is an optional dependency (``pip install neonlite[images]``); it is imported when an
 image data set is made, and its absence is one line saying how to install it.
 """
+import io
 import warnings
 
 import numpy as np
 
 from ..safe_files import open_regular
 from .iterator import DataError
-from .jpeg_kernel import decode_jpeg, jpeg_module
+from .jpeg_kernel import ROW_SLACK, decode_jpeg_into, jpeg_header, jpeg_module
 
 #: the most pixels one image may have (a 16k x 16k photo; a decompression bomb is refused)
 MAX_PIXELS = 1 << 28
@@ -31,6 +34,8 @@ MAX_SIDE = 1 << 16
 #: the largest image file read (bytes)
 MAX_FILE_BYTES = 1 << 30
 FORMATS = ("PNG", "JPEG")
+#: the first bytes of every JPEG file (start of image, then a marker)
+JPEG_START = b"\xff\xd8\xff"
 
 
 def pillow():
@@ -79,33 +84,36 @@ class Decoder:
 
     def header(self, path):
         """(H, W, mode) of image ``path`` from its header alone (nothing decoded)."""
-        with self.open(path) as image:
+        with self._pillow(path, self._file(path)) as image:
             return image.height, image.width, image.mode
 
     def decode(self, path):
         """The pixels of ``path``: uint8 (H, W, channels)."""
         return self.decode_box(path)[0]
 
-    def decode_box(self, path, box=None, out_hw=None, opened=None):
+    def decode_box(self, path, box=None, out_hw=None, opened=None, alloc=None):
         """``(pixels, box)``: the pixels of ``path`` (uint8 (h, w, channels)) and ``box``
         (top, left, height, width; int64 (4,), drawn on the full image) in their coordinates.
         With ``jpeg_draft`` a JPEG whose ``box`` is resized to ``out_hw`` (h, w) is decoded at
         the scale :func:`draft_scale` picks and the box mapped into it (:func:`scaled_box`).
-        The JPEG kernel decodes only that box (then it is the whole of the pixels); otherwise
-        every pixel is decoded.  ``opened``: what :meth:`open` gave for ``path`` (closed
-        here), else the file is opened."""
-        with opened if opened is not None else self.open(path) as image:
-            if self.size is not None and (image.height, image.width) != tuple(self.size):
-                raise DataError(f"{path}: the image is {image.height}x{image.width} but the "
-                                f"data set's images are {self.size[0]}x{self.size[1]}"
-                                f"{self.size_hint}")
+        The JPEG kernel decodes only that box, into rows of up to :data:`~.jpeg_kernel.
+        ROW_SLACK` more pixels (libjpeg's own, written in place; the pixels outside the box
+        are unspecified) from ``alloc(shape)`` (a C-contiguous uint8 array of that shape;
+        None: a new one); otherwise every pixel is decoded.  ``opened``: what :meth:`open` gave for ``path`` (closed here), else the
+        file is opened."""
+        handle = opened if opened is not None else self.open(path)
+        if isinstance(handle, _JpegBytes):
+            with handle:
+                self._check_size(path, handle.height, handle.width)
+                found = self._kernel_box(path, handle, box, out_hw, alloc)
+            if found is not None:
+                return found
+            handle = self._pillow(path, io.BytesIO(handle.data))
+        with handle as image:
+            self._check_size(path, image.height, image.width)
             full_hw = image.height, image.width
             scale = draft_scale(box, out_hw) if self.jpeg_draft and box is not None and \
                 image.format == "JPEG" else 1
-            if self.jpeg is not None and image.format == "JPEG" and image.mode in ("L", "RGB"):
-                found = self._kernel_box(path, image.fp, full_hw, box, scale)
-                if found is not None:
-                    return found
             if scale > 1:
                 image.draft(None, (full_hw[1] // scale, full_hw[0] // scale))
                 scale = _scale_of(full_hw, (image.height, image.width))
@@ -121,39 +129,88 @@ class Decoder:
             box = scaled_box(box, scale, pixels.shape[:2])
         return pixels, box
 
-    def _kernel_box(self, path, file, full_hw, box, scale):
-        """:meth:`decode_box`'s result from the JPEG kernel reading open ``file`` (of an image
-        of (H, W) ``full_hw``), or None when the kernel does not take the file."""
+    def _check_size(self, path, height, width):
+        if self.size is not None and (height, width) != tuple(self.size):
+            raise DataError(f"{path}: the image is {height}x{width} but the data set's images "
+                            f"are {self.size[0]}x{self.size[1]}{self.size_hint}")
+
+    def _kernel_box(self, path, jpeg, box, out_hw, alloc):
+        """:meth:`decode_box`'s result from the JPEG kernel for the :class:`_JpegBytes`
+        ``jpeg``, or None when the kernel does not take the file after all."""
+        full_hw = jpeg.height, jpeg.width
+        scale = draft_scale(box, out_hw) if self.jpeg_draft and box is not None else 1
         hw = (-(-full_hw[0] // scale), -(-full_hw[1] // scale))
         whole = box is None
         box = np.array([0, 0, *hw] if whole else box, np.int64)
         if scale > 1:
             box = scaled_box(box, scale, hw)
-        file.seek(0)
-        pixels = decode_jpeg(self.jpeg, file.read(), path, box, scale, self.channels, MAX_SIDE,
-                             MAX_PIXELS)
-        if pixels is None:
+        width = hw[1] if whole else min(hw[1], int(box[3]) + ROW_SLACK)
+        shape = (int(box[2]), width, self.channels)
+        out = np.empty(shape, np.uint8) if alloc is None else alloc(shape)
+        left = decode_jpeg_into(self.jpeg, jpeg.data, path, box, scale, out, MAX_SIDE,
+                                MAX_PIXELS)
+        if left is None:
             return None
-        return pixels, None if whole else np.array([0, 0, box[2], box[3]], np.int64)
+        return out, None if whole else np.array([0, left, box[2], box[3]], np.int64)
 
     def open(self, path):
         """Image ``path`` opened, its header read and checked, nothing decoded: a ``with``
-        target giving the Pillow image (``.image``), closed on leaving it or by ``close()``;
-        :meth:`decode_box` takes it to decode without opening the file again."""
-        Image = pillow()
+        target giving the image (``.image``: its ``height``, ``width``, ``mode``), closed
+        on leaving it or by ``close()``; :meth:`decode_box` takes it to decode without
+        opening the file again.  A JPEG the kernel decodes is read whole and its header
+        parsed by libjpeg (no Pillow); other files are opened with Pillow."""
+        file = self._file(path)
+        if self.jpeg is not None:
+            try:
+                jpeg = self._jpeg_bytes(path, file)
+            except BaseException:
+                file.close()
+                raise
+            if jpeg is not None:
+                file.close()
+                return jpeg
+            file.seek(0)
+        return self._pillow(path, file)
+
+    def _file(self, path):
+        """``path`` opened for reading (a regular file of at most :data:`MAX_FILE_BYTES`)."""
         file = open_regular(path, DataError, "image")
         try:
             size = file.seek(0, 2)
             file.seek(0)
-            if size > MAX_FILE_BYTES:
-                raise DataError(f"{path}: the image file is {size:,} bytes, more than the "
-                                f"{MAX_FILE_BYTES:,} an image may have")
+        except OSError as err:
+            file.close()
+            raise DataError(f"{path}: cannot read the image file ({_words(err)})") from None
+        if size > MAX_FILE_BYTES:
+            file.close()
+            raise DataError(f"{path}: the image file is {size:,} bytes, more than the "
+                            f"{MAX_FILE_BYTES:,} an image may have")
+        return file
+
+    def _jpeg_bytes(self, path, file):
+        """A :class:`_JpegBytes` of open ``file`` when it is a JPEG the kernel decodes, else
+        None (the file's position then undefined)."""
+        try:
+            data = file.read(len(JPEG_START))
+            if data != JPEG_START:
+                return None
+            data += file.read()
+        except OSError as err:
+            raise DataError(f"{path}: corrupt or truncated image ({_words(err)})") from None
+        height, width, components, takes = jpeg_header(self.jpeg, data, path)
+        if not takes:
+            return None
+        _check_dimensions(path, height, width)
+        return _JpegBytes(data, height, width, "L" if components == 1 else "RGB")
+
+    def _pillow(self, path, file):
+        """Open ``file`` (of ``path``, at its start; closed on any error) with Pillow, as
+        :meth:`open` gives it."""
+        Image = pillow()
+        try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 image = Image.open(file, formats=FORMATS)
-        except DataError:
-            file.close()
-            raise
         except (Image.UnidentifiedImageError, Image.DecompressionBombWarning,
                 Image.DecompressionBombError, OSError, SyntaxError, ValueError, EOFError) as err:
             file.close()
@@ -163,15 +220,20 @@ class Decoder:
                 raise DataError(f"{path}: the image has more than {MAX_PIXELS:,} pixels "
                                 f"(refused before decoding)") from None
             raise DataError(f"{path}: corrupt or truncated image ({_words(err)})") from None
-        height, width = image.height, image.width
-        if not (0 < height <= MAX_SIDE and 0 < width <= MAX_SIDE) or \
-                height * width > MAX_PIXELS:
+        try:
+            _check_dimensions(path, image.height, image.width)
+        except DataError:
             image.close()
             file.close()
-            raise DataError(f"{path}: the image is {height}x{width}; images may have at most "
-                            f"{MAX_SIDE:,} pixels a side and {MAX_PIXELS:,} in all (refused "
-                            f"before decoding)")
+            raise
         return _Closing(image, file)
+
+
+def _check_dimensions(path, height, width):
+    if not (0 < height <= MAX_SIDE and 0 < width <= MAX_SIDE) or height * width > MAX_PIXELS:
+        raise DataError(f"{path}: the image is {height}x{width}; images may have at most "
+                        f"{MAX_SIDE:,} pixels a side and {MAX_PIXELS:,} in all (refused before "
+                        f"decoding)")
 
 
 def draft_scale(box, out_hw):
@@ -202,6 +264,30 @@ def _scale_of(full_hw, hw):
         if (-(-full_hw[0] // scale), -(-full_hw[1] // scale)) == tuple(hw):
             return scale
     return 1
+
+
+class _JpegBytes:
+    """A JPEG file the kernel decodes, read whole: its bytes (``data``), ``height``,
+    ``width`` and ``mode`` from libjpeg's header; the ``with`` target and ``.image`` of
+    :meth:`Decoder.open` (itself)."""
+
+    format = "JPEG"
+
+    def __init__(self, data, height, width, mode):
+        self.data, self.height, self.width, self.mode = data, height, width, mode
+
+    @property
+    def image(self):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        pass
 
 
 class _Closing:

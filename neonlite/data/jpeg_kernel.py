@@ -29,6 +29,13 @@ MAX_DECODE_BYTES = 6 * (1 << 28) + (64 << 20)
 MESSAGE_BYTES = 256
 #: the kernel's return codes (``jpeg_roi.h``)
 OK, CORRUPT, UNSUPPORTED, TOO_LARGE, TOO_MANY_SCANS, BAD_CALL, OUT_OF_MEMORY = range(7)
+#: libjpeg's colour spaces (J_COLOR_SPACE) of the files the kernel decodes: grayscale, RGB,
+#: YCbCr
+KERNEL_COLOURS = (1, 2, 3)
+#: pixels the rows libjpeg decodes for a box may have beyond it (whole iMCU columns of up to
+#: 32 pixels, and one column of margin on each side): rows this much wider than the box let
+#: :func:`decode_jpeg_into` decode in place
+ROW_SLACK = 33
 
 
 def _load():
@@ -69,28 +76,73 @@ def decode_jpeg(module, data, path, box, scale, channels, max_side, max_pixels):
     DataError naming ``path`` for a corrupt or truncated file, one larger than ``max_side``
     pixels a side or ``max_pixels`` in all (refused before decoding), more than
     :data:`MAX_SCANS` scans, or more than :data:`MAX_DECODE_BYTES` of working memory."""
-    ffi, lib = module.ffi, module.lib
     box = np.ascontiguousarray(box, dtype=np.int32)
     out = np.empty((int(box[2]), int(box[3]), channels), np.uint8)
+    found = _decode(module, data, path, box, scale, out, None, max_side, max_pixels)
+    return None if found is None else out
+
+
+def decode_jpeg_into(module, data, path, box, scale, out, max_side, max_pixels):
+    """Decode ``box`` as :func:`decode_jpeg` does into ``out``, uint8 (height, W, channels)
+    C-contiguous with W at least the box's width, without copying rows where they fit:
+    returns the column of ``out`` where the box starts (its pixels are ``out[:, offset:offset
+    + width]``, the other columns unspecified; W = width + :data:`ROW_SLACK` lets libjpeg
+    write every row in place), or None when the kernel does not take the file."""
+    box = np.ascontiguousarray(box, dtype=np.int32)
+    if out.dtype != np.uint8 or out.ndim != 3 or not out.flags.c_contiguous or \
+            out.shape[0] != int(box[2]) or out.shape[1] < int(box[3]):
+        raise ValueError(f"decode_jpeg_into: out must be C-contiguous uint8 ({int(box[2])}, "
+                         f">= {int(box[3])}, channels), got {out.shape} {out.dtype}")
+    return _decode(module, data, path, box, scale, out, module.ffi.new("int32_t *"), max_side,
+                   max_pixels)
+
+
+def _decode(module, data, path, box, scale, out, offset, max_side, max_pixels):
+    """The kernel's call: the box's column in ``out`` (0 without ``offset``), None when the
+    kernel does not take the file; DataError (see :func:`decode_jpeg`)."""
+    ffi, lib = module.ffi, module.lib
     warnings, message = ffi.new("int32_t *"), ffi.new("char[]", MESSAGE_BYTES)
     code = lib.jroi_decode(ffi.from_buffer(data), len(data), ffi.from_buffer("int32_t[]", box),
-                           int(scale), int(channels), ffi.from_buffer("uint8_t[]", out),
-                           max_side, max_pixels, MAX_DECODE_BYTES, MAX_SCANS, warnings, message,
-                           MESSAGE_BYTES)
+                           int(scale), int(out.shape[2]), ffi.from_buffer("uint8_t[]", out),
+                           out.shape[1] * out.shape[2], offset if offset is not None else
+                           ffi.NULL, max_side, max_pixels, MAX_DECODE_BYTES, MAX_SCANS,
+                           warnings, message, MESSAGE_BYTES)
     if code == OK:
-        return out
+        return int(offset[0]) if offset is not None else 0
     if code == UNSUPPORTED:
         return None
-    words = " ".join(ffi.string(message).decode(errors="replace").split())
+    raise _error(code, path, " ".join(ffi.string(message).decode(errors="replace").split()),
+                 box, scale)
+
+
+def jpeg_header(module, data, path):
+    """``(height, width, components, takes)`` of the JPEG bytes ``data`` (of file ``path``)
+    from its header alone (nothing decoded): ``takes`` False where the kernel hands the file
+    to Pillow (CMYK, YCCK or unknown colour, samples other than 8 bits).  DataError naming
+    ``path`` when the header cannot be read."""
+    ffi = module.ffi
+    info, message = np.zeros(6, np.int32), ffi.new("char[]", MESSAGE_BYTES)
+    code = module.lib.jroi_header(ffi.from_buffer(data), len(data),
+                                  ffi.from_buffer("int32_t[]", info), message, MESSAGE_BYTES)
+    if code != OK:
+        raise _error(code, path, " ".join(ffi.string(message).decode(errors="replace").split()),
+                     None, 1)
+    height, width, components, colour, _, precision = (int(v) for v in info)
+    return height, width, components, colour in KERNEL_COLOURS and precision == 8
+
+
+def _error(code, path, words, box, scale):
+    """The DataError of the kernel's return ``code`` for file ``path``."""
     if code == TOO_LARGE:
-        raise DataError(f"{path}: the image is too large to decode ({words}; refused before "
-                        f"decoding)")
+        return DataError(f"{path}: the image is too large to decode ({words}; refused before "
+                         f"decoding)")
     if code == OUT_OF_MEMORY:
-        raise DataError(f"{path}: decoding the image needs more than the "
-                        f"{MAX_DECODE_BYTES >> 20:,} MiB of working memory libjpeg may take "
-                        f"({words})")
+        return DataError(f"{path}: decoding the image needs more than the "
+                         f"{MAX_DECODE_BYTES >> 20:,} MiB of working memory libjpeg may take "
+                         f"({words})")
     if code == TOO_MANY_SCANS:
-        raise DataError(f"{path}: the JPEG file has {words} (refused)")
+        return DataError(f"{path}: the JPEG file has {words} (refused)")
     if code == BAD_CALL:
-        raise DataError(f"{path}: cannot decode box {box.tolist()} at 1/{scale} ({words})")
-    raise DataError(f"{path}: corrupt or truncated image ({words})")
+        return DataError(f"{path}: cannot decode box {np.asarray(box).tolist()} at 1/{scale} "
+                         f"({words})")
+    return DataError(f"{path}: corrupt or truncated image ({words})")

@@ -31,7 +31,9 @@ try:
     if box is None:
         pixels = decoder.decode(sys.argv[1])
     else:
-        pixels = decoder.decode_box(sys.argv[1], np.array(box), (box[2], box[3]))[0]
+        pixels, (top, left, height, width) = decoder.decode_box(sys.argv[1], np.array(box),
+                                                                (box[2], box[3]))
+        pixels = pixels[top:top + height, left:left + width]
 except DataError as err:
     print(f"neonlite: error: {{err}}", file=sys.stderr)
     sys.exit(1)

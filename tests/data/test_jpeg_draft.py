@@ -84,10 +84,11 @@ def test_the_kernel_decodes_only_the_box_at_the_scale(tmp_path):
     h, w, _ = decoder.header(path)
     pixels, box = decoder.decode_box(path, np.array([10, 20, h - 10, w - 20]), (64, 64))
     scaled = scaled_box((10, 20, h - 10, w - 20), 8, (-(-h // 8), -(-w // 8)))
-    assert pixels.shape == (scaled[2], scaled[3], 3) and list(box) == [0, 0, *scaled[2:]]
+    assert pixels.shape[0] == scaled[2] and scaled[3] <= pixels.shape[1] <= -(-w // 8)
+    assert box[0] == 0 and list(box[2:]) == list(scaled[2:])
     one, same = Decoder(3, jpeg_draft=False).decode_box(path, np.array([1, 2, 3, 4]), (1, 1))
-    assert one.shape == (3, 4, 3) and list(same) == [0, 0, 3, 4]
-    assert np.array_equal(one, decoder.decode(path)[1:4, 2:6])
+    assert one.shape[0] == 3 and same[0] == 0 and list(same[2:]) == [3, 4]
+    assert np.array_equal(one[:, same[1]:same[1] + 4], decoder.decode(path)[1:4, 2:6])
 
 
 @pytest.mark.parametrize("ops", [[RandomResizedCrop(56), Flip()], [Resize(70), CenterCrop(64)]],

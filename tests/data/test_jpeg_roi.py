@@ -13,7 +13,7 @@ from PIL import Image
 from support.requires import requires
 
 from neonlite.data.image_decode import MAX_PIXELS, MAX_SIDE, Decoder
-from neonlite.data.jpeg_kernel import decode_jpeg, jpeg_module
+from neonlite.data.jpeg_kernel import ROW_SLACK, decode_jpeg, decode_jpeg_into, jpeg_module
 from neonlite.kernels.build import Builder
 from neonlite.kernels.specs import find
 from neonlite.kernels.toolchain import CCompiler
@@ -80,6 +80,53 @@ def test_a_box_equals_the_full_decode_cut_to_it(name, options):
 
 
 @pytest.mark.parametrize("name, options", LAYOUTS, ids=[n for n, _ in LAYOUTS])
+def test_rows_decoded_in_place_hold_the_box_at_the_offset(name, options):
+    """decode_jpeg_into: rows ROW_SLACK wider than the box take libjpeg's rows as they are
+    (the box at the column it returns, past the first iMCU column for a box that starts
+    inside one); rows too narrow, or a conversion to luma, get the box alone (offset 0).
+    The bytes outside the rows' decoded columns are left as they were."""
+    data = jpeg_bytes(photo(3), **options)
+    rng = np.random.default_rng(len(name) + 7)
+    for scale, channels in itertools.product((1, 2, 8), (3, 1)):
+        hw = (-(-HEIGHT // scale), -(-WIDTH // scale))
+        full = kernel(data, (0, 0, *hw), scale, channels)
+        offsets = set()
+        for top, left, h, w in boxes(hw, rng, 16):
+            for width in (min(hw[1], w + ROW_SLACK), w):
+                out = np.full((h, width, channels), 7, np.uint8)
+                offset = decode_jpeg_into(jpeg_module(), data, "t.jpg", (top, left, h, w),
+                                          scale, out, MAX_SIDE, MAX_PIXELS)
+                assert np.array_equal(out[:, offset:offset + w],
+                                      full[top:top + h, left:left + w]), (name, scale, width)
+                if width == w or (channels == 1 and "gray" not in name):
+                    assert offset == 0
+                offsets.add(offset)
+        assert channels == 1 and "gray" not in name or max(offsets) > 0, (name, scale)
+
+
+def test_a_jpeg_the_kernel_takes_is_never_opened_by_pillow(tmp_path, monkeypatch):
+    """Its header comes from libjpeg and its bytes are read once; a PNG still goes to
+    Pillow."""
+    path = tmp_path / "a.jpg"
+    path.write_bytes(jpeg_bytes(photo(4), subsampling=2))
+    want = np.asarray(Image.open(path).convert("RGB"))
+    png = tmp_path / "b.png"
+    Image.fromarray(photo(5)).save(png)
+    opened = []
+    real = Image.open
+    monkeypatch.setattr(Image, "open", lambda fp, *a, **k: opened.append(fp) or real(fp, *a, **k))
+    decoder = Decoder(3)
+    with decoder.open(str(path)) as image:
+        assert (image.height, image.width, image.mode) == (HEIGHT, WIDTH, "RGB")
+    pixels, (top, left, height, width) = decoder.decode_box(str(path), [9, 31, 50, 70], (50, 70))
+    assert np.array_equal(pixels[top:top + height, left:left + width], want[9:59, 31:101])
+    assert np.array_equal(decoder.decode(str(path)), want)
+    assert opened == []
+    decoder.decode(str(png))
+    assert len(opened) == 1
+
+
+@pytest.mark.parametrize("name, options", LAYOUTS, ids=[n for n, _ in LAYOUTS])
 def test_pillow_gives_the_same_bits_full_and_drafted(name, options):
     """Pillow's own libjpeg-turbo (3.x), the same ISLOW IDCT and fancy upsampling: equal
     at full scale (RGB, and grayscale by its convert("L")) and at its draft scales."""
@@ -105,8 +152,11 @@ def test_the_decoder_decodes_boxes_and_whole_files_like_pillow(tmp_path):
     assert ours.jpeg is not None and pillow.jpeg is None
     whole = pillow.decode(str(path))
     assert np.array_equal(ours.decode(str(path)), whole)
-    pixels, box = ours.decode_box(str(path), np.array([17, 33, 101, 157]), (64, 64))
-    assert list(box) == [0, 0, 101, 157] and np.array_equal(pixels, whole[17:118, 33:190])
+    pixels, (top, left, height, width) = ours.decode_box(str(path), np.array([17, 33, 101, 157]),
+                                                         (64, 64))
+    assert top == 0 and (height, width) == (101, 157)
+    assert np.array_equal(pixels[:, left:left + width], whole[17:118, 33:190])
+    assert pixels.shape[1] <= width + ROW_SLACK
 
 
 def test_cmyk_goes_to_pillow(tmp_path):

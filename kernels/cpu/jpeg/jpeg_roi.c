@@ -39,10 +39,11 @@ int jroi_header(const uint8_t *data, int64_t size, int32_t *info, char *message,
 }
 
 int jroi_decode(const uint8_t *data, int64_t size, const int32_t *box, int scale_denom,
-                int channels, uint8_t *out, int64_t max_side, int64_t max_pixels,
-                int64_t max_memory, int max_scans, int32_t *warnings, char *message,
-                int message_size) {
+                int channels, uint8_t *out, int64_t out_stride, int32_t *offset,
+                int64_t max_side, int64_t max_pixels, int64_t max_memory, int max_scans,
+                int32_t *warnings, char *message, int message_size) {
     (void)data; (void)size; (void)box; (void)scale_denom; (void)channels; (void)out;
+    (void)out_stride; (void)offset;
     (void)max_side; (void)max_pixels; (void)max_memory; (void)max_scans; (void)warnings;
     return jroi_missing(message, message_size);
 }
@@ -224,11 +225,15 @@ static void nl_rgb_to_luma(const JSAMPLE *src, uint8_t *dst, JDIMENSION width) {
         dst[x] = (uint8_t)((src[0] * 19595u + src[1] * 38470u + src[2] * 7471u + 0x8000u) >> 16);
 }
 
-/* The decode proper, after jpeg_start_decompress: the box's rows through one row of the
- * widened crop (in libjpeg's pool, output_components a pixel) into out (channels a pixel:
- * 1 with 3 components is converted to luma). */
+/* The decode proper, after jpeg_start_decompress: the box's rows into out (rows out_stride
+ * bytes apart, channels a pixel: 1 with 3 components is converted to luma).  Where offset is
+ * given, the components are the channels and the widened crop's rows fit in out_stride
+ * bytes, libjpeg writes them there itself and *offset is the box's first column in them;
+ * otherwise each row goes through one row of the widened crop (in libjpeg's pool) and only
+ * the box is copied (*offset 0). */
 static void nl_read_box(j_decompress_ptr cinfo, const int32_t *box, int channels,
-                        uint8_t *out) {
+                        uint8_t *out, int64_t out_stride, int32_t *offset)
+{
     JDIMENSION x0 = (JDIMENSION)(box[1] > COLUMN_MARGIN ? box[1] - COLUMN_MARGIN : 0);
     JDIMENSION x1 = (JDIMENSION)box[1] + (JDIMENSION)box[3] + COLUMN_MARGIN;
     JDIMENSION y0 = (JDIMENSION)box[0];
@@ -236,18 +241,30 @@ static void nl_read_box(j_decompress_ptr cinfo, const int32_t *box, int channels
     JDIMENSION width, cut, y;
     size_t row_bytes = (size_t)box[3] * (size_t)channels;
     size_t components = (size_t)cinfo->output_components;
-    JSAMPARRAY row;
+    JSAMPARRAY row = NULL;
+    int direct;
     if (x1 > cinfo->output_width)
         x1 = cinfo->output_width;
     width = x1 - x0;
     jpeg_crop_scanline(cinfo, &x0, &width);
     cut = (JDIMENSION)box[1] - x0;
-    row = (*cinfo->mem->alloc_sarray)((j_common_ptr)cinfo, JPOOL_IMAGE,
-                                       width * (JDIMENSION)components, 1);
+    direct = offset != NULL && components == (size_t)channels &&
+        (int64_t)width * (int64_t)components <= out_stride;
+    if (!direct)
+        row = (*cinfo->mem->alloc_sarray)((j_common_ptr)cinfo, JPOOL_IMAGE,
+                                           width * (JDIMENSION)components, 1);
+    if (offset != NULL)
+        *offset = direct ? (int32_t)cut : 0;
     if (y0 > 0 && jpeg_skip_scanlines(cinfo, y0) != y0)
         ERREXIT(cinfo, JERR_INPUT_EOF);
     for (y = y0; y < y1; y++) {
-        uint8_t *dst = out + (size_t)(y - y0) * row_bytes;
+        uint8_t *dst = out + (int64_t)(y - y0) * out_stride;
+        if (direct) {
+            JSAMPROW target = dst;
+            if (jpeg_read_scanlines(cinfo, &target, 1) != 1)
+                ERREXIT(cinfo, JERR_INPUT_EOF);
+            continue;
+        }
         if (jpeg_read_scanlines(cinfo, row, 1) != 1)
             ERREXIT(cinfo, JERR_INPUT_EOF);
         if (components == (size_t)channels)
@@ -258,9 +275,9 @@ static void nl_read_box(j_decompress_ptr cinfo, const int32_t *box, int channels
 }
 
 int jroi_decode(const uint8_t *data, int64_t size, const int32_t *box, int scale_denom,
-                int channels, uint8_t *out, int64_t max_side, int64_t max_pixels,
-                int64_t max_memory, int max_scans, int32_t *warnings, char *message,
-                int message_size) {
+                int channels, uint8_t *out, int64_t out_stride, int32_t *offset,
+                int64_t max_side, int64_t max_pixels, int64_t max_memory, int max_scans,
+                int32_t *warnings, char *message, int message_size) {
     struct jpeg_decompress_struct cinfo;
     struct nl_errors errors;
     struct nl_progress progress;
@@ -271,8 +288,9 @@ int jroi_decode(const uint8_t *data, int64_t size, const int32_t *box, int scale
         return nl_fail(&errors, JROI_CORRUPT, "empty file");
     if ((channels != 1 && channels != 3) || (scale_denom != 1 && scale_denom != 2 &&
         scale_denom != 4 && scale_denom != 8) || box[0] < 0 || box[1] < 0 || box[2] < 1 ||
-        box[3] < 1 || max_scans < 1)
-        return nl_fail(&errors, JROI_BAD_CALL, "bad channels, scale, box or scan limit");
+        box[3] < 1 || max_scans < 1 || out_stride < (int64_t)box[3] * channels)
+        return nl_fail(&errors, JROI_BAD_CALL, "bad channels, scale, box, row stride or scan "
+                       "limit");
     if (setjmp(errors.back)) {
         *warnings = errors.warnings;
         jpeg_destroy_decompress(&cinfo);
@@ -300,7 +318,7 @@ int jroi_decode(const uint8_t *data, int64_t size, const int32_t *box, int scale
         return nl_fail(&errors, JROI_BAD_CALL, "the box does not lie inside the image");
     }
     jpeg_start_decompress(&cinfo);
-    nl_read_box(&cinfo, box, channels, out);
+    nl_read_box(&cinfo, box, channels, out, out_stride, offset);
     jpeg_abort_decompress(&cinfo);
     *warnings = errors.warnings;
     jpeg_destroy_decompress(&cinfo);
