@@ -2,33 +2,28 @@
 random-resized crop 224 + flip + normalise), per stage, on one thread:
 
     OMP_NUM_THREADS=1 python -m benchmarks.jpeg_stages [--count 64] [--repeats 5]
-        [--baseline REV]
 
 Stages (milliseconds per image, the median of ``--repeats`` passes over ``--count`` files):
-``header`` (open, size from the header), ``decode full (Pillow)`` (every pixel, Pillow's
-libjpeg-turbo), ``decode draft (Pillow)`` (``jpeg_draft``: libjpeg's DCT scaling chosen from
-the drawn crop, the whole image), ``decode full (kernel)`` (the region-of-interest kernel of
-``kernels/cpu/jpeg/``, every pixel) and ``decode box (kernel)`` (the pipeline's path: only
-the drawn box, at the draft scale where one applies), ``draw + tables`` (the random boxes and
-the bilinear tap tables, numpy), then the resize kernel alone into uint8 (``resize``), with
-the flip fused (``+ flip``) and with the float32 normalisation fused (``+ normalise``, the
-pipeline's step), each on full decodes and on the kernel's boxes.  ``horizontal`` is the
-resize of each box to (box height, 224): the horizontal pass with a one-tap vertical one.
-``--baseline REV`` also builds ``kernels/cpu/augment.c`` as it was at git revision REV (with
-the project's compiler flags) and times its resize beside today's in the same run, passes
-alternating (rows ``... [REV]``).  ``[AVX-512]``, ``[AVX2]``, ``[scalar]``: the pipeline's
-resize with its vector paths limited so (through ``NEONLITE_CPU_FEATURES_OFF``), alternating.
-Times are this process's CPU time (``time.process_time``, which a loaded machine disturbs
-less than the wall clock; run it with ``OMP_NUM_THREADS=1``).  Relative figures only on a
-shared machine: rerun on an idle one for absolute ones.
+``header (Pillow)`` (open, size from Pillow's header parse), ``open (kernel)`` (what the
+loader does: the file read once, the header parsed by libjpeg), ``decode full (Pillow)``
+(every pixel, Pillow's libjpeg-turbo), ``decode draft (Pillow)`` (``jpeg_draft``: libjpeg's
+DCT scaling chosen from the drawn crop, the whole image), ``decode full (kernel)`` (the
+region-of-interest kernel of ``kernels/cpu/jpeg/``, every pixel) and ``decode box (kernel)``
+(the pipeline's path: only the drawn box, at the draft scale where one applies, into rows
+libjpeg writes in place), ``draw`` (the random boxes, numpy), then the resize kernel alone
+(it makes its tap tables) into uint8 (``resize``), with the flip fused (``+ flip``) and with
+the float32 normalisation fused (``+ normalise``, the pipeline's step), each on full decodes
+and on the kernel's boxes.  ``horizontal`` is the resize of each box to (box height, 224):
+the horizontal pass with a one-tap vertical one.  ``[AVX-512]``, ``[AVX2]``, ``[scalar]``:
+the pipeline's resize with its vector paths limited so (through
+``NEONLITE_CPU_FEATURES_OFF``), alternating.  Times are this process's CPU time
+(``time.process_time``, which a loaded machine disturbs less than the wall clock; run it
+with ``OMP_NUM_THREADS=1``).  Relative figures only on a shared machine: rerun on an idle
+one for absolute ones.
 """
 import argparse
-import importlib.machinery
-import importlib.util
 import os
 import statistics
-import subprocess
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -38,20 +33,11 @@ import numpy as np
 from benchmarks.image_folders import jpeg_folder
 from neonlite.data.augment import Flip, Normalize, Pipeline, RandomResizedCrop
 from neonlite.data.augment.draws import sample_uniforms
-from neonlite.data.augment.kernels import (Batch, Call, augment_module, resample_tables,
-                                           taps_used)
+from neonlite.data.augment.kernels import Batch, Call, augment_module
 from neonlite.kernels.cpu_features import FEATURES_OFF, byte_vector_level
-from neonlite.kernels.toolchain import C_FLAGS
 from neonlite.data.image_decode import Decoder
 
 SIZE = 224
-ROOT = Path(__file__).resolve().parents[1]
-#: aug_resize before the flip became mirrored tables (it took the flips)
-FLIP_RESIZE = """int aug_resize(const uint8_t *const *src, const int32_t *src_hw, void *const *dst,
-    const int32_t *dst_hw, int64_t n, int channels, const int32_t *box, const int32_t *first_y,
-    const int32_t *weights_y, int stride_y, int taps_y, const int32_t *first_x,
-    const int32_t *weights_x, int stride_x, int taps_x, const int32_t *used,
-    const uint8_t *flip, int out_kind, const double *scale, const double *shift);"""
 
 
 def per_image_ms(run, count, repeats):
@@ -73,52 +59,6 @@ def resize_call(module, images, boxes, out_hw, flip, out):
     kind = 1 if getattr(out, "dtype", None) == np.float32 else 0
     call = Call(ffi, Batch(ffi, images, shapes), out, out_hw, flip, kind, stores)
     return lambda: call.resize(module.lib, boxes)
-
-
-def baseline_module(rev):
-    """The cffi module of ``kernels/cpu/augment*`` at git revision ``rev``, compiled with
-    the project's C flags (its ``aug_resize`` takes the flips: :data:`FLIP_RESIZE`)."""
-    import cffi
-    from cffi.recompiler import make_c_source
-    folder = Path(tempfile.mkdtemp(prefix="augment-baseline-"))
-    names = subprocess.run(["git", "ls-tree", "--name-only", rev, "kernels/cpu/"], cwd=ROOT,
-                           check=True, capture_output=True, text=True).stdout.split()
-    for name in (n for n in names if Path(n).name.startswith("augment")):
-        (folder / Path(name).name).write_bytes(subprocess.run(
-            ["git", "show", f"{rev}:{name}"], cwd=ROOT, check=True, capture_output=True).stdout)
-    ffi = cffi.FFI()
-    ffi.cdef(FLIP_RESIZE)
-    make_c_source(ffi, "augment_baseline", '#define DTYPE uint8_t\n#include "augment.c"\n',
-                  str(folder / "module.c"))
-    so = folder / "augment_baseline.so"
-    subprocess.run(["cc", *C_FLAGS, f"-I{folder}", f"-I{sysconfig.get_paths()['include']}",
-                    str(folder / "module.c"), "-o", str(so)], check=True)
-    loader = importlib.machinery.ExtensionFileLoader("augment_baseline", str(so))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(
-        "augment_baseline", loader, origin=str(so)))
-    loader.exec_module(module)
-    return module
-
-
-def baseline_call(module, images, boxes, out, flip):
-    """One call of the baseline's ``aug_resize`` (unmirrored tables, the flips given)."""
-    ffi, n = module.ffi, len(images)
-    shapes = np.array([image.shape for image in images], np.int64)
-    scale, shift = (np.full(3, 1 / 64.0), np.full(3, -1.0))
-    src = Batch(ffi, images, shapes)
-    call = Call(ffi, src, out, np.full((n, 2), SIZE), flip, 1 if out.dtype == np.float32
-                else 0, None)
-    stores = ffi.from_buffer("double[]", scale), ffi.from_buffer("double[]", shift)
-
-    def run():
-        fy, wy, sy, ty = resample_tables(boxes[:, 2], np.full(n, SIZE))
-        fx, wx, sx, tx = resample_tables(boxes[:, 3], np.full(n, SIZE))
-        used = np.stack([taps_used(wy), taps_used(wx)], axis=1)
-        return module.lib.aug_resize(src.pointers, call.i32(src.hw), call.dst, call.dst_hw, n,
-                                     3, call.i32(boxes), call.i32(fy), call.i32(wy), sy, ty,
-                                     call.i32(fx), call.i32(wx), sx, tx, call.i32(used),
-                                     call.flip, call.kind, *stores)
-    return run
 
 
 def at_level(level, run):
@@ -153,7 +93,6 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--baseline", metavar="REV", help="also time augment.c of git REV")
     args = parser.parse_args(argv)
     root = jpeg_folder(Path(tempfile.mkdtemp(prefix="jpeg-stages-")), args.count + 8)
     paths = sorted(str(p) for p in root.glob("*/*/*.jpg"))[:args.count]
@@ -167,7 +106,10 @@ def main(argv=None):
     u = sample_uniforms(7, np.arange(n), 0, crop.draws)
     boxes = crop.boxes(u, headers[:, 0], headers[:, 1])
     module = augment_module()
-    rows = {"header": per_image_ms(lambda: [decoder.header(p) for p in paths], n, args.repeats)}
+    rows = {"header (Pillow)": per_image_ms(lambda: [decoder.header(p) for p in paths], n,
+                                            args.repeats),
+            "open (kernel)": per_image_ms(lambda: [decoder.open(p).close() for p in paths], n,
+                                          args.repeats)}
     full = [pillow.decode(p) for p in paths]
     rows.update(alternating_ms({
         "decode full (Pillow)": lambda: [pillow.decode(p) for p in paths],
@@ -178,10 +120,8 @@ def main(argv=None):
                                         for p, box in zip(paths, boxes)]}, n, args.repeats))
     cut = [decoder.decode_box(p, box, (SIZE, SIZE)) for p, box in zip(paths, boxes)]
     pipeline = Pipeline([crop, Flip(), Normalize([0.5] * 3, [0.25] * 3)])
-    draw = lambda: (pipeline._draw(full, headers, np.arange(n), 7),  # noqa: E731
-                    resample_tables(boxes[:, 2], np.full(n, SIZE)),
-                    resample_tables(boxes[:, 3], np.full(n, SIZE)))
-    rows["draw + tables"] = per_image_ms(draw, n, args.repeats)
+    rows["draw"] = per_image_ms(lambda: pipeline._draw(full, headers, np.arange(n), 7), n,
+                                args.repeats)
     out_hw = np.full((n, 2), SIZE, np.int64)
     u8, f32 = np.empty((n, SIZE, SIZE, 3), np.uint8), np.empty((n, SIZE, SIZE, 3), np.float32)
     no_flip, flips = np.zeros(n, bool), np.ones(n, bool)
@@ -204,14 +144,6 @@ def main(argv=None):
         f"resize + flip + normalise (box) [{name}]": at_level(level, resize_call(
             module, box_images, box_boxes, out_hw, flips, f32)) for level, name in paths.items()},
         n, args.repeats))
-    if args.baseline:
-        old = baseline_module(args.baseline)
-        for name, flip, out in (("resize", no_flip, u8), ("resize + flip", flips, u8),
-                                ("resize + flip + normalise", flips, f32)):
-            rows.update(alternating_ms({
-                f"{name} (full) [{args.baseline}]": baseline_call(old, full, boxes, out, flip),
-                f"{name} (full) [this tree]": resize_call(module, full, boxes, out_hw, flip,
-                                                          out)}, n, args.repeats))
     print("| stage | ms / image |\n|---|---|")
     for name, ms in rows.items():
         print(f"| {name} | {ms:.3f} |")

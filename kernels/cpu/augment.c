@@ -14,6 +14,7 @@ typedef DTYPE real;
 #include "augment.h"
 #include "augment_resample.h"
 #include "augment_resample_avx512.h"
+#include "augment_tables.h"
 
 int aug_simd_built(void)
 {
@@ -177,9 +178,7 @@ static void horizontal_pass(const uint8_t *image, int H, int W, int C, int top, 
 
 int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
                const int32_t *dst_hw, int64_t n, int channels, const int32_t *box,
-               const int32_t *first_y, const int32_t *weights_y, int stride_y, int taps_y,
-               const int32_t *first_x, const int32_t *weights_x, int stride_x, int taps_x,
-               const int32_t *used, int out_kind, const double *scale, const double *shift,
+               const uint8_t *flip, int out_kind, const double *scale, const double *shift,
                int simd)
 {
     int failed = 0;
@@ -197,21 +196,21 @@ int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
         const int bw = box[4 * i + 3];
         const int h = dst_hw[2 * i], w = dst_hw[2 * i + 1];
         const int64_t row_len = (int64_t)w * C;
-        const int32_t *fx = first_x + i * stride_x, *fy = first_y + i * stride_y;
-        const int32_t *wx = weights_x + i * stride_x * taps_x;
-        const int32_t *wy = weights_y + i * stride_y * taps_y;
-        const int used_y = used[2 * i], used_x = used[2 * i + 1];
-        uint8_t *tmp = malloc((size_t)(bh * row_len + row_len + 1));
-        const uint8_t **rows = malloc((size_t)(taps_y > 0 ? taps_y : 1) * sizeof(*rows));
+        struct taps ty = {0}, tx = {0};
+        const int made = taps_make(&ty, bh, h, 0) == 0 && taps_make(&tx, bw, w, flip[i]) == 0;
+        uint8_t *tmp = made ? malloc((size_t)(bh * row_len + row_len + 1)) : NULL;
+        const uint8_t **rows = made ? malloc((size_t)ty.taps * sizeof(*rows)) : NULL;
         int planned = 0;
 #if NL_RESIZE_AVX512
         struct hplan plan = {0};
         if (wide && tmp && rows)
-            planned = hplan_make(&plan, w, C, fx, wx, taps_x, used_x, bw);
+            planned = hplan_make(&plan, w, C, tx.first, tx.weights, tx.taps, tx.used, bw);
 #endif
         if (!tmp || !rows || planned < 0) {
             free(tmp);
             free(rows);
+            taps_free(&ty);
+            taps_free(&tx);
             failed++;
             continue;
         }
@@ -224,27 +223,30 @@ int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
             hplan_free(&plan);
         } else
 #endif
-            horizontal_pass(src[i], H, W, C, top, left, bh, bw, w, fx, wx, taps_x, used_x,
-                            simd, tmp);
+            horizontal_pass(src[i], H, W, C, top, left, bh, bw, w, tx.first, tx.weights,
+                            tx.taps, tx.used, simd, tmp);
         for (int y = 0; y < h; y++) {
-            for (int k = 0; k < used_y; k++) {
-                const int sy = fy[y] + k < bh ? fy[y] + k : bh - 1;
+            const int32_t *wy = ty.weights + (int64_t)y * ty.taps;
+            for (int k = 0; k < ty.used; k++) {
+                const int sy = ty.first[y] + k < bh ? ty.first[y] + k : bh - 1;
                 rows[k] = tmp + (int64_t)sy * row_len;
             }
 #if NL_RESIZE_AVX512
             if (wide && out_kind <= 1) {
                 void *to = out_kind == 0 ? (void *)((uint8_t *)dst[i] + y * row_len) :
                     (void *)((float *)dst[i] + y * row_len);
-                vertical_row_avx512(rows, wy + (int64_t)y * taps_y, used_y, row_len, C,
-                                    out_kind, to, scale_reps, shift_reps);
+                vertical_row_avx512(rows, wy, ty.used, row_len, C, out_kind, to, scale_reps,
+                                    shift_reps);
                 continue;
             }
 #endif
-            vertical_row(rows, wy + (int64_t)y * taps_y, used_y, row_len, row, simd);
+            vertical_row(rows, wy, ty.used, row_len, row, simd);
             store_row(row, dst[i], y, row_len, C, out_kind, scale, shift);
         }
         free(tmp);
         free(rows);
+        taps_free(&ty);
+        taps_free(&tx);
     }
     return failed;
 }

@@ -22,22 +22,15 @@ int aug_crop(const real *const *src, const int32_t *src_hw, void *const *dst,
               const int32_t *left, const uint8_t *flip, int fill, int out_kind,
               const double *scale, const double *shift);
 
-/* Sample i's box (box[4i..4i+3]: top, left, height, width) resized bilinearly (resample.py):
- * the horizontal pass with tables first_x (n, stride_x) and weights_x (n, stride_x, taps_x),
- * into uint8 rows, then the vertical pass with first_y (n, stride_y) and weights_y
- * (n, stride_y, taps_y); 22-bit fixed point.  A tap past the box reads its last pixel (its
- * weight is 0); where a box is at least taps_x wide, the horizontal pass reads without that
- * check, so the caller shifts the tables to keep first + taps inside it (kernels.py's
- * resample_tables).  used[2i], used[2i+1]: how many of sample i's vertical and horizontal
- * taps can weigh anything (the rest are 0 and skipped).  A left-right flip is the horizontal
- * tables in reverse output order (kernels.py's resample_tables, mirror).  simd: the vector
- * passes the CPU runs (0: none, the scalar passes; 1: AVX2; 2: AVX-512 F/BW/VL/VBMI), each
- * used only where the compiler built it; every choice gives the same bits. */
+/* Sample i's box (box[4i..4i+3]: top, left, height, width) resized bilinearly (resample.py,
+ * its tap tables made here for each sample: augment_tables.h), mirrored left-right when
+ * flip[i]: the horizontal pass into uint8 rows, then the vertical pass; 22-bit fixed point.
+ * simd: the vector passes the CPU runs (0: none, the scalar passes; 1: AVX2; 2: AVX-512
+ * F/BW/VL/VBMI), each used only where the compiler built it; every choice gives the same
+ * bits. */
 int aug_resize(const real *const *src, const int32_t *src_hw, void *const *dst,
                 const int32_t *dst_hw, int64_t n, int channels, const int32_t *box,
-                const int32_t *first_y, const int32_t *weights_y, int stride_y, int taps_y,
-                const int32_t *first_x, const int32_t *weights_x, int stride_x, int taps_x,
-                const int32_t *used, int out_kind, const double *scale, const double *shift,
+                const uint8_t *flip, int out_kind, const double *scale, const double *shift,
                 int simd);
 
 /* Brightness, contrast and saturation factors[3i..3i+2] of sample i (colour.py's ColorJitter,

@@ -1,8 +1,9 @@
 """The ops of a pipeline run as the C kernels of ``kernels/cpu/augment.c`` (the uint8 variant
 ``augment_u8``), one call per op per batch, with the per-sample parameters the ops drew.
 
-A :class:`Flip` right after a crop or resize is fused into it (written mirrored), and the
-:class:`Normalize` at the end is fused into the last kernel's stores.  The results are those
+A :class:`Flip` right after a crop or resize is fused into it (written mirrored; the resize
+makes its tap tables itself, mirrored), and the :class:`Normalize` at the end is fused into
+the last kernel's stores.  The results are those
 of the ops' numpy ``reference`` bit for bit (the tests check it).  :func:`augment_module` is
 None where the kernels cannot be built (no C compiler, ``NEONLITE_CPU_KERNELS=0``): the
 pipeline then runs the numpy references.
@@ -18,7 +19,6 @@ from ...kernels.specs import cpu_variant
 from ...kernels.toolchain import CompileError, CompilerNotFound
 from .colour import ColorJitter, Normalize
 from .geometry import CenterCrop, Flip, PadCrop, RandomResizedCrop, Resize
-from .resample import bilinear_taps
 
 OUT_KINDS = {np.dtype(np.uint8): 0, np.dtype(np.float32): 1, np.dtype(np.float64): 2}
 
@@ -73,60 +73,6 @@ def _outputs(shapes_hw, channels, final):
     return [np.empty((int(h), int(w), channels), np.uint8) for h, w in shapes_hw]
 
 
-def resample_tables(lengths, outs, mirror=None):
-    """(first (N, stride), weights (N, stride, taps), stride, taps) int32 of boxes of
-    ``lengths`` resized to ``outs`` (both (N,)), padded to the batch's longest, each output's
-    taps shifted to lie inside its box (``first + taps <= length``; the shifted-in taps weigh
-    0) where the box is at least ``taps`` long, as ``aug_resize``'s fast path reads them.
-    ``mirror`` (N,) bool: those samples' outputs in reverse order (output ``x`` takes the
-    taps of ``outs - 1 - x``), a left-right flip that costs the kernel nothing."""
-    lengths, outs = np.asarray(lengths, np.int64), np.asarray(outs, np.int64)
-    if np.all(outs == outs[0]):
-        first, weights = bilinear_taps(lengths, int(outs[0]))
-    else:
-        tables = [bilinear_taps([length], int(o)) for length, o in zip(lengths, outs)]
-        stride, taps = int(outs.max()), max(w.shape[2] for _, w in tables)
-        first = np.zeros((len(outs), stride), np.int32)
-        weights = np.zeros((len(outs), stride, taps), np.int32)
-        for i, (f, w) in enumerate(tables):
-            first[i, :f.shape[1]] = f[0]
-            weights[i, :w.shape[1], :w.shape[2]] = w[0]
-    taps = weights.shape[2]
-    shift = np.maximum(first.astype(np.int64) + taps - lengths[:, None], 0)
-    shift = np.where((taps <= lengths)[:, None], shift, 0)
-    if shift.any():
-        source = np.arange(taps)[None, None, :] - shift[..., None]
-        weights = np.where(source >= 0, np.take_along_axis(
-            weights, np.clip(source, 0, taps - 1), axis=2), 0)
-        first = first - shift
-    if mirror is not None and np.any(mirror):
-        first, weights = _mirrored(first, weights, outs, np.asarray(mirror, bool))
-    return (np.ascontiguousarray(first, np.int32), np.ascontiguousarray(weights, np.int32),
-            first.shape[1], weights.shape[2])
-
-
-def _mirrored(first, weights, outs, mirror):
-    """``first`` (N, stride) and ``weights`` (N, stride, taps) with the first ``outs[i]``
-    outputs of each sample ``i`` of ``mirror`` in reverse order."""
-    first, weights = first.copy(), weights.copy()
-    if np.all(outs == first.shape[1]):
-        first[mirror], weights[mirror] = first[mirror, ::-1], weights[mirror, ::-1]
-        return first, weights
-    for i in np.flatnonzero(mirror):
-        out = int(outs[i])
-        first[i, :out], weights[i, :out] = first[i, out - 1::-1], weights[i, out - 1::-1]
-    return first, weights
-
-
-def taps_used(weights):
-    """(N,) int32: for each sample, one past the last tap of any output that weighs
-    anything (at least 1)."""
-    nonzero = weights != 0
-    last = np.where(nonzero.any(axis=2), weights.shape[2] - np.argmax(nonzero[..., ::-1], axis=2),
-                    0)
-    return np.maximum(last.max(axis=1), 1).astype(np.int32)
-
-
 def run_steps(module, planned, images, shapes, out, normalize):
     """Run ``planned`` ((op, params) pairs, in order) on ``images`` (a uint8 (N, H, W, C)
     array or list) of ``shapes`` (N, 3), the last step writing ``out`` (normalised by
@@ -174,7 +120,6 @@ class Call:
         self.ffi, self.src, self.n, self.hw = ffi, src, len(hw), np.asarray(hw)
         self.dst = pointer_array(ffi, "void *[]", dst)
         self.dst_hw = self.i32(hw)
-        self.mirror = np.asarray(flip, bool)
         self.flip = ffi.from_buffer("uint8_t[]", np.ascontiguousarray(flip, np.uint8))
         self.kind, self.stores = kind, stores
 
@@ -189,14 +134,10 @@ class Call:
                             self.kind, *self.stores)
 
     def resize(self, lib, box):
-        src, box = self.src, np.asarray(box)
-        fy, wy, sy, ty = resample_tables(box[:, 2], self.hw[:, 0])
-        fx, wx, sx, tx = resample_tables(box[:, 3], self.hw[:, 1], self.mirror)
-        used = np.stack([taps_used(wy), taps_used(wx)], axis=1)
+        src = self.src
         return lib.aug_resize(src.pointers, self.i32(src.hw), self.dst, self.dst_hw, self.n,
-                              src.channels, self.i32(box), self.i32(fy), self.i32(wy), sy, ty,
-                              self.i32(fx), self.i32(wx), sx, tx, self.i32(used), self.kind,
-                              *self.stores, byte_vector_level())
+                              src.channels, self.i32(box), self.flip, self.kind, *self.stores,
+                              byte_vector_level())
 
     def jitter(self, lib, factors):
         src = self.src
