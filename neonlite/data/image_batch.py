@@ -9,6 +9,9 @@ from .iterator import DataError
 #: the most files a batch keeps open between reading their headers and decoding them (the
 #: others are opened twice)
 KEEP_OPEN = 256
+#: the most bytes of JPEG files read whole for their headers (:meth:`Decoder.open`) a batch
+#: keeps until their decode (the others are read again)
+KEEP_BYTES = 256 << 20
 
 
 class BatchMaker:
@@ -82,8 +85,9 @@ class BatchMaker:
 
     def _plan_and_decode(self, indices, epoch_key, out, used, bad, headers, opened):
         """:meth:`_make_scaled`'s work; ``opened`` holds the files it opened for their
-        headers (up to :data:`KEEP_OPEN` of them) until their decode, the caller closes what
-        is left."""
+        headers (up to :data:`KEEP_OPEN` of them, holding up to :data:`KEEP_BYTES`) until
+        their decode, the caller closes what is left."""
+        kept = 0
         while True:
             shapes, found = [None] * len(indices), False
             for k, i in enumerate(used):
@@ -91,8 +95,9 @@ class BatchMaker:
                     if int(i) not in headers:
                         handle = self.decoder.open(self._path(i))
                         headers[int(i)] = handle.image.height, handle.image.width
-                        if len(opened) < KEEP_OPEN:
+                        if len(opened) < KEEP_OPEN and kept + handle.held <= KEEP_BYTES:
                             opened[int(i)] = handle
+                            kept += handle.held
                         else:
                             handle.close()
                     shapes[k] = headers[int(i)] + (self.decoder.channels,)

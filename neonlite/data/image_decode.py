@@ -103,12 +103,13 @@ class Decoder:
         file is opened."""
         handle = opened if opened is not None else self.open(path)
         if isinstance(handle, _JpegBytes):
+            data = handle.data
             with handle:
                 self._check_size(path, handle.height, handle.width)
                 found = self._kernel_box(path, handle, box, out_hw, alloc)
             if found is not None:
                 return found
-            handle = self._pillow(path, io.BytesIO(handle.data))
+            handle = self._pillow(path, io.BytesIO(data))
         with handle as image:
             self._check_size(path, image.height, image.width)
             full_hw = image.height, image.width
@@ -277,6 +278,11 @@ class _JpegBytes:
         self.data, self.height, self.width, self.mode = data, height, width, mode
 
     @property
+    def held(self):
+        """The bytes of memory this holds until closed."""
+        return len(self.data)
+
+    @property
     def image(self):
         return self
 
@@ -287,11 +293,14 @@ class _JpegBytes:
         self.close()
 
     def close(self):
-        pass
+        self.data = b""
 
 
 class _Closing:
     """An open Pillow image and its file, closed together (a ``with`` target)."""
+
+    #: the bytes of memory this holds until closed (an open file, a parsed header)
+    held = 0
 
     def __init__(self, image, file):
         self.image, self.file = image, file

@@ -126,6 +126,39 @@ def test_a_jpeg_the_kernel_takes_is_never_opened_by_pillow(tmp_path, monkeypatch
     assert len(opened) == 1
 
 
+def test_a_file_the_kernel_hands_back_after_its_header_goes_to_pillow(tmp_path, monkeypatch):
+    """A file whose header the kernel takes but whose decode it declines (arithmetic coding
+    where libjpeg lacks it): Pillow decodes the bytes already read."""
+    from neonlite.data import image_decode
+    path = tmp_path / "a.jpg"
+    path.write_bytes(jpeg_bytes(photo(6), subsampling=2))
+    want = np.asarray(Image.open(path).convert("RGB"))
+    monkeypatch.setattr(image_decode, "decode_jpeg_into", lambda *args: None)
+    pixels, box = Decoder(3).decode_box(str(path), np.array([4, 8, 30, 40]), (30, 40))
+    assert np.array_equal(pixels, want) and list(box) == [4, 8, 30, 40]
+
+
+@pytest.mark.parametrize("keep", [0, 1 << 30])
+def test_batches_read_again_the_files_past_the_kept_bytes(tmp_path, monkeypatch, keep):
+    """The JPEGs read whole for their headers are kept for their decode up to KEEP_BYTES;
+    past it they are read again: the same batch either way."""
+    from neonlite.data import image_batch
+    from neonlite.data.augment import Flip, Pipeline, RandomResizedCrop
+    from neonlite.data.image_files import ImageFiles
+    paths = [tmp_path / f"{i}.jpg" for i in range(6)]
+    for i, path in enumerate(paths):
+        path.write_bytes(jpeg_bytes(photo(i), subsampling=2))
+    files = ImageFiles([str(p) for p in paths], np.zeros(6), ("x",), tmp_path)
+    pipeline = Pipeline([RandomResizedCrop(32), Flip()])
+    out = {}
+    for kept in (keep, image_batch.KEEP_BYTES):
+        monkeypatch.setattr(image_batch, "KEEP_BYTES", kept)
+        maker = image_batch.BatchMaker(files, Decoder(3), pipeline)
+        out[kept] = np.empty((6, 32, 32, 3), np.uint8)
+        maker.make(np.arange(6), 5, out[kept])
+    assert np.array_equal(*out.values())
+
+
 @pytest.mark.parametrize("name, options", LAYOUTS, ids=[n for n, _ in LAYOUTS])
 def test_pillow_gives_the_same_bits_full_and_drafted(name, options):
     """Pillow's own libjpeg-turbo (3.x), the same ISLOW IDCT and fancy upsampling: equal
