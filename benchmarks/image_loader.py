@@ -10,7 +10,9 @@ files decoded whole by Pillow (``NEONLITE_JPEG_KERNEL=0``: the loader before the
 region-of-interest kernel).  Files are generated into
 a temporary folder.  Each figure is the images/s of the last of ``--epochs`` epochs (the
 first starts the workers); every loader runs ``--rounds`` times, the loaders alternating, and
-the table gives the medians; "per worker" divides by the number of workers.  The PyTorch rows
+the table gives the medians; "per worker" divides by the number of workers.  "CPU ms /
+image" is the CPU time the epoch took per image, the process and its workers together (a
+loaded machine disturbs it much less than images/s).  The PyTorch rows
 run ``benchmarks/image_loader_torch.py`` under ``--torch-python`` (default
 /work/venvs/tv/bin/python where it exists, else this interpreter), which needs torchvision.
 Timings from a loaded machine mean nothing: rerun on an idle one.
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 
 from benchmarks.image_folders import jpeg_folder, random_folder
+from benchmarks.process_cpu import tree_seconds
 from neonlite.data.jpeg_kernel import ENV as JPEG_KERNEL_ENV
 
 HERE = Path(__file__).resolve().parent
@@ -37,31 +40,37 @@ ROWS = {"png32": "(a) 32x32 PNG + pad-4 crop + flip + normalise",
 
 
 def neonlite_rate(root, kind, workers, batch, epochs):
-    """images/s of the last of ``epochs`` epochs of ImageFolder's training iterator."""
+    """(images/s, CPU ms per image of this process and its loader workers) of the last of
+    ``epochs`` epochs of ImageFolder's training iterator."""
     from neonlite import gen_backend
     from neonlite.data import ImageFolder
     gen_backend("cpu", batch_size=batch, rng_seed=0)
     augment = AUGMENT[kind] + [{"type": "normalize", "config": {"mean": MEAN, "std": STD}}]
     data = ImageFolder(root=str(root), augment=augment, num_workers=workers)
-    rates = []
+    rates, iterator = [], data.train_iter
     try:
         for _ in range(epochs):
-            start, count = time.perf_counter(), 0
-            for _ in data.train_iter:
-                count += data.train_iter.valid
-            rates.append(count / (time.perf_counter() - start))
+            pids = [w.proc.pid for w in iterator._pool.workers] if iterator._pool else []
+            start, cpu, count = time.perf_counter(), tree_seconds(pids), 0
+            for _ in iterator:
+                count += iterator.valid
+            pids = [w.proc.pid for w in iterator._pool.workers] if iterator._pool else []
+            rates.append((count / (time.perf_counter() - start),
+                          (tree_seconds(pids) - cpu) * 1e3 / count))
     finally:
         data.close()
     return rates[-1]
 
 
 def torch_rate(python, root, kind, decoder, workers, batch, epochs):
+    """((images/s, CPU ms per image) of the DataLoader's last epoch, None), or (None, why)."""
     done = subprocess.run([python, str(HERE / "image_loader_torch.py"), str(root), kind, decoder,
                            "--workers", str(workers), "--batch", str(batch), "--epochs",
                            str(epochs)], capture_output=True, text=True, timeout=3600)
     if done.returncode:
         return None, done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
-    return json.loads(done.stdout.strip().splitlines()[-1])["images_per_s"], None
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return (result["images_per_s"], result["cpu_ms_per_image"]), None
 
 
 def default_torch_python():
@@ -73,12 +82,12 @@ def _contenders(args, root, kind, batch):
     """(label, no-argument function giving images/s or (None, why)) of each loader of row
     ``kind``."""
     def ours():
-        return neonlite_rate(root, kind, args.workers, batch, args.epochs)
+        return neonlite_rate(root, kind, args.workers, batch, args.epochs), None
 
     def whole():
         os.environ[JPEG_KERNEL_ENV] = "0"
         try:
-            return neonlite_rate(root, kind, args.workers, batch, args.epochs)
+            return neonlite_rate(root, kind, args.workers, batch, args.epochs), None
         finally:
             os.environ.pop(JPEG_KERNEL_ENV)
 
@@ -107,7 +116,8 @@ def main(argv=None):
     work = Path(tempfile.mkdtemp(prefix="image-loader-"))
     sizes = {"png32": (128 if args.smoke else 10000, 128), "jpeg224": (32 if args.smoke else
                                                                       1000, 32)}
-    print("| pipeline | loader | images/s | per worker | neonlite / this |\n|---|---|---|---|---|")
+    print("| pipeline | loader | images/s | per worker | neonlite / this | CPU ms / image | "
+          "this / neonlite (CPU) |\n|---|---|---|---|---|---|---|")
     for kind in ([args.only] if args.only else ROWS):
         count, batch = sizes[kind]
         root = work / kind
@@ -119,23 +129,24 @@ def main(argv=None):
             for label, run in contenders:
                 if label in failed:
                     continue
-                got = run()
-                if isinstance(got, tuple):
-                    got, why = got
-                    if got is None:
-                        failed[label] = why
-                        continue
+                got, why = run()
+                if got is None:
+                    failed[label] = why
+                    continue
                 rates[label].append(got)
-        ours = statistics.median(rates["neonlite ImageFolder"])
+        ours = [statistics.median(r) for r in zip(*rates["neonlite ImageFolder"])]
         for label, _ in contenders:
             if label in failed:
-                print(f"| {ROWS[kind]} | {label} | ({failed[label]}) | | |", flush=True)
+                print(f"| {ROWS[kind]} | {label} | ({failed[label]}) | | | | |", flush=True)
                 continue
-            rate = statistics.median(rates[label])
+            rate, cpu = (statistics.median(r) for r in zip(*rates[label]))
             print(f"| {ROWS[kind]} | {label} | {rate:,.0f} | {rate / args.workers:,.0f} | "
-                  f"{ours / rate:.2f}x |", flush=True)
+                  f"{ours[0] / rate:.2f}x | {cpu:.2f} | {cpu / ours[1]:.2f}x |", flush=True)
     print(f"medians of {rounds} runs per loader, alternating; each run the images/s of the "
-          f"last of {args.epochs} epochs")
+          f"last of {args.epochs} epochs, and the CPU time it took per image (the process and "
+          f"its loader workers): on a loaded machine the wall clock stretches, the CPU time "
+          f"much less, so the CPU ratio estimates the idle machine's images/s ratio when the "
+          f"loaders keep every core busy")
     return 0
 
 

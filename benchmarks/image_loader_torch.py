@@ -1,7 +1,8 @@
 """The PyTorch side of ``benchmarks/image_loader.py``: ``torch.utils.data.DataLoader`` over an
 image folder, decoding with ``torchvision.io.decode_image`` (or Pillow) and augmenting uint8
 tensors with ``torchvision.transforms.v2``; prints one JSON line of images/s.  It imports no
-neonlite (it runs in an interpreter that has torchvision, which may lack neonlite).
+neonlite (it runs in an interpreter that has torchvision, which may lack neonlite); the CPU
+time per image of the last epoch (this process and its workers) comes with it.
 
     python benchmarks/image_loader_torch.py ROOT {png32,jpeg224} {decode_image,pillow}
         [--workers 2] [--batch 128] [--epochs 2]
@@ -11,6 +12,8 @@ import json
 import sys
 import time
 from pathlib import Path
+
+from process_cpu import tree_seconds
 
 MEAN, STD = [0.49, 0.48, 0.45], [0.25, 0.24, 0.26]
 
@@ -50,6 +53,12 @@ class Folder:
         return self.transform(image), torch.tensor(label)
 
 
+def worker_pids(loader):
+    """The pids of the DataLoader's persistent workers (none before its first epoch)."""
+    iterator = getattr(loader, "_iterator", None)
+    return [w.pid for w in getattr(iterator, "_workers", [])]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root")
@@ -65,13 +74,15 @@ def main(argv=None):
     loader = torch.utils.data.DataLoader(data, batch_size=args.batch, shuffle=True,
                                          num_workers=args.workers, persistent_workers=True,
                                          drop_last=False)
-    rates = []
+    rates, cpu = [], []
     for _ in range(args.epochs):
-        start, count = time.perf_counter(), 0
+        pids = worker_pids(loader)
+        start, used, count = time.perf_counter(), tree_seconds(pids), 0
         for x, _ in loader:
             count += x.shape[0]
         rates.append(count / (time.perf_counter() - start))
-    print(json.dumps({"images_per_s": rates[-1], "epochs": rates}))
+        cpu.append((tree_seconds(worker_pids(loader)) - used) * 1e3 / count)
+    print(json.dumps({"images_per_s": rates[-1], "cpu_ms_per_image": cpu[-1], "epochs": rates}))
     return 0
 
 
