@@ -12,7 +12,8 @@ a temporary folder.  Each figure is the images/s of the last of ``--epochs`` epo
 first starts the workers); every loader runs ``--rounds`` times, the loaders alternating, and
 the table gives the medians; "per worker" divides by the number of workers.  "CPU ms /
 image" is the CPU time the epoch took per image, the process and its workers together (a
-loaded machine disturbs it much less than images/s).  The PyTorch rows
+loaded machine disturbs it much less than images/s); "cores busy" is images/s times it: on
+an idle machine, how many cores the loader kept at work (2 workers: at most about 2).  The PyTorch rows
 run ``benchmarks/image_loader_torch.py`` under ``--torch-python`` (default
 /work/venvs/tv/bin/python where it exists, else this interpreter), which needs torchvision.
 Timings from a loaded machine mean nothing: rerun on an idle one.
@@ -117,7 +118,7 @@ def main(argv=None):
     sizes = {"png32": (128 if args.smoke else 10000, 128), "jpeg224": (32 if args.smoke else
                                                                       1000, 32)}
     print("| pipeline | loader | images/s | per worker | neonlite / this | CPU ms / image | "
-          "this / neonlite (CPU) |\n|---|---|---|---|---|---|---|")
+          "this / neonlite (CPU) | cores busy |\n|---|---|---|---|---|---|---|---|")
     for kind in ([args.only] if args.only else ROWS):
         count, batch = sizes[kind]
         root = work / kind
@@ -137,11 +138,12 @@ def main(argv=None):
         ours = [statistics.median(r) for r in zip(*rates["neonlite ImageFolder"])]
         for label, _ in contenders:
             if label in failed:
-                print(f"| {ROWS[kind]} | {label} | ({failed[label]}) | | | | |", flush=True)
+                print(f"| {ROWS[kind]} | {label} | ({failed[label]}) | | | | | |", flush=True)
                 continue
             rate, cpu = (statistics.median(r) for r in zip(*rates[label]))
             print(f"| {ROWS[kind]} | {label} | {rate:,.0f} | {rate / args.workers:,.0f} | "
-                  f"{ours[0] / rate:.2f}x | {cpu:.2f} | {cpu / ours[1]:.2f}x |", flush=True)
+                  f"{ours[0] / rate:.2f}x | {cpu:.2f} | {cpu / ours[1]:.2f}x | "
+                  f"{rate * cpu / 1e3:.2f} |", flush=True)
     print(f"medians of {rounds} runs per loader, alternating; each run the images/s of the "
           f"last of {args.epochs} epochs, and the CPU time it took per image (the process and "
           f"its loader workers): on a loaded machine the wall clock stretches, the CPU time "
