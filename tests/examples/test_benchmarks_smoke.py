@@ -67,3 +67,32 @@ def test_against_a_missing_comparison_is_an_error(monkeypatch, capsys):
     assert main(["--against", "torch", "--smoke", "--only", "gemm"]) == 1
     err = capsys.readouterr().err
     assert "PyTorch is not installed" in err
+
+
+def test_jpeg_stages_benchmark_smoke(capsys):
+    """``python -m benchmarks.jpeg_stages``: every stage timed, the resize on each vector path
+    this CPU runs."""
+    from support.requires import need
+    need("compiler", "jpeg_kernel")
+    from benchmarks.jpeg_stages import main as stages_main
+    from neonlite.data.augment.kernels import augment_module
+    from neonlite.kernels.cpu_features import byte_vector_level
+    stages_main(["--count", "4", "--repeats", "1"])
+    table = capsys.readouterr().out
+    for stage in ("open (kernel)", "decode box (kernel)", "draw",
+                  "resize + flip + normalise (box)", "[scalar]"):
+        assert f"| {stage}" in table or f"{stage} |" in table, stage
+    level = min(byte_vector_level(), augment_module().lib.aug_simd_built())
+    assert ("[AVX-512]" in table) == (level >= 2) and ("[AVX2]" in table) == (level >= 1)
+
+
+def test_image_loader_benchmark_smoke(capsys):
+    """``python -m benchmarks.image_loader --smoke --only jpeg224``: neonlite's rows with their
+    CPU time per image and cores busy; a PyTorch side that cannot run is a row saying why."""
+    from benchmarks.image_loader import main as loader_main
+    assert loader_main(["--smoke", "--only", "jpeg224", "--torch-python", sys.executable]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| (b)")]
+    assert len(lines) == 4
+    ours = [cell.strip() for cell in lines[0].split("|")[1:-1]]
+    assert ours[1] == "neonlite ImageFolder" and ours[4] == "1.00x" and ours[6] == "1.00x"
+    assert float(ours[2].replace(",", "")) > 0 and float(ours[5]) > 0 and float(ours[7]) > 0
