@@ -19,6 +19,8 @@ this process), ``jpeg_kernel`` (the region-of-interest JPEG kernel is built: the
 finds ``jpeglib.h`` and links ``-ljpeg``), ``resize_avx2`` and ``resize_avx512`` (the
 augmentation's resize has its AVX2, or AVX-512 VBMI, path here: the CPU flags list the
 instructions and the build holds the path).  Each check runs once per session, when a test first asks for it.
+A kernel that fails to compile where a C compiler exists is not a reason to skip: the check
+raises the compile error, and the tests that need the kernel fail.
 """
 import functools
 import importlib.util
@@ -144,20 +146,41 @@ def _amx():
     return None if usable else f"no AMX-BF16 here: {reason}"
 
 
+def _built(variant):
+    """The cffi module of CPU kernel variant ``variant`` where this machine can build it; a
+    source that fails to compile where a compiler exists is a broken kernel, and the error
+    raises (the tests that need it fail, they are not skipped)."""
+    from neonlite.kernels.build import default_builder
+    return default_builder().load_cpu(variant)
+
+
+def _kernels_off(*names):
+    """Why the kernels are switched off by the environment (``name=0``), or None."""
+    off = [n for n in names if os.environ.get(n, "").strip() == "0"]
+    return f"{off[0]}=0 turns the kernel off" if off else None
+
+
 def _jpeg_kernel():
-    from neonlite.data.jpeg_kernel import jpeg_decoder_state
-    in_use, words = jpeg_decoder_state()
-    return None if in_use else f"no region-of-interest JPEG kernel here: {words}"
+    from neonlite.kernels.specs import find
+    reason = _compiler() or _kernels_off("NEONLITE_CPU_KERNELS", "NEONLITE_JPEG_KERNEL")
+    if reason is not None:
+        return f"no region-of-interest JPEG kernel here: {reason}"
+    if _built(find("jpeg_roi")).lib.jroi_version() == 0:
+        return "no region-of-interest JPEG kernel here: jpeglib.h or -ljpeg not found by the " \
+               "C compiler"
+    return None
 
 
 def _resize_level(level, words):
     def check():
-        from neonlite.data.augment.kernels import augment_module
+        import numpy as np
         from neonlite.kernels.cpu_features import byte_vector_level
-        module = augment_module()
-        if module is None:
-            return "the augmentation kernels are not built here"
-        have = min(byte_vector_level(), module.lib.aug_simd_built())
+        from neonlite.kernels.specs import cpu_variant
+        reason = _compiler() or _kernels_off("NEONLITE_CPU_KERNELS")
+        if reason is not None:
+            return f"the augmentation kernels are not built here: {reason}"
+        have = min(byte_vector_level(), _built(cpu_variant("augment", np.uint8)).lib
+                   .aug_simd_built())
         return None if have >= level else f"the resize has no {words} path here"
     return check
 
