@@ -183,7 +183,7 @@ class OpTreeMachine:
             return False
         return self.run_multi([(out, tree)], reductions_ok=True)
 
-    def run_multi(self, assignments, reductions_ok=False):
+    def run_multi(self, assignments, reductions_ok=False, bf16=False):
         """Evaluate ``[(out, tree), ...]`` (ndarrays, op-trees) in one pass over memory, as if
         ``out[...] = tree`` ran in order: a tree that reads an earlier output (the same memory,
         exactly) reads its new value.  The outputs must share one shape and may not overlap

@@ -160,7 +160,7 @@ ROWS = (
        cuda_functions=("norm:nl_colsum2", "norm:nl_bn_stats", "norm:nl_bn_apply"),
        sample={"M": 12, "C": 9}),
     Op("batchnorm_moments", F, "per-channel mean and squared deviations of x (M, C)",
-       per_element(3, 0), reference=norm.batchnorm_moments,
+       per_element(3, 0), operands=(Operand("x"),), reference=norm.batchnorm_moments,
        c_symbols=("norm:batchnorm_moments",), cuda_functions=("norm:nl_colsum2",)),
     Op("batchnorm_apply", F,
        "Normalize with given statistics as training-mode ``batchnorm_fprop`` does with its "
