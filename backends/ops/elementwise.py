@@ -78,7 +78,7 @@ ROWS = (
        "forward output gelu(x) when at hand, lets a backend skip recomputing Phi(x) = y / x.",
        _gelu_bprop,
        operands=(Operand("x", _ROWS), Operand("dy", _ROWS), Operand("dx", _ROWS, written=True),
-                 Operand("dbias", ("D",), written=True, optional=True),
+                 Operand("dbias", ("D",), written=True, optional=True, updated=True),
                  Operand("y", _ROWS, optional=True, trailing=True)),
        scalars=(_APPROXIMATE,), check=_gelu_bprop_check, reference=gelu.gelu_bprop,
        kernel=Kernel("gelu", "gelu_bprop", cuda_variant="codegen", work="gelu_bprop",
