@@ -114,8 +114,10 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
 
     def prepare_kernels(self):
         """Compile the C kernels of this backend's data type that are not cached yet (one
-        notice on stderr); ``Model.fit`` calls it before the first epoch."""
-        self.kernels.prepare(self.dtype)
+        notice on stderr); ``Model.fit`` calls it before the first epoch.  bfloat16 runs the
+        float32 kernels."""
+        self.kernels.prepare(np.float32 if self.bf16_made and is_bf16(self.dtype)
+                             else self.dtype)
 
     def evaluate_into(self, out, value, keep=False):
         """out (ndarray)[...] = value (op-tree, tensor, array or scalar); ``keep``: out is a
