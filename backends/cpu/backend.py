@@ -189,7 +189,9 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
 
     def execute_multi(self, assignments):
         pairs = [(out._ary, tree) for out, tree in assignments]
-        if not self._machine.run_multi(pairs, bf16=self.bf16_made):
+        taken = self._machine.run_multi(pairs, bf16=True) if self.bf16_made else \
+            self._machine.run_multi(pairs)
+        if not taken:
             for out, tree in pairs:
                 self.evaluate_into(out, tree)
 

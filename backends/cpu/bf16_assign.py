@@ -79,7 +79,7 @@ def assign_bf16(be, out, value, machine):
         if not (out_bf16 or _has_bf16_leaf(value)):
             return False
         _check_bit_nodes(value)
-        if machine.run(out, value):
+        if machine.run(out, value, bf16=True):
             return True
         boundary = be.bf16_boundary
         tree = _widened(value, boundary, {})

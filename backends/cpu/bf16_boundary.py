@@ -137,41 +137,52 @@ class Bf16Boundary:
 
 def boundary_method(op, method, fused=None):
     """Backend method ``method`` (a section's implementation of row ``op``, which names its
-    operands) wrapped in the boundary: on a backend that has made no bf16 tensor, or a call
-    with none among the row's operands, the method itself runs; otherwise its operands go
-    through :meth:`Bf16Boundary.swap` around it.  ``fused(backend, arguments)`` (the bound
-    arguments, defaults applied), when given, runs the call first and returns the method's
-    result, or :data:`NOT_TAKEN` where it does not take the operands (the bf16 GEMMs).  A
-    result that is a work tensor is given back as the operand it stands for."""
+    operands) wrapped in the boundary, written from its signature (Python binds the
+    arguments, as the op table's methods do): on a backend that has made no bf16 tensor, or a
+    call with none among the row's operands, the method itself runs; otherwise
+    :func:`_boundary_call` runs it.  ``fused(backend, arguments)`` (the arguments by name),
+    when given, runs the call first and returns the method's result, or :data:`NOT_TAKEN`
+    where it does not take the operands (the bf16 GEMMs)."""
     signature = inspect.signature(method)
-    flags = [(o.name, not o.written or o.updated, o.written) for o in op.operands]
-    names = tuple(o.name for o in op.operands)
+    params = list(signature.parameters.values())[1:]
+    if any(p.kind not in (p.POSITIONAL_OR_KEYWORD,) for p in params):
+        raise ValueError(f"{op.name}: the bf16 boundary wraps methods of plain parameters")
+    names = [p.name for p in params]
+    operands = [o.name for o in op.operands if o.name in names]
+    defaults = {f"_d_{p.name}": p.default for p in params if p.default is not p.empty}
+    header = ", ".join(p.name if f"_d_{p.name}" not in defaults else f"{p.name}=_d_{p.name}"
+                       for p in params)
+    given = ", ".join(names)
+    source = (f"def {op.name}(self, {header}):\n"
+              f"    if not self.bf16_made or not ({' or '.join(f'_is({n})' for n in operands)}):\n"
+              f"        return _method(self, {given})\n"
+              f"    return _call(self, {{{', '.join(f'{n!r}: {n}' for n in names)}}})\n")
+    call = functools.partial(_boundary_call, op, method, fused,
+                             [(o.name, not o.written or o.updated, o.written)
+                              for o in op.operands if o.name in names])
+    namespace = {"_method": method, "_is": is_bf16_tensor, "_call": call, **defaults}
+    exec(compile(source, f"<bf16 boundary: {op.name}>", "exec"), namespace)  # noqa: S102
+    wrapped = functools.wraps(method)(namespace[op.name])
+    return wrapped
 
-    @functools.wraps(method)
-    def run(self, *args, **kwargs):
-        if not self.bf16_made:
-            return method(self, *args, **kwargs)
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        arguments = bound.arguments
-        if not any(is_bf16_tensor(arguments.get(n)) for n in names):
-            return method(self, *args, **kwargs)
-        if fused is not None:
-            result = fused(self, arguments)
-            if result is not NOT_TAKEN:
-                return result
-        boundary = self.bf16_boundary
-        given = [(n, arguments[n], reads, writes) for n, reads, writes in flags
-                 if n in arguments]
-        values, written = boundary.swap(op.name, given)
-        originals = {}
-        for (name, value, _, _), swapped in zip(given, values):
-            arguments[name] = swapped
-            originals[id(swapped)] = value
-        result = method(*bound.args, **bound.kwargs)
-        boundary.narrow_all(written)
-        return originals.get(id(result), result)
-    return run
+
+def _boundary_call(op, method, fused, flags, backend, arguments):
+    """``method`` of row ``op`` on ``arguments`` (by name) with a bf16 operand among them:
+    ``fused`` first where given, else the operands through :meth:`Bf16Boundary.swap` around
+    the method; a result that is a work tensor is given back as the operand it stands for."""
+    if fused is not None:
+        result = fused(backend, arguments)
+        if result is not NOT_TAKEN:
+            return result
+    given = [(n, arguments[n], reads, writes) for n, reads, writes in flags]
+    values, written = backend.bf16_boundary.swap(op.name, given)
+    originals = {}
+    for (name, value, _, _), swapped in zip(given, values):
+        arguments[name] = swapped
+        originals[id(swapped)] = value
+    result = method(backend, **arguments)
+    backend.bf16_boundary.narrow_all(written)
+    return originals.get(id(result), result)
 
 
 def boundary_methods(cls, rows, fused):

@@ -24,6 +24,7 @@ from support.operand_cases import cases
 from support.requires import requires
 
 import neonlite
+from neonlite.backends.cpu.optree import OpTreeMachine
 from neonlite.backends.ops import OPS
 from neonlite.backends.shared.bfloat16 import BFLOAT16, bf16_to_f32, f32_to_bf16
 
@@ -107,6 +108,14 @@ def test_op_trees_load_and_store_bf16():
     strided[:, ::2] = a + b
     _within(strided.get()[:, ::2], av + bv)
     assert not strided.get()[:, 1::2].any()
+    machine = OpTreeMachine(be.kernels)
+    assert machine.run(np.asarray(out.get()), a * f32 + row, bf16=True), \
+        "the machine takes bf16 leaves beside float32 ones"
+    assert machine.run(strided[:, ::2]._ary, a * 2.0 - b, bf16=True), \
+        "the machine stores a strided bf16 output"
+    _within(strided.get()[:, ::2], av * 2.0 - bv)
+    assert not machine.run(bias._ary, be.sum(a, axis=0) + 1.0, bf16=True), \
+        "an inner reduction of bf16 leaves is left to the widening path"
 
 
 def test_execute_multi_reads_earlier_outputs_new_values():
