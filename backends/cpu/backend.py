@@ -288,8 +288,11 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         return self.name
 
 
-#: the rows the section files implement, each wrapped in the bf16 boundary (the products
-#: first tried by ``dot_bf16``)
+#: the rows the section files implement, each wrapped in the bf16 boundary (first the fused
+#: calls of ``bf16.py``: the products by ``dot_bf16``, gathers and permutations of bits)
 for _name, _method in boundary_methods(
-        CPUBackend, OPS.values(), {"compound_dot": CPUBackend.fused_compound_dot}).items():
+        CPUBackend, OPS.values(),
+        {"compound_dot": CPUBackend.fused_compound_dot, "take_rows": CPUBackend.fused_take_rows,
+         "scatter_add_rows": CPUBackend.fused_scatter_add_rows,
+         "permute_axes": CPUBackend.fused_permute_axes}).items():
     setattr(CPUBackend, _name, _method)

@@ -5,7 +5,10 @@ machine pays for (``bf16_choice.py``: measured per op class, or ``NEONLITE_BF16`
 bf16 arrays are numpy ``uint16`` bit patterns (``bf16_kernels.py``).  These methods take numpy
 arrays or the backend's tensors (their arrays are used).
 """
+import numpy as np
+
 from ...kernels.cpu_features import forced_off
+from ..operand_shapes import check_permute, check_table_rows
 from ..ops import OPS
 from . import bf16_choice
 from .bf16_boundary import NOT_TAKEN, is_bf16_tensor
@@ -107,3 +110,35 @@ class CPUBf16Ops:
         self.dot_bf16(a, b, work, arguments["alpha"], beta, transA, transB)
         boundary.narrow(work, c, ("compound_dot", "C"))
         return C
+
+    def fused_take_rows(self, arguments):
+        """``take_rows`` of a bf16 table into a bf16 ``out`` (both contiguous): the rows' bits
+        gathered as they are (exact: no widening of the whole table); ids stored in bf16 are
+        checked first (``check_table_rows``) and go the boundary's general path."""
+        table, ids, out = arguments["table"], arguments["ids"], arguments["out"]
+        check_table_rows("take_rows", ("table", table), ids, ("out", out))
+        if is_bf16_tensor(ids) or not (is_bf16_tensor(table) and is_bf16_tensor(out)):
+            return NOT_TAKEN
+        rows, found = table._ary, out._ary
+        if not (rows.flags.c_contiguous and found.flags.c_contiguous):
+            return NOT_TAKEN
+        idx = self._row_indices(ids._ary, rows.shape[0])
+        np.take(rows, idx, axis=0, out=found.reshape(idx.size, rows.shape[1]), mode="clip")
+        return None
+
+    def fused_scatter_add_rows(self, arguments):
+        """``scatter_add_rows``: the ids checked on the operands as given (bf16 ids refused
+        where the table is longer than bf16 numbers ids exactly), then the boundary's general
+        path (the sums are float32)."""
+        check_table_rows("scatter_add_rows", ("grad_table", arguments["grad_table"]),
+                         arguments["ids"], ("rows", arguments["rows"]))
+        return NOT_TAKEN
+
+    def fused_permute_axes(self, arguments):
+        """``permute_axes`` from bf16 to bf16: the bits moved as they are (exact)."""
+        x, out, axes = arguments["x"], arguments["out"], arguments["axes"]
+        if not (is_bf16_tensor(x) and is_bf16_tensor(out)):
+            return NOT_TAKEN
+        check_permute(x, out, axes)
+        np.copyto(out._ary, np.transpose(x._ary, tuple(int(a) for a in axes)))
+        return None
