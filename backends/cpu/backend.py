@@ -22,7 +22,7 @@ from ..ops import OPS
 from ..ops.table import CALL, PLAN
 from ..optree import OpNode, assignment_error
 from ..reference.optree import evaluate
-from ..shared.bfloat16 import as_dtype, bf16_is_finite, is_bf16
+from ..shared.bfloat16 import as_dtype, is_bf16
 from ..storage import array_is_finite, host_buffer
 from ..variants import CONV_METHODS, GEMM_METHODS, conv_algorithm
 from .arena import make_cpu_arena
@@ -264,10 +264,10 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         return make_cpu_arena(self, params)
 
     def is_finite(self, tensor, work=None):
-        """Two reductions over the tensor's numpy array (``work`` is not needed); of a bfloat16
-        tensor's bits, one pass over their exponents."""
+        """Two reductions over the tensor's numpy array (``work`` is not needed); a bfloat16
+        tensor's in widened chunks (``Bf16Boundary.is_finite``)."""
         if is_bf16_tensor(tensor):
-            return bf16_is_finite(tensor._ary)
+            return self.bf16_boundary.is_finite(tensor._ary)
         return array_is_finite(tensor._ary)
 
     def buffer_of(self, tensor):

@@ -28,6 +28,7 @@ import inspect
 
 import numpy as np
 
+from ..storage import array_is_finite
 from .bf16_kernels import F32, from_bf16, to_bf16
 from .tensor import CPUTensor, aligned_empty
 
@@ -35,6 +36,8 @@ from .tensor import CPUTensor, aligned_empty
 _U32 = np.dtype(np.uint32)
 #: what a fused call returns where it does not take the operands
 NOT_TAKEN = object()
+#: elements :meth:`Bf16Boundary.is_finite` widens at a time
+CHUNK = 1 << 16
 
 
 def is_bf16_tensor(value):
@@ -93,6 +96,24 @@ class Bf16Boundary:
             bits = self._bits[full] = aligned_empty(dst.shape, np.uint16)
         to_bf16(self._backend.kernels, src, bits)
         np.copyto(dst, bits, casting="unsafe")
+
+    def is_finite(self, ary, chunk=CHUNK):
+        """True when bf16 array ``ary`` holds no inf or NaN: widened ``chunk`` elements at a
+        time into a kept float32 buffer, each checked by two reductions (nothing allocated
+        after the first call; a non-contiguous view is widened whole into a work tensor)."""
+        if not ary.flags.c_contiguous:
+            work = self.work_tensor(("is_finite", "x"), ary.shape)._ary
+            self.widen(ary, work)
+            return array_is_finite(work)
+        flat = ary.reshape(-1)
+        buf = self.work_tensor(("is_finite", "chunk"), (min(chunk, flat.size),))._ary
+        for start in range(0, flat.size, chunk):
+            part = flat[start:start + chunk]
+            widened = buf[:part.size]
+            self.widen(part, widened)
+            if not array_is_finite(widened):
+                return False
+        return True
 
     def swap(self, op_name, operands):
         """``(values, written)`` for ``operands``, a list of (name, value, reads, writes): the

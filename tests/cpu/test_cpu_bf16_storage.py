@@ -189,3 +189,17 @@ def test_bf16_ids_are_refused_where_the_table_is_longer_than_bf16_counts_exactly
     assert not big.get().any()
     with pytest.raises(TypeError, match="cannot index a tensor"):
         big[ids]
+
+
+def test_is_finite_of_bf16_allocates_nothing_after_the_first_call():
+    """``is_finite`` of a bf16 tensor (the loss-scale check of mixed precision) widens it in
+    chunks into a kept buffer: a large tensor is checked without a temporary of its size."""
+    from support.checks import allocation_peaks
+    be = neonlite.gen_backend("cpu", batch_size=2, datatype="bf16")
+    values = np.random.default_rng(1).normal(size=(600, 500)).astype(np.float32)
+    t = be.array(values)
+    assert be.is_finite(t)
+    assert max(allocation_peaks(lambda: be.is_finite(t) or True)) < 8 << 10
+    values[599, 499] = np.inf
+    t.set(values)
+    assert not be.is_finite(t) and not be.is_finite(t[1::2, 1::3].T) and be.is_finite(t[:-1])
