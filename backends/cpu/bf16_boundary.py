@@ -185,7 +185,9 @@ def boundary_method(op, method, fused=None):
               f"    if not self.bf16_made or not ({' or '.join(f'_is({n})' for n in operands)}):\n"
               f"        return _method(self, {given})\n"
               f"    return _call(self, {{{', '.join(f'{n!r}: {n}' for n in names)}}})\n")
-    call = functools.partial(_boundary_call, op, method, fused,
+    checked = None if op.check is None else \
+        tuple(inspect.signature(op.check).parameters)[1:]
+    call = functools.partial(_boundary_call, op, method, fused, checked,
                              [(o.name, not o.written or o.updated, o.written)
                               for o in op.operands if o.name in names])
     namespace = {"_method": method, "_is": is_bf16_tensor, "_call": call, **defaults}
@@ -194,10 +196,14 @@ def boundary_method(op, method, fused=None):
     return wrapped
 
 
-def _boundary_call(op, method, fused, flags, backend, arguments):
+def _boundary_call(op, method, fused, checked, flags, backend, arguments):
     """``method`` of row ``op`` on ``arguments`` (by name) with a bf16 operand among them:
-    ``fused`` first where given, else the operands through :meth:`Bf16Boundary.swap` around
-    the method; a result that is a work tensor is given back as the operand it stands for."""
+    the row's check on them as given (``checked``: its parameters; the products' element
+    types must agree, as on the GPU), then ``fused`` where given, else the operands through
+    :meth:`Bf16Boundary.swap` around the method; a result that is a work tensor is given back
+    as the operand it stands for."""
+    if checked is not None:
+        op.check(op.name, **{n: arguments[n] for n in checked})
     if fused is not None:
         result = fused(backend, arguments)
         if result is not NOT_TAKEN:

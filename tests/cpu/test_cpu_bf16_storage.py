@@ -203,3 +203,13 @@ def test_is_finite_of_bf16_allocates_nothing_after_the_first_call():
     values[599, 499] = np.inf
     t.set(values)
     assert not be.is_finite(t) and not be.is_finite(t[1::2, 1::3].T) and be.is_finite(t[:-1])
+
+
+def test_products_refuse_mixed_element_types_as_the_gpu_does():
+    """The products' row check runs on the operands as given, before any widening: a bf16 A
+    with a float32 B is one TypeError naming B, as on the GPU backend."""
+    be = neonlite.gen_backend("cpu", batch_size=2, datatype="bf16")
+    a, b, c = be.ones((3, 4)), be.ones((4, 5), dtype=np.float32), be.zeros((3, 5))
+    with pytest.raises(TypeError, match="compound_dot: B has dtype float32; expected bfloat16"):
+        be.compound_dot(a, b, c)
+    assert not c.get().any()
