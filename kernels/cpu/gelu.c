@@ -132,21 +132,27 @@ int64_t gelu_bprop_work_size(int64_t M, int64_t D)
     return nl_block_sums_size(M, D);
 }
 
-void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *dbias,
-                double *work, int64_t M, int64_t D, int approximate)
+/* One row of a GELU backward pass: row m of dx written and, where `r` is given, its values
+ * added to the row block's run sums r (D of them).  `args` is the pass's operands. */
+typedef void (*bprop_row_fn)(const void *args, int64_t m, real *r);
+
+/* Runs `row` on rows 0..M-1.  With `work` (nl_block_sums_size(M, D) doubles), also sums the
+ * rows' dx per column: the rows are cut into nl_blocks(M) fixed blocks, each summed in runs
+ * of RUN rows into its own double slot (work + blk * D), so the sums have the same bits on
+ * any number of threads; column_total adds the slots in block order. */
+static void bprop_rows(bprop_row_fn row, const void *args, double *work, int64_t M, int64_t D)
 {
-    if (!dbias) {
+    if (!work) {
 #pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
         for (int64_t m = 0; m < M; m++)
-            bprop_row(pre + m * D, y ? y + m * D : NULL, dy + m * D, dx + m * D, D, approximate);
+            row(args, m, NULL);
         return;
     }
     const int64_t nb = nl_blocks(M);
-    double *part = work;
     real *run = nl_block_sums_runs(work, M, D);
 #pragma omp parallel for schedule(dynamic, 1) if (M * D >= NL_PARALLEL_MIN)
     for (int64_t blk = 0; blk < nb; blk++) {
-        double *sum = part + (size_t)blk * (size_t)D;
+        double *sum = work + (size_t)blk * (size_t)D;
         real *r = run + (size_t)blk * (size_t)D;
         int64_t lo, hi;
         nl_split(M, blk, nb, &lo, &hi);
@@ -156,22 +162,50 @@ void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *
             const int64_t m1 = m0 + RUN < hi ? m0 + RUN : hi;
             for (int64_t d = 0; d < D; d++)
                 r[d] = 0;
-            for (int64_t m = m0; m < m1; m++) {
-                real *dxr = dx + m * D;
-                bprop_row(pre + m * D, y ? y + m * D : NULL, dy + m * D, dxr, D, approximate);
-                for (int64_t d = 0; d < D; d++)
-                    r[d] += dxr[d];
-            }
+            for (int64_t m = m0; m < m1; m++)
+                row(args, m, r);
             for (int64_t d = 0; d < D; d++)
                 sum[d] += (double)r[d];
         }
     }
-    for (int64_t d = 0; d < D; d++) {
-        double total = 0;
-        for (int64_t blk = 0; blk < nb; blk++)
-            total += part[(size_t)blk * (size_t)D + d];
-        dbias[d] += (real)total;
-    }
+}
+
+/* Column d's sum of the block slots bprop_rows left in `work`, in block order. */
+static double column_total(const double *work, int64_t M, int64_t D, int64_t d)
+{
+    double total = 0;
+    for (int64_t blk = 0; blk < nl_blocks(M); blk++)
+        total += work[(size_t)blk * (size_t)D + d];
+    return total;
+}
+
+/* The operands of gelu_bprop (float rows). */
+struct bprop_args {
+    const real *pre, *y, *dy;
+    real *dx;
+    int64_t D;
+    int approximate;
+};
+
+static void bprop_row_summed(const void *args, int64_t m, real *r)
+{
+    const struct bprop_args *a = args;
+    const int64_t D = a->D;
+    real *dx = a->dx + m * D;
+    bprop_row(a->pre + m * D, a->y ? a->y + m * D : NULL, a->dy + m * D, dx, D, a->approximate);
+    if (r)
+        for (int64_t d = 0; d < D; d++)
+            r[d] += dx[d];
+}
+
+void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *dbias,
+                double *work, int64_t M, int64_t D, int approximate)
+{
+    const struct bprop_args args = {pre, y, dy, dx, D, approximate};
+    bprop_rows(bprop_row_summed, &args, dbias ? work : NULL, M, D);
+    if (dbias)
+        for (int64_t d = 0; d < D; d++)
+            dbias[d] += (real)column_total(work, M, D, d);
 }
 
 /* Columns of a bf16 row staged in `real` at a time (stack buffers, in L1). */
@@ -235,44 +269,31 @@ static void bprop_row_bf16(const uint16_t *pre, const uint16_t *y, const uint16_
     }
 }
 
+/* The operands of gelu_bprop_bf16 (bf16 rows). */
+struct bprop_bf16_args {
+    const uint16_t *pre, *y, *dy;
+    uint16_t *dx;
+    int64_t D;
+    int approximate;
+};
+
+static void bprop_row_bf16_summed(const void *args, int64_t m, real *r)
+{
+    const struct bprop_bf16_args *a = args;
+    const int64_t D = a->D;
+    bprop_row_bf16(a->pre + m * D, a->y ? a->y + m * D : NULL, a->dy + m * D, a->dx + m * D, r,
+                   D, a->approximate);
+}
+
 void gelu_bprop_bf16(const uint16_t *pre, const uint16_t *y, const uint16_t *dy, uint16_t *dx,
                      uint16_t *dbias, double *work, int64_t M, int64_t D, int approximate)
 {
-    if (!dbias) {
-#pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
-        for (int64_t m = 0; m < M; m++)
-            bprop_row_bf16(pre + m * D, y ? y + m * D : NULL, dy + m * D, dx + m * D, NULL, D,
-                           approximate);
-        return;
-    }
-    const int64_t nb = nl_blocks(M);
-    double *part = work;
-    real *run = nl_block_sums_runs(work, M, D);
-#pragma omp parallel for schedule(dynamic, 1) if (M * D >= NL_PARALLEL_MIN)
-    for (int64_t blk = 0; blk < nb; blk++) {
-        double *sum = part + (size_t)blk * (size_t)D;
-        real *r = run + (size_t)blk * (size_t)D;
-        int64_t lo, hi;
-        nl_split(M, blk, nb, &lo, &hi);
+    const struct bprop_bf16_args args = {pre, y, dy, dx, D, approximate};
+    bprop_rows(bprop_row_bf16_summed, &args, dbias ? work : NULL, M, D);
+    if (dbias)
         for (int64_t d = 0; d < D; d++)
-            sum[d] = 0;
-        for (int64_t m0 = lo; m0 < hi; m0 += RUN) {
-            const int64_t m1 = m0 + RUN < hi ? m0 + RUN : hi;
-            for (int64_t d = 0; d < D; d++)
-                r[d] = 0;
-            for (int64_t m = m0; m < m1; m++)
-                bprop_row_bf16(pre + m * D, y ? y + m * D : NULL, dy + m * D, dx + m * D, r, D,
-                               approximate);
-            for (int64_t d = 0; d < D; d++)
-                sum[d] += (double)r[d];
-        }
-    }
-    for (int64_t d = 0; d < D; d++) {
-        double total = 0;
-        for (int64_t blk = 0; blk < nb; blk++)
-            total += part[(size_t)blk * (size_t)D + d];
-        dbias[d] = f32_to_bf16((float)(bf16_to_f32(dbias[d]) + (real)total));
-    }
+            dbias[d] = f32_to_bf16((float)(bf16_to_f32(dbias[d])
+                                           + (real)column_total(work, M, D, d)));
 }
 
 void erf_values(const real *x, real *y, int64_t n)
