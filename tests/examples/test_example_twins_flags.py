@@ -45,7 +45,7 @@ def data_flags(name, request):
         return ["--data-dir", str(request.getfixturevalue("mnist_dir")), "-z", "8"]
     if name.startswith("cifar10"):
         return ["--data-dir", str(request.getfixturevalue("cifar_dir")), "-z", "4"]
-    if name.endswith("transformer"):
+    if name.endswith("transformer") or name.startswith("gpt"):
         return ["-z", "2"]
     return ["-z", "8"]
 
