@@ -67,3 +67,17 @@ def test_against_a_missing_comparison_is_an_error(monkeypatch, capsys):
     assert main(["--against", "torch", "--smoke", "--only", "gemm"]) == 1
     err = capsys.readouterr().err
     assert "PyTorch is not installed" in err
+
+
+def test_bf16_training_benchmark_smoke(tmp_path, capsys):
+    """``python -m benchmarks.bf16_training --smoke``: every contender of a row in its own
+    process, timed, with its peak memory; the header names the CPU's bf16 instruction sets."""
+    from benchmarks.bf16_training import main as bf16_main
+    out = tmp_path / "bf16.json"
+    assert bf16_main(["--row", "lenet_bf16", "--smoke", "--rounds", "1", "--warmup", "1",
+                      "--json", str(out)]) == 0
+    result = json.loads(out.read_text())["results"][0]
+    assert {"neonlite_bf16", "neonlite_f32"} <= set(result["contenders"]), result["notes"]
+    assert all(c["rate"] > 0 and c["peak_mib"] > 0 for c in result["contenders"].values())
+    table = capsys.readouterr().out
+    assert "AVX512-BF16" in table and "bf16 / neonlite_f32" in table
