@@ -1,6 +1,7 @@
 """GeneralizedCost: applies a cost function to the model's output and starts bprop."""
 import numpy as np
 
+from ..backends.shared.bfloat16 import holds_integers
 from .activation import Activation
 from .layer import ShapeError, steps_view
 
@@ -60,7 +61,7 @@ class GeneralizedCost:
     def _dense(self, y, t):
         """``t`` as dense targets of y's shape: class indices expanded into a one-hot buffer
         (made once), anything else as it is."""
-        if np.dtype(t.dtype).kind not in "iu":
+        if not holds_integers(t.dtype):
             return t
         if tuple(t.shape) != tuple(y.shape[:-1]):
             raise ShapeError(f"class-index targets have shape {tuple(t.shape)}, but the "
@@ -100,7 +101,7 @@ class GeneralizedCost:
         if self.ignore_index is not None:
             return self._cost_ignoring(y, t)
         if self.fused_layer is not None:
-            index = np.dtype(t.dtype).kind in "iu"
+            index = holds_integers(t.dtype)
             if index and not (self.be.index_targets and self.costfunc.takes_indices):
                 t = self._dense(y, t)
             elif index and tuple(t.shape) != tuple(y.shape[:-1]):
@@ -139,7 +140,7 @@ class GeneralizedCost:
         """The cost and gradient over the rows whose target is not ``ignore_index``: the
         one-hot targets of the others, zero rows for those, and both sums divided by the
         count of the others (0 when there is none)."""
-        if np.dtype(t.dtype).kind not in "iu":
+        if not holds_integers(t.dtype):
             raise ShapeError(f"{self.name}: ignore_index={self.ignore_index} takes class-index "
                              f"targets (int32), got targets of dtype {np.dtype(t.dtype)}")
         if tuple(t.shape) != tuple(y.shape[:-1]):

@@ -7,19 +7,30 @@ kernels (C + OpenMP through cffi, built on first use: ``build.py``) for float32 
 one module per section of the backend contract; the numpy definitions of
 ``backends/reference/`` run every case the kernels do not take (float16, non-contiguous views,
 a machine without a C compiler).
+
+bfloat16 (``datatype="bf16"``, or ``dtype="bf16"`` for one tensor) is storage: tensors hold
+uint16 bit patterns and every op runs its float32 implementation between a widening and a
+narrowing (``bf16_boundary.py``, driven by the op table; assignments and op-trees in
+``bf16_assign.py``), the products by ``dot_bf16`` (``bf16.py``: bf16 arithmetic where this
+machine pays for it, ``bf16_choice.py``).  ``NEONLITE_BF16=off`` refuses it.
 """
 import numpy as np
 
 from ..half_precision import CPU_F16_SLOWDOWN
 from ..backend import Backend
+from ..ops import OPS
 from ..ops.table import CALL, PLAN
 from ..optree import OpNode, assignment_error
 from ..reference.optree import evaluate
+from ..shared.bfloat16 import as_dtype, bf16_is_finite, is_bf16
 from ..storage import array_is_finite, host_buffer
 from ..variants import CONV_METHODS, GEMM_METHODS, conv_algorithm
 from .arena import make_cpu_arena
 from .attention import RUNS as ATTENTION_RUNS, CPUAttentionCalls
+from . import bf16_choice
 from .bf16 import CPUBf16Ops
+from .bf16_assign import assign_bf16
+from .bf16_boundary import Bf16Boundary, boundary_methods, is_bf16_tensor
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
 from .blocksparse import CALLS as BLOCKSPARSE_CALLS, CPUBlockSparsePlan
 from .conv import CPUConvOps
@@ -45,21 +56,35 @@ PLAN_CALLS = {**BLOCKSPARSE_CALLS}
 OP_CALLS = dict.fromkeys(ATTENTION_RUNS, CPUAttentionCalls)
 
 
+def check_bf16_on():
+    """ValueError where ``NEONLITE_BF16=off`` turns bfloat16 on the CPU off."""
+    if bf16_choice.requested() == "off":
+        raise ValueError(f"the cpu backend's bfloat16 is off ({bf16_choice.ENV}=off); unset "
+                         f"{bf16_choice.ENV} (this machine's measured choice) or set it to "
+                         f"storage or compute to store tensors in bfloat16")
+
+
 class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
                  CPUBlasOps, CPURecurrentOps,
                  CPUBf16Ops, Backend):
     """numpy-based backend (see the module docstring).  ``datatype`` may be float32 or float64
-    (float64 is the one gradient checks use), or float16 with ``numpy_float16=True`` only:
-    numpy's slow reference path of mixed precision."""
+    (float64 is the one gradient checks use), bfloat16 (``"bf16"``: storage, float32
+    arithmetic; refused with ``NEONLITE_BF16=off``), or float16 with ``numpy_float16=True``
+    only: numpy's slow reference path of mixed precision."""
 
     name = "cpu"
 
     def __init__(self, batch_size=128, rng_seed=None, datatype=np.float32, device_id=0,
                  numpy_float16=False):
+        datatype = as_dtype(datatype)
         super().__init__(batch_size, rng_seed, datatype, device_id)
-        if self.dtype not in (np.float16, np.float32, np.float64):
-            raise ValueError(f"the cpu backend stores float16, float32 or float64, not "
-                             f"{self.dtype.name}")
+        #: True once this backend has made a bfloat16 tensor (its ops then look for them)
+        self.bf16_made = is_bf16(self.dtype)
+        if self.bf16_made:
+            check_bf16_on()
+        elif self.dtype not in (np.float16, np.float32, np.float64):
+            raise ValueError(f"the cpu backend stores float16, float32, float64 or bfloat16 "
+                             f"('bf16'), not {self.dtype.name}")
         if self.dtype == np.float16 and not numpy_float16:
             raise ValueError(f"the cpu backend computes in float32 and float64: its C kernels "
                              f"are compiled for those, and numpy emulates float16 about "
@@ -74,6 +99,7 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         self._row_scratch = {}
         self._sections = {cls: cls(self.kernels) for cls in set(OP_CALLS.values())}
         self._op_calls = {name: self._sections[cls].run for name, cls in OP_CALLS.items()}
+        self.bf16_boundary = Bf16Boundary(self)
 
     def forget_prepared(self):
         """Drop every prepared kernel call, work array and table the backend keeps between
@@ -82,13 +108,16 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         be measured."""
         self.kernels.workspaces.clear()
         self._gemm_calls.clear()
+        self.bf16_boundary.clear()
         for section in self._sections.values():
             section.forget()
 
     def prepare_kernels(self):
         """Compile the C kernels of this backend's data type that are not cached yet (one
-        notice on stderr); ``Model.fit`` calls it before the first epoch."""
-        self.kernels.prepare(self.dtype)
+        notice on stderr); ``Model.fit`` calls it before the first epoch.  bfloat16 runs the
+        float32 kernels."""
+        self.kernels.prepare(np.float32 if self.bf16_made and is_bf16(self.dtype)
+                             else self.dtype)
 
     def evaluate_into(self, out, value, keep=False):
         """out (ndarray)[...] = value (op-tree, tensor, array or scalar); ``keep``: out is a
@@ -96,6 +125,8 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         broadcast are one ValueError naming the tree's shapes (``assignment_error``), not
         numpy's."""
         try:
+            if self.bf16_made and assign_bf16(self, out, value, self._machine):
+                return out
             if not (isinstance(value, OpNode) and (
                     self._add_row_into(out, value, keep)
                     or run_ufuncs(out, value,
@@ -126,7 +157,14 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         whose kernel takes its plan's arguments runs its family's call of :data:`PLAN_CALLS`
         (``KernelModules.run_plan_op``); one whose kernel has ``arguments=CALL`` is run by
         its section's call (:data:`OP_CALLS`), else by the row's reference (tensors as their
-        arrays, other operands as they are)."""
+        arrays, other operands as they are).  A call with a bfloat16 tensor among its
+        operands runs on float32 work tensors (``Bf16Boundary.run_row``)."""
+        if self.bf16_made and any(is_bf16_tensor(t) for t in operands):
+            self.bf16_boundary.run_row(op, operands, scalars, self._run_op)
+            return
+        self._run_op(op, operands, scalars)
+
+    def _run_op(self, op, operands, scalars):
         if op.kernel.arguments == CALL:
             if not self._op_calls[op.name](op, operands, scalars):
                 op.reference(*[getattr(t, "_ary", t) for t in operands], *scalars)
@@ -151,19 +189,34 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
 
     def execute_multi(self, assignments):
         pairs = [(out._ary, tree) for out, tree in assignments]
-        if not self._machine.run_multi(pairs):
+        taken = self._machine.run_multi(pairs, bf16=True) if self.bf16_made else \
+            self._machine.run_multi(pairs)
+        if not taken:
             for out, tree in pairs:
                 self.evaluate_into(out, tree)
 
     def empty(self, shape, dtype=None, name=None):
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-        return CPUTensor(self, aligned_empty(shape, dtype or self.dtype), name)
+        return CPUTensor(self, aligned_empty(shape, self._storage_dtype(dtype)), name)
+
+    def _storage_dtype(self, dtype):
+        """The numpy dtype of a new tensor's array (``'bf16'``: bfloat16 bits, which turns the
+        bf16 boundary on for this backend)."""
+        if dtype is None:
+            return self.dtype
+        dtype = as_dtype(dtype)
+        if dtype.metadata is not None and is_bf16(dtype) and not self.bf16_made:
+            check_bf16_on()
+            self.bf16_made = True
+        return dtype
 
     def array(self, ary, dtype=None, name=None):
         ary = np.asarray(ary)
-        out = aligned_empty(ary.shape, dtype or self.dtype)
-        out[...] = ary
-        return CPUTensor(self, out, name)
+        tensor = CPUTensor(self, aligned_empty(ary.shape, self._storage_dtype(dtype)), name)
+        if tensor.bf16:
+            return tensor.set(ary)
+        tensor._ary[...] = ary
+        return tensor
 
     def keep(self, view):
         """Marks a slice made once (at allocate) ``kept``: calls on it are kept by identity
@@ -203,18 +256,26 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
 
     # ---- storage (``backends/storage.py``) ---------------------------------------------------
     def make_arena(self, params):
-        """A :class:`~.arena.ParameterArena` (numpy buffers, the fused C step) of ``params``."""
+        """A :class:`~.arena.ParameterArena` (numpy buffers, the fused C step) of ``params``;
+        None where one is stored in bfloat16 (its fused step and checks read floats: the
+        optimizer's per-tensor path runs, as ``MixedPrecision``'s does)."""
+        if any(is_bf16_tensor(t) for p in params for t in (p.value, p.grad)):
+            return None
         return make_cpu_arena(self, params)
 
     def is_finite(self, tensor, work=None):
-        """Two reductions over the tensor's numpy array (``work`` is not needed)."""
+        """Two reductions over the tensor's numpy array (``work`` is not needed); of a bfloat16
+        tensor's bits, one pass over their exponents."""
+        if is_bf16_tensor(tensor):
+            return bf16_is_finite(tensor._ary)
         return array_is_finite(tensor._ary)
 
     def buffer_of(self, tensor):
         return host_buffer(tensor._ary)
 
     def workspace_holders(self):
-        return [self._gemm_scratch, self._row_scratch, self.kernels.workspaces]
+        return [self._gemm_scratch, self._row_scratch, self.kernels.workspaces,
+                *self.bf16_boundary.holders()]
 
     # ---- kernel variants (``backends/variants.py``) ------------------------------------------
     def kernel_variant(self, method, args):
@@ -225,3 +286,10 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         if method in GEMM_METHODS and gemm is not None:
             return type(gemm).__name__
         return self.name
+
+
+#: the rows the section files implement, each wrapped in the bf16 boundary (the products
+#: first tried by ``dot_bf16``)
+for _name, _method in boundary_methods(
+        CPUBackend, OPS.values(), {"compound_dot": CPUBackend.fused_compound_dot}).items():
+    setattr(CPUBackend, _name, _method)

@@ -6,13 +6,23 @@ bf16 arrays are numpy ``uint16`` bit patterns (``bf16_kernels.py``).  These meth
 arrays or the backend's tensors (their arrays are used).
 """
 from ...kernels.cpu_features import forced_off
+from ..ops import OPS
 from . import bf16_choice
-from .bf16_kernels import check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
+from .bf16_boundary import NOT_TAKEN, is_bf16_tensor
+from .bf16_kernels import F32, check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
     gemm_storage, to_bf16
+
+COMPOUND_DOT = OPS["compound_dot"]
 
 
 def _array(x):
     return getattr(x, "_ary", x)
+
+
+def _unit_rows(ary):
+    """True for a 2-D array whose rows are unit-stride and apart (``dot_bf16`` takes it)."""
+    return ary.ndim == 2 and ary.strides[1] == ary.itemsize and (
+        ary.shape[0] == 1 or ary.strides[0] >= ary.shape[1] * ary.itemsize)
 
 
 class CPUBf16Ops:
@@ -70,3 +80,30 @@ class CPUBf16Ops:
         raise ValueError(f"dot_bf16: path {path!r}: bf16 is off here "
                          f"({bf16_choice.ENV}=off)" if path == "off" else
                          f"dot_bf16: path must be compute or storage, got {path!r}")
+
+    def fused_compound_dot(self, arguments):
+        """``compound_dot`` on bf16 A and B (2-D, unit-stride rows) by :meth:`dot_bf16`, the
+        product accumulated in float32: straight into a float32 C, or into the boundary's
+        float32 work tensor of a bf16 C (widened first where beta != 0), then narrowed; returns
+        C, or ``NOT_TAKEN`` where it does not take the operands (the boundary's general path
+        runs)."""
+        A, B, C = arguments["A"], arguments["B"], arguments["C"]
+        if not (is_bf16_tensor(A) and is_bf16_tensor(B)) or not hasattr(C, "_ary"):
+            return NOT_TAKEN
+        a, b, c = A._ary, B._ary, C._ary
+        if not (_unit_rows(a) and _unit_rows(b) and _unit_rows(c)):
+            return NOT_TAKEN
+        if not C.bf16 and c.dtype != F32:
+            return NOT_TAKEN
+        transA, transB, beta = arguments["transA"], arguments["transB"], arguments["beta"]
+        COMPOUND_DOT.check("compound_dot", A, B, C, transA, transB)
+        if not C.bf16:
+            self.dot_bf16(a, b, c, arguments["alpha"], beta, transA, transB)
+            return C
+        boundary = self.bf16_boundary
+        work = boundary.work_tensor(("compound_dot", "C"), c.shape)._ary
+        if beta != 0.0:
+            boundary.widen(c, work)
+        self.dot_bf16(a, b, work, arguments["alpha"], beta, transA, transB)
+        boundary.narrow(work, c, ("compound_dot", "C"))
+        return C

@@ -8,7 +8,8 @@ A tree is compiled once per structure (:meth:`OpNode.key`-like: ops, leaf slots,
 into a program of ``(op, dst, a, b)`` instructions; each call then only gathers the leaves'
 addresses and strides and the scalars' values, so a learning rate that changes every step reuses
 the program.  The machine handles every tree whose tensors share the output's dtype (float32 or
-float64) and broadcast onto it as a 2-D grid (any shape whose axes merge into at most two, e.g.
+float64; bfloat16 bits beside float32, loaded widened and stored rounded) and broadcast onto it
+as a 2-D grid (any shape whose axes merge into at most two, e.g.
 ``(N, H, W, C)`` with a ``(C,)`` bias).  Reductions inside a tree are evaluated first (a sum
 over the leading axes of a contiguous tensor, as a bias gradient is, by the machine's column
 sum; any other by numpy) and enter the program as leaves.  Anything else (other dtypes, bf16
@@ -22,9 +23,16 @@ import numpy as np
 from .build import address as _address
 from ..reference.optree import evaluate_node
 from ..optree import BINARY_OPS, REDUCTION_OPS, UNARY_OPS, OpNode, is_scalar
+from ..shared.bfloat16 import is_bf16
 
 _VM_OPS = tuple(op for op in UNARY_OPS + BINARY_OPS if op not in ("bf16_to_f32", "f32_to_bf16"))
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_F32 = np.dtype(np.float32)
+_FLOATS = (_F32, np.dtype(np.float64))
+
+
+def _bits(dtype):
+    """True for bfloat16 bits (cheap for the float dtypes: no metadata)."""
+    return dtype.metadata is not None and is_bf16(dtype)
 
 
 class _Unsupported(Exception):
@@ -177,25 +185,33 @@ class OpTreeMachine:
         self._sums = {}
         self._scratch = {}
 
-    def run(self, out, tree):
-        """Evaluate op-tree ``tree`` into ndarray ``out``; False when numpy must do it."""
+    def run(self, out, tree, bf16=False):
+        """Evaluate op-tree ``tree`` into ndarray ``out``; False when numpy must do it
+        (``bf16``: see :meth:`run_multi`)."""
         if tree.op in REDUCTION_OPS:
             return False
-        return self.run_multi([(out, tree)], reductions_ok=True)
+        return self.run_multi([(out, tree)], reductions_ok=True, bf16=bf16)
 
-    def run_multi(self, assignments, reductions_ok=False):
+    def run_multi(self, assignments, reductions_ok=False, bf16=False):
         """Evaluate ``[(out, tree), ...]`` (ndarrays, op-trees) in one pass over memory, as if
         ``out[...] = tree`` ran in order: a tree that reads an earlier output (the same memory,
         exactly) reads its new value.  The outputs must share one shape and may not overlap
         each other.  False, having written nothing, when the machine does not take them
-        (inner reductions are taken only with ``reductions_ok``, for a single tree)."""
+        (inner reductions are taken only with ``reductions_ok``, for a single tree).
+
+        ``bf16``: outputs and leaves may also be bfloat16 bits (arrays of dtype
+        :data:`~neonlite.backends.shared.bfloat16.BFLOAT16`) beside float32 ones: the float32
+        machine loads them widened and stores them rounded to nearest even
+        (``optree_run_typed``); a tree with an inner reduction is then not taken."""
         outs = [out for out, _ in assignments]
         first = outs[0]
-        dtype = first.dtype
+        out_bf16 = [bool(bf16 and _bits(o.dtype)) for o in outs]
+        dtype = _F32 if any(out_bf16) else first.dtype
         if dtype not in _FLOATS or first.size == 0:
             return False
-        if any(o.dtype != dtype or o.shape != first.shape or not o.flags.writeable
-               or not isinstance(t, OpNode) or t.op in REDUCTION_OPS for o, t in assignments):
+        if any(not (b or (o.dtype == dtype and not _bits(o.dtype))) or o.shape != first.shape
+               or not o.flags.writeable or not isinstance(t, OpNode) or t.op in REDUCTION_OPS
+               for o, b, (_, t) in zip(outs, out_bf16, assignments)):
             return False
         memories = [_memory(o) for o in outs]
         if len(set(memories)) != len(outs) or any(
@@ -210,8 +226,12 @@ class OpTreeMachine:
             return False
         if reductions and not reductions_ok:
             return False
-        for a in leaves:
-            if a is not None and a.dtype != dtype:
+        leaf_bf16 = [bool(bf16 and a is not None and _bits(a.dtype)) for a in leaves]
+        typed = any(out_bf16) or any(leaf_bf16)
+        if typed and (dtype != _F32 or reductions):
+            return False
+        for a, b in zip(leaves, leaf_bf16):
+            if a is not None and not b and (a.dtype != dtype or _bits(a.dtype)):
                 return False
         module = self._kernels.module("optree", dtype)
         if module is None:
@@ -241,6 +261,12 @@ class OpTreeMachine:
         if nregs > module.lib.NL_VM_MAX_REGS:
             return False
         scratch = module.ffi.from_buffer("real[]", self._vm_scratch(module, dtype, nregs))
+        if typed:
+            status = module.lib.optree_run_typed(
+                code, ninstr, addresses, leaf_strides, leaf_bf16, nleaf, consts, len(consts),
+                out_regs, [_address(o) for o in outs], out_strides, out_bf16, len(outs), rows,
+                cols, scratch)
+            return status == 0
         status = module.lib.optree_run_multi(code, ninstr, addresses, leaf_strides, nleaf,
                                              consts, len(consts), out_regs,
                                              [_address(o) for o in outs], out_strides,

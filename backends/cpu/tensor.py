@@ -1,8 +1,14 @@
 """The CPU backend's tensors: :class:`CPUTensor`, a numpy array (``_ary``) whose slices and
-reshapes are views, in memory aligned to 64 bytes (:func:`aligned_empty`)."""
+reshapes are views, in memory aligned to 64 bytes (:func:`aligned_empty`).
+
+A bfloat16 tensor's array holds uint16 bit patterns of dtype
+:data:`~neonlite.backends.shared.bfloat16.BFLOAT16` (``bf16`` is True): ``get()`` gives float32
+values (exact), ``set()`` rounds float values to nearest even with the backend's cast kernel,
+and the backend's ops see float32 work arrays (``bf16_boundary.py``), never the bits."""
 import numpy as np
 
 from ..backend import Tensor
+from ..shared.bfloat16 import is_bf16
 
 
 #: the reshaped views a tensor keeps (:meth:`CPUTensor.reshape`)
@@ -22,7 +28,7 @@ class CPUTensor(Tensor):
     recurrent layer's time step slices are) and for the reshapes of one: calls keyed by
     identities leave such tensors out rather than fill their tables with them."""
 
-    __slots__ = ("_ary", "backend", "name", "_views", "kept")
+    __slots__ = ("_ary", "backend", "name", "_views", "kept", "bf16")
 
     def __init__(self, backend, ary, name=None, kept=True):
         self.backend = backend
@@ -30,6 +36,7 @@ class CPUTensor(Tensor):
         self.name = name
         self._views = None
         self.kept = kept
+        self.bf16 = ary.dtype.metadata is not None and is_bf16(ary.dtype)
 
     @property
     def shape(self):
@@ -43,14 +50,32 @@ class CPUTensor(Tensor):
     def size(self):
         return self._ary.size
 
+    @property
+    def storage(self):
+        """``'bf16'`` for bfloat16 storage (the GPU tensor's storage code), else None."""
+        return "bf16" if self.bf16 else None
+
+    @property
+    def host_dtype(self):
+        """The dtype ``get()`` returns (float32 for bfloat16 storage)."""
+        return np.dtype(np.float32) if self.bf16 else self._ary.dtype
+
     def get(self):
+        """A host copy (float32 values for bfloat16 storage)."""
+        if self.bf16:
+            return self.backend.from_bf16(self._ary)
         return self._ary.copy()
 
     def set(self, ary):
+        """Copy host array ``ary`` in (same shape, or same size: reshaped); into bfloat16
+        storage its values are rounded to nearest even."""
         ary = np.asarray(ary)
         if ary.shape != self.shape and ary.size != self.size:
             raise ValueError(f"cannot set a tensor of shape {self.shape} from an array of shape "
                              f"{ary.shape}")
+        if self.bf16:
+            self.backend.to_bf16(ary.reshape(self.shape), out=self._ary)
+            return self
         np.copyto(self._ary, ary.reshape(self.shape), casting="unsafe")
         return self
 
@@ -86,7 +111,8 @@ class CPUTensor(Tensor):
             self.backend.evaluate_into(self._ary[_index(index)], value)
 
     def __array__(self, dtype=None, copy=None):
-        return self._ary if dtype is None else self._ary.astype(dtype)
+        ary = self.get() if self.bf16 else self._ary
+        return ary if dtype is None else ary.astype(dtype)
 
 
 _WHOLE = slice(None)

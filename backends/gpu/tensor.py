@@ -11,21 +11,9 @@ import numpy as np
 
 from . import codegen as cuda_codegen
 from ..backend import Tensor
-from ..shared.bfloat16 import bf16_to_f32, f32_to_bf16
+from ..shared.bfloat16 import BFLOAT16, as_dtype, bf16_to_f32, f32_to_bf16, is_bf16
 
-BFLOAT16 = np.dtype(np.uint16, metadata={"bfloat16": True})
-
-
-def is_bf16(dtype):
-    """True for :data:`BFLOAT16` and the names 'bf16' / 'bfloat16'."""
-    if isinstance(dtype, str) and dtype.lower() in ("bf16", "bfloat16"):
-        return True
-    return isinstance(dtype, np.dtype) and bool((dtype.metadata or {}).get("bfloat16"))
-
-
-def as_dtype(dtype):
-    """numpy dtype for a dtype argument ('bf16' and 'bfloat16' give :data:`BFLOAT16`)."""
-    return BFLOAT16 if is_bf16(dtype) else np.dtype(dtype)
+__all__ = ["BFLOAT16", "GPUTensor", "as_dtype", "contiguous_strides", "is_bf16"]
 
 
 def contiguous_strides(shape):

@@ -6,7 +6,11 @@ their MKL / numpy BLAS and cuBLAS calls are the backends' choice."""
 from ..operand_shapes import check_product
 from ..reference import conv, gemm, pool
 from .costs import conv_flops, gemm_flops, nbytes, size
-from .table import Op
+from .table import Op, Operand
+
+#: the operands of a product: C is updated (read where beta != 0)
+_PRODUCT = (Operand("A"), Operand("B"), Operand("C", written=True, updated=True))
+_CONV, _POOL = "conv_layer", "pool_layer"
 
 
 def _compound_dot(A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False):
@@ -44,29 +48,39 @@ def _bprop_pool(plan, E, grad_I, beta=0.0):
 F = "linear"
 ROWS = (
     Op("compound_dot", F, "C = alpha * op(A) @ op(B) + beta * C", _compound_dot,
-       check=check_product, reference=gemm.compound_dot,
+       operands=_PRODUCT, check=check_product, reference=gemm.compound_dot,
        c_symbols=("bf16/gemm_bf16:nl_gemm_bf16",),
        bf16_class="gemm"),
     Op("batched_dot", F, "C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i]", _batched_dot,
-       check=check_product, reference=gemm.batched_dot, bf16_class="gemm"),
+       operands=_PRODUCT, check=check_product, reference=gemm.batched_dot,
+       bf16_class="gemm"),
     Op("fprop_conv", F, "O = conv(I, F) (+ bias, then ReLU)", _fprop_conv,
+       operands=(Operand("plan", plan=_CONV), Operand("I"), Operand("F"),
+                 Operand("O", written=True), Operand("bias", optional=True)),
        reference=conv.fprop_conv,
        c_symbols=("conv:conv_fprop_tiled", "conv:conv_bias_relu", "conv_direct:conv_direct"),
        cuda_functions=("conv_simt:nl_conv_fprop_simt*", "conv_tc:nl_conv_fprop_tc*"),
        bf16_class="conv"),
     Op("bprop_conv", F, "grad_I (+)= the data gradient of conv", _bprop_conv,
+       operands=(Operand("plan", plan=_CONV), Operand("F"), Operand("E"),
+                 Operand("grad_I", written=True, updated=True)),
        reference=conv.bprop_conv, c_symbols=("conv:conv_bprop_tiled", "conv:col2im"),
        cuda_functions=("conv_simt:nl_conv_bprop_simt*", "conv_tc:nl_conv_bprop_tc*"),
        bf16_class="conv"),
     Op("update_conv", F, "grad_F (+)= the filter gradient of conv", _update_conv,
+       operands=(Operand("plan", plan=_CONV), Operand("I"), Operand("E"),
+                 Operand("grad_F", written=True, updated=True)),
        reference=conv.update_conv,
        c_symbols=("conv:conv_update_tiled", "conv_direct:conv_direct_update"),
        cuda_functions=("conv_simt:nl_conv_update_simt*", "conv_tc:nl_conv_update_tc*"),
        bf16_class="conv"),
     Op("fprop_pool", F, "O = max or average pooling of I", _fprop_pool,
+       operands=(Operand("plan", plan=_POOL), Operand("I"), Operand("O", written=True)),
        reference=pool.fprop_pool, c_symbols=("pool:maxpool_fprop", "pool:avgpool_fprop"),
        cuda_functions=("pool:nl_pool_fprop",)),
     Op("bprop_pool", F, "grad_I (+)= the gradient of pooling", _bprop_pool,
+       operands=(Operand("plan", plan=_POOL), Operand("E"),
+                 Operand("grad_I", written=True, updated=True)),
        reference=pool.bprop_pool, c_symbols=("pool:maxpool_bprop", "pool:avgpool_bprop"),
        cuda_functions=("pool:nl_pool_bprop",)),
 )

@@ -100,6 +100,24 @@ def _step_row(name, doc, cell, state, operands, scalars, backward=None, gradient
               loss_of="h" if forward else "y", gradients=gradients)
 
 
+#: the operands of the sequence rows, as ``name`` (read), ``name=`` (written), ``name+``
+#: (updated: entry 0 of a state is the initial one, an error accumulates) and ``name?``
+#: (optional); ``hg`` is the rows' work array
+SEQUENCE_OPERANDS = {
+    "rnn_fprop_sequence": "xg hg= U h+ mask?",
+    "rnn_bprop_sequence": "h U dy? dh+ dpre= mask?",
+    "lstm_fprop_sequence": "gates+ hg= U c+ h+ mask?",
+    "lstm_bprop_sequence": "gates U c dy? dh+ dc+ dgates= mask?",
+    "gru_fprop_sequence": "gates+ hg= U bias_h hn= h+ mask?",
+    "gru_bprop_sequence": "gates U hn h dy? dh+ dgx= dgh= mask?",
+}
+
+
+def _sequence_operands(spec):
+    return tuple(Operand(word.rstrip("=+?"), written=word[-1] in "=+", updated=word[-1] == "+",
+                         optional=word[-1] == "?") for word in spec.split())
+
+
 ROWS = (
     _step_row("rnn_fprop_step", "h (N, H) = act(xg + hg); xg the input projection with its "
               "bias.", "rnn", "h",
@@ -132,8 +150,9 @@ ROWS = (
               (_in("gates", _GATES), _in("hn"), _in("h_prev"), _dy(), _out("dh", updated=True),
                _out("dgx", _GATES), _out("dgh", _GATES), _mask()), ()),
 ) + tuple(
-    Op(name, F, doc, cost, reference=getattr(recurrent, name),
-       c_symbols=(c,), cuda_functions=cuda, backward=backward)
+    Op(name, F, doc, cost, operands=_sequence_operands(SEQUENCE_OPERANDS[name]),
+       reference=getattr(recurrent, name), c_symbols=(c,), cuda_functions=cuda,
+       backward=backward)
     for name, doc, cost, c, cuda, backward in (
         ("rnn_fprop_sequence", "T rnn steps", _RNN_F,
          _S + "rnn_fprop_sequence", (_CU + "rnn_fprop",), "rnn_bprop_sequence"),

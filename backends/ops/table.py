@@ -148,7 +148,9 @@ class Op:
         family (str): the row module it lives in.
         doc (str): what it computes (the contract's docstring).
         cost (callable): ``cost(*args, **kwargs) -> (flops, bytes)`` (``costs.py``).
-        operands (tuple): :class:`Operand` s, in call order (dispatched rows).
+        operands (tuple): :class:`Operand` s, in call order: every dispatched row's, and
+            those of a section row whose op takes tensors (the CPU backend's bf16 boundary
+            widens the operands a row reads and narrows those it writes).
         scalars (tuple): :class:`Scalar` s after them.
         check (callable or None): ``check(op_name, **operands)``; raises before any kernel.
         reference (callable or None): the numpy definition; dispatched rows take numpy arrays

@@ -1,6 +1,30 @@
-"""bfloat16 as uint16 bit patterns on the host: the conversions the GPU tensor's ``get``/``set``
-and the op-tree reference's ``bf16_to_f32`` / ``f32_to_bf16`` nodes share."""
+"""bfloat16 as uint16 bit patterns on the host: the element type both backends' bf16 tensors
+carry (:data:`BFLOAT16`), and the conversions the tensors' ``get``/``set``, the CPU backend's
+bf16 boundary and the op-tree reference's ``bf16_to_f32`` / ``f32_to_bf16`` nodes share.
+
+numpy has no bfloat16: a bf16 tensor's ``dtype`` is :data:`BFLOAT16`, numpy's uint16 carrying
+``{"bfloat16": True}`` metadata (which views, slices and reshapes keep).  A plain uint16 array
+(Adam's bf16 moment states) is integers; only :data:`BFLOAT16` says the bits are values."""
 import numpy as np
+
+#: the dtype of bf16 tensors: uint16 bit patterns flagged as bfloat16
+BFLOAT16 = np.dtype(np.uint16, metadata={"bfloat16": True})
+#: the names a dtype argument may give bfloat16 by
+NAMES = ("bf16", "bfloat16")
+#: elements :func:`bf16_is_finite` reads at a time
+CHUNK = 1 << 16
+
+
+def is_bf16(dtype):
+    """True for :data:`BFLOAT16` and the names 'bf16' / 'bfloat16' (not for a plain uint16)."""
+    if isinstance(dtype, str):
+        return dtype.lower() in NAMES
+    return isinstance(dtype, np.dtype) and bool((dtype.metadata or {}).get("bfloat16"))
+
+
+def as_dtype(dtype):
+    """numpy dtype for a dtype argument ('bf16' and 'bfloat16' give :data:`BFLOAT16`)."""
+    return BFLOAT16 if is_bf16(dtype) else np.dtype(dtype)
 
 
 def bf16_to_f32(bits):
@@ -15,3 +39,23 @@ def f32_to_bf16(values):
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16
     rounded = np.where(np.isnan(f), np.uint32(0x7FC0), rounded)
     return rounded.astype(np.uint16)
+
+
+def bf16_is_finite(bits, chunk=CHUNK):
+    """True when no element of bf16 bit patterns ``bits`` is an inf or a NaN (its exponent
+    field all ones), reading ``chunk`` elements at a time, so the temporaries stay bounded
+    (a non-contiguous view is copied first)."""
+    flat = np.asarray(bits).reshape(-1)
+    exponent = np.uint16(0x7F80)
+    for start in range(0, flat.size, chunk):
+        part = flat[start:start + chunk]
+        if np.any(np.bitwise_and(part, exponent) == exponent):
+            return False
+    return True
+
+
+def holds_integers(dtype):
+    """True for an integer dtype (class indices, ids), False for a float one and for
+    :data:`BFLOAT16`, whose uint16 bits are float values."""
+    dtype = as_dtype(dtype)
+    return dtype.kind in "iu" and not is_bf16(dtype)

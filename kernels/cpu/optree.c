@@ -1,6 +1,7 @@
 /* The op-tree virtual machine (see optree.h). */
 #include <omp.h>
 
+#include "bf16_bits.h"
 #include "common.h"
 #include "optree.h"
 
@@ -97,9 +98,34 @@ int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_ad
                      const int64_t *out_strides, int64_t nout, int64_t rows, int64_t cols,
                      real *scratch)
 {
+    return optree_run_typed(code, ninstr, leaf_addr, leaf_strides, NULL, nleaf, consts, nconst,
+                            out_reg, out_addr, out_strides, NULL, nout, rows, cols, scratch);
+}
+
+int optree_run_typed(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
+                     const int64_t *leaf_strides, const int8_t *leaf_bf16, int64_t nleaf,
+                     const double *consts, int64_t nconst, const int32_t *out_reg,
+                     const int64_t *out_addr, const int64_t *out_strides,
+                     const int8_t *out_bf16, int64_t nout, int64_t rows, int64_t cols,
+                     real *scratch)
+{
     const int64_t nregs = nleaf + nconst + ninstr;
     if (ninstr < 0 || nregs > NL_VM_MAX_REGS || nout < 1 || nout > NL_VM_MAX_REGS)
         return -1;
+    /* rounded[s]: the bf16 output instruction s makes, stored (rounded) right after it runs,
+       its register then holding the rounded values for the later trees; else -1.  A bf16
+       output's register must be an instruction's own, never a leaf's or a constant's. */
+    int32_t rounded[NL_VM_MAX_REGS];
+    for (int64_t s = 0; s < ninstr; s++)
+        rounded[s] = -1;
+    for (int64_t o = 0; out_bf16 && o < nout; o++) {
+        const int64_t s = out_reg[o] - nleaf - nconst;
+        if (!out_bf16[o])
+            continue;
+        if (s < 0 || s >= ninstr || code[4 * s + 1] != out_reg[o] || rounded[s] >= 0)
+            return -1;
+        rounded[s] = (int32_t)o;
+    }
     /* direct[s]: the output instruction s stores straight into (its register is that output's
        value and the output is contiguous along a row), else -1; such outputs need no copy. */
     int32_t direct[NL_VM_MAX_REGS], copied[NL_VM_MAX_REGS];
@@ -109,7 +135,7 @@ int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_ad
         const int64_t s = out_reg[o] - nleaf - nconst;
         copied[o] = 1;
         if (s >= 0 && s < ninstr && direct[s] < 0 && code[4 * s + 1] == out_reg[o]
-            && out_strides[2 * o + 1] == 1) {
+            && out_strides[2 * o + 1] == 1 && !(out_bf16 && out_bf16[o])) {
             direct[s] = (int32_t)o;
             copied[o] = 0;
         }
@@ -131,6 +157,15 @@ int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_ad
             const int64_t n = cols - j0 < NL_VM_BLOCK ? cols - j0 : NL_VM_BLOCK;
             for (int64_t l = 0; l < nleaf; l++) {
                 const int64_t rs = leaf_strides[2 * l], cs = leaf_strides[2 * l + 1];
+                if (leaf_bf16 && leaf_bf16[l]) {
+                    const uint16_t *bits = (const uint16_t *)(intptr_t)leaf_addr[l] + i * rs
+                                           + j0 * cs;
+                    real *r = mine + l * NL_VM_BLOCK;
+                    for (int64_t k = 0; k < n; k++)
+                        r[k] = (real)bf16_to_f32(bits[k * cs]);
+                    reg[l] = r;
+                    continue;
+                }
                 const real *base = (const real *)(intptr_t)leaf_addr[l] + i * rs + j0 * cs;
                 if (cs == 1) {
                     reg[l] = base;
@@ -147,9 +182,19 @@ int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_ad
                                  : mine + ins[1] * NL_VM_BLOCK;
                 run_op(ins[0], d, reg[ins[2]], ins[3] >= 0 ? reg[ins[3]] : NULL, n);
                 reg[ins[1]] = d;
+                if (rounded[s] >= 0) {
+                    const int64_t b = rounded[s], cs = out_strides[2 * b + 1];
+                    uint16_t *bits = (uint16_t *)(intptr_t)out_addr[b] + i * out_strides[2 * b]
+                                     + j0 * cs;
+                    for (int64_t k = 0; k < n; k++) {
+                        const uint16_t v = f32_to_bf16((float)d[k]);
+                        bits[k * cs] = v;
+                        d[k] = (real)bf16_to_f32(v);
+                    }
+                }
             }
             for (int64_t o = 0; o < nout; o++) {
-                if (!copied[o])
+                if (!copied[o] || (out_bf16 && out_bf16[o]))
                     continue;
                 const int64_t cs = out_strides[2 * o + 1];
                 real *out = (real *)(intptr_t)out_addr[o] + i * out_strides[2 * o] + j0 * cs;

@@ -61,6 +61,19 @@ int optree_run_multi(const int32_t *code, int64_t ninstr, const int64_t *leaf_ad
                      real *scratch);
 int64_t optree_scratch_size(int64_t nregs);
 
+/* optree_run_multi with bfloat16 operands (used with real = float): leaf l holds uint16
+ * bfloat16 bit patterns where leaf_bf16[l] is nonzero (widened exactly as they are read),
+ * output o where out_bf16[o] is (each value rounded to nearest even as it is stored, and the
+ * register then holds the rounded value, so a later tree reads the output's new value); a
+ * NULL array: none.  A bf16 output's register must be an instruction's (-1 otherwise); the
+ * strides are in elements of each operand's own type. */
+int optree_run_typed(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
+                     const int64_t *leaf_strides, const int8_t *leaf_bf16, int64_t nleaf,
+                     const double *consts, int64_t nconst, const int32_t *out_reg,
+                     const int64_t *out_addr, const int64_t *out_strides,
+                     const int8_t *out_bf16, int64_t nout, int64_t rows, int64_t cols,
+                     real *scratch);
+
 /* out (C,) = the column sums of a (M, C), rows summed in fixed blocks (nl_blocks) in double,
  * so the result does not depend on the threads.  The host runs a tree's `sum` over leading
  * axes of a contiguous tensor with it.

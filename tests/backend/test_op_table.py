@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.gpu_host_backend import host_gpu_backend
+from support import op_harness as harness
+from support.op_harness import REFERENCED, REFERENCED_IDS
 from support.operand_cases import cases
 from support.requires import requires
 
@@ -128,43 +130,6 @@ def test_docs_list_every_op_of_the_table():
 
 
 # ---- dispatched rows -----------------------------------------------------------------------
-def _scalars(op):
-    return dict(zip((s.name for s in op.scalars), op.sample_scalars()))
-
-
-def _joins(op):
-    """With and without the optional inputs and trailing operands, where the row has any."""
-    return (False, True) if any(o.trailing or (o.optional and not o.written)
-                                for o in op.operands) else (True,)
-
-
-def _plans(be, op):
-    """The row's plan operands (``Operand.plan``), made by ``be`` at the sample
-    (``Op.sample_plan``)."""
-    return {o.name: op.sample_plan(getattr(be, o.plan)) for o in op.operands if o.plan}
-
-
-def _reference(op, arrays, plans=None):
-    want = {n: None if a is None else a.astype(np.float64) for n, a in arrays.items()}
-    plans = plans or {}
-    op.reference(*[plans[o.name] if o.plan else want[o.name] for o in op.operands],
-                 *op.sample_scalars())
-    return want
-
-
-def _run(be, op, arrays, plans=None):
-    tensors = {n: None if a is None else be.array(a) for n, a in arrays.items()}
-    getattr(be, op.name)(**(plans or {}), **tensors, **_scalars(op))
-    return {n: None if t is None else t.get() for n, t in tensors.items()}
-
-
-def _compare(op, got, want, rtol, atol):
-    for o in op.operands:
-        if o.written and want[o.name] is not None:
-            np.testing.assert_allclose(got[o.name], want[o.name], rtol=rtol, atol=atol,
-                                       err_msg=f"{op.name}: {o.name}")
-
-
 @requires("compiler")
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("op", DISPATCHED, ids=IDS)
@@ -172,17 +137,19 @@ def test_cpu_kernels_match_the_reference(op, dtype):
     be = neonlite.gen_backend("cpu", batch_size=4, rng_seed=0, datatype=dtype)
     assert be.kernels.module(op.kernel.c_source, np.dtype(dtype)) is not None
     tol = 1e-12 if dtype == np.float64 else 2e-5
-    plans = _plans(be, op)
-    for joined in _joins(op):
+    plans = harness.plans(be, op)
+    for joined in harness.joins(op):
         arrays = op.sample_operands(np.random.default_rng(1), dtype, joined)
-        _compare(op, _run(be, op, arrays, plans), _reference(op, arrays, plans), tol, tol)
+        harness.compare(op, harness.run(be, op, arrays, plans),
+                        harness.reference(op, arrays, plans), tol, tol)
 
 
 def _gpu_matches_the_reference(be, op):
-    plans = _plans(be, op)
-    for joined in _joins(op):
+    plans = harness.plans(be, op)
+    for joined in harness.joins(op):
         arrays = op.sample_operands(np.random.default_rng(2), np.float32, joined)
-        _compare(op, _run(be, op, arrays, plans), _reference(op, arrays, plans), 1e-4, 1e-5)
+        harness.compare(op, harness.run(be, op, arrays, plans),
+                        harness.reference(op, arrays, plans), 1e-4, 1e-5)
 
 
 @requires("emulator")
@@ -228,7 +195,7 @@ def test_backward_row_is_the_gradient_of_the_forward(op):
     inputs = op.sample_operands(rng, np.float64, joined=False)
     inputs.update({o.name: op.sample_operands(rng, np.float64)[o.name]
                    for o in op.operands if o.mask})
-    out = _run(be, op, inputs)
+    out = harness.run(be, op, inputs)
     w = rng.normal(size=out[op.loss_of].shape)
     incoming = "dy" if any(o.name == "dy" for o in back.operands) else "d" + op.loss_of
     given = {o.name: inputs.get(o.name) if o.mask else None if o.trailing else
@@ -246,7 +213,7 @@ def test_backward_row_is_the_gradient_of_the_forward(op):
             losses = []
             for step in (1e-6, -1e-6):
                 inputs[name][i] = keep + step
-                losses.append(float((w * _run(be, op, inputs)[op.loss_of]).sum()))
+                losses.append(float((w * harness.run(be, op, inputs)[op.loss_of]).sum()))
             inputs[name][i] = keep
             numeric[i] = (losses[0] - losses[1]) / 2e-6
         np.testing.assert_allclose(tensors[grad].get(), numeric, rtol=1e-5, atol=1e-7,
@@ -259,7 +226,7 @@ def test_flop_count_scales_with_the_rows(op):
     """The cost at the sample sizes, with and without the optional inputs (a gate step's dy
     is None on a sequence's last step): bytes those of the operands, FLOPs twice as many at
     twice the rows (a plan operand made by the CPU backend, a value operand None)."""
-    plans = _plans(neonlite.gen_backend("cpu", batch_size=4, rng_seed=0), op)
+    plans = harness.plans(neonlite.gen_backend("cpu", batch_size=4, rng_seed=0), op)
 
     def cost(M, joined):
         sample = dict(op.sample, M=M)
@@ -273,7 +240,7 @@ def test_flop_count_scales_with_the_rows(op):
         kwargs.update((s.name, v) for s, v in scalars if s.trailing)
         return (op.cost(*args, *[v for s, v in scalars if not s.trailing], **kwargs),
                 list(arrays.values()))
-    for joined in _joins(op):
+    for joined in harness.joins(op):
         (flops, moved), arrays = cost(op.sample["M"], joined)
         (flops2, _), _ = cost(2 * op.sample["M"], joined)
         assert flops > 0 and flops2 == 2 * flops
@@ -318,7 +285,7 @@ def test_rows_run_whole_by_their_section_get_their_method_from_the_row(name):
     assert getattr(GPUBackend, name) is getattr(TableOps, name)
     arrays = op.sample_operands(np.random.default_rng(4), np.float64)
     tensors = {n: None if a is None else be.array(a) for n, a in arrays.items()}
-    assert getattr(be, name)(**tensors, **_scalars(op)) is tensors[op.returns]
+    assert getattr(be, name)(**tensors, **harness.scalars(op)) is tensors[op.returns]
 
 
 def test_a_scalar_given_by_name_must_be_one_of_its_codes():
@@ -333,76 +300,26 @@ def test_a_scalar_given_by_name_must_be_one_of_its_codes():
 
 
 # ---- every row with a reference, on the operand cases ------------------------------------
-def _recorded_call(be, case):
-    """(bound arguments of the backend method as an ordered dict, their host copies before
-    the call) of ``case``'s first call of its op."""
-    import inspect
-    seen = []
-    method = getattr(be, case.op)
-
-    def record(*args, **kwargs):
-        bound = inspect.signature(method).bind(*args, **kwargs)
-        bound.apply_defaults()
-        seen.append((bound.arguments, {n: v.get().copy() for n, v in bound.arguments.items()
-                                       if hasattr(v, "get")}))
-        return method(*args, **kwargs)
-    setattr(be, case.op, record)
-    case.call(be, case.build(be, np.random.default_rng(0)))
-    return seen[0]
-
-
-def _reference_call(op, arguments, before):
-    """Run the row's reference on float64 copies of the call's tensors; returns those it
-    takes (by name when it names its parameters as the contract does, else by position)."""
-    import inspect
-    host = {n: before[n].astype(np.float64) if before[n].dtype.kind == "f" else before[n]
-            for n in before}
-    values = [host.get(n, v) for n, v in arguments.items()]
-    params = list(inspect.signature(op.reference).parameters)
-    if set(params) <= set(arguments):
-        op.reference(**{p: host.get(p, arguments[p]) for p in params})
-        return {n: v for n, v in host.items() if n in params}
-    op.reference(*values[:len(params)])
-    return {n: v for n, v in host.items() if n in list(arguments)[:len(params)]}
-
-
-#: cases whose result depends on state a backend keeps in its own form: max pooling's bprop
-#: routes the error by the argmax the fprop left in the backend's plan, which the reference's
-#: plan buffer does not hold (the pooling tests compare fprop + bprop pairs instead)
-STATEFUL = {("bprop_pool", ("max",))}
-REFERENCED = [c for c in cases() if not c.optree and OPS[c.op].reference is not None
-              and not OPS[c.op].dispatched and (c.op, tuple(c.tags)) not in STATEFUL]
-
-
-REFERENCED_IDS = [c.op + "".join(f"[{t}]" for t in c.tags) for c in REFERENCED]
-
-
-def _backend_matches_the_reference(be, case):
-    arguments, before = _recorded_call(be, case)
-    want = _reference_call(OPS[case.op], arguments, before)
-    for name, value in want.items():
-        np.testing.assert_allclose(arguments[name].get(), value, rtol=2e-4, atol=2e-5,
-                                   err_msg=f"{case.op}: {name}")
-
-
 @pytest.mark.parametrize("case", REFERENCED, ids=REFERENCED_IDS)
 def test_cpu_backend_matches_the_reference_on_its_case(case):
     """Each row with a reference that the backends implement in their section files: the
     CPU backend's call of the operand case against the reference on float64 copies."""
-    _backend_matches_the_reference(neonlite.gen_backend("cpu", batch_size=4, rng_seed=0), case)
+    harness.backend_matches_the_reference(
+        neonlite.gen_backend("cpu", batch_size=4, rng_seed=0), case)
 
 
 @requires("emulator")
 @pytest.mark.parametrize("case", REFERENCED, ids=REFERENCED_IDS)
 def test_gpu_backend_matches_the_reference_on_its_case(monkeypatch, case):
     """The same on the GPU backend over the host emulator (its kernels, plans and op-trees)."""
-    _backend_matches_the_reference(host_gpu_backend(monkeypatch), case)
+    harness.backend_matches_the_reference(host_gpu_backend(monkeypatch), case)
 
 
 @requires("gpu")
 @pytest.mark.parametrize("case", REFERENCED, ids=REFERENCED_IDS)
 def test_real_gpu_backend_matches_the_reference_on_its_case(case):
-    _backend_matches_the_reference(neonlite.gen_backend("gpu", batch_size=4, rng_seed=0), case)
+    harness.backend_matches_the_reference(
+        neonlite.gen_backend("gpu", batch_size=4, rng_seed=0), case)
 
 
 # ---- what a row can say about its kernel --------------------------------------------------

@@ -20,6 +20,7 @@ from support.table_kernels import run_kernel
 from neonlite import Model
 from neonlite.backends.cpu.optree import OpTreeMachine
 from neonlite.backends.reference.optree import evaluate
+from neonlite.backends.shared.bfloat16 import is_bf16
 from neonlite.data import ArrayIterator
 from neonlite.layers import Affine, BatchNorm, GeneralizedCost, TransformerBlock
 from neonlite.optimizers import Adam
@@ -30,7 +31,7 @@ T, D_MODEL, CLASSES = 8, 32, 8192
 # kernels once allocated; what a step allocates besides (Python objects: op-trees, argument
 # lists) peaks near 10 KiB.
 def _kernels_or_skip(be):
-    if not be.kernels.active(be.dtype):
+    if not be.kernels.active(np.float32 if is_bf16(be.dtype) else be.dtype):
         pytest.skip(f"the C kernels are unavailable: {be.kernels.unavailable_reason()}")
     return be.kernels
 
@@ -98,6 +99,28 @@ def test_steps_over_the_parameter_arena_allocate_nothing():
     assert arena.values[f32] is owners["value"] and arena.grads[f32] is owners["grad"]
     assert len(arena.states) == 2 and arena.states[("m", f32, f32)] is owners["m"]
     assert all(p.states["m"]._ary.base is not None for p in model.parameters())
+
+
+def test_bf16_training_steps_after_the_first_allocate_nothing():
+    """The same model on bfloat16 tensors with float32 master weights (``MixedPrecision``):
+    the bf16 boundary's work tensors (``backends/cpu/bf16_boundary.py``), made by the first
+    step for each op, operand and shape, are used again by the next steps, which allocate
+    nothing of size; the products ran through ``dot_bf16``."""
+    from neonlite.optimizers.mixed_precision import MixedPrecision
+    be = make_backend("cpu", batch_size=4, seed=0, dtype="bf16")
+    _kernels_or_skip(be)
+    model, x, t, optimizer = _transformer_with_head(be)
+    optimizer = MixedPrecision(optimizer, loss_scale=None)
+    assert x.storage == "bf16" and model.arena is None
+    model.train_step(x, t, optimizer, 0)
+    holders = be.bf16_boundary.holders()
+    work = {key: buf for holder in holders for key, buf in holder.items()}
+    assert any(key[0] == ("compound_dot", "C") for key in work)
+    peaks = _peaks(lambda: np.isfinite(model.train_step(x, t, optimizer, 0)))
+    assert max(peaks) < PEAK_LIMIT, (
+        f"bf16 steps after the first allocated up to {peaks} bytes at once (limit "
+        f"{PEAK_LIMIT})")
+    assert {key: buf for holder in holders for key, buf in holder.items()} == work
 
 
 def test_column_sums_of_one_shape_in_one_tree_keep_their_own_results():

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from neonlite.backends.ops import OPS
+from neonlite.backends.shared.bfloat16 import is_bf16
 
 
 @dataclass
@@ -37,12 +38,22 @@ def _ops(**named):
     return OrderedDict(named)
 
 
+def host_dtype(be):
+    """The host type of the backend's tensors' values: float32 for bfloat16 storage (whose
+    dtype is uint16 bits: ``astype`` to it would make integers), else its dtype."""
+    return np.dtype(np.float32) if is_bf16(be.dtype) else be.dtype
+
+
+def _host(be, values):
+    return np.asarray(values).astype(host_dtype(be))
+
+
 def _normal(be, rng, *shape):
-    return be.array(rng.normal(size=shape).astype(be.dtype))
+    return be.array(_host(be, rng.normal(size=shape)))
 
 
 def _positive(be, rng, *shape):
-    return be.array((0.5 + rng.random(size=shape)).astype(be.dtype))
+    return be.array(_host(be, 0.5 + rng.random(size=shape)))
 
 
 def _conv_cases(name, N, C, H, W, K, R, S, pad):
@@ -158,7 +169,7 @@ def _attention_cases():
         return _ops(q=_normal(be, rng, B, Tq, dk), k=_normal(be, rng, B, Tk, dk),
                     v=_normal(be, rng, B, Tk, dv), out=be.zeros((B, Tq, dv)),
                     lse=be.zeros((B, Tq)),
-                    key_mask=be.array(np.array([[1, 1, 1, 0], [1, 0, 1, 1]], be.dtype)))
+                    key_mask=be.array(_host(be, [[1, 1, 1, 0], [1, 0, 1, 1]])))
 
     def bprop_ops(be, rng):
         ops = fprop_ops(be, rng)
@@ -199,12 +210,12 @@ def _row_kernel_cases():
     return [
         Case("softmax_cross_entropy", lambda be, rng: _ops(
             logits=_normal(be, rng, M, D),
-            targets=be.array(np.eye(D)[rng.integers(0, D, M)].astype(be.dtype)),
+            targets=be.array(_host(be, np.eye(D)[rng.integers(0, D, M)])),
             probs=be.zeros((M, D)), grad=be.zeros((M, D))),
             lambda be, o: be.softmax_cross_entropy(*o.values()), dtype_free=("targets",)),
         Case("masked_softmax", lambda be, rng: _ops(
             x=_normal(be, rng, 9, 3, D), out=be.zeros((9, 3, D)),
-            key_mask=be.array(np.ones((3, D), be.dtype))),
+            key_mask=be.array(_host(be, np.ones((3, D))))),
             lambda be, o: be.masked_softmax(o["x"], o["out"], 0.5, True, o["key_mask"]),
             dtype_free=("key_mask",)),
         Case("take_rows", table_ops, lambda be, o: be.take_rows(*o.values()),
@@ -230,7 +241,7 @@ def _table_cases():
             continue
 
         def build(be, rng, op=op):
-            arrays = op.sample_operands(rng, be.dtype)
+            arrays = op.sample_operands(rng, host_dtype(be))
             return _ops(**{n: be.array(a) for n, a in arrays.items() if a is not None})
 
         def call(be, o, op=op):

@@ -1,0 +1,192 @@
+"""The bfloat16 boundary of the CPU backend: every op of the op table runs on bf16 tensors by
+one mechanism, driven by the rows' operands (``backends/ops/``: which are read, written,
+updated, optional).
+
+For a call with a bf16 operand (a :class:`~.tensor.CPUTensor` whose ``bf16`` is True), after
+the row's check on the operands as given:
+
+1. each bf16 operand the op reads (not ``written``, or ``updated``) is widened (exactly) into a
+   float32 *work tensor* the boundary keeps, one per (op, operand, shape), made at the first
+   such call and used again after, so a training loop allocates nothing after its first step;
+   a written-only operand gets its work tensor unread; two operands on the same memory (an
+   output that may be its input: ``pre`` of ``gelu``, ``dx`` of ``gelu_bprop``) share one;
+2. the float32 implementation runs on the work tensors (kernel, section or reference:
+   unchanged), so every reduction inside an op stays float32;
+3. each written bf16 operand is narrowed back, rounding to nearest even (the cast kernel,
+   ``kernels/cpu/bf16/bf16_cast.c``); a strided view through a bit buffer kept the same way.
+
+Operands that are not bf16 (float32 masters, int32 ids, plans, a dropout stream) are passed
+as they are.  The dispatched rows go through :meth:`Bf16Boundary.run_row` (from
+``CPUBackend.run_op``); the rows the backend's section files implement (products,
+convolutions, pooling, softmax with cross-entropy, gathers, draws, recurrent sequences) through
+the methods :func:`boundary_methods` makes from their rows.  The contract methods without a
+row (creation, fill, copy, op-trees, ``get``/``set``) are handled by the backend and its tensor
+themselves.
+"""
+import functools
+import inspect
+
+import numpy as np
+
+from .bf16_kernels import F32, from_bf16, to_bf16
+from .tensor import CPUTensor, aligned_empty
+
+#: the uint32 view a strided bf16 operand is widened through
+_U32 = np.dtype(np.uint32)
+#: what a fused call returns where it does not take the operands
+NOT_TAKEN = object()
+
+
+def is_bf16_tensor(value):
+    """True for a CPU tensor holding bfloat16 bits."""
+    return value.__class__ is CPUTensor and value.bf16
+
+
+def _memory(ary):
+    return (ary.__array_interface__["data"][0], ary.shape, ary.strides)
+
+
+class Bf16Boundary:
+    """The work tensors and the widening and narrowing of one CPU backend (see the module
+    docstring)."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self._work = {}
+        self._bits = {}
+
+    def clear(self):
+        """Drop the work tensors and bit buffers (made again at the next call)."""
+        self._work.clear()
+        self._bits.clear()
+
+    def holders(self):
+        """The dicts of work arrays this boundary keeps (for ``workspace_bytes``)."""
+        return [self._work, self._bits]
+
+    def work_tensor(self, key, shape):
+        """The float32 work tensor kept under ``key`` (made at its first use)."""
+        full = (key, tuple(shape))
+        work = self._work.get(full)
+        if work is None:
+            work = self._work[full] = CPUTensor(self._backend, aligned_empty(shape, F32))
+        return work
+
+    def widen(self, src, dst):
+        """float32 ``dst`` (contiguous) = bf16 bit patterns ``src`` (any strides), exactly."""
+        if src.flags.c_contiguous:
+            from_bf16(self._backend.kernels, src, dst)
+            return
+        bits = dst.view(_U32)
+        np.copyto(bits, src, casting="unsafe")
+        np.left_shift(bits, 16, out=bits)
+
+    def narrow(self, src, dst, key):
+        """bf16 ``dst`` (any strides) = float32 ``src`` (contiguous), rounded to nearest even;
+        a strided ``dst`` through a contiguous bit buffer kept under ``key``."""
+        if dst.flags.c_contiguous:
+            to_bf16(self._backend.kernels, src, dst)
+            return
+        full = (key, dst.shape)
+        bits = self._bits.get(full)
+        if bits is None:
+            bits = self._bits[full] = aligned_empty(dst.shape, np.uint16)
+        to_bf16(self._backend.kernels, src, bits)
+        np.copyto(dst, bits, casting="unsafe")
+
+    def swap(self, op_name, operands):
+        """``(values, written)`` for ``operands``, a list of (name, value, reads, writes): the
+        values with each bf16 tensor replaced by its work tensor (widened where read), and
+        the (work array, bf16 array, key) pairs to narrow after the call."""
+        values, written, seen = [], [], {}
+        for name, value, reads, writes in operands:
+            if not is_bf16_tensor(value):
+                values.append(value)
+                continue
+            ary = value._ary
+            memory = _memory(ary)
+            found = seen.get(memory)
+            if found is None:
+                work = self.work_tensor((op_name, name), ary.shape)
+                seen[memory] = found = [work, False, False]
+            work = found[0]
+            if reads and not found[1]:
+                self.widen(ary, work._ary)
+                found[1] = True
+            if writes and not found[2]:
+                written.append((work._ary, ary, (op_name, name)))
+                found[2] = True
+            values.append(work)
+        return values, written
+
+    def narrow_all(self, written):
+        for src, dst, key in written:
+            self.narrow(src, dst, key)
+
+    def run_row(self, op, operands, scalars, run):
+        """Dispatched row ``op`` on ``operands`` (row order) with a bf16 tensor among them: the
+        row's check, then ``run(op, work operands, scalars)`` between the widening and the
+        narrowing."""
+        op.check_operands(operands, scalars)
+        values, written = self.swap(op.name, [
+            (o.name, t, not o.written or o.updated, o.written)
+            for o, t in zip(op.operands, operands)])
+        run(op, tuple(values), scalars)
+        self.narrow_all(written)
+
+
+def boundary_method(op, method, fused=None):
+    """Backend method ``method`` (a section's implementation of row ``op``, which names its
+    operands) wrapped in the boundary, written from its signature (Python binds the
+    arguments, as the op table's methods do): on a backend that has made no bf16 tensor, or a
+    call with none among the row's operands, the method itself runs; otherwise
+    :func:`_boundary_call` runs it.  ``fused(backend, arguments)`` (the arguments by name),
+    when given, runs the call first and returns the method's result, or :data:`NOT_TAKEN`
+    where it does not take the operands (the bf16 GEMMs)."""
+    signature = inspect.signature(method)
+    params = list(signature.parameters.values())[1:]
+    if any(p.kind not in (p.POSITIONAL_OR_KEYWORD,) for p in params):
+        raise ValueError(f"{op.name}: the bf16 boundary wraps methods of plain parameters")
+    names = [p.name for p in params]
+    operands = [o.name for o in op.operands if o.name in names]
+    defaults = {f"_d_{p.name}": p.default for p in params if p.default is not p.empty}
+    header = ", ".join(p.name if f"_d_{p.name}" not in defaults else f"{p.name}=_d_{p.name}"
+                       for p in params)
+    given = ", ".join(names)
+    source = (f"def {op.name}(self, {header}):\n"
+              f"    if not self.bf16_made or not ({' or '.join(f'_is({n})' for n in operands)}):\n"
+              f"        return _method(self, {given})\n"
+              f"    return _call(self, {{{', '.join(f'{n!r}: {n}' for n in names)}}})\n")
+    call = functools.partial(_boundary_call, op, method, fused,
+                             [(o.name, not o.written or o.updated, o.written)
+                              for o in op.operands if o.name in names])
+    namespace = {"_method": method, "_is": is_bf16_tensor, "_call": call, **defaults}
+    exec(compile(source, f"<bf16 boundary: {op.name}>", "exec"), namespace)  # noqa: S102
+    wrapped = functools.wraps(method)(namespace[op.name])
+    return wrapped
+
+
+def _boundary_call(op, method, fused, flags, backend, arguments):
+    """``method`` of row ``op`` on ``arguments`` (by name) with a bf16 operand among them:
+    ``fused`` first where given, else the operands through :meth:`Bf16Boundary.swap` around
+    the method; a result that is a work tensor is given back as the operand it stands for."""
+    if fused is not None:
+        result = fused(backend, arguments)
+        if result is not NOT_TAKEN:
+            return result
+    given = [(n, arguments[n], reads, writes) for n, reads, writes in flags]
+    values, written = backend.bf16_boundary.swap(op.name, given)
+    originals = {}
+    for (name, value, _, _), swapped in zip(given, values):
+        arguments[name] = swapped
+        originals[id(swapped)] = value
+    result = method(backend, **arguments)
+    backend.bf16_boundary.narrow_all(written)
+    return originals.get(id(result), result)
+
+
+def boundary_methods(cls, rows, fused):
+    """{name: wrapped method} for each row of ``rows`` that names its operands and is not
+    dispatched by the table, of backend class ``cls`` (``fused``: {name: fused call})."""
+    return {op.name: boundary_method(op, getattr(cls, op.name), fused.get(op.name))
+            for op in rows if op.operands and not op.dispatched}
