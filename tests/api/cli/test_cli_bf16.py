@@ -100,3 +100,44 @@ def test_bf16_image_classifier_predicts(capsys, tmp_path):
     assert main(["predict", str(ckpt), *map(str, sevens)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith(str(p)) for line, p in zip(lines, sevens))
+
+
+TINY_LM = """\
+epochs: 1
+batchsize: 4
+rng_seed: 0
+eval_freq: 0
+vocab: &vocab auto
+dataset: {type: text, config: {seq_len: 16, split: 0.9, nbatches: 2}}
+layers:
+  - {type: Embedding, config: {vocab: *vocab, d: 32}}
+  - {type: PositionalEmbedding, config: {max_len: 16, d: 32}}
+  - {type: TransformerBlock, config: {d_model: 32, heads: 2}}
+  - {type: Affine, config: {nout: *vocab, activation: {type: Softmax}}}
+cost: {type: GeneralizedCost, config: {costfunc: {type: CrossEntropyMulti}}}
+optimizer: {type: Adam, config: {learning_rate: 0.001}}
+"""
+
+
+@pytest.mark.parametrize("path", ["storage", pytest.param("compute", marks=requires("bf16"))])
+def test_doctor_names_the_path_the_training_products_take(path, tmp_path, monkeypatch):
+    """``neonlite doctor``'s bf16 row and a ``-d bf16`` training step agree: the GEMM path
+    the row names is the one every product of the step runs, the other never runs."""
+    from neonlite.backends.cpu import bf16 as cpu_bf16
+    from neonlite.doctor.bf16_row import bf16_row
+    monkeypatch.setenv("NEONLITE_BF16", path)
+    assert f"gemm {path} (" in bf16_row().found
+    calls = {"compute": 0, "storage": 0}
+    for name, function in (("compute", cpu_bf16.gemm_bf16), ("storage", cpu_bf16.gemm_storage)):
+        def counted(*args, _name=name, _function=function, **kwargs):
+            calls[_name] += 1
+            return _function(*args, **kwargs)
+        monkeypatch.setattr(cpu_bf16, "gemm_bf16" if name == "compute" else "gemm_storage",
+                            counted)
+    config = tmp_path / "lm.yaml"
+    config.write_text(TINY_LM)
+    text = tmp_path / "text.txt"
+    text.write_text("to be or not to be, that is the question. " * 20)
+    assert main(["train", str(config), "--data", str(text), "-d", "bf16", "-q"]) == 0
+    other = "storage" if path == "compute" else "compute"
+    assert calls[path] > 0 and calls[other] == 0, calls
