@@ -168,6 +168,8 @@ class MixedPrecision:
         self.name = getattr(optimizer, "name", type(optimizer).__name__)
         self._masters = {}
         self._flag = None
+        self._stepped = None
+        self._finite_work = {}
 
     # ---- the cost side ---------------------------------------------------------------------
     def wrap_cost(self, cost):
@@ -185,13 +187,29 @@ class MixedPrecision:
             return
         be = params[0].value.backend
         masters = self.masters(params)
+        self._stepped = None
         if not self._unscale(be, params, masters):
             self._skip()
             return
         self.optimizer.optimize(masters, epoch)
         for param, master in zip(params, masters):
             param.value[:] = master.value
+        self._stepped = tuple(map(id, params))
         self._grow()
+
+    def updated_finite(self, params):
+        """True when the last :meth:`optimize` updated exactly ``params`` by the wrapped
+        optimizer's fused pass over the masters' arena, which saw every master and state value
+        it wrote finite, and every 16-bit parameter rounded from them is finite (one check of
+        each: a master beyond the 16-bit range rounds to inf); False otherwise (a skipped
+        step, a per-parameter step, other parameters), and then the training loop checks
+        every tensor itself."""
+        key = tuple(map(id, params))
+        verify = getattr(self.optimizer, "updated_finite", None)
+        if self._stepped != key or verify is None or not verify(self._masters[key]):
+            return False
+        be = params[0].value.backend
+        return all(be.is_finite(p.value, self._finite_work) for p in params)
 
     def masters(self, params):
         """The float32 stand-ins the wrapped optimizer updates for ``params`` (a non-empty

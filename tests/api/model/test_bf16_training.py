@@ -158,3 +158,46 @@ def test_a_bf16_checkpoint_resumes_bit_for_bit(name, tmp_path, capsys):
         assert main(["generate", str(tmp_path / "resumed.h5"), "--prompt", "ROMEO:", "-n",
                      "20", "-r", "1"]) == 0
         assert capsys.readouterr().out.startswith("ROMEO:")
+
+
+def _affine_run():
+    from neonlite.data import ArrayIterator
+    from neonlite.layers import Affine
+    from neonlite.transforms import Rectlin, Softmax
+    neonlite.gen_backend("cpu", batch_size=8, rng_seed=0, datatype="bf16")
+    rng = np.random.default_rng(0)
+    data = ArrayIterator(rng.normal(size=(48, 5)), rng.integers(0, 3, 48), nclass=3)
+    model = neonlite.Model([Affine(6, activation=Rectlin()), Affine(3, activation=Softmax())])
+    return model, data, GeneralizedCost(CrossEntropyMulti())
+
+
+def test_a_bf16_step_that_overflows_the_masters_stops_at_that_step():
+    from neonlite.callbacks import Callbacks, FunctionCallback
+    model, data, cost = _affine_run()
+    optimizer = for_datatype(Adam(1e-2), "bf16")
+
+    def blow_up(epoch, batch, value):
+        if batch == 2:  # the fourth update (batch index 3) overflows every weight it moves
+            optimizer.optimizer.learning_rate = 1e45
+
+    callbacks = Callbacks(model, progress=False, divergence_guard=False)
+    callbacks.add(FunctionCallback(on_minibatch_end=blow_up))
+    with pytest.raises(FloatingPointError, match="NaN or inf in the update at epoch 1, batch 4"):
+        model.fit(data, optimizer, 1, cost, callbacks=callbacks)
+    assert not optimizer.updated_finite(model.parameters())
+
+
+def test_bf16_steps_after_the_first_take_the_fused_pass_at_its_word(monkeypatch):
+    """The masters' fused pass says whether it wrote only finite values; with each bf16
+    parameter checked once, the training loop's full pass over every tensor (parameters,
+    masters, moments) runs on the first step only."""
+    model, data, cost = _affine_run()
+    passes = []
+    original = neonlite.Model.first_nonfinite
+    monkeypatch.setattr(neonlite.Model, "first_nonfinite",
+                        lambda self: passes.append(1) or original(self))
+    optimizer = for_datatype(Adam(1e-2), "bf16")
+    model.fit(data, optimizer, 2, cost, progress=False)
+    assert len(passes) == 1, f"{len(passes)} full passes over 12 steps"
+    assert optimizer.updated_finite(model.parameters())
+    assert original(model) is None
