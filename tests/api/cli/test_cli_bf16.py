@@ -141,3 +141,24 @@ def test_doctor_names_the_path_the_training_products_take(path, tmp_path, monkey
     assert main(["train", str(config), "--data", str(text), "-d", "bf16", "-q"]) == 0
     other = "storage" if path == "compute" else "compute"
     assert calls[path] > 0 and calls[other] == 0, calls
+
+
+def test_bf16_trains_on_a_cpu_said_to_lack_the_bf16_instructions(tmp_path):
+    """``NEONLITE_CPU_FEATURES_OFF`` simulates a CPU without AVX512-BF16 and AMX-BF16: even
+    ``NEONLITE_BF16=compute`` then trains, on the storage path, and ``neonlite doctor``'s
+    row says why."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, NEONLITE_CPU_FEATURES_OFF="avx512_bf16,amx_bf16",
+               NEONLITE_BF16="compute")
+    done = subprocess.run([sys.executable, "-m", "neonlite.cli", "train", str(SHAPES), "-d",
+                           "bf16", "--max-batches", "2", "-e", "1", "-q", "--save-path",
+                           str(tmp_path / "c.h5")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert read_checkpoint(str(tmp_path / "c.h5")).config["datatype"] == "bf16"
+    doctor = subprocess.run([sys.executable, "-c", "from neonlite.doctor.bf16_row import "
+                             "bf16_row; print(bf16_row().found)"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert "gemm storage" in doctor.stdout and "cannot be met" in doctor.stdout, doctor.stdout
