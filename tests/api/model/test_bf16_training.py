@@ -201,3 +201,18 @@ def test_bf16_steps_after_the_first_take_the_fused_pass_at_its_word(monkeypatch)
     assert len(passes) == 1, f"{len(passes)} full passes over 12 steps"
     assert optimizer.updated_finite(model.parameters())
     assert original(model) is None
+
+
+def test_model_save_records_bf16_and_load_makes_that_backend(tmp_path):
+    """``Model.save`` of a bf16 model names its data type, so ``Model.load`` with no backend
+    yet makes the bf16 one (a checkpoint without it would come back in float32)."""
+    model, data, cost = _affine_run()
+    optimizer = for_datatype(Adam(1e-2), "bf16")
+    model.fit(data, optimizer, 1, cost, progress=False)
+    model.save(tmp_path / "m.h5")
+    assert read_checkpoint(tmp_path / "m.h5").config["datatype"] == "bf16"
+    neonlite.backends._current = None
+    loaded = neonlite.Model.load(tmp_path / "m.h5")
+    assert is_16bit_float(loaded.parameters()[0].value)
+    np.testing.assert_array_equal(loaded.parameters()[0].value.get(),
+                                  model.parameters()[0].value.get())
