@@ -41,6 +41,18 @@ LOSS_BOUND = 0.02
 TAIL = 10
 
 
+#: the folder holding ``benchmarks/``: the workers' ``-m`` finds the package there, whatever the
+#: caller's working folder or ``PYTHONSAFEPATH``
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _module_argv(*args):
+    """``python -m benchmarks.bf16_training ARGS`` and the environment it runs in."""
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    return ([sys.executable, "-m", "benchmarks.bf16_training", *args],
+            dict(os.environ, PYTHONPATH=path))
+
+
 def _rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -91,11 +103,10 @@ def worker(row_name, contender, smoke):
 
 class _Worker:
     def __init__(self, row, contender, smoke):
-        argv = [sys.executable, "-m", "benchmarks.bf16_training", "--worker", row, contender]
+        argv, env = _module_argv("--worker", row, contender, *(["--smoke"] if smoke else []))
         self.name = contender
-        self.proc = subprocess.Popen(argv + (["--smoke"] if smoke else []), text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     cwd=os.path.dirname(os.path.dirname(__file__)))
+        self.proc = subprocess.Popen(argv, text=True, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE)
         self.ready = self._read()
 
     def _read(self):
@@ -215,10 +226,9 @@ def compare_losses(row_name, steps, text):
     """Both runs of the loss comparison, one process each; returns the result dict."""
     runs = {}
     for datatype in ("bf16", "f32"):
-        done = subprocess.run([sys.executable, "-m", "benchmarks.bf16_training", "--loss-worker",
-                               row_name, datatype, "--steps", str(steps), "--text", text],
-                              stdout=subprocess.PIPE, text=True, check=True,
-                              cwd=os.path.dirname(os.path.dirname(__file__)))
+        argv, env = _module_argv("--loss-worker", row_name, datatype, "--steps", str(steps),
+                                 "--text", text)
+        done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True, check=True)
         run = json.loads(done.stdout.strip().splitlines()[-1])
         run["tail_mean"] = statistics.fmean(run["losses"][-TAIL:])
         runs[datatype] = run
