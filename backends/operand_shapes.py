@@ -96,11 +96,22 @@ def check_masked_softmax(x, out, key_mask):
                    note=" (x's)")
 
 
+#: bfloat16 (8 significant bits) holds every whole number from 0 to this one exactly
+BF16_EXACT_IDS = 256
+
+
 def check_table_rows(op, table, ids, rows):
     """``take_rows`` / ``scatter_add_rows``: the table (V, D) and the rows ids.shape + (D,)
     (by element count), of the table's element type; ids of any shape and number type.
-    ``table`` and ``rows`` are (name, tensor) pairs."""
+    ``table`` and ``rows`` are (name, tensor) pairs.  bfloat16 ids are refused where the table
+    has more rows than bf16 numbers ids exactly (a TypeError: an id above 256 would have been
+    rounded when it was stored)."""
     t, r = table[1], rows[1]
+    if getattr(ids, "storage", None) == "bf16" and len(t.shape) and \
+            t.shape[0] > BF16_EXACT_IDS + 1:
+        raise TypeError(f"{op}: ids are bfloat16, which holds whole numbers exactly only up to "
+                        f"{BF16_EXACT_IDS}, and {table[0]} has {t.shape[0]} rows: store the ids "
+                        f"as int32")
     if len(t.shape) == 2 and r.size == ids.size * t.shape[1] and r.dtype == t.dtype and \
             t.dtype.kind == "f":
         return

@@ -22,7 +22,7 @@ from ..ops import OPS
 from ..ops.table import CALL, PLAN
 from ..optree import OpNode, assignment_error
 from ..reference.optree import evaluate
-from ..shared.bfloat16 import as_dtype, bf16_is_finite, is_bf16
+from ..shared.bfloat16 import as_dtype, is_bf16
 from ..storage import array_is_finite, host_buffer
 from ..variants import CONV_METHODS, GEMM_METHODS, conv_algorithm
 from .arena import make_cpu_arena
@@ -264,10 +264,10 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         return make_cpu_arena(self, params)
 
     def is_finite(self, tensor, work=None):
-        """Two reductions over the tensor's numpy array (``work`` is not needed); of a bfloat16
-        tensor's bits, one pass over their exponents."""
+        """Two reductions over the tensor's numpy array (``work`` is not needed); a bfloat16
+        tensor's in widened chunks (``Bf16Boundary.is_finite``)."""
         if is_bf16_tensor(tensor):
-            return bf16_is_finite(tensor._ary)
+            return self.bf16_boundary.is_finite(tensor._ary)
         return array_is_finite(tensor._ary)
 
     def buffer_of(self, tensor):
@@ -288,8 +288,11 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         return self.name
 
 
-#: the rows the section files implement, each wrapped in the bf16 boundary (the products
-#: first tried by ``dot_bf16``)
+#: the rows the section files implement, each wrapped in the bf16 boundary (first the fused
+#: calls of ``bf16.py``: the products by ``dot_bf16``, gathers and permutations of bits)
 for _name, _method in boundary_methods(
-        CPUBackend, OPS.values(), {"compound_dot": CPUBackend.fused_compound_dot}).items():
+        CPUBackend, OPS.values(),
+        {"compound_dot": CPUBackend.fused_compound_dot, "take_rows": CPUBackend.fused_take_rows,
+         "scatter_add_rows": CPUBackend.fused_scatter_add_rows,
+         "permute_axes": CPUBackend.fused_permute_axes}).items():
     setattr(CPUBackend, _name, _method)

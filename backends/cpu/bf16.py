@@ -5,11 +5,14 @@ machine pays for (``bf16_choice.py``: measured per op class, or ``NEONLITE_BF16`
 bf16 arrays are numpy ``uint16`` bit patterns (``bf16_kernels.py``).  These methods take numpy
 arrays or the backend's tensors (their arrays are used).
 """
+import numpy as np
+
 from ...kernels.cpu_features import forced_off
+from ..operand_shapes import check_permute, check_table_rows
 from ..ops import OPS
 from . import bf16_choice
 from .bf16_boundary import NOT_TAKEN, is_bf16_tensor
-from .bf16_kernels import F32, check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
+from .bf16_kernels import BF16, F32, check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
     gemm_storage, to_bf16
 
 COMPOUND_DOT = OPS["compound_dot"]
@@ -57,7 +60,7 @@ class CPUBf16Ops:
         return from_bf16(self.kernels, _array(x), None if out is None else _array(out))
 
     def dot_bf16(self, A, B, C, alpha=1.0, beta=0.0, transA=False, transB=False, path=None,
-                 threads=0):
+                 threads=0, bits=None):
         """C (float32) = alpha * op(A) @ op(B) + beta * C with A and B bf16 bit patterns
         (2-D uint16, unit-stride rows; op() transposes where asked): the forward product
         (X @ W), the input gradient (dY @ W^T: ``transB``) and the weight gradient
@@ -65,18 +68,30 @@ class CPUBf16Ops:
 
         ``path`` (default: this machine's for ``gemm``) is ``compute`` (bf16 arithmetic,
         float32 accumulation) or ``storage`` (widened to float32, the float32 GEMM); ``off``
-        is refused.  ``threads``: OpenMP threads of the compute path (0: its default)."""
+        is refused.  ``threads``: OpenMP threads of the compute path (0: its default).
+        ``bits``: a bf16 array of C's shape with unit-stride rows that also receives C rounded
+        to nearest even: by the GEMM's epilogue on the compute path, by one narrowing pass
+        after it on the storage path."""
         a, b, c = _array(A), _array(B), _array(C)
         check_gemm_operands(a, b, c, transA, transB)
+        if bits is not None:
+            bits = _array(bits)
+            if bits.shape != c.shape or bits.dtype != BF16 or not _unit_rows(bits):
+                raise ValueError(f"dot_bf16: bits must be a bf16 (uint16) array of C's shape "
+                                 f"{c.shape} with unit-stride rows, got "
+                                 f"{getattr(bits, 'dtype', '?')} of shape {bits.shape}")
         path = self.bf16_path("gemm") if path is None else path
         if path == "compute":
             module, why = gemm_module(self.kernels)
             if module is None:
                 raise ValueError(f"dot_bf16: the compute path cannot run here: {why}")
-            return gemm_bf16(module, a, b, c, alpha, beta, transA, transB, threads)
+            return gemm_bf16(module, a, b, c, alpha, beta, transA, transB, threads, bits)
         if path == "storage":
-            return gemm_storage(self.kernels, a, b, c, alpha, beta, transA, transB,
-                                self._gemm_scratch)
+            gemm_storage(self.kernels, a, b, c, alpha, beta, transA, transB,
+                         self._gemm_scratch)
+            if bits is not None:
+                self.bf16_boundary.narrow(c, bits, ("dot_bf16", "bits"))
+            return c
         raise ValueError(f"dot_bf16: path {path!r}: bf16 is off here "
                          f"({bf16_choice.ENV}=off)" if path == "off" else
                          f"dot_bf16: path must be compute or storage, got {path!r}")
@@ -84,7 +99,8 @@ class CPUBf16Ops:
     def fused_compound_dot(self, arguments):
         """``compound_dot`` on bf16 A and B (2-D, unit-stride rows) by :meth:`dot_bf16`, the
         product accumulated in float32: straight into a float32 C, or into the boundary's
-        float32 work tensor of a bf16 C (widened first where beta != 0), then narrowed; returns
+        float32 work tensor of a bf16 C (widened first where beta != 0), narrowed into C by the
+        GEMM's epilogue on the compute path (``bits``), after it on the storage path; returns
         C, or ``NOT_TAKEN`` where it does not take the operands (the boundary's general path
         runs)."""
         A, B, C = arguments["A"], arguments["B"], arguments["C"]
@@ -104,6 +120,37 @@ class CPUBf16Ops:
         work = boundary.work_tensor(("compound_dot", "C"), c.shape)._ary
         if beta != 0.0:
             boundary.widen(c, work)
-        self.dot_bf16(a, b, work, arguments["alpha"], beta, transA, transB)
-        boundary.narrow(work, c, ("compound_dot", "C"))
+        self.dot_bf16(a, b, work, arguments["alpha"], beta, transA, transB, bits=c)
         return C
+
+    def fused_take_rows(self, arguments):
+        """``take_rows`` of a bf16 table into a bf16 ``out`` (both contiguous): the rows' bits
+        gathered as they are (exact: no widening of the whole table); ids stored in bf16 are
+        checked first (``check_table_rows``) and go the boundary's general path."""
+        table, ids, out = arguments["table"], arguments["ids"], arguments["out"]
+        check_table_rows("take_rows", ("table", table), ids, ("out", out))
+        if is_bf16_tensor(ids) or not (is_bf16_tensor(table) and is_bf16_tensor(out)):
+            return NOT_TAKEN
+        rows, found = table._ary, out._ary
+        if not (rows.flags.c_contiguous and found.flags.c_contiguous):
+            return NOT_TAKEN
+        idx = self._row_indices(ids._ary, rows.shape[0])
+        np.take(rows, idx, axis=0, out=found.reshape(idx.size, rows.shape[1]), mode="clip")
+        return None
+
+    def fused_scatter_add_rows(self, arguments):
+        """``scatter_add_rows``: the ids checked on the operands as given (bf16 ids refused
+        where the table is longer than bf16 numbers ids exactly), then the boundary's general
+        path (the sums are float32)."""
+        check_table_rows("scatter_add_rows", ("grad_table", arguments["grad_table"]),
+                         arguments["ids"], ("rows", arguments["rows"]))
+        return NOT_TAKEN
+
+    def fused_permute_axes(self, arguments):
+        """``permute_axes`` from bf16 to bf16: the bits moved as they are (exact)."""
+        x, out, axes = arguments["x"], arguments["out"], arguments["axes"]
+        if not (is_bf16_tensor(x) and is_bf16_tensor(out)):
+            return NOT_TAKEN
+        check_permute(x, out, axes)
+        np.copyto(out._ary, np.transpose(x._ary, tuple(int(a) for a in axes)))
+        return None

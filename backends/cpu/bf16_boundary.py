@@ -28,6 +28,7 @@ import inspect
 
 import numpy as np
 
+from ..storage import array_is_finite
 from .bf16_kernels import F32, from_bf16, to_bf16
 from .tensor import CPUTensor, aligned_empty
 
@@ -35,6 +36,8 @@ from .tensor import CPUTensor, aligned_empty
 _U32 = np.dtype(np.uint32)
 #: what a fused call returns where it does not take the operands
 NOT_TAKEN = object()
+#: elements :meth:`Bf16Boundary.is_finite` widens at a time
+CHUNK = 1 << 16
 
 
 def is_bf16_tensor(value):
@@ -94,6 +97,24 @@ class Bf16Boundary:
         to_bf16(self._backend.kernels, src, bits)
         np.copyto(dst, bits, casting="unsafe")
 
+    def is_finite(self, ary, chunk=CHUNK):
+        """True when bf16 array ``ary`` holds no inf or NaN: widened ``chunk`` elements at a
+        time into a kept float32 buffer, each checked by two reductions (nothing allocated
+        after the first call; a non-contiguous view is widened whole into a work tensor)."""
+        if not ary.flags.c_contiguous:
+            work = self.work_tensor(("is_finite", "x"), ary.shape)._ary
+            self.widen(ary, work)
+            return array_is_finite(work)
+        flat = ary.reshape(-1)
+        buf = self.work_tensor(("is_finite", "chunk"), (min(chunk, flat.size),))._ary
+        for start in range(0, flat.size, chunk):
+            part = flat[start:start + chunk]
+            widened = buf[:part.size]
+            self.widen(part, widened)
+            if not array_is_finite(widened):
+                return False
+        return True
+
     def swap(self, op_name, operands):
         """``(values, written)`` for ``operands``, a list of (name, value, reads, writes): the
         values with each bf16 tensor replaced by its work tensor (widened where read), and
@@ -125,9 +146,16 @@ class Bf16Boundary:
 
     def run_row(self, op, operands, scalars, run):
         """Dispatched row ``op`` on ``operands`` (row order) with a bf16 tensor among them: the
-        row's check, then ``run(op, work operands, scalars)`` between the widening and the
-        narrowing."""
+        row's check, then its kernel's ``bf16_symbol`` where it has one and every operand is
+        bf16 (no widening: the C function stages rows itself), else ``run(op, work operands,
+        scalars)`` between the widening and the narrowing."""
         op.check_operands(operands, scalars)
+        if op.kernel.bf16_symbol is not None and all(
+                t is None or is_bf16_tensor(t) for t in operands) and \
+                self._backend.kernels.run_bf16_op(
+                    op, tuple(None if t is None else t._ary for t in operands), scalars,
+                    keep=all(t is None or t.kept for t in operands)):
+            return
         values, written = self.swap(op.name, [
             (o.name, t, not o.written or o.updated, o.written)
             for o, t in zip(op.operands, operands)])
@@ -157,7 +185,9 @@ def boundary_method(op, method, fused=None):
               f"    if not self.bf16_made or not ({' or '.join(f'_is({n})' for n in operands)}):\n"
               f"        return _method(self, {given})\n"
               f"    return _call(self, {{{', '.join(f'{n!r}: {n}' for n in names)}}})\n")
-    call = functools.partial(_boundary_call, op, method, fused,
+    checked = None if op.check is None else \
+        tuple(inspect.signature(op.check).parameters)[1:]
+    call = functools.partial(_boundary_call, op, method, fused, checked,
                              [(o.name, not o.written or o.updated, o.written)
                               for o in op.operands if o.name in names])
     namespace = {"_method": method, "_is": is_bf16_tensor, "_call": call, **defaults}
@@ -166,10 +196,14 @@ def boundary_method(op, method, fused=None):
     return wrapped
 
 
-def _boundary_call(op, method, fused, flags, backend, arguments):
+def _boundary_call(op, method, fused, checked, flags, backend, arguments):
     """``method`` of row ``op`` on ``arguments`` (by name) with a bf16 operand among them:
-    ``fused`` first where given, else the operands through :meth:`Bf16Boundary.swap` around
-    the method; a result that is a work tensor is given back as the operand it stands for."""
+    the row's check on them as given (``checked``: its parameters; the products' element
+    types must agree, as on the GPU), then ``fused`` where given, else the operands through
+    :meth:`Bf16Boundary.swap` around the method; a result that is a work tensor is given back
+    as the operand it stands for."""
+    if checked is not None:
+        op.check(op.name, **{n: arguments[n] for n in checked})
     if fused is not None:
         result = fused(backend, arguments)
         if result is not NOT_TAKEN:

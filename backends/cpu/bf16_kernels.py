@@ -102,17 +102,22 @@ def check_gemm_operands(a, b, c, trans_a, trans_b):
                          f"{c.shape[1]}; expected op(A) (m, k) @ op(B) (k, n) into C (m, n)")
 
 
-def gemm_bf16(module, a, b, c, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, threads=0):
+def gemm_bf16(module, a, b, c, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, threads=0,
+              bits=None):
     """c = alpha * op(a) @ op(b) + beta * c on the bf16 instructions (``module`` from
     :func:`gemm_module`); operands as :func:`check_gemm_operands` wants (checked by the
-    caller).  ``threads`` 0: OpenMP's default."""
+    caller).  ``threads`` 0: OpenMP's default.  ``bits``: a bf16 array of c's shape with
+    unit-stride rows, which the GEMM's epilogue fills with c rounded to nearest even."""
     m, k = a.shape[::-1] if trans_a else a.shape
     n = c.shape[1]
     ffi = module.ffi
-    status = module.lib.nl_gemm_bf16(
+    status = module.lib.nl_gemm_bf16_to(
         ffi.cast("uint16_t *", a.ctypes.data), ffi.cast("uint16_t *", b.ctypes.data),
-        ffi.cast("float *", c.ctypes.data), m, n, k, a.strides[0] // 2, b.strides[0] // 2,
-        c.strides[0] // 4, int(trans_a), int(trans_b), float(alpha), float(beta), int(threads))
+        ffi.cast("float *", c.ctypes.data),
+        ffi.NULL if bits is None else ffi.cast("uint16_t *", bits.ctypes.data), m, n, k,
+        a.strides[0] // 2, b.strides[0] // 2, c.strides[0] // 4,
+        0 if bits is None else bits.strides[0] // 2, int(trans_a), int(trans_b), float(alpha),
+        float(beta), int(threads))
     if status == -2:
         raise MemoryError(f"dot_bf16: no memory for the packed operands of a {m}x{k} @ "
                           f"{k}x{n} product")

@@ -120,6 +120,9 @@ _WHOLE = slice(None)
 
 def _index(index):
     if isinstance(index, CPUTensor):
+        if index.bf16:
+            raise TypeError(f"a bfloat16 tensor (shape {index.shape}) cannot index a tensor: "
+                            f"its values are not integers; index with an int32 tensor")
         return index._ary
     return index
 

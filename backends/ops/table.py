@@ -126,7 +126,10 @@ class Kernel:
     function takes (``KernelModules.block_sums_work``).  ``takes``: None, or
     ``takes(*operands, *scalars) -> bool`` in row order, on arrays that passed the row's
     check: False where the C function does not take the case (another axis than the last,
-    an output aliasing an input), which then runs the reference."""
+    an output aliasing an input), which then runs the reference.  ``bf16_symbol``: the C
+    function of the same source and arguments taking every operand as bfloat16 bits (float32
+    arithmetic, in the float32 variant), which the CPU backend's bf16 boundary calls instead of
+    widening and narrowing the operands."""
     c_source: str
     c_symbol: str
     cuda_variant: str = None
@@ -137,6 +140,7 @@ class Kernel:
     takes: object = None
     choose_by: str = None
     choices: dict = None
+    bf16_symbol: str = None
 
 
 @dataclass(frozen=True)
@@ -231,7 +235,9 @@ class Op:
         object.__setattr__(self, "_calls", calls)
         object.__setattr__(self, "_choice_at", choice_at)
         object.__setattr__(self, "c_symbols", tuple(dict.fromkeys(
-            f"{k.c_source}:{k.c_symbol}" for k, _ in calls.values())))
+            [f"{k.c_source}:{k.c_symbol}" for k, _ in calls.values()]
+            + ([f"{self.kernel.c_source}:{self.kernel.bf16_symbol}"]
+               if self.kernel.bf16_symbol else []))))
         if self.kernel.launches:
             object.__setattr__(self, "cuda_functions", tuple(
                 f"{self.kernel.cuda_variant}:{l.function}" for l in self.kernel.launches))

@@ -11,8 +11,6 @@ import numpy as np
 BFLOAT16 = np.dtype(np.uint16, metadata={"bfloat16": True})
 #: the names a dtype argument may give bfloat16 by
 NAMES = ("bf16", "bfloat16")
-#: elements :func:`bf16_is_finite` reads at a time
-CHUNK = 1 << 16
 
 
 def is_bf16(dtype):
@@ -39,19 +37,6 @@ def f32_to_bf16(values):
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16
     rounded = np.where(np.isnan(f), np.uint32(0x7FC0), rounded)
     return rounded.astype(np.uint16)
-
-
-def bf16_is_finite(bits, chunk=CHUNK):
-    """True when no element of bf16 bit patterns ``bits`` is an inf or a NaN (its exponent
-    field all ones), reading ``chunk`` elements at a time, so the temporaries stay bounded
-    (a non-contiguous view is copied first)."""
-    flat = np.asarray(bits).reshape(-1)
-    exponent = np.uint16(0x7F80)
-    for start in range(0, flat.size, chunk):
-        part = flat[start:start + chunk]
-        if np.any(np.bitwise_and(part, exponent) == exponent):
-            return False
-    return True
 
 
 def holds_integers(dtype):

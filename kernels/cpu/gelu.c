@@ -5,6 +5,7 @@
  * target has them, do about 1.5x the work per cycle of the default 256-bit ones.  (Before the
  * includes, so the inline math of common.h is compiled the same way.) */
 #pragma GCC target("prefer-vector-width=512")
+#include "bf16_bits.h"
 #include "common.h"
 #include "gelu.h"
 
@@ -170,6 +171,107 @@ void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *
         for (int64_t blk = 0; blk < nb; blk++)
             total += part[(size_t)blk * (size_t)D + d];
         dbias[d] += (real)total;
+    }
+}
+
+/* Columns of a bf16 row staged in `real` at a time (stack buffers, in L1). */
+#define BF16_CHUNK 256
+
+static inline void widen_chunk(const uint16_t *bits, real *out, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++)
+        out[k] = (real)bf16_to_f32(bits[k]);
+}
+
+static inline void narrow_chunk(const real *in, uint16_t *bits, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++)
+        bits[k] = f32_to_bf16((float)in[k]);
+}
+
+/* One row of gelu_fprop_bf16: chunks of the row (and of the bias) widened, fprop_row on
+ * them, narrowed. */
+static void fprop_row_bf16(const uint16_t *x, const uint16_t *bias, uint16_t *pre, uint16_t *y,
+                           int64_t D, int approximate)
+{
+    real xs[BF16_CHUNK], bs[BF16_CHUNK], hs[BF16_CHUNK], ys[BF16_CHUNK];
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_CHUNK) {
+        const int64_t n = D - d0 < BF16_CHUNK ? D - d0 : BF16_CHUNK;
+        widen_chunk(x + d0, xs, n);
+        if (bias)
+            widen_chunk(bias + d0, bs, n);
+        fprop_row(xs, bias ? bs : NULL, pre ? hs : NULL, ys, n, approximate);
+        if (pre)
+            narrow_chunk(hs, pre + d0, n);
+        narrow_chunk(ys, y + d0, n);
+    }
+}
+
+void gelu_fprop_bf16(const uint16_t *x, const uint16_t *bias, uint16_t *pre, uint16_t *y,
+                     int64_t M, int64_t D, int approximate)
+{
+#pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
+    for (int64_t m = 0; m < M; m++)
+        fprop_row_bf16(x + m * D, bias, pre ? pre + m * D : NULL, y + m * D, D, approximate);
+}
+
+/* One row of gelu_bprop_bf16: chunks widened, bprop_row on them, dx narrowed; its unrounded
+ * values added to the row block's run sums r when given. */
+static void bprop_row_bf16(const uint16_t *pre, const uint16_t *y, const uint16_t *dy,
+                           uint16_t *dx, real *r, int64_t D, int approximate)
+{
+    real hs[BF16_CHUNK], ys[BF16_CHUNK], dys[BF16_CHUNK], dxs[BF16_CHUNK];
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_CHUNK) {
+        const int64_t n = D - d0 < BF16_CHUNK ? D - d0 : BF16_CHUNK;
+        widen_chunk(pre + d0, hs, n);
+        widen_chunk(dy + d0, dys, n);
+        if (y)
+            widen_chunk(y + d0, ys, n);
+        bprop_row(hs, y ? ys : NULL, dys, dxs, n, approximate);
+        narrow_chunk(dxs, dx + d0, n);
+        if (r)
+            for (int64_t k = 0; k < n; k++)
+                r[d0 + k] += dxs[k];
+    }
+}
+
+void gelu_bprop_bf16(const uint16_t *pre, const uint16_t *y, const uint16_t *dy, uint16_t *dx,
+                     uint16_t *dbias, double *work, int64_t M, int64_t D, int approximate)
+{
+    if (!dbias) {
+#pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
+        for (int64_t m = 0; m < M; m++)
+            bprop_row_bf16(pre + m * D, y ? y + m * D : NULL, dy + m * D, dx + m * D, NULL, D,
+                           approximate);
+        return;
+    }
+    const int64_t nb = nl_blocks(M);
+    double *part = work;
+    real *run = nl_block_sums_runs(work, M, D);
+#pragma omp parallel for schedule(dynamic, 1) if (M * D >= NL_PARALLEL_MIN)
+    for (int64_t blk = 0; blk < nb; blk++) {
+        double *sum = part + (size_t)blk * (size_t)D;
+        real *r = run + (size_t)blk * (size_t)D;
+        int64_t lo, hi;
+        nl_split(M, blk, nb, &lo, &hi);
+        for (int64_t d = 0; d < D; d++)
+            sum[d] = 0;
+        for (int64_t m0 = lo; m0 < hi; m0 += RUN) {
+            const int64_t m1 = m0 + RUN < hi ? m0 + RUN : hi;
+            for (int64_t d = 0; d < D; d++)
+                r[d] = 0;
+            for (int64_t m = m0; m < m1; m++)
+                bprop_row_bf16(pre + m * D, y ? y + m * D : NULL, dy + m * D, dx + m * D, r, D,
+                               approximate);
+            for (int64_t d = 0; d < D; d++)
+                sum[d] += (double)r[d];
+        }
+    }
+    for (int64_t d = 0; d < D; d++) {
+        double total = 0;
+        for (int64_t blk = 0; blk < nb; blk++)
+            total += part[(size_t)blk * (size_t)D + d];
+        dbias[d] = f32_to_bf16((float)(bf16_to_f32(dbias[d]) + (real)total));
     }
 }
 

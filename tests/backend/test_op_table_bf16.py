@@ -74,6 +74,45 @@ def test_section_rows_on_bf16_match_the_reference_on_rounded_inputs(case):
                                           atol=1.01 * 2e-5)
 
 
+BF16_KERNELS = [op for op in DISPATCHED if op.kernel.bf16_symbol]
+
+
+@requires("compiler")
+@pytest.mark.parametrize("op", BF16_KERNELS, ids=[op.name for op in BF16_KERNELS])
+def test_rows_with_a_bf16_kernel_give_the_widening_paths_bits(monkeypatch, op):
+    """A row whose kernel has a ``bf16_symbol`` (a C function staging bf16 rows itself) runs it
+    when every operand is bf16, and gives bit for bit what widening, the float32 kernel and
+    narrowing give (at a width past one staged chunk of 256 columns)."""
+    from neonlite.backends.cpu.build import KernelModules
+    calls = []
+    original = KernelModules.run_bf16_op
+
+    def counted(self, *args, **kwargs):
+        calls.append(original(self, *args, **kwargs))
+        return calls[-1]
+    sample = dict(op.sample, M=7, D=300)
+    results = []
+    for fused in (True, False):
+        monkeypatch.setattr(KernelModules, "run_bf16_op",
+                            counted if fused else lambda *args, **kwargs: False)
+        be = _bf16_backend()
+        for joined in harness.joins(op):
+            rng = np.random.default_rng(5)
+            arrays = {o.name: None if (not joined and (o.trailing or (o.optional and not
+                                                                     o.written)))
+                      else _rounded(rng.normal(size=tuple(sample[d] if isinstance(d, str) else
+                                                          d for d in o.shape)))
+                      for o in op.operands}
+            tensors = {n: None if a is None else be.array(a) for n, a in arrays.items()}
+            getattr(be, op.name)(**tensors, **harness.scalars(op))
+            results.append([t._ary.copy() for t in tensors.values() if t is not None])
+    assert calls and all(calls), "the bf16 kernel ran"
+    half = len(results) // 2
+    for fused, widened in zip(results[:half], results[half:]):
+        for a, b in zip(fused, widened):
+            np.testing.assert_array_equal(a, b)
+
+
 def _pair(seed, *shape):
     """(bf16 tensor, its float32 values) of normal values."""
     be = neonlite.get_backend()

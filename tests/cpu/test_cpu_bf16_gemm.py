@@ -259,3 +259,24 @@ def test_op_classes_come_from_the_op_table():
     assert bf16_choice.OP_CLASSES == ("attention", "conv", "gemm")
     assert OPS["compound_dot"].bf16_class == "gemm"
     assert cpu_features.FEATURES_OFF == "NEONLITE_CPU_FEATURES_OFF"
+
+
+@pytest.mark.parametrize("path", ["compute", "storage"])
+@pytest.mark.parametrize("m,n,k", [(37, 45, 29), (97, 65, 515), (13, 1, 3)])
+def test_bits_out_are_the_float32_result_rounded(be, path, m, n, k):
+    """``dot_bf16(..., bits=out)``: out holds C rounded to nearest even, bit for bit as the
+    cast of the float32 C (the compute path writes it in the GEMM's epilogue, after each
+    block's last k block; the storage path in one pass after the GEMM)."""
+    if path == "compute":
+        need("bf16")
+    rng = np.random.default_rng(12)
+    for trans_a, trans_b in PRODUCTS.values():
+        a, b = _operands(rng, m, n, k, trans_a, trans_b)
+        c = rng.standard_normal((m, n)).astype(np.float32)
+        bits = np.full((m, n), 0xFFFF, np.uint16)
+        be.dot_bf16(be.to_bf16(a), be.to_bf16(b), c, 0.75, 0.5, trans_a, trans_b, path=path,
+                    bits=bits)
+        np.testing.assert_array_equal(bits, f32_to_bf16(c))
+    with pytest.raises(ValueError, match="bits must be a bf16"):
+        be.dot_bf16(be.to_bf16(a), be.to_bf16(b), c, transA=trans_a, transB=trans_b,
+                    path=path, bits=bits[:, :-1])

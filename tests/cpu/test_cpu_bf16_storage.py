@@ -169,3 +169,47 @@ def test_without_avx512_bf16_a_linear_step_runs_the_storage_path_and_loads_no_bf
     assert not [name for name in found["loaded"] if name.startswith("_nlk_gemm_bf16")], found
     assert any(name.startswith("_nlk_bf16_cast_") for name in found["loaded"]), found
     assert found["dx"] <= 2.0 ** -7 and found["dw"] <= 2.0 ** -7, found
+
+
+def test_bf16_ids_are_refused_where_the_table_is_longer_than_bf16_counts_exactly():
+    """bf16 holds whole numbers exactly up to 256: ids stored in bf16 look up a table of at
+    most 257 rows (a character vocabulary); a longer one is one TypeError, not rows taken by
+    rounded ids.  A bf16 tensor cannot index a tensor either."""
+    be = neonlite.gen_backend("cpu", batch_size=2, datatype="bf16")
+    ids = be.array(np.array([[3, 256], [0, 1]]))
+    small, out = be.array(np.arange(257 * 4).reshape(257, 4) * 0.01), be.empty((2, 2, 4))
+    be.take_rows(small, ids, out)
+    np.testing.assert_array_equal(out.get(), small.get()[[[3, 256], [0, 1]]])
+    big = be.zeros((300, 4))
+    for call in (lambda: be.take_rows(big, ids, out), lambda: be.scatter_add_rows(big, ids, out)):
+        with pytest.raises(TypeError, match=r"ids are bfloat16, which holds whole numbers "
+                                            r"exactly only up to 256, and (table|grad_table) "
+                                            r"has 300 rows: store the ids as int32"):
+            call()
+    assert not big.get().any()
+    with pytest.raises(TypeError, match="cannot index a tensor"):
+        big[ids]
+
+
+def test_is_finite_of_bf16_allocates_nothing_after_the_first_call():
+    """``is_finite`` of a bf16 tensor (the loss-scale check of mixed precision) widens it in
+    chunks into a kept buffer: a large tensor is checked without a temporary of its size."""
+    from support.checks import allocation_peaks
+    be = neonlite.gen_backend("cpu", batch_size=2, datatype="bf16")
+    values = np.random.default_rng(1).normal(size=(600, 500)).astype(np.float32)
+    t = be.array(values)
+    assert be.is_finite(t)
+    assert max(allocation_peaks(lambda: be.is_finite(t) or True)) < 8 << 10
+    values[599, 499] = np.inf
+    t.set(values)
+    assert not be.is_finite(t) and not be.is_finite(t[1::2, 1::3].T) and be.is_finite(t[:-1])
+
+
+def test_products_refuse_mixed_element_types_as_the_gpu_does():
+    """The products' row check runs on the operands as given, before any widening: a bf16 A
+    with a float32 B is one TypeError naming B, as on the GPU backend."""
+    be = neonlite.gen_backend("cpu", batch_size=2, datatype="bf16")
+    a, b, c = be.ones((3, 4)), be.ones((4, 5), dtype=np.float32), be.zeros((3, 5))
+    with pytest.raises(TypeError, match="compound_dot: B has dtype float32; expected bfloat16"):
+        be.compound_dot(a, b, c)
+    assert not c.get().any()

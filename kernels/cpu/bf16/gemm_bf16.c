@@ -14,6 +14,7 @@
  */
 #include <omp.h>
 
+#include "../bf16_bits.h"
 #include "../common.h"
 #include "gemm_bf16.h"
 
@@ -42,11 +43,23 @@ static void nl_scale_c(float *C, int64_t M, int64_t N, int64_t ldc, float beta)
             C[m * ldc + n] = beta == 0.0f ? 0.0f : beta * C[m * ldc + n];
 }
 
+/* The epilogue of a bf16 output: the mr x nr block of C at c (row stride ldc), final, rounded
+ * to nearest even into cb (row stride ldcb) while it is in L1. */
+static void nl_narrow_block(const float *c, int64_t ldc, uint16_t *cb, int64_t ldcb,
+                            int64_t mr, int64_t nr)
+{
+    for (int64_t r = 0; r < mr; r++)
+        for (int64_t n = 0; n < nr; n++)
+            cb[r * ldcb + n] = f32_to_bf16(c[r * ldc + n]);
+}
+
 /* One task: the C columns [n0, n0 + nc) of the rows [m0, m1), every k block in order; bp and
- * ap are the task's thread's packing buffers (NL_NCHUNK x NL_KC and NL_MC x NL_KC). */
-static void nl_task(const uint16_t *A, const uint16_t *B, float *C, int64_t m0, int64_t m1,
-                    int64_t n0, int64_t nc, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-                    int transA, int transB, float alpha, float beta, uint16_t *bp, uint16_t *ap)
+ * ap are the task's thread's packing buffers (NL_NCHUNK x NL_KC and NL_MC x NL_KC); with Cb,
+ * each block of C is narrowed into it right after its last k block. */
+static void nl_task(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb, int64_t m0,
+                    int64_t m1, int64_t n0, int64_t nc, int64_t K, int64_t lda, int64_t ldb,
+                    int64_t ldc, int64_t ldcb, int transA, int transB, float alpha, float beta,
+                    uint16_t *bp, uint16_t *ap)
 {
     for (int64_t k0 = 0; k0 < K; k0 += NL_KC) {
         const int64_t kc = K - k0 < NL_KC ? K - k0 : NL_KC;
@@ -60,10 +73,15 @@ static void nl_task(const uint16_t *A, const uint16_t *B, float *C, int64_t m0, 
                 nl_pack_a(A, lda, transA, mb + i, mc - i < NL_MR ? mc - i : NL_MR, k0, kc, kcp,
                           ap + i * kcp);
             for (int64_t j = 0; j < nc; j += NL_NR)
-                for (int64_t i = 0; i < mc; i += NL_MR)
-                    nl_micro(kcp, ap + i * kcp, bp + (j / NL_NR) * kcp * NL_NR,
-                             C + (mb + i) * ldc + n0 + j, ldc, mc - i < NL_MR ? mc - i : NL_MR,
-                             nc - j < NL_NR ? nc - j : NL_NR, alpha, beta, k0 == 0);
+                for (int64_t i = 0; i < mc; i += NL_MR) {
+                    const int64_t mr = mc - i < NL_MR ? mc - i : NL_MR;
+                    const int64_t nr = nc - j < NL_NR ? nc - j : NL_NR;
+                    float *c = C + (mb + i) * ldc + n0 + j;
+                    nl_micro(kcp, ap + i * kcp, bp + (j / NL_NR) * kcp * NL_NR, c, ldc, mr, nr,
+                             alpha, beta, k0 == 0);
+                    if (Cb != NULL && k0 + kc >= K)
+                        nl_narrow_block(c, ldc, Cb + (mb + i) * ldcb + n0 + j, ldcb, mr, nr);
+                }
         }
     }
 }
@@ -72,10 +90,20 @@ int nl_gemm_bf16(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int6
                  int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int transA, int transB,
                  float alpha, float beta, int threads)
 {
+    return nl_gemm_bf16_to(A, B, C, NULL, M, N, K, lda, ldb, ldc, 0, transA, transB, alpha,
+                           beta, threads);
+}
+
+int nl_gemm_bf16_to(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb, int64_t M,
+                    int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int64_t ldcb,
+                    int transA, int transB, float alpha, float beta, int threads)
+{
     if (M <= 0 || N <= 0)
         return 0;
     if (K <= 0) {
         nl_scale_c(C, M, N, ldc, beta);
+        if (Cb != NULL)
+            nl_narrow_block(C, ldc, Cb, ldcb, M, N);
         return 0;
     }
     /* tasks: column chunks x runs of whole row blocks, about two per thread; no task shares
@@ -100,8 +128,8 @@ int nl_gemm_bf16(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int6
             nl_split(mblocks, t % runs, runs, &lo, &hi);
             const int64_t n0 = (t / runs) * NL_NCHUNK;
             const int64_t m1 = hi * NL_MC < M ? hi * NL_MC : M;
-            nl_task(A, B, C, lo * NL_MC, m1, n0, N - n0 < NL_NCHUNK ? N - n0 : NL_NCHUNK, K,
-                    lda, ldb, ldc, transA, transB, alpha, beta, bp, ap);
+            nl_task(A, B, C, Cb, lo * NL_MC, m1, n0, N - n0 < NL_NCHUNK ? N - n0 : NL_NCHUNK,
+                    K, lda, ldb, ldc, ldcb, transA, transB, alpha, beta, bp, ap);
         }
         nl_thread_end();
         free(bp);
@@ -139,6 +167,15 @@ int nl_gemm_bf16(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int6
 {
     (void)A, (void)B, (void)C, (void)M, (void)N, (void)K, (void)lda, (void)ldb, (void)ldc;
     (void)transA, (void)transB, (void)alpha, (void)beta, (void)threads;
+    return -1;
+}
+
+int nl_gemm_bf16_to(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb, int64_t M,
+                    int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int64_t ldcb,
+                    int transA, int transB, float alpha, float beta, int threads)
+{
+    (void)A, (void)B, (void)C, (void)Cb, (void)M, (void)N, (void)K, (void)lda, (void)ldb;
+    (void)ldc, (void)ldcb, (void)transA, (void)transB, (void)alpha, (void)beta, (void)threads;
     return -1;
 }
 

@@ -13,6 +13,14 @@ int nl_gemm_bf16(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int6
                  int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int transA, int transB,
                  float alpha, float beta, int threads);
 
+/* nl_gemm_bf16, and with Cb (not NULL) the bf16 output too: Cb (M x N uint16 bfloat16 bits,
+ * row stride ldcb) = C rounded to nearest even, each block written by the GEMM's epilogue
+ * right after its last k block (no separate pass over C); C still holds the float32 result
+ * (its accumulator). */
+int nl_gemm_bf16_to(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb, int64_t M,
+                    int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int64_t ldcb,
+                    int transA, int transB, float alpha, float beta, int threads);
+
 /* 1 when the kernel was compiled with the instructions of this variant (VDPBF16PS, or AMX
  * TDPBF16PS in the AMX variant), else 0: the caller must not call it then. */
 int nl_gemm_bf16_built(void);
