@@ -5,12 +5,15 @@ machine pays for (``bf16_choice.py``: measured per op class, or ``NEONLITE_BF16`
 bf16 arrays are numpy ``uint16`` bit patterns (``bf16_kernels.py``).  These methods take numpy
 arrays or the backend's tensors (their arrays are used).
 """
+import os
+
 import numpy as np
 
-from ...kernels.cpu_features import forced_off
+from ...kernels.cpu_features import FEATURES_OFF
 from ..operand_shapes import check_permute, check_table_rows
 from ..ops import OPS
 from . import bf16_choice
+from .blas import CPUBlasOps
 from .bf16_boundary import NOT_TAKEN, is_bf16_tensor
 from .bf16_kernels import BF16, F32, check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
     gemm_storage, to_bf16
@@ -36,11 +39,13 @@ class CPUBf16Ops:
         """This machine's :class:`~.bf16_choice.Bf16Choice` (measured on first use, then read
         from the kernel cache), made once per backend for each setting of ``NEONLITE_BF16``
         and ``NEONLITE_CPU_FEATURES_OFF``."""
-        key = (bf16_choice.requested(), tuple(sorted(forced_off())))
         made = self.__dict__.setdefault("_bf16_choices", {})
-        if key not in made:
-            made[key] = bf16_choice.choose(self.kernels)
-        return made[key]
+        key = (os.environ.get(bf16_choice.ENV), os.environ.get(FEATURES_OFF))
+        found = made.get(key)
+        if found is None:
+            bf16_choice.requested()  # a bad value is one ValueError, every time
+            found = made[key] = bf16_choice.choose(self.kernels)
+        return found
 
     def bf16_path(self, op_class="gemm"):
         """``compute``, ``storage`` or ``off``: the path op class ``op_class`` takes on
@@ -97,10 +102,11 @@ class CPUBf16Ops:
                          f"dot_bf16: path must be compute or storage, got {path!r}")
 
     def fused_compound_dot(self, arguments):
-        """``compound_dot`` on bf16 A and B (2-D, unit-stride rows) by :meth:`dot_bf16`, the
-        product accumulated in float32: straight into a float32 C, or into the boundary's
-        float32 work tensor of a bf16 C (widened first where beta != 0), narrowed into C by the
-        GEMM's epilogue on the compute path (``bits``), after it on the storage path; returns
+        """``compound_dot`` on bf16 A and B (2-D, unit-stride rows), the product accumulated in
+        float32: on the compute path by :meth:`dot_bf16`, straight into a float32 C, or into
+        the boundary's float32 work tensor of a bf16 C (widened first where beta != 0) and
+        narrowed into C by the GEMM's epilogue (``bits``); on the storage path by
+        :meth:`_storage_compound_dot`; returns
         C, or ``NOT_TAKEN`` where it does not take the operands (the boundary's general path
         runs)."""
         A, B, C = arguments["A"], arguments["B"], arguments["C"]
@@ -113,14 +119,36 @@ class CPUBf16Ops:
             return NOT_TAKEN
         transA, transB, beta = arguments["transA"], arguments["transB"], arguments["beta"]
         COMPOUND_DOT.check("compound_dot", A, B, C, transA, transB)
+        boundary = self.bf16_boundary
+        if self.bf16_path("gemm") == "storage":
+            return self._storage_compound_dot(A, B, C, arguments["alpha"], beta, transA, transB)
         if not C.bf16:
             self.dot_bf16(a, b, c, arguments["alpha"], beta, transA, transB)
             return C
-        boundary = self.bf16_boundary
         work = boundary.work_tensor(("compound_dot", "C"), c.shape)._ary
         if beta != 0.0:
             boundary.widen(c, work)
         self.dot_bf16(a, b, work, arguments["alpha"], beta, transA, transB, bits=c)
+        return C
+
+    def _storage_compound_dot(self, A, B, C, alpha, beta, transA, transB):
+        """The storage path of :meth:`fused_compound_dot`: A and B widened into the boundary's
+        work tensors, the backend's float32 ``compound_dot`` on them (its prepared MKL call
+        kept, as for float32 tensors), C narrowed; returns C."""
+        boundary = self.bf16_boundary
+        wide = []
+        for name, t in (("A", A), ("B", B)):
+            work = boundary.work_tensor(("compound_dot", name), t.shape)
+            boundary.widen(t._ary, work._ary)
+            wide.append(work)
+        out = C
+        if C.bf16:
+            out = boundary.work_tensor(("compound_dot", "C"), C.shape)
+            if beta != 0.0:
+                boundary.widen(C._ary, out._ary)
+        CPUBlasOps.compound_dot(self, wide[0], wide[1], out, alpha, beta, transA, transB)
+        if C.bf16:
+            boundary.narrow(out._ary, C._ary, ("compound_dot", "C"))
         return C
 
     def fused_take_rows(self, arguments):

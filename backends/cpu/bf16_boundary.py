@@ -8,8 +8,8 @@ the row's check on the operands as given:
 1. each bf16 operand the op reads (not ``written``, or ``updated``) is widened (exactly) into a
    float32 *work tensor* the boundary keeps, one per (op, operand, shape), made at the first
    such call and used again after, so a training loop allocates nothing after its first step;
-   a written-only operand gets its work tensor unread; two operands on the same memory (an
-   output that may be its input: ``pre`` of ``gelu``, ``dx`` of ``gelu_bprop``) share one;
+   a written-only operand gets its work tensor unread; one array given as two operands (an
+   output that may be its input: ``pre`` of ``gelu``, ``dx`` of ``gelu_bprop``) shares one;
 2. the float32 implementation runs on the work tensors (kernel, section or reference:
    unchanged), so every reduction inside an op stays float32;
 3. each written bf16 operand is narrowed back, rounding to nearest even (the cast kernel,
@@ -30,6 +30,7 @@ import numpy as np
 
 from ..storage import array_is_finite
 from .bf16_kernels import F32, from_bf16, to_bf16
+from .kept_calls import KeptCalls
 from .tensor import CPUTensor, aligned_empty
 
 #: the uint32 view a strided bf16 operand is widened through
@@ -38,15 +39,13 @@ _U32 = np.dtype(np.uint32)
 NOT_TAKEN = object()
 #: elements :meth:`Bf16Boundary.is_finite` widens at a time
 CHUNK = 1 << 16
+#: the operand sets whose row check passed that a boundary remembers (kept tensors only)
+MAX_CHECKED = 4096
 
 
 def is_bf16_tensor(value):
     """True for a CPU tensor holding bfloat16 bits."""
     return value.__class__ is CPUTensor and value.bf16
-
-
-def _memory(ary):
-    return (ary.__array_interface__["data"][0], ary.shape, ary.strides)
 
 
 class Bf16Boundary:
@@ -57,11 +56,37 @@ class Bf16Boundary:
         self._backend = backend
         self._work = {}
         self._bits = {}
+        self._checked = KeptCalls(MAX_CHECKED)
+        self._casts = None
 
     def clear(self):
-        """Drop the work tensors and bit buffers (made again at the next call)."""
+        """Drop the work tensors, bit buffers and remembered checks (made again at the next
+        call)."""
         self._work.clear()
         self._bits.clear()
+        self._checked.clear()
+
+    def checked(self, name, operands, scalars, check):
+        """Run ``check()`` (a row's check of ``operands``, tensors or None, with ``scalars``)
+        unless it passed before on these same living kept tensors' arrays and scalars (as a
+        kept kernel call skips it)."""
+        if not all(t is None or getattr(t, "kept", False) for t in operands):
+            check()
+            return
+        arrays = tuple(getattr(t, "_ary", None) for t in operands)
+        key = (name, scalars) + tuple(map(id, arrays))
+        if self._checked.find(key, arrays) is None:
+            check()
+            self._checked.keep(key, arrays, True)
+
+    def _cast_calls(self):
+        """(ffi, widen, narrow) of the cast kernels (C functions on n elements), or None
+        where they cannot be built (numpy converts then)."""
+        if self._casts is None:
+            module = self._backend.kernels.variant("bf16_cast")
+            self._casts = (False,) if module is None else \
+                (module.ffi, module.lib.nl_bf16_to_f32, module.lib.nl_f32_to_bf16)
+        return self._casts if len(self._casts) == 3 else None
 
     def holders(self):
         """The dicts of work arrays this boundary keeps (for ``workspace_bytes``)."""
@@ -78,7 +103,13 @@ class Bf16Boundary:
     def widen(self, src, dst):
         """float32 ``dst`` (contiguous) = bf16 bit patterns ``src`` (any strides), exactly."""
         if src.flags.c_contiguous:
-            from_bf16(self._backend.kernels, src, dst)
+            casts = self._cast_calls()
+            if casts is None:
+                from_bf16(self._backend.kernels, src, dst)
+                return
+            ffi = casts[0]
+            casts[1](ffi.from_buffer("uint16_t[]", src), ffi.from_buffer("float[]", dst),
+                     src.size)
             return
         bits = dst.view(_U32)
         np.copyto(bits, src, casting="unsafe")
@@ -87,8 +118,14 @@ class Bf16Boundary:
     def narrow(self, src, dst, key):
         """bf16 ``dst`` (any strides) = float32 ``src`` (contiguous), rounded to nearest even;
         a strided ``dst`` through a contiguous bit buffer kept under ``key``."""
+        casts = self._cast_calls()
         if dst.flags.c_contiguous:
-            to_bf16(self._backend.kernels, src, dst)
+            if casts is None:
+                to_bf16(self._backend.kernels, src, dst)
+                return
+            ffi = casts[0]
+            casts[2](ffi.from_buffer("float[]", src), ffi.from_buffer("uint16_t[]", dst),
+                     src.size)
             return
         full = (key, dst.shape)
         bits = self._bits.get(full)
@@ -118,18 +155,19 @@ class Bf16Boundary:
     def swap(self, op_name, operands):
         """``(values, written)`` for ``operands``, a list of (name, value, reads, writes): the
         values with each bf16 tensor replaced by its work tensor (widened where read), and
-        the (work array, bf16 array, key) pairs to narrow after the call."""
+        the (work array, bf16 array, key) pairs to narrow after the call.  The same array given
+        twice (an output that may be its input) shares one work tensor; two views of one
+        memory are widened and narrowed apart, as if the op did not alias them."""
         values, written, seen = [], [], {}
         for name, value, reads, writes in operands:
             if not is_bf16_tensor(value):
                 values.append(value)
                 continue
             ary = value._ary
-            memory = _memory(ary)
-            found = seen.get(memory)
+            found = seen.get(id(ary))
             if found is None:
                 work = self.work_tensor((op_name, name), ary.shape)
-                seen[memory] = found = [work, False, False]
+                seen[id(ary)] = found = [work, False, False]
             work = found[0]
             if reads and not found[1]:
                 self.widen(ary, work._ary)
@@ -149,7 +187,7 @@ class Bf16Boundary:
         row's check, then its kernel's ``bf16_symbol`` where it has one and every operand is
         bf16 (no widening: the C function stages rows itself), else ``run(op, work operands,
         scalars)`` between the widening and the narrowing."""
-        op.check_operands(operands, scalars)
+        self.checked(op.name, operands, scalars, lambda: op.check_operands(operands, scalars))
         if op.kernel.bf16_symbol is not None and all(
                 t is None or is_bf16_tensor(t) for t in operands) and \
                 self._backend.kernels.run_bf16_op(
@@ -203,7 +241,10 @@ def _boundary_call(op, method, fused, checked, flags, backend, arguments):
     :meth:`Bf16Boundary.swap` around the method; a result that is a work tensor is given back
     as the operand it stands for."""
     if checked is not None:
-        op.check(op.name, **{n: arguments[n] for n in checked})
+        backend.bf16_boundary.checked(
+            op.name, [arguments[n] for n in checked if hasattr(arguments[n], "shape")],
+            tuple(arguments[n] for n in checked if not hasattr(arguments[n], "shape")),
+            lambda: op.check(op.name, **{n: arguments[n] for n in checked}))
     if fused is not None:
         result = fused(backend, arguments)
         if result is not NOT_TAKEN:

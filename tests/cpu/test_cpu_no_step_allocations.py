@@ -101,11 +101,17 @@ def test_steps_over_the_parameter_arena_allocate_nothing():
     assert all(p.states["m"]._ary.base is not None for p in model.parameters())
 
 
+#: what ``MixedPrecision`` makes per parameter and step besides (two small Python stand-ins,
+#: ``_MasterParameter`` and its ``_Float32States``, about 90 bytes together): nothing of size
+MIXED_PRECISION_PER_PARAMETER = 256
+
+
 def test_bf16_training_steps_after_the_first_allocate_nothing():
     """The same model on bfloat16 tensors with float32 master weights (``MixedPrecision``):
-    the bf16 boundary's work tensors (``backends/cpu/bf16_boundary.py``), made by the first
-    step for each op, operand and shape, are used again by the next steps, which allocate
-    nothing of size; the products ran through ``dot_bf16``."""
+    the bf16 boundary's work tensors and bit buffers (``backends/cpu/bf16_boundary.py``),
+    made by the first step for each op, operand and shape, are the same objects after the
+    next steps, which allocate nothing of size (the limit plus mixed precision's per-parameter
+    stand-ins); the products ran through ``dot_bf16``."""
     from neonlite.optimizers.mixed_precision import MixedPrecision
     be = make_backend("cpu", batch_size=4, seed=0, dtype="bf16")
     _kernels_or_skip(be)
@@ -117,10 +123,12 @@ def test_bf16_training_steps_after_the_first_allocate_nothing():
     work = {key: buf for holder in holders for key, buf in holder.items()}
     assert any(key[0] == ("compound_dot", "C") for key in work)
     peaks = _peaks(lambda: np.isfinite(model.train_step(x, t, optimizer, 0)))
-    assert max(peaks) < PEAK_LIMIT, (
-        f"bf16 steps after the first allocated up to {peaks} bytes at once (limit "
-        f"{PEAK_LIMIT})")
-    assert {key: buf for holder in holders for key, buf in holder.items()} == work
+    limit = PEAK_LIMIT + MIXED_PRECISION_PER_PARAMETER * len(model.parameters())
+    assert max(peaks) < limit, (
+        f"bf16 steps after the first allocated up to {peaks} bytes at once (limit {limit})")
+    now = {key: buf for holder in holders for key, buf in holder.items()}
+    assert now.keys() == work.keys() and all(now[key] is buf for key, buf in work.items()), \
+        "the boundary's work tensors are made once"
 
 
 def test_column_sums_of_one_shape_in_one_tree_keep_their_own_results():
