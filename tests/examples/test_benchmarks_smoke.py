@@ -81,3 +81,16 @@ def test_bf16_training_benchmark_smoke(tmp_path, capsys):
     assert all(c["rate"] > 0 and c["peak_mib"] > 0 for c in result["contenders"].values())
     table = capsys.readouterr().out
     assert "AVX512-BF16" in table and "bf16 / neonlite_f32" in table
+
+
+def test_bf16_first_step_diagnosis_runs(capsys):
+    """``python -m benchmarks.bf16_first_step --row nanogpt_bf16``: the five costs and the
+    share of product weights one step leaves unmoved in bf16."""
+    from support.harness import data_dir
+    from support.requires import need
+    need("shakespeare")
+    from benchmarks.bf16_first_step import main as first_step_main
+    assert first_step_main(["--row", "nanogpt_bf16", "--text",
+                            str(data_dir() / "text" / "tinyshakespeare.txt")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("masters rounded to bf16") == 3 and "did not move" in out
