@@ -64,6 +64,8 @@ def run_workload(module, backend, device, smoke, repeats):
     if device is not None:
         torch_step, _ = module.torch(device, smoke)
         contenders["torch"] = torch_step
+        if hasattr(module, "torch_contenders"):
+            contenders.update(module.torch_contenders(device, smoke))
     medians = time_alternating(contenders, repeats, warmup=1 if smoke else 3,
                                sync=_sync_for(backend, device))
     for name, seconds in medians.items():

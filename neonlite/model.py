@@ -228,13 +228,17 @@ class Model:
         """True when this step's update needs no finiteness pass of its own: the optimizer's
         fused pass over the arena wrote every parameter and saw every value it wrote (weights
         and states) finite (``updated_finite``), and the model's other optimizer states are
-        finite.  Never on a run's first step (``fit`` checks everything once, so arena states
-        the update does not write, e.g. loaded ones, are covered too)."""
+        finite; without a model arena (16-bit parameters under ``MixedPrecision``, whose
+        masters and states have an arena of their own) the optimizer's word covers them all.
+        Never on a run's first step (``fit`` checks everything once, so arena states the
+        update does not write, e.g. loaded ones, are covered too)."""
         verify = getattr(self.optimizer, "updated_finite", None)
-        if self._full_finite_check or verify is None or self.arena is None:
+        if self._full_finite_check or verify is None:
             return False
         params = self.parameters()
-        return verify(params) and first_nonfinite(self.arena.states_outside(params),
+        if not verify(params):
+            return False
+        return self.arena is None or first_nonfinite(self.arena.states_outside(params),
                                                      self._finite_work) is None
 
     def first_nonfinite(self):

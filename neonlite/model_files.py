@@ -40,7 +40,9 @@ def backend_settings(model):
     names = {np.dtype(v).name: k for k, v in DATATYPES.items() if k != "bf16"}
     settings = {"backend": model.be.name, "batchsize": int(model.be.bsz)}
     dtype = getattr(model.be, "dtype", None)
-    if dtype is not None and np.dtype(dtype).name in names:
+    if dtype is not None and (np.dtype(dtype).metadata or {}).get("bfloat16"):
+        settings["datatype"] = "bf16"  # stored as uint16 bits, named by its dtype's metadata
+    elif dtype is not None and np.dtype(dtype).name in names:
         settings["datatype"] = names[np.dtype(dtype).name]
     return settings
 

@@ -1,4 +1,5 @@
-"""``neonlite profile FILE.yaml [-b cpu|gpu] [--steps N] [--warmup W] [--synthetic] [--json]``:
+"""``neonlite profile FILE.yaml [-b cpu|gpu] [-d TYPE] [--steps N] [--warmup W] [--synthetic]
+[--json]``:
 build the network, run W warm-up steps and N profiled steps on the YAML's data (or on random
 data of the right shape), and print one row per layer, then the optimizer, data and
 communication rows and the step total."""
@@ -12,6 +13,7 @@ from ..config.data_files import resolve_data_files
 from ..config.datasets import make_dataset
 from ..config.errors import ConfigError
 from ..config.run import RunConfig
+from ..config.settings import DATATYPES
 from ..data.iterator import DataError
 from ..optimizers.mixed_precision import MixedPrecision, for_datatype
 from ..output_paths import check_outputs
@@ -35,6 +37,9 @@ def register(subparsers):
                         help="compute backend (YAML: backend)")
     parser.add_argument("-z", "--batch-size", type=batch_size, dest="batchsize",
                         metavar="BATCH", help="minibatch size (YAML: batchsize)")
+    parser.add_argument("-d", "--datatype", choices=list(DATATYPES),
+                        help="storage type of parameters and activations, as neonlite "
+                             "train's (YAML: datatype)")
     parser.add_argument("--steps", type=positive_int, default=10, metavar="N",
                         help="profiled steps (default 10)")
     parser.add_argument("--warmup", type=non_negative_int, default=5, metavar="W",
@@ -52,7 +57,8 @@ def register(subparsers):
 
 def command(args):
     run = RunConfig.from_file(args.config).override(backend=args.backend,
-                                                    batchsize=args.batchsize)
+                                                    batchsize=args.batchsize,
+                                                    datatype=args.datatype)
     settings = run.settings
     total = args.warmup + args.steps
     check_outputs([("--trace", args.trace)], [("the run's YAML", args.config)])

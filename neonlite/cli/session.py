@@ -44,8 +44,10 @@ from ..config.settings import DATATYPES
 from ..model_checks import check_optimizer
 
 
-#: the data types ``neonlite train -b cpu`` runs (the C kernels' types)
-CPU_DATATYPES = ("f32", "f64")
+#: the data types ``neonlite train -b cpu`` runs: the C kernels' types, and bfloat16 storage
+#: (float32 arithmetic or bf16 products, as ``neonlite doctor`` says; refused by the backend
+#: where ``NEONLITE_BF16=off``)
+CPU_DATATYPES = ("f32", "f64", "bf16")
 
 
 class FirstBatches:
@@ -81,12 +83,15 @@ class FirstBatches:
 
 def make_backend(settings, world=None):
     """``gen_backend`` from the run's settings (with ``world``: this rank's part of the
-    batch, on the device of its local rank); a bad data type is a one-line error."""
+    batch, on the device of its local rank); a bad data type is a one-line error: float16 on
+    the CPU (numpy's emulation), and bf16 where the backend refuses it (its reason:
+    ``NEONLITE_BF16=off``)."""
     if settings["backend"] == "cpu" and settings["datatype"] not in CPU_DATATYPES:
-        raise ConfigError(f"datatype: the cpu backend runs f32 and f64 ({settings['datatype']!r} "
-                          f"asked for): its C kernels are compiled for those two, and numpy "
-                          f"emulates half precision about {CPU_F16_SLOWDOWN} times slower than "
-                          f"f32; use -d f32, or -d {settings['datatype']} with -b gpu")
+        raise ConfigError(f"datatype: the cpu backend runs f32, f64 and bf16 "
+                          f"({settings['datatype']!r} asked for): its C kernels compute in "
+                          f"float32 and float64, and numpy emulates float16 about "
+                          f"{CPU_F16_SLOWDOWN} times slower than f32; use -d bf16 (16-bit "
+                          f"storage) or -d f32, or -d {settings['datatype']} with -b gpu")
     batch = settings["batchsize"] if world is None else world.split_batch(settings["batchsize"])
     try:
         return gen_backend(settings["backend"], batch_size=batch,

@@ -13,11 +13,15 @@ import math
 import os
 import sys
 
+import numpy as np
+
 from ..backends import gen_backend
 from ..callbacks import Callbacks, LossLog
 from ..data import TextCorpus
 from ..layers import GeneralizedCost
 from ..optimizers import AdamW, CosineSchedule
+from ..optimizers.mixed_precision import MixedPrecision, for_datatype
+from ..config.settings import DATATYPES
 from ..data.text import builtin_text, read_text
 from ..transforms import CrossEntropyMulti, NatsPerToken
 from .arguments import positive_int
@@ -95,18 +99,24 @@ def train_text_lm(build, optimizer, data=None, steps=500, backend="cpu", batch_s
     seq_len) characters of the text file ``data`` (None: Python's documentation text), the
     first 90% training and the last 10% validating; ``build(vocab_size)`` makes the
     :class:`~neonlite.Model`, ``streams`` reads the text in order per batch row (stateful
-    models), ``callbacks`` are added after the loss log.  Returns (model, corpus, per-step
-    training losses, validation loss in nats per character), stateful layers reset before the
-    validation."""
-    options = {} if datatype is None else {"datatype": datatype}
+    models), ``callbacks`` are added after the loss log; ``datatype`` a name of ``-d`` ('bf16',
+    'f32', ...) or a numpy type (None: float32); half precision trains as ``neonlite train``
+    does, through :class:`~neonlite.optimizers.mixed_precision.MixedPrecision`.  Returns
+    (model, corpus, per-step training losses, validation loss in nats per character),
+    stateful layers reset before the validation."""
+    name = _datatype_name(datatype)
+    options = {} if datatype is None else {"datatype": DATATYPES.get(name, datatype)}
     gen_backend(backend, batch_size=batch_size, rng_seed=seed, **options)
+    optimizer = for_datatype(optimizer, name)
     corpus = TextCorpus(data, seq_len=seq_len, split=0.9, nbatches=steps, streams=streams)
     model = build(len(corpus.vocab))
     log = LossLog(log_every, stream)
     run_callbacks = Callbacks(model, progress=False)
     for callback in (log, *callbacks):
         run_callbacks.add(callback)
-    model.initialize(corpus, GeneralizedCost(CrossEntropyMulti()))
+    cost = GeneralizedCost(CrossEntropyMulti())
+    model.initialize(corpus, optimizer.wrap_cost(cost) if isinstance(optimizer, MixedPrecision)
+                     else cost)
     model.layers.layers[0].set_vocabulary(corpus.vocab.chars)
     model.fit(corpus, optimizer, num_epochs=1, cost=model.cost, callbacks=run_callbacks)
     for leaf in model.layers.leaves():
@@ -114,3 +124,12 @@ def train_text_lm(build, optimizer, data=None, steps=500, backend="cpu", batch_s
             leaf.reset_state()
     valid = model.eval(corpus.valid_iter, NatsPerToken())
     return model, corpus, log.losses, valid
+
+
+def _datatype_name(datatype):
+    """The ``-d`` name of ``datatype`` ('bf16', 'f16', ...; 'bfloat16' is 'bf16'), or None
+    for a type that has none."""
+    if isinstance(datatype, str):
+        return "bf16" if datatype.lower() == "bfloat16" else datatype
+    names = {np.dtype(v): k for k, v in DATATYPES.items() if k != "bf16"}
+    return None if datatype is None else names.get(np.dtype(datatype))

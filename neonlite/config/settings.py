@@ -39,7 +39,7 @@ MEANINGS = {
     "epochs": "train until this many epochs are done (with `--resume`: the total)",
     "batchsize": "the minibatch size (under MPI the global batch, split over the ranks)",
     "rng_seed": "seeds initialization, shuffling and dropout; null: a fresh seed",
-    "datatype": "storage type: f32, f16, f64 or bf16 (the cpu backend runs f32 and f64)",
+    "datatype": "storage type: f32, f16, f64 or bf16 (the cpu backend runs f32, f64 and bf16)",
     "eval_freq": "validate every N epochs and after the last; 0: never",
     "metric": "the validation metric: misclassification, accuracy, topk or logloss, or "
               "{type: Metric, config: {...}}",

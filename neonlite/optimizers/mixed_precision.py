@@ -10,12 +10,21 @@ each step
    scalar read: on overflow the step is **skipped** (no parameter or optimizer state changes),
    the scale is multiplied by ``backoff_factor`` and the skip is counted and logged,
 3. runs the wrapped optimizer on float32 stand-ins (master weight, unscaled gradient, float32
-   optimizer states) and copies the master weights back into 16-bit storage,
+   optimizer states) and copies the master weights back into 16-bit storage (rounding to
+   nearest even),
 4. after ``growth_interval`` finite steps in a row multiplies the scale by ``growth_factor``.
 
 The loss is scaled where the error enters bprop: :meth:`MixedPrecision.wrap_cost` returns the
 cost with its output errors multiplied by the current scale.  bfloat16 has float32's range and
 needs no scale (``loss_scale=None``): master weights only.
+
+The stand-ins are made once per parameter list and kept; where the backend keeps parameters in
+an arena (``be.make_arena``), the masters and their float32 gradients get one of their own, so
+the wrapped optimizer's step is its fused pass over them (one C call per step on the CPU)
+rather than one update per parameter.  A master a checkpoint put in ``param.states`` is copied
+into the kept one at the next step.  A state the wrapped optimizer makes in the backend's 16-bit
+storage is made float32 instead; the states it asks for as bfloat16 bits on purpose
+(``Adam(state_dtype="bf16")``: uint16) stay as they are.
 
 Nothing here is backend-specific (op-trees and tensors only), so the same code runs on the CPU
 backend with numpy float16 storage and on the GPU backend with float16/bfloat16.
@@ -47,9 +56,19 @@ class _LossScale(Range):
         return value if isinstance(value, str) else super().normal(value)
 
 
+def is_16bit_float(tensor):
+    """True for a tensor stored as float16 or bfloat16 (the GPU's ``storage`` names, or a
+    dtype carrying numpy's ``{"bfloat16": True}`` metadata); plain uint16 bits are not."""
+    dtype = np.dtype(tensor.dtype)
+    return dtype.itemsize == 2 and dtype.kind == "f" or \
+        getattr(tensor, "storage", None) in ("f16", "bf16") or \
+        bool((dtype.metadata or {}).get("bfloat16"))
+
+
 class _Float32States(MutableMapping):
-    """``param.states`` seen by the wrapped optimizer: a state it creates in 16 bits (a fresh
-    zero tensor) is stored as float32 instead; reads and writes go to the parameter's dict."""
+    """``param.states`` seen by the wrapped optimizer: a state it creates in 16-bit float
+    storage (a fresh zero tensor) is stored as float32 instead; reads and writes go to the
+    parameter's dict."""
 
     def __init__(self, be, param):
         self.be, self.param = be, param
@@ -58,8 +77,7 @@ class _Float32States(MutableMapping):
         return self.param.states[key]
 
     def __setitem__(self, key, tensor):
-        if np.dtype(tensor.dtype).itemsize == 2 and np.dtype(tensor.dtype).kind == "f" or \
-                getattr(tensor, "storage", None) in ("f16", "bf16"):
+        if is_16bit_float(tensor):
             tensor = self.be.zeros(tensor.shape, dtype=np.float32)
         self.param.states[key] = tensor
 
@@ -75,24 +93,19 @@ class _Float32States(MutableMapping):
 
 class _MasterParameter:
     """The float32 stand-in the wrapped optimizer updates: ``value`` is the master weight,
-    ``grad`` the unscaled float32 gradient; ``name`` and ``layer`` are the real parameter's
-    (per-layer optimizers and logs see the usual names)."""
+    ``grad`` the unscaled float32 gradient, ``arena`` the masters' arena (None: none);
+    ``name``, ``layer`` and every other attribute are the real parameter's (per-layer
+    optimizers, weight-decay groups and logs see the usual names)."""
 
     def __init__(self, be, param, master, grad):
         self.param, self.value, self.grad = param, master, grad
         self.states = _Float32States(be, param)
+        self.arena = None
 
-    @property
-    def layer(self):
-        return self.param.layer
-
-    @property
-    def attr(self):
-        return self.param.attr
-
-    @property
-    def name(self):
-        return self.param.name
+    def __getattr__(self, name):
+        if name == "param":
+            raise AttributeError(name)
+        return getattr(self.param, name)
 
 
 class _ScaledCost:
@@ -153,8 +166,10 @@ class MixedPrecision:
         self.good_steps = 0
         self.skipped_steps = 0
         self.name = getattr(optimizer, "name", type(optimizer).__name__)
-        self._grads = {}
+        self._masters = {}
         self._flag = None
+        self._stepped = None
+        self._finite_work = {}
 
     # ---- the cost side ---------------------------------------------------------------------
     def wrap_cost(self, cost):
@@ -171,24 +186,60 @@ class MixedPrecision:
         if not params:
             return
         be = params[0].value.backend
-        masters = [self._master(be, p) for p in params]
+        masters = self.masters(params)
+        self._stepped = None
         if not self._unscale(be, params, masters):
             self._skip()
             return
         self.optimizer.optimize(masters, epoch)
         for param, master in zip(params, masters):
             param.value[:] = master.value
+        self._stepped = tuple(map(id, params))
         self._grow()
 
-    def _master(self, be, param):
-        master = param.states.get("master")
-        if master is None or tuple(master.shape) != tuple(param.value.shape):
-            master = be.zeros(param.value.shape, dtype=np.float32)
-            master[:] = param.value
-            param.states["master"] = master
-        grad = self._grads.get(id(param))
-        if grad is None or tuple(grad.shape) != tuple(param.value.shape):
-            grad = self._grads[id(param)] = be.zeros(param.value.shape, dtype=np.float32)
+    def updated_finite(self, params):
+        """True when the last :meth:`optimize` updated exactly ``params`` by the wrapped
+        optimizer's fused pass over the masters' arena, which saw every master and state value
+        it wrote finite, and every 16-bit parameter rounded from them is finite (one check of
+        each: a master beyond the 16-bit range rounds to inf); False otherwise (a skipped
+        step, a per-parameter step, other parameters), and then the training loop checks
+        every tensor itself."""
+        key = tuple(map(id, params))
+        verify = getattr(self.optimizer, "updated_finite", None)
+        if self._stepped != key or verify is None or not verify(self._masters[key]):
+            return False
+        be = params[0].value.backend
+        return all(be.is_finite(p.value, self._finite_work) for p in params)
+
+    def masters(self, params):
+        """The float32 stand-ins the wrapped optimizer updates for ``params`` (a non-empty
+        list): made at their first step and kept, in an arena of their own where the backend
+        makes one (each stand-in's ``arena``); each master is the one in ``param.states``, one
+        a checkpoint put there since being copied into the kept tensor."""
+        be = params[0].value.backend
+        key = tuple(map(id, params))
+        masters = self._masters.get(key)
+        if masters is None or any(m.param is not p or tuple(m.value.shape) != tuple(
+                p.value.shape) for m, p in zip(masters, params)):
+            masters = self._masters[key] = [self._new_master(be, p) for p in params]
+            arena = be.make_arena(masters)
+            for master in masters:
+                master.arena = arena
+        for master, param in zip(masters, params):
+            saved = param.states.get("master")
+            if saved is not master.value:
+                if saved is not None and tuple(saved.shape) == tuple(master.value.shape):
+                    master.value[:] = saved
+                param.states["master"] = master.value
+        return masters
+
+    @staticmethod
+    def _new_master(be, param):
+        saved = param.states.get("master")
+        master = be.zeros(param.value.shape, dtype=np.float32)
+        fits = saved is not None and tuple(saved.shape) == tuple(param.value.shape)
+        master[:] = saved if fits else param.value
+        grad = be.zeros(param.value.shape, dtype=np.float32)
         return _MasterParameter(be, param, master, grad)
 
     def _unscale(self, be, params, masters):

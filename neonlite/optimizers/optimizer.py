@@ -126,11 +126,14 @@ class Optimizer:
         return last is not None and last[1] and last[0] == tuple(map(id, params))
 
     def _clip_scale(self, be, params):
-        """min(1, clip_norm / global L2 norm of all gradients)."""
+        """min(1, clip_norm / global L2 norm of all gradients), each gradient's sum of
+        squares taken into float32 (or float64) whatever the storage: a 16-bit one would round
+        it."""
         if self.gradient_clip_norm is None:
             return 1.0
         if self._norm_work is None:
-            self._norm_work = [be.zeros((1,) * p.grad.ndim) for p in params]
+            self._norm_work = [be.zeros((1,) * p.grad.ndim, dtype=_sum_dtype(p.grad))
+                               for p in params]
         total = 0.0
         for work, p in zip(self._norm_work, params):
             work[:] = be.sum(be.square(p.grad))
@@ -162,3 +165,9 @@ class Optimizer:
         """Take ``state_dict()``'s values; the step must be a counter this optimizer can go
         on from (:func:`~.options.check_count`)."""
         self.step = check_count(self, "step", state["step"])
+
+
+def _sum_dtype(tensor):
+    """float64 for a float64 tensor, else float32 (the type a reduction of it is kept in)."""
+    dtype = np.dtype(tensor.dtype)
+    return np.float64 if dtype == np.float64 and not dtype.metadata else np.float32

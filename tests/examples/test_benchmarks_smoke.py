@@ -96,3 +96,30 @@ def test_image_loader_benchmark_smoke(capsys):
     ours = [cell.strip() for cell in lines[0].split("|")[1:-1]]
     assert ours[1] == "neonlite ImageFolder" and ours[4] == "1.00x" and ours[6] == "1.00x"
     assert float(ours[2].replace(",", "")) > 0 and float(ours[5]) > 0 and float(ours[7]) > 0
+
+
+def test_bf16_training_benchmark_smoke(tmp_path, capsys):
+    """``python -m benchmarks.bf16_training --smoke``: every contender of a row in its own
+    process, timed, with its peak memory; the header names the CPU's bf16 instruction sets."""
+    from benchmarks.bf16_training import main as bf16_main
+    out = tmp_path / "bf16.json"
+    assert bf16_main(["--row", "lenet_bf16", "--smoke", "--rounds", "1", "--warmup", "1",
+                      "--json", str(out)]) == 0
+    result = json.loads(out.read_text())["results"][0]
+    assert {"neonlite_bf16", "neonlite_f32"} <= set(result["contenders"]), result["notes"]
+    assert all(c["rate"] > 0 and c["peak_mib"] > 0 for c in result["contenders"].values())
+    table = capsys.readouterr().out
+    assert "AVX512-BF16" in table and "bf16 / neonlite_f32" in table
+
+
+def test_bf16_first_step_diagnosis_runs(capsys):
+    """``python -m benchmarks.bf16_first_step --row nanogpt_bf16``: the five costs and the
+    share of product weights one step leaves unmoved in bf16."""
+    from support.harness import data_dir
+    from support.requires import need
+    need("shakespeare")
+    from benchmarks.bf16_first_step import main as first_step_main
+    assert first_step_main(["--row", "nanogpt_bf16", "--text",
+                            str(data_dir() / "text" / "tinyshakespeare.txt")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("masters rounded to bf16") == 3 and "did not move" in out

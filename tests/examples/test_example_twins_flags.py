@@ -45,7 +45,7 @@ def data_flags(name, request):
         return ["--data-dir", str(request.getfixturevalue("mnist_dir")), "-z", "8"]
     if name.startswith("cifar10"):
         return ["--data-dir", str(request.getfixturevalue("cifar_dir")), "-z", "4"]
-    if name.endswith("transformer"):
+    if name.endswith("transformer") or name.startswith("gpt"):
         return ["-z", "2"]
     return ["-z", "8"]
 
@@ -64,6 +64,18 @@ def test_twin_and_yaml_train_the_same_run_with_the_same_flags(name, tmp_path, re
     assert len(twin["batch"]["cost"]) == 2, "--max-batches 2 and -e 1: two batches"
     np.testing.assert_array_equal(twin["batch"]["cost"], yaml["batch"]["cost"])
     assert twin["metric"] == yaml["metric"]
+
+
+def test_bf16_twin_and_yaml_train_the_same_bf16_run(tmp_path):
+    """``-d bf16`` reaches the twin's run as the YAML's: the same bf16 costs, bit for bit."""
+    flags = ["-e", "1", "--max-batches", "2", "-q", "-r", "3", "-z", "2", "-d", "bf16"]
+    assert main(["train", str(EXAMPLES / "gpt512_bf16.yaml"), *flags, "-o",
+                 str(tmp_path / "yaml.h5")]) == 0
+    assert run_twin("gpt512_bf16", [*flags, "-n", "0", "-o", str(tmp_path / "twin.h5")]) in \
+        (0, None)
+    yaml, twin = read_log(tmp_path / "yaml.h5"), read_log(tmp_path / "twin.h5")
+    np.testing.assert_array_equal(twin["batch"]["cost"], yaml["batch"]["cost"])
+    assert "datatype: bf16" in twin["config"] and "datatype: bf16" in yaml["config"]
 
 
 def test_transformer_twin_takes_the_cli_flags_from_the_shell(tmp_path):

@@ -39,7 +39,7 @@ def test_python_twin_describes_the_yaml_run(name):
     assert python == yaml
 
 
-@pytest.mark.parametrize("name", TWINS + ["char_transformer"])
+@pytest.mark.parametrize("name", TWINS + ["char_transformer", "gpt512_bf16"])
 def test_yaml_description_round_trips(name):
     run = RunConfig.from_file(EXAMPLES / f"{name}.yaml")
     desc = run.description()

@@ -169,3 +169,92 @@ def test_f16_trains_with_master_weights_and_saves_the_loss_scale(tmp_path):
     assert saved.optimizer_state["default"]["loss_scale"] == 2.0 ** 15
     masters = {name: keys["master"] for name, keys in saved.states.items()}
     assert masters and all(m.dtype == np.float32 for m in masters.values())
+
+
+def _model_params(be, shapes, seed=0):
+    """Parameters of the given shapes, with values and gradients exactly representable in
+    float16, in the backend's arena (as a model makes them)."""
+    rng = np.random.default_rng(seed)
+    params = []
+    for k, shape in enumerate(shapes):
+        p = Parameter(Linear(shape[-1], name=f"fc{k}"), "W",
+                      be.array(rng.standard_normal(shape).astype(np.float16)),
+                      be.zeros(shape))
+        params.append(p)
+    arena = be.make_arena(params)
+    for p in params:
+        p.arena = arena
+    return params
+
+
+def _set_grads(params, step):
+    rng = np.random.default_rng(100 + step)
+    for p in params:
+        p.grad.set(rng.standard_normal(p.value.shape).astype(np.float16))
+
+
+SHAPES = [(7, 5), (3, 33), (1, 9)]
+
+
+def test_masters_step_exactly_as_float32_does_in_one_arena(be16):
+    """The wrapped Adam updates the float32 masters exactly as plain Adam updates float32
+    parameters with the same gradients; the masters, their gradients and Adam's states live
+    in one arena, so the step is the arena's fused pass."""
+    mixed = _model_params(be16, SHAPES)
+    opt = MixedPrecision(Adam(0.01, weight_decay=0.1), loss_scale=None)
+    for step in range(3):
+        _set_grads(mixed, step)
+        opt.optimize(mixed, 0)
+    masters = [p.states["master"] for p in mixed]
+    assert all(m.dtype == np.float32 for m in masters)
+    stand_ins = opt.masters(mixed)
+    assert stand_ins[0].arena is not None, "the backend makes arenas: the masters get one"
+    assert all(m.arena is stand_ins[0].arena for m in stand_ins)
+    assert all(m.value is t for m, t in zip(stand_ins, masters))
+    assert opt.optimizer.updated_finite(stand_ins), "the last step was not the fused pass"
+    previous = neonlite.backends._current
+    be32 = neonlite.gen_backend("cpu", batch_size=8, rng_seed=0, datatype=np.float32)
+    try:
+        plain = _model_params(be32, SHAPES)
+        reference = Adam(0.01, weight_decay=0.1)
+        for step in range(3):
+            _set_grads(plain, step)
+            reference.optimize(plain, 0)
+    finally:
+        neonlite.backends._current = previous
+    for p, q in zip(mixed, plain):
+        np.testing.assert_array_equal(p.states["master"].get(), q.value.get())
+        np.testing.assert_array_equal(p.states["v"].get(), q.states["v"].get())
+        np.testing.assert_array_equal(p.value.get(), q.value.get().astype(np.float16))
+
+
+def test_a_master_put_in_the_states_is_the_one_updated(be16):
+    """Loading a checkpoint assigns new tensors to ``param.states``: the next step goes on
+    from the loaded master, and ``param.states["master"]`` is again the one the step
+    updates."""
+    params = _model_params(be16, SHAPES)
+    opt = MixedPrecision(GradientDescentMomentum(0.5), loss_scale=None)
+    _set_grads(params, 0)
+    opt.optimize(params, 0)
+    loaded = {p.name: np.full(p.value.shape, 0.25, np.float32) for p in params}
+    for p in params:
+        p.states["master"] = be16.array(loaded[p.name], dtype=np.float32)
+    for p in params:
+        p.grad.set(np.ones(p.value.shape))
+    opt.optimize(params, 0)
+    for p in params:
+        np.testing.assert_array_equal(p.states["master"].get(), -0.25)
+        np.testing.assert_array_equal(p.value.get(), -0.25)
+    opt.optimize(params, 0)
+    for p in params:
+        np.testing.assert_array_equal(p.states["master"].get(), -0.75)
+
+
+def test_bf16_moment_states_stay_bf16_bits_under_mixed_precision(be16):
+    params = _model_params(be16, SHAPES)
+    opt = MixedPrecision(Adam(0.01, state_dtype="bf16"), loss_scale=None)
+    _set_grads(params, 0)
+    opt.optimize(params, 0)
+    assert all(p.states[k].dtype == np.uint16 for p in params for k in ("m", "v"))
+    assert all(p.states["master"].dtype == np.float32 for p in params)
+
