@@ -3,8 +3,8 @@ steps on real images (MNIST digits for the MNIST examples, the Shapes images for
 exported to ONNX, give ONNX Runtime's CPU output within 1e-5 of neonlite's ``predict``
 (relative to the largest value, float32) on held-out images at two batch sizes.
 
-The char_transformer and char_lstm examples are exported once and compared at two sequence
-lengths, blocksparse_transformer at its one; the encoder finetune_sentence_classifier
+The char_transformer, gpt512_bf16 (trained here in float32: ONNX files hold float32) and
+char_lstm examples are exported once and compared at two sequence lengths, blocksparse_transformer at its one; the encoder finetune_sentence_classifier
 fine-tunes (all-MiniLM-L6-v2, imported from Hugging Face) on real sentences at two lengths."""
 import importlib.util
 from pathlib import Path
@@ -33,7 +33,7 @@ IMAGE_EXAMPLES = {"mnist_mlp": ("mnist", 10), "mnist_cnn": ("mnist", 10),
 
 
 #: the text examples compared by test_text_example_trained_a_few_steps_matches_at_two_lengths
-TEXT_EXAMPLES = ("char_transformer", "char_lstm", "blocksparse_transformer")
+TEXT_EXAMPLES = ("char_transformer", "char_lstm", "blocksparse_transformer", "gpt512_bf16")
 #: compared by test_speech_examples_match_on_padded_speeches
 SPEECH_EXAMPLES = ("shakespeare_speeches",)
 #: compared by test_imported_minilm_encoder_exports_and_matches_at_two_lengths (its encoder)
