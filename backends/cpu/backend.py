@@ -112,12 +112,17 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         for section in self._sections.values():
             section.forget()
 
+    @property
+    def compute_dtype(self):
+        """The element type the kernels compute in: float32 for bfloat16 storage (the
+        boundary hands them float32 work tensors), else the storage type."""
+        return np.dtype(np.float32) if is_bf16(self.dtype) else self.dtype
+
     def prepare_kernels(self):
         """Compile the C kernels of this backend's data type that are not cached yet (one
         notice on stderr); ``Model.fit`` calls it before the first epoch.  bfloat16 runs the
         float32 kernels."""
-        self.kernels.prepare(np.float32 if self.bf16_made and is_bf16(self.dtype)
-                             else self.dtype)
+        self.kernels.prepare(self.compute_dtype)
 
     def evaluate_into(self, out, value, keep=False):
         """out (ndarray)[...] = value (op-tree, tensor, array or scalar); ``keep``: out is a

@@ -332,7 +332,7 @@ class CPUConvOps:
 
     def conv_layer(self, N, C, H, W, K, R, S, pad=(0, 0), stride=(1, 1), dilation=(1, 1)):
         return CPUConvPlan(N, C, H, W, K, R, S, pad, stride, dilation, kernels=self.kernels,
-                           dtype=self.dtype)
+                           dtype=self.compute_dtype)
 
     def fprop_conv(self, plan, I, F, O, bias=None, relu=False):
         check_conv("fprop_conv", plan, I=I, F=F, O=O, bias=bias)

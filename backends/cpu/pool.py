@@ -88,7 +88,7 @@ class CPUPoolOps:
 
     def pool_layer(self, op, N, C, H, W, R, S, pad=(0, 0), stride=None):
         return CPUPoolPlan(op, N, C, H, W, R, S, pad, stride or (R, S), kernels=self.kernels,
-                           dtype=self.dtype)
+                           dtype=self.compute_dtype)
 
     def fprop_pool(self, plan, I, O):
         check_pool("fprop_pool", plan, I=I, O=O)

@@ -213,3 +213,15 @@ def test_products_refuse_mixed_element_types_as_the_gpu_does():
     with pytest.raises(TypeError, match="compound_dot: B has dtype float32; expected bfloat16"):
         be.compound_dot(a, b, c)
     assert not c.get().any()
+
+
+def test_bf16_convolutions_and_pooling_plan_the_float32_kernels():
+    """The boundary hands the plans' passes float32 work tensors, so a bf16 backend's
+    convolution and pooling plans choose the float32 C kernels (a plan made for the storage
+    type chose none, and numpy ran every pass: LeNet's step 6x float32's)."""
+    be = neonlite.gen_backend("cpu", batch_size=4, datatype="bf16")
+    assert be.compute_dtype == np.float32
+    conv = be.conv_layer(4, 3, 12, 12, 8, 3, 3, pad=(1, 1))
+    pool = be.pool_layer("max", 4, 8, 12, 12, 2, 2)
+    assert conv.dtype == np.float32 and conv.conv is not None
+    assert pool.dtype == np.float32 and pool.pool is not None
