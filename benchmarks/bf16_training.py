@@ -41,16 +41,19 @@ LOSS_BOUND = 0.02
 TAIL = 10
 
 
-#: the folder holding ``benchmarks/``: the workers' ``-m`` finds the package there, whatever the
+#: the folder holding ``benchmarks/``: the workers find the package there, whatever the
 #: caller's working folder or ``PYTHONSAFEPATH``
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: a worker's program: ``ROOT`` goes at the END of its path, after the installed packages, so
+#: that ``neonlite`` is the installed one (the checkout's ``neonlite/`` folder alone is not the
+#: package: the wheel maps the top-level folders into it) and ``benchmarks`` the checkout's
+WORKER = ("import sys; sys.path.append(sys.argv.pop(1)); "
+          "from benchmarks.bf16_training import main; sys.exit(main(sys.argv[1:]))")
 
 
 def _module_argv(*args):
-    """``python -m benchmarks.bf16_training ARGS`` and the environment it runs in."""
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    return ([sys.executable, "-m", "benchmarks.bf16_training", *args],
-            dict(os.environ, PYTHONPATH=path))
+    """``python -m benchmarks.bf16_training ARGS`` as a worker runs it, and its environment."""
+    return [sys.executable, "-c", WORKER, ROOT, *args], dict(os.environ)
 
 
 def _rss_mib():
