@@ -250,7 +250,7 @@ def _train(run, opts, stream, world):
         f"{tuple(train_set.shape)}, {_count(train_set)} train / {_count(valid_set)} valid; "
         f"backend {settings['backend']}, batch {settings['batchsize']}"
         + (f" over {world.size} ranks, " if world.size > 1 else ", ") +
-        f"{settings['datatype']}, " + _lr_note(run) +
+        f"{_datatype_note(settings)}, " + _lr_note(run) +
         (f"epochs {start + 1}..{settings['epochs']}" if start < settings["epochs"] else
          f"already {start} epochs done: nothing to train (raise -e)"))
     # under mpirun the ranks would stop at different steps: signals keep their usual effect
@@ -282,6 +282,19 @@ def resume_command(checkpoint, opts):
         if getattr(opts, key, None) is not None:
             words += [flag, str(getattr(opts, key))]
     return shlex.join(words)
+
+
+def _datatype_note(settings):
+    """The run line's data type; for bf16 on the CPU, the arithmetic its products use here
+    (the measured choice of ``neonlite doctor``'s bf16 row): ``bf16 (float32 products here:
+    bf16 arithmetic is not faster on this CPU; neonlite doctor)``."""
+    name = settings["datatype"]
+    if name != "bf16" or settings["backend"] != "cpu":
+        return name
+    if get_backend().bf16_path("gemm") == "compute":
+        return "bf16 (bf16 products here; neonlite doctor)"
+    return "bf16 (float32 products here: bf16 arithmetic is not faster on this CPU; " \
+           "neonlite doctor)"
 
 
 def _lr_note(run):

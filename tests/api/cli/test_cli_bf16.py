@@ -6,7 +6,7 @@ bf16-trained checkpoint is in ``tests/api/model/test_bf16_training.py``."""
 import numpy as np
 import pytest
 from support.harness import CHECKOUT, data_dir
-from support.requires import requires
+from support.requires import need, requires
 
 import neonlite
 from benchmarks.image_folders import mnist_folder
@@ -159,3 +159,18 @@ def test_bf16_trains_on_a_cpu_said_to_lack_the_bf16_instructions(tmp_path):
                              "bf16_row; print(bf16_row().found)"], env=env,
                             capture_output=True, text=True, timeout=300)
     assert "gemm storage" in doctor.stdout and "cannot be met" in doctor.stdout, doctor.stdout
+
+
+@pytest.mark.parametrize("path,words", [
+    ("storage", "bf16 (float32 products here: bf16 arithmetic is not faster on this CPU; "
+                "neonlite doctor)"),
+    ("compute", "bf16 (bf16 products here; neonlite doctor)")])
+def test_the_run_line_says_which_arithmetic_bf16_products_use(capsys, monkeypatch, path, words):
+    """A user who asks for -d bf16 sees whether this CPU gives it bf16 arithmetic or only bf16
+    storage (where -d bf16 is slower than -d f32), before the first step."""
+    if path == "compute":
+        need("bf16")
+    monkeypatch.setenv("NEONLITE_BF16", path)
+    assert main(["train", str(SHAPES), "-d", "bf16", "--max-batches", "1", "-e", "1"]) == 0
+    line = next(x for x in capsys.readouterr().err.splitlines() if " parameters; " in x)
+    assert f", {words}, " in line, line
