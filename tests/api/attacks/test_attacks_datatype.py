@@ -7,35 +7,18 @@ unchanged afterwards, so nothing was written.
 
 Each case runs in its own bounded process (``support.isolated``); the table is
 ``datatype.tsv`` in the module's temporary folder."""
-import h5py
-import numpy as np
 import pytest
 from support.file_state import refused_case
+from support.hdf5_run import run_yaml, write_hdf5
 from support.isolated import AttackTable, neonlite_argv, run_isolated
 from support.requires import requires
 
 pytestmark = requires("compiler")
 
-RUN = """\
-epochs: 1
-batchsize: 8
-rng_seed: 0
-dataset: {type: hdf5, config: {train: data.h5, valid: valid.h5, nclass: 4}}
-layers:
-  - {type: Affine, config: {nout: 4, activation: {type: Softmax}}}
-cost: CrossEntropyMulti
-optimizer: {type: Adam, config: {learning_rate: 0.01}}
-"""
+RUN = run_yaml("{type: Adam, config: {learning_rate: 0.01}}")
 OFF = {"NEONLITE_BF16": "off"}
 F16 = "150 times slower"
 TURN_ON = "NEONLITE_BF16"
-
-
-def _data(path, rows):
-    rng = np.random.default_rng(0)
-    with h5py.File(path, "w") as f:
-        f["x"] = rng.standard_normal((rows, 6)).astype(np.float32)
-        f["y"] = rng.integers(0, 4, rows)
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +26,8 @@ def made(tmp_path_factory):
     """A folder with the run, its data and the checkpoint of a bf16 run of it."""
     work = tmp_path_factory.mktemp("datatype")
     (work / "run.yaml").write_text(RUN)
-    _data(work / "data.h5", 32)
-    _data(work / "valid.h5", 16)
+    write_hdf5(work / "data.h5")
+    write_hdf5(work / "valid.h5", rows=16)
     done = run_isolated(neonlite_argv("train", "run.yaml", "-q", "-d", "bf16", "--save-path",
                                       "model.h5"), cwd=work, seconds=120)
     assert done.status == 0, done.stderr

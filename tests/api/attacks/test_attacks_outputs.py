@@ -11,23 +11,13 @@ test's temporary folder.
 import os
 import stat
 
-import h5py
-import numpy as np
 import pytest
 from support.file_state import refused_case, snapshot
+from support.hdf5_run import run_yaml, write_hdf5
 from support.isolated import AttackTable, neonlite_argv, run_isolated
 from support.requires import requires
 
-RUN = """\
-epochs: 1
-batchsize: 8
-rng_seed: 0
-dataset: {type: hdf5, config: {train: data.h5, valid: data.h5, nclass: 4}}
-layers:
-  - {type: Affine, config: {nout: 4, activation: {type: Softmax}}}
-cost: CrossEntropyMulti
-optimizer: {type: GradientDescentMomentum, config: {learning_rate: 0.1}}
-"""
+RUN = run_yaml(valid="data.h5")
 
 
 @pytest.fixture
@@ -36,10 +26,7 @@ def folder(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     (work / "run.yaml").write_text(RUN)
-    rng = np.random.default_rng(0)
-    with h5py.File(work / "data.h5", "w") as f:
-        f["x"] = rng.standard_normal((32, 6)).astype(np.float32)
-        f["y"] = rng.integers(0, 4, 32)
+    write_hdf5(work / "data.h5")
     made = run_isolated(neonlite_argv("train", "run.yaml", "-q", "--save-path", "model.h5"),
                         cwd=work)
     assert made.status == 0, made.stderr

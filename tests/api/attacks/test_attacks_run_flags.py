@@ -7,30 +7,13 @@ for an alias bomb (while a real one is still refused in bounded memory).
 Each case runs in its own bounded process (``support.isolated``); the folder it works in is
 unchanged afterwards (no log, no checkpoint, no temporary), which also shows the refusal came
 before training.  The table is ``run_flags.tsv`` in the test's temporary folder."""
-import h5py
-import numpy as np
 import pytest
 from support.file_state import refused_case
+from support.hdf5_run import run_yaml, write_hdf5
 from support.isolated import AttackTable, neonlite_argv, python_argv, run_isolated
 
-RUN = """\
-epochs: 1
-batchsize: 8
-rng_seed: 0
-dataset: {type: hdf5, config: {train: data.h5, valid: valid.h5, nclass: 4}}
-layers:
-  - {type: Affine, config: {nout: 4, activation: {type: Softmax}}}
-cost: CrossEntropyMulti
-optimizer: {type: GradientDescentMomentum, config: {learning_rate: 0.1}}
-"""
+RUN = run_yaml()
 HUGE = "9999999999999999999"
-
-
-def _data(path, features, rows=32):
-    rng = np.random.default_rng(0)
-    with h5py.File(path, "w") as f:
-        f["x"] = rng.standard_normal((rows, features)).astype(np.float32)
-        f["y"] = rng.integers(0, 4, rows)
 
 
 @pytest.fixture
@@ -38,8 +21,8 @@ def folder(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     (work / "run.yaml").write_text(RUN)
-    _data(work / "data.h5", 6)
-    _data(work / "valid.h5", 6, 16)
+    write_hdf5(work / "data.h5")
+    write_hdf5(work / "valid.h5", rows=16)
     made = run_isolated(neonlite_argv("train", "run.yaml", "-q", "--save-path", "model.h5"),
                         cwd=work)
     assert made.status == 0, made.stderr
@@ -108,7 +91,7 @@ def test_a_top_k_metric_past_the_classes_fails_before_training(folder, table):
 @pytest.mark.parametrize("features", [7, 1])
 def test_a_validation_set_of_the_wrong_shape_fails_before_the_first_epoch(features, folder,
                                                                           table):
-    _data(folder / "valid.h5", features, 16)
+    write_hdf5(folder / "valid.h5", features, 16)
     _refused(table, f"validation examples of {features} features, training of 6", folder,
              neonlite_argv("train", "run.yaml", "-q", "-o", "log.h5"), "hdf5 valid")
 
