@@ -83,6 +83,16 @@ def byte_vector_level(info=None):
     return level
 
 
+#: the flags the storage path's GEMM (``kernels/cpu/bf16/gemm_storage.c``) runs on: float32
+#: FMA on 512-bit vectors, masked 16-bit loads and stores
+AVX512_FLOAT = frozenset({"avx512f", "avx512bw", "avx512vl"})
+
+
+def has_avx512_float(info=None):
+    """True where the AVX-512 float kernels run (:data:`AVX512_FLOAT`)."""
+    return AVX512_FLOAT <= cpu_flags(info)
+
+
 def has_avx512_bf16(info=None):
     """True where ``VDPBF16PS`` runs (AVX512-BF16, and AVX-512 itself)."""
     flags = cpu_flags(info)

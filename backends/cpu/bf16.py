@@ -16,7 +16,7 @@ from . import bf16_choice
 from .blas import CPUBlasOps
 from .bf16_boundary import NOT_TAKEN, is_bf16_tensor
 from .bf16_kernels import BF16, F32, check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
-    gemm_storage, to_bf16
+    gemm_storage, gemm_storage_fused, storage_module, to_bf16
 
 COMPOUND_DOT = OPS["compound_dot"]
 
@@ -72,11 +72,12 @@ class CPUBf16Ops:
         (X^T @ dY: ``transA``) of a Linear layer on bf16 activations and weights.
 
         ``path`` (default: this machine's for ``gemm``) is ``compute`` (bf16 arithmetic,
-        float32 accumulation) or ``storage`` (widened to float32, the float32 GEMM); ``off``
-        is refused.  ``threads``: OpenMP threads of the compute path (0: its default).
+        float32 accumulation) or ``storage`` (float32 arithmetic: the fused storage GEMM where
+        it runs, else widened operands and the float32 GEMM); ``off`` is refused.
+        ``threads``: OpenMP threads of the bf16 kernels (0: their default).
         ``bits``: a bf16 array of C's shape with unit-stride rows that also receives C rounded
-        to nearest even: by the GEMM's epilogue on the compute path, by one narrowing pass
-        after it on the storage path."""
+        to nearest even: by the GEMM's epilogue, or by one narrowing pass after the float32
+        GEMM where the storage path has no fused GEMM."""
         a, b, c = _array(A), _array(B), _array(C)
         check_gemm_operands(a, b, c, transA, transB)
         if bits is not None:
@@ -92,6 +93,10 @@ class CPUBf16Ops:
                 raise ValueError(f"dot_bf16: the compute path cannot run here: {why}")
             return gemm_bf16(module, a, b, c, alpha, beta, transA, transB, threads, bits)
         if path == "storage":
+            module = self.storage_gemm()
+            if module is not None:
+                return gemm_storage_fused(module, a, b, c, bits, alpha, beta, transA, transB,
+                                          threads)
             gemm_storage(self.kernels, a, b, c, alpha, beta, transA, transB,
                          self._gemm_scratch)
             if bits is not None:
@@ -101,14 +106,21 @@ class CPUBf16Ops:
                          f"({bf16_choice.ENV}=off)" if path == "off" else
                          f"dot_bf16: path must be compute or storage, got {path!r}")
 
+    def storage_gemm(self):
+        """The storage path's fused GEMM module of this machine (``storage_module``), or None
+        where it cannot run; found once per backend for each ``NEONLITE_CPU_FEATURES_OFF``."""
+        made = self.__dict__.setdefault("_storage_gemms", {})
+        key = os.environ.get(FEATURES_OFF)
+        if key not in made:
+            made[key] = storage_module(self.kernels)[0]
+        return made[key]
+
     def fused_compound_dot(self, arguments):
         """``compound_dot`` on bf16 A and B (2-D, unit-stride rows), the product accumulated in
-        float32: on the compute path by :meth:`dot_bf16`, straight into a float32 C, or into
-        the boundary's float32 work tensor of a bf16 C (widened first where beta != 0) and
-        narrowed into C by the GEMM's epilogue (``bits``); on the storage path by
-        :meth:`_storage_compound_dot`; returns
-        C, or ``NOT_TAKEN`` where it does not take the operands (the boundary's general path
-        runs)."""
+        float32 (else ``NOT_TAKEN``: the boundary's general path runs).  Storage path:
+        :meth:`_storage_compound_dot`.  Compute path: :meth:`dot_bf16`, straight into a
+        float32 C, or into the boundary's float32 work tensor of a bf16 C (widened first where
+        beta != 0) and narrowed into C by the GEMM's epilogue (``bits``).  Returns C."""
         A, B, C = arguments["A"], arguments["B"], arguments["C"]
         if not (is_bf16_tensor(A) and is_bf16_tensor(B)) or not hasattr(C, "_ary"):
             return NOT_TAKEN
@@ -119,12 +131,12 @@ class CPUBf16Ops:
             return NOT_TAKEN
         transA, transB, beta = arguments["transA"], arguments["transB"], arguments["beta"]
         COMPOUND_DOT.check("compound_dot", A, B, C, transA, transB)
-        boundary = self.bf16_boundary
         if self.bf16_path("gemm") == "storage":
             return self._storage_compound_dot(A, B, C, arguments["alpha"], beta, transA, transB)
         if not C.bf16:
             self.dot_bf16(a, b, c, arguments["alpha"], beta, transA, transB)
             return C
+        boundary = self.bf16_boundary
         work = boundary.work_tensor(("compound_dot", "C"), c.shape)._ary
         if beta != 0.0:
             boundary.widen(c, work)
@@ -132,10 +144,25 @@ class CPUBf16Ops:
         return C
 
     def _storage_compound_dot(self, A, B, C, alpha, beta, transA, transB):
-        """The storage path of :meth:`fused_compound_dot`: A and B widened into the boundary's
-        work tensors, the backend's float32 ``compound_dot`` on them (its prepared MKL call
-        kept, as for float32 tensors), C narrowed; returns C."""
+        """The storage path of :meth:`fused_compound_dot`: the fused GEMM where it runs (a bf16
+        C straight from its epilogue, through the boundary's float32 work tensor only where k
+        is more than one of its blocks); elsewhere A and B widened into the boundary's work
+        tensors and the backend's float32 ``compound_dot`` on them (its prepared MKL call
+        kept), C narrowed.  Returns C."""
         boundary = self.bf16_boundary
+        module = self.storage_gemm()
+        if module is not None:
+            k = A.shape[0] if transA else A.shape[1]
+            work = None
+            if not C.bf16:
+                work = C._ary
+            elif k > module.lib.nl_gemm_storage_kc():
+                work = boundary.work_tensor(("compound_dot", "C"), C.shape)._ary
+                if beta != 0.0:
+                    boundary.widen(C._ary, work)
+            gemm_storage_fused(module, A._ary, B._ary, work, C._ary if C.bf16 else None,
+                               alpha, beta, transA, transB)
+            return C
         wide = []
         for name, t in (("A", A), ("B", B)):
             work = boundary.work_tensor(("compound_dot", name), t.shape)

@@ -6,8 +6,11 @@ product on bf16-stored operands:
   state), variant chosen by :func:`gemm_variant` from the runtime CPU facts
   (``kernels/cpu_features.py``) alone, so where they say no (or ``NEONLITE_CPU_FEATURES_OFF``
   turns them off) no module holding bf16 instructions is loaded;
-* ``storage``: the operands widened to float32 (exact) and the backend's float32 GEMM
-  (:func:`gemm_storage`: MKL or numpy's BLAS), so only the memory holds bf16.
+* ``storage``: float32 arithmetic, so only the memory holds bf16: where the CPU has AVX-512,
+  :func:`gemm_storage_fused` (``kernels/cpu/bf16/gemm_storage.c``: each operand bf16 or
+  float32, widened while the GEMM packs it, the output rounded to bf16 in its epilogue, no
+  pass of its own over any operand); elsewhere :func:`gemm_storage`, the operands widened to
+  float32 (exact) and the backend's float32 GEMM (MKL or numpy's BLAS).
 
 bf16 arrays are numpy ``uint16`` bit patterns (the upper half of a float32), as Adam's bf16
 states are; float32 -> bf16 rounds to nearest even (``kernels/cpu/bf16_bits.h``, the numpy
@@ -50,6 +53,20 @@ def gemm_module(modules):
     if not module.lib.nl_gemm_bf16_built():
         return None, f"the C compiler's -march=native does not enable {reason.split(';')[0]}"
     return module, reason
+
+
+def storage_module(modules):
+    """``(module or None, reason)``: the storage path's fused GEMM, loaded only where the CPU
+    facts say AVX-512 runs (:func:`~neonlite.kernels.cpu_features.has_avx512_float`; lowered by
+    ``NEONLITE_CPU_FEATURES_OFF``) and checked to hold it (``nl_gemm_storage_built``)."""
+    if not cpu_features.has_avx512_float():
+        return None, "no AVX-512 (F, BW, VL) on this CPU or turned off"
+    module = modules.variant("gemm_storage")
+    if module is None:
+        return None, "the gemm_storage kernel cannot be built here"
+    if not module.lib.nl_gemm_storage_built():
+        return None, "the C compiler's -march=native does not enable AVX-512"
+    return module, "float32 FMA on operands widened while packed (AVX-512)"
 
 
 def to_bf16(modules, src, out=None):
@@ -124,6 +141,37 @@ def gemm_bf16(module, a, b, c, alpha=1.0, beta=0.0, trans_a=False, trans_b=False
     if status != 0:
         raise RuntimeError("dot_bf16: the bf16 GEMM kernel is not built for this CPU")
     return c
+
+
+def _rows(x):
+    """The row stride of a 2-D array with unit-stride rows, in elements (0 for None)."""
+    return 0 if x is None else x.strides[0] // x.itemsize
+
+
+def gemm_storage_fused(module, a, b, c, bits, alpha=1.0, beta=0.0, trans_a=False,
+                       trans_b=False, threads=0):
+    """The storage path's product on :func:`storage_module`'s kernel: ``a`` and ``b`` each
+    bf16 (uint16 bits) or float32, 2-D with unit-stride rows; the result into float32 ``c``,
+    into bf16 ``bits`` (rounded to nearest even in the epilogue), or both; ``c`` may be None
+    only where k is at most ``nl_gemm_storage_kc()`` (beta then reads ``bits``).  Shapes and
+    strides checked by the caller; returns ``c`` or ``bits``."""
+    m, k = a.shape[::-1] if trans_a else a.shape
+    out = bits if c is None else c
+    n = out.shape[1]
+    ffi = module.ffi
+    status = module.lib.nl_gemm_storage(
+        ffi.cast("void *", a.ctypes.data), int(a.dtype == BF16),
+        ffi.cast("void *", b.ctypes.data), int(b.dtype == BF16),
+        ffi.NULL if c is None else ffi.cast("float *", c.ctypes.data),
+        ffi.NULL if bits is None else ffi.cast("uint16_t *", bits.ctypes.data), m, n, k,
+        _rows(a), _rows(b), _rows(c), _rows(bits), int(trans_a), int(trans_b), float(alpha),
+        float(beta), int(threads))
+    if status == -2:
+        raise MemoryError(f"compound_dot: no memory for the packed operands of a {m}x{k} @ "
+                          f"{k}x{n} product")
+    if status != 0:
+        raise RuntimeError(f"compound_dot: the storage GEMM refused the call ({status})")
+    return out
 
 
 def gemm_storage(modules, a, b, c, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,

@@ -140,6 +140,15 @@ def _bf16():
     return None if module is not None else f"no bf16 GEMM kernel here: {reason}"
 
 
+def _storage_gemm():
+    from neonlite.backends.cpu.bf16_kernels import storage_module
+    from neonlite.backends.cpu.build import KernelModules
+    if _compiler() is not None:
+        return _compiler()
+    module, reason = storage_module(KernelModules())
+    return None if module is not None else f"no fused storage GEMM here: {reason}"
+
+
 def _amx():
     from neonlite.kernels.cpu_features import amx_bf16_state
     usable, reason = amx_bf16_state()
@@ -187,7 +196,7 @@ def _resize_level(level, words):
 
 NEEDS = {"compiler": _compiler, "resize_avx2": _resize_level(1, "AVX2"),
          "resize_avx512": _resize_level(2, "AVX-512 VBMI"), "jpeg_kernel": _jpeg_kernel, "nvcc": _nvcc, "emulator": _emulator, "gpu": _gpu,
-         "bf16": _bf16, "amx": _amx, "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
+         "bf16": _bf16, "storage_gemm": _storage_gemm, "amx": _amx, "mkl": _mkl, "mnist": _data(*(f"mnist/{f}" for f in MNIST_TEST_FILES)),
          "shakespeare": _data("text/tinyshakespeare.txt"), "torch": _torch, "mpi": _mpi,
          "root": _root, "mknod": _mknod, "torchvision": _torchvision,
          "onnx": _module("pip install 'neonlite[onnx]'", "onnx"),

@@ -1,0 +1,166 @@
+"""The bf16 storage path's fused GEMM (``kernels/cpu/bf16/gemm_storage.c``): float32 FMA on
+operands stored as bf16 or float32, widened while packed, the result rounded to bf16 in the
+epilogue (``backends/cpu/bf16_kernels.py`` ``gemm_storage_fused``).
+
+The bound.  The inputs are widened exactly, so against the float64 product of the values the
+kernel reads, only float32 arithmetic rounds: each output element is a sum of K products
+formed by FMA (one rounding each), k blocks of ``NL_KC`` added into C, then alpha and beta, at
+most r = K + ceil(K / kc) + 3 roundings of u = 2^-24, so (first order in u)
+
+    |C - C_exact| <= r u sum_k |a_ik| |b_kj| + u |beta C_ij|                    (BOUND)
+
+and a bf16 output is C rounded to nearest even, the bits ``f32_to_bf16`` gives for C (checked
+exactly where both are written; where only the bits are written, within BOUND plus half a bf16
+ulp, 2^-8 |C| relative).
+"""
+import numpy as np
+import pytest
+
+import neonlite
+from neonlite.backends.cpu.bf16_kernels import gemm_storage_fused, storage_module
+from neonlite.backends.reference.optree import bf16_to_f32, f32_to_bf16
+from support.requires import requires
+
+pytestmark = requires("compiler", "storage_gemm")
+
+U = 2.0 ** -24
+U_BF16 = 2.0 ** -8
+#: (m, n, k): none a multiple of the micro-tile (12 x 32), of 16 or 32; k up to one block and
+#: past it (several k blocks summed through C)
+SHAPES = [(13, 37, 5), (1, 1, 1), (37, 45, 29), (97, 129, 257), (100, 70, 1031)]
+PRODUCTS = {"forward": (False, False), "input_grad": (False, True), "weight_grad": (True, False),
+            "both": (True, True)}
+KINDS = [("bf16", "bf16"), ("bf16", "f32"), ("f32", "bf16"), ("f32", "f32")]
+
+
+@pytest.fixture(scope="module")
+def module():
+    return storage_module(neonlite.gen_backend("cpu", batch_size=4).kernels)[0]
+
+
+def _operand(rng, shape, kind, pad=3):
+    """(array the kernel reads, its float64 value): bf16 bits or float32, rows strided past
+    their length by ``pad`` elements."""
+    full = rng.standard_normal((shape[0], shape[1] + pad)).astype(np.float32)
+    if kind == "bf16":
+        bits = f32_to_bf16(full)[:, :shape[1]]
+        return bits, bf16_to_f32(bits).astype(np.float64)
+    return full[:, :shape[1]], full[:, :shape[1]].astype(np.float64)
+
+
+def _problem(rng, m, n, k, kinds, trans_a, trans_b):
+    a, av = _operand(rng, (k, m) if trans_a else (m, k), kinds[0])
+    b, bv = _operand(rng, (n, k) if trans_b else (k, n), kinds[1])
+    op = lambda x, t: x.T if t else x  # noqa: E731
+    return a, b, op(av, trans_a) @ op(bv, trans_b), np.abs(op(av, trans_a)) @ np.abs(
+        op(bv, trans_b))
+
+
+@pytest.mark.parametrize("kinds", KINDS, ids=["-".join(k) for k in KINDS])
+@pytest.mark.parametrize("product", PRODUCTS)
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_float32_and_bf16_results_within_the_bound(module, kinds, product, m, n, k):
+    trans_a, trans_b = PRODUCTS[product]
+    rng = np.random.default_rng(m * 7919 + n * 31 + k)
+    a, b, exact, size = _problem(rng, m, n, k, kinds, trans_a, trans_b)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    c, bits = c0.copy(), np.zeros((m, n), np.uint16)
+    gemm_storage_fused(module, a, b, c, bits, 0.5, 0.25, trans_a, trans_b)
+    want = 0.5 * exact + 0.25 * c0
+    r = k + -(-k // module.lib.nl_gemm_storage_kc()) + 3
+    assert np.all(np.abs(c - want) <= r * U * 0.5 * size + U * np.abs(0.25 * c0) + 1e-30)
+    np.testing.assert_array_equal(bits, f32_to_bf16(c))
+
+
+@pytest.mark.parametrize("product", PRODUCTS)
+@pytest.mark.parametrize("m,n,k", [s for s in SHAPES if s[2] <= 256])
+def test_bf16_output_alone_reads_its_old_bits_for_beta(module, product, m, n, k):
+    trans_a, trans_b = PRODUCTS[product]
+    rng = np.random.default_rng(k)
+    a, b, exact, size = _problem(rng, m, n, k, ("bf16", "f32"), trans_a, trans_b)
+    old = f32_to_bf16(rng.standard_normal((m, n)).astype(np.float32))
+    bits = old.copy()
+    gemm_storage_fused(module, a, b, None, bits, 1.0, -1.5, trans_a, trans_b)
+    want = exact - 1.5 * bf16_to_f32(old)
+    got = bf16_to_f32(bits)
+    bound = (k + 4) * U * (size + 1.5 * np.abs(bf16_to_f32(old))) + U_BF16 * np.abs(got)
+    assert np.all(np.abs(got - want) <= bound)
+
+
+def test_bf16_output_alone_is_refused_past_one_k_block(module):
+    k = module.lib.nl_gemm_storage_kc() + 1
+    a = np.zeros((3, k), np.uint16)
+    b = np.zeros((k, 5), np.uint16)
+    with pytest.raises(RuntimeError, match="refused"):
+        gemm_storage_fused(module, a, b, None, np.zeros((3, 5), np.uint16))
+
+
+@pytest.mark.parametrize("product", PRODUCTS)
+def test_bit_identical_on_1_2_3_threads(module, product):
+    trans_a, trans_b = PRODUCTS[product]
+    rng = np.random.default_rng(5)
+    a, b, _, _ = _problem(rng, 301, 259, 700, ("bf16", "bf16"), trans_a, trans_b)
+    results = []
+    for threads in (1, 2, 3):
+        c = np.ones((301, 259), np.float32)
+        bits = np.zeros((301, 259), np.uint16)
+        gemm_storage_fused(module, a, b, c, bits, 1.0, 0.5, trans_a, trans_b, threads)
+        results.append((c, bits))
+    for c, bits in results[1:]:
+        np.testing.assert_array_equal(c, results[0][0])
+        np.testing.assert_array_equal(bits, results[0][1])
+
+
+def test_k_zero_scales_the_old_result(module):
+    c = np.full((4, 5), 2.0, np.float32)
+    bits = np.zeros((4, 5), np.uint16)
+    gemm_storage_fused(module, np.zeros((4, 0), np.uint16), np.zeros((0, 5), np.float32), c,
+                       bits, 1.0, 0.5)
+    assert np.all(c == 1.0) and np.all(bits == f32_to_bf16(np.float32(1.0)))
+
+
+def test_nan_rounds_to_the_quiet_nan_and_inf_stays(module):
+    a = f32_to_bf16(np.array([[np.nan, 0.0], [np.inf, 0.0]], np.float32))
+    b = f32_to_bf16(np.ones((2, 3), np.float32))
+    bits = np.zeros((2, 3), np.uint16)
+    gemm_storage_fused(module, a, b, None, bits)
+    assert np.all(bits[0] == 0x7FC0) and np.all(bits[1] == 0x7F80)
+
+
+def _bf16_tensor(be, x):
+    t = be.empty(x.shape)
+    t[:] = x
+    return t
+
+
+def test_compound_dot_on_bf16_tensors_runs_the_fused_gemm_with_no_work_tensor(monkeypatch):
+    be = neonlite.gen_backend("cpu", batch_size=4, datatype="bf16")
+    monkeypatch.setattr(type(be), "bf16_path", lambda self, op_class="gemm": "storage")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((37, 29)).astype(np.float32)
+    w = rng.standard_normal((29, 45)).astype(np.float32)
+    X, W = _bf16_tensor(be, x), _bf16_tensor(be, w)
+    exact = bf16_to_f32(f32_to_bf16(x)).astype(np.float64) @ bf16_to_f32(
+        f32_to_bf16(w)).astype(np.float64)
+    size = np.abs(bf16_to_f32(f32_to_bf16(x))) @ np.abs(bf16_to_f32(f32_to_bf16(w)))
+    Y = be.empty((37, 45))
+    be.compound_dot(X, W, Y)
+    got = Y.get().astype(np.float64)
+    assert np.all(np.abs(got - exact) <= U_BF16 * np.abs(exact) + 40 * U * size)
+    assert not [key for key in be.bf16_boundary._work if key[0][0] == "compound_dot"]
+
+
+def test_without_avx512_the_storage_path_widens_and_is_as_exact(monkeypatch):
+    be = neonlite.gen_backend("cpu", batch_size=4, datatype="bf16")
+    monkeypatch.setattr(type(be), "bf16_path", lambda self, op_class="gemm": "storage")
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((13, 300)).astype(np.float32)
+    w = rng.standard_normal((300, 17)).astype(np.float32)
+    X, W = _bf16_tensor(be, x), _bf16_tensor(be, w)
+    fused, widened = be.empty((13, 17)), be.empty((13, 17))
+    be.compound_dot(X, W, fused)
+    monkeypatch.setenv("NEONLITE_CPU_FEATURES_OFF", "avx512f")
+    assert be.storage_gemm() is None
+    be.compound_dot(X, W, widened)
+    assert [key for key in be.bf16_boundary._work if key[0] == ("compound_dot", "A")]
+    np.testing.assert_allclose(widened.get(), fused.get(), rtol=2 * U_BF16, atol=1e-6)
