@@ -27,7 +27,7 @@ U = 2.0 ** -24
 U_BF16 = 2.0 ** -8
 #: (m, n, k): none a multiple of the micro-tile (12 x 32), of 16 or 32; k up to one block and
 #: past it (several k blocks summed through C)
-SHAPES = [(13, 37, 5), (1, 1, 1), (37, 45, 29), (97, 129, 257), (100, 70, 1031)]
+SHAPES = [(13, 37, 5), (1, 1, 1), (1, 45, 300), (37, 45, 29), (97, 129, 257), (100, 70, 1031)]
 PRODUCTS = {"forward": (False, False), "input_grad": (False, True), "weight_grad": (True, False),
             "both": (True, True)}
 KINDS = [("bf16", "bf16"), ("bf16", "f32"), ("f32", "bf16"), ("f32", "f32")]
@@ -95,15 +95,16 @@ def test_bf16_output_alone_is_refused_past_one_k_block(module):
         gemm_storage_fused(module, a, b, None, np.zeros((3, 5), np.uint16))
 
 
+@pytest.mark.parametrize("m", [301, 1])
 @pytest.mark.parametrize("product", PRODUCTS)
-def test_bit_identical_on_1_2_3_threads(module, product):
+def test_bit_identical_on_1_2_3_threads(module, product, m):
     trans_a, trans_b = PRODUCTS[product]
     rng = np.random.default_rng(5)
-    a, b, _, _ = _problem(rng, 301, 259, 700, ("bf16", "bf16"), trans_a, trans_b)
+    a, b, _, _ = _problem(rng, m, 259, 700, ("bf16", "bf16"), trans_a, trans_b)
     results = []
     for threads in (1, 2, 3):
-        c = np.ones((301, 259), np.float32)
-        bits = np.zeros((301, 259), np.uint16)
+        c = np.ones((m, 259), np.float32)
+        bits = np.zeros((m, 259), np.uint16)
         gemm_storage_fused(module, a, b, c, bits, 1.0, 0.5, trans_a, trans_b, threads)
         results.append((c, bits))
     for c, bits in results[1:]:

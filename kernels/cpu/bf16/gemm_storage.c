@@ -12,6 +12,8 @@
  * beta and, after the last k block, rounds the block to bfloat16 (nearest even, NaN to the
  * quiet NaN, the rule of bf16_bits.h) while it is still in registers.  Every output element
  * is summed in the same order whatever the number of threads and whichever thread ran it.
+ * A single output row with op(B) row-major (a bias gradient) skips the packing: each thread
+ * streams B over its own columns (nl_row_times_matrix).
  */
 #include <omp.h>
 
@@ -247,6 +249,27 @@ static void nl_scale_result(const nl_gemm_call *g)
         }
 }
 
+/* M == 1 with op(B) row-major (a bias gradient: ones @ dY, a row times a matrix): each thread
+ * sums k in order over its own chunks of 16 columns, B streamed once, no packing. */
+static void nl_row_times_matrix(const nl_gemm_call *g, int nt)
+{
+    const int64_t chunks = nl_ceil_div(g->N, 16);
+    #pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t j = 0; j < chunks; j++) {
+        const __mmask16 m = nl_mask(g->N - 16 * j);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t k = 0; k < g->K; k++) {
+            const float a = nl_get(g->A, g->a_bf16, g->transA ? k * g->lda : k);
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(a), nl_load16(g->B, g->b_bf16,
+                                                               k * g->ldb + 16 * j, m), acc);
+        }
+        const nl_block_out o = {g->C == NULL ? NULL : g->C + 16 * j,
+                                g->Cb == NULL ? NULL : g->Cb + 16 * j, g->ldc, g->ldcb, 1,
+                                g->N - 16 * j, g->alpha, g->beta, 1, 1};
+        nl_store(&o, 0, 0, acc);
+    }
+}
+
 int nl_gemm_storage(const void *A, int a_bf16, const void *B, int b_bf16, float *C,
                     uint16_t *Cb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                     int64_t ldc, int64_t ldcb, int transA, int transB, float alpha, float beta,
@@ -262,10 +285,14 @@ int nl_gemm_storage(const void *A, int a_bf16, const void *B, int b_bf16, float 
         nl_scale_result(&g);
         return 0;
     }
+    const int nt = threads > 0 ? threads : omp_get_max_threads();
+    if (M == 1 && !transB) {
+        nl_row_times_matrix(&g, nt < nl_ceil_div(N, 16) ? nt : (int)nl_ceil_div(N, 16));
+        return 0;
+    }
     /* tasks: runs of whole row blocks x chunks of whole panels, about one per thread (split
      * rows first: each run packs op(B) once per k block, each chunk op(A)); none shares an
      * output element with another */
-    const int nt = threads > 0 ? threads : omp_get_max_threads();
     const int64_t mblocks = nl_ceil_div(M, NL_MC), panels = nl_ceil_div(N, NL_NR);
     const int64_t runs = mblocks < nt ? mblocks : nt;
     int64_t chunk = nl_ceil_div(panels, nl_ceil_div(nt, runs));
