@@ -11,9 +11,9 @@ from .decode import DecodeState
 class Embedding(ParameterLayer):
     """y[n, t] = W[ids[n, t]] with the table W (vocab, d).
 
-    Input: (N, T) token ids, whole numbers in [0, vocab), either in the backend's float dtype
-    (what data iterators give; exact up to 2**24 in float32, 2048 in float16) or an integer
-    tensor.  An id outside that range (or not whole) is a ``ValueError`` naming this layer and
+    Input: (N, T) token ids, whole numbers in [0, vocab): an integer tensor (what the text
+    iterators give: int32) or one of the backend's float type (exact up to 2**24 in float32,
+    2048 in float16, 256 in bfloat16).  An id outside that range (or not whole) is a ``ValueError`` naming this layer and
     the id's position (n, t).  Output (N, T, d).
 
     bprop scatter-adds the error into ``W.grad`` (deterministically, repeated ids summed in a

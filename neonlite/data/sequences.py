@@ -88,7 +88,7 @@ class SequenceIterator(EpochBatches):
         self.rank, self.nranks = 0, 1
         self.valid = bsz = self.be.bsz
         check_batch_fits(name, bsz, [self.shape, self.shape], self.be)
-        self._x_flat = self.be.zeros((bsz * self.max_len,))
+        self._x_flat = self.be.zeros((bsz * self.max_len,), dtype=np.int32)
         self._t_flat = self.be.zeros((bsz * self.max_len,) if self.lm else (bsz,),
                                      dtype=np.int32)
         self._views = {}

@@ -90,9 +90,10 @@ class Vocabulary:
 
 
 class TextWindows:
-    """Minibatches of windows of one token sequence ``ids``: inputs x (N, T) token ids (stored
-    as the backend's float dtype) and targets t (N, T) int32, the next tokens' ids (class
-    indices: a one-hot (N, T, vocab) float array would be vocab times bigger).
+    """Minibatches of windows of one token sequence ``ids``: inputs x (N, T) token ids, int32
+    (a backend's bfloat16 holds whole numbers exactly only up to 256, float16 up to 2048), and
+    targets t (N, T) int32, the next tokens' ids (class indices: a one-hot (N, T, vocab) float
+    array would be vocab times bigger).
 
     ``batches(shuffle=True)`` (what iterating gives when ``shuffle``) draws ``nbatches``
     batches of windows at random offsets from the backend's seeded RNG (training);
@@ -128,7 +129,7 @@ class TextWindows:
             raise DataError(f"{name}: nbatches must be a positive int, got {nbatches!r}")
         self.random_nbatches = int(nbatches) if nbatches else max(1, self.nwindows // bsz)
         check_batch_fits(name, bsz, [(T,), (T,)], self.be)
-        self.x_buf = self.be.zeros((bsz, T))
+        self.x_buf = self.be.zeros((bsz, T), dtype=np.int32)
         self.t_buf = self.be.zeros((bsz, T), dtype=np.int32)
         self._cols = np.arange(T + 1)
         self.valid = bsz
