@@ -4,13 +4,14 @@ For each op class of the op table (a row's ``bf16_class``: ``gemm``, ``conv``,
 ``attention``) the path is
 
 * ``compute``: bf16 arithmetic (the bf16 kernels; see ``bf16_kernels.py``),
-* ``storage``: bf16 in memory, float32 arithmetic (operands widened, the float32 kernels),
+* ``storage``: bf16 in memory, float32 arithmetic (operands widened while the kernels load
+  them, or into float32 copies for the float32 kernels),
 * ``off``: no bf16 at all (``NEONLITE_BF16=off``; ``-d bf16`` is refused on the CPU).
 
 ``NEONLITE_BF16=compute|storage|off`` decides for every class (``compute`` where the CPU has no
 bf16 kernel falls back to ``storage`` and says why: a bf16 instruction never runs on a CPU
 without it). Otherwise, at first use on a machine, :func:`measure_gemm` times the bf16 GEMM
-against widening plus the float32 GEMM on the same bf16 operands, on one core (:data:`SHAPE`,
+against the storage path's GEMM on the same bf16 operands, on one core (:data:`SHAPE`,
 interleaved short bursts, the shortest of each), and ``compute`` wins only by :data:`MARGIN`;
 the result is kept in the kernel cache (:class:`~neonlite.kernels.cache.DiskCache`, one JSON
 entry) under a key made like the kernels' (the bf16 GEMM variant's key: its sources, flags,
@@ -27,7 +28,8 @@ import numpy as np
 
 from ..ops import OPS
 from .blas import blas_threads
-from .bf16_kernels import BF16, F32, gemm_bf16, gemm_module, gemm_storage, gemm_variant
+from .bf16_kernels import BF16, F32, gemm_bf16, gemm_module, gemm_storage, gemm_storage_fused, \
+    gemm_variant, storage_module
 from .threads import usable_cores
 from ...kernels.cache import CorruptEntry, cache_key, entry_name
 from ...kernels.specs import find
@@ -77,9 +79,13 @@ def requested():
 
 
 def _one_thread_storage(modules, a, b, c, scratch):
-    """:func:`~.bf16_kernels.gemm_storage` with the float32 GEMM on one thread: MKL's
-    per-calling-thread setting, or numpy's matmul on one BLAS thread (``GemmThreads`` would
-    cut a product over threads of its own)."""
+    """The storage path's product on one thread: the fused storage GEMM where it runs
+    (:func:`~.bf16_kernels.storage_module`), else :func:`~.bf16_kernels.gemm_storage` with the
+    float32 GEMM on one thread: MKL's per-calling-thread setting, or numpy's matmul on one
+    BLAS thread (``GemmThreads`` would cut a product over threads of its own)."""
+    fused = storage_module(modules)[0]
+    if fused is not None:
+        return gemm_storage_fused(fused, a, b, c, None, threads=1)
     lib = getattr(modules.gemm, "lib", None)
     if lib is not None and hasattr(lib, "MKL_Set_Num_Threads_Local"):
         previous = lib.MKL_Set_Num_Threads_Local(1)
@@ -95,7 +101,7 @@ def _one_thread_storage(modules, a, b, c, scratch):
 def measure_gemm(modules, module, shape=SHAPE, bursts=BURSTS, calls=CALLS):
     """``(bf16 GFLOP/s, float32 GFLOP/s)`` of one core on an (m, n, k) product of bf16
     operands: the bf16 GEMM of ``module`` (one thread) against
-    :func:`~.bf16_kernels.gemm_storage` (widened, then the float32 GEMM on one thread), in
+    the storage path's GEMM (:func:`_one_thread_storage`), in
     ``bursts`` interleaved bursts of ``calls`` calls each; the
     shortest burst of each path counts."""
     m, n, k = shape
@@ -122,6 +128,8 @@ def measure_gemm(modules, module, shape=SHAPE, bursts=BURSTS, calls=CALLS):
 def _key(modules, variant):
     return cache_key({"measurement": ENTRY, "kernel": modules.builder.cpu_key(find(variant)),
                       "f32_gemm": type(modules.gemm).__name__, "cores": usable_cores(),
+                      "storage_gemm": modules.builder.cpu_key(find("gemm_storage"))
+                      if storage_module(modules)[0] is not None else None,
                       "shape": SHAPE, "bursts": BURSTS, "calls": CALLS})
 
 

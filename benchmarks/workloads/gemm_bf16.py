@@ -5,7 +5,7 @@ products of one training step of a d_model-512 transformer block at T 128, batch
 tokens through 512 -> 512, 512 -> 2048 and 2048 -> 512, each forward X W, input gradient
 dY W^T and weight gradient X^T dY).  Contenders: ``neonlite`` (``be.dot_bf16`` by the path
 this machine chose, ``neonlite doctor`` says which), ``neonlite_compute`` (bf16 arithmetic,
-where this CPU has a bf16 kernel), ``neonlite_storage`` (widened to float32, float32 GEMM),
+where this CPU has a bf16 kernel), ``neonlite_storage`` (float32 arithmetic on bf16 operands),
 ``neonlite_f32`` (this project's float32 GEMM, ``compound_dot``, on float32 operands) and
 ``torch`` (``torch.matmul`` in bfloat16).
 """
