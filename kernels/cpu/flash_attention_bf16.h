@@ -47,20 +47,29 @@ static inline void fa_set_bit(uint64_t *bits, int64_t i)
     bits[i / 64] |= (uint64_t)1 << (i % 64);
 }
 
-/* fa_rowsums of bf16 o and dout rows: FA_ROWSUMS_CHUNK rows at a time widened into stack
- * buffers (each row's sum is fa_dot's, whichever rows it is computed with, so the results are
- * fa_rowsums' on the widened rows). */
+/* fa_rowsums of bf16 o and dout rows (dout at row stride ldo; or, when `wide` is not NULL,
+ * already widened there, contiguous): FA_ROWSUMS_CHUNK rows at a time widened into stack
+ * buffers (each row's sum is fa_dot's, whichever rows it is computed with, so the results
+ * are fa_rowsums' on the widened rows). */
 #define FA_ROWSUMS_CHUNK 8
-static void fa_rowsums_bf16(const uint16_t *o, int64_t lo, const uint16_t *dout, int64_t ldo,
-                            int64_t Tq, int64_t dv, real *D)
+static void fa_rowsums_bf16_from(const uint16_t *o, int64_t lo, const uint16_t *dout,
+                                 int64_t ldo, const real *wide, int64_t Tq, int64_t dv,
+                                 real *D)
 {
     real os[FA_ROWSUMS_CHUNK * FA_MAX_WIDTH], ds[FA_ROWSUMS_CHUNK * FA_MAX_WIDTH];
     for (int64_t i = 0; i < Tq; i += FA_ROWSUMS_CHUNK) {
         const int64_t n = Tq - i < FA_ROWSUMS_CHUNK ? Tq - i : FA_ROWSUMS_CHUNK;
         fa_widen_rows(o + i * lo, lo, n, dv, os, dv);
-        fa_widen_rows(dout + i * ldo, ldo, n, dv, ds, dv);
-        fa_rowsums(os, dv, ds, dv, n, dv, D + i);
+        if (!wide)
+            fa_widen_rows(dout + i * ldo, ldo, n, dv, ds, dv);
+        fa_rowsums(os, dv, wide ? wide + i * dv : ds, dv, n, dv, D + i);
     }
+}
+
+static void fa_rowsums_bf16(const uint16_t *o, int64_t lo, const uint16_t *dout, int64_t ldo,
+                            int64_t Tq, int64_t dv, real *D)
+{
+    fa_rowsums_bf16_from(o, lo, dout, ldo, NULL, Tq, dv, D);
 }
 
 #endif

@@ -3,8 +3,9 @@
  * guard): FA_BF16 0 (FA_T real) defines fa_bprop, FA_BF16 1 (FA_T uint16_t: bf16 bit
  * patterns) fa_bprop_bf16.  The tiles and every sum are the same; with bf16 operands
  * (flash_attention_bf16.h):
- *   q and dout are widened into the thread's packed rows a query block at a time, the first
- *   time one of the thread's tiles of the slice reads it; out is widened for the row sums;
+ *   q and dout are widened into the thread's packed rows, the whole slice at once when it is
+ *   one work item, else a query block at a time, the first time one of the thread's tiles of
+ *   the slice reads it; out is widened for the row sums;
  *   k and v a key block at a time before their transposes (k's rows kept for dQ);
  *   dK and dV are summed in a key block's own float rows, rounded into dk, dv when its
  *   visits are done; dQ in the thread's float rows of the slice (one group) or in the
@@ -76,16 +77,24 @@ void FA_NAME(fa_bprop)(const FA_T *q, const FA_T *k, const FA_T *v, const FA_T *
             const FA_T *ks = FA_SLICE(k, sk, b), *vs = FA_SLICE(v, sv, b);
             FA_T *dks = FA_SLICE(dkey, sdk, b), *dvs = FA_SLICE(dval, sdv, b);
             fa_rows ld = ld0;
-            if (groups == 1)
-                FA_NAME(fa_rowsums)(FA_SLICE(out, so, b), so[2], dosl, sdo[2], Tq, dv,
-                                    drows + b * Tq);
 #if FA_BF16
             const real *qs = qpack, *dos = dopack;
             if (pb != b)
                 memset(widened, 0, sizeof(widened)), pb = b;
+            if (groups == 1) {
+                /* the slice's only item: its q and dout rows widened at once (long runs of
+                 * loads), D from the widened dout */
+                fa_widen_rows(qsl, sq[2], Tq, dk, qpack, dk);
+                fa_widen_rows(dosl, sdo[2], Tq, dv, dopack, dv);
+                memset(widened, 0xff, sizeof(widened));
+                fa_rowsums_bf16_from(FA_SLICE(out, so, b), so[2], NULL, 0, dopack, Tq, dv,
+                                     drows + b * Tq);
+            }
             /* dQ: the thread's float rows of the slice (one group) or group g's partial */
             real *dqs = groups > 1 ? dq_parts + (g * B + b) * Tq * dk : dqacc;
 #else
+            if (groups == 1)
+                fa_rowsums(FA_SLICE(out, so, b), so[2], dosl, sdo[2], Tq, dv, drows + b * Tq);
             const real *qs = qsl, *dos = dosl;
             if (qpack) {
                 if (pb != b)
