@@ -36,6 +36,15 @@ static void fa_narrow_rows(const real *restrict src, int64_t lds, int64_t n, int
     }
 }
 
+/* Rows [0, n) of bf16 src (ld lds, width w) asked for from memory (a cache line at a time),
+ * so they arrive while other rows are widened. */
+static void fa_prefetch_rows(const uint16_t *src, int64_t lds, int64_t n, int64_t w)
+{
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t d = 0; d < w; d += 32)
+            __builtin_prefetch(src + r * lds + d);
+}
+
 /* A bit per block of a slice: which blocks a thread has widened into its staging. */
 static inline int fa_bit(const uint64_t *bits, int64_t i)
 {

@@ -83,7 +83,13 @@ void FA_NAME(fa_bprop)(const FA_T *q, const FA_T *k, const FA_T *v, const FA_T *
                 memset(widened, 0, sizeof(widened)), pb = b;
             if (groups == 1) {
                 /* the slice's only item: its q and dout rows widened at once (long runs of
-                 * loads), D from the widened dout */
+                 * loads), D from the widened dout; its k, v and out rows on their way while
+                 * they are */
+                if (Tk <= FA_PACK_ROWS) {
+                    fa_prefetch_rows(ks, sk[2], Tk, dk);
+                    fa_prefetch_rows(vs, sv[2], Tk, dv);
+                    fa_prefetch_rows(FA_SLICE(out, so, b), so[2], Tq, dv);
+                }
                 fa_widen_rows(qsl, sq[2], Tq, dk, qpack, dk);
                 fa_widen_rows(dosl, sdo[2], Tq, dv, dopack, dv);
                 memset(widened, 0xff, sizeof(widened));
