@@ -83,15 +83,22 @@ void FA_NAME(fa_bprop)(const FA_T *q, const FA_T *k, const FA_T *v, const FA_T *
                 memset(widened, 0, sizeof(widened)), pb = b;
             if (groups == 1) {
                 /* the slice's only item: its q and dout rows widened at once (long runs of
-                 * loads), D from the widened dout; its k, v and out rows on their way while
-                 * they are */
-                if (Tk <= FA_PACK_ROWS) {
-                    fa_prefetch_rows(ks, sk[2], Tk, dk);
-                    fa_prefetch_rows(vs, sv[2], Tk, dv);
-                    fa_prefetch_rows(FA_SLICE(out, so, b), so[2], Tq, dv);
+                 * loads), D from the widened dout; its k, v and out rows asked for along the
+                 * way (a row of each a widened row: not all at once, which stalls on the
+                 * misses in flight), so they arrive while the widening runs */
+                const int ahead = Tk <= FA_PACK_ROWS; /* k, v, out rows fit in L2 */
+                for (int64_t r = 0; r < Tq || r < Tk; r++) {
+                    if (ahead && r < Tk) {
+                        fa_prefetch_rows(ks + r * sk[2], 0, 1, dk);
+                        fa_prefetch_rows(vs + r * sv[2], 0, 1, dv);
+                    }
+                    if (r < Tq) {
+                        if (ahead)
+                            fa_prefetch_rows(FA_SLICE(out, so, b) + r * so[2], 0, 1, dv);
+                        fa_widen_rows(qsl + r * sq[2], 0, 1, dk, qpack + r * dk, dk);
+                        fa_widen_rows(dosl + r * sdo[2], 0, 1, dv, dopack + r * dv, dv);
+                    }
                 }
-                fa_widen_rows(qsl, sq[2], Tq, dk, qpack, dk);
-                fa_widen_rows(dosl, sdo[2], Tq, dv, dopack, dv);
                 memset(widened, 0xff, sizeof(widened));
                 fa_rowsums_bf16_from(FA_SLICE(out, so, b), so[2], NULL, 0, dopack, Tq, dv,
                                      drows + b * Tq);
