@@ -93,11 +93,13 @@ def main(argv=None):
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = parser.parse_args(argv)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    print(f"{'shape':12} {'pass':16} " + " ".join(f"{w:>13}" for w in WAYS) +
-          "  bf16/f32  widened/f32")
-    for shape in args.shapes.split(","):
+    shapes = args.shapes.split(",")
+    for shape in shapes:
         if shape not in SHAPES:
             parser.error(f"--shapes: unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    print(f"{'shape':12} {'pass':16} " + " ".join(f"{w:>13}" for w in WAYS) +
+          "  bf16/f32  widened/f32")
+    for shape in shapes:
         found = measure(shape, args.reps, args.rounds, clock)
         for p in ("attention", "attention_bprop"):
             ms = [found[(w, p)] for w in WAYS]
