@@ -22,7 +22,12 @@
  * of the slice (fa_pack_size) when the slice is long (FA_PACK_ROWS).  On a tile the causal
  * diagonal crosses, the products skip the blocks and terms that are hidden (fa_band); on a
  * tile with nothing hidden, the backward's P and dS are made in the products' epilogues
- * (fa_epi, flash_attention_tiles.h). */
+ * (fa_epi, flash_attention_tiles.h).
+ *
+ * The two passes (flash_attention_fprop.h, flash_attention_bprop.h) are included twice below:
+ * on operands of `real` (fa_fprop, fa_bprop) and on bf16 bit patterns (fa_fprop_bf16,
+ * fa_bprop_bf16), whose rows are widened into the threads' staging as tiles first read them
+ * and rounded when written (flash_attention_bf16.h); the tiles and sums are the same. */
 #include <omp.h>
 
 #include "common.h"
