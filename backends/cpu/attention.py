@@ -1,6 +1,10 @@
 """The CPU backend's fused attention: the C kernels of ``kernels/cpu/flash_attention.c``
-(OpenMP over (slice, query block) forward and over slices backward) for float32/float64; the
-rows' numpy reference (``backends/ops/softmax.py``) runs every other case.  The ops are
+(OpenMP over (slice, query block) forward and over slices backward) for float32/float64, and
+for bf16 tensors (q, k, v, out, dout, dq, dk, dv as bf16 bits, any of their strides, lse
+float32) the kernels' bf16 entry points, which widen each tile's rows as they read them and
+round the rows they write (``fa_fprop_bf16``, ``fa_bprop_bf16``: the bf16 boundary's whole
+widening and narrowing passes are not made); the rows' numpy reference
+(``backends/ops/softmax.py``) runs every other case.  The ops are
 dispatched by the op table (operands, check, reference, cost); what is left here is the
 backend's choice, :class:`CPUAttentionCalls`: tiles, visit tables, key groups, work arrays and
 kept calls.
@@ -11,6 +15,7 @@ blocks.  The tables are made once per shape (kept on the backend, or on the layo
 import numpy as np
 
 from ..shared.attention_tables import AttentionBlocks, visit_tables
+from ..shared.bfloat16 import bf16_to_f32
 from .kept_calls import KeptCalls
 
 #: query rows and keys per tile of plain (unblocked) attention; the kernels' FA_MAX_BLOCK
@@ -26,6 +31,10 @@ MAX_GROUPS = 8
 MAX_PREPARED = 1024
 #: the op-table rows :meth:`CPUAttentionCalls.run` runs
 RUNS = ("attention", "attention_bprop")
+#: the element type of bf16 calls' operands (bit patterns) and of their lse and work arrays
+BF16, F32 = np.dtype(np.uint16), np.dtype(np.float32)
+#: the index of lse among the rows' tensors (float32 in a bf16 call)
+LSE = 4
 
 
 def key_groups(col_ptr, table_heads, nkb, groups):
@@ -70,7 +79,7 @@ class CPUAttentionCalls:
         """Run row ``op`` on CPU tensors ``operands`` (q, k, v, out, lse[, dout, dq, dk, dv],
         key_mask, dropout, blocks) and ``scalars`` (scale, causal, heads), after the row's
         check; False when the kernels do not take the case (then the backend runs the row's
-        reference).
+        reference, or, for bf16 tensors, the bf16 boundary widens them for the float32 call).
 
         Without a key mask, on kept tensors (a layer's buffers and the views it made once,
         not a decoder's per-step windows), the call is kept (:attr:`kept`) by the arrays'
@@ -89,7 +98,7 @@ class CPUAttentionCalls:
                 function, head, tail = found[2]
                 function(*head, *_dropout_args(dropout), *tail)
                 return True
-        prepared = self._prepared_call(op, arrays, key_mask, blocks, operands, scalars)
+        prepared = self._prepared_call(op, tensors, key_mask, blocks, operands, scalars)
         if prepared is None:
             return False
         lib, call = prepared
@@ -128,24 +137,34 @@ class CPUAttentionCalls:
             found = store[key] = key_groups(col_ptr, table_heads, nkb, groups)
         return found
 
-    def _attention_module(self, blocks, *arrays):
+    def _attention_module(self, blocks, tensors):
+        """(the kernels' module, whether the call is bf16) for these tensors, or None: float32
+        or float64 tensors all of one type, or bf16 tensors but for a float32 lse."""
+        arrays = [t._ary for t in tensors]
         dtype = arrays[0].dtype
-        if dtype not in (np.float32, np.float64) or any(a.dtype != dtype for a in arrays):
+        bf16 = getattr(tensors[0], "bf16", False)
+        if bf16:
+            if arrays[LSE].dtype != F32 or getattr(tensors[LSE], "bf16", False) or not all(
+                    getattr(t, "bf16", False) for i, t in enumerate(tensors) if i != LSE):
+                return None
+            dtype = F32
+        elif dtype not in (np.float32, np.float64) or any(a.dtype != dtype for a in arrays):
             return None
         if blocks is not None and max(blocks.bq, blocks.bk) > TILE:
             return None
         widths = (arrays[0].shape[-1], arrays[2].shape[-1])
         if max(widths) > MAX_HEAD_WIDTH:
             return None
-        return self.kernels.module("flash_attention", dtype)
+        module = self.kernels.module("flash_attention", dtype)
+        return None if module is None else (module, bf16)
 
-    def _attention_work(self, module, q, dk, dv):
-        """The kernels' per-thread tiles (``fa_work_size`` reals per thread), kept in the
-        kernels' workspaces: made once per (dtype, size)."""
+    def _attention_work(self, module, bf16, dk, dv):
+        """The kernels' per-thread tiles (``fa_work_size`` reals per thread, bf16 calls
+        ``fa_work_size_bf16``), kept in the kernels' workspaces: made once per (dtype, size)."""
         lib = module.lib
-        size = int(lib.fa_threads()) * int(lib.fa_work_size(dk, dv))
-        return module.ffi.from_buffer("real[]", self._attention_buffer("fa_work", q.dtype,
-                                                                      size))
+        per_thread = lib.fa_work_size_bf16(dk, dv) if bf16 else lib.fa_work_size(dk, dv)
+        return module.ffi.from_buffer("real[]", self._attention_buffer(
+            "fa_work", _real(module), int(lib.fa_threads()) * int(per_thread)))
 
     def _attention_buffer(self, name, dtype, size):
         """A 1-D work array of ``size`` elements: the first ones of the longest one of
@@ -157,92 +176,125 @@ class CPUAttentionCalls:
             work = self.kernels.workspaces[key] = np.empty(size, dtype=dtype)
         return work[:size]
 
-    def _attention_pack(self, module, q, strides, packs, blocks, B, Tq, Tk, dk, dv):
+    def _attention_pack(self, module, bf16, strides, packs, blocks, Tq, Tk, dk, dv):
         """The kernels' copy of the operands they read once per tile (forward: k and v, read
         by each query block; backward: q and dout, read by each key block) when those have
         strided rows (token-major views) and more than one block reads them, kept in the
         kernels' workspaces; NULL where the kernels read them in place.  ``packs``: the
         indices of those operands' row strides in ``strides`` and their widths; ``blocks``:
-        how many blocks read them."""
-        if blocks < 2 or all(strides[i] == w for i, w in packs):
+        how many blocks read them.  A bf16 call always has one (``fa_pack_size_bf16``: the
+        slice's rows widened, and the backward's dQ sums)."""
+        lib = module.lib
+        if bf16:
+            per_thread = lib.fa_pack_size_bf16(Tq, Tk, dk, dv)
+        elif blocks < 2 or all(strides[i] == w for i, w in packs):
             return module.ffi.NULL
-        size = int(module.lib.fa_threads()) * int(module.lib.fa_pack_size(Tq, Tk, dk, dv))
-        return module.ffi.from_buffer("real[]", self._attention_buffer("fa_pack", q.dtype,
-                                                                      size))
+        else:
+            per_thread = lib.fa_pack_size(Tq, Tk, dk, dv)
+        return module.ffi.from_buffer("real[]", self._attention_buffer(
+            "fa_pack", _real(module), int(lib.fa_threads()) * int(per_thread)))
 
     @staticmethod
     def _mask_array(key_mask, dtype):
+        """The key mask as a C-contiguous array of ``dtype`` (a bf16 tensor's bits widened)."""
         if key_mask is None:
             return None
         mask = key_mask._ary if hasattr(key_mask, "_ary") else np.asarray(key_mask)
+        if getattr(key_mask, "bf16", False):
+            mask = bf16_to_f32(mask)
         return mask if mask.dtype == dtype and mask.flags.c_contiguous else \
             np.ascontiguousarray(mask, dtype=dtype)
 
-    def _prepared_call(self, op, arrays, key_mask, blocks, operands, scalars):
+    def _prepared_call(self, op, tensors, key_mask, blocks, operands, scalars):
         """(kernel module's lib, (kernel function of row ``op``, its arguments before the
         dropout's, those after)) for these operands after the row's check, or None when the
-        numpy reference must run."""
+        numpy reference (or, for bf16 tensors, the bf16 boundary) must run."""
         op.check_operands(operands, scalars)
         scale, causal, heads = scalars
-        mask = self._mask_array(key_mask, arrays[0].dtype)
-        module = self._attention_module(blocks, *arrays)
-        if module is None or not arrays[4].flags.c_contiguous:
+        found = self._attention_module(blocks, tensors)
+        arrays = tuple([t._ary for t in tensors])
+        if found is None or not arrays[LSE].flags.c_contiguous:
             return None
+        module, bf16 = found
+        mask = self._mask_array(key_mask, _real(module))
         prepare = self._prepare_bprop if op.name == "attention_bprop" else self._prepare_fprop
-        call = prepare(module, arrays, float(scale), bool(causal), mask, blocks, heads)
+        call = prepare(module, bf16, arrays, float(scale), bool(causal), mask, blocks, heads)
         return None if call is None else (module.lib, call)
 
-    def _prepare_fprop(self, module, arrays, scale, causal, mask, blocks, heads):
-        """``fa_fprop``'s call (see :meth:`run`), or None."""
+    def _prepare_fprop(self, module, bf16, arrays, scale, causal, mask, blocks, heads):
+        """``fa_fprop``'s call (``fa_fprop_bf16``'s with ``bf16``; see :meth:`run`), or
+        None."""
         strides = _slice_strides(arrays[:4], heads)
         if strides is None:
             return None
         q, k, v = arrays[:3]
-        B, Tq = arrays[4].shape
+        B, Tq = arrays[LSE].shape
         Tk, dk, dv = k.shape[1], q.shape[-1], v.shape[-1]
         bq, bk, table_heads, (row_ptr, cols, _, _) = self._attention_tables(Tq, Tk, causal,
                                                                             blocks)
         ffi = module.ffi
-        ptr = lambda a: ffi.cast("real *", a.ctypes.data)  # noqa: E731
+        ptr = _pointers(ffi, bf16)
         head = (*(ptr(a) for a in arrays), B, heads, Tq, Tk, dk, dv,
                 ffi.from_buffer("int64_t[]", strides), scale, causal,
-                ffi.NULL if mask is None else ptr(mask), bq, bk,
+                _held(ffi, mask), bq, bk,
                 ffi.from_buffer("int32_t[]", row_ptr), ffi.from_buffer("int32_t[]", cols),
                 table_heads)
-        tail = (self._attention_work(module, q, dk, dv),
-                self._attention_pack(module, q, strides, ((5, dk), (8, dv)), -(-Tq // bq), B,
+        tail = (self._attention_work(module, bf16, dk, dv),
+                self._attention_pack(module, bf16, strides, ((5, dk), (8, dv)), -(-Tq // bq),
                                      Tq, Tk, dk, dv))
-        return module.lib.fa_fprop, head, tail
+        return (module.lib.fa_fprop_bf16 if bf16 else module.lib.fa_fprop), head, tail
 
-    def _prepare_bprop(self, module, arrays, scale, causal, mask, blocks, heads):
-        """``fa_bprop``'s call (see :meth:`run`), or None."""
+    def _prepare_bprop(self, module, bf16, arrays, scale, causal, mask, blocks, heads):
+        """``fa_bprop``'s call (``fa_bprop_bf16``'s with ``bf16``; see :meth:`run`), or
+        None."""
         strides = _slice_strides(arrays[:4] + arrays[5:], heads)
         if strides is None:
             return None
         q, k, v = arrays[:3]
-        B, Tq = arrays[4].shape
+        B, Tq = arrays[LSE].shape
         Tk, dkw, dvw = k.shape[1], q.shape[-1], v.shape[-1]
         bq, bk, table_heads, (_, _, col_ptr, rows) = self._attention_tables(Tq, Tk, causal,
                                                                             blocks)
         groups = min(-(-Tk // bk), MAX_GROUPS, max(1, -(-BACKWARD_ITEMS // B)))
         group_ptr, group_cols = self._key_groups(col_ptr, table_heads, -(-Tk // bk), groups,
                                                  blocks, (Tq, Tk, causal))
-        ffi = module.ffi
-        ptr = lambda a: ffi.cast("real *", a.ctypes.data)  # noqa: E731
+        ffi, real = module.ffi, _real(module)
+        ptr = _pointers(ffi, bf16)
+        # every group's dQ of a bf16 call is a float partial (group 0's too)
         parts = ffi.NULL if groups == 1 else ffi.from_buffer(
-            "real[]", self._attention_buffer("fa_dq_parts", q.dtype, (groups - 1) * q.size))
+            "real[]", self._attention_buffer("fa_dq_parts", real,
+                                             (groups - 1 + bf16) * B * Tq * dkw))
         head = (*(ptr(a) for a in arrays), B, heads, Tq, Tk, dkw, dvw,
                 ffi.from_buffer("int64_t[]", strides), scale, causal,
-                ffi.NULL if mask is None else ptr(mask), bq, bk,
+                _held(ffi, mask), bq, bk,
                 ffi.from_buffer("int32_t[]", col_ptr), ffi.from_buffer("int32_t[]", rows),
                 table_heads)
         tail = (groups, ffi.from_buffer("int32_t[]", group_ptr),
                 ffi.from_buffer("int32_t[]", group_cols), parts,
-                ffi.from_buffer("real[]", self._attention_buffer("fa_drows", q.dtype, B * Tq)),
-                self._attention_work(module, q, dkw, dvw),
-                self._attention_pack(module, q, strides, ((2, dkw), (14, dvw)), -(-Tk // bk),
-                                     B, Tq, Tk, dkw, dvw))
-        return module.lib.fa_bprop, head, tail
+                ffi.from_buffer("real[]", self._attention_buffer("fa_drows", real, B * Tq)),
+                self._attention_work(module, bf16, dkw, dvw),
+                self._attention_pack(module, bf16, strides, ((2, dkw), (14, dvw)),
+                                     -(-Tk // bk), Tq, Tk, dkw, dvw))
+        return (module.lib.fa_bprop_bf16 if bf16 else module.lib.fa_bprop), head, tail
+
+
+def _held(ffi, mask):
+    """The key mask's C pointer, holding the array (a widened or converted mask is the call's
+    own; a raw pointer would outlive it), or NULL."""
+    return ffi.NULL if mask is None else ffi.from_buffer("real[]", mask)
+
+
+def _real(module):
+    """The element type ``real`` of a kernel module (float32 or float64)."""
+    return np.dtype(np.float32 if module.ffi.sizeof("real") == 4 else np.float64)
+
+
+def _pointers(ffi, bf16):
+    """The C pointer of an operand array: ``uint16_t *`` for a bf16 call's operands (its lse,
+    float32, as ``real *``), else ``real *``."""
+    def pointer(a):
+        return ffi.cast("uint16_t *" if bf16 and a.dtype == BF16 else "real *", a.ctypes.data)
+    return pointer
 
 
 def _dropout_args(dropout):

@@ -163,9 +163,11 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         (``KernelModules.run_plan_op``); one whose kernel has ``arguments=CALL`` is run by
         its section's call (:data:`OP_CALLS`), else by the row's reference (tensors as their
         arrays, other operands as they are).  A call with a bfloat16 tensor among its
-        operands runs on float32 work tensors (``Bf16Boundary.run_row``)."""
+        operands runs on float32 work tensors (``Bf16Boundary.run_row``), unless its kernel or
+        section call takes bf16 operands itself."""
         if self.bf16_made and any(is_bf16_tensor(t) for t in operands):
-            self.bf16_boundary.run_row(op, operands, scalars, self._run_op)
+            self.bf16_boundary.run_row(op, operands, scalars, self._run_op,
+                                       self._op_calls.get(op.name))
             return
         self._run_op(op, operands, scalars)
 

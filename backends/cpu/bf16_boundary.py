@@ -182,13 +182,18 @@ class Bf16Boundary:
         for src, dst, key in written:
             self.narrow(src, dst, key)
 
-    def run_row(self, op, operands, scalars, run):
+    def run_row(self, op, operands, scalars, run, call=None):
         """Dispatched row ``op`` on ``operands`` (row order) with a bf16 tensor among them: the
         row's check, then its kernel's ``bf16_symbol`` where it has one and every operand is
         bf16 (no widening: the C function stages rows itself), else ``run(op, work operands,
-        scalars)`` between the widening and the narrowing."""
+        scalars)`` between the widening and the narrowing.  ``call``: the section's call of a
+        row run whole by its section file (``arguments="call"``) whose kernel has a
+        ``bf16_symbol``, tried first on the operands as given (True: it took them)."""
         self.checked(op.name, operands, scalars, lambda: op.check_operands(operands, scalars))
-        if op.kernel.bf16_symbol is not None and all(
+        if call is not None:
+            if op.kernel.bf16_symbol is not None and call(op, operands, scalars):
+                return
+        elif op.kernel.bf16_symbol is not None and all(
                 t is None or is_bf16_tensor(t) for t in operands) and \
                 self._backend.kernels.run_bf16_op(
                     op, tuple(None if t is None else t._ary for t in operands), scalars,

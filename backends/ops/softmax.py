@@ -99,9 +99,10 @@ probabilities are recomputed from ``lse`` tile by tile.  Returns dq."""
 def _flash_kernel(*functions):
     """The flash attention kernels, run whole by the section files (``arguments=CALL``):
     they choose the entry point (``<function>_t<tile>d<width>_<storage>`` on the GPU) by the
-    head width and the block layout."""
+    head width and the block layout; on the CPU ``<function>_bf16`` takes bf16 operands."""
     return Kernel("flash_attention", functions[0], "flash_attention",
-                  tuple(Launch(f, "plan", 128) for f in functions[1:]), arguments=CALL)
+                  tuple(Launch(f, "plan", 128) for f in functions[1:]), arguments=CALL,
+                  bf16_symbol=f"{functions[0]}_bf16")
 
 
 #: the operands after the attention rows' tensors: the key mask (0 hides a key), the dropout

@@ -129,7 +129,8 @@ class Kernel:
     an output aliasing an input), which then runs the reference.  ``bf16_symbol``: the C
     function of the same source and arguments taking every operand as bfloat16 bits (float32
     arithmetic, in the float32 variant), which the CPU backend's bf16 boundary calls instead of
-    widening and narrowing the operands."""
+    widening and narrowing the operands; of a :data:`CALL` row, the C function its section
+    file calls on bf16 operands (the boundary tries the section's call first)."""
     c_source: str
     c_symbol: str
     cuda_variant: str = None

@@ -22,7 +22,12 @@
  * of the slice (fa_pack_size) when the slice is long (FA_PACK_ROWS).  On a tile the causal
  * diagonal crosses, the products skip the blocks and terms that are hidden (fa_band); on a
  * tile with nothing hidden, the backward's P and dS are made in the products' epilogues
- * (fa_epi, flash_attention_tiles.h). */
+ * (fa_epi, flash_attention_tiles.h).
+ *
+ * The two passes (flash_attention_fprop.h, flash_attention_bprop.h) are included twice below:
+ * on operands of `real` (fa_fprop, fa_bprop) and on bf16 bit patterns (fa_fprop_bf16,
+ * fa_bprop_bf16), whose rows are widened into the threads' staging as tiles first read them
+ * and rounded when written (flash_attention_bf16.h); the tiles and sums are the same. */
 #include <omp.h>
 
 #include "common.h"
@@ -30,6 +35,7 @@
 #include "flash_attention_tiles.h"
 #include "flash_attention_dropout.h"
 #include "flash_attention_softmax.h"
+#include "flash_attention_bf16.h"
 
 /* The first element of slice b's rows of a tensor with strides st (example, head, row). */
 #define FA_SLICE(p, st, b) ((p) + ((b) / H) * (st)[0] + ((b) % H) * (st)[1])
@@ -111,17 +117,38 @@ int64_t fa_pack_size(int64_t Tq, int64_t Tk, int64_t dk, int64_t dv)
  * in the TLB across the blocks that reread them, so a copy costs more than it saves. */
 #define FA_PACK_ROWS 256
 
-/* The calling thread's part of the packed array (NULL: none), aligned. */
-static real *fa_thread_pack(real *packed, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv)
+/* The calling thread's part of the packed array of `size` reals a thread (NULL: none),
+ * aligned. */
+static real *fa_thread_pack(real *packed, int64_t size)
 {
-    return packed ? fa_aligned(packed + omp_get_thread_num() * fa_pack_size(Tq, Tk, dk, dv))
-                  : NULL;
+    return packed ? fa_aligned(packed + omp_get_thread_num() * size) : NULL;
 }
 
-/* The calling thread's tiles in the work array, aligned. */
-static real *fa_thread_work(real *work, int64_t dk, int64_t dv)
+/* The calling thread's tiles in the work array of `size` reals a thread, aligned. */
+static real *fa_thread_work(real *work, int64_t size)
 {
-    return fa_aligned(work + omp_get_thread_num() * fa_work_size(dk, dv));
+    return fa_aligned(work + omp_get_thread_num() * size);
+}
+
+/* The bf16 calls' work and packed arrays: fa_work_size's tiles, then the staging of the
+ * backward's key blocks (each member's k rows, dK and dV sums: FA_MAX_BLOCK x (2 dk + dv)) and
+ * of the rows widened before a transpose (FA_MAX_BLOCK x max(dk, dv)); the packed rows of a
+ * slice (forward: k and v; backward: q, dout and the dQ sums). */
+int64_t fa_work_size_bf16(int64_t dk, int64_t dv)
+{
+    return fa_work_size(dk, dv) + FA_GROUP * FA_MAX_BLOCK * (2 * dk + dv) +
+           FA_MAX_BLOCK * (dk > dv ? dk : dv);
+}
+
+int64_t fa_pack_size_bf16(int64_t Tq, int64_t Tk, int64_t dk, int64_t dv)
+{
+    return (Tq > Tk ? Tq : Tk) * (2 * dk + dv) + FA_ALIGN;
+}
+
+/* The staging of a bf16 call in a thread's tiles: after those of fa_work_size. */
+static real *fa_bf16_staging(real *buf, int64_t dk, int64_t dv)
+{
+    return buf + fa_work_size(dk, dv) - FA_ALIGN;
 }
 
 /* ---- forward ---------------------------------------------------------------------------------- */
@@ -183,85 +210,6 @@ static void fa_fprop_finish(fa_qblock *qb, real *o, int64_t ldo, real *lse, int6
         for (int64_t d = 0; d < dv; d++)
             o[i * ldo + d] = qb->acc[i * dv + d] * inv;
         lse[i] = l > 0 ? (real)(((double)qb->m[i] + log2((double)l)) * FA_LN2) : -INFINITY;
-    }
-}
-
-void fa_fprop(const real *q, const real *k, const real *v, real *out, real *lse, int64_t B,
-              int64_t H, int64_t Tq, int64_t Tk, int64_t dk, int64_t dv,
-              const int64_t *strides, double scale, int causal, const real *key_mask,
-              int64_t bq, int64_t bk, const int32_t *row_ptr, const int32_t *cols,
-              int64_t table_heads, double keep, uint64_t seed, uint32_t step, uint32_t stream,
-              uint64_t first, real *work, real *packed)
-{
-    const int64_t nqb = (Tq + bq - 1) / bq, off = Tk - Tq;
-    /* a work item: a group of G query blocks (fa_group: the keys and values they share) */
-    const int64_t G = fa_group(Tk, dk + dv, nqb), ngroups = (nqb + G - 1) / G;
-    const int64_t items = B * ngroups;
-    const int drop = keep < 1.0;
-    const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
-    const real sc2 = (real)(scale * FA_LOG2E);
-#pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
-    {
-        /* each block's qt and acc, then st and z: the scores / probabilities transposed (nc x
-         * nr), so the per-query steps run along vectors of queries */
-        real *buf = fa_thread_work(work, dk, dv);
-        fa_qblock qbs[FA_GROUP];
-        fa_visits vis[FA_GROUP]; /* each block's entries of cols */
-        for (int64_t g = 0; g < G; g++)
-            qbs[g].qt = fa_member_tiles(buf, g, dk, dv), qbs[g].acc = qbs[g].qt + dk * FA_LD;
-        fa_keys kv = {.st = fa_member_tiles(buf, G, dk, dv)};
-        kv.z = kv.st + FA_MAX_BLOCK * FA_LD;
-        /* strided k and v rows: the slice's copied to kpack, vpack (contiguous) when more
-         * than one query block reads them and the slice is long; slice pb's are there now */
-        const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
-        const int pack = nqb > 1 && Tk > FA_PACK_ROWS && (sk[2] != dk || sv[2] != dv);
-        real *kpack = pack ? fa_thread_pack(packed, Tq, Tk, dk, dv) : NULL;
-        real *vpack = kpack ? kpack + Tk * dk : NULL;
-        int64_t pb = -1;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < items; item++) {
-            /* the last query blocks first: under a causal mask they visit the most tiles */
-            const int64_t b = item / ngroups, r0 = (ngroups - 1 - item % ngroups) * G;
-            const int64_t members = nqb - r0 < G ? nqb - r0 : G;
-            const int64_t t = table_heads == 1 ? 0 : b % H;
-            kv.b = b, kv.km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            kv.kb = FA_SLICE(k, sk, b), kv.vb = FA_SLICE(v, sv, b);
-            kv.ldk = sk[2], kv.ldv = sv[2];
-            /* keys from kend on are all hidden by the key mask (trailing padding): their
-             * probabilities are exactly 0, so the tiles stop there */
-            kv.kend = Tk;
-            while (kv.km && kv.kend > 0 && kv.km[kv.kend - 1] == 0)
-                kv.kend--;
-            if (kpack) {
-                if (pb != b) {
-                    fa_pack(kv.kb, kv.ldk, kv.kend, dk, kpack);
-                    fa_pack(kv.vb, kv.ldv, kv.kend, dv, vpack), pb = b;
-                }
-                kv.kb = kpack, kv.vb = vpack, kv.ldk = dk, kv.ldv = dv;
-            }
-            for (int64_t g = 0; g < members; g++) {
-                fa_qblock *qb = &qbs[g];
-                const int64_t r = r0 + g;
-                qb->i0 = r * bq, qb->nr = Tq - qb->i0 < bq ? Tq - qb->i0 : bq;
-                fa_transpose(FA_SLICE(q, sq, b) + qb->i0 * sq[2], sq[2], qb->nr, dk, sc2, qb->qt);
-                for (int64_t i = 0; i < FA_MAX_BLOCK; i++)
-                    qb->m[i] = -INFINITY, qb->l[i] = 0;
-                qb->set = 1;
-                vis[g].e = row_ptr[t * nqb + r], vis[g].end = row_ptr[t * nqb + r + 1];
-            }
-            /* the key blocks the group visits, in increasing order (each block's in its
-             * order), each tile of a key block right after the last: read once from memory */
-            for (int64_t c; (c = fa_next_visit(vis, members, cols)) != INT64_MAX;) {
-                const int64_t j0 = c * bk, nc = kv.kend - j0 < bk ? kv.kend - j0 : bk;
-                for (int64_t g = 0; g < members; g++)
-                    if (fa_take_visit(&vis[g], cols, c) && j0 < kv.kend)
-                        fa_fprop_tile(&qbs[g], &kv, j0, nc, dk, dv, off, causal,
-                                      drop ? &dr : NULL, H, Tq, Tk);
-            }
-            for (int64_t g = 0; g < members; g++)
-                fa_fprop_finish(&qbs[g], FA_SLICE(out, so, b) + qbs[g].i0 * so[2], so[2],
-                                lse + b * Tq + qbs[g].i0, dv);
-        }
     }
 }
 
@@ -365,133 +313,21 @@ static void fa_bprop_tile(const fa_bwork *w, const fa_rows *ld, const real *qb, 
     fa_gemm(nc, dk, nr, dp, 1, FA_LD, qb, ld->q, dkb, ld->dk, !first, NULL, queries);
 }
 
+/* ---- the entry points: operands of `real` (fa_fprop, fa_bprop) and of bf16 bits ------------- */
+#define FA_BF16 0
+#define FA_T real
+#define FA_NAME(f) f
+#include "flash_attention_fprop.h"
+#include "flash_attention_bprop.h"
+#undef FA_BF16
+#undef FA_T
+#undef FA_NAME
 
-void fa_bprop(const real *q, const real *k, const real *v, const real *out, const real *lse,
-              const real *dout, real *dq, real *dkey, real *dval, int64_t B, int64_t H,
-              int64_t Tq, int64_t Tk, int64_t dk, int64_t dv, const int64_t *strides,
-              double scale, int causal, const real *key_mask, int64_t bq, int64_t bk,
-              const int32_t *col_ptr, const int32_t *rows, int64_t table_heads, double keep,
-              uint64_t seed, uint32_t step, uint32_t stream, uint64_t first, int64_t groups,
-              const int32_t *group_ptr, const int32_t *group_cols, real *dq_parts, real *drows,
-              real *work, real *packed)
-{
-    const int64_t nkb = (Tk + bk - 1) / bk, nqb = (Tq + bq - 1) / bq, off = Tk - Tq;
-    const int drop = keep < 1.0;
-    const fa_dropout dr = fa_make_dropout(drop ? keep : 1.0, seed, step, stream, first, H, Tq, Tk);
-    const real sc = (real)scale, sc2 = (real)(scale * FA_LOG2E);
-    const int64_t items = B * groups;
-    const int64_t G = fa_group(Tq, 2 * dk + dv, nkb);
-#pragma omp parallel if (items > 1 && B * Tq * Tk * (dk + dv) >= NL_PARALLEL_MIN)
-    {
-        /* strides: (example, head, row) of q, k, v, out, dout, dq, dk, dv in that order */
-        const int64_t *sq = strides, *sk = strides + 3, *sv = strides + 6, *so = strides + 9;
-        const int64_t *sdo = strides + 12, *sdq = strides + 15, *sdk = strides + 18;
-        const int64_t *sdv = strides + 21;
-        const fa_rows ld0 = {sq[2], sk[2], sdo[2], sdq[2], sdk[2], sdv[2]};
-        /* strided q and dout rows: the slice's copied to qpack, dopack (contiguous) when more
-         * than one key block reads them and the slice is long; slice pb's are there now */
-        const int pack = nkb > 1 && Tq > FA_PACK_ROWS && (sq[2] != dk || sdo[2] != dv);
-        real *qpack = pack ? fa_thread_pack(packed, Tq, Tk, dk, dv) : NULL;
-        real *dopack = qpack ? qpack + Tq * dk : NULL;
-        int64_t pb = -1;
-        const size_t tile = FA_MAX_BLOCK * FA_LD;
-        uint64_t seen[nqb / 64 + 1]; /* a bit per query block */
-        /* each key block's kt and vt (fa_member_tiles; w's while its tiles run), then the
-         * tiles they share */
-        real *buf = fa_thread_work(work, dk, dv);
-        fa_bwork w = {NULL, NULL, fa_member_tiles(buf, G, dk, dv), NULL, NULL, NULL};
-        w.dp = w.p + tile, w.z = w.dp + tile, w.t = w.z + tile;
-        /* D = rowsum(dO * O) of every query row, once: here when a slice has several work
-         * items, else by the slice's item */
-        if (groups > 1) {
-#pragma omp for schedule(static)
-            for (int64_t b = 0; b < B; b++)
-                fa_rowsums(FA_SLICE(out, so, b), so[2], FA_SLICE(dout, sdo, b), sdo[2], Tq, dv,
-                           drows + b * Tq);
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < items; item++) {
-            const int64_t b = item / groups, g = item % groups;
-            const int64_t t = table_heads == 1 ? 0 : b % H;
-            const real *km = key_mask ? key_mask + (b / H) * Tk : NULL;
-            const real *qs = FA_SLICE(q, sq, b);
-            const real *dos = FA_SLICE(dout, sdo, b), *ks = FA_SLICE(k, sk, b);
-            const real *vs = FA_SLICE(v, sv, b);
-            real *dks = FA_SLICE(dkey, sdk, b), *dvs = FA_SLICE(dval, sdv, b);
-            fa_rows ld = ld0;
-            if (groups == 1)
-                fa_rowsums(FA_SLICE(out, so, b), so[2], dos, ld.dout, Tq, dv, drows + b * Tq);
-            if (qpack) {
-                if (pb != b)
-                    fa_pack(qs, ld.q, Tq, dk, qpack), fa_pack(dos, ld.dout, Tq, dv, dopack), pb = b;
-                qs = qpack, dos = dopack, ld.q = dk, ld.dout = dv;
-            }
-            /* group 0 sums into dq, group g > 0 into its own contiguous partial dq: a query
-             * block's first tile in the group sets its rows (seen: the blocks set so far),
-             * and blocks that no tile of the group visits are zeroed at the end */
-            real *dqs = FA_SLICE(dq, sdq, b);
-            if (g > 0)
-                dqs = dq_parts + ((g - 1) * B + b) * Tq * dk, ld.dq = dk;
-            memset(seen, 0, sizeof(seen));
-            /* the group's key blocks G at a time (fa_group): the tiles of each query block
-             * that visits one of them, in increasing order, one after the other, so its rows
-             * are read once for the G; each key block sees its query blocks in order */
-            const int32_t gend = group_ptr[t * groups + g + 1];
-            for (int32_t g0 = group_ptr[t * groups + g]; g0 < gend; g0 += (int32_t)G) {
-                const int64_t members = gend - g0 < G ? gend - g0 : G;
-                fa_kblock kbs[FA_GROUP];
-                fa_visits vis[FA_GROUP]; /* each block's entries of rows */
-                for (int64_t m = 0; m < members; m++) {
-                    fa_kblock *kb = &kbs[m];
-                    const int64_t c = group_cols[g0 + m];
-                    kb->j0 = c * bk, kb->nc = Tk - kb->j0 < bk ? Tk - kb->j0 : bk;
-                    kb->dk = dks + kb->j0 * ld.dk, kb->dv = dvs + kb->j0 * ld.dv;
-                    kb->k = ks + kb->j0 * ld.k;
-                    kb->lo = vis[m].e = col_ptr[t * nkb + c], vis[m].end = col_ptr[t * nkb + c + 1];
-                    if (kb->lo == vis[m].end) { /* no query block sees this key block */
-                        fa_zero_rows(kb->dk, kb->nc, dk, ld.dk);
-                        fa_zero_rows(kb->dv, kb->nc, dv, ld.dv);
-                        continue;
-                    }
-                    real *kt = fa_member_tiles(buf, m, dk, dv); /* then vt */
-                    fa_transpose(kb->k, ld.k, kb->nc, dk, sc2, kt); /* scores come scaled */
-                    fa_transpose(vs + kb->j0 * sv[2], sv[2], kb->nc, dv, 1, kt + dk * FA_LD);
-                }
-                for (int64_t r; (r = fa_next_visit(vis, members, rows)) != INT64_MAX;) {
-                    const int64_t i0 = r * bq, nr = Tq - i0 < bq ? Tq - i0 : bq;
-                    for (int64_t m = 0; m < members; m++) {
-                        const fa_kblock *kb = &kbs[m];
-                        const int first = vis[m].e == kb->lo;
-                        if (!fa_take_visit(&vis[m], rows, r))
-                            continue;
-                        const int set = !(seen[r / 64] >> (r % 64) & 1);
-                        w.kt = fa_member_tiles(buf, m, dk, dv), w.vt = w.kt + dk * FA_LD;
-                        fa_bprop_tile(&w, &ld, qs + i0 * ld.q, kb->k, drows + b * Tq + i0,
-                                      dos + i0 * ld.dout, lse + b * Tq + i0, dqs + i0 * ld.dq,
-                                      kb->dk, kb->dv, dk, dv, nr, kb->nc, i0, kb->j0, off, causal,
-                                      km, sc, drop ? &dr : NULL, b, H, Tq, Tk, first, set);
-                        seen[r / 64] |= (uint64_t)1 << (r % 64);
-                    }
-                }
-            }
-            for (int64_t r = 0; r < nqb; r++)
-                if (!(seen[r / 64] >> (r % 64) & 1))
-                    fa_zero_rows(dqs + r * bq * ld.dq, Tq - r * bq < bq ? Tq - r * bq : bq, dk,
-                                 ld.dq);
-        }
-        /* dq += the partials, in group order (a fixed order whatever the threads) */
-        if (groups > 1) {
-#pragma omp for schedule(static)
-            for (int64_t x = 0; x < B * Tq; x++) {
-                const int64_t b = x / Tq, i = x % Tq;
-                real *row = FA_SLICE(dq, sdq, b) + i * sdq[2];
-                for (int64_t g = 1; g < groups; g++) {
-                    const real *part = dq_parts + ((g - 1) * B * Tq + x) * dk;
-#pragma omp simd
-                    for (int64_t d = 0; d < dk; d++)
-                        row[d] += part[d];
-                }
-            }
-        }
-    }
-}
+#define FA_BF16 1
+#define FA_T uint16_t
+#define FA_NAME(f) f##_bf16
+#include "flash_attention_fprop.h"
+#include "flash_attention_bprop.h"
+#undef FA_BF16
+#undef FA_T
+#undef FA_NAME

@@ -59,3 +59,30 @@ void fa_bprop(const real *q, const real *k, const real *v, const real *out, cons
               uint64_t seed, uint32_t step, uint32_t stream, uint64_t first, int64_t groups,
               const int32_t *group_ptr, const int32_t *group_cols, real *dq_parts, real *drows,
               real *work, real *packed);
+
+/* fa_fprop and fa_bprop on bfloat16 operands: q, k, v, out, dout, dq, dk, dv are bf16 bit
+ * patterns (uint16, the same strides in elements); lse, key_mask, dq_parts, drows, work and
+ * packed stay `real` (the float32 variant's), and the arithmetic is `real`'s.  Each block of
+ * rows is widened as a tile first reads it and each written block rounded to nearest even
+ * once complete (flash_attention_bf16.h), every sum as in fa_fprop / fa_bprop: the results
+ * are those of widening the operands, running fa_fprop / fa_bprop and rounding the written
+ * ones.  work: fa_work_size_bf16(dk, dv) reals a thread; packed (never NULL):
+ * fa_pack_size_bf16(Tq, Tk, dk, dv) reals a thread; dq_parts: `groups` x B x Tq x dk reals
+ * when groups > 1 (each group's dQ, rounded into dq once summed), else NULL. */
+int64_t fa_work_size_bf16(int64_t dk, int64_t dv);
+int64_t fa_pack_size_bf16(int64_t Tq, int64_t Tk, int64_t dk, int64_t dv);
+void fa_fprop_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
+                   real *lse, int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t dk,
+                   int64_t dv, const int64_t *strides, double scale, int causal,
+                   const real *key_mask, int64_t bq, int64_t bk, const int32_t *row_ptr,
+                   const int32_t *cols, int64_t table_heads, double keep, uint64_t seed,
+                   uint32_t step, uint32_t stream, uint64_t first, real *work, real *packed);
+void fa_bprop_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                   const uint16_t *out, const real *lse, const uint16_t *dout, uint16_t *dq,
+                   uint16_t *dkey, uint16_t *dval, int64_t B, int64_t H, int64_t Tq, int64_t Tk,
+                   int64_t dk, int64_t dv, const int64_t *strides, double scale, int causal,
+                   const real *key_mask, int64_t bq, int64_t bk, const int32_t *col_ptr,
+                   const int32_t *rows, int64_t table_heads, double keep, uint64_t seed,
+                   uint32_t step, uint32_t stream, uint64_t first, int64_t groups,
+                   const int32_t *group_ptr, const int32_t *group_cols, real *dq_parts,
+                   real *drows, real *work, real *packed);
