@@ -134,9 +134,16 @@ def _bf16_tensor(be, x):
     return t
 
 
-def test_compound_dot_on_bf16_tensors_runs_the_fused_gemm_with_no_work_tensor(monkeypatch):
+@pytest.fixture
+def storage_be(monkeypatch):
+    """A bf16 CPU backend whose products take the storage path, whatever was measured here."""
     be = neonlite.gen_backend("cpu", batch_size=4, datatype="bf16")
     monkeypatch.setattr(type(be), "bf16_path", lambda self, op_class="gemm": "storage")
+    return be
+
+
+def test_compound_dot_on_bf16_tensors_runs_the_fused_gemm_with_no_work_tensor(storage_be):
+    be = storage_be
     rng = np.random.default_rng(1)
     x = rng.standard_normal((37, 29)).astype(np.float32)
     w = rng.standard_normal((29, 45)).astype(np.float32)
@@ -151,9 +158,8 @@ def test_compound_dot_on_bf16_tensors_runs_the_fused_gemm_with_no_work_tensor(mo
     assert not [key for key in be.bf16_boundary._work if key[0][0] == "compound_dot"]
 
 
-def test_without_avx512_the_storage_path_widens_and_is_as_exact(monkeypatch):
-    be = neonlite.gen_backend("cpu", batch_size=4, datatype="bf16")
-    monkeypatch.setattr(type(be), "bf16_path", lambda self, op_class="gemm": "storage")
+def test_without_avx512_the_storage_path_widens_and_is_as_exact(storage_be, monkeypatch):
+    be = storage_be
     rng = np.random.default_rng(2)
     x = rng.standard_normal((13, 300)).astype(np.float32)
     w = rng.standard_normal((300, 17)).astype(np.float32)

@@ -71,6 +71,22 @@ static inline __m256i nl_round16(__m512 v)
     return _mm512_cvtepi32_epi16(r);
 }
 
+/* dst[t * stride] = element i + t of X widened to float32, for t < n (a row of X written
+ * down a column of a packed panel) */
+static inline void nl_widen_strided(const void *X, int bf, int64_t i, int64_t n,
+                                    float *restrict dst, int64_t stride)
+{
+    int64_t t = 0;
+    for (; t + 16 <= n; t += 16) {
+        float lane[16];
+        _mm512_storeu_ps(lane, nl_load16(X, bf, i + t, 0xFFFF));
+        for (int u = 0; u < 16; u++)
+            dst[(t + u) * stride] = lane[u];
+    }
+    for (; t < n; t++)
+        dst[t * stride] = nl_get(X, bf, i + t);
+}
+
 /* B panels of columns [n0, n0 + nc) and k [k0, k0 + kc): panel p (NL_NR columns) at
  * bp + p * kc * NL_NR, bp[k * NL_NR + j] = op(B)(k0 + k, n0 + p * NL_NR + j); columns past nc
  * are zero. */
@@ -93,18 +109,8 @@ static void nl_pack_b(const void *B, int bf, int64_t ldb, int transB, int64_t k0
         for (int64_t k = 0; k < kc; k++)
             for (int64_t j = width; j < NL_NR; j++)
                 panel[k * NL_NR + j] = 0.0f;
-        for (int64_t j = 0; j < width; j++) {
-            const int64_t col = (c0 + j) * ldb + k0;
-            int64_t k = 0;
-            for (; k + 16 <= kc; k += 16) {
-                float lane[16];
-                _mm512_storeu_ps(lane, nl_load16(B, bf, col + k, 0xFFFF));
-                for (int t = 0; t < 16; t++)
-                    panel[(k + t) * NL_NR + j] = lane[t];
-            }
-            for (; k < kc; k++)
-                panel[k * NL_NR + j] = nl_get(B, bf, col + k);
-        }
+        for (int64_t j = 0; j < width; j++)
+            nl_widen_strided(B, bf, (c0 + j) * ldb + k0, kc, panel + j, NL_NR);
     }
 }
 
@@ -123,18 +129,8 @@ static void nl_pack_a(const void *A, int bf, int64_t lda, int transA, int64_t m0
     for (int64_t r = mr; r < NL_MR; r++)
         for (int64_t k = 0; k < kc; k++)
             ap[k * NL_MR + r] = 0.0f;
-    for (int64_t r = 0; r < mr; r++) {
-        const int64_t row = (m0 + r) * lda + k0;
-        int64_t k = 0;
-        for (; k + 16 <= kc; k += 16) {
-            float lane[16];
-            _mm512_storeu_ps(lane, nl_load16(A, bf, row + k, 0xFFFF));
-            for (int t = 0; t < 16; t++)
-                ap[(k + t) * NL_MR + r] = lane[t];
-        }
-        for (; k < kc; k++)
-            ap[k * NL_MR + r] = nl_get(A, bf, row + k);
-    }
+    for (int64_t r = 0; r < mr; r++)
+        nl_widen_strided(A, bf, (m0 + r) * lda + k0, kc, ap + r, NL_MR);
 }
 
 /* Where a micro block's result goes: C (float32, or NULL) and Cb (bf16, or NULL) at the
