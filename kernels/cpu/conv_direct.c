@@ -234,22 +234,16 @@ int64_t conv_direct_bf16_work_size(const conv_geom *g, int64_t nwork)
     return g->R * g->S * g->C * g->K + g->K + nwork * (update > fprop ? update : fprop);
 }
 
-/* dst[i] = the widened bits src[i] for n values, on the threads. */
-static void widen_all(const uint16_t *src, real *dst, int64_t n)
-{
-#pragma omp parallel for simd schedule(static) if (n >= NL_PARALLEL_MIN)
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = (real)bf16_to_f32(src[i]);
-}
-
 void conv_direct_bf16(const uint16_t *x, const uint16_t *f, uint16_t *o, const conv_geom *g,
                       real *work, int64_t nwork, real beta, const uint16_t *bias, int relu)
 {
     const int64_t fsize = g->R * g->S * g->C * g->K;
     real *fw = work, *bw = work + fsize;
-    widen_all(f, fw, fsize);
+    /* on the calling thread: a filter is small, and a second parallel region would cost a
+     * wake-up of every thread */
+    put_row(NULL, f, 0, fw, fsize);
     if (bias)
-        widen_all(bias, bw, g->K);
+        put_row(NULL, bias, 0, bw, g->K);
     direct_pass(NULL, x, fw, NULL, o, g, work + fsize + g->K, nwork, beta, bias ? bw : NULL,
                 relu);
 }
