@@ -1,8 +1,8 @@
 /* Direct convolution on NHWC images (see conv_direct.h): register-blocked loops, no patches. */
 #include <omp.h>
 
-#include "bf16_bits.h"
 #include "common.h"
+#include "conv_bf16_rows.h"
 #include "conv_direct.h"
 #include "conv_update_blocks.h"
 
@@ -25,19 +25,6 @@ typedef real uvec __attribute__((vector_size(NL_VBYTES), aligned(sizeof(real))))
 #define QB_RAW(KV) ((NL_VREGS - (KV) - 1) / (KV))
 #define QB_FOR(KV) (QB_RAW(KV) > 14 ? 14 : QB_RAW(KV))
 
-/* n values of row `src` into dst: copied from x (real) when x is given, else widened from
- * the bf16 bits xb. */
-static inline void put_row(const real *x, const uint16_t *xb, int64_t at, real *dst, int64_t n)
-{
-    if (x) {
-        memcpy(dst, x + at, (size_t)n * sizeof(real));
-        return;
-    }
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = (real)bf16_to_f32(xb[at + i]);
-}
-
 /* Image `at` (its first element's index) of x (H, W, C), or of the bf16 bits xb when x is
  * NULL, put into the middle of xp (H + 2*pad_h, W + 2*pad_w, C); the border is zero. */
 static void pad_image(const real *x, const uint16_t *xb, int64_t at, real *xp, int64_t H,
@@ -45,7 +32,7 @@ static void pad_image(const real *x, const uint16_t *xb, int64_t at, real *xp, i
 {
     const int64_t Wp = W + 2 * pad_w, Hp = H + 2 * pad_h;
     if (pad_h == 0 && pad_w == 0) {
-        put_row(x, xb, at, xp, H * W * C);
+        conv_widen(x, xb, at, xp, H * W * C);
         return;
     }
     memset(xp, 0, (size_t)(pad_h * Wp * C) * sizeof(real));
@@ -53,23 +40,9 @@ static void pad_image(const real *x, const uint16_t *xb, int64_t at, real *xp, i
     for (int64_t h = 0; h < H; h++) {
         real *row = xp + (h + pad_h) * Wp * C;
         memset(row, 0, (size_t)(pad_w * C) * sizeof(real));
-        put_row(x, xb, at + h * W * C, row + pad_w * C, W * C);
+        conv_widen(x, xb, at + h * W * C, row + pad_w * C, W * C);
         memset(row + (pad_w + W) * C, 0, (size_t)(pad_w * C) * sizeof(real));
     }
-}
-
-/* bf16 bits ob[i] = round(beta * ob[i] + v[i]) (beta == 0: round(v[i])) for n values. */
-static inline void narrow_row(const real *v, uint16_t *ob, int64_t n, real beta)
-{
-    if (beta == 0) {
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            ob[i] = f32_to_bf16((float)v[i]);
-        return;
-    }
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++)
-        ob[i] = f32_to_bf16((float)(beta * (real)bf16_to_f32(ob[i]) + v[i]));
 }
 
 /* out[i][kv] (qb pixels, qb <= QB, KV vectors of channels) = beta * out + the sum over the
@@ -215,7 +188,7 @@ static void direct_pass(const real *x, const uint16_t *xb, const real *f, real *
                 }
                 nl_bias_relu(out, g->Q, g->K, bias, relu);
                 if (ob)
-                    narrow_row(out, ob + at, g->Q * g->K, beta);
+                    conv_narrow(out, ob + at, g->Q * g->K, beta);
             }
         }
     }
@@ -241,9 +214,9 @@ void conv_direct_bf16(const uint16_t *x, const uint16_t *f, uint16_t *o, const c
     real *fw = work, *bw = work + fsize;
     /* on the calling thread: a filter is small, and a second parallel region would cost a
      * wake-up of every thread */
-    put_row(NULL, f, 0, fw, fsize);
+    conv_widen(NULL, f, 0, fw, fsize);
     if (bias)
-        put_row(NULL, bias, 0, bw, g->K);
+        conv_widen(NULL, bias, 0, bw, g->K);
     direct_pass(NULL, x, fw, NULL, o, g, work + fsize + g->K, nwork, beta, bias ? bw : NULL,
                 relu);
 }
@@ -341,7 +314,7 @@ static void update_pass(const real *x, const uint16_t *xb, const real *e, const 
                 pad_image(x, xb, n * image, xp, g->H, g->W, g->C, g->pad_h, g->pad_w);
                 const real *en = e ? e + n * out_image : staged;
                 if (!e)
-                    put_row(NULL, eb, n * out_image + p0 * row, staged + p0 * row,
+                    conv_widen(NULL, eb, n * out_image + p0 * row, staged + p0 * row,
                             (p1 - p0) * row);
                 switch (KV) {
                 case 4: update_kv4(xp, en, part, g, p0, p1); break;

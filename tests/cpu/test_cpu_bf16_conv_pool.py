@@ -32,13 +32,17 @@ pytestmark = requires("compiler")
 
 U = 2.0 ** -24
 U_BF16 = 2.0 ** -8
-#: (N, C, H, W, K, R, S, pad, stride): K a multiple of the direct kernels' 16 lanes (their
-#: condition) but not of 32 or 64 where it can be; odd images, filters, pads; the second has C
-#: 16, so its data gradient is direct too; the last a stride the data gradient's direct
-#: kernel does not take (the boundary's general path runs it)
+#: (N, C, H, W, K, R, S, pad, stride): the first two with K a multiple of the direct kernels'
+#: 16 lanes (their condition), the second with C 16, so its data gradient is direct too; the
+#: third's stride the direct data gradient does not take, and the last two's K (20, as
+#: mnist_cnn's, and 50) no direct kernel takes: the tiled passes (patches and MKL's GEMM) run
+#: those where MKL is installed, else im2col through the boundary's general path; odd images,
+#: filters, pads
 CONVS = [(3, 5, 9, 11, 48, 3, 5, (1, 2), (1, 1)),
          (2, 16, 7, 13, 16, 5, 3, (2, 1), (1, 1)),
-         (3, 3, 11, 9, 32, 3, 3, (1, 1), (2, 2))]
+         (3, 3, 11, 9, 32, 3, 3, (1, 1), (2, 2)),
+         (3, 5, 9, 11, 20, 5, 3, (2, 1), (1, 1)),
+         (2, 7, 13, 10, 50, 3, 3, (1, 0), (2, 1))]
 #: (op, N, C, H, W, R, S, pad, stride): disjoint windows (LeNet's 2x2/2), overlapping 3x3/2
 #: with padding, and odd channel counts
 POOLS = [(op, *shape) for op in ("max", "avg") for shape in
@@ -129,7 +133,7 @@ def test_bf16_convolutions_are_the_float32_kernels_narrowed_within_the_bound(cas
         assert (err <= bound).all(), (name, float((err - bound).max()))
 
 
-@pytest.mark.parametrize("case", CONVS[:2])
+@pytest.mark.parametrize("case", CONVS[1:4])
 def test_bf16_convolutions_are_bit_identical_on_1_2_3_threads(case):
     _, data = _conv_case(case, seed=5)
     runs = []
@@ -201,15 +205,20 @@ def test_bf16_pooling_is_bit_identical_on_1_2_3_threads(case):
 
 
 def test_bf16_convolutions_and_pooling_keep_no_float32_work_copies():
-    """LeNet's convolution and pooling passes on bf16 leave the boundary no float32 work
-    tensor (it kept one per operand: the bf16 row's peak memory above float32's)."""
+    """LeNet's convolution and pooling passes (direct) and mnist_cnn's (tiled, where MKL is
+    installed) on bf16 leave the boundary no float32 work tensor (it kept one per operand: the
+    bf16 row's peak memory above float32's)."""
     be = neonlite.gen_backend("cpu", batch_size=4, datatype="bf16")
-    case = (4, 1, 12, 12, 32, 5, 5, (2, 2), (1, 1))
-    _, data = _conv_case(case)
-    _conv_passes(be, case, data, 1.0, data_gradient=False)
-    second = (4, 32, 12, 12, 64, 5, 5, (2, 2), (1, 1))
-    _, data = _conv_case(second)
-    _conv_passes(be, second, data, 0.0)
+    passes = set()
+    for case, beta, data_gradient in [((4, 1, 12, 12, 32, 5, 5, (2, 2), (1, 1)), 1.0, False),
+                                      ((4, 32, 12, 12, 64, 5, 5, (2, 2), (1, 1)), 0.0, True),
+                                      ((4, 20, 12, 12, 50, 5, 5, (0, 0), (1, 1)), 0.0, True)]:
+        _, data = _conv_case(case)
+        plan = _conv_passes(be, case, data, beta, data_gradient)[1]
+        if plan.tiles is not None or plan.algorithm == "direct":
+            passes.add(plan.algorithm)
+            assert plan.bprop_algorithm in ("direct", "tiled")
+    assert "direct" in passes
     pool = ("max", 4, 32, 12, 12, 2, 2, (0, 0), (2, 2))
     _, data = _pool_case(pool)
     _pool_passes(be, pool, data, 0.0)
