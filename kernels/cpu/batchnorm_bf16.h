@@ -21,50 +21,95 @@ static inline uint16_t bn_round(real v)
     return f32_to_bf16((float)v);
 }
 
+/* The (M, C) arrays are read as runs of periods of P = cs_period(C) lanes (column_sums.h: P/C
+ * whole rows, lane j holding channel j % C), so the inner loops run over whole vectors even
+ * where C is short (LeNet-style 20 channels); a per-channel operand is repeated along a
+ * period once a call, into `stack` (CS_PERIOD_MAX lanes) where the period fits it, else (P is
+ * then C) into `spare` (C reals of the caller's work). */
+static inline real *bn_lane_buffer(int64_t P, real *stack, real *spare)
+{
+    return P <= CS_PERIOD_MAX ? stack : spare;
+}
+
+static void bn_lanes_bf16(const uint16_t *v, int64_t C, int64_t P, real *lanes)
+{
+    for (int64_t j = 0; j < P; j++)
+        lanes[j] = bn_wide(v[j % C]);
+}
+
+/* v itself where the period is one row (P == C), else v repeated along `stack`. */
+static const real *bn_lanes_real(const real *v, int64_t C, int64_t P, real *stack)
+{
+    if (P == C)
+        return v;
+    for (int64_t j = 0; j < P; j++)
+        stack[j] = v[j % C];
+    return stack;
+}
+
 /* o1[c], o2[c] (C each) = the sums over the rows of (M, C) bf16 arrays, in double:
  * SHIFTED_SQUARES: of t = a - a[row 0] and t^2 (b unused); SUM_AND_DOT: of g and g * b, g = a
- * where mask (or NULL) > 0, else 0.  Block blk of cs_blocks(M, C) sums into blocks + 2 C blk,
- * the blocks added in order. */
+ * where mask (or NULL) > 0, else 0.  Block blk of cs_blocks(M, C) (rows) sums each lane of
+ * its periods in double on the stack, folds the lanes in order into blocks + 2 C blk, and the
+ * blocks are added in order: the same bits on any number of threads. */
 static void bn_sums_bf16(int mode, const uint16_t *a, const uint16_t *b, const uint16_t *mask,
-                         int64_t M, int64_t C, double *o1, double *o2, double *blocks)
+                         int64_t M, int64_t C, double *o1, double *o2, double *blocks,
+                         real *spare)
 {
-    const int64_t nb = cs_blocks(M, C);
+    const int64_t nb = cs_blocks(M, C), P = cs_period(C), per = P / C;
+    real stack[CS_PERIOD_MAX], *shift = bn_lane_buffer(P, stack, spare);
+    if (mode == SHIFTED_SQUARES)
+        bn_lanes_bf16(a, C, P, shift);
 #pragma omp parallel for schedule(dynamic, 1) if (M * C >= NL_PARALLEL_MIN)
     for (int64_t blk = 0; blk < nb; blk++) {
         int64_t lo, hi;
         nl_split(M, blk, nb, &lo, &hi);
         double *s1 = blocks + blk * 2 * C, *s2 = s1 + C;
-        for (int64_t c = 0; c < C; c++)
-            s1[c] = s2[c] = 0;
-        for (int64_t m = lo; m < hi; m++) {
-            const uint16_t *ar = a + m * C;
+        /* a period longer than the stack's is one row: its lanes are the block's sums */
+        double b1[CS_PERIOD_MAX], b2[CS_PERIOD_MAX];
+        double *l1 = P <= CS_PERIOD_MAX ? b1 : s1, *l2 = P <= CS_PERIOD_MAX ? b2 : s2;
+        for (int64_t j = 0; j < P; j++)
+            l1[j] = l2[j] = 0;
+        for (int64_t m = lo; m < hi; m += per) {
+            const int64_t n = (hi - m < per ? hi - m : per) * C, o = m * C;
+            const uint16_t *ar = a + o;
             if (mode == SHIFTED_SQUARES) {
 #pragma omp simd
-                for (int64_t c = 0; c < C; c++) {
-                    const double t = (double)bn_wide(ar[c]) - (double)bn_wide(a[c]);
-                    s1[c] += t;
-                    s2[c] += t * t;
+                for (int64_t j = 0; j < n; j++) {
+                    const double t = (double)bn_wide(ar[j]) - (double)shift[j];
+                    l1[j] += t;
+                    l2[j] += t * t;
                 }
                 continue;
             }
-            const uint16_t *br = b + m * C, *kr = mask ? mask + m * C : NULL;
-            if (kr) {
+            const uint16_t *br = b + o;
+            if (mask) {
+                const uint16_t *kr = mask + o;
 #pragma omp simd
-                for (int64_t c = 0; c < C; c++) {
+                for (int64_t j = 0; j < n; j++) {
                     /* the bits of a, or of +0 where the mask is not > 0, branch-free */
-                    const uint16_t keep = (uint16_t)-(int)(bn_wide(kr[c]) > 0);
-                    const double g = (double)bn_wide((uint16_t)(ar[c] & keep));
-                    s1[c] += g;
-                    s2[c] += g * (double)bn_wide(br[c]);
+                    const uint16_t keep = (uint16_t)-(int)(bn_wide(kr[j]) > 0);
+                    const double g = (double)bn_wide((uint16_t)(ar[j] & keep));
+                    l1[j] += g;
+                    l2[j] += g * (double)bn_wide(br[j]);
                 }
                 continue;
             }
 #pragma omp simd
-            for (int64_t c = 0; c < C; c++) {
-                const double g = (double)bn_wide(ar[c]);
-                s1[c] += g;
-                s2[c] += g * (double)bn_wide(br[c]);
+            for (int64_t j = 0; j < n; j++) {
+                const double g = (double)bn_wide(ar[j]);
+                l1[j] += g;
+                l2[j] += g * (double)bn_wide(br[j]);
             }
+        }
+        for (int64_t c = 0; l1 != s1 && c < C; c++) {
+            double a1 = 0, a2 = 0;
+            for (int64_t r = 0; r < per; r++) {
+                a1 += l1[r * C + c];
+                a2 += l2[r * C + c];
+            }
+            s1[c] = a1;
+            s2[c] = a2;
         }
     }
     for (int64_t c = 0; c < C; c++) {
@@ -89,7 +134,7 @@ void batchnorm_fprop_train_bf16(const uint16_t *x, const uint16_t *gamma, const 
         for (int64_t c = 0; c < C; c++)
             s1[c] = s2[c] = 0;
     } else {
-        bn_sums_bf16(SHIFTED_SQUARES, x, NULL, NULL, M, C, s1, s2, work_blocks(work, C));
+        bn_sums_bf16(SHIFTED_SQUARES, x, NULL, NULL, M, C, s1, s2, work_blocks(work, C), mu);
     }
     for (int64_t c = 0; c < C; c++) {
         const double shift = s1[c] / (double)M;
@@ -106,16 +151,29 @@ void batchnorm_fprop_train_bf16(const uint16_t *x, const uint16_t *gamma, const 
         running_var[c] = bn_round((real)(momentum * bn_wide(running_var[c]) + (1.0 - momentum)
                                          * var * ((double)M / (double)(M > 1 ? M - 1 : 1))));
     }
-#pragma omp parallel for schedule(dynamic, nl_grain(C)) if (M * C >= NL_PARALLEL_MIN)
-    for (int64_t m = 0; m < M; m++) {
-        const uint16_t *xr = x + m * C;
-        uint16_t *yr = y + m * C, *hr = xhat + m * C;
+    /* elementwise: periods handed out about NL_GRAIN elements at a time */
+    const int64_t P = cs_period(C), total = M * C, step = bn_periods_per_step(P) * P;
+    /* the blocks' sums are spent: their 2 C doubles hold gamma's and beta's lanes if need be */
+    real sm[CS_PERIOD_MAX], si[CS_PERIOD_MAX], sg[CS_PERIOD_MAX], sb[CS_PERIOD_MAX];
+    real *spare = (real *)work_blocks(work, C);
+    const real *lm = bn_lanes_real(mu, C, P, sm), *li = bn_lanes_real(inv, C, P, si);
+    real *lg = bn_lane_buffer(P, sg, spare), *lb = bn_lane_buffer(P, sb, spare + C);
+    bn_lanes_bf16(gamma, C, P, lg);
+    bn_lanes_bf16(beta, C, P, lb);
+#pragma omp parallel for schedule(dynamic, 1) if (total >= NL_PARALLEL_MIN)
+    for (int64_t e0 = 0; e0 < total; e0 += step) {
+        const int64_t e1 = e0 + step < total ? e0 + step : total;
+        for (int64_t e = e0; e < e1; e += P) {
+            const int64_t n = e1 - e < P ? e1 - e : P;
+            const uint16_t *xr = x + e;
+            uint16_t *yr = y + e, *hr = xhat + e;
 #pragma omp simd
-        for (int64_t c = 0; c < C; c++) {
-            const real t = (bn_wide(xr[c]) - mu[c]) * inv[c];
-            const real v = t * bn_wide(gamma[c]) + bn_wide(beta[c]);
-            hr[c] = bn_round(t);
-            yr[c] = bn_round(relu && v < 0 ? 0 : v);
+            for (int64_t j = 0; j < n; j++) {
+                const real t = (bn_wide(xr[j]) - lm[j]) * li[j];
+                const real v = t * lg[j] + lb[j];
+                hr[j] = bn_round(t);
+                yr[j] = bn_round(relu && v < 0 ? 0 : v);
+            }
         }
     }
 }
@@ -132,7 +190,7 @@ void batchnorm_bprop_bf16(const uint16_t *dy, const uint16_t *xhat, const uint16
         for (int64_t c = 0; c < C; c++)
             db[c] = dg[c] = 0;
     } else {
-        bn_sums_bf16(SUM_AND_DOT, dy, xhat, relu_y, M, C, db, dg, work_blocks(work, C));
+        bn_sums_bf16(SUM_AND_DOT, dy, xhat, relu_y, M, C, db, dg, work_blocks(work, C), NULL);
     }
     for (int64_t c = 0; c < C; c++) {
         dgamma[c] = bn_round(bn_wide(dgamma[c]) + (real)dg[c]);
@@ -142,24 +200,33 @@ void batchnorm_bprop_bf16(const uint16_t *dy, const uint16_t *xhat, const uint16
         rdg[c] = (real)dg[c];
     }
     const real mr = (real)M, acc = (real)beta_acc;
-#pragma omp parallel for schedule(dynamic, nl_grain(C)) if (M * C >= NL_PARALLEL_MIN)
-    for (int64_t m = 0; m < M; m++) {
-        const uint16_t *dyr = dy + m * C, *hr = xhat + m * C;
-        const uint16_t *yr = relu_y ? relu_y + m * C : NULL;
-        uint16_t *dxr = dx + m * C;
-        if (yr) {
+    /* elementwise: periods handed out about NL_GRAIN elements at a time */
+    const int64_t P = cs_period(C), total = M * C, step = bn_periods_per_step(P) * P;
+    real sk[CS_PERIOD_MAX], sdb[CS_PERIOD_MAX], sdg[CS_PERIOD_MAX];
+    const real *lk = bn_lanes_real(k, C, P, sk), *ldb = bn_lanes_real(rdb, C, P, sdb);
+    const real *ldg = bn_lanes_real(rdg, C, P, sdg);
+#pragma omp parallel for schedule(dynamic, 1) if (total >= NL_PARALLEL_MIN)
+    for (int64_t e0 = 0; e0 < total; e0 += step) {
+        const int64_t e1 = e0 + step < total ? e0 + step : total;
+        for (int64_t e = e0; e < e1; e += P) {
+            const int64_t n = e1 - e < P ? e1 - e : P;
+            const uint16_t *dyr = dy + e, *hr = xhat + e, *yr = relu_y ? relu_y + e : NULL;
+            uint16_t *dxr = dx + e;
+            if (yr) {
 #pragma omp simd
-            for (int64_t c = 0; c < C; c++) {
-                const real g = bn_wide(yr[c]) > 0 ? bn_wide(dyr[c]) : 0;
-                const real v = k[c] * ((mr * g - rdb[c]) - bn_wide(hr[c]) * rdg[c]);
-                dxr[c] = bn_round(acc == 0 ? v : acc * bn_wide(dxr[c]) + v);
+                for (int64_t j = 0; j < n; j++) {
+                    const uint16_t keep = (uint16_t)-(int)(bn_wide(yr[j]) > 0);
+                    const real g = bn_wide((uint16_t)(dyr[j] & keep));
+                    const real v = lk[j] * ((mr * g - ldb[j]) - bn_wide(hr[j]) * ldg[j]);
+                    dxr[j] = bn_round(acc == 0 ? v : acc * bn_wide(dxr[j]) + v);
+                }
+                continue;
             }
-            continue;
-        }
 #pragma omp simd
-        for (int64_t c = 0; c < C; c++) {
-            const real v = k[c] * ((mr * bn_wide(dyr[c]) - rdb[c]) - bn_wide(hr[c]) * rdg[c]);
-            dxr[c] = bn_round(acc == 0 ? v : acc * bn_wide(dxr[c]) + v);
+            for (int64_t j = 0; j < n; j++) {
+                const real v = lk[j] * ((mr * bn_wide(dyr[j]) - ldb[j]) - bn_wide(hr[j]) * ldg[j]);
+                dxr[j] = bn_round(acc == 0 ? v : acc * bn_wide(dxr[j]) + v);
+            }
         }
     }
 }
