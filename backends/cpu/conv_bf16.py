@@ -14,6 +14,7 @@ general path then runs.
 import numpy as np
 
 from .bf16_boundary import is_bf16_tensor
+from .tensor import aligned_empty
 
 _BITS = np.dtype(np.uint16)
 
@@ -23,21 +24,23 @@ def _bits(*arrays):
 
 
 def _direct(plan, transposed):
-    """(DirectWork of the pass, its float32 work array): the slices of padded images and
-    staging rows, and the widened filter and bias at its head (``conv_direct_bf16_work_size``,
-    independent of the batch)."""
+    """(DirectWork of the pass, its float32 work array, on a cache line as the kernels' parts
+    of it are): the slices of padded images and staging rows, and the widened filter and bias
+    at its head (``conv_direct_bf16_work_size``, independent of the batch)."""
     direct = plan.direct_transposed if transposed else plan.direct
     size = int(direct.module.lib.conv_direct_bf16_work_size(direct.geom, direct.nwork))
-    return direct, plan.buffer(f"direct bf16 work {transposed}", (size,), plan.dtype)
+    return direct, plan.buffer(f"direct bf16 work {transposed}", (size,), plan.dtype,
+                               empty=aligned_empty)
 
 
 def _tiled(plan, n):
-    """(cffi module, geom for ``n`` images, float32 work array) of the tiled passes: the
-    widened filter and bias, then each thread's patches, staged rows and image
+    """(cffi module, geom for ``n`` images, float32 work array on a cache line) of the tiled
+    passes: the widened filter and bias, then each thread's patches, staged rows and image
     (``conv_tiled_bf16_work_size``)."""
     lib, geom = plan.conv.lib, plan.geom_for(n)
     size = int(lib.conv_tiled_bf16_work_size(geom, plan.tiles.nwork, plan.tiles.tile))
-    return plan.conv, geom, plan.buffer("tiled bf16 work", (size,), plan.dtype)
+    return plan.conv, geom, plan.buffer("tiled bf16 work", (size,), plan.dtype,
+                                        empty=aligned_empty)
 
 
 def _pointer(ffi, a):

@@ -152,14 +152,24 @@ void conv_bias_relu(real *o, int64_t rows, int64_t K, const real *bias, int relu
         nl_bias_relu(o + i * K, 1, K, bias, relu);
 }
 
+/* A thread's tile * Q patch rows in its slice of work (a bf16 pass's in whole lines,
+ * conv_lines; the float passes' as they were). */
+static int64_t tile_patches(const conv_geom *g, int64_t tile, int bf16)
+{
+    const int64_t n = tile * g->Q * g->R * g->S * g->C;
+    return bf16 ? conv_lines(n) : n;
+}
+
 /* A thread's slice of a tiled pass's work: tile * Q patch rows, then, on bf16 operands, tile * Q
  * staged rows of K (the output, or e's rows, as float) and, for the data gradient, the
  * float image its patches are added into. */
 static int64_t tile_slice(const conv_geom *g, int64_t tile, int bf16, int image)
 {
     const int64_t rows = tile * g->Q;
-    return rows * g->R * g->S * g->C +
-           (bf16 ? rows * g->K + (image ? g->H * g->W * g->C : 0) : 0);
+    if (!bf16)
+        return rows * g->R * g->S * g->C;
+    return tile_patches(g, tile, 1) + conv_lines(rows * g->K) +
+           (image ? conv_lines(g->H * g->W * g->C) : 0);
 }
 
 /* conv_fprop_tiled on x or the bf16 bits xb, into o or the bf16 bits ob (a tile's GEMM into
@@ -175,7 +185,7 @@ static void fprop_tiles(const real *x, const uint16_t *xb, const real *f, real *
     for (int64_t t = 0; t < ntiles; t++) {
         real *buf = work + (int64_t)omp_get_thread_num() * slice;
         const int64_t r0 = t * tile, r1 = r0 + tile < rows ? r0 + tile : rows;
-        real *out = ob ? buf + tile * Q * row_len : o + r0 * Q * K;
+        real *out = ob ? buf + tile_patches(g, tile, 1) : o + r0 * Q * K;
         for (int64_t np = r0; np < r1; np++)
             gather_row(x, xb, buf + (np - r0) * Q * row_len, g, np / g->P, np % g->P);
         mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_NO_TRANS, (int)((r1 - r0) * Q), (int)K, (int)row_len,
@@ -207,7 +217,7 @@ static void update_tiles(const real *x, const uint16_t *xb, const real *e, const
 #pragma omp parallel num_threads(nwork)
     {
         const int64_t me = omp_get_thread_num(), nth = omp_get_num_threads();
-        real *buf = work + me * slice, *staged = buf + tile * Q * row_len;
+        real *buf = work + me * slice, *staged = buf + tile_patches(g, tile, eb != NULL);
         /* block b: its output rows [r0, r1), `tile` rows per GEMM, summed into partials[b] */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t b = 0; b < nblk; b++) {
@@ -253,7 +263,8 @@ static void bprop_tiles(const real *e, const uint16_t *eb, const real *f, real *
 #pragma omp parallel for num_threads(nwork) schedule(dynamic, 1)
     for (int64_t n = 0; n < g->N; n++) {
         real *buf = work + (int64_t)omp_get_thread_num() * slice;
-        real *staged = buf + tile * Q * row_len, *img = staged + tile * Q * K;
+        real *staged = buf + tile_patches(g, tile, eb != NULL);
+        real *img = staged + conv_lines(tile * Q * K);
         if (dxb) {
             for (int64_t i = 0; i < image; i++)
                 img[i] = beta == 0 ? 0 : beta * (real)bf16_to_f32(dxb[n * image + i]);
@@ -283,7 +294,7 @@ void conv_bprop_tiled(const real *e, const real *f, real *dx, const conv_geom *g
 
 int64_t conv_tiled_bf16_work_size(const conv_geom *g, int64_t nwork, int64_t tile)
 {
-    return g->R * g->S * g->C * g->K + g->K + nwork * tile_slice(g, tile, 1, 1);
+    return conv_filter_head(g) + nwork * tile_slice(g, tile, 1, 1);
 }
 
 /* The filter (and bias) widened into the head of work, on the calling thread (small, and a
@@ -294,8 +305,8 @@ static real *widen_filter(const uint16_t *f, const uint16_t *bias, const conv_ge
     const int64_t fsize = g->R * g->S * g->C * g->K;
     conv_widen(NULL, f, 0, work, fsize);
     if (bias)
-        conv_widen(NULL, bias, 0, work + fsize, g->K);
-    return work + fsize + g->K;
+        conv_widen(NULL, bias, 0, work + conv_lines(fsize), g->K);
+    return work + conv_filter_head(g);
 }
 
 void conv_fprop_tiled_bf16(const uint16_t *x, const uint16_t *f, uint16_t *o,
@@ -304,7 +315,7 @@ void conv_fprop_tiled_bf16(const uint16_t *x, const uint16_t *f, uint16_t *o,
 {
     real *rest = widen_filter(f, bias, g, work);
     fprop_tiles(NULL, x, work, NULL, o, g, gemm, rest, nwork, tile,
-                bias ? work + g->R * g->S * g->C * g->K : NULL, relu);
+                bias ? work + conv_lines(g->R * g->S * g->C * g->K) : NULL, relu);
 }
 
 void conv_update_tiled_bf16(const uint16_t *x, const uint16_t *e, uint16_t *df,

@@ -160,11 +160,13 @@ static void direct_pass(const real *x, const uint16_t *xb, const real *f, real *
     const int64_t Hp = g->H + 2 * g->pad_h, Wp = g->W + 2 * g->pad_w;
     const int64_t image = g->H * g->W * g->C, out_image = g->P * g->Q * g->K;
     const int64_t parts = parts_per_image(g, nwork);
-    const int64_t slice = Hp * Wp * g->C + (ob ? g->Q * g->K : 0);
+    /* a bf16 pass's parts on cache lines (conv_lines); the float pass's slices as they were */
+    const int64_t padded = ob ? conv_lines(Hp * Wp * g->C) : Hp * Wp * g->C;
+    const int64_t slice = padded + (ob ? conv_lines(g->Q * g->K) : 0);
 #pragma omp parallel num_threads(nwork)
     {
         real *xp = work + (int64_t)omp_get_thread_num() * slice;
-        real *staged = xp + Hp * Wp * g->C;
+        real *staged = xp + padded;
         int64_t padded = -1;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t u = 0; u < g->N * parts; u++) {
@@ -202,22 +204,23 @@ void conv_direct(const real *x, const real *f, real *o, const conv_geom *g, real
 
 int64_t conv_direct_bf16_work_size(const conv_geom *g, int64_t nwork)
 {
-    const int64_t padded = (g->H + 2 * g->pad_h) * (g->W + 2 * g->pad_w) * g->C;
-    const int64_t update = padded + g->P * g->Q * g->K, fprop = padded + g->Q * g->K;
-    return g->R * g->S * g->C * g->K + g->K + nwork * (update > fprop ? update : fprop);
+    const int64_t padded = conv_lines((g->H + 2 * g->pad_h) * (g->W + 2 * g->pad_w) * g->C);
+    const int64_t update = padded + conv_lines(g->P * g->Q * g->K);
+    const int64_t fprop = padded + conv_lines(g->Q * g->K);
+    return conv_filter_head(g) + nwork * (update > fprop ? update : fprop);
 }
 
 void conv_direct_bf16(const uint16_t *x, const uint16_t *f, uint16_t *o, const conv_geom *g,
                       real *work, int64_t nwork, real beta, const uint16_t *bias, int relu)
 {
     const int64_t fsize = g->R * g->S * g->C * g->K;
-    real *fw = work, *bw = work + fsize;
+    real *fw = work, *bw = work + conv_lines(fsize);
     /* on the calling thread: a filter is small, and a second parallel region would cost a
      * wake-up of every thread */
     conv_widen(NULL, f, 0, fw, fsize);
     if (bias)
         conv_widen(NULL, bias, 0, bw, g->K);
-    direct_pass(NULL, x, fw, NULL, o, g, work + fsize + g->K, nwork, beta, bias ? bw : NULL,
+    direct_pass(NULL, x, fw, NULL, o, g, work + conv_filter_head(g), nwork, beta, bias ? bw : NULL,
                 relu);
 }
 
@@ -297,11 +300,12 @@ static void update_pass(const real *x, const uint16_t *xb, const real *e, const 
     const int64_t image = g->H * g->W * g->C, out_image = g->P * g->Q * g->K;
     const int64_t size = g->R * g->S * g->C * g->K, row = g->Q * g->K;
     const int64_t rows = g->N * g->P, nblk = conv_update_block_count(g);
-    const int64_t slice = Hp * Wp * g->C + (eb ? out_image : 0);
+    const int64_t padded = eb ? conv_lines(Hp * Wp * g->C) : Hp * Wp * g->C;
+    const int64_t slice = padded + (eb ? conv_lines(out_image) : 0);
 #pragma omp parallel num_threads(nwork)
     {
         const int64_t me = omp_get_thread_num(), nth = omp_get_num_threads();
-        real *xp = work + me * slice, *staged = xp + Hp * Wp * g->C;
+        real *xp = work + me * slice, *staged = xp + padded;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t b = 0; b < nblk; b++) {
             real *part = partials + b * size;
