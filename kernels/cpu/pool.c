@@ -253,29 +253,40 @@ void maxpool_fprop_bf16(const uint16_t *x, uint16_t *y, int32_t *argmax, const p
         int64_t h_lo, h_hi;
         window(p, g->str_h, g->pad_h, g->R, H, &h_lo, &h_hi);
         const uint16_t *img = x + n * H * W * C;
+        /* the running max widened (32-bit lanes, as the argmax's), its winner's bits written
+         * back at the end: a widened bf16 value rounds to itself (a NaN to the quiet NaN, as
+         * narrowing the float pass's output does) */
+        real best[POOL_BF16_CHUNK];
         for (int64_t q = 0; q < Q; q++) {
             int64_t w_lo, w_hi;
             window(q, g->str_w, g->pad_w, g->S, W, &w_lo, &w_hi);
-            uint16_t *out = y + (np * Q + q) * C;
-            int32_t *arg = argmax + (np * Q + q) * C;
-            int first = 1;
-            for (int64_t h = h_lo; h < h_hi; h++) {
-                for (int64_t w = w_lo; w < w_hi; w++) {
-                    const uint16_t *v = img + (h * W + w) * C;
-                    const int32_t pos = (int32_t)(h * W + w);
-                    if (first) {
-                        memcpy(out, v, (size_t)C * sizeof(uint16_t));
-                        for (int64_t c = 0; c < C; c++)
-                            arg[c] = pos;
-                        first = 0;
-                        continue;
-                    }
-                    for (int64_t c = 0; c < C; c++) {
-                        const int better = bf16_to_f32(v[c]) > bf16_to_f32(out[c]);
-                        out[c] = better ? v[c] : out[c];
-                        arg[c] = better ? pos : arg[c];
+            for (int64_t c0 = 0; c0 < C; c0 += POOL_BF16_CHUNK) {
+                const int64_t nc = C - c0 < POOL_BF16_CHUNK ? C - c0 : POOL_BF16_CHUNK;
+                int32_t *arg = argmax + (np * Q + q) * C + c0;
+                int first = 1;
+                for (int64_t h = h_lo; h < h_hi; h++) {
+                    for (int64_t w = w_lo; w < w_hi; w++) {
+                        const uint16_t *v = img + (h * W + w) * C + c0;
+                        const int32_t pos = (int32_t)(h * W + w);
+                        if (first) {
+                            for (int64_t c = 0; c < nc; c++) {
+                                best[c] = (real)bf16_to_f32(v[c]);
+                                arg[c] = pos;
+                            }
+                            first = 0;
+                            continue;
+                        }
+                        for (int64_t c = 0; c < nc; c++) {
+                            const real t = (real)bf16_to_f32(v[c]);
+                            const int better = t > best[c];
+                            best[c] = better ? t : best[c];
+                            arg[c] = better ? pos : arg[c];
+                        }
                     }
                 }
+                uint16_t *out = y + (np * Q + q) * C + c0;
+                for (int64_t c = 0; c < nc; c++)
+                    out[c] = f32_to_bf16((float)best[c]);
             }
         }
     }
@@ -317,14 +328,28 @@ void avgpool_fprop_bf16(const uint16_t *x, uint16_t *y, const pool_geom *g)
 
 /* d[c] = round(beta * d[c] + t[c]) for C bf16 elements, t[c] = v[c] * scale, or with arg,
  * v[c] where arg[c] == pos and 0 elsewhere; v == NULL adds zero.  beta == 0 overwrites (a
- * routed max gradient is then its bits, exactly). */
+ * routed max gradient is then its bits, exactly, a NaN's payload kept). */
 static inline void put_bf16(uint16_t *d, const uint16_t *v, real scale, const int32_t *arg,
                             int32_t pos, int64_t C, real beta)
 {
-    for (int64_t c = 0; c < C; c++) {
-        const real t = v == NULL ? 0 : arg ? (arg[c] == pos ? (real)bf16_to_f32(v[c]) : 0)
-                                           : (real)bf16_to_f32(v[c]) * scale;
-        d[c] = f32_to_bf16((float)(beta == 0 ? t : beta * (real)bf16_to_f32(d[c]) + t));
+    if (v == NULL) {
+        for (int64_t c = 0; c < C; c++)
+            d[c] = beta == 0 ? 0 : f32_to_bf16((float)(beta * (real)bf16_to_f32(d[c])));
+    } else if (arg && beta == 0) {
+        for (int64_t c = 0; c < C; c++)
+            d[c] = arg[c] == pos ? v[c] : 0;
+    } else if (arg) {
+        for (int64_t c = 0; c < C; c++) {
+            const real t = arg[c] == pos ? (real)bf16_to_f32(v[c]) : 0;
+            d[c] = f32_to_bf16((float)(beta * (real)bf16_to_f32(d[c]) + t));
+        }
+    } else if (beta == 0) {
+        for (int64_t c = 0; c < C; c++)
+            d[c] = f32_to_bf16((float)((real)bf16_to_f32(v[c]) * scale));
+    } else {
+        for (int64_t c = 0; c < C; c++)
+            d[c] = f32_to_bf16((float)(beta * (real)bf16_to_f32(d[c])
+                                       + (real)bf16_to_f32(v[c]) * scale));
     }
 }
 
