@@ -30,14 +30,16 @@ class Plan:
     def __init__(self):
         self._buffers = {}
 
-    def buffer(self, name, shape, dtype, fill=None, make=None):
-        """The array of ``shape`` and ``dtype`` kept under ``name``.  When it is made it is
-        filled with ``fill``, or written by ``make(array)``; its contents are the caller's
-        otherwise."""
+    def buffer(self, name, shape, dtype, fill=None, make=None, empty=np.empty):
+        """The array of ``shape`` and ``dtype`` kept under ``name``, made by ``empty(shape,
+        dtype)`` (an allocator that aligns, say).  When it is made it is filled with ``fill``,
+        or written by ``make(array)``; its contents are the caller's otherwise."""
         shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
         found = self._buffers.get(name)
         if found is None or found.shape != shape or found.dtype != dtype:
-            found = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
+            found = empty(shape, dtype)
+            if fill is not None:
+                found.fill(fill)
             if make is not None:
                 make(found)
             self._buffers[name] = found

@@ -295,11 +295,16 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         return self.name
 
 
+#: the convolution and pooling passes that read and write bf16 themselves (``conv_bf16.py``,
+#: ``pool.py``): their ``fused_<name>`` methods
+BF16_FUSED_PASSES = ("fprop_conv", "bprop_conv", "update_conv", "fprop_pool", "bprop_pool")
+
 #: the rows the section files implement, each wrapped in the bf16 boundary (first the fused
 #: calls of ``bf16.py``: the products by ``dot_bf16``, gathers and permutations of bits)
 for _name, _method in boundary_methods(
         CPUBackend, OPS.values(),
         {"compound_dot": CPUBackend.fused_compound_dot, "take_rows": CPUBackend.fused_take_rows,
          "scatter_add_rows": CPUBackend.fused_scatter_add_rows,
-         "permute_axes": CPUBackend.fused_permute_axes}).items():
+         "permute_axes": CPUBackend.fused_permute_axes,
+         **{name: getattr(CPUBackend, f"fused_{name}") for name in BF16_FUSED_PASSES}}).items():
     setattr(CPUBackend, _name, _method)

@@ -184,17 +184,17 @@ class Bf16Boundary:
 
     def run_row(self, op, operands, scalars, run, call=None):
         """Dispatched row ``op`` on ``operands`` (row order) with a bf16 tensor among them: the
-        row's check, then its kernel's ``bf16_symbol`` where it has one and every operand is
-        bf16 (no widening: the C function stages rows itself), else ``run(op, work operands,
-        scalars)`` between the widening and the narrowing.  ``call``: the section's call of a
-        row run whole by its section file (``arguments="call"``) whose kernel has a
-        ``bf16_symbol``, tried first on the operands as given (True: it took them)."""
+        row's check, then the ``bf16_symbol`` of its kernel for ``scalars`` (``Op.c_call``)
+        where it has one and every operand is bf16 (no widening: the C function stages rows
+        itself), else ``run(op, work operands, scalars)`` between the widening and the
+        narrowing.  ``call``: the section's call of a row run whole by its section file
+        (``arguments="call"``) whose kernel has a ``bf16_symbol``, tried first on the operands
+        as given (True: it took them)."""
         self.checked(op.name, operands, scalars, lambda: op.check_operands(operands, scalars))
         if call is not None:
             if op.kernel.bf16_symbol is not None and call(op, operands, scalars):
                 return
-        elif op.kernel.bf16_symbol is not None and all(
-                t is None or is_bf16_tensor(t) for t in operands) and \
+        elif all(t is None or is_bf16_tensor(t) for t in operands) and \
                 self._backend.kernels.run_bf16_op(
                     op, tuple(None if t is None else t._ary for t in operands), scalars,
                     keep=all(t is None or t.kept for t in operands)):

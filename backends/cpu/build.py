@@ -252,21 +252,22 @@ class KernelModules:
         return True
 
     def run_bf16_op(self, op, arrays, scalars, keep=False):
-        """Call dispatched row ``op``'s ``kernel.bf16_symbol`` (the float32 variant's C function
-        taking every operand as bfloat16 bits) on C-contiguous bf16 ``arrays`` (None for an
-        absent optional operand), whose tensors passed the row's check; False where there is
-        none or the kernels do not take the case.  ``keep``: see :meth:`run_call`."""
-        kernel = op.kernel
-        if kernel.bf16_symbol is None or kernel.choose_by is not None:
+        """Call the ``bf16_symbol`` of dispatched row ``op``'s kernel for ``scalars`` (the row's
+        kernel, or its choice by ``kernel.choose_by``: the float32 variant's C function taking
+        every operand as bfloat16 bits) on C-contiguous bf16 ``arrays`` (None for an absent
+        optional operand), whose tensors passed the row's check; False where there is none or
+        the kernels do not take the case.  ``keep``: see :meth:`run_call`."""
+        call = op.c_call(scalars)
+        if call is None or call[0].bf16_symbol is None:
             return False
         present = [a for a in arrays if a is not None]
         if not all(a.flags.c_contiguous for a in present):
             return False
         return self.run_call(f"{op.name}:bf16", arrays, scalars, keep,
-                             lambda: self._bf16_call(op, arrays, scalars))
+                             lambda: self._bf16_call(call, op, arrays, scalars))
 
-    def _bf16_call(self, op, arrays, scalars):
-        kernel = op.kernel
+    def _bf16_call(self, call, op, arrays, scalars):
+        kernel, order = call
         module = self.module(kernel.c_source, FLOATS[0])
         if module is None or (kernel.takes is not None and not kernel.takes(*arrays, *scalars)):
             return None
@@ -276,8 +277,8 @@ class KernelModules:
             "double[]", self.block_sums_work(module, kernel.work, FLOATS[0], *sizes))
         bits = [ffi.NULL if a is None else ffi.cast("uint16_t *", a.ctypes.data)
                 for a in arrays]
-        return getattr(module.lib, kernel.bf16_symbol), op.c_arguments(
-            bits, sizes, op.numbers(scalars), work)
+        return getattr(module.lib, kernel.bf16_symbol), order(
+            (*bits, *sizes, *op.numbers(scalars), work))
 
     def run_plan_op(self, op, arguments, scalars, prepare, keep=False):
         """Run dispatched row ``op`` whose kernel's arguments are its plan's

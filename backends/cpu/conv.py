@@ -31,6 +31,8 @@ import numpy as np
 from ..operand_shapes import check_conv
 from ..plans import ConvPlan
 from ..reference import conv as reference
+from . import conv_bf16
+from .bf16_boundary import NOT_TAKEN
 from .build import FLOATS, address, contiguous
 
 PATCH_BYTES = 256 << 20
@@ -323,8 +325,6 @@ class CPUConvPlan(ConvPlan):
         return True
 
 
-
-
 class CPUConvOps:
     """``Backend.conv_layer`` and the convolution passes of
     :class:`~neonlite.backends.cpu.backend.CPUBackend`: the plan's C passes where it chose
@@ -351,3 +351,31 @@ class CPUConvOps:
         if not (isinstance(plan, CPUConvPlan)
                 and plan.update(I._ary, E._ary, grad_F._ary, beta)):
             reference.update_conv(plan, I._ary, E._ary, grad_F._ary, beta)
+
+    def fused_fprop_conv(self, arguments):
+        """``fprop_conv`` on bf16 operands by the plan's bf16 kernels (``conv_bf16.py``), else
+        ``NOT_TAKEN`` (the bf16 boundary widens and narrows)."""
+        a = arguments
+        arrays = conv_bf16.bf16_arrays(a["I"], a["F"], a["O"], a["bias"])
+        if arrays is None or not isinstance(a["plan"], CPUConvPlan):
+            return NOT_TAKEN
+        check_conv("fprop_conv", a["plan"], I=a["I"], F=a["F"], O=a["O"], bias=a["bias"])
+        return None if conv_bf16.fprop(a["plan"], *arrays, a["relu"]) else NOT_TAKEN
+
+    def fused_bprop_conv(self, arguments):
+        """``bprop_conv`` on bf16 operands (as :meth:`fused_fprop_conv`)."""
+        a = arguments
+        arrays = conv_bf16.bf16_arrays(a["F"], a["E"], a["grad_I"])
+        if arrays is None or not isinstance(a["plan"], CPUConvPlan):
+            return NOT_TAKEN
+        check_conv("bprop_conv", a["plan"], F=a["F"], E=a["E"], grad_I=a["grad_I"])
+        return None if conv_bf16.bprop(a["plan"], *arrays, a["beta"]) else NOT_TAKEN
+
+    def fused_update_conv(self, arguments):
+        """``update_conv`` on bf16 operands (as :meth:`fused_fprop_conv`)."""
+        a = arguments
+        arrays = conv_bf16.bf16_arrays(a["I"], a["E"], a["grad_F"])
+        if arrays is None or not isinstance(a["plan"], CPUConvPlan):
+            return NOT_TAKEN
+        check_conv("update_conv", a["plan"], I=a["I"], E=a["E"], grad_F=a["grad_F"])
+        return None if conv_bf16.update(a["plan"], *arrays, a["beta"]) else NOT_TAKEN

@@ -1,13 +1,24 @@
 """Pooling on the CPU (``Backend.fprop_pool``, ``bprop_pool``): the plan :class:`CPUPoolPlan` (the
 ``pool.c`` module and its ``pool_geom`` struct, chosen at configure time, and its passes on
 numpy arrays) and the backend's ops (:class:`CPUPoolOps`). Max pooling records each output's
-argmax (int32, (N, P, Q, C)) in the plan for the bprop that follows."""
+argmax (int32, (N, P, Q, C)) in the plan for the bprop that follows.  On bfloat16 operands
+(bit patterns) the plan's ``*_bf16`` passes read and write bf16 directly (``pool.c``), so the
+bf16 boundary keeps no float32 copy of a pooling's operands (:meth:`CPUPoolOps.fused_fprop_pool`,
+:meth:`CPUPoolOps.fused_bprop_pool`)."""
 import numpy as np
 
 from ..operand_shapes import check_pool
 from ..plans import PoolPlan
 from ..reference import pool as reference
+from .bf16_boundary import NOT_TAKEN
 from .build import FLOATS, contiguous
+from .conv_bf16 import bf16_arrays
+
+_BITS = np.dtype(np.uint16)
+
+
+def _bits(*arrays):
+    return all(a.dtype == _BITS and a.flags.c_contiguous for a in arrays)
 
 
 class CPUPoolPlan(PoolPlan):
@@ -81,6 +92,44 @@ class CPUPoolPlan(PoolPlan):
             np.copyto(grad_x, target)
         return True
 
+    def fprop_bf16(self, x, o):
+        """:meth:`fprop` on bf16 ``x`` and ``o`` (C-contiguous bits); False where the C kernels
+        do not take them."""
+        self.mark_argmax(False)
+        if self.pool is None or self.dtype != FLOATS[0] or not _bits(x, o):
+            return False
+        geom, argmax = self.geom_for(x.shape[0])
+        ffi, lib = self.pool.ffi, self.pool.lib
+        bits = lambda a: ffi.cast("uint16_t *", a.ctypes.data)  # noqa: E731
+        if self.op == "max":
+            lib.maxpool_fprop_bf16(bits(x), bits(o), ffi.from_buffer("int32_t[]", argmax), geom)
+            self.mark_argmax(True)
+        else:
+            lib.avgpool_fprop_bf16(bits(x), bits(o), geom)
+        return True
+
+    def bprop_bf16(self, e, grad_x, beta=0.0):
+        """:meth:`bprop` on bf16 ``e`` and ``grad_x`` (C-contiguous bits), overlapping windows
+        summed in a float32 image per thread (the plan's work array) and rounded once; False
+        where the C kernels do not take them."""
+        if self.pool is None or self.dtype != FLOATS[0] or not _bits(e, grad_x) \
+                or (self.op == "max" and not self.argmax_fresh):
+            return False
+        geom, argmax = self.geom_for(e.shape[0])
+        ffi, lib = self.pool.ffi, self.pool.lib
+        work, nwork = ffi.NULL, 1
+        if lib.pool_bf16_overlapping(geom):
+            nwork = max(1, int(lib.pool_threads()))
+            work = ffi.from_buffer("real[]", self.buffer(
+                "bf16 images", (nwork * self.H * self.W * self.C,), self.dtype))
+        bits = lambda a: ffi.cast("uint16_t *", a.ctypes.data)  # noqa: E731
+        if self.op == "max":
+            lib.maxpool_bprop_bf16(bits(e), ffi.from_buffer("int32_t[]", argmax), bits(grad_x),
+                                   geom, beta, work, nwork)
+        else:
+            lib.avgpool_bprop_bf16(bits(e), bits(grad_x), geom, beta, work, nwork)
+        return True
+
 
 class CPUPoolOps:
     """``Backend.pool_layer`` and the pooling passes of the CPU backend: the C kernels where
@@ -99,3 +148,23 @@ class CPUPoolOps:
         check_pool("bprop_pool", plan, E=E, grad_I=grad_I)
         if not (isinstance(plan, CPUPoolPlan) and plan.bprop(E._ary, grad_I._ary, beta)):
             reference.bprop_pool(plan, E._ary, grad_I._ary, beta)
+
+    def fused_fprop_pool(self, arguments):
+        """``fprop_pool`` on bf16 operands by :meth:`CPUPoolPlan.fprop_bf16`, else
+        ``NOT_TAKEN`` (the bf16 boundary widens and narrows)."""
+        plan, I, O = arguments["plan"], arguments["I"], arguments["O"]
+        arrays = bf16_arrays(I, O)
+        if arrays is None or not isinstance(plan, CPUPoolPlan):
+            return NOT_TAKEN
+        check_pool("fprop_pool", plan, I=I, O=O)
+        return None if plan.fprop_bf16(*arrays) else NOT_TAKEN
+
+    def fused_bprop_pool(self, arguments):
+        """``bprop_pool`` on bf16 operands by :meth:`CPUPoolPlan.bprop_bf16`, else
+        ``NOT_TAKEN``."""
+        plan, E, grad_I = arguments["plan"], arguments["E"], arguments["grad_I"]
+        arrays = bf16_arrays(E, grad_I)
+        if arrays is None or not isinstance(plan, CPUPoolPlan):
+            return NOT_TAKEN
+        check_pool("bprop_pool", plan, E=E, grad_I=grad_I)
+        return None if plan.bprop_bf16(*arrays, arguments["beta"]) else NOT_TAKEN

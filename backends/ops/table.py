@@ -129,8 +129,9 @@ class Kernel:
     an output aliasing an input), which then runs the reference.  ``bf16_symbol``: the C
     function of the same source and arguments taking every operand as bfloat16 bits (float32
     arithmetic, in the float32 variant), which the CPU backend's bf16 boundary calls instead of
-    widening and narrowing the operands; of a :data:`CALL` row, the C function its section
-    file calls on bf16 operands (the boundary tries the section's call first)."""
+    widening and narrowing the operands (a kernel of ``choices`` gives its own, or none); of a
+    :data:`CALL` row, the C function its section file calls on bf16 operands (the boundary
+    tries the section's call first)."""
     c_source: str
     c_symbol: str
     cuda_variant: str = None
@@ -237,8 +238,9 @@ class Op:
         object.__setattr__(self, "_choice_at", choice_at)
         object.__setattr__(self, "c_symbols", tuple(dict.fromkeys(
             [f"{k.c_source}:{k.c_symbol}" for k, _ in calls.values()]
-            + ([f"{self.kernel.c_source}:{self.kernel.bf16_symbol}"]
-               if self.kernel.bf16_symbol else []))))
+            + [f"{k.c_source}:{k.bf16_symbol}" for k in (self.kernel, *(k for k, _ in
+                                                                          calls.values()))
+               if k.bf16_symbol])))
         if self.kernel.launches:
             object.__setattr__(self, "cuda_functions", tuple(
                 f"{self.kernel.cuda_variant}:{l.function}" for l in self.kernel.launches))

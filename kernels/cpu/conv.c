@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "conv.h"
+#include "conv_bf16_rows.h"
 #include "conv_update_blocks.h"
 
 /* The taps s in [*lo, *hi) of a filter row starting at input column w0 that land inside
@@ -46,13 +47,15 @@ static inline void add_taps(real *row, const real *taps, const conv_geom *g, int
     }
 }
 
-/* dst (Q, R*S*C) = the patches of output row p of image n of x. */
-static void gather_row(const real *x, real *dst, const conv_geom *g, int64_t n, int64_t p)
+/* dst (Q, R*S*C) = the patches of output row p of image n of x (or, where x is NULL, of the
+ * bf16 bits xb, widened as they are gathered). */
+static void gather_row(const real *x, const uint16_t *xb, real *dst, const conv_geom *g,
+                       int64_t n, int64_t p)
 {
     const int64_t H = g->H, W = g->W, C = g->C, Q = g->Q, R = g->R, S = g->S;
     const int64_t row_len = R * S * C;
     const size_t cbytes = (size_t)C * sizeof(real);
-    const real *img = x + n * H * W * C;
+    const int64_t img = n * H * W * C;
     for (int64_t q = 0; q < Q; q++, dst += row_len) {
         const int64_t w0 = q * g->str_w - g->pad_w;
         int64_t s_lo, s_hi;
@@ -64,13 +67,13 @@ static void gather_row(const real *x, real *dst, const conv_geom *g, int64_t n, 
                 memset(d, 0, (size_t)S * cbytes);
                 continue;
             }
-            const real *src = img + h * W * C;
+            const int64_t src = img + h * W * C;
             memset(d, 0, (size_t)s_lo * cbytes);
             if (g->dil_w == 1) {
-                memcpy(d + s_lo * C, src + (w0 + s_lo) * C, (size_t)(s_hi - s_lo) * cbytes);
+                conv_widen(x, xb, src + (w0 + s_lo) * C, d + s_lo * C, (s_hi - s_lo) * C);
             } else {
                 for (int64_t s = s_lo; s < s_hi; s++)
-                    memcpy(d + s * C, src + (w0 + s * g->dil_w) * C, cbytes);
+                    conv_widen(x, xb, src + (w0 + s * g->dil_w) * C, d + s * C, C);
             }
             memset(d + s_hi * C, 0, (size_t)(S - s_hi) * cbytes);
         }
@@ -102,7 +105,7 @@ void im2col(const real *x, real *cols, const conv_geom *g, int64_t n0, int64_t n
 #pragma omp parallel for schedule(dynamic, nl_grain(g->Q * row_len)) \
     if (nrows * g->Q * row_len >= NL_PARALLEL_MIN)
     for (int64_t np = 0; np < nrows; np++)
-        gather_row(x, cols + np * g->Q * row_len, g, n0 + np / g->P, np % g->P);
+        gather_row(x, NULL, cols + np * g->Q * row_len, g, n0 + np / g->P, np % g->P);
 }
 
 /* Every input row (n, h) is owned by one thread, which gathers the patch entries that fall on
@@ -149,36 +152,72 @@ void conv_bias_relu(real *o, int64_t rows, int64_t K, const real *bias, int relu
         nl_bias_relu(o + i * K, 1, K, bias, relu);
 }
 
-void conv_fprop_tiled(const real *x, const real *f, real *o, const conv_geom *g, int64_t gemm,
-                      real *work, int64_t nwork, int64_t tile, const real *bias, int relu)
+/* A thread's tile * Q patch rows in its slice of work (a bf16 pass's in whole lines,
+ * conv_lines; the float passes' as they were). */
+static int64_t tile_patches(const conv_geom *g, int64_t tile, int bf16)
+{
+    const int64_t n = tile * g->Q * g->R * g->S * g->C;
+    return bf16 ? conv_lines(n) : n;
+}
+
+/* A thread's slice of a tiled pass's work: tile * Q patch rows, then, on bf16 operands, tile * Q
+ * staged rows of K (the output, or e's rows, as float) and, for the data gradient, the
+ * float image its patches are added into. */
+static int64_t tile_slice(const conv_geom *g, int64_t tile, int bf16, int image)
+{
+    const int64_t rows = tile * g->Q;
+    if (!bf16)
+        return rows * g->R * g->S * g->C;
+    return tile_patches(g, tile, 1) + conv_lines(rows * g->K) +
+           (image ? conv_lines(g->H * g->W * g->C) : 0);
+}
+
+/* conv_fprop_tiled on x or the bf16 bits xb, into o or the bf16 bits ob (a tile's GEMM into
+ * the thread's staging, its epilogue there, then rounded into ob). */
+static void fprop_tiles(const real *x, const uint16_t *xb, const real *f, real *o, uint16_t *ob,
+                        const conv_geom *g, int64_t gemm, real *work, int64_t nwork,
+                        int64_t tile, const real *bias, int relu)
 {
     const nl_gemm mm = (nl_gemm)(intptr_t)gemm;
     const int64_t Q = g->Q, K = g->K, row_len = g->R * g->S * g->C, rows = g->N * g->P;
-    const int64_t ntiles = (rows + tile - 1) / tile;
+    const int64_t ntiles = (rows + tile - 1) / tile, slice = tile_slice(g, tile, ob != NULL, 0);
 #pragma omp parallel for num_threads(nwork) schedule(dynamic, 1)
     for (int64_t t = 0; t < ntiles; t++) {
-        real *buf = work + (int64_t)omp_get_thread_num() * tile * Q * row_len;
+        real *buf = work + (int64_t)omp_get_thread_num() * slice;
         const int64_t r0 = t * tile, r1 = r0 + tile < rows ? r0 + tile : rows;
+        real *out = ob ? buf + tile_patches(g, tile, 1) : o + r0 * Q * K;
         for (int64_t np = r0; np < r1; np++)
-            gather_row(x, buf + (np - r0) * Q * row_len, g, np / g->P, np % g->P);
+            gather_row(x, xb, buf + (np - r0) * Q * row_len, g, np / g->P, np % g->P);
         mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_NO_TRANS, (int)((r1 - r0) * Q), (int)K, (int)row_len,
-           1, buf, (int)row_len, f, (int)K, 0, o + r0 * Q * K, (int)K);
-        nl_bias_relu(o + r0 * Q * K, (r1 - r0) * Q, K, bias, relu);
+           1, buf, (int)row_len, f, (int)K, 0, out, (int)K);
+        nl_bias_relu(out, (r1 - r0) * Q, K, bias, relu);
+        if (ob)
+            conv_narrow(out, ob + r0 * Q * K, (r1 - r0) * Q * K, 0);
     }
+}
+
+void conv_fprop_tiled(const real *x, const real *f, real *o, const conv_geom *g, int64_t gemm,
+                      real *work, int64_t nwork, int64_t tile, const real *bias, int relu)
+{
+    fprop_tiles(x, NULL, f, o, NULL, g, gemm, work, nwork, tile, bias, relu);
 }
 
 int64_t conv_update_blocks(const conv_geom *g) { return conv_update_block_count(g); }
 
-void conv_update_tiled(const real *x, const real *e, real *df, const conv_geom *g, int64_t gemm,
-                       real *work, real *partials, int64_t nwork, int64_t tile, real beta)
+/* conv_update_tiled on x, e or the bf16 bits xb, eb (a tile's rows of e widened into the
+ * thread's staging), into df or the bf16 bits dfb (rounded once, after the partials' sum). */
+static void update_tiles(const real *x, const uint16_t *xb, const real *e, const uint16_t *eb,
+                         real *df, uint16_t *dfb, const conv_geom *g, int64_t gemm, real *work,
+                         real *partials, int64_t nwork, int64_t tile, real beta)
 {
     const nl_gemm mm = (nl_gemm)(intptr_t)gemm;
     const int64_t Q = g->Q, K = g->K, row_len = g->R * g->S * g->C, rows = g->N * g->P;
     const int64_t size = row_len * K, nblk = conv_update_block_count(g);
+    const int64_t slice = tile_slice(g, tile, eb != NULL, 0);
 #pragma omp parallel num_threads(nwork)
     {
         const int64_t me = omp_get_thread_num(), nth = omp_get_num_threads();
-        real *buf = work + me * tile * Q * row_len;
+        real *buf = work + me * slice, *staged = buf + tile_patches(g, tile, eb != NULL);
         /* block b: its output rows [r0, r1), `tile` rows per GEMM, summed into partials[b] */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t b = 0; b < nblk; b++) {
@@ -187,34 +226,109 @@ void conv_update_tiled(const real *x, const real *e, real *df, const conv_geom *
             for (int64_t t0 = r0; t0 < r1; t0 += tile) {
                 const int64_t t1 = t0 + tile < r1 ? t0 + tile : r1;
                 for (int64_t np = t0; np < t1; np++)
-                    gather_row(x, buf + (np - t0) * Q * row_len, g, np / g->P, np % g->P);
+                    gather_row(x, xb, buf + (np - t0) * Q * row_len, g, np / g->P, np % g->P);
+                const real *et = e ? e + t0 * Q * K : staged;
+                if (!e)
+                    conv_widen(NULL, eb, t0 * Q * K, staged, (t1 - t0) * Q * K);
                 mm(NL_ROW_MAJOR, NL_TRANS, NL_NO_TRANS, (int)row_len, (int)K, (int)((t1 - t0) * Q),
-                   1, buf, (int)row_len, e + t0 * Q * K, (int)K, t0 == r0 ? 0 : 1,
-                   partials + b * size, (int)K);
+                   1, buf, (int)row_len, et, (int)K, t0 == r0 ? 0 : 1, partials + b * size,
+                   (int)K);
             }
         }
         int64_t i0, i1;
         nl_split(size, me, nth, &i0, &i1);
-        conv_update_sum(df, partials, nblk, size, i0, i1, beta);
+        if (df)
+            conv_update_sum(df, partials, nblk, size, i0, i1, beta);
+        else
+            conv_update_sum_bf16(dfb, partials, nblk, size, i0, i1, beta);
+    }
+}
+
+void conv_update_tiled(const real *x, const real *e, real *df, const conv_geom *g, int64_t gemm,
+                       real *work, real *partials, int64_t nwork, int64_t tile, real beta)
+{
+    update_tiles(x, NULL, e, NULL, df, NULL, g, gemm, work, partials, nwork, tile, beta);
+}
+
+/* conv_bprop_tiled on e or the bf16 bits eb (a tile's rows widened into the thread's
+ * staging), into dx or the bf16 bits dxb: then an image's patches are added into the
+ * thread's float image (beta * dxb widened, or zero), rounded into dxb once. */
+static void bprop_tiles(const real *e, const uint16_t *eb, const real *f, real *dx,
+                        uint16_t *dxb, const conv_geom *g, int64_t gemm, real *work,
+                        int64_t nwork, int64_t tile, real beta)
+{
+    const nl_gemm mm = (nl_gemm)(intptr_t)gemm;
+    const int64_t P = g->P, Q = g->Q, K = g->K, row_len = g->R * g->S * g->C;
+    const int64_t image = g->H * g->W * g->C, slice = tile_slice(g, tile, eb != NULL, 1);
+#pragma omp parallel for num_threads(nwork) schedule(dynamic, 1)
+    for (int64_t n = 0; n < g->N; n++) {
+        real *buf = work + (int64_t)omp_get_thread_num() * slice;
+        real *staged = buf + tile_patches(g, tile, eb != NULL);
+        real *img = staged + conv_lines(tile * Q * K);
+        if (dxb) {
+            for (int64_t i = 0; i < image; i++)
+                img[i] = beta == 0 ? 0 : beta * (real)bf16_to_f32(dxb[n * image + i]);
+        } else {
+            nl_scale(dx + n * image, image, beta);
+        }
+        for (int64_t p0 = 0; p0 < P; p0 += tile) {
+            const int64_t p1 = p0 + tile < P ? p0 + tile : P;
+            const real *et = e ? e + (n * P + p0) * Q * K : staged;
+            if (!e)
+                conv_widen(NULL, eb, (n * P + p0) * Q * K, staged, (p1 - p0) * Q * K);
+            mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_TRANS, (int)((p1 - p0) * Q), (int)row_len, (int)K,
+               1, et, (int)K, f, (int)K, 0, buf, (int)row_len);
+            for (int64_t p = p0; p < p1; p++)
+                scatter_row(buf + (p - p0) * Q * row_len, dxb ? img : dx, g, dxb ? 0 : n, p);
+        }
+        if (dxb)
+            conv_narrow(img, dxb + n * image, image, 0);
     }
 }
 
 void conv_bprop_tiled(const real *e, const real *f, real *dx, const conv_geom *g, int64_t gemm,
                       real *work, int64_t nwork, int64_t tile, real beta)
 {
-    const nl_gemm mm = (nl_gemm)(intptr_t)gemm;
-    const int64_t P = g->P, Q = g->Q, K = g->K, row_len = g->R * g->S * g->C;
-    const int64_t image = g->H * g->W * g->C;
-#pragma omp parallel for num_threads(nwork) schedule(dynamic, 1)
-    for (int64_t n = 0; n < g->N; n++) {
-        real *buf = work + (int64_t)omp_get_thread_num() * tile * Q * row_len;
-        nl_scale(dx + n * image, image, beta);
-        for (int64_t p0 = 0; p0 < P; p0 += tile) {
-            const int64_t p1 = p0 + tile < P ? p0 + tile : P;
-            mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_TRANS, (int)((p1 - p0) * Q), (int)row_len, (int)K,
-               1, e + (n * P + p0) * Q * K, (int)K, f, (int)K, 0, buf, (int)row_len);
-            for (int64_t p = p0; p < p1; p++)
-                scatter_row(buf + (p - p0) * Q * row_len, dx, g, n, p);
-        }
-    }
+    bprop_tiles(e, NULL, f, dx, NULL, g, gemm, work, nwork, tile, beta);
+}
+
+int64_t conv_tiled_bf16_work_size(const conv_geom *g, int64_t nwork, int64_t tile)
+{
+    return conv_filter_head(g) + nwork * tile_slice(g, tile, 1, 1);
+}
+
+/* The filter (and bias) widened into the head of work, on the calling thread (small, and a
+ * parallel region of their own would cost a wake-up of every thread); returns the rest. */
+static real *widen_filter(const uint16_t *f, const uint16_t *bias, const conv_geom *g,
+                          real *work)
+{
+    const int64_t fsize = g->R * g->S * g->C * g->K;
+    conv_widen(NULL, f, 0, work, fsize);
+    if (bias)
+        conv_widen(NULL, bias, 0, work + conv_lines(fsize), g->K);
+    return work + conv_filter_head(g);
+}
+
+void conv_fprop_tiled_bf16(const uint16_t *x, const uint16_t *f, uint16_t *o,
+                           const conv_geom *g, int64_t gemm, real *work, int64_t nwork,
+                           int64_t tile, const uint16_t *bias, int relu)
+{
+    real *rest = widen_filter(f, bias, g, work);
+    fprop_tiles(NULL, x, work, NULL, o, g, gemm, rest, nwork, tile,
+                bias ? work + conv_lines(g->R * g->S * g->C * g->K) : NULL, relu);
+}
+
+void conv_update_tiled_bf16(const uint16_t *x, const uint16_t *e, uint16_t *df,
+                            const conv_geom *g, int64_t gemm, real *work, real *partials,
+                            int64_t nwork, int64_t tile, real beta)
+{
+    update_tiles(NULL, x, NULL, e, NULL, df, g, gemm, work, partials, nwork, tile, beta);
+}
+
+void conv_bprop_tiled_bf16(const uint16_t *e, const uint16_t *f, uint16_t *dx,
+                           const conv_geom *g, int64_t gemm, real *work, int64_t nwork,
+                           int64_t tile, real beta)
+{
+    real *rest = widen_filter(f, NULL, g, work);
+    bprop_tiles(NULL, e, work, NULL, dx, g, gemm, rest, nwork, tile, beta);
 }

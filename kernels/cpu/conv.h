@@ -55,3 +55,23 @@ void conv_update_tiled(const real *x, const real *e, real *df, const conv_geom *
  * image (no two threads write the same image, so no atomics). */
 void conv_bprop_tiled(const real *e, const real *f, real *dx, const conv_geom *g, int64_t gemm,
                       real *work, int64_t nwork, int64_t tile, real beta);
+
+/* The tiled passes on bfloat16 operands (uint16 bit patterns: x, f, o, bias, e, df, dx), the
+ * arithmetic in `real` (the float32 variant's, the GEMM cblas_sgemm): patches widened as they
+ * are gathered, the filter (and bias) widened once a call into the head of work, a tile's rows
+ * of e widened into the thread's staging; an output tile is computed into the staging, its
+ * epilogue run there and rounded (to nearest even) into o once; the data gradient adds an
+ * image's patches into a float image per thread (beta * dx widened, or zero) and rounds it
+ * once; the weight gradient rounds df once, after its partials' sum.  No float32 copy of an
+ * operand is made.  work holds conv_tiled_bf16_work_size(g, nwork, tile) reals; partials as
+ * conv_update_tiled's. */
+int64_t conv_tiled_bf16_work_size(const conv_geom *g, int64_t nwork, int64_t tile);
+void conv_fprop_tiled_bf16(const uint16_t *x, const uint16_t *f, uint16_t *o,
+                           const conv_geom *g, int64_t gemm, real *work, int64_t nwork,
+                           int64_t tile, const uint16_t *bias, int relu);
+void conv_update_tiled_bf16(const uint16_t *x, const uint16_t *e, uint16_t *df,
+                            const conv_geom *g, int64_t gemm, real *work, real *partials,
+                            int64_t nwork, int64_t tile, real beta);
+void conv_bprop_tiled_bf16(const uint16_t *e, const uint16_t *f, uint16_t *dx,
+                           const conv_geom *g, int64_t gemm, real *work, int64_t nwork,
+                           int64_t tile, real beta);

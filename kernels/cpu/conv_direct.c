@@ -2,6 +2,7 @@
 #include <omp.h>
 
 #include "common.h"
+#include "conv_bf16_rows.h"
 #include "conv_direct.h"
 #include "conv_update_blocks.h"
 
@@ -24,14 +25,14 @@ typedef real uvec __attribute__((vector_size(NL_VBYTES), aligned(sizeof(real))))
 #define QB_RAW(KV) ((NL_VREGS - (KV) - 1) / (KV))
 #define QB_FOR(KV) (QB_RAW(KV) > 14 ? 14 : QB_RAW(KV))
 
-/* Image n of x (H, W, C) copied into the middle of xp (H + 2*pad_h, W + 2*pad_w, C); the
- * border is zero. */
-static void pad_image(const real *x, real *xp, int64_t H, int64_t W, int64_t C, int64_t pad_h,
-                      int64_t pad_w)
+/* Image `at` (its first element's index) of x (H, W, C), or of the bf16 bits xb when x is
+ * NULL, put into the middle of xp (H + 2*pad_h, W + 2*pad_w, C); the border is zero. */
+static void pad_image(const real *x, const uint16_t *xb, int64_t at, real *xp, int64_t H,
+                      int64_t W, int64_t C, int64_t pad_h, int64_t pad_w)
 {
     const int64_t Wp = W + 2 * pad_w, Hp = H + 2 * pad_h;
     if (pad_h == 0 && pad_w == 0) {
-        memcpy(xp, x, (size_t)(H * W * C) * sizeof(real));
+        conv_widen(x, xb, at, xp, H * W * C);
         return;
     }
     memset(xp, 0, (size_t)(pad_h * Wp * C) * sizeof(real));
@@ -39,7 +40,7 @@ static void pad_image(const real *x, real *xp, int64_t H, int64_t W, int64_t C, 
     for (int64_t h = 0; h < H; h++) {
         real *row = xp + (h + pad_h) * Wp * C;
         memset(row, 0, (size_t)(pad_w * C) * sizeof(real));
-        memcpy(row + pad_w * C, x + h * W * C, (size_t)(W * C) * sizeof(real));
+        conv_widen(x, xb, at + h * W * C, row + pad_w * C, W * C);
         memset(row + (pad_w + W) * C, 0, (size_t)(pad_w * C) * sizeof(real));
     }
 }
@@ -141,17 +142,31 @@ static int64_t parts_per_image(const conv_geom *g, int64_t nwork)
     return want < g->P ? want : g->P;
 }
 
-void conv_direct(const real *x, const real *f, real *o, const conv_geom *g, real *work,
-                 int64_t nwork, real beta, const real *bias, int relu)
+/* The widest of 4, 3, 2, 1 vectors of output channels that divides K's vectors. */
+static int vectors_per_block(int64_t K)
 {
-    const int64_t kv = g->K / VL;
-    const int KV = kv % 4 == 0 ? 4 : kv % 3 == 0 ? 3 : kv % 2 == 0 ? 2 : 1;
+    const int64_t kv = K / VL;
+    return kv % 4 == 0 ? 4 : kv % 3 == 0 ? 3 : kv % 2 == 0 ? 2 : 1;
+}
+
+/* conv_direct on x (real) or, where x is NULL, the bf16 bits xb, into o (real) or, where o is
+ * NULL, the bf16 bits ob: an output row of ob is computed into the thread's Q*K staging
+ * (after its padded image in work), its epilogue run there, then rounded into ob once. */
+static void direct_pass(const real *x, const uint16_t *xb, const real *f, real *o, uint16_t *ob,
+                        const conv_geom *g, real *work, int64_t nwork, real beta,
+                        const real *bias, int relu)
+{
+    const int KV = vectors_per_block(g->K);
     const int64_t Hp = g->H + 2 * g->pad_h, Wp = g->W + 2 * g->pad_w;
     const int64_t image = g->H * g->W * g->C, out_image = g->P * g->Q * g->K;
     const int64_t parts = parts_per_image(g, nwork);
+    /* a bf16 pass's parts on cache lines (conv_lines); the float pass's slices as they were */
+    const int64_t padded = ob ? conv_lines(Hp * Wp * g->C) : Hp * Wp * g->C;
+    const int64_t slice = padded + (ob ? conv_lines(g->Q * g->K) : 0);
 #pragma omp parallel num_threads(nwork)
     {
-        real *xp = work + (int64_t)omp_get_thread_num() * Hp * Wp * g->C;
+        real *xp = work + (int64_t)omp_get_thread_num() * slice;
+        real *staged = xp + padded;
         int64_t padded = -1;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t u = 0; u < g->N * parts; u++) {
@@ -159,22 +174,54 @@ void conv_direct(const real *x, const real *f, real *o, const conv_geom *g, real
             int64_t p0, p1;
             nl_split(g->P, u % parts, parts, &p0, &p1);
             if (n != padded) {
-                pad_image(x + n * image, xp, g->H, g->W, g->C, g->pad_h, g->pad_w);
+                pad_image(x, xb, n * image, xp, g->H, g->W, g->C, g->pad_h, g->pad_w);
                 padded = n;
             }
             for (int64_t p = p0; p < p1; p++) {
                 const real *xrow = xp + p * g->str_h * Wp * g->C;
-                real *out = o + n * out_image + p * g->Q * g->K;
+                const int64_t at = n * out_image + p * g->Q * g->K;
+                real *out = ob ? staged : o + at;
+                const real b = ob ? 0 : beta;
                 switch (KV) {
-                case 4: row_kv4(xrow, f, out, g, beta); break;
-                case 3: row_kv3(xrow, f, out, g, beta); break;
-                case 2: row_kv2(xrow, f, out, g, beta); break;
-                default: row_kv1(xrow, f, out, g, beta); break;
+                case 4: row_kv4(xrow, f, out, g, b); break;
+                case 3: row_kv3(xrow, f, out, g, b); break;
+                case 2: row_kv2(xrow, f, out, g, b); break;
+                default: row_kv1(xrow, f, out, g, b); break;
                 }
                 nl_bias_relu(out, g->Q, g->K, bias, relu);
+                if (ob)
+                    conv_narrow(out, ob + at, g->Q * g->K, beta);
             }
         }
     }
+}
+
+void conv_direct(const real *x, const real *f, real *o, const conv_geom *g, real *work,
+                 int64_t nwork, real beta, const real *bias, int relu)
+{
+    direct_pass(x, NULL, f, o, NULL, g, work, nwork, beta, bias, relu);
+}
+
+int64_t conv_direct_bf16_work_size(const conv_geom *g, int64_t nwork)
+{
+    const int64_t padded = conv_lines((g->H + 2 * g->pad_h) * (g->W + 2 * g->pad_w) * g->C);
+    const int64_t update = padded + conv_lines(g->P * g->Q * g->K);
+    const int64_t fprop = padded + conv_lines(g->Q * g->K);
+    return conv_filter_head(g) + nwork * (update > fprop ? update : fprop);
+}
+
+void conv_direct_bf16(const uint16_t *x, const uint16_t *f, uint16_t *o, const conv_geom *g,
+                      real *work, int64_t nwork, real beta, const uint16_t *bias, int relu)
+{
+    const int64_t fsize = g->R * g->S * g->C * g->K;
+    real *fw = work, *bw = work + conv_lines(fsize);
+    /* on the calling thread: a filter is small, and a second parallel region would cost a
+     * wake-up of every thread */
+    conv_widen(NULL, f, 0, fw, fsize);
+    if (bias)
+        conv_widen(NULL, bias, 0, bw, g->K);
+    direct_pass(NULL, x, fw, NULL, o, g, work + conv_filter_head(g), nwork, beta, bias ? bw : NULL,
+                relu);
 }
 
 /* acc (jb filter rows x KV vectors of output channels, jb <= QB) of df += the sum over the
@@ -240,19 +287,25 @@ UPDATE_VARIANT(3)
 UPDATE_VARIANT(4)
 #undef UPDATE_BLOCK
 
-void conv_direct_update(const real *x, const real *e, real *df, const conv_geom *g,
-                        real *work, real *partials, int64_t nwork, real beta)
+/* conv_direct_update on x and e (real) or, where they are NULL, the bf16 bits xb and eb
+ * (the rows of e a block takes widened into the thread's P*Q*K staging after its padded
+ * image), into df (real) or, where df is NULL, the bf16 bits dfb (the partials summed in
+ * double and rounded once). */
+static void update_pass(const real *x, const uint16_t *xb, const real *e, const uint16_t *eb,
+                        real *df, uint16_t *dfb, const conv_geom *g, real *work,
+                        real *partials, int64_t nwork, real beta)
 {
-    const int64_t kv = g->K / VL;
-    const int KV = kv % 4 == 0 ? 4 : kv % 3 == 0 ? 3 : kv % 2 == 0 ? 2 : 1;
+    const int KV = vectors_per_block(g->K);
     const int64_t Hp = g->H + 2 * g->pad_h, Wp = g->W + 2 * g->pad_w;
     const int64_t image = g->H * g->W * g->C, out_image = g->P * g->Q * g->K;
-    const int64_t size = g->R * g->S * g->C * g->K;
+    const int64_t size = g->R * g->S * g->C * g->K, row = g->Q * g->K;
     const int64_t rows = g->N * g->P, nblk = conv_update_block_count(g);
+    const int64_t padded = eb ? conv_lines(Hp * Wp * g->C) : Hp * Wp * g->C;
+    const int64_t slice = padded + (eb ? conv_lines(out_image) : 0);
 #pragma omp parallel num_threads(nwork)
     {
         const int64_t me = omp_get_thread_num(), nth = omp_get_num_threads();
-        real *xp = work + me * Hp * Wp * g->C;
+        real *xp = work + me * slice, *staged = xp + padded;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t b = 0; b < nblk; b++) {
             real *part = partials + b * size;
@@ -262,8 +315,11 @@ void conv_direct_update(const real *x, const real *e, real *df, const conv_geom 
             while (r0 < r1) {
                 const int64_t n = r0 / g->P, p0 = r0 % g->P;
                 const int64_t p1 = r1 - n * g->P < g->P ? r1 - n * g->P : g->P;
-                pad_image(x + n * image, xp, g->H, g->W, g->C, g->pad_h, g->pad_w);
-                const real *en = e + n * out_image;
+                pad_image(x, xb, n * image, xp, g->H, g->W, g->C, g->pad_h, g->pad_w);
+                const real *en = e ? e + n * out_image : staged;
+                if (!e)
+                    conv_widen(NULL, eb, n * out_image + p0 * row, staged + p0 * row,
+                            (p1 - p0) * row);
                 switch (KV) {
                 case 4: update_kv4(xp, en, part, g, p0, p1); break;
                 case 3: update_kv3(xp, en, part, g, p0, p1); break;
@@ -275,6 +331,22 @@ void conv_direct_update(const real *x, const real *e, real *df, const conv_geom 
         }
         int64_t i0, i1;
         nl_split(size, me, nth, &i0, &i1);
-        conv_update_sum(df, partials, nblk, size, i0, i1, beta);
+        if (df)
+            conv_update_sum(df, partials, nblk, size, i0, i1, beta);
+        else
+            conv_update_sum_bf16(dfb, partials, nblk, size, i0, i1, beta);
     }
+}
+
+void conv_direct_update(const real *x, const real *e, real *df, const conv_geom *g,
+                        real *work, real *partials, int64_t nwork, real beta)
+{
+    update_pass(x, NULL, e, NULL, df, NULL, g, work, partials, nwork, beta);
+}
+
+void conv_direct_update_bf16(const uint16_t *x, const uint16_t *e, uint16_t *df,
+                             const conv_geom *g, real *work, real *partials, int64_t nwork,
+                             real beta)
+{
+    update_pass(NULL, x, NULL, e, NULL, df, g, work, partials, nwork, beta);
 }

@@ -28,3 +28,18 @@ void conv_direct(const real *x, const real *f, real *o, const conv_geom *g, real
  * not depend on nwork. */
 void conv_direct_update(const real *x, const real *e, real *df, const conv_geom *g,
                         real *work, real *partials, int64_t nwork, real beta);
+
+/* conv_direct and conv_direct_update on bfloat16 operands (uint16 bit patterns: x, f, o,
+ * bias, e, df), the arithmetic in `real` (the float32 variant's): each image is widened while
+ * it is padded into the thread's slice of work, f and bias are widened once a call into the
+ * head of work, an output row is computed into a float32 staging row and rounded (to nearest
+ * even) into o once, after beta * o and the epilogue; the update widens the rows of e a block
+ * takes into a staging image and rounds df once, after its partials are summed.  No float32
+ * copy of an operand is made.  work holds conv_direct_bf16_work_size(g, nwork) reals (the
+ * larger of both passes' needs); partials as conv_direct_update's. */
+int64_t conv_direct_bf16_work_size(const conv_geom *g, int64_t nwork);
+void conv_direct_bf16(const uint16_t *x, const uint16_t *f, uint16_t *o, const conv_geom *g,
+                      real *work, int64_t nwork, real beta, const uint16_t *bias, int relu);
+void conv_direct_update_bf16(const uint16_t *x, const uint16_t *e, uint16_t *df,
+                             const conv_geom *g, real *work, real *partials, int64_t nwork,
+                             real beta);

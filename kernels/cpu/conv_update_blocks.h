@@ -8,6 +8,8 @@
 #ifndef NEONLITE_CONV_UPDATE_BLOCKS_H
 #define NEONLITE_CONV_UPDATE_BLOCKS_H
 
+#include "bf16_bits.h"
+
 #define CONV_UPDATE_PIXELS 512
 #define CONV_UPDATE_BLOCKS 32
 #define CONV_UPDATE_PARTIAL_BYTES ((int64_t)32 << 20)
@@ -39,6 +41,24 @@ static inline void conv_update_sum(real *df, const real *partials, int64_t nblk,
                 sum[j] += partials[b * size + i + j];
         for (int64_t j = 0; j < w; j++)
             df[i + j] = (real)(beta == 0 ? sum[j] : (double)beta * df[i + j] + sum[j]);
+    }
+}
+
+/* conv_update_sum into bf16 bits: dfb[i0, i1) = round(beta * dfb + the sum), the sum and the
+ * scaling in double as conv_update_sum's, rounded to nearest even once. */
+static inline void conv_update_sum_bf16(uint16_t *dfb, const real *partials, int64_t nblk,
+                                        int64_t size, int64_t i0, int64_t i1, real beta)
+{
+    for (int64_t i = i0; i < i1; i += CONV_SUM_WIDTH) {
+        const int64_t w = i1 - i < CONV_SUM_WIDTH ? i1 - i : CONV_SUM_WIDTH;
+        double sum[CONV_SUM_WIDTH] = {0};
+        for (int64_t b = 0; b < nblk; b++)
+#pragma omp simd
+            for (int64_t j = 0; j < w; j++)
+                sum[j] += partials[b * size + i + j];
+        for (int64_t j = 0; j < w; j++)
+            dfb[i + j] = f32_to_bf16((float)(beta == 0 ? sum[j]
+                                             : (double)beta * bf16_to_f32(dfb[i + j]) + sum[j]));
     }
 }
 

@@ -22,6 +22,8 @@ static double *work_blocks(double *work, int64_t C)
     return work + 2 * C + factors_size(C);
 }
 
+#include "batchnorm_bf16.h"
+
 int64_t norm_work_size(int64_t M, int64_t C)
 {
     return 2 * C + factors_size(C) + nl_blocks(M) * 2 * C;

@@ -19,6 +19,21 @@ void batchnorm_fprop_train(const real *x, const real *gamma, const real *beta, r
                            real *running_var, double *work, int64_t M, int64_t C, double eps,
                            double momentum, int relu);
 
+/* batchnorm_fprop_train and batchnorm_bprop on bfloat16 operands (uint16 bit patterns, every
+ * operand bf16), the arithmetic in `real` (the float32 variant's): rows widened as they are
+ * read, the sums over the rows in double in fixed row blocks, the normalization with the
+ * unrounded float statistics, each written element (y, xhat, mean, invstd, running_*, dx,
+ * dgamma, dbeta) rounded to nearest even once (batchnorm_bf16.h); no float32 copy of an
+ * operand is made.  work as the float kernels' (norm_work_size). */
+void batchnorm_fprop_train_bf16(const uint16_t *x, const uint16_t *gamma, const uint16_t *beta,
+                                uint16_t *y, uint16_t *xhat, uint16_t *mean, uint16_t *invstd,
+                                uint16_t *running_mean, uint16_t *running_var, double *work,
+                                int64_t M, int64_t C, double eps, double momentum, int relu);
+void batchnorm_bprop_bf16(const uint16_t *dy, const uint16_t *xhat, const uint16_t *invstd,
+                          const uint16_t *gamma, uint16_t *dx, uint16_t *dgamma,
+                          uint16_t *dbeta, double *work, int64_t M, int64_t C, double beta_acc,
+                          const uint16_t *relu_y);
+
 /* Inference: the same with mean = running_mean, invstd = 1 / sqrt(running_var + eps). */
 void batchnorm_fprop_infer(const real *x, const real *gamma, const real *beta, real *y,
                            real *xhat, real *mean, real *invstd, const real *running_mean,

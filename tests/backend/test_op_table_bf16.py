@@ -77,7 +77,12 @@ def test_section_rows_on_bf16_match_the_reference_on_rounded_inputs(case):
 
 #: rows whose kernel's bf16_symbol the table calls (a row run whole by its section file, the
 #: attention's, is tested with its section: tests/cpu/test_cpu_bf16_attention.py)
-BF16_KERNELS = [op for op in DISPATCHED if op.kernel.bf16_symbol and op.kernel.arguments != CALL]
+BF16_KERNELS = [op for op in DISPATCHED if op.kernel.arguments != CALL and (
+    op.kernel.bf16_symbol or any(k.bf16_symbol for k in (op.kernel.choices or {}).values()))]
+#: rows whose bf16 kernel sums over the rows in an order of its own (batch norm's: each lane in
+#: double, in fixed row blocks, where the float32 kernel runs float sums of 32 periods first):
+#: their results are within one bf16 rounding of the widening path's, not its bits
+SUMMED_APART = {"batchnorm_bprop"}
 
 
 @requires("compiler")
@@ -85,7 +90,8 @@ BF16_KERNELS = [op for op in DISPATCHED if op.kernel.bf16_symbol and op.kernel.a
 def test_rows_with_a_bf16_kernel_give_the_widening_paths_bits(monkeypatch, op):
     """A row whose kernel has a ``bf16_symbol`` (a C function staging bf16 rows itself) runs it
     when every operand is bf16, and gives bit for bit what widening, the float32 kernel and
-    narrowing give (at a width past one staged chunk of 256 columns)."""
+    narrowing give (at a width past one staged chunk of 256 columns); a row of
+    :data:`SUMMED_APART`, within one bf16 rounding of it."""
     from neonlite.backends.cpu.build import KernelModules
     calls = []
     original = KernelModules.run_bf16_op
@@ -113,7 +119,11 @@ def test_rows_with_a_bf16_kernel_give_the_widening_paths_bits(monkeypatch, op):
     half = len(results) // 2
     for fused, widened in zip(results[:half], results[half:]):
         for a, b in zip(fused, widened):
-            np.testing.assert_array_equal(a, b)
+            if op.name in SUMMED_APART:
+                np.testing.assert_allclose(bf16_to_f32(a), bf16_to_f32(b),
+                                           rtol=2 * U_BF16, atol=1e-6)
+            else:
+                np.testing.assert_array_equal(a, b)
 
 
 def _pair(seed, *shape):

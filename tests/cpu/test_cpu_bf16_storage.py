@@ -216,9 +216,10 @@ def test_products_refuse_mixed_element_types_as_the_gpu_does():
 
 
 def test_bf16_convolutions_and_pooling_plan_the_float32_kernels():
-    """The boundary hands the plans' passes float32 work tensors, so a bf16 backend's
-    convolution and pooling plans choose the float32 C kernels (a plan made for the storage
-    type chose none, and numpy ran every pass: LeNet's step 6x float32's)."""
+    """A bf16 backend's convolution and pooling plans choose the float32 C kernels: their
+    modules hold the passes on bf16 bits (``tests/cpu/test_cpu_bf16_conv_pool.py``), and the
+    boundary hands the other passes float32 work tensors (a plan made for the storage type
+    chose none, and numpy ran every pass: LeNet's step 6x float32's)."""
     be = neonlite.gen_backend("cpu", batch_size=4, datatype="bf16")
     assert be.compute_dtype == np.float32
     conv = be.conv_layer(4, 3, 12, 12, 8, 3, 3, pad=(1, 1))

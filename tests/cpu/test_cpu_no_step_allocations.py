@@ -2,7 +2,7 @@
 backend with its C kernels: a transformer block (its MLP runs ``gelu_bprop`` with the fc1 bias
 gradient, the C block sums; its layer norms sum over rows too), a batch norm and an Affine head
 with a bias (its gradient a GEMM of a ones row made once) train a first step, which makes
-every buffer; the next steps allocate nothing of size.
+every buffer; the next steps allocate nothing of size (and so does a bf16 CNN's).
 
 numpy reports its array allocations to ``tracemalloc``, so the traced peak over the later steps
 bounds what they allocate, even what they free again before the step ends (the C kernels'
@@ -22,7 +22,7 @@ from neonlite.backends.cpu.optree import OpTreeMachine
 from neonlite.backends.reference.optree import evaluate
 from neonlite.backends.shared.bfloat16 import is_bf16
 from neonlite.data import ArrayIterator
-from neonlite.layers import Affine, BatchNorm, GeneralizedCost, TransformerBlock
+from neonlite.layers import Affine, BatchNorm, Conv, GeneralizedCost, Pooling, TransformerBlock
 from neonlite.optimizers import Adam
 from neonlite.transforms import CrossEntropyMulti, Softmax
 
@@ -129,6 +129,39 @@ def test_bf16_training_steps_after_the_first_allocate_nothing():
     now = {key: buf for holder in holders for key, buf in holder.items()}
     assert now.keys() == work.keys() and all(now[key] is buf for key, buf in work.items()), \
         "the boundary's work tensors are made once"
+
+
+def test_bf16_cnn_training_steps_after_the_first_allocate_nothing():
+    """A LeNet-style CNN on bfloat16 tensors (its convolutions' direct passes, max pooling and
+    batch norm read and write bf16 in their kernels, from work arrays their plans and the
+    backend keep): the steps after the first allocate nothing of size, and the boundary keeps
+    no work tensor for those passes."""
+    from neonlite.initializers import Kaiming
+    from neonlite.optimizers import GradientDescentMomentum
+    from neonlite.optimizers.mixed_precision import MixedPrecision
+    from neonlite.transforms import Rectlin
+    be = make_backend("cpu", batch_size=4, seed=0, dtype="bf16")
+    _kernels_or_skip(be)
+    rng = np.random.default_rng(0)
+    data = ArrayIterator(rng.normal(size=(4, 12, 12, 1)).astype(np.float32),
+                         np.eye(10, dtype=np.float32)[rng.integers(0, 10, 4)], shuffle=False)
+    model = Model([Conv((5, 5, 16), padding=2, init=Kaiming(), activation=Rectlin()),
+                   Pooling(2, strides=2),
+                   Conv((3, 3, 32), padding=1, init=Kaiming(), activation=Rectlin(),
+                        batch_norm=True),
+                   Pooling(2, strides=2), Affine(10, activation=Softmax())])
+    model.initialize(data, GeneralizedCost(CrossEntropyMulti()))
+    x, t = next(iter(data))
+    optimizer = MixedPrecision(GradientDescentMomentum(0.01, momentum_coef=0.9),
+                               loss_scale=None)
+    model.train_step(x, t, optimizer, 0)
+    peaks = _peaks(lambda: np.isfinite(model.train_step(x, t, optimizer, 0)))
+    limit = PEAK_LIMIT + MIXED_PRECISION_PER_PARAMETER * len(model.parameters())
+    assert max(peaks) < limit, (
+        f"bf16 steps after the first allocated up to {peaks} bytes at once (limit {limit})")
+    kept = {key[0][0] for holder in be.bf16_boundary.holders() for key in holder}
+    assert not kept & {"fprop_conv", "bprop_conv", "update_conv", "fprop_pool", "bprop_pool",
+                       "batchnorm_fprop", "batchnorm_bprop"}, kept
 
 
 def test_column_sums_of_one_shape_in_one_tree_keep_their_own_results():

@@ -123,3 +123,15 @@ def test_bf16_first_step_diagnosis_runs(capsys):
                             str(data_dir() / "text" / "tinyshakespeare.txt")]) == 0
     out = capsys.readouterr().out
     assert out.count("masters rounded to bf16") == 3 and "did not move" in out
+
+
+def test_bf16_conv_passes_benchmark_smoke(capsys):
+    """``python -m benchmarks.bf16_conv_passes --smoke``: every pass of LeNet's convolutions,
+    poolings and batch norm timed on bf16 and float32."""
+    from support.requires import need
+    need("compiler")
+    from benchmarks.bf16_conv_passes import main as passes_main
+    assert passes_main(["--smoke"]) == 0
+    table = capsys.readouterr().out
+    for name in ("conv1 fprop", "conv2 bprop", "pool1 bprop", "bn bprop", "load average"):
+        assert name in table
