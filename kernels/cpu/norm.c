@@ -2,6 +2,7 @@
 #include "common.h"
 #include "norm.h"
 #include "batchnorm_nhwc.h"
+#include "bf16_rows.h"
 
 /* The parts of a kernel's `work` (norm_work_size(M, C) doubles, see norm.h): 2 C double
  * sums, then 3 C `real` per-channel factors (rounded up to whole doubles), then the block sums
@@ -172,5 +173,140 @@ void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const
             for (int64_t d = 0; d < D; d++)
                 dxr[d] = inv * (dyr[d] * gamma[d] - mg - hr[d] * mgx);
         }
+    }
+}
+
+/* ---- layer norm on bfloat16 rows (norm.h: layernorm_fprop_bf16, layernorm_bprop_bf16) ---- */
+
+/* Chunk [d0, d0 + n) of row x (+ residual) widened into buf. */
+static inline void ln_stage(const uint16_t *x, const uint16_t *residual, real *buf, int64_t d0,
+                            int64_t n)
+{
+    if (residual)
+        bf16_widen_sum(x + d0, residual + d0, buf, n);
+    else
+        bf16_widen(x + d0, buf, n);
+}
+
+/* One row of layernorm_fprop_bf16: the mean and the squared deviations summed in double over
+ * the widened row (two passes), then xhat, y (and total, the rounded x + residual) written by
+ * a third; each pass widens the row again (it stays in L1), so total may be written last. */
+static void ln_fprop_row_bf16(const uint16_t *x, const real *gamma, const real *beta,
+                              uint16_t *y, uint16_t *xhat, real *invstd,
+                              const uint16_t *residual, uint16_t *total, int64_t D, double eps)
+{
+    real buf[BF16_ROW_CHUNK], hs[BF16_ROW_CHUNK], ys[BF16_ROW_CHUNK];
+    double sum = 0, sq = 0;
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        ln_stage(x, residual, buf, d0, n);
+#pragma omp simd reduction(+ : sum)
+        for (int64_t k = 0; k < n; k++)
+            sum += buf[k];
+    }
+    const double mu = sum / (double)D;
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        ln_stage(x, residual, buf, d0, n);
+#pragma omp simd reduction(+ : sq)
+        for (int64_t k = 0; k < n; k++) {
+            const double t = (double)buf[k] - mu;
+            sq += t * t;
+        }
+    }
+    const real inv = (real)(1.0 / sqrt(sq / (double)D + eps));
+    const real mean = (real)mu;
+    *invstd = inv;
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        ln_stage(x, residual, buf, d0, n);
+#pragma omp simd
+        for (int64_t k = 0; k < n; k++) {
+            const real h = (buf[k] - mean) * inv;
+            hs[k] = h;
+            ys[k] = h * gamma[d0 + k] + beta[d0 + k];
+        }
+        if (xhat)
+            bf16_narrow(hs, xhat + d0, n);
+        bf16_narrow(ys, y + d0, n);
+        if (total)
+            bf16_narrow(buf, total + d0, n);
+    }
+}
+
+void layernorm_fprop_bf16(const uint16_t *x, const real *gamma, const real *beta, uint16_t *y,
+                          uint16_t *xhat, real *invstd, const uint16_t *residual,
+                          uint16_t *total, int64_t M, int64_t D, double eps)
+{
+#pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
+    for (int64_t m = 0; m < M; m++)
+        ln_fprop_row_bf16(x + m * D, gamma, beta, y + m * D, xhat ? xhat + m * D : NULL,
+                          invstd + m, residual ? residual + m * D : NULL,
+                          total ? total + m * D : NULL, D, eps);
+}
+
+/* One row of layernorm_bprop_bf16: dy and xhat widened a chunk at a time; the row's sums of
+ * g = dy * gamma and g * xhat, and its terms of the column sums (db += dy, dg += dy * xhat, in
+ * double: a bf16 product is exact in float), in one pass; dx in a second. */
+static void ln_bprop_row_bf16(const uint16_t *dy, const uint16_t *xhat, real inv,
+                              const real *gamma, const uint16_t *residual, uint16_t *dx,
+                              double *db, double *dg, int64_t D)
+{
+    real ds[BF16_ROW_CHUNK], hs[BF16_ROW_CHUNK], out[BF16_ROW_CHUNK], rs[BF16_ROW_CHUNK];
+    double sg = 0, sgx = 0;
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        bf16_widen(dy + d0, ds, n);
+        bf16_widen(xhat + d0, hs, n);
+#pragma omp simd reduction(+ : sg, sgx)
+        for (int64_t k = 0; k < n; k++) {
+            const double g = (double)ds[k] * (double)gamma[d0 + k];
+            sg += g;
+            sgx += g * (double)hs[k];
+            db[d0 + k] += (double)ds[k];
+            dg[d0 + k] += (double)(ds[k] * hs[k]);
+        }
+    }
+    const real mg = (real)(sg / (double)D), mgx = (real)(sgx / (double)D);
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        bf16_widen(dy + d0, ds, n);
+        bf16_widen(xhat + d0, hs, n);
+        if (residual)
+            bf16_widen(residual + d0, rs, n);
+        else
+            memset(rs, 0, (size_t)n * sizeof(real));
+#pragma omp simd
+        for (int64_t k = 0; k < n; k++)
+            out[k] = rs[k] + inv * (ds[k] * gamma[d0 + k] - mg - hs[k] * mgx);
+        bf16_narrow(out, dx + d0, n);
+    }
+}
+
+void layernorm_bprop_bf16(const uint16_t *dy, const uint16_t *xhat, const real *invstd,
+                          const real *gamma, const uint16_t *residual, uint16_t *dx,
+                          real *dgamma, real *dbeta, double *work, int64_t M, int64_t D)
+{
+    const int64_t nb = nl_blocks(M);
+    double *blocks = work_blocks(work, D);
+#pragma omp parallel for schedule(dynamic, 1) if (M * D >= NL_PARALLEL_MIN)
+    for (int64_t blk = 0; blk < nb; blk++) {
+        double *db = blocks + blk * 2 * D, *dg = db + D;
+        int64_t lo, hi;
+        nl_split(M, blk, nb, &lo, &hi);
+        for (int64_t d = 0; d < 2 * D; d++)
+            db[d] = 0;
+        for (int64_t m = lo; m < hi; m++)
+            ln_bprop_row_bf16(dy + m * D, xhat + m * D, invstd[m], gamma,
+                              residual ? residual + m * D : NULL, dx + m * D, db, dg, D);
+    }
+    for (int64_t d = 0; d < D; d++) {
+        double sb = 0, sg = 0;
+        for (int64_t blk = 0; blk < nb; blk++) {
+            sb += blocks[blk * 2 * D + d];
+            sg += blocks[blk * 2 * D + D + d];
+        }
+        dgamma[d] += (real)sg;
+        dbeta[d] += (real)sb;
     }
 }
