@@ -8,6 +8,9 @@
 
 /* Columns of a bf16 row staged at a time. */
 #define BF16_ROW_CHUNK 256
+/* Rows of at most this many columns are widened once, whole, into a stack buffer of the
+ * kernel's (bf16_stage); longer ones a chunk at a time, again for each pass over the row. */
+#define BF16_ROW_STAGED 2048
 
 /* The length of the chunk of a D-column row starting at column d0. */
 static inline int64_t bf16_chunk(int64_t D, int64_t d0)
@@ -38,6 +41,23 @@ static inline void bf16_narrow(const real *in, uint16_t *bits, int64_t n)
 #pragma omp simd
     for (int64_t k = 0; k < n; k++)
         bits[k] = f32_to_bf16((float)in[k]);
+}
+
+/* The widened chunk [d0, d0 + n) of bf16 row x (plus row `more` where not NULL, the sum in
+ * `real`).  `row` (NULL, or BF16_ROW_STAGED reals for a row that fits): the whole row, widened
+ * into it by the first pass (`first`) and read from it by the later ones; without it the
+ * chunk is widened into `buf` (BF16_ROW_CHUNK reals) at every pass. */
+static inline const real *bf16_stage(const uint16_t *x, const uint16_t *more, real *row,
+                                     real *buf, int64_t d0, int64_t n, int first)
+{
+    if (row && !first)
+        return row + d0;
+    real *out = row ? row + d0 : buf;
+    if (more)
+        bf16_widen_sum(x + d0, more + d0, out, n);
+    else
+        bf16_widen(x + d0, out, n);
+    return out;
 }
 
 #endif

@@ -178,39 +178,30 @@ void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const
 
 /* ---- layer norm on bfloat16 rows (norm.h: layernorm_fprop_bf16, layernorm_bprop_bf16) ---- */
 
-/* Chunk [d0, d0 + n) of row x (+ residual) widened into buf. */
-static inline void ln_stage(const uint16_t *x, const uint16_t *residual, real *buf, int64_t d0,
-                            int64_t n)
-{
-    if (residual)
-        bf16_widen_sum(x + d0, residual + d0, buf, n);
-    else
-        bf16_widen(x + d0, buf, n);
-}
-
 /* One row of layernorm_fprop_bf16: the mean and the squared deviations summed in double over
  * the widened row (two passes), then xhat, y (and total, the rounded x + residual) written by
- * a third; each pass widens the row again (it stays in L1), so total may be written last. */
+ * a third; a row of at most BF16_ROW_STAGED columns is widened once (bf16_stage). */
 static void ln_fprop_row_bf16(const uint16_t *x, const real *gamma, const real *beta,
                               uint16_t *y, uint16_t *xhat, real *invstd,
                               const uint16_t *residual, uint16_t *total, int64_t D, double eps)
 {
-    real buf[BF16_ROW_CHUNK], hs[BF16_ROW_CHUNK], ys[BF16_ROW_CHUNK];
+    real row[BF16_ROW_STAGED], buf[BF16_ROW_CHUNK];
+    real *staged = D <= BF16_ROW_STAGED ? row : NULL;
     double sum = 0, sq = 0;
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(D, d0);
-        ln_stage(x, residual, buf, d0, n);
+        const real *v = bf16_stage(x, residual, staged, buf, d0, n, 1);
 #pragma omp simd reduction(+ : sum)
         for (int64_t k = 0; k < n; k++)
-            sum += buf[k];
+            sum += v[k];
     }
     const double mu = sum / (double)D;
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(D, d0);
-        ln_stage(x, residual, buf, d0, n);
+        const real *v = bf16_stage(x, residual, staged, buf, d0, n, 0);
 #pragma omp simd reduction(+ : sq)
         for (int64_t k = 0; k < n; k++) {
-            const double t = (double)buf[k] - mu;
+            const double t = (double)v[k] - mu;
             sq += t * t;
         }
     }
@@ -219,18 +210,23 @@ static void ln_fprop_row_bf16(const uint16_t *x, const real *gamma, const real *
     *invstd = inv;
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(D, d0);
-        ln_stage(x, residual, buf, d0, n);
+        const real *v = bf16_stage(x, residual, staged, buf, d0, n, 0);
+        const real *g = gamma + d0, *b = beta + d0;
+        uint16_t *yc = y + d0, *hc = xhat ? xhat + d0 : NULL;
+        if (hc) {
 #pragma omp simd
-        for (int64_t k = 0; k < n; k++) {
-            const real h = (buf[k] - mean) * inv;
-            hs[k] = h;
-            ys[k] = h * gamma[d0 + k] + beta[d0 + k];
+            for (int64_t k = 0; k < n; k++) {
+                const real h = (v[k] - mean) * inv;
+                hc[k] = f32_to_bf16((float)h);
+                yc[k] = f32_to_bf16((float)(h * g[k] + b[k]));
+            }
+        } else {
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++)
+                yc[k] = f32_to_bf16((float)((v[k] - mean) * inv * g[k] + b[k]));
         }
-        if (xhat)
-            bf16_narrow(hs, xhat + d0, n);
-        bf16_narrow(ys, y + d0, n);
         if (total)
-            bf16_narrow(buf, total + d0, n);
+            bf16_narrow(v, total + d0, n);
     }
 }
 
@@ -245,19 +241,21 @@ void layernorm_fprop_bf16(const uint16_t *x, const real *gamma, const real *beta
                           total ? total + m * D : NULL, D, eps);
 }
 
-/* One row of layernorm_bprop_bf16: dy and xhat widened a chunk at a time; the row's sums of
+/* One row of layernorm_bprop_bf16: dy and xhat widened (bf16_stage); the row's sums of
  * g = dy * gamma and g * xhat, and its terms of the column sums (db += dy, dg += dy * xhat, in
  * double: a bf16 product is exact in float), in one pass; dx in a second. */
 static void ln_bprop_row_bf16(const uint16_t *dy, const uint16_t *xhat, real inv,
                               const real *gamma, const uint16_t *residual, uint16_t *dx,
                               double *db, double *dg, int64_t D)
 {
-    real ds[BF16_ROW_CHUNK], hs[BF16_ROW_CHUNK], out[BF16_ROW_CHUNK], rs[BF16_ROW_CHUNK];
+    real dyrow[BF16_ROW_STAGED], hrow[BF16_ROW_STAGED];
+    real dbuf[BF16_ROW_CHUNK], hbuf[BF16_ROW_CHUNK];
+    const int whole = D <= BF16_ROW_STAGED;
     double sg = 0, sgx = 0;
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(D, d0);
-        bf16_widen(dy + d0, ds, n);
-        bf16_widen(xhat + d0, hs, n);
+        const real *ds = bf16_stage(dy, NULL, whole ? dyrow : NULL, dbuf, d0, n, 1);
+        const real *hs = bf16_stage(xhat, NULL, whole ? hrow : NULL, hbuf, d0, n, 1);
 #pragma omp simd reduction(+ : sg, sgx)
         for (int64_t k = 0; k < n; k++) {
             const double g = (double)ds[k] * (double)gamma[d0 + k];
@@ -270,16 +268,21 @@ static void ln_bprop_row_bf16(const uint16_t *dy, const uint16_t *xhat, real inv
     const real mg = (real)(sg / (double)D), mgx = (real)(sgx / (double)D);
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(D, d0);
-        bf16_widen(dy + d0, ds, n);
-        bf16_widen(xhat + d0, hs, n);
-        if (residual)
-            bf16_widen(residual + d0, rs, n);
-        else
-            memset(rs, 0, (size_t)n * sizeof(real));
+        const real *ds = bf16_stage(dy, NULL, whole ? dyrow : NULL, dbuf, d0, n, 0);
+        const real *hs = bf16_stage(xhat, NULL, whole ? hrow : NULL, hbuf, d0, n, 0);
+        const real *g = gamma + d0;
+        uint16_t *o = dx + d0;
+        if (residual) {
+            const uint16_t *r = residual + d0;
 #pragma omp simd
-        for (int64_t k = 0; k < n; k++)
-            out[k] = rs[k] + inv * (ds[k] * gamma[d0 + k] - mg - hs[k] * mgx);
-        bf16_narrow(out, dx + d0, n);
+            for (int64_t k = 0; k < n; k++)
+                o[k] = f32_to_bf16((float)(bf16_to_f32(r[k])
+                                           + inv * (ds[k] * g[k] - mg - hs[k] * mgx)));
+        } else {
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++)
+                o[k] = f32_to_bf16((float)(inv * (ds[k] * g[k] - mg - hs[k] * mgx)));
+        }
     }
 }
 

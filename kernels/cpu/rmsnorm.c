@@ -99,48 +99,44 @@ void rmsnorm_bprop(const real *dy, const real *xhat, const real *rstd, const rea
 
 /* ---- RMSNorm on bfloat16 rows (rmsnorm.h: rmsnorm_fprop_bf16, rmsnorm_bprop_bf16) ---- */
 
-/* Chunk [d0, d0 + n) of row x (+ residual) widened into buf. */
-static inline void rms_stage(const uint16_t *x, const uint16_t *residual, real *buf,
-                             int64_t d0, int64_t n)
-{
-    if (residual)
-        bf16_widen_sum(x + d0, residual + d0, buf, n);
-    else
-        bf16_widen(x + d0, buf, n);
-}
-
 /* One row of rmsnorm_fprop_bf16: the squares summed in double over the widened row, then
- * xhat, y and total written by a second pass that widens the row again, a chunk read before
- * it is written (total may be x). */
+ * xhat, y and total written by a second pass, a chunk read before it is written (total may be
+ * x); a row of at most BF16_ROW_STAGED columns is widened once (bf16_stage). */
 static void rms_fprop_row_bf16(const uint16_t *x, const real *gamma, uint16_t *y,
                                uint16_t *xhat, real *rstd, const uint16_t *residual,
                                uint16_t *total, int64_t D, double eps)
 {
-    real buf[BF16_ROW_CHUNK], hs[BF16_ROW_CHUNK], ys[BF16_ROW_CHUNK];
+    real row[BF16_ROW_STAGED], buf[BF16_ROW_CHUNK];
+    real *staged = D <= BF16_ROW_STAGED ? row : NULL;
     double sq = 0;
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(D, d0);
-        rms_stage(x, residual, buf, d0, n);
+        const real *v = bf16_stage(x, residual, staged, buf, d0, n, 1);
 #pragma omp simd reduction(+ : sq)
         for (int64_t k = 0; k < n; k++)
-            sq += (double)buf[k] * (double)buf[k];
+            sq += (double)v[k] * (double)v[k];
     }
     const real inv = (real)(1.0 / sqrt(sq / (double)D + eps));
     *rstd = inv;
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(D, d0);
-        rms_stage(x, residual, buf, d0, n);
+        const real *v = bf16_stage(x, residual, staged, buf, d0, n, 0);
+        const real *g = gamma + d0;
+        uint16_t *yc = y + d0, *hc = xhat ? xhat + d0 : NULL;
+        if (hc) {
 #pragma omp simd
-        for (int64_t k = 0; k < n; k++) {
-            const real h = buf[k] * inv;
-            hs[k] = h;
-            ys[k] = h * gamma[d0 + k];
+            for (int64_t k = 0; k < n; k++) {
+                const real h = v[k] * inv;
+                hc[k] = f32_to_bf16((float)h);
+                yc[k] = f32_to_bf16((float)(h * g[k]));
+            }
+        } else {
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++)
+                yc[k] = f32_to_bf16((float)(v[k] * inv * g[k]));
         }
-        if (xhat)
-            bf16_narrow(hs, xhat + d0, n);
-        bf16_narrow(ys, y + d0, n);
         if (total)
-            bf16_narrow(buf, total + d0, n);
+            bf16_narrow(v, total + d0, n);
     }
 }
 
@@ -161,30 +157,31 @@ static void rms_dgamma_bf16(const uint16_t *dy, const uint16_t *xhat, real *dgam
                             int64_t D, int64_t c0, int64_t c1)
 {
     double acc[RMS_COLUMNS] = {0};
-    real ds[RMS_COLUMNS], hs[RMS_COLUMNS];
     const int64_t n = c1 - c0;
     for (int64_t m = 0; m < M; m++) {
-        bf16_widen(dy + m * D + c0, ds, n);
-        bf16_widen(xhat + m * D + c0, hs, n);
+        const uint16_t *dyr = dy + m * D + c0, *hr = xhat + m * D + c0;
 #pragma omp simd
         for (int64_t c = 0; c < n; c++)
-            acc[c] += (double)(ds[c] * hs[c]);
+            acc[c] += (double)(bf16_to_f32(dyr[c]) * bf16_to_f32(hr[c]));
     }
     for (int64_t c = 0; c < n; c++)
         dgamma[c0 + c] += (real)acc[c];
 }
 
-/* One row of rmsnorm_bprop_bf16's dx: the row's sum of dy * gamma * xhat, then dx. */
+/* One row of rmsnorm_bprop_bf16's dx: the row's sum of dy * gamma * xhat, then dx; dy and
+ * xhat widened by bf16_stage. */
 static void rms_bprop_row_bf16(const uint16_t *dy, const uint16_t *xhat, real inv,
                                const real *gamma, const uint16_t *residual, uint16_t *dx,
                                int64_t D)
 {
-    real ds[BF16_ROW_CHUNK], hs[BF16_ROW_CHUNK], rs[BF16_ROW_CHUNK], out[BF16_ROW_CHUNK];
+    real dyrow[BF16_ROW_STAGED], hrow[BF16_ROW_STAGED];
+    real dbuf[BF16_ROW_CHUNK], hbuf[BF16_ROW_CHUNK];
+    const int whole = D <= BF16_ROW_STAGED;
     double sgx = 0;
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(D, d0);
-        bf16_widen(dy + d0, ds, n);
-        bf16_widen(xhat + d0, hs, n);
+        const real *ds = bf16_stage(dy, NULL, whole ? dyrow : NULL, dbuf, d0, n, 1);
+        const real *hs = bf16_stage(xhat, NULL, whole ? hrow : NULL, hbuf, d0, n, 1);
 #pragma omp simd reduction(+ : sgx)
         for (int64_t k = 0; k < n; k++)
             sgx += (double)ds[k] * (double)gamma[d0 + k] * (double)hs[k];
@@ -192,16 +189,21 @@ static void rms_bprop_row_bf16(const uint16_t *dy, const uint16_t *xhat, real in
     const real mgx = (real)(sgx / (double)D);
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(D, d0);
-        bf16_widen(dy + d0, ds, n);
-        bf16_widen(xhat + d0, hs, n);
-        if (residual)
-            bf16_widen(residual + d0, rs, n);
-        else
-            memset(rs, 0, (size_t)n * sizeof(real));
+        const real *ds = bf16_stage(dy, NULL, whole ? dyrow : NULL, dbuf, d0, n, 0);
+        const real *hs = bf16_stage(xhat, NULL, whole ? hrow : NULL, hbuf, d0, n, 0);
+        const real *g = gamma + d0;
+        uint16_t *o = dx + d0;
+        if (residual) {
+            const uint16_t *r = residual + d0;
 #pragma omp simd
-        for (int64_t k = 0; k < n; k++)
-            out[k] = rs[k] + inv * (ds[k] * gamma[d0 + k] - hs[k] * mgx);
-        bf16_narrow(out, dx + d0, n);
+            for (int64_t k = 0; k < n; k++)
+                o[k] = f32_to_bf16((float)(bf16_to_f32(r[k])
+                                           + inv * (ds[k] * g[k] - hs[k] * mgx)));
+        } else {
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++)
+                o[k] = f32_to_bf16((float)(inv * (ds[k] * g[k] - hs[k] * mgx)));
+        }
     }
 }
 
