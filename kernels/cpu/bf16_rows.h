@@ -35,6 +35,14 @@ static inline void bf16_widen_sum(const uint16_t *bits, const uint16_t *more, re
         out[k] = (real)bf16_to_f32(bits[k]) + (real)bf16_to_f32(more[k]);
 }
 
+/* acc[k] += bits[k] widened, k < n. */
+static inline void bf16_accumulate(real *restrict acc, const uint16_t *restrict bits, int64_t n)
+{
+#pragma omp simd
+    for (int64_t k = 0; k < n; k++)
+        acc[k] += (real)bf16_to_f32(bits[k]);
+}
+
 /* bits[k] = in[k] rounded to bf16, k < n. */
 static inline void bf16_narrow(const real *in, uint16_t *bits, int64_t n)
 {

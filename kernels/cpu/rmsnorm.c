@@ -47,18 +47,25 @@ void rmsnorm_fprop(const real *x, const real *gamma, real *y, real *xhat, real *
     }
 }
 
+/* acc[c] += dy[c] * xhat[c] (c < n), one row's terms of dgamma.  Not inlined: inlined into
+ * the loop over the rows, GCC jams two rows into one loop that it does not vectorize. */
+static __attribute__((noinline)) void rms_dgamma_row(double *restrict acc,
+                                                     const real *restrict dy,
+                                                     const real *restrict xhat, int64_t n)
+{
+#pragma omp simd
+    for (int64_t c = 0; c < n; c++)
+        acc[c] += (double)dy[c] * (double)xhat[c];
+}
+
 /* dgamma[c] += sum over rows of dy * xhat for the columns [c0, c1), in row order. */
 static void rms_dgamma(const real *dy, const real *xhat, real *dgamma, int64_t M, int64_t D,
                        int64_t c0, int64_t c1)
 {
     double acc[RMS_COLUMNS] = {0};
     const int64_t n = c1 - c0;
-    for (int64_t m = 0; m < M; m++) {
-        const real *dyr = dy + m * D + c0, *hr = xhat + m * D + c0;
-#pragma omp simd
-        for (int64_t c = 0; c < n; c++)
-            acc[c] += (double)dyr[c] * (double)hr[c];
-    }
+    for (int64_t m = 0; m < M; m++)
+        rms_dgamma_row(acc, dy + m * D + c0, xhat + m * D + c0, n);
     for (int64_t c = 0; c < n; c++)
         dgamma[c0 + c] += (real)acc[c];
 }
@@ -151,6 +158,17 @@ void rmsnorm_fprop_bf16(const uint16_t *x, const real *gamma, uint16_t *y, uint1
                            D, eps);
 }
 
+/* rms_dgamma_row on bf16 rows (the product exact in float). */
+static __attribute__((noinline)) void rms_dgamma_row_bf16(double *restrict acc,
+                                                          const uint16_t *restrict dy,
+                                                          const uint16_t *restrict xhat,
+                                                          int64_t n)
+{
+#pragma omp simd
+    for (int64_t c = 0; c < n; c++)
+        acc[c] += (double)(bf16_to_f32(dy[c]) * bf16_to_f32(xhat[c]));
+}
+
 /* dgamma[c] += sum over rows of dy * xhat (bf16) for the columns [c0, c1), in row order, in
  * double (a bf16 product is exact in float). */
 static void rms_dgamma_bf16(const uint16_t *dy, const uint16_t *xhat, real *dgamma, int64_t M,
@@ -158,12 +176,8 @@ static void rms_dgamma_bf16(const uint16_t *dy, const uint16_t *xhat, real *dgam
 {
     double acc[RMS_COLUMNS] = {0};
     const int64_t n = c1 - c0;
-    for (int64_t m = 0; m < M; m++) {
-        const uint16_t *dyr = dy + m * D + c0, *hr = xhat + m * D + c0;
-#pragma omp simd
-        for (int64_t c = 0; c < n; c++)
-            acc[c] += (double)(bf16_to_f32(dyr[c]) * bf16_to_f32(hr[c]));
-    }
+    for (int64_t m = 0; m < M; m++)
+        rms_dgamma_row_bf16(acc, dy + m * D + c0, xhat + m * D + c0, n);
     for (int64_t c = 0; c < n; c++)
         dgamma[c0 + c] += (real)acc[c];
 }

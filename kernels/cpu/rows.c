@@ -1,6 +1,7 @@
 /* Row gather, deterministic scatter-add, strided row copies and bias rows (see rows.h). */
 #include "common.h"
 #include "rows.h"
+#include "bf16_rows.h"
 
 /* Columns per work item of the scatter-add: a multiple of the widest vector. */
 #define COLS 64
@@ -62,5 +63,135 @@ void add_row(const real *x, const real *row, real *out, int64_t M, int64_t C)
         real *o = out + m * C;
         for (int64_t c = 0; c < C; c++)
             o[c] = xr[c] + row[c];
+    }
+}
+
+/* ---- bfloat16 rows (rows.h: add_row_bf16, scatter_add_rows_bf16, row_combination_bf16) ---- */
+
+void add_row_bf16(const uint16_t *x, const uint16_t *row, uint16_t *out, int64_t M, int64_t C)
+{
+#pragma omp parallel for schedule(dynamic, nl_grain(C)) if (M * C >= NL_PARALLEL_MIN)
+    for (int64_t m = 0; m < M; m++) {
+        const uint16_t *xr = x + m * C;
+        uint16_t *o = out + m * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++)
+            o[c] = f32_to_bf16(bf16_to_f32(xr[c]) + bf16_to_f32(row[c]));
+    }
+}
+
+/* order[0, n) = 0 .. n - 1 sorted by ids[order[j]], stably (bottom-up merge sort through
+ * tmp, n more). */
+static void order_by_id(const int64_t *ids, int64_t *order, int64_t *tmp, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++)
+        order[j] = j;
+    int64_t *src = order, *dst = tmp;
+    for (int64_t width = 1; width < n; width *= 2) {
+        for (int64_t lo = 0; lo < n; lo += 2 * width) {
+            const int64_t mid = lo + width < n ? lo + width : n;
+            const int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+            int64_t a = lo, b = mid, k = lo;
+            while (a < mid && b < hi)
+                dst[k++] = ids[src[b]] < ids[src[a]] ? src[b++] : src[a++];
+            while (a < mid)
+                dst[k++] = src[a++];
+            while (b < hi)
+                dst[k++] = src[b++];
+        }
+        int64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != order)
+        memcpy(order, src, (size_t)n * sizeof(int64_t));
+}
+
+/* The first position at or after j (< n) where a run of equal ids in sorted order starts. */
+static int64_t group_start(const int64_t *ids, const int64_t *order, int64_t j, int64_t n)
+{
+    while (j > 0 && j < n && ids[order[j]] == ids[order[j - 1]])
+        j++;
+    return j;
+}
+
+/* bf16_accumulate, not inlined: inlined into add_group_bf16's loop over rows, GCC jams two
+ * rows into one loop that it does not vectorize. */
+static __attribute__((noinline)) void accumulate_row(real *restrict acc,
+                                                     const uint16_t *restrict bits, int64_t n)
+{
+    bf16_accumulate(acc, bits, n);
+}
+
+/* acc[k] += wm * bits[k] widened (k < n), in float; not inlined, as accumulate_row. */
+static __attribute__((noinline)) void accumulate_weighted_row(float *restrict acc, float wm,
+                                                              const uint16_t *restrict bits,
+                                                              int64_t n)
+{
+#pragma omp simd
+    for (int64_t k = 0; k < n; k++)
+        acc[k] += wm * bf16_to_f32(bits[k]);
+}
+
+/* grad row g += the rows order[j0 .. j1) (one id's rows, in id order): widened a chunk at a
+ * time, summed in `real` in that order, rounded once. */
+static void add_group_bf16(uint16_t *g, const uint16_t *rows, const int64_t *order, int64_t j0,
+                           int64_t j1, int64_t D)
+{
+    real acc[BF16_ROW_CHUNK];
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        bf16_widen(g + d0, acc, n);
+        for (int64_t j = j0; j < j1; j++)
+            accumulate_row(acc, rows + order[j] * D + d0, n);
+        bf16_narrow(acc, g + d0, n);
+    }
+}
+
+int64_t scatter_add_rows_bf16_work_size(int64_t n)
+{
+    return 2 * n;
+}
+
+void scatter_add_rows_bf16(uint16_t *grad, const int64_t *ids, const uint16_t *rows,
+                           int64_t *work, int64_t n, int64_t D)
+{
+    int64_t *order = work;
+    order_by_id(ids, order, work + n, n);
+    const int64_t parts = nl_blocks(n);
+#pragma omp parallel for schedule(dynamic, 1) if (n * D >= NL_PARALLEL_MIN)
+    for (int64_t p = 0; p < parts; p++) {
+        int64_t lo, hi;
+        nl_split(n, p, parts, &lo, &hi);
+        const int64_t end = group_start(ids, order, hi, n);
+        for (int64_t j0 = group_start(ids, order, lo, n), j1; j0 < end; j0 = j1) {
+            for (j1 = j0 + 1; j1 < n && ids[order[j1]] == ids[order[j0]]; j1++)
+                ;
+            add_group_bf16(grad + ids[order[j0]] * D, rows, order, j0, j1, D);
+        }
+    }
+}
+
+void row_combination_bf16(const uint16_t *w, const uint16_t *B, int64_t ldb, int64_t M,
+                          int64_t K, double alpha, double beta, uint16_t *out)
+{
+    const int64_t parts = (K + BF16_ROW_CHUNK - 1) / BF16_ROW_CHUNK;
+#pragma omp parallel for schedule(dynamic, 1) if (M * K >= NL_PARALLEL_MIN && parts > 1)
+    for (int64_t p = 0; p < parts; p++) {
+        const int64_t c0 = p * BF16_ROW_CHUNK, n = bf16_chunk(K, c0);
+        float acc[BF16_ROW_CHUNK];
+        for (int64_t k = 0; k < n; k++)
+            acc[k] = 0;
+        for (int64_t m = 0; m < M; m++)
+            accumulate_weighted_row(acc, bf16_to_f32(w[m]), B + m * ldb + c0, n);
+        const float a = (float)alpha, b = (float)beta;
+        uint16_t *o = out + c0;
+        if (b != 0.0f) {
+            for (int64_t k = 0; k < n; k++)
+                o[k] = f32_to_bf16(a * acc[k] + b * bf16_to_f32(o[k]));
+        } else {
+            for (int64_t k = 0; k < n; k++)
+                o[k] = f32_to_bf16(a * acc[k]);
+        }
     }
 }
