@@ -300,5 +300,6 @@ for _name, _method in boundary_methods(
         CPUBackend, OPS.values(),
         {"compound_dot": CPUBackend.fused_compound_dot, "take_rows": CPUBackend.fused_take_rows,
          "scatter_add_rows": CPUBackend.fused_scatter_add_rows,
+         "softmax_cross_entropy": CPUBackend.fused_softmax_cross_entropy,
          "permute_axes": CPUBackend.fused_permute_axes}).items():
     setattr(CPUBackend, _name, _method)
