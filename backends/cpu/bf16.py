@@ -196,12 +196,11 @@ class CPUBf16Ops:
     def _bf16_row_product(self, A, B, C, arguments):
         """``compound_dot`` of one row of bf16 A (1, M) by bf16 B (M, K) into bf16 C, not
         transposed (a bias gradient ones @ dY): the weighted sum of B's rows, one pass over its
-        bits (``row_combination_bf16_kernel``) on either path; False where it does not take
-        it."""
+        bits (``row_combination_bf16_kernel``) on either path, the operands checked by the
+        boundary (the row's check); False where it does not take it."""
         if arguments["transA"] or arguments["transB"] or A.shape[0] != 1 or \
                 not is_bf16_tensor(C):
             return False
-        COMPOUND_DOT.check("compound_dot", A, B, C, False, False)
         return row_combination_bf16_kernel(self.kernels, A._ary, B._ary, C._ary,
                                            arguments["alpha"], arguments["beta"])
 
