@@ -1,24 +1,30 @@
-"""The row ops of a transformer's training step on bf16 storage against float32, one call each,
-at the d_model 512 transformer's sizes (``examples/gpt512_bf16.yaml``: 16 x 128 tokens, d 512,
-a vocabulary of 96): layer norm and RMSNorm forward and backward (with a pre-norm block's
-residual joined), the embedding gather and its gradient, a bias add and the bias gradient
-(a column sum through ``ones @ dY``), softmax and softmax with cross-entropy.  Each op runs
-on a ``-d bf16`` backend and a ``-d f32`` one, alternating (``timing.time_alternating``),
-medians; the table gives milliseconds per call and bf16 / f32.
+"""The row ops of a transformer's training step on bf16 storage against float32, one call each:
+layer norm and RMSNorm forward and backward (with a pre-norm block's residual joined), the
+embedding gather and its gradient, a bias add and the bias gradient (``ones @ dY``), a
+positional block added and its gradient (``ones @ dY`` over the batch), softmax and softmax
+with cross-entropy (class-index targets).  Sizes: ``gpt512`` (``examples/gpt512_bf16.yaml``:
+16 x 128 tokens, d 512, a vocabulary of 96) or ``nanogpt`` (nanoGPT's CPU recipe,
+``benchmarks/workloads/nanogpt.py``: 12 x 64 tokens, d 128, 65 classes).  Each op runs on a
+``-d bf16`` backend and a ``-d f32`` one, alternating (``timing.time_alternating``), medians;
+the table gives milliseconds per call and bf16 / f32.  ``--threads N`` sets the OpenMP
+threads (and OpenBLAS's) of both.
 
-    python benchmarks/bf16_row_ops.py [REPEATS] [ONLY...]      (default 30 rounds, every op)
+    python benchmarks/bf16_row_ops.py [--sizes gpt512|nanogpt] [--threads N] [--repeats R]
+                                      [OP ...]
 """
-import sys
+import argparse
 
 import numpy as np
 
 import neonlite
+from neonlite.backends.cpu.threads import set_cpu_threads
 from timing import time_alternating
 
-N, T, D, VOCAB = 16, 128, 512, 96
+#: (batch N, tokens T, width D, classes) of each model
+SIZES = {"gpt512": (16, 128, 512, 96), "nanogpt": (12, 64, 128, 65)}
 
 
-def _calls(be):
+def _calls(be, N, T, D, VOCAB):
     """{name: a no-argument call of the op on ``be``'s tensors}."""
     rng = np.random.default_rng(0)
     M = N * T
@@ -32,6 +38,8 @@ def _calls(be):
     logits, probs, dlogits = arr(M, VOCAB), arr(M, VOCAB), arr(M, VOCAB)
     targets = be.array(rng.integers(0, VOCAB, size=(M,)), dtype=np.int32)
     bias, dbias, ones = arr(VOCAB), be.zeros((1, VOCAB)), be.ones((1, M))
+    positions, dpositions, batch_ones = arr(T, D), be.zeros((1, T * D)), be.ones((1, N))
+    tokens, added = x.reshape(N, T, D), y.reshape(N, T, D)
     return {
         "layernorm_fprop": lambda: be.layernorm_fprop(x, gamma, beta, y, xhat, invstd, 1e-5,
                                                       residual=res, total=total),
@@ -44,26 +52,37 @@ def _calls(be):
         "scatter_add_rows": lambda: be.scatter_add_rows(grad_table, ids, dy),
         "bias_add": lambda: logits.__setitem__(slice(None), probs + bias),
         "bias_grad": lambda: be.compound_dot(ones, dlogits, dbias, beta=1.0),
+        "positions_add": lambda: added.__setitem__(slice(None), tokens + positions),
+        "positions_grad": lambda: be.compound_dot(batch_ones, dy.reshape(N, T * D), dpositions,
+                                                  beta=1.0),
         "softmax": lambda: be.softmax(logits, probs),
         "softmax_cross_entropy": lambda: be.softmax_cross_entropy(logits, targets, probs,
                                                                   dlogits),
     }
 
 
-def main(argv):
-    repeats = int(argv[0]) if argv else 30
-    only = set(argv[1:])
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", choices=sorted(SIZES), default="gpt512")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("ops", nargs="*")
+    args = parser.parse_args()
+    if args.threads is not None:
+        set_cpu_threads(args.threads)
+    N = SIZES[args.sizes][0]
     backends = {name: neonlite.gen_backend("cpu", batch_size=N, rng_seed=0, datatype=name)
                 for name in ("bf16", "float32")}
-    calls = {name: _calls(be) for name, be in backends.items()}
+    calls = {name: _calls(be, *SIZES[args.sizes]) for name, be in backends.items()}
+    print(f"{args.sizes}, threads {args.threads or 'default'}, median of {args.repeats}")
     print(f"{'op':24s} {'bf16 ms':>9s} {'f32 ms':>9s} {'bf16/f32':>9s}")
     for op in calls["float32"]:
-        if only and op not in only:
+        if args.ops and op not in args.ops:
             continue
-        medians = time_alternating({name: calls[name][op] for name in calls}, repeats)
+        medians = time_alternating({name: calls[name][op] for name in calls}, args.repeats)
         print(f"{op:24s} {medians['bf16'] * 1e3:9.3f} {medians['float32'] * 1e3:9.3f} "
               f"{medians['bf16'] / medians['float32']:9.2f}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

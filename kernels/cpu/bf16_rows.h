@@ -12,6 +12,10 @@
  * kernel's (bf16_stage); longer ones a chunk at a time, again for each pass over the row. */
 #define BF16_ROW_STAGED 2048
 
+/* Stack buffers of staged rows start on a cache line: whole-vector loads and stores then do
+ * not straddle two lines (as they would 4 bytes off, say, after a scalar field). */
+#define BF16_ALIGNED __attribute__((aligned(64)))
+
 /* The length of the chunk of a D-column row starting at column d0. */
 static inline int64_t bf16_chunk(int64_t D, int64_t d0)
 {

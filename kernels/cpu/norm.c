@@ -185,7 +185,7 @@ static void ln_fprop_row_bf16(const uint16_t *x, const real *gamma, const real *
                               uint16_t *y, uint16_t *xhat, real *invstd,
                               const uint16_t *residual, uint16_t *total, int64_t D, double eps)
 {
-    real row[BF16_ROW_STAGED], buf[BF16_ROW_CHUNK];
+    real row[BF16_ROW_STAGED] BF16_ALIGNED, buf[BF16_ROW_CHUNK] BF16_ALIGNED;
     real *staged = D <= BF16_ROW_STAGED ? row : NULL;
     double sum = 0, sq = 0;
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
@@ -248,8 +248,8 @@ static void ln_bprop_row_bf16(const uint16_t *dy, const uint16_t *xhat, real inv
                               const real *gamma, const uint16_t *residual, uint16_t *dx,
                               double *db, double *dg, int64_t D)
 {
-    real dyrow[BF16_ROW_STAGED], hrow[BF16_ROW_STAGED];
-    real dbuf[BF16_ROW_CHUNK], hbuf[BF16_ROW_CHUNK];
+    real dyrow[BF16_ROW_STAGED] BF16_ALIGNED, hrow[BF16_ROW_STAGED] BF16_ALIGNED;
+    real dbuf[BF16_ROW_CHUNK] BF16_ALIGNED, hbuf[BF16_ROW_CHUNK] BF16_ALIGNED;
     const int whole = D <= BF16_ROW_STAGED;
     double sg = 0, sgx = 0;
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {

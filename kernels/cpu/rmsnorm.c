@@ -113,7 +113,7 @@ static void rms_fprop_row_bf16(const uint16_t *x, const real *gamma, uint16_t *y
                                uint16_t *xhat, real *rstd, const uint16_t *residual,
                                uint16_t *total, int64_t D, double eps)
 {
-    real row[BF16_ROW_STAGED], buf[BF16_ROW_CHUNK];
+    real row[BF16_ROW_STAGED] BF16_ALIGNED, buf[BF16_ROW_CHUNK] BF16_ALIGNED;
     real *staged = D <= BF16_ROW_STAGED ? row : NULL;
     double sq = 0;
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
@@ -188,8 +188,8 @@ static void rms_bprop_row_bf16(const uint16_t *dy, const uint16_t *xhat, real in
                                const real *gamma, const uint16_t *residual, uint16_t *dx,
                                int64_t D)
 {
-    real dyrow[BF16_ROW_STAGED], hrow[BF16_ROW_STAGED];
-    real dbuf[BF16_ROW_CHUNK], hbuf[BF16_ROW_CHUNK];
+    real dyrow[BF16_ROW_STAGED] BF16_ALIGNED, hrow[BF16_ROW_STAGED] BF16_ALIGNED;
+    real dbuf[BF16_ROW_CHUNK] BF16_ALIGNED, hbuf[BF16_ROW_CHUNK] BF16_ALIGNED;
     const int whole = D <= BF16_ROW_STAGED;
     double sgx = 0;
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {

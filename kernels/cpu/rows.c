@@ -66,7 +66,7 @@ void add_row(const real *x, const real *row, real *out, int64_t M, int64_t C)
     }
 }
 
-/* ---- bfloat16 rows (rows.h: add_row_bf16, scatter_add_rows_bf16, row_combination_bf16) ---- */
+/* ---- bfloat16 rows (rows.h: add_row_bf16, scatter_add_rows_bf16, row_combination_bf16) */
 
 void add_row_bf16(const uint16_t *x, const uint16_t *row, uint16_t *out, int64_t M, int64_t C)
 {
@@ -158,7 +158,7 @@ static __attribute__((noinline)) void accumulate_weighted_rows(
 static void add_group_bf16(uint16_t *g, const uint16_t *rows, const int64_t *order, int64_t j0,
                            int64_t j1, int64_t D)
 {
-    real acc[BF16_ROW_CHUNK];
+    real acc[BF16_ROW_CHUNK] BF16_ALIGNED;
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(D, d0);
         bf16_widen(g + d0, acc, n);
@@ -199,7 +199,7 @@ void row_combination_bf16(const uint16_t *w, const uint16_t *B, int64_t ldb, int
 #pragma omp parallel for schedule(dynamic, 1) if (M * K >= NL_PARALLEL_MIN && parts > 1)
     for (int64_t p = 0; p < parts; p++) {
         const int64_t c0 = p * BF16_ROW_CHUNK, n = bf16_chunk(K, c0);
-        float acc[BF16_ROW_CHUNK];
+        float acc[BF16_ROW_CHUNK] BF16_ALIGNED;
         for (int64_t k = 0; k < n; k++)
             acc[k] = 0;
         int64_t m = 0;

@@ -4,16 +4,31 @@
 #include "softmax.h"
 #include "bf16_rows.h"
 
-/* e = exp(x - max(x)) for one row of K; returns the sum of e (in double) and sets *top. */
+/* Lanes of exp_row's sum: element k is added into lane k % EXP_LANES, in order, and the
+ * lanes then in lane order (a vector register of doubles, the additions' order written out,
+ * so it does not depend on what the compiler does with the loop). */
+#define EXP_LANES 8
+
+/* e = exp(x - max(x)) for one row of K; returns the sum of e (in double, by EXP_LANES lanes)
+ * and sets *top. */
 static double exp_row(const real *x, real *e, int64_t K, real *top)
 {
     real m = x[0];
+#pragma omp simd reduction(max : m)
     for (int64_t k = 1; k < K; k++)
         m = x[k] > m ? x[k] : m;
+#pragma omp simd
     for (int64_t k = 0; k < K; k++)
         e[k] = NL_EXP(x[k] - m);
+    double lane[EXP_LANES] = {0};
+    int64_t k = 0;
+    for (; k + EXP_LANES <= K; k += EXP_LANES)
+        for (int j = 0; j < EXP_LANES; j++)
+            lane[j] += e[k + j];
     double sum = 0;
-    for (int64_t k = 0; k < K; k++)
+    for (int j = 0; j < EXP_LANES; j++)
+        sum += lane[j];
+    for (; k < K; k++)
         sum += e[k];
     *top = m;
     return sum;
@@ -93,8 +108,21 @@ struct bf16_softmax_row {
     const uint16_t *x;
     int64_t K;
     int whole;
-    real top, row[BF16_ROW_STAGED], e[BF16_ROW_STAGED], buf[BF16_ROW_CHUNK];
+    real top;
+    /* buf between row and e: 2048 floats apart, e[k] and row[k] would share their address
+     * bits below 4 KiB, and the stores to e stall the loads from row (4K aliasing) */
+    real row[BF16_ROW_STAGED] BF16_ALIGNED, buf[BF16_ROW_CHUNK] BF16_ALIGNED,
+        e[BF16_ROW_STAGED] BF16_ALIGNED;
 };
+
+/* r set to the row x of K logits (its buffers left as they are). */
+static inline void bf16_softmax_row_at(struct bf16_softmax_row *r, const uint16_t *x,
+                                       int64_t K)
+{
+    r->x = x;
+    r->K = K;
+    r->whole = K <= BF16_ROW_STAGED;
+}
 
 /* The row's max and its sum of exp(x - max) in double, added in column order (exp_row's). */
 static double bf16_row_exp_sum(struct bf16_softmax_row *r)
@@ -109,15 +137,22 @@ static double bf16_row_exp_sum(struct bf16_softmax_row *r)
         const real v = bf16_to_f32(r->x[k]);
         m = v > m ? v : m;
     }
-    double sum = 0;
+    double lane[EXP_LANES] = {0}, sum = 0;
+    const int64_t whole = K - K % EXP_LANES;
     for (int64_t d0 = 0; d0 < K; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(K, d0);
         bf16_widen(r->x + d0, r->buf, n);
         for (int64_t k = 0; k < n; k++)
             r->buf[k] = NL_EXP(r->buf[k] - m);
-        for (int64_t k = 0; k < n; k++)
-            sum += r->buf[k];
+        const int64_t lanes = d0 + n <= whole ? n : whole - d0;
+        for (int64_t k = 0; k < lanes; k += EXP_LANES)
+            for (int j = 0; j < EXP_LANES; j++)
+                lane[j] += r->buf[k + j];
     }
+    for (int j = 0; j < EXP_LANES; j++)
+        sum += lane[j];
+    for (int64_t k = whole; k < K; k++)
+        sum += NL_EXP((real)bf16_to_f32(r->x[k]) - m);
     r->top = m;
     return sum;
 }
@@ -141,7 +176,8 @@ void softmax_rows_bf16(const uint16_t *x, uint16_t *out, int64_t M, int64_t K)
 {
 #pragma omp parallel for schedule(dynamic, nl_grain(K)) if (M * K >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) {
-        struct bf16_softmax_row r = {.x = x + m * K, .K = K, .whole = K <= BF16_ROW_STAGED};
+        struct bf16_softmax_row r;  /* its buffers not cleared: written before they are read */
+        bf16_softmax_row_at(&r, x + m * K, K);
         const real inv = (real)(1.0 / bf16_row_exp_sum(&r));
         uint16_t *o = out + m * K;
         for (int64_t d0 = 0; d0 < K; d0 += BF16_ROW_CHUNK) {
@@ -159,7 +195,8 @@ void softmax_rows_bf16(const uint16_t *x, uint16_t *out, int64_t M, int64_t K)
 static double sce_row_bf16(const uint16_t *logits, const uint16_t *targets, int64_t c,
                            uint16_t *p, uint16_t *g, int64_t K, real s)
 {
-    struct bf16_softmax_row r = {.x = logits, .K = K, .whole = K <= BF16_ROW_STAGED};
+    struct bf16_softmax_row r;  /* its buffers not cleared: written before they are read */
+    bf16_softmax_row_at(&r, logits, K);
     const double sum = bf16_row_exp_sum(&r);
     const real logsum = (real)log(sum), inv = (real)(1.0 / sum);
     double row = 0;
