@@ -202,7 +202,8 @@ class CPUBf16Ops:
                 not is_bf16_tensor(C):
             return False
         return row_combination_bf16_kernel(self.kernels, A._ary, B._ary, C._ary,
-                                           arguments["alpha"], arguments["beta"])
+                                           arguments["alpha"], arguments["beta"],
+                                           keep=A.kept and B.kept and C.kept)
 
     def fused_permute_axes(self, arguments):
         """``permute_axes`` from bf16 to bf16: the bits moved as they are (exact)."""

@@ -89,22 +89,28 @@ def scatter_add_rows_bf16_kernel(kernels, grad_table, idx, rows):
     return True
 
 
-def row_combination_bf16_kernel(kernels, w, b, c, alpha, beta):
+def row_combination_bf16_kernel(kernels, w, b, c, alpha, beta, keep=False):
     """c (1, K) = alpha * w (1, M) @ b (M, K) + beta * c on bf16 bit arrays (b's rows
     unit-stride, w and c contiguous): a one-row product (a bias gradient ones @ dY) as a
     weighted sum of b's rows in one pass over its bits (``row_combination_bf16``); False where
-    the kernels do not take the arrays."""
+    the kernels do not take the arrays.  ``keep``: see ``KernelModules.run_call`` (the bias
+    gradient's call is prepared once)."""
+    return kernels.run_call("row_combination_bf16", (w, b, c), (float(alpha), float(beta)),
+                            keep, lambda: _row_combination_call(kernels, w, b, c, alpha, beta))
+
+
+def _row_combination_call(kernels, w, b, c, alpha, beta):
     module = kernels.module("rows", FLOATS[0])
     M, K = b.shape
     if (module is None or w.shape != (1, M) or c.shape != (1, K) or not c.flags.c_contiguous
             or not w.flags.c_contiguous or b.strides[1] != b.itemsize
             or b.strides[0] % b.itemsize or np.may_share_memory(c, b)):
-        return False
+        return None
     ffi = module.ffi
-    module.lib.row_combination_bf16(*(ffi.cast("uint16_t *", address(a)) for a in (w, b)),
-                                    b.strides[0] // b.itemsize, M, K, float(alpha),
-                                    float(beta), ffi.cast("uint16_t *", address(c)))
-    return True
+    return module.lib.row_combination_bf16, tuple(
+        ffi.cast("uint16_t *", address(a)) for a in (w, b)) + (
+        b.strides[0] // b.itemsize, M, K, float(alpha), float(beta),
+        ffi.cast("uint16_t *", address(c)))
 
 
 def permute_axes_kernel(kernels, x, out, axes):
