@@ -184,10 +184,9 @@ class Bf16Boundary:
 
     def run_row(self, op, operands, scalars, run):
         """Dispatched row ``op`` on ``operands`` (row order) with a bf16 tensor among them: the
-        row's check, then its kernel's ``bf16_symbol`` where it has one and the operands are
-        bf16 (no widening: the C function stages rows itself) but for those of
-        ``bf16_wide``, which may be float32 or bf16 (:meth:`_run_fused`), else ``run(op, work
-        operands, scalars)`` between the widening and the narrowing."""
+        row's check, then its kernel's ``bf16_symbol`` where it has one and every operand is
+        bf16 (no widening of the rows: the C function stages them itself; :meth:`_run_fused`),
+        else ``run(op, work operands, scalars)`` between the widening and the narrowing."""
         self.checked(op.name, operands, scalars, lambda: op.check_operands(operands, scalars))
         if op.kernel.bf16_symbol is not None and self._run_fused(op, operands, scalars):
             return
@@ -198,15 +197,13 @@ class Bf16Boundary:
         self.narrow_all(written)
 
     def _run_fused(self, op, operands, scalars):
-        """Row ``op``'s ``bf16_symbol`` on ``operands``: the bf16 tensors of its
-        ``bf16_wide`` operands (small: O(M) or O(D)) through float32 work tensors (widened,
-        and narrowed after where written), its float32 ones as they are; False (nothing run)
-        where another operand is not bf16 or the kernels do not take the case."""
-        wide = op.kernel.bf16_wide
-        if not all(t is None or is_bf16_tensor(t) or (
-                o.name in wide and t.__class__ is CPUTensor and t._ary.dtype == F32)
-                for o, t in zip(op.operands, operands)):
+        """Row ``op``'s ``bf16_symbol`` on bf16 ``operands``, those of its ``bf16_wide`` (small:
+        O(M) or O(D)) through float32 work tensors (widened, and narrowed after where
+        written); False (nothing run) where an operand is not bf16 or the kernels do not take
+        the case."""
+        if not all(t is None or is_bf16_tensor(t) for t in operands):
             return False
+        wide = op.kernel.bf16_wide
         swapped = [(o.name, t, not o.written or o.updated, o.written)
                    for o, t in zip(op.operands, operands) if o.name in wide and t is not None]
         values, written = self.swap(op.name, swapped)

@@ -130,9 +130,9 @@ class Kernel:
     function of the same source and arguments taking every operand as bfloat16 bits (float32
     arithmetic, in the float32 variant), which the CPU backend's bf16 boundary calls instead of
     widening and narrowing the operands.  ``bf16_wide``: the operands (per-row statistics,
-    per-feature vectors: O(M) or O(D) elements) that ``bf16_symbol`` takes as float32 instead,
-    whatever their storage (the boundary widens and narrows a bf16 one of them), so a float32
-    parameter or statistic among bf16 rows takes the fused call too."""
+    per-feature vectors: O(M) or O(D) elements) that ``bf16_symbol`` takes as float32 instead
+    (the boundary widens them into work tensors and narrows the written ones: a pass over a
+    vector, not over the rows)."""
     c_source: str
     c_symbol: str
     cuda_variant: str = None
