@@ -254,9 +254,9 @@ class KernelModules:
     def run_bf16_op(self, op, arrays, scalars, keep=False):
         """Call dispatched row ``op``'s ``kernel.bf16_symbol`` (the float32 variant's C function
         taking every operand as bfloat16 bits, but those of ``kernel.bf16_wide`` as float32:
-        the bf16 boundary's work tensors) on C-contiguous ``arrays`` of those types (None for an absent optional operand), whose
-        tensors passed the row's check; False where there is none or the kernels do not take
-        the case.  ``keep``: see :meth:`run_call`."""
+        the bf16 boundary's work tensors) on C-contiguous ``arrays`` of those types (None for
+        an absent optional operand), whose tensors passed the row's check; False where there
+        is none or the kernels do not take the case.  ``keep``: see :meth:`run_call`."""
         kernel = op.kernel
         if kernel.bf16_symbol is None or kernel.choose_by is not None:
             return False
