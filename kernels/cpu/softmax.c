@@ -14,8 +14,10 @@
 static double exp_row(const real *x, real *e, int64_t K, real *top)
 {
     real m = x[0];
+    /* from k = 0 (x[0] again): whole, aligned vector loads, which a row just widened into x
+     * forwards from its stores (loads from x + 1 would straddle two of them and stall) */
 #pragma omp simd reduction(max : m)
-    for (int64_t k = 1; k < K; k++)
+    for (int64_t k = 0; k < K; k++)
         m = x[k] > m ? x[k] : m;
 #pragma omp simd
     for (int64_t k = 0; k < K; k++)
