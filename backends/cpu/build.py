@@ -260,17 +260,18 @@ class KernelModules:
         kernel = op.kernel
         if kernel.bf16_symbol is None or kernel.choose_by is not None:
             return False
-        present = [a for a in arrays if a is not None]
-        if not all(a.flags.c_contiguous for a in present):
-            return False
         return self.run_call(f"{op.name}:bf16", arrays, scalars, keep,
                              lambda: self._bf16_call(op, arrays, scalars))
 
     def _bf16_call(self, op, arrays, scalars):
+        """(C function, arguments) of :meth:`run_bf16_op`'s call, or None where the arrays are
+        not C-contiguous arrays of the types it takes (a kept call was made on the same
+        arrays, which stay so)."""
         kernel = op.kernel
         module = self.module(kernel.c_source, FLOATS[0])
         if module is None or not all(
-                a is None or a.dtype == (FLOATS[0] if o.name in kernel.bf16_wide else np.uint16)
+                a is None or a.flags.c_contiguous and a.dtype == (
+                    FLOATS[0] if o.name in kernel.bf16_wide else np.uint16)
                 for o, a in zip(op.operands, arrays)) or (
                     kernel.takes is not None and not kernel.takes(*arrays, *scalars)):
             return None
