@@ -178,33 +178,34 @@ void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const
 
 /* ---- layer norm on bfloat16 rows (norm.h: layernorm_fprop_bf16, layernorm_bprop_bf16) ---- */
 
-/* One row of layernorm_fprop_bf16: the mean and the squared deviations summed in double over
- * the widened row (two passes), then xhat, y (and total, the rounded x + residual) written by
- * a third; a row of at most BF16_ROW_STAGED columns is widened once (bf16_stage). */
+/* One row of layernorm_fprop_bf16: the mean and variance from one pass of double sums of the
+ * widened row shifted by its first element, as batch norm's statistics (one element is at
+ * most sqrt(D) standard deviations from its row's mean, so the variance loses at most about
+ * log2(D) of double's 53 bits; two passes, as layernorm_fprop's, cost a third more on rows
+ * that fit in cache), then xhat, y (and total, the rounded x + residual) written by a second
+ * pass; a row of at most BF16_ROW_STAGED columns is widened once (bf16_stage). */
 static void ln_fprop_row_bf16(const uint16_t *x, const real *gamma, const real *beta,
                               uint16_t *y, uint16_t *xhat, real *invstd,
                               const uint16_t *residual, uint16_t *total, int64_t D, double eps)
 {
     real row[BF16_ROW_STAGED] BF16_ALIGNED, buf[BF16_ROW_CHUNK] BF16_ALIGNED;
     real *staged = D <= BF16_ROW_STAGED ? row : NULL;
-    double sum = 0, sq = 0;
+    const real shift =
+        (real)bf16_to_f32(x[0]) + (residual ? (real)bf16_to_f32(residual[0]) : 0);
+    double s1 = 0, s2 = 0;
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(D, d0);
         const real *v = bf16_stage(x, residual, staged, buf, d0, n, 1);
-#pragma omp simd reduction(+ : sum)
-        for (int64_t k = 0; k < n; k++)
-            sum += v[k];
-    }
-    const double mu = sum / (double)D;
-    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
-        const int64_t n = bf16_chunk(D, d0);
-        const real *v = bf16_stage(x, residual, staged, buf, d0, n, 0);
-#pragma omp simd reduction(+ : sq)
+#pragma omp simd reduction(+ : s1, s2)
         for (int64_t k = 0; k < n; k++) {
-            const double t = (double)v[k] - mu;
-            sq += t * t;
+            const double t = (double)(v[k] - shift);
+            s1 += t;
+            s2 += t * t;
         }
     }
+    const double ms = s1 / (double)D, mu = (double)shift + ms;
+    const double var = s2 / (double)D - ms * ms;
+    const double sq = (var > 0 ? var : 0) * (double)D;
     const real inv = (real)(1.0 / sqrt(sq / (double)D + eps));
     const real mean = (real)mu;
     *invstd = inv;

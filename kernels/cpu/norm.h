@@ -61,8 +61,9 @@ void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const
 
 /* layernorm_fprop and layernorm_bprop with the (M, D) operands as bfloat16 bits (uint16) and
  * the per-feature and per-row ones (gamma, beta, invstd, dgamma, dbeta) as `real`: each row is
- * widened a chunk at a time into stack buffers (no float32 copy of a tensor is made), the sums
- * are in double as above, the written rows are rounded to nearest even.  y and xhat come from
+ * widened into stack buffers (no float32 copy of a tensor is made), the sums are in double
+ * (layernorm_fprop_bf16's mean and variance in one pass, shifted by the row's first element),
+ * the written rows are rounded to nearest even.  y and xhat come from
  * the unrounded x + residual; total is its rounding.  layernorm_bprop_bf16 sums dgamma and
  * dbeta in double in nl_blocks(M) fixed row blocks (the same bits on any number of threads),
  * in norm_work_size(M, D)'s block sums, in the same pass over the rows as dx. */
