@@ -77,15 +77,16 @@ def scatter_add_rows_bf16_kernel(kernels, grad_table, idx, rows):
     if (module is None or idx.dtype != np.int64 or not grad_table.flags.c_contiguous
             or not rows.flags.c_contiguous or rows.size != idx.size * grad_table.shape[1]):
         return False
-    ffi, n = module.ffi, idx.size
-    size = int(module.lib.scatter_add_rows_bf16_work_size(n))
+    ffi, n, V = module.ffi, idx.size, grad_table.shape[0]
+    size = int(module.lib.scatter_add_rows_bf16_work_size(n, V))
     work = kernels.workspaces.get(("scatter_add_rows_bf16",))
     if work is None or work.size < size:
         work = kernels.workspaces[("scatter_add_rows_bf16",)] = np.empty(size, np.int64)
     module.lib.scatter_add_rows_bf16(ffi.cast("uint16_t *", address(grad_table)),
                                      ffi.from_buffer("int64_t[]", idx),
                                      ffi.cast("uint16_t *", address(rows)),
-                                     ffi.from_buffer("int64_t[]", work), n, grad_table.shape[1])
+                                     ffi.from_buffer("int64_t[]", work), n, grad_table.shape[1],
+                                     V)
     return True
 
 

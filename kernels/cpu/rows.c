@@ -80,31 +80,19 @@ void add_row_bf16(const uint16_t *x, const uint16_t *row, uint16_t *out, int64_t
     }
 }
 
-/* order[0, n) = 0 .. n - 1 sorted by ids[order[j]], stably (bottom-up merge sort through
- * tmp, n more). */
-static void order_by_id(const int64_t *ids, int64_t *order, int64_t *tmp, int64_t n)
+/* order[0, n) = 0 .. n - 1 sorted by ids[order[j]] (each in [0, V)), stably: a counting sort
+ * through count (V + 1 int64). */
+static void order_by_id(const int64_t *ids, int64_t *order, int64_t *count, int64_t n,
+                        int64_t V)
 {
-    for (int64_t j = 0; j < n; j++)
-        order[j] = j;
-    int64_t *src = order, *dst = tmp;
-    for (int64_t width = 1; width < n; width *= 2) {
-        for (int64_t lo = 0; lo < n; lo += 2 * width) {
-            const int64_t mid = lo + width < n ? lo + width : n;
-            const int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-            int64_t a = lo, b = mid, k = lo;
-            while (a < mid && b < hi)
-                dst[k++] = ids[src[b]] < ids[src[a]] ? src[b++] : src[a++];
-            while (a < mid)
-                dst[k++] = src[a++];
-            while (b < hi)
-                dst[k++] = src[b++];
-        }
-        int64_t *t = src;
-        src = dst;
-        dst = t;
-    }
-    if (src != order)
-        memcpy(order, src, (size_t)n * sizeof(int64_t));
+    for (int64_t v = 0; v <= V; v++)
+        count[v] = 0;
+    for (int64_t i = 0; i < n; i++)
+        count[ids[i] + 1]++;
+    for (int64_t v = 0; v < V; v++)
+        count[v + 1] += count[v];
+    for (int64_t i = 0; i < n; i++)
+        order[count[ids[i]]++] = i;
 }
 
 /* The first position at or after j (< n) where a run of equal ids in sorted order starts. */
@@ -168,16 +156,16 @@ static void add_group_bf16(uint16_t *g, const uint16_t *rows, const int64_t *ord
     }
 }
 
-int64_t scatter_add_rows_bf16_work_size(int64_t n)
+int64_t scatter_add_rows_bf16_work_size(int64_t n, int64_t V)
 {
-    return 2 * n;
+    return n + V + 1;
 }
 
 void scatter_add_rows_bf16(uint16_t *grad, const int64_t *ids, const uint16_t *rows,
-                           int64_t *work, int64_t n, int64_t D)
+                           int64_t *work, int64_t n, int64_t D, int64_t V)
 {
     int64_t *order = work;
-    order_by_id(ids, order, work + n, n);
+    order_by_id(ids, order, work + n, n, V);
     const int64_t parts = nl_blocks(n);
 #pragma omp parallel for schedule(dynamic, 1) if (n * D >= NL_PARALLEL_MIN)
     for (int64_t p = 0; p < parts; p++) {

@@ -22,14 +22,15 @@ void add_row(const real *x, const real *row, real *out, int64_t M, int64_t C);
  * (as the op-tree machine's bf16 store); out may be x. */
 void add_row_bf16(const uint16_t *x, const uint16_t *row, uint16_t *out, int64_t M, int64_t C);
 
-/* grad[ids[i]] += rows[i] on bfloat16 bits (grad (V, D), rows (n, D)): each id's rows are
- * added to its widened grad row in float in the order i = 0, 1, ... and the sum rounded once,
- * as widening grad and rows, scatter_add_rows and narrowing give, bit for bit, on any number
- * of threads (threads take whole ids).  work: scatter_add_rows_bf16_work_size(n) int64 of
- * scratch (the ids' stable order); nothing is allocated. */
+/* grad[ids[i]] += rows[i] on bfloat16 bits (grad (V, D), rows (n, D), ids checked to lie in
+ * [0, V)): each id's rows are added to its widened grad row in float in the order
+ * i = 0, 1, ... and the sum rounded once, as widening grad and rows, scatter_add_rows and
+ * narrowing give, bit for bit, on any number of threads (threads take whole ids).  work:
+ * scatter_add_rows_bf16_work_size(n, V) int64 of scratch (the ids' stable order, by a counting
+ * sort); nothing is allocated. */
 void scatter_add_rows_bf16(uint16_t *grad, const int64_t *ids, const uint16_t *rows,
-                           int64_t *work, int64_t n, int64_t D);
-int64_t scatter_add_rows_bf16_work_size(int64_t n);
+                           int64_t *work, int64_t n, int64_t D, int64_t V);
+int64_t scatter_add_rows_bf16_work_size(int64_t n, int64_t V);
 
 /* A one-row product on bfloat16 bits (a bias gradient ones @ dY, a batch sum): out (K,) =
  * alpha * sum over m < M of w[m] * B[m, :] + beta * out (out not read where beta is 0), w (M,)
