@@ -9,7 +9,7 @@ with cross-entropy (class-index targets).  Sizes: ``gpt512`` (``examples/gpt512_
 the table gives milliseconds per call and bf16 / f32.  ``--threads N`` sets the OpenMP
 threads (and OpenBLAS's) of both.
 
-    python benchmarks/bf16_row_ops.py [--sizes gpt512|nanogpt] [--threads N] [--repeats R]
+    python -m benchmarks.bf16_row_ops [--sizes gpt512|nanogpt] [--threads N] [--repeats R]
                                       [OP ...]
 """
 import argparse
@@ -18,7 +18,7 @@ import numpy as np
 
 import neonlite
 from neonlite.backends.cpu.threads import set_cpu_threads
-from timing import time_alternating
+from .timing import time_alternating
 
 #: (batch N, tokens T, width D, classes) of each model
 SIZES = {"gpt512": (16, 128, 512, 96), "nanogpt": (12, 64, 128, 65)}
@@ -61,13 +61,13 @@ def _calls(be, N, T, D, VOCAB):
     }
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", choices=sorted(SIZES), default="gpt512")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("ops", nargs="*")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.threads is not None:
         set_cpu_threads(args.threads)
     N = SIZES[args.sizes][0]
@@ -82,7 +82,8 @@ def main():
         medians = time_alternating({name: calls[name][op] for name in calls}, args.repeats)
         print(f"{op:24s} {medians['bf16'] * 1e3:9.3f} {medians['float32'] * 1e3:9.3f} "
               f"{medians['bf16'] / medians['float32']:9.2f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

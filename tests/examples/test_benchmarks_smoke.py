@@ -123,3 +123,14 @@ def test_bf16_first_step_diagnosis_runs(capsys):
                             str(data_dir() / "text" / "tinyshakespeare.txt")]) == 0
     out = capsys.readouterr().out
     assert out.count("masters rounded to bf16") == 3 and "did not move" in out
+
+
+def test_bf16_row_ops_benchmark_smoke(capsys):
+    """``python -m benchmarks.bf16_row_ops --sizes nanogpt``: every row op timed on bf16 and
+    float32, with their ratio."""
+    from benchmarks.bf16_row_ops import main as rows_main
+    assert rows_main(["--sizes", "nanogpt", "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
+    assert {"layernorm_fprop", "scatter_add_rows", "softmax_cross_entropy"} <= set(rows)
+    assert all(len(cells) == 3 and float(cells[2]) > 0 for cells in rows.values())
