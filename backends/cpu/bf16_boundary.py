@@ -58,8 +58,6 @@ class Bf16Boundary:
         self._bits = {}
         self._checked = KeptCalls(MAX_CHECKED)
         self._casts = None
-        #: per fused row: (position, name, read, written) of its bf16_wide operands
-        self._wide = {}
 
     def clear(self):
         """Drop the work tensors, bit buffers and remembered checks (made again at the next
@@ -199,32 +197,15 @@ class Bf16Boundary:
         self.narrow_all(written)
 
     def _run_fused(self, op, operands, scalars):
-        """Row ``op``'s ``bf16_symbol`` on bf16 ``operands``, those of its ``bf16_wide`` (small:
-        O(M) or O(D)) through float32 work tensors (widened, and narrowed after where
-        written); False (nothing run) where an operand is not bf16 or the kernels do not take
-        the case."""
+        """Row ``op``'s ``bf16_symbol`` on ``operands``, every one bf16 (no widening: the C
+        function stages rows itself); False (nothing run) where one is not or the kernels do
+        not take the case."""
         for t in operands:
             if t is not None and not (t.__class__ is CPUTensor and t.bf16):
                 return False
-        wide = self._wide.get(op.name)
-        if wide is None:
-            wide = self._wide[op.name] = tuple(
-                (i, o.name, not o.written or o.updated, o.written)
-                for i, o in enumerate(op.operands) if o.name in op.kernel.bf16_wide)
-        arrays = [None if t is None else t._ary for t in operands]
-        written = ()
-        if wide:
-            present = [(i, name, reads, writes) for i, name, reads, writes in wide
-                       if operands[i] is not None]
-            values, written = self.swap(op.name, [(name, operands[i], reads, writes)
-                                                  for i, name, reads, writes in present])
-            for (i, _, _, _), work in zip(present, values):
-                arrays[i] = work._ary
-        if not self._backend.kernels.run_bf16_op(
-                op, tuple(arrays), scalars, keep=all(t is None or t.kept for t in operands)):
-            return False
-        self.narrow_all(written)
-        return True
+        return self._backend.kernels.run_bf16_op(
+            op, tuple(None if t is None else t._ary for t in operands), scalars,
+            keep=all(t is None or t.kept for t in operands))
 
 
 def boundary_method(op, method, fused=None):

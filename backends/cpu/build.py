@@ -253,10 +253,9 @@ class KernelModules:
 
     def run_bf16_op(self, op, arrays, scalars, keep=False):
         """Call dispatched row ``op``'s ``kernel.bf16_symbol`` (the float32 variant's C function
-        taking every operand as bfloat16 bits, but those of ``kernel.bf16_wide`` as float32:
-        the bf16 boundary's work tensors) on C-contiguous ``arrays`` of those types (None for
-        an absent optional operand), whose tensors passed the row's check; False where there
-        is none or the kernels do not take the case.  ``keep``: see :meth:`run_call`."""
+        taking every operand as bfloat16 bits) on C-contiguous bf16 ``arrays`` (None for an
+        absent optional operand), whose tensors passed the row's check; False where there is
+        none or the kernels do not take the case.  ``keep``: see :meth:`run_call`."""
         kernel = op.kernel
         if kernel.bf16_symbol is None or kernel.choose_by is not None:
             return False
@@ -265,24 +264,19 @@ class KernelModules:
 
     def _bf16_call(self, op, arrays, scalars):
         """(C function, arguments) of :meth:`run_bf16_op`'s call, or None where the arrays are
-        not C-contiguous arrays of the types it takes (a kept call was made on the same
-        arrays, which stay so)."""
+        not C-contiguous bf16 bits (a kept call was made on the same arrays, which stay so)."""
         kernel = op.kernel
         module = self.module(kernel.c_source, FLOATS[0])
-        if module is None or not all(
-                a is None or a.flags.c_contiguous and a.dtype == (
-                    FLOATS[0] if o.name in kernel.bf16_wide else np.uint16)
-                for o, a in zip(op.operands, arrays)) or (
+        if module is None or not all(a is None or a.flags.c_contiguous and a.dtype == np.uint16
+                                     for a in arrays) or (
                     kernel.takes is not None and not kernel.takes(*arrays, *scalars)):
             return None
         ffi = module.ffi
         sizes = op.sizes(arrays)
         work = None if kernel.work is None else ffi.from_buffer(
             "double[]", self.block_sums_work(module, kernel.work, FLOATS[0], *sizes))
-        wide = kernel.bf16_wide
-        bits = [ffi.NULL if a is None else ffi.cast(
-            "float *" if o.name in wide else "uint16_t *", a.ctypes.data)
-            for o, a in zip(op.operands, arrays)]
+        bits = [ffi.NULL if a is None else ffi.cast("uint16_t *", a.ctypes.data)
+                for a in arrays]
         return getattr(module.lib, kernel.bf16_symbol), op.c_arguments(
             bits, sizes, op.numbers(scalars), work)
 

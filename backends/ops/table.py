@@ -129,10 +129,7 @@ class Kernel:
     an output aliasing an input), which then runs the reference.  ``bf16_symbol``: the C
     function of the same source and arguments taking every operand as bfloat16 bits (float32
     arithmetic, in the float32 variant), which the CPU backend's bf16 boundary calls instead of
-    widening and narrowing the operands.  ``bf16_wide``: the operands (per-row statistics,
-    per-feature vectors: O(M) or O(D) elements) that ``bf16_symbol`` takes as float32 instead
-    (the boundary widens them into work tensors and narrows the written ones: a pass over a
-    vector, not over the rows)."""
+    widening and narrowing the operands."""
     c_source: str
     c_symbol: str
     cuda_variant: str = None
@@ -144,7 +141,6 @@ class Kernel:
     choose_by: str = None
     choices: dict = None
     bf16_symbol: str = None
-    bf16_wide: tuple = ()
 
 
 @dataclass(frozen=True)

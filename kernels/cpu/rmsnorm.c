@@ -109,8 +109,8 @@ void rmsnorm_bprop(const real *dy, const real *xhat, const real *rstd, const rea
 /* One row of rmsnorm_fprop_bf16: the squares summed in double over the widened row, then
  * xhat, y and total written by a second pass, a chunk read before it is written (total may be
  * x); a row of at most BF16_ROW_STAGED columns is widened once (bf16_stage). */
-static void rms_fprop_row_bf16(const uint16_t *x, const real *gamma, uint16_t *y,
-                               uint16_t *xhat, real *rstd, const uint16_t *residual,
+static void rms_fprop_row_bf16(const uint16_t *x, const uint16_t *gamma, uint16_t *y,
+                               uint16_t *xhat, uint16_t *rstd, const uint16_t *residual,
                                uint16_t *total, int64_t D, double eps)
 {
     real row[BF16_ROW_STAGED] BF16_ALIGNED, buf[BF16_ROW_CHUNK] BF16_ALIGNED;
@@ -124,32 +124,32 @@ static void rms_fprop_row_bf16(const uint16_t *x, const real *gamma, uint16_t *y
             sq += (double)v[k] * (double)v[k];
     }
     const real inv = (real)(1.0 / sqrt(sq / (double)D + eps));
-    *rstd = inv;
+    *rstd = f32_to_bf16((float)inv);
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(D, d0);
         const real *v = bf16_stage(x, residual, staged, buf, d0, n, 0);
-        const real *g = gamma + d0;
+        const uint16_t *g = gamma + d0;
         uint16_t *yc = y + d0, *hc = xhat ? xhat + d0 : NULL;
         if (hc) {
 #pragma omp simd
             for (int64_t k = 0; k < n; k++) {
                 const real h = v[k] * inv;
                 hc[k] = f32_to_bf16((float)h);
-                yc[k] = f32_to_bf16((float)(h * g[k]));
+                yc[k] = f32_to_bf16((float)(h * bf16_to_f32(g[k])));
             }
         } else {
 #pragma omp simd
             for (int64_t k = 0; k < n; k++)
-                yc[k] = f32_to_bf16((float)(v[k] * inv * g[k]));
+                yc[k] = f32_to_bf16((float)(v[k] * inv * bf16_to_f32(g[k])));
         }
         if (total)
             bf16_narrow(v, total + d0, n);
     }
 }
 
-void rmsnorm_fprop_bf16(const uint16_t *x, const real *gamma, uint16_t *y, uint16_t *xhat,
-                        real *rstd, const uint16_t *residual, uint16_t *total, int64_t M,
-                        int64_t D, double eps)
+void rmsnorm_fprop_bf16(const uint16_t *x, const uint16_t *gamma, uint16_t *y,
+                        uint16_t *xhat, uint16_t *rstd, const uint16_t *residual,
+                        uint16_t *total, int64_t M, int64_t D, double eps)
 {
 #pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++)
@@ -171,21 +171,21 @@ static __attribute__((noinline)) void rms_dgamma_row_bf16(double *restrict acc,
 
 /* dgamma[c] += sum over rows of dy * xhat (bf16) for the columns [c0, c1), in row order, in
  * double (a bf16 product is exact in float). */
-static void rms_dgamma_bf16(const uint16_t *dy, const uint16_t *xhat, real *dgamma, int64_t M,
-                            int64_t D, int64_t c0, int64_t c1)
+static void rms_dgamma_bf16(const uint16_t *dy, const uint16_t *xhat, uint16_t *dgamma,
+                            int64_t M, int64_t D, int64_t c0, int64_t c1)
 {
     double acc[RMS_COLUMNS] = {0};
     const int64_t n = c1 - c0;
     for (int64_t m = 0; m < M; m++)
         rms_dgamma_row_bf16(acc, dy + m * D + c0, xhat + m * D + c0, n);
     for (int64_t c = 0; c < n; c++)
-        dgamma[c0 + c] += (real)acc[c];
+        dgamma[c0 + c] = f32_to_bf16((float)(bf16_to_f32(dgamma[c0 + c]) + (real)acc[c]));
 }
 
 /* One row of rmsnorm_bprop_bf16's dx: the row's sum of dy * gamma * xhat, then dx; dy and
  * xhat widened by bf16_stage. */
 static void rms_bprop_row_bf16(const uint16_t *dy, const uint16_t *xhat, real inv,
-                               const real *gamma, const uint16_t *residual, uint16_t *dx,
+                               const uint16_t *gamma, const uint16_t *residual, uint16_t *dx,
                                int64_t D)
 {
     real dyrow[BF16_ROW_STAGED] BF16_ALIGNED, hrow[BF16_ROW_STAGED] BF16_ALIGNED;
@@ -198,32 +198,32 @@ static void rms_bprop_row_bf16(const uint16_t *dy, const uint16_t *xhat, real in
         const real *hs = bf16_stage(xhat, NULL, whole ? hrow : NULL, hbuf, d0, n, 1);
 #pragma omp simd reduction(+ : sgx)
         for (int64_t k = 0; k < n; k++)
-            sgx += (double)ds[k] * (double)gamma[d0 + k] * (double)hs[k];
+            sgx += (double)ds[k] * (double)bf16_to_f32(gamma[d0 + k]) * (double)hs[k];
     }
     const real mgx = (real)(sgx / (double)D);
     for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
         const int64_t n = bf16_chunk(D, d0);
         const real *ds = bf16_stage(dy, NULL, whole ? dyrow : NULL, dbuf, d0, n, 0);
         const real *hs = bf16_stage(xhat, NULL, whole ? hrow : NULL, hbuf, d0, n, 0);
-        const real *g = gamma + d0;
+        const uint16_t *g = gamma + d0;
         uint16_t *o = dx + d0;
         if (residual) {
             const uint16_t *r = residual + d0;
 #pragma omp simd
             for (int64_t k = 0; k < n; k++)
                 o[k] = f32_to_bf16((float)(bf16_to_f32(r[k])
-                                           + inv * (ds[k] * g[k] - hs[k] * mgx)));
+                                           + inv * (ds[k] * bf16_to_f32(g[k]) - hs[k] * mgx)));
         } else {
 #pragma omp simd
             for (int64_t k = 0; k < n; k++)
-                o[k] = f32_to_bf16((float)(inv * (ds[k] * g[k] - hs[k] * mgx)));
+                o[k] = f32_to_bf16((float)(inv * (ds[k] * bf16_to_f32(g[k]) - hs[k] * mgx)));
         }
     }
 }
 
-void rmsnorm_bprop_bf16(const uint16_t *dy, const uint16_t *xhat, const real *rstd,
-                        const real *gamma, uint16_t *dx, real *dgamma, const uint16_t *residual,
-                        int64_t M, int64_t D)
+void rmsnorm_bprop_bf16(const uint16_t *dy, const uint16_t *xhat, const uint16_t *rstd,
+                        const uint16_t *gamma, uint16_t *dx, uint16_t *dgamma,
+                        const uint16_t *residual, int64_t M, int64_t D)
 {
     const int64_t tasks = (D + RMS_COLUMNS - 1) / RMS_COLUMNS;
 #pragma omp parallel if (M * D >= NL_PARALLEL_MIN)
@@ -236,7 +236,7 @@ void rmsnorm_bprop_bf16(const uint16_t *dy, const uint16_t *xhat, const real *rs
         }
 #pragma omp for schedule(dynamic, nl_grain(D))
         for (int64_t m = 0; m < M; m++)
-            rms_bprop_row_bf16(dy + m * D, xhat + m * D, rstd[m], gamma,
+            rms_bprop_row_bf16(dy + m * D, xhat + m * D, bf16_to_f32(rstd[m]), gamma,
                                residual ? residual + m * D : NULL, dx + m * D, D);
     }
 }

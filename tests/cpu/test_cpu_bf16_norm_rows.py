@@ -1,8 +1,7 @@
-"""Layer norm and RMSNorm on bfloat16 rows: the C functions that take the (M, D) operands as bf16
+"""Layer norm and RMSNorm on bfloat16 rows: the C functions that take every operand as bf16
 bits (``layernorm_fprop_bf16`` ... in ``kernels/cpu/norm.c`` and ``rmsnorm.c``, the rows'
-``bf16_symbol``), with the per-feature and per-row operands (gamma, beta, the saved
-statistics, the parameter gradients) widened into float32 by the boundary
-(``Kernel.bf16_wide``).
+``bf16_symbol``): the rows, and the per-feature and per-row operands (gamma, beta, the saved
+statistics, the parameter gradients).
 
 The bound.  Every input is a bf16 value, which the float64 reference (``backends/reference/
 norm.py``) reads exactly.  The kernels compute in float32 with double sums, so before rounding
@@ -64,10 +63,10 @@ def _arrays(name, M, D, joined, seed=3):
     return arrays
 
 
-def _tensors(be, arrays, wide_f32=()):
-    """Backend tensors of ``arrays``: bf16, but float32 for the names in ``wide_f32``."""
+def _tensors(be, arrays, float32=()):
+    """Backend tensors of ``arrays``: bf16, but float32 for the names in ``float32``."""
     return {n: None if a is None else
-            be.array(a, dtype=np.float32) if n in wide_f32 else be.array(a)
+            be.array(a, dtype=np.float32) if n in float32 else be.array(a)
             for n, a in arrays.items()}
 
 
@@ -128,22 +127,19 @@ def test_bf16_norm_rows_are_bit_identical_on_1_2_and_3_threads(name):
 
 
 @pytest.mark.parametrize("name", ROWS)
-def test_only_the_vectors_pass_through_float32_work_tensors(monkeypatch, name):
-    """The fused call widens no row operand: the boundary keeps float32 work tensors for the
-    operands of ``bf16_wide`` alone (gamma, beta, the saved statistic, the parameter
-    gradients: O(M) or O(D) elements); float32 ones among bf16 rows are refused by the row's
-    check, as before."""
+def test_no_operand_passes_through_a_float32_work_tensor(monkeypatch, name):
+    """The fused call widens nothing (the boundary makes no work tensor, not even for the
+    vectors); float32 ones among bf16 rows are refused by the row's check, as before."""
     M, D = SHAPES[0]
-    wide = OPS[name].kernel.bf16_wide
     arrays = _arrays(name, M, D, joined=True)
     be = _backend()
     calls = _fused_calls(monkeypatch)
     _call(be, name, _tensors(be, arrays))
     assert calls == [True], "the bf16 kernel took the call"
-    widened = {key[0][1] for key in be.bf16_boundary._work}
-    assert widened and widened <= set(wide), f"widened: {sorted(widened)}"
+    assert not be.bf16_boundary._work, f"widened: {sorted(be.bf16_boundary._work)}"
+    vector = "gamma"
     with pytest.raises(TypeError, match="dtype float32; expected bfloat16"):
-        _call(be, name, _tensors(be, arrays, wide_f32=wide[:1]))
+        _call(be, name, _tensors(be, arrays, float32=(vector,)))
 
 
 def test_rmsnorm_total_may_be_x():
