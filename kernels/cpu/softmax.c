@@ -206,12 +206,15 @@ static double sce_row_bf16(const uint16_t *logits, const uint16_t *targets, int6
         const int64_t n = bf16_chunk(K, d0);
         const real *xs, *e = bf16_row_chunk(&r, d0, n, &xs);
         if (targets) {
+            const uint16_t *t = targets + d0;
+#pragma omp simd
             for (int64_t k = 0; k < n; k++) {
-                const real tk = bf16_to_f32(targets[d0 + k]), pk = e[k] * inv;
-                row += (double)tk * (double)((xs[k] - r.top) - logsum);
+                const real tk = bf16_to_f32(t[k]), pk = e[k] * inv;
                 p[d0 + k] = f32_to_bf16((float)pk);
                 g[d0 + k] = f32_to_bf16((float)(s * (pk - tk)));
             }
+            for (int64_t k = 0; k < n; k++)  /* in column order, as the float function */
+                row += (double)bf16_to_f32(t[k]) * (double)((xs[k] - r.top) - logsum);
             continue;
         }
 #pragma omp simd
