@@ -130,11 +130,12 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         broadcast are one ValueError naming the tree's shapes (``assignment_error``), not
         numpy's."""
         try:
+            if isinstance(value, OpNode) and self._add_row_into(out, value, keep):
+                return out
             if self.bf16_made and assign_bf16(self, out, value, self._machine):
                 return out
             if not (isinstance(value, OpNode) and (
-                    self._add_row_into(out, value, keep)
-                    or run_ufuncs(out, value,
+                    run_ufuncs(out, value,
                                   lambda node: self._machine.leading_sum(node, out.dtype))
                     or self._leading_sum_into(out, value) or self._machine.run(out, value))):
                 evaluate(out, value)
@@ -305,6 +306,7 @@ for _name, _method in boundary_methods(
         CPUBackend, OPS.values(),
         {"compound_dot": CPUBackend.fused_compound_dot, "take_rows": CPUBackend.fused_take_rows,
          "scatter_add_rows": CPUBackend.fused_scatter_add_rows,
+         "softmax_cross_entropy": CPUBackend.fused_softmax_cross_entropy,
          "permute_axes": CPUBackend.fused_permute_axes,
          **{name: getattr(CPUBackend, f"fused_{name}") for name in BF16_FUSED_PASSES}}).items():
     setattr(CPUBackend, _name, _method)

@@ -14,6 +14,7 @@ from ..operand_shapes import check_permute, check_table_rows
 from ..ops import OPS
 from . import bf16_choice
 from .blas import CPUBlasOps
+from .rows import row_combination_bf16_kernel, scatter_add_rows_bf16_kernel
 from .bf16_boundary import NOT_TAKEN, is_bf16_tensor
 from .bf16_kernels import BF16, F32, check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
     gemm_storage, gemm_storage_fused, storage_module, to_bf16
@@ -124,6 +125,8 @@ class CPUBf16Ops:
         A, B, C = arguments["A"], arguments["B"], arguments["C"]
         if not (is_bf16_tensor(A) and is_bf16_tensor(B)) or not hasattr(C, "_ary"):
             return NOT_TAKEN
+        if self._bf16_row_product(A, B, C, arguments):
+            return C
         a, b, c = A._ary, B._ary, C._ary
         if not (_unit_rows(a) and _unit_rows(b) and _unit_rows(c)):
             return NOT_TAKEN
@@ -181,25 +184,53 @@ class CPUBf16Ops:
     def fused_take_rows(self, arguments):
         """``take_rows`` of a bf16 table into a bf16 ``out`` (both contiguous): the rows' bits
         gathered as they are (exact: no widening of the whole table); ids stored in bf16 are
-        checked first (``check_table_rows``) and go the boundary's general path."""
+        checked first (``check_table_rows``: a table no longer than bf16 numbers ids
+        exactly) and widened (:meth:`_bf16_row_ids`)."""
         table, ids, out = arguments["table"], arguments["ids"], arguments["out"]
         check_table_rows("take_rows", ("table", table), ids, ("out", out))
-        if is_bf16_tensor(ids) or not (is_bf16_tensor(table) and is_bf16_tensor(out)):
+        if not (is_bf16_tensor(table) and is_bf16_tensor(out)):
             return NOT_TAKEN
         rows, found = table._ary, out._ary
         if not (rows.flags.c_contiguous and found.flags.c_contiguous):
             return NOT_TAKEN
-        idx = self._row_indices(ids._ary, rows.shape[0])
+        idx = self._bf16_row_ids("take_rows", ids, rows.shape[0])
         np.take(rows, idx, axis=0, out=found.reshape(idx.size, rows.shape[1]), mode="clip")
         return None
 
     def fused_scatter_add_rows(self, arguments):
         """``scatter_add_rows``: the ids checked on the operands as given (bf16 ids refused
-        where the table is longer than bf16 numbers ids exactly), then the boundary's general
-        path (the sums are float32)."""
-        check_table_rows("scatter_add_rows", ("grad_table", arguments["grad_table"]),
-                         arguments["ids"], ("rows", arguments["rows"]))
-        return NOT_TAKEN
+        where the table is longer than bf16 numbers ids exactly); into a bf16 table from bf16
+        rows by ``scatter_add_rows_bf16`` (float32 sums per id, each table row rounded once,
+        the table not widened), else the boundary's general path."""
+        grad_table, ids, rows = (arguments[n] for n in ("grad_table", "ids", "rows"))
+        check_table_rows("scatter_add_rows", ("grad_table", grad_table), ids, ("rows", rows))
+        if not (is_bf16_tensor(grad_table) and is_bf16_tensor(rows)):
+            return NOT_TAKEN
+        idx = self._bf16_row_ids("scatter_add_rows", ids, grad_table.shape[0])
+        if not scatter_add_rows_bf16_kernel(self.kernels, grad_table._ary, idx, rows._ary):
+            return NOT_TAKEN
+        return None
+
+    def _bf16_row_ids(self, op_name, ids, nrows):
+        """The checked int64 row numbers of ``ids`` (``_row_indices``), bf16 ones widened
+        first (exactly, into the boundary's work tensor: O(ids))."""
+        if not is_bf16_tensor(ids):
+            return self._row_indices(ids._ary, nrows)
+        work = self.bf16_boundary.work_tensor((op_name, "ids"), ids.shape)._ary
+        self.bf16_boundary.widen(ids._ary, work)
+        return self._row_indices(work, nrows)
+
+    def _bf16_row_product(self, A, B, C, arguments):
+        """``compound_dot`` of one row of bf16 A (1, M) by bf16 B (M, K) into bf16 C, not
+        transposed (a bias gradient ones @ dY): the weighted sum of B's rows, one pass over its
+        bits (``row_combination_bf16_kernel``) on either path, the operands checked by the
+        boundary (the row's check); False where it does not take it."""
+        if arguments["transA"] or arguments["transB"] or A.shape[0] != 1 or \
+                not is_bf16_tensor(C):
+            return False
+        return row_combination_bf16_kernel(self.kernels, A._ary, B._ary, C._ary,
+                                           arguments["alpha"], arguments["beta"],
+                                           keep=A.kept and B.kept and C.kept)
 
     def fused_permute_axes(self, arguments):
         """``permute_axes`` from bf16 to bf16: the bits moved as they are (exact)."""

@@ -185,25 +185,33 @@ class Bf16Boundary:
     def run_row(self, op, operands, scalars, run, call=None):
         """Dispatched row ``op`` on ``operands`` (row order) with a bf16 tensor among them: the
         row's check, then the ``bf16_symbol`` of its kernel for ``scalars`` (``Op.c_call``)
-        where it has one and every operand is bf16 (no widening: the C function stages rows
-        itself), else ``run(op, work operands, scalars)`` between the widening and the
-        narrowing.  ``call``: the section's call of a row run whole by its section file
-        (``arguments="call"``) whose kernel has a ``bf16_symbol``, tried first on the operands
-        as given (True: it took them)."""
+        where it has one and every operand is bf16 (no widening of the rows: the C function
+        stages them itself; :meth:`_run_fused`), else ``run(op, work operands, scalars)``
+        between the widening and the narrowing.  ``call``: the section's call of a row run
+        whole by its section file (``arguments="call"``) whose kernel has a ``bf16_symbol``,
+        tried first on the operands as given (True: it took them)."""
         self.checked(op.name, operands, scalars, lambda: op.check_operands(operands, scalars))
         if call is not None:
             if op.kernel.bf16_symbol is not None and call(op, operands, scalars):
                 return
-        elif all(t is None or is_bf16_tensor(t) for t in operands) and \
-                self._backend.kernels.run_bf16_op(
-                    op, tuple(None if t is None else t._ary for t in operands), scalars,
-                    keep=all(t is None or t.kept for t in operands)):
+        elif self._run_fused(op, operands, scalars):
             return
         values, written = self.swap(op.name, [
             (o.name, t, not o.written or o.updated, o.written)
             for o, t in zip(op.operands, operands)])
         run(op, tuple(values), scalars)
         self.narrow_all(written)
+
+    def _run_fused(self, op, operands, scalars):
+        """Row ``op``'s ``bf16_symbol`` on ``operands``, every one bf16 (no widening: the C
+        function stages rows itself); False (nothing run) where one is not or the kernels do
+        not take the case."""
+        for t in operands:
+            if t is not None and not (t.__class__ is CPUTensor and t.bf16):
+                return False
+        return self._backend.kernels.run_bf16_op(
+            op, tuple(None if t is None else t._ary for t in operands), scalars,
+            keep=all(t is None or t.kept for t in operands))
 
 
 def boundary_method(op, method, fused=None):

@@ -260,16 +260,18 @@ class KernelModules:
         call = op.c_call(scalars)
         if call is None or call[0].bf16_symbol is None:
             return False
-        present = [a for a in arrays if a is not None]
-        if not all(a.flags.c_contiguous for a in present):
-            return False
         return self.run_call(f"{op.name}:bf16", arrays, scalars, keep,
                              lambda: self._bf16_call(call, op, arrays, scalars))
 
     def _bf16_call(self, call, op, arrays, scalars):
+        """(C function, arguments) of :meth:`run_bf16_op`'s call (``call``: the kernel and the
+        argument order ``Op.c_call`` gives), or None where the arrays are not C-contiguous bf16
+        bits (a kept call was made on the same arrays, which stay so)."""
         kernel, order = call
         module = self.module(kernel.c_source, FLOATS[0])
-        if module is None or (kernel.takes is not None and not kernel.takes(*arrays, *scalars)):
+        if module is None or not all(a is None or a.flags.c_contiguous and a.dtype == np.uint16
+                                     for a in arrays) or (
+                    kernel.takes is not None and not kernel.takes(*arrays, *scalars)):
             return None
         ffi = module.ffi
         sizes = op.sizes(arrays)

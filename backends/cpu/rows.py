@@ -7,6 +7,7 @@ import numpy as np
 
 from ..operand_shapes import check_permute, check_table_rows
 from ..reference import rows as reference
+from ..shared.bfloat16 import is_bf16
 from .build import FLOATS, address, pointer
 
 
@@ -46,20 +47,71 @@ def add_row_kernel(kernels, x, row, out, keep=False):
 
 
 def _add_row_call(kernels, x, row, out):
+    bf16 = is_bf16(out.dtype)
     if (x.shape != out.shape or row.ndim == 0 or row.ndim > out.ndim
             or out.shape[out.ndim - row.ndim:] != row.shape or x.dtype != out.dtype
-            or row.dtype != out.dtype or out.dtype not in FLOATS
+            or row.dtype != out.dtype or (out.dtype not in FLOATS and not bf16)
             or not (out.flags.c_contiguous and x.flags.c_contiguous
                     and row.flags.c_contiguous and out.flags.writeable)
             or np.may_share_memory(row, out)
             or (np.may_share_memory(x, out) and address(x) != address(out))):
         return None
-    module = kernels.module("rows", out.dtype)
+    module = kernels.module("rows", FLOATS[0] if bf16 else out.dtype)
     if module is None:
         return None
     ffi = module.ffi
+    if bf16:
+        return module.lib.add_row_bf16, tuple(ffi.cast("uint16_t *", address(a))
+                                              for a in (x, row, out)) + (
+            out.size // max(row.size, 1), row.size)
     return module.lib.add_row, (pointer(ffi, x), pointer(ffi, row), pointer(ffi, out),
                                 out.size // max(row.size, 1), row.size)
+
+
+def scatter_add_rows_bf16_kernel(kernels, grad_table, idx, rows):
+    """grad_table (V, D)[idx[i]] += rows (..., D)[i] on C-contiguous bf16 bit arrays for checked
+    int64 idx (n,): each id's rows summed in float32 in order into its widened row, rounded
+    once (``scatter_add_rows_bf16``: the widening path's bits, without widening the table);
+    False where the kernels do not take the arrays."""
+    module = kernels.module("rows", FLOATS[0])
+    if (module is None or idx.dtype != np.int64 or not grad_table.flags.c_contiguous
+            or not rows.flags.c_contiguous or rows.size != idx.size * grad_table.shape[1]):
+        return False
+    ffi, n, V = module.ffi, idx.size, grad_table.shape[0]
+    size = int(module.lib.scatter_add_rows_bf16_work_size(n, V))
+    work = kernels.workspaces.get(("scatter_add_rows_bf16",))
+    if work is None or work.size < size:
+        work = kernels.workspaces[("scatter_add_rows_bf16",)] = np.empty(size, np.int64)
+    module.lib.scatter_add_rows_bf16(ffi.cast("uint16_t *", address(grad_table)),
+                                     ffi.from_buffer("int64_t[]", idx),
+                                     ffi.cast("uint16_t *", address(rows)),
+                                     ffi.from_buffer("int64_t[]", work), n, grad_table.shape[1],
+                                     V)
+    return True
+
+
+def row_combination_bf16_kernel(kernels, w, b, c, alpha, beta, keep=False):
+    """c (1, K) = alpha * w (1, M) @ b (M, K) + beta * c on bf16 bit arrays (b's rows
+    unit-stride, w and c contiguous): a one-row product (a bias gradient ones @ dY) as a
+    weighted sum of b's rows in one pass over its bits (``row_combination_bf16``); False where
+    the kernels do not take the arrays.  ``keep``: see ``KernelModules.run_call`` (the bias
+    gradient's call is prepared once)."""
+    return kernels.run_call("row_combination_bf16", (w, b, c), (float(alpha), float(beta)),
+                            keep, lambda: _row_combination_call(kernels, w, b, c, alpha, beta))
+
+
+def _row_combination_call(kernels, w, b, c, alpha, beta):
+    module = kernels.module("rows", FLOATS[0])
+    M, K = b.shape
+    if (module is None or w.shape != (1, M) or c.shape != (1, K) or not c.flags.c_contiguous
+            or not w.flags.c_contiguous or b.strides[1] != b.itemsize
+            or b.strides[0] % b.itemsize or np.may_share_memory(c, b)):
+        return None
+    ffi = module.ffi
+    return module.lib.row_combination_bf16, tuple(
+        ffi.cast("uint16_t *", address(a)) for a in (w, b)) + (
+        b.strides[0] // b.itemsize, M, K, float(alpha), float(beta),
+        ffi.cast("uint16_t *", address(c)))
 
 
 def permute_axes_kernel(kernels, x, out, axes):

@@ -2,6 +2,7 @@
 #include "common.h"
 #include "norm.h"
 #include "batchnorm_nhwc.h"
+#include "bf16_rows.h"
 
 /* The parts of a kernel's `work` (norm_work_size(M, C) doubles, see norm.h): 2 C double
  * sums, then 3 C `real` per-channel factors (rounded up to whole doubles), then the block sums
@@ -174,5 +175,147 @@ void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const
             for (int64_t d = 0; d < D; d++)
                 dxr[d] = inv * (dyr[d] * gamma[d] - mg - hr[d] * mgx);
         }
+    }
+}
+
+/* ---- layer norm on bfloat16 rows (norm.h: layernorm_fprop_bf16, layernorm_bprop_bf16) ---- */
+
+/* One row of layernorm_fprop_bf16: the mean and variance from one pass of double sums of the
+ * widened row shifted by its first element, as batch norm's statistics (one element is at
+ * most sqrt(D) standard deviations from its row's mean, so the variance loses at most about
+ * log2(D) of double's 53 bits; two passes, as layernorm_fprop's, cost a third more on rows
+ * that fit in cache), then xhat, y (and total, the rounded x + residual) written by a second
+ * pass; a row of at most BF16_ROW_STAGED columns is widened once (bf16_stage). */
+static void ln_fprop_row_bf16(const uint16_t *x, const uint16_t *gamma, const uint16_t *beta,
+                              uint16_t *y, uint16_t *xhat, uint16_t *invstd,
+                              const uint16_t *residual, uint16_t *total, int64_t D, double eps)
+{
+    real row[BF16_ROW_STAGED] BF16_ALIGNED, buf[BF16_ROW_CHUNK] BF16_ALIGNED;
+    real *staged = D <= BF16_ROW_STAGED ? row : NULL;
+    const real shift =
+        (real)bf16_to_f32(x[0]) + (residual ? (real)bf16_to_f32(residual[0]) : 0);
+    double s1 = 0, s2 = 0;
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        const real *v = bf16_stage(x, residual, staged, buf, d0, n, 1);
+#pragma omp simd reduction(+ : s1, s2)
+        for (int64_t k = 0; k < n; k++) {
+            const double t = (double)(v[k] - shift);
+            s1 += t;
+            s2 += t * t;
+        }
+    }
+    const double ms = s1 / (double)D, mu = (double)shift + ms;
+    const double var = s2 / (double)D - ms * ms;
+    const double sq = (var > 0 ? var : 0) * (double)D;
+    const real inv = (real)(1.0 / sqrt(sq / (double)D + eps));
+    const real mean = (real)mu;
+    *invstd = f32_to_bf16((float)inv);
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        const real *v = bf16_stage(x, residual, staged, buf, d0, n, 0);
+        const uint16_t *g = gamma + d0, *b = beta + d0;
+        uint16_t *yc = y + d0, *hc = xhat ? xhat + d0 : NULL;
+        if (hc) {
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++) {
+                const real h = (v[k] - mean) * inv;
+                hc[k] = f32_to_bf16((float)h);
+                yc[k] = f32_to_bf16((float)(h * bf16_to_f32(g[k]) + bf16_to_f32(b[k])));
+            }
+        } else {
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++)
+                yc[k] = f32_to_bf16(
+                    (float)((v[k] - mean) * inv * bf16_to_f32(g[k]) + bf16_to_f32(b[k])));
+        }
+        if (total)
+            bf16_narrow(v, total + d0, n);
+    }
+}
+
+void layernorm_fprop_bf16(const uint16_t *x, const uint16_t *gamma, const uint16_t *beta,
+                          uint16_t *y, uint16_t *xhat, uint16_t *invstd,
+                          const uint16_t *residual, uint16_t *total, int64_t M, int64_t D,
+                          double eps)
+{
+#pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
+    for (int64_t m = 0; m < M; m++)
+        ln_fprop_row_bf16(x + m * D, gamma, beta, y + m * D, xhat ? xhat + m * D : NULL,
+                          invstd + m, residual ? residual + m * D : NULL,
+                          total ? total + m * D : NULL, D, eps);
+}
+
+/* One row of layernorm_bprop_bf16: dy and xhat widened (bf16_stage); the row's sums of
+ * g = dy * gamma and g * xhat, and its terms of the column sums (db += dy, dg += dy * xhat, in
+ * double: a bf16 product is exact in float), in one pass; dx in a second. */
+static void ln_bprop_row_bf16(const uint16_t *dy, const uint16_t *xhat, real inv,
+                              const uint16_t *gamma, const uint16_t *residual, uint16_t *dx,
+                              double *db, double *dg, int64_t D)
+{
+    real dyrow[BF16_ROW_STAGED] BF16_ALIGNED, hrow[BF16_ROW_STAGED] BF16_ALIGNED;
+    real dbuf[BF16_ROW_CHUNK] BF16_ALIGNED, hbuf[BF16_ROW_CHUNK] BF16_ALIGNED;
+    const int whole = D <= BF16_ROW_STAGED;
+    double sg = 0, sgx = 0;
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        const real *ds = bf16_stage(dy, NULL, whole ? dyrow : NULL, dbuf, d0, n, 1);
+        const real *hs = bf16_stage(xhat, NULL, whole ? hrow : NULL, hbuf, d0, n, 1);
+#pragma omp simd reduction(+ : sg, sgx)
+        for (int64_t k = 0; k < n; k++) {
+            const double g = (double)ds[k] * (double)bf16_to_f32(gamma[d0 + k]);
+            sg += g;
+            sgx += g * (double)hs[k];
+            db[d0 + k] += (double)ds[k];
+            dg[d0 + k] += (double)(ds[k] * hs[k]);
+        }
+    }
+    const real mg = (real)(sg / (double)D), mgx = (real)(sgx / (double)D);
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        const real *ds = bf16_stage(dy, NULL, whole ? dyrow : NULL, dbuf, d0, n, 0);
+        const real *hs = bf16_stage(xhat, NULL, whole ? hrow : NULL, hbuf, d0, n, 0);
+        const uint16_t *g = gamma + d0;
+        uint16_t *o = dx + d0;
+        if (residual) {
+            const uint16_t *r = residual + d0;
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++)
+                o[k] = f32_to_bf16((float)(bf16_to_f32(r[k]) + inv * (ds[k] * bf16_to_f32(g[k])
+                                                                      - mg - hs[k] * mgx)));
+        } else {
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++)
+                o[k] = f32_to_bf16(
+                    (float)(inv * (ds[k] * bf16_to_f32(g[k]) - mg - hs[k] * mgx)));
+        }
+    }
+}
+
+void layernorm_bprop_bf16(const uint16_t *dy, const uint16_t *xhat, const uint16_t *invstd,
+                          const uint16_t *gamma, const uint16_t *residual, uint16_t *dx,
+                          uint16_t *dgamma, uint16_t *dbeta, double *work, int64_t M, int64_t D)
+{
+    const int64_t nb = nl_blocks(M);
+    double *blocks = work_blocks(work, D);
+#pragma omp parallel for schedule(dynamic, 1) if (M * D >= NL_PARALLEL_MIN)
+    for (int64_t blk = 0; blk < nb; blk++) {
+        double *db = blocks + blk * 2 * D, *dg = db + D;
+        int64_t lo, hi;
+        nl_split(M, blk, nb, &lo, &hi);
+        for (int64_t d = 0; d < 2 * D; d++)
+            db[d] = 0;
+        for (int64_t m = lo; m < hi; m++)
+            ln_bprop_row_bf16(dy + m * D, xhat + m * D, bf16_to_f32(invstd[m]), gamma,
+                              residual ? residual + m * D : NULL, dx + m * D, db, dg, D);
+    }
+    for (int64_t d = 0; d < D; d++) {
+        double sb = 0, sg = 0;
+        for (int64_t blk = 0; blk < nb; blk++) {
+            sb += blocks[blk * 2 * D + d];
+            sg += blocks[blk * 2 * D + D + d];
+        }
+        dgamma[d] = f32_to_bf16((float)(bf16_to_f32(dgamma[d]) + (real)sg));
+        dbeta[d] = f32_to_bf16((float)(bf16_to_f32(dbeta[d]) + (real)sb));
     }
 }

@@ -73,3 +73,20 @@ void layernorm_fprop(const real *x, const real *gamma, const real *beta, real *y
 void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const real *gamma,
                      const real *residual, real *dx, real *dgamma, real *dbeta, double *work,
                      int64_t M, int64_t D);
+
+/* layernorm_fprop and layernorm_bprop with every operand as bfloat16 bits (uint16): each row
+ * is widened into stack buffers (no float32 copy of a tensor is made), the sums are in double
+ * (layernorm_fprop_bf16's mean and variance in one pass, shifted by the row's first element),
+ * the written values are rounded to nearest even: invstd after y and xhat used it unrounded;
+ * y and xhat come from the unrounded x + residual, total is its rounding.
+ * layernorm_bprop_bf16 sums dgamma and dbeta in double in nl_blocks(M) fixed row blocks (the
+ * same bits on any number of threads), in norm_work_size(M, D)'s block sums, in the same pass
+ * over the rows as dx, and adds each total to the widened dgamma / dbeta, rounding once. */
+void layernorm_fprop_bf16(const uint16_t *x, const uint16_t *gamma, const uint16_t *beta,
+                          uint16_t *y, uint16_t *xhat, uint16_t *invstd,
+                          const uint16_t *residual, uint16_t *total, int64_t M, int64_t D,
+                          double eps);
+void layernorm_bprop_bf16(const uint16_t *dy, const uint16_t *xhat, const uint16_t *invstd,
+                          const uint16_t *gamma, const uint16_t *residual, uint16_t *dx,
+                          uint16_t *dgamma, uint16_t *dbeta, double *work, int64_t M,
+                          int64_t D);

@@ -2,6 +2,7 @@
  * norm and layer norm kernels of norm.c. */
 #include "common.h"
 #include "rmsnorm.h"
+#include "bf16_rows.h"
 
 /* Columns of dgamma one task sums over every row (a multiple of the vector width). */
 #define RMS_COLUMNS 64
@@ -46,18 +47,25 @@ void rmsnorm_fprop(const real *x, const real *gamma, real *y, real *xhat, real *
     }
 }
 
+/* acc[c] += dy[c] * xhat[c] (c < n), one row's terms of dgamma.  Not inlined: inlined into
+ * the loop over the rows, GCC jams two rows into one loop that it does not vectorize. */
+static __attribute__((noinline)) void rms_dgamma_row(double *restrict acc,
+                                                     const real *restrict dy,
+                                                     const real *restrict xhat, int64_t n)
+{
+#pragma omp simd
+    for (int64_t c = 0; c < n; c++)
+        acc[c] += (double)dy[c] * (double)xhat[c];
+}
+
 /* dgamma[c] += sum over rows of dy * xhat for the columns [c0, c1), in row order. */
 static void rms_dgamma(const real *dy, const real *xhat, real *dgamma, int64_t M, int64_t D,
                        int64_t c0, int64_t c1)
 {
     double acc[RMS_COLUMNS] = {0};
     const int64_t n = c1 - c0;
-    for (int64_t m = 0; m < M; m++) {
-        const real *dyr = dy + m * D + c0, *hr = xhat + m * D + c0;
-#pragma omp simd
-        for (int64_t c = 0; c < n; c++)
-            acc[c] += (double)dyr[c] * (double)hr[c];
-    }
+    for (int64_t m = 0; m < M; m++)
+        rms_dgamma_row(acc, dy + m * D + c0, xhat + m * D + c0, n);
     for (int64_t c = 0; c < n; c++)
         dgamma[c0 + c] += (real)acc[c];
 }
@@ -93,5 +101,142 @@ void rmsnorm_bprop(const real *dy, const real *xhat, const real *rstd, const rea
                     dxr[d] = inv * (dyr[d] * gamma[d] - hr[d] * mgx);
             }
         }
+    }
+}
+
+/* ---- RMSNorm on bfloat16 rows (rmsnorm.h: rmsnorm_fprop_bf16, rmsnorm_bprop_bf16) ---- */
+
+/* One row of rmsnorm_fprop_bf16: the squares summed in double over the widened row, then
+ * xhat, y and total written by a second pass, a chunk read before it is written (total may be
+ * x); a row of at most BF16_ROW_STAGED columns is widened once (bf16_stage). */
+static void rms_fprop_row_bf16(const uint16_t *x, const uint16_t *gamma, uint16_t *y,
+                               uint16_t *xhat, uint16_t *rstd, const uint16_t *residual,
+                               uint16_t *total, int64_t D, double eps)
+{
+    real row[BF16_ROW_STAGED] BF16_ALIGNED, buf[BF16_ROW_CHUNK] BF16_ALIGNED;
+    real *staged = D <= BF16_ROW_STAGED ? row : NULL;
+    double sq = 0;
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        const real *v = bf16_stage(x, residual, staged, buf, d0, n, 1);
+#pragma omp simd reduction(+ : sq)
+        for (int64_t k = 0; k < n; k++)
+            sq += (double)v[k] * (double)v[k];
+    }
+    const real inv = (real)(1.0 / sqrt(sq / (double)D + eps));
+    *rstd = f32_to_bf16((float)inv);
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        const real *v = bf16_stage(x, residual, staged, buf, d0, n, 0);
+        const uint16_t *g = gamma + d0;
+        uint16_t *yc = y + d0, *hc = xhat ? xhat + d0 : NULL;
+        if (hc) {
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++) {
+                const real h = v[k] * inv;
+                hc[k] = f32_to_bf16((float)h);
+                yc[k] = f32_to_bf16((float)(h * bf16_to_f32(g[k])));
+            }
+        } else {
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++)
+                yc[k] = f32_to_bf16((float)(v[k] * inv * bf16_to_f32(g[k])));
+        }
+        if (total)
+            bf16_narrow(v, total + d0, n);
+    }
+}
+
+void rmsnorm_fprop_bf16(const uint16_t *x, const uint16_t *gamma, uint16_t *y,
+                        uint16_t *xhat, uint16_t *rstd, const uint16_t *residual,
+                        uint16_t *total, int64_t M, int64_t D, double eps)
+{
+#pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
+    for (int64_t m = 0; m < M; m++)
+        rms_fprop_row_bf16(x + m * D, gamma, y + m * D, xhat ? xhat + m * D : NULL, rstd + m,
+                           residual ? residual + m * D : NULL, total ? total + m * D : NULL,
+                           D, eps);
+}
+
+/* rms_dgamma_row on bf16 rows (the product exact in float). */
+static __attribute__((noinline)) void rms_dgamma_row_bf16(double *restrict acc,
+                                                          const uint16_t *restrict dy,
+                                                          const uint16_t *restrict xhat,
+                                                          int64_t n)
+{
+#pragma omp simd
+    for (int64_t c = 0; c < n; c++)
+        acc[c] += (double)(bf16_to_f32(dy[c]) * bf16_to_f32(xhat[c]));
+}
+
+/* dgamma[c] += sum over rows of dy * xhat (bf16) for the columns [c0, c1), in row order, in
+ * double (a bf16 product is exact in float). */
+static void rms_dgamma_bf16(const uint16_t *dy, const uint16_t *xhat, uint16_t *dgamma,
+                            int64_t M, int64_t D, int64_t c0, int64_t c1)
+{
+    double acc[RMS_COLUMNS] = {0};
+    const int64_t n = c1 - c0;
+    for (int64_t m = 0; m < M; m++)
+        rms_dgamma_row_bf16(acc, dy + m * D + c0, xhat + m * D + c0, n);
+    for (int64_t c = 0; c < n; c++)
+        dgamma[c0 + c] = f32_to_bf16((float)(bf16_to_f32(dgamma[c0 + c]) + (real)acc[c]));
+}
+
+/* One row of rmsnorm_bprop_bf16's dx: the row's sum of dy * gamma * xhat, then dx; dy and
+ * xhat widened by bf16_stage. */
+static void rms_bprop_row_bf16(const uint16_t *dy, const uint16_t *xhat, real inv,
+                               const uint16_t *gamma, const uint16_t *residual, uint16_t *dx,
+                               int64_t D)
+{
+    real dyrow[BF16_ROW_STAGED] BF16_ALIGNED, hrow[BF16_ROW_STAGED] BF16_ALIGNED;
+    real dbuf[BF16_ROW_CHUNK] BF16_ALIGNED, hbuf[BF16_ROW_CHUNK] BF16_ALIGNED;
+    const int whole = D <= BF16_ROW_STAGED;
+    double sgx = 0;
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        const real *ds = bf16_stage(dy, NULL, whole ? dyrow : NULL, dbuf, d0, n, 1);
+        const real *hs = bf16_stage(xhat, NULL, whole ? hrow : NULL, hbuf, d0, n, 1);
+#pragma omp simd reduction(+ : sgx)
+        for (int64_t k = 0; k < n; k++)
+            sgx += (double)ds[k] * (double)bf16_to_f32(gamma[d0 + k]) * (double)hs[k];
+    }
+    const real mgx = (real)(sgx / (double)D);
+    for (int64_t d0 = 0; d0 < D; d0 += BF16_ROW_CHUNK) {
+        const int64_t n = bf16_chunk(D, d0);
+        const real *ds = bf16_stage(dy, NULL, whole ? dyrow : NULL, dbuf, d0, n, 0);
+        const real *hs = bf16_stage(xhat, NULL, whole ? hrow : NULL, hbuf, d0, n, 0);
+        const uint16_t *g = gamma + d0;
+        uint16_t *o = dx + d0;
+        if (residual) {
+            const uint16_t *r = residual + d0;
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++)
+                o[k] = f32_to_bf16((float)(bf16_to_f32(r[k])
+                                           + inv * (ds[k] * bf16_to_f32(g[k]) - hs[k] * mgx)));
+        } else {
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++)
+                o[k] = f32_to_bf16((float)(inv * (ds[k] * bf16_to_f32(g[k]) - hs[k] * mgx)));
+        }
+    }
+}
+
+void rmsnorm_bprop_bf16(const uint16_t *dy, const uint16_t *xhat, const uint16_t *rstd,
+                        const uint16_t *gamma, uint16_t *dx, uint16_t *dgamma,
+                        const uint16_t *residual, int64_t M, int64_t D)
+{
+    const int64_t tasks = (D + RMS_COLUMNS - 1) / RMS_COLUMNS;
+#pragma omp parallel if (M * D >= NL_PARALLEL_MIN)
+    {
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t t = 0; t < tasks; t++) {
+            const int64_t c0 = t * RMS_COLUMNS;
+            rms_dgamma_bf16(dy, xhat, dgamma, M, D, c0,
+                            c0 + RMS_COLUMNS < D ? c0 + RMS_COLUMNS : D);
+        }
+#pragma omp for schedule(dynamic, nl_grain(D))
+        for (int64_t m = 0; m < M; m++)
+            rms_bprop_row_bf16(dy + m * D, xhat + m * D, bf16_to_f32(rstd[m]), gamma,
+                               residual ? residual + m * D : NULL, dx + m * D, D);
     }
 }

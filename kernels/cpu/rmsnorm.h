@@ -15,3 +15,16 @@ void rmsnorm_fprop(const real *x, const real *gamma, real *y, real *xhat, real *
  * summed in row order (the same bits on any number of threads). */
 void rmsnorm_bprop(const real *dy, const real *xhat, const real *rstd, const real *gamma,
                    real *dx, real *dgamma, const real *residual, int64_t M, int64_t D);
+
+/* rmsnorm_fprop and rmsnorm_bprop with every operand as bfloat16 bits (uint16): each row
+ * widened into stack buffers (no float32 copy of a tensor is made), sums in double, written
+ * values rounded to nearest even (rstd after y and xhat used it unrounded); y and xhat come
+ * from the unrounded x + residual, total is its rounding (total may be x).  dgamma's columns
+ * are summed in row order as rmsnorm_bprop's, each total added to the widened dgamma and
+ * rounded once. */
+void rmsnorm_fprop_bf16(const uint16_t *x, const uint16_t *gamma, uint16_t *y,
+                        uint16_t *xhat, uint16_t *rstd, const uint16_t *residual,
+                        uint16_t *total, int64_t M, int64_t D, double eps);
+void rmsnorm_bprop_bf16(const uint16_t *dy, const uint16_t *xhat, const uint16_t *rstd,
+                        const uint16_t *gamma, uint16_t *dx, uint16_t *dgamma,
+                        const uint16_t *residual, int64_t M, int64_t D);

@@ -16,3 +16,18 @@ double softmax_cross_entropy(const real *logits, const real *targets, real *prob
 double softmax_cross_entropy_index(const real *logits, const int32_t *idx, real *probs,
                                    real *grad, int64_t M, int64_t K, double scale,
                                    int64_t *bad);
+
+/* softmax_rows, softmax_cross_entropy and softmax_cross_entropy_index on bfloat16 bits
+ * (uint16: x, logits, one-hot or soft targets, probs, grad), the arithmetic that of the float
+ * functions on the widened values (a row of at most 2048 classes widened once into stack
+ * buffers, a longer one a chunk at a time with its exps computed again), the written values
+ * rounded to nearest even: the probabilities and gradients of widening, running the float
+ * function and narrowing, bit for bit, without a float copy of a tensor.  The loss is summed in
+ * nl_blocks(M) fixed row blocks (the same bits on any number of threads). */
+void softmax_rows_bf16(const uint16_t *x, uint16_t *out, int64_t M, int64_t K);
+double softmax_cross_entropy_bf16(const uint16_t *logits, const uint16_t *targets,
+                                  uint16_t *probs, uint16_t *grad, int64_t M, int64_t K,
+                                  double scale);
+double softmax_cross_entropy_index_bf16(const uint16_t *logits, const int32_t *idx,
+                                        uint16_t *probs, uint16_t *grad, int64_t M, int64_t K,
+                                        double scale, int64_t *bad);

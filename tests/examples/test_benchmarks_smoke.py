@@ -135,3 +135,14 @@ def test_bf16_conv_passes_benchmark_smoke(capsys):
     table = capsys.readouterr().out
     for name in ("conv1 fprop", "conv2 bprop", "pool1 bprop", "bn bprop", "load average"):
         assert name in table
+
+
+def test_bf16_row_ops_benchmark_smoke(capsys):
+    """``python -m benchmarks.bf16_row_ops --sizes nanogpt``: every row op timed on bf16 and
+    float32, with their ratio."""
+    from benchmarks.bf16_row_ops import main as rows_main
+    assert rows_main(["--sizes", "nanogpt", "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
+    assert {"layernorm_fprop", "scatter_add_rows", "softmax_cross_entropy"} <= set(rows)
+    assert all(len(cells) == 3 and float(cells[2]) > 0 for cells in rows.values())
