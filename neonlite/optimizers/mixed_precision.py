@@ -246,18 +246,17 @@ class MixedPrecision:
 
     def _link(self, params, masters):
         """The link of the masters' arena to ``params`` (made at the first step, see the module
-        docstring), or None: loss scaling, no arena, a backend that does not link, or
-        parameters whose storage changed since.  Stochastic rounding without one is refused."""
+        docstring; made again for new masters, or parameters whose storage moved), or None:
+        loss scaling, no arena, or a backend that does not link.  Stochastic rounding without
+        one is refused."""
         link = None
         if not self.check_overflow:
             key = tuple(map(id, params))
             link = self._links.get(key)
-            if link is None or link.masters != masters:
+            if link is None or link.masters != masters or not link.current():
                 arena = masters[0].arena
                 link_copies = getattr(arena, "link_copies", None)
                 link = self._links[key] = link_copies(params) if link_copies else None
-            if link is not None and not link.current():
-                link = None
         if link is None and self.rounding == "stochastic":
             be = params[0].value.backend
             raise ValueError(f"MixedPrecision: rounding 'stochastic' needs bfloat16 parameters "

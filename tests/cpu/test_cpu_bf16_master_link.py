@@ -180,3 +180,22 @@ def test_a_master_beyond_the_bf16_range_makes_updated_finite_false(be):
     assert np.isfinite(params[0].states["master"].get()).all()
     assert np.isinf(bf16_to_f32(params[0].value._ary)).all()
     assert not opt.updated_finite(params)
+
+
+def test_parameters_whose_arrays_moved_get_a_new_link(be):
+    """A parameter rebound to another array (an arena of another owner would do it) is linked
+    again: the next step reads and writes the new arrays."""
+    params = _params(be, [(5, 3), (4,)])
+    opt = MixedPrecision(GradientDescentMomentum(0.5), loss_scale=None, rounding="stochastic")
+    _set_grads(params, 0)
+    opt.optimize(params, 0)
+    first = opt.masters(params)[0].arena.link
+    for p in params:
+        p.value._ary, p.grad._ary = p.value._ary.copy(), p.grad._ary.copy()
+        p.grad.set(np.ones(p.value.shape))
+    opt.optimize(params, 0)
+    assert opt.masters(params)[0].arena.link is not first
+    for p in params:
+        master = p.states["master"].get()
+        assert np.all(bf16_to_f32(p.value._ary) != 0.0) and np.isfinite(master).all()
+        np.testing.assert_allclose(bf16_to_f32(p.value._ary), master, rtol=2 ** -7)
