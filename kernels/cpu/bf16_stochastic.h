@@ -1,7 +1,8 @@
 /* Stochastic rounding of float32 to bfloat16 bit patterns, deterministic: the random bits of
  * element `index` of parameter `ordinal` at optimizer step `step` are a counter-based hash of
- * (seed, step, ordinal, index) (SplitMix64's finalizer), so a run gives the same bits on any
- * thread count and a resumed run goes on exactly.  The numpy reference is
+ * (seed, step, ordinal, index), so a run gives the same bits on any thread count and a resumed
+ * run goes on exactly: SplitMix64's finalizer of (key ^ index / 4), whose 64 bits give four
+ * elements their 16 bits each (element index takes bits 16 * (index mod 4) and up).  The numpy reference is
  * backends/shared/bf16_rounding.py, which computes the same hash.
  *
  * Rounding: the float32 bits u plus 16 random bits r, truncated to the upper half.  The value
@@ -27,14 +28,25 @@ static inline uint64_t nl_round_key(uint64_t seed, uint64_t step, uint64_t ordin
     return nl_mix64(nl_mix64(nl_mix64(seed) ^ step) ^ ordinal);
 }
 
-/* float32 `f` rounded stochastically with the random bits of element `index` under `key`. */
-static inline uint16_t f32_to_bf16_stochastic(float f, uint64_t key, uint64_t index)
+/* The 16 random bits of element `index` from its word, nl_mix64(key ^ (index >> 2)). */
+static inline uint32_t nl_round_bits(uint64_t word, uint64_t index)
+{
+    return (uint32_t)(word >> ((index & 3) * 16)) & 0xFFFFu;
+}
+
+/* float32 `f` rounded with 16 random bits `r`: (bits + r) >> 16. */
+static inline uint16_t f32_to_bf16_with_bits(float f, uint32_t r)
 {
     union { float f; uint32_t u; } v = {.f = f};
     if (f != f)
         return 0x7FC0;
-    const uint32_t r = (uint32_t)(nl_mix64(key ^ index) >> 48);
     return (uint16_t)((v.u + r) >> 16);
+}
+
+/* float32 `f` rounded stochastically with the random bits of element `index` under `key`. */
+static inline uint16_t f32_to_bf16_stochastic(float f, uint64_t key, uint64_t index)
+{
+    return f32_to_bf16_with_bits(f, nl_round_bits(nl_mix64(key ^ (index >> 2)), index));
 }
 
 #endif

@@ -113,6 +113,7 @@ static void update_run(const nl_fused_rule *rule, int64_t flags, int64_t n, real
 /* Integer views of `real` elements (may_alias: they read what the update stored as floats). */
 typedef uint32_t __attribute__((may_alias)) bits32;
 typedef uint64_t __attribute__((may_alias)) bits64;
+typedef uint16_t __attribute__((may_alias)) bits16;
 
 /* 1 when none of x[0 .. n) is NaN or +/-inf: no element's exponent bits are all ones (an
  * integer test the compiler vectorizes). */
@@ -264,13 +265,28 @@ int all_finite(const real *x, int64_t n)
 /* ---- linked parameters: bfloat16 gradients in, bfloat16 copies out (fused_optim.h) ---- */
 
 /* out[0 .. n) = w[0 .. n) rounded to bfloat16 (stochastically: the random bits of indices
- * first, first + 1, ... under key); 1 when every copy is finite. */
+ * first, first + 1, ... under key, one hash per four elements); 1 when every copy is finite.
+ * n <= CHECK_BLOCK. */
 static int narrow_run(const real *w, uint16_t *out, int64_t n, int stochastic, uint64_t key,
                       int64_t first)
 {
-    if (stochastic) {
+    if (stochastic && n > 0) {
+        uint64_t words[CHECK_BLOCK / 4 + 2];
+        const int64_t j0 = first >> 2, nj = ((first + n - 1) >> 2) - j0 + 1;
+        for (int64_t j = 0; j < nj; j++)
+            words[j] = nl_mix64(key ^ (uint64_t)(j0 + j));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        /* element e's bits are the (e mod 4)-th 16-bit half-word of its word in memory */
+        const bits16 *bits = (const bits16 *)words + (first - 4 * j0);
         for (int64_t i = 0; i < n; i++)
-            out[i] = f32_to_bf16_stochastic((float)w[i], key, (uint64_t)(first + i));
+            out[i] = f32_to_bf16_with_bits((float)w[i], bits[i]);
+#else
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t e = first + i;
+            out[i] = f32_to_bf16_with_bits((float)w[i],
+                                           nl_round_bits(words[(e >> 2) - j0], (uint64_t)e));
+        }
+#endif
     } else {
         for (int64_t i = 0; i < n; i++)
             out[i] = f32_to_bf16((float)w[i]);
