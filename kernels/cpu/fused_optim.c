@@ -330,18 +330,20 @@ static int link_piece(int op, const link_args *x, const nl_link *l, int64_t a, i
     return ok;
 }
 
-/* `op` over every link's elements, the concatenated elements split evenly over the threads
- * (each element's result depends on nothing else, so not on the thread count). */
+/* `op` over every link's elements: the concatenated elements in grains of NL_GRAIN handed
+ * out dynamically (a descheduled thread delays the pass by one grain; each element's result
+ * depends on nothing else, so not on the thread count). */
 static int run_links(int op, const link_args *x, const nl_link *links, int64_t nlinks)
 {
     int64_t total = 0;
     int ok = 1;
     for (int64_t k = 0; k < nlinks; k++)
         total += links[k].size;
-#pragma omp parallel reduction(& : ok) if (total >= NL_PARALLEL_MIN)
-    {
-        int64_t lo, hi, start = 0;
-        nl_split(total, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+    const int64_t grains = (total + NL_GRAIN - 1) / NL_GRAIN;
+#pragma omp parallel for schedule(dynamic, 1) reduction(& : ok) if (total >= NL_PARALLEL_MIN)
+    for (int64_t c = 0; c < grains; c++) {
+        const int64_t lo = c * NL_GRAIN, hi = lo + NL_GRAIN < total ? lo + NL_GRAIN : total;
+        int64_t start = 0;
         for (int64_t k = 0; k < nlinks && start < hi; k++) {
             const int64_t end = start + links[k].size;
             const int64_t a = lo > start ? lo - start : 0, b = (hi < end ? hi : end) - start;
