@@ -9,7 +9,10 @@ class.
   ``zero_grads()``, ``all_finite(states=False)``, ``states_outside(params)``, ``slot(param)``,
   ``grads[dtype]`` and ``plan(optimizer, params)``: the fused update of one optimizer group
   (``ok``, ``sum_squares()``, ``run(optimizer, form, scale, clip_value, lr)``, and where the
-  backend's pass checks what it writes, ``finite``).
+  backend's pass checks what it writes, ``finite``).  An arena of float32 masters may also
+  have ``link_copies(params16)`` (the CPU's): the link (``masters``, ``current()``,
+  ``begin(rounding, seed, step)``, ``widen_grads()``, ``finish()``) through which its fused
+  plans read the 16-bit gradients and write the 16-bit copies (``MixedPrecision``).
 * ``is_finite(tensor, work)``: no NaN and no inf in ``tensor``, allocating nothing.
 * ``buffer_of(tensor)``: ``(key, bytes)`` of the memory behind ``tensor`` (views of one
   buffer share its key), for the profiler's memory table.

@@ -18,7 +18,8 @@ Loss (``--steps N``): the row's language model trained for N steps on the text (
 Shakespeare) with the example's schedule, once ``-d bf16`` and once ``-d f32``, each in a
 process of its own, on the same batches (same seed); prints both runs' mean training loss over
 the last 10 steps, the last step's loss and the validation loss, and their differences against
-the issue's bound of 0.02 nats.
+the issue's bound of 0.02 nats.  ``--bf16-rounding nearest|stochastic|both`` picks how the bf16
+run rounds its weight copies (``both``: one bf16 run each; default: the recipe's).
 """
 import argparse
 import json
@@ -209,9 +210,10 @@ def format_timing(result):
     return "\n".join(lines)
 
 
-def loss_worker(row_name, datatype, steps, text):
-    """Train the row's language model ``steps`` steps in ``datatype``; print the per-step
-    training losses and the validation loss as JSON."""
+def loss_worker(row_name, datatype, steps, text, rounding=None):
+    """Train the row's language model ``steps`` steps in ``datatype`` (bf16 copies rounded as
+    ``rounding`` says; None: the recipe's default); print the per-step training losses and
+    the validation loss as JSON."""
     from neonlite.cli.text_examples import train_text_lm, transformer_optimizer
     recipe = bf16_training.RECIPES[row_name]
     n, T, d, heads, blocks = recipe.sizes(False)
@@ -220,36 +222,42 @@ def loss_worker(row_name, datatype, steps, text):
     start = time.perf_counter()
     _, _, losses, valid = train_text_lm(
         lambda vocab: nanogpt.neonlite_model(T, d, heads, blocks, vocab=vocab), optimizer,
-        text, steps, "cpu", n, 0, T, 50, sys.stderr, datatype=datatype)
+        text, steps, "cpu", n, 0, T, 50, sys.stderr, datatype=datatype, bf16_rounding=rounding)
     _reply({"losses": [float(x) for x in losses], "valid": float(valid),
             "seconds": time.perf_counter() - start, "peak_mib": _rss_mib()})
 
 
-def compare_losses(row_name, steps, text):
-    """Both runs of the loss comparison, one process each; returns the result dict."""
+def compare_losses(row_name, steps, text, roundings=(None,)):
+    """The runs of the loss comparison, one process each: one bf16 run per rounding of
+    ``roundings`` (None: the recipe's default), then float32; returns the result dict."""
     runs = {}
-    for datatype in ("bf16", "f32"):
+    for name, datatype, rounding in [(f"bf16 {r}" if r else "bf16", "bf16", r)
+                                     for r in roundings] + [("f32", "f32", None)]:
+        extra = ("--bf16-rounding", rounding) if rounding else ()
         argv, env = _module_argv("--loss-worker", row_name, datatype, "--steps", str(steps),
-                                 "--text", text)
+                                 "--text", text, *extra)
         done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True, check=True)
         run = json.loads(done.stdout.strip().splitlines()[-1])
         run["tail_mean"] = statistics.fmean(run["losses"][-TAIL:])
-        runs[datatype] = run
-    diff = {key: runs["bf16"][key] - runs["f32"][key] for key in ("tail_mean", "valid")}
-    return {"row": row_name, "steps": steps, "runs": runs, "diff": diff,
-            "within": all(abs(v) <= LOSS_BOUND for v in diff.values())}
+        runs[name] = run
+    diffs = {name: {key: run[key] - runs["f32"][key] for key in ("tail_mean", "valid")}
+             for name, run in runs.items() if name != "f32"}
+    return {"row": row_name, "steps": steps, "runs": runs, "diffs": diffs,
+            "within": {name: all(abs(v) <= LOSS_BOUND for v in d.values())
+                       for name, d in diffs.items()}}
 
 
 def format_losses(result):
     lines = [f"{result['row']}: {result['steps']} steps, -d bf16 against -d f32"]
     for datatype, run in result["runs"].items():
-        lines.append(f"  {datatype:<5} training loss (mean of the last {TAIL}) "
+        lines.append(f"  {datatype:<15} training loss (mean of the last {TAIL}) "
                      f"{run['tail_mean']:.4f}, last {run['losses'][-1]:.4f}, validation "
                      f"{run['valid']:.4f} nats/char; {run['seconds']:.0f} s, peak "
                      f"{run['peak_mib']:.0f} MiB")
-    d = result["diff"]
-    lines.append(f"  bf16 - f32: training {d['tail_mean']:+.4f}, validation {d['valid']:+.4f} "
-                 f"({'within' if result['within'] else 'NOT within'} {LOSS_BOUND})")
+    for name, d in result["diffs"].items():
+        lines.append(f"  {name} - f32: training {d['tail_mean']:+.4f}, validation "
+                     f"{d['valid']:+.4f} ({'within' if result['within'][name] else 'NOT within'}"
+                     f" {LOSS_BOUND})")
     return "\n".join(lines)
 
 
@@ -264,6 +272,9 @@ def main(argv=None):
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (timing only)")
     parser.add_argument("--steps", type=int, help="the loss comparison: steps per run")
     parser.add_argument("--text", default=DEFAULT_TEXT)
+    parser.add_argument("--bf16-rounding", choices=("nearest", "stochastic", "both"),
+                        help="the loss comparison: how the bf16 run rounds its weight copies "
+                             "(both: a bf16 run each; default: the recipe's)")
     parser.add_argument("--json", metavar="OUT")
     parser.add_argument("--worker", nargs=2, metavar=("ROW", "CONTENDER"),
                         help=argparse.SUPPRESS)
@@ -273,13 +284,15 @@ def main(argv=None):
     if args.worker:
         return worker(*args.worker, args.smoke)
     if args.loss_worker:
-        return loss_worker(*args.loss_worker, args.steps, args.text)
+        return loss_worker(*args.loss_worker, args.steps, args.text, args.bf16_rounding)
     print(cpu_header(), flush=True)
     if args.steps:
         if args.row not in ("gpt512_bf16", "nanogpt_bf16"):
             parser.error("--steps: the loss comparison trains a language model: --row "
                          "gpt512_bf16 or nanogpt_bf16")
-        results = [compare_losses(args.row, args.steps, args.text)]
+        roundings = ("nearest", "stochastic") if args.bf16_rounding == "both" else \
+            (args.bf16_rounding,)
+        results = [compare_losses(args.row, args.steps, args.text, roundings)]
         print(format_losses(results[0]))
     else:
         rows = bf16_training.WORKLOADS if args.row == "all" else \

@@ -16,6 +16,10 @@ so layers holding them see the arena), which gives
 * the squared global gradient norm of any set of parameters in one reduction pass, and "are
   all parameters finite" in one pass per dtype (:meth:`ParameterArena.all_finite`).
 
+An arena of float32 masters can be linked to the bf16 parameters they stand for
+(:meth:`ParameterArena.link_copies`, ``MixedPrecision``'s masters): its fused step then reads
+the bf16 gradients and writes the bf16 parameters in the same pass (:mod:`.master_link`).
+
 A state tensor replaced from outside (a checkpoint being loaded assigns new tensors to
 ``param.states``) is copied back into the arena the next time the arena updates that
 parameter (:meth:`ParameterArena.state`).
@@ -25,6 +29,7 @@ import numpy as np
 from ..arena_layout import ArenaLayout
 from ..storage import array_is_finite
 from .fused_update import FusedPlan
+from .master_link import link_masters
 from .tensor import CPUTensor, aligned_empty
 
 
@@ -43,6 +48,8 @@ class ParameterArena(ArenaLayout):
     def __init__(self, be, params):
         super().__init__(params)
         self.be = be
+        #: the :class:`~.master_link.MasterLink` to bf16 parameters (None: not linked)
+        self.link = None
         for dt, n in self.sizes.items():
             self.values[dt] = aligned_empty((n,), dt)
             self.grads[dt] = aligned_empty((n,), dt)
@@ -59,6 +66,15 @@ class ParameterArena(ArenaLayout):
         """The fused step of ``optimizer`` over ``params`` (a :class:`~.fused_update.FusedPlan`,
         made once per parameter list)."""
         return FusedPlan(optimizer, self, params)
+
+    def link_copies(self, params):
+        """Link this arena's parameters (float32 masters) to ``params``, the bf16 parameters
+        they stand for, in the same order; the link (:class:`~.master_link.MasterLink`), or
+        None where it cannot be made (then nothing changes)."""
+        link = link_masters(self, self.params, params)
+        if link is not None:
+            self.link = link
+        return link
 
     # ---- gradients ---------------------------------------------------------------------------
     def zero_grads(self):

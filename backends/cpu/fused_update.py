@@ -5,7 +5,9 @@ An optimizer declares its fused form by returning a ``FusedForm``
 (``neonlite/optimizers/fused_form.py``) from ``fused_form(lr)``: the rule (``"adam"`` for
 ``NL_RULE_ADAM`` of ``kernels/cpu/fused_optim.h``: the rule codes and flags are the header's,
 read from the compiled module), its constants and its state keys; :class:`FusedPlan` runs
-it.  A call the kernel cannot take (a dtype without C kernels, bfloat16 states of float64
+it.  Where the arena is a master arena linked to bf16 parameters and its link is in a step
+(:mod:`.master_link`), the plan reads the bf16 gradients and writes the bf16 copies in the same
+pass (``fused_update_linked``).  A call the kernel cannot take (a dtype without C kernels, bfloat16 states of float64
 parameters) answers False, and the optimizer updates per parameter.
 """
 import numpy as np
@@ -70,8 +72,10 @@ class FusedPlan:
         self.finite = False
         self.dtypes = {}
         self.state_refs = None
+        self._linked = None
         if not self.ok:
             return
+        self.decays = [bool(optimizer.decays(p)) for p in self.params]
         by_dtype = {}
         for p in self.params:
             slot = arena.slot(p)
@@ -86,8 +90,27 @@ class FusedPlan:
             self.dtypes[dtype] = _DtypePlan(module, arena, dtype, slots, decays)
 
     def sum_squares(self):
-        """Squared global L2 norm of the group's gradients (one pass per dtype)."""
+        """Squared global L2 norm of the group's gradients (one pass per dtype; the bf16
+        gradients where the arena's link is in a step)."""
+        link = self._active_link()
+        if link is not None:
+            return link.sum_squares(*self._link_tables(link)[False])
         return sum(plan.sum_squares() for plan in self.dtypes.values())
+
+    def _active_link(self):
+        link = self.arena.link
+        return link if link is not None and link.active else None
+
+    def _link_tables(self, link):
+        """{decay in use: (nl_link[] of the group, count)}, and the group's ordinals, made once
+        per link."""
+        if self._linked is None or self._linked[0] is not link:
+            flags = [link.module.lib.NL_SEG_DECAY | link.module.lib.NL_SEG_WDECAY if d else 0
+                     for d in self.decays]
+            self._linked = (link, {True: link.table(self.params, flags),
+                                   False: link.table(self.params)},
+                            link.ordinals(self.params))
+        return self._linked[1]
 
     def _bind_states(self, form):
         """Every parameter's states of ``form`` as arena views; the kernel's state pointers."""
@@ -121,6 +144,7 @@ class FusedPlan:
         flags = (lib.NL_FUSED_SCALED if scale != 1.0 else 0) | \
             (lib.NL_FUSED_CLIPPED if clip_value is not None else 0)
         self.finite = True
+        link = self._active_link()
         for plan in self.dtypes.values():
             rule = plan.rule
             rule.rule, rule.flags, rule.scale = rule_id, flags, scale
@@ -129,9 +153,16 @@ class FusedPlan:
             rule.decay_mul = 1.0 if form.decay_mul is None else form.decay_mul
             rule.wdecay = form.wdecay
             rule.c = list(form.consts) + [0.0] * (8 - len(form.consts))
-            segs, nseg = plan.tables[form.decay_mul is not None or form.wdecay != 0.0]
-            status = plan.module.lib.fused_update(rule, segs, nseg, plan.w, plan.g,
-                                                  *plan.states)
+            decay = form.decay_mul is not None or form.wdecay != 0.0
+            if link is not None:
+                links, count = self._link_tables(link)[decay]
+                status = plan.module.lib.fused_update_linked(rule, links, count, plan.w,
+                                                             *plan.states, link.rounding)
+                link.copied(self._linked[2])
+            else:
+                segs, nseg = plan.tables[decay]
+                status = plan.module.lib.fused_update(rule, segs, nseg, plan.w, plan.g,
+                                                      *plan.states)
             if status < 0:
                 raise RuntimeError(f"fused optimizer kernel: unknown rule {form.rule!r}")
             self.finite = self.finite and status == 0

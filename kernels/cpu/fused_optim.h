@@ -59,6 +59,48 @@ typedef struct {
 int fused_update(const nl_fused_rule *rule, const nl_segment *segs, int64_t nseg, real *w,
                  const real *g, real *s0, real *s1, uint16_t *h0, uint16_t *h1);
 
+/* A parameter whose gradient is read from, and whose value is also written to, bfloat16 bit
+ * patterns outside the arena (MixedPrecision's float32 masters linked to the bf16 model):
+ * its slot [offset, offset + size) of the arena, flags as a segment's, ordinal its place in
+ * the parameter list (the stochastic rounding's key), g16 and w16 its bfloat16 gradient and
+ * value (size elements each). */
+typedef struct {
+    int64_t offset, size, flags, ordinal;
+    const uint16_t *g16;
+    uint16_t *w16;
+} nl_link;
+
+/* How the bfloat16 copies are rounded: to nearest even, or stochastically with the random
+ * bits of bf16_stochastic.h keyed by (seed, step, ordinal, element index). */
+#define NL_ROUND_NEAREST 0
+#define NL_ROUND_STOCHASTIC 1
+
+typedef struct {
+    int64_t mode;
+    uint64_t seed, step;
+} nl_rounding;
+
+/* fused_update over linked parameters in one pass: each gradient element read from g16
+ * (widened, exact), the rule applied to the arena's w and states as fused_update does (the
+ * same operations, so bit-identical to it on the widened gradient), and the new weight
+ * written to w16 rounded as `rounding` says, block by block while it is in L1.  Returns 0
+ * when every value written (weights, states and the bf16 copies) is finite, 1 when one is
+ * not, -1 for an unknown rule. */
+int fused_update_linked(const nl_fused_rule *rule, const nl_link *links, int64_t nlinks,
+                        real *w, real *s0, real *s1, uint16_t *h0, uint16_t *h1,
+                        const nl_rounding *rounding);
+
+/* g[offset + i] = g16[i] (exact) for every link. */
+void link_widen_grads(const nl_link *links, int64_t nlinks, real *g);
+
+/* w16[i] = w[offset + i] rounded as `rounding` says, for every link; 1 when every copy
+ * written is finite, else 0. */
+int link_narrow_values(const nl_link *links, int64_t nlinks, const real *w,
+                       const nl_rounding *rounding);
+
+/* out[k] = the sum of g16^2 over link k, accumulated in double. */
+void link_sum_squares(const nl_link *links, int64_t nlinks, double *out);
+
 /* out[k] = the sum of g^2 over segment k, accumulated in double. */
 void segment_sum_squares(const real *g, const nl_segment *segs, int64_t nseg, double *out);
 

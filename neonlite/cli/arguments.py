@@ -3,6 +3,7 @@ import argparse
 
 from ..backends import available_backends
 from ..config.settings import DATATYPES, MAX_BATCH
+from ..optimizers.mixed_precision import ROUNDINGS
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -112,6 +113,11 @@ def add_run_arguments(parser):
                              "YAML's (-z 128 on a batchsize: 32 run: x4), the linear scaling "
                              "rule for a larger global batch, e.g. under mpirun "
                              "(YAML: scale_lr; default none)")
+    parser.add_argument("--bf16-rounding", choices=list(ROUNDINGS), default=None,
+                        dest="bf16_rounding",
+                        help="with -d bf16 on the cpu: how the float32 master weights are "
+                             "rounded into the bf16 parameters each step (YAML: "
+                             "bf16_rounding; default: the recipe's, see README)")
     parser.add_argument("--max-batches", type=positive_int, metavar="N",
                         help="use at most N batches per epoch for training and evaluation "
                              "(quick smoke runs)")
@@ -122,4 +128,4 @@ def overrides(args):
     """The top-level YAML values the flags in ``args`` set (None: not given)."""
     return {key: getattr(args, key, None)
             for key in ("backend", "epochs", "batchsize", "rng_seed", "datatype", "eval_freq",
-                        "save_path", "serialize", "sync_bn", "scale_lr")}
+                        "save_path", "serialize", "sync_bn", "scale_lr", "bf16_rounding")}

@@ -68,7 +68,8 @@ def command(args):
         run.size_layers(make_dataset(resolve_data_files(settings["dataset"], run.folder,
                                                         args.data_dir), args.data_dir))
     model, cost = run.build_model(), run.build_cost()
-    optimizer = for_datatype(run.build_optimizer(), settings["datatype"])
+    optimizer = for_datatype(run.build_optimizer(), settings["datatype"],
+                             settings["bf16_rounding"])
     cost = optimizer.wrap_cost(cost) if isinstance(optimizer, MixedPrecision) else cost
     data = _data(args, run, model, total)
     initialize(model, data, cost)

@@ -85,13 +85,19 @@ def make_backend(settings, world=None):
     """``gen_backend`` from the run's settings (with ``world``: this rank's part of the
     batch, on the device of its local rank); a bad data type is a one-line error: float16 on
     the CPU (numpy's emulation), and bf16 where the backend refuses it (its reason:
-    ``NEONLITE_BF16=off``)."""
+    ``NEONLITE_BF16=off``); ``bf16_rounding: stochastic`` anywhere but -d bf16 on the
+    cpu is one too."""
     if settings["backend"] == "cpu" and settings["datatype"] not in CPU_DATATYPES:
         raise ConfigError(f"datatype: the cpu backend runs f32, f64 and bf16 "
                           f"({settings['datatype']!r} asked for): its C kernels compute in "
                           f"float32 and float64, and numpy emulates float16 about "
                           f"{CPU_F16_SLOWDOWN} times slower than f32; use -d bf16 (16-bit "
                           f"storage) or -d f32, or -d {settings['datatype']} with -b gpu")
+    if settings.get("bf16_rounding") == "stochastic" and \
+            (settings["datatype"], settings["backend"]) != ("bf16", "cpu"):
+        raise ConfigError(f"bf16_rounding: 'stochastic' rounds the bf16 weight copies of -d bf16 "
+                          f"on the cpu backend; this run is -d {settings['datatype']} on "
+                          f"{settings['backend']}: leave it out or use nearest")
     batch = settings["batchsize"] if world is None else world.split_batch(settings["batchsize"])
     try:
         return gen_backend(settings["backend"], batch_size=batch,
@@ -201,7 +207,7 @@ def _train(run, opts, stream, world):
     check_run_outputs(run, opts, data, extra_callbacks)
     run.size_layers(data)
     model, cost, optimizer = run.build_model(), run.build_cost(), run.build_optimizer()
-    optimizer = for_datatype(optimizer, settings["datatype"])
+    optimizer = for_datatype(optimizer, settings["datatype"], settings["bf16_rounding"])
     check_memory_first(model, data, optimizer, iterators=1 + (settings["eval_freq"] > 0))
     data, train_set, valid_set = load_data(settings, opts.data_dir, opts.max_batches,
                                            valid=settings["eval_freq"] > 0, data=data)

@@ -94,20 +94,21 @@ def transformer_optimizer(steps, lr=1e-3):
 
 def train_text_lm(build, optimizer, data=None, steps=500, backend="cpu", batch_size=32, seed=0,
                   seq_len=128, log_every=50, stream=sys.stdout, datatype=None, streams=False,
-                  callbacks=()):
+                  callbacks=(), bf16_rounding=None):
     """Train a character language model for one epoch of ``steps`` batches of (batch_size,
     seq_len) characters of the text file ``data`` (None: Python's documentation text), the
     first 90% training and the last 10% validating; ``build(vocab_size)`` makes the
     :class:`~neonlite.Model`, ``streams`` reads the text in order per batch row (stateful
     models), ``callbacks`` are added after the loss log; ``datatype`` a name of ``-d`` ('bf16',
     'f32', ...) or a numpy type (None: float32); half precision trains as ``neonlite train``
-    does, through :class:`~neonlite.optimizers.mixed_precision.MixedPrecision`.  Returns
+    does, through :class:`~neonlite.optimizers.mixed_precision.MixedPrecision`
+    (``bf16_rounding``: how it rounds bf16 copies, None: the recipe's default).  Returns
     (model, corpus, per-step training losses, validation loss in nats per character),
     stateful layers reset before the validation."""
     name = _datatype_name(datatype)
     options = {} if datatype is None else {"datatype": DATATYPES.get(name, datatype)}
     gen_backend(backend, batch_size=batch_size, rng_seed=seed, **options)
-    optimizer = for_datatype(optimizer, name)
+    optimizer = for_datatype(optimizer, name, bf16_rounding)
     corpus = TextCorpus(data, seq_len=seq_len, split=0.9, nbatches=steps, streams=streams)
     model = build(len(corpus.vocab))
     log = LossLog(log_every, stream)

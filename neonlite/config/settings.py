@@ -8,6 +8,7 @@ import numpy as np
 from .build import type_word
 from .errors import ConfigError, did_you_mean, short_repr
 from ..backends import available_backends
+from ..optimizers.mixed_precision import ROUNDINGS
 
 DATATYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "bf16": "bfloat16"}
 
@@ -31,6 +32,7 @@ KEYS = {
     "sync_bn": ((bool,), False),
     "scale_lr": ((str,), "none"),
     "lr_batchsize": ((int, type(None)), None),
+    "bf16_rounding": ((str, type(None)), None),
 }
 SCALE_LR = ("none", "linear")
 # key -> what it means, for the generated reference (docs/yaml_reference.md); every key has one
@@ -55,6 +57,9 @@ MEANINGS = {
                 "linear scaling rule, for a larger global batch, e.g. under mpirun)",
     "lr_batchsize": "the batch size the learning rates are set for; null: the YAML's "
                     "batchsize (before `-z`)",
+    "bf16_rounding": "with -d bf16 on the cpu: how the float32 master weights are rounded "
+                     "into the bf16 parameters, nearest or stochastic; null: the bf16 "
+                     "recipe's default",
 }
 _POSITIVE = ("epochs", "batchsize", "lr_batchsize")
 #: the largest batch: the kernels index a batch with 32-bit integers
@@ -82,6 +87,9 @@ def _check(key, value, types):
     if key == "scale_lr" and value not in SCALE_LR:
         raise ConfigError(f"scale_lr: expected one of {', '.join(SCALE_LR)}, got "
                           f"{short_repr(value)}{did_you_mean(value, SCALE_LR)}")
+    if key == "bf16_rounding" and value is not None and value not in ROUNDINGS:
+        raise ConfigError(f"bf16_rounding: expected one of {', '.join(ROUNDINGS)} (or null), "
+                          f"got {short_repr(value)}{did_you_mean(value, ROUNDINGS)}")
     if key == "datatype" and value not in DATATYPES:
         raise ConfigError(f"datatype: unknown data type {short_repr(value)}"
                           f"{did_you_mean(value, DATATYPES)}")

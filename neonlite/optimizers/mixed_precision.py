@@ -21,7 +21,24 @@ needs no scale (``loss_scale=None``): master weights only.
 The stand-ins are made once per parameter list and kept; where the backend keeps parameters in
 an arena (``be.make_arena``), the masters and their float32 gradients get one of their own, so
 the wrapped optimizer's step is its fused pass over them (one C call per step on the CPU)
-rather than one update per parameter.  A master a checkpoint put in ``param.states`` is copied
+rather than one update per parameter.  Without loss scaling, where the backend can link the
+masters' arena to the 16-bit parameters (``arena.link_copies``: the CPU backend with bf16
+parameters, ``backends/cpu/master_link.py``), steps 1 and 3 happen inside that fused pass:
+it reads each bf16 gradient and writes each bf16 parameter as it updates the master, one pass
+over memory as in float32; a wrapped optimizer that updates per parameter gets its float32
+gradients widened in one call when it first reads one, and the copies it leaves are made in
+one call after it.
+
+``rounding``: how a master becomes its bf16 copy: ``"nearest"`` (to nearest even),
+``"stochastic"`` (up or down with the probabilities that make the copy the master in
+expectation, ``backends/shared/bf16_rounding.py``; the random bits are a hash of
+``rounding_seed``, the optimizer step, the parameter's place in the list and the element's,
+so a run is repeatable and resumes exactly), or ``"auto"``: stochastic where the masters are
+linked, nearest elsewhere (the ``-d bf16`` recipe's default).  Stochastic rounding needs linked
+masters (bf16 parameters on the CPU backend with its kernels); elsewhere its first step is
+refused.  Rounding to nearest loses every update smaller than half a bf16 unit in the last
+place in the copy (most of a small learning rate's steps: the model then trains on weights
+that lag its masters); stochastic rounding keeps them on average.  A master a checkpoint put in ``param.states`` is copied
 into the kept one at the next step.  A state the wrapped optimizer makes in the backend's 16-bit
 storage is made float32 instead; the states it asks for as bfloat16 bits on purpose
 (``Adam(state_dtype="bf16")``: uint16) stay as they are.
@@ -35,9 +52,13 @@ from collections.abc import MutableMapping
 
 import numpy as np
 
-from .options import POSITIVE, Range, check_count, check_options, option_error
+from .options import POSITIVE, Choice, Range, check_count, check_options, option_error
 
 log = logging.getLogger("neonlite.mixed_precision")
+
+#: how a master weight may be rounded into its bf16 copy (YAML ``bf16_rounding``;
+#: ``MixedPrecision(rounding=...)`` also takes "auto")
+ROUNDINGS = ("nearest", "stochastic")
 
 
 class _LossScale(Range):
@@ -98,12 +119,22 @@ class _MasterParameter:
     optimizers, weight-decay groups and logs see the usual names)."""
 
     def __init__(self, be, param, master, grad):
-        self.param, self.value, self.grad = param, master, grad
+        self.param, self.value, self._grad = param, master, grad
         self.states = _Float32States(be, param)
         self.arena = None
+        #: the arena's link to the 16-bit parameters while it is in use (None: unlinked)
+        self.link = None
+
+    @property
+    def grad(self):
+        """The float32 gradient; in a linked step, widened (every master's, one call) when
+        first read."""
+        if self.link is not None:
+            self.link.widen_grads()
+        return self._grad
 
     def __getattr__(self, name):
-        if name == "param":
+        if name in ("param", "_grad", "link"):
             raise AttributeError(name)
         return getattr(self.param, name)
 
@@ -131,21 +162,29 @@ class MixedPrecision:
 
     ``loss_scale``: ``"dynamic"`` (start at ``init_scale``, back off on overflow, grow after
     ``growth_interval`` good steps), a number (a fixed scale; overflowing steps are still
-    skipped), or None (no scaling and no overflow check: bfloat16).
+    skipped), or None (no scaling and no overflow check: bfloat16).  ``rounding``
+    (``"nearest"``, ``"stochastic"`` or ``"auto"``) and ``rounding_seed``: the rounding of the
+    bf16 copies (module docstring).
     """
 
     OPTIONS = {"loss_scale": _LossScale(), "init_scale": POSITIVE,
                "growth_factor": Range(1, open_low=True), "backoff_factor": Range(0, 1, True, True),
                "growth_interval": Range(1, integer=True), "min_scale": POSITIVE,
-               "max_scale": POSITIVE}
+               "max_scale": POSITIVE, "rounding": Choice(*ROUNDINGS, "auto"),
+               "rounding_seed": Range(0, 2 ** 64 - 1, integer=True)}
 
     def __init__(self, optimizer, loss_scale="dynamic", init_scale=2.0 ** 15,
                  growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
-                 min_scale=1.0, max_scale=2.0 ** 24):
+                 min_scale=1.0, max_scale=2.0 ** 24, rounding="nearest", rounding_seed=0):
         checked = check_options(self, loss_scale=loss_scale, init_scale=init_scale,
                                 growth_factor=growth_factor, backoff_factor=backoff_factor,
                                 growth_interval=growth_interval, min_scale=min_scale,
-                                max_scale=max_scale)
+                                max_scale=max_scale, rounding=rounding,
+                                rounding_seed=rounding_seed)
+        if rounding != "nearest" and loss_scale is not None:
+            raise option_error(self, "rounding", rounding,
+                               "'nearest' with loss scaling (stochastic rounding is for "
+                               "bfloat16 copies: loss_scale=None)")
         if checked["max_scale"] < checked["min_scale"]:
             raise option_error(self, "max_scale", max_scale, f">= min_scale ({min_scale})")
         if loss_scale == "dynamic" and not min_scale <= init_scale <= max_scale:
@@ -165,8 +204,11 @@ class MixedPrecision:
         self.min_scale, self.max_scale = checked["min_scale"], checked["max_scale"]
         self.good_steps = 0
         self.skipped_steps = 0
+        self.rounding, self.rounding_seed = rounding, checked["rounding_seed"]
         self.name = getattr(optimizer, "name", type(optimizer).__name__)
         self._masters = {}
+        self._links = {}
+        self._copies_finite = None
         self._flag = None
         self._stepped = None
         self._finite_work = {}
@@ -188,14 +230,53 @@ class MixedPrecision:
         be = params[0].value.backend
         masters = self.masters(params)
         self._stepped = None
-        if not self._unscale(be, params, masters):
-            self._skip()
-            return
-        self.optimizer.optimize(masters, epoch)
-        for param, master in zip(params, masters):
-            param.value[:] = master.value
+        link = self._link(params, masters)
+        if link is not None:
+            self._linked_step(link, masters, epoch)
+        else:
+            if not self._unscale(be, params, masters):
+                self._skip()
+                return
+            self.optimizer.optimize(masters, epoch)
+            for param, master in zip(params, masters):
+                param.value[:] = master.value
+            self._copies_finite = None
         self._stepped = tuple(map(id, params))
         self._grow()
+
+    def _link(self, params, masters):
+        """The link of the masters' arena to ``params`` (made at the first step, see the module
+        docstring; made again for new masters, or parameters whose storage moved), or None:
+        loss scaling, no arena, or a backend that does not link.  Stochastic rounding without
+        one is refused."""
+        link = None
+        if not self.check_overflow:
+            key = tuple(map(id, params))
+            link = self._links.get(key)
+            if link is None or link.masters != masters or not link.current():
+                arena = masters[0].arena
+                link_copies = getattr(arena, "link_copies", None)
+                link = self._links[key] = link_copies(params) if link_copies else None
+        if link is None and self.rounding == "stochastic":
+            be = params[0].value.backend
+            raise ValueError(f"MixedPrecision: rounding 'stochastic' needs bfloat16 parameters "
+                             f"on the cpu backend (linked float32 masters); got "
+                             f"{params[0].value.dtype} parameters on {type(be).__name__}: use "
+                             f"rounding='nearest'")
+        return link
+
+    def _linked_step(self, link, masters, epoch):
+        """The wrapped optimizer's step on linked masters (module docstring)."""
+        link.begin("stochastic" if self.rounding == "auto" else self.rounding,
+                   self.rounding_seed, self.optimizer.step)
+        for master in masters:
+            master.link = link
+        try:
+            self.optimizer.optimize(masters, epoch)
+        finally:
+            for master in masters:
+                master.link = None
+            self._copies_finite = link.finish()
 
     def updated_finite(self, params):
         """True when the last :meth:`optimize` updated exactly ``params`` by the wrapped
@@ -208,6 +289,8 @@ class MixedPrecision:
         verify = getattr(self.optimizer, "updated_finite", None)
         if self._stepped != key or verify is None or not verify(self._masters[key]):
             return False
+        if self._copies_finite is not None:
+            return self._copies_finite
         be = params[0].value.backend
         return all(be.is_finite(p.value, self._finite_work) for p in params)
 
@@ -292,11 +375,18 @@ class MixedPrecision:
             self.optimizer.load_state_dict(state)
 
 
-def for_datatype(optimizer, datatype):
+#: how ``-d bf16`` rounds the float32 masters into the bf16 parameters unless told
+#: (``bf16_rounding``): stochastically where the masters are linked (MixedPrecision's "auto")
+BF16_ROUNDING = "auto"
+
+
+def for_datatype(optimizer, datatype, bf16_rounding=None):
     """``optimizer`` wrapped for training in ``datatype`` ('f16': dynamic loss scaling,
-    'bf16': master weights only); any other data type returns it unchanged."""
+    'bf16': master weights only, their bf16 copies rounded as ``bf16_rounding`` says, one of
+    ``ROUNDINGS``; None: :data:`BF16_ROUNDING`); any other data type returns it unchanged."""
     if datatype == "f16":
         return MixedPrecision(optimizer, loss_scale="dynamic")
     if datatype == "bf16":
-        return MixedPrecision(optimizer, loss_scale=None)
+        return MixedPrecision(optimizer, loss_scale=None,
+                              rounding=bf16_rounding or BF16_ROUNDING)
     return optimizer

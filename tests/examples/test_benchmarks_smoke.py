@@ -112,6 +112,29 @@ def test_bf16_training_benchmark_smoke(tmp_path, capsys):
     assert "AVX512-BF16" in table and "bf16 / neonlite_f32" in table
 
 
+def test_bf16_optimizer_step_benchmark_smoke(capsys):
+    """``python -m benchmarks.bf16_optimizer_step --smoke``: the three contenders' medians and
+    their ratios to float32."""
+    from benchmarks.bf16_optimizer_step import main as step_main
+    assert step_main(["--smoke", "--rounds", "2", "--warmup", "1"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("f32", "bf16 stochastic", "bf16 nearest"))
+    assert out.count("x f32") == 3
+
+
+def test_bf16_loss_comparison_runs_both_roundings(capsys):
+    """``--steps 2 --bf16-rounding both``: a bf16 run per rounding and the float32 run, each
+    against the bound."""
+    from support.harness import data_dir
+    from support.requires import need
+    need("shakespeare")
+    from benchmarks.bf16_training import main as bf16_main
+    assert bf16_main(["--row", "nanogpt_bf16", "--steps", "2", "--bf16-rounding", "both",
+                      "--text", str(data_dir() / "text" / "tinyshakespeare.txt")]) == 0
+    out = capsys.readouterr().out
+    assert "bf16 nearest - f32" in out and "bf16 stochastic - f32" in out
+
+
 def test_bf16_first_step_diagnosis_runs(capsys):
     """``python -m benchmarks.bf16_first_step --row nanogpt_bf16``: the five costs and the
     share of product weights one step leaves unmoved in bf16."""
