@@ -17,7 +17,7 @@ from .blas import CPUBlasOps
 from .rows import row_combination_bf16_kernel, scatter_add_rows_bf16_kernel
 from .bf16_boundary import NOT_TAKEN, is_bf16_tensor
 from .bf16_kernels import BF16, F32, check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
-    gemm_storage, gemm_storage_fused, storage_module, to_bf16
+    fused_storage_module, gemm_storage, gemm_storage_fused, to_bf16
 
 COMPOUND_DOT = OPS["compound_dot"]
 
@@ -74,7 +74,8 @@ class CPUBf16Ops:
 
         ``path`` (default: this machine's for ``gemm``) is ``compute`` (bf16 arithmetic,
         float32 accumulation) or ``storage`` (float32 arithmetic: the fused storage GEMM where
-        it runs, else widened operands and the float32 GEMM); ``off`` is refused.
+        the storage path runs it, else widened operands and the float32 GEMM); ``off`` is
+        refused.
         ``threads``: OpenMP threads of the bf16 kernels (0: their default).
         ``bits``: a bf16 array of C's shape with unit-stride rows that also receives C rounded
         to nearest even: by the GEMM's epilogue, or by one narrowing pass after the float32
@@ -108,12 +109,13 @@ class CPUBf16Ops:
                          f"dot_bf16: path must be compute or storage, got {path!r}")
 
     def storage_gemm(self):
-        """The storage path's fused GEMM module of this machine (``storage_module``), or None
-        where it cannot run; found once per backend for each ``NEONLITE_CPU_FEATURES_OFF``."""
+        """The storage path's fused GEMM module where the storage path runs it here
+        (``fused_storage_module``: AVX-512, and a float32 GEMM that is not MKL's), or None;
+        found once per backend for each ``NEONLITE_CPU_FEATURES_OFF``."""
         made = self.__dict__.setdefault("_storage_gemms", {})
         key = os.environ.get(FEATURES_OFF)
         if key not in made:
-            made[key] = storage_module(self.kernels)[0]
+            made[key] = fused_storage_module(self.kernels)
         return made[key]
 
     def fused_compound_dot(self, arguments):

@@ -28,8 +28,8 @@ import numpy as np
 
 from ..ops import OPS
 from .blas import blas_threads
-from .bf16_kernels import BF16, F32, gemm_bf16, gemm_module, gemm_storage, gemm_storage_fused, \
-    gemm_variant, storage_module
+from .bf16_kernels import BF16, F32, fused_storage_module, gemm_bf16, gemm_module, \
+    gemm_storage, gemm_storage_fused, gemm_variant
 from .threads import usable_cores
 from ...kernels.cache import CorruptEntry, cache_key, entry_name
 from ...kernels.specs import find
@@ -79,11 +79,12 @@ def requested():
 
 
 def _one_thread_storage(modules, a, b, c, scratch):
-    """The storage path's product on one thread: the fused storage GEMM where it runs
-    (:func:`~.bf16_kernels.storage_module`), else :func:`~.bf16_kernels.gemm_storage` with the
-    float32 GEMM on one thread: MKL's per-calling-thread setting, or numpy's matmul on one
-    BLAS thread (``GemmThreads`` would cut a product over threads of its own)."""
-    fused = storage_module(modules)[0]
+    """The storage path's product on one thread: the fused storage GEMM where the storage path
+    runs it (:func:`~.bf16_kernels.fused_storage_module`), else
+    :func:`~.bf16_kernels.gemm_storage` with the float32 GEMM on one thread: MKL's
+    per-calling-thread setting, or numpy's matmul on one BLAS thread (``GemmThreads`` would
+    cut a product over threads of its own)."""
+    fused = fused_storage_module(modules)
     if fused is not None:
         return gemm_storage_fused(fused, a, b, c, None, threads=1)
     lib = getattr(modules.gemm, "lib", None)
@@ -129,7 +130,7 @@ def _key(modules, variant):
     return cache_key({"measurement": ENTRY, "kernel": modules.builder.cpu_key(find(variant)),
                       "f32_gemm": type(modules.gemm).__name__, "cores": usable_cores(),
                       "storage_gemm": modules.builder.cpu_key(find("gemm_storage"))
-                      if storage_module(modules)[0] is not None else None,
+                      if fused_storage_module(modules) is not None else None,
                       "shape": SHAPE, "bursts": BURSTS, "calls": CALLS})
 
 

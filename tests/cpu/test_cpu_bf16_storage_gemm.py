@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import neonlite
+from neonlite.backends.cpu import bf16 as bf16_ops
 from neonlite.backends.cpu.bf16_kernels import gemm_storage_fused, storage_module
 from neonlite.backends.reference.optree import bf16_to_f32, f32_to_bf16
 from support.requires import requires
@@ -135,11 +136,20 @@ def _bf16_tensor(be, x):
 
 
 @pytest.fixture
-def storage_be(monkeypatch):
-    """A bf16 CPU backend whose products take the storage path, whatever was measured here."""
+def storage_be(monkeypatch, module):
+    """A bf16 CPU backend whose products take the storage path on the fused GEMM, whatever was
+    measured here and whichever float32 GEMM it has."""
     be = neonlite.gen_backend("cpu", batch_size=4, datatype="bf16")
     monkeypatch.setattr(type(be), "bf16_path", lambda self, op_class="gemm": "storage")
+    monkeypatch.setattr(bf16_ops, "fused_storage_module",
+                        lambda modules: storage_module(modules)[0])
     return be
+
+
+def test_the_storage_path_keeps_mkls_sgemm_where_the_float32_gemm_is_mkl():
+    be = neonlite.gen_backend("cpu", batch_size=4, datatype="bf16")
+    is_mkl = type(be.kernels.gemm).__name__ == "MKLGemm"
+    assert (be.storage_gemm() is None) == is_mkl
 
 
 def test_compound_dot_on_bf16_tensors_runs_the_fused_gemm_with_no_work_tensor(storage_be):
