@@ -84,3 +84,13 @@ def keep_backend():
     previous = neonlite.backends._current
     yield
     neonlite.backends._current = previous
+
+
+@pytest.fixture
+def keep_threads():
+    """The CPU backend's OpenMP thread count as it was before the test (a test that sets its
+    own leaves it behind otherwise); list it after ``keep_backend``, whose restore runs last."""
+    from neonlite.backends.cpu.threads import openmp_threads
+    threads = openmp_threads()
+    yield
+    neonlite.gen_backend("cpu", batch_size=1).set_threads(threads)

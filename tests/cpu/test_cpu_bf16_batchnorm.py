@@ -21,11 +21,10 @@ import pytest
 from support.requires import requires
 
 import neonlite
-from neonlite.backends.cpu.threads import openmp_threads
 from neonlite.backends.reference import norm as reference
 from neonlite.backends.shared.bfloat16 import bf16_to_f32, f32_to_bf16
 
-pytestmark = requires("compiler")
+pytestmark = [requires("compiler"), pytest.mark.usefixtures("keep_backend", "keep_threads")]
 
 T = 2e-5
 RTOL, ATOL = 2.0 ** -8 + 1.01 * T, 1.01 * T
@@ -33,14 +32,6 @@ RTOL, ATOL = 2.0 ** -8 + 1.01 * T, 1.01 * T
 SHAPES = [(1001, 9), (517, 70), (2003, 64), (301, 20), (65, 600)]
 FPROP = ("x", "gamma", "beta", "y", "xhat", "mean", "invstd", "running_mean", "running_var")
 BPROP = ("dy", "xhat", "invstd", "gamma", "dx", "dgamma", "dbeta")
-
-
-@pytest.fixture(autouse=True)
-def keep_backend_and_threads():
-    previous, threads = neonlite.backends._current, openmp_threads()
-    yield
-    neonlite.gen_backend("cpu", batch_size=1).set_threads(threads)
-    neonlite.backends._current = previous
 
 
 def _rounded(a):

@@ -22,13 +22,12 @@ import pytest
 from support.requires import requires
 
 import neonlite
-from neonlite.backends.cpu.threads import openmp_threads
 from neonlite.backends.plans import ConvPlan, PoolPlan
 from neonlite.backends.reference import conv as conv_reference
 from neonlite.backends.reference import pool as pool_reference
 from neonlite.backends.shared.bfloat16 import bf16_to_f32, f32_to_bf16
 
-pytestmark = requires("compiler")
+pytestmark = [requires("compiler"), pytest.mark.usefixtures("keep_backend", "keep_threads")]
 
 U = 2.0 ** -24
 U_BF16 = 2.0 ** -8
@@ -48,14 +47,6 @@ CONVS = [(3, 5, 9, 11, 48, 3, 5, (1, 2), (1, 1)),
 POOLS = [(op, *shape) for op in ("max", "avg") for shape in
          [(3, 7, 10, 9, 2, 2, (0, 0), (2, 2)), (2, 5, 9, 11, 3, 3, (1, 1), (2, 2)),
           (2, 300, 5, 4, 2, 3, (0, 1), (1, 2))]]
-
-
-@pytest.fixture(autouse=True)
-def keep_backend_and_threads():
-    previous, threads = neonlite.backends._current, openmp_threads()
-    yield
-    neonlite.gen_backend("cpu", batch_size=1).set_threads(threads)
-    neonlite.backends._current = previous
 
 
 def _bits(rng, shape):

@@ -24,7 +24,7 @@ from neonlite.backends.ops import OPS
 from neonlite.backends.reference import norm as reference
 from neonlite.backends.shared.bfloat16 import bf16_to_f32, f32_to_bf16
 
-pytestmark = requires("compiler")
+pytestmark = [requires("compiler"), pytest.mark.usefixtures("keep_backend")]
 
 U_BF16, T = 2.0 ** -8, 2e-5
 #: (M, D): a row past one 256-column chunk (widened once, whole), a row past the 2048 columns
@@ -32,13 +32,6 @@ U_BF16, T = 2.0 ** -8, 2e-5
 #: 16 or 32, and the first two big enough for the kernels' OpenMP loops
 SHAPES = [(97, 517), (23, 2053), (5, 3)]
 ROWS = ("layernorm_fprop", "layernorm_bprop", "rmsnorm_fprop", "rmsnorm_bprop")
-
-
-@pytest.fixture(autouse=True)
-def keep_backend():
-    previous = neonlite.backends._current
-    yield
-    neonlite.backends._current = previous
 
 
 def _backend():

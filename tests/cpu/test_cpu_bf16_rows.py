@@ -18,16 +18,9 @@ from neonlite.backends.cpu import bf16, rows
 from neonlite.backends.cpu.threads import openmp_threads, set_cpu_threads
 from neonlite.backends.shared.bfloat16 import bf16_to_f32, f32_to_bf16
 
-pytestmark = requires("compiler")
+pytestmark = [requires("compiler"), pytest.mark.usefixtures("keep_backend")]
 
 U_BF16 = 2.0 ** -8
-
-
-@pytest.fixture(autouse=True)
-def keep_backend():
-    previous = neonlite.backends._current
-    yield
-    neonlite.backends._current = previous
 
 
 def _backend():

@@ -18,17 +18,10 @@ from neonlite.backends.cpu.build import KernelModules
 from neonlite.backends.cpu.threads import openmp_threads, set_cpu_threads
 from neonlite.backends.shared.bfloat16 import bf16_to_f32, f32_to_bf16
 
-pytestmark = requires("compiler")
+pytestmark = [requires("compiler"), pytest.mark.usefixtures("keep_backend")]
 
 #: (M, K): classes within one staged row, past it (widened a chunk at a time), a few
 SHAPES = [(67, 517), (19, 2053), (5, 3)]
-
-
-@pytest.fixture(autouse=True)
-def keep_backend():
-    previous = neonlite.backends._current
-    yield
-    neonlite.backends._current = previous
 
 
 def _backends():
