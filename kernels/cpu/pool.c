@@ -125,9 +125,20 @@ static inline void put(real *d, const real *v, real scale, const int32_t *arg, i
     }
 }
 
-/* The gathering backward pass for disjoint windows; argmax == NULL means average pooling. */
-static void bprop_disjoint(const real *e, const int32_t *argmax, real *dx, const pool_geom *g,
-                           real beta)
+/* put() or put_bf16() on an element type's rows, as the disjoint backward pass calls it */
+typedef void (*put_row)(void *d, const void *v, real scale, const int32_t *arg, int32_t pos,
+                        int64_t C, real beta);
+
+static void put_real(void *d, const void *v, real scale, const int32_t *arg, int32_t pos,
+                     int64_t C, real beta)
+{
+    put((real *)d, (const real *)v, scale, arg, pos, C, beta);
+}
+
+/* The gathering backward pass for disjoint windows on elements of `size` bytes (`real`, or
+ * bf16 bits), each dx row written by `put_fn`; argmax == NULL means average pooling. */
+static void bprop_disjoint(const void *e, const int32_t *argmax, void *dx, const pool_geom *g,
+                           real beta, size_t size, put_row put_fn)
 {
     const int64_t H = g->H, W = g->W, C = g->C, P = g->P, Q = g->Q;
 #pragma omp parallel for schedule(dynamic, nl_grain(W * C)) \
@@ -135,22 +146,22 @@ static void bprop_disjoint(const real *e, const int32_t *argmax, real *dx, const
     for (int64_t nh = 0; nh < g->N * H; nh++) {
         const int64_t n = nh / H, h = nh % H;
         const int64_t p = owner(h, g->str_h, g->pad_h, g->R, P);
-        real *row = dx + nh * W * C;
+        char *row = (char *)dx + nh * W * C * (int64_t)size;
         int64_t h_lo = 0, h_hi = 0;
         if (p >= 0)
             window(p, g->str_h, g->pad_h, g->R, H, &h_lo, &h_hi);
         for (int64_t w = 0; w < W; w++) {
             const int64_t q = p < 0 ? -1 : owner(w, g->str_w, g->pad_w, g->S, Q);
             if (q < 0) {
-                put(row + w * C, NULL, 0, NULL, 0, C, beta);
+                put_fn(row + w * C * (int64_t)size, NULL, 0, NULL, 0, C, beta);
                 continue;
             }
             const int64_t o = ((n * P + p) * Q + q) * C;
             int64_t w_lo, w_hi;
             window(q, g->str_w, g->pad_w, g->S, W, &w_lo, &w_hi);
             const real scale = (real)(1.0 / (double)((h_hi - h_lo) * (w_hi - w_lo)));
-            put(row + w * C, e + o, scale, argmax ? argmax + o : NULL, (int32_t)(h * W + w), C,
-                beta);
+            put_fn(row + w * C * (int64_t)size, (const char *)e + o * (int64_t)size, scale,
+                   argmax ? argmax + o : NULL, (int32_t)(h * W + w), C, beta);
         }
     }
 }
@@ -159,7 +170,7 @@ void maxpool_bprop(const real *e, const int32_t *argmax, real *dx, const pool_ge
                    real beta)
 {
     if (disjoint(g)) {
-        bprop_disjoint(e, argmax, dx, g, beta);
+        bprop_disjoint(e, argmax, dx, g, beta, sizeof(real), put_real);
         return;
     }
     const int64_t C = g->C, Q = g->Q, units = scatter_units(g);
@@ -210,7 +221,7 @@ void avgpool_fprop(const real *x, real *y, const pool_geom *g)
 void avgpool_bprop(const real *e, real *dx, const pool_geom *g, real beta)
 {
     if (disjoint(g)) {
-        bprop_disjoint(e, NULL, dx, g, beta);
+        bprop_disjoint(e, NULL, dx, g, beta, sizeof(real), put_real);
         return;
     }
     const int64_t H = g->H, W = g->W, C = g->C, Q = g->Q, units = scatter_units(g);
@@ -353,34 +364,10 @@ static inline void put_bf16(uint16_t *d, const uint16_t *v, real scale, const in
     }
 }
 
-/* bprop_disjoint on bf16 operands. */
-static void bprop_disjoint_bf16(const uint16_t *e, const int32_t *argmax, uint16_t *dx,
-                                const pool_geom *g, real beta)
+static void put_bits(void *d, const void *v, real scale, const int32_t *arg, int32_t pos,
+                     int64_t C, real beta)
 {
-    const int64_t H = g->H, W = g->W, C = g->C, P = g->P, Q = g->Q;
-#pragma omp parallel for schedule(dynamic, nl_grain(W * C)) \
-    if (g->N * H * W * C >= NL_PARALLEL_MIN)
-    for (int64_t nh = 0; nh < g->N * H; nh++) {
-        const int64_t n = nh / H, h = nh % H;
-        const int64_t p = owner(h, g->str_h, g->pad_h, g->R, P);
-        uint16_t *row = dx + nh * W * C;
-        int64_t h_lo = 0, h_hi = 0;
-        if (p >= 0)
-            window(p, g->str_h, g->pad_h, g->R, H, &h_lo, &h_hi);
-        for (int64_t w = 0; w < W; w++) {
-            const int64_t q = p < 0 ? -1 : owner(w, g->str_w, g->pad_w, g->S, Q);
-            if (q < 0) {
-                put_bf16(row + w * C, NULL, 0, NULL, 0, C, beta);
-                continue;
-            }
-            const int64_t o = ((n * P + p) * Q + q) * C;
-            int64_t w_lo, w_hi;
-            window(q, g->str_w, g->pad_w, g->S, W, &w_lo, &w_hi);
-            const real scale = (real)(1.0 / (double)((h_hi - h_lo) * (w_hi - w_lo)));
-            put_bf16(row + w * C, e + o, scale, argmax ? argmax + o : NULL,
-                     (int32_t)(h * W + w), C, beta);
-        }
-    }
+    put_bf16((uint16_t *)d, (const uint16_t *)v, scale, arg, pos, C, beta);
 }
 
 /* The backward pass of overlapping windows on bf16 operands (argmax == NULL: average): one
@@ -439,7 +426,7 @@ void maxpool_bprop_bf16(const uint16_t *e, const int32_t *argmax, uint16_t *dx,
                         const pool_geom *g, real beta, real *work, int64_t nwork)
 {
     if (disjoint(g))
-        bprop_disjoint_bf16(e, argmax, dx, g, beta);
+        bprop_disjoint(e, argmax, dx, g, beta, sizeof(uint16_t), put_bits);
     else
         bprop_overlapping_bf16(e, argmax, dx, g, beta, work, nwork);
 }
@@ -448,7 +435,7 @@ void avgpool_bprop_bf16(const uint16_t *e, uint16_t *dx, const pool_geom *g, rea
                         real *work, int64_t nwork)
 {
     if (disjoint(g))
-        bprop_disjoint_bf16(e, NULL, dx, g, beta);
+        bprop_disjoint(e, NULL, dx, g, beta, sizeof(uint16_t), put_bits);
     else
         bprop_overlapping_bf16(e, NULL, dx, g, beta, work, nwork);
 }
