@@ -168,16 +168,20 @@ def test_compound_dot_on_bf16_tensors_runs_the_fused_gemm_with_no_work_tensor(st
     assert not [key for key in be.bf16_boundary._work if key[0][0] == "compound_dot"]
 
 
-def test_without_avx512_the_storage_path_widens_and_is_as_exact(storage_be, monkeypatch):
+def test_without_avx512_the_storage_path_takes_another_gemm_as_exact(storage_be,
+                                                                       monkeypatch):
     be = storage_be
     rng = np.random.default_rng(2)
     x = rng.standard_normal((13, 300)).astype(np.float32)
     w = rng.standard_normal((300, 17)).astype(np.float32)
     X, W = _bf16_tensor(be, x), _bf16_tensor(be, w)
-    fused, widened = be.empty((13, 17)), be.empty((13, 17))
+    fused, other = be.empty((13, 17)), be.empty((13, 17))
     be.compound_dot(X, W, fused)
     monkeypatch.setenv("NEONLITE_CPU_FEATURES_OFF", "avx512f")
     assert be.storage_gemm() is None
-    be.compound_dot(X, W, widened)
-    assert [key for key in be.bf16_boundary._work if key[0] == ("compound_dot", "A")]
-    np.testing.assert_allclose(widened.get(), fused.get(), rtol=2 * U_BF16, atol=1e-6)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the fused GEMM ran with AVX-512 turned off")
+    monkeypatch.setattr(bf16_ops, "gemm_storage_fused", refused)
+    be.compound_dot(X, W, other)
+    np.testing.assert_allclose(other.get(), fused.get(), rtol=2 * U_BF16, atol=1e-6)
