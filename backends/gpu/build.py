@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...atomic import scratch_folder
 from ...kernels import build as _build
-from ...kernels import cuda_specs
+from ...kernels import specs as kernel_specs
 from ...kernels.cache import CorruptEntry, cache_key, entry_name, source_closure
 from ...kernels.specs import KERNEL_ROOT
 from ...kernels.toolchain import CUDA_FLAGS, find_nvcc
@@ -21,7 +21,7 @@ CUDA_INCLUDE = KERNEL_ROOT / "cuda"
 def variant_cubin(name, arch, builder=None):
     """The cubin bytes of table variant ``name`` (``cuda_specs``) for ``arch``."""
     builder = builder or _build.default_builder()
-    return builder.cuda_binary(cuda_specs.find(name), arch).cubin
+    return builder.cuda_binary(kernel_specs.find(name), arch).cubin
 
 
 def generated_key(name, source, arch, nvcc):

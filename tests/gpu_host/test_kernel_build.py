@@ -364,3 +364,34 @@ def test_cuda_variant_builds_to_a_cubin_with_ptxas_info(tmp_path, cache_root):
     with pytest.raises(CompileError, match="SHARED"):
         Builder(cache_root).cuda_binary(broken, "sm_80")
     assert json.loads(json.dumps(meta))["arch"] == "sm_80"
+
+
+def _variants_the_gpu_backend_loads():
+    """Every table variant the GPU backend hands to ``GPUBackend.kernel``: the names in its
+    ``kernel("...")`` calls and the ``kernel.cuda_variant`` of each op-table row that
+    ``run_op`` launches itself (a row with ``launches``)."""
+    import re
+    from neonlite.backends.ops import OPS
+    folder = Path(specs.__file__).resolve().parents[1] / "backends" / "gpu"
+    named = {m for f in folder.glob("*.py")
+             for m in re.findall(r'\bkernel\("([a-z_0-9]+)"', f.read_text())}
+    return sorted(named | {op.kernel.cuda_variant for op in OPS.values()
+                           if op.kernel is not None and op.kernel.launches})
+
+
+def test_every_variant_the_gpu_backend_loads_is_in_the_table():
+    """``gpu.build.variant_cubin`` looked its variant up with a function the table module does
+    not have, so every hand-written CUDA kernel failed on the first H200 run; the host
+    emulator compiles the sources itself and never went through it."""
+    names = _variants_the_gpu_backend_loads()
+    assert {"conv_simt", "norm", "rows", "softmax", "philox", "pool"} <= set(names)
+    for name in names:
+        assert specs.find(name).target == "cuda"
+
+
+@needs_nvcc
+def test_variant_cubin_builds_a_table_variant(monkeypatch, tmp_path):
+    from neonlite.backends.gpu import build as gpu_build
+    monkeypatch.setenv("NEONLITE_CACHE_DIR", str(tmp_path / "cache"))
+    cubin = gpu_build.variant_cubin("transpose", "sm_80")
+    assert cubin[:4] == b"\x7fELF"
