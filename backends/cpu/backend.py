@@ -56,6 +56,16 @@ PLAN_CALLS = {**BLOCKSPARSE_CALLS}
 OP_CALLS = dict.fromkeys(ATTENTION_RUNS, CPUAttentionCalls)
 
 
+def _not_a_tensor(op, operands):
+    """The TypeError of a table-op call given an expression (or another non-tensor) where
+    the row takes a tensor."""
+    named = [(o.name, type(t).__name__) for o, t in zip(op.operands, operands)
+             if t is not None and not isinstance(t, CPUTensor)]
+    return op.expression_error(operands) or TypeError(
+        f"{op.name}: {named[0][0] if named else 'an operand'} is "
+        f"{named[0][1] if named else 'not a tensor'}, expected a tensor")
+
+
 def check_bf16_on():
     """ValueError where ``NEONLITE_BF16=off`` turns bfloat16 on the CPU off."""
     if bf16_choice.requested() == "off":
@@ -181,13 +191,18 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
             arguments, keep = [], True
             for o, t in zip(op.operands, operands):
                 if o.plan is None:
+                    if not isinstance(t, CPUTensor):
+                        raise _not_a_tensor(op, operands)
                     keep = keep and t.kept
                     t = t._ary
                 arguments.append(t)
             if not self.kernels.run_plan_op(op, arguments, scalars, PLAN_CALLS[op.name], keep):
                 op.reference(*arguments, *scalars)
             return
-        arrays = tuple([None if t is None else t._ary for t in operands])
+        try:
+            arrays = tuple([None if t is None else t._ary for t in operands])
+        except AttributeError:
+            raise _not_a_tensor(op, operands) from None
         if not self.kernels.run_op(op, arrays, scalars, keep=all_kept(operands)):
             op.reference(*arrays, *scalars)
 

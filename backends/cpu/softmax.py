@@ -8,7 +8,7 @@ import numpy as np
 from ..operand_shapes import check_masked_softmax
 from ..operand_sizes import check_operand_sizes
 from ..reference import softmax as reference
-from ..shared.bfloat16 import is_bf16
+from ..shared.bfloat16 import holds_integers
 from ..shared.class_indices import check_class_indices
 from .bf16_boundary import NOT_TAKEN, is_bf16_tensor
 from .build import FLOATS
@@ -18,14 +18,9 @@ from .build import FLOATS
 BAD_INDEX = ("softmax_cross_entropy_index", "bad index")
 
 
-def _class_indices(targets):
-    """True for integer class-index targets (not bf16 bits)."""
-    return targets.dtype.kind in "iu" and not is_bf16(targets.dtype)
-
-
 def _check_cross_entropy(logits, targets, probs, grad):
     """The operands' sizes and element types (tensors, or float arrays)."""
-    indices = _class_indices(targets)
+    indices = holds_integers(targets.dtype)
     check_operand_sizes("softmax_cross_entropy", logits, logits.shape[-1] if logits.ndim else 1,
                         whole=(("probs", probs), ("grad", grad)) + (
                             () if indices else (("targets", targets),)),
@@ -41,7 +36,7 @@ def softmax_cross_entropy_kernel(kernels, logits, targets, probs, grad, scale, b
     ``shared.class_indices.check_class_indices``'s IndexError, which names it.  ``bf16``:
     logits, probs, grad and one-hot targets are contiguous bf16 bit arrays whose tensors the
     caller checked (the ``*_bf16`` functions, no float copy)."""
-    indices = _class_indices(targets)
+    indices = holds_integers(targets.dtype)
     if not bf16:
         _check_cross_entropy(logits, targets, probs, grad)
     K = logits.shape[-1]

@@ -5,6 +5,7 @@ Strided tables and rows go through contiguous copies (``dense.on_dense``)."""
 import numpy as np
 
 from ..operand_shapes import check_permute, check_table_rows
+from ..reference.rows import row_indices
 from .dense import on_dense
 
 _NUMPY_IDS = {"i32": "i32", "i64": "i64", "f32": "f32"}
@@ -21,11 +22,14 @@ class GPURowOps:
         return copy, "f32"
 
     def _check_ids(self, ids, bad, V):
+        """Raise the reference's IndexError (the first bad id, shown as the whole number or
+        the fraction it is, and its position) when the kernel flagged one."""
         first = int(bad.get()[0])
         if first < ids.size:
+            row_indices(ids.get(), V)
             where = tuple(int(i) for i in np.unravel_index(first, ids.shape))
-            raise IndexError(f"id {ids.get()[where]!r} at position {where} of ids {ids.shape} is "
-                             f"not a row of the table: expected a whole number in [0, {V})")
+            raise IndexError(f"id at position {where} of ids {ids.shape} is out of range: "
+                             f"expected a whole number in [0, {V})")
 
     def _rows_call(self, name, dst, src, ids, V, D, n_threads):
         ids_c, kind = self._ids(ids)

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..operand_shapes import check_masked_softmax
 from ..operand_sizes import check_contiguous, check_operand_sizes
+from ..shared.bfloat16 import holds_integers
 from ..shared.class_indices import check_class_indices
 from ..ops import OPS
 from .dense import rows_of
@@ -79,7 +80,7 @@ class GPUSoftmaxOps:
         be (M,) int32 class indices (``nl_softmax_xent_index``: a NaN loss with a bad index
         among them raises the IndexError naming it)."""
         check_contiguous("softmax_cross_entropy", probs=probs, grad=grad)
-        indices = np.dtype(targets.dtype).kind in "iu"
+        indices = holds_integers(targets.dtype)  # bf16 one-hot targets are uint16 bits
         check_operand_sizes("softmax_cross_entropy", logits, logits.shape[-1],
                             whole=(("probs", probs), ("grad", grad)) + (
                                 () if indices else (("targets", targets),)),

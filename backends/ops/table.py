@@ -39,6 +39,8 @@ from operator import itemgetter
 
 import numpy as np
 
+from ..optree import OpNode
+
 #: the kinds of scalar arguments a dispatched kernel takes
 SCALAR_KINDS = ("int", "float")
 #: how a GPU launch covers its operands: one thread per element of the first operand, one
@@ -297,7 +299,19 @@ class Op:
         for i in self._checked:
             named[self.scalars[i].name] = scalars[i]
         if self.check is not None:
-            self.check(self.name, **named)
+            try:
+                self.check(self.name, **named)
+            except AttributeError:
+                raise self.expression_error(operands) or AttributeError from None
+
+    def expression_error(self, operands):
+        """The TypeError naming the first operand that is an op-tree expression (a tensor was
+        expected), or None when there is none."""
+        for o, t in zip(self.operands, operands):
+            if isinstance(t, OpNode):
+                return TypeError(f"{self.name}: {o.name} is the expression {t.op}(...), not a "
+                                 f"tensor; evaluate it into one first (tmp[:] = expression)")
+        return None
 
     @property
     def dispatched(self):

@@ -129,3 +129,56 @@ def test_batchnorm_moments_takes_rows(monkeypatch, name):
     mean, m2 = be.batchnorm_moments(x.reshape(32, 3))
     np.testing.assert_allclose(mean, np.ones(3))
     np.testing.assert_allclose(m2, np.zeros(3), atol=1e-6)
+
+
+def _backend(monkeypatch, name, dtype=np.float32):
+    if name == "cpu":
+        return neonlite.gen_backend("cpu", batch_size=4, rng_seed=0, datatype=dtype)
+    need("emulator")
+    return host_gpu_backend(monkeypatch, dtype=dtype)
+
+
+@pytest.mark.parametrize("name", ["cpu", "gpu"])
+def test_an_expression_operand_is_a_type_error_naming_it(monkeypatch, name):
+    """A table op given ``x * 30.0`` (an op tree) where it takes a tensor: one TypeError
+    saying which operand and what to do (the CPU raised AttributeError '_ary', the GPU
+    'shape'; found on the first H200 run)."""
+    be = _backend(monkeypatch, name)
+    x, out = be.array(np.ones((5, 7), np.float32)), be.zeros((5, 7))
+    with pytest.raises(TypeError, match=r"^softmax: x is the expression mul\(\.\.\.\), not a "
+                                        r"tensor; evaluate it into one first"):
+        be.softmax(x * 30.0, out)
+
+
+@pytest.mark.parametrize("name", ["cpu", "gpu"])
+def test_bf16_one_hot_targets_are_not_class_indices(monkeypatch, name):
+    """bfloat16 one-hot targets are uint16 bits: the GPU read them as integer class indices
+    and refused (64, 1000) targets for 64 rows (the first H200 run: softmax_ce_bf16 and the
+    ResNet-20 bf16 benchmark rows)."""
+    if name == "cpu":
+        pytest.importorskip("neonlite.backends.cpu.bf16")
+    be = _backend(monkeypatch, name, dtype="bf16" if name == "gpu" else np.float32)
+    if name == "cpu":
+        from neonlite.backends.shared.bfloat16 import BFLOAT16
+        make = lambda a: be.array(a, dtype=BFLOAT16)  # noqa: E731
+    else:
+        make = be.array
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(6, 10)).astype(np.float32)
+    onehot = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 6)]
+    probs, grad = make(np.zeros((6, 10), np.float32)), make(np.zeros((6, 10), np.float32))
+    loss = be.softmax_cross_entropy(make(logits), make(onehot), probs, grad, 1.0 / 6)
+    shifted = logits - logits.max(1, keepdims=True)
+    want = -(onehot * (shifted - np.log(np.exp(shifted).sum(1, keepdims=True)))).sum()
+    assert abs(loss - want) < 3e-2 * max(1.0, abs(want))
+
+
+@pytest.mark.parametrize("name", ["cpu", "gpu"])
+def test_a_bad_row_id_is_named_as_the_number_it_is(monkeypatch, name):
+    """ids held as float32 tensors: the GPU named id 11 as ``np.float32(11.0)`` (the first
+    H200 run); both backends now give the reference's message."""
+    be = _backend(monkeypatch, name)
+    table = be.array(np.ones((11, 6), np.float32))
+    with pytest.raises(IndexError, match=r"^id 11 at position \(0, 1\) of ids \(1, 2\) is out "
+                                         r"of range: expected a whole number in \[0, 11\)$"):
+        be.take_rows(table, be.array(np.array([[1, 11]], np.int32)), be.zeros((1, 2, 6)))
