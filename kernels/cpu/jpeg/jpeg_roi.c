@@ -79,7 +79,9 @@ static void nl_say(struct nl_errors *errors, j_common_ptr cinfo) {
 
 static int nl_classify(int msg_code) {
     switch (msg_code) {
+#if JPEG_LIB_VERSION < 70 /* jerror.h has this code only for the libjpeg 6b API */
     case JERR_ARITH_NOTIMPL:
+#endif
     case JERR_BAD_PRECISION:
     case JERR_CONVERSION_NOTIMPL:
     case JERR_NOT_COMPILED:
