@@ -10,9 +10,11 @@ asserts nothing about speed (CI runs it).
 import argparse
 import json
 import sys
+import traceback
 
 import numpy as np
 
+from neonlite.atomic import atomic_write
 from neonlite.cpu_peak import cpu_peak_gflops
 from .timing import time_alternating
 from .workloads import GPU_WORKLOADS, WORKLOADS
@@ -131,19 +133,27 @@ def main(argv=None):
         print(f"python -m benchmarks.run: error: --against torch: {note}", file=sys.stderr)
         return 1
     repeats = args.repeats or (2 if args.smoke else 15)
-    rows = []
-    for name in names:
-        rows.append(run_workload(workloads[name], args.backend, device, args.smoke, repeats))
-        print(f"  {name}: done", file=sys.stderr, flush=True)
     peak, peak_note = cpu_peak_gflops() if args.backend == "cpu" else (None, "")
+    rows, failed = [], 0
+    for name in names:
+        try:
+            row = run_workload(workloads[name], args.backend, device, args.smoke, repeats)
+        except Exception as err:  # one broken workload is a row saying why; the rest still run
+            traceback.print_exc()
+            row = {"workload": name, "figure": workloads[name].FIGURE,
+                   "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
+            row["note"] = "FAILED: " + row["error"][:200]
+            failed += 1
+        rows.append(row)
+        print(format_table([row], "").splitlines()[-1], file=sys.stderr, flush=True)
+        if args.json:  # after every row, so a run stopped part-way keeps what it measured
+            with atomic_write(args.json) as f:
+                f.write(json.dumps({"backend": args.backend, "smoke": args.smoke, "rows": rows,
+                                    "cpu_peak_gflops": peak}, indent=2).encode())
     print(format_table(rows, note))
     if peak:
         print(f"CPU peak: {peak:.0f} GFLOP/s = {peak_note}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"backend": args.backend, "smoke": args.smoke, "rows": rows,
-                       "cpu_peak_gflops": peak}, f, indent=2)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
