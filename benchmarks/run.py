@@ -140,8 +140,9 @@ def main(argv=None):
             row = run_workload(workloads[name], args.backend, device, args.smoke, repeats)
         except Exception as err:  # one broken workload is a row saying why; the rest still run
             traceback.print_exc()
+            first_line = str(err).splitlines()[0] if str(err) else ""
             row = {"workload": name, "figure": workloads[name].FIGURE,
-                   "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
+                   "error": f"{type(err).__name__}: {first_line}"}
             row["note"] = "FAILED: " + row["error"][:200]
             failed += 1
         rows.append(row)

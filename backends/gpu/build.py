@@ -19,7 +19,8 @@ CUDA_INCLUDE = KERNEL_ROOT / "cuda"
 
 
 def variant_cubin(name, arch, builder=None):
-    """The cubin bytes of table variant ``name`` (``cuda_specs``) for ``arch``."""
+    """The cubin bytes of table variant ``name`` (a CUDA row of ``kernels.specs``, listed in
+    ``cuda_specs``) for ``arch``."""
     builder = builder or _build.default_builder()
     return builder.cuda_binary(kernel_specs.find(name), arch).cubin
 

@@ -302,7 +302,10 @@ class Op:
             try:
                 self.check(self.name, **named)
             except AttributeError:
-                raise self.expression_error(operands) or AttributeError from None
+                error = self.expression_error(operands)
+                if error is None:
+                    raise
+                raise error from None
 
     def expression_error(self, operands):
         """The TypeError naming the first operand that is an op-tree expression (a tensor was

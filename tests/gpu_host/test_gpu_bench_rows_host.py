@@ -1,10 +1,12 @@
-"""The neonlite side of every GPU benchmark row runs one smoke step on the host emulator.
+"""The neonlite side of a GPU benchmark row of each kind takes smoke steps on the host
+emulator.
 
 On the first H200 visit two rows (``softmax_ce_bf16``, ``resnet20_bf16``) failed in their first
 step on an operand fault that no emulator test reached, and the GPU minutes they were meant for
-were lost; the attention rows called a CPU-only backend method.  Each row here builds its model or operands with ``gen_backend("gpu", ...)`` routed
-to :func:`~support.gpu_host_backend.host_gpu_backend`, takes two steps (the second one on the
-kept work tensors) and checks the step's results are finite where it returns any."""
+were lost; the attention rows called a CPU-only backend method.  Each row here builds its model
+or operands with ``gen_backend("gpu", ...)`` routed to
+:func:`~support.gpu_host_backend.host_gpu_backend`, takes two steps (the second one on the kept
+work tensors) and checks the step's results are finite where it returns any."""
 import numpy as np
 import pytest
 from support.gpu_host_backend import host_gpu_backend
