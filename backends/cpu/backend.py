@@ -59,11 +59,11 @@ OP_CALLS = dict.fromkeys(ATTENTION_RUNS, CPUAttentionCalls)
 def _not_a_tensor(op, operands):
     """The TypeError of a table-op call given an expression (or another non-tensor) where
     the row takes a tensor."""
-    named = [(o.name, type(t).__name__) for o, t in zip(op.operands, operands)
-             if t is not None and not isinstance(t, CPUTensor)]
-    return op.expression_error(operands) or TypeError(
-        f"{op.name}: {named[0][0] if named else 'an operand'} is "
-        f"{named[0][1] if named else 'not a tensor'}, expected a tensor")
+    for o, t in zip(op.operands, operands):
+        if t is not None and not isinstance(t, CPUTensor):
+            return op.expression_error(operands) or TypeError(
+                f"{op.name}: {o.name} is a {type(t).__name__}, expected a tensor")
+    return TypeError(f"{op.name}: every operand must be a tensor")
 
 
 def check_bf16_on():
@@ -189,13 +189,14 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
             return
         if op.kernel.arguments == PLAN:
             arguments, keep = [], True
-            for o, t in zip(op.operands, operands):
-                if o.plan is None:
-                    if not isinstance(t, CPUTensor):
-                        raise _not_a_tensor(op, operands)
-                    keep = keep and t.kept
-                    t = t._ary
-                arguments.append(t)
+            try:
+                for o, t in zip(op.operands, operands):
+                    if o.plan is None:
+                        keep = keep and t.kept
+                        t = t._ary
+                    arguments.append(t)
+            except AttributeError:
+                raise _not_a_tensor(op, operands) from None
             if not self.kernels.run_plan_op(op, arguments, scalars, PLAN_CALLS[op.name], keep):
                 op.reference(*arguments, *scalars)
             return

@@ -22,6 +22,7 @@ import numpy as np
 from ...kernels import cpu_features
 from ..reference.optree import bf16_to_f32, f32_to_bf16
 from .blas import gemm_into
+from .mkl_blas import MKLGemm
 
 #: the element type of bf16 arrays (bit patterns)
 BF16 = np.dtype(np.uint16)
@@ -75,7 +76,7 @@ def fused_storage_module(modules):
     or None: where the float32 GEMM is MKL's, widened copies and MKL's sgemm are faster (on
     the 2-core Emerald Rapids the fused GEMM reaches about 0.75x of MKL's sgemm in process,
     and the three widening and narrowing passes cost less than that)."""
-    if type(modules.gemm).__name__ == "MKLGemm":
+    if isinstance(modules.gemm, MKLGemm):
         return None
     return storage_module(modules)[0]
 
