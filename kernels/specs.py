@@ -61,6 +61,8 @@ BF16_VARIANTS = (
                (("DTYPE", "float"), ("NL_BF16_AMX", "1")), header="cpu/bf16/gemm_bf16.h"),
     KernelSpec("gemm_storage", "cpu", "cpu/bf16/gemm_storage.c", (("DTYPE", "float"),),
                header="cpu/bf16/gemm_storage.h"),
+    KernelSpec("gemm_packed", "cpu", "cpu/bf16/gemm_packed.c", (("DTYPE", "float"),),
+               header="cpu/bf16/gemm_packed.h"),
 )
 
 

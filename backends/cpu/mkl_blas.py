@@ -39,7 +39,7 @@ from .blas import TINY_MACS, WayTuner
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 #: MKL_CBWR_AUTO | MKL_CBWR_STRICT, and MKL_CBWR_ALL (every CNR setting) for MKL_CBWR_Get
 _CBWR_AUTO_STRICT, _CBWR_ALL = 0x10002, -1
-_B_MATRIX = 162
+_A_MATRIX, _B_MATRIX = 161, 162
 _CDEF = """
 int MKL_Set_Num_Threads_Local(int);
 int MKL_CBWR_Set(const int);
@@ -298,7 +298,8 @@ class MKLGemm:
         """For C kernels that multiply by the same matrix many times: ``(pack address, compute
         address, size)`` of MKL's ``cblas_?gemm_pack`` and ``cblas_?gemm_compute`` for float32
         or float64, where ``size(m, n, k)`` is the elements of the packed B matrix of an
-        (m, k) @ (k, n) product; None for other dtypes or an MKL without them."""
+        (m, k) @ (k, n) product (``size(m, n, k, "A")``: of its packed A matrix); None for
+        other dtypes or an MKL without them."""
         prefix = {np.dtype(np.float32): "cblas_s", np.dtype(np.float64): "cblas_d"}.get(
             np.dtype(dtype))
         if prefix is None:
@@ -310,8 +311,9 @@ class MKLGemm:
             return None
         itemsize = np.dtype(dtype).itemsize
 
-        def elements(m, n, k):
-            return -(-int(size(_B_MATRIX, m, n, k)) // itemsize)
+        def elements(m, n, k, matrix="B"):
+            identifier = {"A": _A_MATRIX, "B": _B_MATRIX}[matrix]
+            return -(-int(size(identifier, m, n, k)) // itemsize)
         return (int(self.ffi.cast("intptr_t", pack)), int(self.ffi.cast("intptr_t", compute)),
                 elements)
 

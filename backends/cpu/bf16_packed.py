@@ -1,0 +1,116 @@
+"""The bf16 storage path's product where the float32 GEMM is MKL's: ``kernels/cpu/bf16/
+gemm_packed.c`` (:func:`gemm_storage_packed`).
+
+One operand (the smaller) is widened and packed by MKL's ``cblas_sgemm_pack`` a chunk at a
+time; the other is widened a strip at a time, right before ``cblas_sgemm_compute`` multiplies
+the strip by every chunk, and a bf16 result is rounded from each float32 tile while the tile
+is still in cache.  So neither operand gets a float32 copy in memory and the result no float32
+pass of its own, as the widened copies and sgemm of :func:`~.bf16_kernels.gemm_storage` do.
+
+The packed chunks and the threads' work areas are kept in the kernel modules' ``workspaces``
+by shape: a training loop allocates them on its first step only.
+"""
+import functools
+
+import numpy as np
+
+from ..reference.optree import bf16_to_f32, f32_to_bf16
+from .bf16_kernels import BF16, F32
+from .blas import TINY_MACS
+from .mkl_blas import MKLGemm
+from .threads import openmp_threads
+
+#: columns of op(B) per packed chunk where op(B) is packed, rows of op(A) where op(A) is
+#: (measured on the 2-core Emerald Rapids over a d_model 512 transformer's products)
+CHUNK = {"B": 512, "A": 256}
+
+
+def packed_storage_module(modules):
+    """The ``gemm_packed`` kernel module where the float32 GEMM is MKL's and has its packed
+    GEMMs, else None."""
+    gemm = modules.gemm
+    if not isinstance(gemm, MKLGemm) or gemm.packed_gemm(F32) is None:
+        return None
+    return modules.variant("gemm_packed")
+
+
+def _areas(modules, module, m, n, k, packed, threads):
+    """(packed chunks, their stride, work areas, their stride, strip, chunk) for this product,
+    made on first use and kept in ``modules.workspaces``."""
+    key = ("bf16_packed", m, n, k, packed, threads)
+    found = modules.workspaces.get(key)
+    if found is None:
+        elements = modules.gemm.packed_gemm(F32)[2]
+        chunk = CHUNK[packed]
+        strip = int(module.lib.nl_gemm_packed_strip(k, m if packed == "B" else n))
+        if packed == "B":
+            chunks, stride = -(-n // chunk), elements(m, min(chunk, n), k, "B")
+        else:
+            chunks, stride = -(-m // chunk), elements(min(chunk, m), n, k, "A")
+        stride = -(-stride // 16) * 16
+        work = int(module.lib.nl_gemm_packed_work(k, strip, chunk))
+        found = modules.workspaces[key] = (np.empty(chunks * stride, F32), stride,
+                                           np.empty(threads * work, F32), work, strip, chunk)
+    return found
+
+
+def prepare_storage_packed(modules, module, a, b, c, bits, trans_a=False, trans_b=False,
+                           packed=None, threads=None):
+    """``run(alpha, beta)``: ``alpha * op(a) @ op(b) + beta * out`` on these arrays, with
+    ``a`` and ``b`` bf16 (uint16 bits, 2-D, unit-stride rows), into float32 ``c`` or bf16
+    ``bits`` (exactly one not None, unit-stride rows), in float32 arithmetic on
+    :func:`packed_storage_module`'s kernel, its arguments worked out now (the caller keeps the
+    arrays alive while it keeps ``run``).  ``packed``: the operand MKL packs, ``"A"`` or
+    ``"B"`` (default: the smaller); ``threads``: default one for a product under
+    ``TINY_MACS`` multiply-adds, else OpenMP's count.  Shapes and strides checked by the
+    caller."""
+    m, k = a.shape[::-1] if trans_a else a.shape
+    out = bits if c is None else c
+    n = out.shape[1]
+    if m == 0 or n == 0:
+        return lambda alpha, beta: None
+    if k == 0:
+        return functools.partial(_scale, c, bits)
+    if packed is None:
+        packed = "B" if b.size <= a.size else "A"
+    if threads is None:
+        threads = 1 if m * n * k < TINY_MACS else openmp_threads()
+    chunks, stride, work, work_stride, strip, chunk = _areas(modules, module, m, n, k, packed,
+                                                            threads)
+    pack, compute = modules.gemm.packed_gemm(F32)[:2]
+    ffi, mkl = module.ffi, modules.gemm.lib
+    head = (ffi.cast("uint16_t *", a.ctypes.data), ffi.cast("uint16_t *", b.ctypes.data),
+            ffi.NULL if c is None else ffi.cast("float *", c.ctypes.data),
+            ffi.NULL if bits is None else ffi.cast("uint16_t *", bits.ctypes.data), m, n, k,
+            a.strides[0] // BF16.itemsize, b.strides[0] // BF16.itemsize,
+            out.strides[0] // out.itemsize, int(trans_a), int(trans_b))
+    tail = (int(packed == "B"), ffi.from_buffer("float[]", chunks), stride,
+            ffi.from_buffer("float[]", work), work_stride, strip, chunk, pack, compute, threads)
+    function, one_thread = module.lib.nl_gemm_packed, mkl.MKL_Set_Num_Threads_Local
+
+    def run(alpha, beta):
+        previous = one_thread(1)
+        try:
+            status = function(*head, float(alpha), float(beta), *tail)
+        finally:
+            one_thread(previous)
+        if status != 0:
+            raise RuntimeError(f"compound_dot: the packed storage GEMM refused the call "
+                               f"({status})")
+    return run
+
+
+def _scale(c, bits, alpha, beta):
+    """The product of an empty inner dimension: the output times beta."""
+    if c is not None:
+        c *= np.float32(beta)
+    else:
+        bits[...] = f32_to_bf16(np.float32(beta) * bf16_to_f32(bits))
+
+
+def gemm_storage_packed(modules, module, a, b, c, bits, alpha=1.0, beta=0.0, trans_a=False,
+                        trans_b=False, packed=None, threads=None):
+    """The product of :func:`prepare_storage_packed` run once; returns the output."""
+    prepare_storage_packed(modules, module, a, b, c, bits, trans_a, trans_b, packed,
+                           threads)(alpha, beta)
+    return bits if c is None else c

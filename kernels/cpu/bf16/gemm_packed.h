@@ -1,0 +1,38 @@
+/* The bf16 storage path's GEMM on MKL's packed GEMM (gemm_packed.c): float32 arithmetic on
+ * bfloat16 operands where the float32 GEMM is MKL's, no pass over memory of its own to widen
+ * an operand or narrow the result.
+ *
+ *   C = alpha * op(A) @ op(B) + beta * C
+ *
+ * op(A) is M x K: A[m * lda + k], or with transA A[k * lda + m];
+ * op(B) is K x N: B[k * ldb + n], or with transB B[n * ldb + k]; both hold bfloat16 bits.
+ *
+ * One operand is packed (pack_b: op(B), else op(A)), cut into chunks of `chunk` columns of
+ * op(B) (rows of op(A)), each widened and packed by MKL's
+ * cblas_sgemm_pack (alpha applied there) into `packed` + chunk * packed_stride floats.  The
+ * other operand is cut into strips of `strip` rows of op(A) (columns of op(B)); a thread
+ * widens a strip into its work area while it is about to use it, multiplies it by every
+ * packed chunk with cblas_sgemm_compute into a tile of C (float32 C: in place; bfloat16 Cb:
+ * a float32 tile in the work area, widened first where beta != 0, rounded to nearest even
+ * into Cb while still in cache).
+ *
+ * Exactly one of C (float32, row stride ldc) and Cb (bfloat16 bits, row stride ldc) is
+ * given.  `work` holds `threads` areas of work_stride floats (nl_gemm_packed_work).  The
+ * tiles and their calls are the same for every thread count, so the result is too.  MKL must
+ * run single-threaded on each calling thread (MKL_Set_Num_Threads_Local(1) around the call).
+ * pack and compute are the addresses of cblas_sgemm_pack and cblas_sgemm_compute.
+ *
+ * Returns 0; -1 when C and Cb are both NULL or both given. */
+int nl_gemm_packed(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb, int64_t M,
+                   int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int transA,
+                   int transB, float alpha, float beta, int pack_b, float *packed,
+                   int64_t packed_stride, float *work, int64_t work_stride, int64_t strip,
+                   int64_t chunk, int64_t pack, int64_t compute, int threads);
+
+/* the rows of op(A) (pack_b) or columns of op(B) of a strip, for inner dimension K and
+ * `length` rows of op(A) (columns of op(B)) in all: about an eighth of them, at least 32, at
+ * most what keeps a widened strip within 1 MiB (and 256) */
+int64_t nl_gemm_packed_strip(int64_t K, int64_t length);
+
+/* the floats one thread's work area needs for inner dimension K and strips of `strip` */
+int64_t nl_gemm_packed_work(int64_t K, int64_t strip, int64_t chunk);
