@@ -11,19 +11,21 @@ import numpy as np
 
 from ...kernels.cpu_features import FEATURES_OFF
 from ..operand_shapes import check_permute, check_table_rows
-from ..ops import OPS
 from . import bf16_choice
 from .blas import CPUBlasOps
 from .rows import row_combination_bf16_kernel, scatter_add_rows_bf16_kernel
 from .bf16_boundary import NOT_TAKEN, is_bf16_tensor
+from .bf16_packed import gemm_storage_packed, packed_storage_module, prepare_storage_packed
 from .bf16_kernels import BF16, F32, check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
     fused_storage_module, gemm_storage, gemm_storage_fused, to_bf16
 
-COMPOUND_DOT = OPS["compound_dot"]
-
-
 def _array(x):
     return getattr(x, "_ary", x)
+
+
+def _storage_key(a, b, c, transA, transB):
+    """The key of a kept packed storage product (``CPUBf16Ops._kept_storage_product``)."""
+    return ("bf16 packed", id(a), id(b), id(c), transA, transB)
 
 
 def _unit_rows(ary):
@@ -99,8 +101,13 @@ class CPUBf16Ops:
             if module is not None:
                 return gemm_storage_fused(module, a, b, c, bits, alpha, beta, transA, transB,
                                           threads)
-            gemm_storage(self.kernels, a, b, c, alpha, beta, transA, transB,
-                         self._gemm_scratch)
+            packed = self.storage_packed_gemm()
+            if packed is not None and a.dtype == BF16 and b.dtype == BF16:
+                gemm_storage_packed(self.kernels, packed, a, b, c, None, alpha, beta, transA,
+                                    transB)
+            else:
+                gemm_storage(self.kernels, a, b, c, alpha, beta, transA, transB,
+                             self._gemm_scratch)
             if bits is not None:
                 self.bf16_boundary.narrow(c, bits, ("dot_bf16", "bits"))
             return c
@@ -118,6 +125,16 @@ class CPUBf16Ops:
             made[key] = fused_storage_module(self.kernels)
         return made[key]
 
+    def storage_packed_gemm(self):
+        """The storage path's GEMM on MKL's packed GEMM (``packed_storage_module``: the float32
+        GEMM is MKL's) where the fused GEMM does not run, or None."""
+        made = self.__dict__.setdefault("_storage_packed_gemms", {})
+        key = os.environ.get(FEATURES_OFF)
+        if key not in made:
+            made[key] = None if self.storage_gemm() is not None else \
+                packed_storage_module(self.kernels)
+        return made[key]
+
     def fused_compound_dot(self, arguments):
         """``compound_dot`` on bf16 A and B (2-D, unit-stride rows), the product accumulated in
         float32 (else ``NOT_TAKEN``: the boundary's general path runs).  Storage path:
@@ -125,6 +142,10 @@ class CPUBf16Ops:
         float32 C, or into the boundary's float32 work tensor of a bf16 C (widened first where
         beta != 0) and narrowed into C by the GEMM's epilogue (``bits``).  Returns C."""
         A, B, C = arguments["A"], arguments["B"], arguments["C"]
+        run = self._kept_storage_product(A, B, C, arguments["transA"], arguments["transB"])
+        if run is not None:
+            run(arguments["alpha"], arguments["beta"])
+            return C
         if not (is_bf16_tensor(A) and is_bf16_tensor(B)) or not hasattr(C, "_ary"):
             return NOT_TAKEN
         if self._bf16_row_product(A, B, C, arguments):
@@ -135,7 +156,6 @@ class CPUBf16Ops:
         if not C.bf16 and c.dtype != F32:
             return NOT_TAKEN
         transA, transB, beta = arguments["transA"], arguments["transB"], arguments["beta"]
-        COMPOUND_DOT.check("compound_dot", A, B, C, transA, transB)
         if self.bf16_path("gemm") == "storage":
             return self._storage_compound_dot(A, B, C, arguments["alpha"], beta, transA, transB)
         if not C.bf16:
@@ -148,12 +168,24 @@ class CPUBf16Ops:
         self.dot_bf16(a, b, work, arguments["alpha"], beta, transA, transB, bits=c)
         return C
 
+    def _kept_storage_product(self, A, B, C, transA, transB):
+        """The packed storage product :meth:`_storage_compound_dot` kept for these tensors'
+        arrays (kept tensors, as ``compound_dot`` keeps float32 MKL calls), while the bf16
+        choice it was made under holds; else None."""
+        arrays = tuple(getattr(t, "_ary", None) for t in (A, B, C))
+        kept = self._gemm_calls.find(_storage_key(*arrays, transA, transB), arrays)
+        if kept is None or kept[0] is not self.bf16_choice():
+            return None
+        return kept[1]
+
     def _storage_compound_dot(self, A, B, C, alpha, beta, transA, transB):
         """The storage path of :meth:`fused_compound_dot`: the fused GEMM where it runs (a bf16
         C straight from its epilogue, through the boundary's float32 work tensor only where k
-        is more than one of its blocks); elsewhere A and B widened into the boundary's work
-        tensors and the backend's float32 ``compound_dot`` on them (its prepared MKL call
-        kept), C narrowed.  Returns C."""
+        is more than one of its blocks); where the float32 GEMM is MKL's, MKL's packed GEMM on
+        operands widened and a result narrowed a cache-sized piece at a time
+        (``prepare_storage_packed``, the call kept where A, B and C are kept tensors and C
+        shares no memory with A or B); elsewhere A and B widened into the boundary's work tensors
+        and the backend's float32 ``compound_dot`` on them, C narrowed.  Returns C."""
         boundary = self.bf16_boundary
         module = self.storage_gemm()
         if module is not None:
@@ -167,6 +199,16 @@ class CPUBf16Ops:
                     boundary.widen(C._ary, work)
             gemm_storage_fused(module, A._ary, B._ary, work, C._ary if C.bf16 else None,
                                alpha, beta, transA, transB)
+            return C
+        packed = self.storage_packed_gemm()
+        a, b, c = A._ary, B._ary, C._ary
+        if packed is not None and not (np.may_share_memory(c, a) or np.may_share_memory(c, b)):
+            run = prepare_storage_packed(self.kernels, packed, a, b, None if C.bf16 else c,
+                                         c if C.bf16 else None, transA, transB)
+            if A.kept and B.kept and C.kept:
+                self._gemm_calls.keep(_storage_key(a, b, c, transA, transB), (a, b, c),
+                                      (self.bf16_choice(), run))
+            run(alpha, beta)
             return C
         wide = []
         for name, t in (("A", A), ("B", B)):

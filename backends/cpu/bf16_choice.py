@@ -30,6 +30,7 @@ from ..ops import OPS
 from .blas import blas_threads
 from .bf16_kernels import BF16, F32, fused_storage_module, gemm_bf16, gemm_module, \
     gemm_storage, gemm_storage_fused, gemm_variant
+from .bf16_packed import gemm_storage_packed, packed_storage_module
 from .threads import usable_cores
 from ...kernels.cache import CorruptEntry, cache_key, entry_name
 from ...kernels.specs import find
@@ -80,13 +81,16 @@ def requested():
 
 def _one_thread_storage(modules, a, b, c, scratch):
     """The storage path's product on one thread: the fused storage GEMM where the storage path
-    runs it (:func:`~.bf16_kernels.fused_storage_module`), else
-    :func:`~.bf16_kernels.gemm_storage` with the float32 GEMM on one thread: MKL's
-    per-calling-thread setting, or numpy's matmul on one BLAS thread (``GemmThreads`` would
-    cut a product over threads of its own)."""
+    runs it (:func:`~.bf16_kernels.fused_storage_module`), else MKL's packed GEMM where the
+    float32 GEMM is MKL's (:func:`~.bf16_packed.gemm_storage_packed`), else
+    :func:`~.bf16_kernels.gemm_storage` with numpy's matmul on one BLAS thread
+    (``GemmThreads`` would cut a product over threads of its own)."""
     fused = fused_storage_module(modules)
     if fused is not None:
         return gemm_storage_fused(fused, a, b, c, None, threads=1)
+    packed = packed_storage_module(modules)
+    if packed is not None:
+        return gemm_storage_packed(modules, packed, a, b, c, None, threads=1)
     lib = getattr(modules.gemm, "lib", None)
     if lib is not None and hasattr(lib, "MKL_Set_Num_Threads_Local"):
         previous = lib.MKL_Set_Num_Threads_Local(1)
@@ -126,11 +130,20 @@ def measure_gemm(modules, module, shape=SHAPE, bursts=BURSTS, calls=CALLS):
     return flop / best["bf16"] / 1e9, flop / best["f32"] / 1e9
 
 
+def _storage_variant(modules):
+    """The kernel variant the storage path's products run here (:func:`_one_thread_storage`),
+    or None where they widen whole operands for the float32 GEMM."""
+    if fused_storage_module(modules) is not None:
+        return "gemm_storage"
+    return "gemm_packed" if packed_storage_module(modules) is not None else None
+
+
 def _key(modules, variant):
+    storage = _storage_variant(modules)
     return cache_key({"measurement": ENTRY, "kernel": modules.builder.cpu_key(find(variant)),
                       "f32_gemm": type(modules.gemm).__name__, "cores": usable_cores(),
-                      "storage_gemm": modules.builder.cpu_key(find("gemm_storage"))
-                      if fused_storage_module(modules) is not None else None,
+                      "storage_gemm": None if storage is None else
+                      modules.builder.cpu_key(find(storage)),
                       "shape": SHAPE, "bursts": BURSTS, "calls": CALLS})
 
 

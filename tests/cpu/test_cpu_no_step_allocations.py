@@ -111,7 +111,9 @@ def test_bf16_training_steps_after_the_first_allocate_nothing():
     the bf16 boundary's work tensors and bit buffers (``backends/cpu/bf16_boundary.py``),
     made by the first step for each op, operand and shape, are the same objects after the
     next steps, which allocate nothing of size (the limit plus mixed precision's per-parameter
-    stand-ins); the products ran through ``dot_bf16``."""
+    stand-ins); the products ran through the boundary's float32 work tensors, or, where the
+    storage path multiplies on MKL's packed GEMM, through calls kept from the first step with
+    no work tensor."""
     from neonlite.optimizers.mixed_precision import MixedPrecision
     be = make_backend("cpu", batch_size=4, seed=0, dtype="bf16")
     _kernels_or_skip(be)
@@ -121,7 +123,10 @@ def test_bf16_training_steps_after_the_first_allocate_nothing():
     model.train_step(x, t, optimizer, 0)
     holders = be.bf16_boundary.holders()
     work = {key: buf for holder in holders for key, buf in holder.items()}
-    assert any(key[0] == ("compound_dot", "C") for key in work)
+    packed = be.bf16_path("gemm") == "storage" and be.storage_packed_gemm() is not None
+    kept = [key for key in be._gemm_calls._table if key[0] == "bf16 packed"]
+    assert any(key[0] == ("compound_dot", "C") for key in work) != packed
+    assert bool(kept) == packed
     peaks = _peaks(lambda: np.isfinite(model.train_step(x, t, optimizer, 0)))
     limit = PEAK_LIMIT + MIXED_PRECISION_PER_PARAMETER * len(model.parameters())
     assert max(peaks) < limit, (
@@ -129,6 +134,7 @@ def test_bf16_training_steps_after_the_first_allocate_nothing():
     now = {key: buf for holder in holders for key, buf in holder.items()}
     assert now.keys() == work.keys() and all(now[key] is buf for key, buf in work.items()), \
         "the boundary's work tensors are made once"
+    assert [key for key in be._gemm_calls._table if key[0] == "bf16 packed"] == kept
 
 
 def test_bf16_cnn_training_steps_after_the_first_allocate_nothing():
