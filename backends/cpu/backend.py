@@ -317,12 +317,14 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
 BF16_FUSED_PASSES = ("fprop_conv", "bprop_conv", "update_conv", "fprop_pool", "bprop_pool")
 
 #: the rows the section files implement, each wrapped in the bf16 boundary (first the fused
-#: calls of ``bf16.py``: the products by ``dot_bf16``, gathers and permutations of bits)
+#: calls of ``bf16.py``: the products by ``dot_bf16``, gathers and permutations of bits; a
+#: product's kept packed call before even its check)
 for _name, _method in boundary_methods(
         CPUBackend, OPS.values(),
         {"compound_dot": CPUBackend.fused_compound_dot, "take_rows": CPUBackend.fused_take_rows,
          "scatter_add_rows": CPUBackend.fused_scatter_add_rows,
          "softmax_cross_entropy": CPUBackend.fused_softmax_cross_entropy,
          "permute_axes": CPUBackend.fused_permute_axes,
-         **{name: getattr(CPUBackend, f"fused_{name}") for name in BF16_FUSED_PASSES}}).items():
+         **{name: getattr(CPUBackend, f"fused_{name}") for name in BF16_FUSED_PASSES}},
+        {"compound_dot": CPUBackend.kept_compound_dot}).items():
     setattr(CPUBackend, _name, _method)

@@ -24,7 +24,7 @@ def _array(x):
 
 
 def _storage_key(a, b, c, transA, transB):
-    """The key of a kept packed storage product (``CPUBf16Ops._kept_storage_product``)."""
+    """The key of a kept packed storage product (``CPUBf16Ops.kept_compound_dot``)."""
     return ("bf16 packed", id(a), id(b), id(c), transA, transB)
 
 
@@ -142,10 +142,6 @@ class CPUBf16Ops:
         float32 C, or into the boundary's float32 work tensor of a bf16 C (widened first where
         beta != 0) and narrowed into C by the GEMM's epilogue (``bits``).  Returns C."""
         A, B, C = arguments["A"], arguments["B"], arguments["C"]
-        run = self._kept_storage_product(A, B, C, arguments["transA"], arguments["transB"])
-        if run is not None:
-            run(arguments["alpha"], arguments["beta"])
-            return C
         if not (is_bf16_tensor(A) and is_bf16_tensor(B)) or not hasattr(C, "_ary"):
             return NOT_TAKEN
         if self._bf16_row_product(A, B, C, arguments):
@@ -168,15 +164,19 @@ class CPUBf16Ops:
         self.dot_bf16(a, b, work, arguments["alpha"], beta, transA, transB, bits=c)
         return C
 
-    def _kept_storage_product(self, A, B, C, transA, transB):
-        """The packed storage product :meth:`_storage_compound_dot` kept for these tensors'
-        arrays (kept tensors, as ``compound_dot`` keeps float32 MKL calls), while the bf16
-        choice it was made under holds; else None."""
-        arrays = tuple(getattr(t, "_ary", None) for t in (A, B, C))
-        kept = self._gemm_calls.find(_storage_key(*arrays, transA, transB), arrays)
+    def kept_compound_dot(self, arguments):
+        """``compound_dot`` by the packed storage product :meth:`_storage_compound_dot` kept
+        for these tensors' arrays (kept tensors, as ``compound_dot`` keeps float32 MKL calls),
+        while the bf16 choice it was made under holds: C; else ``NOT_TAKEN``.  The boundary
+        tries it before the row's check, which passed when the call was kept."""
+        C = arguments["C"]
+        arrays = tuple(getattr(t, "_ary", None) for t in (arguments["A"], arguments["B"], C))
+        kept = self._gemm_calls.find(
+            _storage_key(*arrays, arguments["transA"], arguments["transB"]), arrays)
         if kept is None or kept[0] is not self.bf16_choice():
-            return None
-        return kept[1]
+            return NOT_TAKEN
+        kept[1](arguments["alpha"], arguments["beta"])
+        return C
 
     def _storage_compound_dot(self, A, B, C, alpha, beta, transA, transB):
         """The storage path of :meth:`fused_compound_dot`: the fused GEMM where it runs (a bf16

@@ -214,14 +214,16 @@ class Bf16Boundary:
             keep=all(t is None or t.kept for t in operands))
 
 
-def boundary_method(op, method, fused=None):
+def boundary_method(op, method, fused=None, kept=None):
     """Backend method ``method`` (a section's implementation of row ``op``, which names its
     operands) wrapped in the boundary, written from its signature (Python binds the
     arguments, as the op table's methods do): on a backend that has made no bf16 tensor, or a
     call with none among the row's operands, the method itself runs; otherwise
     :func:`_boundary_call` runs it.  ``fused(backend, arguments)`` (the arguments by name),
     when given, runs the call first and returns the method's result, or :data:`NOT_TAKEN`
-    where it does not take the operands (the bf16 GEMMs)."""
+    where it does not take the operands (the bf16 GEMMs); ``kept(backend, arguments)``, when
+    given, runs even before the row's check: a call it kept from an earlier, checked call on
+    these same living arrays (the same shapes), or :data:`NOT_TAKEN`."""
     signature = inspect.signature(method)
     params = list(signature.parameters.values())[1:]
     if any(p.kind not in (p.POSITIONAL_OR_KEYWORD,) for p in params):
@@ -236,9 +238,13 @@ def boundary_method(op, method, fused=None):
               f"    if not self.bf16_made or not ({' or '.join(f'_is({n})' for n in operands)}):\n"
               f"        return _method(self, {given})\n"
               f"    return _call(self, {{{', '.join(f'{n!r}: {n}' for n in names)}}})\n")
-    checked = None if op.check is None else \
-        tuple(inspect.signature(op.check).parameters)[1:]
-    call = functools.partial(_boundary_call, op, method, fused, checked,
+    checked = None
+    if op.check is not None:
+        checked = tuple(inspect.signature(op.check).parameters)[1:]
+        named = {o.name for o in op.operands}
+        checked = (tuple(n for n in checked if n in named),
+                   tuple(n for n in checked if n not in named))
+    call = functools.partial(_boundary_call, op, method, fused, kept, checked,
                              [(o.name, not o.written or o.updated, o.written)
                               for o in op.operands if o.name in names])
     namespace = {"_method": method, "_is": is_bf16_tensor, "_call": call, **defaults}
@@ -247,17 +253,21 @@ def boundary_method(op, method, fused=None):
     return wrapped
 
 
-def _boundary_call(op, method, fused, checked, flags, backend, arguments):
+def _boundary_call(op, method, fused, kept, checked, flags, backend, arguments):
     """``method`` of row ``op`` on ``arguments`` (by name) with a bf16 operand among them:
-    the row's check on them as given (``checked``: its parameters; the products' element
-    types must agree, as on the GPU), then ``fused`` where given, else the operands through
-    :meth:`Bf16Boundary.swap` around the method; a result that is a work tensor is given back
-    as the operand it stands for."""
+    ``kept`` where it has the call, else the row's check on them as given (``checked``: its
+    operand and other parameters; the products' element types must agree, as on the GPU),
+    then ``fused`` where given, else the operands through :meth:`Bf16Boundary.swap` around the
+    method; a result that is a work tensor is given back as the operand it stands for."""
+    if kept is not None:
+        result = kept(backend, arguments)
+        if result is not NOT_TAKEN:
+            return result
     if checked is not None:
+        names, others = checked
         backend.bf16_boundary.checked(
-            op.name, [arguments[n] for n in checked if hasattr(arguments[n], "shape")],
-            tuple(arguments[n] for n in checked if not hasattr(arguments[n], "shape")),
-            lambda: op.check(op.name, **{n: arguments[n] for n in checked}))
+            op.name, [arguments[n] for n in names], tuple(arguments[n] for n in others),
+            lambda: op.check(op.name, **{n: arguments[n] for n in names + others}))
     if fused is not None:
         result = fused(backend, arguments)
         if result is not NOT_TAKEN:
@@ -273,8 +283,11 @@ def _boundary_call(op, method, fused, checked, flags, backend, arguments):
     return originals.get(id(result), result)
 
 
-def boundary_methods(cls, rows, fused):
+def boundary_methods(cls, rows, fused, kept=None):
     """{name: wrapped method} for each row of ``rows`` that names its operands and is not
-    dispatched by the table, of backend class ``cls`` (``fused``: {name: fused call})."""
-    return {op.name: boundary_method(op, getattr(cls, op.name), fused.get(op.name))
+    dispatched by the table, of backend class ``cls`` (``fused``: {name: fused call};
+    ``kept``: {name: kept call}, see :func:`boundary_method`)."""
+    kept = kept or {}
+    return {op.name: boundary_method(op, getattr(cls, op.name), fused.get(op.name),
+                                     kept.get(op.name))
             for op in rows if op.operands and not op.dispatched}

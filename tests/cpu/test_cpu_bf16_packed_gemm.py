@@ -200,3 +200,16 @@ def test_a_kept_product_is_prepared_once_and_follows_its_arrays(monkeypatch):
     be.compound_dot(X, W, other)
     assert prepared == [1, 1]
     np.testing.assert_array_equal(other.get(), Y.get())
+
+
+def test_a_kept_product_skips_no_check_of_other_operands(monkeypatch):
+    be = neonlite.gen_backend("cpu", batch_size=4, datatype="bf16")
+    monkeypatch.setattr(type(be), "bf16_path", lambda self, op_class="gemm": "storage")
+    rng = np.random.default_rng(6)
+    X = _bf16_tensor(be, rng.standard_normal((40, 24)).astype(np.float32))
+    W = _bf16_tensor(be, rng.standard_normal((24, 33)).astype(np.float32))
+    be.compound_dot(X, W, be.empty((40, 33)))
+    with pytest.raises(ValueError, match="compound_dot"):
+        be.compound_dot(X, W, be.empty((40, 32)))
+    with pytest.raises(ValueError, match="compound_dot"):
+        be.compound_dot(X, W, be.empty((40, 33)), transB=True)
