@@ -198,7 +198,9 @@ def _choose(modules, asked):
         rates, source = measure_gemm(modules, module), "measured"
         _keep(modules, key, variant, rates)
     path = "compute" if rates[0] > MARGIN * rates[1] else "storage"
+    storage = _storage_variant(modules) or "widened operands"
     reasons["gemm"] = (f"{variant} {rates[0]:.1f} GFLOP/s against float32 arithmetic on bf16 "
-                       f"data {rates[1]:.1f} GFLOP/s, one core at {'x'.join(map(str, SHAPE))} "
+                       f"data {rates[1]:.1f} GFLOP/s ({storage}), one core at "
+                       f"{'x'.join(map(str, SHAPE))} "
                        f"({source}; compute needs {MARGIN:.2f}x)")
     return Bf16Choice({**no_kernel, "gemm": path}, reasons, source, variant, *rates)
