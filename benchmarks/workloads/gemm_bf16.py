@@ -1,9 +1,10 @@
 """bf16 GEMM on the CPU: bf16 operands, float32 results.  Figure: GFLOP/s.
 
-Two rows: ``gemm_bf16`` (1024 x 1024 @ 1024 x 1024) and ``gemm_bf16_d512`` (the Linear
+Three rows: ``gemm_bf16`` (1024 x 1024 @ 1024 x 1024), ``gemm_bf16_d512`` (the Linear
 products of one training step of a d_model-512 transformer block at T 128, batch 16: 2048
 tokens through 512 -> 512, 512 -> 2048 and 2048 -> 512, each forward X W, input gradient
-dY W^T and weight gradient X^T dY).  Contenders: ``neonlite`` (``be.dot_bf16`` by the path
+dY W^T and weight gradient X^T dY) and ``gemm_bf16_d128`` (the same for nanoGPT's CPU recipe,
+d_model 128 at T 64, batch 12: 768 tokens through 128 -> 128, 128 -> 512 and 512 -> 128).  Contenders: ``neonlite`` (``be.dot_bf16`` by the path
 this machine chose, ``neonlite doctor`` says which), ``neonlite_compute`` (bf16 arithmetic,
 where this CPU has a bf16 kernel), ``neonlite_storage`` (float32 arithmetic on bf16 operands),
 ``neonlite_f32`` (this project's float32 GEMM, ``compound_dot``, on float32 operands) and
@@ -11,7 +12,8 @@ where this CPU has a bf16 kernel), ``neonlite_storage`` (float32 arithmetic on b
 """
 from .common import torch_threads
 
-TOKENS, D_MODEL, D_FF = 2048, 512, 2048
+#: (tokens, d_model, d_ff) of the transformer rows
+SIZES = {"gemm_bf16_d512": (2048, 512, 2048), "gemm_bf16_d128": (768, 128, 512)}
 
 
 def _products(name, smoke):
@@ -21,11 +23,12 @@ def _products(name, smoke):
                 (17, 33, 29, True, False)]
     if name == "gemm_bf16":
         return [(1024, 1024, 1024, False, False)]
+    tokens, d_model, d_ff = SIZES[name]
     products = []
-    for nin, nout in ((D_MODEL, D_MODEL), (D_MODEL, D_FF), (D_FF, D_MODEL)):
-        products += [(TOKENS, nin, nout, False, False),   # Y = X W
-                     (TOKENS, nout, nin, False, True),    # dX = dY W^T
-                     (nin, TOKENS, nout, True, False)]    # dW = X^T dY
+    for nin, nout in ((d_model, d_model), (d_model, d_ff), (d_ff, d_model)):
+        products += [(tokens, nin, nout, False, False),   # Y = X W
+                     (tokens, nout, nin, False, True),    # dX = dY W^T
+                     (nin, tokens, nout, True, False)]    # dW = X^T dY
     return products
 
 
@@ -105,4 +108,4 @@ class GemmBf16:
         return "; ".join(parts) + " GFLOP/s"
 
 
-WORKLOADS = (GemmBf16("gemm_bf16"), GemmBf16("gemm_bf16_d512"))
+WORKLOADS = (GemmBf16("gemm_bf16"), GemmBf16("gemm_bf16_d512"), GemmBf16("gemm_bf16_d128"))
