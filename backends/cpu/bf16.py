@@ -19,6 +19,7 @@ from .bf16_packed import gemm_storage_packed, packed_storage_module, prepare_sto
 from .bf16_kernels import BF16, F32, check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
     fused_storage_module, gemm_storage, gemm_storage_fused, to_bf16
 
+
 def _array(x):
     return getattr(x, "_ary", x)
 
@@ -184,8 +185,8 @@ class CPUBf16Ops:
         is more than one of its blocks); where the float32 GEMM is MKL's, MKL's packed GEMM on
         operands widened and a result narrowed a cache-sized piece at a time
         (``prepare_storage_packed``, the call kept where A, B and C are kept tensors and C
-        shares no memory with A or B); elsewhere A and B widened into the boundary's work tensors
-        and the backend's float32 ``compound_dot`` on them, C narrowed.  Returns C."""
+        shares no memory with A or B); elsewhere A and B widened into the boundary's work
+        tensors and the backend's float32 ``compound_dot`` on them, C narrowed.  Returns C."""
         boundary = self.bf16_boundary
         module = self.storage_gemm()
         if module is not None:

@@ -4,11 +4,12 @@ Three rows: ``gemm_bf16`` (1024 x 1024 @ 1024 x 1024), ``gemm_bf16_d512`` (the L
 products of one training step of a d_model-512 transformer block at T 128, batch 16: 2048
 tokens through 512 -> 512, 512 -> 2048 and 2048 -> 512, each forward X W, input gradient
 dY W^T and weight gradient X^T dY) and ``gemm_bf16_d128`` (the same for nanoGPT's CPU recipe,
-d_model 128 at T 64, batch 12: 768 tokens through 128 -> 128, 128 -> 512 and 512 -> 128).  Contenders: ``neonlite`` (``be.dot_bf16`` by the path
-this machine chose, ``neonlite doctor`` says which), ``neonlite_compute`` (bf16 arithmetic,
-where this CPU has a bf16 kernel), ``neonlite_storage`` (float32 arithmetic on bf16 operands),
-``neonlite_f32`` (this project's float32 GEMM, ``compound_dot``, on float32 operands) and
-``torch`` (``torch.matmul`` in bfloat16).
+d_model 128 at T 64, batch 12: 768 tokens through 128 -> 128, 128 -> 512 and 512 -> 128).
+Contenders: ``neonlite`` (``be.dot_bf16`` by the path this machine chose, ``neonlite doctor``
+says which), ``neonlite_compute`` (bf16 arithmetic, where this CPU has a bf16 kernel),
+``neonlite_storage`` (float32 arithmetic on bf16 operands), ``neonlite_f32`` (this project's
+float32 GEMM, ``compound_dot``, on float32 operands) and ``torch`` (``torch.matmul`` in
+bfloat16).
 """
 from .common import torch_threads
 
