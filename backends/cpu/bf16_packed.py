@@ -11,6 +11,7 @@ The packed chunks and the threads' work areas are kept in the kernel modules' ``
 by shape: a training loop allocates them on its first step only.
 """
 import functools
+import time
 
 import numpy as np
 
@@ -66,8 +67,9 @@ def prepare_storage_packed(modules, module, a, b, c, bits, trans_a=False, trans_
     :func:`packed_storage_module`'s kernel, its arguments worked out now (the caller keeps the
     arrays alive while it keeps ``run``).  ``packed``: the operand MKL packs, ``"A"`` or
     ``"B"`` (default: the smaller); ``threads``: default one for a product under
-    ``TINY_MACS`` multiply-adds, else OpenMP's count.  Shapes and strides checked by the
-    caller."""
+    ``TINY_MACS`` multiply-adds, else one or all of OpenMP's, whichever MKL's way tuner
+    measures faster for this shape (the tiles are the same either way, so are the bits).
+    Shapes and strides checked by the caller."""
     m, k = a.shape[::-1] if trans_a else a.shape
     out = bits if c is None else c
     n = out.shape[1]
@@ -77,8 +79,9 @@ def prepare_storage_packed(modules, module, a, b, c, bits, trans_a=False, trans_
         return functools.partial(_scale, c, bits)
     if packed is None:
         packed = "B" if b.size <= a.size else "A"
+    tuned = threads is None and m * n * k >= TINY_MACS and openmp_threads() > 1
     if threads is None:
-        threads = 1 if m * n * k < TINY_MACS else openmp_threads()
+        threads = openmp_threads() if tuned else 1
     chunks, stride, work, work_stride, strip, chunk = _areas(modules, module, m, n, k, packed,
                                                             threads)
     pack, compute = modules.gemm.packed_gemm(F32)[:2]
@@ -89,19 +92,40 @@ def prepare_storage_packed(modules, module, a, b, c, bits, trans_a=False, trans_
             a.strides[0] // BF16.itemsize, b.strides[0] // BF16.itemsize,
             out.strides[0] // out.itemsize, int(trans_a), int(trans_b))
     tail = (int(packed == "B"), ffi.from_buffer("float[]", chunks), stride,
-            ffi.from_buffer("float[]", work), work_stride, strip, chunk, pack, compute, threads)
+            ffi.from_buffer("float[]", work), work_stride, strip, chunk, pack, compute)
     function, one_thread = module.lib.nl_gemm_packed, mkl.MKL_Set_Num_Threads_Local
 
-    def run(alpha, beta):
+    def call(alpha, beta, count):
         previous = one_thread(1)
         try:
-            status = function(*head, float(alpha), float(beta), *tail)
+            status = function(*head, float(alpha), float(beta), *tail, count)
         finally:
             one_thread(previous)
         if status != 0:
             raise RuntimeError(f"compound_dot: the packed storage GEMM refused the call "
                                f"({status})")
-    return run
+    if not tuned:
+        return functools.partial(_fixed, call, threads)
+    return functools.partial(_tuned, call, threads, modules.gemm.tuner,
+                             ("bf16 packed", m, n, k, bool(trans_a), bool(trans_b), packed))
+
+
+def _fixed(call, threads, alpha, beta):
+    """``call`` on ``threads`` threads."""
+    call(alpha, beta, threads)
+
+
+def _tuned(call, threads, tuner, key, alpha, beta):
+    """``call`` on one thread or ``threads``, as ``tuner`` picks for ``key``, timed for it."""
+    way = tuner.pick(key, _both_ways)
+    start = time.perf_counter()
+    call(alpha, beta, 1 if way == "one" else threads)
+    tuner.record(key, way, time.perf_counter() - start)
+
+
+def _both_ways():
+    """The ways a tuned product runs: on one thread or on all."""
+    return ("one", "all")
 
 
 def _scale(c, bits, alpha, beta):

@@ -213,3 +213,17 @@ def test_a_kept_product_skips_no_check_of_other_operands(monkeypatch):
         be.compound_dot(X, W, be.empty((40, 32)))
     with pytest.raises(ValueError, match="compound_dot"):
         be.compound_dot(X, W, be.empty((40, 33)), transB=True)
+
+
+def test_a_product_past_tiny_runs_the_way_mkls_tuner_measured(kernels, module, monkeypatch):
+    monkeypatch.setattr("neonlite.backends.cpu.bf16_packed.openmp_threads", lambda: 2)
+    rng = np.random.default_rng(8)
+    a, b, exact, size = _problem(rng, 130, 120, 110, False, False)
+    bits = np.zeros((130, 120), np.uint16)
+    run = prepare_storage_packed(kernels, module, a, b, None, bits)
+    key = ("bf16 packed", 130, 120, 110, False, False, "B")
+    for _ in range(6):
+        run(1.0, 0.0)
+    assert kernels.gemm.tuner.choices[key] in ("one", "all")
+    got = bf16_to_f32(bits)
+    assert np.all(np.abs(got - exact) <= 113 * U * size + U_BF16 * np.abs(got))
