@@ -19,7 +19,7 @@ than read its values as integers.
 import numpy as np
 
 from ..optree import OpNode, is_scalar
-from ..shared.bfloat16 import f32_to_bf16, is_bf16
+from ..shared.bfloat16 import is_bf16, scalar_bits
 from .bf16_boundary import is_bf16_tensor
 
 #: the op-tree nodes that take bit patterns
@@ -101,7 +101,7 @@ def assign_bf16(be, out, value, machine):
     if not out_bf16:
         return False
     if is_scalar(value):
-        out.fill(f32_to_bf16(np.float32(value)).item())
+        out.fill(scalar_bits(value))
         return True
     source = np.asarray(value.__array__() if hasattr(value, "backend") else value)
     work = be.bf16_boundary.work_tensor(("assign", "out"), out.shape)

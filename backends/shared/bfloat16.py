@@ -39,6 +39,16 @@ def f32_to_bf16(values):
     return rounded.astype(np.uint16)
 
 
+def scalar_bits(value):
+    """One float32 value (a Python or numpy scalar) -> its bfloat16 bit pattern as an int,
+    rounded as :func:`f32_to_bf16` rounds, without making arrays."""
+    f = np.float32(value)
+    if f != f:
+        return 0x7FC0
+    u = int(f.view(np.uint32))
+    return (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+
+
 def holds_integers(dtype):
     """True for an integer dtype (class indices, ids), False for a float one and for
     :data:`BFLOAT16`, whose uint16 bits are float values."""

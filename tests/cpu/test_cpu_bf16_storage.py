@@ -226,3 +226,14 @@ def test_bf16_convolutions_and_pooling_plan_the_float32_kernels():
     pool = be.pool_layer("max", 4, 8, 12, 12, 2, 2)
     assert conv.dtype == np.float32 and conv.conv is not None
     assert pool.dtype == np.float32 and pool.pool is not None
+
+
+@pytest.mark.parametrize("value", [0.0, -0.0, 1.0, -1.5, 1.00390625, 1.01171875, 3.3895314e38,
+                                   1e-40, -1e-40, float("inf"), -float("inf"), float("nan"),
+                                   np.float32(2.5), np.float64(0.1), 7])
+def test_a_scalar_assigned_to_a_bf16_tensor_rounds_as_arrays_do(value):
+    be = neonlite.gen_backend("cpu", batch_size=2, datatype="bf16")
+    t = be.empty((3, 5))
+    t[:] = value
+    want = f32_to_bf16(np.full((3, 5), value, np.float32))
+    np.testing.assert_array_equal(t._ary, want)
