@@ -24,9 +24,10 @@
 
 /* bytes of a widened strip: well inside a core's L2 with the tile beside it */
 #define NL_STRIP_BYTES (1 << 20)
-/* strips a product is cut into at least, where they are not smaller than 32: the threads'
- * shares stay even (a product of 3 strips on 2 threads would leave one idle a third of the
- * time) while the strips depend on the shape alone, not on the thread count */
+/* strips a product is cut into at least, where they are not smaller than 64 (MKL's compute
+ * runs a thin strip slowly): the threads' shares stay even (a product of 3 strips on 2
+ * threads would leave one idle a third of the time) while the strips depend on the shape
+ * alone, not on the thread count */
 #define NL_STRIPS 8
 
 enum { NL_A_MATRIX = 161 };
@@ -36,7 +37,8 @@ int64_t nl_gemm_packed_strip(int64_t K, int64_t length)
     int64_t most = NL_STRIP_BYTES / (4 * (K > 0 ? K : 1));
     most = (most < 32 ? 32 : most > 256 ? 256 : most) & ~(int64_t)15;
     const int64_t eighth = ((length + NL_STRIPS - 1) / NL_STRIPS + 15) & ~(int64_t)15;
-    return eighth < 32 ? 32 : eighth > most ? most : eighth;
+    const int64_t s = eighth < 64 ? 64 : eighth;
+    return s > most ? most : s;
 }
 
 int64_t nl_gemm_packed_work(int64_t K, int64_t strip, int64_t chunk)

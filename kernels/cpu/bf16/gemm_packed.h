@@ -30,7 +30,7 @@ int nl_gemm_packed(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb,
                    int64_t chunk, int64_t pack, int64_t compute, int threads);
 
 /* the rows of op(A) (pack_b) or columns of op(B) of a strip, for inner dimension K and
- * `length` rows of op(A) (columns of op(B)) in all: about an eighth of them, at least 32, at
+ * `length` rows of op(A) (columns of op(B)) in all: about an eighth of them, at least 64, at
  * most what keeps a widened strip within 1 MiB (and 256) */
 int64_t nl_gemm_packed_strip(int64_t K, int64_t length);
 
