@@ -105,14 +105,9 @@ def prepare_storage_packed(modules, module, a, b, c, bits, trans_a=False, trans_
             raise RuntimeError(f"compound_dot: the packed storage GEMM refused the call "
                                f"({status})")
     if not tuned:
-        return functools.partial(_fixed, call, threads)
+        return functools.partial(call, count=threads)
     return functools.partial(_tuned, call, threads, modules.gemm.tuner,
                              ("bf16 packed", m, n, k, bool(trans_a), bool(trans_b), packed))
-
-
-def _fixed(call, threads, alpha, beta):
-    """``call`` on ``threads`` threads."""
-    call(alpha, beta, threads)
 
 
 def _tuned(call, threads, tuner, key, alpha, beta):

@@ -18,8 +18,8 @@
  * float32 tile. */
 #include <omp.h>
 
-#include "../bf16_bits.h"
 #include "../common.h"
+#include "../bf16_rows.h"
 #include "gemm_packed.h"
 
 /* bytes of a widened strip: well inside a core's L2 with the tile beside it */
@@ -54,24 +54,16 @@ static inline int64_t nl_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static void widen_block(const uint16_t *src, int64_t lds, int64_t rows, int64_t cols,
                         float *restrict dst, int64_t ldd)
 {
-    for (int64_t r = 0; r < rows; r++) {
-        const uint16_t *s = src + r * lds;
-        float *restrict d = dst + r * ldd;
-        for (int64_t c = 0; c < cols; c++)
-            d[c] = bf16_to_f32(s[c]);
-    }
+    for (int64_t r = 0; r < rows; r++)
+        bf16_widen(src + r * lds, dst + r * ldd, cols);
 }
 
 /* dst[r * ldd + c] = src[r * lds + c] rounded to nearest even, for r < rows, c < cols */
 static void narrow_block(const float *src, int64_t lds, int64_t rows, int64_t cols,
                          uint16_t *restrict dst, int64_t ldd)
 {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *s = src + r * lds;
-        uint16_t *restrict d = dst + r * ldd;
-        for (int64_t c = 0; c < cols; c++)
-            d[c] = f32_to_bf16(s[c]);
-    }
+    for (int64_t r = 0; r < rows; r++)
+        bf16_narrow(src + r * lds, dst + r * ldd, cols);
 }
 
 /* One call's arguments, with "P" the packed operand and "S" the strip operand. */
