@@ -121,12 +121,13 @@ class Model:
         return self.layers.bprop(delta)
 
     def zero_grads(self):
-        """Every gradient = 0 (one fill per dtype where the parameters live in an arena)."""
+        """Every gradient = 0 (one fill per dtype where the parameters live in an arena, else one
+        per gradient)."""
         if self.arena is not None:
             self.arena.zero_grads()
             return
         for p in self.parameters():
-            p.grad[:] = 0.0
+            p.grad.fill(0.0)
 
     def train_step(self, x, t, optimizer, epoch):
         """One step: zero gradients, fprop, cost, bprop, update.  Returns the cost (float).

@@ -5,10 +5,12 @@ A bfloat16 tensor's array holds uint16 bit patterns of dtype
 :data:`~neonlite.backends.shared.bfloat16.BFLOAT16` (``bf16`` is True): ``get()`` gives float32
 values (exact), ``set()`` rounds float values to nearest even with the backend's cast kernel,
 and the backend's ops see float32 work arrays (``bf16_boundary.py``), never the bits."""
+import numbers
+
 import numpy as np
 
 from ..backend import Tensor
-from ..shared.bfloat16 import is_bf16
+from ..shared.bfloat16 import is_bf16, scalar_bits
 
 
 #: the reshaped views a tensor keeps (:meth:`CPUTensor.reshape`)
@@ -109,6 +111,20 @@ class CPUTensor(Tensor):
             self.backend.evaluate_into(self._ary, value, self.kept)
         else:
             self.backend.evaluate_into(self._ary[_index(index)], value)
+
+    def fill(self, value):
+        """Every element = ``value``: a real scalar straight into the array (a bf16 tensor's
+        bits rounded once, as ``t[:] = value`` rounds them), without the op table's
+        expression; anything else as ``t[:] = value``.  Returns the tensor."""
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            if self.bf16:
+                self._ary.fill(scalar_bits(value))
+            elif self._ary.dtype.kind == "f":
+                self._ary.fill(value)
+            else:
+                return super().fill(value)
+            return self
+        return super().fill(value)
 
     def __array__(self, dtype=None, copy=None):
         ary = self.get() if self.bf16 else self._ary

@@ -208,6 +208,29 @@ def test_copies_fills_and_host_values():
     np.testing.assert_array_equal(c.get(), av)
 
 
+def test_fill_writes_its_view_only_and_rounds_as_assignment():
+    """``fill`` of a column slice changes that slice only; a NaN fill stores the quiet NaN
+    0x7FC0 as every kernel's rounding does; integer and float32 tensors of a bf16 backend and
+    a tensor value fill as ``t[:] = value`` does."""
+    be = _bf16_backend()
+    a, av = _pair(10, 4, 6)
+    a[:, 1:3].fill(-2.5)
+    expected = av.copy()
+    expected[:, 1:3] = -2.5
+    np.testing.assert_array_equal(a.get(), expected)
+    a.fill(float("nan"))
+    assert (np.asarray(a._ary).view(np.uint16) == 0x7FC0).all()
+    ids = be.zeros((3,), dtype=np.int32)
+    ids.fill(7)
+    np.testing.assert_array_equal(ids.get(), [7, 7, 7])
+    wide = be.zeros((2, 3), dtype=np.float32)
+    wide.fill(0.1)
+    np.testing.assert_array_equal(wide.get(), np.full((2, 3), 0.1, np.float32))
+    b, bv = _pair(11, 4, 6)
+    a.fill(b)
+    np.testing.assert_array_equal(a.get(), bv)
+
+
 def test_onehot_and_random_draws_into_bf16():
     be = _bf16_backend()
     out = be.zeros((4, 6))
