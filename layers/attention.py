@@ -242,6 +242,17 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
         if self.bias:
             add_row_sums(self.be, self._ones, e2, b.grad)
 
+    def _add_joined_grads(self, inp2, group):
+        """The members' W.grad += inp2^T (their columns of ``group.dproj2``), as one GEMM into
+        ``group.dw`` (nin, width) and one add per member: a wider product runs faster than
+        one per member, and on bf16 storage ``inp2`` is widened once instead of once per
+        member; b.grad += the sums of each member's gradient columns."""
+        self.be.compound_dot(inp2, group.dproj2, group.dw, transA=True)
+        for (W, b, _), dw, dcols in zip(group.members, group.dw_columns, group.dproj_columns):
+            W.grad[:] = W.grad + dw
+            if self.bias:
+                add_row_sums(self.be, self._ones, dcols, b.grad)
+
     def _back_input(self, err, W, out, beta):
         """out (N, T, nin) = err W^T + beta * out."""
         nin, nout = W.value.shape
@@ -341,8 +352,11 @@ class MultiHeadAttention(KeyedDropoutMixin, ParameterLayer):
             nin = group.w.shape[0]
             dproj = group.dproj2
             src2 = flat_rows(src, nin)
-            for (W, b, _), dcols in zip(group.members, group.dproj_columns):
-                self._add_grads(src2, dcols, W, b)
+            if group.dw is None:
+                for (W, b, _), dcols in zip(group.members, group.dproj_columns):
+                    self._add_grads(src2, dcols, W, b)
+            else:
+                self._add_joined_grads(src2, group)
             target = "c" if group.on_context else "x"
             out = self.context_deltas if target == "c" else self.deltas
             if out is None:
@@ -402,7 +416,9 @@ class _Joined:
     GEMM: ``members`` are (W, b, name: q, k or v); ``w`` (nin, width) and ``b`` (width,) hold
     their weights side by side, ``proj`` (N, T, width) the GEMM's output and ``dproj`` its
     gradient, whose column blocks ``dproj_columns`` (tokens, member width) give each member's
-    gradients straight into its W.grad and b.grad (a GEMM each, no joined gradient to split)."""
+    bias gradient; the weight gradients of two or more members come from one GEMM into ``dw``
+    (nin, width), whose column blocks ``dw_columns`` are added to each member's W.grad (None
+    for a single member: its GEMM writes W.grad directly)."""
 
     def __init__(self, on_context, dh):
         self.on_context, self.dh, self.members = on_context, dh, []
@@ -410,6 +426,9 @@ class _Joined:
     def allocate(self, be, nin, N, T):
         width = sum(W.value.shape[1] for W, *_ in self.members)
         self.w, self.b = be.zeros((nin, width)), be.zeros((width,))
+        self.dw = be.zeros((nin, width)) if len(self.members) > 1 else None
+        self.dw_columns = None if self.dw is None else \
+            [be.keep(self.dw[:, col:col + w]) for _, _, col, w in self._columns()]
         self.full = be.zeros((N, T, width)), be.zeros((N, T, width))
         self.T, self.steps, self.at_steps = T, None, {}
 
