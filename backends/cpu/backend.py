@@ -31,6 +31,7 @@ from . import bf16_choice
 from .bf16 import CPUBf16Ops
 from .bf16_assign import assign_bf16
 from .bf16_boundary import Bf16Boundary, boundary_methods, is_bf16_tensor
+from .bf16_packed import shared_area_arrays
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
 from .blocksparse import CALLS as BLOCKSPARSE_CALLS, CPUBlockSparsePlan
 from .conv import CPUConvOps
@@ -299,7 +300,7 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
 
     def workspace_holders(self):
         return [self._gemm_scratch, self._row_scratch, self.kernels.workspaces,
-                *self.bf16_boundary.holders()]
+                shared_area_arrays(self.kernels), *self.bf16_boundary.holders()]
 
     # ---- kernel variants (``backends/variants.py``) ------------------------------------------
     def kernel_variant(self, method, args):

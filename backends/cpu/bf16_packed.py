@@ -7,8 +7,9 @@ the strip by every chunk, and a bf16 result is rounded from each float32 tile wh
 is still in cache.  So neither operand gets a float32 copy in memory and the result no float32
 pass of its own, as the widened copies and sgemm of :func:`~.bf16_kernels.gemm_storage` do.
 
-The packed chunks and the threads' work areas are kept in the kernel modules' ``workspaces``
-by shape: a training loop allocates them on its first step only.
+The packed chunks and the threads' work areas are two areas every product shares
+(:class:`SharedArea`, in the kernel modules' ``workspaces``), grown to the largest product's:
+a training loop allocates them on its first step only.
 """
 import functools
 import time
@@ -36,11 +37,49 @@ def packed_storage_module(modules):
     return modules.variant("gemm_packed")
 
 
+class SharedArea:
+    """One grow-only float32 buffer, 64-byte aligned, that every packed product of a backend
+    uses during its call and no longer: the packed chunks of one call, or the threads' work
+    areas of one call.  A call reads :attr:`pointer` when it runs, so a product prepared
+    before the area grew uses the grown one.  The calls of one backend run one at a time (a
+    model's under its inference lock), as its other shared workspaces assume.  Kept per
+    backend in ``modules.workspaces``; a training loop grows it on its first step only."""
+
+    def __init__(self):
+        self.array, self.pointer = None, None
+
+    def ensure(self, ffi, size):
+        """Hold at least ``size`` floats."""
+        if self.array is None or self.array.size < size:
+            self.array = aligned_empty((size,), F32)
+            self.pointer = ffi.from_buffer("float[]", self.array)
+
+
+def _shared_area(modules, name):
+    area = modules.workspaces.get(("bf16_packed_area", name))
+    if area is None:
+        area = modules.workspaces[("bf16_packed_area", name)] = SharedArea()
+    return area
+
+
+def shared_area_arrays(modules):
+    """The arrays of the :class:`SharedArea` s in ``modules.workspaces`` (for
+    ``workspace_bytes``)."""
+    return [area.array for area in modules.workspaces.values()
+            if isinstance(area, SharedArea) and area.array is not None]
+
+
 def _areas(modules, module, m, n, k, packed, threads):
-    """(packed chunks, their stride, work areas, their stride, strip, chunk) for this product,
-    made on first use and kept in ``modules.workspaces``; every chunk and area starts on a
-    64-byte boundary (MKL's packed GEMM and the widening loops run slower across cache
-    lines, by how much depending on where numpy's 16-byte-aligned arrays happen to fall)."""
+    """(packed chunks' area, their stride, work areas' area, their stride, strip, chunk) for
+    this product: the strides and pieces worked out on first use and kept in
+    ``modules.workspaces`` by shape, the two areas (:class:`SharedArea`) grown to hold this
+    product's.  Every chunk and work area starts on a 64-byte boundary (MKL's packed GEMM
+    and the widening loops run slower across cache lines, by how much depending on where
+    numpy's 16-byte-aligned arrays happen to fall).
+
+    MKL's ``cblas_sgemm_pack_get_size`` asks about 8 MB for a packed operand of any size up
+    to a chunk (a 128 x 128 one too); areas of their own for each of a transformer's 15 or so
+    product shapes held about 120 MB, 37 MB of it resident."""
     key = ("bf16_packed", m, n, k, packed, threads)
     found = modules.workspaces.get(key)
     if found is None:
@@ -53,10 +92,13 @@ def _areas(modules, module, m, n, k, packed, threads):
             chunks, stride = -(-m // chunk), elements(min(chunk, m), n, k, "A")
         stride = -(-stride // 16) * 16
         work = -(-int(module.lib.nl_gemm_packed_work(k, strip, chunk)) // 16) * 16
-        found = modules.workspaces[key] = (aligned_empty((chunks * stride,), F32), stride,
-                                           aligned_empty((threads * work,), F32), work, strip,
-                                           chunk)
-    return found
+        found = modules.workspaces[key] = (chunks * stride, stride, threads * work, work,
+                                           strip, chunk)
+    chunk_size, stride, work_size, work, strip, chunk = found
+    packed_area, work_area = _shared_area(modules, "packed"), _shared_area(modules, "work")
+    packed_area.ensure(module.ffi, chunk_size)
+    work_area.ensure(module.ffi, work_size)
+    return packed_area, stride, work_area, work, strip, chunk
 
 
 def prepare_storage_packed(modules, module, a, b, c, bits, trans_a=False, trans_b=False,
@@ -91,14 +133,14 @@ def prepare_storage_packed(modules, module, a, b, c, bits, trans_a=False, trans_
             ffi.NULL if bits is None else ffi.cast("uint16_t *", bits.ctypes.data), m, n, k,
             a.strides[0] // BF16.itemsize, b.strides[0] // BF16.itemsize,
             out.strides[0] // out.itemsize, int(trans_a), int(trans_b))
-    tail = (int(packed == "B"), ffi.from_buffer("float[]", chunks), stride,
-            ffi.from_buffer("float[]", work), work_stride, strip, chunk, pack, compute)
+    pack_b, tail = int(packed == "B"), (work_stride, strip, chunk, pack, compute)
     function, one_thread = module.lib.nl_gemm_packed, mkl.MKL_Set_Num_Threads_Local
 
     def call(alpha, beta, count):
         previous = one_thread(1)
         try:
-            status = function(*head, float(alpha), float(beta), *tail, count)
+            status = function(*head, float(alpha), float(beta), pack_b, chunks.pointer, stride,
+                              work.pointer, *tail, count)
         finally:
             one_thread(previous)
         if status != 0:

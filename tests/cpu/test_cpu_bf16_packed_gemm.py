@@ -18,7 +18,7 @@ import pytest
 import neonlite
 from neonlite.backends.cpu import bf16 as bf16_ops
 from neonlite.backends.cpu.bf16_packed import gemm_storage_packed, packed_storage_module, \
-    prepare_storage_packed
+    prepare_storage_packed, shared_area_arrays
 from neonlite.backends.reference.optree import bf16_to_f32, f32_to_bf16
 from support.requires import requires
 
@@ -139,14 +139,46 @@ def test_nan_rounds_to_the_quiet_nan_and_inf_stays(kernels, module):
     assert np.all(bits[0] == 0x7FC0) and np.all(bits[1] == 0x7F80)
 
 
+def _area_ids(kernels):
+    return sorted(id(a) for a in shared_area_arrays(kernels))
+
+
 def test_a_training_loop_allocates_its_packing_areas_once(kernels, module):
     rng = np.random.default_rng(3)
     a, b, _, _ = _problem(rng, 300, 200, 100, False, False)
     bits = np.zeros((300, 200), np.uint16)
     gemm_storage_packed(kernels, module, a, b, None, bits, threads=2)
-    areas = [id(v) for key, v in kernels.workspaces.items() if key[0] == "bf16_packed"]
+    areas = _area_ids(kernels)
+    assert len(areas) == 2
     gemm_storage_packed(kernels, module, a, b, None, bits, threads=2)
-    assert [id(v) for key, v in kernels.workspaces.items() if key[0] == "bf16_packed"] == areas
+    assert _area_ids(kernels) == areas
+
+
+def test_every_shape_shares_two_areas_and_a_kept_product_follows_them_as_they_grow():
+    """Products of other shapes share the packed and the work area (MKL asks about 8 MB for
+    any packed operand up to a chunk: an area per shape held that much for each); a product
+    prepared before a larger one grew the areas runs on the grown ones, still exact."""
+    kernels = neonlite.gen_backend("cpu", batch_size=4).kernels
+    module = packed_storage_module(kernels)
+    rng = np.random.default_rng(8)
+    small = _problem(rng, 37, 45, 29, False, False)
+    bits = np.zeros((37, 45), np.uint16)
+    run = prepare_storage_packed(kernels, module, small[0], small[1], None, bits, threads=2)
+    run(1.0, 0.0)
+    first = bits.copy()
+    before = [a.size for a in shared_area_arrays(kernels)]
+    for m, n, k in ((301, 555, 77), (100, 70, 1031), (555, 301, 77)):
+        big = _problem(rng, m, n, k, False, True)
+        gemm_storage_packed(kernels, module, big[0], big[1], None,
+                            np.zeros((m, n), np.uint16), trans_b=True, threads=2)
+    assert len(shared_area_arrays(kernels)) == 2
+    assert sum(a.size for a in shared_area_arrays(kernels)) > sum(before)
+    bits[...] = 0
+    run(1.0, 0.0)
+    np.testing.assert_array_equal(bits, first)
+    exact, scale = small[2], small[3]
+    got = bf16_to_f32(bits).astype(np.float64)
+    assert np.all(np.abs(got - exact) <= (29 + 3) * U * scale + U_BF16 * np.abs(got))
 
 
 def _bf16_tensor(be, x):
