@@ -23,11 +23,20 @@ static double *work_blocks(double *work, int64_t C)
     return work + 2 * C + factors_size(C);
 }
 
+/* After the block sums: a `real` run sum of 2 C columns for each row block (layer norm's bf16
+ * backward sums a run of rows in float before adding it to its block's double sums). */
+static real *work_runs(double *work, int64_t M, int64_t C)
+{
+    return (real *)(work_blocks(work, C) + nl_blocks(M) * 2 * C);
+}
+
 #include "batchnorm_bf16.h"
 
 int64_t norm_work_size(int64_t M, int64_t C)
 {
-    return 2 * C + factors_size(C) + nl_blocks(M) * 2 * C;
+    const int64_t d = (int64_t)sizeof(double);
+    const int64_t runs = (nl_blocks(M) * 2 * C * (int64_t)sizeof(real) + d - 1) / d;
+    return 2 * C + factors_size(C) + nl_blocks(M) * 2 * C + runs;
 }
 
 void batchnorm_fprop_train(const real *x, const real *gamma, const real *beta, real *y,
@@ -246,12 +255,20 @@ void layernorm_fprop_bf16(const uint16_t *x, const uint16_t *gamma, const uint16
                           total ? total + m * D : NULL, D, eps);
 }
 
+/* Rows of a run: the column sums of layernorm_bprop_bf16 add up LN_RUN rows in `real` (a bf16
+ * product is exact in float; a float sum of 32 terms loses at most about 5 bits of its 24)
+ * before they enter the row block's double sums, as column_sums.h does for float rows:
+ * double adds for every element cost twice the vector work, and on two threads the double
+ * sums' loads and stores kept the kernel from scaling at all (D 128: 113 us on two threads
+ * against 105 on one). */
+#define LN_RUN 32
+
 /* One row of layernorm_bprop_bf16: dy and xhat widened (bf16_stage); the row's sums of
- * g = dy * gamma and g * xhat, and its terms of the column sums (db += dy, dg += dy * xhat, in
- * double: a bf16 product is exact in float), in one pass; dx in a second. */
+ * g = dy * gamma and g * xhat, and its terms of the run's column sums (db += dy,
+ * dg += dy * xhat), in one pass; dx in a second. */
 static void ln_bprop_row_bf16(const uint16_t *dy, const uint16_t *xhat, real inv,
                               const uint16_t *gamma, const uint16_t *residual, uint16_t *dx,
-                              double *db, double *dg, int64_t D)
+                              real *restrict db, real *restrict dg, int64_t D)
 {
     real dyrow[BF16_ROW_STAGED] BF16_ALIGNED, hrow[BF16_ROW_STAGED] BF16_ALIGNED;
     real dbuf[BF16_ROW_CHUNK] BF16_ALIGNED, hbuf[BF16_ROW_CHUNK] BF16_ALIGNED;
@@ -266,8 +283,8 @@ static void ln_bprop_row_bf16(const uint16_t *dy, const uint16_t *xhat, real inv
             const double g = (double)ds[k] * (double)bf16_to_f32(gamma[d0 + k]);
             sg += g;
             sgx += g * (double)hs[k];
-            db[d0 + k] += (double)ds[k];
-            dg[d0 + k] += (double)(ds[k] * hs[k]);
+            db[d0 + k] += ds[k];
+            dg[d0 + k] += ds[k] * hs[k];
         }
     }
     const real mg = (real)(sg / (double)D), mgx = (real)(sgx / (double)D);
@@ -298,16 +315,27 @@ void layernorm_bprop_bf16(const uint16_t *dy, const uint16_t *xhat, const uint16
 {
     const int64_t nb = nl_blocks(M);
     double *blocks = work_blocks(work, D);
+    real *runs = work_runs(work, M, D);
 #pragma omp parallel for schedule(dynamic, 1) if (M * D >= NL_PARALLEL_MIN)
     for (int64_t blk = 0; blk < nb; blk++) {
-        double *db = blocks + blk * 2 * D, *dg = db + D;
+        double *sums = blocks + blk * 2 * D;
+        real *run = runs + blk * 2 * D;
         int64_t lo, hi;
         nl_split(M, blk, nb, &lo, &hi);
         for (int64_t d = 0; d < 2 * D; d++)
-            db[d] = 0;
-        for (int64_t m = lo; m < hi; m++)
-            ln_bprop_row_bf16(dy + m * D, xhat + m * D, bf16_to_f32(invstd[m]), gamma,
-                              residual ? residual + m * D : NULL, dx + m * D, db, dg, D);
+            sums[d] = 0;
+        for (int64_t r0 = lo; r0 < hi; r0 += LN_RUN) {
+            const int64_t r1 = hi - r0 < LN_RUN ? hi : r0 + LN_RUN;
+            for (int64_t d = 0; d < 2 * D; d++)
+                run[d] = 0;
+            for (int64_t m = r0; m < r1; m++)
+                ln_bprop_row_bf16(dy + m * D, xhat + m * D, bf16_to_f32(invstd[m]), gamma,
+                                  residual ? residual + m * D : NULL, dx + m * D, run,
+                                  run + D, D);
+#pragma omp simd
+            for (int64_t d = 0; d < 2 * D; d++)
+                sums[d] += (double)run[d];
+        }
     }
     for (int64_t d = 0; d < D; d++) {
         double sb = 0, sg = 0;

@@ -6,8 +6,9 @@
  * doubles (C: D for layer norm); its contents on entry do not matter and the kernels allocate
  * nothing.  With B = min(max(M, 1), 32) row blocks (nl_blocks in common.h) it holds 2 C
  * doubles (the column sums), 3 C `real`s rounded up to whole doubles (batchnorm_bprop's
- * per-channel factors), then the block sums over 2 C columns: 2 B C doubles.  In all, for
- * float about 28 C + 16 B C bytes, for double 40 C + 16 B C. */
+ * per-channel factors), then the block sums over 2 C columns: 2 B C doubles, then a run sum
+ * of 2 C `real`s for each block (layernorm_bprop_bf16's).  In all, for float about
+ * 28 C + 24 B C bytes, for double 40 C + 32 B C. */
 int64_t norm_work_size(int64_t M, int64_t C);
 
 /* Training mode: normalize with the batch statistics; mean, invstd get them and
@@ -79,9 +80,10 @@ void layernorm_bprop(const real *dy, const real *xhat, const real *invstd, const
  * (layernorm_fprop_bf16's mean and variance in one pass, shifted by the row's first element),
  * the written values are rounded to nearest even: invstd after y and xhat used it unrounded;
  * y and xhat come from the unrounded x + residual, total is its rounding.
- * layernorm_bprop_bf16 sums dgamma and dbeta in double in nl_blocks(M) fixed row blocks (the
- * same bits on any number of threads), in norm_work_size(M, D)'s block sums, in the same pass
- * over the rows as dx, and adds each total to the widened dgamma / dbeta, rounding once. */
+ * layernorm_bprop_bf16 sums dgamma and dbeta over runs of 32 rows in float, the runs in
+ * double in nl_blocks(M) fixed row blocks (the same bits on any number of threads), in
+ * norm_work_size(M, D)'s run and block sums, in the same pass over the rows as dx, and adds
+ * each total to the widened dgamma / dbeta, rounding once. */
 void layernorm_fprop_bf16(const uint16_t *x, const uint16_t *gamma, const uint16_t *beta,
                           uint16_t *y, uint16_t *xhat, uint16_t *invstd,
                           const uint16_t *residual, uint16_t *total, int64_t M, int64_t D,
