@@ -180,33 +180,79 @@ void scatter_add_rows_bf16(uint16_t *grad, const int64_t *ids, const uint16_t *r
     }
 }
 
+/* row_combination_bf16's tasks where its columns alone make fewer: the rows are cut into
+ * blocks too, each block's rows summed in order into a partial sum, the partials then added in
+ * block order.  The blocks depend on M and K only (never on the thread count), so the bits do
+ * not either.  Without them a bias gradient of at most BF16_ROW_CHUNK columns (most of a small
+ * transformer's) ran on one thread. */
+#define ROW_COMBINATION_TASKS 4
+/* rows a block has at least */
+#define ROW_COMBINATION_ROWS 128
+
+/* acc[k] (k < n) += sum over rows m in [lo, hi) of w[m] * B[m, c0 + k], in row order, four
+ * rows a call. */
+static void combine_rows(float *acc, const uint16_t *w, const uint16_t *B, int64_t ldb,
+                         int64_t lo, int64_t hi, int64_t c0, int64_t n)
+{
+    int64_t m = lo;
+    for (; m + 4 <= hi; m += 4) {
+        const float wm[4] = {bf16_to_f32(w[m]), bf16_to_f32(w[m + 1]), bf16_to_f32(w[m + 2]),
+                             bf16_to_f32(w[m + 3])};
+        const uint16_t *r = B + m * ldb + c0;
+        accumulate_weighted_rows(acc, wm, r, r + ldb, r + 2 * ldb, r + 3 * ldb, n);
+    }
+    for (; m < hi; m++)
+        accumulate_weighted_row(acc, bf16_to_f32(w[m]), B + m * ldb + c0, n);
+}
+
+/* o[k] = alpha * acc[k] + beta * o[k] rounded (o not read where beta is 0), k < n. */
+static void store_combination(uint16_t *o, const float *acc, int64_t n, double alpha,
+                              double beta)
+{
+    const float a = (float)alpha, b = (float)beta;
+    if (b != 0.0f) {
+        for (int64_t k = 0; k < n; k++)
+            o[k] = f32_to_bf16(a * acc[k] + b * bf16_to_f32(o[k]));
+    } else {
+        for (int64_t k = 0; k < n; k++)
+            o[k] = f32_to_bf16(a * acc[k]);
+    }
+}
+
 void row_combination_bf16(const uint16_t *w, const uint16_t *B, int64_t ldb, int64_t M,
                           int64_t K, double alpha, double beta, uint16_t *out)
 {
     const int64_t parts = (K + BF16_ROW_CHUNK - 1) / BF16_ROW_CHUNK;
-#pragma omp parallel for schedule(dynamic, 1) if (M * K >= NL_PARALLEL_MIN && parts > 1)
-    for (int64_t p = 0; p < parts; p++) {
-        const int64_t c0 = p * BF16_ROW_CHUNK, n = bf16_chunk(K, c0);
-        float acc[BF16_ROW_CHUNK] BF16_ALIGNED;
+    const int parallel = M * K >= NL_PARALLEL_MIN;
+    int64_t blocks = 1;
+    if (parallel && parts < ROW_COMBINATION_TASKS) {
+        const int64_t most = M / ROW_COMBINATION_ROWS;
+        blocks = ROW_COMBINATION_TASKS / parts;
+        blocks = blocks < most ? blocks : most;
+        blocks = blocks < 1 ? 1 : blocks;
+    }
+    float partial[ROW_COMBINATION_TASKS][BF16_ROW_CHUNK] BF16_ALIGNED;
+#pragma omp parallel for schedule(dynamic, 1) if (parallel && parts * blocks > 1)
+    for (int64_t t = 0; t < parts * blocks; t++) {
+        const int64_t p = t / blocks, c0 = p * BF16_ROW_CHUNK, n = bf16_chunk(K, c0);
+        float own[BF16_ROW_CHUNK] BF16_ALIGNED;
+        float *acc = blocks > 1 ? partial[t] : own;
+        int64_t lo, hi;
+        nl_split(M, t % blocks, blocks, &lo, &hi);
         for (int64_t k = 0; k < n; k++)
             acc[k] = 0;
-        int64_t m = 0;
-        for (; m + 4 <= M; m += 4) {
-            const float wm[4] = {bf16_to_f32(w[m]), bf16_to_f32(w[m + 1]),
-                                 bf16_to_f32(w[m + 2]), bf16_to_f32(w[m + 3])};
-            const uint16_t *r = B + m * ldb + c0;
-            accumulate_weighted_rows(acc, wm, r, r + ldb, r + 2 * ldb, r + 3 * ldb, n);
-        }
-        for (; m < M; m++)
-            accumulate_weighted_row(acc, bf16_to_f32(w[m]), B + m * ldb + c0, n);
-        const float a = (float)alpha, b = (float)beta;
-        uint16_t *o = out + c0;
-        if (b != 0.0f) {
+        combine_rows(acc, w, B, ldb, lo, hi, c0, n);
+        if (blocks == 1)
+            store_combination(out + c0, acc, n, alpha, beta);
+    }
+    if (blocks == 1)
+        return;
+    for (int64_t p = 0; p < parts; p++) {
+        const int64_t c0 = p * BF16_ROW_CHUNK, n = bf16_chunk(K, c0);
+        float *sum = partial[p * blocks];
+        for (int64_t b = 1; b < blocks; b++)
             for (int64_t k = 0; k < n; k++)
-                o[k] = f32_to_bf16(a * acc[k] + b * bf16_to_f32(o[k]));
-        } else {
-            for (int64_t k = 0; k < n; k++)
-                o[k] = f32_to_bf16(a * acc[k]);
-        }
+                sum[k] += partial[p * blocks + b][k];
+        store_combination(out + c0, sum, n, alpha, beta);
     }
 }

@@ -34,8 +34,9 @@ int64_t scatter_add_rows_bf16_work_size(int64_t n, int64_t V);
 
 /* A one-row product on bfloat16 bits (a bias gradient ones @ dY, a batch sum): out (K,) =
  * alpha * sum over m < M of w[m] * B[m, :] + beta * out (out not read where beta is 0), w (M,)
- * and B (M, K) (rows ldb elements apart), the products and sums in float in row order (the
- * same bits on any number of threads: threads split the columns), out rounded to nearest
- * even. */
+ * and B (M, K) (rows ldb elements apart), the products and sums in float: in row order within
+ * fixed blocks of rows, the blocks' sums added in block order (the blocks depend on M and K
+ * only, so the bits are the same on any number of threads: threads take the blocks and the
+ * chunks of columns), out rounded to nearest even. */
 void row_combination_bf16(const uint16_t *w, const uint16_t *B, int64_t ldb, int64_t M,
                           int64_t K, double alpha, double beta, uint16_t *out);

@@ -150,13 +150,16 @@ def test_one_row_product_does_not_read_c_where_beta_is_0():
     assert np.isfinite(c.get()).all()
 
 
-def test_one_row_product_is_bit_identical_on_1_2_and_3_threads():
+@pytest.mark.parametrize("M, K", [(211, 1031), (2053, 37), (700, 300)])
+def test_one_row_product_is_bit_identical_on_1_2_and_3_threads(M, K):
+    """Threads split the columns (K 1031: five chunks) and, where the columns make few
+    tasks (K 37, K 300), fixed blocks of rows too: the same bits on any thread count."""
     threads, results = openmp_threads(), []
     try:
         for n in (1, 2, 3):
             set_cpu_threads(n)
             be = _backend()
-            w, b, c = _row_product_case(be, 211, 1031)
+            w, b, c = _row_product_case(be, M, K)
             be.compound_dot(w, b, c, beta=1.0)
             results.append(c._ary.copy())
     finally:
