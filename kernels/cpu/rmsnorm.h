@@ -20,8 +20,8 @@ void rmsnorm_bprop(const real *dy, const real *xhat, const real *rstd, const rea
  * widened into stack buffers (no float32 copy of a tensor is made), sums in double, written
  * values rounded to nearest even (rstd after y and xhat used it unrounded); y and xhat come
  * from the unrounded x + residual, total is its rounding (total may be x).  dgamma's columns
- * are summed in row order as rmsnorm_bprop's, each total added to the widened dgamma and
- * rounded once. */
+ * are summed in row order, runs of 32 rows in float and the runs in double, each total added
+ * to the widened dgamma and rounded once. */
 void rmsnorm_fprop_bf16(const uint16_t *x, const uint16_t *gamma, uint16_t *y,
                         uint16_t *xhat, uint16_t *rstd, const uint16_t *residual,
                         uint16_t *total, int64_t M, int64_t D, double eps);
