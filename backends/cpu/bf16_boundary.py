@@ -30,7 +30,7 @@ import numpy as np
 
 from ..storage import array_is_finite
 from .bf16_kernels import F32, from_bf16, to_bf16
-from .kept_calls import KeptCalls
+from .kept_calls import BF16_CALL, KeptCalls
 from .tensor import CPUTensor, aligned_empty
 
 #: the uint32 view a strided bf16 operand is widened through
@@ -190,6 +190,8 @@ class Bf16Boundary:
         between the widening and the narrowing.  ``call``: the section's call of a row run
         whole by its section file (``arguments="call"``) whose kernel has a ``bf16_symbol``,
         tried first on the operands as given (True: it took them)."""
+        if call is None and self._run_kept(op, operands, scalars):
+            return
         self.checked(op.name, operands, scalars, lambda: op.check_operands(operands, scalars))
         if call is not None:
             if op.kernel.bf16_symbol is not None and call(op, operands, scalars):
@@ -201,6 +203,16 @@ class Bf16Boundary:
             for o, t in zip(op.operands, operands)])
         run(op, tuple(values), scalars)
         self.narrow_all(written)
+
+    def _run_kept(self, op, operands, scalars):
+        """Row ``op``'s ``bf16_symbol`` call that :meth:`_run_fused` kept for these same
+        living arrays (made after the row's check passed on them, as the check it stands
+        for): True, or False where there is none (nothing run)."""
+        try:
+            arrays = tuple(None if t is None else t._ary for t in operands)
+        except AttributeError:
+            return False
+        return self._backend.kernels.run_kept(op.name + BF16_CALL, arrays, scalars)
 
     def _run_fused(self, op, operands, scalars):
         """Row ``op``'s ``bf16_symbol`` on ``operands``, every one bf16 (no widening: the C

@@ -15,7 +15,7 @@ import numpy as np
 
 from .blas import GemmThreads
 from .mkl_blas import MKLGemm, load_mkl
-from .kept_calls import KeptCalls
+from .kept_calls import BF16_CALL, KeptCalls
 from .threads import libgomp, openmp_threads
 from ...kernels.build import default_builder
 from ...kernels.specs import CPU_SOURCES, cpu_variant, find
@@ -224,6 +224,15 @@ class KernelModules:
         call[0](*call[1])
         return True
 
+    def run_kept(self, name, arrays, scalars):
+        """Run the call :meth:`run_call` kept under ``name`` and ``scalars`` for these same
+        living ``arrays``: True, or False (nothing run) where none is kept."""
+        found = self._kept_calls.find((name, scalars) + tuple(map(id, arrays)), arrays)
+        if found is None:
+            return False
+        found[0](*found[1])
+        return True
+
     def usable(self, stem, *arrays):
         """The cffi module of C source ``stem`` for ``arrays`` (numpy, all C-contiguous and of
         one float32 or float64 type), or None when the kernels do not take them (then numpy
@@ -260,7 +269,7 @@ class KernelModules:
         call = op.c_call(scalars)
         if call is None or call[0].bf16_symbol is None:
             return False
-        return self.run_call(f"{op.name}:bf16", arrays, scalars, keep,
+        return self.run_call(op.name + BF16_CALL, arrays, scalars, keep,
                              lambda: self._bf16_call(call, op, arrays, scalars))
 
     def _bf16_call(self, call, op, arrays, scalars):

@@ -2,6 +2,10 @@
 kernels, the attention op): :class:`KeptCalls`."""
 import weakref
 
+#: what a row's name gets to key its kept call on bfloat16 operands (``KernelModules.
+#: run_bf16_op``), apart from its float call on the same arrays
+BF16_CALL = ":bf16"
+
 
 class KeptCalls:
     """A table of prepared calls, each kept under a key that holds its arrays' ``id``\\ s, with

@@ -146,3 +146,28 @@ def test_rmsnorm_total_may_be_x():
     inplace = _call(be, "rmsnorm_fprop", tensors)
     for n in ("y", "xhat", "rstd", "total"):
         np.testing.assert_array_equal(inplace[n], apart[n], err_msg=n)
+
+
+def test_a_kept_bf16_row_call_runs_on_its_own_arrays_only(monkeypatch):
+    """The second call of a row on the same bf16 tensors runs the call kept from the first
+    (no check, no new pointers); other tensors are checked and prepared again, and a wrong
+    operand is still refused by the row's check."""
+    be = _backend()
+    x, gamma, beta, y, xhat = (be.array(np.random.default_rng(i).normal(size=s).astype(
+        np.float32)) for i, s in enumerate(((40, 24), (1, 24), (1, 24), (40, 24), (40, 24))))
+    invstd = be.empty((40, 1))
+    checks = []
+    original = be.bf16_boundary.checked
+    monkeypatch.setattr(be.bf16_boundary, "checked",
+                        lambda *args: checks.append(1) or original(*args))
+    be.layernorm_fprop(x, gamma, beta, y, xhat, invstd, 1e-5)
+    first = y.get().copy()
+    be.layernorm_fprop(x, gamma, beta, y, xhat, invstd, 1e-5)
+    assert checks == [1]
+    np.testing.assert_array_equal(y.get(), first)
+    other = be.empty((40, 24))
+    be.layernorm_fprop(x, gamma, beta, other, xhat, invstd, 1e-5)
+    assert checks == [1, 1]
+    np.testing.assert_array_equal(other.get(), first)
+    with pytest.raises(ValueError, match="layernorm_fprop"):
+        be.layernorm_fprop(x, be.empty((1, 23)), beta, y, xhat, invstd, 1e-5)
