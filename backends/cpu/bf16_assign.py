@@ -94,6 +94,9 @@ def assign_bf16(be, out, value, machine):
         if out_bf16:
             np.copyto(out, value._ary, casting="unsafe")
             return True
+        if out.dtype == np.float32 and out.flags.c_contiguous and out.shape == value.shape:
+            be.bf16_boundary.widen(value._ary, out)
+            return True
         work = be.bf16_boundary.work_tensor(("assign", "value"), value.shape)
         be.bf16_boundary.widen(value._ary, work._ary)
         np.copyto(out, work._ary, casting="unsafe")

@@ -206,6 +206,12 @@ def test_copies_fills_and_host_values():
     c = be.zeros((5, 7), dtype=np.float32)
     c[:] = a
     np.testing.assert_array_equal(c.get(), av)
+    assert ("assign", "value") not in [key[0] for key in be.bf16_boundary._work], \
+        "a bf16 tensor widens straight into a contiguous float32 one"
+    wide = be.zeros((5, 14), dtype=np.float32)
+    wide[:, ::2] = a
+    np.testing.assert_array_equal(wide.get()[:, ::2], av)
+    np.testing.assert_array_equal(wide.get()[:, 1::2], 0.0)
 
 
 def test_fill_writes_its_view_only_and_rounds_as_assignment():
