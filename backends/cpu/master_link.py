@@ -53,6 +53,9 @@ class MasterLink:
         self.masters = list(masters)
         #: the bf16 arrays the links point into (kept alive, and compared by :meth:`current`)
         self.arrays = [(p.value._ary, p.grad._ary) for p in self.params]
+        #: the per-link sums of :meth:`sum_squares` (made once: a step allocates nothing)
+        self.sums = np.zeros(len(self.masters))
+        self._sums_out = module.ffi.from_buffer("double[]", self.sums)
         self.ordinal = {id(m): k for k, m in enumerate(self.masters)}
         self.rounding = module.ffi.new("nl_rounding *")
         self.w = module.ffi.from_buffer("real[]", arena.values[F32])
@@ -128,7 +131,5 @@ class MasterLink:
 
     def sum_squares(self, links, count):
         """Sum of the squares of the bf16 gradients of table ``links`` (one pass)."""
-        out = np.zeros(count)
-        self.module.lib.link_sum_squares(links, count,
-                                         self.module.ffi.from_buffer("double[]", out))
-        return float(out.sum())
+        self.module.lib.link_sum_squares(links, count, self._sums_out)
+        return float(self.sums[:count].sum())
