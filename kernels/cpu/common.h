@@ -21,6 +21,12 @@ typedef DTYPE real;
 /* Loops over fewer elements than this run on one thread. */
 #define NL_PARALLEL_MIN 32768
 
+/* Sums over many rows add up runs of this many rows in `real` before a run's sums enter the
+ * double totals: the vector work of float sums, and a float sum of 32 terms loses at most
+ * about 5 of its 24 bits (column sums of GELU's bias, the op-tree's, layer norm's and
+ * RMSNorm's bf16 backward). */
+#define NL_RUN 32
+
 /* Elementwise loops hand out their iterations dynamically, about NL_GRAIN elements at a time,
  * so that a thread the OS has descheduled (the machine is shared with BLAS threads and other
  * processes) delays the loop by one grain, not by its whole static share. */

@@ -14,9 +14,6 @@
 #define TANH_K ((real)0.79788456080286535588)
 #define TANH_C ((real)0.044715)
 
-/* Rows summed in `real` before their sums enter the double block totals (as in norm.c). */
-#define RUN 32
-
 /* The tanh form through e = exp(2z) and s = 1 / (e + 1): 1 + tanh(z) = 2 e s and
  * 1 - tanh(z)^2 = 4 e s^2, both with full relative accuracy in the tails (1 - t * t would
  * cancel).  2z is capped at 80 (tanh is 1 there in double too) so e stays finite. */
@@ -138,7 +135,7 @@ typedef void (*bprop_row_fn)(const void *args, int64_t m, real *r);
 
 /* Runs `row` on rows 0..M-1.  With `work` (nl_block_sums_size(M, D) doubles), also sums the
  * rows' dx per column: the rows are cut into nl_blocks(M) fixed blocks, each summed in runs
- * of RUN rows into its own double slot (work + blk * D), so the sums have the same bits on
+ * of NL_RUN rows into its own double slot (work + blk * D), so the sums have the same bits on
  * any number of threads; column_total adds the slots in block order. */
 static void bprop_rows(bprop_row_fn row, const void *args, double *work, int64_t M, int64_t D)
 {
@@ -158,8 +155,8 @@ static void bprop_rows(bprop_row_fn row, const void *args, double *work, int64_t
         nl_split(M, blk, nb, &lo, &hi);
         for (int64_t d = 0; d < D; d++)
             sum[d] = 0;
-        for (int64_t m0 = lo; m0 < hi; m0 += RUN) {
-            const int64_t m1 = m0 + RUN < hi ? m0 + RUN : hi;
+        for (int64_t m0 = lo; m0 < hi; m0 += NL_RUN) {
+            const int64_t m1 = m0 + NL_RUN < hi ? m0 + NL_RUN : hi;
             for (int64_t d = 0; d < D; d++)
                 r[d] = 0;
             for (int64_t m = m0; m < m1; m++)

@@ -255,13 +255,10 @@ void layernorm_fprop_bf16(const uint16_t *x, const uint16_t *gamma, const uint16
                           total ? total + m * D : NULL, D, eps);
 }
 
-/* Rows of a run: the column sums of layernorm_bprop_bf16 add up LN_RUN rows in `real` (a bf16
- * product is exact in float; a float sum of 32 terms loses at most about 5 bits of its 24)
- * before they enter the row block's double sums, as column_sums.h does for float rows:
- * double adds for every element cost twice the vector work, and on two threads the double
- * sums' loads and stores kept the kernel from scaling at all (D 128: 113 us on two threads
- * against 105 on one). */
-#define LN_RUN 32
+/* The column sums of layernorm_bprop_bf16 add up NL_RUN rows in `real` (a bf16 product is
+ * exact in float) before they enter the row block's double sums: double adds for every
+ * element cost twice the vector work, and on two threads the double sums' loads and stores
+ * kept the kernel from scaling at all (D 128: 113 us on two threads against 105 on one). */
 
 /* One row of layernorm_bprop_bf16: dy and xhat widened (bf16_stage); the row's sums of
  * g = dy * gamma and g * xhat, and its terms of the run's column sums (db += dy,
@@ -324,8 +321,8 @@ void layernorm_bprop_bf16(const uint16_t *dy, const uint16_t *xhat, const uint16
         nl_split(M, blk, nb, &lo, &hi);
         for (int64_t d = 0; d < 2 * D; d++)
             sums[d] = 0;
-        for (int64_t r0 = lo; r0 < hi; r0 += LN_RUN) {
-            const int64_t r1 = hi - r0 < LN_RUN ? hi : r0 + LN_RUN;
+        for (int64_t r0 = lo; r0 < hi; r0 += NL_RUN) {
+            const int64_t r1 = hi - r0 < NL_RUN ? hi : r0 + NL_RUN;
             for (int64_t d = 0; d < 2 * D; d++)
                 run[d] = 0;
             for (int64_t m = r0; m < r1; m++)

@@ -220,9 +220,6 @@ int optree_run(const int32_t *code, int64_t ninstr, const int64_t *leaf_addr,
                             &out_reg, &out_addr, out_strides, 1, rows, cols, scratch);
 }
 
-/* Rows summed in `real` before their sums are added into the double totals. */
-#define COLUMN_RUN 32
-
 int64_t optree_column_sum_work_size(int64_t M, int64_t C)
 {
     return nl_block_sums_size(M, C);
@@ -264,8 +261,8 @@ void optree_column_sum(const real *a, real *out, double *work, int64_t M, int64_
         nl_split(M, blk, nb, &lo, &hi);
         for (int64_t c = 0; c < C; c++)
             s[c] = 0;
-        for (int64_t m0 = lo; m0 < hi; m0 += COLUMN_RUN) {
-            const int64_t m1 = m0 + COLUMN_RUN < hi ? m0 + COLUMN_RUN : hi;
+        for (int64_t m0 = lo; m0 < hi; m0 += NL_RUN) {
+            const int64_t m1 = m0 + NL_RUN < hi ? m0 + NL_RUN : hi;
             memcpy(r, a + m0 * C, (size_t)C * sizeof(real));
             for (int64_t m = m0 + 1; m < m1; m++) {
                 const real *row = a + m * C;

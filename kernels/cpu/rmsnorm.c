@@ -158,31 +158,28 @@ void rmsnorm_fprop_bf16(const uint16_t *x, const uint16_t *gamma, uint16_t *y,
                            D, eps);
 }
 
-/* Rows a run of rms_dgamma_bf16 sums in float before adding the run to its double sums. */
-#define RMS_RUN 32
-
-/* run[c] += dy[c] * xhat[c] (bf16: the product exact in float), in float. */
-static __attribute__((noinline)) void rms_dgamma_row_bf16(float *restrict run,
+/* run[c] += dy[c] * xhat[c] (bf16: the product exact in float), in `real`. */
+static __attribute__((noinline)) void rms_dgamma_row_bf16(real *restrict run,
                                                           const uint16_t *restrict dy,
                                                           const uint16_t *restrict xhat,
                                                           int64_t n)
 {
 #pragma omp simd
     for (int64_t c = 0; c < n; c++)
-        run[c] += bf16_to_f32(dy[c]) * bf16_to_f32(xhat[c]);
+        run[c] += (real)(bf16_to_f32(dy[c]) * bf16_to_f32(xhat[c]));
 }
 
 /* dgamma[c] += sum over rows of dy * xhat (bf16) for the columns [c0, c1), in row order: runs
- * of RMS_RUN rows summed in float, the runs in double (as layernorm_bprop_bf16's column sums;
+ * of NL_RUN rows summed in `real`, the runs in double (as layernorm_bprop_bf16's column sums;
  * a double add for every element cost twice the vector work). */
 static void rms_dgamma_bf16(const uint16_t *dy, const uint16_t *xhat, uint16_t *dgamma,
                             int64_t M, int64_t D, int64_t c0, int64_t c1)
 {
     double acc[RMS_COLUMNS] = {0};
-    float run[RMS_COLUMNS];
+    real run[RMS_COLUMNS];
     const int64_t n = c1 - c0;
-    for (int64_t m0 = 0; m0 < M; m0 += RMS_RUN) {
-        const int64_t m1 = M - m0 < RMS_RUN ? M : m0 + RMS_RUN;
+    for (int64_t m0 = 0; m0 < M; m0 += NL_RUN) {
+        const int64_t m1 = M - m0 < NL_RUN ? M : m0 + NL_RUN;
         for (int64_t c = 0; c < n; c++)
             run[c] = 0;
         for (int64_t m = m0; m < m1; m++)
