@@ -208,19 +208,13 @@ class KernelModules:
         must be every argument besides the arrays; the call must point at the arrays
         (:func:`pointer`) without holding them (a work array of the backend's may be held by
         its cffi buffer)."""
-        key = None
-        if keep:
-            key = (name, scalars) + tuple(map(id, arrays))
-            found = self._kept_calls.find(key, arrays)
-            if found is not None:
-                function, args = found
-                function(*args)
-                return True
+        if keep and self.run_kept(name, arrays, scalars):
+            return True
         call = prepare()
         if call is None:
             return False
-        if key is not None:
-            self._kept_calls.keep(key, arrays, call)
+        if keep:
+            self._kept_calls.keep((name, scalars) + tuple(map(id, arrays)), arrays, call)
         call[0](*call[1])
         return True
 
