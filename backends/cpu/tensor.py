@@ -5,7 +5,6 @@ A bfloat16 tensor's array holds uint16 bit patterns of dtype
 :data:`~neonlite.backends.shared.bfloat16.BFLOAT16` (``bf16`` is True): ``get()`` gives float32
 values (exact), ``set()`` rounds float values to nearest even with the backend's cast kernel,
 and the backend's ops see float32 work arrays (``bf16_boundary.py``), never the bits."""
-import math
 import numbers
 
 import numpy as np
@@ -119,8 +118,7 @@ class CPUTensor(Tensor):
         expression; anything else as ``t[:] = value``.  Returns the tensor."""
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             if self.bf16:
-                positive_zero = value == 0 and math.copysign(1.0, value) > 0
-                self._ary.fill(0 if positive_zero else scalar_bits(value))
+                self._ary.fill(scalar_bits(value))
             elif self._ary.dtype.kind == "f":
                 self._ary.fill(value)
             else:

@@ -5,6 +5,8 @@ bf16 boundary and the op-tree reference's ``bf16_to_f32`` / ``f32_to_bf16`` node
 numpy has no bfloat16: a bf16 tensor's ``dtype`` is :data:`BFLOAT16`, numpy's uint16 carrying
 ``{"bfloat16": True}`` metadata (which views, slices and reshapes keep).  A plain uint16 array
 (Adam's bf16 moment states) is integers; only :data:`BFLOAT16` says the bits are values."""
+import math
+
 import numpy as np
 
 #: the dtype of bf16 tensors: uint16 bit patterns flagged as bfloat16
@@ -41,7 +43,10 @@ def f32_to_bf16(values):
 
 def scalar_bits(value):
     """One float32 value (a Python or numpy scalar) -> its bfloat16 bit pattern as an int,
-    rounded as :func:`f32_to_bf16` rounds, without making arrays."""
+    rounded as :func:`f32_to_bf16` rounds, without making arrays (+0.0, most fills, at
+    once)."""
+    if value == 0 and math.copysign(1.0, value) > 0:
+        return 0
     f = np.float32(value)
     if f != f:
         return 0x7FC0
