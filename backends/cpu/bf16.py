@@ -13,7 +13,8 @@ from ...kernels.cpu_features import FEATURES_OFF
 from ..operand_shapes import check_permute, check_table_rows
 from . import bf16_choice
 from .blas import CPUBlasOps
-from .rows import row_combination_bf16_kernel, scatter_add_rows_bf16_kernel
+from .rows import ROW_COMBINATION, row_combination_bf16_kernel, \
+    scatter_add_rows_bf16_kernel
 from .bf16_boundary import NOT_TAKEN, is_bf16_tensor
 from .bf16_packed import gemm_storage_packed, packed_storage_module, prepare_storage_packed
 from .bf16_kernels import BF16, F32, check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
@@ -42,13 +43,17 @@ class CPUBf16Ops:
     def bf16_choice(self):
         """This machine's :class:`~.bf16_choice.Bf16Choice` (measured on first use, then read
         from the kernel cache), made once per backend for each setting of ``NEONLITE_BF16``
-        and ``NEONLITE_CPU_FEATURES_OFF``."""
+        and ``NEONLITE_CPU_FEATURES_OFF``.  The products kept for later steps
+        (:meth:`kept_compound_dot`) run while the choice they were made under is the one this
+        method gave last: the variables are read again whenever a product is prepared or a
+        path asked for, not at every kept product."""
         made = self.__dict__.setdefault("_bf16_choices", {})
         key = (os.environ.get(bf16_choice.ENV), os.environ.get(FEATURES_OFF))
         found = made.get(key)
         if found is None:
             bf16_choice.requested()  # a bad value is one ValueError, every time
             found = made[key] = bf16_choice.choose(self.kernels)
+        self.__dict__["_bf16_latest"] = found
         return found
 
     def bf16_path(self, op_class="gemm"):
@@ -166,15 +171,23 @@ class CPUBf16Ops:
         return C
 
     def kept_compound_dot(self, arguments):
-        """``compound_dot`` by the packed storage product :meth:`_storage_compound_dot` kept
-        for these tensors' arrays (kept tensors, as ``compound_dot`` keeps float32 MKL calls),
-        while the bf16 choice it was made under holds: C; else ``NOT_TAKEN``.  The boundary
-        tries it before the row's check, which passed when the call was kept."""
+        """``compound_dot`` by a call kept for these tensors' arrays (kept tensors, as
+        ``compound_dot`` keeps float32 MKL calls): the packed storage product
+        :meth:`_storage_compound_dot` kept while the bf16 choice it was made under is still the
+        one :meth:`bf16_choice` last gave, or the one-row product of :meth:`_bf16_row_product`
+        (the same on either path); C, else ``NOT_TAKEN``.  The boundary tries it before the
+        row's check, which passed when the call was kept."""
         C = arguments["C"]
-        arrays = tuple(getattr(t, "_ary", None) for t in (arguments["A"], arguments["B"], C))
-        kept = self._gemm_calls.find(
-            _storage_key(*arrays, arguments["transA"], arguments["transB"]), arrays)
-        if kept is None or kept[0] is not self.bf16_choice():
+        try:
+            a, b, c = arguments["A"]._ary, arguments["B"]._ary, C._ary
+        except AttributeError:
+            return NOT_TAKEN
+        transA, transB = arguments["transA"], arguments["transB"]
+        if a.shape[0] == 1 and not (transA or transB) and self.kernels.run_kept(
+                ROW_COMBINATION, (a, b, c), (float(arguments["alpha"]), float(arguments["beta"]))):
+            return C
+        kept = self._gemm_calls.find(_storage_key(a, b, c, transA, transB), (a, b, c))
+        if kept is None or kept[0] is not self.__dict__.get("_bf16_latest"):
             return NOT_TAKEN
         kept[1](arguments["alpha"], arguments["beta"])
         return C

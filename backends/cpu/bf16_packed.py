@@ -127,25 +127,21 @@ def prepare_storage_packed(modules, module, a, b, c, bits, trans_a=False, trans_
     chunks, stride, work, work_stride, strip, chunk = _areas(modules, module, m, n, k, packed,
                                                             threads)
     pack, compute = modules.gemm.packed_gemm(F32)[:2]
-    ffi, mkl = module.ffi, modules.gemm.lib
-    head = (ffi.cast("uint16_t *", a.ctypes.data), ffi.cast("uint16_t *", b.ctypes.data),
-            ffi.NULL if c is None else ffi.cast("float *", c.ctypes.data),
-            ffi.NULL if bits is None else ffi.cast("uint16_t *", bits.ctypes.data), m, n, k,
-            a.strides[0] // BF16.itemsize, b.strides[0] // BF16.itemsize,
-            out.strides[0] // out.itemsize, int(trans_a), int(trans_b))
-    pack_b, tail = int(packed == "B"), (work_stride, strip, chunk, pack, compute)
-    function, one_thread = module.lib.nl_gemm_packed, mkl.MKL_Set_Num_Threads_Local
+    ffi = module.ffi
+    product = ffi.new("nl_packed_product *", {
+        "A": ffi.cast("uint16_t *", a.ctypes.data), "B": ffi.cast("uint16_t *", b.ctypes.data),
+        "C": ffi.NULL if c is None else ffi.cast("float *", c.ctypes.data),
+        "Cb": ffi.NULL if bits is None else ffi.cast("uint16_t *", bits.ctypes.data),
+        "M": m, "N": n, "K": k, "lda": a.strides[0] // BF16.itemsize,
+        "ldb": b.strides[0] // BF16.itemsize, "ldc": out.strides[0] // out.itemsize,
+        "transA": int(trans_a), "transB": int(trans_b), "pack_b": int(packed == "B"),
+        "packed_stride": stride, "work_stride": work_stride, "strip": strip, "chunk": chunk,
+        "pack": pack, "compute": compute, "set_threads": modules.gemm.thread_setter_address()})
+    function = module.lib.nl_gemm_packed_run
 
     def call(alpha, beta, count):
-        previous = one_thread(1)
-        try:
-            status = function(*head, float(alpha), float(beta), pack_b, chunks.pointer, stride,
-                              work.pointer, *tail, count)
-        finally:
-            one_thread(previous)
-        if status != 0:
-            raise RuntimeError(f"compound_dot: the packed storage GEMM refused the call "
-                               f"({status})")
+        if function(product, alpha, beta, chunks.pointer, work.pointer, count) != 0:
+            raise RuntimeError("compound_dot: the packed storage GEMM refused the call")
     if not tuned:
         return functools.partial(call, count=threads)
     return functools.partial(_tuned, call, threads, modules.gemm.tuner,

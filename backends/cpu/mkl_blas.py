@@ -294,6 +294,11 @@ class MKLGemm:
             np.dtype(dtype))
         return None if name is None else int(self.ffi.cast("intptr_t", getattr(self.lib, name)))
 
+    def thread_setter_address(self):
+        """The address of ``MKL_Set_Num_Threads_Local``, for C kernels that run MKL on one
+        thread around their own calls."""
+        return int(self.ffi.cast("intptr_t", self.lib.MKL_Set_Num_Threads_Local))
+
     def packed_gemm(self, dtype):
         """For C kernels that multiply by the same matrix many times: ``(pack address, compute
         address, size)`` of MKL's ``cblas_?gemm_pack`` and ``cblas_?gemm_compute`` for float32

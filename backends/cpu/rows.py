@@ -90,13 +90,17 @@ def scatter_add_rows_bf16_kernel(kernels, grad_table, idx, rows):
     return True
 
 
+#: the name a one-row bf16 product's kept call has (``KernelModules.run_call``)
+ROW_COMBINATION = "row_combination_bf16"
+
+
 def row_combination_bf16_kernel(kernels, w, b, c, alpha, beta, keep=False):
     """c (1, K) = alpha * w (1, M) @ b (M, K) + beta * c on bf16 bit arrays (b's rows
     unit-stride, w and c contiguous): a one-row product (a bias gradient ones @ dY) as a
     weighted sum of b's rows in one pass over its bits (``row_combination_bf16``); False where
     the kernels do not take the arrays.  ``keep``: see ``KernelModules.run_call`` (the bias
     gradient's call is prepared once)."""
-    return kernels.run_call("row_combination_bf16", (w, b, c), (float(alpha), float(beta)),
+    return kernels.run_call(ROW_COMBINATION, (w, b, c), (float(alpha), float(beta)),
                             keep, lambda: _row_combination_call(kernels, w, b, c, alpha, beta))
 
 

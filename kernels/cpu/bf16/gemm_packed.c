@@ -202,3 +202,19 @@ int nl_gemm_packed(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb,
     }
     return 0;
 }
+
+int nl_gemm_packed_run(const nl_packed_product *p, float alpha, float beta, float *packed,
+                       float *work, int threads)
+{
+    typedef int (*set_threads_fn)(int);
+    const set_threads_fn set = (set_threads_fn)(intptr_t)p->set_threads;
+    const int previous = set ? set(1) : 0;
+    const int status = nl_gemm_packed(p->A, p->B, p->C, p->Cb, p->M, p->N, p->K, p->lda,
+                                      p->ldb, p->ldc, p->transA, p->transB, alpha, beta,
+                                      p->pack_b, packed, p->packed_stride, work,
+                                      p->work_stride, p->strip, p->chunk, p->pack, p->compute,
+                                      threads);
+    if (set)
+        set(previous);
+    return status;
+}

@@ -29,6 +29,24 @@ int nl_gemm_packed(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb,
                    int64_t packed_stride, float *work, int64_t work_stride, int64_t strip,
                    int64_t chunk, int64_t pack, int64_t compute, int threads);
 
+/* One product's arguments for nl_gemm_packed_run: nl_gemm_packed's but the scales, the two
+ * areas and the thread count (a caller that runs the same product every step fills it once).
+ * set_threads is the address of MKL_Set_Num_Threads_Local, or 0: MKL then already runs
+ * single-threaded on the calling thread. */
+typedef struct {
+    const uint16_t *A, *B;
+    float *C;
+    uint16_t *Cb;
+    int64_t M, N, K, lda, ldb, ldc;
+    int transA, transB, pack_b;
+    int64_t packed_stride, work_stride, strip, chunk, pack, compute, set_threads;
+} nl_packed_product;
+
+/* nl_gemm_packed of product p with these scales, areas and threads, MKL set to one thread on
+ * the calling thread around it (set_threads) and its setting restored after. */
+int nl_gemm_packed_run(const nl_packed_product *p, float alpha, float beta, float *packed,
+                       float *work, int threads);
+
 /* the rows of op(A) (pack_b) or columns of op(B) of a strip, for inner dimension K and
  * `length` rows of op(A) (columns of op(B)) in all: about an eighth of them, at least 64, at
  * most what keeps a widened strip within 1 MiB (and 256) */
