@@ -205,36 +205,45 @@ void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *
             dbias[d] += (real)column_total(work, M, D, d);
 }
 
-/* Columns of a bf16 row staged in `real` at a time (stack buffers, in L1). */
-#define BF16_CHUNK 256
-
-static inline void widen_chunk(const uint16_t *bits, real *out, int64_t n)
+/* One row of gelu_fprop_bf16 in one pass over its columns: each bf16 operand widened in
+ * registers, the sum x + bias and the activation in `real`, the written values narrowed, so
+ * no staging buffer sits between the conversions and the arithmetic.  The flags are constants
+ * at every call (fprop_row_bf16 below), so each combination compiles to its own loop. */
+static inline __attribute__((always_inline)) void fprop_bf16_pass(
+    const uint16_t *x, const uint16_t *bias, uint16_t *pre, uint16_t *y, int64_t D,
+    const int has_bias, const int keep, const int approximate)
 {
-    for (int64_t k = 0; k < n; k++)
-        out[k] = (real)bf16_to_f32(bits[k]);
+#pragma omp simd
+    for (int64_t d = 0; d < D; d++) {
+        real h = (real)bf16_to_f32(x[d]);
+        if (has_bias)
+            h += (real)bf16_to_f32(bias[d]);
+        if (keep)
+            pre[d] = f32_to_bf16((float)h);
+        y[d] = f32_to_bf16((float)(approximate ? gelu_tanh(h) : gelu_erf(h)));
+    }
 }
 
-static inline void narrow_chunk(const real *in, uint16_t *bits, int64_t n)
-{
-    for (int64_t k = 0; k < n; k++)
-        bits[k] = f32_to_bf16((float)in[k]);
-}
-
-/* One row of gelu_fprop_bf16: chunks of the row (and of the bias) widened, fprop_row on
- * them, narrowed. */
+/* One row of gelu_fprop_bf16: pre (when kept) is the rounded x + bias, y is computed from the
+ * unrounded sum. */
 static void fprop_row_bf16(const uint16_t *x, const uint16_t *bias, uint16_t *pre, uint16_t *y,
                            int64_t D, int approximate)
 {
-    real xs[BF16_CHUNK], bs[BF16_CHUNK], hs[BF16_CHUNK], ys[BF16_CHUNK];
-    for (int64_t d0 = 0; d0 < D; d0 += BF16_CHUNK) {
-        const int64_t n = D - d0 < BF16_CHUNK ? D - d0 : BF16_CHUNK;
-        widen_chunk(x + d0, xs, n);
-        if (bias)
-            widen_chunk(bias + d0, bs, n);
-        fprop_row(xs, bias ? bs : NULL, pre ? hs : NULL, ys, n, approximate);
-        if (pre)
-            narrow_chunk(hs, pre + d0, n);
-        narrow_chunk(ys, y + d0, n);
+    const int keep = pre != NULL;
+    if (bias) {
+        if (keep)
+            approximate ? fprop_bf16_pass(x, bias, pre, y, D, 1, 1, 1)
+                        : fprop_bf16_pass(x, bias, pre, y, D, 1, 1, 0);
+        else
+            approximate ? fprop_bf16_pass(x, bias, pre, y, D, 1, 0, 1)
+                        : fprop_bf16_pass(x, bias, pre, y, D, 1, 0, 0);
+    } else {
+        if (keep)
+            approximate ? fprop_bf16_pass(x, bias, pre, y, D, 0, 1, 1)
+                        : fprop_bf16_pass(x, bias, pre, y, D, 0, 1, 0);
+        else
+            approximate ? fprop_bf16_pass(x, bias, pre, y, D, 0, 0, 1)
+                        : fprop_bf16_pass(x, bias, pre, y, D, 0, 0, 0);
     }
 }
 
@@ -246,23 +255,62 @@ void gelu_fprop_bf16(const uint16_t *x, const uint16_t *bias, uint16_t *pre, uin
         fprop_row_bf16(x + m * D, bias, pre ? pre + m * D : NULL, y + m * D, D, approximate);
 }
 
-/* One row of gelu_bprop_bf16: chunks widened, bprop_row on them, dx narrowed; its unrounded
- * values added to the row block's run sums r when given. */
+/* The slope gelu'(h) times dy, as bprop_row computes it: the tanh form; the erf form from
+ * the forward output y (has_y) or with erf evaluated. */
+static inline __attribute__((always_inline)) real gelu_slope_times(real h, real y, real dy,
+                                                                   const int approximate,
+                                                                   const int has_y)
+{
+    if (approximate) {
+        real es, s;
+        tanh_parts(h, &es, &s);
+        return dy * (es + 2 * h * es * s * TANH_K * (1 + 3 * TANH_C * h * h));
+    }
+    if (has_y) {
+        const real a = h < 0 ? -h : h;
+        const real cdf = a > (real)1e-20 ? y / (a > (real)1e-20 ? h : 1) : (real)0.5;
+        return dy * (cdf + h * NL_GAUSS(h) * INV_SQRT_2PI);
+    }
+    return dy * ((real)0.5 * (1 + NL_ERF_REAL(h * SQRT_HALF)) + h * NL_GAUSS(h) * INV_SQRT_2PI);
+}
+
+/* One row of gelu_bprop_bf16 in one pass (as fprop_bf16_pass): dx narrowed, its unrounded
+ * values added to the row block's run sums r where `summed`. */
+static inline __attribute__((always_inline)) void bprop_bf16_pass(
+    const uint16_t *pre, const uint16_t *y, const uint16_t *dy, uint16_t *dx, real *r,
+    int64_t D, const int approximate, const int has_y, const int summed)
+{
+#pragma omp simd
+    for (int64_t d = 0; d < D; d++) {
+        const real g = gelu_slope_times((real)bf16_to_f32(pre[d]),
+                                        has_y ? (real)bf16_to_f32(y[d]) : 0,
+                                        (real)bf16_to_f32(dy[d]), approximate, has_y);
+        dx[d] = f32_to_bf16((float)g);
+        if (summed)
+            r[d] += g;
+    }
+}
+
+/* One row of gelu_bprop_bf16: dx narrowed; its unrounded values added to the row block's run
+ * sums r when given. */
 static void bprop_row_bf16(const uint16_t *pre, const uint16_t *y, const uint16_t *dy,
                            uint16_t *dx, real *r, int64_t D, int approximate)
 {
-    real hs[BF16_CHUNK], ys[BF16_CHUNK], dys[BF16_CHUNK], dxs[BF16_CHUNK];
-    for (int64_t d0 = 0; d0 < D; d0 += BF16_CHUNK) {
-        const int64_t n = D - d0 < BF16_CHUNK ? D - d0 : BF16_CHUNK;
-        widen_chunk(pre + d0, hs, n);
-        widen_chunk(dy + d0, dys, n);
-        if (y)
-            widen_chunk(y + d0, ys, n);
-        bprop_row(hs, y ? ys : NULL, dys, dxs, n, approximate);
-        narrow_chunk(dxs, dx + d0, n);
+    if (approximate) {
         if (r)
-            for (int64_t k = 0; k < n; k++)
-                r[d0 + k] += dxs[k];
+            bprop_bf16_pass(pre, y, dy, dx, r, D, 1, 0, 1);
+        else
+            bprop_bf16_pass(pre, y, dy, dx, r, D, 1, 0, 0);
+    } else if (y) {
+        if (r)
+            bprop_bf16_pass(pre, y, dy, dx, r, D, 0, 1, 1);
+        else
+            bprop_bf16_pass(pre, y, dy, dx, r, D, 0, 1, 0);
+    } else {
+        if (r)
+            bprop_bf16_pass(pre, y, dy, dx, r, D, 0, 0, 1);
+        else
+            bprop_bf16_pass(pre, y, dy, dx, r, D, 0, 0, 0);
     }
 }
 

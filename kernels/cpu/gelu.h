@@ -25,13 +25,13 @@ void gelu_bprop(const real *pre, const real *y, const real *dy, real *dx, real *
 int64_t gelu_bprop_work_size(int64_t M, int64_t D);
 
 /* gelu_fprop and gelu_bprop on bfloat16 operands (uint16 bit patterns; every operand given
- * is bf16), the arithmetic in `real` (the float32 variant's): each row is staged in chunks of
- * 256 columns, widened into stack buffers, run by the same row functions and narrowed (round
- * to nearest even), so no float32 copy of a tensor is made.  The results are those of widening
- * every operand, running gelu_fprop / gelu_bprop and narrowing the written ones (pre is the
- * rounded x + bias, y is computed from the unrounded one; dbias gets the sum of the unrounded
- * dx, added to its widened value and rounded once).  gelu_bprop_bf16's work is gelu_bprop's
- * (gelu_bprop_work_size). */
+ * is bf16), the arithmetic in `real` (the float32 variant's): each row is one pass in which
+ * every element is widened in registers, run through the same arithmetic as the float rows
+ * and narrowed (round to nearest even), so no float32 copy of a tensor is made.  The results
+ * are those of widening every operand, running gelu_fprop / gelu_bprop and narrowing the
+ * written ones (pre is the rounded x + bias, y is computed from the unrounded one; dbias gets
+ * the sum of the unrounded dx, added to its widened value and rounded once).
+ * gelu_bprop_bf16's work is gelu_bprop's (gelu_bprop_work_size). */
 void gelu_fprop_bf16(const uint16_t *x, const uint16_t *bias, uint16_t *pre, uint16_t *y,
                      int64_t M, int64_t D, int approximate);
 void gelu_bprop_bf16(const uint16_t *pre, const uint16_t *y, const uint16_t *dy, uint16_t *dx,
