@@ -17,10 +17,11 @@ import pytest
 
 import neonlite
 from neonlite.backends.cpu import bf16 as bf16_ops
+from neonlite.backends.cpu import bf16_choice
 from neonlite.backends.cpu.bf16_packed import gemm_storage_packed, packed_storage_module, \
     prepare_storage_packed, shared_area_arrays
 from neonlite.backends.reference.optree import bf16_to_f32, f32_to_bf16
-from support.requires import requires
+from support.requires import need, requires
 
 pytestmark = requires("compiler", "mkl")
 
@@ -245,6 +246,60 @@ def test_a_kept_product_skips_no_check_of_other_operands(monkeypatch):
         be.compound_dot(X, W, be.empty((40, 32)))
     with pytest.raises(ValueError, match="compound_dot"):
         be.compound_dot(X, W, be.empty((40, 33)), transB=True)
+
+
+def test_a_kept_product_runs_while_its_choice_is_the_one_asked_last(monkeypatch):
+    """A kept storage product is not run once the bf16 choice asked for last is another (the
+    variables are read when a path is asked, not at every kept call), and is run again, not
+    prepared again, when the choice it was made under is back."""
+    need("bf16")
+    monkeypatch.setenv(bf16_choice.ENV, "storage")
+    be = neonlite.gen_backend("cpu", batch_size=4, datatype="bf16")
+    prepared, computed = [], []
+    monkeypatch.setattr(bf16_ops, "prepare_storage_packed",
+                        lambda *args, **kw: prepared.append(1) or prepare_storage_packed(*args,
+                                                                                        **kw))
+    kernel = bf16_ops.gemm_bf16
+    monkeypatch.setattr(bf16_ops, "gemm_bf16",
+                        lambda *args, **kw: computed.append(1) or kernel(*args, **kw))
+    rng = np.random.default_rng(9)
+    X = _bf16_tensor(be, rng.standard_normal((40, 24)).astype(np.float32))
+    W = _bf16_tensor(be, rng.standard_normal((24, 33)).astype(np.float32))
+    Y = be.empty((40, 33))
+    be.compound_dot(X, W, Y)
+    be.compound_dot(X, W, Y)
+    assert (prepared, computed) == ([1], [])
+    monkeypatch.setenv(bf16_choice.ENV, "compute")
+    assert be.bf16_path("gemm") == "compute"
+    be.compound_dot(X, W, Y)
+    assert (prepared, computed) == ([1], [1])
+    monkeypatch.setenv(bf16_choice.ENV, "storage")
+    assert be.bf16_path("gemm") == "storage"
+    be.compound_dot(X, W, Y)
+    assert (prepared, computed) == ([1], [1])
+
+
+def test_a_kept_bias_gradient_product_runs_before_the_check_with_its_own_scales(monkeypatch):
+    """A one-row product (a bias gradient ones @ dY into bf16) is kept by its arrays and
+    scales: its next call runs before the row's check, and other scales make a call of their
+    own, each giving the sum it should."""
+    be = neonlite.gen_backend("cpu", batch_size=4, datatype="bf16")
+    rng = np.random.default_rng(10)
+    dy = bf16_to_f32(f32_to_bf16(rng.standard_normal((37, 21)).astype(np.float32)))
+    ones, DY = _bf16_tensor(be, np.ones((1, 37), np.float32)), _bf16_tensor(be, dy)
+    DB = be.zeros((1, 21))
+    be.compound_dot(ones, DY, DB, beta=1.0)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the row's check ran for a kept call")
+    monkeypatch.setattr(be.bf16_boundary, "checked", refused)
+    be.compound_dot(ones, DY, DB, beta=1.0)
+    want = 2.0 * dy.astype(np.float64).sum(0, keepdims=True)
+    np.testing.assert_allclose(DB.get(), want, rtol=2 * U_BF16, atol=1e-5)
+    monkeypatch.undo()
+    be.compound_dot(ones, DY, DB, alpha=0.5, beta=0.0)
+    want = 0.5 * dy.astype(np.float64).sum(0, keepdims=True)
+    np.testing.assert_allclose(DB.get(), want, rtol=U_BF16, atol=1e-5)
 
 
 def test_a_product_past_tiny_runs_the_way_mkls_tuner_measured(kernels, module, monkeypatch):
