@@ -89,30 +89,39 @@ static inline double gauss_f64(double h)
 }
 #define NL_GAUSS(h) _Generic((h), float: gauss_f32, default: gauss_f64)(h)
 
-/* The erf-form slope Phi(h) + h phi(h); with the forward output y = h Phi(h) at hand, Phi is
- * y / h (0.5 where h is 0 or below 1e-20 in magnitude) and no erf is evaluated. */
+/* dy times the slope gelu'(h): the tanh form; the erf form Phi(h) + h phi(h), with the
+ * forward output y = h Phi(h) at hand (has_y) Phi is y / h (0.5 where h is 0 or below 1e-20 in
+ * magnitude) and no erf is evaluated.  Inlined with constant flags into each row loop (the
+ * float rows' and the bf16 rows'), so both compute the same bits. */
+static inline __attribute__((always_inline)) real gelu_slope_times(real h, real y, real dy,
+                                                                   const int approximate,
+                                                                   const int has_y)
+{
+    if (approximate) {
+        real es, s;
+        tanh_parts(h, &es, &s);
+        return dy * (es + 2 * h * es * s * TANH_K * (1 + 3 * TANH_C * h * h));
+    }
+    if (has_y) {
+        const real a = h < 0 ? -h : h;
+        const real cdf = a > (real)1e-20 ? y / (a > (real)1e-20 ? h : 1) : (real)0.5;
+        return dy * (cdf + h * NL_GAUSS(h) * INV_SQRT_2PI);
+    }
+    return dy * ((real)0.5 * (1 + NL_ERF_REAL(h * SQRT_HALF)) + h * NL_GAUSS(h) * INV_SQRT_2PI);
+}
+
 static void bprop_row(const real *pre, const real *y, const real *dy, real *dx, int64_t D,
                       int approximate)
 {
     if (approximate) {
-        for (int64_t d = 0; d < D; d++) {
-            const real h = pre[d];
-            real es, s;
-            tanh_parts(h, &es, &s);
-            dx[d] = dy[d] * (es + 2 * h * es * s * TANH_K * (1 + 3 * TANH_C * h * h));
-        }
+        for (int64_t d = 0; d < D; d++)
+            dx[d] = gelu_slope_times(pre[d], 0, dy[d], 1, 0);
     } else if (y) {
-        for (int64_t d = 0; d < D; d++) {
-            const real h = pre[d], a = h < 0 ? -h : h;
-            const real cdf = a > (real)1e-20 ? y[d] / (a > (real)1e-20 ? h : 1) : (real)0.5;
-            dx[d] = dy[d] * (cdf + h * NL_GAUSS(h) * INV_SQRT_2PI);
-        }
+        for (int64_t d = 0; d < D; d++)
+            dx[d] = gelu_slope_times(pre[d], y[d], dy[d], 0, 1);
     } else {
-        for (int64_t d = 0; d < D; d++) {
-            const real h = pre[d];
-            dx[d] = dy[d] * ((real)0.5 * (1 + NL_ERF_REAL(h * SQRT_HALF))
-                             + h * NL_GAUSS(h) * INV_SQRT_2PI);
-        }
+        for (int64_t d = 0; d < D; d++)
+            dx[d] = gelu_slope_times(pre[d], 0, dy[d], 0, 0);
     }
 }
 
@@ -253,25 +262,6 @@ void gelu_fprop_bf16(const uint16_t *x, const uint16_t *bias, uint16_t *pre, uin
 #pragma omp parallel for schedule(dynamic, nl_grain(D)) if (M * D >= NL_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++)
         fprop_row_bf16(x + m * D, bias, pre ? pre + m * D : NULL, y + m * D, D, approximate);
-}
-
-/* The slope gelu'(h) times dy, as bprop_row computes it: the tanh form; the erf form from
- * the forward output y (has_y) or with erf evaluated. */
-static inline __attribute__((always_inline)) real gelu_slope_times(real h, real y, real dy,
-                                                                   const int approximate,
-                                                                   const int has_y)
-{
-    if (approximate) {
-        real es, s;
-        tanh_parts(h, &es, &s);
-        return dy * (es + 2 * h * es * s * TANH_K * (1 + 3 * TANH_C * h * h));
-    }
-    if (has_y) {
-        const real a = h < 0 ? -h : h;
-        const real cdf = a > (real)1e-20 ? y / (a > (real)1e-20 ? h : 1) : (real)0.5;
-        return dy * (cdf + h * NL_GAUSS(h) * INV_SQRT_2PI);
-    }
-    return dy * ((real)0.5 * (1 + NL_ERF_REAL(h * SQRT_HALF)) + h * NL_GAUSS(h) * INV_SQRT_2PI);
 }
 
 /* One row of gelu_bprop_bf16 in one pass (as fprop_bf16_pass): dx narrowed, its unrounded
