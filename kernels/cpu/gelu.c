@@ -233,27 +233,37 @@ static inline __attribute__((always_inline)) void fprop_bf16_pass(
     }
 }
 
+/* fprop_bf16_pass with its flags made constants one at a time (pre kept or not, a bias or
+ * not, the form), so each of the eight cases is a loop of its own. */
+static inline __attribute__((always_inline)) void fprop_bf16_kept(
+    const uint16_t *x, const uint16_t *bias, uint16_t *pre, uint16_t *y, int64_t D,
+    const int has_bias, const int approximate)
+{
+    if (pre)
+        fprop_bf16_pass(x, bias, pre, y, D, has_bias, 1, approximate);
+    else
+        fprop_bf16_pass(x, bias, pre, y, D, has_bias, 0, approximate);
+}
+
+static inline __attribute__((always_inline)) void fprop_bf16_biased(
+    const uint16_t *x, const uint16_t *bias, uint16_t *pre, uint16_t *y, int64_t D,
+    const int approximate)
+{
+    if (bias)
+        fprop_bf16_kept(x, bias, pre, y, D, 1, approximate);
+    else
+        fprop_bf16_kept(x, bias, pre, y, D, 0, approximate);
+}
+
 /* One row of gelu_fprop_bf16: pre (when kept) is the rounded x + bias, y is computed from the
  * unrounded sum. */
 static void fprop_row_bf16(const uint16_t *x, const uint16_t *bias, uint16_t *pre, uint16_t *y,
                            int64_t D, int approximate)
 {
-    const int keep = pre != NULL;
-    if (bias) {
-        if (keep)
-            approximate ? fprop_bf16_pass(x, bias, pre, y, D, 1, 1, 1)
-                        : fprop_bf16_pass(x, bias, pre, y, D, 1, 1, 0);
-        else
-            approximate ? fprop_bf16_pass(x, bias, pre, y, D, 1, 0, 1)
-                        : fprop_bf16_pass(x, bias, pre, y, D, 1, 0, 0);
-    } else {
-        if (keep)
-            approximate ? fprop_bf16_pass(x, bias, pre, y, D, 0, 1, 1)
-                        : fprop_bf16_pass(x, bias, pre, y, D, 0, 1, 0);
-        else
-            approximate ? fprop_bf16_pass(x, bias, pre, y, D, 0, 0, 1)
-                        : fprop_bf16_pass(x, bias, pre, y, D, 0, 0, 0);
-    }
+    if (approximate)
+        fprop_bf16_biased(x, bias, pre, y, D, 1);
+    else
+        fprop_bf16_biased(x, bias, pre, y, D, 0);
 }
 
 void gelu_fprop_bf16(const uint16_t *x, const uint16_t *bias, uint16_t *pre, uint16_t *y,
@@ -281,27 +291,28 @@ static inline __attribute__((always_inline)) void bprop_bf16_pass(
     }
 }
 
+/* bprop_bf16_pass with `summed` made a constant. */
+static inline __attribute__((always_inline)) void bprop_bf16_summed(
+    const uint16_t *pre, const uint16_t *y, const uint16_t *dy, uint16_t *dx, real *r,
+    int64_t D, const int approximate, const int has_y)
+{
+    if (r)
+        bprop_bf16_pass(pre, y, dy, dx, r, D, approximate, has_y, 1);
+    else
+        bprop_bf16_pass(pre, y, dy, dx, r, D, approximate, has_y, 0);
+}
+
 /* One row of gelu_bprop_bf16: dx narrowed; its unrounded values added to the row block's run
- * sums r when given. */
+ * sums r when given (the tanh form ignores y). */
 static void bprop_row_bf16(const uint16_t *pre, const uint16_t *y, const uint16_t *dy,
                            uint16_t *dx, real *r, int64_t D, int approximate)
 {
-    if (approximate) {
-        if (r)
-            bprop_bf16_pass(pre, y, dy, dx, r, D, 1, 0, 1);
-        else
-            bprop_bf16_pass(pre, y, dy, dx, r, D, 1, 0, 0);
-    } else if (y) {
-        if (r)
-            bprop_bf16_pass(pre, y, dy, dx, r, D, 0, 1, 1);
-        else
-            bprop_bf16_pass(pre, y, dy, dx, r, D, 0, 1, 0);
-    } else {
-        if (r)
-            bprop_bf16_pass(pre, y, dy, dx, r, D, 0, 0, 1);
-        else
-            bprop_bf16_pass(pre, y, dy, dx, r, D, 0, 0, 0);
-    }
+    if (approximate)
+        bprop_bf16_summed(pre, y, dy, dx, r, D, 1, 0);
+    else if (y)
+        bprop_bf16_summed(pre, y, dy, dx, r, D, 0, 1);
+    else
+        bprop_bf16_summed(pre, y, dy, dx, r, D, 0, 0);
 }
 
 /* The operands of gelu_bprop_bf16 (bf16 rows). */

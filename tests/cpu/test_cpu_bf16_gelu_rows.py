@@ -33,6 +33,15 @@ def _bits(rng, shape):
     return f32_to_bf16(values)
 
 
+def _assert_same_bits(monkeypatch, call):
+    """``call(be)``'s arrays by the bf16 kernels equal, bit for bit, the widening path's."""
+    fused, ran = _run(monkeypatch, True, call)
+    widened, _ = _run(monkeypatch, False, call)
+    assert ran, "the bf16 kernel ran"
+    for got, want in zip(fused, widened):
+        np.testing.assert_array_equal(got, want)
+
+
 def _run(monkeypatch, fused, call):
     """``call(be)`` on a fresh bf16 backend, by the bf16 kernels (``fused``) or with them
     refused (the widening path); returns what it returns and whether a bf16 kernel ran."""
@@ -69,11 +78,7 @@ def test_gelu_fprop_rows_give_the_widening_paths_bits(monkeypatch, shape, approx
         kept = {"apart": be.empty(shape), "in-place": X, "none": None}[pre]
         be.gelu(X, out, _tensor(be, b) if bias else None, kept, approximate=approximate)
         return [out._ary.copy()] + ([] if kept is None else [kept._ary.copy()])
-    fused, ran = _run(monkeypatch, True, forward)
-    widened, _ = _run(monkeypatch, False, forward)
-    assert ran, "the bf16 kernel ran"
-    for got, want in zip(fused, widened):
-        np.testing.assert_array_equal(got, want)
+    _assert_same_bits(monkeypatch, forward)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -94,8 +99,4 @@ def test_gelu_bprop_rows_give_the_widening_paths_bits(monkeypatch, shape, approx
         DB = _tensor(be, db) if dbias else None
         be.gelu_bprop(H, DY, DX, DB, y=Y if given_y else None, approximate=approximate)
         return [DX._ary.copy()] + ([] if DB is None else [DB._ary.copy()])
-    fused, ran = _run(monkeypatch, True, backward)
-    widened, _ = _run(monkeypatch, False, backward)
-    assert ran, "the bf16 kernel ran"
-    for got, want in zip(fused, widened):
-        np.testing.assert_array_equal(got, want)
+    _assert_same_bits(monkeypatch, backward)
