@@ -48,7 +48,7 @@ int nl_gemm_packed_run(const nl_packed_product *p, float alpha, float beta, floa
                        float *work, int threads);
 
 /* the rows of op(A) (pack_b) or columns of op(B) of a strip, for inner dimension K and
- * `length` rows of op(A) (columns of op(B)) in all: about an eighth of them, at least 64, at
+ * `length` rows of op(A) (columns of op(B)) in all: about a quarter of them, at least 64, at
  * most what keeps a widened strip within 1 MiB (and 256) */
 int64_t nl_gemm_packed_strip(int64_t K, int64_t length);
 
