@@ -26,6 +26,10 @@ from .threads import openmp_threads
 #: columns of op(B) per packed chunk where op(B) is packed, rows of op(A) where op(A) is
 #: (measured on the 2-core Emerald Rapids over a d_model 512 transformer's products)
 CHUNK = {"B": 512, "A": 256}
+#: the shortest inner dimension a product of one chunk is packed in two parts along, on two
+#: threads at once (``nl_gemm_packed``'s ``kparts``): the weight gradients' k = 768 of nanoGPT
+#: and 2048 of the d_model-512 model, not the d 128 projections' k = 128
+KPARTS_MIN_K = 512
 
 
 def packed_storage_module(modules):
@@ -70,8 +74,8 @@ def shared_area_arrays(modules):
 
 
 def _areas(modules, module, m, n, k, packed, threads):
-    """(packed chunks' area, their stride, work areas' area, their stride, strip, chunk) for
-    this product: the strides and pieces worked out on first use and kept in
+    """(packed pieces' area, their stride, work areas' area, their stride, strip, chunk, parts
+    of k) for this product: the strides and pieces worked out on first use and kept in
     ``modules.workspaces`` by shape, the two areas (:class:`SharedArea`) grown to hold this
     product's.  Every chunk and work area starts on a 64-byte boundary (MKL's packed GEMM
     and the widening loops run slower across cache lines, by how much depending on where
@@ -86,19 +90,22 @@ def _areas(modules, module, m, n, k, packed, threads):
         elements = modules.gemm.packed_gemm(F32)[2]
         chunk = CHUNK[packed]
         strip = int(module.lib.nl_gemm_packed_strip(k, m if packed == "B" else n))
+        chunks = -(-(n if packed == "B" else m) // chunk)
+        kparts = 2 if chunks == 1 and k >= KPARTS_MIN_K else 1
+        part = int(module.lib.nl_gemm_packed_part(k, kparts))
         if packed == "B":
-            chunks, stride = -(-n // chunk), elements(m, min(chunk, n), k, "B")
+            stride = elements(m, min(chunk, n), part, "B")
         else:
-            chunks, stride = -(-m // chunk), elements(min(chunk, m), n, k, "A")
+            stride = elements(min(chunk, m), n, part, "A")
         stride = -(-stride // 16) * 16
         work = -(-int(module.lib.nl_gemm_packed_work(k, strip, chunk)) // 16) * 16
-        found = modules.workspaces[key] = (chunks * stride, stride, threads * work, work,
-                                           strip, chunk)
-    chunk_size, stride, work_size, work, strip, chunk = found
+        found = modules.workspaces[key] = (chunks * kparts * stride, stride, threads * work,
+                                           work, strip, chunk, kparts)
+    chunk_size, stride, work_size, work, strip, chunk, kparts = found
     packed_area, work_area = _shared_area(modules, "packed"), _shared_area(modules, "work")
     packed_area.ensure(module.ffi, chunk_size)
     work_area.ensure(module.ffi, work_size)
-    return packed_area, stride, work_area, work, strip, chunk
+    return packed_area, stride, work_area, work, strip, chunk, kparts
 
 
 def prepare_storage_packed(modules, module, a, b, c, bits, trans_a=False, trans_b=False,
@@ -124,8 +131,8 @@ def prepare_storage_packed(modules, module, a, b, c, bits, trans_a=False, trans_
     tuned = threads is None and m * n * k >= TINY_MACS and openmp_threads() > 1
     if threads is None:
         threads = openmp_threads() if tuned else 1
-    chunks, stride, work, work_stride, strip, chunk = _areas(modules, module, m, n, k, packed,
-                                                            threads)
+    chunks, stride, work, work_stride, strip, chunk, kparts = _areas(modules, module, m, n, k,
+                                                                    packed, threads)
     pack, compute = modules.gemm.packed_gemm(F32)[:2]
     ffi = module.ffi
     product = ffi.new("nl_packed_product *", {
@@ -136,7 +143,7 @@ def prepare_storage_packed(modules, module, a, b, c, bits, trans_a=False, trans_
         "ldb": b.strides[0] // BF16.itemsize, "ldc": out.strides[0] // out.itemsize,
         "transA": int(trans_a), "transB": int(trans_b), "pack_b": int(packed == "B"),
         "packed_stride": stride, "work_stride": work_stride, "strip": strip, "chunk": chunk,
-        "pack": pack, "compute": compute, "set_threads": modules.gemm.thread_setter_address()})
+        "kparts": kparts, "pack": pack, "compute": compute, "set_threads": modules.gemm.thread_setter_address()})
     function = module.lib.nl_gemm_packed_run
 
     def call(alpha, beta, count):

@@ -104,19 +104,24 @@ def test_bf16_result_within_the_bound_reading_its_old_bits(kernels, module, pack
 
 @pytest.mark.parametrize("packed", ["A", "B"])
 @pytest.mark.parametrize("product", PRODUCTS)
-def test_bit_identical_on_1_2_3_threads(kernels, module, packed, product):
+@pytest.mark.parametrize("m,n,k", [(601, 559, 700), (200, 300, 700)])
+def test_bit_identical_on_1_2_3_threads(kernels, module, packed, product, m, n, k):
+    """Several chunks of the packed operand; or one, packed in two parts of k (k >= 512) on
+    two threads at once."""
     trans_a, trans_b = PRODUCTS[product]
     rng = np.random.default_rng(5)
-    a, b, _, _ = _problem(rng, 601, 559, 700, trans_a, trans_b)
+    a, b, _, _ = _problem(rng, m, n, k, trans_a, trans_b)
     results = []
     for threads in (1, 2, 3):
-        bits = f32_to_bf16(np.ones((601, 559), np.float32))
-        c = np.ones((601, 559), np.float32)
+        bits = f32_to_bf16(np.ones((m, n), np.float32))
+        c = np.ones((m, n), np.float32)
         gemm_storage_packed(kernels, module, a, b, None, bits, 1.0, 0.5, trans_a, trans_b,
                             packed=packed, threads=threads)
         gemm_storage_packed(kernels, module, a, b, c, None, 1.0, 0.5, trans_a, trans_b,
                             packed=packed, threads=threads)
         results.append((c, bits))
+    parts = kernels.workspaces[("bf16_packed", m, n, k, packed, 3)][-1]
+    assert parts == (2 if (m, n) == (200, 300) else 1)
     for c, bits in results[1:]:
         np.testing.assert_array_equal(c, results[0][0])
         np.testing.assert_array_equal(bits, results[0][1])

@@ -44,6 +44,13 @@ int64_t nl_gemm_packed_strip(int64_t K, int64_t length)
     return s > most ? most : s;
 }
 
+int64_t nl_gemm_packed_part(int64_t K, int64_t kparts)
+{
+    if (kparts <= 1)
+        return K;
+    return ((K + kparts - 1) / kparts + 15) & ~(int64_t)15;
+}
+
 int64_t nl_gemm_packed_work(int64_t K, int64_t strip, int64_t chunk)
 {
     const int64_t pack = chunk * K;
@@ -74,7 +81,7 @@ struct packed_gemm {
     const uint16_t *A, *B;
     float *C;
     uint16_t *Cb;
-    int64_t M, N, K, lda, ldb, ldc, strip, chunk, packed_stride, work_stride;
+    int64_t M, N, K, lda, ldb, ldc, strip, chunk, packed_stride, work_stride, kparts, kpart;
     int transA, transB, pack_b;
     float alpha, beta;
     float *packed, *work;
@@ -82,68 +89,78 @@ struct packed_gemm {
     nl_gemm_compute mm;
 };
 
-/* Widen chunk j of the packed operand into tmp and pack it. */
-static void pack_chunk(const struct packed_gemm *g, int64_t j, float *tmp)
+/* The length of part p of the inner dimension (parts of kpart, the last what is left). */
+static inline int64_t part_length(const struct packed_gemm *g, int64_t p)
 {
-    const int64_t p0 = j * g->chunk, K = g->K;
-    float *dest = g->packed + j * g->packed_stride;
+    return nl_min64(g->kpart, g->K - p * g->kpart);
+}
+
+/* Widen piece `job` of the packed operand (chunk job / kparts, part job % kparts of the inner
+ * dimension) into tmp and pack it. */
+static void pack_piece(const struct packed_gemm *g, int64_t job, float *tmp)
+{
+    const int64_t j = job / g->kparts, k0 = (job % g->kparts) * g->kpart;
+    const int64_t p0 = j * g->chunk, kn = part_length(g, job % g->kparts);
+    float *dest = g->packed + job * g->packed_stride;
     if (g->pack_b) {
         const int64_t nc = nl_min64(g->chunk, g->N - p0);
         if (g->transB) {
-            widen_block(g->B + p0 * g->ldb, g->ldb, nc, K, tmp, K);
-            g->pk(NL_ROW_MAJOR, NL_B_MATRIX, NL_TRANS, (int)g->M, (int)nc, (int)K, g->alpha,
-                  tmp, (int)K, dest);
+            widen_block(g->B + p0 * g->ldb + k0, g->ldb, nc, kn, tmp, kn);
+            g->pk(NL_ROW_MAJOR, NL_B_MATRIX, NL_TRANS, (int)g->M, (int)nc, (int)kn, g->alpha,
+                  tmp, (int)kn, dest);
         } else {
-            widen_block(g->B + p0, g->ldb, K, nc, tmp, nc);
-            g->pk(NL_ROW_MAJOR, NL_B_MATRIX, NL_NO_TRANS, (int)g->M, (int)nc, (int)K,
+            widen_block(g->B + k0 * g->ldb + p0, g->ldb, kn, nc, tmp, nc);
+            g->pk(NL_ROW_MAJOR, NL_B_MATRIX, NL_NO_TRANS, (int)g->M, (int)nc, (int)kn,
                   g->alpha, tmp, (int)nc, dest);
         }
     } else {
         const int64_t mc = nl_min64(g->chunk, g->M - p0);
         if (g->transA) {
-            widen_block(g->A + p0, g->lda, K, mc, tmp, mc);
-            g->pk(NL_ROW_MAJOR, NL_A_MATRIX, NL_TRANS, (int)mc, (int)g->N, (int)K, g->alpha,
+            widen_block(g->A + k0 * g->lda + p0, g->lda, kn, mc, tmp, mc);
+            g->pk(NL_ROW_MAJOR, NL_A_MATRIX, NL_TRANS, (int)mc, (int)g->N, (int)kn, g->alpha,
                   tmp, (int)mc, dest);
         } else {
-            widen_block(g->A + p0 * g->lda, g->lda, mc, K, tmp, K);
-            g->pk(NL_ROW_MAJOR, NL_A_MATRIX, NL_NO_TRANS, (int)mc, (int)g->N, (int)K,
-                  g->alpha, tmp, (int)K, dest);
+            widen_block(g->A + p0 * g->lda + k0, g->lda, mc, kn, tmp, kn);
+            g->pk(NL_ROW_MAJOR, NL_A_MATRIX, NL_NO_TRANS, (int)mc, (int)g->N, (int)kn,
+                  g->alpha, tmp, (int)kn, dest);
         }
     }
 }
 
-/* Widen strip i of the strip operand into s; its transpose flag and leading dimension. */
+/* Widen strip i of the strip operand into s; its transpose flag, leading dimension and the
+ * step between its consecutive k (1, or the leading dimension). */
 static void widen_strip(const struct packed_gemm *g, int64_t i, float *s, int *trans,
-                        int64_t *ld)
+                        int64_t *ld, int64_t *kstep)
 {
     const int64_t s0 = i * g->strip, K = g->K;
     if (g->pack_b) {
         const int64_t mb = nl_min64(g->strip, g->M - s0);
         if (g->transA) {
             widen_block(g->A + s0, g->lda, K, mb, s, mb);
-            *trans = NL_TRANS, *ld = mb;
+            *trans = NL_TRANS, *ld = mb, *kstep = mb;
         } else {
             widen_block(g->A + s0 * g->lda, g->lda, mb, K, s, K);
-            *trans = NL_NO_TRANS, *ld = K;
+            *trans = NL_NO_TRANS, *ld = K, *kstep = 1;
         }
     } else {
         const int64_t nb = nl_min64(g->strip, g->N - s0);
         if (g->transB) {
             widen_block(g->B + s0 * g->ldb, g->ldb, nb, K, s, K);
-            *trans = NL_TRANS, *ld = K;
+            *trans = NL_TRANS, *ld = K, *kstep = 1;
         } else {
             widen_block(g->B + s0, g->ldb, K, nb, s, nb);
-            *trans = NL_NO_TRANS, *ld = nb;
+            *trans = NL_NO_TRANS, *ld = nb, *kstep = nb;
         }
     }
 }
 
-/* The tile of strip i (widened in s) and chunk j: rows r0.. (rows), columns c0.. (cols). */
+/* The tile of strip i (widened in s) and chunk j: rows r0.. (rows), columns c0.. (cols), the
+ * sum over the inner dimension's parts in order (the first scaled by beta's C, the next
+ * added). */
 static void tile(const struct packed_gemm *g, int64_t i, int64_t j, const float *s, int trans,
-                 int64_t ld, float *t)
+                 int64_t ld, int64_t kstep, float *t)
 {
     const int64_t s0 = i * g->strip, p0 = j * g->chunk;
-    const float *packed = g->packed + j * g->packed_stride;
     int64_t r0, c0, rows, cols;
     if (g->pack_b) {
         r0 = s0, rows = nl_min64(g->strip, g->M - s0);
@@ -156,12 +173,18 @@ static void tile(const struct packed_gemm *g, int64_t i, int64_t j, const float 
     const int64_t ldo = g->C ? g->ldc : cols;
     if (!g->C && g->beta != 0.0f)
         widen_block(g->Cb + r0 * g->ldc + c0, g->ldc, rows, cols, t, cols);
-    if (g->pack_b)
-        g->mm(NL_ROW_MAJOR, trans, NL_PACKED, (int)rows, (int)cols, (int)g->K, s, (int)ld,
-              packed, (int)cols, g->beta, out, (int)ldo);
-    else
-        g->mm(NL_ROW_MAJOR, NL_PACKED, trans, (int)rows, (int)cols, (int)g->K, packed,
-              (int)g->K, s, (int)ld, g->beta, out, (int)ldo);
+    for (int64_t p = 0; p < g->kparts; p++) {
+        const float *packed = g->packed + (j * g->kparts + p) * g->packed_stride;
+        const float *part = s + p * g->kpart * kstep;
+        const float beta = p == 0 ? g->beta : 1.0f;
+        const int kn = (int)part_length(g, p);
+        if (g->pack_b)
+            g->mm(NL_ROW_MAJOR, trans, NL_PACKED, (int)rows, (int)cols, kn, part, (int)ld,
+                  packed, (int)cols, beta, out, (int)ldo);
+        else
+            g->mm(NL_ROW_MAJOR, NL_PACKED, trans, (int)rows, (int)cols, kn, packed, kn, part,
+                  (int)ld, beta, out, (int)ldo);
+    }
     if (!g->C)
         narrow_block(t, cols, rows, cols, g->Cb + r0 * g->ldc + c0, g->ldc);
 }
@@ -170,37 +193,38 @@ int nl_gemm_packed(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb,
                    int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int transA,
                    int transB, float alpha, float beta, int pack_b, float *packed,
                    int64_t packed_stride, float *work, int64_t work_stride, int64_t strip,
-                   int64_t chunk, int64_t pack, int64_t compute, int threads)
+                   int64_t chunk, int64_t kparts, int64_t pack, int64_t compute, int threads)
 {
     if ((C == NULL) == (Cb == NULL))
         return -1;
-    const struct packed_gemm g = {
+    struct packed_gemm g = {
         .A = A, .B = B, .C = C, .Cb = Cb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb,
         .ldc = ldc, .strip = strip, .chunk = chunk, .packed_stride = packed_stride,
-        .work_stride = work_stride,
+        .work_stride = work_stride, .kpart = nl_gemm_packed_part(K, kparts),
         .transA = transA, .transB = transB, .pack_b = pack_b, .alpha = alpha, .beta = beta,
         .packed = packed, .work = work, .pk = (nl_gemm_pack)(intptr_t)pack,
         .mm = (nl_gemm_compute)(intptr_t)compute};
+    g.kparts = g.kpart > 0 && K > g.kpart ? (K + g.kpart - 1) / g.kpart : 1;
     const int64_t packed_len = pack_b ? N : M, strip_len = pack_b ? M : N;
-    const int64_t chunks = (packed_len + chunk - 1) / chunk;
+    const int64_t chunks = (packed_len + chunk - 1) / chunk, pieces = chunks * g.kparts;
     const int64_t strips = (strip_len + strip - 1) / strip;
     const int most = threads > 0 ? threads : omp_get_max_threads();
-    const int64_t busiest = chunks > strips ? chunks : strips;
+    const int64_t busiest = pieces > strips ? pieces : strips;
     const int nth = (int)(most < busiest ? most : busiest);
     #pragma omp parallel num_threads(nth)
     {
         float *area = work + (int64_t)omp_get_thread_num() * work_stride;
         float *tile_area = area + strip * K;
         #pragma omp for schedule(static, 1)
-        for (int64_t j = 0; j < chunks; j++)
-            pack_chunk(&g, j, area);
+        for (int64_t job = 0; job < pieces; job++)
+            pack_piece(&g, job, area);
         #pragma omp for schedule(static, 1)
         for (int64_t i = 0; i < strips; i++) {
             int trans;
-            int64_t ld;
-            widen_strip(&g, i, area, &trans, &ld);
+            int64_t ld, kstep;
+            widen_strip(&g, i, area, &trans, &ld, &kstep);
             for (int64_t j = 0; j < chunks; j++)
-                tile(&g, i, j, area, trans, ld, tile_area);
+                tile(&g, i, j, area, trans, ld, kstep, tile_area);
         }
     }
     return 0;
@@ -215,8 +239,8 @@ int nl_gemm_packed_run(const nl_packed_product *p, float alpha, float beta, floa
     const int status = nl_gemm_packed(p->A, p->B, p->C, p->Cb, p->M, p->N, p->K, p->lda,
                                       p->ldb, p->ldc, p->transA, p->transB, alpha, beta,
                                       p->pack_b, packed, p->packed_stride, work,
-                                      p->work_stride, p->strip, p->chunk, p->pack, p->compute,
-                                      threads);
+                                      p->work_stride, p->strip, p->chunk, p->kparts, p->pack,
+                                      p->compute, threads);
     if (set)
         set(previous);
     return status;

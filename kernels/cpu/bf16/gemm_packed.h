@@ -8,8 +8,12 @@
  * op(B) is K x N: B[k * ldb + n], or with transB B[n * ldb + k]; both hold bfloat16 bits.
  *
  * One operand is packed (pack_b: op(B), else op(A)), cut into chunks of `chunk` columns of
- * op(B) (rows of op(A)), each widened and packed by MKL's
- * cblas_sgemm_pack (alpha applied there) into `packed` + chunk * packed_stride floats.  The
+ * op(B) (rows of op(A)) and the inner dimension into `kparts` parts (nl_gemm_packed_part
+ * long, the last what is left), each piece widened and packed by MKL's cblas_sgemm_pack
+ * (alpha applied there) into `packed` + (j * kparts + part) * packed_stride floats (chunk j): the
+ * threads share out the pieces, so a product of one chunk packs it on as many threads as it
+ * has parts.  Each tile sums the parts in order (MKL's sum over the first part, scaled by
+ * beta's C, then the next added).  The
  * other operand is cut into strips of `strip` rows of op(A) (columns of op(B)); a thread
  * widens a strip into its work area while it is about to use it, multiplies it by every
  * packed chunk with cblas_sgemm_compute into a tile of C (float32 C: in place; bfloat16 Cb:
@@ -27,7 +31,7 @@ int nl_gemm_packed(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb,
                    int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int transA,
                    int transB, float alpha, float beta, int pack_b, float *packed,
                    int64_t packed_stride, float *work, int64_t work_stride, int64_t strip,
-                   int64_t chunk, int64_t pack, int64_t compute, int threads);
+                   int64_t chunk, int64_t kparts, int64_t pack, int64_t compute, int threads);
 
 /* One product's arguments for nl_gemm_packed_run: nl_gemm_packed's but the scales, the two
  * areas and the thread count (a caller that runs the same product every step fills it once).
@@ -39,7 +43,7 @@ typedef struct {
     uint16_t *Cb;
     int64_t M, N, K, lda, ldb, ldc;
     int transA, transB, pack_b;
-    int64_t packed_stride, work_stride, strip, chunk, pack, compute, set_threads;
+    int64_t packed_stride, work_stride, strip, chunk, kparts, pack, compute, set_threads;
 } nl_packed_product;
 
 /* nl_gemm_packed of product p with these scales, areas and threads, MKL set to one thread on
@@ -51,6 +55,10 @@ int nl_gemm_packed_run(const nl_packed_product *p, float alpha, float beta, floa
  * `length` rows of op(A) (columns of op(B)) in all: about a quarter of them, at least 64, at
  * most what keeps a widened strip within 1 MiB (and 256) */
 int64_t nl_gemm_packed_strip(int64_t K, int64_t length);
+
+/* the length of each part but the last of an inner dimension K cut into kparts parts (K for
+ * one part): ceil(K / kparts) rounded up to a multiple of 16 */
+int64_t nl_gemm_packed_part(int64_t K, int64_t kparts);
 
 /* the floats one thread's work area needs for inner dimension K and strips of `strip` */
 int64_t nl_gemm_packed_work(int64_t K, int64_t strip, int64_t chunk);
