@@ -143,7 +143,8 @@ def prepare_storage_packed(modules, module, a, b, c, bits, trans_a=False, trans_
         "ldb": b.strides[0] // BF16.itemsize, "ldc": out.strides[0] // out.itemsize,
         "transA": int(trans_a), "transB": int(trans_b), "pack_b": int(packed == "B"),
         "packed_stride": stride, "work_stride": work_stride, "strip": strip, "chunk": chunk,
-        "kparts": kparts, "pack": pack, "compute": compute, "set_threads": modules.gemm.thread_setter_address()})
+        "kparts": kparts, "pack": pack, "compute": compute,
+        "set_threads": modules.gemm.thread_setter_address()})
     function = module.lib.nl_gemm_packed_run
 
     def call(alpha, beta, count):

@@ -9,12 +9,12 @@
  *
  * One operand is packed (pack_b: op(B), else op(A)), cut into chunks of `chunk` columns of
  * op(B) (rows of op(A)) and the inner dimension into `kparts` parts (nl_gemm_packed_part
- * long, the last what is left), each piece widened and packed by MKL's cblas_sgemm_pack
- * (alpha applied there) into `packed` + (j * kparts + part) * packed_stride floats (chunk j): the
- * threads share out the pieces, so a product of one chunk packs it on as many threads as it
- * has parts.  Each tile sums the parts in order (MKL's sum over the first part, scaled by
- * beta's C, then the next added).  The
- * other operand is cut into strips of `strip` rows of op(A) (columns of op(B)); a thread
+ * long, the last what is left; fewer where K is too short for them), each piece widened and
+ * packed by MKL's cblas_sgemm_pack (alpha applied there) into the floats from
+ * `packed` + (j * kparts + part) * packed_stride (chunk j): the threads share out the pieces,
+ * so a product of one chunk packs it on as many threads as it has parts.  Each tile sums the
+ * parts in order (MKL's sum over the first part, scaled by beta's C, then the next added).
+ * The other operand is cut into strips of `strip` rows of op(A) (columns of op(B)); a thread
  * widens a strip into its work area while it is about to use it, multiplies it by every
  * packed chunk with cblas_sgemm_compute into a tile of C (float32 C: in place; bfloat16 Cb:
  * a float32 tile in the work area, widened first where beta != 0, rounded to nearest even
