@@ -50,16 +50,19 @@ static void fa_mask(real *restrict s, int64_t sr, int64_t sc, int64_t nr, int64_
  * vector; lanes past nr are computed and not used), their keys a sequential loop, so the
  * maximum and the sum stay in registers.  m, l, alpha: room for nr rounded up to FA_W.
  * Under the causal band of the tile (bd, FA_ROWS_UPTO_COL) a vector of queries stops at the
- * last key one of them sees: the keys after it are hidden from all (their 2^(s - m) = 0 add
- * nothing), and s is left as it was there (the product with v, banded, does not read it). */
+ * last key that one query of its FA_ROWS-query block sees (the block of the banded product
+ * with v): the keys after it are hidden from all (their 2^(s - m) = 0 add nothing), and s is
+ * left as it was there (the product with v, banded, does not read it). */
 static void fa_online_softmax(real *restrict s, int64_t nr, int64_t nc, real *restrict m,
                               real *restrict l, real *restrict alpha, fa_band bd)
 {
     for (int64_t v = 0; v < nr; v += FA_W) {
-        /* the keys that some query of the vector sees are among the first kc */
+        /* the keys that some query of the vector sees are among the first kc; with vectors
+         * narrower than FA_ROWS (AVX2 and double: 4 lanes) up to those of the FA_ROWS-query
+         * block around it, which the banded product with v reads whole */
         int64_t kc = nc;
         if (bd.kind != FA_FULL) {
-            kc = v + FA_W + bd.e;
+            kc = (v + FA_W + FA_ROWS - 1) / FA_ROWS * FA_ROWS + bd.e;
             kc = kc < 0 ? 0 : (kc > nc ? nc : kc);
         }
         /* four running maxima (keys c mod 4), so the maximum is not one chain of kc steps */
