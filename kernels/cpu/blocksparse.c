@@ -8,9 +8,10 @@
  * multiplied into every output block column: no barrier but the last, so a thread the OS
  * descheduled holds back MT rows, not the team.  The weight gradient packs MC rows of both
  * operands for the whole team, then threads take stored blocks dynamically.  Each output tile
- * of MR x bs stays in vector registers (GCC vector extensions: 64-byte vectors, AVX-512 with
- * -march=native) while it accumulates over every stored block of its column, one broadcast of
- * the input times one row of the weight block per step.  Threads write disjoint outputs, so
+ * of MR x bs stays in vector registers (GCC vector extensions: 64-byte vectors with AVX-512,
+ * 32-byte ones without, as -march=native enables) while it accumulates over every stored
+ * block of its column, one broadcast of the input times one row of the weight block per
+ * step.  Threads write disjoint outputs, so
  * results do not depend on the number of threads.
  */
 #include "common.h"
@@ -26,7 +27,10 @@ int bs_task_rows(void) { return MT; }
 int bs_threads(void) { return omp_get_max_threads(); }
 
 #define NL_PRAGMA(x) _Pragma(#x)
-#define VB(BS) ((int)((BS) * sizeof(real) < 64 ? (BS) * sizeof(real) : 64))
+/* bytes of a vector of a bs-wide block row (at most a register: BS_VEC_BYTES), and how many
+ * make the row */
+#define VB(BS) ((int)((BS) * sizeof(real) < BS_VEC_BYTES ? (BS) * sizeof(real) : BS_VEC_BYTES))
+#define NV_OF(BS) ((int)((BS) * sizeof(real)) / VB(BS))
 #define LINE_ELEMS (64 / (int)sizeof(real))
 
 /* Pack rows m0 .. m0+mc-1 of src (ld columns) into panels: dst[b][m][q] = src[m0+m][b*bs+q] for
@@ -147,14 +151,16 @@ static void update_##BS(const real *restrict a, const real *restrict b, int64_t 
     }                                                                                          \
 }
 
-/* MR rows per register tile: 24 accumulator vectors (of 32 on AVX-512) over the NV vectors
- * of a block row; MRU rows of a weight-gradient tile (dividing bs). */
-#define MR_OF(NV) ((NV) <= 1 ? 24 : 24 / (NV))
-#define MRU_OF(NV) ((NV) <= 2 ? 8 : 16 / (NV))
-DEFINE_BS(8, 24, 8)
-DEFINE_BS(16, MR_OF((16 * (int)sizeof(real)) / 64), MRU_OF((16 * (int)sizeof(real)) / 64))
-DEFINE_BS(32, MR_OF((32 * (int)sizeof(real)) / 64), MRU_OF((32 * (int)sizeof(real)) / 64))
-DEFINE_BS(64, MR_OF((64 * (int)sizeof(real)) / 64), MRU_OF((64 * (int)sizeof(real)) / 64))
+/* MR rows per register tile: BS_ACC accumulator vectors over the NV vectors of a block row
+ * (at least one row); MRU rows of a weight-gradient tile (dividing bs): BS_UPDATE_ACC
+ * accumulators, 8 rows at most. */
+#define MR_OF(NV) ((NV) >= BS_ACC ? 1 : BS_ACC / (NV))
+#define MRU_OF(NV) \
+    (8 * (NV) <= BS_UPDATE_ACC ? 8 : (NV) >= BS_UPDATE_ACC ? 1 : BS_UPDATE_ACC / (NV))
+DEFINE_BS(8, MR_OF(NV_OF(8)), MRU_OF(NV_OF(8)))
+DEFINE_BS(16, MR_OF(NV_OF(16)), MRU_OF(NV_OF(16)))
+DEFINE_BS(32, MR_OF(NV_OF(32)), MRU_OF(NV_OF(32)))
+DEFINE_BS(64, MR_OF(NV_OF(64)), MRU_OF(NV_OF(64)))
 
 typedef void (*tile_fn)(const real *, int64_t, const real *, const int32_t *, const int32_t *,
                         int32_t, int32_t, real *, int64_t, int64_t, real);
@@ -163,10 +169,10 @@ typedef void (*update_fn)(const real *, const real *, int64_t, real *, real);
 static int tile_rows(int64_t bs)
 {
     switch (bs) {
-    case 8: return 24;
-    case 16: return MR_OF((16 * (int)sizeof(real)) / 64);
-    case 32: return MR_OF((32 * (int)sizeof(real)) / 64);
-    default: return MR_OF((64 * (int)sizeof(real)) / 64);
+    case 8: return MR_OF(NV_OF(8));
+    case 16: return MR_OF(NV_OF(16));
+    case 32: return MR_OF(NV_OF(32));
+    default: return MR_OF(NV_OF(64));
     }
 }
 

@@ -9,11 +9,29 @@
 #define NL_PRAGMA(x) _Pragma(#x)
 #endif
 
+/* The register file the tiles are sized for: with AVX-512, 32 registers of 64 bytes; without
+ * (AVX2: AMD Zen 2 and 3, Intel client parts), 16 of 32 bytes.  BS_ACC and BS_UPDATE_ACC:
+ * the accumulator registers of a weight-product tile and of a weight-gradient tile (the rest
+ * hold the broadcast input and the loads); BS_SMALL_NVEC: vectors per row of small_gemm's
+ * 8-row tiles.  Every element is summed in the same order whatever the tile, so the results
+ * are the same bits with either. */
+#ifdef __AVX512F__
+#define BS_VEC_BYTES 64
+#define BS_ACC 24
+#define BS_UPDATE_ACC 16
+#define BS_SMALL_NVEC 2
+#else
+#define BS_VEC_BYTES 32
+#define BS_ACC 12
+#define BS_UPDATE_ACC 8
+#define BS_SMALL_NVEC 1
+#endif
+
 /* Small dense products for the attention blocks: C (m x n, ldc) = alpha * A (m x K, lda) @
- * B (K x n, ldb) + beta * C, m a multiple of 8, in register tiles of 8 rows x 2 or 1 vectors;
- * columns past the last whole vector take a scalar loop. */
-typedef real vfull __attribute__((vector_size(64)));
-#define VF ((int)(64 / (int)sizeof(real)))
+ * B (K x n, ldb) + beta * C, m a multiple of 8, in register tiles of 8 rows x BS_SMALL_NVEC
+ * or 1 vectors; columns past the last whole vector take a scalar loop. */
+typedef real vfull __attribute__((vector_size(BS_VEC_BYTES)));
+#define VF ((int)(BS_VEC_BYTES / (int)sizeof(real)))
 
 static inline vfull vload(const real *p)
 {
@@ -66,7 +84,7 @@ static void small_gemm(const real *A, int64_t lda, const real *B, int64_t ldb, i
         const real *a = A + i0 * lda;
         real *c = C + i0 * ldc;
         int64_t j = 0;
-        for (; j + 2 * VF <= n; j += 2 * VF)
+        for (; BS_SMALL_NVEC == 2 && j + 2 * VF <= n; j += 2 * VF)
             micro_2(a, lda, B + j, ldb, K, c + j, ldc, alpha, beta);
         for (; j + VF <= n; j += VF)
             micro_1(a, lda, B + j, ldb, K, c + j, ldc, alpha, beta);

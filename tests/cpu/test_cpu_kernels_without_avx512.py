@@ -1,10 +1,11 @@
 """The C kernels built without AVX-512, as on a CPU that has AVX2 and no AVX-512 (AMD Zen 2 and
 Zen 3, Intel client parts): their vectors are 8 floats or 4 doubles, narrower than the 8-row
 blocks of the attention's tile products (a narrower vector once left scores of hidden keys
-unexponentiated there: NaN in float64's causal rows on a Zen 3).  On a machine with AVX-512
-the kernels are built again in a cache of the test's own, with ``-mno-avx512f`` after the
-compiler's command (``NEONLITE_CC``), and the attention and direct-convolution tests run
-against them in a child pytest."""
+unexponentiated there: NaN in float64's causal rows on a Zen 3), and the block-sparse tiles
+are sized for 16 registers instead of 32.  On a machine with AVX-512 the kernels are built
+again in a cache of the test's own, with ``-mno-avx512f`` after the compiler's command
+(``NEONLITE_CC``), and the attention, block-sparse and direct-convolution tests run against
+them in a child pytest."""
 import os
 import platform
 import subprocess
@@ -18,7 +19,7 @@ from neonlite.kernels.toolchain import CompilerNotFound, find_c_compiler
 TESTS = Path(__file__).resolve().parents[1]
 SELECTED = ["backend/test_attention_op.py::test_matches_the_reference_on_every_backend",
             "backend/test_attention_op.py::test_token_major_operands_match_head_major",
-            "cpu/test_cpu_conv_direct.py"]
+            "backend/test_blocksparse_ops.py", "cpu/test_cpu_conv_direct.py"]
 
 
 def _compiler_without_avx512():
@@ -38,7 +39,7 @@ def _compiler_without_avx512():
 
 
 @pytest.mark.slow
-def test_attention_and_direct_convolution_without_avx512(tmp_path):
+def test_attention_blocksparse_and_direct_convolution_without_avx512(tmp_path):
     words, reason = _compiler_without_avx512()
     if words is None:
         pytest.skip(reason)
