@@ -32,7 +32,8 @@ static inline float fa_exp2f(float x)
 
 /* FA_EXP2 of each lane.  With AVX-512 and float the same steps as fa_exp2f in fewer
  * instructions (same results): the rounding by vrndscaleps, the scaling by 2^n by vscalefps,
- * masked to 0 below -126; otherwise FA_EXP2 lane by lane. */
+ * masked to 0 below -126; with AVX2 and FMA (no AVX-512) and float fa_exp2f's own steps on
+ * eight lanes at once; otherwise FA_EXP2 lane by lane. */
 static inline fa_vec fa_vexp2(fa_vec x)
 {
 #if FA_FLOAT && defined(__AVX512F__)
@@ -48,6 +49,20 @@ static inline fa_vec fa_vexp2(fa_vec x)
     /* lanes at or above -126, and NaN lanes, keep their value */
     const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
     return (fa_vec)_mm512_maskz_scalef_ps(keep, p, n);
+#elif FA_FLOAT && defined(__AVX2__) && defined(__FMA__)
+    const __m256 v = (__m256)x, magic = _mm256_set1_ps(12582912.0f);
+    const __m256 y = _mm256_add_ps(v, magic), f = _mm256_sub_ps(v, _mm256_sub_ps(y, magic));
+    __m256 p = _mm256_set1_ps(1.3264713343232870e-3f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6715074032545090e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5507335811853409e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022242426872253e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314700365066528e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    /* 2^n from n in the low bits of y, as fa_exp2f makes it */
+    const __m256i bits = _mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(y), 23),
+                                          _mm256_set1_epi32(127 << 23));
+    const __m256 low = _mm256_cmp_ps(v, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
+    return (fa_vec)_mm256_andnot_ps(low, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
 #else
     fa_vec y;
     for (int64_t l = 0; l < FA_W; l++)

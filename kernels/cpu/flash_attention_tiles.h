@@ -16,7 +16,7 @@
 #else
 #define FA_FLOAT 0
 #endif
-#if FA_FLOAT && defined(__AVX512F__)
+#if FA_FLOAT && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
 #include <immintrin.h>
 #endif
 
