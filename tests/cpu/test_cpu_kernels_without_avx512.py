@@ -10,13 +10,13 @@ import os
 import platform
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support.harness import CHECKOUT
 
 from neonlite.kernels.toolchain import CompilerNotFound, find_c_compiler
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = CHECKOUT / "tests"
 SELECTED = ["backend/test_attention_op.py::test_matches_the_reference_on_every_backend",
             "backend/test_attention_op.py::test_token_major_operands_match_head_major",
             "backend/test_blocksparse_ops.py", "cpu/test_cpu_conv_direct.py"]
