@@ -14,16 +14,21 @@
  * low bits of the sum: shifted into the exponent field they make 2^n without a conversion.
  * Double uses libm.  The kernels work in base 2: scores are scaled by scale * log2(e), and lse
  * converted back to base e. */
+/* fa_exp2f's polynomial in f, Horner's steps madd(p, f, c) on constants k(c): one list of
+ * coefficients for the scalar form and the vector forms below */
+#define FA_MADD(a, b, c) ((a) * (b) + (c))
+#define FA_SAME(c) (c)
+#define FA_EXP2_POLY(madd, k, f)                                                               \
+    madd(madd(madd(madd(madd(k(1.3264713343232870e-3f), f, k(9.6715074032545090e-3f)), f,       \
+                        k(5.5507335811853409e-2f)),                                             \
+                   f, k(2.4022242426872253e-1f)),                                               \
+              f, k(6.9314700365066528e-1f)),                                                    \
+         f, k(1.0f))
 static inline float fa_exp2f(float x)
 {
     const float magic = 12582912.0f;
     const float y = x + magic, n = y - magic, f = x - n;
-    float p = 1.3264713343232870e-3f;
-    p = p * f + 9.6715074032545090e-3f;
-    p = p * f + 5.5507335811853409e-2f;
-    p = p * f + 2.4022242426872253e-1f;
-    p = p * f + 6.9314700365066528e-1f;
-    p = p * f + 1.0f;
+    const float p = FA_EXP2_POLY(FA_MADD, FA_SAME, f);
     union { float f; uint32_t u; } s = {y};
     s.u = (s.u << 23) + (127u << 23);
     return x < -126.0f ? 0.0f : p * s.f;
@@ -40,24 +45,14 @@ static inline fa_vec fa_vexp2(fa_vec x)
     const __m512 v = (__m512)x;
     const __m512 n = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(v, n);
-    __m512 p = _mm512_set1_ps(1.3264713343232870e-3f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6715074032545090e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5507335811853409e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022242426872253e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314700365066528e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    const __m512 p = FA_EXP2_POLY(_mm512_fmadd_ps, _mm512_set1_ps, f);
     /* lanes at or above -126, and NaN lanes, keep their value */
     const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
     return (fa_vec)_mm512_maskz_scalef_ps(keep, p, n);
 #elif FA_FLOAT && defined(__AVX2__) && defined(__FMA__)
     const __m256 v = (__m256)x, magic = _mm256_set1_ps(12582912.0f);
     const __m256 y = _mm256_add_ps(v, magic), f = _mm256_sub_ps(v, _mm256_sub_ps(y, magic));
-    __m256 p = _mm256_set1_ps(1.3264713343232870e-3f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6715074032545090e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5507335811853409e-2f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022242426872253e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314700365066528e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256 p = FA_EXP2_POLY(_mm256_fmadd_ps, _mm256_set1_ps, f);
     /* 2^n from n in the low bits of y, as fa_exp2f makes it */
     const __m256i bits = _mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(y), 23),
                                           _mm256_set1_epi32(127 << 23));
