@@ -2,6 +2,7 @@
  * Hidden keys enter as -inf before the max, so the vectorizable NL_EXP gives them exactly 0;
  * a causal row is worked only up to its last visible key and zero-filled after it.  The row
  * reductions are `omp simd` loops, so they vectorize (in a fixed order for a given build). */
+#include "no_fp_traps.h"
 #include "common.h"
 #include "attention_softmax.h"
 

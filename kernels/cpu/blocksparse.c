@@ -14,6 +14,7 @@
  * step.  Threads write disjoint outputs, so
  * results do not depend on the number of threads.
  */
+#include "no_fp_traps.h"
 #include "common.h"
 #include "blocksparse.h"
 #include "blocksparse_gemm.h"

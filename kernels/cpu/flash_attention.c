@@ -28,6 +28,7 @@
  * on operands of `real` (fa_fprop, fa_bprop) and on bf16 bit patterns (fa_fprop_bf16,
  * fa_bprop_bf16), whose rows are widened into the threads' staging as tiles first read them
  * and rounded when written (flash_attention_bf16.h); the tiles and sums are the same. */
+#include "no_fp_traps.h"
 #include <omp.h>
 
 #include "common.h"

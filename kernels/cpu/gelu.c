@@ -4,6 +4,7 @@
 /* These loops are arithmetic-bound (erf and exp per element): full 512-bit vectors, where the
  * target has them, do about 1.5x the work per cycle of the default 256-bit ones.  (Before the
  * includes, so the inline math of common.h is compiled the same way.) */
+#include "no_fp_traps.h"
 #pragma GCC target("prefer-vector-width=512")
 #include "bf16_bits.h"
 #include "common.h"

@@ -1,4 +1,5 @@
 /* The op-tree virtual machine (see optree.h). */
+#include "no_fp_traps.h"
 #include <omp.h>
 
 #include "bf16_bits.h"

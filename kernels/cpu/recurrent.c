@@ -2,6 +2,7 @@
  * nonlinearity, the cell update and the output (or their derivatives) per element, threads
  * over rows once a step is big enough.  The per-row code is recurrent_cells.h's, which the
  * whole-sequence passes (recurrent_sequences.c) share. */
+#include "no_fp_traps.h"
 #include "common.h"
 #include "recurrent.h"
 #include "recurrent_cells.h"

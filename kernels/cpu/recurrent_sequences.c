@@ -11,6 +11,7 @@
  * (MKL's ?gemm_pack), which every step's GEMM (?gemm_compute) then reads without packing them
  * again: with only N rows per step, packing U each time would cost about as much as the
  * product. */
+#include "no_fp_traps.h"
 #include <omp.h>
 
 #include "common.h"

@@ -1,5 +1,6 @@
 /* Row softmax and fused softmax-cross-entropy (see softmax.h).  One exp per element, in the
  * vectorizable NL_EXP. */
+#include "no_fp_traps.h"
 #include "common.h"
 #include "softmax.h"
 #include "bf16_rows.h"
