@@ -1,6 +1,6 @@
 """bfloat16 training on the CPU against float32, each contender in a process of its own (issue
 36): ``python -m benchmarks.bf16_training [--row NAME|all] [--rounds N] [--warmup W] [--smoke]
-[--json OUT]``, and the loss comparison ``--steps 300 [--text PATH]``.
+[--contenders NAME,...] [--json OUT]``, and the loss comparison ``--steps 300 [--text PATH]``.
 
 Timing: the contenders of a row of :mod:`.workloads.bf16_training` (``gpt512_bf16``,
 ``nanogpt_bf16``, ``lenet_bf16``): neonlite ``-d bf16``, neonlite float32, PyTorch float32 and
@@ -9,7 +9,9 @@ built in a worker process of its own (one library's idle OpenMP threads never sh
 with another's, and each has its own peak resident memory).  After ``--warmup`` steps each,
 ``--rounds`` rounds run one step of every contender in turn (the first contender rotating
 round by round), with a pause between contenders for the previous one's threads to go to
-sleep; the table gives the median step, the throughput, the peak resident memory and what the
+sleep (``--contenders`` runs only the named ones: on a CPU where PyTorch's bf16 runs at a
+few GFLOP/s, autocast's steps on the d_model 512 model take most of a minute each); the table
+gives the median step, the throughput, the peak resident memory and what the
 model and its step added to the process after its imports, then bf16 against each other
 contender.  The header names the CPU, whether it has AVX512-BF16 and AMX-BF16, the path each op
 class takes on bf16 data here (``neonlite doctor``) and the load average around the run.
@@ -130,11 +132,15 @@ class _Worker:
         return done
 
 
-def _available(row):
-    """The contenders that can run here, and a note for each one that cannot."""
+def _available(row, wanted=CONTENDERS):
+    """The contenders of ``wanted`` that can run here, and a note for each one that cannot or
+    was not asked for."""
     names, notes = [], []
     reason = row.unavailable(False)
     for name in CONTENDERS:
+        if name not in wanted:
+            notes.append(f"{name} left out: not in --contenders")
+            continue
         if name == "neonlite_bf16" and reason:
             notes.append(f"neonlite_bf16 left out: {reason}")
             continue
@@ -148,9 +154,10 @@ def _available(row):
     return names, notes
 
 
-def time_row(row, rounds, warmup, smoke):
-    """The timing result of one row (a dict; see the module docstring)."""
-    names, notes = _available(row)
+def time_row(row, rounds, warmup, smoke, wanted=CONTENDERS):
+    """The timing result of one row (a dict; see the module docstring) for the contenders of
+    ``wanted``."""
+    names, notes = _available(row, wanted)
     workers = [_Worker(row.NAME, name, smoke) for name in names]
     load_before = os.getloadavg()
     try:
@@ -261,6 +268,16 @@ def format_losses(result):
     return "\n".join(lines)
 
 
+def _contenders(text):
+    """``--contenders``' value: a tuple of known contender names."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in CONTENDERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{','.join(unknown) or 'nothing'}: expected names "
+                                         f"from {','.join(CONTENDERS)}")
+    return names
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bf16_training",
                                      description=__doc__,
@@ -275,6 +292,8 @@ def main(argv=None):
     parser.add_argument("--bf16-rounding", choices=("nearest", "stochastic", "both"),
                         help="the loss comparison: how the bf16 run rounds its weight copies "
                              "(both: a bf16 run each; default: the recipe's)")
+    parser.add_argument("--contenders", type=_contenders, default=CONTENDERS,
+                        help=f"comma-separated, of {','.join(CONTENDERS)} (default: all)")
     parser.add_argument("--json", metavar="OUT")
     parser.add_argument("--worker", nargs=2, metavar=("ROW", "CONTENDER"),
                         help=argparse.SUPPRESS)
@@ -299,7 +318,8 @@ def main(argv=None):
             [r for r in bf16_training.WORKLOADS if r.NAME == args.row]
         results = []
         for row in rows:
-            results.append(time_row(row, args.rounds, args.warmup, args.smoke))
+            results.append(time_row(row, args.rounds, args.warmup, args.smoke,
+                                    args.contenders))
             print(format_timing(results[-1]), flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -3,6 +3,8 @@ workload, or ``--against`` a comparison that is not installed, is an error."""
 import json
 import sys
 
+import pytest
+
 from benchmarks.run import main
 from benchmarks.workloads import WORKLOADS
 
@@ -110,6 +112,22 @@ def test_bf16_training_benchmark_smoke(tmp_path, capsys):
     assert all(c["rate"] > 0 and c["peak_mib"] > 0 for c in result["contenders"].values())
     table = capsys.readouterr().out
     assert "AVX512-BF16" in table and "bf16 / neonlite_f32" in table
+
+
+def test_bf16_training_benchmark_runs_only_the_contenders_asked(tmp_path, capsys):
+    """``--contenders neonlite_bf16,neonlite_f32``: the two neonlite workers only, the others
+    named as left out; an unknown name is one argparse error."""
+    from benchmarks.bf16_training import main as bf16_main
+    out = tmp_path / "bf16.json"
+    assert bf16_main(["--row", "lenet_bf16", "--smoke", "--rounds", "1", "--warmup", "1",
+                      "--contenders", "neonlite_bf16,neonlite_f32", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())["results"][0]
+    assert set(result["contenders"]) == {"neonlite_bf16", "neonlite_f32"}
+    assert "torch_autocast left out: not in --contenders" in result["notes"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        bf16_main(["--row", "lenet_bf16", "--contenders", "neonlite_bf16,tensorflow"])
+    assert "tensorflow: expected names from" in capsys.readouterr().err
 
 
 def test_bf16_optimizer_step_benchmark_smoke(capsys):
