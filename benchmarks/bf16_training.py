@@ -11,9 +11,11 @@ with another's, and each has its own peak resident memory).  After ``--warmup`` 
 round by round), with a pause between contenders for the previous one's threads to go to
 sleep (``--contenders`` runs only the named ones: on a CPU where PyTorch's bf16 runs at a
 few GFLOP/s, autocast's steps on the d_model 512 model take most of a minute each); the table
-gives the median step, the throughput, the peak resident memory and what the
-model and its step added to the process after its imports, then bf16 against each other
-contender.  The header names the CPU, whether it has AVX512-BF16 and AMX-BF16, the path each op
+gives the median step, the throughput, the peak resident memory, what the
+model and its step added to that peak after the imports (``model MiB``: 0 where the imports'
+own passing peak was higher) and the resident memory the model and its steps hold at the end
+beyond what the process held after its imports (``held MiB``: Linux), then bf16 against each
+other contender.  The header names the CPU, whether it has AVX512-BF16 and AMX-BF16, the path each op
 class takes on bf16 data here (``neonlite doctor``) and the load average around the run.
 
 Loss (``--steps N``): the row's language model trained for N steps on the text (default Tiny
@@ -60,7 +62,20 @@ def _module_argv(*args):
 
 
 def _rss_mib():
+    """The process's peak resident memory so far, MiB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _resident_mib():
+    """The process's resident memory now, MiB (Linux's /proc/self/statm; the peak elsewhere):
+    the imports' passing peak (mapping MKL, building kernels) can exceed what a small model and
+    its step hold, which the peak alone then hides."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return _rss_mib()
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2.0 ** 20
 
 
 def _reply(message):
@@ -86,7 +101,7 @@ def worker(row_name, contender, smoke):
     import neonlite  # noqa: F401  (the imports count in the base, not in the model)
     if contender.startswith("torch"):
         import torch  # noqa: F401
-    base = _rss_mib()
+    base, held_base = _rss_mib(), _resident_mib()
     row = next(r for r in bf16_training.WORKLOADS if r.NAME == row_name)
     step, work = _build(row, contender, smoke)
     paths = {}
@@ -97,7 +112,8 @@ def worker(row_name, contender, smoke):
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("quit"):
-            _reply({"peak_mib": _rss_mib(), "base_mib": base})
+            _reply({"peak_mib": _rss_mib(), "base_mib": base,
+                    "held_mib": _resident_mib() - held_base})
             return
         seconds = []
         for _ in range(request["steps"]):
@@ -178,7 +194,8 @@ def time_row(row, rounds, warmup, smoke, wanted=CONTENDERS):
         result["contenders"][w.name] = {
             "median_s": median, "rate": w.ready["work"] / median,
             "peak_mib": memory[w.name]["peak_mib"],
-            "added_mib": memory[w.name]["peak_mib"] - memory[w.name]["base_mib"]}
+            "added_mib": memory[w.name]["peak_mib"] - memory[w.name]["base_mib"],
+            "held_mib": memory[w.name]["held_mib"]}
         if w.ready["paths"]:
             result["bf16_paths"] = w.ready["paths"]
     return result
@@ -194,20 +211,26 @@ def cpu_header():
             f"({why})")
 
 
+def _ratio(a, b):
+    """``a / b`` as ``0.50x``, or ``-`` where b is not positive."""
+    return f"{a / b:.2f}x" if b > 0 else "-"
+
+
 def format_timing(result):
     c = result["contenders"]
     lines = [f"{result['row']}: median of {result['rounds']} alternating steps",
              f"  {'contender':<16}{result['figure']:>12}{'step ms':>10}{'peak MiB':>10}"
-             f"{'model MiB':>11}"]
+             f"{'model MiB':>11}{'held MiB':>10}"]
     for name, r in c.items():
         lines.append(f"  {name:<16}{r['rate']:>12.1f}{r['median_s'] * 1e3:>10.1f}"
-                     f"{r['peak_mib']:>10.0f}{r['added_mib']:>11.0f}")
+                     f"{r['peak_mib']:>10.0f}{r['added_mib']:>11.0f}{r['held_mib']:>10.0f}")
     if "neonlite_bf16" in c:
         bf16 = c["neonlite_bf16"]
         for other in CONTENDERS[1:]:
             if other in c:
                 lines.append(f"  bf16 / {other}: {bf16['rate'] / c[other]['rate']:.2f}x speed, "
-                             f"{bf16['peak_mib'] / c[other]['peak_mib']:.2f}x peak memory")
+                             f"{bf16['peak_mib'] / c[other]['peak_mib']:.2f}x peak memory, "
+                             f"{_ratio(bf16['held_mib'], c[other]['held_mib'])} held")
     if "bf16_paths" in result:
         lines.append("  bf16 paths: " + ", ".join(f"{k} {v}" for k, v in
                                                    result["bf16_paths"].items()))
