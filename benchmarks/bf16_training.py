@@ -11,12 +11,12 @@ with another's, and each has its own peak resident memory).  After ``--warmup`` 
 round by round), with a pause between contenders for the previous one's threads to go to
 sleep (``--contenders`` runs only the named ones: on a CPU where PyTorch's bf16 runs at a
 few GFLOP/s, autocast's steps on the d_model 512 model take most of a minute each); the table
-gives the median step, the throughput, the peak resident memory, what the
-model and its step added to that peak after the imports (``model MiB``: 0 where the imports'
-own passing peak was higher) and the resident memory the model and its steps hold at the end
-beyond what the process held after its imports (``held MiB``: Linux), then bf16 against each
-other contender.  The header names the CPU, whether it has AVX512-BF16 and AMX-BF16, the path each op
-class takes on bf16 data here (``neonlite doctor``) and the load average around the run.
+gives the median step, the throughput, the peak resident memory, what the model and its step
+added to that peak after the imports (``model MiB``: 0 where the imports' own passing peak was
+higher) and the resident memory the model and its steps hold at the end beyond what the
+process held after its imports (``held MiB``: Linux), then bf16 against each other contender.
+The header names the CPU, whether it has AVX512-BF16 and AMX-BF16, the path each op class
+takes on bf16 data here (``neonlite doctor``) and the load average around the run.
 
 Loss (``--steps N``): the row's language model trained for N steps on the text (default Tiny
 Shakespeare) with the example's schedule, once ``-d bf16`` and once ``-d f32``, each in a
