@@ -1,10 +1,10 @@
 /* GELU forward and backward, fused with a bias (see gelu.h).  The float erf and exp are the
  * vectorizable nl_erf32 and nl_expf of common.h; a row with a bias is one pass (the erf form)
  * or two short passes (bias, then the activation) over data that stays in L1. */
+#include "no_fp_traps.h"
 /* These loops are arithmetic-bound (erf and exp per element): full 512-bit vectors, where the
  * target has them, do about 1.5x the work per cycle of the default 256-bit ones.  (Before the
  * includes, so the inline math of common.h is compiled the same way.) */
-#include "no_fp_traps.h"
 #pragma GCC target("prefer-vector-width=512")
 #include "bf16_bits.h"
 #include "common.h"
