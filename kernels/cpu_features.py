@@ -93,6 +93,16 @@ def has_avx512_float(info=None):
     return AVX512_FLOAT <= cpu_flags(info)
 
 
+#: the flags the storage path's GEMM runs on where AVX-512 does not: float32 FMA on 256-bit
+#: vectors
+AVX2_FLOAT = frozenset({"avx2", "fma"})
+
+
+def has_avx2_float(info=None):
+    """True where the AVX2 float kernels run (:data:`AVX2_FLOAT`)."""
+    return AVX2_FLOAT <= cpu_flags(info)
+
+
 def has_avx512_bf16(info=None):
     """True where ``VDPBF16PS`` runs (AVX512-BF16, and AVX-512 itself)."""
     flags = cpu_flags(info)

@@ -6,10 +6,11 @@ product on bf16-stored operands:
   state), variant chosen by :func:`gemm_variant` from the runtime CPU facts
   (``kernels/cpu_features.py``) alone, so where they say no (or ``NEONLITE_CPU_FEATURES_OFF``
   turns them off) no module holding bf16 instructions is loaded;
-* ``storage``: float32 arithmetic, so only the memory holds bf16: where the CPU has AVX-512
-  and the float32 GEMM is not MKL's (:func:`fused_storage_module`), :func:`gemm_storage_fused`
-  (``kernels/cpu/bf16/gemm_storage.c``: each operand bf16 or float32, widened while the GEMM
-  packs it, the output rounded to bf16 in its epilogue, no pass of its own over any operand);
+* ``storage``: float32 arithmetic, so only the memory holds bf16: where the CPU has AVX-512 or
+  AVX2 with FMA and the float32 GEMM is not MKL's (:func:`fused_storage_module`),
+  :func:`gemm_storage_fused` (``kernels/cpu/bf16/gemm_storage.c``: each operand bf16 or
+  float32, widened while the GEMM packs it, the output rounded to bf16 in its epilogue, no pass
+  of its own over any operand);
   elsewhere :func:`gemm_storage`, the operands widened to float32 (exact) and the backend's
   float32 GEMM (MKL or numpy's BLAS).
 
@@ -57,25 +58,37 @@ def gemm_module(modules):
     return module, reason
 
 
+#: the CPU facts each micro-kernel of the storage path's GEMM needs (``nl_gemm_storage_isa``)
+STORAGE_ISAS = {"AVX-512": ("AVX-512 (F, BW, VL)", cpu_features.has_avx512_float),
+                "AVX2": ("AVX2 and FMA", cpu_features.has_avx2_float)}
+
+
 def storage_module(modules):
     """``(module or None, reason)``: the storage path's fused GEMM, loaded only where the CPU
-    facts say AVX-512 runs (:func:`~neonlite.kernels.cpu_features.has_avx512_float`; lowered by
-    ``NEONLITE_CPU_FEATURES_OFF``) and checked to hold it (``nl_gemm_storage_built``)."""
-    if not cpu_features.has_avx512_float():
-        return None, "no AVX-512 (F, BW, VL) on this CPU or turned off"
+    facts say AVX-512 or AVX2 with FMA runs (lowered by ``NEONLITE_CPU_FEATURES_OFF``) and
+    checked to hold a micro-kernel the facts allow (``nl_gemm_storage_isa``: -march=native
+    compiles the widest this CPU has, so on an AVX-512 CPU with AVX-512 turned off the module
+    is not used)."""
+    if not (cpu_features.has_avx512_float() or cpu_features.has_avx2_float()):
+        return None, "no AVX-512 (F, BW, VL) or AVX2 with FMA on this CPU, or turned off"
     module = modules.variant("gemm_storage")
     if module is None:
         return None, "the gemm_storage kernel cannot be built here"
     if not module.lib.nl_gemm_storage_built():
-        return None, "the C compiler's -march=native does not enable AVX-512"
-    return module, "float32 FMA on operands widened while packed (AVX-512)"
+        return None, "the C compiler's -march=native enables neither AVX-512 nor AVX2 with FMA"
+    isa = module.ffi.string(module.lib.nl_gemm_storage_isa()).decode()
+    needs, allowed = STORAGE_ISAS[isa]
+    if not allowed():
+        return None, f"its {isa} micro-kernel needs {needs}, turned off here"
+    return module, f"float32 FMA on operands widened while packed ({isa})"
 
 
 def fused_storage_module(modules):
     """The fused storage GEMM where the storage path runs it here (:func:`storage_module`),
-    or None: where the float32 GEMM is MKL's, widened copies and MKL's sgemm are faster (on
-    the 2-core Emerald Rapids the fused GEMM reaches about 0.75x of MKL's sgemm in process,
-    and the three widening and narrowing passes cost less than that)."""
+    or None where the float32 GEMM is MKL's: MKL's packed GEMM on operands widened a piece at
+    a time (``bf16_packed.py``) runs there instead (on the 2-core Emerald Rapids the AVX-512
+    fused GEMM reached about 0.75x of MKL's sgemm in process; on the 2-core Zen 3 the AVX2 one
+    runs nanoGPT's nine products within 3% of the packed path, either way)."""
     if isinstance(modules.gemm, MKLGemm):
         return None
     return storage_module(modules)[0]

@@ -26,8 +26,8 @@ pytestmark = requires("compiler", "storage_gemm")
 
 U = 2.0 ** -24
 U_BF16 = 2.0 ** -8
-#: (m, n, k): none a multiple of the micro-tile (12 x 32), of 16 or 32; k up to one block and
-#: past it (several k blocks summed through C)
+#: (m, n, k): none a multiple of a micro-tile (AVX-512 12 x 32, AVX2 6 x 16), of 16 or 32; k up
+#: to one block and past it (several k blocks summed through C)
 SHAPES = [(13, 37, 5), (1, 1, 1), (1, 45, 300), (37, 45, 29), (97, 129, 257), (100, 70, 1031)]
 PRODUCTS = {"forward": (False, False), "input_grad": (False, True), "weight_grad": (True, False),
             "both": (True, True)}
@@ -168,20 +168,25 @@ def test_compound_dot_on_bf16_tensors_runs_the_fused_gemm_with_no_work_tensor(st
     assert not [key for key in be.bf16_boundary._work if key[0][0] == "compound_dot"]
 
 
-def test_without_avx512_the_storage_path_takes_another_gemm_as_exact(storage_be,
-                                                                       monkeypatch):
+def test_without_its_isa_the_storage_path_takes_another_gemm_as_exact(storage_be, module,
+                                                                         monkeypatch):
+    """The micro-kernel -march=native compiled (AVX-512, or AVX2 where the CPU has no AVX-512)
+    turned off: the module is not used, and the other GEMM gives the same product."""
     be = storage_be
+    isa = module.ffi.string(module.lib.nl_gemm_storage_isa()).decode()
+    assert isa in ("AVX-512", "AVX2")
     rng = np.random.default_rng(2)
     x = rng.standard_normal((13, 300)).astype(np.float32)
     w = rng.standard_normal((300, 17)).astype(np.float32)
     X, W = _bf16_tensor(be, x), _bf16_tensor(be, w)
     fused, other = be.empty((13, 17)), be.empty((13, 17))
     be.compound_dot(X, W, fused)
-    monkeypatch.setenv("NEONLITE_CPU_FEATURES_OFF", "avx512f")
+    monkeypatch.setenv("NEONLITE_CPU_FEATURES_OFF", "avx512f" if isa == "AVX-512" else "avx2")
     assert be.storage_gemm() is None
+    assert storage_module(be.kernels)[0] is None
 
     def refused(*args, **kwargs):
-        raise AssertionError("the fused GEMM ran with AVX-512 turned off")
+        raise AssertionError(f"the fused GEMM ran with {isa} turned off")
     monkeypatch.setattr(bf16_ops, "gemm_storage_fused", refused)
     be.compound_dot(X, W, other)
     np.testing.assert_allclose(other.get(), fused.get(), rtol=2 * U_BF16, atol=1e-6)

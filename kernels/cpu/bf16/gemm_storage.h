@@ -27,6 +27,9 @@ int nl_gemm_storage(const void *A, int a_bf16, const void *B, int b_bf16, float 
 /* the largest K that nl_gemm_storage sums in one block (C may be NULL up to it) */
 int64_t nl_gemm_storage_kc(void);
 
-/* 1 when the kernel was compiled with AVX-512F (its micro-kernel), else 0: the caller must not
- * call it then. */
+/* 1 when the kernel was compiled with a micro-kernel (AVX-512 F, BW and VL; or AVX2 and FMA),
+ * else 0: the caller must not call it then. */
 int nl_gemm_storage_built(void);
+
+/* the instruction set of the micro-kernel compiled in: "AVX-512", "AVX2" or "none" */
+const char *nl_gemm_storage_isa(void);
