@@ -116,7 +116,8 @@ class CPUTensor(Tensor):
         """Every element = ``value``: a real scalar straight into the array (a bf16 tensor's
         bits rounded once, as ``t[:] = value`` rounds them), without the op table's
         expression; anything else as ``t[:] = value``.  Returns the tensor."""
-        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if value.__class__ in _PLAIN_REALS or \
+                isinstance(value, numbers.Real) and not isinstance(value, bool):
             if self.bf16:
                 self._ary.fill(scalar_bits(value))
             elif self._ary.dtype.kind == "f":
@@ -132,6 +133,9 @@ class CPUTensor(Tensor):
 
 
 _WHOLE = slice(None)
+#: the scalar types ``fill`` takes without asking ``numbers.Real`` (an ABC check costs about as
+#: much as the fill of a small gradient; bool's class is not int)
+_PLAIN_REALS = (float, int)
 
 
 def _index(index):

@@ -97,6 +97,11 @@ class _Float32States(MutableMapping):
     def __getitem__(self, key):
         return self.param.states[key]
 
+    def get(self, key, default=None):
+        """``param.states.get`` (the fused step asks for every state of every master each
+        step: Mapping's ``get`` through ``__getitem__`` and its KeyError cost twice as long)."""
+        return self.param.states.get(key, default)
+
     def __setitem__(self, key, tensor):
         if is_16bit_float(tensor):
             tensor = self.be.zeros(tensor.shape, dtype=np.float32)
@@ -302,8 +307,8 @@ class MixedPrecision:
         be = params[0].value.backend
         key = tuple(map(id, params))
         masters = self._masters.get(key)
-        if masters is None or any(m.param is not p or tuple(m.value.shape) != tuple(
-                p.value.shape) for m, p in zip(masters, params)):
+        if masters is None or any(m.param is not p or m.value.shape != p.value.shape
+                                  for m, p in zip(masters, params)):
             masters = self._masters[key] = [self._new_master(be, p) for p in params]
             arena = be.make_arena(masters)
             for master in masters:
