@@ -138,6 +138,18 @@ def _storage_variant(modules):
     return "gemm_packed" if packed_storage_module(modules) is not None else None
 
 
+def storage_products(modules):
+    """What the storage path's products run on here, in words (``neonlite doctor``)."""
+    variant = _storage_variant(modules)
+    if variant == "gemm_storage":
+        module = fused_storage_module(modules)
+        isa = module.ffi.string(module.lib.nl_gemm_storage_isa()).decode()
+        return f"products: the fused storage GEMM ({isa}), operands widened while packed"
+    if variant == "gemm_packed":
+        return "products: MKL's packed GEMM on operand pieces widened in cache"
+    return "products: operands widened, then the float32 GEMM"
+
+
 def _key(modules, variant):
     storage = _storage_variant(modules)
     return cache_key({"measurement": ENTRY, "kernel": modules.builder.cpu_key(find(variant)),
@@ -186,8 +198,10 @@ def _choose(modules, asked):
     module, why = gemm_module(modules)
     variant = gemm_variant()[0] if module is not None else None
     if asked == "storage" or module is None:
-        reasons["gemm"] = f"{ENV}=storage" if asked == "storage" else \
-            f"{why}{f' ({ENV}=compute cannot be met)' if asked == 'compute' else ''}"
+        why_storage = f"{ENV}=storage" if asked == "storage" else why
+        if asked == "compute":
+            why_storage += f" ({ENV}=compute cannot be met)"
+        reasons["gemm"] = f"{why_storage}; {storage_products(modules)}"
         return Bf16Choice(no_kernel, reasons, ENV if asked else "no bf16 kernel", variant)
     if asked == "compute":
         reasons["gemm"] = f"{ENV}=compute ({why})"

@@ -190,3 +190,18 @@ def test_without_its_isa_the_storage_path_takes_another_gemm_as_exact(storage_be
     monkeypatch.setattr(bf16_ops, "gemm_storage_fused", refused)
     be.compound_dot(X, W, other)
     np.testing.assert_allclose(other.get(), fused.get(), rtol=2 * U_BF16, atol=1e-6)
+
+
+def test_the_choice_names_what_the_storage_products_run_on(monkeypatch):
+    """``neonlite doctor``'s bf16 row says which GEMM the storage path's products take: MKL's
+    packed GEMM where the float32 GEMM is MKL's, the fused GEMM with its ISA elsewhere."""
+    monkeypatch.setenv("NEONLITE_BF16", "storage")
+    be = neonlite.gen_backend("cpu", batch_size=4, datatype="bf16")
+    reason = be.bf16_choice().reasons["gemm"]
+    assert reason.startswith("NEONLITE_BF16=storage; products: "), reason
+    if type(be.kernels.gemm).__name__ == "MKLGemm":
+        assert "MKL's packed GEMM" in reason
+    else:
+        isa = storage_module(be.kernels)[0].ffi.string(
+            storage_module(be.kernels)[0].lib.nl_gemm_storage_isa()).decode()
+        assert f"the fused storage GEMM ({isa})" in reason
