@@ -14,6 +14,9 @@
  * registers.  Every output element is summed in the same order whatever the number of threads
  * and whichever thread ran it.  A single output row with op(B) row-major (a bias gradient)
  * skips the packing: each thread streams B over its own columns (nl_row_times_matrix).
+ * The blocking, the threads' tasks and the packing loops are here; each ISA header gives the
+ * micro-kernel, its epilogue, the row product and the packing's vector steps (nl_load_lanes,
+ * nl_pack_b_row, nl_pack_a_transposed).
  */
 #include <omp.h>
 
@@ -68,6 +71,61 @@ typedef struct {
 int nl_gemm_storage_built(void) { return 1; }
 
 const char *nl_gemm_storage_isa(void) { return NL_ISA; }
+
+/* dst[t * stride] = element i + t of X widened to float32, for t < n (a row of X written
+ * down a column of a packed panel) */
+static inline void nl_widen_strided(const void *X, int bf, int64_t i, int64_t n,
+                                    float *restrict dst, int64_t stride)
+{
+    int64_t t = 0;
+    for (; t + NL_LANES <= n; t += NL_LANES) {
+        float lane[NL_LANES] __attribute__((aligned(64)));
+        nl_load_lanes(lane, X, bf, i + t);
+        for (int u = 0; u < NL_LANES; u++)
+            dst[(t + u) * stride] = lane[u];
+    }
+    for (; t < n; t++)
+        dst[t * stride] = nl_get(X, bf, i + t);
+}
+
+/* B panels of columns [n0, n0 + nc) and k [k0, k0 + kc): panel p (NL_NR columns) at
+ * bp + p * kc * NL_NR, bp[k * NL_NR + j] = op(B)(k0 + k, n0 + p * NL_NR + j); columns past nc
+ * are zero. */
+static void nl_pack_b(const void *B, int bf, int64_t ldb, int transB, int64_t k0, int64_t kc,
+                      int64_t n0, int64_t nc, float *restrict bp)
+{
+    for (int64_t p = 0; p * NL_NR < nc; p++) {
+        float *panel = bp + p * kc * NL_NR;
+        const int64_t c0 = n0 + p * NL_NR, width = nc - p * NL_NR < NL_NR ? nc - p * NL_NR
+                                                                         : NL_NR;
+        if (!transB) {
+            for (int64_t k = 0; k < kc; k++)
+                nl_pack_b_row(panel + k * NL_NR, B, bf, (k0 + k) * ldb + c0, width);
+            continue;
+        }
+        for (int64_t k = 0; k < kc; k++)
+            for (int64_t j = width; j < NL_NR; j++)
+                panel[k * NL_NR + j] = 0.0f;
+        for (int64_t j = 0; j < width; j++)
+            nl_widen_strided(B, bf, (c0 + j) * ldb + k0, kc, panel + j, NL_NR);
+    }
+}
+
+/* The A panel of rows [m0, m0 + mr) and k [k0, k0 + kc): ap[k * NL_MR + r] = op(A)(m0 + r,
+ * k0 + k); rows past mr are zero (`rows`: op(A)'s row count). */
+static void nl_pack_a(const void *A, int bf, int64_t lda, int transA, int64_t m0, int64_t mr,
+                      int64_t k0, int64_t kc, float *restrict ap, int64_t rows)
+{
+    if (transA) {
+        nl_pack_a_transposed(A, bf, lda, m0, mr, k0, kc, ap, rows);
+        return;
+    }
+    for (int64_t r = mr; r < NL_MR; r++)
+        for (int64_t k = 0; k < kc; k++)
+            ap[k * NL_MR + r] = 0.0f;
+    for (int64_t r = 0; r < mr; r++)
+        nl_widen_strided(A, bf, (m0 + r) * lda + k0, kc, ap + r, NL_MR);
+}
 
 /* One task: C rows [m0, m1) x columns [n0, n0 + nc), every k block in order; bp, ap are the
  * thread's packing buffers (NL_KC x nc rounded up to NL_NR, and NL_MC x NL_KC). */

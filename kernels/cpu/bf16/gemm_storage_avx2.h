@@ -46,80 +46,41 @@ static inline __m128i nl_round8(__m256 v)
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
 }
 
-/* dst[t * stride] = element i + t of X widened to float32, for t < n (a row of X written
- * down a column of a packed panel) */
-static inline void nl_widen_strided(const void *X, int bf, int64_t i, int64_t n,
-                                    float *restrict dst, int64_t stride)
+/* lane[0 .. 8) = elements i .. i + 7 of X as float32 (nl_widen_strided's vector step) */
+static inline void nl_load_lanes(float *lane, const void *X, int bf, int64_t i)
 {
-    int64_t t = 0;
-    for (; t + 8 <= n; t += 8) {
-        float lane[8] __attribute__((aligned(32)));
-        _mm256_store_ps(lane, nl_load8(X, bf, i + t));
-        for (int u = 0; u < 8; u++)
-            dst[(t + u) * stride] = lane[u];
-    }
-    for (; t < n; t++)
-        dst[t * stride] = nl_get(X, bf, i + t);
+    _mm256_store_ps(lane, nl_load8(X, bf, i));
 }
 
-/* B panels of columns [n0, n0 + nc) and k [k0, k0 + kc): panel p (NL_NR columns) at
- * bp + p * kc * NL_NR, bp[k * NL_NR + j] = op(B)(k0 + k, n0 + p * NL_NR + j); columns past nc
- * are zero. */
-static void nl_pack_b(const void *B, int bf, int64_t ldb, int transB, int64_t k0, int64_t kc,
-                      int64_t n0, int64_t nc, float *restrict bp)
+/* row[0 .. NL_NR) = op(B)'s width (<= NL_NR) elements from element at of B, zeros past them */
+static inline void nl_pack_b_row(float *row, const void *B, int bf, int64_t at, int64_t width)
 {
-    for (int64_t p = 0; p * NL_NR < nc; p++) {
-        float *panel = bp + p * kc * NL_NR;
-        const int64_t c0 = n0 + p * NL_NR, width = nc - p * NL_NR < NL_NR ? nc - p * NL_NR
-                                                                         : NL_NR;
-        if (!transB) {
-            for (int64_t k = 0; k < kc; k++) {
-                const int64_t row = (k0 + k) * ldb + c0;
-                _mm256_store_ps(panel + k * NL_NR, nl_load_part(B, bf, row, width));
-                _mm256_store_ps(panel + k * NL_NR + 8,
-                                width > 8 ? nl_load_part(B, bf, row + 8, width - 8)
-                                          : _mm256_setzero_ps());
-            }
+    _mm256_store_ps(row, nl_load_part(B, bf, at, width));
+    _mm256_store_ps(row + 8, width > 8 ? nl_load_part(B, bf, at + 8, width - 8)
+                                       : _mm256_setzero_ps());
+}
+
+/* The A panel of a transposed A (see nl_pack_a): op(A)(m0 + r, k0 + k) = A[(k0 + k) * lda +
+ * m0 + r], mr <= NL_MR of them contiguous per k; read 8 at a time where op(A)'s `rows` reach. */
+static void nl_pack_a_transposed(const void *A, int bf, int64_t lda, int64_t m0, int64_t mr,
+                                 int64_t k0, int64_t kc, float *restrict ap, int64_t rows)
+{
+    /* row k of the panel is op(A)'s 6 elements of k, stored as 8 floats: the 2 past the
+     * row land on row k + 1's place, written again next (AVX2's masked store runs slowly
+     * on AMD cores); the last row goes through a stack array, to stay inside the panel */
+    for (int64_t k = 0; k < kc; k++) {
+        const int64_t at = (k0 + k) * lda + m0;
+        const __m256 v = mr == NL_MR && m0 + 8 <= rows ? nl_load8(A, bf, at)
+                                                       : nl_load_part(A, bf, at, mr);
+        if (k + 1 < kc) {
+            _mm256_storeu_ps(ap + k * NL_MR, v);
             continue;
         }
-        for (int64_t k = 0; k < kc; k++)
-            for (int64_t j = width; j < NL_NR; j++)
-                panel[k * NL_NR + j] = 0.0f;
-        for (int64_t j = 0; j < width; j++)
-            nl_widen_strided(B, bf, (c0 + j) * ldb + k0, kc, panel + j, NL_NR);
+        float lane[8] __attribute__((aligned(32)));
+        _mm256_store_ps(lane, v);
+        for (int r = 0; r < NL_MR; r++)
+            ap[k * NL_MR + r] = lane[r];
     }
-}
-
-/* The A panel of rows [m0, m0 + mr) and k [k0, k0 + kc): ap[k * NL_MR + r] = op(A)(m0 + r,
- * k0 + k); rows past mr are zero.  `rows`: op(A)'s row count (a transposed A's rows are read
- * 8 at a time where 8 are there). */
-static void nl_pack_a(const void *A, int bf, int64_t lda, int transA, int64_t m0, int64_t mr,
-                      int64_t k0, int64_t kc, float *restrict ap, int64_t rows)
-{
-    if (transA) {
-        /* row k of the panel is op(A)'s 6 elements of k, stored as 8 floats: the 2 past the
-         * row land on row k + 1's place, written again next (AVX2's masked store runs slowly
-         * on AMD cores); the last row goes through a stack array, to stay inside the panel */
-        for (int64_t k = 0; k < kc; k++) {
-            const int64_t at = (k0 + k) * lda + m0;
-            const __m256 v = mr == NL_MR && m0 + 8 <= rows ? nl_load8(A, bf, at)
-                                                           : nl_load_part(A, bf, at, mr);
-            if (k + 1 < kc) {
-                _mm256_storeu_ps(ap + k * NL_MR, v);
-                continue;
-            }
-            float lane[8] __attribute__((aligned(32)));
-            _mm256_store_ps(lane, v);
-            for (int r = 0; r < NL_MR; r++)
-                ap[k * NL_MR + r] = lane[r];
-        }
-        return;
-    }
-    for (int64_t r = mr; r < NL_MR; r++)
-        for (int64_t k = 0; k < kc; k++)
-            ap[k * NL_MR + r] = 0.0f;
-    for (int64_t r = 0; r < mr; r++)
-        nl_widen_strided(A, bf, (m0 + r) * lda + k0, kc, ap + r, NL_MR);
 }
 
 /* The epilogue of one row half (8 columns) of a micro block: v = alpha * sum, plus beta * old

@@ -37,67 +37,29 @@ static inline __m256i nl_round16(__m512 v)
     return _mm512_cvtepi32_epi16(r);
 }
 
-/* dst[t * stride] = element i + t of X widened to float32, for t < n (a row of X written
- * down a column of a packed panel) */
-static inline void nl_widen_strided(const void *X, int bf, int64_t i, int64_t n,
-                                    float *restrict dst, int64_t stride)
+/* lane[0 .. 16) = elements i .. i + 15 of X as float32 (nl_widen_strided's vector step) */
+static inline void nl_load_lanes(float *lane, const void *X, int bf, int64_t i)
 {
-    int64_t t = 0;
-    for (; t + 16 <= n; t += 16) {
-        float lane[16];
-        _mm512_storeu_ps(lane, nl_load16(X, bf, i + t, 0xFFFF));
-        for (int u = 0; u < 16; u++)
-            dst[(t + u) * stride] = lane[u];
-    }
-    for (; t < n; t++)
-        dst[t * stride] = nl_get(X, bf, i + t);
+    _mm512_storeu_ps(lane, nl_load16(X, bf, i, 0xFFFF));
 }
 
-/* B panels of columns [n0, n0 + nc) and k [k0, k0 + kc): panel p (NL_NR columns) at
- * bp + p * kc * NL_NR, bp[k * NL_NR + j] = op(B)(k0 + k, n0 + p * NL_NR + j); columns past nc
- * are zero. */
-static void nl_pack_b(const void *B, int bf, int64_t ldb, int transB, int64_t k0, int64_t kc,
-                      int64_t n0, int64_t nc, float *restrict bp)
+/* row[0 .. NL_NR) = op(B)'s width (<= NL_NR) elements from element at of B, zeros past them */
+static inline void nl_pack_b_row(float *row, const void *B, int bf, int64_t at, int64_t width)
 {
-    for (int64_t p = 0; p * NL_NR < nc; p++) {
-        float *panel = bp + p * kc * NL_NR;
-        const int64_t c0 = n0 + p * NL_NR, width = nc - p * NL_NR < NL_NR ? nc - p * NL_NR
-                                                                         : NL_NR;
-        if (!transB) {
-            for (int64_t k = 0; k < kc; k++) {
-                const int64_t row = (k0 + k) * ldb + c0;
-                _mm512_store_ps(panel + k * NL_NR, nl_load16(B, bf, row, nl_mask(width)));
-                _mm512_store_ps(panel + k * NL_NR + 16,
-                                nl_load16(B, bf, row + 16, nl_mask(width - 16)));
-            }
-            continue;
-        }
-        for (int64_t k = 0; k < kc; k++)
-            for (int64_t j = width; j < NL_NR; j++)
-                panel[k * NL_NR + j] = 0.0f;
-        for (int64_t j = 0; j < width; j++)
-            nl_widen_strided(B, bf, (c0 + j) * ldb + k0, kc, panel + j, NL_NR);
-    }
+    _mm512_store_ps(row, nl_load16(B, bf, at, nl_mask(width)));
+    _mm512_store_ps(row + 16, nl_load16(B, bf, at + 16, nl_mask(width - 16)));
 }
 
-/* The A panel of rows [m0, m0 + mr) and k [k0, k0 + kc): ap[k * NL_MR + r] = op(A)(m0 + r,
- * k0 + k); rows past mr are zero (`rows`, op(A)'s row count: the AVX2 version's). */
-static void nl_pack_a(const void *A, int bf, int64_t lda, int transA, int64_t m0, int64_t mr,
-                      int64_t k0, int64_t kc, float *restrict ap, int64_t rows)
+/* The A panel of a transposed A (see nl_pack_a): op(A)(m0 + r, k0 + k) = A[(k0 + k) * lda +
+ * m0 + r], mr <= NL_MR of them contiguous per k. */
+static void nl_pack_a_transposed(const void *A, int bf, int64_t lda, int64_t m0, int64_t mr,
+                                 int64_t k0, int64_t kc, float *restrict ap, int64_t rows)
 {
     (void)rows;
-    if (transA) {
-        const __mmask16 m = nl_mask(mr);
-        for (int64_t k = 0; k < kc; k++)
-            _mm512_mask_storeu_ps(ap + k * NL_MR, (__mmask16)0x0FFF,
-                                  nl_load16(A, bf, (k0 + k) * lda + m0, m));
-        return;
-    }
-    for (int64_t r = mr; r < NL_MR; r++)
-        for (int64_t k = 0; k < kc; k++)
-            ap[k * NL_MR + r] = 0.0f;
-    for (int64_t r = 0; r < mr; r++)
-        nl_widen_strided(A, bf, (m0 + r) * lda + k0, kc, ap + r, NL_MR);
+    const __mmask16 m = nl_mask(mr);
+    for (int64_t k = 0; k < kc; k++)
+        _mm512_mask_storeu_ps(ap + k * NL_MR, (__mmask16)0x0FFF,
+                              nl_load16(A, bf, (k0 + k) * lda + m0, m));
 }
 
 /* The epilogue of one row half (16 columns, mask m) of a micro block: v = alpha * sum, plus
