@@ -18,7 +18,7 @@ from .rows import ROW_COMBINATION, row_combination_bf16_kernel, \
 from .bf16_boundary import NOT_TAKEN, is_bf16_tensor
 from .bf16_packed import gemm_storage_packed, packed_storage_module, prepare_storage_packed
 from .bf16_kernels import BF16, F32, check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
-    fused_storage_module, gemm_storage, gemm_storage_fused, to_bf16
+    fused_storage_module, gemm_storage, gemm_storage_fused, gemm_variant, to_bf16
 
 
 def _array(x):
@@ -64,6 +64,20 @@ class CPUBf16Ops:
             raise ValueError(f"bf16_path: unknown op class {op_class!r}; the op table's are "
                              f"{', '.join(paths)}")
         return paths[op_class]
+
+    def bf16_product_variant(self):
+        """The kernel a product of bf16 tensors runs here, as the profiler names it: the bf16
+        GEMM's variant on the compute path; on the storage path ``gemm_storage`` (the fused
+        storage GEMM), ``gemm_packed`` (MKL's packed GEMM on pieces widened in cache) or the
+        float32 GEMM provider's class (operands widened for it).  A one-row product (a bias
+        gradient) runs ``row_combination_bf16`` on either path."""
+        if self.bf16_path("gemm") == "compute":
+            return gemm_variant()[0]
+        if self.storage_gemm() is not None:
+            return "gemm_storage"
+        if self.storage_packed_gemm() is not None:
+            return "gemm_packed"
+        return type(self.kernels.gemm).__name__ if self.kernels.gemm is not None else self.name
 
     def to_bf16(self, x, out=None):
         """float32 ``x`` -> bf16 bit patterns (uint16), rounded to nearest even."""

@@ -237,3 +237,24 @@ def test_a_scalar_assigned_to_a_bf16_tensor_rounds_as_arrays_do(value):
     t[:] = value
     want = f32_to_bf16(np.full((3, 5), value, np.float32))
     np.testing.assert_array_equal(t._ary, want)
+
+
+def test_the_profiler_names_the_kernel_a_bf16_product_runs(monkeypatch):
+    """``neonlite profile``'s variant column for a product of bf16 tensors: the storage path's
+    kernel (MKL's packed GEMM where MKL is the float32 GEMM, else the fused storage GEMM where
+    the CPU runs it), not the float32 GEMM's class; float32 products keep the class."""
+    from neonlite.backends.cpu.bf16_kernels import storage_module
+    monkeypatch.setenv(bf16_choice.ENV, "storage")
+    be = neonlite.gen_backend("cpu", batch_size=2, datatype="bf16")
+    gemm = type(be.kernels.gemm).__name__
+    variant = be.kernel_variant("compound_dot", (be.empty((5, 3)), be.empty((3, 4)),
+                                                 be.empty((5, 4))))
+    if gemm == "MKLGemm":
+        assert variant == "gemm_packed"
+    elif storage_module(be.kernels)[0] is not None:
+        assert variant == "gemm_storage"
+    else:
+        assert variant == gemm
+    f32 = neonlite.gen_backend("cpu", batch_size=2)
+    assert f32.kernel_variant("compound_dot", (f32.empty((5, 3)), f32.empty((3, 4)),
+                                               f32.empty((5, 4)))) == gemm
