@@ -305,13 +305,15 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
     # ---- kernel variants (``backends/variants.py``) ------------------------------------------
     def kernel_variant(self, method, args):
         """The convolution algorithm a plan chose; for a product of two bf16 tensors the
-        kernel its bf16 path runs (:meth:`bf16_product_variant`); the GEMM provider's class;
-        else ``cpu``."""
+        kernel its bf16 path runs where it has one of its own (:meth:`bf16_product_variant`);
+        the GEMM provider's class; else ``cpu``."""
         if method in CONV_METHODS:
             return conv_algorithm(args[0], method, self.name)
         if method == "compound_dot" and len(args) >= 2 and is_bf16_tensor(args[0]) and \
                 is_bf16_tensor(args[1]):
-            return self.bf16_product_variant()
+            own = self.bf16_product_variant()
+            if own is not None:
+                return own
         gemm = self.kernels.gemm
         if method in GEMM_METHODS and gemm is not None:
             return type(gemm).__name__

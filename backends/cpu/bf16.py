@@ -66,18 +66,14 @@ class CPUBf16Ops:
         return paths[op_class]
 
     def bf16_product_variant(self):
-        """The kernel a product of bf16 tensors runs here, as the profiler names it: the bf16
-        GEMM's variant on the compute path; on the storage path ``gemm_storage`` (the fused
-        storage GEMM), ``gemm_packed`` (MKL's packed GEMM on pieces widened in cache) or the
-        float32 GEMM provider's class (operands widened for it).  A one-row product (a bias
+        """The kernel variant a product of bf16 tensors runs here, as the profiler names it:
+        the bf16 GEMM's on the compute path; on the storage path
+        :func:`~.bf16_choice.storage_variant`'s (``gemm_storage``, ``gemm_packed``), or None
+        where the operands are widened for the float32 GEMM.  A one-row product (a bias
         gradient) runs ``row_combination_bf16`` on either path."""
         if self.bf16_path("gemm") == "compute":
             return gemm_variant()[0]
-        if self.storage_gemm() is not None:
-            return "gemm_storage"
-        if self.storage_packed_gemm() is not None:
-            return "gemm_packed"
-        return type(self.kernels.gemm).__name__ if self.kernels.gemm is not None else self.name
+        return bf16_choice.storage_variant(self.kernels)
 
     def to_bf16(self, x, out=None):
         """float32 ``x`` -> bf16 bit patterns (uint16), rounded to nearest even."""

@@ -29,7 +29,7 @@ import numpy as np
 from ..ops import OPS
 from .blas import blas_threads
 from .bf16_kernels import BF16, F32, fused_storage_module, gemm_bf16, gemm_module, \
-    gemm_storage, gemm_storage_fused, gemm_variant
+    gemm_storage, gemm_storage_fused, gemm_variant, storage_isa
 from .bf16_packed import gemm_storage_packed, packed_storage_module
 from .threads import usable_cores
 from ...kernels.cache import CorruptEntry, cache_key, entry_name
@@ -130,7 +130,7 @@ def measure_gemm(modules, module, shape=SHAPE, bursts=BURSTS, calls=CALLS):
     return flop / best["bf16"] / 1e9, flop / best["f32"] / 1e9
 
 
-def _storage_variant(modules):
+def storage_variant(modules):
     """The kernel variant the storage path's products run here (:func:`_one_thread_storage`),
     or None where they widen whole operands for the float32 GEMM."""
     if fused_storage_module(modules) is not None:
@@ -140,10 +140,9 @@ def _storage_variant(modules):
 
 def storage_products(modules):
     """What the storage path's products run on here, in words (``neonlite doctor``)."""
-    variant = _storage_variant(modules)
+    variant = storage_variant(modules)
     if variant == "gemm_storage":
-        module = fused_storage_module(modules)
-        isa = module.ffi.string(module.lib.nl_gemm_storage_isa()).decode()
+        isa = storage_isa(fused_storage_module(modules))
         return f"products: the fused storage GEMM ({isa}), operands widened while packed"
     if variant == "gemm_packed":
         return "products: MKL's packed GEMM on operand pieces widened in cache"
@@ -151,7 +150,7 @@ def storage_products(modules):
 
 
 def _key(modules, variant):
-    storage = _storage_variant(modules)
+    storage = storage_variant(modules)
     return cache_key({"measurement": ENTRY, "kernel": modules.builder.cpu_key(find(variant)),
                       "f32_gemm": type(modules.gemm).__name__, "cores": usable_cores(),
                       "storage_gemm": None if storage is None else
@@ -212,7 +211,7 @@ def _choose(modules, asked):
         rates, source = measure_gemm(modules, module), "measured"
         _keep(modules, key, variant, rates)
     path = "compute" if rates[0] > MARGIN * rates[1] else "storage"
-    storage = _storage_variant(modules) or "widened operands"
+    storage = storage_variant(modules) or "widened operands"
     reasons["gemm"] = (f"{variant} {rates[0]:.1f} GFLOP/s against float32 arithmetic on bf16 "
                        f"data {rates[1]:.1f} GFLOP/s ({storage}), one core at "
                        f"{'x'.join(map(str, SHAPE))} "

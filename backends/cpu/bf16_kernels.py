@@ -63,6 +63,12 @@ STORAGE_ISAS = {"AVX-512": ("AVX-512 (F, BW, VL)", cpu_features.has_avx512_float
                 "AVX2": ("AVX2 and FMA", cpu_features.has_avx2_float)}
 
 
+def storage_isa(module):
+    """The instruction set of the micro-kernel compiled into a ``gemm_storage`` module:
+    ``"AVX-512"``, ``"AVX2"`` or ``"none"``."""
+    return module.ffi.string(module.lib.nl_gemm_storage_isa()).decode()
+
+
 def storage_module(modules):
     """``(module or None, reason)``: the storage path's fused GEMM, loaded only where the CPU
     facts say AVX-512 or AVX2 with FMA runs (lowered by ``NEONLITE_CPU_FEATURES_OFF``) and
@@ -76,7 +82,7 @@ def storage_module(modules):
         return None, "the gemm_storage kernel cannot be built here"
     if not module.lib.nl_gemm_storage_built():
         return None, "the C compiler's -march=native enables neither AVX-512 nor AVX2 with FMA"
-    isa = module.ffi.string(module.lib.nl_gemm_storage_isa()).decode()
+    isa = storage_isa(module)
     needs, allowed = STORAGE_ISAS[isa]
     if not allowed():
         return None, f"its {isa} micro-kernel needs {needs}, turned off here"

@@ -18,7 +18,8 @@ import pytest
 
 import neonlite
 from neonlite.backends.cpu import bf16 as bf16_ops
-from neonlite.backends.cpu.bf16_kernels import gemm_storage_fused, storage_module
+from neonlite.backends.cpu.bf16_kernels import gemm_storage_fused, storage_isa, \
+    storage_module
 from neonlite.backends.reference.optree import bf16_to_f32, f32_to_bf16
 from support.requires import requires
 
@@ -173,7 +174,7 @@ def test_without_its_isa_the_storage_path_takes_another_gemm_as_exact(storage_be
     """The micro-kernel -march=native compiled (AVX-512, or AVX2 where the CPU has no AVX-512)
     turned off: the module is not used, and the other GEMM gives the same product."""
     be = storage_be
-    isa = module.ffi.string(module.lib.nl_gemm_storage_isa()).decode()
+    isa = storage_isa(module)
     assert isa in ("AVX-512", "AVX2")
     rng = np.random.default_rng(2)
     x = rng.standard_normal((13, 300)).astype(np.float32)
@@ -202,6 +203,5 @@ def test_the_choice_names_what_the_storage_products_run_on(monkeypatch):
     if type(be.kernels.gemm).__name__ == "MKLGemm":
         assert "MKL's packed GEMM" in reason
     else:
-        isa = storage_module(be.kernels)[0].ffi.string(
-            storage_module(be.kernels)[0].lib.nl_gemm_storage_isa()).decode()
+        isa = storage_isa(storage_module(be.kernels)[0])
         assert f"the fused storage GEMM ({isa})" in reason
