@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 import neonlite
+from neonlite.backends.cpu import bf16 as bf16_ops
 from neonlite.backends.cpu import bf16_choice
 from neonlite.backends.cpu.bf16_kernels import gemm_bf16, gemm_module
 from neonlite.backends.reference.optree import bf16_to_f32, f32_to_bf16
@@ -48,6 +49,28 @@ PRODUCTS = {"forward": (False, False), "input_grad": (False, True), "weight_grad
 @pytest.fixture(scope="module")
 def be():
     return neonlite.gen_backend("cpu", batch_size=4, rng_seed=0)
+
+
+#: the paths a product is checked on: ``compute`` on this CPU's bf16 kernel (skips without
+#: one), ``amx_emulated`` the compute path on the AMX kernel's code with its tile instructions
+#: done in C (``kernels/cpu/bf16/amx_emulated.h``: every CPU), and ``storage``
+PATHS = ["compute", "amx_emulated", "storage"]
+
+
+@pytest.fixture
+def on_path(be, monkeypatch):
+    """``on_path(path)``: the ``path`` argument of ``dot_bf16`` that runs ``path`` of
+    :data:`PATHS` (``amx_emulated``: ``compute``, with the emulated AMX module as this
+    backend's bf16 GEMM)."""
+    def use(path):
+        if path == "compute":
+            need("bf16")
+        if path != "amx_emulated":
+            return path
+        module = be.kernels.variant("gemm_bf16_amx_emulated")
+        monkeypatch.setattr(bf16_ops, "gemm_module", lambda modules: (module, "AMX emulated"))
+        return "compute"
+    return use
 
 
 def _operands(rng, m, n, k, trans_a, trans_b, pad=0):
@@ -85,13 +108,12 @@ def test_casts_round_to_nearest_even_as_the_reference(be):
     assert ties.tolist() == [0x3F80, 0x3F82]  # ties to even: down, then up
 
 
-@pytest.mark.parametrize("path", ["compute", "storage"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("product", sorted(PRODUCTS))
 @pytest.mark.parametrize("m,n,k", SHAPES)
-def test_products_within_the_bf16_bound(be, path, product, m, n, k):
+def test_products_within_the_bf16_bound(be, on_path, path, product, m, n, k):
     """Both bounds of the module docstring, for alpha/beta pairs, row strides past the rows."""
-    if path == "compute":
-        need("bf16")
+    run_path = on_path(path)
     trans_a, trans_b = PRODUCTS[product]
     rng = np.random.default_rng(m * 7919 + n * 31 + k)
     a, b = _operands(rng, m, n, k, trans_a, trans_b, pad=3)
@@ -99,7 +121,7 @@ def test_products_within_the_bf16_bound(be, path, product, m, n, k):
         c0 = rng.standard_normal((m, n)).astype(np.float32)
         c = c0.copy()
         abits, bbits = be.to_bf16(a), be.to_bf16(b)
-        be.dot_bf16(abits, bbits, c, alpha, beta, trans_a, trans_b, path=path)
+        be.dot_bf16(abits, bbits, c, alpha, beta, trans_a, trans_b, path=run_path)
         rounded, scale_r, exact, scale = _exact(a, b, trans_a, trans_b)
         r = k + -(-k // 512) + 3
         # the sum's roundings, then those of alpha * sum, beta * C and their sum
@@ -124,10 +146,14 @@ def test_the_bound_is_not_loose_by_a_factor_of_two(be):
     assert relative.max() > 2 ** -8 and relative.max() <= 2 * U_BF16 + U_BF16 ** 2
 
 
+@pytest.mark.parametrize("kernel", ["native", "amx_emulated"])
 @pytest.mark.parametrize("product", sorted(PRODUCTS))
-def test_compute_path_is_bit_identical_on_1_2_3_threads(be, product):
-    need("bf16")
-    module, _ = gemm_module(be.kernels)
+def test_compute_path_is_bit_identical_on_1_2_3_threads(be, product, kernel):
+    if kernel == "native":
+        need("bf16")
+        module, _ = gemm_module(be.kernels)
+    else:
+        module = be.kernels.variant("gemm_bf16_amx_emulated")
     trans_a, trans_b = PRODUCTS[product]
     rng = np.random.default_rng(11)
     m, n, k = 203, 517, 1100
@@ -139,6 +165,43 @@ def test_compute_path_is_bit_identical_on_1_2_3_threads(be, product):
         gemm_bf16(module, abits, bbits, c, 1.0, 0.5, trans_a, trans_b, threads)
         results.append(c.view(np.uint32).copy())
     assert np.array_equal(results[0], results[1]) and np.array_equal(results[0], results[2])
+
+
+def _amx_order(a, b, c, alpha, beta, trans_a, trans_b, kc=512):
+    """The AMX kernel's result in float32 as its documented order makes it: each block of
+    ``kc`` k summed from zero in k order (TDPBF16PS adds each pair's even product, then its odd
+    one; products of bf16 values are exact), alpha times that added to C (the first block:
+    to beta times C)."""
+    op = lambda x, t: bf16_to_f32(x.T if t else x)  # noqa: E731
+    wa, wb = op(a, trans_a), op(b, trans_b)
+    alpha, beta, c = np.float32(alpha), np.float32(beta), c.copy()
+    for k0 in range(0, wa.shape[1], kc):
+        block = np.zeros(c.shape, np.float32)
+        for k in range(k0, min(k0 + kc, wa.shape[1])):
+            block += np.outer(wa[:, k], wb[k])
+        c = alpha * block + (beta * c if k0 == 0 else c)
+    return c
+
+
+@pytest.mark.parametrize("product", sorted(PRODUCTS))
+def test_the_amx_kernel_sums_in_its_documented_order(be, product):
+    """The AMX kernel's code (tile instructions emulated after Intel's pseudocode) gives, bit
+    for bit on 1, 2 and 3 threads, the float32 sums of :func:`_amx_order`: its packing, tiles
+    and blocks add every term once, in order, at odd shapes and past one k block (alpha and
+    beta powers of two, so no rounding depends on whether the compiler fuses the epilogue's
+    multiply-adds)."""
+    module = be.kernels.variant("gemm_bf16_amx_emulated")
+    trans_a, trans_b = PRODUCTS[product]
+    rng = np.random.default_rng(21)
+    for m, n, k in [(37, 45, 29), (33, 17, 1031), (1, 70, 515)]:
+        a, b = _operands(rng, m, n, k, trans_a, trans_b, pad=5)
+        abits, bbits = be.to_bf16(a), be.to_bf16(b)
+        c0 = rng.standard_normal((m, n)).astype(np.float32)
+        expected = _amx_order(abits, bbits, c0, 0.5, 0.25, trans_a, trans_b)
+        for threads in (1, 2, 3):
+            c = c0.copy()
+            gemm_bf16(module, abits, bbits, c, 0.5, 0.25, trans_a, trans_b, threads)
+            np.testing.assert_array_equal(c.view(np.uint32), expected.view(np.uint32))
 
 
 def test_bad_operands_are_one_clear_error(be):
@@ -173,7 +236,8 @@ def test_the_amx_variant_compiles_here():
 def test_amx_variant_is_chosen_and_within_the_bound(be):
     from neonlite.backends.cpu.bf16_kernels import gemm_variant
     assert gemm_variant()[0] == "gemm_bf16_amx"
-    test_products_within_the_bf16_bound(be, "compute", "forward", 97, 65, 515)
+    test_products_within_the_bf16_bound(be, lambda path: path, "compute", "forward", 97, 65,
+                                        515)
 
 
 FORCED_OFF = r"""
@@ -261,14 +325,13 @@ def test_op_classes_come_from_the_op_table():
     assert cpu_features.FEATURES_OFF == "NEONLITE_CPU_FEATURES_OFF"
 
 
-@pytest.mark.parametrize("path", ["compute", "storage"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("m,n,k", [(37, 45, 29), (97, 65, 515), (13, 1, 3)])
-def test_bits_out_are_the_float32_result_rounded(be, path, m, n, k):
+def test_bits_out_are_the_float32_result_rounded(be, on_path, path, m, n, k):
     """``dot_bf16(..., bits=out)``: out holds C rounded to nearest even, bit for bit as the
     cast of the float32 C (the compute path writes it in the GEMM's epilogue, after each
     block's last k block; the storage path in one pass after the GEMM)."""
-    if path == "compute":
-        need("bf16")
+    path = on_path(path)
     rng = np.random.default_rng(12)
     for trans_a, trans_b in PRODUCTS.values():
         a, b = _operands(rng, m, n, k, trans_a, trans_b)
