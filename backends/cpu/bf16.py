@@ -16,7 +16,8 @@ from .blas import CPUBlasOps
 from .rows import ROW_COMBINATION, row_combination_bf16_kernel, \
     scatter_add_rows_bf16_kernel
 from .bf16_boundary import NOT_TAKEN, is_bf16_tensor
-from .bf16_packed import gemm_storage_packed, packed_storage_module, prepare_storage_packed
+from .bf16_packed import gemm_storage_packed, packed_storage_module, prepare_storage_packed, \
+    shared_area
 from .bf16_kernels import BF16, F32, check_gemm_operands, from_bf16, gemm_bf16, gemm_module, \
     fused_storage_module, gemm_storage, gemm_storage_fused, gemm_variant, to_bf16
 
@@ -111,12 +112,13 @@ class CPUBf16Ops:
             module, why = gemm_module(self.kernels)
             if module is None:
                 raise ValueError(f"dot_bf16: the compute path cannot run here: {why}")
-            return gemm_bf16(module, a, b, c, alpha, beta, transA, transB, threads, bits)
+            return gemm_bf16(module, a, b, c, alpha, beta, transA, transB, threads, bits,
+                             shared_area(self.kernels, "work"))
         if path == "storage":
             module = self.storage_gemm()
             if module is not None:
                 return gemm_storage_fused(module, a, b, c, bits, alpha, beta, transA, transB,
-                                          threads)
+                                          threads, shared_area(self.kernels, "work"))
             packed = self.storage_packed_gemm()
             if packed is not None and a.dtype == BF16 and b.dtype == BF16:
                 gemm_storage_packed(self.kernels, packed, a, b, c, None, alpha, beta, transA,
@@ -222,7 +224,7 @@ class CPUBf16Ops:
                 if beta != 0.0:
                     boundary.widen(C._ary, work)
             gemm_storage_fused(module, A._ary, B._ary, work, C._ary if C.bf16 else None,
-                               alpha, beta, transA, transB)
+                               alpha, beta, transA, transB, area=shared_area(self.kernels, "work"))
             return C
         packed = self.storage_packed_gemm()
         a, b, c = A._ary, B._ary, C._ary

@@ -30,7 +30,7 @@ from ..ops import OPS
 from .blas import blas_threads
 from .bf16_kernels import BF16, F32, fused_storage_module, gemm_bf16, gemm_module, \
     gemm_storage, gemm_storage_fused, gemm_variant, storage_isa
-from .bf16_packed import gemm_storage_packed, packed_storage_module
+from .bf16_packed import SharedArea, gemm_storage_packed, packed_storage_module
 from .threads import usable_cores
 from ...kernels.cache import CorruptEntry, cache_key, entry_name
 from ...kernels.specs import find
@@ -79,15 +79,16 @@ def requested():
     return value
 
 
-def _one_thread_storage(modules, a, b, c, scratch):
+def _one_thread_storage(modules, a, b, c, scratch, area):
     """The storage path's product on one thread: the fused storage GEMM where the storage path
     runs it (:func:`~.bf16_kernels.fused_storage_module`), else MKL's packed GEMM where the
     float32 GEMM is MKL's (:func:`~.bf16_packed.gemm_storage_packed`), else
     :func:`~.bf16_kernels.gemm_storage` with numpy's matmul on one BLAS thread
-    (``GemmThreads`` would cut a product over threads of its own)."""
+    (``GemmThreads`` would cut a product over threads of its own).  ``area``: the
+    :class:`~.bf16_packed.SharedArea` of the fused GEMM's packing buffers."""
     fused = fused_storage_module(modules)
     if fused is not None:
-        return gemm_storage_fused(fused, a, b, c, None, threads=1)
+        return gemm_storage_fused(fused, a, b, c, None, threads=1, area=area)
     packed = packed_storage_module(modules)
     if packed is not None:
         return gemm_storage_packed(modules, packed, a, b, c, None, threads=1)
@@ -114,11 +115,11 @@ def measure_gemm(modules, module, shape=SHAPE, bursts=BURSTS, calls=CALLS):
     a = (rng.standard_normal((m, k), dtype=F32).view(np.uint32) >> 16).astype(BF16)
     b = (rng.standard_normal((k, n), dtype=F32).view(np.uint32) >> 16).astype(BF16)
     c = np.empty((m, n), F32)
-    scratch = {}
-    runs = {"bf16": lambda: gemm_bf16(module, a, b, c, threads=1),
-            "f32": lambda: _one_thread_storage(modules, a, b, c, scratch)}
+    scratch, area = {}, SharedArea()
+    runs = {"bf16": lambda: gemm_bf16(module, a, b, c, threads=1, area=area),
+            "f32": lambda: _one_thread_storage(modules, a, b, c, scratch, area)}
     for run in runs.values():
-        run()  # warm-up: first-call costs (packing buffers, MKL's plan, the scratch arrays)
+        run()  # warm-up: first-call costs (the packing area, MKL's plan, the scratch arrays)
     best = {name: float("inf") for name in runs}
     for _ in range(bursts):
         for name, run in runs.items():

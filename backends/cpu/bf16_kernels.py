@@ -150,22 +150,35 @@ def check_gemm_operands(a, b, c, trans_a, trans_b):
                          f"{c.shape[1]}; expected op(A) (m, k) @ op(B) (k, n) into C (m, n)")
 
 
+def _work(module, area, size_of, m, n, threads):
+    """The packing buffers' pointer for a kernel's call: ``area`` (a
+    :class:`~.bf16_packed.SharedArea`, grown to ``size_of(m, n, threads)`` bytes) or NULL,
+    where the kernel allocates them for the call."""
+    if area is None:
+        return module.ffi.NULL
+    area.ensure(module.ffi, -(-int(size_of(m, n, threads)) // F32.itemsize))
+    return area.pointer
+
+
 def gemm_bf16(module, a, b, c, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, threads=0,
-              bits=None):
+              bits=None, area=None):
     """c = alpha * op(a) @ op(b) + beta * c on the bf16 instructions (``module`` from
     :func:`gemm_module`); operands as :func:`check_gemm_operands` wants (checked by the
     caller).  ``threads`` 0: OpenMP's default.  ``bits``: a bf16 array of c's shape with
-    unit-stride rows, which the GEMM's epilogue fills with c rounded to nearest even."""
+    unit-stride rows, which the GEMM's epilogue fills with c rounded to nearest even.
+    ``area``: the :class:`~.bf16_packed.SharedArea` the packing buffers are kept in (None: the
+    kernel allocates them for this call)."""
     m, k = a.shape[::-1] if trans_a else a.shape
     n = c.shape[1]
     ffi = module.ffi
+    work = _work(module, area, module.lib.nl_gemm_bf16_work_bytes, m, n, int(threads))
     status = module.lib.nl_gemm_bf16_to(
         ffi.cast("uint16_t *", a.ctypes.data), ffi.cast("uint16_t *", b.ctypes.data),
         ffi.cast("float *", c.ctypes.data),
         ffi.NULL if bits is None else ffi.cast("uint16_t *", bits.ctypes.data), m, n, k,
         a.strides[0] // 2, b.strides[0] // 2, c.strides[0] // 4,
         0 if bits is None else bits.strides[0] // 2, int(trans_a), int(trans_b), float(alpha),
-        float(beta), int(threads))
+        float(beta), int(threads), work)
     if status == -2:
         raise MemoryError(f"dot_bf16: no memory for the packed operands of a {m}x{k} @ "
                           f"{k}x{n} product")
@@ -180,23 +193,26 @@ def _rows(x):
 
 
 def gemm_storage_fused(module, a, b, c, bits, alpha=1.0, beta=0.0, trans_a=False,
-                       trans_b=False, threads=0):
+                       trans_b=False, threads=0, area=None):
     """The storage path's product on :func:`storage_module`'s kernel: ``a`` and ``b`` each
     bf16 (uint16 bits) or float32, 2-D with unit-stride rows; the result into float32 ``c``,
     into bf16 ``bits`` (rounded to nearest even in the epilogue), or both; ``c`` may be None
-    only where k is at most ``nl_gemm_storage_kc()`` (beta then reads ``bits``).  Shapes and
-    strides checked by the caller; returns ``c`` or ``bits``."""
+    only where k is at most ``nl_gemm_storage_kc()`` (beta then reads ``bits``).  ``area``:
+    the :class:`~.bf16_packed.SharedArea` the packing buffers are kept in (None: the kernel
+    allocates them for this call).  Shapes and strides checked by the caller; returns ``c``
+    or ``bits``."""
     m, k = a.shape[::-1] if trans_a else a.shape
     out = bits if c is None else c
     n = out.shape[1]
     ffi = module.ffi
+    work = _work(module, area, module.lib.nl_gemm_storage_work_bytes, m, n, int(threads))
     status = module.lib.nl_gemm_storage(
         ffi.cast("void *", a.ctypes.data), int(a.dtype == BF16),
         ffi.cast("void *", b.ctypes.data), int(b.dtype == BF16),
         ffi.NULL if c is None else ffi.cast("float *", c.ctypes.data),
         ffi.NULL if bits is None else ffi.cast("uint16_t *", bits.ctypes.data), m, n, k,
         _rows(a), _rows(b), _rows(c), _rows(bits), int(trans_a), int(trans_b), float(alpha),
-        float(beta), int(threads))
+        float(beta), int(threads), work)
     if status == -2:
         raise MemoryError(f"compound_dot: no memory for the packed operands of a {m}x{k} @ "
                           f"{k}x{n} product")

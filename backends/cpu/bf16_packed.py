@@ -59,7 +59,10 @@ class SharedArea:
             self.pointer = ffi.from_buffer("float[]", self.array)
 
 
-def _shared_area(modules, name):
+def shared_area(modules, name):
+    """The backend's :class:`SharedArea` ``name`` (made on first use): ``packed`` (the
+    packed chunks) or ``work`` (the threads' work areas: the packed, fused storage and bf16
+    GEMMs' packing buffers)."""
     area = modules.workspaces.get(("bf16_packed_area", name))
     if area is None:
         area = modules.workspaces[("bf16_packed_area", name)] = SharedArea()
@@ -102,7 +105,7 @@ def _areas(modules, module, m, n, k, packed, threads):
         found = modules.workspaces[key] = (chunks * kparts * stride, stride, threads * work,
                                            work, strip, chunk, kparts)
     chunk_size, stride, work_size, work, strip, chunk, kparts = found
-    packed_area, work_area = _shared_area(modules, "packed"), _shared_area(modules, "work")
+    packed_area, work_area = shared_area(modules, "packed"), shared_area(modules, "work")
     packed_area.ensure(module.ffi, chunk_size)
     work_area.ensure(module.ffi, work_size)
     return packed_area, stride, work_area, work, strip, chunk, kparts

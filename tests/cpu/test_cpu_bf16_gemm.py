@@ -204,6 +204,32 @@ def test_the_amx_kernel_sums_in_its_documented_order(be, product):
             np.testing.assert_array_equal(c.view(np.uint32), expected.view(np.uint32))
 
 
+@pytest.mark.parametrize("kernel", ["native", "amx_emulated"])
+def test_a_kept_area_holds_the_packing_buffers(be, kernel):
+    """With an area (as the backend passes its shared one), the kernel packs into it instead
+    of allocating buffers of its own: an area of ``nl_gemm_bf16_work_bytes`` is enough (it
+    does not grow), it is written, and the result is the same bits."""
+    from neonlite.backends.cpu.bf16_packed import SharedArea
+    if kernel == "native":
+        need("bf16")
+        module, _ = gemm_module(be.kernels)
+    else:
+        module = be.kernels.variant("gemm_bf16_amx_emulated")
+    rng = np.random.default_rng(4)
+    a, b = _operands(rng, 70, 300, 600, False, True)
+    abits, bbits = be.to_bf16(a), be.to_bf16(b)
+    for threads in (1, 2, 3):
+        fresh = np.zeros((70, 300), np.float32)
+        gemm_bf16(module, abits, bbits, fresh, 1.0, 0.0, False, True, threads)
+        area, kept = SharedArea(), np.zeros((70, 300), np.float32)
+        area.ensure(module.ffi, -(-module.lib.nl_gemm_bf16_work_bytes(70, 300, threads) // 4))
+        held = area.array
+        held.view(np.uint32)[:] = 0xFFFFFFFF
+        gemm_bf16(module, abits, bbits, kept, 1.0, 0.0, False, True, threads, area=area)
+        assert area.array is held and (held.view(np.uint32) != 0xFFFFFFFF).any()
+        np.testing.assert_array_equal(kept, fresh)
+
+
 def test_bad_operands_are_one_clear_error(be):
     a = np.zeros((4, 5), np.uint16)
     with pytest.raises(ValueError, match="A must be a 2-D uint16"):

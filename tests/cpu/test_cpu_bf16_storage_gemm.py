@@ -114,6 +114,25 @@ def test_bit_identical_on_1_2_3_threads(module, product, m):
         np.testing.assert_array_equal(bits, results[0][1])
 
 
+def test_a_kept_area_holds_the_packing_buffers(module):
+    """With an area (as the backend passes its shared one), the kernel packs into it instead
+    of allocating buffers of its own: an area of ``nl_gemm_storage_work_bytes`` is enough (it
+    does not grow), it is written, and the result is the same bits."""
+    from neonlite.backends.cpu.bf16_packed import SharedArea
+    rng = np.random.default_rng(8)
+    a, b, _, _ = _problem(rng, 97, 300, 600, ("bf16", "f32"), True, False)
+    for threads in (1, 2, 3):
+        fresh, kept = np.zeros((97, 300), np.float32), np.zeros((97, 300), np.float32)
+        gemm_storage_fused(module, a, b, fresh, None, 1.0, 0.0, True, False, threads)
+        area = SharedArea()
+        area.ensure(module.ffi, -(-module.lib.nl_gemm_storage_work_bytes(97, 300, threads) // 4))
+        held = area.array
+        held.view(np.uint32)[:] = 0xFFFFFFFF
+        gemm_storage_fused(module, a, b, kept, None, 1.0, 0.0, True, False, threads, area)
+        assert area.array is held and (held.view(np.uint32) != 0xFFFFFFFF).any()
+        np.testing.assert_array_equal(kept, fresh)
+
+
 def test_k_zero_scales_the_old_result(module):
     c = np.full((4, 5), 2.0, np.float32)
     bits = np.zeros((4, 5), np.uint16)
@@ -153,7 +172,9 @@ def test_the_storage_path_keeps_mkls_sgemm_where_the_float32_gemm_is_mkl():
     assert (be.storage_gemm() is None) == is_mkl
 
 
-def test_compound_dot_on_bf16_tensors_runs_the_fused_gemm_with_no_work_tensor(storage_be):
+def test_compound_dot_on_bf16_tensors_runs_the_fused_gemm_in_kept_buffers(storage_be, module):
+    """No float32 work tensor, and the packing buffers in the backend's shared work area,
+    which the next product of the shape does not grow."""
     be = storage_be
     rng = np.random.default_rng(1)
     x = rng.standard_normal((37, 29)).astype(np.float32)
@@ -167,6 +188,12 @@ def test_compound_dot_on_bf16_tensors_runs_the_fused_gemm_with_no_work_tensor(st
     got = Y.get().astype(np.float64)
     assert np.all(np.abs(got - exact) <= U_BF16 * np.abs(exact) + 40 * U * size)
     assert not [key for key in be.bf16_boundary._work if key[0][0] == "compound_dot"]
+    area = be.kernels.workspaces[("bf16_packed_area", "work")]
+    held = area.array
+    assert held.size * 4 >= module.lib.nl_gemm_storage_work_bytes(37, 45, 0) > 0
+    be.compound_dot(X, W, Y)
+    assert area.array is held
+    np.testing.assert_array_equal(Y.get(), got.astype(np.float32))
 
 
 def test_without_its_isa_the_storage_path_takes_another_gemm_as_exact(storage_be, module,

@@ -91,12 +91,46 @@ int nl_gemm_bf16(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int6
                  float alpha, float beta, int threads)
 {
     return nl_gemm_bf16_to(A, B, C, NULL, M, N, K, lda, ldb, ldc, 0, transA, transB, alpha,
-                           beta, threads);
+                           beta, threads, NULL);
+}
+
+/* The tasks: column chunks x runs of whole row blocks, about two per thread; no task shares
+ * an output element with another, and none waits for another.  `threads`: those that take
+ * part (at most nt, none without a task). */
+typedef struct {
+    int64_t runs, tasks, mblocks;
+    int threads;
+} nl_layout;
+
+static nl_layout nl_plan(int64_t M, int64_t N, int nt)
+{
+    nl_layout l;
+    const int64_t chunks = nl_ceil_div(N, NL_NCHUNK);
+    l.mblocks = nl_ceil_div(M, NL_MC);
+    l.runs = nl_ceil_div(2 * nt, chunks);
+    l.runs = l.runs < 1 ? 1 : (l.runs > l.mblocks ? l.mblocks : l.runs);
+    l.tasks = chunks * l.runs;
+    l.threads = nt < l.tasks ? nt : (int)l.tasks;
+    return l;
+}
+
+/* bf16 elements of one thread's packing buffers (B panels NL_NCHUNK x NL_KC, then A panels
+ * NL_MC x NL_KC), a whole number of cache lines */
+#define NL_THREAD_ELEMENTS (nl_ceil_div((int64_t)(NL_NCHUNK + NL_MC) * NL_KC, 32) * 32)
+
+static int nl_threads_of(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+
+int64_t nl_gemm_bf16_work_bytes(int64_t M, int64_t N, int threads)
+{
+    if (M <= 0 || N <= 0)
+        return 0;
+    const nl_layout l = nl_plan(M, N, nl_threads_of(threads));
+    return (int64_t)l.threads * NL_THREAD_ELEMENTS * (int64_t)sizeof(uint16_t);
 }
 
 int nl_gemm_bf16_to(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb, int64_t M,
                     int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int64_t ldcb,
-                    int transA, int transB, float alpha, float beta, int threads)
+                    int transA, int transB, float alpha, float beta, int threads, void *work)
 {
     if (M <= 0 || N <= 0)
         return 0;
@@ -106,34 +140,30 @@ int nl_gemm_bf16_to(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb
             nl_narrow_block(C, ldc, Cb, ldcb, M, N);
         return 0;
     }
-    /* tasks: column chunks x runs of whole row blocks, about two per thread; no task shares
-     * an output element with another, and none waits for another */
-    const int nt = threads > 0 ? threads : omp_get_max_threads();
-    const int64_t chunks = nl_ceil_div(N, NL_NCHUNK), mblocks = nl_ceil_div(M, NL_MC);
-    int64_t runs = nl_ceil_div(2 * nt, chunks);
-    runs = runs < 1 ? 1 : (runs > mblocks ? mblocks : runs);
-    const int64_t tasks = chunks * runs;
+    const nl_layout l = nl_plan(M, N, nl_threads_of(threads));
     int failed = 0;
-    #pragma omp parallel num_threads(nt < tasks ? nt : (int)tasks) reduction(| : failed)
+    #pragma omp parallel num_threads(l.threads) reduction(| : failed)
     {
-        uint16_t *bp = aligned_alloc(64, (size_t)NL_NCHUNK * NL_KC * sizeof(uint16_t));
-        uint16_t *ap = aligned_alloc(64, (size_t)NL_MC * NL_KC * sizeof(uint16_t));
-        failed = bp == NULL || ap == NULL;
+        uint16_t *bp = work != NULL
+            ? (uint16_t *)work + omp_get_thread_num() * NL_THREAD_ELEMENTS
+            : aligned_alloc(64, (size_t)NL_THREAD_ELEMENTS * sizeof(uint16_t));
+        uint16_t *ap = bp == NULL ? NULL : bp + (int64_t)NL_NCHUNK * NL_KC;
+        failed = bp == NULL;
         nl_thread_begin();
         #pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < tasks; t++) {
+        for (int64_t t = 0; t < l.tasks; t++) {
             if (failed)
                 continue;
             int64_t lo, hi;
-            nl_split(mblocks, t % runs, runs, &lo, &hi);
-            const int64_t n0 = (t / runs) * NL_NCHUNK;
+            nl_split(l.mblocks, t % l.runs, l.runs, &lo, &hi);
+            const int64_t n0 = (t / l.runs) * NL_NCHUNK;
             const int64_t m1 = hi * NL_MC < M ? hi * NL_MC : M;
             nl_task(A, B, C, Cb, lo * NL_MC, m1, n0, N - n0 < NL_NCHUNK ? N - n0 : NL_NCHUNK,
                     K, lda, ldb, ldc, ldcb, transA, transB, alpha, beta, bp, ap);
         }
         nl_thread_end();
-        free(bp);
-        free(ap);
+        if (work == NULL)
+            free(bp);
     }
     return failed ? -2 : 0;
 }
@@ -172,11 +202,18 @@ int nl_gemm_bf16(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int6
 
 int nl_gemm_bf16_to(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb, int64_t M,
                     int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int64_t ldcb,
-                    int transA, int transB, float alpha, float beta, int threads)
+                    int transA, int transB, float alpha, float beta, int threads, void *work)
 {
     (void)A, (void)B, (void)C, (void)Cb, (void)M, (void)N, (void)K, (void)lda, (void)ldb;
     (void)ldc, (void)ldcb, (void)transA, (void)transB, (void)alpha, (void)beta, (void)threads;
+    (void)work;
     return -1;
+}
+
+int64_t nl_gemm_bf16_work_bytes(int64_t M, int64_t N, int threads)
+{
+    (void)M, (void)N, (void)threads;
+    return 0;
 }
 
 double nl_bf16_peak_run(long iters, int threads, double *best)

@@ -16,10 +16,17 @@ int nl_gemm_bf16(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int6
 /* nl_gemm_bf16, and with Cb (not NULL) the bf16 output too: Cb (M x N uint16 bfloat16 bits,
  * row stride ldcb) = C rounded to nearest even, each block written by the GEMM's epilogue
  * right after its last k block (no separate pass over C); C still holds the float32 result
- * (its accumulator). */
+ * (its accumulator).  `work`: the threads' packing buffers, nl_gemm_bf16_work_bytes(M, N,
+ * threads) bytes on a 64-byte boundary, used during the call only (a caller keeps one for
+ * every call); NULL: the call allocates them and frees them before it returns (-2 where it
+ * cannot). */
 int nl_gemm_bf16_to(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb, int64_t M,
                     int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int64_t ldcb,
-                    int transA, int transB, float alpha, float beta, int threads);
+                    int transA, int transB, float alpha, float beta, int threads, void *work);
+
+/* the bytes of the `work` nl_gemm_bf16_to takes for an M x N result on `threads` threads
+ * (<= 0: OpenMP's default), whatever K */
+int64_t nl_gemm_bf16_work_bytes(int64_t M, int64_t N, int threads);
 
 /* 1 when the kernel was compiled with the instructions of this variant (VDPBF16PS, or AMX
  * TDPBF16PS in the AMX variant), else 0: the caller must not call it then. */

@@ -169,10 +169,51 @@ static void nl_scale_result(const nl_gemm_call *g)
         }
 }
 
+/* The tasks of a packed call: runs of whole micro-block rows (NL_MR) x chunks of `chunk`
+ * whole panels, about one per thread (split rows first: each run packs op(B) once per k
+ * block, each chunk op(A)); none shares an output element with another.  Runs of NL_MR rows,
+ * not of NL_MC: 768 rows in blocks of 144 went 432 + 336 to two threads.  `threads`: those
+ * that take part (at most nt, none without a task). */
+typedef struct {
+    int64_t runs, chunk, tasks, mpanels;
+    int threads;
+} nl_layout;
+
+static nl_layout nl_plan(int64_t M, int64_t N, int nt)
+{
+    nl_layout l;
+    l.mpanels = nl_ceil_div(M, NL_MR);
+    const int64_t panels = nl_ceil_div(N, NL_NR);
+    l.runs = l.mpanels < nt ? l.mpanels : nt;
+    l.chunk = nl_ceil_div(panels, nl_ceil_div(nt, l.runs));
+    if (l.chunk * NL_NR > NL_MAX_CHUNK)
+        l.chunk = NL_MAX_CHUNK / NL_NR;
+    l.tasks = l.runs * nl_ceil_div(panels, l.chunk);
+    l.threads = nt < l.tasks ? nt : (int)l.tasks;
+    return l;
+}
+
+/* floats of one thread's packing buffers (B panels, then A panels), a whole number of cache
+ * lines */
+static int64_t nl_thread_floats(const nl_layout *l)
+{
+    return nl_ceil_div((int64_t)NL_KC * l->chunk * NL_NR + (int64_t)NL_MC * NL_KC, 16) * 16;
+}
+
+static int nl_threads_of(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+
+int64_t nl_gemm_storage_work_bytes(int64_t M, int64_t N, int threads)
+{
+    if (M <= 0 || N <= 0)
+        return 0;
+    const nl_layout l = nl_plan(M, N, nl_threads_of(threads));
+    return (int64_t)l.threads * nl_thread_floats(&l) * (int64_t)sizeof(float);
+}
+
 int nl_gemm_storage(const void *A, int a_bf16, const void *B, int b_bf16, float *C,
                     uint16_t *Cb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                     int64_t ldc, int64_t ldcb, int transA, int transB, float alpha, float beta,
-                    int threads)
+                    int threads, void *work)
 {
     if (C == NULL && (Cb == NULL || K > NL_KC))
         return -3;
@@ -184,40 +225,33 @@ int nl_gemm_storage(const void *A, int a_bf16, const void *B, int b_bf16, float 
         nl_scale_result(&g);
         return 0;
     }
-    const int nt = threads > 0 ? threads : omp_get_max_threads();
+    const int nt = nl_threads_of(threads);
     if (M == 1 && !transB) {
         const int64_t columns = nl_ceil_div(N, NL_LANES);
         nl_row_times_matrix(&g, nt < columns ? nt : (int)columns);
         return 0;
     }
-    /* tasks: runs of whole micro-block rows (NL_MR) x chunks of whole panels, about one per
-     * thread (split rows first: each run packs op(B) once per k block, each chunk op(A));
-     * none shares an output element with another.  Runs of NL_MR rows, not of NL_MC: 768 rows
-     * in blocks of 144 went 432 + 336 to two threads */
-    const int64_t mpanels = nl_ceil_div(M, NL_MR), panels = nl_ceil_div(N, NL_NR);
-    const int64_t runs = mpanels < nt ? mpanels : nt;
-    int64_t chunk = nl_ceil_div(panels, nl_ceil_div(nt, runs));
-    if (chunk * NL_NR > NL_MAX_CHUNK)
-        chunk = NL_MAX_CHUNK / NL_NR;
-    const int64_t chunks = nl_ceil_div(panels, chunk), tasks = runs * chunks;
+    const nl_layout l = nl_plan(M, N, nt);
+    const int64_t per_thread = nl_thread_floats(&l);
     int failed = 0;
-    #pragma omp parallel num_threads(nt < tasks ? nt : (int)tasks) reduction(| : failed)
+    #pragma omp parallel num_threads(l.threads) reduction(| : failed)
     {
-        float *bp = aligned_alloc(64, (size_t)NL_KC * chunk * NL_NR * sizeof(float));
-        float *ap = aligned_alloc(64, (size_t)NL_MC * NL_KC * sizeof(float));
-        failed = bp == NULL || ap == NULL;
+        float *bp = work != NULL ? (float *)work + omp_get_thread_num() * per_thread
+                                 : aligned_alloc(64, (size_t)per_thread * sizeof(float));
+        float *ap = bp == NULL ? NULL : bp + (int64_t)NL_KC * l.chunk * NL_NR;
+        failed = bp == NULL;
         #pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < tasks; t++) {
+        for (int64_t t = 0; t < l.tasks; t++) {
             if (failed)
                 continue;
             int64_t lo, hi;
-            nl_split(mpanels, t % runs, runs, &lo, &hi);
-            const int64_t n0 = (t / runs) * chunk * NL_NR;
+            nl_split(l.mpanels, t % l.runs, l.runs, &lo, &hi);
+            const int64_t n0 = (t / l.runs) * l.chunk * NL_NR;
             nl_task(&g, lo * NL_MR, hi * NL_MR < M ? hi * NL_MR : M, n0,
-                    N - n0 < chunk * NL_NR ? N - n0 : chunk * NL_NR, bp, ap);
+                    N - n0 < l.chunk * NL_NR ? N - n0 : l.chunk * NL_NR, bp, ap);
         }
-        free(bp);
-        free(ap);
+        if (work == NULL)
+            free(bp);
     }
     return failed ? -2 : 0;
 }
@@ -231,12 +265,18 @@ const char *nl_gemm_storage_isa(void) { return "none"; }
 int nl_gemm_storage(const void *A, int a_bf16, const void *B, int b_bf16, float *C,
                     uint16_t *Cb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                     int64_t ldc, int64_t ldcb, int transA, int transB, float alpha, float beta,
-                    int threads)
+                    int threads, void *work)
 {
     (void)A, (void)a_bf16, (void)B, (void)b_bf16, (void)C, (void)Cb, (void)M, (void)N, (void)K;
     (void)lda, (void)ldb, (void)ldc, (void)ldcb, (void)transA, (void)transB, (void)alpha;
-    (void)beta, (void)threads;
+    (void)beta, (void)threads, (void)work;
     return -1;
+}
+
+int64_t nl_gemm_storage_work_bytes(int64_t M, int64_t N, int threads)
+{
+    (void)M, (void)N, (void)threads;
+    return 0;
 }
 
 #endif

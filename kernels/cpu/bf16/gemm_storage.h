@@ -15,14 +15,21 @@
  * accumulator the k blocks add into, and Cb receives each block of C after its last k block.
  * `threads` OpenMP threads (<= 0: OpenMP's default); the result does not depend on it (the K
  * sum of each output element is never split across threads and runs in one fixed order).
+ * `work`: the threads' packing buffers, nl_gemm_storage_work_bytes(M, N, threads) bytes on a
+ * 64-byte boundary, used during the call only (a caller keeps one for every call); NULL: the
+ * call allocates them and frees them before it returns.
  *
- * Returns 0; -1 where this build holds no kernel (nl_gemm_storage_built() == 0); -2 when the
- * packing buffers cannot be allocated; -3 when C is NULL and Cb is NULL or K is past one
- * block. */
+ * Returns 0; -1 where this build holds no kernel (nl_gemm_storage_built() == 0); -2 when
+ * `work` is NULL and the packing buffers cannot be allocated; -3 when C is NULL and Cb is NULL
+ * or K is past one block. */
 int nl_gemm_storage(const void *A, int a_bf16, const void *B, int b_bf16, float *C,
                     uint16_t *Cb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                     int64_t ldc, int64_t ldcb, int transA, int transB, float alpha, float beta,
-                    int threads);
+                    int threads, void *work);
+
+/* the bytes of the `work` that nl_gemm_storage takes for an M x N result on `threads` threads
+ * (<= 0: OpenMP's default), whatever K */
+int64_t nl_gemm_storage_work_bytes(int64_t M, int64_t N, int threads);
 
 /* the largest K that nl_gemm_storage sums in one block (C may be NULL up to it) */
 int64_t nl_gemm_storage_kc(void);
