@@ -8,96 +8,19 @@
 #include "conv_bf16_rows.h"
 #include "conv_update_blocks.h"
 
-/* The taps s in [*lo, *hi) of a filter row starting at input column w0 that land inside
- * [0, W) when taps are `dil` apart. */
-static inline void valid_taps(int64_t w0, int64_t S, int64_t dil, int64_t W,
-                              int64_t *lo, int64_t *hi)
+/* patches gathered as `real`, from x or from the bf16 bits xb widened (x NULL) */
+typedef real conv_patch_t;
+typedef struct {
+    const real *x;
+    const uint16_t *xb;
+} conv_source;
+
+static inline void conv_patch_load(const conv_source *src, int64_t at, real *dst, int64_t n)
 {
-    int64_t a = w0 >= 0 ? 0 : (-w0 + dil - 1) / dil;
-    int64_t b = w0 >= W ? 0 : (W - 1 - w0) / dil + 1;
-    if (a > S)
-        a = S;
-    if (b > S)
-        b = S;
-    if (b < a)
-        b = a;
-    *lo = a;
-    *hi = b;
+    conv_widen(src->x, src->xb, at, dst, n);
 }
 
-/* Input row `row` (W, C) += the taps s_lo <= s < s_hi of one filter row of a patch, `taps`
- * (S, C), whose first tap sits at input column w0. */
-static inline void add_taps(real *row, const real *taps, const conv_geom *g, int64_t w0,
-                            int64_t s_lo, int64_t s_hi)
-{
-    const int64_t C = g->C;
-    if (g->dil_w == 1) {
-        real *d = row + (w0 + s_lo) * C;
-        const real *v = taps + s_lo * C;
-        const int64_t len = (s_hi - s_lo) * C;
-        for (int64_t i = 0; i < len; i++)
-            d[i] += v[i];
-        return;
-    }
-    for (int64_t s = s_lo; s < s_hi; s++) {
-        real *d = row + (w0 + s * g->dil_w) * C;
-        const real *v = taps + s * C;
-        for (int64_t c = 0; c < C; c++)
-            d[c] += v[c];
-    }
-}
-
-/* dst (Q, R*S*C) = the patches of output row p of image n of x (or, where x is NULL, of the
- * bf16 bits xb, widened as they are gathered). */
-static void gather_row(const real *x, const uint16_t *xb, real *dst, const conv_geom *g,
-                       int64_t n, int64_t p)
-{
-    const int64_t H = g->H, W = g->W, C = g->C, Q = g->Q, R = g->R, S = g->S;
-    const int64_t row_len = R * S * C;
-    const size_t cbytes = (size_t)C * sizeof(real);
-    const int64_t img = n * H * W * C;
-    for (int64_t q = 0; q < Q; q++, dst += row_len) {
-        const int64_t w0 = q * g->str_w - g->pad_w;
-        int64_t s_lo, s_hi;
-        valid_taps(w0, S, g->dil_w, W, &s_lo, &s_hi);
-        for (int64_t r = 0; r < R; r++) {
-            const int64_t h = p * g->str_h - g->pad_h + r * g->dil_h;
-            real *d = dst + r * S * C;
-            if (h < 0 || h >= H || s_lo == s_hi) {
-                memset(d, 0, (size_t)S * cbytes);
-                continue;
-            }
-            const int64_t src = img + h * W * C;
-            memset(d, 0, (size_t)s_lo * cbytes);
-            if (g->dil_w == 1) {
-                conv_widen(x, xb, src + (w0 + s_lo) * C, d + s_lo * C, (s_hi - s_lo) * C);
-            } else {
-                for (int64_t s = s_lo; s < s_hi; s++)
-                    conv_widen(x, xb, src + (w0 + s * g->dil_w) * C, d + s * C, C);
-            }
-            memset(d + s_hi * C, 0, (size_t)(S - s_hi) * cbytes);
-        }
-    }
-}
-
-/* Image n of dx += the Q patch rows of output row p in src (Q, R*S*C) (padding dropped). */
-static void scatter_row(const real *src, real *dx, const conv_geom *g, int64_t n, int64_t p)
-{
-    const int64_t H = g->H, W = g->W, C = g->C, Q = g->Q, R = g->R, S = g->S;
-    const int64_t row_len = R * S * C;
-    real *img = dx + n * H * W * C;
-    for (int64_t q = 0; q < Q; q++, src += row_len) {
-        const int64_t w0 = q * g->str_w - g->pad_w;
-        int64_t s_lo, s_hi;
-        valid_taps(w0, S, g->dil_w, W, &s_lo, &s_hi);
-        for (int64_t r = 0; r < R; r++) {
-            const int64_t h = p * g->str_h - g->pad_h + r * g->dil_h;
-            if (h < 0 || h >= H)
-                continue;
-            add_taps(img + h * W * C, src + r * S * C, g, w0, s_lo, s_hi);
-        }
-    }
-}
+#include "conv_patches.h"
 
 void im2col(const real *x, real *cols, const conv_geom *g, int64_t n0, int64_t n1)
 {
@@ -105,7 +28,8 @@ void im2col(const real *x, real *cols, const conv_geom *g, int64_t n0, int64_t n
 #pragma omp parallel for schedule(dynamic, nl_grain(g->Q * row_len)) \
     if (nrows * g->Q * row_len >= NL_PARALLEL_MIN)
     for (int64_t np = 0; np < nrows; np++)
-        gather_row(x, NULL, cols + np * g->Q * row_len, g, n0 + np / g->P, np % g->P);
+        gather_row(&(conv_source){x, NULL}, cols + np * g->Q * row_len, g, n0 + np / g->P,
+                   np % g->P);
 }
 
 /* Every input row (n, h) is owned by one thread, which gathers the patch entries that fall on
@@ -187,7 +111,8 @@ static void fprop_tiles(const real *x, const uint16_t *xb, const real *f, real *
         const int64_t r0 = t * tile, r1 = r0 + tile < rows ? r0 + tile : rows;
         real *out = ob ? buf + tile_patches(g, tile, 1) : o + r0 * Q * K;
         for (int64_t np = r0; np < r1; np++)
-            gather_row(x, xb, buf + (np - r0) * Q * row_len, g, np / g->P, np % g->P);
+            gather_row(&(conv_source){x, xb}, buf + (np - r0) * Q * row_len, g, np / g->P,
+                       np % g->P);
         mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_NO_TRANS, (int)((r1 - r0) * Q), (int)K, (int)row_len,
            1, buf, (int)row_len, f, (int)K, 0, out, (int)K);
         nl_bias_relu(out, (r1 - r0) * Q, K, bias, relu);
@@ -226,7 +151,8 @@ static void update_tiles(const real *x, const uint16_t *xb, const real *e, const
             for (int64_t t0 = r0; t0 < r1; t0 += tile) {
                 const int64_t t1 = t0 + tile < r1 ? t0 + tile : r1;
                 for (int64_t np = t0; np < t1; np++)
-                    gather_row(x, xb, buf + (np - t0) * Q * row_len, g, np / g->P, np % g->P);
+                    gather_row(&(conv_source){x, xb}, buf + (np - t0) * Q * row_len, g,
+                               np / g->P, np % g->P);
                 const real *et = e ? e + t0 * Q * K : staged;
                 if (!e)
                     conv_widen(NULL, eb, t0 * Q * K, staged, (t1 - t0) * Q * K);
