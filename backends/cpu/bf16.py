@@ -76,6 +76,15 @@ class CPUBf16Ops:
             return gemm_variant()[0]
         return bf16_choice.storage_variant(self.kernels)
 
+    def bf16_conv_compute(self):
+        """``(conv_compute module, bf16 GEMM module)`` where convolutions take the compute path
+        here (``conv_bf16.py``), else None."""
+        if self.bf16_path("conv") != "compute":
+            return None
+        gemm, _ = gemm_module(self.kernels)
+        conv = self.kernels.variant("conv_compute")
+        return None if gemm is None or conv is None else (conv, gemm)
+
     def to_bf16(self, x, out=None):
         """float32 ``x`` -> bf16 bit patterns (uint16), rounded to nearest even."""
         return to_bf16(self.kernels, _array(x), None if out is None else _array(out))

@@ -16,8 +16,9 @@ interleaved short bursts, the shortest of each), and ``compute`` wins only by :d
 the result is kept in the kernel cache (:class:`~neonlite.kernels.cache.DiskCache`, one JSON
 entry) under a key made like the kernels' (the bf16 GEMM variant's key: its sources, flags,
 compiler and CPU target) plus the float32 GEMM's kind and the usable cores, so a new compiler,
-CPU, BLAS or core count measures again. Op classes without a bf16 kernel yet (``conv``,
-``attention``) take ``storage``, and say so.
+CPU, BLAS or core count measures again. ``conv`` (its compute path is the tiled passes with
+each tile's product on the bf16 GEMM, ``conv_bf16.py``) takes the path the GEMM's measurement
+chose; ``attention``, without a bf16 kernel yet, takes ``storage``, and says so.
 """
 import json
 import os
@@ -40,8 +41,12 @@ ENV = "NEONLITE_BF16"
 PATHS = ("compute", "storage", "off")
 #: the op classes, from the op table's rows
 OP_CLASSES = tuple(sorted({op.bf16_class for op in OPS.values() if op.bf16_class}))
-#: the op classes with a bf16 kernel (the others always take "storage")
-WITH_KERNELS = ("gemm",)
+#: the op classes with a bf16 kernel (the others always take "storage"); ``conv`` runs its
+#: tiles' products on the bf16 GEMM, so it takes the path the GEMM's measurement chose
+WITH_KERNELS = ("conv", "gemm")
+#: what a convolution's compute and storage paths are, in words
+CONV_COMPUTE = "its tiles' products on the bf16 GEMM"
+CONV_STORAGE = "float32 arithmetic on operands widened as the kernels read them"
 #: the measured product (m, n, k), both paths on one thread (the choice compares one core's
 #: arithmetic), in bursts short enough to fit between other processes' time slices on a busy
 #: machine (the shortest burst of each path counts: noise only adds time)
@@ -202,10 +207,13 @@ def _choose(modules, asked):
         if asked == "compute":
             why_storage += f" ({ENV}=compute cannot be met)"
         reasons["gemm"] = f"{why_storage}; {storage_products(modules)}"
+        reasons["conv"] = f"{why_storage}; {CONV_STORAGE}"
         return Bf16Choice(no_kernel, reasons, ENV if asked else "no bf16 kernel", variant)
     if asked == "compute":
         reasons["gemm"] = f"{ENV}=compute ({why})"
-        return Bf16Choice({**no_kernel, "gemm": "compute"}, reasons, ENV, variant)
+        reasons["conv"] = f"{ENV}=compute: {CONV_COMPUTE} ({variant})"
+        return Bf16Choice({**no_kernel, "gemm": "compute", "conv": "compute"}, reasons, ENV,
+                          variant)
     key, rates = _cached(modules, variant)
     source = "cached"
     if rates is None:
@@ -217,4 +225,7 @@ def _choose(modules, asked):
                        f"data {rates[1]:.1f} GFLOP/s ({storage}), one core at "
                        f"{'x'.join(map(str, SHAPE))} "
                        f"({source}; compute needs {MARGIN:.2f}x)")
-    return Bf16Choice({**no_kernel, "gemm": path}, reasons, source, variant, *rates)
+    reasons["conv"] = "as gemm's measurement chose: " + (
+        f"{CONV_COMPUTE} ({variant})" if path == "compute" else CONV_STORAGE)
+    return Bf16Choice({**no_kernel, "gemm": path, "conv": path}, reasons, source, variant,
+                      *rates)

@@ -95,11 +95,7 @@ class CPUConvPlan(ConvPlan):
         if conv is None:
             return
         self.conv = conv
-        self.geom = conv.ffi.new("conv_geom *", {
-            "N": self.N, "H": self.H, "W": self.W, "C": self.C, "P": self.P, "Q": self.Q,
-            "R": self.R, "S": self.S, "pad_h": self.pad_h, "pad_w": self.pad_w,
-            "str_h": self.str_h, "str_w": self.str_w, "dil_h": self.dil_h,
-            "dil_w": self.dil_w, "K": self.K})
+        self.geom = self.geom_struct(conv, self.N)
         # the (R*S*C, K) partial sums of the weight gradient of the whole batch (the shape
         # alone sets how many, whatever the thread count; a chunk of fewer images makes no more)
         self.update_blocks = int(conv.lib.conv_update_blocks(self.geom))
@@ -114,8 +110,8 @@ class CPUConvPlan(ConvPlan):
         gemm_address = getattr(kernels.gemm, "gemm_address", None)
         gemm_address = None if gemm_address is None else gemm_address(self.dtype)
         if gemm_address is not None:
-            tile = int(max(1, TILE_BYTES // (self.Q * row * self.dtype.itemsize)))
-            self.tiles = TileWork(gemm_address, max(1, int(conv.lib.conv_threads())), tile)
+            self.tiles = TileWork(gemm_address, max(1, int(conv.lib.conv_threads())),
+                                  self.tile_rows(self.dtype.itemsize))
         passes = "tiled" if self.tiles is not None else "im2col"
         self.algorithm = "direct" if self.direct is not None else passes
         self.bprop_algorithm = "direct" if self.direct_transposed is not None else passes
@@ -149,6 +145,26 @@ class CPUConvPlan(ConvPlan):
         geom = module.ffi.new("conv_geom *", {"N": self.N, "R": self.R, "S": self.S,
                                               "dil_h": self.dil_h, "dil_w": self.dil_w, **dims})
         return DirectWork(module, geom, max(1, int(conv.lib.conv_threads())))
+
+    def tile_rows(self, itemsize):
+        """Output rows (of Q patches) per tile of the tiled passes: their patches, elements of
+        ``itemsize`` bytes, about ``TILE_BYTES``."""
+        return int(max(1, TILE_BYTES // (self.Q * self.R * self.S * self.C * itemsize)))
+
+    def geom_struct(self, module, n):
+        """The ``conv_geom`` struct of this convolution in ``module``'s ffi (the patch kernels'
+        or another module's that takes one), for a batch of ``n`` images; made once per
+        module."""
+        geoms = self.__dict__.setdefault("_geoms", {})
+        geom = geoms.get(module.ffi)
+        if geom is None:
+            geom = geoms[module.ffi] = module.ffi.new("conv_geom *", {
+                "N": self.N, "H": self.H, "W": self.W, "C": self.C, "P": self.P,
+                "Q": self.Q, "R": self.R, "S": self.S, "pad_h": self.pad_h,
+                "pad_w": self.pad_w, "str_h": self.str_h, "str_w": self.str_w,
+                "dil_h": self.dil_h, "dil_w": self.dil_w, "K": self.K})
+        geom.N = n
+        return geom
 
     def geom_for(self, n):
         """The ``conv_geom`` struct for a batch of ``n`` images."""
@@ -360,7 +376,8 @@ class CPUConvOps:
         if arrays is None or not isinstance(a["plan"], CPUConvPlan):
             return NOT_TAKEN
         check_conv("fprop_conv", a["plan"], I=a["I"], F=a["F"], O=a["O"], bias=a["bias"])
-        return None if conv_bf16.fprop(a["plan"], *arrays, a["relu"]) else NOT_TAKEN
+        return None if conv_bf16.fprop(a["plan"], *arrays, a["relu"],
+                                       self.bf16_conv_compute()) else NOT_TAKEN
 
     def fused_bprop_conv(self, arguments):
         """``bprop_conv`` on bf16 operands (as :meth:`fused_fprop_conv`)."""
@@ -369,7 +386,8 @@ class CPUConvOps:
         if arrays is None or not isinstance(a["plan"], CPUConvPlan):
             return NOT_TAKEN
         check_conv("bprop_conv", a["plan"], F=a["F"], E=a["E"], grad_I=a["grad_I"])
-        return None if conv_bf16.bprop(a["plan"], *arrays, a["beta"]) else NOT_TAKEN
+        return None if conv_bf16.bprop(a["plan"], *arrays, a["beta"],
+                                       self.bf16_conv_compute()) else NOT_TAKEN
 
     def fused_update_conv(self, arguments):
         """``update_conv`` on bf16 operands (as :meth:`fused_fprop_conv`)."""
@@ -378,4 +396,5 @@ class CPUConvOps:
         if arrays is None or not isinstance(a["plan"], CPUConvPlan):
             return NOT_TAKEN
         check_conv("update_conv", a["plan"], I=a["I"], E=a["E"], grad_F=a["grad_F"])
-        return None if conv_bf16.update(a["plan"], *arrays, a["beta"]) else NOT_TAKEN
+        return None if conv_bf16.update(a["plan"], *arrays, a["beta"],
+                                        self.bf16_conv_compute()) else NOT_TAKEN

@@ -7,16 +7,68 @@ output row or tile, each image of a data gradient (summed in float32 first) and 
 weight gradient once, to nearest even.  So the bf16 boundary (``bf16_boundary.py``) keeps no
 float32 copy of a convolution's operands.
 
+Where convolutions take the bf16 compute path (``compute``: the ``conv_compute`` module and
+the bf16 GEMM's, from the backend's ``bf16_conv_compute``), every pass of a plan with patch
+kernels runs ``kernels/cpu/bf16/conv_compute.c`` instead, whatever its float32 algorithm: the
+tiled passes with patches gathered as bf16 bits and each tile's product on the bf16 GEMM
+(float32 accumulation), outputs rounded once as above.
+
 Each pass returns True when it did the work and False where it does not take the case (the
 ``pointwise`` or ``im2col`` algorithm chosen, an operand not C-contiguous bf16): the boundary's
 general path then runs.
 """
+from dataclasses import dataclass
+
 import numpy as np
 
 from .bf16_boundary import is_bf16_tensor
 from .tensor import aligned_empty
 
 _BITS = np.dtype(np.uint16)
+_F32 = np.dtype(np.float32)
+
+
+@dataclass
+class ComputeCall:
+    """The arguments the compute passes share: ``module`` (``conv_compute``), ``geom`` (its
+    ``conv_geom``), ``gemm`` (the bf16 GEMM's address), ``work`` (pointer) and ``gemm_work``
+    (each tile GEMM's packing bytes in it), ``nwork`` threads, ``tile`` output rows per GEMM."""
+    module: object
+    geom: object
+    gemm: int
+    work: object
+    gemm_work: int
+    nwork: int
+    tile: int
+
+    def run(self, name, operands, *rest):
+        """``conv_<name>_compute`` on the bf16 arrays ``operands`` (input, filter or gradient,
+        output) and the pass's own arguments ``rest``; returns True."""
+        ffi = self.module.ffi
+        getattr(self.module.lib, f"conv_{name}_compute")(
+            *(_pointer(ffi, a) for a in operands), self.geom, self.gemm, self.work,
+            self.gemm_work, self.nwork, self.tile, *rest)
+        return True
+
+
+def _compute(plan, compute, n):
+    """The :class:`ComputeCall` of ``plan`` for ``n`` images on ``compute`` (``(conv_compute
+    module, bf16 GEMM module)``), or None where the plan has no patch kernels (or is not a
+    float32 plan, whose weight-gradient blocks the compute kernels count in float32).  Its
+    work array is the plan's, made once per batch size."""
+    if compute is None or plan.conv is None or plan.dtype != _F32:
+        return None
+    module, gemm = compute
+    tile = plan.tile_rows(_BITS.itemsize)
+    nwork = max(1, int(plan.conv.lib.conv_threads()))
+    # one thread's packing buffers, whatever the tile's shape
+    gemm_work = int(gemm.lib.nl_gemm_bf16_work_bytes(1, 1, 1))
+    geom = plan.geom_struct(module, n)
+    size = int(module.lib.conv_compute_work_bytes(geom, nwork, tile, gemm_work))
+    work = plan.buffer("compute work", (-(-size // _F32.itemsize),), _F32, empty=aligned_empty)
+    address = int(gemm.ffi.cast("intptr_t", gemm.ffi.addressof(gemm.lib, "nl_gemm_bf16_to")))
+    return ComputeCall(module, geom, address, module.ffi.from_buffer(work), gemm_work, nwork,
+                       tile)
 
 
 def _bits(*arrays):
@@ -47,9 +99,14 @@ def _pointer(ffi, a):
     return ffi.NULL if a is None else ffi.cast("uint16_t *", a.ctypes.data)
 
 
-def fprop(plan, x, f, o, bias=None, relu=False):
+def fprop(plan, x, f, o, bias=None, relu=False, compute=None):
     """o (N, P, Q, K) = conv(x (N, H, W, C), f (R, S, C, K)) (+ bias (K,), ReLU), all bf16."""
-    if plan.algorithm not in ("direct", "tiled") or not _bits(x, f, o, bias):
+    if not _bits(x, f, o, bias):
+        return False
+    call = _compute(plan, compute, x.shape[0])
+    if call is not None:
+        return call.run("fprop", (x, f, o), _pointer(call.module.ffi, bias), int(bool(relu)))
+    if plan.algorithm not in ("direct", "tiled"):
         return False
     if plan.algorithm == "tiled":
         module, geom, work = _tiled(plan, x.shape[0])
@@ -68,12 +125,17 @@ def fprop(plan, x, f, o, bias=None, relu=False):
     return True
 
 
-def bprop(plan, f, e, grad_x, beta=0.0):
+def bprop(plan, f, e, grad_x, beta=0.0, compute=None):
     """grad_x (N, H, W, C) = beta * grad_x + the data gradient of e (N, P, Q, K) through f,
     all bf16: direct, the forward convolution of e with the filters flipped and transposed
-    (their bits moved into a bf16 buffer of the plan); tiled, each image's patches summed in
-    float32; rounded once per element either way."""
-    if plan.bprop_algorithm not in ("direct", "tiled") or not _bits(f, e, grad_x):
+    (their bits moved into a bf16 buffer of the plan); tiled (and compute), each image's
+    patches summed in float32; rounded once per element either way."""
+    if not _bits(f, e, grad_x):
+        return False
+    call = _compute(plan, compute, e.shape[0])
+    if call is not None:
+        return call.run("bprop", (e, f, grad_x), beta)
+    if plan.bprop_algorithm not in ("direct", "tiled"):
         return False
     if plan.bprop_algorithm == "tiled":
         module, geom, work = _tiled(plan, e.shape[0])
@@ -95,10 +157,18 @@ def bprop(plan, f, e, grad_x, beta=0.0):
     return True
 
 
-def update(plan, x, e, grad_f, beta=0.0):
+def update(plan, x, e, grad_f, beta=0.0, compute=None):
     """grad_f (R, S, C, K) = beta * grad_f + patches(x)^T @ e, all bf16 (the partial sums
     float32, added in double, rounded once)."""
-    if plan.algorithm not in ("direct", "tiled") or not _bits(x, e, grad_f):
+    if not _bits(x, e, grad_f):
+        return False
+    call = _compute(plan, compute, x.shape[0])
+    if call is not None:
+        partials = plan.buffer("tile partials",
+                               (plan.update_blocks * plan.R * plan.S * plan.C * plan.K,), _F32)
+        return call.run("update", (x, e, grad_f), call.module.ffi.from_buffer("float[]", partials),
+                        beta)
+    if plan.algorithm not in ("direct", "tiled"):
         return False
     partials = plan.buffer("direct partials" if plan.algorithm == "direct" else
                            "tile partials",

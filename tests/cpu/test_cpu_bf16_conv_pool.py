@@ -124,6 +124,58 @@ def test_bf16_convolutions_are_the_float32_kernels_narrowed_within_the_bound(cas
         assert (err <= bound).all(), (name, float((err - bound).max()))
 
 
+@pytest.fixture
+def compute_backends(monkeypatch):
+    """``make(batch)``: bf16 backends whose convolutions take the compute path
+    (``NEONLITE_BF16=compute``) on the AMX kernel's code with its tile instructions emulated in
+    C (``gemm_bf16_amx_emulated``: every CPU), each checked to run ``conv_compute``."""
+    from neonlite.backends.cpu import bf16 as bf16_ops
+    monkeypatch.setenv("NEONLITE_BF16", "compute")
+
+    def make(batch):
+        be = neonlite.gen_backend("cpu", batch_size=batch, datatype="bf16")
+        emulated = be.kernels.variant("gemm_bf16_amx_emulated")
+        monkeypatch.setattr(bf16_ops, "gemm_module", lambda modules: (emulated, "emulated"))
+        monkeypatch.setattr(type(be), "bf16_path", lambda self, op_class="gemm": "compute")
+        assert be.bf16_conv_compute()[1] is emulated
+        return be
+    return make
+
+
+@pytest.mark.parametrize("case", CONVS + [(2, 6, 5, 7, 9, 1, 1, (0, 0), (1, 1))])
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_bf16_compute_convolutions_are_within_the_bound(compute_backends, case, beta):
+    """The compute path (patches gathered as bf16, each tile's product on the bf16 GEMM) meets
+    the module docstring's BOUND for every pass, whatever algorithm the float32 plan chose
+    (direct, tiled, and a 1x1 filter's pointwise), and keeps no float32 work tensor."""
+    plan, data = _conv_case(case)
+    be = compute_backends(case[0])
+    found, bplan = _conv_passes(be, case, data, beta)
+    assert "compute work" in bplan._buffers, bplan.algorithm
+    exact, size = _conv_exact(plan, data, beta)
+    n = {"o": case[5] * case[6] * case[1] + 1, "dx": case[5] * case[6] * case[4] + 1,
+         "df": case[0] * plan.P * plan.Q + 1}
+    for name in ("o", "dx", "df"):
+        err = np.abs(bf16_to_f32(found[name]) - exact[name])
+        bound = U_BF16 * np.abs(exact[name]) + 2 * n[name] * U * size[name]
+        assert (err <= bound).all(), (name, float((err - bound).max()))
+    kept = {key[0][0] for holder in be.bf16_boundary.holders() for key in holder}
+    assert not kept & {"fprop_conv", "bprop_conv", "update_conv"}, kept
+
+
+def test_bf16_compute_convolutions_are_bit_identical_on_1_2_3_threads(compute_backends):
+    case = CONVS[3]
+    _, data = _conv_case(case, seed=7)
+    runs = []
+    for threads in (1, 2, 3):
+        be = compute_backends(case[0])
+        be.set_threads(threads)
+        runs.append(_conv_passes(be, case, data, 1.0)[0])
+    for other in runs[1:]:
+        for name in runs[0]:
+            np.testing.assert_array_equal(other[name], runs[0][name], err_msg=name)
+
+
 @pytest.mark.parametrize("case", CONVS[1:4])
 def test_bf16_convolutions_are_bit_identical_on_1_2_3_threads(case):
     _, data = _conv_case(case, seed=5)

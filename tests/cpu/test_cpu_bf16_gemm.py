@@ -310,6 +310,25 @@ def test_neonlite_bf16_overrides_the_measurement(value, paths):
     assert "NEONLITE_BF16" in found["reason"]
 
 
+@pytest.mark.parametrize("rates,path", [((300.0, 100.0), "compute"), ((100.0, 100.0), "storage")])
+def test_convolutions_take_the_path_the_gemm_measurement_chose(be, monkeypatch, rates, path):
+    """Where a bf16 GEMM runs (here the emulated AMX kernel stands in for one), ``conv`` takes
+    the path of the GEMM's measurement (its tiles' products are that GEMM) and
+    ``NEONLITE_BF16=compute`` puts both on it; attention, without a bf16 kernel, stays."""
+    emulated = be.kernels.variant("gemm_bf16_amx_emulated")
+    monkeypatch.setattr(bf16_choice, "gemm_module", lambda modules: (emulated, "emulated"))
+    monkeypatch.setattr(bf16_choice, "gemm_variant", lambda: ("gemm_bf16_amx", "emulated"))
+    monkeypatch.setattr(bf16_choice, "_cached", lambda modules, variant: ("key", None))
+    monkeypatch.setattr(bf16_choice, "_keep", lambda *args: None)
+    monkeypatch.setattr(bf16_choice, "measure_gemm", lambda modules, module: rates)
+    choice = bf16_choice._choose(be.kernels, None)
+    assert choice.paths == {"attention": "storage", "conv": path, "gemm": path}
+    assert choice.reasons["conv"].startswith("as gemm's measurement chose: ")
+    forced = bf16_choice._choose(be.kernels, "compute")
+    assert forced.paths == {"attention": "storage", "conv": "compute", "gemm": "compute"}
+    assert "tiles' products on the bf16 GEMM" in forced.reasons["conv"]
+
+
 def test_neonlite_bf16_compute_where_there_is_no_kernel_falls_back_and_says_so():
     found = _child(FORCED_OFF, NEONLITE_BF16="compute",
                    NEONLITE_CPU_FEATURES_OFF="avx512_bf16,amx_bf16")
