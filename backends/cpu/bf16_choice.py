@@ -16,10 +16,13 @@ interleaved short bursts, the shortest of each), and ``compute`` wins only by :d
 the result is kept in the kernel cache (:class:`~neonlite.kernels.cache.DiskCache`, one JSON
 entry) under a key made like the kernels' (the bf16 GEMM variant's key: its sources, flags,
 compiler and CPU target) plus the float32 GEMM's kind and the usable cores, so a new compiler,
-CPU, BLAS or core count measures again. ``conv`` (its compute path is the tiled passes with
-each tile's product on the bf16 GEMM, ``conv_bf16.py``) takes the path the GEMM's measurement
-chose; ``attention``, without a bf16 kernel yet, takes ``storage``, and says so.
+CPU, BLAS or core count measures again.  ``conv`` is measured the same way, on one
+convolution's forward pass (:data:`CONV_SHAPE`): its compute path (each tile's product on the
+bf16 GEMM, ``conv_bf16.py``) against the storage path's direct or tiled pass (where either
+cannot run that shape here, it takes the GEMM's path).  ``attention``, without a bf16 kernel
+yet, takes ``storage``, and says so.
 """
+import contextlib
 import json
 import os
 import time
@@ -32,7 +35,9 @@ from .blas import blas_threads
 from .bf16_kernels import BF16, F32, fused_storage_module, gemm_bf16, gemm_module, \
     gemm_storage, gemm_storage_fused, gemm_variant, storage_isa
 from .bf16_packed import SharedArea, gemm_storage_packed, packed_storage_module
-from .threads import usable_cores
+from .conv import CPUConvPlan
+from .conv_bf16 import fprop as conv_fprop_bf16
+from .threads import openmp_threads, set_cpu_threads, usable_cores
 from ...kernels.cache import CorruptEntry, cache_key, entry_name
 from ...kernels.specs import find
 
@@ -41,8 +46,7 @@ ENV = "NEONLITE_BF16"
 PATHS = ("compute", "storage", "off")
 #: the op classes, from the op table's rows
 OP_CLASSES = tuple(sorted({op.bf16_class for op in OPS.values() if op.bf16_class}))
-#: the op classes with a bf16 kernel (the others always take "storage"); ``conv`` runs its
-#: tiles' products on the bf16 GEMM, so it takes the path the GEMM's measurement chose
+#: the op classes with a bf16 kernel (the others always take "storage")
 WITH_KERNELS = ("conv", "gemm")
 #: what a convolution's compute and storage paths are, in words
 CONV_COMPUTE = "its tiles' products on the bf16 GEMM"
@@ -53,6 +57,10 @@ CONV_STORAGE = "float32 arithmetic on operands widened as the kernels read them"
 SHAPE = (256, 256, 256)
 BURSTS = 40
 CALLS = 3
+#: the measured convolution (N, C, H, W, K, R, S; padded to keep its size): its forward pass on
+#: one core, in bursts of one call, the shortest of each path
+CONV_SHAPE = (4, 32, 16, 16, 64, 3, 3)
+CONV_BURSTS = 10
 #: how much faster bf16 arithmetic must be to be chosen (noise must not flip a tie)
 MARGIN = 1.05
 #: the measurement's cache entry's variant name (the file is bf16_choice-<key>.json)
@@ -64,7 +72,8 @@ class Bf16Choice:
     """The path of each op class (``paths``, with ``reasons``), how it was decided
     (``source``: ``measured``, ``cached``, ``NEONLITE_BF16`` or ``no bf16 kernel``), the bf16
     GEMM variant (None where none runs), and the measured GFLOP/s of the bf16 GEMM and of
-    float32 arithmetic on bf16-stored operands (None where not measured)."""
+    float32 arithmetic on bf16-stored operands, and of the convolution's two paths (None where
+    not measured)."""
     paths: dict
     reasons: dict
     source: str
@@ -72,6 +81,8 @@ class Bf16Choice:
     bf16_gflops: float = None
     f32_gflops: float = None
     shape: tuple = field(default=SHAPE)
+    #: (bf16, float32) GFLOP/s of the convolution's measured forward pass, or None
+    conv_gflops: tuple = None
 
 
 def requested():
@@ -155,17 +166,69 @@ def storage_products(modules):
     return "products: operands widened, then the float32 GEMM"
 
 
+@contextlib.contextmanager
+def _one_core(modules):
+    """OpenMP regions, OpenBLAS and MKL started from this thread on one thread during the
+    block; OpenMP's and MKL's thread counts restored after it."""
+    previous = openmp_threads()
+    lib = getattr(modules.gemm, "lib", None)
+    mkl = lib if lib is not None and hasattr(lib, "MKL_Set_Num_Threads_Local") else None
+    set_cpu_threads(1)
+    mkl_previous = mkl.MKL_Set_Num_Threads_Local(1) if mkl is not None else None
+    try:
+        yield
+    finally:
+        if mkl is not None:
+            mkl.MKL_Set_Num_Threads_Local(mkl_previous)
+        set_cpu_threads(previous)
+
+
+def measure_conv(modules, module, shape=CONV_SHAPE, bursts=CONV_BURSTS):
+    """``(bf16 GFLOP/s, float32 GFLOP/s)`` of one core on the forward pass of a convolution
+    (``shape``: N, C, H, W, K, R, S, padded to keep H and W) on bf16 operands: the compute path
+    (``conv_compute``, its tiles on ``module``'s bf16 GEMM) against the storage path's pass
+    (the direct or tiled one the float32 plan chose), in interleaved bursts of one call, the
+    shortest of each; None where either path cannot run it here."""
+    conv = modules.variant("conv_compute")
+    if conv is None:
+        return None
+    n, c, h, w, k, r, s = shape
+    rng = np.random.default_rng(1)
+    bits = lambda dims: (rng.standard_normal(dims, dtype=F32).view(np.uint32)  # noqa: E731
+                         >> 16).astype(BF16)
+    with _one_core(modules):
+        plan = CPUConvPlan(n, c, h, w, k, r, s, pad=(r // 2, s // 2), kernels=modules,
+                           dtype=F32)
+        x, f = bits((n, h, w, c)), bits((r, s, c, k))
+        o = np.empty((n, plan.P, plan.Q, k), BF16)
+        runs = {"bf16": lambda: conv_fprop_bf16(plan, x, f, o, compute=(conv, module)),
+                "f32": lambda: conv_fprop_bf16(plan, x, f, o)}
+        if not all(run() for run in runs.values()):  # warm-up: the plan's work arrays
+            return None
+        best = {name: float("inf") for name in runs}
+        for _ in range(bursts):
+            for name, run in runs.items():
+                start = time.perf_counter()
+                run()
+                best[name] = min(best[name], time.perf_counter() - start)
+    flop = 2.0 * n * plan.P * plan.Q * k * r * s * c
+    return flop / best["bf16"] / 1e9, flop / best["f32"] / 1e9
+
+
 def _key(modules, variant):
     storage = storage_variant(modules)
     return cache_key({"measurement": ENTRY, "kernel": modules.builder.cpu_key(find(variant)),
                       "f32_gemm": type(modules.gemm).__name__, "cores": usable_cores(),
                       "storage_gemm": None if storage is None else
                       modules.builder.cpu_key(find(storage)),
-                      "shape": SHAPE, "bursts": BURSTS, "calls": CALLS})
+                      "shape": SHAPE, "bursts": BURSTS, "calls": CALLS,
+                      "conv": modules.builder.cpu_key(find("conv_compute")),
+                      "conv_shape": CONV_SHAPE, "conv_bursts": CONV_BURSTS})
 
 
 def _cached(modules, variant):
-    """``(bf16, f32)`` GFLOP/s measured before under this machine's key, else None."""
+    """``(key, rates)``: the ``(bf16, f32)`` GFLOP/s of the GEMM and of the convolution (or
+    None) measured before under this machine's key, else None."""
     key = _key(modules, variant)
     try:
         entry = modules.builder.cache.read(entry_name(ENTRY, key, ".json"))
@@ -173,12 +236,19 @@ def _cached(modules, variant):
         return key, None
     if entry is None or entry[1].get("key") != key:
         return key, None
-    found = json.loads(entry[0].decode())
-    return key, (float(found["bf16_gflops"]), float(found["f32_gflops"]))
+    try:
+        found = json.loads(entry[0].decode())
+        conv = found["conv_gflops"]
+        return key, ((float(found["bf16_gflops"]), float(found["f32_gflops"])),
+                     None if conv is None else (float(conv[0]), float(conv[1])))
+    except (ValueError, KeyError, TypeError, IndexError):
+        return key, None
 
 
 def _keep(modules, key, variant, rates):
-    payload = json.dumps({"bf16_gflops": rates[0], "f32_gflops": rates[1]}).encode()
+    gemm, conv = rates
+    payload = json.dumps({"bf16_gflops": gemm[0], "f32_gflops": gemm[1],
+                          "conv_gflops": None if conv is None else list(conv)}).encode()
     try:
         modules.builder.cache.write(entry_name(ENTRY, key, ".json"), payload,
                                     {"variant": ENTRY, "key": key, "gemm_variant": variant,
@@ -214,18 +284,26 @@ def _choose(modules, asked):
         reasons["conv"] = f"{ENV}=compute: {CONV_COMPUTE} ({variant})"
         return Bf16Choice({**no_kernel, "gemm": "compute", "conv": "compute"}, reasons, ENV,
                           variant)
-    key, rates = _cached(modules, variant)
+    key, found = _cached(modules, variant)
     source = "cached"
-    if rates is None:
-        rates, source = measure_gemm(modules, module), "measured"
-        _keep(modules, key, variant, rates)
+    if found is None:
+        found = measure_gemm(modules, module), measure_conv(modules, module)
+        source = "measured"
+        _keep(modules, key, variant, found)
+    rates, conv_rates = found
     path = "compute" if rates[0] > MARGIN * rates[1] else "storage"
     storage = storage_variant(modules) or "widened operands"
     reasons["gemm"] = (f"{variant} {rates[0]:.1f} GFLOP/s against float32 arithmetic on bf16 "
                        f"data {rates[1]:.1f} GFLOP/s ({storage}), one core at "
                        f"{'x'.join(map(str, SHAPE))} "
                        f"({source}; compute needs {MARGIN:.2f}x)")
-    reasons["conv"] = "as gemm's measurement chose: " + (
-        f"{CONV_COMPUTE} ({variant})" if path == "compute" else CONV_STORAGE)
-    return Bf16Choice({**no_kernel, "gemm": path, "conv": path}, reasons, source, variant,
-                      *rates)
+    conv_path = path if conv_rates is None else \
+        "compute" if conv_rates[0] > MARGIN * conv_rates[1] else "storage"
+    conv_how = f"{CONV_COMPUTE} ({variant})" if conv_path == "compute" else CONV_STORAGE
+    reasons["conv"] = (f"as gemm's measurement chose (the convolution's was not possible "
+                       f"here): {conv_how}" if conv_rates is None else
+                       f"{conv_how}: the forward pass at {'x'.join(map(str, CONV_SHAPE))} "
+                       f"{conv_rates[0]:.1f} GFLOP/s compute against {conv_rates[1]:.1f} "
+                       f"storage, one core ({source})")
+    return Bf16Choice({**no_kernel, "gemm": path, "conv": conv_path}, reasons, source, variant,
+                      *rates, conv_gflops=conv_rates)

@@ -310,23 +310,43 @@ def test_neonlite_bf16_overrides_the_measurement(value, paths):
     assert "NEONLITE_BF16" in found["reason"]
 
 
-@pytest.mark.parametrize("rates,path", [((300.0, 100.0), "compute"), ((100.0, 100.0), "storage")])
-def test_convolutions_take_the_path_the_gemm_measurement_chose(be, monkeypatch, rates, path):
-    """Where a bf16 GEMM runs (here the emulated AMX kernel stands in for one), ``conv`` takes
-    the path of the GEMM's measurement (its tiles' products are that GEMM) and
-    ``NEONLITE_BF16=compute`` puts both on it; attention, without a bf16 kernel, stays."""
+@pytest.mark.parametrize("gemm,conv,paths", [
+    ((300.0, 100.0), (300.0, 100.0), ("compute", "compute")),
+    ((300.0, 100.0), (90.0, 100.0), ("compute", "storage")),
+    ((100.0, 100.0), (300.0, 100.0), ("storage", "compute")),
+    ((300.0, 100.0), None, ("compute", "compute"))])
+def test_convolutions_take_the_path_their_own_measurement_chose(be, monkeypatch, gemm, conv,
+                                                                  paths):
+    """Where a bf16 GEMM runs (here the emulated AMX kernel stands in for one), ``gemm`` and
+    ``conv`` each take the path of their own measurement (``conv`` the GEMM's where its own
+    could not run), ``NEONLITE_BF16=compute`` puts both on compute, and attention, without a
+    bf16 kernel, stays on storage."""
     emulated = be.kernels.variant("gemm_bf16_amx_emulated")
     monkeypatch.setattr(bf16_choice, "gemm_module", lambda modules: (emulated, "emulated"))
     monkeypatch.setattr(bf16_choice, "gemm_variant", lambda: ("gemm_bf16_amx", "emulated"))
     monkeypatch.setattr(bf16_choice, "_cached", lambda modules, variant: ("key", None))
     monkeypatch.setattr(bf16_choice, "_keep", lambda *args: None)
-    monkeypatch.setattr(bf16_choice, "measure_gemm", lambda modules, module: rates)
+    monkeypatch.setattr(bf16_choice, "measure_gemm", lambda modules, module: gemm)
+    monkeypatch.setattr(bf16_choice, "measure_conv", lambda modules, module: conv)
     choice = bf16_choice._choose(be.kernels, None)
-    assert choice.paths == {"attention": "storage", "conv": path, "gemm": path}
-    assert choice.reasons["conv"].startswith("as gemm's measurement chose: ")
+    assert choice.paths == {"attention": "storage", "gemm": paths[0], "conv": paths[1]}
+    assert choice.conv_gflops == conv
+    assert ("as gemm's measurement chose" in choice.reasons["conv"]) == (conv is None)
     forced = bf16_choice._choose(be.kernels, "compute")
     assert forced.paths == {"attention": "storage", "conv": "compute", "gemm": "compute"}
     assert "tiles' products on the bf16 GEMM" in forced.reasons["conv"]
+
+
+def test_the_convolution_measurement_times_both_paths_on_one_core(be):
+    """``measure_conv`` on the emulated AMX kernel: two positive rates (the emulation, plain C,
+    far below the storage path's float32 kernels), and the thread count restored."""
+    from neonlite.backends.cpu.threads import openmp_threads
+    threads = openmp_threads()
+    emulated = be.kernels.variant("gemm_bf16_amx_emulated")
+    rates = bf16_choice.measure_conv(be.kernels, emulated, shape=(2, 16, 8, 8, 32, 3, 3),
+                                     bursts=2)
+    assert rates is not None and rates[0] > 0 and rates[1] > rates[0]
+    assert openmp_threads() == threads
 
 
 def test_neonlite_bf16_compute_where_there_is_no_kernel_falls_back_and_says_so():
