@@ -106,7 +106,23 @@ def test_steps_over_the_parameter_arena_allocate_nothing():
 MIXED_PRECISION_PER_PARAMETER = 256
 
 
-def test_bf16_training_steps_after_the_first_allocate_nothing():
+@pytest.fixture(params=["chosen here", "compute, emulated AMX"])
+def bf16_path(request, monkeypatch):
+    """The bf16 path of the products and convolutions: the one chosen on this machine, or the
+    compute path (``NEONLITE_BF16=compute``) on the AMX kernel's code with its tile
+    instructions emulated in C (``gemm_bf16_amx_emulated``: every CPU)."""
+    if request.param == "compute, emulated AMX":
+        from neonlite.backends.cpu import bf16 as bf16_ops
+        from neonlite.backends.cpu import bf16_choice
+        emulated = make_backend("cpu", batch_size=1).kernels.variant("gemm_bf16_amx_emulated")
+        for where in (bf16_ops, bf16_choice):
+            monkeypatch.setattr(where, "gemm_module", lambda modules: (emulated, "emulated"))
+        monkeypatch.setattr(bf16_choice, "gemm_variant", lambda: ("gemm_bf16_amx", "emulated"))
+        monkeypatch.setenv("NEONLITE_BF16", "compute")
+    return request.param
+
+
+def test_bf16_training_steps_after_the_first_allocate_nothing(bf16_path):
     """The same model on bfloat16 tensors with float32 master weights (``MixedPrecision``):
     the bf16 boundary's work tensors and bit buffers (``backends/cpu/bf16_boundary.py``),
     made by the first step for each op, operand and shape, are the same objects after the
@@ -121,6 +137,7 @@ def test_bf16_training_steps_after_the_first_allocate_nothing():
     optimizer = MixedPrecision(optimizer, loss_scale=None)
     assert x.storage == "bf16" and model.arena is None
     model.train_step(x, t, optimizer, 0)
+    assert (be.bf16_path("gemm") == "compute") == (bf16_path != "chosen here")
     holders = be.bf16_boundary.holders()
     work = {key: buf for holder in holders for key, buf in holder.items()}
     packed = be.bf16_path("gemm") == "storage" and be.storage_packed_gemm() is not None
@@ -137,11 +154,11 @@ def test_bf16_training_steps_after_the_first_allocate_nothing():
     assert [key for key in be._gemm_calls._table if key[0] == "bf16 packed"] == kept
 
 
-def test_bf16_cnn_training_steps_after_the_first_allocate_nothing():
-    """A LeNet-style CNN on bfloat16 tensors (its convolutions' direct passes, max pooling and
-    batch norm read and write bf16 in their kernels, from work arrays their plans and the
-    backend keep): the steps after the first allocate nothing of size, and the boundary keeps
-    no work tensor for those passes."""
+def test_bf16_cnn_training_steps_after_the_first_allocate_nothing(bf16_path):
+    """A LeNet-style CNN on bfloat16 tensors (its convolutions' direct passes, or on the
+    compute path every pass on the bf16 GEMM, max pooling and batch norm read and write bf16
+    in their kernels, from work arrays their plans and the backend keep): the steps after the
+    first allocate nothing of size, and the boundary keeps no work tensor for those passes."""
     from neonlite.initializers import Kaiming
     from neonlite.optimizers import GradientDescentMomentum
     from neonlite.optimizers.mixed_precision import MixedPrecision
@@ -161,6 +178,7 @@ def test_bf16_cnn_training_steps_after_the_first_allocate_nothing():
     optimizer = MixedPrecision(GradientDescentMomentum(0.01, momentum_coef=0.9),
                                loss_scale=None)
     model.train_step(x, t, optimizer, 0)
+    assert (be.bf16_conv_compute() is not None) == (bf16_path != "chosen here")
     peaks = _peaks(lambda: np.isfinite(model.train_step(x, t, optimizer, 0)))
     limit = PEAK_LIMIT + MIXED_PRECISION_PER_PARAMETER * len(model.parameters())
     assert max(peaks) < limit, (
