@@ -34,6 +34,7 @@ from .bf16_boundary import Bf16Boundary, boundary_methods, is_bf16_tensor
 from .bf16_packed import shared_area_arrays
 from .blas import MAX_GEMM_CALLS, CPUBlasOps
 from .blocksparse import CALLS as BLOCKSPARSE_CALLS, CPUBlockSparsePlan
+from . import conv_bf16
 from .conv import CPUConvOps
 from .kept_calls import KeptCalls
 from .build import KernelModules
@@ -304,10 +305,14 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
 
     # ---- kernel variants (``backends/variants.py``) ------------------------------------------
     def kernel_variant(self, method, args):
-        """The convolution algorithm a plan chose; for a product of two bf16 tensors the
-        kernel its bf16 path runs where it has one of its own (:meth:`bf16_product_variant`);
-        the GEMM provider's class; else ``cpu``."""
+        """The convolution algorithm a plan chose (``conv_compute`` for bf16 operands on the
+        compute path); for a product of two bf16 tensors the kernel its bf16 path runs where it
+        has one of its own (:meth:`bf16_product_variant`); the GEMM provider's class; else
+        ``cpu``."""
         if method in CONV_METHODS:
+            if len(args) >= 2 and is_bf16_tensor(args[1]) and \
+                    conv_bf16.runs_compute(args[0], self.bf16_conv_compute()):
+                return "conv_compute"
             return conv_algorithm(args[0], method, self.name)
         if method == "compound_dot" and len(args) >= 2 and is_bf16_tensor(args[0]) and \
                 is_bf16_tensor(args[1]):

@@ -51,12 +51,20 @@ class ComputeCall:
         return True
 
 
+def runs_compute(plan, compute):
+    """Whether ``plan``'s passes on bf16 operands run on ``compute`` (``(conv_compute module,
+    bf16 GEMM module)``, or None where convolutions take the storage path): where the plan has
+    patch kernels and is a float32 plan (the compute kernels count the weight gradient's
+    blocks in float32, as its partials are)."""
+    return compute is not None and getattr(plan, "conv", None) is not None and \
+        plan.dtype == _F32
+
+
 def _compute(plan, compute, n):
-    """The :class:`ComputeCall` of ``plan`` for ``n`` images on ``compute`` (``(conv_compute
-    module, bf16 GEMM module)``), or None where the plan has no patch kernels (or is not a
-    float32 plan, whose weight-gradient blocks the compute kernels count in float32).  Its
-    work array is the plan's, made once per batch size."""
-    if compute is None or plan.conv is None or plan.dtype != _F32:
+    """The :class:`ComputeCall` of ``plan`` for ``n`` images on ``compute`` (see
+    :func:`runs_compute`), or None where it does not run there.  Its work array is the plan's,
+    made once per batch size."""
+    if not runs_compute(plan, compute):
         return None
     module, gemm = compute
     tile = plan.tile_rows(_BITS.itemsize)

@@ -163,6 +163,21 @@ def test_bf16_compute_convolutions_are_within_the_bound(compute_backends, case, 
     assert not kept & {"fprop_conv", "bprop_conv", "update_conv"}, kept
 
 
+def test_the_profiler_names_conv_compute_where_it_runs(compute_backends):
+    """``kernel_variant`` (the profiler's variant column) of a convolution on bf16 tensors:
+    ``conv_compute`` on the compute path, the plan's algorithm on float32 tensors."""
+    case = CONVS[0]
+    be = compute_backends(case[0])
+    _, data = _conv_case(case)
+    plan = _conv_passes(be, case, data, 0.0)[1]
+    x = _tensor(be, data["x"])
+    for method in ("fprop_conv", "bprop_conv", "update_conv"):
+        assert be.kernel_variant(method, (plan, x)) == "conv_compute"
+    float32 = neonlite.gen_backend("cpu", batch_size=case[0])
+    assert float32.kernel_variant("fprop_conv", (plan, float32.array(bf16_to_f32(
+        data["x"])))) == plan.algorithm
+
+
 def test_bf16_compute_convolutions_are_bit_identical_on_1_2_3_threads(compute_backends):
     case = CONVS[3]
     _, data = _conv_case(case, seed=7)
