@@ -183,7 +183,8 @@ def gemm_bf16(module, a, b, c, alpha=1.0, beta=0.0, trans_a=False, trans_b=False
         raise MemoryError(f"dot_bf16: no memory for the packed operands of a {m}x{k} @ "
                           f"{k}x{n} product")
     if status != 0:
-        raise RuntimeError("dot_bf16: the bf16 GEMM kernel is not built for this CPU")
+        raise RuntimeError(f"dot_bf16: the bf16 GEMM refused the call ({status}: -1 not built "
+                           f"for this CPU, -4 its work area not on a 64-byte boundary)")
     return c
 
 

@@ -45,9 +45,11 @@ class ComputeCall:
         """``conv_<name>_compute`` on the bf16 arrays ``operands`` (input, filter or gradient,
         output) and the pass's own arguments ``rest``; returns True."""
         ffi = self.module.ffi
-        getattr(self.module.lib, f"conv_{name}_compute")(
+        status = getattr(self.module.lib, f"conv_{name}_compute")(
             *(_pointer(ffi, a) for a in operands), self.geom, self.gemm, self.work,
             self.gemm_work, self.nwork, self.tile, *rest)
+        if status != 0:
+            raise RuntimeError(f"{name}_conv: the bf16 GEMM refused a tile ({status})")
         return True
 
 

@@ -74,7 +74,7 @@ static conv_parts parts_of(void *work, const conv_geom *g, const conv_slice *s, 
     return p;
 }
 
-void conv_fprop_compute(const uint16_t *x, const uint16_t *f, uint16_t *o, const conv_geom *g,
+int conv_fprop_compute(const uint16_t *x, const uint16_t *f, uint16_t *o, const conv_geom *g,
                         int64_t gemm, void *work, int64_t gemm_work, int64_t nwork,
                         int64_t tile, const uint16_t *bias, int relu)
 {
@@ -87,21 +87,24 @@ void conv_fprop_compute(const uint16_t *x, const uint16_t *f, uint16_t *o, const
         wide_bias = (float *)work;
         conv_widen(NULL, bias, 0, wide_bias, K);
     }
-#pragma omp parallel for num_threads(nwork) schedule(dynamic, 1)
+    int status = 0;
+#pragma omp parallel for num_threads(nwork) schedule(dynamic, 1) reduction(min : status)
     for (int64_t t = 0; t < ntiles; t++) {
         const conv_parts w = parts_of(work, g, &s, omp_get_thread_num());
         const int64_t r0 = t * tile, r1 = r0 + tile < rows ? r0 + tile : rows;
         for (int64_t np = r0; np < r1; np++)
             gather_row(&(conv_source){x}, w.patches + (np - r0) * Q * row_len, g, np / g->P,
                        np % g->P);
-        mm(w.patches, f, w.staging, NULL, (r1 - r0) * Q, K, row_len, row_len, K, K, 0, 0, 0,
-           1.0f, 0.0f, 1, w.gemm);
+        const int done = mm(w.patches, f, w.staging, NULL, (r1 - r0) * Q, K, row_len, row_len,
+                            K, K, 0, 0, 0, 1.0f, 0.0f, 1, w.gemm);
+        status = done < status ? done : status;
         nl_bias_relu(w.staging, (r1 - r0) * Q, K, wide_bias, relu);
         conv_narrow(w.staging, o + r0 * Q * K, (r1 - r0) * Q * K, 0);
     }
+    return status;
 }
 
-void conv_update_compute(const uint16_t *x, const uint16_t *e, uint16_t *df,
+int conv_update_compute(const uint16_t *x, const uint16_t *e, uint16_t *df,
                          const conv_geom *g, int64_t gemm, void *work, int64_t gemm_work,
                          int64_t nwork, int64_t tile, float *partials, float beta)
 {
@@ -109,7 +112,8 @@ void conv_update_compute(const uint16_t *x, const uint16_t *e, uint16_t *df,
     const int64_t Q = g->Q, K = g->K, row_len = g->R * g->S * g->C, rows = g->N * g->P;
     const int64_t size = row_len * K, nblk = conv_update_block_count(g);
     const conv_slice s = slice_of(g, tile, gemm_work);
-#pragma omp parallel num_threads(nwork)
+    int status = 0;
+#pragma omp parallel num_threads(nwork) reduction(min : status)
     {
         const int64_t me = omp_get_thread_num(), nth = omp_get_num_threads();
         const conv_parts w = parts_of(work, g, &s, me);
@@ -123,18 +127,20 @@ void conv_update_compute(const uint16_t *x, const uint16_t *e, uint16_t *df,
                 for (int64_t np = t0; np < t1; np++)
                     gather_row(&(conv_source){x}, w.patches + (np - t0) * Q * row_len, g,
                                np / g->P, np % g->P);
-                mm(w.patches, e + t0 * Q * K, partials + b * size, NULL, row_len, K,
-                   (t1 - t0) * Q, row_len, K, K, 0, 1, 0, 1.0f, t0 == r0 ? 0.0f : 1.0f, 1,
-                   w.gemm);
+                const int done = mm(w.patches, e + t0 * Q * K, partials + b * size, NULL,
+                                    row_len, K, (t1 - t0) * Q, row_len, K, K, 0, 1, 0, 1.0f,
+                                    t0 == r0 ? 0.0f : 1.0f, 1, w.gemm);
+                status = done < status ? done : status;
             }
         }
         int64_t i0, i1;
         nl_split(size, me, nth, &i0, &i1);
         conv_update_sum_bf16(df, partials, nblk, size, i0, i1, beta);
     }
+    return status;
 }
 
-void conv_bprop_compute(const uint16_t *e, const uint16_t *f, uint16_t *dx,
+int conv_bprop_compute(const uint16_t *e, const uint16_t *f, uint16_t *dx,
                         const conv_geom *g, int64_t gemm, void *work, int64_t gemm_work,
                         int64_t nwork, int64_t tile, float beta)
 {
@@ -142,18 +148,21 @@ void conv_bprop_compute(const uint16_t *e, const uint16_t *f, uint16_t *dx,
     const int64_t P = g->P, Q = g->Q, K = g->K, row_len = g->R * g->S * g->C;
     const int64_t image = g->H * g->W * g->C;
     const conv_slice s = slice_of(g, tile, gemm_work);
-#pragma omp parallel for num_threads(nwork) schedule(dynamic, 1)
+    int status = 0;
+#pragma omp parallel for num_threads(nwork) schedule(dynamic, 1) reduction(min : status)
     for (int64_t n = 0; n < g->N; n++) {
         const conv_parts w = parts_of(work, g, &s, omp_get_thread_num());
         for (int64_t i = 0; i < image; i++)
             w.image[i] = beta == 0 ? 0.0f : beta * bf16_to_f32(dx[n * image + i]);
         for (int64_t p0 = 0; p0 < P; p0 += tile) {
             const int64_t p1 = p0 + tile < P ? p0 + tile : P;
-            mm(e + (n * P + p0) * Q * K, f, w.staging, NULL, (p1 - p0) * Q, row_len, K, K, K,
-               row_len, 0, 0, 1, 1.0f, 0.0f, 1, w.gemm);
+            const int done = mm(e + (n * P + p0) * Q * K, f, w.staging, NULL, (p1 - p0) * Q,
+                                row_len, K, K, K, row_len, 0, 0, 1, 1.0f, 0.0f, 1, w.gemm);
+            status = done < status ? done : status;
             for (int64_t p = p0; p < p1; p++)
                 scatter_row(w.staging + (p - p0) * Q * row_len, w.image, g, 0, p);
         }
         conv_narrow(w.image, dx + n * image, image, 0);
     }
+    return status;
 }

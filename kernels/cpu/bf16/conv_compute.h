@@ -19,7 +19,8 @@
  *                        patches' gradients added into a float32 image, rounded once.
  *
  * work: conv_compute_work_bytes(g, nwork, tile, gemm_work) bytes on a 64-byte boundary;
- * nwork threads, `tile` output rows (of Q patches) per GEMM.  bias (K bf16) may be NULL. */
+ * nwork threads, `tile` output rows (of Q patches) per GEMM.  bias (K bf16) may be NULL.
+ * Each pass returns 0, or the most negative status a tile's GEMM returned. */
 #ifndef NEONLITE_CONV_COMPUTE_H
 #define NEONLITE_CONV_COMPUTE_H
 
@@ -27,13 +28,13 @@
 
 int64_t conv_compute_work_bytes(const conv_geom *g, int64_t nwork, int64_t tile,
                                 int64_t gemm_work);
-void conv_fprop_compute(const uint16_t *x, const uint16_t *f, uint16_t *o, const conv_geom *g,
+int conv_fprop_compute(const uint16_t *x, const uint16_t *f, uint16_t *o, const conv_geom *g,
                         int64_t gemm, void *work, int64_t gemm_work, int64_t nwork,
                         int64_t tile, const uint16_t *bias, int relu);
-void conv_update_compute(const uint16_t *x, const uint16_t *e, uint16_t *df,
+int conv_update_compute(const uint16_t *x, const uint16_t *e, uint16_t *df,
                          const conv_geom *g, int64_t gemm, void *work, int64_t gemm_work,
                          int64_t nwork, int64_t tile, float *partials, float beta);
-void conv_bprop_compute(const uint16_t *e, const uint16_t *f, uint16_t *dx,
+int conv_bprop_compute(const uint16_t *e, const uint16_t *f, uint16_t *dx,
                         const conv_geom *g, int64_t gemm, void *work, int64_t gemm_work,
                         int64_t nwork, int64_t tile, float beta);
 

@@ -132,6 +132,8 @@ int nl_gemm_bf16_to(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb
                     int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int64_t ldcb,
                     int transA, int transB, float alpha, float beta, int threads, void *work)
 {
+    if (work != NULL && ((uintptr_t)work & 63) != 0)
+        return -4;
     if (M <= 0 || N <= 0)
         return 0;
     if (K <= 0) {

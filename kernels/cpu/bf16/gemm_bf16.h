@@ -17,9 +17,9 @@ int nl_gemm_bf16(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int6
  * row stride ldcb) = C rounded to nearest even, each block written by the GEMM's epilogue
  * right after its last k block (no separate pass over C); C still holds the float32 result
  * (its accumulator).  `work`: the threads' packing buffers, nl_gemm_bf16_work_bytes(M, N,
- * threads) bytes on a 64-byte boundary, used during the call only (a caller keeps one for
- * every call); NULL: the call allocates them and frees them before it returns (-2 where it
- * cannot). */
+ * threads) bytes on a 64-byte boundary (-4 where it is not: the panels are read with
+ * aligned loads), used during the call only (a caller keeps one for every call); NULL: the
+ * call allocates them and frees them before it returns (-2 where it cannot). */
 int nl_gemm_bf16_to(const uint16_t *A, const uint16_t *B, float *C, uint16_t *Cb, int64_t M,
                     int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int64_t ldcb,
                     int transA, int transB, float alpha, float beta, int threads, void *work);

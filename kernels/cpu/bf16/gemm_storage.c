@@ -217,6 +217,8 @@ int nl_gemm_storage(const void *A, int a_bf16, const void *B, int b_bf16, float 
 {
     if (C == NULL && (Cb == NULL || K > NL_KC))
         return -3;
+    if (work != NULL && ((uintptr_t)work & 63) != 0)
+        return -4;
     if (M <= 0 || N <= 0)
         return 0;
     const nl_gemm_call g = {A, B, C, Cb, M, N, K, lda, ldb, ldc, ldcb, a_bf16 != 0, b_bf16 != 0,

@@ -21,7 +21,7 @@
  *
  * Returns 0; -1 where this build holds no kernel (nl_gemm_storage_built() == 0); -2 when
  * `work` is NULL and the packing buffers cannot be allocated; -3 when C is NULL and Cb is NULL
- * or K is past one block. */
+ * or K is past one block; -4 when `work` is not on a 64-byte boundary. */
 int nl_gemm_storage(const void *A, int a_bf16, const void *B, int b_bf16, float *C,
                     uint16_t *Cb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                     int64_t ldc, int64_t ldcb, int transA, int transB, float alpha, float beta,
