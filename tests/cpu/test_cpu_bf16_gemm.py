@@ -230,6 +230,21 @@ def test_a_kept_area_holds_the_packing_buffers(be, kernel):
         np.testing.assert_array_equal(kept, fresh)
 
 
+def test_a_work_area_off_a_cache_line_is_refused(be):
+    """The micro-kernels read packed panels with aligned loads: a work area off a 64-byte
+    boundary is refused (-4), not used (the emulated kernel would not fault on it)."""
+    from neonlite.backends.cpu.tensor import aligned_empty
+    module = be.kernels.variant("gemm_bf16_amx_emulated")
+    ffi, lib = module.ffi, module.lib
+    a, b = np.zeros((4, 5), np.uint16), np.zeros((5, 3), np.uint16)
+    c = np.zeros((4, 3), np.float32)
+    work = aligned_empty((lib.nl_gemm_bf16_work_bytes(4, 3, 1) // 4 + 16,), np.float32)
+    args = (ffi.cast("uint16_t *", a.ctypes.data), ffi.cast("uint16_t *", b.ctypes.data),
+            ffi.cast("float *", c.ctypes.data), ffi.NULL, 4, 3, 5, 5, 3, 3, 0, 0, 0, 1.0, 0.0, 1)
+    assert lib.nl_gemm_bf16_to(*args, ffi.cast("void *", work.ctypes.data)) == 0
+    assert lib.nl_gemm_bf16_to(*args, ffi.cast("void *", work.ctypes.data + 4)) == -4
+
+
 def test_bad_operands_are_one_clear_error(be):
     a = np.zeros((4, 5), np.uint16)
     with pytest.raises(ValueError, match="A must be a 2-D uint16"):

@@ -133,6 +133,18 @@ def test_a_kept_area_holds_the_packing_buffers(module):
         np.testing.assert_array_equal(kept, fresh)
 
 
+def test_a_work_area_off_a_cache_line_is_refused(module):
+    from neonlite.backends.cpu.tensor import aligned_empty
+    ffi, lib = module.ffi, module.lib
+    a, b = np.zeros((4, 5), np.float32), np.zeros((5, 3), np.float32)
+    c = np.zeros((4, 3), np.float32)
+    work = aligned_empty((lib.nl_gemm_storage_work_bytes(4, 3, 1) // 4 + 16,), np.float32)
+    args = (ffi.cast("void *", a.ctypes.data), 0, ffi.cast("void *", b.ctypes.data), 0,
+            ffi.cast("float *", c.ctypes.data), ffi.NULL, 4, 3, 5, 5, 3, 3, 0, 0, 0, 1.0, 0.0, 1)
+    assert lib.nl_gemm_storage(*args, ffi.cast("void *", work.ctypes.data)) == 0
+    assert lib.nl_gemm_storage(*args, ffi.cast("void *", work.ctypes.data + 4)) == -4
+
+
 def test_k_zero_scales_the_old_result(module):
     c = np.full((4, 5), 2.0, np.float32)
     bits = np.zeros((4, 5), np.uint16)
