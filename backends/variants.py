@@ -1,5 +1,5 @@
 """Which kernel a backend op ran, for the profiler's trace and per-op rows: the backend names
-it, so the profiler asks (``be.kernel_variant(method, args)``) instead of reading a backend's
+it, so the profiler asks (``be.kernel_variant(method, args, kwargs)``) instead of reading a backend's
 kernels or testing which backend it is.  By default a backend's name; the CPU backend says
 which convolution algorithm its plan chose (``direct``, ``tiled``, ``im2col``, ``1x1-gemm``,
 or ``numpy``) and which GEMM provider it calls, the GPU backend ``cublas`` for GEMMs."""
@@ -11,9 +11,9 @@ GEMM_METHODS = ("compound_dot", "batched_dot")
 class KernelVariants:
     """The ``kernel_variant`` method of :class:`~.backend.Backend`."""
 
-    def kernel_variant(self, method, args):
+    def kernel_variant(self, method, args, kwargs=None):
         """A short name of the kernel behind one call of backend method ``method`` with the
-        positional arguments ``args``."""
+        positional arguments ``args`` and keyword arguments ``kwargs``."""
         return self.name
 
 

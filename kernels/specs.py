@@ -51,8 +51,8 @@ CPU_VARIANTS = tuple(spec for stem in CPU_SOURCES for spec in _cpu_variants(stem
 #: where ``-march=native`` enables AVX512-BF16, else a stub that says so), the AMX GEMM
 #: (TDPBF16PS, its functions compiled for AMX; called only where AMX is granted), the same AMX
 #: GEMM with its tile instructions done in C (``amx_emulated.h``: its tests run on every CPU;
-#: never chosen by the backend), the convolutions' passes on a bf16 GEMM (``conv_compute``: the
-#: compute path's) and the storage path's GEMM (float32 FMA on operands widened
+#: never chosen by the backend), the convolutions' passes and the fused attention on a bf16
+#: GEMM (``conv_compute``, ``attention_compute``: the compute path's) and the storage path's GEMM (float32 FMA on operands widened
 #: while packed, a bf16 epilogue: a working kernel where ``-march=native`` enables AVX-512 or
 #: AVX2 with FMA, else a stub)
 BF16_VARIANTS = (
@@ -67,6 +67,8 @@ BF16_VARIANTS = (
                header="cpu/bf16/gemm_bf16.h"),
     KernelSpec("conv_compute", "cpu", "cpu/bf16/conv_compute.c", (("DTYPE", "float"),),
                header="cpu/bf16/conv_compute.h"),
+    KernelSpec("attention_compute", "cpu", "cpu/bf16/attention_compute.c",
+               (("DTYPE", "float"),), header="cpu/bf16/attention_compute.h"),
     KernelSpec("gemm_storage", "cpu", "cpu/bf16/gemm_storage.c", (("DTYPE", "float"),),
                header="cpu/bf16/gemm_storage.h"),
     KernelSpec("gemm_packed", "cpu", "cpu/bf16/gemm_packed.c", (("DTYPE", "float"),),

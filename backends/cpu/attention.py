@@ -17,6 +17,7 @@ import numpy as np
 from ..shared.attention_tables import AttentionBlocks, visit_tables
 from ..shared.bfloat16 import bf16_to_f32
 from .kept_calls import KeptCalls
+from .tensor import aligned_empty
 
 #: query rows and keys per tile of plain (unblocked) attention; the kernels' FA_MAX_BLOCK
 TILE = 64
@@ -69,6 +70,9 @@ class CPUAttentionCalls:
         self.kernels = kernels
         self._attention_plain = {}
         self.kept = KeptCalls(MAX_PREPARED)
+        #: ``() -> (attention_compute module, bf16 GEMM module) or None``: the bf16 compute
+        #: path's kernels where bf16 attention takes it (the backend sets its own)
+        self.compute = lambda: None
 
     def forget(self):
         """Drop the visit tables and the prepared calls (the next call makes them again)."""
@@ -89,6 +93,11 @@ class CPUAttentionCalls:
         step) skips the check, strides and casts; a key mask, which a caller may change
         between calls, makes it anew each time.  At most ``MAX_PREPARED`` calls are kept."""
         tensors, (key_mask, dropout, blocks) = operands[:-3], operands[-3:]
+        if dropout is None and blocks is None and getattr(tensors[0], "bf16", False):
+            compute = self.compute()
+            if compute is not None and self._run_compute(op, tensors, key_mask, operands,
+                                                         scalars, compute):
+                return True
         arrays = tuple([t._ary for t in tensors])
         key = None
         if key_mask is None and all(t.kept for t in tensors):
@@ -106,6 +115,45 @@ class CPUAttentionCalls:
             self.kept.keep(key, arrays, (lib, lib.fa_threads(), call, blocks))
         function, head, tail = call
         function(*head, *_dropout_args(dropout), *tail)
+        return True
+
+    def _run_compute(self, op, tensors, key_mask, operands, scalars, compute):
+        """Row ``op`` on bf16 tensors on the compute path (``kernels/cpu/bf16/
+        attention_compute.c``: the products on the bf16 GEMM of ``compute``, ``(module, GEMM
+        module)``), after the row's check; False where it does not take the case (an lse that
+        is not contiguous float32, rows the kernels cannot walk): the flash kernels run it."""
+        arrays = tuple([t._ary for t in tensors])
+        lse = arrays[LSE]
+        if lse.dtype != F32 or getattr(tensors[LSE], "bf16", False) or \
+                not lse.flags.c_contiguous or \
+                not all(getattr(t, "bf16", False) for i, t in enumerate(tensors) if i != LSE):
+            return False
+        bprop = op.name == "attention_bprop"
+        scale, causal, heads = scalars
+        strides = _slice_strides(arrays[:4] + (arrays[5:] if bprop else ()), heads)
+        if strides is None:
+            return False
+        op.check_operands(operands, scalars)
+        module, gemm = compute
+        B, Tq = lse.shape
+        Tk, dk, dv = arrays[1].shape[1], arrays[0].shape[-1], arrays[2].shape[-1]
+        gemm_work = int(gemm.lib.nl_gemm_bf16_work_bytes(1, 1, 1))  # one thread's, any shape
+        nwork = int(module.lib.att_compute_threads())
+        size = int(module.lib.att_compute_work_bytes(Tk, dk, dv, gemm_work, nwork))
+        key = ("att_compute", F32)
+        work = self.kernels.workspaces.get(key)
+        if work is None or work.size * F32.itemsize < size:
+            work = self.kernels.workspaces[key] = aligned_empty((-(-size // F32.itemsize),), F32)
+        ffi = module.ffi
+        ptr = _pointers(ffi, True)
+        mask = self._mask_array(key_mask, F32)
+        address = int(gemm.ffi.cast("intptr_t", gemm.ffi.addressof(gemm.lib, "nl_gemm_bf16_to")))
+        run = module.lib.att_bprop_compute if bprop else module.lib.att_fprop_compute
+        status = run(*(ptr(a) for a in arrays), B, heads, Tq, Tk, dk, dv,
+                     ffi.from_buffer("int64_t[]", strides), float(scale), bool(causal),
+                     _held(ffi, mask), address, ffi.from_buffer(work), gemm_work, nwork)
+        if status != 0:
+            raise RuntimeError(f"{op.name}: the bf16 GEMM refused a product ({status})")
         return True
 
     def _attention_tables(self, Tq, Tk, causal, blocks):

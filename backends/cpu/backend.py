@@ -14,6 +14,8 @@ narrowing (``bf16_boundary.py``, driven by the op table; assignments and op-tree
 ``bf16_assign.py``), the products by ``dot_bf16`` (``bf16.py``: bf16 arithmetic where this
 machine pays for it, ``bf16_choice.py``).  ``NEONLITE_BF16=off`` refuses it.
 """
+import inspect
+
 import numpy as np
 
 from ..half_precision import CPU_F16_SLOWDOWN
@@ -111,6 +113,7 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
         self._row_scratch = {}
         self._sections = {cls: cls(self.kernels) for cls in set(OP_CALLS.values())}
         self._op_calls = {name: self._sections[cls].run for name, cls in OP_CALLS.items()}
+        self._sections[CPUAttentionCalls].compute = self.bf16_attention_compute
         self.bf16_boundary = Bf16Boundary(self)
 
     def forget_prepared(self):
@@ -304,11 +307,17 @@ class CPUBackend(CPUConvOps, CPUPoolOps, CPUNormOps, CPUSoftmaxOps, CPURowOps,
                 shared_area_arrays(self.kernels), *self.bf16_boundary.holders()]
 
     # ---- kernel variants (``backends/variants.py``) ------------------------------------------
-    def kernel_variant(self, method, args):
+    def kernel_variant(self, method, args, kwargs=None):
         """The convolution algorithm a plan chose (``conv_compute`` for bf16 operands on the
-        compute path); for a product of two bf16 tensors the kernel its bf16 path runs where it
-        has one of its own (:meth:`bf16_product_variant`); the GEMM provider's class; else
-        ``cpu``."""
+        compute path); ``attention_compute`` for the attention rows on bf16 tensors on the
+        compute path (without dropout or a block layout); for a product of two bf16 tensors the
+        kernel its bf16 path runs where it has one of its own (:meth:`bf16_product_variant`);
+        the GEMM provider's class; else ``cpu``."""
+        if method in ATTENTION_RUNS and args and is_bf16_tensor(args[0]) and \
+                self.bf16_attention_compute() is not None:
+            bound = inspect.signature(OPS[method].cost).bind(*args, **(kwargs or {}))
+            if bound.arguments.get("dropout") is None and bound.arguments.get("blocks") is None:
+                return "attention_compute"
         if method in CONV_METHODS:
             if len(args) >= 2 and is_bf16_tensor(args[1]) and \
                     conv_bf16.runs_compute(args[0], self.bf16_conv_compute()):

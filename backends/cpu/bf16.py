@@ -85,6 +85,15 @@ class CPUBf16Ops:
         conv = self.kernels.variant("conv_compute")
         return None if gemm is None or conv is None else (conv, gemm)
 
+    def bf16_attention_compute(self):
+        """``(attention_compute module, bf16 GEMM module)`` where the fused attention takes the
+        compute path here (``attention.py``), else None."""
+        if self.bf16_path("attention") != "compute":
+            return None
+        gemm, _ = gemm_module(self.kernels)
+        module = self.kernels.variant("attention_compute")
+        return None if gemm is None or module is None else (module, gemm)
+
     def to_bf16(self, x, out=None):
         """float32 ``x`` -> bf16 bit patterns (uint16), rounded to nearest even."""
         return to_bf16(self.kernels, _array(x), None if out is None else _array(out))

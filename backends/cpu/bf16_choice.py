@@ -19,8 +19,9 @@ compiler and CPU target) plus the float32 GEMM's kind and the usable cores, so a
 CPU, BLAS or core count measures again.  ``conv`` is measured the same way, on one
 convolution's forward pass (:data:`CONV_SHAPE`): its compute path (each tile's product on the
 bf16 GEMM, ``conv_bf16.py``) against the storage path's direct or tiled pass (where either
-cannot run that shape here, it takes the GEMM's path).  ``attention``, without a bf16 kernel
-yet, takes ``storage``, and says so.
+cannot run that shape here, it takes the GEMM's path).  ``attention`` (its compute path:
+``attention_compute.c``, the products on the bf16 GEMM) is not measured yet: it takes
+``storage`` unless ``NEONLITE_BF16=compute`` asks, and says so.
 """
 import contextlib
 import json
@@ -47,10 +48,11 @@ PATHS = ("compute", "storage", "off")
 #: the op classes, from the op table's rows
 OP_CLASSES = tuple(sorted({op.bf16_class for op in OPS.values() if op.bf16_class}))
 #: the op classes with a bf16 kernel (the others always take "storage")
-WITH_KERNELS = ("conv", "gemm")
+WITH_KERNELS = ("attention", "conv", "gemm")
 #: what a convolution's compute and storage paths are, in words
 CONV_COMPUTE = "its tiles' products on the bf16 GEMM"
 CONV_STORAGE = "float32 arithmetic on operands widened as the kernels read them"
+ATTENTION_COMPUTE = "its products on the bf16 GEMM, the softmax in float32"
 #: the measured product (m, n, k), both paths on one thread (the choice compares one core's
 #: arithmetic), in bursts short enough to fit between other processes' time slices on a busy
 #: machine (the shortest burst of each path counts: noise only adds time)
@@ -270,6 +272,8 @@ def _choose(modules, asked):
     no_kernel = {c: "storage" for c in OP_CLASSES}
     reasons = {c: "no bf16 kernel for this op class yet: float32 arithmetic" for c in OP_CLASSES
                if c not in WITH_KERNELS}
+    reasons["attention"] = ("not measured: float32 arithmetic on bf16 tiles (the flash "
+                            f"kernels); {ENV}=compute runs {ATTENTION_COMPUTE}")
     module, why = gemm_module(modules)
     variant = gemm_variant()[0] if module is not None else None
     if asked == "storage" or module is None:
@@ -278,11 +282,13 @@ def _choose(modules, asked):
             why_storage += f" ({ENV}=compute cannot be met)"
         reasons["gemm"] = f"{why_storage}; {storage_products(modules)}"
         reasons["conv"] = f"{why_storage}; {CONV_STORAGE}"
+        reasons["attention"] = f"{why_storage}; float32 arithmetic on bf16 tiles"
         return Bf16Choice(no_kernel, reasons, ENV if asked else "no bf16 kernel", variant)
     if asked == "compute":
         reasons["gemm"] = f"{ENV}=compute ({why})"
         reasons["conv"] = f"{ENV}=compute: {CONV_COMPUTE} ({variant})"
-        return Bf16Choice({**no_kernel, "gemm": "compute", "conv": "compute"}, reasons, ENV,
+        reasons["attention"] = f"{ENV}=compute: {ATTENTION_COMPUTE} ({variant})"
+        return Bf16Choice({**no_kernel, **dict.fromkeys(WITH_KERNELS, "compute")}, reasons, ENV,
                           variant)
     key, found = _cached(modules, variant)
     source = "cached"

@@ -376,5 +376,5 @@ class GPUBackend(GPURecurrentOps,
     def device_pointer(self, tensor):
         return tensor.ptr
 
-    def kernel_variant(self, method, args):
+    def kernel_variant(self, method, args, kwargs=None):
         return "cublas" if method in GEMM_METHODS else self.name

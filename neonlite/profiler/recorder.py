@@ -88,7 +88,7 @@ def _count_work(span):
     method, be, args, kwargs = span.call
     span.call = None
     flops, nbytes = op_cost(method, args, kwargs)
-    variant = be.kernel_variant(method, args)
+    variant = be.kernel_variant(method, args, kwargs)
     if variant:
         span.args = dict(span.args, variant=variant)
     outer = span

@@ -51,8 +51,9 @@ CASES = {
 
 def _case(name, seed=0):
     """(float32 bf16-exact q, k, v, dout head-major (B, T, d); key mask (N, Tk) or None;
-    keyword arguments of the attention rows)."""
-    N, H, Tq, Tk, dk, dv, causal, padded, drop, blocked = CASES[name]
+    keyword arguments of the attention rows) of case ``name`` (of :data:`CASES`, or its
+    tuple)."""
+    N, H, Tq, Tk, dk, dv, causal, padded, drop, blocked = CASES.get(name, name)
     rng = np.random.default_rng(seed)
     B = N * H
     arrays = [bf16_to_f32(f32_to_bf16(rng.normal(size=s).astype(np.float32)))
@@ -186,13 +187,19 @@ def test_bf16_kernels_within_the_bound_of_the_float64_reference(case):
 @pytest.mark.parametrize("case", ["causal, one group a slice", "padding+dropout, groups",
                                   "grouped"])
 def test_bf16_kernels_are_bit_identical_on_1_2_3_threads(case):
-    arrays, mask, kw = _case(case)
+    _assert_bit_identical_on_1_2_3_threads(*_case(case))
+
+
+def _assert_bit_identical_on_1_2_3_threads(arrays, mask, kw, ran=lambda be: True):
+    """The five results of :func:`_run` on token-major views, on 1, 2 and 3 threads, are the
+    same bits (and ``ran(backend)`` holds after each run)."""
     results = []
     try:
         for threads in (1, 2, 3):
             set_cpu_threads(threads)
             be = _bf16_backend()
             results.append(_run(be, _joined(be, arrays, kw["heads"]), mask, kw))
+            assert ran(be)
     finally:
         set_cpu_threads(len(os.sched_getaffinity(0)))
     for other in results[1:]:
@@ -233,3 +240,132 @@ def test_a_bf16_layer_runs_the_kernels_on_its_projection_views(swaps, monkeypatc
         assert q.dtype == np.uint16 and not q.flags.c_contiguous
         assert _root(q) is _root(k) is _root(v)
     assert not [n for n in swaps if n.startswith("attention")]
+
+
+# The compute path (``kernels/cpu/bf16/attention_compute.c``: the products on the bf16 GEMM,
+# the softmax and its gradient in float32), run on the AMX kernel's code with its tile
+# instructions emulated in C (every CPU).  Its bound against the float64 reference on the same
+# bf16 inputs: the probabilities P are rounded to bf16 for the products (at most 2^-8 relative),
+# as dS = P (dP - D) scale is, each output once more (2^-8 |want|), and the float32 scores,
+# softmax and sums add at most T32 relative to the sizes of their terms.  So, with sizes
+# |P| |v| (out), |P|^T |dout| (dv), |dS~| |k| and |dS~|^T |q| (dq, dk; |dS~| = |P| (|dP| + |D|)
+# scale),
+#
+#     |got - want| <= 2^-8 |want| + 1.01 (2^-8 + 2 T32) size + T32,
+#
+# and lse, float32 from float32 scores, meets the float32 kernels' T32.
+COMPUTE_CASES = {
+    "causal": (8, 2, 71, 71, 37, 23, True, False, False, False),
+    "padding, cross": (2, 2, 45, 130, 19, 29, False, True, False, False),
+    "causal offset, padding, long": (1, 2, 290, 301, 19, 13, True, True, False, False),
+    "decode": (2, 2, 1, 75, 12, 12, True, False, False, False),
+}
+
+
+@pytest.fixture
+def compute_path(monkeypatch):
+    """bf16 backends whose attention (and products) take the compute path on the emulated AMX
+    kernel (``NEONLITE_BF16=compute``, the bf16 GEMM module replaced)."""
+    from neonlite.backends.cpu import bf16 as bf16_ops
+    from neonlite.backends.cpu import bf16_choice
+    emulated = _bf16_backend().kernels.variant("gemm_bf16_amx_emulated")
+    for where in (bf16_ops, bf16_choice):
+        monkeypatch.setattr(where, "gemm_module", lambda modules: (emulated, "emulated"))
+    monkeypatch.setattr(bf16_choice, "gemm_variant", lambda: ("gemm_bf16_amx", "emulated"))
+    monkeypatch.setenv("NEONLITE_BF16", "compute")
+
+
+def _ran_compute(be):
+    """Whether the compute path ran on ``be`` (its work array is kept) and the flash kernels
+    did not."""
+    keys = {key[0] for key in be.kernels.workspaces if isinstance(key, tuple)}
+    return "att_compute" in keys and "fa_work" not in keys
+
+
+def _sizes(arrays, out, lse, mask, kw, scale=0.3):
+    """The sizes of the bound above (float64), for out, dq, dk, dv."""
+    q, k, v, dout = (a.astype(np.float64) for a in arrays)
+    B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
+    sizes = [np.zeros(a.shape) for a in (dout, q, k, v)]
+    for b in range(B):
+        hidden = numpy_attention.hidden_keys(B, kw["heads"], Tq, Tk, kw["causal"], mask, None, b)
+        p, _ = numpy_attention._probabilities(q[b], k[b], scale, hidden,
+                                              lse[b].astype(np.float64))
+        dp = dout[b] @ v[b].T
+        d = np.einsum("ij,ij->i", dout[b], out[b].astype(np.float64))[:, None]
+        ds = np.abs(p) * (np.abs(dp) + np.abs(d)) * scale
+        for size, value in zip(sizes, (p @ np.abs(v[b]), ds @ np.abs(k[b]),
+                                       ds.T @ np.abs(q[b]), p.T @ np.abs(dout[b]))):
+            size[b] = value
+    return sizes
+
+
+@pytest.mark.parametrize("case", sorted(COMPUTE_CASES))
+def test_compute_path_within_its_bound_on_both_layouts(compute_path, case):
+    """Forward and backward on the compute path meet the bound above against the float64
+    reference, give the same bits for head-major operands and for token-major views of one
+    projection buffer (the sums' order does not depend on the strides), and run no flash
+    kernel."""
+    arrays, mask, kw = _case(COMPUTE_CASES[case])
+    be = _bf16_backend()
+    got = _run(be, [be.array(a) for a in arrays], mask, kw)
+    assert _ran_compute(be)
+    joined = _bf16_backend()
+    views = _run(joined, _joined(joined, arrays, kw["heads"]), mask, kw)
+    for name, g, w in zip(("out", "lse", "dq", "dk", "dv"), got, views):
+        w = w.reshape(g.shape) if name == "lse" else \
+            w.reshape(w.shape[0], w.shape[1], kw["heads"], -1).transpose(0, 2, 1, 3).reshape(
+                g.shape)
+        np.testing.assert_array_equal(g, w, err_msg=f"{name}: layouts differ")
+    q, k, v, dout = (a.astype(np.float64) for a in arrays)
+    out, lse = np.zeros(dout.shape), np.zeros(dout.shape[:2])
+    grads = [np.zeros(a.shape) for a in (q, k, v)]
+    args = (0.3, kw["causal"], mask, None, None, kw["heads"])
+    numpy_attention.attention(q, k, v, out, lse, *args)
+    want_out = out.copy()
+    out[:] = got[0]
+    numpy_attention.attention_bprop(q, k, v, out, lse, dout, *grads, *args)
+    finite = np.isfinite(lse)
+    assert (np.isfinite(got[1]) == finite).all(), "-inf rows differ"
+    np.testing.assert_allclose(got[1][finite], lse[finite], rtol=T32, atol=T32)
+    sizes = _sizes(arrays, got[0], got[1], mask, kw)
+    for name, g, w, size in zip(("out", "dq", "dk", "dv"), [got[0]] + got[2:],
+                                [want_out] + grads, sizes):
+        bound = U_BF16 * np.abs(w) + 1.01 * (U_BF16 + 2 * T32) * size + T32
+        over = np.abs(g - w) - bound
+        assert over.max() <= 0, f"{name} over the bound by {over.max()}"
+
+
+def test_compute_path_is_bit_identical_on_1_2_3_threads(compute_path):
+    _assert_bit_identical_on_1_2_3_threads(*_case(COMPUTE_CASES["padding, cross"]),
+                                           ran=_ran_compute)
+
+
+@pytest.mark.parametrize("case", ["padding+dropout, groups", "blocks"])
+def test_dropout_and_block_layouts_stay_on_the_flash_kernels(compute_path, case):
+    """The compute path takes neither dropout nor a block layout: those run the flash
+    kernels' bf16 entry points, bit for bit as without the compute path."""
+    arrays, mask, kw = _case(case)
+    be = _bf16_backend()
+    got = _run(be, [be.array(a) for a in arrays], mask, kw)
+    assert not _ran_compute(be)
+    for name, g, w in zip(("out", "lse", "dq", "dk", "dv"), got,
+                          _widened_way(case, "head-major")):
+        np.testing.assert_array_equal(g, w, err_msg=name)
+
+
+def test_the_profiler_names_attention_compute_where_it_runs(compute_path):
+    """``kernel_variant`` (the profiler's variant column) of the attention rows on bf16
+    tensors: ``attention_compute`` on the compute path, not where dropout or a block layout
+    keeps the flash kernels."""
+    arrays, mask, kw = _case("padding+dropout, groups")
+    be = _bf16_backend()
+    q, k, v, dout = (be.array(a) for a in arrays)
+    out, lse = be.zeros(dout.shape), be.zeros(dout.shape[:2], dtype=np.float32)
+    args = (q, k, v, out, lse, 0.3)
+    assert be.kernel_variant("attention", args, {"causal": True}) == "attention_compute"
+    grads = (q, k, v)
+    assert be.kernel_variant("attention_bprop", args[:5] + (dout,) + grads + (0.3,),
+                             {"heads": 2}) == "attention_compute"
+    assert be.kernel_variant("attention", args, {"dropout": kw["dropout"]}) == be.name
+    assert be.kernel_variant("attention", args + (False, None, kw["dropout"])) == be.name

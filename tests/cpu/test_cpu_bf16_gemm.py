@@ -334,8 +334,8 @@ def test_convolutions_take_the_path_their_own_measurement_chose(be, monkeypatch,
                                                                   paths):
     """Where a bf16 GEMM runs (here the emulated AMX kernel stands in for one), ``gemm`` and
     ``conv`` each take the path of their own measurement (``conv`` the GEMM's where its own
-    could not run), ``NEONLITE_BF16=compute`` puts both on compute, and attention, without a
-    bf16 kernel, stays on storage."""
+    could not run); attention, not measured, stays on storage; ``NEONLITE_BF16=compute`` puts
+    all three on compute."""
     emulated = be.kernels.variant("gemm_bf16_amx_emulated")
     monkeypatch.setattr(bf16_choice, "gemm_module", lambda modules: (emulated, "emulated"))
     monkeypatch.setattr(bf16_choice, "gemm_variant", lambda: ("gemm_bf16_amx", "emulated"))
@@ -347,9 +347,11 @@ def test_convolutions_take_the_path_their_own_measurement_chose(be, monkeypatch,
     assert choice.paths == {"attention": "storage", "gemm": paths[0], "conv": paths[1]}
     assert choice.conv_gflops == conv
     assert ("as gemm's measurement chose" in choice.reasons["conv"]) == (conv is None)
+    assert choice.reasons["attention"].startswith("not measured")
     forced = bf16_choice._choose(be.kernels, "compute")
-    assert forced.paths == {"attention": "storage", "conv": "compute", "gemm": "compute"}
+    assert forced.paths == {"attention": "compute", "conv": "compute", "gemm": "compute"}
     assert "tiles' products on the bf16 GEMM" in forced.reasons["conv"]
+    assert "products on the bf16 GEMM" in forced.reasons["attention"]
 
 
 def test_the_convolution_measurement_times_both_paths_on_one_core(be):

@@ -75,12 +75,14 @@ def test_bf16_training_follows_float32_on_real_text():
 
 @needs_text
 def test_bf16_compute_path_training_follows_float32_on_real_text(monkeypatch):
-    """The same run with the products on the compute path (``NEONLITE_BF16=compute``: bf16
-    arithmetic, float32 accumulation) on the AMX kernel's code with its tile instructions
-    emulated in C (``gemm_bf16_amx_emulated``, so it runs on every CPU; what an AMX CPU runs
-    with the real instructions), against float32 within the same bound."""
+    """The same run with the products and the attention on the compute path
+    (``NEONLITE_BF16=compute``: bf16 arithmetic, float32 accumulation) on the AMX kernel's code
+    with its tile instructions emulated in C (``gemm_bf16_amx_emulated``, so it runs on every
+    CPU; what an AMX CPU runs with the real instructions), against float32 within the same
+    bound."""
     from neonlite.backends.cpu import bf16 as bf16_ops
     from neonlite.backends.cpu import bf16_choice
+    from neonlite.backends.cpu.attention import CPUAttentionCalls
     f32, f32_valid = _run("f32")
     emulated = neonlite.gen_backend("cpu", batch_size=1).kernels.variant(
         "gemm_bf16_amx_emulated")
@@ -88,11 +90,14 @@ def test_bf16_compute_path_training_follows_float32_on_real_text(monkeypatch):
         monkeypatch.setattr(where, "gemm_module", lambda modules: (emulated, "emulated AMX"))
     monkeypatch.setattr(bf16_choice, "gemm_variant", lambda: ("gemm_bf16_amx", "emulated AMX"))
     monkeypatch.setenv("NEONLITE_BF16", "compute")
-    calls = []
-    real = bf16_ops.gemm_bf16
+    calls, attentions = [], []
+    real, attention = bf16_ops.gemm_bf16, CPUAttentionCalls._run_compute
     monkeypatch.setattr(bf16_ops, "gemm_bf16", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(CPUAttentionCalls, "_run_compute",
+                        lambda *a, **k: attentions.append(attention(*a, **k)) or attentions[-1])
     bf16, bf16_valid = _run("bf16")
     assert len(calls) >= 6 * STEPS, "the products did not take the compute path"
+    assert len(attentions) >= 4 * STEPS and all(attentions), "nor did the attention"
     tail32, tail16 = f32[-TAIL:].mean(), bf16[-TAIL:].mean()
     assert tail16 < bf16[0] - 1.0, f"bf16 did not learn: {bf16[0]:.3f} -> {tail16:.3f}"
     assert abs(tail16 - tail32) <= BOUND, (tail16, tail32)
