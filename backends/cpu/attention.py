@@ -16,6 +16,7 @@ import numpy as np
 
 from ..shared.attention_tables import AttentionBlocks, visit_tables
 from ..shared.bfloat16 import bf16_to_f32
+from .bf16_kernels import gemm_bf16_callee
 from .kept_calls import KeptCalls
 from .tensor import aligned_empty
 
@@ -137,7 +138,7 @@ class CPUAttentionCalls:
         module, gemm = compute
         B, Tq = lse.shape
         Tk, dk, dv = arrays[1].shape[1], arrays[0].shape[-1], arrays[2].shape[-1]
-        gemm_work = int(gemm.lib.nl_gemm_bf16_work_bytes(1, 1, 1))  # one thread's, any shape
+        address, gemm_work = gemm_bf16_callee(gemm)
         nwork = int(module.lib.att_compute_threads())
         size = int(module.lib.att_compute_work_bytes(Tk, dk, dv, gemm_work, nwork))
         key = ("att_compute", F32)
@@ -147,7 +148,6 @@ class CPUAttentionCalls:
         ffi = module.ffi
         ptr = _pointers(ffi, True)
         mask = self._mask_array(key_mask, F32)
-        address = int(gemm.ffi.cast("intptr_t", gemm.ffi.addressof(gemm.lib, "nl_gemm_bf16_to")))
         run = module.lib.att_bprop_compute if bprop else module.lib.att_fprop_compute
         status = run(*(ptr(a) for a in arrays), B, heads, Tq, Tk, dk, dv,
                      ffi.from_buffer("int64_t[]", strides), float(scale), bool(causal),

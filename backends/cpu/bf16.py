@@ -79,19 +79,20 @@ class CPUBf16Ops:
     def bf16_conv_compute(self):
         """``(conv_compute module, bf16 GEMM module)`` where convolutions take the compute path
         here (``conv_bf16.py``), else None."""
-        if self.bf16_path("conv") != "compute":
-            return None
-        gemm, _ = gemm_module(self.kernels)
-        conv = self.kernels.variant("conv_compute")
-        return None if gemm is None or conv is None else (conv, gemm)
+        return self._bf16_compute_kernels("conv", "conv_compute")
 
     def bf16_attention_compute(self):
         """``(attention_compute module, bf16 GEMM module)`` where the fused attention takes the
         compute path here (``attention.py``), else None."""
-        if self.bf16_path("attention") != "compute":
+        return self._bf16_compute_kernels("attention", "attention_compute")
+
+    def _bf16_compute_kernels(self, op_class, variant):
+        """``(module of kernel ``variant``, bf16 GEMM module)`` where ``op_class`` takes the
+        compute path here and both load, else None."""
+        if self.bf16_path(op_class) != "compute":
             return None
         gemm, _ = gemm_module(self.kernels)
-        module = self.kernels.variant("attention_compute")
+        module = self.kernels.variant(variant)
         return None if gemm is None or module is None else (module, gemm)
 
     def to_bf16(self, x, out=None):

@@ -188,6 +188,15 @@ def gemm_bf16(module, a, b, c, alpha=1.0, beta=0.0, trans_a=False, trans_b=False
     return c
 
 
+def gemm_bf16_callee(module):
+    """``(address, work bytes)`` of ``module``'s bf16 GEMM (``nl_gemm_bf16_to``) as the C
+    kernels that call it per tile on one thread take it: its address as an integer, and one
+    thread's packing buffers in bytes (the same for every shape on one thread)."""
+    ffi = module.ffi
+    return (int(ffi.cast("intptr_t", ffi.addressof(module.lib, "nl_gemm_bf16_to"))),
+            int(module.lib.nl_gemm_bf16_work_bytes(1, 1, 1)))
+
+
 def _rows(x):
     """The row stride of a 2-D array with unit-stride rows, in elements (0 for None)."""
     return 0 if x is None else x.strides[0] // x.itemsize

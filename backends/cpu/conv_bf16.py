@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .bf16_boundary import is_bf16_tensor
+from .bf16_kernels import gemm_bf16_callee
 from .tensor import aligned_empty
 
 _BITS = np.dtype(np.uint16)
@@ -71,12 +72,10 @@ def _compute(plan, compute, n):
     module, gemm = compute
     tile = plan.tile_rows(_BITS.itemsize)
     nwork = max(1, int(plan.conv.lib.conv_threads()))
-    # one thread's packing buffers, whatever the tile's shape
-    gemm_work = int(gemm.lib.nl_gemm_bf16_work_bytes(1, 1, 1))
+    address, gemm_work = gemm_bf16_callee(gemm)
     geom = plan.geom_struct(module, n)
     size = int(module.lib.conv_compute_work_bytes(geom, nwork, tile, gemm_work))
     work = plan.buffer("compute work", (-(-size // _F32.itemsize),), _F32, empty=aligned_empty)
-    address = int(gemm.ffi.cast("intptr_t", gemm.ffi.addressof(gemm.lib, "nl_gemm_bf16_to")))
     return ComputeCall(module, geom, address, module.ffi.from_buffer(work), gemm_work, nwork,
                        tile)
 

@@ -110,9 +110,7 @@ static void fprop_tiles(const real *x, const uint16_t *xb, const real *f, real *
         real *buf = work + (int64_t)omp_get_thread_num() * slice;
         const int64_t r0 = t * tile, r1 = r0 + tile < rows ? r0 + tile : rows;
         real *out = ob ? buf + tile_patches(g, tile, 1) : o + r0 * Q * K;
-        for (int64_t np = r0; np < r1; np++)
-            gather_row(&(conv_source){x, xb}, buf + (np - r0) * Q * row_len, g, np / g->P,
-                       np % g->P);
+        gather_rows(&(conv_source){x, xb}, buf, g, r0, r1);
         mm(NL_ROW_MAJOR, NL_NO_TRANS, NL_NO_TRANS, (int)((r1 - r0) * Q), (int)K, (int)row_len,
            1, buf, (int)row_len, f, (int)K, 0, out, (int)K);
         nl_bias_relu(out, (r1 - r0) * Q, K, bias, relu);
@@ -150,9 +148,7 @@ static void update_tiles(const real *x, const uint16_t *xb, const real *e, const
             nl_split(rows, b, nblk, &r0, &r1);
             for (int64_t t0 = r0; t0 < r1; t0 += tile) {
                 const int64_t t1 = t0 + tile < r1 ? t0 + tile : r1;
-                for (int64_t np = t0; np < t1; np++)
-                    gather_row(&(conv_source){x, xb}, buf + (np - t0) * Q * row_len, g,
-                               np / g->P, np % g->P);
+                gather_rows(&(conv_source){x, xb}, buf, g, t0, t1);
                 const real *et = e ? e + t0 * Q * K : staged;
                 if (!e)
                     conv_widen(NULL, eb, t0 * Q * K, staged, (t1 - t0) * Q * K);

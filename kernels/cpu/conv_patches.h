@@ -86,6 +86,16 @@ static void gather_row(const conv_source *src, conv_patch_t *dst, const conv_geo
     }
 }
 
+/* dst = the patches of output rows [r0, r1) of the batch (row np = image np / P, row np % P),
+ * Q patch rows of R*S*C each, in order. */
+static void gather_rows(const conv_source *src, conv_patch_t *dst, const conv_geom *g,
+                        int64_t r0, int64_t r1)
+{
+    const int64_t per_row = g->Q * g->R * g->S * g->C;
+    for (int64_t np = r0; np < r1; np++)
+        gather_row(src, dst + (np - r0) * per_row, g, np / g->P, np % g->P);
+}
+
 /* Image n of dx += the Q patch rows of output row p in src (Q, R*S*C) (padding dropped). */
 static void scatter_row(const real *src, real *dx, const conv_geom *g, int64_t n, int64_t p)
 {

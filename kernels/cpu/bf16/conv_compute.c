@@ -92,9 +92,7 @@ int conv_fprop_compute(const uint16_t *x, const uint16_t *f, uint16_t *o, const 
     for (int64_t t = 0; t < ntiles; t++) {
         const conv_parts w = parts_of(work, g, &s, omp_get_thread_num());
         const int64_t r0 = t * tile, r1 = r0 + tile < rows ? r0 + tile : rows;
-        for (int64_t np = r0; np < r1; np++)
-            gather_row(&(conv_source){x}, w.patches + (np - r0) * Q * row_len, g, np / g->P,
-                       np % g->P);
+        gather_rows(&(conv_source){x}, w.patches, g, r0, r1);
         const int done = mm(w.patches, f, w.staging, NULL, (r1 - r0) * Q, K, row_len, row_len,
                             K, K, 0, 0, 0, 1.0f, 0.0f, 1, w.gemm);
         status = done < status ? done : status;
@@ -124,9 +122,7 @@ int conv_update_compute(const uint16_t *x, const uint16_t *e, uint16_t *df,
             nl_split(rows, b, nblk, &r0, &r1);
             for (int64_t t0 = r0; t0 < r1; t0 += tile) {
                 const int64_t t1 = t0 + tile < r1 ? t0 + tile : r1;
-                for (int64_t np = t0; np < t1; np++)
-                    gather_row(&(conv_source){x}, w.patches + (np - t0) * Q * row_len, g,
-                               np / g->P, np % g->P);
+                gather_rows(&(conv_source){x}, w.patches, g, t0, t1);
                 const int done = mm(w.patches, e + t0 * Q * K, partials + b * size, NULL,
                                     row_len, K, (t1 - t0) * Q, row_len, K, K, 0, 1, 0, 1.0f,
                                     t0 == r0 ? 0.0f : 1.0f, 1, w.gemm);
